@@ -1,0 +1,162 @@
+"""Typed agent errors; each carries a fixed reason code from ``common.json#/$defs/reason_code``.
+
+The reason code is what goes on the wire (``fail``/events); ``summary`` is a short, non-sensitive
+English phrase (never page text, tokens, addresses — spec 002 "事件与证据").
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base of every error the flow turns into a safe stop.
+
+    ``reason_code``: one of the wire reason codes; ``summary``: <=200 chars, no ``<>`` or control chars.
+    """
+
+    reason_code = "INTERNAL_ERROR"
+
+    def __init__(self, summary: str = "", reason_code: str | None = None) -> None:
+        super().__init__(summary or self.__class__.__name__)
+        if reason_code is not None:
+            self.reason_code = reason_code
+        self.summary = _clean_summary(summary or self.__class__.__name__)
+
+
+def _clean_summary(text: str) -> str:
+    cleaned = "".join(ch for ch in text if ch >= " " and ch not in "<>\x7f")
+    return cleaned[:200]
+
+
+# --- screen / dump ---------------------------------------------------------------------------
+class DumpError(AgentError):
+    """The hierarchy dump cannot be used (design §7.3: a failure, never "element absent")."""
+
+    reason_code = "DUMP_INVALID"
+
+
+class DumpEmpty(DumpError):
+    """``<hierarchy rotation="0" />`` or an empty string (uiautomator2's silent fallback)."""
+
+    reason_code = "DUMP_EMPTY"
+
+
+class DumpInvalid(DumpError):
+    """Unparsable XML, a DTD/entity declaration, oversize input, or a root that is not <hierarchy>."""
+
+    reason_code = "DUMP_INVALID"
+
+
+class DumpNoAppNodes(DumpError):
+    """The dump has no node of the app package (app left the foreground, launcher/system UI only)."""
+
+    reason_code = "WRONG_PACKAGE"
+
+
+class DumpUnstable(DumpError):
+    """Consecutive dumps never agreed on the relevant readings."""
+
+    reason_code = "DUMP_UNSTABLE"
+
+
+class MoneyError(AgentError):
+    reason_code = "UNIT_PRICE_UNREADABLE"
+
+
+class MoneyAmbiguous(MoneyError):
+    """More than one price candidate in one text/reading (phone-facts: "more than one → stop")."""
+
+    reason_code = "UNIT_PRICE_AMBIGUOUS"
+
+
+class ScreenError(AgentError):
+    reason_code = "SCREEN_UNRECOGNIZED"
+
+
+class PackError(AgentError):
+    """A selector pack is missing, invalid, or does not match the running app version."""
+
+    reason_code = "NO_SELECTOR_PACK"
+
+
+# --- phone ---------------------------------------------------------------------------------
+class PhoneError(AgentError):
+    reason_code = "ADB_ERROR"
+
+
+class AdbUnreachable(PhoneError):
+    """The adb server does not accept connections (we never start a local adb)."""
+
+
+class PhoneTimeout(PhoneError):
+    reason_code = "PHONE_TIMEOUT"
+
+
+class PaymentControlBlocked(PhoneError):
+    """A tap target, its text/desc, an ancestor or a node under the tap point is on the denylist."""
+
+    reason_code = "PAYMENT_CONTROL_BLOCKED"
+
+
+class SubmitControlGuarded(PhoneError):
+    """A generic tap aimed at the submit control; only ``submit.py`` may tap it (spec 002 §三)."""
+
+    reason_code = "INTERNAL_ERROR"
+
+
+class SubmitTapUnknown(PhoneError):
+    """The single submit tap raised or timed out: whether it landed is unknown → ``UNKNOWN``."""
+
+
+# --- flow / server -------------------------------------------------------------------------
+class FlowStop(AgentError):
+    """A gate or step refused to continue; ``reason_code`` says why."""
+
+
+class ShutdownRequested(AgentError):
+    reason_code = "SHUTDOWN"
+
+
+class LeaseLost(AgentError):
+    reason_code = "LEASE_LOST"
+
+
+class ServerError(AgentError):
+    """The device API answered with an error body or not at all."""
+
+    reason_code = "SERVER_UNREACHABLE"
+
+    def __init__(self, summary: str = "", *, status: int | None = None, error: str | None = None,
+                 final: bool = False) -> None:
+        super().__init__(summary)
+        self.status = status
+        self.error = error
+        self.final = final
+
+
+class ServerUnreachable(ServerError):
+    """Transport failure after the bounded retries (same idempotency keys each time)."""
+
+
+class ServerRejected(ServerError):
+    """A 4xx with a flat ``{"error": code}`` body: final, never retried."""
+
+    def __init__(self, status: int, error: str | None) -> None:
+        super().__init__(f"server rejected: {status} {error}", status=status, error=error, final=True)
+        self.reason_code = _REJECTION_REASONS.get(error or "", "INTERNAL_ERROR")
+
+
+_REJECTION_REASONS = {
+    "fence_refused": "FENCE_REFUSED",
+    "submission_fenced": "FENCE_REFUSED",
+    "claim_not_current": "LEASE_LOST",
+    "claim_requires_manual": "LEASE_LOST",
+    "app_version_not_allowed": "APP_VERSION_UNSUPPORTED",
+}
+
+
+class ClaimRequiresManual(ServerRejected):
+    """409 claim_requires_manual: stop claiming until a person acts (spec 002 claim-next)."""
+
+
+class AppVersionNotAllowed(ServerRejected):
+    """409 app_version_not_allowed on claim-next, or heartbeat ``app_version_allowed=false``."""

@@ -1,0 +1,1 @@
+"""Shipped selector packs (one JSON per Pinduoduo version)."""

@@ -1,0 +1,91 @@
+"""``cmbuyer-agent inspect`` core: recognize a dump and produce the readings JSON (issue 7 contract).
+
+Output shape (tools rely on it; absent readings are null, money is a canonical decimal string)::
+
+    {"screen": "product"|"sku_panel"|"confirm_order"|"order_created"|"payment"|
+               "security_challenge"|"leave_order_dialog"|"unknown",
+     "package": str, "pack": str|null,
+     "readings": {"goods_id", "unit_price", "quantity", "confirm_amount",
+                  "selected": {dimension: value}, "options": {dimension: [values]},
+                  "submit_controls": int, "payment_controls": [text], "risk_walls": [text]}}
+
+Without an explicit pack every shipped pack is tried (first that recognizes a screen wins); the
+version-independent safety readers (payment controls, risk walls, submit text ``提交订单 ¥<amount>``)
+always run. A reading that is ambiguous is reported as null — never a guess.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+from cmbuyer.agent.errors import AgentError
+from cmbuyer.agent.screens import readers, safety
+from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump
+from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.text import money_str
+
+SYSTEM_PACKAGES = frozenset({"com.android.systemui", ""})
+
+
+def _package(dump: Dump) -> str:
+    if dump.app_nodes():
+        return APP_PACKAGE
+    counts = Counter(n.package for n in dump.nodes if n.package not in SYSTEM_PACKAGES)
+    return counts.most_common(1)[0][0] if counts else ""
+
+
+def _safe(fn: Any, *args: Any) -> Any:
+    """Run one reader; an ambiguity/unreadable error becomes null (inspect never guesses)."""
+    try:
+        return fn(*args)
+    except AgentError:
+        return None
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else money_str(value)
+
+
+def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
+    """Readings for ``dump`` using the first of ``packs`` that recognizes it (or none)."""
+    screen, pack = "unknown", None
+    for candidate in packs:
+        found = readers.recognize(dump, candidate)
+        if found != "unknown":
+            screen, pack = found, candidate
+            break
+    if pack is None and safety.risk_walls(dump):
+        screen = "security_challenge"
+
+    generic_amounts = safety.submit_amounts(dump)
+    readings: dict[str, Any] = {
+        "goods_id": None,
+        "unit_price": None,
+        "quantity": None,
+        "confirm_amount": _money(generic_amounts[0]) if len(set(generic_amounts)) == 1 else None,
+        "selected": {},
+        "options": {},
+        "submit_controls": len(safety.submit_controls(dump)),
+        "payment_controls": safety.payment_controls(dump),
+        "risk_walls": safety.risk_walls(dump),
+    }
+    reader = readers.reader_for(pack, screen) if pack is not None else None
+    if reader is not None:
+        readings["goods_id"] = _safe(readers.read_goods_id, dump, reader)
+        readings["unit_price"] = _money(_safe(readers.read_money, dump, reader.unit_price))
+        readings["quantity"] = _safe(readers.read_quantity, dump, reader)
+        if reader.amount is not None:
+            amount = _safe(readers.read_money, dump, reader.amount)
+            # The pack reader and the generic submit-text reader must agree, else null.
+            generic = readings["confirm_amount"]
+            readings["confirm_amount"] = (_money(amount) if amount is not None and
+                                          generic in (None, _money(amount)) else None)
+        groups = _safe(readers.read_options, dump, reader)
+        if groups:
+            readings["options"] = {dim: [t.text for t in tiles] for dim, tiles in groups.items()}
+            readings["selected"] = readers.selected_values(groups)
+    return {"screen": screen, "package": _package(dump), "pack": pack.id if pack else None,
+            "readings": readings}

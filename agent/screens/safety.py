@@ -1,0 +1,119 @@
+"""Version-independent safety readers (design §7.4, phone-facts). Applied with or without a pack.
+
+- Payment denylist: a tap is refused when the target node, its clickable tap node, any ancestor,
+  anything inside the tapped node, or any app node under the tap point carries a denylisted word in
+  its text or content-desc (after NFKC). Checked in code before *every* tap, not only in packs.
+- Risk walls: texts that mean "stop and report, never solve" (slider, captcha, login, rate limit,
+  identity checks).
+- Submit control: the text ``提交订单`` optionally followed by ``¥<amount>`` (phone-facts: the total
+  sits inside the button text). Its amount is the confirm-page amount when no pack says otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from decimal import Decimal
+
+from cmbuyer.agent.screens.dump import Dump, Node
+from cmbuyer.agent.screens.text import AMOUNT, normalize, to_money
+
+# design §7.4 list plus the retention dialog's "仅¥" and cashier wording seen in phone-facts.
+PAYMENT_DENYLIST: tuple[str, ...] = (
+    "支付", "付款", "继续支付", "立即支付", "去支付", "确认支付", "更换支付方式", "微信支付",
+    "支付宝", "多多支付", "先用后付", "免密", "收银台", "仅¥", "银行卡", "指纹", "密码",
+)
+RISK_WALLS: tuple[str, ...] = (
+    "拖动滑块", "向右滑动", "验证码", "安全验证", "登录拼多多", "请先登录", "操作过于频繁",
+    "稍后再试", "实名认证", "身份验证",
+)
+SUBMIT_TEXT_RE = re.compile(r"提交订单(?: ?¥(?P<amount>" + AMOUNT + r"))?", re.ASCII)
+
+
+def _labels(node: Node) -> Iterable[str]:
+    yield normalize(node.text)
+    yield normalize(node.desc)
+
+
+def payment_term(node: Node) -> str | None:
+    """The first denylist term found in the node's own text/desc, else None."""
+    for label in _labels(node):
+        for term in PAYMENT_DENYLIST:
+            if term in label:
+                return term
+    return None
+
+
+def is_payment_control(node: Node) -> bool:
+    return payment_term(node) is not None
+
+
+def tap_denial(dump: Dump, target: Node, point: tuple[int, int]) -> str | None:
+    """Why a tap on ``target`` at ``point`` must not happen (a short reason), or None if allowed.
+
+    Looks at: the target, its ancestors (labels of containers), the nodes inside the tapped node,
+    and every app node whose bounds contain the point (an overlay or row the finger would hit)."""
+    suspects: list[Node] = [target, *target.ancestors(), *target.descendants()]
+    x, y = point
+    suspects.extend(n for n in dump.app_nodes() if n.bounds.contains(x, y))
+    for node in suspects:
+        term = payment_term(node)
+        if term is not None:
+            return f"payment denylist hit near node #{node.order}"
+    return None
+
+
+def payment_controls(dump: Dump) -> list[str]:
+    """Normalized labels of app nodes carrying a denylisted word (for inspect / observation)."""
+    out: list[str] = []
+    for node in dump.app_nodes():
+        if payment_term(node) is not None:
+            out.append(normalize(node.text) or normalize(node.desc))
+    return out
+
+
+def risk_walls(dump: Dump) -> list[str]:
+    """Risk-wall terms present in app nodes (system UI is ignored: an SMS notification that says
+    验证码 is not a wall in the app). Deduplicated, in list order."""
+    found: list[str] = []
+    for node in dump.app_nodes():
+        for label in _labels(node):
+            for term in RISK_WALLS:
+                if term in label and term not in found:
+                    found.append(term)
+    return found
+
+
+def submit_nodes(dump: Dump) -> list[Node]:
+    """App nodes whose text or desc is exactly the submit text (with or without an amount)."""
+    return [n for n in dump.app_nodes()
+            if any(SUBMIT_TEXT_RE.fullmatch(label) for label in _labels(n) if label)]
+
+
+def submit_controls(dump: Dump) -> list[Node]:
+    """Distinct tap targets of submit nodes (a text node and its clickable parent are one control)."""
+    seen: dict[int, Node] = {}
+    for node in submit_nodes(dump):
+        target = node.clickable_self_or_ancestor() or node
+        seen.setdefault(target.order, target)
+    return list(seen.values())
+
+
+def submit_amounts(dump: Dump) -> list[Decimal]:
+    """Amounts printed inside submit texts (``提交订单 ¥25.76`` → 25.76), one per distinct control."""
+    amounts: dict[int, Decimal] = {}
+    for node in submit_nodes(dump):
+        for label in _labels(node):
+            m = SUBMIT_TEXT_RE.fullmatch(label) if label else None
+            if m is not None and m.group("amount") is not None:
+                target = node.clickable_self_or_ancestor() or node
+                amounts.setdefault(target.order, to_money(m.group("amount")))
+    return list(amounts.values())
+
+
+def is_submit_related(node: Node) -> bool:
+    """True when the node, an ancestor or a descendant is a submit text — generic taps refuse it."""
+    for n in (node, *node.ancestors(), *node.descendants()):
+        if any(SUBMIT_TEXT_RE.fullmatch(label) for label in _labels(n) if label):
+            return True
+    return False

@@ -1,0 +1,1 @@
+"""Numbered plain-SQL migrations, shipped as package data (``cmbuyer.migrations``); see server/migrate.py."""

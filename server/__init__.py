@@ -1,0 +1,1 @@
+"""cmbuyer-server: admin pages, the device API, claims, leases, the submission fence, evidence, audit."""

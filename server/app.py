@@ -1,0 +1,89 @@
+"""The aiohttp application factory (``create_app``) and start-up order (design §2.7).
+
+Start-up: open the database, refuse a schema that is not current, verify the claim-token secret
+against existing claims, run recovery (expiry sweep) — and only then serve. Each route group module
+has a ``setup(app)``; recovery steps register themselves in :data:`RECOVERY` order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+from cmbuyer.server import migrate
+from cmbuyer.server.clock import Clock, SystemClock
+from cmbuyer.server.config import Settings
+from cmbuyer.server.db import Database, connect_sync
+from cmbuyer.server.web import health
+from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
+
+log = logging.getLogger("cmbuyer.server")
+
+StartupCheck = Callable[[web.Application], Awaitable[None]]
+STARTUP_CHECKS = web.AppKey("startup_checks", list)
+PERIODIC = web.AppKey("periodic", list)
+
+
+class StartupRefused(Exception):
+    """The server must not start (schema, secret or recovery problem); the message is one line."""
+
+
+def check_schema(settings: Settings) -> None:
+    """Raise StartupRefused unless the DB file exists and its migrations match the code exactly."""
+    if not settings.db_path.exists():
+        raise StartupRefused(f"database {settings.db_path} does not exist; run `cmbuyer-server init`")
+    conn = connect_sync(settings.db_path)
+    try:
+        migrate.check_current(conn)
+    except migrate.MigrationError as exc:
+        raise StartupRefused(str(exc)) from None
+    finally:
+        conn.close()
+
+
+def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
+    """Build the application. Raises StartupRefused (from the startup hook) when it must not serve.
+
+    ``clock`` defaults to the system clock; tests inject a ManualClock.
+    """
+    app = web.Application(client_max_size=settings.evidence_max_bytes + 64 * 1024)
+    app[SETTINGS] = settings
+    app[CLOCK] = clock or SystemClock()
+    app[DB] = Database(settings.db_path)
+    app[STARTUP_CHECKS] = []
+    app[PERIODIC] = []
+    health.setup(app)
+    app.cleanup_ctx.append(_lifecycle)
+    return app
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    check_schema(settings)
+    db = app[DB]
+    await db.open()
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for check in app[STARTUP_CHECKS]:
+            await check(app)
+        for step in app[PERIODIC]:
+            tasks.append(asyncio.create_task(_every(step, app, settings.sweep_interval)))
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await db.close()
+
+
+async def _every(step: Callable[[web.Application], Awaitable[None]], app: web.Application, seconds: int) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await step(app)
+        except Exception:  # a failed sweep must not kill the loop; it is retried next period
+            log.exception("periodic step %s failed", getattr(step, "__name__", step))

@@ -1,0 +1,418 @@
+"""``cmbuyer-server`` command line (issue 2 CLI contract; exit codes in docs/operations.md).
+
+Exit codes: 0 ok · 1 refused by a business rule (conflict, not found, invalid input) · 2 usage error
+· 3 bad settings · 4 storage or schema problem (database unreachable, migrations not current).
+Every command takes ``--data-dir`` (default ``$CMBUYER_DATA_DIR`` or ``./var``) and reads
+``<data-dir>/cmbuyer.env`` when present; real environment variables override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sqlite3
+import stat
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cmbuyer.server import migrate
+from cmbuyer.server.clock import SystemClock, to_wire
+from cmbuyer.server.config import ENV_FILE_NAME, Settings, SettingsError, load_settings
+from cmbuyer.server.db import StorageError, connect_sync, run_in_transaction
+from cmbuyer.server.domain.errors import DomainError
+from cmbuyer.server.services import admins as admin_service
+from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import tasks as task_service
+from cmbuyer.server.services.common import Actor, new_id
+from cmbuyer.server.store import admins as admin_store
+from cmbuyer.server.store import devices as device_store
+
+EXIT_OK, EXIT_RULE, EXIT_USAGE, EXIT_SETTINGS, EXIT_STORAGE = 0, 1, 2, 3, 4
+T = TypeVar("T")
+CLI_ACTOR = Actor("cli", os.environ.get("USER", "operator"))
+
+
+class CliError(Exception):
+    """A failure with its exit code; ``str`` is the one-line message printed to stderr."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False, sort_keys=True))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    try:
+        return load_settings(args.data_dir)
+    except SettingsError as exc:
+        raise CliError(str(exc), EXIT_SETTINGS) from None
+
+
+def _open(settings: Settings, *, check: bool = True) -> sqlite3.Connection:
+    if not settings.db_path.exists():
+        raise CliError(f"database {settings.db_path} does not exist; run `cmbuyer-server init`", EXIT_STORAGE)
+    try:
+        conn = connect_sync(settings.db_path)
+        if check:
+            migrate.check_current(conn)
+    except migrate.MigrationError as exc:
+        raise CliError(str(exc), EXIT_STORAGE) from None
+    except sqlite3.Error:
+        raise CliError("cannot open the database", EXIT_STORAGE) from None
+    return conn
+
+
+def _tx(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
+    try:
+        return run_in_transaction(conn, job)
+    except StorageError as exc:
+        raise CliError(f"storage error: {exc}", EXIT_STORAGE) from None
+    except DomainError as exc:
+        raise CliError(f"{exc.code}: {exc.message}", EXIT_RULE) from None
+
+
+# -- init / migrate / serve / doctor -------------------------------------------------------------
+
+def write_env_file(path: Path, values: dict[str, str]) -> None:
+    """Write ``values`` as an env file created with mode 0600 (never readable by others)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("# cmbuyer settings written by `cmbuyer-server init`; keep this file private (0600).\n")
+        for key, value in values.items():
+            handle.write(f"{key}={value}\n")
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir or os.environ.get("CMBUYER_DATA_DIR") or "var")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = data_dir / ".write-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise CliError(f"data dir {data_dir} is not writable ({exc.strerror})", EXIT_SETTINGS) from None
+    env_path = data_dir / ENV_FILE_NAME
+    if not env_path.exists():
+        write_env_file(env_path, {
+            "CMBUYER_CLAIM_TOKEN_SECRET": secrets.token_bytes(32).hex(),
+            "CMBUYER_SESSION_SECRET": secrets.token_bytes(32).hex(),
+            "CMBUYER_CLAIM_LEASE_TTL": "120",
+            "CMBUYER_AUTHORIZATION_TTL": "3600",
+            "CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0",
+        })
+        created_env = True
+    else:
+        created_env = False
+    settings = _settings(args)
+    settings.require_secrets()
+    (settings.evidence_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    conn = connect_sync(settings.db_path)
+    try:
+        applied = migrate.migrate(conn, to_wire(SystemClock().now()))
+    except migrate.MigrationError as exc:
+        raise CliError(str(exc), EXIT_STORAGE) from None
+    finally:
+        conn.close()
+    if args.json:
+        _print_json({"data_dir": str(data_dir), "env_file_created": created_env, "migrations_applied": applied})
+    else:
+        print(f"data dir:   {data_dir}")
+        print(f"env file:   {env_path} ({'created with fresh secrets' if created_env else 'kept'})")
+        print(f"database:   {settings.db_path} ({len(applied)} migration(s) applied)")
+        print("next steps:")
+        print(f"  cmbuyer-server --data-dir {data_dir} admin add --username admin --password-stdin")
+        print(f"  cmbuyer-server --data-dir {data_dir} device add --name phone-1")
+        print(f"  cmbuyer-server --data-dir {data_dir} serve")
+    return EXIT_OK
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    conn = connect_sync(settings.db_path)
+    try:
+        if args.list:
+            from cmbuyer.server.store import migrations as mig_store
+            mig_store.ensure_table(conn)
+            applied = mig_store.applied(conn)
+            rows = [{"name": m.name, "applied": m.name in applied,
+                     "checksum_ok": applied.get(m.name, m.checksum) == m.checksum} for m in migrate.available()]
+            if args.json:
+                _print_json({"migrations": rows})
+            else:
+                for row in rows:
+                    mark = "applied" if row["applied"] else "pending"
+                    print(f"{row['name']}  {mark}{'' if row['checksum_ok'] else '  CHECKSUM MISMATCH'}")
+            return EXIT_OK
+        done = migrate.migrate(conn, to_wire(SystemClock().now()))
+    except migrate.MigrationError as exc:
+        raise CliError(str(exc), EXIT_STORAGE) from None
+    finally:
+        conn.close()
+    if args.json:
+        _print_json({"migrations_applied": done})
+    else:
+        print(f"{len(done)} migration(s) applied" + (": " + ", ".join(done) if done else ""))
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+    from cmbuyer.server.app import StartupRefused, check_schema, create_app
+    from cmbuyer.server.logs import setup_logging
+
+    if args.host:
+        os.environ["CMBUYER_HOST"] = args.host
+    if args.port is not None:
+        os.environ["CMBUYER_PORT"] = str(args.port)
+    settings = _settings(args)
+    try:
+        settings.require_secrets()
+    except SettingsError as exc:
+        raise CliError(str(exc), EXIT_SETTINGS) from None
+    setup_logging(settings.log_format, settings.log_level)
+    try:
+        check_schema(settings)
+        app = create_app(settings)
+        web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None,
+                    handle_signals=True, shutdown_timeout=5)
+    except StartupRefused as exc:
+        raise CliError(f"refusing to start: {exc}", EXIT_STORAGE) from None
+    except OSError as exc:
+        raise CliError(f"cannot listen on {settings.host}:{settings.port} ({exc.strerror})", EXIT_SETTINGS) from None
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    checks: list[tuple[str, bool, str]] = []
+    checks.append(("sqlite_version", sqlite3.sqlite_version_info >= (3, 37, 0), sqlite3.sqlite_version))
+    try:
+        settings.require_secrets()
+        checks.append(("secrets", True, "set"))
+    except SettingsError as exc:
+        checks.append(("secrets", False, str(exc)))
+    try:
+        mode = stat.S_IMODE(settings.data_dir.stat().st_mode)
+        checks.append(("data_dir_private", mode & 0o077 == 0, oct(mode)))
+        env_path = settings.data_dir / ENV_FILE_NAME
+        if env_path.exists():
+            env_mode = stat.S_IMODE(env_path.stat().st_mode)
+            checks.append(("env_file_private", env_mode & 0o077 == 0, oct(env_mode)))
+    except OSError as exc:
+        checks.append(("data_dir", False, exc.strerror or "unreadable"))
+    try:
+        conn = _open(settings)
+        pragmas = {name: conn.execute(f"PRAGMA {name}").fetchone()[0]
+                   for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")}
+        checks.append(("pragmas", pragmas["journal_mode"] == "wal" and pragmas["synchronous"] == 2
+                       and pragmas["foreign_keys"] == 1, json.dumps(pragmas)))
+        checks.append(("integrity", conn.execute("PRAGMA quick_check").fetchone()[0] == "ok", "quick_check"))
+        checks.append(("migrations", True, "current"))
+        conn.close()
+    except CliError as exc:
+        checks.append(("database", False, str(exc)))
+    ok = all(passed for _, passed, _ in checks)
+    if args.json:
+        _print_json({"ok": ok, "checks": [{"name": n, "ok": p, "detail": d} for n, p, d in checks]})
+    else:
+        for name, passed, detail in checks:
+            print(f"{'ok  ' if passed else 'FAIL'} {name}: {detail}")
+    return EXIT_OK if ok else EXIT_RULE
+
+
+# -- admin / device / task -----------------------------------------------------------------------
+
+def _read_password(args: argparse.Namespace) -> str:
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    import getpass
+    first = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != first:
+        raise CliError("passwords differ", EXIT_USAGE)
+    return first
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    conn = _open(settings)
+    now = SystemClock().now()
+    try:
+        if args.admin_cmd == "add":
+            password = _read_password(args)
+            admin_id = _tx(conn, lambda c: admin_service.add_admin(c, args.username, password, CLI_ACTOR, now))
+            _print_json({"admin_id": admin_id, "username": args.username}) if args.json else print(
+                f"admin {args.username} added")
+        elif args.admin_cmd == "passwd":
+            password = _read_password(args)
+            _tx(conn, lambda c: admin_service.change_password(c, args.username, password, CLI_ACTOR, now))
+            _print_json({"username": args.username}) if args.json else print("password changed")
+        else:
+            admins = admin_store.list_all(conn)
+            if args.json:
+                _print_json({"admins": [{"username": a.username, "disabled": a.disabled, "created_at": a.created_at}
+                                        for a in admins]})
+            else:
+                for a in admins:
+                    print(f"{a.username}\t{'disabled' if a.disabled else 'active'}\t{a.created_at}")
+    finally:
+        conn.close()
+    return EXIT_OK
+
+
+def cmd_device(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    conn = _open(settings)
+    now = SystemClock().now()
+    try:
+        if args.device_cmd == "add":
+            issued = _tx(conn, lambda c: device_service.add_device(c, args.name, CLI_ACTOR, now))
+            if args.json:
+                _print_json({"device_id": issued.device_id, "token": issued.token})
+            else:
+                print(f"device id: {issued.device_id}")
+                print(f"token:     {issued.token}")
+                print("The token is shown only this once; store it on the phone host (mode 0600).")
+        elif args.device_cmd == "revoke":
+            changed = _tx(conn, lambda c: device_service.revoke_device(c, args.device_id, CLI_ACTOR, now))
+            if args.json:
+                _print_json({"device_id": args.device_id, "revoked": True, "changed": changed})
+            else:
+                print("revoked" if changed else "already revoked")
+        else:
+            devices = device_store.list_all(conn)
+            rows = [{"device_id": d.id, "name": d.name, "state": d.state, "created_at": d.created_at,
+                     "last_heartbeat_at": d.last_heartbeat_at, "pdd_version": d.pdd_version,
+                     "app_version_allowed": d.app_version_allowed} for d in devices]
+            if args.json:
+                _print_json({"devices": rows})
+            else:
+                for r in rows:
+                    print(f"{r['device_id']}\t{r['name']}\t{r['state']}\t{r['last_heartbeat_at'] or '-'}")
+    finally:
+        conn.close()
+    return EXIT_OK
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    conn = _open(settings)
+    now = SystemClock().now()
+    try:
+        if args.task_cmd == "add":
+            raw = {"create_key": args.create_key or new_id(), "title": args.title, "product_url": args.url,
+                   "sku_color": args.color, "sku_size": args.size, "quantity": args.quantity,
+                   "max_total_price": args.max_total_price}
+            try:
+                new = task_service.validate_new_task(raw, settings)
+            except DomainError as exc:
+                raise CliError(f"{exc.code}: {exc.message}", EXIT_RULE) from None
+            task, _created = _tx(conn, lambda c: task_service.create_task(c, new, CLI_ACTOR, now))
+            if args.json:
+                _print_json({"task_id": task.id, "version": task.version})
+            else:
+                print(f"task {task.id} created (DRAFT, version {task.version})")
+        elif args.task_cmd == "start":
+            items: list[tuple[str, int]] = []
+            for task_id in args.task_ids:
+                task = _tx(conn, lambda c, t=task_id: task_service.get_task(c, t))
+                items.append((task.id, task.version))
+            start_key = args.start_key or new_id()
+            body = _tx(conn, lambda c: task_service.start_purchases(c, start_key, items, CLI_ACTOR, now, settings))
+            if args.json:
+                _print_json(body)
+            else:
+                print(f"{body['authorized_count']} task(s) started; payment is never automated")
+        else:
+            from cmbuyer.server.services import task_view
+            view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
+            _print_json(view) if args.json else print(json.dumps(view, ensure_ascii=False, indent=2))
+    finally:
+        conn.close()
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree of every command (documented in docs/operations.md)."""
+    parser = argparse.ArgumentParser(prog="cmbuyer-server", description="cmbuyer purchasing server")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", default=argparse.SUPPRESS,
+                        help="data directory (default $CMBUYER_DATA_DIR or ./var)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print one JSON object")
+    parser.add_argument("--data-dir", default=None, help="data directory (default $CMBUYER_DATA_DIR or ./var)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    sub.add_parser("init", parents=[common], help="create the data dir, env file with fresh secrets, DB")
+    p = sub.add_parser("migrate", parents=[common], help="apply pending migrations")
+    p.add_argument("--list", action="store_true", help="list migrations and their state")
+    p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    sub.add_parser("doctor", parents=[common], help="check SQLite, pragmas, permissions and settings")
+
+    p = sub.add_parser("admin", parents=[common], help="manage administrators")
+    asub = p.add_subparsers(dest="admin_cmd", required=True)
+    for name in ("add", "passwd"):
+        q = asub.add_parser(name, parents=[common])
+        q.add_argument("--username", required=True)
+        q.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    asub.add_parser("list", parents=[common])
+
+    p = sub.add_parser("device", parents=[common], help="manage phone devices")
+    dsub = p.add_subparsers(dest="device_cmd", required=True)
+    q = dsub.add_parser("add", parents=[common])
+    q.add_argument("--name", required=True)
+    dsub.add_parser("list", parents=[common])
+    q = dsub.add_parser("revoke", parents=[common])
+    q.add_argument("device_id")
+
+    p = sub.add_parser("task", parents=[common], help="create, start and show tasks (scripting, tests)")
+    tsub = p.add_subparsers(dest="task_cmd", required=True)
+    q = tsub.add_parser("add", parents=[common])
+    q.add_argument("--title", required=True)
+    q.add_argument("--url", required=True)
+    q.add_argument("--color", required=True)
+    q.add_argument("--size", required=True)
+    q.add_argument("--quantity", type=int, required=True)
+    q.add_argument("--max-total-price", required=True)
+    q.add_argument("--create-key", default=None)
+    q = tsub.add_parser("start", parents=[common])
+    q.add_argument("task_ids", nargs="+")
+    q.add_argument("--start-key", default=None)
+    q = tsub.add_parser("show", parents=[common])
+    q.add_argument("task_id")
+    return parser
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "init": cmd_init, "migrate": cmd_migrate, "serve": cmd_serve, "doctor": cmd_doctor,
+    "admin": cmd_admin, "device": cmd_device, "task": cmd_task,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cmbuyer-server``; returns the exit code (see module docstring)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.cmd](args)
+    except CliError as exc:
+        print(f"cmbuyer-server: {exc}", file=sys.stderr)
+        return exc.code
+    except SettingsError as exc:
+        print(f"cmbuyer-server: {exc}", file=sys.stderr)
+        return EXIT_SETTINGS
+    except (StorageError, sqlite3.Error) as exc:
+        print(f"cmbuyer-server: storage error ({exc.__class__.__name__})", file=sys.stderr)
+        return EXIT_STORAGE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,274 @@
+"""SQLite access: one write owner with group commit, separate read connections (design §5).
+
+Every write is a plain synchronous function ``job(conn) -> T`` over a :class:`sqlite3.Connection`
+(built from store-layer calls). :meth:`Database.write` queues it; a single writer task takes every
+queued job, runs them on the write connection's own thread inside **one** ``BEGIN IMMEDIATE``,
+each job in its own SAVEPOINT, commits once, and only then answers each caller. This is the
+group-commit pattern measured in design §5: per-request semantics are unchanged (a failing job rolls
+back only its savepoint; nobody hears "ok" before the commit), but the fsync of ``synchronous=FULL``
+is paid once per batch instead of once per request.
+
+Because only the writer task ever touches the write connection, two requests can never interleave
+inside one transaction, whatever the callers do. Other processes (the CLI) contend through SQLite's
+own locking and ``busy_timeout``.
+
+Failures: any ``sqlite3.Error`` or aiosqlite failure surfaces as :class:`StorageError` (→ 503 at the
+HTTP edge). If SQLite itself rolled the whole transaction back (``SQLITE_FULL``, ``SQLITE_BUSY`` …;
+seen as ``in_transaction`` turning false), every job of that batch fails with StorageError, since
+none of them has been answered yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+log = logging.getLogger("cmbuyer.db")
+
+T = TypeVar("T")
+Job = Callable[[sqlite3.Connection], T]
+
+BUSY_TIMEOUT_MS = 5000
+MAX_BATCH = 64
+
+
+class StorageError(Exception):
+    """The database could not serve a request (I/O, lock timeout, full disk, closed connection).
+
+    Carries no SQL, path or parameter text, so it is safe to log; the HTTP edge maps it to 503.
+    """
+
+
+def configure_connection(conn: sqlite3.Connection, *, read_only: bool = False) -> None:
+    """Apply the pragmas every connection needs (WAL, FULL sync, FKs, busy timeout)."""
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA trusted_schema = OFF")
+    if read_only:
+        conn.execute("PRAGMA query_only = ON")
+
+
+def connect_sync(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
+    """A configured synchronous connection in autocommit mode (explicit BEGIN only; CLI, migrations)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    configure_connection(conn, read_only=read_only)
+    return conn
+
+
+def run_in_transaction(conn: sqlite3.Connection, job: Job[T]) -> T:
+    """Run ``job`` in its own ``BEGIN IMMEDIATE`` … ``COMMIT`` on a sync connection (CLI, tools).
+
+    Rolls back on any exception (checking ``in_transaction`` first); sqlite errors become
+    :class:`StorageError`, other exceptions propagate unchanged after the rollback.
+    """
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise StorageError("could not begin a write transaction") from exc
+    try:
+        result = job(conn)
+        conn.execute("COMMIT")
+        return result
+    except sqlite3.Error as exc:
+        _safe_rollback(conn)
+        raise StorageError("write transaction failed") from exc
+    except BaseException:
+        _safe_rollback(conn)
+        raise
+
+
+def _safe_rollback(conn: sqlite3.Connection) -> None:
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        log.warning("rollback failed; connection will be discarded by its owner")
+
+
+@dataclass
+class _Pending:
+    job: Job[Any]
+    future: asyncio.Future[Any]
+    outcome: tuple[bool, Any] | None = field(default=None)
+
+
+def _run_batch(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
+    """Runs on the write connection's thread: one BEGIN IMMEDIATE, a SAVEPOINT per job, one COMMIT."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        for item in batch:
+            item.outcome = (False, StorageError("could not begin a write transaction"))
+        log.warning("BEGIN IMMEDIATE failed: %s", exc.__class__.__name__)
+        return
+    aborted = False
+    for item in batch:
+        if aborted:
+            item.outcome = (False, StorageError("transaction aborted by an earlier statement"))
+            continue
+        conn.execute("SAVEPOINT job")
+        try:
+            value = item.job(conn)
+        except BaseException as exc:
+            if not conn.in_transaction:
+                aborted = True  # SQLite rolled back everything: earlier jobs' writes are gone too.
+            else:
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+            if isinstance(exc, sqlite3.Error):
+                item.outcome = (False, StorageError("write failed"))
+            elif isinstance(exc, Exception):
+                item.outcome = (False, exc)
+            else:
+                item.outcome = (False, StorageError("write interrupted"))
+        else:
+            conn.execute("RELEASE job")
+            item.outcome = (True, value)
+    if aborted:
+        for item in batch:
+            item.outcome = (False, StorageError("transaction rolled back by SQLite"))
+        _safe_rollback(conn)
+        return
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        _safe_rollback(conn)
+        for item in batch:
+            item.outcome = (False, StorageError("commit failed"))
+
+
+class Database:
+    """The process's database handle: one writer (group commit) plus a pool of readers.
+
+    Use ``await db.write(job)`` for anything that changes state and ``await db.read(job)`` for
+    queries (``job(conn) -> T`` is synchronous and runs on a connection thread; it must only call
+    store-layer functions). Both raise :class:`StorageError` on storage failure.
+    """
+
+    def __init__(self, path: Path, *, readers: int = 2) -> None:
+        self.path = path
+        self._readers_n = readers
+        self._writer: aiosqlite.Connection | None = None
+        self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
+        self._reader_conns: list[aiosqlite.Connection] = []
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.on_commit: list[Callable[[], None]] = []
+
+    async def open(self) -> None:
+        """Open the connections and start the writer task. Raises StorageError."""
+        try:
+            self._writer = await self._connect(read_only=False)
+            self._readers = asyncio.Queue()
+            for _ in range(self._readers_n):
+                conn = await self._connect(read_only=True)
+                self._reader_conns.append(conn)
+                self._readers.put_nowait(conn)
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            await self.close()
+            raise StorageError("cannot open the database") from exc
+        self._queue = asyncio.Queue()
+        self._task = asyncio.create_task(self._writer_loop(), name="cmbuyer-db-writer")
+
+    async def _connect(self, *, read_only: bool) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        await self._on_thread(conn, lambda c: configure_connection(c, read_only=read_only))
+        return conn
+
+    @staticmethod
+    async def _on_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        # aiosqlite runs each connection on its own thread; running the whole job there is one hop per
+        # transaction instead of one per statement (design §5 measured 380/s vs 1,000+/s).
+        raw: sqlite3.Connection = conn._conn
+        result: T = await conn._execute(fn, raw)
+        return result
+
+    async def close(self) -> None:
+        """Stop the writer (after queued jobs finish) and close every connection."""
+        if self._task is not None and self._queue is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            while not self._queue.empty():
+                item = self._queue.get_nowait()
+                if not item.future.done():
+                    item.future.set_exception(StorageError("database closed"))
+            self._task = None
+        for conn in [self._writer, *self._reader_conns]:
+            if conn is not None:
+                try:
+                    await conn.close()
+                except (sqlite3.Error, ValueError):
+                    log.warning("closing a connection failed")
+        self._writer = None
+        self._reader_conns = []
+        self._readers = None
+
+    async def write(self, job: Job[T]) -> T:
+        """Run ``job`` inside the next group-committed write transaction and return its value.
+
+        The value is returned only after COMMIT succeeded. An exception raised by ``job`` rolls back
+        that job's writes only and is re-raised here; storage failures raise :class:`StorageError`.
+        """
+        if self._queue is None:
+            raise StorageError("database is not open")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Pending(job, future))
+        return await future
+
+    async def read(self, job: Job[T]) -> T:
+        """Run a read-only ``job`` on a reader connection (query_only=ON). Raises StorageError."""
+        if self._readers is None:
+            raise StorageError("database is not open")
+        conn = await self._readers.get()
+        try:
+            return await self._on_thread(conn, job)
+        except (sqlite3.Error, ValueError) as exc:
+            raise StorageError("read failed") from exc
+        finally:
+            if self._readers is not None:
+                self._readers.put_nowait(conn)
+
+    async def _writer_loop(self) -> None:
+        assert self._queue is not None and self._writer is not None
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                await self._on_thread(self._writer, lambda c, b=batch: _run_batch(c, b))  # type: ignore[misc]
+            except (sqlite3.Error, ValueError) as exc:
+                log.error("write connection failed: %s", exc.__class__.__name__)
+                for item in batch:
+                    item.outcome = (False, StorageError("write connection failed"))
+            except asyncio.CancelledError:
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(StorageError("database closed"))
+                raise
+            committed = False
+            for item in batch:
+                ok, value = item.outcome or (False, StorageError("job did not run"))
+                committed = committed or ok
+                if item.future.done():
+                    continue
+                if ok:
+                    item.future.set_result(value)
+                else:
+                    item.future.set_exception(value)
+            if committed:
+                for hook in list(self.on_commit):
+                    hook()

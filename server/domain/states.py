@@ -1,0 +1,136 @@
+"""State machines of tasks, authorizations, attempts and order submissions (design §3).
+
+Each machine is a table ``{(from_state, use_case): to_state}``; :func:`transition` is the only way the
+services compute a new state, and docs/state-machines.md is checked against these tables by a test.
+Terminal states are reachable only through their own use-case — there is no generic "set state".
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TypeVar
+
+from cmbuyer.server.domain.errors import InvalidTransition
+
+
+class TaskState(StrEnum):
+    """Task lifecycle; the Chinese display name is :data:`TASK_STATE_LABELS`."""
+
+    DRAFT = "DRAFT"
+    PENDING = "PENDING"
+    CLAIMED = "CLAIMED"
+    ORDERING = "ORDERING"
+    SUBMITTING = "SUBMITTING"
+    WAITING_PAYMENT = "WAITING_PAYMENT"
+    PAID = "PAID"
+    RECONCILIATION_REQUIRED = "RECONCILIATION_REQUIRED"
+    CLOSED_NOT_CREATED = "CLOSED_NOT_CREATED"
+    FAILED = "FAILED"
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
+
+
+TASK_STATE_LABELS: dict[TaskState, str] = {
+    TaskState.DRAFT: "草稿",
+    TaskState.PENDING: "待领取",
+    TaskState.CLAIMED: "已领取",
+    TaskState.ORDERING: "下单中",
+    TaskState.SUBMITTING: "提交中",
+    TaskState.WAITING_PAYMENT: "待付款",
+    TaskState.PAID: "已付款",
+    TaskState.RECONCILIATION_REQUIRED: "待人工调和",
+    TaskState.CLOSED_NOT_CREATED: "确认未创建",
+    TaskState.FAILED: "失败",
+    TaskState.EXPIRED: "授权过期",
+    TaskState.CANCELLED: "已取消",
+}
+
+
+class AuthorizationState(StrEnum):
+    """One-time authorization lifecycle."""
+
+    ACTIVE = "ACTIVE"
+    CLAIMED = "CLAIMED"
+    FENCED = "FENCED"
+    CONSUMED = "CONSUMED"
+    CLOSED = "CLOSED"
+    EXPIRED = "EXPIRED"
+
+
+class AttemptState(StrEnum):
+    """Attempt + claim: open while leased (an expired lease is not a state change by itself)."""
+
+    OPEN = "OPEN"
+    CLOSED = "CLOSED"
+
+
+class SubmissionState(StrEnum):
+    """Order submission (the fence row) lifecycle."""
+
+    FENCED = "FENCED"
+    SUBMITTED = "SUBMITTED"
+    RECONCILIATION_REQUIRED = "RECONCILIATION_REQUIRED"
+    CREATED = "CREATED"
+    NOT_CREATED = "NOT_CREATED"
+
+
+T = TaskState
+TASK_TRANSITIONS: dict[tuple[TaskState, str], TaskState] = {
+    (T.DRAFT, "start_purchase"): T.PENDING,
+    (T.PENDING, "claim"): T.CLAIMED,
+    (T.CLAIMED, "first_event"): T.ORDERING,
+    (T.CLAIMED, "fence"): T.SUBMITTING,
+    (T.ORDERING, "fence"): T.SUBMITTING,
+    (T.SUBMITTING, "result_submitted"): T.WAITING_PAYMENT,
+    (T.SUBMITTING, "result_needs_reconciliation"): T.RECONCILIATION_REQUIRED,
+    (T.SUBMITTING, "lease_expired_after_fence"): T.RECONCILIATION_REQUIRED,
+    (T.RECONCILIATION_REQUIRED, "reconcile_created"): T.WAITING_PAYMENT,
+    (T.RECONCILIATION_REQUIRED, "reconcile_not_created"): T.CLOSED_NOT_CREATED,
+    (T.WAITING_PAYMENT, "mark_paid"): T.PAID,
+    (T.PENDING, "device_fail"): T.FAILED,
+    (T.CLAIMED, "device_fail"): T.FAILED,
+    (T.ORDERING, "device_fail"): T.FAILED,
+    (T.PENDING, "authorization_expired"): T.EXPIRED,
+    **{(s, "reset_to_draft"): T.DRAFT for s in (T.PENDING, T.CLAIMED, T.ORDERING, T.FAILED, T.EXPIRED)},
+    **{(s, "cancel"): T.CANCELLED for s in (T.DRAFT, T.PENDING, T.CLAIMED, T.ORDERING, T.FAILED, T.EXPIRED)},
+}
+
+A = AuthorizationState
+AUTHORIZATION_TRANSITIONS: dict[tuple[AuthorizationState, str], AuthorizationState] = {
+    (A.ACTIVE, "claim"): A.CLAIMED,
+    (A.CLAIMED, "fence"): A.FENCED,
+    (A.FENCED, "result"): A.CONSUMED,
+    (A.FENCED, "lease_expired_after_fence"): A.CONSUMED,
+    (A.ACTIVE, "close"): A.CLOSED,
+    (A.CLAIMED, "close"): A.CLOSED,
+    (A.ACTIVE, "expire"): A.EXPIRED,
+}
+
+S = SubmissionState
+SUBMISSION_TRANSITIONS: dict[tuple[SubmissionState, str], SubmissionState] = {
+    (S.FENCED, "result_submitted"): S.SUBMITTED,
+    (S.FENCED, "result_needs_reconciliation"): S.RECONCILIATION_REQUIRED,
+    (S.FENCED, "lease_expired_after_fence"): S.RECONCILIATION_REQUIRED,
+    (S.RECONCILIATION_REQUIRED, "reconcile_created"): S.CREATED,
+    (S.RECONCILIATION_REQUIRED, "reconcile_not_created"): S.NOT_CREATED,
+}
+
+ATTEMPT_TRANSITIONS: dict[tuple[AttemptState, str], AttemptState] = {
+    (AttemptState.OPEN, "close"): AttemptState.CLOSED,
+}
+
+# States where the fence exists or is past: reset, cancel and restart answer 409 submission_fenced.
+FENCED_TASK_STATES = frozenset({T.SUBMITTING, T.WAITING_PAYMENT, T.PAID, T.RECONCILIATION_REQUIRED,
+                                T.CLOSED_NOT_CREATED})
+TERMINAL_TASK_STATES = frozenset({T.PAID, T.CLOSED_NOT_CREATED, T.CANCELLED})
+
+
+StateT = TypeVar("StateT")
+
+
+def transition(table: dict[tuple[StateT, str], StateT], state: StateT, use_case: str) -> StateT:
+    """Return the state after ``use_case`` or raise :class:`InvalidTransition` (409)."""
+    try:
+        return table[(state, use_case)]
+    except KeyError:
+        raise InvalidTransition(f"{use_case} is not allowed in state {state}") from None

@@ -1,0 +1,62 @@
+"""Administrator accounts: argon2id password hashes (argon2-cffi), add / change password / list."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from datetime import datetime
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
+from cmbuyer.server.services.common import Actor, new_id
+from cmbuyer.server.store import admins as admin_store
+from cmbuyer.server.store import audit
+
+_HASHER = PasswordHasher()
+_USERNAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}", re.ASCII)
+MIN_PASSWORD = 10
+# A fixed hash to verify against when the user does not exist, so timing does not reveal usernames.
+_DUMMY_HASH = _HASHER.hash("cmbuyer-dummy-password")
+
+
+def hash_password(password: str) -> str:
+    """argon2id hash of ``password`` (≥ 10 characters, ≤ 1024). Raises ValidationFailed."""
+    if not isinstance(password, str) or not MIN_PASSWORD <= len(password) <= 1024:
+        raise ValidationFailed("password", f"密码至少 {MIN_PASSWORD} 个字符")
+    return _HASHER.hash(password)
+
+
+def verify_password(stored_hash: str | None, password: str) -> bool:
+    """Constant-work check of ``password`` against ``stored_hash`` (None → dummy hash, always False)."""
+    try:
+        ok = _HASHER.verify(stored_hash or _DUMMY_HASH, password)
+    except (VerificationError, InvalidHashError):
+        return False
+    return bool(ok) and stored_hash is not None
+
+
+def add_admin(conn: sqlite3.Connection, username: str, password: str, actor: Actor, now: datetime) -> str:
+    """Create an admin; returns its id. Conflict ``username_taken`` when the name exists."""
+    if not _USERNAME.fullmatch(username or ""):
+        raise ValidationFailed("username", "用户名为 1–64 个字母、数字或 _.@-")
+    if admin_store.by_username(conn, username) is not None:
+        raise Conflict("用户名已存在", code="username_taken")
+    admin_id = new_id()
+    at = to_wire(now)
+    admin_store.insert(conn, admin_id, username, hash_password(password), at)
+    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="admin.add",
+                 subject_kind="admin", subject_id=admin_id, detail={"username": username})
+    return admin_id
+
+
+def change_password(conn: sqlite3.Connection, username: str, password: str, actor: Actor, now: datetime) -> None:
+    """Replace an admin's password hash. NotFound for an unknown username."""
+    admin = admin_store.by_username(conn, username)
+    if admin is None:
+        raise NotFound("管理员不存在")
+    at = to_wire(now)
+    admin_store.set_password(conn, admin.id, hash_password(password), at)
+    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="admin.passwd",
+                 subject_kind="admin", subject_id=admin.id)

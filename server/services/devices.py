@@ -1,0 +1,64 @@
+"""Device identity use-cases: issue a token (shown once), list, revoke (spec 002 身份)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+
+from cmbuyer.schemas import is_uuid4
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain.errors import NotFound, ValidationFailed
+from cmbuyer.server.services.common import Actor, new_id
+from cmbuyer.server.store import audit
+from cmbuyer.server.store import devices as device_store
+
+TOKEN_BYTES = 32
+
+
+@dataclass(frozen=True)
+class IssuedDevice:
+    """A new device: its id and the token hex, which exists only in this object and is shown once."""
+
+    device_id: str
+    token: str
+
+    def __repr__(self) -> str:
+        return f"IssuedDevice(device_id={self.device_id!r}, token=***)"
+
+
+def token_hash(token_hex: str) -> bytes:
+    """SHA-256 of the token's 32 raw bytes (what the DB stores; spec 002: 32-byte BLOB)."""
+    return hashlib.sha256(bytes.fromhex(token_hex)).digest()
+
+
+def add_device(conn: sqlite3.Connection, name: str, actor: Actor, now: datetime) -> IssuedDevice:
+    """Create an ACTIVE device with a fresh 32-byte random token; only SHA-256(token) is stored."""
+    name = name.strip()
+    if not name or len(name) > 64 or not name.isprintable():
+        raise ValidationFailed("name", "设备名称为 1–64 个可打印字符")
+    device_id = new_id()
+    token = secrets.token_bytes(TOKEN_BYTES).hex()
+    at = to_wire(now)
+    device_store.insert(conn, device_id, name, token_hash(token), at)
+    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="device.add",
+                 subject_kind="device", subject_id=device_id, detail={"name": name})
+    return IssuedDevice(device_id, token)
+
+
+def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: datetime) -> bool:
+    """Revoke a device (idempotent; returns True when this call revoked it). NotFound when unknown.
+
+    Linearized with claims through the write lock: a revocation committed first makes later device
+    requests fail; a claim committed first stays (no automatic release; spec 000 §8).
+    """
+    if not is_uuid4(device_id) or device_store.get(conn, device_id) is None:
+        raise NotFound("设备不存在")
+    at = to_wire(now)
+    changed = device_store.revoke(conn, device_id, at)
+    if changed:
+        audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="device.revoke",
+                     subject_kind="device", subject_id=device_id)
+    return changed

@@ -1,0 +1,169 @@
+"""Task use-cases shared by the admin pages and the CLI: create (DRAFT), start purchases, read."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from cmbuyer.schemas import is_uuid4
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.config import Settings
+from cmbuyer.server.domain import values
+from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
+from cmbuyer.server.domain.states import (
+    FENCED_TASK_STATES,
+    TASK_TRANSITIONS,
+    AuthorizationState,
+    TaskState,
+    transition,
+)
+from cmbuyer.server.services.common import Actor, canonical_json, new_id, payload_hash
+from cmbuyer.server.store import audit
+from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store import tasks as task_store
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """Validated input of ``POST /tasks`` (spec 002): canonical URL, goods id, NFKC SKU, Decimal price."""
+
+    create_key: str
+    title: str
+    product_url: str
+    goods_id: str
+    sku_color: str
+    sku_size: str
+    quantity: int
+    max_total_price: str
+
+
+def validate_new_task(raw: dict[str, Any], settings: Settings) -> NewTask:
+    """Validate a create request (JSON or form, already decoded to ``str``/``int``).
+
+    Raises ValidationFailed naming the first bad field (spec 002 `POST /tasks`, 文本和金额校验).
+    """
+    create_key = raw.get("create_key")
+    if not is_uuid4(create_key):
+        raise ValidationFailed("create_key", "create_key 必须是小写 UUIDv4")
+    product = values.parse_product_url(raw.get("product_url"))  # type: ignore[arg-type]
+    price = values.parse_money("max_total_price", raw.get("max_total_price"), settings.max_total_price)
+    return NewTask(
+        create_key=str(create_key),
+        title=values.parse_title(raw.get("title")),
+        product_url=product.url,
+        goods_id=product.goods_id,
+        sku_color=values.parse_sku("sku_color", raw.get("sku_color")),
+        sku_size=values.parse_sku("sku_size", raw.get("sku_size")),
+        quantity=values.parse_quantity(raw.get("quantity"), settings.max_quantity),
+        max_total_price=values.money_text(price),
+    )
+
+
+def create_task(conn: sqlite3.Connection, new: NewTask, actor: Actor, now: datetime) -> tuple[task_store.Task, bool]:
+    """Create a DRAFT task; returns ``(task, created)``.
+
+    ``create_key`` idempotency: the same key with the same fields returns the existing task
+    (``created`` False); with different fields raises Conflict ``idempotency_conflict``.
+    """
+    fields = asdict(new)
+    digest = payload_hash(fields)
+    existing = task_store.by_create_key(conn, new.create_key)
+    if existing is not None:
+        if existing.create_hash != digest:
+            raise Conflict("create_key 已用于另一任务", code="idempotency_conflict")
+        return existing, False
+    at = to_wire(now)
+    task = task_store.Task(id=new_id(), create_key=new.create_key, create_hash=digest, title=new.title,
+                           product_url=new.product_url, goods_id=new.goods_id, sku_color=new.sku_color,
+                           sku_size=new.sku_size, quantity=new.quantity, max_total_price=new.max_total_price,
+                           state=TaskState.DRAFT, version=1, state_reason=None, created_by=f"{actor.kind}:{actor.id}",
+                           created_at=at, updated_at=at)
+    task_store.insert(conn, task)
+    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="task.create", subject_kind="task",
+                 subject_id=task.id, request_id=new.create_key,
+                 detail={"goods_id": task.goods_id, "quantity": task.quantity, "max_total_price": task.max_total_price})
+    return task, True
+
+
+def parse_start_request(raw: dict[str, Any]) -> tuple[str, list[tuple[str, int]]]:
+    """Validate a start-purchases body: ``start_key`` and a non-empty list of distinct
+    ``(task_id, expected_task_version)``. Raises ValidationFailed."""
+    start_key = raw.get("start_key")
+    if not is_uuid4(start_key):
+        raise ValidationFailed("start_key", "start_key 必须是小写 UUIDv4")
+    items = raw.get("tasks")
+    if not isinstance(items, list) or not items or len(items) > 500:
+        raise ValidationFailed("tasks", "任务列表不能为空（最多 500 条）")
+    parsed: list[tuple[str, int]] = []
+    for item in items:
+        if not isinstance(item, dict) or set(item) != {"task_id", "expected_task_version"}:
+            raise ValidationFailed("tasks", "每项需要 task_id 与 expected_task_version")
+        tid, ver = item["task_id"], item["expected_task_version"]
+        if not is_uuid4(tid) or type(ver) is not int or ver < 1:
+            raise ValidationFailed("tasks", "task_id 或版本无效")
+        parsed.append((tid, ver))
+    if len({t for t, _ in parsed}) != len(parsed):
+        raise ValidationFailed("tasks", "任务列表有重复")
+    return str(start_key), parsed
+
+
+def start_purchases(conn: sqlite3.Connection, start_key: str, items: list[tuple[str, int]], actor: Actor,
+                    now: datetime, settings: Settings) -> dict[str, Any]:
+    """Spec 002 `POST /tasks/start-purchases`: all-or-nothing batch DRAFT → PENDING with one new
+    ACTIVE authorization per task (snapshot of the task fields, expiry = now + authorization TTL).
+
+    Returns the response body (``payment_automated`` is always False). Same ``start_key`` + same set
+    replays the stored body; a different set → Conflict ``idempotency_conflict``; a task not DRAFT
+    (or already fenced) → Conflict ``version_conflict``/``submission_fenced``; unknown → NotFound.
+    """
+    request = sorted([t, v] for t, v in items)
+    digest = payload_hash(request)
+    stored = auth_store.start_request(conn, start_key)
+    if stored is not None:
+        if stored[0] != digest:
+            raise Conflict("start_key 已用于另一批任务", code="idempotency_conflict")
+        replay: dict[str, Any] = json.loads(stored[1])
+        return replay
+    at = to_wire(now)
+    expires = to_wire(now + timedelta(seconds=settings.authorization_ttl))
+    out: list[dict[str, Any]] = []
+    for task_id, expected in items:
+        task = task_store.get(conn, task_id)
+        if task is None:
+            raise NotFound("任务不存在")
+        if task.version != expected:
+            raise Conflict("任务已变化，请刷新后重选", code="version_conflict")
+        if task.state != TaskState.DRAFT:
+            if task.state in FENCED_TASK_STATES:
+                raise Conflict("任务已有提交围栏", code="submission_fenced")
+            raise Conflict("只有草稿任务可以开始采购", code="version_conflict")
+        new_state = transition(TASK_TRANSITIONS, TaskState(task.state), "start_purchase")
+        authorization = auth_store.Authorization(
+            id=new_id(), task_id=task.id, task_version=task.version + 1, title=task.title,
+            product_url=task.product_url, goods_id=task.goods_id, sku_color=task.sku_color, sku_size=task.sku_size,
+            quantity=task.quantity, max_total_price=task.max_total_price, state=AuthorizationState.ACTIVE,
+            start_key=start_key, created_by=f"{actor.kind}:{actor.id}", created_at=at, expires_at=expires,
+            closed_at=None, close_reason=None)
+        if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
+                                    new_state=new_state, at=at):
+            raise Conflict("任务已变化，请刷新后重选", code="version_conflict")
+        auth_store.insert(conn, authorization)
+        audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="task.start_purchase",
+                     subject_kind="task", subject_id=task.id, request_id=start_key,
+                     detail={"authorization_id": authorization.id, "expires_at": expires,
+                             "task_version": task.version + 1})
+        out.append({"task_id": task.id, "task_version": task.version + 1, "authorization_id": authorization.id})
+    body = {"start_key": start_key, "authorized_count": len(out), "tasks": out, "payment_automated": False}
+    auth_store.record_start_request(conn, start_key, f"{actor.kind}:{actor.id}", digest, canonical_json(body), at)
+    return body
+
+
+def get_task(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
+    """The task or NotFound."""
+    task = task_store.get(conn, task_id) if is_uuid4(task_id) else None
+    if task is None:
+        raise NotFound("任务不存在")
+    return task

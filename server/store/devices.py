@@ -1,0 +1,97 @@
+"""SQL for devices (identity, revocation, heartbeat record)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device row without its token hash (which never leaves this module except for lookup)."""
+
+    id: str
+    name: str
+    state: str
+    created_at: str
+    revoked_at: str | None
+    last_heartbeat_at: str | None
+    client_version: str | None
+    adb_serial: str | None
+    android_release: str | None
+    pdd_version: str | None
+    pdd_version_code: int | None
+    reported_state: str | None
+    app_version_allowed: bool | None
+
+
+_COLUMNS = ("id, name, state, created_at, revoked_at, last_heartbeat_at, client_version, adb_serial,"
+            " android_release, pdd_version, pdd_version_code, reported_state, app_version_allowed")
+
+
+def _row(r: sqlite3.Row) -> Device:
+    allowed = r["app_version_allowed"]
+    return Device(r["id"], r["name"], r["state"], r["created_at"], r["revoked_at"], r["last_heartbeat_at"],
+                  r["client_version"], r["adb_serial"], r["android_release"], r["pdd_version"],
+                  r["pdd_version_code"], r["reported_state"], None if allowed is None else bool(allowed))
+
+
+def insert(conn: sqlite3.Connection, device_id: str, name: str, token_hash: bytes, at: str) -> None:
+    """Insert an ACTIVE device with the SHA-256 of its token."""
+    conn.execute(
+        "INSERT INTO devices (id, name, token_hash, state, created_at) VALUES (?, ?, ?, 'ACTIVE', ?)",
+        (device_id, name, token_hash, at),
+    )
+
+
+def get(conn: sqlite3.Connection, device_id: str) -> Device | None:
+    """One device by id, or None."""
+    r = conn.execute(f"SELECT {_COLUMNS} FROM devices WHERE id = ?", (device_id,)).fetchone()
+    return None if r is None else _row(r)
+
+
+def list_all(conn: sqlite3.Connection) -> list[Device]:
+    """Every device, oldest first."""
+    return [_row(r) for r in conn.execute(f"SELECT {_COLUMNS} FROM devices ORDER BY created_at, id")]
+
+
+def authenticate(conn: sqlite3.Connection, device_id: str, token_hash: bytes) -> bool:
+    """True when an ACTIVE device has this id and token hash (spec 002 身份: per request, no cache).
+
+    The lookup is by the token hash (a unique index); the id is then compared in SQL, so timing does
+    not depend on how much of a guessed token is right.
+    """
+    r = conn.execute(
+        "SELECT 1 FROM devices WHERE token_hash = ? AND id = ? AND state = 'ACTIVE'", (token_hash, device_id)
+    ).fetchone()
+    return r is not None
+
+
+def confirm_active(conn: sqlite3.Connection, device_id: str) -> bool:
+    """The first business statement of every device write transaction (design §2.5, spec 000 §5).
+
+    A conditional UPDATE: it takes SQLite's write position and proves the device is still ACTIVE at
+    that position (rowcount 1). A revocation committed earlier makes it 0.
+    """
+    cur = conn.execute("UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE'",
+                       (device_id,))
+    return cur.rowcount == 1
+
+
+def revoke(conn: sqlite3.Connection, device_id: str, at: str) -> bool:
+    """Mark ACTIVE → REVOKED; returns False when already revoked (idempotent) or unknown."""
+    cur = conn.execute("UPDATE devices SET state = 'REVOKED', revoked_at = ? WHERE id = ? AND state = 'ACTIVE'",
+                       (at, device_id))
+    return cur.rowcount == 1
+
+
+def record_heartbeat(conn: sqlite3.Connection, device_id: str, *, at: str, client_version: str,
+                     adb_serial: str, android_release: str, pdd_version: str | None,
+                     pdd_version_code: int | None, reported_state: str, app_version_allowed: bool) -> None:
+    """Store the latest heartbeat on the device row."""
+    conn.execute(
+        "UPDATE devices SET last_heartbeat_at = ?, client_version = ?, adb_serial = ?, android_release = ?,"
+        " pdd_version = ?, pdd_version_code = ?, reported_state = ?, app_version_allowed = ? WHERE id = ?",
+        (at, client_version, adb_serial, android_release, pdd_version, pdd_version_code, reported_state,
+         int(app_version_allowed), device_id),
+    )

@@ -1,0 +1,25 @@
+"""Map the top-level source folders onto the ``cmbuyer.*`` import namespace.
+
+The user fixed the folder layout (``server/``, ``agent/``, ``shared/schemas/``, ``phonesim/``), while
+generic top-level import names like ``server`` would collide in a shared site-packages, so every folder
+is installed under ``cmbuyer.``. pyproject.toml cannot compute this mapping, hence this file.
+"""
+
+from setuptools import find_packages, setup
+
+ROOTS = {
+    "cmbuyer.server": "server",
+    "cmbuyer.agent": "agent",
+    "cmbuyer.schemas": "shared/schemas",
+    "cmbuyer.phonesim": "phonesim",
+    "cmbuyer.migrations": "migrations",
+}
+
+packages: list[str] = []
+package_dir: dict[str, str] = {}
+for name, folder in ROOTS.items():
+    package_dir[name] = folder
+    packages.append(name)
+    packages.extend(f"{name}.{sub}" for sub in find_packages(folder))
+
+setup(packages=packages, package_dir=package_dir)

@@ -1,0 +1,145 @@
+"""Wire schemas shared by the server and the agent (spec 002 is the authority).
+
+Every request and response body of the device API has one JSON Schema file here
+(``<message>.request.json`` / ``<message>.response.json``); ``common.json`` holds the shared
+definitions. Both sides validate with :func:`validate`, so a message the server accepts is exactly a
+message the agent may send, and vice versa.
+
+JSON Schema ``pattern`` uses search semantics and Python's ``$`` also matches before a trailing
+newline, so the strict scalar forms (UUIDv4, money, UTC time, 64-hex) are enforced by the format
+checkers below with :func:`re.fullmatch` on ASCII classes, not by ``pattern``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from decimal import Decimal
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import ValidationError
+from referencing import Registry, Resource
+
+__all__ = [
+    "SchemaError",
+    "is_hex64",
+    "is_money",
+    "is_utc_time",
+    "is_uuid4",
+    "parse_utc_time",
+    "schema_names",
+    "validate",
+]
+
+UUID4_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", re.ASCII)
+HEX64_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
+# Canonical money: no sign, no leading zeros, exactly two decimals (design §4, bad-inputs "Money").
+MONEY_RE = re.compile(r"(0|[1-9][0-9]{0,8})\.[0-9]{2}", re.ASCII)
+# Wire time: always UTC 'Z', optional 6-digit fraction (design §4, "Time on the wire").
+UTC_TIME_RE = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{6})?Z", re.ASCII
+)
+
+
+class SchemaError(ValueError):
+    """A message does not match its wire schema; ``path`` names the offending field (or "")."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def is_uuid4(value: object) -> bool:
+    """True for a lowercase canonical UUIDv4 string (RFC 9562 variant bits), nothing else."""
+    return isinstance(value, str) and UUID4_RE.fullmatch(value) is not None
+
+
+def is_hex64(value: object) -> bool:
+    """True for exactly 64 lowercase hex characters (tokens, SHA-256 digests)."""
+    return isinstance(value, str) and HEX64_RE.fullmatch(value) is not None
+
+
+def is_money(value: object) -> bool:
+    """True for a canonical money string such as ``"12.88"`` or ``"30.00"`` (CNY, two decimals)."""
+    return isinstance(value, str) and MONEY_RE.fullmatch(value) is not None
+
+
+def parse_utc_time(value: str) -> datetime:
+    """Parse a wire timestamp (``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``) into an aware UTC datetime.
+
+    Raises ``ValueError`` for any other spelling (offsets, lowercase, 24:00, leap seconds, bad dates).
+    """
+    m = UTC_TIME_RE.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise ValueError("not a canonical UTC timestamp")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    micro = int(m.group(7)[1:]) if m.group(7) else 0
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
+
+
+def is_utc_time(value: object) -> bool:
+    """True when :func:`parse_utc_time` accepts ``value``."""
+    try:
+        parse_utc_time(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _is_positive_money(value: object) -> bool:
+    return is_money(value) and Decimal(value) > 0  # type: ignore[arg-type]
+
+
+_FORMATS = FormatChecker(formats=())
+_FORMATS.checks("uuid4")(is_uuid4)
+_FORMATS.checks("hex64")(is_hex64)
+_FORMATS.checks("money")(_is_positive_money)
+_FORMATS.checks("utc-time")(is_utc_time)
+
+
+def schema_names() -> list[str]:
+    """Names of every shipped schema (file names without ``.json``), sorted."""
+    return sorted(
+        p.name.removesuffix(".json")
+        for p in resources.files(__package__).iterdir()
+        if p.name.endswith(".json")
+    )
+
+
+def _load(name: str) -> dict[str, Any]:
+    text = resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+@cache
+def _registry() -> Registry:
+    resources_: list[tuple[str, Resource[Any]]] = []
+    for name in schema_names():
+        resources_.append((f"{name}.json", Resource.from_contents(_load(name))))
+    return Registry().with_resources(resources_)
+
+
+@cache
+def _validator(name: str) -> Draft202012Validator:
+    schema = _load(name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, registry=_registry(), format_checker=_FORMATS)
+
+
+def validate(name: str, instance: object) -> None:
+    """Validate ``instance`` against schema ``name`` (e.g. ``"claim_next.request"``).
+
+    Raises :class:`SchemaError` with a short, non-echoing message (field path only, never the value,
+    so tokens cannot leak into logs) and ``KeyError`` for an unknown schema name.
+    """
+    if name not in schema_names():
+        raise KeyError(name)
+    error: ValidationError | None = next(iter(_validator(name).iter_errors(instance)), None)
+    if error is not None:
+        path = "/".join(str(p) for p in error.absolute_path)
+        raise SchemaError(f"{error.validator} failed at /{path}", path)
