@@ -1,0 +1,43 @@
+"""Device idempotency (design §4): same key + same canonical payload on the same endpoint replays the
+stored status and body byte for byte; anything else with that key is ``409 idempotency_conflict``.
+A request that failed validation or a rule stores nothing (its job raised, so its savepoint rolled
+back), so a corrected retry with the same key is processed normally."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.services.common import canonical_json, payload_hash
+from cmbuyer.server.store import device_requests
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A response to send as is: HTTP ``status`` and the exact ``body`` text (None for 204)."""
+
+    status: int
+    body: str | None
+    attempt_id: str | None = None
+
+
+def replay(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any) -> Stored | None:
+    """The stored outcome for this key, None when the key is new. Raises Conflict
+    ``idempotency_conflict`` when the key was used with another payload or endpoint."""
+    rec = device_requests.get(conn, device_id, key)
+    if rec is None:
+        return None
+    if rec.endpoint != endpoint or rec.request_hash != payload_hash(payload):
+        raise Conflict("idempotency key reused with a different request", code="idempotency_conflict")
+    return Stored(rec.status, rec.response_json, rec.attempt_id)
+
+
+def remember(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any, *, status: int,
+             body: Any | None, at: str, attempt_id: str | None = None) -> Stored:
+    """Store the outcome (in the same transaction as the change) and return it as it will be sent."""
+    text = None if body is None else canonical_json(body)
+    device_requests.insert(conn, device_requests.DeviceRequest(device_id, key, endpoint, payload_hash(payload),
+                                                               status, attempt_id, text, at))
+    return Stored(status, text, attempt_id)

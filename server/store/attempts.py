@@ -1,0 +1,88 @@
+"""SQL for attempts (each carries its claim: device, session, generation, nonce, token hash, lease)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """An attempt row. ``nonce``/``token_hash`` are secrets-adjacent: never log or render them."""
+
+    id: str
+    task_id: str
+    authorization_id: str
+    device_id: str
+    session_id: str
+    claim_generation: int
+    nonce: bytes
+    token_hash: bytes
+    claimed_task_version: int
+    lease_expires_at: str
+    state: str
+    close_reason: str | None
+    response_json: str
+    next_event_seq: int
+    created_at: str
+    closed_at: str | None
+
+    def __repr__(self) -> str:
+        return f"Attempt(id={self.id!r}, task_id={self.task_id!r}, state={self.state!r})"
+
+
+_FIELDS = list(Attempt.__dataclass_fields__)
+
+
+def _row(r: sqlite3.Row) -> Attempt:
+    return Attempt(*(r[k] for k in _FIELDS))
+
+
+def insert(conn: sqlite3.Connection, a: Attempt) -> None:
+    """Insert a new OPEN attempt (unique per authorization; one OPEN per device — both by index)."""
+    conn.execute(f"INSERT INTO attempts ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
+                 tuple(getattr(a, f) for f in _FIELDS))
+
+
+def get(conn: sqlite3.Connection, attempt_id: str) -> Attempt | None:
+    """One attempt by id, or None."""
+    r = conn.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+    return None if r is None else _row(r)
+
+
+def open_for_device(conn: sqlite3.Connection, device_id: str) -> Attempt | None:
+    """The device's OPEN attempt (at most one, by a partial unique index), or None."""
+    r = conn.execute("SELECT * FROM attempts WHERE device_id = ? AND state = 'OPEN'", (device_id,)).fetchone()
+    return None if r is None else _row(r)
+
+
+def open_for_task(conn: sqlite3.Connection, task_id: str) -> Attempt | None:
+    """The task's OPEN attempt, or None."""
+    r = conn.execute("SELECT * FROM attempts WHERE task_id = ? AND state = 'OPEN'", (task_id,)).fetchone()
+    return None if r is None else _row(r)
+
+
+def set_lease(conn: sqlite3.Connection, attempt_id: str, *, expected: str, new: str) -> bool:
+    """CAS the lease end from exactly ``expected`` to ``new`` on an OPEN attempt (spec 002 renew)."""
+    cur = conn.execute("UPDATE attempts SET lease_expires_at = ? WHERE id = ? AND state = 'OPEN'"
+                       " AND lease_expires_at = ?", (new, attempt_id, expected))
+    return cur.rowcount == 1
+
+
+def close(conn: sqlite3.Connection, attempt_id: str, reason: str, at: str) -> bool:
+    """OPEN → CLOSED with a reason; False when it was not OPEN."""
+    cur = conn.execute("UPDATE attempts SET state = 'CLOSED', close_reason = ?, closed_at = ?"
+                       " WHERE id = ? AND state = 'OPEN'", (reason, at, attempt_id))
+    return cur.rowcount == 1
+
+
+def take_event_seqs(conn: sqlite3.Connection, attempt_id: str, count: int) -> int:
+    """Reserve ``count`` consecutive event sequence numbers; returns the first."""
+    r = conn.execute("UPDATE attempts SET next_event_seq = next_event_seq + ? WHERE id = ?"
+                     " RETURNING next_event_seq - ?", (count, attempt_id, count)).fetchone()
+    return int(r[0])
+
+
+def sample_for_secret_check(conn: sqlite3.Connection, limit: int = 3) -> list[Attempt]:
+    """A few attempts (newest first) to prove the configured secret reproduces their token hashes."""
+    return [_row(r) for r in conn.execute("SELECT * FROM attempts ORDER BY created_at DESC LIMIT ?", (limit,))]

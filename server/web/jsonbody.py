@@ -1,0 +1,102 @@
+"""The strict JSON body reader shared by every device route (design §4, bad-inputs "JSON bodies").
+
+Order: Content-Type (``application/json``, optional ``charset=utf-8`` only) else 415; declared length
+over the cap → 413 without reading; read at most cap+1 bytes (chunked bodies too) else 413; strict
+UTF-8 without BOM; JSON with no duplicate keys, no NaN/Infinity, no floats, no trailing data, an
+object at the top; lone surrogates refused; then the wire schema from ``shared/schemas/``. Every
+failure raises :class:`DeviceHTTPError` with a fixed code; nothing is echoed back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from aiohttp import web
+from cmbuyer.schemas import SchemaError, validate
+from cmbuyer.server.web.device_errors import DeviceHTTPError
+
+DEFAULT_CAP = 4096
+READ_TIMEOUT_S = 10.0
+_CONTENT_TYPE = re.compile(rb"application/json(?:[ \t]*;[ \t]*charset=(?:\"utf-8\"|utf-8))?", re.IGNORECASE)
+
+
+class _Reject(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Reject("duplicate key")
+        out[key] = value
+    return out
+
+
+def _reject_constant(_name: str) -> Any:
+    raise _Reject("NaN/Infinity")
+
+
+def _reject_float(_text: str) -> Any:
+    raise _Reject("float")
+
+
+def check_content_type(raw_headers: tuple[tuple[bytes, bytes], ...]) -> None:
+    """Exactly one Content-Type that is ``application/json`` with at most ``charset=utf-8``; else 415."""
+    values = [v for k, v in raw_headers if k.lower() == b"content-type"]
+    if len(values) != 1 or _CONTENT_TYPE.fullmatch(values[0].strip()) is None:
+        raise DeviceHTTPError(415, "unsupported_media_type")
+
+
+def decode_json(raw: bytes) -> dict[str, Any]:
+    """Strictly decode a JSON object from bytes; raises DeviceHTTPError(400, "invalid_request")."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise DeviceHTTPError(400, "invalid_request")
+    try:
+        text = raw.decode("utf-8", errors="strict")
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                           parse_float=_reject_float)
+        # Escaped lone surrogates ("\ud800") decode to unencodable str; refuse them here, not in SQLite.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeError, ValueError, RecursionError):
+        raise DeviceHTTPError(400, "invalid_request") from None
+    if not isinstance(value, dict):
+        raise DeviceHTTPError(400, "invalid_request")
+    return value
+
+
+async def read_body(request: web.Request, cap: int) -> bytes:
+    """Read at most ``cap`` bytes of body; 413 beyond, without reading past cap+1; 400 on a stall."""
+    if request.content_length is not None and request.content_length > cap:
+        raise DeviceHTTPError(413, "request_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            while True:
+                chunk = await request.content.read(cap + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > cap:
+                    raise DeviceHTTPError(413, "request_too_large")
+    except TimeoutError:
+        raise DeviceHTTPError(400, "invalid_request") from None
+    except (ConnectionError, asyncio.IncompleteReadError, web.HTTPException):
+        raise DeviceHTTPError(400, "invalid_request") from None
+    return b"".join(chunks)
+
+
+async def read_json(request: web.Request, schema: str, cap: int = DEFAULT_CAP) -> dict[str, Any]:
+    """Content-Type → size → strict decode → schema ``schema`` (e.g. ``"claim_next.request"``)."""
+    check_content_type(request.raw_headers)
+    value = decode_json(await read_body(request, cap))
+    try:
+        validate(schema, value)
+    except SchemaError:
+        raise DeviceHTTPError(400, "invalid_request") from None
+    return value
