@@ -1,0 +1,109 @@
+"""Shared server fixtures: a real data dir made by `cmbuyer-server init` in a temp dir, a real SQLite
+file, the real aiohttp app with a ManualClock, and helpers that create devices and tasks through the
+same service code the CLI uses."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.server.cli import main as cli_main
+from cmbuyer.server.clock import ManualClock
+from cmbuyer.server.config import Settings, load_settings
+from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import tasks as task_service
+from cmbuyer.server.services.common import Actor, new_id
+
+TEST_ACTOR = Actor("cli", "pytest")
+GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A fresh data dir initialized by the real `cmbuyer-server init` (fresh secrets, migrated DB)."""
+    d = tmp_path / "data"
+    assert cli_main(["--data-dir", str(d), "init", "--json"]) == 0
+    return d
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A manual UTC clock starting at 2026-08-04T09:00:00Z."""
+    return ManualClock()
+
+
+@pytest.fixture
+def settings(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings loaded from the data dir's env file (real environment's CMBUYER_* removed)."""
+    import os
+    for key in list(os.environ):
+        if key.startswith("CMBUYER_"):
+            monkeypatch.delenv(key)
+    return load_settings(data_dir)
+
+
+@pytest.fixture
+def sync_conn(settings: Settings) -> Iterator[sqlite3.Connection]:
+    """A second, independent connection to the same DB file (sees only what committed)."""
+    conn = connect_sync(settings.db_path)
+    yield conn
+    conn.close()
+
+
+@dataclass(frozen=True)
+class DeviceCreds:
+    """A device id and its token (test-only; tokens are generated fresh per test, never fixtures)."""
+
+    device_id: str
+    token: str
+
+    def headers(self) -> dict[str, str]:
+        """The two authentication headers of spec 002."""
+        return {"Authorization": f"Bearer {self.token}", "X-CMBuyer-Device-ID": self.device_id}
+
+
+@pytest.fixture
+def make_device(sync_conn: sqlite3.Connection, clock: ManualClock) -> Callable[..., DeviceCreds]:
+    """Create an ACTIVE device through the CLI's service; returns its credentials."""
+
+    def make(name: str = "phone") -> DeviceCreds:
+        issued = run_in_transaction(sync_conn, lambda c: device_service.add_device(c, name, TEST_ACTOR, clock.now()))
+        return DeviceCreds(issued.device_id, issued.token)
+
+    return make
+
+
+@pytest.fixture
+def make_task(sync_conn: sqlite3.Connection, clock: ManualClock, settings: Settings) -> Callable[..., Any]:
+    """Create a DRAFT task (and with ``start=True`` start it: PENDING + ACTIVE authorization).
+
+    Returns the task row as stored after the last step.
+    """
+
+    def make(*, goods_id: str = "937122477375", color: str = "黑色CHA(纯棉)", size: str = "M(建议100-115)",
+             quantity: int = 2, max_total_price: str = "30.00", title: str = "纯棉短袖", start: bool = False) -> Any:
+        raw = {"create_key": new_id(), "title": title, "product_url": GOODS_URL.format(goods_id=goods_id),
+               "sku_color": color, "sku_size": size, "quantity": quantity, "max_total_price": max_total_price}
+        new = task_service.validate_new_task(raw, settings)
+        task, _ = run_in_transaction(sync_conn, lambda c: task_service.create_task(c, new, TEST_ACTOR, clock.now()))
+        if start:
+            run_in_transaction(sync_conn, lambda c: task_service.start_purchases(
+                c, new_id(), [(task.id, task.version)], TEST_ACTOR, clock.now(), settings))
+            task = run_in_transaction(sync_conn, lambda c: task_service.get_task(c, task.id))
+        return task
+
+    return make
+
+
+@pytest.fixture
+async def server_client(aiohttp_client: Any, settings: Settings, clock: ManualClock) -> Any:
+    """A pytest-aiohttp client against the real app (real SQLite file, ManualClock)."""
+    from cmbuyer.server.app import create_app
+
+    return await aiohttp_client(create_app(settings, clock))
