@@ -43,6 +43,8 @@ CREATE TABLE device_requests (
     created_at    TEXT NOT NULL,
     PRIMARY KEY (device_id, request_key)
 ) STRICT;
+-- The same key used by another device is also a conflict (design §4): looked up by key alone.
+CREATE INDEX device_requests_key ON device_requests(request_key);
 
 CREATE TABLE events (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,

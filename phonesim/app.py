@@ -234,7 +234,7 @@ class AppModel:
         cap = stock if stock is not None else 200
         new = max(1, min(self.quantity + delta, max(cap, 1)))
         if new == self.quantity:
-            self.toast = "最多购买%d件" % cap if delta > 0 else "最少购买1件"
+            self.toast = f"最多购买{cap}件" if delta > 0 else "最少购买1件"
             return "qty_capped"
         self.quantity = new
         return "qty"

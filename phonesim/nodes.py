@@ -76,6 +76,7 @@ class Node:
             "clickable": self.clickable,
             "bounds": list(self.bounds),
             "role": self.role,
+            "texts": [t for n in self.walk() for t in (n.text, n.desc) if t][:8],
         }
 
 

@@ -87,6 +87,10 @@ class AppVersion:
     version_code: int = 81700
 
 
+# published real-phone timings (phone-facts.md), seconds
+REALISTIC = {"dump": 0.15, "tap": 0.04, "screenshot": 0.09, "app_start": 3.0, "rpc": 0.04, "shell": 0.02, "key": 0.04}
+
+
 @dataclass
 class Latency:
     """Seconds the phone takes per operation (added before answering)."""
@@ -105,7 +109,7 @@ class Latency:
         if value in (None, "none"):
             return cls()
         if value == "realistic":
-            return cls(dump=0.15, tap=0.04, screenshot=0.09, app_start=3.0, rpc=0.04, shell=0.02, key=0.04)
+            return cls(**REALISTIC)
         if isinstance(value, Latency):
             return copy.copy(value)
         return cls(**{k: float(v) for k, v in dict(value).items()})

@@ -82,7 +82,7 @@ class MoneyReader:
 @dataclass(frozen=True)
 class PanelReader:
     dimension_header: Selector | None = None
-    group_terminator: Selector | None = None
+    group_terminators: tuple[Selector, ...] = ()
     option_tile: Selector | None = None
     unit_price: MoneyReader | None = None
     amount: MoneyReader | None = None
@@ -173,7 +173,8 @@ def _panel(spec: dict[str, Any], where: str, ev: set[str]) -> PanelReader:
     goods = spec.get("goods_id")
     return PanelReader(
         dimension_header=sel("dimension_header"),
-        group_terminator=sel("group_terminator"),
+        group_terminators=tuple(_selector(t, f"{where}/group_terminators", ev)
+                                for t in spec.get("group_terminators", [])),
         option_tile=sel("option_tile"),
         unit_price=_money(spec["unit_price"], f"{where}/unit_price", ev) if "unit_price" in spec else None,
         amount=_money(spec["amount"], f"{where}/amount", ev) if "amount" in spec else None,

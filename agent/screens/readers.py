@@ -13,7 +13,7 @@ Shapes:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from cmbuyer.agent.errors import MoneyAmbiguous, ScreenError
@@ -37,8 +37,10 @@ class OptionTile:
     raw: str
     selected: bool
     enabled: bool
-    node: Node
-    tap: Node
+    # Nodes differ per dump; stable-read comparisons use the fields above plus bounds.
+    node: Node = field(compare=False)
+    tap: Node = field(compare=False)
+    bounds: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 def recognize(dump: Dump, pack: Pack) -> str:
@@ -70,7 +72,7 @@ def read_options(dump: Dump, reader: PanelReader) -> dict[str, list[OptionTile]]
         return {}
     app = dump.app_nodes()
     headers = {n.order for n in reader.dimension_header.find(dump)}
-    terminators = {n.order for n in reader.group_terminator.find(dump)} if reader.group_terminator else set()
+    terminators = {n.order for t in reader.group_terminators for n in t.find(dump)}
     tiles = {n.order for n in reader.option_tile.find(dump)}
     groups: dict[str, list[OptionTile]] = {}
     current: str | None = None
@@ -97,6 +99,7 @@ def read_options(dump: Dump, reader: PanelReader) -> dict[str, list[OptionTile]]
                 enabled=node.enabled,
                 node=node,
                 tap=node.clickable_self_or_ancestor() or node,
+                bounds=(node.bounds.left, node.bounds.top, node.bounds.right, node.bounds.bottom),
             ))
     return groups
 

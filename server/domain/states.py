@@ -101,6 +101,8 @@ AUTHORIZATION_TRANSITIONS: dict[tuple[AuthorizationState, str], AuthorizationSta
     (A.CLAIMED, "fence"): A.FENCED,
     (A.FENCED, "result"): A.CONSUMED,
     (A.FENCED, "lease_expired_after_fence"): A.CONSUMED,
+    # a person reconciled the submission while the fence was still FENCED (no result ever arrived)
+    (A.FENCED, "reconcile"): A.CONSUMED,
     (A.ACTIVE, "close"): A.CLOSED,
     (A.CLAIMED, "close"): A.CLOSED,
     (A.ACTIVE, "expire"): A.EXPIRED,

@@ -1,0 +1,59 @@
+# cmbuyer — `make` lists the targets. Everything installs itself: a fresh clone needs only python3.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DATA_DIR ?= var
+SOAK_ITERATIONS ?= 200
+
+.DEFAULT_GOAL := help
+.PHONY: help setup browser test test-fast lint serve demo demo-once bench soak clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-11s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml setup.py
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+setup: $(STAMP) ## create .venv/ and install cmbuyer with its test extras (idempotent)
+
+browser: ## make sure Debian's chromium is installed (browser tests; needs root or sudo)
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+test: setup browser ## run every test (unit, server, agent, simulator, browser, end to end)
+	$(BIN)/pytest -q
+
+test-fast: setup ## run the tests without the browser and end-to-end suites
+	$(BIN)/pytest -q -m "not browser and not e2e"
+
+lint: setup ## ruff on everything, mypy --strict on the domain/store/service layers
+	$(BIN)/ruff check .
+	@# mypy cannot follow setuptools' editable finder, so lint through a symlink tree of the cmbuyer.* names
+	@mkdir -p build/typecheck/cmbuyer && touch build/typecheck/cmbuyer/__init__.py
+	@ln -sfn ../../../server build/typecheck/cmbuyer/server && ln -sfn ../../../shared/schemas build/typecheck/cmbuyer/schemas
+	MYPYPATH=build/typecheck $(BIN)/mypy -p cmbuyer.server.domain -p cmbuyer.server.store -p cmbuyer.server.services
+
+serve: setup ## run the server on the data dir DATA_DIR (default ./var), initializing it first
+	@test -f $(DATA_DIR)/cmbuyer.env || $(BIN)/cmbuyer-server --data-dir $(DATA_DIR) init
+	$(BIN)/cmbuyer-server --data-dir $(DATA_DIR) serve
+
+demo: setup ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C
+	$(BIN)/python -m demo.run
+
+demo-once: setup ## the same demo headless; exits 0 only if every task reached its expected state
+	$(BIN)/python -m demo.run --once
+
+bench: setup ## benchmarks in bench/ (ratios against a baseline measured in the same run)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+soak: setup ## long crash/soak loops (CMBUYER_SOAK_ITERATIONS=$(SOAK_ITERATIONS))
+	CMBUYER_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(BIN)/pytest -q -m "slow or e2e"
+
+clean: ## remove the venv, caches and local data
+	rm -rf $(VENV) var test-artifacts .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,269 @@
+"""``cmbuyer-agent`` command line: run, doctor, capture, inspect, journal.
+
+Credentials never come from the command line: env ``CMBUYER_DEVICE_ID`` + ``CMBUYER_DEVICE_TOKEN``
+or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines or JSON
+``{"device_id": …, "token": …}``). Server: ``--server`` or ``CMBUYER_SERVER_URL``
+(default http://127.0.0.1:8080). Progress lines go to stderr; ``--json-logs`` for JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import stat
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cmbuyer.agent import __version__
+from cmbuyer.agent.client import Credentials, HttpDeviceApi
+from cmbuyer.agent.errors import AgentError
+from cmbuyer.agent.journal import Journal, JournalError, journal_path
+from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.inspect import inspect_dump
+from cmbuyer.agent.screens.pack import load_pack, pack_for_version, shipped_packs
+from cmbuyer.schemas import is_hex64, is_uuid4
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+
+
+class CredentialsError(Exception):
+    pass
+
+
+def load_credentials(path: str | None) -> Credentials:
+    """From ``path`` (0600 file) or env. Raises CredentialsError with a message that never
+    contains the token."""
+    if path:
+        p = Path(path)
+        try:
+            mode = p.stat().st_mode
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CredentialsError(f"cannot read credentials file {path}") from exc
+        if stat.S_IMODE(mode) & 0o077:
+            raise CredentialsError(f"credentials file {path} must be mode 0600")
+        data: dict[str, Any]
+        if text.lstrip().startswith("{"):
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise CredentialsError("credentials file is not valid JSON") from exc
+        else:
+            data = {}
+            for line in text.splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    k, _, v = line.partition("=")
+                    data[k.strip()] = v.strip()
+        device_id, token = data.get("device_id"), data.get("token")
+    else:
+        device_id, token = os.environ.get("CMBUYER_DEVICE_ID"), os.environ.get("CMBUYER_DEVICE_TOKEN")
+    if not is_uuid4(device_id):
+        raise CredentialsError("device id missing or not a lowercase UUIDv4")
+    if not is_hex64(token):
+        raise CredentialsError("device token missing or not 64 lowercase hex characters")
+    return Credentials(str(device_id), str(token))
+
+
+def _progress_fn(json_logs: bool) -> Any:
+    def emit(line: str) -> None:
+        if json_logs:
+            sys.stderr.write(json.dumps({"ts": datetime.now(UTC).isoformat(), "msg": line},
+                                        ensure_ascii=False) + "\n")
+        else:
+            sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {line}\n")
+        sys.stderr.flush()
+    return emit
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    try:
+        raw = Path(args.dump).read_bytes()
+        packs = [load_pack(args.pack)] if args.pack else shipped_packs()
+        dump = parse_dump(raw)
+    except AgentError as exc:
+        print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
+        return 2
+    except OSError:
+        print(json.dumps({"error": "UNREADABLE_FILE"}))
+        return 2
+    print(json.dumps(inspect_dump(dump, packs), ensure_ascii=False))
+    return 0
+
+
+def cmd_journal(args: argparse.Namespace) -> int:
+    path = journal_path(args.device)
+    if not path.exists():
+        print(json.dumps({"path": str(path), "exists": False}))
+        return 1
+    try:
+        j = Journal(path)
+        if args.clear_hold:
+            j.clear_hold()
+        print(json.dumps(j.summary(), ensure_ascii=False, indent=2))
+    except JournalError as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 2
+    return 0
+
+
+def _connect(serial: str) -> Any:
+    from cmbuyer.agent.phone.adapter import PhoneAdapter
+    return PhoneAdapter.connect(serial)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, ok: bool, detail: str = "") -> bool:
+        checks.append({"check": name, "ok": ok, "detail": detail})
+        return ok
+
+    from cmbuyer.agent.phone.adapter import adb_endpoint, probe_adb_server
+    host, port = adb_endpoint()
+    try:
+        probe_adb_server(host, port)
+        check("adb server reachable", True, f"{host}:{port}")
+        phone = _connect(args.device)
+        check("device online + uiautomator2 ready", True, args.device)
+        info = phone.device_info()
+        check("screen on", bool(info.get("screenOn")), "")
+        version = phone.app_version()
+        if check("Pinduoduo installed", version is not None, str(version) if version else "not installed"):
+            try:
+                pack = pack_for_version(version.name, version.code)
+                check("selector pack", True, pack.id)
+            except AgentError as exc:
+                check("selector pack", False, exc.summary)
+    except AgentError as exc:
+        check("phone", False, exc.summary)
+        version = None
+    server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
+    try:
+        creds = load_credentials(args.credentials_file)
+        api = HttpDeviceApi(server, creds, _NoKeys(), retries=0)
+        hb = api.heartbeat(adb_serial=args.device, android_release="unknown",
+                           pdd_version=version.name if version else None,
+                           pdd_version_code=version.code if version else None, state="PAUSED")
+        check("server reachable", True, server)
+        check("server allows this app version", bool(hb["app_version_allowed"]))
+    except (CredentialsError, AgentError) as exc:
+        check("server", False, str(exc))
+    print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
+    return 0 if all(c["ok"] for c in checks) else 1
+
+
+class _NoKeys:
+    """Heartbeat carries no idempotency key; doctor needs no journal."""
+
+    def key(self, purpose: str, scope: str = "") -> str:
+        raise RuntimeError("doctor sends no keyed request")
+
+    def drop_key(self, purpose: str, scope: str = "") -> None:
+        return None
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    """Evidence bundle for pack authoring: dump.xml, screenshot.png, meta.json (hashes, version,
+    activity, time). Written under ``--out`` (default ./captures/<serial>/<label>-<time>/), 0700."""
+    try:
+        phone = _connect(args.device)
+        xml = phone.dump_raw()
+        png = phone.screenshot_png()
+        version = phone.app_version()
+        activity = phone.shell(["dumpsys", "window", "windows"], "dumpsys window")
+    except AgentError as exc:
+        print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
+        return 2
+    focus = next((ln.strip() for ln in activity.splitlines() if "mCurrentFocus" in ln), "")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in args.label)
+    out = Path(args.out or f"./captures/{args.device.replace(':', '_')}/{safe}-{stamp}")
+    out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (out / "dump.xml").write_text(xml, encoding="utf-8")
+    (out / "screenshot.png").write_bytes(png)
+    meta = {"label": args.label, "device": args.device,
+            "captured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "app_version_name": version.name if version else None,
+            "app_version_code": version.code if version else None, "activity": focus,
+            "dump_sha256": hashlib.sha256(xml.encode("utf-8")).hexdigest(),
+            "screenshot_sha256": hashlib.sha256(png).hexdigest()}
+    (out / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
+    print(json.dumps({"bundle": str(out), **meta}, ensure_ascii=False))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
+
+    progress = _progress_fn(args.json_logs)
+    try:
+        creds = load_credentials(args.credentials_file)
+    except CredentialsError as exc:
+        progress(f"credentials: {exc}")
+        return 2
+    server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
+    try:
+        journal = Journal.for_serial(args.device)
+        phone = _connect(args.device)
+    except (AgentError, JournalError) as exc:
+        progress(f"cannot start: {exc}")
+        return 2
+    api = HttpDeviceApi(server, creds, journal)
+    runner = Runner(RunnerConfig(args.device, once=args.once), phone, api, journal, progress)
+    runner.install_signals()
+    try:
+        return runner.run()
+    except StopNow:
+        progress("stopped now (second signal)")
+        return 130
+    except AgentError as exc:
+        progress(f"stopped: {exc.reason_code} {exc.summary}")
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cmbuyer-agent", description="cmbuyer purchasing agent")
+    p.add_argument("--version", action="version", version=__version__)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="claim tasks and drive the phone")
+    r.add_argument("--device", required=True)
+    r.add_argument("--server")
+    r.add_argument("--credentials-file")
+    r.add_argument("--json-logs", action="store_true")
+    r.add_argument("--once", action="store_true", help="exit after one task")
+    r.set_defaults(fn=cmd_run)
+    d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
+    d.add_argument("--device", required=True)
+    d.add_argument("--server")
+    d.add_argument("--credentials-file")
+    d.set_defaults(fn=cmd_doctor)
+    c = sub.add_parser("capture", help="save an evidence bundle (dump, PNG, version, activity)")
+    c.add_argument("--device", required=True)
+    c.add_argument("--label", required=True)
+    c.add_argument("--out")
+    c.set_defaults(fn=cmd_capture)
+    i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
+    i.add_argument("--dump", required=True)
+    i.add_argument("--pack")
+    i.set_defaults(fn=cmd_inspect)
+    j = sub.add_parser("journal", help="show the local journal of a device")
+    j.add_argument("--device", required=True)
+    j.add_argument("--clear-hold", action="store_true", help="after a person handled a stuck task")
+    j.set_defaults(fn=cmd_journal)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

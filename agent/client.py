@@ -1,0 +1,328 @@
+"""HttpDeviceApi: the only module that speaks HTTP (TaskSource + ResultSink over spec 002 §二).
+
+- Auth headers: ``Authorization: Bearer <token>`` + ``X-CMBuyer-Device-ID``; the token is never
+  logged and never in ``repr``.
+- Every request body is validated against ``shared/schemas/<msg>.request.json`` before sending and
+  every 2xx body against ``<msg>.response.json``; error bodies against ``device_error.response``.
+- Idempotency keys come from the journal (:class:`~cmbuyer.agent.ports.KeyStore`), persisted before
+  the request; transport errors and 5xx are retried a bounded number of times with the SAME key and
+  body; 4xx are final (:class:`ServerRejected`; 409 claim_requires_manual → ClaimRequiresManual).
+- Strict JSON: duplicate keys, NaN/Infinity and floats are refused (design §4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from cmbuyer.agent import __version__
+from cmbuyer.agent.errors import (
+    AppVersionNotAllowed,
+    ClaimRequiresManual,
+    ServerError,
+    ServerRejected,
+    ServerUnreachable,
+)
+from cmbuyer.agent.model import (
+    AssetRef,
+    AttemptFailure,
+    Claim,
+    ClaimedPurchase,
+    Lease,
+    ScreenshotAsset,
+    Session,
+    SubmissionProof,
+    SubmissionResult,
+    Task,
+    TaskEvent,
+)
+from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
+from cmbuyer.agent.ports import KeyStore
+from cmbuyer.agent.screens.text import money_str
+from cmbuyer.schemas import SchemaError, validate
+
+log = logging.getLogger(__name__)
+MAX_RESPONSE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Credentials:
+    device_id: str
+    token: str = field(repr=False)
+
+
+class FenceReplayed(ServerError):
+    """The fence answered with a replay (click_permitted=false): never tap; report UNKNOWN."""
+
+    reason_code = "FENCE_REFUSED"
+
+    def __init__(self, submission_id: str) -> None:
+        super().__init__("fence replayed without a click permit", final=True)
+        self.submission_id = submission_id
+
+
+def _strict_object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError("duplicate key")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _reject_float(text: str) -> Any:
+    raise ValueError("float in JSON")
+
+
+def parse_json_strict(raw: bytes) -> Any:
+    text = raw.decode("utf-8")  # strict: raises on invalid UTF-8
+    if text.startswith("\ufeff"):
+        raise ValueError("BOM")
+    return json.loads(text, object_pairs_hook=_strict_object_pairs, parse_constant=_reject_constant,
+                      parse_float=_reject_float)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: the Bearer token must not follow it anywhere."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+# No proxies from the environment (the token stays on loopback) and no redirects.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
+class HttpDeviceApi:
+    """TaskSource + ResultSink over HTTP. Synchronous (the agent is one thread per phone plus the
+    lease keeper; calls are short). ``retries`` counts extra attempts after a transport error."""
+
+    def __init__(self, base_url: str, credentials: Credentials, keys: KeyStore, *,
+                 timeout: float = 10.0, retries: int = 4, backoff: float = 0.5) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._creds = credentials
+        self._keys = keys
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self._claims: dict[str, Claim] = {}
+
+    def __repr__(self) -> str:
+        return f"HttpDeviceApi({self.base_url!r}, device_id={self._creds.device_id!r})"
+
+    # --- transport ----------------------------------------------------------------------------
+    def _send(self, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.base_url + path,  # noqa: S310 - scheme checked in _post
+                                     data=body, method="POST", headers={
+            "Authorization": f"Bearer {self._creds.token}",
+            "X-CMBuyer-Device-ID": self._creds.device_id,
+            "Content-Type": content_type,
+            "Accept": "application/json",
+            "User-Agent": f"cmbuyer-agent/{__version__}",
+        })
+        try:
+            with _OPENER.open(req, timeout=self.timeout) as resp:
+                return resp.status, resp.read(MAX_RESPONSE_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            data = exc.read(MAX_RESPONSE_BYTES + 1)
+            exc.close()
+            return exc.code, data
+
+    def _post(self, path: str, body: bytes, content_type: str, what: str) -> tuple[int, Any]:
+        """POST with bounded retries on transport errors / 5xx (same bytes → same key). Returns
+        (status, parsed JSON or None for empty bodies); raises ServerRejected for 4xx."""
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ServerError("server URL must be http(s)")
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * (2 ** (attempt - 1)))
+            try:
+                status, raw = self._send(path, body, content_type)
+            except (OSError, urllib.error.URLError) as exc:
+                last = exc
+                log.info("server request %s failed (%s), retry %d", what, type(exc).__name__, attempt + 1)
+                continue
+            if status >= 500:
+                last = ServerError(f"{what}: HTTP {status}", status=status)
+                continue
+            if len(raw) > MAX_RESPONSE_BYTES:
+                raise ServerError(f"{what}: response too large", status=status)
+            parsed: Any = None
+            if raw:
+                try:
+                    parsed = parse_json_strict(raw)
+                except ValueError as exc:
+                    raise ServerError(f"{what}: response is not strict JSON", status=status) from exc
+            if 400 <= status < 500:
+                error = None
+                if parsed is not None:
+                    try:
+                        validate("device_error.response", parsed)
+                        error = parsed["error"]
+                    except SchemaError:
+                        error = None
+                if error == "claim_requires_manual":
+                    raise ClaimRequiresManual(status, error)
+                if error == "app_version_not_allowed":
+                    raise AppVersionNotAllowed(status, error)
+                raise ServerRejected(status, error)
+            return status, parsed
+        raise ServerUnreachable(f"{what}: server unreachable ({type(last).__name__})")
+
+    def _post_json(self, path: str, schema: str, payload: dict[str, Any], what: str) -> tuple[int, Any]:
+        validate(f"{schema}.request", payload)
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        status, parsed = self._post(path, body, "application/json", what)
+        if status in (200, 201):
+            try:
+                validate(f"{schema}.response", parsed)
+            except SchemaError as exc:
+                raise ServerError(f"{what}: response does not match its schema ({exc.path})") from exc
+        return status, parsed
+
+    # --- heartbeat ----------------------------------------------------------------------------
+    def heartbeat(self, *, adb_serial: str, android_release: str, pdd_version: str | None,
+                  pdd_version_code: int | None, state: str) -> dict[str, Any]:
+        payload = {"device_id": self._creds.device_id, "client_version": __version__,
+                   "adb_serial": adb_serial, "android_release": android_release,
+                   "pdd_version": pdd_version, "pdd_version_code": pdd_version_code, "state": state}
+        _, body = self._post_json("/api/v1/devices/heartbeat", "heartbeat", payload, "heartbeat")
+        return dict(body)
+
+    # --- TaskSource ---------------------------------------------------------------------------
+    def claim_next(self, session: Session) -> ClaimedPurchase | None:
+        """POST claim-next with the journaled claim_request_id; 204 → None."""
+        key = self._keys.key("claim_request", session.session_id)
+        payload = {"session_id": session.session_id, "claim_request_id": key}
+        try:
+            status, body = self._post_json("/api/v1/tasks/claim-next", "claim_next", payload, "claim-next")
+        except ServerRejected:
+            self._keys.drop_key("claim_request", session.session_id)
+            raise
+        if status == 204:
+            self._keys.drop_key("claim_request", session.session_id)
+            return None
+        if status != 200:
+            raise ServerError(f"claim-next: unexpected HTTP {status}", status=status)
+        t, a, att = body["task"], body["authorization"], body["attempt"]
+        task = Task(id=t["id"], version=t["version"], title=t["title"], product_url=t["product_url"],
+                    goods_id=t["goods_id"], sku_color=t["sku_color"], sku_size=t["sku_size"],
+                    quantity=t["quantity"], max_total_price=Decimal(t["max_total_price"]))
+        claim = Claim(task_id=t["id"], task_version=t["version"], authorization_id=a["id"],
+                      attempt_id=att["id"], claim_generation=att["claim_generation"],
+                      claim_token=att["claim_token"], session_id=session.session_id,
+                      lease_expires_at=att["lease_expires_at"], authorization_expires_at=a["expires_at"])
+        self._claims[claim.attempt_id] = claim
+        # The key is dropped by the caller once the claim is journaled (record first, then forget).
+        return ClaimedPurchase(task=task, claim=claim, server_now=body["server_now"])
+
+    def forget_claim_request(self, session: Session) -> None:
+        self._keys.drop_key("claim_request", session.session_id)
+
+    def renew_lease(self, claim: Claim) -> Lease:
+        scope = f"{claim.attempt_id}:{claim.lease_expires_at}"
+        payload = {"renew_request_id": self._keys.key("renew", scope), "session_id": claim.session_id,
+                   "attempt_id": claim.attempt_id, "claim_generation": claim.claim_generation,
+                   "claim_token": claim.claim_token, "expected_lease_expires_at": claim.lease_expires_at}
+        _, body = self._post_json(f"/api/v1/tasks/{claim.task_id}/lease/renew", "lease_renew",
+                                  payload, "lease renew")
+        self._keys.drop_key("renew", scope)
+        return Lease(lease_expires_at=body["lease_expires_at"], server_now=body["server_now"])
+
+    # --- ResultSink ---------------------------------------------------------------------------
+    def append_events(self, claim: Claim, events: list[TaskEvent]) -> None:
+        for start in range(0, len(events), 20):  # schema: at most 20 per batch
+            chunk = events[start:start + 20]
+            digest = hashlib.sha256(json.dumps([e.__dict__ for e in chunk], ensure_ascii=False,
+                                               sort_keys=True).encode()).hexdigest()[:16]
+            scope = f"{claim.attempt_id}:{digest}"
+            payload = {"batch_key": self._keys.key("events", scope), "attempt_id": claim.attempt_id,
+                       "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
+                       "events": [{"step": e.step, "outcome": e.outcome, "reason_code": e.reason_code,
+                                   "summary": e.summary, "occurred_at": e.occurred_at} for e in chunk]}
+            self._post_json(f"/api/v1/tasks/{claim.task_id}/events", "events", payload, "events")
+            self._keys.drop_key("events", scope)
+
+    def upload_screenshot(self, claim: Claim, asset: ScreenshotAsset) -> AssetRef:
+        sha = hashlib.sha256(asset.png).hexdigest()
+        scope = f"{claim.attempt_id}:{asset.kind}:{sha}"
+        fields = {"upload_key": self._keys.key("upload", scope), "attempt_id": claim.attempt_id,
+                  "kind": asset.kind, "privacy_tier": "INTERNAL_RAW", "sha256": sha,
+                  "captured_at": asset.captured_at}
+        boundary = "cmbuyer-" + uuid.uuid4().hex
+        parts: list[bytes] = []
+        for name, value in fields.items():
+            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
+                         f"{value}\r\n".encode())
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+                     f'filename="screenshot.png"\r\nContent-Type: image/png\r\n\r\n'.encode()
+                     + asset.png + b"\r\n")
+        parts.append(f"--{boundary}--\r\n".encode())
+        _, body = self._post(f"/api/v1/tasks/{claim.task_id}/evidence", b"".join(parts),
+                                  f"multipart/form-data; boundary={boundary}", "evidence")
+        try:
+            validate("evidence.response", body)
+        except SchemaError as exc:
+            raise ServerError(f"evidence: response does not match its schema ({exc.path})") from exc
+        if body["sha256"] != sha:
+            raise ServerError("evidence: server stored a different hash")
+        self._keys.drop_key("upload", scope)
+        return AssetRef(asset_id=body["asset_id"], sha256=sha)
+
+    def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
+        payload = {"fail_key": self._keys.key("fail", claim.attempt_id),
+                   "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
+                   "reason_code": failure.reason_code, "summary": failure.summary,
+                   "evidence_asset_id": failure.evidence_asset_id}
+        self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/fail", "attempt_fail", payload,
+                        "fail")
+
+    def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
+        """First grant → SubmissionPermit; a replay → FenceReplayed (never a permit)."""
+        payload = {"fence_key": self._keys.key("fence", claim.attempt_id), "task_id": claim.task_id,
+                   "expected_task_version": claim.task_version,
+                   "authorization_id": claim.authorization_id,
+                   "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
+                   "selected_color": proof.selected_color, "selected_size": proof.selected_size,
+                   "gate1_unit_price": money_str(proof.gate1_unit_price),
+                   "gate2_unit_price": money_str(proof.gate2_unit_price),
+                   "quantity_read": proof.quantity_read,
+                   "confirm_page_amount": money_str(proof.confirm_page_amount),
+                   "submit_control_match_count": proof.submit_control_match_count}
+        status, body = self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/submission-fence",
+                                       "submission_fence", payload, "fence")
+        if status not in (200, 201):
+            raise ServerError(f"fence: unexpected HTTP {status}", status=status)
+        try:
+            return _from_fence_response(body, attempt_id=claim.attempt_id, task_id=claim.task_id)
+        except PermitRefused as exc:
+            raise FenceReplayed(body["submission_id"]) from exc
+
+    def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None:
+        claim = self._claims[permit.attempt_id]
+        self.report_recovered_result(submission_id=permit.submission_id, attempt_id=permit.attempt_id,
+                                     claim_token=claim.claim_token, result=result,
+                                     result_key=self._keys.key("result", permit.attempt_id))
+
+    def report_recovered_result(self, *, submission_id: str, attempt_id: str, claim_token: str,
+                                result: SubmissionResult, result_key: str) -> None:
+        payload = {"result_key": result_key, "attempt_id": attempt_id, "claim_token": claim_token,
+                   "observation": result.observation, "evidence_asset_id": result.evidence_asset_id}
+        self._post_json(f"/api/v1/order-submissions/{submission_id}/result", "submission_result",
+                        payload, "result")
+
+    def remember_claim(self, claim: Claim) -> None:
+        self._claims[claim.attempt_id] = claim

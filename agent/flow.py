@@ -1,0 +1,209 @@
+"""The purchase flow orchestrator (design §7.1, spec 002 §三 SinglePassPurchaseFlow).
+
+claim → open product → SKU panel → select → gate 1 (+screenshot) → quantity → gate 2 (+screenshot)
+→ confirm page → gate 3 (+screenshot) → lease check → submission-fence → journal PERMIT_RECEIVED →
+submit_order_once → journal observation → screenshot → result → RESULT_REPORTED.
+
+Before the fence any failure backs out with system BACK, uploads a FAILURE screenshot and calls
+``fail`` with its reason code. After the permit nothing retries a tap; every doubt is ``UNKNOWN``.
+This is the only module besides ``client``/``ports``/``submit`` that imports ``permit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cmbuyer.agent import capabilities as cap
+from cmbuyer.agent import gates
+from cmbuyer.agent.errors import AgentError, ServerError, ShutdownRequested
+from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.lease import LeaseKeeper
+from cmbuyer.agent.model import (
+    AttemptFailure,
+    Claim,
+    ClaimedPurchase,
+    ScreenshotAsset,
+    SubmissionProof,
+    SubmissionResult,
+    TaskEvent,
+)
+from cmbuyer.agent.permit import SubmissionPermit
+from cmbuyer.agent.phone.adapter import PhoneAdapter
+from cmbuyer.agent.ports import ResultSink
+from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.submit import submit_order_once
+
+log = logging.getLogger(__name__)
+FENCE_LEASE_MARGIN = 5.0  # seconds of lease we want left when asking for the fence
+
+
+@dataclass(frozen=True)
+class FlowResult:
+    outcome: str  # FAILED | SUBMITTED | EXTERNAL_PAYMENT_HANDOFF | SECURITY_CHALLENGE | UNKNOWN
+    reason_code: str | None
+    tapped: bool
+
+
+class PurchaseFlow:
+    def __init__(self, *, phone: PhoneAdapter, pack: Pack, sink: ResultSink, journal: Journal,
+                 stop: threading.Event | None = None, lease: LeaseKeeper | None = None,
+                 progress: Callable[[str], None] | None = None,
+                 fence_margin: float = FENCE_LEASE_MARGIN) -> None:
+        self.phone = phone
+        self.pack = pack
+        self.sink = sink
+        self.journal = journal
+        self.stop = stop or threading.Event()
+        self.lease = lease
+        self.progress = progress or (lambda line: None)
+        self.fence_margin = fence_margin
+        self.in_critical_section = threading.Event()
+
+    # --- events & evidence (best effort before the fence is NOT ok: server down → stop) -------
+    def _event(self, claim: Claim, step: str, outcome: str, reason: str | None = None,
+               summary: str = "") -> None:
+        self.progress(f"{step} {outcome}{' ' + reason if reason else ''}")
+        self.sink.append_events(claim, [TaskEvent(step, outcome, reason, summary[:200])])
+
+    def _evidence(self, claim: Claim, kind: str) -> str | None:
+        png = self.phone.screenshot_png()
+        return self.sink.upload_screenshot(claim, ScreenshotAsset(kind, png)).asset_id
+
+    def _checkpoint(self, claim: Claim) -> None:
+        """Between steps: honour SIGTERM and a lost lease (only before the fence)."""
+        if self.stop.is_set():
+            raise ShutdownRequested("stop requested")
+        if self.lease is not None and self.lease.lost:
+            raise AgentError("lease lost", "LEASE_LOST")
+
+    def _step(self, claim: Claim, step: str, fn: Callable[[], object]) -> object:
+        self._checkpoint(claim)
+        self._event(claim, step, "STARTED")
+        value = fn()
+        self._event(claim, step, "OK")
+        return value
+
+    # --- the flow -----------------------------------------------------------------------------
+    def run(self, purchase: ClaimedPurchase) -> FlowResult:
+        claim, task = purchase.claim, purchase.task
+        wanted = {"color": task.sku_color, "size": task.sku_size}
+        try:
+            dump = self._step(claim, "OPEN_PRODUCT", lambda: cap.open_product(self.phone, self.pack, task.goods_id))
+            self._step(claim, "OPEN_SKU_PANEL", lambda: cap.open_sku_panel(self.phone, self.pack, dump))  # type: ignore[arg-type]
+            selected = self._step(claim, "SELECT_SKU", lambda: cap.select_sku_options(self.phone, self.pack, wanted))
+            price1 = self._step(claim, "READ_UNIT_PRICE", lambda: cap.read_sku_unit_price(self.phone, self.pack))
+            self._step(claim, "GATE_1", lambda: gates.gate1(selected, wanted, price1))  # type: ignore[arg-type]
+            self._evidence(claim, "SKU_PANEL_GATE_1")
+            qty = self._step(claim, "SET_QUANTITY",
+                             lambda: cap.set_quantity_and_readback(self.phone, self.pack, task.quantity))
+
+            def gate_2() -> None:
+                price_now = cap.read_sku_unit_price(self.phone, self.pack)
+                gates.gate2(qty, task.quantity, price1, price_now)  # type: ignore[arg-type]
+            self._step(claim, "GATE_2", gate_2)
+            self._evidence(claim, "QUANTITY_GATE_2")
+            self._step(claim, "GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(self.phone, self.pack))
+            reading = self._step(claim, "READ_CONFIRM_PAGE", lambda: cap.read_confirm_page(self.phone, self.pack))
+
+            def gate_3() -> None:
+                r = reading
+                gates.gate3(unit_price=price1, quantity=qty, confirm_amount=r.amount,  # type: ignore
+                            max_total=task.max_total_price, submit_controls=r.submit_controls,  # type: ignore
+                            confirm_unit_price=r.unit_price, confirm_quantity=r.quantity,  # type: ignore
+                            confirm_selected_color=r.selected.get(_confirm_color_dim(self.pack, r)),  # type: ignore
+                            wanted_color=task.sku_color)
+            self._step(claim, "GATE_3", gate_3)
+            self._evidence(claim, "CONFIRM_PAGE_GATE_3")
+            self._checkpoint(claim)
+            if self.lease is not None:
+                self.lease.ensure(self.fence_margin)
+            proof = SubmissionProof(
+                selected_color=task.sku_color, selected_size=task.sku_size,
+                gate1_unit_price=price1, gate2_unit_price=price1, quantity_read=qty,  # type: ignore
+                confirm_page_amount=reading.amount,  # type: ignore[attr-defined]
+                submit_control_match_count=reading.submit_controls)  # type: ignore[attr-defined]
+            self._event(claim, "FENCE", "STARTED")
+            # From the fence request on, a stop request waits until the tap is done and reported.
+            self.in_critical_section.set()
+            permit = self.sink.create_submission_fence(claim, proof)
+        except AgentError as exc:
+            self.in_critical_section.clear()
+            return self._fail_before_fence(claim, exc)
+        return self._submit(claim, permit)
+
+    def _fail_before_fence(self, claim: Claim, exc: AgentError) -> FlowResult:
+        from cmbuyer.agent.client import FenceReplayed  # the fence may have committed: no tap, UNKNOWN
+
+        if isinstance(exc, FenceReplayed):
+            key = self.journal.key("result", claim.attempt_id)
+            self.sink.report_recovered_result(submission_id=exc.submission_id, attempt_id=claim.attempt_id,
+                                              claim_token=claim.claim_token,
+                                              result=SubmissionResult("UNKNOWN", None), result_key=key)
+            self.journal.set_claim_state(claim.attempt_id, "FENCED", "fence replay: no permit")
+            return FlowResult("UNKNOWN", "FENCE_REFUSED", False)
+        reason = exc.reason_code
+        log.info("stopping before the fence: %s", reason)
+        self.progress(f"stop before fence: {reason}")
+        try:
+            cap.back_out(self.phone, self.pack)
+        except AgentError:
+            pass
+        evidence = None
+        try:
+            evidence = self._evidence(claim, "FAILURE")
+        except AgentError:
+            pass
+        try:
+            self.sink.append_events(claim, [TaskEvent("BACK_OUT", "OK", reason, "backed out before fence")])
+        except AgentError:
+            pass
+        lease_lost = reason in ("LEASE_LOST", "LEASE_TOO_SHORT") or (
+            self.lease is not None and self.lease.lost)
+        try:
+            self.sink.fail_attempt(claim, AttemptFailure(reason, exc.summary, evidence))
+            self.journal.set_claim_state(claim.attempt_id, "FAILED_REPORTED", reason)
+        except ServerError as err:
+            self.journal.set_claim_state(claim.attempt_id, "ABANDONED", f"{reason}; fail not accepted")
+            lease_lost = lease_lost or err.reason_code == "LEASE_LOST"
+        if lease_lost:
+            self.journal.set_hold("lease lost mid-flow: a person must act before the next claim")
+        return FlowResult("FAILED", reason, False)
+
+    def _submit(self, claim: Claim, permit: SubmissionPermit) -> FlowResult:
+        self.journal.record_permit(claim.attempt_id, permit.submission_id)
+        self.progress("FENCE OK: permit received")
+        outcome = submit_order_once(self.phone, self.pack, self.journal, permit)
+        evidence = None
+        if outcome.screenshot:
+            try:
+                evidence = self.sink.upload_screenshot(
+                    claim, ScreenshotAsset("POST_SUBMIT_OBSERVATION", outcome.screenshot)).asset_id
+            except AgentError:
+                evidence = None
+        self.journal.record_observation(claim.attempt_id, outcome.observation, evidence)
+        try:
+            self.sink.append_events(claim, [
+                TaskEvent("SUBMIT_TAP", "OK" if outcome.tapped else "FAILED", None, outcome.note[:200]),
+                TaskEvent("OBSERVE_RESULT", "OK", None, outcome.observation)])
+        except AgentError:
+            pass
+        try:
+            self.sink.report_submission_result(permit, SubmissionResult(outcome.observation, evidence))
+            self.journal.advance(claim.attempt_id, "RESULT_REPORTED")
+        except AgentError as exc:
+            log.warning("result not reported yet (%s); recovery will re-send it", exc.reason_code)
+        finally:
+            self.in_critical_section.clear()
+        self.progress(f"RESULT {outcome.observation}")
+        return FlowResult(outcome.observation, None, outcome.tapped)
+
+
+def _confirm_color_dim(pack: Pack, reading: cap.ConfirmReading) -> str:
+    """The confirm page's inline option group that carries the colour role (or '')."""
+    for dim in reading.selected:
+        if dim in pack.dimension_roles.get("color", ()):
+            return dim
+    return ""

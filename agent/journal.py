@@ -1,0 +1,292 @@
+"""Local journal: one SQLite file per device serial (design §7.2, spec 001 "intent before effect").
+
+Location: ``$CMBUYER_AGENT_STATE_DIR/<serial>.sqlite3`` (default ``./var/agent``); the serial is
+made filesystem-safe (``192.168.0.173:5555`` → ``192.168.0.173_5555``). File mode 0600: it holds
+claim tokens (the only place outside server memory).
+
+Tables:
+- ``idem_keys(purpose, scope, key)``  every idempotency key, written *before* its request is sent;
+  a retry after a crash or a transport error reuses it. ``drop_key`` after a final answer.
+- ``claims``  the claim (attempt id, generation, token, task snapshot) and its local state
+  ``ACTIVE`` → ``FAILED_REPORTED`` | ``FENCED`` | ``ABANDONED``.
+- ``submissions``  the submission phase ``PERMIT_RECEIVED → TAP_INTENT_RECORDED → TAPPED →
+  RESULT_REPORTED`` plus the observed result and its ``result_key``.
+- ``meta``  key/value (e.g. ``hold`` = why the agent must not claim until a person acts).
+
+Every write is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL`` so a phase written
+before a tap survives power loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+PHASES = ("PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "RESULT_REPORTED")
+_SAFE_SERIAL = re.compile(r"[^A-Za-z0-9._-]")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idem_keys (
+    purpose TEXT NOT NULL, scope TEXT NOT NULL, key TEXT NOT NULL, created_at TEXT NOT NULL,
+    PRIMARY KEY (purpose, scope));
+CREATE TABLE IF NOT EXISTS claims (
+    attempt_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, task_version INTEGER NOT NULL,
+    authorization_id TEXT NOT NULL, claim_generation INTEGER NOT NULL, claim_token TEXT NOT NULL,
+    session_id TEXT NOT NULL, lease_expires_at TEXT NOT NULL, authorization_expires_at TEXT NOT NULL,
+    task_json TEXT NOT NULL, state TEXT NOT NULL, reason TEXT, created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+    attempt_id TEXT PRIMARY KEY REFERENCES claims(attempt_id), submission_id TEXT NOT NULL,
+    phase TEXT NOT NULL, observation TEXT, evidence_asset_id TEXT, result_key TEXT,
+    updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("CMBUYER_AGENT_STATE_DIR") or "./var/agent")
+
+
+def journal_path(serial: str, state_dir: Path | None = None) -> Path:
+    return (state_dir or default_state_dir()) / f"{_SAFE_SERIAL.sub('_', serial)}.sqlite3"
+
+
+class JournalError(Exception):
+    """The journal cannot be read or written: the agent must stop (fail closed, design §2.4)."""
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    attempt_id: str
+    task_id: str
+    task_version: int
+    authorization_id: str
+    claim_generation: int
+    claim_token: str = field(repr=False)
+    session_id: str
+    lease_expires_at: str
+    authorization_expires_at: str
+    task: dict[str, Any]
+    state: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class SubmissionRow:
+    attempt_id: str
+    submission_id: str
+    phase: str
+    observation: str | None
+    evidence_asset_id: str | None
+    result_key: str | None
+
+
+class Journal:
+    """The journal of one device. Not shared between threads (one agent process per serial)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(fd)
+            # The lease keeper thread persists renew keys too: one connection guarded by a lock.
+            self._db = sqlite3.connect(path, isolation_level=None, timeout=10, check_same_thread=False)
+            self._lock = threading.RLock()
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise JournalError(f"cannot open journal: {type(exc).__name__}") from exc
+
+    @classmethod
+    def for_serial(cls, serial: str, state_dir: Path | None = None) -> Journal:
+        return cls(journal_path(serial, state_dir))
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            with self._tx_unlocked() as db:
+                yield db
+
+    @contextmanager
+    def _tx_unlocked(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal write failed: {type(exc).__name__}") from exc
+
+    def _one(self, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        try:
+            with self._lock:
+                row: tuple[Any, ...] | None = self._db.execute(sql, args).fetchone()
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal read failed: {type(exc).__name__}") from exc
+        return row
+
+    # --- idempotency keys -------------------------------------------------------------------
+    def key(self, purpose: str, scope: str = "") -> str:
+        """The persisted key for (purpose, scope), creating and committing it first if new."""
+        with self._tx() as db:
+            row = db.execute("SELECT key FROM idem_keys WHERE purpose=? AND scope=?",
+                             (purpose, scope)).fetchone()
+            if row:
+                return str(row[0])
+            key = str(uuid.uuid4())
+            db.execute("INSERT INTO idem_keys VALUES (?,?,?,?)", (purpose, scope, key, _now()))
+            return key
+
+    def drop_key(self, purpose: str, scope: str = "") -> None:
+        """Forget a key after a final answer, so the next logical request gets a fresh one."""
+        with self._tx() as db:
+            db.execute("DELETE FROM idem_keys WHERE purpose=? AND scope=?", (purpose, scope))
+
+    # --- claims -----------------------------------------------------------------------------
+    def record_claim(self, *, attempt_id: str, task_id: str, task_version: int, authorization_id: str,
+                     claim_generation: int, claim_token: str, session_id: str, lease_expires_at: str,
+                     authorization_expires_at: str, task: dict[str, Any]) -> None:
+        now = _now()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO claims VALUES (?,?,?,?,?,?,?,?,?,?,'ACTIVE',NULL,?,?) "
+                "ON CONFLICT(attempt_id) DO UPDATE SET lease_expires_at=excluded.lease_expires_at, "
+                "updated_at=excluded.updated_at",
+                (attempt_id, task_id, task_version, authorization_id, claim_generation, claim_token,
+                 session_id, lease_expires_at, authorization_expires_at,
+                 json.dumps(task, ensure_ascii=False, sort_keys=True), now, now))
+
+    def update_lease(self, attempt_id: str, lease_expires_at: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE claims SET lease_expires_at=?, updated_at=? WHERE attempt_id=?",
+                       (lease_expires_at, _now(), attempt_id))
+
+    def set_claim_state(self, attempt_id: str, state: str, reason: str | None = None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE claims SET state=?, reason=?, updated_at=? WHERE attempt_id=?",
+                       (state, reason, _now(), attempt_id))
+
+    def _claim_row(self, row: tuple[Any, ...]) -> ClaimRow:
+        return ClaimRow(attempt_id=row[0], task_id=row[1], task_version=row[2], authorization_id=row[3],
+                        claim_generation=row[4], claim_token=row[5], session_id=row[6],
+                        lease_expires_at=row[7], authorization_expires_at=row[8],
+                        task=json.loads(row[9]), state=row[10], reason=row[11])
+
+    def claim(self, attempt_id: str) -> ClaimRow | None:
+        row = self._one("SELECT * FROM claims WHERE attempt_id=?", (attempt_id,))
+        return self._claim_row(row) if row else None
+
+    def claims(self, state: str | None = None) -> list[ClaimRow]:
+        if state is None:
+            rows = self._db.execute("SELECT * FROM claims ORDER BY created_at").fetchall()
+        else:
+            rows = self._db.execute("SELECT * FROM claims WHERE state=? ORDER BY created_at",
+                                    (state,)).fetchall()
+        return [self._claim_row(r) for r in rows]
+
+    # --- submission phases ------------------------------------------------------------------
+    def record_permit(self, attempt_id: str, submission_id: str) -> None:
+        """PERMIT_RECEIVED. Refuses a second permit for the same attempt (never two taps)."""
+        with self._tx() as db:
+            existing = db.execute("SELECT phase FROM submissions WHERE attempt_id=?",
+                                  (attempt_id,)).fetchone()
+            if existing:
+                raise JournalError("a permit is already journaled for this attempt")
+            db.execute("INSERT INTO submissions VALUES (?,?,?,NULL,NULL,NULL,?)",
+                       (attempt_id, submission_id, "PERMIT_RECEIVED", _now()))
+            db.execute("UPDATE claims SET state='FENCED', updated_at=? WHERE attempt_id=?",
+                       (_now(), attempt_id))
+
+    def advance(self, attempt_id: str, phase: str) -> None:
+        """Move to the next phase: forward by exactly one step, or to RESULT_REPORTED from any
+        phase (a result — often UNKNOWN — can be reported without the tap having happened)."""
+        with self._tx() as db:
+            row = db.execute("SELECT phase FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
+            if row is None:
+                raise JournalError("no permit journaled for this attempt")
+            current = PHASES.index(row[0])
+            step_ok = PHASES.index(phase) == current + 1
+            if not step_ok and not (phase == "RESULT_REPORTED" and current < PHASES.index(phase)):
+                raise JournalError(f"illegal phase move {row[0]} -> {phase}")
+            db.execute("UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?",
+                       (phase, _now(), attempt_id))
+
+    def record_observation(self, attempt_id: str, observation: str, evidence_asset_id: str | None) -> str:
+        """Store the result to report (before sending) and return its result_key, which is the
+        journaled key ``("result", attempt_id)``. A result already decided is kept: recovery
+        re-sends exactly that result with its key."""
+        key = self.key("result", attempt_id)
+        with self._tx() as db:
+            row = db.execute("SELECT observation FROM submissions WHERE attempt_id=?",
+                             (attempt_id,)).fetchone()
+            if row is None:
+                raise JournalError("no permit journaled for this attempt")
+            if row[0] is None:
+                db.execute("UPDATE submissions SET observation=?, evidence_asset_id=?, result_key=?, "
+                           "updated_at=? WHERE attempt_id=?",
+                           (observation, evidence_asset_id, key, _now(), attempt_id))
+        return key
+
+    def submission(self, attempt_id: str) -> SubmissionRow | None:
+        row = self._one("SELECT attempt_id, submission_id, phase, observation, evidence_asset_id, "
+                        "result_key FROM submissions WHERE attempt_id=?", (attempt_id,))
+        return SubmissionRow(*row) if row else None
+
+    def unreported_submissions(self) -> list[SubmissionRow]:
+        rows = self._db.execute(
+            "SELECT attempt_id, submission_id, phase, observation, evidence_asset_id, result_key "
+            "FROM submissions WHERE phase != 'RESULT_REPORTED' ORDER BY updated_at").fetchall()
+        return [SubmissionRow(*r) for r in rows]
+
+    # --- holds ------------------------------------------------------------------------------
+    def set_hold(self, reason: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO UPDATE SET "
+                       "value=excluded.value", (reason,))
+
+    def clear_hold(self) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM meta WHERE name='hold'")
+
+    def hold(self) -> str | None:
+        row = self._one("SELECT value FROM meta WHERE name='hold'", ())
+        return str(row[0]) if row else None
+
+    def summary(self) -> dict[str, Any]:
+        """Local state for ``cmbuyer-agent journal`` (no tokens)."""
+        return {
+            "path": str(self.path),
+            "hold": self.hold(),
+            "claims": [{"attempt_id": c.attempt_id, "task_id": c.task_id, "state": c.state,
+                        "reason": c.reason, "lease_expires_at": c.lease_expires_at}
+                       for c in self.claims()],
+            "submissions": [{"attempt_id": s.attempt_id, "submission_id": s.submission_id,
+                             "phase": s.phase, "observation": s.observation}
+                            for s in (self.submission(c.attempt_id) for c in self.claims()) if s],
+            "pending_keys": [{"purpose": p, "scope": s} for p, s in self._db.execute(
+                "SELECT purpose, scope FROM idem_keys ORDER BY created_at").fetchall()],
+        }

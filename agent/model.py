@@ -1,0 +1,119 @@
+"""Value types shared by the flow, the journal and the TaskSource/ResultSink ports (spec 002 §三).
+
+Money is ``Decimal``; times on the wire are strings; tokens are hidden from ``repr``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+
+def new_key() -> str:
+    """A fresh lowercase UUIDv4 idempotency key."""
+    return str(uuid.uuid4())
+
+
+def utc_now_wire() -> str:
+    """Current UTC time as ``YYYY-MM-DDTHH:MM:SSZ`` (design §4 wire time)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Session:
+    """One agent run (``session_id`` is stable for the process lifetime)."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    version: int
+    title: str
+    product_url: str
+    goods_id: str
+    sku_color: str
+    sku_size: str
+    quantity: int
+    max_total_price: Decimal
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The attempt this device holds. ``claim_token`` proves ownership only (not a permit)."""
+
+    task_id: str
+    task_version: int
+    authorization_id: str
+    attempt_id: str
+    claim_generation: int
+    claim_token: str = field(repr=False)
+    session_id: str
+    lease_expires_at: str
+    authorization_expires_at: str
+
+
+@dataclass(frozen=True)
+class ClaimedPurchase:
+    task: Task
+    claim: Claim
+    server_now: str
+
+
+@dataclass(frozen=True)
+class Lease:
+    lease_expires_at: str
+    server_now: str
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    """One step event with fixed codes (``common.json#/$defs/step|outcome|reason_code``)."""
+
+    step: str
+    outcome: str
+    reason_code: str | None = None
+    summary: str = ""
+    occurred_at: str = field(default_factory=utc_now_wire)
+
+
+@dataclass(frozen=True)
+class ScreenshotAsset:
+    kind: str  # common.json#/$defs/evidence_kind
+    png: bytes = field(repr=False)
+    captured_at: str = field(default_factory=utc_now_wire)
+
+
+@dataclass(frozen=True)
+class AssetRef:
+    asset_id: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class AttemptFailure:
+    reason_code: str
+    summary: str
+    evidence_asset_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmissionProof:
+    """The three gates' summary sent to submission-fence (spec 002; server re-checks all)."""
+
+    selected_color: str
+    selected_size: str
+    gate1_unit_price: Decimal
+    gate2_unit_price: Decimal
+    quantity_read: int
+    confirm_page_amount: Decimal
+    submit_control_match_count: int
+
+
+@dataclass(frozen=True)
+class SubmissionResult:
+    observation: str  # SUBMITTED | EXTERNAL_PAYMENT_HANDOFF | SECURITY_CHALLENGE | UNKNOWN
+    evidence_asset_id: str | None = None

@@ -1,0 +1,257 @@
+"""PhoneAdapter: the one place that talks to the phone (uiautomator2 3.x + adbutils 2.x).
+
+Rules (design §7.3, phone-facts):
+- Connect through ``adbutils.AdbClient(host, port)`` (``ANDROID_ADB_SERVER_HOST``/``_PORT``, default
+  127.0.0.1:5037). We probe the port first: adbutils would otherwise try to *start* a local adb
+  server; we raise :class:`AdbUnreachable` ("adb server unreachable") instead.
+- No uiautomator2 watchers, ever.
+- Every call has its own deadline (:func:`call_with_deadline`).
+- Dumps are parsed and validated (empty / unparsable / no app nodes → typed errors);
+  :meth:`read_stable` returns a reading only after two consecutive dumps agree on it.
+- Taps go through ``input tap X Y`` (one adb shell command, not uiautomator2's JSON-RPC ``click``
+  which is silently re-sent after a server restart). Before *every* tap the payment denylist is
+  checked on the node, its text/desc, its ancestors, its contents and whatever lies under the point.
+- Generic taps refuse the submit control. :meth:`submit_tap_once` is the no-retry path used only by
+  ``cmbuyer.agent.submit``; any error there is :class:`SubmitTapUnknown` (→ observation UNKNOWN).
+- Screenshots are PNG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from cmbuyer.agent.errors import (
+    AdbUnreachable,
+    AgentError,
+    DumpUnstable,
+    PaymentControlBlocked,
+    PhoneError,
+    PhoneTimeout,
+    SubmitControlGuarded,
+    SubmitTapUnknown,
+)
+from cmbuyer.agent.phone.deadline import call_with_deadline
+from cmbuyer.agent.screens import safety
+from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_VERSION_NAME_RE = re.compile(r"^\s*versionName=(\S+)\s*$", re.MULTILINE)
+_VERSION_CODE_RE = re.compile(r"\bversionCode=(\d+)\b")
+_GOODS_ID_RE = re.compile(r"goods_id=(\d{1,20})(?!\d)", re.ASCII)
+_SAFE_GOODS_ID = re.compile(r"[0-9]{1,20}", re.ASCII)
+
+
+@dataclass(frozen=True)
+class AppVersion:
+    name: str
+    code: int
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.code})"
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """Seconds per call kind; generous enough for a bad day on a real phone (phone-facts timings)."""
+
+    connect: float = 60.0
+    dump: float = 10.0
+    shell: float = 10.0
+    screenshot: float = 15.0
+    tap: float = 5.0
+
+
+def adb_endpoint() -> tuple[str, int]:
+    host = os.environ.get("ANDROID_ADB_SERVER_HOST") or "127.0.0.1"
+    port = int(os.environ.get("ANDROID_ADB_SERVER_PORT") or 5037)
+    return host, port
+
+
+def probe_adb_server(host: str, port: int, timeout: float = 2.0) -> None:
+    """Raise AdbUnreachable unless something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return
+    except OSError as exc:
+        raise AdbUnreachable(f"adb server unreachable at {host}:{port}") from exc
+
+
+def parse_app_version(dumpsys: str, package: str = APP_PACKAGE) -> AppVersion | None:
+    """versionName + versionCode from ``dumpsys package <pkg>``; None when the app is absent.
+    More than one distinct versionName or versionCode (e.g. an update staged beside the installed
+    copy) → PhoneError: we never pick the first match like ``app_info()`` does."""
+    if f"Package [{package}]" not in dumpsys and "versionName=" not in dumpsys:
+        return None
+    names = set(_VERSION_NAME_RE.findall(dumpsys))
+    codes = set(_VERSION_CODE_RE.findall(dumpsys))
+    if not names and not codes:
+        return None
+    if len(names) != 1 or len(codes) != 1:
+        raise PhoneError("app version is ambiguous in dumpsys package", "APP_VERSION_UNSUPPORTED")
+    return AppVersion(names.pop(), int(codes.pop()))
+
+
+def parse_goods_id(dumpsys_activity: str) -> str | None:
+    """The goods id of the page on top (``dumpsys activity top``); several different → None."""
+    found = set(_GOODS_ID_RE.findall(dumpsys_activity))
+    return found.pop() if len(found) == 1 else None
+
+
+class PhoneAdapter:
+    """Synchronous adapter for one device serial. Construct with :meth:`connect`."""
+
+    def __init__(self, serial: str, device: Any, u2dev: Any, deadlines: Deadlines | None = None,
+                 app_package: str = APP_PACKAGE) -> None:
+        self.serial = serial
+        self._adb = device
+        self._u2 = u2dev
+        self.deadlines = deadlines or Deadlines()
+        self.app_package = app_package
+
+    @classmethod
+    def connect(cls, serial: str, deadlines: Deadlines | None = None) -> PhoneAdapter:
+        """Probe the adb server, attach to ``serial`` and start/reach the uiautomator2 server."""
+        import adbutils
+        import uiautomator2 as u2
+
+        deadlines = deadlines or Deadlines()
+        host, port = adb_endpoint()
+        probe_adb_server(host, port)
+
+        def attach() -> tuple[Any, Any]:
+            client = adbutils.AdbClient(host=host, port=port)
+            states = {d.serial: d.state for d in client.list()}
+            if states.get(serial) != "device":
+                raise PhoneError(f"device {serial} not online", "ADB_ERROR")
+            device = client.device(serial)
+            return device, u2.connect(device)
+
+        try:
+            device, u2dev = call_with_deadline(attach, deadlines.connect, "connect")
+        except AgentError:
+            raise
+        except Exception as exc:
+            raise PhoneError(f"cannot connect to {serial}: {type(exc).__name__}") from exc
+        return cls(serial, device, u2dev, deadlines)
+
+    # --- plumbing -----------------------------------------------------------------------------
+    def _call(self, fn: Callable[[], T], seconds: float, what: str) -> T:
+        try:
+            return call_with_deadline(fn, seconds, what)
+        except AgentError:
+            raise
+        except Exception as exc:
+            raise PhoneError(f"{what} failed: {type(exc).__name__}") from exc
+
+    def shell(self, cmd: list[str], what: str = "shell") -> str:
+        return self._call(lambda: str(self._adb.shell(cmd, timeout=self.deadlines.shell)),
+                          self.deadlines.shell + 1, what)
+
+    # --- reads --------------------------------------------------------------------------------
+    def dump_raw(self) -> str:
+        """The raw hierarchy XML via the JSON-RPC ``dumpWindowHierarchy`` (no silent empty-retry)."""
+        return self._call(lambda: str(self._u2.jsonrpc.dumpWindowHierarchy(False, 50) or ""),
+                          self.deadlines.dump, "dump")
+
+    def dump(self) -> Dump:
+        """One validated dump with app nodes (DumpEmpty / DumpInvalid / DumpNoAppNodes)."""
+        return parse_dump(self.dump_raw(), self.app_package).require_app()
+
+    def read_stable(self, reader: Callable[[Dump], T], attempts: int = 6,
+                    pause: float = 0.3) -> tuple[T, Dump]:
+        """Dump until two consecutive dumps give equal ``reader`` results; returns (value, dump).
+        DumpUnstable after ``attempts`` dumps without agreement (the dump does not wait for idle)."""
+        previous: Any = _UNSET
+        for i in range(attempts):
+            dump = self.dump()
+            value = reader(dump)
+            if previous is not _UNSET and value == previous:
+                return value, dump
+            previous = value
+            if i + 1 < attempts:
+                time.sleep(pause)
+        raise DumpUnstable("dumps never agreed twice in a row")
+
+    def screenshot_png(self) -> bytes:
+        """PNG bytes of the screen (uiautomator2 returns a PIL image; secure windows may be black)."""
+        def grab() -> bytes:
+            img = self._u2.screenshot()
+            buf = io.BytesIO()
+            img.convert("RGB").save(buf, format="PNG")
+            return buf.getvalue()
+        return self._call(grab, self.deadlines.screenshot, "screenshot")
+
+    def app_version(self) -> AppVersion | None:
+        out = self.shell(["dumpsys", "package", self.app_package], "dumpsys package")
+        return parse_app_version(out, self.app_package)
+
+    def current_goods_id(self) -> str | None:
+        return parse_goods_id(self.shell(["dumpsys", "activity", "top"], "dumpsys activity"))
+
+    def device_info(self) -> dict[str, Any]:
+        info = self._call(lambda: self._u2.info, self.deadlines.shell, "device info")
+        return dict(info) if isinstance(info, dict) else {}
+
+    def android_release(self) -> str:
+        return self.shell(["getprop", "ro.build.version.release"], "getprop").strip() or "unknown"
+
+    # --- actions ------------------------------------------------------------------------------
+    def open_goods(self, goods_id: str) -> None:
+        """Deep link to the product page (phone-facts). ``goods_id`` must be ASCII digits."""
+        if _SAFE_GOODS_ID.fullmatch(goods_id) is None:
+            raise PhoneError("refusing a goods id that is not digits", "WRONG_GOODS")
+        url = f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}"
+        self.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d", url], "am start")
+
+    def press_back(self) -> None:
+        self.shell(["input", "keyevent", "4"], "back")
+
+    def _tap_plan(self, dump: Dump, node: Node) -> tuple[int, int]:
+        """Where a tap on ``node`` lands, after the denylist check (raises PaymentControlBlocked)."""
+        target = node.clickable_self_or_ancestor()
+        if target is None or target.bounds.empty:
+            raise PhoneError("no clickable node with bounds to tap", "SCREEN_UNRECOGNIZED")
+        if target.package != self.app_package:
+            raise PhoneError("tap target outside the app package", "WRONG_PACKAGE")
+        point = target.bounds.center
+        why = safety.tap_denial(dump, target, point)
+        if why is not None:
+            raise PaymentControlBlocked(why)
+        return point
+
+    def tap_node(self, dump: Dump, node: Node) -> None:
+        """Tap a non-submit control at its clickable ancestor's centre (one ``input tap``)."""
+        target = node.clickable_self_or_ancestor() or node
+        if safety.is_submit_related(target) or safety.is_submit_related(node):
+            raise SubmitControlGuarded("generic tap aimed at the submit control")
+        x, y = self._tap_plan(dump, node)
+        self.shell(["input", "tap", str(x), str(y)], "tap")
+
+    def submit_tap_once(self, dump: Dump, node: Node) -> None:
+        """The single submit tap: denylist check, then ONE ``input tap`` through adbutils with a
+        deadline and no retry. Any failure → SubmitTapUnknown (the tap may or may not have landed).
+        Called only by ``cmbuyer.agent.submit`` (static check in tests/agent/test_isolation.py)."""
+        x, y = self._tap_plan(dump, node)
+        try:
+            call_with_deadline(
+                lambda: self._adb.shell(["input", "tap", str(x), str(y)], timeout=self.deadlines.tap),
+                self.deadlines.tap + 1, "submit tap")
+        except (PhoneTimeout, Exception) as exc:
+            raise SubmitTapUnknown(f"submit tap outcome unknown: {type(exc).__name__}") from exc
+
+
+class _Unset:
+    pass
+
+
+_UNSET = _Unset()

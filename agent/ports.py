@@ -1,0 +1,52 @@
+"""TaskSource / ResultSink protocols (spec 002 §三). The flow depends on these, never on HTTP.
+
+The one implementation is :class:`cmbuyer.agent.client.HttpDeviceApi`; tests use in-process fakes
+that enforce the same rules.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from cmbuyer.agent.model import (
+    AssetRef,
+    AttemptFailure,
+    Claim,
+    ClaimedPurchase,
+    Lease,
+    ScreenshotAsset,
+    Session,
+    SubmissionProof,
+    SubmissionResult,
+    TaskEvent,
+)
+from cmbuyer.agent.permit import SubmissionPermit
+
+
+class TaskSource(Protocol):
+    def claim_next(self, session: Session) -> ClaimedPurchase | None: ...
+
+    def renew_lease(self, claim: Claim) -> Lease: ...
+
+
+class ResultSink(Protocol):
+    def append_events(self, claim: Claim, events: list[TaskEvent]) -> None: ...
+
+    def upload_screenshot(self, claim: Claim, asset: ScreenshotAsset) -> AssetRef: ...
+
+    def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None: ...
+
+    def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit: ...
+
+    def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None: ...
+
+    def report_recovered_result(self, *, submission_id: str, attempt_id: str, claim_token: str,
+                                result: SubmissionResult, result_key: str) -> None: ...
+
+
+class KeyStore(Protocol):
+    """Where idempotency keys are persisted before each request (the journal)."""
+
+    def key(self, purpose: str, scope: str = "") -> str: ...
+
+    def drop_key(self, purpose: str, scope: str = "") -> None: ...

@@ -1,0 +1,80 @@
+"""``cmbuyer-phonesim``: run the simulator standalone.
+
+    cmbuyer-phonesim --port 15037 --serial sim-1 --serial sim-2 --scenario my.yaml --journal j.jsonl
+
+Prints ``listening HOST:PORT``, one ``serial <serial> device`` line per phone, then ``ready``;
+stops cleanly on SIGTERM/SIGINT (exit 0). ``--validate FILE`` only checks a scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from .scenario import ScenarioError, load_scenario
+from .server import PhoneSim
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cmbuyer-phonesim", description="Simulated Pinduoduo phones behind adb.")
+    p.add_argument("--port", type=int, default=15037, help="adb server port (0 = any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (keep it loopback)")
+    p.add_argument("--serial", action="append", dest="serials", help="phone serial; repeat for more phones")
+    p.add_argument("--scenario", help="scenario YAML/JSON file (default: the built-in scenario)")
+    p.add_argument("--journal", help="append every journal entry as JSON lines to this file")
+    p.add_argument("--latency", choices=["none", "realistic"], help="override the scenario's latency")
+    p.add_argument("--validate", metavar="FILE", help="check a scenario file and exit (0 valid, 2 invalid)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr)
+    if args.validate:
+        try:
+            scen = load_scenario(args.validate)
+        except ScenarioError as exc:
+            print(f"invalid: {exc}", file=sys.stderr)
+            return 2
+        print(f"valid: {scen.name} ({len(scen.data['catalogue'])} goods)")
+        return 0
+    try:
+        sim = PhoneSim(args.scenario, serials=args.serials or ["sim-1"], host=args.host, port=args.port,
+                       journal_path=args.journal)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.latency:
+        for phone in sim.phones.values():
+            phone.set_latency(args.latency)
+    done = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        port = sim.start()
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    print(f"listening {args.host}:{port}", flush=True)
+    for serial in sim.phones:
+        print(f"serial {serial} device", flush=True)
+    print("ready", flush=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        sim.stop()
+    print("stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

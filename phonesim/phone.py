@@ -1,0 +1,373 @@
+"""One simulated phone: app model + faults + journal + counters + latency, behind one lock.
+
+The adb server, the shell interpreter and the JSON-RPC endpoint call into this class; tests
+use its control API (:meth:`Phone.inject`, :meth:`Phone.state`, :attr:`Phone.journal`,
+:attr:`Phone.counters`). Latency sleeps happen outside the lock and wake up on simulator
+stop, so a stopping simulator never waits for a slow fake phone.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+from PIL import Image
+
+from . import hierarchy, screens
+from .app import AppModel
+from .faults import DUMP_KINDS, MUTATION_KINDS, Fault, FaultBook
+from .journal import Journal, JournalSink, is_payment_text
+from .nodes import Node, clickable_target, frame, hit_path, image
+from .prices import to_price
+from .scenario import Latency, PhoneConfig
+from .screenshot import jpeg_bytes, png_bytes, render_image
+
+KEY_NAMES = {
+    "4": "back", "back": "back", "keycode_back": "back",
+    "3": "home", "home": "home", "keycode_home": "home",
+    "66": "enter", "enter": "enter", "keycode_enter": "enter",
+    "82": "menu", "menu": "menu", "187": "recent", "recent": "recent", "keycode_app_switch": "recent",
+    "26": "power", "power": "power", "224": "wakeup", "wakeup": "wakeup",
+}
+COUNTERS = ("adb_calls", "shell_calls", "rpc_calls", "dumps", "taps", "screenshots", "keys", "deep_links")
+
+
+class DropConnection(Exception):
+    """Raised inside a device call: the adb layer closes the connection without an answer."""
+
+    def __init__(self, applied: bool, reason: str):
+        super().__init__(reason)
+        self.applied = applied
+
+
+class Phone:
+    """A simulated Pinduoduo phone identified by ``serial``.
+
+    Counters (``phone.counters``, ints): adb_calls (device services opened), shell_calls,
+    rpc_calls, dumps, taps, screenshots, keys, deep_links.
+    """
+
+    def __init__(self, cfg: PhoneConfig, transport_id: int, stop_event: threading.Event,
+                 sink: JournalSink | None = None):
+        self.serial = cfg.serial
+        self.cfg = cfg
+        self.transport_id = transport_id
+        self.app = AppModel(cfg)
+        self.journal = Journal(cfg.serial, sink)
+        self.faults = FaultBook(cfg.faults)
+        self.latency: Latency = cfg.latency
+        self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.lock = threading.RLock()
+        self.uia_alive = True  # the on-device uiautomator2 server answers /ping
+        self.pid = 20000 + transport_id * 17
+        self._stop = stop_event
+        self._offline_until = 0.0
+        self._ready_at = 0.0  # cold start in progress until then
+        self._shot_cache: tuple[str, Image.Image] | None = None
+        self.clipboard = ""
+        start = cfg.start or {}
+        if start.get("screen") in ("home", "product"):
+            self.app.launch()
+            if start.get("screen") == "product":
+                self.app.open_url(f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={start['goods_id']}")
+
+    # ---------------------------------------------------------------- control API (tests, demo)
+    def inject(self, spec: dict[str, Any] | str | None = None, /, **params: Any) -> dict[str, Any]:
+        """Add a fault at run time: ``inject("empty_dump", times=3)`` or ``inject({"kind": ...})``.
+
+        Returns the fault's description (with its ``id``). Raises ValueError on a bad spec.
+        """
+        if isinstance(spec, str):
+            spec = {"kind": spec, **params}
+        elif spec is None:
+            spec = dict(params)
+        with self.lock:
+            fault = self.faults.add(dict(spec))
+            self._apply_mutations()
+            return fault.describe()
+
+    def clear_faults(self, kind: str | None = None) -> None:
+        with self.lock:
+            self.faults.clear(kind)
+
+    def set_latency(self, value: Any = None, **seconds: float) -> None:
+        """``set_latency("realistic")``, ``set_latency(dump=0.15, tap=0.04)`` (seconds)."""
+        with self.lock:
+            self.latency = Latency.parse(value) if value is not None else Latency.parse(
+                {**self.latency.__dict__, **seconds})
+
+    def reconnect(self) -> None:
+        """End an ``offline_for`` period started by a dropped connection."""
+        self._offline_until = 0.0
+
+    @property
+    def online(self) -> bool:
+        return time.monotonic() >= self._offline_until
+
+    @property
+    def orders(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [o.as_dict() for o in self.app.orders]
+
+    def state(self) -> dict[str, Any]:
+        """Snapshot: screen, goods id, selection, quantity, unit price, orders, version, counters."""
+        with self.lock:
+            page = self.app.page
+            price = self.app.unit_price()
+            return {
+                "serial": self.serial,
+                "screen": self.app.screen,
+                "goods_id": page.goods_id if page else None,
+                "selection": dict(self.app.selection),
+                "quantity": self.app.quantity,
+                "unit_price": str(price) if price is not None else None,
+                "orders": self.orders,
+                "version_name": self.cfg.app.version_name,
+                "version_code": self.cfg.app.version_code,
+                "counters": dict(self.counters),
+                "faults": self.faults.describe(),
+                "uia_alive": self.uia_alive,
+                "online": self.online,
+            }
+
+    # ---------------------------------------------------------------- helpers for the servers
+    def sleep(self, op: str) -> None:
+        """Wait the configured latency of ``op`` plus any armed ``slow`` fault (interruptible)."""
+        with self.lock:
+            seconds = float(getattr(self.latency, op, 0.0))
+            fault = self.faults.take({"slow"}, self.counters, self.app.screen,
+                                     accept=lambda f: f.params["op"] in (op, "any"))
+            if fault:
+                seconds += float(fault.params["seconds"])
+                self._fault_fired(fault)
+        if seconds > 0:
+            self._stop.wait(seconds)
+
+    def count(self, name: str) -> None:
+        with self.lock:
+            self.counters[name] += 1
+
+    def begin_call(self, service: str) -> Fault | None:
+        """Account one adb device service; return an armed connection-drop fault for it, if any."""
+        with self.lock:
+            self._apply_mutations()
+
+            def accept(f: Fault) -> bool:
+                on = f.params["on"]
+                if on == "any":
+                    return True
+                if on == "shell" and service.startswith(("shell:", "shell,", "exec:")):
+                    return f.params["match"] is None or re.search(f.params["match"], service) is not None
+                return False
+
+            fault = self.faults.take({"drop_connection"}, self.counters, self.app.screen, accept=accept)
+            self.counters["adb_calls"] += 1
+            if fault:
+                self._fault_fired(fault, service=service)
+                self._go_offline(fault)
+            return fault
+
+    def _go_offline(self, fault: Fault) -> None:
+        seconds = float(fault.params.get("offline_for") or 0)
+        if seconds > 0:
+            self._offline_until = time.monotonic() + seconds
+
+    def _fault_fired(self, fault: Fault, **extra: Any) -> None:
+        self.journal.record("fault", fault=fault.kind, fault_id=fault.id, screen=self.app.screen, **extra)
+
+    def _apply_mutations(self) -> None:
+        """Fire armed state-changing faults (price/stock/version changes, popups)."""
+        while True:
+            fault = self.faults.take(MUTATION_KINDS, self.counters, self.app.screen)
+            if fault is None:
+                return
+            p = fault.params
+            if fault.kind in ("price_change", "stock_out"):
+                goods = self.cfg.catalogue.get(str(p["goods_id"]))
+                for sku in goods.skus.values() if goods else []:
+                    if p.get("options") is None or list(sku.options) == list(p["options"]):
+                        if fault.kind == "price_change":
+                            sku.price = to_price(p["price"])
+                        else:
+                            sku.stock = int(p["stock"])
+            elif fault.kind == "version_change":
+                self.cfg.app.version_name = str(p["version_name"])
+                self.cfg.app.version_code = int(p["version_code"])
+            elif fault.kind == "popup":
+                self.app.show_popup(p["popup"], p.get("text"))
+            self._fault_fired(fault)
+
+    # ---------------------------------------------------------------- rendering
+    def windows(self) -> list[Node]:
+        with self.lock:
+            wins = screens.windows(self.app)
+            if time.monotonic() < self._ready_at and self.app.page is not None:
+                # cold start still running: the app shows its splash and nothing readable
+                splash = frame(screens.APP_BOUNDS, image(screens.APP_BOUNDS, ""), rid="", style="page")
+                wins = [w if w.package != self.cfg.app.package else splash for w in wins]
+            return wins
+
+    @property
+    def screen(self) -> str:
+        with self.lock:
+            return "loading" if time.monotonic() < self._ready_at and self.app.page else self.app.screen
+
+    def dump(self, max_depth: int = 50) -> str:
+        """The hierarchy XML as ``dumpWindowHierarchy`` returns it, after dump faults."""
+        self.sleep("dump")
+        with self.lock:
+            self._apply_mutations()
+            fault = self.faults.take(DUMP_KINDS, self.counters, self.app.screen)
+            self.counters["dumps"] += 1
+            wins = self.windows()
+            xml: str
+            if fault is None:
+                xml = hierarchy.render_xml(wins, max_depth)
+            elif fault.kind == "empty_dump":
+                xml = "" if fault.params.get("form") == "string" else hierarchy.EMPTY_DUMP
+            elif fault.kind == "single_node_dump":
+                xml = hierarchy.single_node_dump()
+            elif fault.kind == "partial_dump":
+                keep = int(fault.params.get("keep_depth", 3))
+                wins = [hierarchy.cut_depth(w, keep) if w.package == self.cfg.app.package else w for w in wins]
+                xml = hierarchy.render_xml(wins, max_depth)
+            elif fault.kind == "malformed_dump":
+                xml = hierarchy.malform(hierarchy.render_xml(wins, max_depth))
+            else:  # emoji_dump
+                wins[0].add(image((240, 24, 288, 72), "拼多多通知：🎉限时秒杀🧧 马上抢"))
+                xml = hierarchy.render_xml(wins, max_depth)
+                if fault.params.get("mode") == "broken":
+                    xml = hierarchy.break_emoji(xml)
+            self.journal.record("dump", screen=self.screen, fault=fault.kind if fault else None)
+            if fault:
+                self._fault_fired(fault)
+            return xml
+
+    def _image(self) -> Image.Image:
+        with self.lock:
+            wins = self.windows()
+            key = hierarchy.render_xml(wins)
+            if self._shot_cache and self._shot_cache[0] == key:
+                return self._shot_cache[1]
+        img = render_image(wins)
+        with self.lock:
+            self._shot_cache = (key, img)
+        return img
+
+    def screenshot(self, fmt: str = "png", quality: int = 80, scale: float = 1.0) -> bytes:
+        """PNG (``screencap -p``) or JPEG (``takeScreenshot``) bytes of the current screen."""
+        self.sleep("screenshot")
+        self.count("screenshots")
+        img = self._image()
+        self.journal.record("screenshot", screen=self.screen, format=fmt)
+        return png_bytes(img) if fmt == "png" else jpeg_bytes(img, quality, scale)
+
+    # ---------------------------------------------------------------- input
+    def tap(self, x: int, y: int, via: str) -> dict[str, Any]:
+        """Deliver a tap at screen pixel (x, y). ``via``: "input_tap" | "rpc_click" | ….
+
+        Raises DropConnection when a ``drop_connection`` fault with on=tap/submit_tap fires
+        (after applying the tap when the fault says ``applied: true``).
+        """
+        self.sleep("tap")
+        with self.lock:
+            self._apply_mutations()
+            screen_before = self.screen
+            path: list[Node] = []
+            if screen_before != "loading":
+                for win in self.windows():
+                    path = hit_path(win, x, y)
+                    if path:
+                        break
+            target = clickable_target(path)
+            role = target.role if target else ""
+            texts = [t for n in path for t in (n.text, n.desc)]
+            if target is not None:
+                texts += [t for n in target.walk() for t in (n.text, n.desc)]
+            page = self.app.page
+
+            def accept(f: Fault) -> bool:
+                return f.params["on"] == "tap" or (f.params["on"] == "submit_tap" and role == "submit")
+
+            drop = self.faults.take({"drop_connection"}, self.counters, screen_before, accept=accept)
+            applied = drop is None or bool(drop.params["applied"])
+            n_orders = len(self.app.orders)
+            effect = "none"
+            if applied and target is not None and target.action is not None:
+                effect = self.app.act(target.action)
+            self.counters["taps"] += 1
+            entry = self.journal.record(
+                "tap", x=x, y=y, via=via, screen=screen_before, goods_id=page.goods_id if page else None,
+                node=path[-1].summary() if path else None, target=target.summary() if target else None,
+                role=role, payment=is_payment_text(*texts), effect=effect,
+                dropped=drop is not None, applied=applied,
+            )
+            for order in self.app.orders[n_orders:]:
+                self.journal.record("order", tap_seq=entry["seq"], **order.as_dict())
+            self._apply_mutations()
+            if drop is not None:
+                self._fault_fired(drop, tap_seq=entry["seq"])
+                self._go_offline(drop)
+                raise DropConnection(applied, "connection dropped during tap")
+            return entry
+
+    def key(self, key: str | int, via: str) -> str:
+        self.sleep("key")
+        name = KEY_NAMES.get(str(key).strip().lower(), str(key).strip().lower())
+        with self.lock:
+            screen = self.screen
+            effect = "none"
+            if name == "back":
+                effect = self.app.back()
+            elif name == "home":
+                effect = self.app.home()
+            self.counters["keys"] += 1
+            self.journal.record("key", key=name, via=via, screen=screen, effect=effect)
+            self._apply_mutations()
+            return effect
+
+    def swipe(self, points: list[int], via: str) -> None:
+        with self.lock:
+            self.journal.record("swipe", points=points, via=via, screen=self.screen)
+
+    def deep_link(self, url: str) -> str | None:
+        """``am start -d URL``; returns the goods id opened (or None when not a goods link)."""
+        with self.lock:
+            cold, goods_id = self.app.open_url(url)
+            self.counters["deep_links"] += 1
+            if cold and goods_id is not None:
+                self._ready_at = time.monotonic() + self.latency.app_start
+            self.journal.record("deep_link", url=url, goods_id=goods_id, cold=cold)
+            self._apply_mutations()
+            return goods_id
+
+    def launch_app(self) -> None:
+        with self.lock:
+            if self.app.launch():
+                self._ready_at = time.monotonic() + self.latency.app_start
+            self.journal.record("launch", screen=self.app.screen)
+
+    def force_stop(self, package: str) -> None:
+        with self.lock:
+            if package == self.cfg.app.package:
+                self.app.force_stop()
+                self.journal.record("force_stop", package=package)
+
+    def input_text(self, value: str, via: str) -> str:
+        """Text typed into the focused field (only the quantity EditText accepts text)."""
+        with self.lock:
+            effect = self.app.set_quantity_text(value) if self.app.focused == "qty" else "none"
+            self.journal.record("text", text=value, via=via, screen=self.screen, effect=effect)
+            return effect
+
+    def set_text_on(self, node: Node, value: str, via: str) -> bool:
+        with self.lock:
+            if node.role != "qty_edit":
+                self.journal.record("text", text=value, via=via, screen=self.screen, effect="none")
+                return False
+            self.app.focused = "qty"
+            effect = self.app.set_quantity_text(value)
+            self.journal.record("text", text=value, via=via, screen=self.screen, effect=effect)
+            return effect != "none"

@@ -1,0 +1,188 @@
+"""Human use-cases on tasks after start-purchases (spec 002 围栏前重置与围栏后调和; design §3).
+
+Each function is one synchronous job run inside one write transaction (``Database.write``); it
+checks the expected task version, computes the new states only through
+:func:`cmbuyer.server.domain.states.transition`, and writes its audit row in the same transaction.
+
+Check order (so the most important refusal wins): unknown task → 404 ``not_found``; a fence row
+exists → 409 ``submission_fenced`` (reset/cancel); stale version or authorization → 409
+``version_conflict``; state does not allow the use-case → 409 ``invalid_state``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cmbuyer.schemas import is_uuid4
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
+from cmbuyer.server.domain.states import (
+    AUTHORIZATION_TRANSITIONS,
+    FENCED_TASK_STATES,
+    SUBMISSION_TRANSITIONS,
+    TASK_TRANSITIONS,
+    AuthorizationState,
+    SubmissionState,
+    TaskState,
+    transition,
+)
+from cmbuyer.server.services.common import Actor
+from cmbuyer.server.store import admin_actions as action_store
+from cmbuyer.server.store import admin_queries, audit
+from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store import tasks as task_store
+
+NOTE_MAX = 500
+RECONCILE_OUTCOMES = {"created": "reconcile_created", "not_created": "reconcile_not_created"}
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What an admin action did: the task id, its new state and version."""
+
+    task_id: str
+    state: str
+    version: int
+
+
+def _stale() -> Conflict:
+    return Conflict("任务已变化，请刷新后重试", code="version_conflict")
+
+
+def _load(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
+    task = task_store.get(conn, task_id) if is_uuid4(task_id) else None
+    if task is None:
+        raise NotFound("任务不存在")
+    return task
+
+
+def _close_before_fence(conn: sqlite3.Connection, task_id: str, expected_version: int,
+                        expected_authorization_id: str | None, use_case: str, reason: str, actor: Actor,
+                        now: datetime, request_id: str | None) -> ActionResult:
+    """Shared body of reset-to-draft and cancel (both only before the fence)."""
+    task = _load(conn, task_id)
+    if TaskState(task.state) in FENCED_TASK_STATES or admin_queries.submission_exists_for_task(conn, task.id):
+        raise Conflict("该任务已取得提交围栏，只能人工调和", code="submission_fenced")
+    if task.version != expected_version:
+        raise _stale()
+    latest = auth_store.latest_for_task(conn, task.id)
+    if expected_authorization_id is not None and (latest is None or latest.id != expected_authorization_id):
+        raise _stale()
+    new_state = transition(TASK_TRANSITIONS, TaskState(task.state), use_case)
+    at = to_wire(now)
+    closed_auth: str | None = None
+    live = auth_store.live_for_task(conn, task.id)
+    if live is not None:
+        next_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(live.state), "close")
+        if not auth_store.set_state(conn, live.id, expected_state=live.state, new_state=next_auth, at=at,
+                                    reason=reason):
+            raise _stale()
+        closed_auth = live.id
+    closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, reason, at)
+    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
+                                new_state=new_state, at=at, reason=reason):
+        raise _stale()
+    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action=f"task.{use_case}",
+                 subject_kind="task", subject_id=task.id, request_id=request_id,
+                 detail={"from": task.state, "to": new_state, "task_version": task.version + 1,
+                         "closed_authorization_id": closed_auth, "closed_attempt_id": closed_attempt})
+    return ActionResult(task.id, new_state, task.version + 1)
+
+
+def reset_to_draft(conn: sqlite3.Connection, task_id: str, expected_version: int,
+                   expected_authorization_id: str | None, actor: Actor, now: datetime,
+                   request_id: str | None = None) -> ActionResult:
+    """``POST /tasks/{id}/reset-to-draft``: PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → DRAFT.
+
+    Closes the live authorization (ACTIVE/CLAIMED → CLOSED, reason RESET) and any OPEN attempt
+    (close_reason RESET). ``expected_authorization_id``, when given, must be the task's newest
+    authorization (spec 002: reset checks version, authorization id and "no order_submission").
+    Raises NotFound, Conflict(``submission_fenced``/``version_conflict``), InvalidTransition.
+    """
+    return _close_before_fence(conn, task_id, expected_version, expected_authorization_id, "reset_to_draft",
+                               "RESET", actor, now, request_id)
+
+
+def cancel(conn: sqlite3.Connection, task_id: str, expected_version: int, expected_authorization_id: str | None,
+           actor: Actor, now: datetime, request_id: str | None = None) -> ActionResult:
+    """``POST /tasks/{id}/cancel``: DRAFT|PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → CANCELLED (before
+    the fence only), closing the live authorization and any OPEN attempt (reason CANCELLED).
+    Errors as :func:`reset_to_draft`."""
+    return _close_before_fence(conn, task_id, expected_version, expected_authorization_id, "cancel",
+                               "CANCELLED", actor, now, request_id)
+
+
+def mark_paid(conn: sqlite3.Connection, task_id: str, expected_version: int, actor: Actor, now: datetime,
+              request_id: str | None = None) -> ActionResult:
+    """``POST /tasks/{id}/mark-paid``: WAITING_PAYMENT → PAID after a person paid in the app.
+    Raises NotFound, Conflict(``version_conflict``), InvalidTransition (``invalid_state``)."""
+    task = _load(conn, task_id)
+    if task.version != expected_version:
+        raise _stale()
+    new_state = transition(TASK_TRANSITIONS, TaskState(task.state), "mark_paid")
+    at = to_wire(now)
+    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
+                                new_state=new_state, at=at, reason="PAID_BY_PERSON"):
+        raise _stale()
+    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="task.mark_paid",
+                 subject_kind="task", subject_id=task.id, request_id=request_id,
+                 detail={"from": task.state, "to": new_state, "task_version": task.version + 1})
+    return ActionResult(task.id, new_state, task.version + 1)
+
+
+def parse_reconcile(raw: dict[str, Any]) -> tuple[str, str, int]:
+    """Validate ``{"outcome": "created"|"not_created", "note": str, "expected_task_version": int}``;
+    returns ``(outcome, note, version)``. The note (1–500 characters) is what the person checked."""
+    outcome = raw.get("outcome")
+    if outcome not in RECONCILE_OUTCOMES:
+        raise ValidationFailed("outcome", "请选择“已创建待付款订单”或“确认未创建”")
+    note = raw.get("note")
+    if not isinstance(note, str) or not note.strip() or len(note) > NOTE_MAX:
+        raise ValidationFailed("note", f"请填写核对说明（1–{NOTE_MAX} 字）")
+    if any(ord(ch) < 32 and ch not in "\n\t" or ord(ch) == 127 for ch in note):
+        raise ValidationFailed("note", "说明含控制字符")
+    version = raw.get("expected_task_version")
+    if type(version) is not int or version < 1:
+        raise ValidationFailed("expected_task_version", "缺少任务版本")
+    return str(outcome), note.strip(), version
+
+
+def reconcile(conn: sqlite3.Connection, submission_id: str, outcome: str, note: str, expected_version: int,
+              actor: Actor, now: datetime, request_id: str | None = None) -> ActionResult:
+    """``POST /order-submissions/{sid}/reconcile``: a person records whether the pending-payment order
+    exists. Submission RECONCILIATION_REQUIRED → CREATED (task → WAITING_PAYMENT) or NOT_CREATED
+    (task → CLOSED_NOT_CREATED). The authorization ends CONSUMED; an attempt still OPEN is closed
+    (RECONCILED). It never re-opens the fence, issues an authorization or contacts a device.
+    Raises NotFound, Conflict(``version_conflict``), InvalidTransition (``invalid_state``).
+    """
+    sub = admin_queries.submission(conn, submission_id) if is_uuid4(submission_id) else None
+    if sub is None:
+        raise NotFound("提交记录不存在")
+    task = _load(conn, sub["task_id"])
+    if task.version != expected_version:
+        raise _stale()
+    use_case = RECONCILE_OUTCOMES[outcome]
+    new_sub = transition(SUBMISSION_TRANSITIONS, SubmissionState(sub["state"]), use_case)
+    new_task = transition(TASK_TRANSITIONS, TaskState(task.state), use_case)
+    at = to_wire(now)
+    who = f"{actor.kind}:{actor.id}"
+    if not action_store.reconcile_submission(conn, sub["id"], expected_state=sub["state"], new_state=new_sub,
+                                             reconciled_by=who, note=note, at=at):
+        raise _stale()
+    authorization = auth_store.get(conn, sub["authorization_id"])
+    if authorization is not None and authorization.state == AuthorizationState.FENCED:
+        consumed = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState.FENCED, "reconcile")
+        auth_store.set_state(conn, authorization.id, expected_state=authorization.state, new_state=consumed, at=at,
+                             reason="RECONCILED")
+    action_store.close_open_attempt_of_task(conn, task.id, "RECONCILED", at)
+    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
+                                new_state=new_task, at=at, reason=f"RECONCILED_{outcome.upper()}"):
+        raise _stale()
+    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="submission.reconcile",
+                 subject_kind="task", subject_id=task.id, request_id=request_id,
+                 detail={"submission_id": sub["id"], "outcome": outcome, "submission_state": new_sub,
+                         "from": task.state, "to": new_task, "task_version": task.version + 1, "note": note})
+    return ActionResult(task.id, new_task, task.version + 1)

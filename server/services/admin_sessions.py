@@ -1,0 +1,165 @@
+"""Admin login sessions and failed-login throttling (spec 002 身份; issue 5 "Login/logout").
+
+* A session id is 32 random bytes (256 bits) sent as URL-safe base64 in the cookie; the database
+  keeps only SHA-256 of those bytes.
+* Expiry: ``now >= expires_at`` (absolute, ``created_at + session_absolute_ttl``) or
+  ``now >= last_seen_at + session_idle_ttl`` ends a session; the boundary itself is expired.
+* Login always creates a brand-new session id (no fixation); a session id presented at login is
+  revoked; logout revokes server-side.
+* Throttling: :data:`USER_LIMIT` failures for one username, or :data:`IP_LIMIT` from one client
+  address, inside :data:`WINDOW_S` lock that key for :data:`LOCK_S`; while locked even the right
+  password is refused and the password is not checked.
+
+Password checking (argon2, CPU-bound) is done by the caller outside the transaction; the jobs here
+are the transactional halves.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cmbuyer.server.clock import from_wire, to_wire
+from cmbuyer.server.config import Settings
+from cmbuyer.server.store import admins as admin_store
+from cmbuyer.server.store import audit
+from cmbuyer.server.store import sessions as session_store
+
+SESSION_BYTES = 32
+USER_LIMIT = 5
+IP_LIMIT = 30
+WINDOW_S = 15 * 60
+LOCK_S = 15 * 60
+# last_seen_at is written at most once per this many seconds per session: a page view should not
+# cost an fsync every time, and idle expiry only needs minute precision.
+TOUCH_EVERY_S = 60
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{43}", re.ASCII)
+
+
+@dataclass(frozen=True)
+class AdminSession:
+    """A valid session: who, and the raw cookie token (needed to derive the CSRF token)."""
+
+    token: str
+    id_hash: bytes
+    admin_id: str
+    username: str
+    needs_touch: bool
+
+
+def new_token() -> str:
+    """A fresh session id: 32 bytes from ``secrets`` as unpadded URL-safe base64 (43 characters)."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(SESSION_BYTES)).rstrip(b"=").decode("ascii")
+
+
+def token_hash(token: str) -> bytes | None:
+    """SHA-256 of the token's raw bytes, or None when ``token`` is not a well-formed session id."""
+    if not isinstance(token, str) or _TOKEN_RE.fullmatch(token) is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=")
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != SESSION_BYTES:
+        return None
+    return hashlib.sha256(raw).digest()
+
+
+def throttle_keys(username: str, client: str) -> tuple[str, str]:
+    """``(user_key, ip_key)`` for a login attempt (username lowercased and capped)."""
+    return "user:" + username.lower()[:128], "ip:" + (client or "unknown")[:64]
+
+
+def locked_until(conn: sqlite3.Connection, keys: tuple[str, str], now: datetime) -> str | None:
+    """The latest ``locked_until`` among ``keys`` that is still in the future, or None."""
+    at = to_wire(now)
+    ends = [row.locked_until for key in keys
+            if (row := session_store.throttle_get(conn, key)) is not None and row.locked_until and row.locked_until > at]
+    return max(ends) if ends else None
+
+
+def record_failure(conn: sqlite3.Connection, keys: tuple[str, str], username: str, now: datetime) -> str | None:
+    """Count one failed login against both keys (window :data:`WINDOW_S`); returns the lock end when
+    this failure locked a key. Writes an ``admin.login_failed`` audit row (no password, ever)."""
+    at = to_wire(now)
+    locked: str | None = None
+    for key, limit in zip(keys, (USER_LIMIT, IP_LIMIT), strict=True):
+        row = session_store.throttle_get(conn, key)
+        if row is None or from_wire(row.window_start) + timedelta(seconds=WINDOW_S) <= now:
+            row = session_store.ThrottleRow(key, 0, at, None)
+        failures = row.failures + 1
+        until = row.locked_until
+        if failures >= limit:
+            until = to_wire(now + timedelta(seconds=LOCK_S))
+            locked = until
+            failures = 0
+        session_store.throttle_put(conn, session_store.ThrottleRow(key, failures, row.window_start if row.failures
+                                                                   else at, until))
+    audit.append(conn, at=at, actor_kind="system", actor_id="login", action="admin.login_failed",
+                 subject_kind="admin", subject_id=username[:64] or "-",
+                 detail={"locked_until": locked} if locked else {})
+    return locked
+
+
+def login(conn: sqlite3.Connection, admin_id: str, keys: tuple[str, str], previous_hash: bytes | None,
+          now: datetime, settings: Settings) -> str:
+    """Create a new session for ``admin_id`` (password already verified) and return its token.
+
+    Revokes ``previous_hash`` (any session id the browser presented at login), clears the user
+    throttle key, and writes ``admin.login``. Raises nothing business-level: the caller checked the
+    lock and the password.
+    """
+    at = to_wire(now)
+    if previous_hash is not None:
+        session_store.revoke(conn, previous_hash, at)
+    token = new_token()
+    digest = token_hash(token)
+    assert digest is not None
+    expires = to_wire(now + timedelta(seconds=settings.session_absolute_ttl))
+    session_store.insert(conn, digest, admin_id, created_at=at, expires_at=expires)
+    session_store.throttle_clear(conn, keys[0])
+    admin = admin_store.by_id(conn, admin_id)
+    audit.append(conn, at=at, actor_kind="admin", actor_id=admin.username if admin else admin_id,
+                 action="admin.login", subject_kind="admin", subject_id=admin_id)
+    return token
+
+
+def resolve(conn: sqlite3.Connection, token: str, now: datetime, settings: Settings) -> AdminSession | None:
+    """The live session for cookie value ``token`` or None (unknown, malformed, revoked, idle or
+    absolute expiry reached, admin disabled). Read-only."""
+    digest = token_hash(token)
+    if digest is None:
+        return None
+    row = session_store.get(conn, digest)
+    if row is None or row.revoked_at is not None or row.admin_disabled:
+        return None
+    at = to_wire(now)
+    idle_end = from_wire(row.last_seen_at) + timedelta(seconds=settings.session_idle_ttl)
+    if at >= row.expires_at or now >= idle_end:
+        return None
+    needs_touch = now - from_wire(row.last_seen_at) >= timedelta(seconds=TOUCH_EVERY_S)
+    return AdminSession(token, digest, row.admin_id, row.username, needs_touch)
+
+
+def touch(conn: sqlite3.Connection, id_hash: bytes, now: datetime) -> None:
+    """Record activity (moves the idle deadline)."""
+    session_store.touch(conn, id_hash, to_wire(now))
+
+
+def logout(conn: sqlite3.Connection, session: AdminSession, now: datetime) -> None:
+    """Revoke the session server-side and write ``admin.logout``."""
+    at = to_wire(now)
+    if session_store.revoke(conn, session.id_hash, at):
+        audit.append(conn, at=at, actor_kind="admin", actor_id=session.username, action="admin.logout",
+                     subject_kind="admin", subject_id=session.admin_id)
+
+
+def sweep(conn: sqlite3.Connection, now: datetime) -> int:
+    """Delete sessions that ended more than a day ago (periodic housekeeping); returns the count."""
+    return session_store.delete_dead(conn, to_wire(now - timedelta(days=1)))

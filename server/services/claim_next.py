@@ -1,0 +1,233 @@
+"""``POST /api/v1/tasks/claim-next`` as one write-transaction job (spec 000 §5–§6, spec 002).
+
+Order inside the transaction (each step only after the previous one):
+
+1. conditional "device still ACTIVE" UPDATE — takes the write position (:func:`device_tx.begin`);
+2. idempotency lookup of ``claim_request_id`` — same request → the stored result byte for byte
+   (200 with the same token rebuilt by HMAC, or the persisted EMPTY 204); reused key → 409;
+3. defense in depth: the device's latest heartbeat must be fresh, READY and report an allowed
+   Pinduoduo version, else 409 ``app_version_not_allowed``;
+4. the device's open claim, if any: same session + live lease + consistent task/authorization →
+   the same attempt again (recorded under the new key); anything else → 409
+   ``claim_requires_manual``. Never a second attempt, never a transfer;
+5. the oldest claimable authorization (:func:`claim_store.next_candidate`); none → EMPTY, persisted;
+6. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
+   ACTIVE→CLAIMED, task PENDING→CLAIMED with version + 1.
+
+The job raises on any rule break, so the group commit rolls back its savepoint: all or nothing. The
+claim token is never stored: the stored bodies omit it and it is re-derived for every answer.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.config import Settings
+from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain import claim_token, lease
+from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.states import (
+    AUTHORIZATION_TRANSITIONS,
+    TASK_TRANSITIONS,
+    AttemptState,
+    AuthorizationState,
+    TaskState,
+    transition,
+)
+from cmbuyer.server.services import device_tx, idempotency
+from cmbuyer.server.services.common import canonical_json, new_id
+from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.store import attempts as attempt_store
+from cmbuyer.server.store import audit
+from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store import claims as claim_store
+from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.store.attempts import Attempt
+from cmbuyer.server.store.authorizations import Authorization
+from cmbuyer.server.store.claims import DeviceGate
+from cmbuyer.server.store.tasks import Task
+
+ENDPOINT = "claim-next"
+FIRST_GENERATION = 1
+SNAPSHOT_FIELDS = ("title", "product_url", "goods_id", "sku_color", "sku_size", "quantity", "max_total_price")
+
+
+@dataclass(frozen=True)
+class ClaimPolicy:
+    """What the claim/renew/heartbeat jobs need from the settings (secret bytes kept out of ``repr``)."""
+
+    secret: bytes
+    lease_ttl: int
+    allowed_app_versions: tuple[str, ...]
+    heartbeat_interval: int
+    heartbeat_stale_factor: int
+
+    def __repr__(self) -> str:
+        return f"ClaimPolicy(lease_ttl={self.lease_ttl}, allowed_app_versions={self.allowed_app_versions!r})"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ClaimPolicy:
+        """Build from validated settings; raises SettingsError when the claim-token secret is missing."""
+        secret, _ = settings.require_secrets()
+        return cls(secret.reveal(), settings.claim_lease_ttl, settings.allowed_app_versions,
+                   settings.heartbeat_interval, settings.heartbeat_stale_factor)
+
+
+def claim_requires_manual() -> Conflict:
+    """The fixed 409 for an open claim that cannot simply be resumed (spec 002)."""
+    return Conflict("the device holds a claim that needs a person", code="claim_requires_manual")
+
+
+def app_version_not_allowed() -> Conflict:
+    """The fixed 409 when the device's heartbeat does not allow claiming."""
+    return Conflict("heartbeat missing, stale, not READY or app version not allowed", code="app_version_not_allowed")
+
+
+def snapshot_matches(task: Task, authorization: Authorization) -> bool:
+    """True when every field frozen in the authorization still equals the task's current field."""
+    return all(getattr(task, f) == getattr(authorization, f) for f in SNAPSHOT_FIELDS)
+
+
+def may_claim(gate: DeviceGate, now: datetime, policy: ClaimPolicy) -> bool:
+    """The heartbeat gate: fresh (younger than interval × factor), READY, and an allowed app version
+    according to the *current* configuration (not the flag stored at heartbeat time)."""
+    return (lease.heartbeat_fresh(gate.last_heartbeat_at, now, policy.heartbeat_interval,
+                                  policy.heartbeat_stale_factor)
+            and gate.reported_state == "READY"
+            and gate.pdd_version is not None and gate.pdd_version in policy.allowed_app_versions)
+
+
+def derive_token(attempt: Attempt, secret: bytes) -> str:
+    """Rebuild the attempt's claim token and prove it against the stored hash (fail closed: a secret that
+    does not reproduce it raises StorageError → 503, never a substitute token)."""
+    token = claim_token.derive(secret, device_id=attempt.device_id, task_id=attempt.task_id,
+                               authorization_id=attempt.authorization_id, attempt_id=attempt.id,
+                               generation=attempt.claim_generation, nonce=attempt.nonce)
+    if not claim_token.matches(attempt.token_hash, token):
+        raise StorageError("claim token secret does not reproduce a stored claim")
+    return token
+
+
+def _with_token(body_without_token: str, token: str) -> str:
+    """Insert the claim token into a stored (token-free) canonical body; the result is canonical too, so a
+    replay is byte-identical to the first answer."""
+    body: dict[str, Any] = json.loads(body_without_token)
+    body["attempt"]["claim_token"] = token
+    return canonical_json(body)
+
+
+def _replay(conn: sqlite3.Connection, stored: Stored, secret: bytes) -> Stored:
+    if stored.body is None:
+        return stored  # the persisted EMPTY
+    attempt = attempt_store.get(conn, stored.attempt_id) if stored.attempt_id else None
+    if attempt is None:
+        raise StorageError("stored claim response without its attempt")
+    return Stored(stored.status, _with_token(stored.body, derive_token(attempt, secret)), attempt.id)
+
+
+def _resume(conn: sqlite3.Connection, attempt: Attempt, *, device_id: str, session_id: str, key: str,
+            payload: dict[str, str], now: datetime, policy: ClaimPolicy) -> Stored:
+    """Same session, live lease, consistent rows → the same attempt under the new key; else 409."""
+    if attempt.session_id != session_id or not lease.is_live(attempt.lease_expires_at, now):
+        raise claim_requires_manual()
+    task = task_store.get(conn, attempt.task_id)
+    authorization = auth_store.get(conn, attempt.authorization_id)
+    if task is None or authorization is None:
+        raise claim_requires_manual()
+    consistent_state = ((task.state == TaskState.CLAIMED and task.version == attempt.claimed_task_version)
+                        or (task.state == TaskState.ORDERING and task.version == attempt.claimed_task_version + 1))
+    if not (consistent_state and authorization.state == AuthorizationState.CLAIMED
+            and lease.is_live(authorization.expires_at, now) and snapshot_matches(task, authorization)
+            and authorization.task_version + 1 == attempt.claimed_task_version):
+        raise claim_requires_manual()
+    token = derive_token(attempt, policy.secret)
+    at = to_wire(now)
+    # The stored snapshot (task/authorization fields never drift) with the *current* lease, so the
+    # agent's renew CAS on expected_lease_expires_at works, and the current server time.
+    body: dict[str, Any] = json.loads(attempt.response_json)
+    body["attempt"]["lease_expires_at"] = attempt.lease_expires_at
+    body["server_now"] = at
+    idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=body, at=at,
+                         attempt_id=attempt.id)
+    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="claim.resume", subject_kind="task",
+                 subject_id=attempt.task_id, request_id=key, generation=attempt.claim_generation,
+                 detail={"attempt_id": attempt.id, "session_id": session_id,
+                         "lease_expires_at": attempt.lease_expires_at})
+    return Stored(200, _with_token(canonical_json(body), token), attempt.id)
+
+
+def claim_next(conn: sqlite3.Connection, *, device_id: str, session_id: str, claim_request_id: str,
+               now: datetime, policy: ClaimPolicy) -> Stored:
+    """Run claim-next for an authenticated device inside the caller's write transaction.
+
+    Returns the response to send (200 body with token, or 204 EMPTY). Raises
+    :class:`device_tx.DeviceNotActive` (→ 401), Conflict ``idempotency_conflict`` /
+    ``app_version_not_allowed`` / ``claim_requires_manual`` (→ 409), StorageError (→ 503).
+    """
+    gate = device_tx.begin(conn, device_id)
+    payload = {"claim_request_id": claim_request_id, "session_id": session_id}
+    stored = device_tx.replay_scoped(conn, device_id, claim_request_id, ENDPOINT, payload)
+    if stored is not None:
+        return _replay(conn, stored, policy.secret)
+    if not may_claim(gate, now, policy):
+        raise app_version_not_allowed()
+    held = attempt_store.open_for_device(conn, device_id)
+    if held is not None:
+        return _resume(conn, held, device_id=device_id, session_id=session_id, key=claim_request_id,
+                       payload=payload, now=now, policy=policy)
+    at = to_wire(now)
+    candidate = claim_store.next_candidate(conn, at)
+    if candidate is None:
+        return idempotency.remember(conn, device_id, claim_request_id, ENDPOINT, payload, status=204, body=None,
+                                    at=at)
+    return _claim(conn, candidate, device_id=device_id, session_id=session_id, key=claim_request_id,
+                  payload=payload, now=now, policy=policy)
+
+
+def _claim(conn: sqlite3.Connection, candidate: claim_store.Candidate, *, device_id: str, session_id: str, key: str,
+           payload: dict[str, str], now: datetime, policy: ClaimPolicy) -> Stored:
+    authorization = candidate.authorization
+    at = to_wire(now)
+    new_auth_state = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "claim")
+    new_task_state = transition(TASK_TRANSITIONS, TaskState.PENDING, "claim")
+    claimed_version = candidate.task_version + 1
+    lease_end = to_wire(lease.new_expiry(now, policy.lease_ttl, authorization.expires_at))
+    attempt_id = new_id()
+    nonce = secrets.token_bytes(claim_token.NONCE_BYTES)
+    token = claim_token.derive(policy.secret, device_id=device_id, task_id=authorization.task_id,
+                               authorization_id=authorization.id, attempt_id=attempt_id,
+                               generation=FIRST_GENERATION, nonce=nonce)
+    body: dict[str, Any] = {
+        "task": {"id": authorization.task_id, "version": claimed_version,
+                 **{f: getattr(authorization, f) for f in SNAPSHOT_FIELDS}},
+        "authorization": {"id": authorization.id, "task_version": authorization.task_version,
+                          "expires_at": authorization.expires_at},
+        "attempt": {"id": attempt_id, "claim_generation": FIRST_GENERATION, "lease_expires_at": lease_end},
+        "server_now": at,
+    }
+    body_text = canonical_json(body)
+    # Row counts are proven for every step; a miss means the invariants broke → roll back, 503.
+    if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
+                                new_state=new_auth_state, at=at):
+        raise StorageError("authorization changed under the write lock")
+    if not task_store.set_state(conn, authorization.task_id, expected_version=candidate.task_version,
+                                expected_state=TaskState.PENDING, new_state=new_task_state, at=at):
+        raise StorageError("task changed under the write lock")
+    attempt_store.insert(conn, Attempt(
+        id=attempt_id, task_id=authorization.task_id, authorization_id=authorization.id, device_id=device_id,
+        session_id=session_id, claim_generation=FIRST_GENERATION, nonce=nonce,
+        token_hash=claim_token.token_hash(token), claimed_task_version=claimed_version, lease_expires_at=lease_end,
+        state=AttemptState.OPEN, close_reason=None, response_json=body_text, next_event_seq=1, created_at=at,
+        closed_at=None))
+    idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=body, at=at, attempt_id=attempt_id)
+    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="task.claim", subject_kind="task",
+                 subject_id=authorization.task_id, request_id=key, generation=FIRST_GENERATION,
+                 detail={"attempt_id": attempt_id, "authorization_id": authorization.id, "session_id": session_id,
+                         "task_version": claimed_version, "lease_expires_at": lease_end})
+    return Stored(200, _with_token(body_text, token), attempt_id)

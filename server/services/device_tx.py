@@ -1,0 +1,56 @@
+"""The opening of every device write transaction (design §2.5, spec 000 §5 and §8).
+
+1. :func:`begin` — the transaction's first business statement: a conditional UPDATE that takes
+   SQLite's write position and proves the device is still ACTIVE there (rowcount 1). A revocation
+   committed before this point makes it fail with :class:`DeviceNotActive` (→ empty 401) and the
+   request writes nothing. Only after it may a job read or replay request records, answer EMPTY or a
+   conflict, or write business facts.
+2. :func:`replay_scoped` — the idempotency lookup of design §4: keys are scoped to the device and
+   remember their endpoint; the same key used by another device, on another endpoint or with another
+   payload is ``409 idempotency_conflict``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.services.common import payload_hash
+from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.store import claims as claim_store
+from cmbuyer.server.store.claims import DeviceGate
+
+
+class DeviceNotActive(Exception):
+    """The device was revoked (or is unknown) at the write position: answer the empty 401."""
+
+
+def begin(conn: sqlite3.Connection, device_id: str) -> DeviceGate:
+    """Run the conditional "device still ACTIVE" UPDATE; returns the device's latest heartbeat facts.
+
+    Raises :class:`DeviceNotActive` when the UPDATE matched no row.
+    """
+    gate = claim_store.confirm_active(conn, device_id)
+    if gate is None:
+        raise DeviceNotActive()
+    return gate
+
+
+def idempotency_conflict() -> Conflict:
+    """The fixed 409 for a key reused with another payload, endpoint or device."""
+    return Conflict("idempotency key reused with a different request", code="idempotency_conflict")
+
+
+def replay_scoped(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any) -> Stored | None:
+    """The stored outcome of ``(device, key)`` when it was the same request, None for a new key.
+
+    Raises ``idempotency_conflict`` when the key is stored for another device, another endpoint or a
+    payload with a different canonical hash. One indexed statement.
+    """
+    own: Stored | None = None
+    for rec in claim_store.requests_for_key(conn, key):
+        if rec.device_id != device_id or rec.endpoint != endpoint or rec.request_hash != payload_hash(payload):
+            raise idempotency_conflict()
+        own = Stored(rec.status, rec.response_json, rec.attempt_id)
+    return own

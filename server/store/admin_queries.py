@@ -1,0 +1,169 @@
+"""Read-only SQL behind the admin pages: the task table (filters, keyword search, keyset paging),
+the devices page, and the lookups of the reconcile / evidence routes.
+
+Every list query is index-driven so ``GET /tasks`` stays fast at 100,000 tasks (issue 5):
+
+* no keyword: ``tasks_created`` / ``tasks_state_created`` give rows already in (created_at, id) order;
+* keyword that is a task UUID: primary key; all digits: ``tasks_goods`` (exact goods id) plus the
+  trigram index; 3+ characters: the FTS5 trigram table ``task_search`` (migration 0003);
+* 1–2 character keywords cannot use a trigram index, so they are checked only against the newest
+  :data:`SHORT_KEYWORD_WINDOW` rows that pass the other filters — a bounded scan, never the whole
+  table; the page tells the operator so.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+SHORT_KEYWORD_WINDOW = 5000
+_TASK_COLUMNS = ("t.id, t.title, t.goods_id, t.sku_color, t.sku_size, t.quantity, t.max_total_price, t.state,"
+                 " t.version, t.created_at, t.updated_at")
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """Filters of the task table. Times are canonical UTC text; ``before``/``after`` are keyset cursors
+    ``(created_at, id)`` of the last/first row of the neighbouring page."""
+
+    states: tuple[str, ...] = ()
+    keyword: str = ""
+    keyword_kind: str = ""  # "" | "id" | "digits" | "text" | "short"
+    created_from: str | None = None
+    created_to: str | None = None
+    before: tuple[str, str] | None = None
+    after: tuple[str, str] | None = None
+
+
+def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` task rows (dicts of the list columns), newest first.
+
+    With ``f.after`` set the page *before* the cursor in display order is returned (still newest
+    first), which is how "上一页" works with keyset pagination.
+    """
+    where: list[str] = []
+    args: list[object] = []
+    if len(f.states) == 1:
+        where.append("t.state = ?")
+        args.append(f.states[0])
+    elif f.states:
+        # Several states: the unary + keeps SQLite on the (created_at, id) index, which yields rows in
+        # page order and stops after `limit` matches, instead of sorting every row of those states.
+        where.append(f"+t.state IN ({','.join('?' * len(f.states))})")
+        args.extend(f.states)
+    if f.created_from:
+        where.append("t.created_at >= ?")
+        args.append(f.created_from)
+    if f.created_to:
+        where.append("t.created_at < ?")
+        args.append(f.created_to)
+    if f.keyword_kind == "id":
+        where.append("t.id = ?")
+        args.append(f.keyword)
+    elif f.keyword_kind == "digits":
+        if len(f.keyword) >= 3:
+            where.append("t.id IN (SELECT id FROM tasks WHERE goods_id = ?"
+                         " UNION SELECT task_id FROM task_search WHERE task_search MATCH ?)")
+            args.extend([f.keyword, fts_phrase(f.keyword)])
+        else:
+            where.append("t.goods_id = ?")
+            args.append(f.keyword)
+    elif f.keyword_kind == "text":
+        where.append("t.id IN (SELECT task_id FROM task_search WHERE task_search MATCH ?)")
+        args.append(fts_phrase(f.keyword))
+    if f.after is not None:
+        where.append("(t.created_at, t.id) > (?, ?)")
+        args.extend(f.after)
+        order = "ASC"
+    else:
+        if f.before is not None:
+            where.append("(t.created_at, t.id) < (?, ?)")
+            args.extend(f.before)
+        order = "DESC"
+    where_sql = (" WHERE " + " AND ".join(where)) if where else ""
+    if f.keyword_kind == "short":
+        # Bounded window: newest SHORT_KEYWORD_WINDOW rows of the other filters, then the substring test.
+        sql = (f"SELECT * FROM (SELECT {_TASK_COLUMNS} FROM tasks t{where_sql}"
+               f" ORDER BY t.created_at {order}, t.id {order} LIMIT ?)"
+               " WHERE instr(title, ?) > 0 OR instr(sku_color, ?) > 0 OR instr(sku_size, ?) > 0"
+               f" ORDER BY created_at {order}, id {order} LIMIT ?")
+        args.extend([SHORT_KEYWORD_WINDOW, f.keyword, f.keyword, f.keyword, limit])
+    else:
+        sql = (f"SELECT {_TASK_COLUMNS} FROM tasks t{where_sql}"
+               f" ORDER BY t.created_at {order}, t.id {order} LIMIT ?")
+        args.append(limit)
+    rows = [dict(r) for r in conn.execute(sql, args)]
+    if f.after is not None:
+        rows.reverse()
+    return rows
+
+
+def fts_phrase(keyword: str) -> str:
+    """``keyword`` as one FTS5 phrase (double quotes doubled), so no FTS query syntax gets through."""
+    return '"' + keyword.replace('"', '""') + '"'
+
+
+def latest_events(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``{task_id: {step, outcome, reason_code, occurred_at}}`` of each task's newest event (index ``events_task``)."""
+    if not task_ids:
+        return {}
+    marks = ",".join("?" * len(task_ids))
+    rows = conn.execute(
+        "SELECT e.task_id, e.step, e.outcome, e.reason_code, e.occurred_at FROM events e"
+        f" WHERE e.id IN (SELECT max(id) FROM events WHERE task_id IN ({marks}) GROUP BY task_id)",
+        task_ids,
+    )
+    return {r["task_id"]: dict(r) for r in rows}
+
+
+def open_attempts(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``{task_id: {device_id, device_name, lease_expires_at}}`` for tasks with an OPEN attempt."""
+    if not task_ids:
+        return {}
+    marks = ",".join("?" * len(task_ids))
+    rows = conn.execute(
+        "SELECT a.task_id, a.device_id, d.name AS device_name, a.lease_expires_at FROM attempts a"
+        f" JOIN devices d ON d.id = a.device_id WHERE a.state = 'OPEN' AND a.task_id IN ({marks})",
+        task_ids,
+    )
+    return {r["task_id"]: dict(r) for r in rows}
+
+
+def devices_with_claims(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every device (no token hash) with its OPEN attempt, if any, newest device last."""
+    rows = conn.execute(
+        "SELECT d.id, d.name, d.state, d.created_at, d.revoked_at, d.last_heartbeat_at, d.client_version,"
+        " d.adb_serial, d.android_release, d.pdd_version, d.pdd_version_code, d.reported_state,"
+        " d.app_version_allowed, a.id AS attempt_id, a.task_id AS claim_task_id,"
+        " a.lease_expires_at AS claim_lease_expires_at, t.title AS claim_task_title"
+        " FROM devices d LEFT JOIN attempts a ON a.device_id = d.id AND a.state = 'OPEN'"
+        " LEFT JOIN tasks t ON t.id = a.task_id ORDER BY d.created_at, d.id"
+    )
+    return [dict(r) for r in rows]
+
+
+def device_names(conn: sqlite3.Connection, device_ids: list[str]) -> dict[str, str]:
+    """``{device_id: name}`` for the given ids."""
+    if not device_ids:
+        return {}
+    marks = ",".join("?" * len(device_ids))
+    return {r[0]: r[1] for r in conn.execute(f"SELECT id, name FROM devices WHERE id IN ({marks})", device_ids)}
+
+
+def submission(conn: sqlite3.Connection, submission_id: str) -> dict[str, Any] | None:
+    """One order submission row as a dict, or None."""
+    r = conn.execute("SELECT * FROM order_submissions WHERE id = ?", (submission_id,)).fetchone()
+    return None if r is None else dict(r)
+
+
+def submission_exists_for_task(conn: sqlite3.Connection, task_id: str) -> bool:
+    """True once any order submission (fence row) exists for the task (index ``order_submissions_task``)."""
+    return conn.execute("SELECT 1 FROM order_submissions WHERE task_id = ? LIMIT 1", (task_id,)).fetchone() is not None
+
+
+def evidence_file_ref(conn: sqlite3.Connection, asset_id: str) -> tuple[str, int] | None:
+    """``(sha256, byte_size)`` of a PNG evidence asset, or None."""
+    r = conn.execute("SELECT sha256, byte_size FROM evidence_assets WHERE id = ? AND mime = 'image/png'",
+                     (asset_id,)).fetchone()
+    return None if r is None else (r[0], r[1])

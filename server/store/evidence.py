@@ -1,0 +1,51 @@
+"""SQL for evidence assets (metadata rows; the PNG bytes live in the content-addressed file store)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Asset:
+    """An evidence asset row (never holds a file name or path; the file is found by ``sha256``)."""
+
+    id: str
+    task_id: str
+    attempt_id: str
+    device_id: str
+    upload_key: str
+    kind: str
+    privacy_tier: str
+    sha256: str
+    byte_size: int
+    mime: str
+    width: int
+    height: int
+    captured_at: str
+    created_at: str
+
+
+_FIELDS = list(Asset.__dataclass_fields__)
+
+
+def _row(r: sqlite3.Row) -> Asset:
+    return Asset(*(r[k] for k in _FIELDS))
+
+
+def insert(conn: sqlite3.Connection, asset: Asset) -> None:
+    """Insert an asset; the composite FK (attempt_id, task_id) proves the attempt belongs to the task."""
+    conn.execute(f"INSERT INTO evidence_assets ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
+                 tuple(getattr(asset, f) for f in _FIELDS))
+
+
+def get(conn: sqlite3.Connection, asset_id: str) -> Asset | None:
+    """One asset by id, or None."""
+    r = conn.execute("SELECT * FROM evidence_assets WHERE id = ?", (asset_id,)).fetchone()
+    return None if r is None else _row(r)
+
+
+def for_attempt(conn: sqlite3.Connection, attempt_id: str) -> list[Asset]:
+    """The attempt's assets, oldest first."""
+    return [_row(r) for r in conn.execute(
+        "SELECT * FROM evidence_assets WHERE attempt_id = ? ORDER BY created_at, id", (attempt_id,))]

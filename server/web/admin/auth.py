@@ -1,0 +1,153 @@
+"""``GET/POST /login`` and ``POST /logout`` (spec 002 一、管理端接口 / 身份).
+
+Login form fields: ``username``, ``password``, ``csrf_token``. The CSRF token before login is bound
+to a random pre-login cookie (``cmbuyer_login``, path ``/login``); a successful login always issues
+a brand-new session id (``cmbuyer_session``), revokes any session id the browser presented and drops
+the pre-login cookie, so no id known before login is ever valid after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from aiohttp import web
+from cmbuyer.server.db import StorageError
+from cmbuyer.server.services import admin_sessions
+from cmbuyer.server.services.admin_sessions import AdminSession
+from cmbuyer.server.services.admins import verify_password
+from cmbuyer.server.store import admins as admin_store
+from cmbuyer.server.web.admin import csrf
+from cmbuyer.server.web.admin.common import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    STORAGE_REFUSAL,
+    AdminHTTPError,
+    Body,
+    action,
+    clear_cookie,
+    current_session,
+    error_json,
+    now,
+    read_body,
+    redirect,
+    refuse,
+    render,
+    same_origin,
+    set_session_cookie,
+    single_cookie,
+    wants_json,
+)
+from cmbuyer.server.web.keys import DB, SETTINGS
+
+LOGIN_PATH = "/login"
+_NEXT = re.compile(r"/(?:tasks|devices)(?:/[0-9a-f-]{36})?", re.ASCII)
+NOTICES = {"logged_out": "已退出登录。", "expired": "登录已过期，请重新登录。"}
+
+
+def _safe_next(value: str | None) -> str:
+    """Only our own task/device pages are valid redirect targets after login (no open redirect)."""
+    return value if value and _NEXT.fullmatch(value) else "/tasks"
+
+
+def _login_page(request: web.Request, prelogin: str, *, status: int = 200, error: str = "",
+                username: str = "", next_path: str = "/tasks") -> web.Response:
+    token = csrf.login_token(request.app[SETTINGS], prelogin)
+    notice = NOTICES.get(request.query.get("notice", ""), "")
+    response = render(request, "login.html", {"csrf_token": token, "error": error, "username": username,
+                                              "notice": notice, "next": next_path, "session": None},
+                      status=status)
+    set_session_cookie(request, response, LOGIN_COOKIE, prelogin, path=LOGIN_PATH)
+    return response
+
+
+async def login_form(request: web.Request) -> web.StreamResponse:
+    """``GET /login``: the form (or a redirect to the task list when already logged in)."""
+    try:
+        if await current_session(request) is not None:
+            raise web.HTTPSeeOther("/tasks")
+    except StorageError:
+        return refuse(request, STORAGE_REFUSAL)
+    prelogin = single_cookie(request, LOGIN_COOKIE)
+    if prelogin is None or admin_sessions.token_hash(prelogin) is None:
+        prelogin = admin_sessions.new_token()
+    return _login_page(request, prelogin, next_path=_safe_next(request.query.get("next")))
+
+
+async def login_submit(request: web.Request) -> web.StreamResponse:
+    """``POST /login``: same-origin and CSRF first, then throttle, then the password (argon2, off the
+    event loop). 403 bad origin/token · 429 locked · 401 wrong credentials · 303 on success."""
+    settings = request.app[SETTINGS]
+    db = request.app[DB]
+    try:
+        if not same_origin(request):
+            raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
+        prelogin = single_cookie(request, LOGIN_COOKIE)
+        body: Body = await read_body(request)
+        if body.kind == "json":
+            username, password = body.json.get("username"), body.json.get("password")
+            supplied = request.headers.getall("X-CSRF-Token", [])
+            next_path = "/tasks"
+        else:
+            username, password = body.one("username", ""), body.one("password", "")
+            supplied = request.headers.getall("X-CSRF-Token", []) + body.form.get("csrf_token", [])
+            next_path = _safe_next(body.one("next"))
+        if (prelogin is None or admin_sessions.token_hash(prelogin) is None or len(supplied) != 1
+                or not csrf.check_login_token(settings, prelogin, supplied[0])):
+            raise AdminHTTPError(403, "csrf_failed", "登录表单已过期，请刷新页面后重试")
+        if not isinstance(username, str) or not isinstance(password, str) or not 1 <= len(username) <= 64 \
+                or len(password) > 1024:
+            username, password = str(username or "")[:64], ""
+        at = now(request)
+        keys = admin_sessions.throttle_keys(username, request.remote or "")
+        locked = await db.read(lambda c: admin_sessions.locked_until(c, keys, at))
+        if locked is not None:
+            raise AdminHTTPError(429, "login_throttled", "登录失败次数过多，请 15 分钟后再试")
+        admin = await db.read(lambda c: admin_store.by_username(c, username)) if username else None
+        stored = admin.password_hash if admin is not None and not admin.disabled else None
+        ok = await asyncio.get_running_loop().run_in_executor(None, verify_password, stored, password)
+        if not ok or admin is None:
+            await db.write(lambda c: admin_sessions.record_failure(c, keys, username, at))
+            if body.kind == "json" or wants_json(request):
+                return error_json(request, 401, "login_failed", "用户名或密码错误")
+            return _login_page(request, prelogin, status=401, error="用户名或密码错误", username=username,
+                               next_path=next_path)
+        previous = single_cookie(request, SESSION_COOKIE)
+        previous_hash = admin_sessions.token_hash(previous) if previous else None
+        admin_id = admin.id
+        token = await db.write(lambda c: admin_sessions.login(c, admin_id, keys, previous_hash, at, settings))
+    except AdminHTTPError as exc:
+        if exc.status == 429 and not wants_json(request) and prelogin is not None:
+            return _login_page(request, prelogin, status=429, error=exc.message)
+        return refuse(request, exc)
+    except StorageError:
+        return refuse(request, STORAGE_REFUSAL)
+    response: web.StreamResponse
+    if body.kind == "json":
+        response = web.json_response({"ok": True}, headers={"Cache-Control": "no-store"})
+    else:
+        response = redirect(next_path)
+    set_session_cookie(request, response, SESSION_COOKIE, token)
+    clear_cookie(request, response, LOGIN_COOKIE, path=LOGIN_PATH)
+    return response
+
+
+@action
+async def logout(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
+    """``POST /logout``: revoke the session server-side, expire the cookie, back to the login page."""
+    at = now(request)
+    await request.app[DB].write(lambda c: admin_sessions.logout(c, session, at))
+    response: web.StreamResponse
+    if body.kind == "json" or wants_json(request):
+        response = web.json_response({"ok": True}, headers={"Cache-Control": "no-store"})
+    else:
+        response = redirect("/login?notice=logged_out")
+    clear_cookie(request, response, SESSION_COOKIE)
+    return response
+
+
+def setup(app: web.Application) -> None:
+    """Register the login/logout routes."""
+    app.router.add_get("/login", login_form, name="admin-login")
+    app.router.add_post("/login", login_submit, name="admin-login-submit")
+    app.router.add_post("/logout", logout, name="admin-logout")

@@ -1,0 +1,148 @@
+"""In-process fake TaskSource/ResultSink enforcing the device-API rules that matter to the agent.
+
+Why a fake: the real server (cmbuyer.server) was being written in parallel; the HTTP path is
+exercised by the real-server integration tests (listed as not done in the report). This fake
+validates every request body against the wire schemas, enforces the one-time fence (a replay of the
+same fence_key answers click_permitted=false), idempotency keys (same key → same answer, different
+payload → conflict), and records everything the tests assert on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from cmbuyer.agent.client import FenceReplayed
+from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.model import (
+    AssetRef,
+    AttemptFailure,
+    Claim,
+    ClaimedPurchase,
+    Lease,
+    ScreenshotAsset,
+    Session,
+    SubmissionProof,
+    SubmissionResult,
+    Task,
+    TaskEvent,
+)
+from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
+from cmbuyer.agent.screens.text import money_str
+from cmbuyer.schemas import validate
+
+
+def make_purchase(**task_over: Any) -> ClaimedPurchase:
+    t = {"id": str(uuid.uuid4()), "version": 3, "title": "t", "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
+         "goods_id": "937122477375", "sku_color": "黑色CHA(纯棉)", "sku_size": "M(建议100-115)",
+         "quantity": 2, "max_total_price": Decimal("30.00")}
+    t.update(task_over)
+    task = Task(**t)
+    claim = Claim(task_id=task.id, task_version=task.version, authorization_id=str(uuid.uuid4()),
+                  attempt_id=str(uuid.uuid4()), claim_generation=1, claim_token="ab" * 32,
+                  session_id=str(uuid.uuid4()), lease_expires_at="2099-01-01T00:05:00Z",
+                  authorization_expires_at="2099-01-01T01:00:00Z")
+    return ClaimedPurchase(task=task, claim=claim, server_now="2099-01-01T00:00:00Z")
+
+
+class FakeServer:
+    def __init__(self, purchase: ClaimedPurchase, keys: Any = None) -> None:
+        self.purchase = purchase
+        self.keys = keys
+        self.events: list[TaskEvent] = []
+        self.evidence: list[tuple[str, str]] = []  # (kind, asset_id)
+        self.fails: list[AttemptFailure] = []
+        self.fences: dict[str, dict[str, Any]] = {}  # fence_key -> response
+        self.results: dict[str, dict[str, Any]] = {}  # result_key -> payload
+        self.task_state = "CLAIMED"
+        self.down = 0  # number of calls to fail with a transport error
+        self.lease_ok = True
+
+    def _maybe_down(self) -> None:
+        if self.down > 0:
+            self.down -= 1
+            raise ServerUnreachable("fake server down")
+
+    def claim_next(self, session: Session) -> ClaimedPurchase | None:
+        return self.purchase
+
+    def renew_lease(self, claim: Claim) -> Lease:
+        if not self.lease_ok:
+            raise ServerRejected(409, "claim_not_current")
+        return Lease("2099-01-01T00:05:00Z", "2099-01-01T00:00:00Z")
+
+    def append_events(self, claim: Claim, events: list[TaskEvent]) -> None:
+        self._maybe_down()
+        validate("events.request", {"batch_key": str(uuid.uuid4()), "attempt_id": claim.attempt_id,
+                                    "claim_generation": 1, "claim_token": claim.claim_token,
+                                    "events": [e.__dict__ for e in events]})
+        self.events.extend(events)
+        if self.task_state == "CLAIMED":
+            self.task_state = "ORDERING"
+
+    def upload_screenshot(self, claim: Claim, asset: ScreenshotAsset) -> AssetRef:
+        self._maybe_down()
+        assert asset.png.startswith(b"\x89PNG\r\n\x1a\n")
+        asset_id = str(uuid.uuid4())
+        self.evidence.append((asset.kind, asset_id))
+        return AssetRef(asset_id, hashlib.sha256(asset.png).hexdigest())
+
+    def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
+        self._maybe_down()
+        if self.task_state == "SUBMITTING":
+            raise ServerRejected(409, "submission_fenced")
+        self.fails.append(failure)
+        self.task_state = "FAILED"
+
+    def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
+        self._maybe_down()
+        key = self.keys.key("fence", claim.attempt_id) if self.keys else "k"
+        t = self.purchase.task
+        payload = {"fence_key": key if self.keys else str(uuid.uuid4()), "task_id": claim.task_id,
+                   "expected_task_version": claim.task_version, "authorization_id": claim.authorization_id,
+                   "claim_generation": 1, "claim_token": claim.claim_token,
+                   "selected_color": proof.selected_color, "selected_size": proof.selected_size,
+                   "gate1_unit_price": money_str(proof.gate1_unit_price),
+                   "gate2_unit_price": money_str(proof.gate2_unit_price), "quantity_read": proof.quantity_read,
+                   "confirm_page_amount": money_str(proof.confirm_page_amount),
+                   "submit_control_match_count": proof.submit_control_match_count}
+        validate("submission_fence.request", payload)
+        # The server's re-check (spec 002 fence).
+        if (proof.selected_color != t.sku_color or proof.quantity_read != t.quantity
+                or proof.gate1_unit_price != proof.gate2_unit_price
+                or proof.confirm_page_amount > t.max_total_price
+                or proof.submit_control_match_count != 1):
+            raise ServerRejected(409, "fence_refused")
+        if key in self.fences:
+            body = dict(self.fences[key], click_permitted=False, reconciliation_required=True)
+        else:
+            body = {"submission_id": str(uuid.uuid4()), "status": "FENCED", "click_permitted": True,
+                    "reconciliation_required": False, "submit_text": "提交订单"}
+            self.fences[key] = body
+            self.task_state = "SUBMITTING"
+        try:
+            return _from_fence_response(body, attempt_id=claim.attempt_id, task_id=claim.task_id)
+        except PermitRefused as exc:
+            raise FenceReplayed(body["submission_id"]) from exc
+
+    def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None:
+        key = self.keys.key("result", permit.attempt_id) if self.keys else str(uuid.uuid4())
+        self.report_recovered_result(submission_id=permit.submission_id, attempt_id=permit.attempt_id,
+                                     claim_token="ab" * 32, result=result, result_key=key)
+
+    def report_recovered_result(self, *, submission_id: str, attempt_id: str, claim_token: str,
+                                result: SubmissionResult, result_key: str) -> None:
+        self._maybe_down()
+        payload = {"result_key": result_key, "attempt_id": attempt_id, "claim_token": claim_token,
+                   "observation": result.observation, "evidence_asset_id": result.evidence_asset_id}
+        validate("submission_result.request", payload)
+        if result_key in self.results:
+            if self.results[result_key] != payload:
+                raise ServerRejected(409, "idempotency_conflict")
+            return
+        if self.results:
+            raise ServerRejected(409, "result_conflict")
+        self.results[result_key] = payload
+        self.task_state = "WAITING_PAYMENT" if result.observation == "SUBMITTED" else "RECONCILIATION_REQUIRED"

@@ -1,0 +1,147 @@
+"""The `cmbuyer-server` CLI contract (issue 2), run as real subprocesses on a real data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
+URL = "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375"
+
+
+def cli(data_dir: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), *args],
+                          input=stdin, capture_output=True, text=True, timeout=60, env={**CLEAN_ENV, **(env or {})})
+
+
+def cli_json(data_dir: Path, *args: str, stdin: str | None = None) -> dict:
+    result = cli(data_dir, *args, "--json", stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def ddir(tmp_path: Path) -> Path:
+    d = tmp_path / "data"
+    out = cli_json(d, "init")
+    assert out["env_file_created"] is True and len(out["migrations_applied"]) >= 2
+    assert (d / "cmbuyer.env").stat().st_mode & 0o777 == 0o600
+    return d
+
+
+def test_device_token_is_shown_once_and_only_its_hash_is_stored(ddir: Path) -> None:
+    issued = cli_json(ddir, "device", "add", "--name", "phone-1")
+    token, device_id = issued["token"], issued["device_id"]
+    assert len(token) == 64 and token == token.lower()
+    listing = cli(ddir, "device", "list", "--json")
+    assert token not in listing.stdout and device_id in listing.stdout
+    import hashlib
+    digest = hashlib.sha256(bytes.fromhex(token)).digest()
+    raw = b"".join(p.read_bytes() for p in ddir.iterdir() if p.is_file() and p.name.startswith("cmbuyer.sqlite3"))
+    assert token.encode() not in raw and bytes.fromhex(token) not in raw
+    import sqlite3
+    conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
+    assert conn.execute("SELECT token_hash FROM devices WHERE id = ?", (device_id,)).fetchone()[0] == digest
+    audit_text = json.dumps(conn.execute("SELECT * FROM audit_log").fetchall())
+    assert token not in audit_text and digest.hex() not in audit_text
+    conn.close()
+
+
+def test_revoke_is_idempotent_and_unknown_device_is_refused(ddir: Path) -> None:
+    device_id = cli_json(ddir, "device", "add", "--name", "p")["device_id"]
+    assert cli_json(ddir, "device", "revoke", device_id)["changed"] is True
+    assert cli_json(ddir, "device", "revoke", device_id)["changed"] is False
+    assert cli(ddir, "device", "revoke", "00000000-0000-4000-8000-000000000000").returncode == 1
+    assert cli_json(ddir, "device", "list")["devices"][0]["state"] == "REVOKED"
+
+
+def test_task_add_start_show(ddir: Path) -> None:
+    created = cli_json(ddir, "task", "add", "--title", "纯棉短袖", "--url", URL, "--color", "黑色CHA(纯棉)",
+                       "--size", "M(建议100-115)", "--quantity", "2", "--max-total-price", "30.00")
+    assert created["version"] == 1
+    started = cli_json(ddir, "task", "start", created["task_id"])
+    assert started["payment_automated"] is False and started["authorized_count"] == 1
+    shown = cli_json(ddir, "task", "show", created["task_id"])
+    assert shown["task"]["state"] == "PENDING" and shown["task"]["version"] == 2
+    assert shown["authorization"]["state"] == "ACTIVE" and shown["submission"] is None
+    again = cli(ddir, "task", "start", created["task_id"], "--json")
+    assert again.returncode == 1 and "version_conflict" in again.stderr
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("task", "add", "--title", "t", "--url", "https://evil.example/goods.html?goods_id=1", "--color", "a",
+      "--size", "b", "--quantity", "1", "--max-total-price", "1.00"), 1),
+    (("task", "add", "--title", "t", "--url", URL, "--color", "a", "--size", "b", "--quantity", "1",
+      "--max-total-price", "1.0"), 1),
+    (("task", "show", "not-a-uuid"), 1),
+    (("no-such-command",), 2),
+])
+def test_exit_codes(ddir: Path, args: tuple[str, ...], code: int) -> None:
+    assert cli(ddir, *args).returncode == code
+
+
+def test_admin_add_list_passwd(ddir: Path) -> None:
+    assert cli_json(ddir, "admin", "add", "--username", "ops", "--password-stdin", stdin="long-enough-pw\n")
+    assert cli(ddir, "admin", "add", "--username", "ops", "--password-stdin", stdin="long-enough-pw\n").returncode == 1
+    assert cli(ddir, "admin", "add", "--username", "x", "--password-stdin", stdin="short\n").returncode == 1
+    listing = cli_json(ddir, "admin", "list")
+    assert [a["username"] for a in listing["admins"]] == ["ops"]
+    assert "long-enough-pw" not in json.dumps(listing)
+    assert cli_json(ddir, "admin", "passwd", "--username", "ops", "--password-stdin", stdin="another-password\n")
+
+
+def test_doctor_and_migrate_list(ddir: Path) -> None:
+    doctor = cli_json(ddir, "doctor")
+    assert doctor["ok"] is True
+    rows = cli_json(ddir, "migrate", "--list")["migrations"]
+    assert rows and all(r["applied"] and r["checksum_ok"] for r in rows)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_health(port: int, proc: subprocess.Popen[str]) -> dict:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+                return json.loads(resp.read())
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("server did not become healthy")
+
+
+def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
+    issued = cli_json(ddir, "device", "add", "--name", "p")
+    for _ in range(2):  # restarting on the same data dir works
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(ddir), "serve",
+                                 "--port", str(port)], env=CLEAN_ENV, stderr=subprocess.PIPE, text=True)
+        try:
+            health = _wait_health(port, proc)
+            assert health["status"] == "ok" and health["migrations"] == "current"
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=30)
+        assert issued["token"] not in err
+    import sqlite3
+    conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
+    conn.execute("UPDATE schema_migrations SET checksum = 'tampered' WHERE name = '0001_foundation.sql'")
+    conn.commit()
+    conn.close()
+    refused = cli(ddir, "serve", "--port", str(_free_port()))
+    assert refused.returncode == 4 and "checksum" in refused.stderr

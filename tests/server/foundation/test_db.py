@@ -1,0 +1,124 @@
+"""The SQLite layer (issue 2): pragmas, BEGIN IMMEDIATE, one writer, storage failures → StorageError."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from cmbuyer.server.db import Database, StorageError, connect_sync
+
+
+@pytest.fixture
+async def db(tmp_path: Path):
+    path = tmp_path / "t.sqlite3"
+    setup = connect_sync(path)
+    setup.execute("CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT")
+    setup.execute("INSERT INTO counter VALUES (1, 0)")
+    setup.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL) STRICT")
+    setup.close()
+    database = Database(path)
+    await database.open()
+    yield database
+    await database.close()
+
+
+async def test_pragmas_read_back_as_set(db: Database) -> None:
+    def read(conn: sqlite3.Connection) -> dict[str, object]:
+        return {name: conn.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "query_only")}
+
+    assert await db.write(read) == {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1,
+                                    "busy_timeout": 5000, "query_only": 0}
+    assert await db.read(read) == {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1,
+                                   "busy_timeout": 5000, "query_only": 1}
+
+
+async def test_every_write_runs_in_begin_immediate(db: Database) -> None:
+    statements: list[str] = []
+    await db.write(lambda c: c.set_trace_callback(statements.append))
+    await db.write(lambda c: c.execute("UPDATE counter SET n = n + 1"))
+    await db.write(lambda c: c.set_trace_callback(None))
+    joined = [s.strip().upper() for s in statements]
+    begin = joined.index("BEGIN IMMEDIATE")
+    assert joined[begin + 1].startswith("SAVEPOINT")
+    assert "UPDATE COUNTER SET N = N + 1" in joined[begin + 2]
+    assert "COMMIT" in joined[begin + 3:]
+    assert not any(s in ("BEGIN", "BEGIN DEFERRED") for s in joined)
+
+
+async def test_concurrent_writers_never_interleave(db: Database) -> None:
+    trace: list[tuple[int, str]] = []
+    threads: set[int] = set()
+
+    def job(i: int):
+        def run(conn: sqlite3.Connection) -> int:
+            trace.append((i, "start"))
+            threads.add(threading.get_ident())
+            (n,) = conn.execute("SELECT n FROM counter WHERE id = 1").fetchone()  # read-modify-write
+            conn.execute("UPDATE counter SET n = ? WHERE id = 1", (n + 1,))
+            trace.append((i, "end"))
+            return n + 1
+        return run
+
+    results = await asyncio.gather(*(db.write(job(i)) for i in range(200)))
+    assert sorted(results) == list(range(1, 201))
+    assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == 200
+    for k in range(0, len(trace), 2):
+        assert trace[k][0] == trace[k + 1][0] and trace[k][1] == "start" and trace[k + 1][1] == "end"
+    assert len(threads) == 1
+
+
+async def test_failing_job_rolls_back_only_itself(db: Database) -> None:
+    def good(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO rows (payload) VALUES (x'01')")
+
+    def bad(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO rows (payload) VALUES (x'02')")
+        raise ValueError("business rule")
+
+    out = await asyncio.gather(db.write(good), db.write(bad), db.write(good), return_exceptions=True)
+    assert out[0] is None and out[2] is None and isinstance(out[1], ValueError)
+    payloads = await db.read(lambda c: [r[0] for r in c.execute("SELECT payload FROM rows")])
+    assert payloads == [b"\x01", b"\x01"]
+
+
+async def test_full_database_is_a_storage_error_and_leaves_no_partial_row(db: Database) -> None:
+    pages = await db.write(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+    await db.write(lambda c: c.execute(f"PRAGMA max_page_count = {pages + 1}"))
+
+    def big(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO rows (payload) VALUES (zeroblob(1000000))")
+
+    with pytest.raises(StorageError):
+        await db.write(big)
+    assert await db.read(lambda c: c.execute("SELECT count(*) FROM rows").fetchone()[0]) == 0
+    await db.write(lambda c: c.execute("PRAGMA max_page_count = 1073741823"))
+    await db.write(lambda c: c.execute("INSERT INTO rows (payload) VALUES (x'03')"))
+    assert await db.read(lambda c: c.execute("SELECT count(*) FROM rows").fetchone()[0]) == 1
+
+
+async def test_lock_held_past_busy_timeout_is_a_storage_error(db: Database) -> None:
+    other = connect_sync(db.path)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO rows (payload) VALUES (x'09')")
+    try:
+        with pytest.raises(StorageError):
+            await db.write(lambda c: c.execute("UPDATE counter SET n = 42"))
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == 0
+    await db.write(lambda c: c.execute("UPDATE counter SET n = 7"))
+    assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == 7
+
+
+async def test_closed_database_raises_storage_error(tmp_path: Path) -> None:
+    database = Database(tmp_path / "x.sqlite3")
+    with pytest.raises(StorageError):
+        await database.write(lambda c: None)
+    with pytest.raises(StorageError):
+        await database.read(lambda c: None)
