@@ -1,0 +1,157 @@
+"""`make demo` / `make demo-once` (issue 8).
+
+Sets up ./var/demo with fresh secrets and a demo admin (credentials printed), starts the server on
+127.0.0.1:8080, the phone simulator with two phones and the demo catalogue, registers both phones as
+devices, runs one agent per phone, creates and starts the demo tasks and prints a live line per task
+until every task has settled. `make demo` then keeps serving until Ctrl-C; `--once` exits 0 only if
+every task ended in its expected state and no goods was ordered twice for one task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from cmbuyer.phonesim.journal import order_counts, payment_taps
+
+from demo.stack import SETTLED, Stack, StackError, TaskSpec, port_is_free
+
+SCENARIO = Path(__file__).with_name("scenario.yaml")
+SERIALS = ["sim-1", "sim-2"]
+
+
+def demo_tasks() -> list[TaskSpec]:
+    """The demo's tasks and the state each must reach."""
+    return [
+        TaskSpec("纯棉短袖 黑M ×2", "937122477375", "黑色CHA(纯棉)", "M(建议100-115)", 2, "30.00"),
+        TaskSpec("纯棉短袖 流砂灰L", "937122477375", "【流砂限定】灰色", "L(建议115-130)", 1, "20.00"),
+        TaskSpec("卫裤 灰XL ×2", "700000000002", "灰色", "XL", 2, "90.00"),
+        TaskSpec("冲锋衣 藏青L（提交后出现安全验证）", "700000000001", "藏青", "L", 1, "200.00",
+                 expect=("RECONCILIATION_REQUIRED",)),
+        TaskSpec("纯棉短袖 白XL ×3（超出总价上限）", "937122477375", "白色CHA(纯棉)", "XL(建议130-145)", 3, "30.00",
+                 expect=("FAILED",)),
+    ]
+
+
+def _line(spec: TaskSpec, detail: dict[str, Any]) -> str:
+    task = detail["task"]
+    attempts = detail["attempts"]
+    device = attempts[-1]["device_id"][:8] if attempts else "-"
+    events = detail["events"]
+    last = f"{events[-1]['step']}:{events[-1]['outcome']}" if events else ""
+    reason = task.get("state_reason") or ""
+    mark = "✓" if task["state"] in spec.expect else ("…" if task["state"] not in SETTLED else "✗")
+    return f" {mark} {spec.title[:24]:<24} {task['state_label']:<6} {task['state']:<24} dev={device} {last} {reason}"
+
+
+def watch(stack: Stack, specs: list[TaskSpec], timeout: float, live: bool) -> dict[str, dict[str, Any]]:
+    """Print progress until every task settled (or ``timeout`` s); returns the last details."""
+    deadline = time.monotonic() + timeout
+    seen: dict[str, str] = {}
+    details: dict[str, dict[str, Any]] = {}
+    drawn = 0
+    while time.monotonic() < deadline:
+        details = stack.task_details(specs)
+        lines = [_line(s, details[s.task_id]) for s in specs]
+        if live:
+            if drawn:
+                sys.stdout.write(f"\x1b[{drawn}F")
+            sys.stdout.write("".join(f"\x1b[2K{line}\n" for line in lines))
+            drawn = len(lines)
+        else:
+            for spec, line in zip(specs, lines, strict=True):
+                state = details[spec.task_id]["task"]["state"]
+                if seen.get(spec.task_id) != state:
+                    seen[spec.task_id] = state
+                    print(line, flush=True)
+        sys.stdout.flush()
+        if all(details[s.task_id]["task"]["state"] in SETTLED for s in specs):
+            break
+        for serial, proc in stack.agents.items():
+            if proc.poll() is not None:
+                print(f" ! agent {serial} exited with {proc.returncode}; see {stack.logs}/agent-{serial}.log")
+                raise StackError("an agent died")
+        time.sleep(0.5)
+    return details
+
+
+def verify(stack: Stack, specs: list[TaskSpec], details: dict[str, dict[str, Any]]) -> list[str]:
+    """Problems with the outcome: wrong end states, or more orders than tasks for a goods id."""
+    problems = []
+    for spec in specs:
+        state = details[spec.task_id]["task"]["state"]
+        if state not in spec.expect:
+            problems.append(f"{spec.title}: ended {state}, expected {'/'.join(spec.expect)}")
+    entries = stack.phone_journal()
+    orders = Counter(order_counts(entries))
+    if payment_taps(entries):
+        problems.append(f"{len(payment_taps(entries))} tap(s) on payment controls")
+    ordering = ("WAITING_PAYMENT", "RECONCILIATION_REQUIRED")
+    wanted = Counter(s.goods_id for s in specs if any(state in s.expect for state in ordering))
+    for goods_id, count in orders.items():
+        if count > wanted.get(goods_id, 0):
+            problems.append(f"goods {goods_id}: {count} orders created for {wanted.get(goods_id, 0)} task(s)")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m demo.run`."""
+    parser = argparse.ArgumentParser(prog="demo", description=__doc__)
+    parser.add_argument("--once", action="store_true", help="headless: exit when every task settled")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--data-dir", type=Path, default=Path("var/demo"))
+    parser.add_argument("--timeout", type=float, default=240.0)
+    args = parser.parse_args(argv)
+    if not port_is_free(args.port):
+        print(f"demo: 127.0.0.1:{args.port} is in use; stop that process or pass --port", file=sys.stderr)
+        return 2
+    specs = demo_tasks()
+    stack = Stack(args.data_dir, server_port=args.port)
+    interrupted = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        stack.init()
+        print(f"admin:    {stack.url}/login   user admin   password {stack.admin_password}")
+        stack.start_server()
+        stack.start_sim(SERIALS, SCENARIO)
+        for serial in SERIALS:
+            stack.add_device(serial)
+        stack.create_tasks(specs)
+        for serial in SERIALS:
+            stack.start_agent(serial)
+        print(f"phones:   {', '.join(SERIALS)} (simulated; adb on 127.0.0.1:{stack.sim_port})")
+        print(f"logs:     {stack.logs}")
+        print("tasks:")
+        details = watch(stack, specs, args.timeout, live=not args.once and sys.stdout.isatty())
+        problems = verify(stack, specs, details)
+        for problem in problems:
+            print(f"PROBLEM: {problem}")
+        if args.once:
+            print("demo: every task reached its expected state" if not problems else "demo: FAILED")
+            return 0 if not problems else 1
+        print(f"\nAll tasks settled. The admin pages stay up at {stack.url}/tasks — Ctrl-C stops everything.")
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        print("\nstopping…")
+        return 0 if not args.once or interrupted else 1
+    except StackError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

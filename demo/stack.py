@@ -1,0 +1,237 @@
+"""Run the whole system as real processes: `cmbuyer-server`, `cmbuyer-phonesim` and one `cmbuyer-agent`
+per phone. Used by `make demo` and by the end-to-end tests (tests/e2e/), so both exercise exactly
+what an operator runs.
+
+All processes bind to loopback. Logs go to ``<data dir>/logs/``. Device tokens are written only to
+per-phone credential files (mode 0600) — never printed or logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cmbuyer.phonesim.journal import read_journal
+from cmbuyer.server.db import connect_sync
+from cmbuyer.server.services import task_view
+
+BIN = Path(sys.executable).parent
+SETTLED = frozenset({"WAITING_PAYMENT", "RECONCILIATION_REQUIRED", "FAILED", "EXPIRED", "CANCELLED",
+                     "CLOSED_NOT_CREATED", "PAID"})
+GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
+
+
+class StackError(RuntimeError):
+    """A process of the stack failed to start or a command failed; the message says which."""
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """True when nothing listens on 127.0.0.1:``port``."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass
+class TaskSpec:
+    """One demo/e2e task and the state it must end in (``expect`` may list several acceptable states)."""
+
+    title: str
+    goods_id: str
+    color: str
+    size: str
+    quantity: int
+    max_total_price: str
+    expect: tuple[str, ...] = ("WAITING_PAYMENT",)
+    task_id: str = ""
+
+
+@dataclass
+class Stack:
+    """The processes of one run, rooted at ``data_dir``. Call :meth:`stop` (or use as a context
+    manager) to end every child cleanly: SIGTERM, wait, then SIGKILL whatever is left."""
+
+    data_dir: Path
+    server_port: int = 8080
+    env: dict[str, str] = field(default_factory=dict)
+    server: subprocess.Popen[bytes] | None = None
+    sim: subprocess.Popen[str] | None = None
+    sim_port: int = 0
+    agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    admin_password: str = ""
+
+    # -- plumbing --------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """Base URL of the server."""
+        return f"http://127.0.0.1:{self.server_port}"
+
+    @property
+    def logs(self) -> Path:
+        """Folder of the children's log files."""
+        return self.data_dir / "logs"
+
+    def _env(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
+        return {**base, **self.env}
+
+    def cli(self, *args: str, stdin: str | None = None) -> dict[str, Any]:
+        """Run ``cmbuyer-server --data-dir D ARGS --json`` and return its JSON output."""
+        result = subprocess.run([str(BIN / "cmbuyer-server"), "--data-dir", str(self.data_dir), *args, "--json"],
+                                input=stdin, capture_output=True, text=True, env=self._env(), timeout=60)
+        if result.returncode != 0:
+            raise StackError(f"cmbuyer-server {args[0]} {args[1] if len(args) > 1 else ''} failed: "
+                             f"{result.stderr.strip()}")
+        out: dict[str, Any] = json.loads(result.stdout)
+        return out
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def init(self, *, fresh: bool = True) -> None:
+        """Create the data dir with fresh secrets (removing an old one when ``fresh``) and an admin."""
+        if fresh and self.data_dir.exists():
+            shutil.rmtree(self.data_dir)
+        self.cli("init")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.admin_password = secrets.token_urlsafe(12)
+        self.cli("admin", "add", "--username", "admin", "--password-stdin", stdin=self.admin_password + "\n")
+
+    def start_server(self, timeout: float = 30.0) -> None:
+        """Start ``cmbuyer-server serve`` and wait for ``/healthz``."""
+        log = (self.logs / "server.log").open("ab")
+        self.server = subprocess.Popen(
+            [str(BIN / "cmbuyer-server"), "--data-dir", str(self.data_dir), "serve", "--port", str(self.server_port)],
+            stdout=log, stderr=subprocess.STDOUT, env=self._env())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.server.poll() is not None:
+                raise StackError(f"server exited with {self.server.returncode}; see {self.logs / 'server.log'}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as resp:  # noqa: S310 - fixed loopback URL
+                    if resp.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise StackError("server did not become healthy")
+
+    def kill_server(self) -> None:
+        """SIGKILL the server (crash tests)."""
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait(timeout=30)
+            self.server = None
+
+    def start_sim(self, serials: list[str], scenario: Path, latency: str | None = None) -> None:
+        """Start ``cmbuyer-phonesim`` on a free port with ``serials`` and wait for ``ready``."""
+        args = [str(BIN / "cmbuyer-phonesim"), "--port", "0", "--scenario", str(scenario),
+                "--journal", str(self.data_dir / "phones.jsonl")]
+        for serial in serials:
+            args += ["--serial", serial]
+        if latency:
+            args += ["--latency", latency]
+        self.sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=(self.logs / "phonesim.log").open("ab"),
+                                    text=True, env=self._env())
+        assert self.sim.stdout is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.sim.stdout.readline()
+            if not line:
+                raise StackError(f"phone simulator exited; see {self.logs / 'phonesim.log'}")
+            if line.startswith("listening "):
+                self.sim_port = int(line.rsplit(":", 1)[1])
+            if line.strip() == "ready":
+                return
+        raise StackError("phone simulator did not become ready")
+
+    def add_device(self, serial: str) -> Path:
+        """Register a device for ``serial`` and write its credentials file (0600); returns the path."""
+        issued = self.cli("device", "add", "--name", serial)
+        path = self.data_dir / "agents" / f"{serial}.credentials"
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"device_id={issued['device_id']}\ntoken={issued['token']}\n")
+        return path
+
+    def start_agent(self, serial: str) -> None:
+        """Start ``cmbuyer-agent run --device SERIAL`` against the server and the simulator."""
+        creds = self.data_dir / "agents" / f"{serial}.credentials"
+        env = {**self._env(), "ANDROID_ADB_SERVER_PORT": str(self.sim_port),
+               "CMBUYER_AGENT_STATE_DIR": str(self.data_dir / "agent-state")}
+        log = (self.logs / f"agent-{serial}.log").open("ab")
+        self.agents[serial] = subprocess.Popen(
+            [str(BIN / "cmbuyer-agent"), "run", "--device", serial, "--server", self.url,
+             "--credentials-file", str(creds)], stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def create_tasks(self, specs: list[TaskSpec]) -> None:
+        """Create every task (DRAFT) and start them in one batch (PENDING + authorizations)."""
+        for spec in specs:
+            out = self.cli("task", "add", "--title", spec.title, "--url", GOODS_URL.format(goods_id=spec.goods_id),
+                           "--color", spec.color, "--size", spec.size, "--quantity", str(spec.quantity),
+                           "--max-total-price", spec.max_total_price)
+            spec.task_id = out["task_id"]
+        self.cli("task", "start", *[s.task_id for s in specs])
+
+    def task_details(self, specs: list[TaskSpec]) -> dict[str, dict[str, Any]]:
+        """``{task_id: task_view.task_detail(...)}`` read on a separate connection."""
+        conn = connect_sync(self.data_dir / "cmbuyer.sqlite3", read_only=True)
+        try:
+            return {s.task_id: task_view.task_detail(conn, s.task_id) for s in specs}
+        finally:
+            conn.close()
+
+    def phone_journal(self) -> list[dict[str, Any]]:
+        """Every entry the simulator journaled (JSON lines)."""
+        path = self.data_dir / "phones.jsonl"
+        return read_journal(path) if path.exists() else []
+
+    def stop_agents(self) -> None:
+        """SIGTERM every agent (they stop after the current step), then SIGKILL stragglers."""
+        _terminate(list(self.agents.values()), 20)
+        self.agents.clear()
+
+    def stop(self) -> None:
+        """Stop agents, then the simulator and the server."""
+        self.stop_agents()
+        _terminate([p for p in (self.sim, self.server) if p is not None], 15)
+        self.sim = None
+        self.server = None
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _terminate(procs: list[subprocess.Popen[Any]], grace: float) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
