@@ -145,3 +145,14 @@ def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
     conn.close()
     refused = cli(ddir, "serve", "--port", str(_free_port()))
     assert refused.returncode == 4 and "checksum" in refused.stderr
+
+
+def test_backup_with_vacuum_into(ddir: Path, tmp_path: Path) -> None:
+    cli_json(ddir, "device", "add", "--name", "p")
+    out = cli_json(ddir, "backup", "--to", str(tmp_path / "b.sqlite3"))
+    assert out["integrity_ok"] is True
+    import sqlite3
+    conn = sqlite3.connect(tmp_path / "b.sqlite3")
+    assert conn.execute("SELECT count(*) FROM devices").fetchone()[0] == 1
+    conn.close()
+    assert cli(ddir, "backup", "--to", str(tmp_path / "b.sqlite3")).returncode == 2
