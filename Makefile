@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml setup.py
 
 setup: $(STAMP) ## create .venv/ and install cmbuyer with its test extras (idempotent)
 
-browser: ## make sure Debian's chromium is installed (browser tests; needs root or sudo)
-	@if [ ! -x /usr/bin/chromium ]; then \
+browser: ## make sure Debian's chromium and a CJK font are installed (browser tests, screenshots)
+	@if [ ! -x /usr/bin/chromium ] || [ ! -f /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ]; then \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+			chromium fonts-wqy-microhei >/dev/null; \
 	fi
 
 test: setup browser ## run every test (unit, server, agent, simulator, browser, end to end)
@@ -43,7 +44,7 @@ serve: setup ## run the server on the data dir DATA_DIR (default ./var), initial
 	@test -f $(DATA_DIR)/cmbuyer.env || $(BIN)/cmbuyer-server --data-dir $(DATA_DIR) init
 	$(BIN)/cmbuyer-server --data-dir $(DATA_DIR) serve
 
-demo: setup ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C
+demo: setup browser ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C
 	$(BIN)/python -m demo.run
 
 demo-once: setup ## the same demo headless; exits 0 only if every task reached its expected state

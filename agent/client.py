@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 import urllib.error
 import urllib.request
@@ -94,6 +95,23 @@ def parse_json_strict(raw: bytes) -> Any:
                       parse_float=_reject_float)
 
 
+_ERROR_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
+
+
+def _error_code(parsed: Any) -> str | None:
+    """The flat device error code of a 4xx body. A body that matches ``device_error.response`` gives
+    its code; a flat ``{"error": "<snake_case>"}`` with a code the schema does not list yet is still
+    kept (a newer server must not turn a clear refusal into "unknown"); anything else → None."""
+    try:
+        validate("device_error.response", parsed)
+        return str(parsed["error"])
+    except SchemaError:
+        pass
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) and _ERROR_CODE.fullmatch(parsed["error"]):
+        return str(parsed["error"])
+    return None
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect is an error: the Bearer token must not follow it anywhere."""
 
@@ -118,6 +136,9 @@ class HttpDeviceApi:
         self.retries = retries
         self.backoff = backoff
         self._claims: dict[str, Claim] = {}
+        # attempt id -> the task version the server last reported (events answers carry it: the
+        # first accepted event moves CLAIMED -> ORDERING, version + 1; the fence expects the current one)
+        self._task_versions: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"HttpDeviceApi({self.base_url!r}, device_id={self._creds.device_id!r})"
@@ -167,13 +188,7 @@ class HttpDeviceApi:
                 except ValueError as exc:
                     raise ServerError(f"{what}: response is not strict JSON", status=status) from exc
             if 400 <= status < 500:
-                error = None
-                if parsed is not None:
-                    try:
-                        validate("device_error.response", parsed)
-                        error = parsed["error"]
-                    except SchemaError:
-                        error = None
+                error = _error_code(parsed)
                 if error == "claim_requires_manual":
                     raise ClaimRequiresManual(status, error)
                 if error == "app_version_not_allowed":
@@ -253,8 +268,10 @@ class HttpDeviceApi:
                        "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
                        "events": [{"step": e.step, "outcome": e.outcome, "reason_code": e.reason_code,
                                    "summary": e.summary, "occurred_at": e.occurred_at} for e in chunk]}
-            self._post_json(f"/api/v1/tasks/{claim.task_id}/events", "events", payload, "events")
+            _, body = self._post_json(f"/api/v1/tasks/{claim.task_id}/events", "events", payload, "events")
             self._keys.drop_key("events", scope)
+            if body["attempt_id"] == claim.attempt_id:
+                self._task_versions[claim.attempt_id] = body["task_version"]
 
     def upload_screenshot(self, claim: Claim, asset: ScreenshotAsset) -> AssetRef:
         sha = hashlib.sha256(asset.png).hexdigest()
@@ -293,7 +310,7 @@ class HttpDeviceApi:
     def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
         """First grant → SubmissionPermit; a replay → FenceReplayed (never a permit)."""
         payload = {"fence_key": self._keys.key("fence", claim.attempt_id), "task_id": claim.task_id,
-                   "expected_task_version": claim.task_version,
+                   "expected_task_version": self.task_version(claim),
                    "authorization_id": claim.authorization_id,
                    "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
                    "selected_color": proof.selected_color, "selected_size": proof.selected_size,
@@ -310,6 +327,11 @@ class HttpDeviceApi:
             return _from_fence_response(body, attempt_id=claim.attempt_id, task_id=claim.task_id)
         except PermitRefused as exc:
             raise FenceReplayed(body["submission_id"]) from exc
+
+    def task_version(self, claim: Claim) -> int:
+        """The task version the fence must name: the claim's, or the one the server reported after
+        the first accepted event (CLAIMED → ORDERING bumps it by one)."""
+        return self._task_versions.get(claim.attempt_id, claim.task_version)
 
     def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None:
         claim = self._claims[permit.attempt_id]

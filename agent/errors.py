@@ -148,6 +148,8 @@ class ServerRejected(ServerError):
 _REJECTION_REASONS = {
     "fence_refused": "FENCE_REFUSED",
     "submission_fenced": "FENCE_REFUSED",
+    "version_conflict": "FENCE_REFUSED",
+    "invalid_state": "FENCE_REFUSED",
     "claim_not_current": "LEASE_LOST",
     "claim_requires_manual": "LEASE_LOST",
     "app_version_not_allowed": "APP_VERSION_UNSUPPORTED",

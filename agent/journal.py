@@ -8,9 +8,13 @@ Tables:
 - ``idem_keys(purpose, scope, key)``  every idempotency key, written *before* its request is sent;
   a retry after a crash or a transport error reuses it. ``drop_key`` after a final answer.
 - ``claims``  the claim (attempt id, generation, token, task snapshot) and its local state
-  ``ACTIVE`` → ``FAILED_REPORTED`` | ``FENCED`` | ``ABANDONED``.
+  ``ACTIVE`` → ``FAIL_PENDING`` (the ``fail`` to send is stored in ``pending_fails`` before it is
+  sent; recovery re-sends it with the same key) → ``FAILED_REPORTED`` | ``ABANDONED`` (refused);
+  ``ACTIVE`` → ``FENCED``.
 - ``submissions``  the submission phase ``PERMIT_RECEIVED → TAP_INTENT_RECORDED → TAPPED →
-  RESULT_REPORTED`` plus the observed result and its ``result_key``.
+  RESULT_REPORTED`` plus the observed result and its ``result_key``. A fence that answered with a
+  replay (the first answer was lost: no permit, no tap) is journaled as phase ``NO_PERMIT`` with
+  ``UNKNOWN`` decided, so recovery reports it if the first report fails.
 - ``meta``  key/value (e.g. ``hold`` = why the agent must not claim until a person acts).
 
 Every write is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL`` so a phase written
@@ -50,7 +54,26 @@ CREATE TABLE IF NOT EXISTS submissions (
     phase TEXT NOT NULL, observation TEXT, evidence_asset_id TEXT, result_key TEXT,
     updated_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pending_fails (
+    attempt_id TEXT PRIMARY KEY REFERENCES claims(attempt_id), reason_code TEXT NOT NULL,
+    summary TEXT NOT NULL, evidence_asset_id TEXT, created_at TEXT NOT NULL);
 """
+PAUSE_ENV = "CMBUYER_AGENT_TEST_PAUSE_AFTER"
+PAUSE_POINTS = ("CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED", "RESULT_REPORTED")
+
+
+def _pause_point(name: str) -> None:
+    """Crash-test hook: with ``CMBUYER_AGENT_TEST_PAUSE_AFTER=<name>`` the process stops moving right
+    after ``<name>`` is committed, so a test can SIGKILL it at exactly that journal phase (see
+    tests/agent/test_kill_restart.py). It only ever *pauses*; never set it in production."""
+    if os.environ.get(PAUSE_ENV) == name:
+        import sys
+        import time
+        sys.stderr.write(f"test pause after {name}\n")
+        sys.stderr.flush()
+        while True:
+            time.sleep(3600)
+
 
 
 def _now() -> str:
@@ -179,6 +202,7 @@ class Journal:
                 (attempt_id, task_id, task_version, authorization_id, claim_generation, claim_token,
                  session_id, lease_expires_at, authorization_expires_at,
                  json.dumps(task, ensure_ascii=False, sort_keys=True), now, now))
+        _pause_point("CLAIMED")
 
     def update_lease(self, attempt_id: str, lease_expires_at: str) -> None:
         with self._tx() as db:
@@ -220,6 +244,19 @@ class Journal:
                        (attempt_id, submission_id, "PERMIT_RECEIVED", _now()))
             db.execute("UPDATE claims SET state='FENCED', updated_at=? WHERE attempt_id=?",
                        (_now(), attempt_id))
+        _pause_point("PERMIT_RECEIVED")
+
+    def record_fence_without_permit(self, attempt_id: str, submission_id: str) -> str:
+        """The fence answered with a replay (click_permitted=false): a submission exists on the
+        server but we hold no permit and never tap. Journal it as ``NO_PERMIT`` with ``UNKNOWN``
+        decided; returns the result_key to report it with."""
+        key = self.key("result", attempt_id)
+        with self._tx() as db:
+            db.execute("INSERT INTO submissions VALUES (?,?,'NO_PERMIT','UNKNOWN',NULL,?,?) "
+                       "ON CONFLICT(attempt_id) DO NOTHING", (attempt_id, submission_id, key, _now()))
+            db.execute("UPDATE claims SET state='FENCED', reason='fence replay: no permit', updated_at=? "
+                       "WHERE attempt_id=?", (_now(), attempt_id))
+        return key
 
     def advance(self, attempt_id: str, phase: str) -> None:
         """Move to the next phase: forward by exactly one step, or to RESULT_REPORTED from any
@@ -228,12 +265,19 @@ class Journal:
             row = db.execute("SELECT phase FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
             if row is None:
                 raise JournalError("no permit journaled for this attempt")
+            if row[0] == "NO_PERMIT" and phase == "RESULT_REPORTED":
+                db.execute("UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?",
+                           (phase, _now(), attempt_id))
+                return
+            if row[0] not in PHASES:
+                raise JournalError(f"illegal phase move {row[0]} -> {phase}")
             current = PHASES.index(row[0])
             step_ok = PHASES.index(phase) == current + 1
             if not step_ok and not (phase == "RESULT_REPORTED" and current < PHASES.index(phase)):
                 raise JournalError(f"illegal phase move {row[0]} -> {phase}")
             db.execute("UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?",
                        (phase, _now(), attempt_id))
+        _pause_point(phase)
 
     def record_observation(self, attempt_id: str, observation: str, evidence_asset_id: str | None) -> str:
         """Store the result to report (before sending) and return its result_key, which is the
@@ -249,6 +293,7 @@ class Journal:
                 db.execute("UPDATE submissions SET observation=?, evidence_asset_id=?, result_key=?, "
                            "updated_at=? WHERE attempt_id=?",
                            (observation, evidence_asset_id, key, _now(), attempt_id))
+        _pause_point("OBSERVED")
         return key
 
     def submission(self, attempt_id: str) -> SubmissionRow | None:
@@ -261,6 +306,33 @@ class Journal:
             "SELECT attempt_id, submission_id, phase, observation, evidence_asset_id, result_key "
             "FROM submissions WHERE phase != 'RESULT_REPORTED' ORDER BY updated_at").fetchall()
         return [SubmissionRow(*r) for r in rows]
+
+    # --- fails (intent before effect, like the submit tap) ------------------------------------
+    def record_fail_intent(self, attempt_id: str, reason_code: str, summary: str,
+                           evidence_asset_id: str | None) -> tuple[str, str, str | None]:
+        """Store the ``fail`` to send (state FAIL_PENDING) before sending it, and return what is
+        stored: a fail decided earlier is kept, so a re-send after a crash or a transport error
+        carries exactly the same payload under the same key."""
+        with self._tx() as db:
+            db.execute("INSERT INTO pending_fails VALUES (?,?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
+                       (attempt_id, reason_code, summary, evidence_asset_id, _now()))
+            db.execute("UPDATE claims SET state='FAIL_PENDING', reason=?, updated_at=? WHERE attempt_id=? "
+                       "AND state IN ('ACTIVE', 'FAIL_PENDING')", (reason_code, _now(), attempt_id))
+            row = db.execute("SELECT reason_code, summary, evidence_asset_id FROM pending_fails "
+                             "WHERE attempt_id=?", (attempt_id,)).fetchone()
+        return str(row[0]), str(row[1]), row[2]
+
+    def pending_fail(self, attempt_id: str) -> tuple[str, str, str | None] | None:
+        row = self._one("SELECT reason_code, summary, evidence_asset_id FROM pending_fails WHERE attempt_id=?",
+                        (attempt_id,))
+        return (str(row[0]), str(row[1]), row[2]) if row else None
+
+    def recovery_pending(self) -> bool:
+        """Does the journal still owe the server something (an unreported submission, an attempt
+        left open before the fence, an undelivered fail)? The runner claims nothing until not."""
+        row = self._one("SELECT (SELECT count(*) FROM submissions WHERE phase != 'RESULT_REPORTED') + "
+                        "(SELECT count(*) FROM claims WHERE state IN ('ACTIVE', 'FAIL_PENDING'))", ())
+        return bool(row and row[0])
 
     # --- holds ------------------------------------------------------------------------------
     def set_hold(self, reason: str) -> None:

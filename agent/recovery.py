@@ -1,9 +1,16 @@
 """Start-up recovery from the journal (design §7.2, spec 001 "recovery before dispatch").
 
-- A submission past PERMIT_RECEIVED (or at it) without RESULT_REPORTED: re-send its stored result
-  with its stored result_key, or report ``UNKNOWN`` if none was decided. Never tap again.
-- A claim still ACTIVE (crash before the fence): report ``fail`` (INTERNAL_ERROR, "agent restarted
-  before the fence"); if the server refuses, mark it ABANDONED and hold claims for a person.
+Run at start and, by the runner, before every claim while anything is still owed:
+
+- A submission past PERMIT_RECEIVED (or at it, or a ``NO_PERMIT`` fence replay) without
+  RESULT_REPORTED: re-send its stored result with its stored result_key, or report ``UNKNOWN`` if
+  none was decided. Never tap again — nothing here can reach the phone.
+- A claim in FAIL_PENDING (a ``fail`` decided but not delivered, e.g. the server was down): re-send
+  exactly the stored fail under the same journaled ``fail_key``.
+- A claim still ACTIVE (crash before the fence): decide ``fail`` (INTERNAL_ERROR, "agent restarted
+  before the fence"), journal it, send it.
+- A fail or result the server *refuses* (4xx) marks the claim ABANDONED and sets a hold: a person
+  must act. A transport failure leaves everything as it is, to be retried with the same keys.
 """
 
 from __future__ import annotations
@@ -11,11 +18,12 @@ from __future__ import annotations
 import logging
 
 from cmbuyer.agent.errors import AgentError, ServerRejected
-from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.model import AttemptFailure, Claim, SubmissionResult
 from cmbuyer.agent.ports import ResultSink
 
 log = logging.getLogger(__name__)
+RESTART_SUMMARY = "agent restarted before the fence"
 
 
 def recover(journal: Journal, sink: ResultSink) -> list[str]:
@@ -39,24 +47,42 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
         except AgentError as exc:
             notes.append(f"result for {sub.attempt_id} not accepted yet ({exc.reason_code})")
             if isinstance(exc, ServerRejected):
+                journal.advance(sub.attempt_id, "RESULT_REPORTED")  # nothing more we can say
+                journal.set_claim_state(sub.attempt_id, "ABANDONED", f"result refused: {exc.error}")
                 journal.set_hold("recovered result refused by the server: a person must reconcile")
             continue
         journal.advance(sub.attempt_id, "RESULT_REPORTED")
         notes.append(f"reported {observation} for submission {sub.submission_id} (no new tap)")
-    for row in journal.claims("ACTIVE"):
+    for row in [*journal.claims("FAIL_PENDING"), *journal.claims("ACTIVE")]:
         claim = Claim(task_id=row.task_id, task_version=row.task_version,
                       authorization_id=row.authorization_id, attempt_id=row.attempt_id,
                       claim_generation=row.claim_generation, claim_token=row.claim_token,
                       session_id=row.session_id, lease_expires_at=row.lease_expires_at,
                       authorization_expires_at=row.authorization_expires_at)
-        try:
-            sink.fail_attempt(claim, AttemptFailure("INTERNAL_ERROR", "agent restarted before the fence"))
-            journal.set_claim_state(row.attempt_id, "FAILED_REPORTED", "restart before fence")
-            notes.append(f"failed attempt {row.attempt_id} left open by a restart")
-        except ServerRejected as exc:
-            journal.set_claim_state(row.attempt_id, "ABANDONED", f"fail refused: {exc.error}")
-            journal.set_hold("an attempt left open by a restart could not be failed: a person must act")
-            notes.append(f"attempt {row.attempt_id} needs a person ({exc.error})")
-        except AgentError as exc:
-            notes.append(f"attempt {row.attempt_id}: fail not sent yet ({exc.reason_code})")
+        notes.append(send_fail(journal, sink, claim, AttemptFailure("INTERNAL_ERROR", RESTART_SUMMARY)))
     return notes
+
+
+def send_fail(journal: Journal, sink: ResultSink, claim: Claim, failure: AttemptFailure) -> str:
+    """Journal the fail (unless one is already decided for this attempt: that one is re-sent
+    unchanged), send it with the journaled key, and record the outcome. Returns a short note.
+
+    Delivered → FAILED_REPORTED. Refused (4xx) → ABANDONED + hold. Transport failure → stays
+    FAIL_PENDING (recovery re-sends it; the runner claims nothing meanwhile)."""
+    reason, summary, evidence = journal.record_fail_intent(claim.attempt_id, failure.reason_code,
+                                                           failure.summary, failure.evidence_asset_id)
+    try:
+        sink.fail_attempt(claim, AttemptFailure(reason, summary, evidence))
+    except ServerRejected as exc:
+        journal.set_claim_state(claim.attempt_id, "ABANDONED", f"{reason}; fail refused: {exc.error}")
+        journal.set_hold(f"the server refused fail for attempt {claim.attempt_id} ({exc.error}): "
+                         "a person must act")
+        return f"attempt {claim.attempt_id}: fail refused ({exc.error}); needs a person"
+    except AgentError as exc:
+        return f"attempt {claim.attempt_id}: fail not delivered yet ({exc.reason_code}); will re-send"
+    try:
+        journal.set_claim_state(claim.attempt_id, "FAILED_REPORTED", reason)
+    except JournalError:
+        log.exception("fail delivered but not journaled; recovery will re-send it (same key)")
+        raise
+    return f"attempt {claim.attempt_id}: fail {reason} delivered"

@@ -1,9 +1,23 @@
 """Daemon loop (design §7.1): recovery → heartbeat → claim-next → flow, one phone per process.
 
-SIGTERM/SIGINT: the first signal asks the flow to stop after the current step (the flow checks
-between steps; between the fence request and the reported result it finishes — never stops between
-permit and tap); a second signal exits immediately unless inside that window, where it exits right
-after the result is journaled.
+Loop, until a stop is requested:
+
+1. **Recovery before dispatch** (spec 001): anything the journal still owes the server — a
+   submission without ``RESULT_REPORTED``, an attempt left open before the fence, a ``fail`` that was
+   not delivered — is settled first (:func:`cmbuyer.agent.recovery.recover`). While anything is still
+   owed (server down) the agent does not claim; it retries every poll.
+2. **Heartbeat** every ``heartbeat_interval_seconds`` the server reported (and at once when the
+   reported state changes). State: ``READY``; ``NO_PACK`` (no selector pack for the running
+   versionName+versionCode), ``APP_MISSING``, ``ADB_OFFLINE``, ``NEEDS_PERSON`` (a local hold), or
+   ``BUSY`` (sent by a side thread while a flow runs).
+3. **Claim** only when the heartbeat said ``app_version_allowed``, a pack exists, no hold is set and
+   recovery is clear. An empty answer (204) → sleep ``poll_seconds`` (default 1 s) and poll again;
+   after a task → poll again at once.
+
+Signals (SIGTERM/SIGINT): the first asks the flow to stop after the current step (the flow checks
+between steps; from the fence request to the journaled result it finishes — never stops between
+permit and tap) and ends the loop. A second signal raises :class:`StopNow` at once, unless inside
+that window, where the runner exits right after the result is journaled.
 """
 
 from __future__ import annotations
@@ -11,10 +25,12 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, AppVersionNotAllowed, ClaimRequiresManual, PackError
@@ -27,6 +43,7 @@ from cmbuyer.agent.recovery import recover
 from cmbuyer.agent.screens.pack import Pack, pack_for_version
 
 log = logging.getLogger(__name__)
+DEFAULT_HEARTBEAT_SECONDS = 10.0
 
 
 class StopNow(BaseException):
@@ -36,8 +53,16 @@ class StopNow(BaseException):
 @dataclass
 class RunnerConfig:
     serial: str
-    poll_seconds: float = 5.0
+    poll_seconds: float = 1.0  # idle sleep between empty claim-next polls
     once: bool = False  # run at most one task (tests, manual runs)
+
+
+@dataclass(frozen=True)
+class Status:
+    pack: Pack | None
+    state: str
+    version_name: str | None
+    version_code: int | None
 
 
 class Runner:
@@ -52,7 +77,16 @@ class Runner:
         self.session = Session(str(uuid.uuid4()))
         self._flow: PurchaseFlow | None = None
         self._signals = 0
+        self._android: str | None = None
+        self._hb_interval = DEFAULT_HEARTBEAT_SECONDS
+        self._hb_next = 0.0  # monotonic time of the next due heartbeat
+        self._hb_state: str | None = None
+        self._hb_allowed = False
+        self.last_status: Status | None = None
+        self.heartbeats = 0  # sent (tests)
+        self.claims = 0  # claims that ran a flow (tests)
 
+    # --- signals ------------------------------------------------------------------------------
     def install_signals(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
@@ -68,38 +102,87 @@ class Runner:
             raise StopNow()
         self.progress("stop requested: finishing the current step")
 
-    def _pack(self) -> tuple[Pack | None, str, str | None, int | None]:
-        version = self.phone.app_version()
-        if version is None:
-            return None, "APP_MISSING", None, None
+    # --- phone status -------------------------------------------------------------------------
+    def _status(self) -> Status:
         try:
-            return pack_for_version(version.name, version.code), "READY", version.name, version.code
+            version = self.phone.app_version()
+        except AgentError as exc:
+            self.progress(f"phone: {exc.reason_code} {exc.summary}")
+            return Status(None, "ADB_OFFLINE", None, None)
+        if version is None:
+            return Status(None, "APP_MISSING", None, None)
+        try:
+            pack = pack_for_version(version.name, version.code)
         except PackError:
-            return None, "NO_PACK", version.name, version.code
+            return Status(None, "NO_PACK", version.name, version.code)
+        return Status(pack, "READY", version.name, version.code)
 
-    def run(self) -> int:
+    def _android_release(self) -> str:
+        if self._android is None:
+            try:
+                self._android = self.phone.android_release()
+            except AgentError:
+                return "unknown"
+        return self._android
+
+    def _heartbeat(self, status: Status, state: str) -> dict[str, Any] | None:
+        try:
+            hb = self.api.heartbeat(adb_serial=self.cfg.serial, android_release=self._android_release(),
+                                    pdd_version=status.version_name, pdd_version_code=status.version_code,
+                                    state=state)
+        except AgentError as exc:
+            self.progress(f"heartbeat failed: {exc.reason_code}")
+            self._hb_allowed = False
+            self._hb_next = time.monotonic() + self.cfg.poll_seconds
+            return None
+        self.heartbeats += 1
+        self._hb_interval = float(hb["heartbeat_interval_seconds"])
+        self._hb_next = time.monotonic() + self._hb_interval
+        if hb["app_version_allowed"] != self._hb_allowed or state != self._hb_state:
+            if not hb["app_version_allowed"]:
+                self.progress(f"server does not allow app version {status.version_name}: not claiming")
+            self.progress(f"heartbeat: state {state}")
+        self._hb_state = state
+        self._hb_allowed = bool(hb["app_version_allowed"])
+        return hb
+
+    # --- recovery -----------------------------------------------------------------------------
+    def _recover(self) -> bool:
+        """Settle what the journal owes the server; True when nothing is owed any more."""
+        if not self.journal.recovery_pending():
+            return True
         for note in recover(self.journal, self.api):
             self.progress(f"recovery: {note}")
-        android = self.phone.android_release()
+        return not self.journal.recovery_pending()
+
+    # --- loop ---------------------------------------------------------------------------------
+    def run(self) -> int:
+        clear = self._recover()
         while not self.stop.is_set():
-            pack, state, vname, vcode = self._pack()
+            status = self.last_status = self._status()
             hold = self.journal.hold()
-            if hold:
-                state = "NEEDS_PERSON"
-            hb = self.api.heartbeat(adb_serial=self.cfg.serial, android_release=android,
-                                    pdd_version=vname, pdd_version_code=vcode, state=state)
-            interval = float(hb.get("heartbeat_interval_seconds", self.cfg.poll_seconds))
-            if not hb["app_version_allowed"]:
-                self.progress("server does not allow this app version: not claiming")
-            elif pack is None:
-                self.progress(f"no selector pack for app version {vname} ({vcode}): not claiming")
-            else:
-                ran = self._claim_and_run(pack)
-                if ran and self.cfg.once:
-                    return 0
-            if self.cfg.once and (pack is None or not hb["app_version_allowed"]):
+            state = "NEEDS_PERSON" if hold and status.state == "READY" else status.state
+            if time.monotonic() >= self._hb_next or state != self._hb_state:
+                self._heartbeat(status, state)
+            if not clear:
+                clear = self._recover()
+            if self.stop.is_set():
+                break
+            can_claim = clear and state == "READY" and self._hb_allowed and self._hb_state == "READY"
+            if can_claim:
+                assert status.pack is not None
+                ran = self._claim_and_run(status.pack)
+                if ran:
+                    if self.cfg.once:
+                        return 0
+                    clear = self._recover()
+                    continue
+            elif self.cfg.once and state in ("NO_PACK", "APP_MISSING") and self._hb_state == state:
+                if state == "NO_PACK":
+                    self.progress(f"no selector pack for app version {status.version_name} "
+                                  f"({status.version_code}): not claiming")
                 return 3
-            self.stop.wait(min(interval, self.cfg.poll_seconds))
+            self.stop.wait(self.cfg.poll_seconds)
         return 0
 
     def _claim_and_run(self, pack: Pack) -> bool:
@@ -109,7 +192,8 @@ class Runner:
             self.progress("server: claim requires a person (claim_requires_manual)")
             return False
         except AppVersionNotAllowed:
-            self.progress("server: app version not allowed")
+            self.progress("server: not claimable now (app version, heartbeat or state)")
+            self._hb_next = 0.0  # heartbeat again before the next claim
             return False
         except AgentError as exc:
             self.progress(f"claim-next failed: {exc.reason_code}")
@@ -126,19 +210,57 @@ class Runner:
             task={"goods_id": t.goods_id, "sku_color": t.sku_color, "sku_size": t.sku_size,
                   "quantity": t.quantity, "max_total_price": str(t.max_total_price)})
         self.api.forget_claim_request(self.session)
+        self.claims += 1
         self.progress(f"claimed task {t.id} (attempt {c.attempt_id})")
         lease = LeaseKeeper(self.api, c, purchase.server_now,
                             on_renewed=lambda cl: self.journal.update_lease(cl.attempt_id,
                                                                              cl.lease_expires_at)).start()
+        busy = _BusyHeartbeat(self, self._hb_interval).start()
         flow = PurchaseFlow(phone=self.phone, pack=pack, sink=self.api, journal=self.journal,
                             stop=self.stop, lease=lease, progress=self.progress)
         self._flow = flow
         try:
             result = flow.run(purchase)
         finally:
+            busy.stop()
             lease.stop()
             self._flow = None
+            self._hb_next = 0.0  # report READY (or NEEDS_PERSON) right after the flow
         self.progress(f"task {t.id}: {result.outcome} {result.reason_code or ''}".rstrip())
         if self._signals >= 2:
             raise StopNow()
         return True
+
+
+class _BusyHeartbeat:
+    """While a flow runs, heartbeat ``BUSY`` every interval from a side thread (the flow itself may
+    take longer than the server's stale limit). Heartbeats carry no idempotency key and touch no
+    journal row, so this thread shares nothing with the flow but the HTTP client (one request each)."""
+
+    def __init__(self, runner: Runner, interval: float) -> None:
+        self._runner = runner
+        self._interval = max(0.5, interval)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> _BusyHeartbeat:
+        self._thread = threading.Thread(target=self._run, name="busy-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        r = self._runner
+        while not self._stop.wait(self._interval):
+            try:
+                last = r.last_status
+                r.api.heartbeat(adb_serial=r.cfg.serial, android_release=r._android or "unknown",
+                                pdd_version=last.version_name if last else None,
+                                pdd_version_code=last.version_code if last else None, state="BUSY")
+                r._hb_state = "BUSY"
+            except AgentError as exc:
+                log.info("busy heartbeat failed: %s", exc.reason_code)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)

@@ -164,6 +164,8 @@ def _host_service(sock: socket.socket, sim: PhoneSim, req: str) -> Phone | None:
         _extension(sock, sim, req[len("host:"):])
         return None
     for prefix in ("host-serial:", "host-transport-id:", "host-usb:", "host-local:", "host:"):
+        if prefix == "host:" and not req[len(prefix):].startswith(HOST_SERIAL_CMDS):
+            break  # host:kill, host:track-devices, host:connect … are not simulated
         if req.startswith(prefix):
             _host_device_query(sock, sim, prefix, req[len(prefix):])
             return None
@@ -224,6 +226,7 @@ def _host_device_query(sock: socket.socket, sim: PhoneSim, prefix: str, rest: st
         phone = sim.phones.get(serial)
         if phone is None:
             sock.sendall(_fail(f"device '{serial}' not found"))
+            raise _Close
         else:
             sock.sendall(_okay("device" if phone.online else "offline"))
         return
@@ -313,7 +316,7 @@ def _serve_uia_stream(sock: socket.socket, sim: PhoneSim, phone: Phone, banner: 
     token = object()
     with phone.lock:
         phone.uia_alive = True
-        phone._uia_owner = token  # type: ignore[attr-defined]
+        phone._uia_owner = token
     phone.journal.record("uia_start")
     sock.sendall(b"OKAY" + banner)
     sock.settimeout(0.5)
@@ -326,7 +329,7 @@ def _serve_uia_stream(sock: socket.socket, sim: PhoneSim, phone: Phone, banner: 
                 continue
     finally:
         with phone.lock:
-            if getattr(phone, "_uia_owner", None) is token:
+            if phone._uia_owner is token:
                 phone.uia_alive = False  # uiautomator2 killed the process by closing the stream
 
 

@@ -91,7 +91,7 @@ class AppModel:
         if page is None:
             return "launcher"
         if self.popups:
-            return "popup:" + self.popups[-1]["kind"]
+            return "popup:" + str(self.popups[-1]["kind"])
         if self.dialog:
             return self.dialog
         if self.payment_sheet:

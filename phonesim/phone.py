@@ -61,6 +61,7 @@ class Phone:
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.lock = threading.RLock()
         self.uia_alive = True  # the on-device uiautomator2 server answers /ping
+        self._uia_owner: object | None = None  # the app_process stream that launched it, if any
         self.pid = 20000 + transport_id * 17
         self._stop = stop_event
         self._offline_until = 0.0

@@ -52,13 +52,15 @@ def remote_journal(port: int, serial: str = "sim-1", host: str = "127.0.0.1") ->
 
 def remote_state(port: int, serial: str = "sim-1", host: str = "127.0.0.1") -> dict[str, Any]:
     """:meth:`Phone.state` of ``serial`` (screen, orders, counters …)."""
-    return json.loads(_request(port, f"host:phonesim-state:{serial}", host))
+    state: dict[str, Any] = json.loads(_request(port, f"host:phonesim-state:{serial}", host))
+    return state
 
 
 def remote_inject(port: int, serial: str, spec: dict[str, Any], host: str = "127.0.0.1") -> dict[str, Any]:
     """Inject a fault into a running simulator; returns the fault description."""
     raw = _request(port, f"host:phonesim-inject:{serial}:{json.dumps(spec, ensure_ascii=False)}", host)
-    return json.loads(raw[4:].decode("utf-8"))
+    desc: dict[str, Any] = json.loads(raw[4:].decode("utf-8"))
+    return desc
 
 
 class SimProcess:
@@ -76,7 +78,7 @@ class SimProcess:
         self._port = port
         self._extra = list(extra_args or [])
         self._env = env
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
 
     def _args(self) -> list[str]:
@@ -99,8 +101,9 @@ class SimProcess:
     def start(self, timeout: float = 20.0) -> int:
         """Spawn and wait for the ``ready`` line; raises RuntimeError if it does not come."""
         env = {**os.environ, **(self._env or {}), "PYTHONUNBUFFERED": "1"}
+        # unbuffered binary pipe: a buffered reader would hide lines from select()
         self.proc = subprocess.Popen(self._args(), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     text=True, env=env)
+                                     bufsize=0, env=env)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as sel:
@@ -110,9 +113,10 @@ class SimProcess:
                     if self.proc.poll() is not None:
                         break
                     continue
-                line = self.proc.stdout.readline()
-                if not line:
+                raw = self.proc.stdout.readline()  # raw FileIO: reads up to the newline only
+                if not raw:
                     break
+                line = raw.decode("utf-8", "replace")
                 if line.startswith("listening "):
                     self.port = int(line.rsplit(":", 1)[1])
                 if line.strip() == "ready" and self.port:

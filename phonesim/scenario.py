@@ -187,14 +187,17 @@ class Scenario:
             raise ScenarioError("duplicate goods_id in catalogue")
         for g in data["catalogue"]:
             _parse_goods(g)  # fail early, at load time
-        for spec in data.get("faults", []):
-            validate_fault(spec)
+        for i, spec in enumerate(data.get("faults", [])):
+            try:
+                validate_fault(spec)
+            except ValueError as exc:
+                raise ScenarioError(f"faults/{i}: {exc}") from exc
         for serial, ph in data.get("phones", {}).items():
             for spec in ph.get("faults", []):
                 try:
                     validate_fault(spec)
                 except ValueError as exc:
-                    raise ScenarioError(f"phones/{serial}: {exc}") from exc
+                    raise ScenarioError(f"phones/{serial}/faults: {exc}") from exc
         start = data.get("start", {})
         if start.get("screen") == "product" and start.get("goods_id") not in ids:
             raise ScenarioError("start.goods_id must name a catalogue goods when start.screen is product")

@@ -8,6 +8,7 @@ Java's ``matches()`` is a full match, hence ``re.fullmatch``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .nodes import Node
@@ -25,7 +26,7 @@ def _full(pattern: str, value: str) -> bool:
 
 
 def _matches(node: Node, index: int, sel: dict[str, Any]) -> bool:
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "text": lambda v: node.text == v,
         "textContains": lambda v: v in node.text,
         "textMatches": lambda v: _full(v, node.text),

@@ -46,7 +46,7 @@ def _split(cmdline: str) -> list[tuple[str, list[str]]]:
     lex = shlex.shlex(cmdline, posix=True, punctuation_chars=";&|")
     lex.whitespace_split = True
     out: list[tuple[str, list[str]]] = []
-    op, argv = "", []
+    op, argv = "", list[str]()
     for tok in lex:
         if tok in (";", "&&", "||", "&", "|"):
             if argv:

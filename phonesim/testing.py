@@ -102,9 +102,9 @@ def adbutils_leaks_ignored() -> Iterator[None]:
     import gc
     import warnings
 
-    try:
-        yield
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            yield
+        finally:
             gc.collect()

@@ -14,13 +14,12 @@ import re
 import threading
 from typing import Any
 
-from PIL import Image
-
 from cmbuyer.phonesim.app import AppModel
 from cmbuyer.phonesim.hierarchy import render_xml
 from cmbuyer.phonesim.nodes import clickable_target, hit_path
 from cmbuyer.phonesim.scenario import load_scenario
 from cmbuyer.phonesim.screens import windows
+from PIL import Image
 
 
 class SimPhone:
@@ -40,7 +39,7 @@ class SimPhone:
     def jsonrpc(self) -> SimPhone:
         return self
 
-    def dumpWindowHierarchy(self, compressed: bool, depth: int) -> str:  # noqa: N802 - RPC name
+    def dumpWindowHierarchy(self, compressed: bool, depth: int) -> str:
         with self.lock:
             xml = render_xml(windows(self.app))
             self.dumps += 1

@@ -7,7 +7,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from cmbuyer.agent.errors import PhoneError
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
@@ -77,10 +76,10 @@ def test_price_change_between_gates(tmp_path: Path) -> None:
 
     def bump(role: str) -> None:
         if role == "qty_inc":
-            for sku in sim.app.goods.skus:
+            for sku in sim.app.goods.skus.values():
                 sku.price = Decimal("13.50")
     sim.after_tap = bump
-    result, server, _, _ = run_flow(tmp_path, sim)
+    result, _, _, _ = run_flow(tmp_path, sim)
     assert result.reason_code == "PRICE_CHANGED"
     assert "submit" not in sim.roles()
 
@@ -188,6 +187,7 @@ def test_unreachable_adb_server(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _default() -> dict:
-    import yaml
     from importlib import resources
+
+    import yaml
     return yaml.safe_load(resources.files("cmbuyer.phonesim").joinpath("scenarios/default.yaml").read_text("utf-8"))

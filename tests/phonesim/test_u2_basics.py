@@ -6,11 +6,10 @@ import io
 
 import adbutils
 import pytest
-from lxml import etree
-from PIL import Image
-
 from cmbuyer.phonesim import PhoneSim
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored
+from lxml import etree
+from PIL import Image
 
 from .helpers import PDD, PRODUCT_URL, assert_bounds_consistent, center, find
 
@@ -81,7 +80,7 @@ def test_click_and_input_tap_are_journaled_with_the_node(u2dev, phonesim: PhoneS
     u2dev.click(*center(buy))
     assert phonesim.phone().state()["screen"] == "sku"
     (close,) = find(u2dev.dump_hierarchy(), content_desc="关闭")
-    u2dev.shell("input tap %d %d" % center(close))
+    u2dev.shell("input tap {} {}".format(*center(close)))
     assert phonesim.phone().state()["screen"] == "product"
     taps = phonesim.phone().journal.taps()
     assert [t["via"] for t in taps] == ["rpc_click", "input_tap"]

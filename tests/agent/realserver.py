@@ -1,0 +1,170 @@
+"""The REAL cmbuyer server for agent integration tests.
+
+:class:`RealServer` builds a data dir with the real ``cmbuyer-server init``, then serves the real
+aiohttp app (``cmbuyer.server.app.create_app``: real SQLite file, group-committed writer, start-up
+recovery) on 127.0.0.1:<free port> from a background thread with its own event loop — the agent's
+``HttpDeviceApi`` is synchronous (urllib), so it cannot share the test's loop. Devices and tasks are
+created through the same service functions the admin CLI uses. The server clock is a
+``ManualClock`` started at the real current time, so a test can move server time (lease expiry)
+while everything else is real.
+
+Checks read the database on a separate connection (it sees only what committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from cmbuyer.agent.client import Credentials
+from cmbuyer.server.app import create_app
+from cmbuyer.server.cli import main as server_cli
+from cmbuyer.server.clock import ManualClock
+from cmbuyer.server.config import Settings, load_settings
+from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import task_view
+from cmbuyer.server.services import tasks as task_service
+from cmbuyer.server.services.common import Actor, new_id
+
+ACTOR = Actor("cli", "agent-tests")
+GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    id: str
+    version: int
+
+
+class RealServer:
+    """``with RealServer(tmp_path) as srv: srv.url ...`` — stopped (and joined) on exit."""
+
+    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
+        self.data_dir = root / "server-data"
+        self._env = dict(env or {})
+        self.clock = ManualClock(datetime.now(UTC))
+        self.settings: Settings | None = None
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def init(self) -> RealServer:
+        import contextlib
+        import io
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert server_cli(["--data-dir", str(self.data_dir), "init", "--json"]) == 0
+        self.settings = load_settings(self.data_dir, environ=self._env)
+        self._conn = connect_sync(self.settings.db_path)
+        return self
+
+    def start(self) -> RealServer:
+        if self.settings is None:
+            self.init()
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                runner = web.AppRunner(create_app(self.settings, self.clock), access_log=None)  # type: ignore[arg-type]
+                loop.run_until_complete(runner.setup())
+                site = web.TCPSite(runner, "127.0.0.1", self.port)
+                loop.run_until_complete(site.start())
+                self._runner = runner
+                server = site._server
+                assert server is not None
+                self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            except BaseException as exc:  # surfaced by start()
+                errors.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="real-server", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (like a server going down); :meth:`start` again serves the same data dir
+        on the same port."""
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(30)
+        self._loop = None
+        self._thread = None
+
+    def close(self) -> None:
+        self.stop()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> RealServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        assert self._conn is not None
+        return self._conn
+
+    # --- data --------------------------------------------------------------------------------
+    def add_device(self, name: str = "sim-1") -> Credentials:
+        issued = run_in_transaction(self.conn, lambda c: device_service.add_device(c, name, ACTOR, self.clock.now()))
+        return Credentials(issued.device_id, issued.token)
+
+    def revoke_device(self, device_id: str) -> None:
+        run_in_transaction(self.conn, lambda c: device_service.revoke_device(c, device_id, ACTOR, self.clock.now()))
+
+    def add_task(self, *, goods_id: str = "937122477375", color: str = "黑色CHA(纯棉)",
+                 size: str = "M(建议100-115)", quantity: int = 2, max_total_price: str = "30.00",
+                 title: str = "纯棉短袖", start: bool = True) -> TaskRef:
+        assert self.settings is not None
+        raw = {"create_key": new_id(), "title": title, "product_url": GOODS_URL.format(goods_id=goods_id),
+               "sku_color": color, "sku_size": size, "quantity": quantity, "max_total_price": max_total_price}
+        new = task_service.validate_new_task(raw, self.settings)
+        task, _ = run_in_transaction(self.conn, lambda c: task_service.create_task(c, new, ACTOR, self.clock.now()))
+        if start:
+            settings = self.settings
+            run_in_transaction(self.conn, lambda c: task_service.start_purchases(
+                c, new_id(), [(task.id, task.version)], ACTOR, self.clock.now(), settings))
+            task = run_in_transaction(self.conn, lambda c: task_service.get_task(c, task.id))
+        return TaskRef(task.id, task.version)
+
+    def detail(self, task_id: str) -> dict[str, Any]:
+        """``task_view.task_detail`` on the test's own connection (committed state only)."""
+        return task_view.task_detail(self.conn, task_id)
+
+    def state(self, task_id: str) -> str:
+        return str(self.detail(task_id)["task"]["state"])
+
+    def device_row(self, device_id: str) -> dict[str, Any]:
+        cur = self.conn.execute("SELECT * FROM devices WHERE id=?", (device_id,))
+        cols = [d[0] for d in cur.description]
+        row = cur.fetchone()
+        return dict(zip(cols, row, strict=True)) if row else {}

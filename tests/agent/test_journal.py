@@ -1,0 +1,90 @@
+"""Journal phases and start-up recovery: an agent killed at any phase never taps again; it
+re-sends a stored result with its key or reports UNKNOWN. Kill points are simulated by
+constructing the journal state directly (what a SIGKILL after each commit leaves behind)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cmbuyer.agent.journal import PHASES, Journal, JournalError
+from cmbuyer.agent.recovery import recover
+
+from .fakes import FakeServer, make_purchase
+
+
+def _journal_with_claim(tmp_path: Path):
+    purchase = make_purchase()
+    j = Journal(tmp_path / "s.sqlite3")
+    c = purchase.claim
+    j.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
+                   authorization_id=c.authorization_id, claim_generation=1, claim_token=c.claim_token,
+                   session_id=c.session_id, lease_expires_at=c.lease_expires_at,
+                   authorization_expires_at=c.authorization_expires_at, task={"goods_id": "1"})
+    return j, purchase
+
+
+def test_keys_survive_reopen_and_drop(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "k.sqlite3")
+    k1 = j.key("claim_request", "s")
+    j.close()
+    j2 = Journal(tmp_path / "k.sqlite3")
+    assert j2.key("claim_request", "s") == k1
+    j2.drop_key("claim_request", "s")
+    assert j2.key("claim_request", "s") != k1
+    assert (tmp_path / "k.sqlite3").stat().st_mode & 0o077 == 0
+
+
+def test_phases_only_move_forward(tmp_path: Path) -> None:
+    j, p = _journal_with_claim(tmp_path)
+    a = p.claim.attempt_id
+    j.record_permit(a, "f3c9f507-7473-4fa6-8d71-8786c34c6301")
+    with pytest.raises(JournalError):
+        j.record_permit(a, "f3c9f507-7473-4fa6-8d71-8786c34c6301")
+    with pytest.raises(JournalError):
+        j.advance(a, "TAPPED")
+    j.advance(a, "TAP_INTENT_RECORDED")
+    with pytest.raises(JournalError):
+        j.advance(a, "TAP_INTENT_RECORDED")
+    j.advance(a, "TAPPED")
+    j.advance(a, "RESULT_REPORTED")
+
+
+@pytest.mark.parametrize("phase", PHASES[:3])
+@pytest.mark.parametrize("decided", [None, "SUBMITTED"])
+def test_recovery_after_kill_at_each_phase(tmp_path: Path, phase: str, decided: str | None) -> None:
+    j, p = _journal_with_claim(tmp_path)
+    a = p.claim.attempt_id
+    sid = "f3c9f507-7473-4fa6-8d71-8786c34c6301"
+    j.record_permit(a, sid)
+    for ph in PHASES[1:PHASES.index(phase) + 1]:
+        j.advance(a, ph)
+    key = j.record_observation(a, decided, None) if decided else None
+    j.close()
+
+    j = Journal(tmp_path / "s.sqlite3")  # "restart"
+    server = FakeServer(p, keys=j)
+    recover(j, server)  # recovery has no phone at all: it cannot tap
+    (payload,) = server.results.values()
+    assert payload["observation"] == (decided or "UNKNOWN")
+    if key:
+        assert payload["result_key"] == key
+    assert j.submission(a).phase == "RESULT_REPORTED"
+    recover(j, server)  # idempotent: nothing left to do
+    assert len(server.results) == 1
+
+
+def test_recovery_fails_open_pre_fence_claim(tmp_path: Path) -> None:
+    j, p = _journal_with_claim(tmp_path)
+    server = FakeServer(p, keys=j)
+    recover(j, server)
+    assert server.fails[0].reason_code == "INTERNAL_ERROR"
+    assert j.claim(p.claim.attempt_id).state == "FAILED_REPORTED"
+
+
+def test_recovery_holds_when_server_refuses(tmp_path: Path) -> None:
+    j, p = _journal_with_claim(tmp_path)
+    server = FakeServer(p, keys=j)
+    server.task_state = "SUBMITTING"
+    recover(j, server)
+    assert j.hold() is not None
