@@ -44,7 +44,7 @@ serve: setup ## run the server on the data dir DATA_DIR (default ./var), initial
 	@test -f $(DATA_DIR)/cmbuyer.env || $(BIN)/cmbuyer-server --data-dir $(DATA_DIR) init
 	$(BIN)/cmbuyer-server --data-dir $(DATA_DIR) serve
 
-demo: setup browser ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C
+demo: setup ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C
 	$(BIN)/python -m demo.run
 
 demo-once: setup ## the same demo headless; exits 0 only if every task reached its expected state

@@ -17,7 +17,7 @@ from cmbuyer.server import migrate
 from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import Database, connect_sync
-from cmbuyer.server.web import device_api, health
+from cmbuyer.server.web import admin, device_api, health
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
 log = logging.getLogger("cmbuyer.server")
@@ -56,6 +56,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[STARTUP_CHECKS] = []
     app[PERIODIC] = []
     health.setup(app)
+    admin.setup(app)
     device_api.setup(app)
     app.cleanup_ctx.append(_lifecycle)
     return app

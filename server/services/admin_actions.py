@@ -142,7 +142,7 @@ def parse_reconcile(raw: dict[str, Any]) -> tuple[str, str, int]:
     note = raw.get("note")
     if not isinstance(note, str) or not note.strip() or len(note) > NOTE_MAX:
         raise ValidationFailed("note", f"请填写核对说明（1–{NOTE_MAX} 字）")
-    if any(ord(ch) < 32 and ch not in "\n\t" or ord(ch) == 127 for ch in note):
+    if any((ord(ch) < 32 and ch not in "\n\t") or ord(ch) == 127 for ch in note):
         raise ValidationFailed("note", "说明含控制字符")
     version = raw.get("expected_task_version")
     if type(version) is not int or version < 1:

@@ -79,8 +79,8 @@ def throttle_keys(username: str, client: str) -> tuple[str, str]:
 def locked_until(conn: sqlite3.Connection, keys: tuple[str, str], now: datetime) -> str | None:
     """The latest ``locked_until`` among ``keys`` that is still in the future, or None."""
     at = to_wire(now)
-    ends = [row.locked_until for key in keys
-            if (row := session_store.throttle_get(conn, key)) is not None and row.locked_until and row.locked_until > at]
+    rows = [session_store.throttle_get(conn, key) for key in keys]
+    ends = [r.locked_until for r in rows if r is not None and r.locked_until and r.locked_until > at]
     return max(ends) if ends else None
 
 

@@ -12,8 +12,8 @@ def close_open_attempt_of_task(conn: sqlite3.Connection, task_id: str, reason: s
     r = conn.execute("SELECT id FROM attempts WHERE task_id = ? AND state = 'OPEN'", (task_id,)).fetchone()
     if r is None:
         return None
-    conn.execute("UPDATE attempts SET state = 'CLOSED', close_reason = ?, closed_at = ? WHERE id = ? AND state = 'OPEN'",
-                 (reason, at, r[0]))
+    conn.execute("UPDATE attempts SET state = 'CLOSED', close_reason = ?, closed_at = ?"
+                 " WHERE id = ? AND state = 'OPEN'", (reason, at, r[0]))
     return str(r[0])
 
 

@@ -64,11 +64,14 @@ def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:
     PENDING at exactly the snapshot's version, and every snapshot field equal to the task's current
     field. Rows whose snapshot no longer matches are skipped (fail closed), never claimed.
 
-    Order: ``authorizations.created_at, id`` (partial index ``authorizations_active``) — stable.
+    Order: ``authorizations.created_at, id`` — stable. ``INDEXED BY`` pins the walk to the partial index
+    ``authorizations_active`` (already in that order, so the first matching row ends the search);
+    without it the planner prefers ``tasks_state_created`` plus a sort of every PENDING task, which
+    measured ~7 ms instead of ~0.01 ms at 2,000 pending tasks.
     """
     r = conn.execute(
-        f"SELECT {_AUTH_COLUMNS}, t.version AS current_task_version FROM authorizations a"
-        " JOIN tasks t ON t.id = a.task_id"
+        f"SELECT {_AUTH_COLUMNS}, t.version AS current_task_version"
+        " FROM authorizations a INDEXED BY authorizations_active JOIN tasks t ON t.id = a.task_id"
         " WHERE a.state = 'ACTIVE' AND a.expires_at > ? AND t.state = 'PENDING' AND t.version = a.task_version"
         " AND t.title = a.title AND t.product_url = a.product_url AND t.goods_id = a.goods_id"
         " AND t.sku_color = a.sku_color AND t.sku_size = a.sku_size AND t.quantity = a.quantity"

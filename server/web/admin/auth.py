@@ -26,7 +26,6 @@ from cmbuyer.server.web.admin.common import (
     Body,
     action,
     clear_cookie,
-    current_session,
     error_json,
     now,
     read_body,
@@ -62,12 +61,8 @@ def _login_page(request: web.Request, prelogin: str, *, status: int = 200, error
 
 
 async def login_form(request: web.Request) -> web.StreamResponse:
-    """``GET /login``: the form (or a redirect to the task list when already logged in)."""
-    try:
-        if await current_session(request) is not None:
-            raise web.HTTPSeeOther("/tasks")
-    except StorageError:
-        return refuse(request, STORAGE_REFUSAL)
+    """``GET /login``: the form. It is shown even to a logged-in browser (logging in again simply
+    replaces that session with a new one)."""
     prelogin = single_cookie(request, LOGIN_COOKIE)
     if prelogin is None or admin_sessions.token_hash(prelogin) is None:
         prelogin = admin_sessions.new_token()
