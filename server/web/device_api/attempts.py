@@ -24,10 +24,9 @@ from cmbuyer.server.db import StorageError
 from cmbuyer.server.evidence import files as evidence_files
 from cmbuyer.server.evidence.png import ImageRejected, validate_png
 from cmbuyer.server.services import events as event_service
-from cmbuyer.server.services import evidence_upload
+from cmbuyer.server.services import evidence_upload, recovery
 from cmbuyer.server.services import fail_attempt as fail_service
 from cmbuyer.server.services import fence as fence_service
-from cmbuyer.server.services import recovery
 from cmbuyer.server.services import submission_result as result_service
 from cmbuyer.server.services.device_tx import DeviceNotActive
 from cmbuyer.server.services.fence import FenceRefused

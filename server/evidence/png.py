@@ -1,0 +1,203 @@
+"""Strict PNG validation for evidence uploads (spec 002: magic, full decode, size limits, no APNG).
+
+Order matters (bad-inputs "PNG content"): the chunk structure is walked first without decoding —
+signature, IHDR first with sane fields, **the header's width/height checked against the limits
+before any pixel is inflated**, every chunk's CRC, no animation chunks (``acTL``/``fcTL``/``fdAT``),
+bounded text chunks, ``IEND`` present and nothing after it. Then the concatenated IDAT zlib stream is
+inflated in bounded pieces (output discarded) and must produce exactly the byte count the header
+implies — a stream that inflates past it, stops short or carries trailing data is refused. Only then
+does Pillow open the bytes with ``formats=["PNG"]`` and fully decode them.
+
+Pure CPU work on bytes already in memory; the web layer runs it in a worker thread with a small
+concurrency limit so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import warnings
+import zlib
+from dataclasses import dataclass
+
+from PIL import Image
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MAX_CHUNKS = 50_000
+MAX_TEXT_CHUNKS = 32
+MAX_TEXT_BYTES = 64 * 1024
+_INFLATE_PIECE = 1 << 16
+_TEXT_CHUNKS = frozenset({b"tEXt", b"zTXt", b"iTXt"})
+_ANIMATION_CHUNKS = frozenset({b"acTL", b"fcTL", b"fdAT"})
+_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+_DEPTHS = {0: {1, 2, 4, 8, 16}, 2: {8, 16}, 3: {1, 2, 4, 8}, 4: {8, 16}, 6: {8, 16}}
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+class ImageRejected(ValueError):
+    """The bytes are not an acceptable PNG. ``reason`` is a short fixed word for logs/tests (the HTTP
+    answer is always ``400 {"error":"unsupported_image"}``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class PngInfo:
+    """What the header says (after full validation)."""
+
+    width: int
+    height: int
+    bit_depth: int
+    color_type: int
+    interlaced: bool
+
+
+def _row_bytes(width: int, bits_per_pixel: int) -> int:
+    return (width * bits_per_pixel + 7) // 8 + 1  # +1 filter byte per row
+
+
+def raw_size(width: int, height: int, bit_depth: int, color_type: int, interlaced: bool) -> int:
+    """Exact size of the decompressed IDAT data the header implies (filter bytes included)."""
+    bpp = _CHANNELS[color_type] * bit_depth
+    if not interlaced:
+        return height * _row_bytes(width, bpp)
+    total = 0
+    for x0, y0, dx, dy in _ADAM7:
+        pw = (width - x0 + dx - 1) // dx if width > x0 else 0
+        ph = (height - y0 + dy - 1) // dy if height > y0 else 0
+        if pw and ph:
+            total += ph * _row_bytes(pw, bpp)
+    return total
+
+
+def _parse_ihdr(body: bytes, max_side: int, max_pixels: int) -> PngInfo:
+    width, height, depth, color, compression, filter_method, interlace = struct.unpack(">IIBBBBB", body)
+    if not (1 <= width <= max_side and 1 <= height <= max_side) or width * height > max_pixels:
+        raise ImageRejected("dimensions")
+    if color not in _DEPTHS or depth not in _DEPTHS[color] or compression != 0 or filter_method != 0 \
+            or interlace not in (0, 1):
+        raise ImageRejected("ihdr")
+    return PngInfo(width, height, depth, color, interlace == 1)
+
+
+def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[PngInfo, list[tuple[int, int]]]:
+    """Walk the chunks without decoding; returns the header info and the IDAT ``(start, end)`` spans.
+
+    Raises :class:`ImageRejected`. The size limits are enforced here, from IHDR alone.
+    """
+    if not data.startswith(PNG_MAGIC):
+        raise ImageRejected("signature")
+    pos = len(PNG_MAGIC)
+    info: PngInfo | None = None
+    idat: list[tuple[int, int]] = []
+    idat_done = False
+    texts = text_bytes = chunks = 0
+    seen_plte = False
+    while True:
+        if len(data) - pos < 12:
+            raise ImageRejected("truncated")
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        ctype = data[pos + 4:pos + 8]
+        end = pos + 12 + length
+        if length > 0x7FFFFFFF or end > len(data):
+            raise ImageRejected("truncated")
+        if not ctype.isalpha() or not ctype.isascii():
+            raise ImageRejected("chunk_type")
+        body = data[pos + 8:pos + 8 + length]
+        if zlib.crc32(ctype + body) != int.from_bytes(data[end - 4:end], "big"):
+            raise ImageRejected("crc")
+        chunks += 1
+        if chunks > MAX_CHUNKS:
+            raise ImageRejected("too_many_chunks")
+        if info is None:
+            if ctype != b"IHDR" or length != 13:
+                raise ImageRejected("ihdr")
+            info = _parse_ihdr(body, max_side, max_pixels)
+        elif ctype == b"IHDR":
+            raise ImageRejected("ihdr")
+        elif ctype in _ANIMATION_CHUNKS:
+            raise ImageRejected("animated")
+        elif ctype in _TEXT_CHUNKS:
+            texts += 1
+            text_bytes += length
+            if texts > MAX_TEXT_CHUNKS or text_bytes > MAX_TEXT_BYTES:
+                raise ImageRejected("text_chunks")
+        elif ctype == b"PLTE":
+            seen_plte = True
+        elif ctype == b"IDAT":
+            if idat_done:
+                raise ImageRejected("idat_split")
+            idat.append((pos + 8, pos + 8 + length))
+        elif ctype == b"IEND":
+            if length != 0:
+                raise ImageRejected("iend")
+            pos = end
+            break
+        if idat and ctype != b"IDAT":
+            idat_done = True
+        pos = end
+    if pos != len(data):
+        raise ImageRejected("trailing_bytes")
+    if info is None or not idat:
+        raise ImageRejected("no_image_data")
+    if info.color_type == 3 and not seen_plte:
+        raise ImageRejected("no_palette")
+    return info, idat
+
+
+def check_inflated_size(data: bytes, spans: list[tuple[int, int]], expected: int) -> None:
+    """Inflate the IDAT stream in bounded pieces (discarding output); it must yield exactly
+    ``expected`` bytes, end cleanly and carry nothing after its end. Raises ImageRejected."""
+    inflater = zlib.decompressobj()
+    produced = 0
+    try:
+        for start, end in spans:
+            pending = data[start:end]
+            while pending:
+                out = inflater.decompress(pending, _INFLATE_PIECE)
+                produced += len(out)
+                if produced > expected:
+                    raise ImageRejected("inflates_past_size")
+                pending = inflater.unconsumed_tail
+                if inflater.eof:
+                    if pending or inflater.unused_data:
+                        raise ImageRejected("idat_trailing_data")
+                    break
+        while not inflater.eof:
+            out = inflater.decompress(b"", _INFLATE_PIECE)
+            if not out:
+                break
+            produced += len(out)
+            if produced > expected:
+                raise ImageRejected("inflates_past_size")
+    except zlib.error:
+        raise ImageRejected("zlib") from None
+    if not inflater.eof or produced != expected:
+        raise ImageRejected("idat_truncated")
+
+
+def validate_png(data: bytes, *, max_side: int, max_pixels: int) -> PngInfo:
+    """Fully validate ``data`` as a single-frame PNG within the limits; returns its header info.
+
+    Raises :class:`ImageRejected` for anything else (see the module docstring for the order).
+    """
+    info, spans = check_structure(data, max_side=max_side, max_pixels=max_pixels)
+    check_inflated_size(data, spans, raw_size(info.width, info.height, info.bit_depth, info.color_type,
+                                              info.interlaced))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=["PNG"]) as im:
+                if im.format != "PNG" or im.size != (info.width, info.height):
+                    raise ImageRejected("pillow_header")
+                if getattr(im, "is_animated", False) or getattr(im, "n_frames", 1) != 1:
+                    raise ImageRejected("animated")
+                im.load()
+    except ImageRejected:
+        raise
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, MemoryError,
+            Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageRejected("decode") from None
+    return info

@@ -1,0 +1,29 @@
+"""Start-up check of the claim-token secret (spec 000 §2; design §2.7): the configured
+``CMBUYER_CLAIM_TOKEN_SECRET`` must rebuild the stored token hash of every OPEN attempt and of the
+newest attempts. Otherwise the server refuses to start (fail closed) instead of issuing tokens that
+would not match, or substitute tokens for existing claims."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from cmbuyer.server.domain import claim_token
+from cmbuyer.server.store import claims as claim_store
+
+
+class SecretMismatch(Exception):
+    """The secret does not reproduce an existing claim (or is missing); the message is one line."""
+
+
+def verify_secret(conn: sqlite3.Connection, secret: bytes) -> int:
+    """Return how many claims were checked; raise :class:`SecretMismatch` on the first mismatch."""
+    checked = 0
+    for attempt in claim_store.attempts_for_secret_check(conn):
+        token = claim_token.derive(secret, device_id=attempt.device_id, task_id=attempt.task_id,
+                                   authorization_id=attempt.authorization_id, attempt_id=attempt.id,
+                                   generation=attempt.claim_generation, nonce=attempt.nonce)
+        if not claim_token.matches(attempt.token_hash, token):
+            raise SecretMismatch("CMBUYER_CLAIM_TOKEN_SECRET does not reproduce the tokens of existing claims")
+        checked += 1
+    return checked
+

@@ -1,0 +1,106 @@
+"""``POST /api/v1/tasks/{id}/evidence`` — the database half (spec 002 截图).
+
+The web layer has already authenticated the device, read the multipart form within its caps,
+validated the six metadata fields, fully validated the PNG, checked the declared SHA-256 and durably
+stored the bytes by content hash (file first, row second: a crash in between leaves at most an
+unreferenced file, never a row without its file). :func:`record_upload` is then one write job:
+
+conditional "device still ACTIVE" UPDATE → idempotency lookup of ``upload_key`` (same device + key +
+same task/attempt/metadata/bytes → the original asset, ``200``, even if the claim has been closed
+since; anything different → ``409 idempotency_conflict``) → for a first write the attempt must be an
+OPEN claim held by this device and belong to the URL's task (the composite FK proves it again on
+INSERT) → the asset row + request record + audit row → ``201``.
+
+:func:`may_upload` is the same ownership check as a read, run *before* the file is stored so a
+foreign or closed attempt never leaves a file behind.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.services import device_tx, idempotency
+from cmbuyer.server.services.claim_check import claim_not_current
+from cmbuyer.server.services.common import new_id
+from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.store import attempts as attempt_store
+from cmbuyer.server.store import audit, device_requests
+from cmbuyer.server.store import evidence as evidence_store
+
+ENDPOINT = "evidence"
+META_FIELDS = frozenset({"upload_key", "attempt_id", "kind", "privacy_tier", "sha256", "captured_at"})
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A validated upload: the six metadata fields and what the PNG check measured."""
+
+    task_id: str
+    upload_key: str
+    attempt_id: str
+    kind: str
+    privacy_tier: str
+    sha256: str
+    captured_at: str
+    byte_size: int
+    width: int
+    height: int
+
+    def payload(self) -> dict[str, Any]:
+        """Idempotency comparison form (task, attempt, metadata and the bytes via their hash)."""
+        return {"task_id": self.task_id, "upload_key": self.upload_key, "attempt_id": self.attempt_id,
+                "kind": self.kind, "privacy_tier": self.privacy_tier, "sha256": self.sha256,
+                "captured_at": self.captured_at, "byte_size": self.byte_size}
+
+
+def _replay(stored: Stored) -> Stored:
+    # First success is 201; every replay of it is 200 with the same body (spec 002).
+    return Stored(200, stored.body, stored.attempt_id)
+
+
+def may_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload) -> bool:
+    """Read-only pre-check: True when the upload would be a replay of this device's key or a first
+    write to an OPEN attempt of the URL's task held by this device. The write job checks again."""
+    rec = device_requests.get(conn, device_id, upload.upload_key)
+    if rec is not None:
+        return True
+    attempt = attempt_store.get(conn, upload.attempt_id)
+    return (attempt is not None and attempt.device_id == device_id and attempt.task_id == upload.task_id
+            and attempt.state == "OPEN")
+
+
+def record_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, now: datetime) -> Stored:
+    """Record the asset; returns 201 (first) or 200 (replay) with the response body.
+
+    Raises DeviceNotActive (→ 401), Conflict ``idempotency_conflict`` / ``claim_not_current`` (→ 409).
+    """
+    device_tx.begin(conn, device_id)
+    payload = upload.payload()
+    stored = device_tx.replay_scoped(conn, device_id, upload.upload_key, ENDPOINT, payload)
+    if stored is not None:
+        return _replay(stored)
+    attempt = attempt_store.get(conn, upload.attempt_id)
+    if attempt is None or attempt.device_id != device_id or attempt.task_id != upload.task_id \
+            or attempt.state != "OPEN":
+        raise claim_not_current()
+    at = to_wire(now)
+    asset = evidence_store.Asset(
+        id=new_id(), task_id=upload.task_id, attempt_id=attempt.id, device_id=device_id,
+        upload_key=upload.upload_key, kind=upload.kind, privacy_tier=upload.privacy_tier, sha256=upload.sha256,
+        byte_size=upload.byte_size, mime="image/png", width=upload.width, height=upload.height,
+        captured_at=upload.captured_at, created_at=at)
+    evidence_store.insert(conn, asset)
+    body = {"asset_id": asset.id, "task_id": asset.task_id, "attempt_id": asset.attempt_id, "kind": asset.kind,
+            "privacy_tier": asset.privacy_tier, "sha256": asset.sha256, "byte_size": asset.byte_size,
+            "mime": asset.mime, "width": asset.width, "height": asset.height, "captured_at": asset.captured_at}
+    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="evidence.upload",
+                 subject_kind="attempt", subject_id=attempt.id, request_id=upload.upload_key,
+                 generation=attempt.claim_generation,
+                 detail={"asset_id": asset.id, "kind": asset.kind, "sha256": asset.sha256,
+                         "byte_size": asset.byte_size})
+    return idempotency.remember(conn, device_id, upload.upload_key, ENDPOINT, payload, status=201, body=body, at=at,
+                                attempt_id=attempt.id)

@@ -1,0 +1,113 @@
+"""``POST /api/v1/purchase-attempts/{aid}/fail`` as one write-transaction job (spec 002, design §3).
+
+Order: conditional "device still ACTIVE" UPDATE → idempotency lookup of ``fail_key`` → the claim must
+be this device's OPEN attempt with this generation and token (the lease is *not* required: an agent
+that lost its lease should still say why it stopped; failing releases nothing to anyone) → no
+submission may exist for the attempt (after the fence only ``result`` may speak: ``409
+submission_fenced``) → the optional evidence asset must belong to this attempt → summary check →
+attempt CLOSED (``FAILED``), authorization CLAIMED → CLOSED, task CLAIMED/ORDERING → FAILED
+(version + 1, ``state_reason`` = reason code) → request record + audit row (reason, summary, asset).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain import claim_token
+from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.states import (
+    ATTEMPT_TRANSITIONS,
+    AUTHORIZATION_TRANSITIONS,
+    TASK_TRANSITIONS,
+    AttemptState,
+    AuthorizationState,
+    TaskState,
+    transition,
+)
+from cmbuyer.server.services import device_tx, idempotency
+from cmbuyer.server.services.claim_check import claim_not_current, current_claim
+from cmbuyer.server.services.events import check_summary
+from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.store import attempts as attempt_store
+from cmbuyer.server.store import audit
+from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store import evidence as evidence_store
+from cmbuyer.server.store import submissions as submission_store
+from cmbuyer.server.store import tasks as task_store
+
+ENDPOINT = "fail"
+
+
+def submission_fenced() -> Conflict:
+    """The fixed 409 once a submission exists for the attempt/authorization."""
+    return Conflict("a submission fence exists", code="submission_fenced")
+
+
+def evidence_conflict() -> Conflict:
+    """The fixed 409 for an evidence asset id that is unknown or belongs to another attempt."""
+    return Conflict("evidence asset does not belong to this attempt", code="evidence_conflict")
+
+
+def request_payload(attempt_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Idempotency comparison form: body + URL attempt id, token replaced by its SHA-256 hex."""
+    return {**body, "attempt_id": attempt_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
+
+
+def check_asset(conn: sqlite3.Connection, asset_id: str | None, attempt_id: str) -> None:
+    """An optional asset id must name an asset of ``attempt_id`` (else ``409 evidence_conflict``)."""
+    if asset_id is None:
+        return
+    asset = evidence_store.get(conn, asset_id)
+    if asset is None or asset.attempt_id != attempt_id:
+        raise evidence_conflict()
+
+
+def fail_attempt(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any],
+                 now: datetime) -> Stored:
+    """Close the attempt as failed; returns the 200 response. Raises DeviceNotActive (→ 401),
+    ValidationFailed (→ 400), Conflict ``idempotency_conflict`` / ``claim_not_current`` /
+    ``submission_fenced`` / ``evidence_conflict`` (→ 409)."""
+    device_tx.begin(conn, device_id)
+    key: str = body["fail_key"]
+    payload = request_payload(attempt_id, body)
+    stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
+    if stored is not None:
+        return stored
+    attempt = current_claim(conn, device_id=device_id, attempt_id=attempt_id, token=body["claim_token"], now=now,
+                            generation=body["claim_generation"], require_lease=False)
+    if submission_store.for_attempt_or_authorization(conn, attempt.id, attempt.authorization_id) is not None:
+        raise submission_fenced()
+    check_asset(conn, body["evidence_asset_id"], attempt.id)
+    summary = check_summary(body["summary"])
+    task = task_store.get(conn, attempt.task_id)
+    authorization = auth_store.get(conn, attempt.authorization_id)
+    if task is None or authorization is None or task.state not in (TaskState.CLAIMED, TaskState.ORDERING) \
+            or authorization.state != AuthorizationState.CLAIMED:
+        raise claim_not_current()
+    at = to_wire(now)
+    reason: str = body["reason_code"]
+    transition(ATTEMPT_TRANSITIONS, AttemptState(attempt.state), "close")
+    new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "close")
+    new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "device_fail")
+    if not attempt_store.close(conn, attempt.id, "FAILED", at):
+        raise StorageError("attempt changed under the write lock")
+    if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state, new_state=new_auth,
+                                at=at, reason=f"device_fail:{reason}"):
+        raise StorageError("authorization changed under the write lock")
+    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
+                                new_state=new_task, at=at, reason=reason):
+        raise StorageError("task changed under the write lock")
+    version = task.version + 1
+    result = {"task_id": task.id, "attempt_id": attempt.id, "task_state": new_task.value, "task_version": version,
+              "reason_code": reason}
+    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="attempt.fail", subject_kind="task",
+                 subject_id=task.id, request_id=key, generation=attempt.claim_generation,
+                 detail={"attempt_id": attempt.id, "authorization_id": authorization.id, "reason_code": reason,
+                         "summary": summary, "evidence_asset_id": body["evidence_asset_id"],
+                         "task_version": version})
+    return idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at,
+                                attempt_id=attempt.id)

@@ -1,0 +1,51 @@
+"""``POST /api/v1/devices/heartbeat`` (spec 002; design §7.1): record what the phone host reports and
+answer whether its Pinduoduo version is allowed, with the server's time.
+
+The body's ``device_id`` must be the authenticated device (checked by the route before any write).
+The record is last-writer-wins on the device row; an audit row is written only when a reported fact
+changes (version, serial, state, allowed flag …), so a steady 10-second heartbeat does not flood the
+append-only audit trail, while every change of what the server knows stays traceable.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.services import device_tx
+from cmbuyer.server.services.claim_next import ClaimPolicy
+from cmbuyer.server.store import audit
+from cmbuyer.server.store import devices as device_store
+
+
+def version_allowed(pdd_version: str | None, policy: ClaimPolicy) -> bool:
+    """Exact match of the reported version name against ``CMBUYER_ALLOWED_APP_VERSIONS``."""
+    return pdd_version is not None and pdd_version in policy.allowed_app_versions
+
+
+def record_heartbeat(conn: sqlite3.Connection, *, device_id: str, body: dict[str, Any], now: datetime,
+                     policy: ClaimPolicy) -> dict[str, Any]:
+    """Store the heartbeat (first statement: the device-ACTIVE check) and return the response body.
+
+    Raises :class:`device_tx.DeviceNotActive` (→ 401).
+    """
+    previous = device_tx.begin(conn, device_id)
+    at = to_wire(now)
+    allowed = version_allowed(body["pdd_version"], policy)
+    facts = {"client_version": body["client_version"], "adb_serial": body["adb_serial"],
+             "android_release": body["android_release"], "pdd_version": body["pdd_version"],
+             "pdd_version_code": body.get("pdd_version_code"), "reported_state": body["state"],
+             "app_version_allowed": allowed}
+    device_store.record_heartbeat(conn, device_id, at=at, client_version=facts["client_version"],
+                                  adb_serial=facts["adb_serial"], android_release=facts["android_release"],
+                                  pdd_version=facts["pdd_version"], pdd_version_code=facts["pdd_version_code"],
+                                  reported_state=facts["reported_state"], app_version_allowed=allowed)
+    before = {name: getattr(previous, name) for name in facts}
+    if before != facts:
+        audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="device.heartbeat",
+                     subject_kind="device", subject_id=device_id,
+                     detail={name: value for name, value in facts.items() if before[name] != value})
+    return {"device_id": device_id, "app_version_allowed": allowed, "server_now": at,
+            "heartbeat_interval_seconds": policy.heartbeat_interval}

@@ -1,0 +1,148 @@
+"""``POST /api/v1/order-submissions/{sid}/result`` — the single observation after the tap (spec 002).
+
+Order: conditional "device still ACTIVE" UPDATE → idempotency lookup of ``result_key`` (same request →
+the stored answer) → the submission must exist *and* have been fenced by this device, else ``404
+not_found`` (an unknown id and another device's submission look the same: no existence leak) → the
+``attempt_id`` and claim token must be the submission's attempt's (constant-time; ``409
+claim_not_current``) → a submission already holding an observation (another key) or settled by a
+person → ``409 result_conflict`` → the attempt must be OPEN, or closed by the sweeper
+(``LEASE_EXPIRED_AFTER_FENCE``) — the lease is **not** required: a fenced attempt may report after its
+lease ran out, the observation is still worth having → the optional evidence asset must belong to
+the attempt (``409 evidence_conflict``) → then:
+
+- submission FENCED (normal case): observation recorded; ``SUBMITTED`` → submission SUBMITTED, task
+  SUBMITTING → WAITING_PAYMENT; ``EXTERNAL_PAYMENT_HANDOFF`` / ``SECURITY_CHALLENGE`` / ``UNKNOWN`` →
+  submission and task RECONCILIATION_REQUIRED; authorization FENCED → CONSUMED; attempt CLOSED
+  (``REPORTED``);
+- submission RECONCILIATION_REQUIRED because the sweeper found its lease expired without a result:
+  the late observation (and asset) is recorded on the submission, but nothing changes state — a
+  person decides (the attempt was already closed by the sweeper).
+
+There is no "retry" observation; no result ever releases the fence or opens a second click.
+"""
+
+from __future__ import annotations
+
+import hmac
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain import claim_token
+from cmbuyer.server.domain.errors import Conflict, NotFound
+from cmbuyer.server.domain.states import (
+    ATTEMPT_TRANSITIONS,
+    AUTHORIZATION_TRANSITIONS,
+    SUBMISSION_TRANSITIONS,
+    TASK_TRANSITIONS,
+    AttemptState,
+    AuthorizationState,
+    SubmissionState,
+    TaskState,
+    transition,
+)
+from cmbuyer.server.services import device_tx, idempotency
+from cmbuyer.server.services.claim_check import claim_not_current
+from cmbuyer.server.services.fail_attempt import check_asset
+from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.store import attempts as attempt_store
+from cmbuyer.server.store import audit
+from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store import submissions as submission_store
+from cmbuyer.server.store import tasks as task_store
+
+ENDPOINT = "submission-result"
+SWEEPER_CLOSE_REASON = "LEASE_EXPIRED_AFTER_FENCE"
+
+
+def result_conflict() -> Conflict:
+    """The fixed 409 when the submission already has its one result (or a person settled it)."""
+    return Conflict("the submission already has a result", code="result_conflict")
+
+
+def not_found() -> NotFound:
+    """The fixed 404 for an unknown submission *or* one fenced by another device."""
+    return NotFound("not found", code="not_found")
+
+
+def request_payload(submission_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Idempotency comparison form: body + URL submission id, token replaced by its SHA-256 hex."""
+    return {**body, "submission_id": submission_id,
+            "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
+
+
+def use_case_for(observation: str) -> str:
+    """The state-machine use-case of an observation (SUBMITTED or anything needing a person)."""
+    return "result_submitted" if observation == "SUBMITTED" else "result_needs_reconciliation"
+
+
+def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: str, body: dict[str, Any],
+                  now: datetime) -> Stored:
+    """Record the observation; returns the 200 response. Raises DeviceNotActive (→ 401), NotFound
+    (→ 404), Conflict ``idempotency_conflict`` / ``claim_not_current`` / ``result_conflict`` /
+    ``evidence_conflict`` (→ 409)."""
+    device_tx.begin(conn, device_id)
+    key: str = body["result_key"]
+    payload = request_payload(submission_id, body)
+    stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
+    if stored is not None:
+        return stored
+    submission = submission_store.get(conn, submission_id)
+    if submission is None or not hmac.compare_digest(submission.device_id, device_id):
+        raise not_found()
+    attempt = attempt_store.get(conn, submission.attempt_id)
+    if attempt is None:
+        raise StorageError("submission without its attempt")
+    token_ok = claim_token.matches(attempt.token_hash, body["claim_token"])
+    if not (token_ok and body["attempt_id"] == attempt.id and attempt.device_id == device_id):
+        raise claim_not_current()
+    if submission.observation is not None or submission.state not in (SubmissionState.FENCED,
+                                                                      SubmissionState.RECONCILIATION_REQUIRED):
+        raise result_conflict()
+    if not (attempt.state == AttemptState.OPEN or attempt.close_reason == SWEEPER_CLOSE_REASON):
+        raise claim_not_current()
+    check_asset(conn, body["evidence_asset_id"], attempt.id)
+    observation: str = body["observation"]
+    at = to_wire(now)
+    task = task_store.get(conn, submission.task_id)
+    if task is None:
+        raise StorageError("submission without its task")
+    if submission.state == SubmissionState.FENCED:
+        use_case = use_case_for(observation)
+        new_sub = transition(SUBMISSION_TRANSITIONS, SubmissionState.FENCED, use_case)
+        new_task = transition(TASK_TRANSITIONS, TaskState(task.state), use_case)
+        authorization = auth_store.get(conn, submission.authorization_id)
+        if authorization is None:
+            raise StorageError("submission without its authorization")
+        new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "result")
+        transition(ATTEMPT_TRANSITIONS, AttemptState(attempt.state), "close")
+        if not submission_store.record_result(conn, submission.id, expected_state=submission.state,
+                                              new_state=new_sub.value, observation=observation, result_key=key,
+                                              evidence_asset_id=body["evidence_asset_id"], at=at):
+            raise StorageError("submission changed under the write lock")
+        if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
+                                    new_state=new_task.value, at=at, reason=f"result:{observation}"):
+            raise StorageError("task changed under the write lock")
+        if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
+                                    new_state=new_auth.value, at=at, reason=f"result:{observation}"):
+            raise StorageError("authorization changed under the write lock")
+        if not attempt_store.close(conn, attempt.id, "REPORTED", at):
+            raise StorageError("attempt changed under the write lock")
+        sub_state, task_state, task_version, late = new_sub.value, new_task.value, task.version + 1, False
+    else:
+        # Late: the sweeper already moved it to RECONCILIATION_REQUIRED. Record, change no state.
+        if not submission_store.record_result(conn, submission.id, expected_state=submission.state,
+                                              new_state=submission.state, observation=observation,
+                                              result_key=key, evidence_asset_id=body["evidence_asset_id"], at=at):
+            raise StorageError("submission changed under the write lock")
+        sub_state, task_state, task_version, late = submission.state, task.state, task.version, True
+    result = {"submission_id": submission.id, "observation": observation, "submission_status": sub_state,
+              "task_state": task_state, "task_version": task_version}
+    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="submission.result",
+                 subject_kind="task", subject_id=task.id, request_id=key, generation=attempt.claim_generation,
+                 detail={"submission_id": submission.id, "observation": observation, "late": late,
+                         "evidence_asset_id": body["evidence_asset_id"], "task_state": task_state})
+    return idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at,
+                                attempt_id=attempt.id)

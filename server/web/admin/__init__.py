@@ -1,0 +1,79 @@
+"""The admin web pages (spec 002 一、管理端接口 and 身份; issue 5).
+
+Server-rendered Jinja2 (autoescaped), local CSS/JS only under ``/static``, one module per route
+group: :mod:`.auth` (login/logout), :mod:`.tasks` (table, create, start, detail, actions),
+:mod:`.evidence`, :mod:`.devices`. :func:`setup` registers everything plus the security headers that
+every non-device response carries. Device routes (``/api/``) are left untouched: the admin cookie
+grants nothing there and device Bearer credentials grant nothing here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+from aiohttp import web
+from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
+from cmbuyer.server.services import admin_sessions
+from cmbuyer.server.web.admin import auth, devices, evidence, tasks
+from cmbuyer.server.web.admin.common import JINJA, beijing_time
+from cmbuyer.server.web.keys import CLOCK, DB
+
+_SERVER_DIR = Path(__file__).resolve().parents[2]
+TEMPLATES_DIR = _SERVER_DIR / "templates"
+STATIC_DIR = _SERVER_DIR / "static"
+
+# No inline script or style anywhere, so 'self' is enough; frame-ancestors 'none' forbids framing.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self';"
+       " form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    # same-origin (not no-referrer): with no-referrer browsers send "Origin: null" on our own form
+    # posts, which the CSRF origin check must refuse.
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=()",
+}
+
+
+def make_environment() -> jinja2.Environment:
+    """The Jinja2 environment: autoescape on for every template, undefined names are errors."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["bjt"] = beijing_time
+    env.globals["state_label"] = lambda s: TASK_STATE_LABELS.get(TaskState(s), s) if s in TaskState.__members__ else s
+    return env
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    if request.path.startswith("/api/"):
+        return
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
+async def _home(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPSeeOther("/tasks")
+
+
+async def _sweep_sessions(app: web.Application) -> None:
+    at = app[CLOCK].now()
+    await app[DB].write(lambda c: admin_sessions.sweep(c, at))
+
+
+def setup(app: web.Application) -> None:
+    """Register the admin routes, static files, security headers and the session sweep."""
+    from cmbuyer.server.app import PERIODIC
+
+    app[JINJA] = make_environment()
+    app.on_response_prepare.append(_security_headers)
+    app.router.add_get("/", _home, name="admin-home")
+    auth.setup(app)
+    tasks.setup(app)
+    evidence.setup(app)
+    devices.setup(app)
+    app.router.add_static("/static", STATIC_DIR, name="admin-static")
+    app[PERIODIC].append(_sweep_sessions)

@@ -1,0 +1,79 @@
+"""``GET /evidence/{asset_id}`` (spec 002): internal screenshots for logged-in admins only.
+
+Order of checks: no valid session → 401 before any lookup (existence never leaks); malformed id,
+unknown id, missing/unreadable file, or a file whose SHA-256 no longer matches its row → empty 404.
+Success: the stored PNG bytes with ``Content-Length``, ``Content-Type: image/png``, a fixed
+``Content-Disposition`` filename, ``Cache-Control: no-store`` and ``nosniff``. The path is built only
+from the stored 64-hex digest (``evidence_dir/ab/cd/<sha>.png``), never from request text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+from aiohttp import web
+from cmbuyer.schemas import is_hex64, is_uuid4
+from cmbuyer.server.db import StorageError
+from cmbuyer.server.store import admin_queries
+from cmbuyer.server.web.admin.common import STORAGE_REFUSAL, current_session, refuse, request_id
+from cmbuyer.server.web.keys import DB, SETTINGS
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+
+
+def evidence_path(evidence_dir: Path, sha256: str) -> Path:
+    """Where the device API stored the PNG with this digest."""
+    return evidence_dir / sha256[:2] / sha256[2:4] / f"{sha256}.png"
+
+
+def _read_checked(path: Path, sha256: str, size: int) -> bytes | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if len(data) != size or not data.startswith(PNG_MAGIC) or hashlib.sha256(data).hexdigest() != sha256:
+        return None
+    return data
+
+
+def _empty(status: int) -> web.Response:
+    return web.Response(status=status, body=b"", headers=_NO_STORE)
+
+
+async def get_evidence(request: web.Request) -> web.StreamResponse:
+    """Serve one evidence PNG (rules in the module docstring)."""
+    try:
+        session = await current_session(request)
+    except StorageError:
+        return refuse(request, STORAGE_REFUSAL)
+    if session is None:
+        response = _empty(401)
+        response.headers["X-Request-ID"] = request_id(request)
+        return response
+    asset_id = request.match_info["asset_id"]
+    if not is_uuid4(asset_id):
+        return _empty(404)
+    try:
+        ref = await request.app[DB].read(lambda c: admin_queries.evidence_file_ref(c, asset_id))
+    except StorageError:
+        return _empty(503)
+    if ref is None or not is_hex64(ref[0]):
+        return _empty(404)
+    sha256, size = ref
+    path = evidence_path(request.app[SETTINGS].evidence_dir, sha256)
+    data = await asyncio.get_running_loop().run_in_executor(None, _read_checked, path, sha256, size)
+    if data is None:
+        return _empty(404)
+    return web.Response(body=data, headers={
+        **_NO_STORE, "Content-Type": "image/png", "Content-Length": str(len(data)),
+        "Content-Disposition": 'inline; filename="evidence.png"',
+        "Content-Security-Policy": "default-src 'none'; sandbox",
+    })
+
+
+def setup(app: web.Application) -> None:
+    """Register the evidence route."""
+    app.router.add_get("/evidence/{asset_id}", get_evidence, name="admin-evidence")

@@ -1,0 +1,35 @@
+"""End-to-end fixtures: the real processes (server, phone simulator, agents) through demo.stack."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from demo.stack import Stack, free_port
+
+SCENARIO = Path(__file__).resolve().parents[2] / "demo" / "scenario.yaml"
+
+
+def soak_iterations(default: int) -> int:
+    """Iteration count for crash loops: CMBUYER_SOAK_ITERATIONS (``make soak``) or a small default."""
+    raw = os.environ.get("CMBUYER_SOAK_ITERATIONS", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    """A fresh stack on free ports; every child process is stopped at the end of the test."""
+    s = Stack(tmp_path / "data", server_port=free_port(),
+              env={"CMBUYER_CLAIM_LEASE_TTL": "20", "CMBUYER_SWEEP_INTERVAL": "1"})
+    s.init()
+    try:
+        yield s
+    finally:
+        s.stop()
+        for log in sorted(s.logs.glob("*.log")):
+            text = log.read_text(errors="replace")
+            if text.strip():
+                print(f"--- {log.name} (last 40 lines)\n" + "\n".join(text.splitlines()[-40:]))

@@ -1,0 +1,156 @@
+"""Whole-system tests through the real processes (issue 8): `cmbuyer-server serve`,
+`cmbuyer-phonesim` and one `cmbuyer-agent run` per phone, exactly as `make demo` runs them."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections import Counter
+
+import pytest
+from cmbuyer.phonesim.journal import order_counts, payment_taps, submit_taps
+
+from demo.stack import SETTLED, Stack, TaskSpec
+from tests.e2e.conftest import SCENARIO, soak_iterations
+
+pytestmark = pytest.mark.e2e
+
+
+def wait_settled(stack: Stack, specs: list[TaskSpec], timeout: float = 120.0) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout
+    details: dict[str, dict] = {}
+    while time.monotonic() < deadline:
+        details = stack.task_details(specs)
+        if all(d["task"]["state"] in SETTLED for d in details.values()):
+            return details
+        time.sleep(0.3)
+    states = {s.title: details[s.task_id]["task"]["state"] for s in specs} if details else {}
+    raise AssertionError(f"tasks did not settle in {timeout}s: {states}")
+
+
+def shirt(title: str, quantity: int = 1, color: str = "黑色CHA(纯棉)", size: str = "M(建议100-115)",
+          cap: str = "100.00") -> TaskSpec:
+    return TaskSpec(title, "937122477375", color, size, quantity, cap)
+
+
+def test_happy_path_one_task_one_order(stack: Stack) -> None:
+    stack.start_server()
+    stack.start_sim(["sim-1"], SCENARIO)
+    stack.add_device("sim-1")
+    specs = [shirt("happy", quantity=2, cap="30.00")]
+    stack.create_tasks(specs)
+    stack.start_agent("sim-1")
+    detail = wait_settled(stack, specs)[specs[0].task_id]
+    assert detail["task"]["state"] == "WAITING_PAYMENT"
+    assert detail["submission"]["state"] == "SUBMITTED"
+    kinds = {e["kind"] for e in detail["evidence"]}
+    assert {"SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3"} <= kinds
+    assert detail["events"], "step events must be stored"
+    journal = stack.phone_journal()
+    assert len(submit_taps(journal, goods_id="937122477375")) == 1
+    assert payment_taps(journal) == []
+    assert order_counts(journal) == {"937122477375": 1}
+
+
+def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
+    stack.start_server()
+    stack.start_sim(["sim-1", "sim-2"], SCENARIO)
+    for serial in ("sim-1", "sim-2"):
+        stack.add_device(serial)
+    specs = [shirt(f"t{i}", color=["黑色CHA(纯棉)", "白色CHA(纯棉)"][i % 2]) for i in range(8)]
+    specs += [TaskSpec(f"pants{i}", "700000000002", "黑色", "L", 1, "100.00") for i in range(2)]
+    stack.create_tasks(specs)
+    for serial in ("sim-1", "sim-2"):
+        stack.start_agent(serial)
+    details = wait_settled(stack, specs, timeout=240)
+    assert all(d["task"]["state"] == "WAITING_PAYMENT" for d in details.values())
+    journal = stack.phone_journal()
+    assert sum(order_counts(journal).values()) == len(specs)
+    assert order_counts(journal) == dict(Counter(s.goods_id for s in specs))
+    assert payment_taps(journal) == []
+    devices = {d["attempts"][0]["device_id"] for d in details.values()}
+    assert len(devices) == 2, "both phones should have worked"
+
+
+def test_server_restart_mid_run(stack: Stack) -> None:
+    stack.start_server()
+    stack.start_sim(["sim-1", "sim-2"], SCENARIO)
+    for serial in ("sim-1", "sim-2"):
+        stack.add_device(serial)
+    specs = [shirt(f"r{i}") for i in range(6)]
+    stack.create_tasks(specs)
+    for serial in ("sim-1", "sim-2"):
+        stack.start_agent(serial)
+    time.sleep(1.5)
+    stack.kill_server()
+    time.sleep(1.0)
+    stack.start_server()
+    details = wait_settled(stack, specs, timeout=240)
+    _assert_tally(stack, specs, details)
+
+
+def _assert_tally(stack: Stack, specs: list[TaskSpec], details: dict[str, dict]) -> None:
+    """Orders per task ≤ 1 and every task in an explained state."""
+    journal = stack.phone_journal()
+    per_goods = order_counts(journal)
+    assert sum(per_goods.values()) <= len(specs)
+    settled_with_order = [d for d in details.values() if d["task"]["state"] == "WAITING_PAYMENT"]
+    assert len(settled_with_order) <= sum(per_goods.values())
+    for d in details.values():
+        state = d["task"]["state"]
+        assert state in {"WAITING_PAYMENT", "RECONCILIATION_REQUIRED", "FAILED", "PENDING", "CLAIMED", "ORDERING"}
+        if state == "RECONCILIATION_REQUIRED":
+            assert d["submission"] is not None and (d["submission"]["observation"]
+                                                    or d["submission"]["reconciliation_reason"])
+        if state == "FAILED":
+            assert d["task"]["state_reason"], "a failed task says why"
+    conn = sqlite3.connect(stack.data_dir / "cmbuyer.sqlite3")
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        dup = conn.execute("SELECT authorization_id, count(*) FROM order_submissions GROUP BY 1 HAVING count(*) > 1")
+        assert dup.fetchall() == []
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_agent_sigkill_at_random_points(stack: Stack) -> None:
+    """Kill the agent with SIGKILL at random moments, restart it, repeat; the tally must stay sane."""
+    rng = random.Random(20261129)
+    stack.start_server()
+    stack.start_sim(["sim-1"], SCENARIO)
+    stack.add_device("sim-1")
+    iterations = soak_iterations(3)
+    specs = [shirt(f"k{i}") for i in range(iterations)]
+    stack.create_tasks(specs)
+    for _ in range(iterations):
+        stack.start_agent("sim-1")
+        time.sleep(rng.uniform(0.2, 2.5))
+        proc = stack.agents.pop("sim-1")
+        proc.kill()
+        proc.wait(timeout=10)
+    stack.start_agent("sim-1")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        details = stack.task_details(specs)
+        if all(d["task"]["state"] in SETTLED or _needs_person(d) for d in details.values()):
+            break
+        time.sleep(0.5)
+    _assert_tally(stack, specs, stack.task_details(specs))
+
+
+def _needs_person(detail: dict) -> bool:
+    attempts = [a for a in detail["attempts"] if a["state"] == "OPEN"]
+    return detail["task"]["state"] in ("CLAIMED", "ORDERING") and bool(attempts)
+
+
+def test_demo_once(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from demo.stack import free_port
+    result = subprocess.run([sys.executable, "-m", "demo.run", "--once", "--port", str(free_port()),
+                             "--data-dir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "every task reached its expected state" in result.stdout

@@ -1,0 +1,89 @@
+"""Fixtures of the admin web tests: an administrator, a logged-in aiohttp test client, HTML helpers,
+and a seeding helper for device-side rows (see seed.py). Builds on tests/server/conftest.py (real
+data dir from `cmbuyer-server init`, real SQLite file, ManualClock)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from cmbuyer.server.clock import ManualClock, to_wire
+from cmbuyer.server.db import run_in_transaction
+from cmbuyer.server.services.admins import hash_password
+from cmbuyer.server.services.common import new_id
+from cmbuyer.server.store import admins as admin_store
+
+from .seed import Seeder
+
+ADMIN_USER = "ops"
+ADMIN_PASSWORD = "correct horse battery"  # test-only credential of a throwaway database
+# argon2 is deliberately slow; hash once per test run, not once per test.
+_HASH = hash_password(ADMIN_PASSWORD)
+_CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]{64})"')
+
+
+def csrf_from(html: str) -> str:
+    """The CSRF token embedded in a rendered page."""
+    m = _CSRF.search(html)
+    assert m, "page has no csrf_token field"
+    return m.group(1)
+
+
+def add_admin(conn: sqlite3.Connection, clock: ManualClock, username: str = ADMIN_USER,
+              password_hash: str = _HASH) -> str:
+    """Insert an administrator directly (the hashing path is covered by the foundation tests)."""
+    admin_id = new_id()
+    run_in_transaction(conn, lambda c: admin_store.insert(c, admin_id, username, password_hash, to_wire(clock.now())))
+    return admin_id
+
+
+@pytest.fixture
+def admin(sync_conn: sqlite3.Connection, clock: ManualClock) -> str:
+    """The id of the test administrator ``ops``."""
+    return add_admin(sync_conn, clock)
+
+
+async def login(client: Any, username: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> Any:
+    """Log in through the real form (GET /login for the token, POST /login); returns the POST response."""
+    page = await client.get("/login")
+    token = csrf_from(await page.text())
+    return await client.post("/login", data={"username": username, "password": password, "csrf_token": token},
+                             allow_redirects=False)
+
+
+@dataclass
+class AdminClient:
+    """A logged-in test client plus this session's CSRF token."""
+
+    client: Any
+    csrf: str
+
+    async def post_form(self, path: str, data: dict[str, Any] | list[tuple[str, str]], **kw: Any) -> Any:
+        """POST a form with the session's csrf_token added, not following redirects."""
+        items = list(data.items()) if isinstance(data, dict) else list(data)
+        items.append(("csrf_token", self.csrf))
+        return await self.client.post(path, data=items, allow_redirects=False, **kw)
+
+    async def post_json(self, path: str, body: Any, **kw: Any) -> Any:
+        """POST JSON with the X-CSRF-Token header."""
+        headers = {"X-CSRF-Token": self.csrf, **kw.pop("headers", {})}
+        return await self.client.post(path, json=body, headers=headers, allow_redirects=False, **kw)
+
+
+@pytest.fixture
+async def admin_client(server_client: Any, admin: str) -> AdminClient:
+    """The app's test client, logged in as ``ops``."""
+    resp = await login(server_client)
+    assert resp.status == 303, await resp.text()
+    page = await server_client.get("/tasks")
+    assert page.status == 200
+    return AdminClient(server_client, csrf_from(await page.text()))
+
+
+@pytest.fixture
+def seed(sync_conn: sqlite3.Connection, clock: ManualClock, settings: Any) -> Seeder:
+    """Direct-SQL seeding of device-side rows (attempts, submissions, events, evidence)."""
+    return Seeder(sync_conn, clock, settings)

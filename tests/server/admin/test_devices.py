@@ -1,0 +1,56 @@
+"""GET /devices and POST /devices/{id}/revoke (same service as the CLI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cmbuyer.server.services.common import new_id
+
+from .conftest import AdminClient
+
+
+async def test_devices_page_lists_heartbeat_version_and_claim(admin_client: AdminClient, make_device: Any,
+                                                              make_task: Any, seed: Any, sync_conn: Any) -> None:
+    busy, idle = make_device("busy-phone"), make_device("idle-phone")
+    sync_conn.execute("BEGIN IMMEDIATE")
+    sync_conn.execute("UPDATE devices SET last_heartbeat_at = '2026-08-04T08:59:55.000000Z', client_version = '0.1.0',"
+                      " pdd_version = '8.17.0', pdd_version_code = 81700, app_version_allowed = 1 WHERE id = ?",
+                      (busy.device_id,))
+    sync_conn.execute("UPDATE devices SET pdd_version = '9.0.0', app_version_allowed = 0 WHERE id = ?",
+                      (idle.device_id,))
+    sync_conn.execute("COMMIT")
+    task = make_task(title="正在采购的任务", start=True)
+    seed.claim(task.id, busy.device_id)
+    html = await (await admin_client.client.get("/devices")).text()
+    for expected in ("busy-phone", "idle-phone", "2026-08-04 16:59:55", "8.17.0", "81700", "允许", "不允许",
+                     "正在采购的任务", f"/tasks/{task.id}", "从未", "已失联"):
+        assert expected in html, expected
+
+
+async def test_revoke_requires_confirmation(admin_client: AdminClient, make_device: Any, sync_conn: Any) -> None:
+    device = make_device("p1")
+    resp = await admin_client.post_form(f"/devices/{device.device_id}/revoke", {})
+    assert resp.status == 400 and "确认" in await resp.text()
+    assert sync_conn.execute("SELECT state FROM devices").fetchone()[0] == "ACTIVE"
+    resp = await admin_client.post_form(f"/devices/{device.device_id}/revoke", {"confirm": "revoke"})
+    assert resp.status == 303 and resp.headers["Location"] == "/devices?notice=revoked"
+    assert sync_conn.execute("SELECT state FROM devices").fetchone()[0] == "REVOKED"
+    assert sync_conn.execute("SELECT actor_kind, action FROM audit_log WHERE action = 'device.revoke'"
+                             ).fetchone()[:] == ("admin", "device.revoke")
+    again = await admin_client.post_json(f"/devices/{device.device_id}/revoke", {"confirm": "revoke"})
+    assert again.status == 200 and (await again.json())["changed"] is False
+    assert (await admin_client.post_json(f"/devices/{new_id()}/revoke", {"confirm": "revoke"})).status == 404
+    html = await (await admin_client.client.get("/devices?notice=revoked")).text()
+    assert "已撤销" in html
+
+
+async def test_revoked_device_token_stops_working(admin_client: AdminClient, make_device: Any) -> None:
+    device = make_device("p2")
+    client = admin_client.client
+    paths = {r.resource.canonical for r in client.app.router.routes() if r.resource is not None}
+    await admin_client.post_form(f"/devices/{device.device_id}/revoke", {"confirm": "revoke"})
+    if "/api/v1/tasks/claim-next" in paths:
+        client.session.cookie_jar.clear()
+        resp = await client.post("/api/v1/tasks/claim-next", headers=device.headers(),
+                                 json={"session_id": new_id(), "claim_request_id": new_id()})
+        assert resp.status == 401

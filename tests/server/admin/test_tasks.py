@@ -1,0 +1,239 @@
+"""GET /tasks (table, filters, keyset pages, Chinese labels), POST /tasks, POST /tasks/start-purchases."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from cmbuyer.schemas import validate
+from cmbuyer.server.clock import from_wire
+from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
+from cmbuyer.server.services.common import new_id
+from cmbuyer.server.web.admin.tasks import PAGE_SIZE, START_BUTTON
+
+from .conftest import AdminClient
+
+URL = "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375"
+
+
+def row_ids(html: str) -> list[str]:
+    return re.findall(r'<tr data-task-id="([0-9a-f-]{36})"', html)
+
+
+def form(**over: Any) -> dict[str, str]:
+    base = {"create_key": new_id(), "title": "纯棉短袖", "product_url": URL, "sku_color": "黑色CHA(纯棉)",
+            "sku_size": "M(建议100-115)", "quantity": "2", "max_total_price": "30.00"}
+    base.update(over)
+    return base
+
+
+def body(**over: Any) -> dict[str, Any]:
+    b: dict[str, Any] = dict(form())
+    b["quantity"] = 2
+    b.update(over)
+    return b
+
+
+async def test_list_shows_chinese_state_labels_and_start_button(admin_client: AdminClient, make_task: Any) -> None:
+    make_task(title="草稿任务")
+    make_task(title="已开始任务", start=True)
+    html = await (await admin_client.client.get("/tasks")).text()
+    assert TASK_STATE_LABELS[TaskState.DRAFT] in html and TASK_STATE_LABELS[TaskState.PENDING] in html
+    assert f">{START_BUTTON}</button>" in html
+    assert START_BUTTON == "开始采购（只创建待付款订单）"
+    # only DRAFT rows are selectable for the batch start
+    assert html.count('name="task" value=') == 1
+
+
+async def test_filters_state_keyword_dates(admin_client: AdminClient, make_task: Any, clock: Any) -> None:
+    t0 = clock.now()
+    a = make_task(title="纯棉短袖 黑", goods_id="111111111")
+    clock.advance(86400 * 3)
+    b = make_task(title="加绒卫衣", goods_id="222222222", color="藏青", start=True)
+    c = make_task(title="短袖", goods_id="333333333")
+    clock.set(t0 + timedelta(seconds=60))  # back inside the session's idle window
+    get = admin_client.client.get
+
+    async def ids(query: str) -> set[str]:
+        resp = await get("/tasks" + query)
+        assert resp.status == 200
+        return set(row_ids(await resp.text()))
+
+    assert await ids("") == {a.id, b.id, c.id}
+    assert await ids("?state=PENDING") == {b.id}
+    assert await ids("?state=DRAFT&state=PENDING") == {a.id, b.id, c.id}
+    assert await ids("?state=BOGUS") == {a.id, b.id, c.id}  # ignored with a message
+    assert await ids("?q=纯棉短袖") == {a.id}            # trigram index
+    assert await ids("?q=短袖") == {a.id, c.id}          # short keyword: bounded window
+    assert await ids("?q=藏青") == {b.id}                # SKU text is searchable too
+    assert await ids("?q=222222222") == {b.id}           # exact goods id
+    assert await ids(f"?q={c.id}") == {c.id}             # task id
+    assert await ids("?q=不存在的商品") == set()
+    assert await ids('?q=" OR 1') == set()               # FTS syntax is quoted, not interpreted
+    day_a = (from_wire(a.created_at) + timedelta(hours=8)).strftime("%Y-%m-%d")
+    day_b = (from_wire(b.created_at) + timedelta(hours=8)).strftime("%Y-%m-%d")
+    assert await ids(f"?from={day_a}&to={day_a}") == {a.id}
+    assert await ids(f"?from={day_b}") == {b.id, c.id}
+    resp = await get("/tasks?from=2026-13-45")
+    assert resp.status == 200 and "日期格式" in await resp.text()
+
+
+async def test_keyset_pagination(admin_client: AdminClient, make_task: Any, clock: Any) -> None:
+    made = []
+    for i in range(PAGE_SIZE + 7):
+        made.append(make_task(title=f"任务{i:03d}").id)
+        clock.advance(1)
+    newest_first = list(reversed(made))
+    html = await (await admin_client.client.get("/tasks")).text()
+    first = row_ids(html)
+    assert first == newest_first[:PAGE_SIZE]
+    nxt = re.search(r'href="([^"]+)" rel="next"', html)
+    assert nxt is not None
+    html2 = await (await admin_client.client.get(nxt.group(1).replace("&amp;", "&"))).text()
+    assert row_ids(html2) == newest_first[PAGE_SIZE:]
+    assert 'rel="next"' not in html2
+    prev = re.search(r'href="([^"]+)" rel="prev"', html2)
+    assert prev is not None
+    html3 = await (await admin_client.client.get(prev.group(1).replace("&amp;", "&"))).text()
+    assert row_ids(html3) == newest_first[:PAGE_SIZE]
+
+
+async def test_create_form_makes_a_draft(admin_client: AdminClient, sync_conn: Any) -> None:
+    resp = await admin_client.post_form("/tasks", form(sku_color="ＸＬ黑色", title="  标题  "))
+    assert resp.status == 303 and resp.headers["Location"] == "/tasks?notice=created"
+    row = sync_conn.execute("SELECT state, version, sku_color, title, goods_id, product_url FROM tasks").fetchone()
+    assert row[:] == ("DRAFT", 1, "XL黑色", "标题", "937122477375", URL)  # NFKC, trimmed, canonical
+    assert sync_conn.execute("SELECT count(*) FROM authorizations").fetchone()[0] == 0
+    html = await (await admin_client.client.get("/tasks?notice=created")).text()
+    assert "已创建草稿任务" in html
+
+
+async def test_create_json_idempotency(admin_client: AdminClient, sync_conn: Any) -> None:
+    b = body()
+    first = await admin_client.post_json("/tasks", b)
+    assert first.status == 201
+    created = await first.json()
+    assert created["state"] == "DRAFT" and created["task_version"] == 1
+    again = await admin_client.post_json("/tasks", b)
+    assert again.status == 200 and (await again.json())["task_id"] == created["task_id"]
+    conflict = await admin_client.post_json("/tasks", {**b, "quantity": 3})
+    assert conflict.status == 409
+    err = await conflict.json()
+    validate("admin_error.response", err)
+    assert err["error"]["code"] == "idempotency_conflict"
+    assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 1
+
+
+BAD_FIELDS = [
+    ("product_url", "https://evil.example/goods.html?goods_id=1"),
+    ("product_url", "https://mobile.yangkeduo.com/goods.html?goods_id=1&goods_id=2"),
+    ("product_url", "https://mobile.yangkeduo.com/goods.html?goods_id=12a"),
+    ("product_url", "https://mobile.yangkeduo.com/goods.html"),
+    ("product_url", "javascript:alert(1)"),
+    ("product_url", "https://user@mobile.yangkeduo.com/goods.html?goods_id=1"),
+    ("sku_color", "x" * 65),
+    ("sku_color", ""),
+    ("sku_size", "M\x00"),
+    ("title", ""),
+    ("quantity", 0),
+    ("quantity", 100),
+    ("quantity", "2"),
+    ("quantity", True),
+    ("max_total_price", "30"),
+    ("max_total_price", "30.001"),
+    ("max_total_price", "-1.00"),
+    ("max_total_price", "５.00"),
+    ("max_total_price", "99999.00"),
+    ("max_total_price", 30),
+    ("create_key", "not-a-uuid"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_FIELDS)
+async def test_create_json_rejects_bad_fields(admin_client: AdminClient, sync_conn: Any, field: str,
+                                              value: Any) -> None:
+    resp = await admin_client.post_json("/tasks", body(**{field: value}))
+    assert resp.status == 400
+    err = await resp.json()
+    validate("admin_error.response", err)
+    assert err["error"]["code"] == "invalid_request"
+    assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
+
+
+async def test_create_json_rejects_unknown_duplicate_and_float(admin_client: AdminClient) -> None:
+    assert (await admin_client.post_json("/tasks", {**body(), "extra": 1})).status == 400
+    raw = b'{"create_key":"d3c9f507-7473-4fa6-8d71-8786c34c6301","quantity":1.0}'
+    for payload in (raw, b'{"a":1,"a":2}', b"[]", b"{} {}", b"\xef\xbb\xbf{}"):
+        resp = await admin_client.client.post("/tasks", data=payload, headers={
+            "Content-Type": "application/json", "X-CSRF-Token": admin_client.csrf})
+        assert resp.status == 400, payload
+
+
+async def test_create_form_error_keeps_values_and_names_field(admin_client: AdminClient) -> None:
+    resp = await admin_client.post_form("/tasks", form(max_total_price="30", title="保留的标题"))
+    assert resp.status == 400
+    html = await resp.text()
+    assert "最高总价" in html and 'value="保留的标题"' in html
+    resp = await admin_client.post_form("/tasks", form(quantity="1.5"))
+    assert resp.status == 400 and "数量" in await resp.text()
+
+
+async def test_start_purchases_json(admin_client: AdminClient, make_task: Any, sync_conn: Any, clock: Any,
+                                    settings: Any) -> None:
+    a, b = make_task(), make_task()
+    req = {"start_key": new_id(), "tasks": [{"task_id": a.id, "expected_task_version": 1},
+                                            {"task_id": b.id, "expected_task_version": 1}]}
+    resp = await admin_client.post_json("/tasks/start-purchases", req)
+    assert resp.status == 200
+    out = await resp.json()
+    validate("start_purchases.response", out)
+    assert out["payment_automated"] is False and out["authorized_count"] == 2
+    assert {t["task_version"] for t in out["tasks"]} == {2}
+    rows = sync_conn.execute("SELECT state, expires_at FROM authorizations").fetchall()
+    expected_expiry = clock.now() + timedelta(seconds=settings.authorization_ttl)
+    assert all(r[0] == "ACTIVE" and from_wire(r[1]) == expected_expiry for r in rows) and len(rows) == 2
+    # replay: same key + same set → same body; different set → 409
+    replay = await admin_client.post_json("/tasks/start-purchases", req)
+    assert replay.status == 200 and await replay.json() == out
+    other = await admin_client.post_json("/tasks/start-purchases", {**req, "tasks": req["tasks"][:1]})
+    assert other.status == 409 and (await other.json())["error"]["code"] == "idempotency_conflict"
+
+
+async def test_start_purchases_is_atomic_and_checks_versions(admin_client: AdminClient, make_task: Any,
+                                                             sync_conn: Any) -> None:
+    a, b = make_task(), make_task(start=True)
+    stale = await admin_client.post_json("/tasks/start-purchases", {"start_key": new_id(), "tasks": [
+        {"task_id": a.id, "expected_task_version": 1}, {"task_id": b.id, "expected_task_version": 1}]})
+    assert stale.status == 409 and (await stale.json())["error"]["code"] == "version_conflict"
+    not_draft = await admin_client.post_json("/tasks/start-purchases", {"start_key": new_id(), "tasks": [
+        {"task_id": a.id, "expected_task_version": 1}, {"task_id": b.id, "expected_task_version": 2}]})
+    assert not_draft.status == 409
+    assert sync_conn.execute("SELECT state, version FROM tasks WHERE id = ?", (a.id,)).fetchone()[:] == ("DRAFT", 1)
+    assert sync_conn.execute("SELECT count(*) FROM authorizations WHERE task_id = ?", (a.id,)).fetchone()[0] == 0
+    unknown = await admin_client.post_json("/tasks/start-purchases", {"start_key": new_id(), "tasks": [
+        {"task_id": new_id(), "expected_task_version": 1}]})
+    assert unknown.status == 404
+    for bad in ({"start_key": new_id(), "tasks": []},
+                {"start_key": new_id(), "tasks": [{"task_id": a.id, "expected_task_version": 1}] * 2},
+                {"start_key": "x", "tasks": [{"task_id": a.id, "expected_task_version": 1}]},
+                {"start_key": new_id(), "tasks": [{"task_id": a.id, "expected_task_version": "1"}]}):
+        assert (await admin_client.post_json("/tasks/start-purchases", bad)).status == 400
+
+
+async def test_start_purchases_form(admin_client: AdminClient, make_task: Any, sync_conn: Any) -> None:
+    a, b = make_task(), make_task()
+    key = new_id()
+    fields = [("start_key", key), ("task", f"{a.id}:1"), ("task", f"{b.id}:1")]
+    resp = await admin_client.post_form("/tasks/start-purchases", fields)
+    assert resp.status == 303 and resp.headers["Location"] == "/tasks?notice=started&count=2"
+    assert {r[0] for r in sync_conn.execute("SELECT state FROM tasks")} == {"PENDING"}
+    again = await admin_client.post_form("/tasks/start-purchases", fields)  # double submit replays
+    assert again.status == 303
+    assert sync_conn.execute("SELECT count(*) FROM authorizations").fetchone()[0] == 2
+    stale = await admin_client.post_form("/tasks/start-purchases", [("start_key", new_id()), ("task", f"{a.id}:1")])
+    assert stale.status == 409 and "任务已变化" in await stale.text()
+    empty = await admin_client.post_form("/tasks/start-purchases", [("start_key", new_id())])
+    assert empty.status == 400 and "请至少选择" in await empty.text()

@@ -1,0 +1,39 @@
+"""Static checks (spec 000 验收): this issue adds only heartbeat, claim-next and renew; the claim layer has
+no event, fence, submit, payment or page-automation capability, and its answers carry no action script,
+selector, coordinates or click permission."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from aiohttp import web
+from cmbuyer.server.web.device_api import claims
+
+ROOT = Path(__file__).resolve().parents[3]
+MODULES = ["server/web/device_api/claims.py", "server/services/claim_next.py", "server/services/renew_lease.py",
+           "server/services/heartbeat.py", "server/services/claim_secret.py", "server/services/device_tx.py",
+           "server/domain/lease.py", "server/store/claims.py"]
+FORBIDDEN = re.compile(r"click_permitted|uiautomator|adbutils|xpath|selector|coordinat|payment|pay_|提交订单|支付",
+                       re.IGNORECASE)
+
+
+def test_routes_of_this_group() -> None:
+    app = web.Application()
+    from cmbuyer.server.app import PERIODIC, STARTUP_CHECKS
+    app[STARTUP_CHECKS] = []
+    app[PERIODIC] = []
+    from cmbuyer.server.config import Settings
+    from cmbuyer.server.web.keys import SETTINGS
+    app[SETTINGS] = Settings(data_dir=Path("x"), db_path=Path("x/db"))
+    claims.setup(app)
+    routes = sorted((r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None)
+    assert routes == [("POST", "/api/v1/devices/heartbeat"), ("POST", "/api/v1/tasks/claim-next"),
+                      ("POST", "/api/v1/tasks/{task_id}/lease/renew")]
+    assert app[STARTUP_CHECKS] == [claims.check_claim_secret]
+
+
+def test_no_forbidden_capability_in_the_claim_layer() -> None:
+    for rel in MODULES:
+        text = (ROOT / rel).read_text(encoding="utf-8")
+        assert FORBIDDEN.search(text) is None, rel

@@ -1,0 +1,76 @@
+"""docs/state-machines.md is checked against server/domain/states.py: the generated tables between the
+markers must equal the file's text, and every use-case must name the request that causes it.
+
+Regenerate after changing states.py:
+``CMBUYER_REGEN_DOCS=1 pytest tests/server/submissions/test_state_machines_doc.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cmbuyer.server.domain.states import (
+    ATTEMPT_TRANSITIONS,
+    AUTHORIZATION_TRANSITIONS,
+    SUBMISSION_TRANSITIONS,
+    TASK_TRANSITIONS,
+)
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "state-machines.md"
+BEGIN, END = "<!-- generated-transitions:begin -->", "<!-- generated-transitions:end -->"
+
+# use-case → the request (or actor) that causes it. A new use-case in states.py fails the test until
+# it is described here and the doc regenerated.
+CAUSES: dict[str, str] = {
+    "start_purchase": "`POST /tasks/start-purchases` (admin; `cmbuyer-server task start`)",
+    "claim": "`POST /api/v1/tasks/claim-next` (device)",
+    "first_event": "first accepted `POST /api/v1/tasks/{id}/events` batch of the claim (device)",
+    "fence": "`POST /api/v1/purchase-attempts/{aid}/submission-fence`, first success (device)",
+    "result_submitted": "`POST /api/v1/order-submissions/{sid}/result` with `SUBMITTED` (device)",
+    "result_needs_reconciliation": "`POST /api/v1/order-submissions/{sid}/result` with `EXTERNAL_PAYMENT_HANDOFF`, "
+                                   "`SECURITY_CHALLENGE` or `UNKNOWN` (device)",
+    "result": "`POST /api/v1/order-submissions/{sid}/result`, any observation (device)",
+    "lease_expired_after_fence": "sweeper / start-up recovery: fenced, lease ended (≤ now), no result (system)",
+    "reconcile_created": "`POST /order-submissions/{sid}/reconcile` — order was created (admin)",
+    "reconcile_not_created": "`POST /order-submissions/{sid}/reconcile` — not created / cannot complete (admin)",
+    "reconcile": "`POST /order-submissions/{sid}/reconcile` while the fence is still FENCED (admin)",
+    "mark_paid": "`POST /tasks/{id}/mark-paid` (admin)",
+    "device_fail": "`POST /api/v1/purchase-attempts/{aid}/fail` (device; before the fence only)",
+    "authorization_expired": "sweeper / start-up recovery: the ACTIVE authorization expired (system)",
+    "expire": "sweeper / start-up recovery: expiry ≤ now while still ACTIVE (system)",
+    "close": "device fail, admin reset-to-draft or cancel (closes the claim/authorization)",
+    "reset_to_draft": "`POST /tasks/{id}/reset-to-draft` (admin; refused once a submission exists)",
+    "cancel": "`POST /tasks/{id}/cancel` (admin; refused once a submission exists)",
+}
+
+MACHINES = [("Task", TASK_TRANSITIONS), ("Authorization", AUTHORIZATION_TRANSITIONS),
+            ("Order submission", SUBMISSION_TRANSITIONS), ("Attempt (claim)", ATTEMPT_TRANSITIONS)]
+
+
+def render() -> str:
+    lines = [BEGIN, ""]
+    for title, table in MACHINES:
+        lines += [f"### {title}", "", "| from | use-case | to | caused by |", "|---|---|---|---|"]
+        for (src, use_case), dst in table.items():
+            lines.append(f"| `{src}` | `{use_case}` | `{dst}` | {CAUSES[use_case]} |")
+        lines.append("")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def test_every_use_case_has_a_cause() -> None:
+    used = {uc for _, table in MACHINES for (_, uc) in table}
+    assert used <= set(CAUSES), f"describe these use-cases in CAUSES: {sorted(used - set(CAUSES))}"
+
+
+def test_doc_matches_states_py() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    expected = head + render() + tail
+    if os.environ.get("CMBUYER_REGEN_DOCS") == "1":
+        DOC.write_text(expected, encoding="utf-8")
+        text = expected
+    assert BEGIN in text and END in text
+    assert text == expected, "docs/state-machines.md is stale: regenerate (see module docstring)"
