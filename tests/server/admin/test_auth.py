@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
-import base64
 from http.cookies import SimpleCookie
 from typing import Any
 
 import pytest
-
 from cmbuyer.server.app import create_app
 from cmbuyer.server.services import admin_sessions
 

@@ -6,7 +6,6 @@ import hashlib
 from typing import Any
 
 import pytest
-
 from cmbuyer.server.services.common import new_id
 
 from .conftest import AdminClient

@@ -1,0 +1,234 @@
+"""Claim-next and lease-renew throughput/latency against the real server (issue 3; design §5).
+
+For each concurrency level (default 32 and 128 simulated devices) this script
+
+1. makes a fresh data dir with ``cmbuyer-server init`` and fills it with N started tasks and N devices
+   that each sent a READY heartbeat (one device per claim, since a device holds at most one open claim);
+2. copies the database and measures the *raw* SQLite rate of the very same claim transaction
+   (``services.claim_next.claim_next`` via ``run_in_transaction``: one BEGIN IMMEDIATE … COMMIT per claim,
+   WAL, synchronous=FULL) sequentially in one thread;
+3. starts ``cmbuyer-server serve`` as a separate process and drives it with C concurrent aiohttp clients:
+   first N claim-next requests (each on a fresh device), then R lease renewals on the claims obtained;
+4. prints throughput, p50/p99 latency and the ratio server ÷ raw.
+
+Usage: ``python bench/claims.py [--levels 32 128] [--claims 3000] [--renews 4000]`` (``make bench``).
+``BENCH_SERVER_CMD`` (optional) replaces the server's ``python -c …`` arguments, e.g. with a script that
+runs the CLI under a profiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from cmbuyer.server.cli import main as cli_main
+from cmbuyer.server.clock import SystemClock
+from cmbuyer.server.config import Settings, load_settings
+from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.services import claim_next as claim_service
+from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import tasks as task_service
+from cmbuyer.server.services.common import Actor, new_id
+from cmbuyer.server.services.heartbeat import record_heartbeat
+
+ACTOR = Actor("cli", "bench")
+SERVER_CMD = (os.environ["BENCH_SERVER_CMD"].split() if os.environ.get("BENCH_SERVER_CMD") else
+              ["-c", "import sys; from cmbuyer.server.cli import main; sys.exit(main(sys.argv[1:]))"])
+ENV = {"CMBUYER_HEARTBEAT_INTERVAL": "3600", "CMBUYER_CLAIM_LEASE_TTL": "600", "CMBUYER_AUTHORIZATION_TTL": "86400",
+       "CMBUYER_LOG_LEVEL": "WARNING"}
+
+
+@dataclass
+class Device:
+    device_id: str
+    token: str
+    claim: dict[str, Any] | None = None
+    session: str = field(default_factory=new_id)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}", "X-CMBuyer-Device-ID": self.device_id,
+                "Content-Type": "application/json"}
+
+
+def populate(data_dir: Path, n: int) -> tuple[Settings, list[Device]]:
+    for key, value in ENV.items():
+        os.environ[key] = value
+    assert cli_main(["--data-dir", str(data_dir), "init", "--json"]) == 0
+    settings = load_settings(data_dir)
+    policy = claim_service.ClaimPolicy.from_settings(settings)
+    conn = connect_sync(settings.db_path)
+    now = SystemClock().now()
+    devices: list[Device] = []
+
+    def fill(c: sqlite3.Connection) -> None:
+        ids = []
+        for i in range(n):
+            raw = {"create_key": new_id(), "title": f"bench {i}",
+                   "product_url": f"https://mobile.yangkeduo.com/goods.html?goods_id={100000 + i}",
+                   "sku_color": "黑色", "sku_size": "M", "quantity": 1, "max_total_price": "30.00"}
+            task, _ = task_service.create_task(c, task_service.validate_new_task(raw, settings), ACTOR, now)
+            ids.append((task.id, task.version))
+            issued = device_service.add_device(c, f"bench{i}", ACTOR, now)
+            record_heartbeat(c, device_id=issued.device_id, now=now, policy=policy, body={
+                "device_id": issued.device_id, "client_version": "0.1.0", "adb_serial": f"10.0.0.1:{i}",
+                "android_release": "16", "pdd_version": settings.allowed_app_versions[0], "state": "READY"})
+            devices.append(Device(issued.device_id, issued.token))
+        task_service.start_purchases(c, new_id(), ids, ACTOR, now, settings)
+
+    run_in_transaction(conn, fill)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return settings, devices
+
+
+def raw_rate(settings: Settings, devices: list[Device], limit: int) -> float:
+    """Sequential claims/s of the same job on a copy of the populated database (one thread, no HTTP)."""
+    copy = settings.db_path.with_name("raw-copy.sqlite3")
+    shutil.copyfile(settings.db_path, copy)
+    conn = connect_sync(copy)
+    policy = claim_service.ClaimPolicy.from_settings(settings)
+    clock = SystemClock()
+    chosen = devices[:limit]
+    start = time.perf_counter()
+    for dev in chosen:
+        stored = run_in_transaction(conn, lambda c, d=dev: claim_service.claim_next(
+            c, device_id=d.device_id, session_id=d.session, claim_request_id=new_id(), now=clock.now(), policy=policy))
+        assert stored.status == 200
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return len(chosen) / elapsed
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_ready(base: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(200):
+            try:
+                async with session.get(f"{base}/healthz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+def summary(name: str, latencies: list[float], elapsed: float) -> dict[str, float]:
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {f"{name}_per_s": len(ordered) / elapsed, f"{name}_p50_ms": statistics.median(ordered) * 1000,
+            f"{name}_p99_ms": p99 * 1000}
+
+
+async def drive(base: str, devices: list[Device], concurrency: int, renews: int) -> dict[str, float]:
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        queue = iter(devices)
+        claim_lat: list[float] = []
+
+        async def claimer() -> None:
+            for dev in queue:
+                body = json.dumps({"session_id": dev.session, "claim_request_id": new_id()})
+                t0 = time.perf_counter()
+                async with http.post(f"{base}/api/v1/tasks/claim-next", data=body, headers=dev.headers()) as resp:
+                    payload = await resp.read()
+                    assert resp.status == 200, (resp.status, payload)
+                claim_lat.append(time.perf_counter() - t0)
+                dev.claim = json.loads(payload)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(claimer() for _ in range(concurrency)))
+        result = summary("claim", claim_lat, time.perf_counter() - start)
+
+        holders = [d for d in devices if d.claim][:concurrency]
+        per_worker = max(1, renews // len(holders))
+        renew_lat: list[float] = []
+
+        async def renewer(dev: Device) -> None:
+            assert dev.claim is not None
+            attempt = dev.claim["attempt"]
+            lease = attempt["lease_expires_at"]
+            for _ in range(per_worker):
+                body = json.dumps({"renew_request_id": new_id(), "session_id": dev.session, "attempt_id": attempt["id"],
+                                   "claim_generation": attempt["claim_generation"],
+                                   "claim_token": attempt["claim_token"], "expected_lease_expires_at": lease})
+                t0 = time.perf_counter()
+                async with http.post(f"{base}/api/v1/tasks/{dev.claim['task']['id']}/lease/renew", data=body,
+                                     headers=dev.headers()) as resp:
+                    payload = await resp.read()
+                    assert resp.status == 200, (resp.status, payload)
+                renew_lat.append(time.perf_counter() - t0)
+                lease = json.loads(payload)["lease_expires_at"]
+
+        start = time.perf_counter()
+        await asyncio.gather(*(renewer(d) for d in holders))
+        result.update(summary("renew", renew_lat, time.perf_counter() - start))
+        return result
+
+
+def run_level(concurrency: int, claims: int, renews: int, raw_limit: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="cmbuyer-bench-") as tmp:
+        data_dir = Path(tmp) / "data"
+        settings, devices = populate(data_dir, claims)
+        raw = raw_rate(settings, devices, min(raw_limit, claims))
+        port = free_port()
+        env = {**os.environ, **ENV, "CMBUYER_DATA_DIR": str(data_dir)}
+        server = subprocess.Popen([sys.executable, *SERVER_CMD, "--data-dir", str(data_dir), "serve",
+                                   "--port", str(port)], env=env)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            asyncio.run(wait_ready(base))
+            result = asyncio.run(drive(base, devices, concurrency, renews))
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.wait(timeout=30)
+        result["raw_claim_per_s"] = raw
+        result["ratio_server_to_raw"] = result["claim_per_s"] / raw
+        return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--claims", type=int, default=3000, help="claims per level (= tasks = devices)")
+    parser.add_argument("--renews", type=int, default=4000, help="lease renewals per level")
+    parser.add_argument("--raw", type=int, default=1500, help="claims in the raw SQLite measurement")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = []
+    for level in args.levels:
+        result = {"devices": level, **run_level(level, args.claims, args.renews, args.raw)}
+        rows.append(result)
+        if not args.json:
+            print(f"{level:>4} devices | claim {result['claim_per_s']:7.0f}/s p50 {result['claim_p50_ms']:6.1f} ms"
+                  f" p99 {result['claim_p99_ms']:6.1f} ms | renew {result['renew_per_s']:7.0f}/s"
+                  f" p50 {result['renew_p50_ms']:6.1f} ms p99 {result['renew_p99_ms']:6.1f} ms"
+                  f" | raw SQLite claim {result['raw_claim_per_s']:7.0f}/s | server/raw"
+                  f" {result['ratio_server_to_raw']:.2f}", flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
