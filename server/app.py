@@ -2,7 +2,7 @@
 
 Start-up: open the database, refuse a schema that is not current, verify the claim-token secret
 against existing claims, run recovery (expiry sweep) — and only then serve. Each route group module
-has a ``setup(app)``; recovery steps register themselves in :data:`RECOVERY` order.
+has a ``setup(app)``; start-up checks and periodic steps register themselves in ``app[STARTUP_CHECKS]`` and ``app[PERIODIC]``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import Database, connect_sync
 from cmbuyer.server.web import admin, device_api, health
+from cmbuyer.server.web.hardening import harden_error_pages
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
 log = logging.getLogger("cmbuyer.server")
@@ -49,6 +50,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
 
     ``clock`` defaults to the system clock; tests inject a ManualClock.
     """
+    harden_error_pages()
     app = web.Application(client_max_size=settings.evidence_max_bytes + 64 * 1024)
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()

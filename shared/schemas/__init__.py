@@ -101,13 +101,18 @@ _FORMATS.checks("money")(_is_positive_money)
 _FORMATS.checks("utc-time")(is_utc_time)
 
 
-def schema_names() -> list[str]:
-    """Names of every shipped schema (file names without ``.json``), sorted."""
-    return sorted(
+@cache
+def _names() -> tuple[str, ...]:
+    return tuple(sorted(
         p.name.removesuffix(".json")
         for p in resources.files(__package__).iterdir()
         if p.name.endswith(".json")
-    )
+    ))
+
+
+def schema_names() -> list[str]:
+    """Names of every shipped schema (file names without ``.json``), sorted."""
+    return list(_names())
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -137,7 +142,7 @@ def validate(name: str, instance: object) -> None:
     Raises :class:`SchemaError` with a short, non-echoing message (field path only, never the value,
     so tokens cannot leak into logs) and ``KeyError`` for an unknown schema name.
     """
-    if name not in schema_names():
+    if name not in _names():
         raise KeyError(name)
     error: ValidationError | None = next(iter(_validator(name).iter_errors(instance)), None)
     if error is not None:

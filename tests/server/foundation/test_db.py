@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from cmbuyer.server.db import Database, StorageError, connect_sync
 
 
