@@ -23,6 +23,11 @@ class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = redact(record.getMessage())
         record.args = None
+        if record.exc_info:
+            # Tracebacks can quote request bytes (parser errors); format them here so they pass
+            # through the same redaction as the message.
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
         return True
 
 
@@ -42,6 +47,8 @@ class JsonFormatter(logging.Formatter):
             data.update(fields)
         if record.exc_info:
             data["exc"] = redact(self.formatException(record.exc_info))
+        elif record.exc_text:
+            data["exc"] = record.exc_text
         return json.dumps(data, ensure_ascii=False)
 
 

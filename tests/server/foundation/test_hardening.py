@@ -17,3 +17,20 @@ async def test_parse_error_does_not_echo_request_bytes(server_client: Any, caplo
     assert data.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")
     assert secret.encode() not in data and b"Bad Header" not in data
     assert secret not in caplog.text
+
+
+def test_log_redaction_covers_messages_and_tracebacks() -> None:
+    import logging
+
+    from cmbuyer.server.logs import JsonFormatter, RedactingFilter
+
+    token = "ab" * 32
+    try:
+        raise ValueError(f"bad token {token}")
+    except ValueError:
+        import sys
+        record = logging.LogRecord("t", logging.ERROR, __file__, 1, "got Bearer %s", (token,), sys.exc_info())
+    assert RedactingFilter().filter(record)
+    text = logging.Formatter().format(record)
+    assert token not in text and "***" in text
+    assert token not in JsonFormatter().format(record)
