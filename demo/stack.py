@@ -118,10 +118,10 @@ class Stack:
 
     def start_server(self, timeout: float = 30.0) -> None:
         """Start ``cmbuyer-server serve`` and wait for ``/healthz``."""
-        log = (self.logs / "server.log").open("ab")
-        self.server = subprocess.Popen(
-            [str(BIN / "cmbuyer-server"), "--data-dir", str(self.data_dir), "serve", "--port", str(self.server_port)],
-            stdout=log, stderr=subprocess.STDOUT, env=self._env())
+        with (self.logs / "server.log").open("ab") as log:  # the child keeps its own descriptor
+            self.server = subprocess.Popen(
+                [str(BIN / "cmbuyer-server"), "--data-dir", str(self.data_dir), "serve", "--port",
+                 str(self.server_port)], stdout=log, stderr=subprocess.STDOUT, env=self._env())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.server.poll() is not None:
@@ -149,8 +149,8 @@ class Stack:
             args += ["--serial", serial]
         if latency:
             args += ["--latency", latency]
-        self.sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=(self.logs / "phonesim.log").open("ab"),
-                                    text=True, env=self._env())
+        with (self.logs / "phonesim.log").open("ab") as log:
+            self.sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, env=self._env())
         assert self.sim.stdout is not None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -178,10 +178,10 @@ class Stack:
         creds = self.data_dir / "agents" / f"{serial}.credentials"
         env = {**self._env(), "ANDROID_ADB_SERVER_PORT": str(self.sim_port),
                "CMBUYER_AGENT_STATE_DIR": str(self.data_dir / "agent-state")}
-        log = (self.logs / f"agent-{serial}.log").open("ab")
-        self.agents[serial] = subprocess.Popen(
-            [str(BIN / "cmbuyer-agent"), "run", "--device", serial, "--server", self.url,
-             "--credentials-file", str(creds)], stdout=log, stderr=subprocess.STDOUT, env=env)
+        with (self.logs / f"agent-{serial}.log").open("ab") as log:
+            self.agents[serial] = subprocess.Popen(
+                [str(BIN / "cmbuyer-agent"), "run", "--device", serial, "--server", self.url,
+                 "--credentials-file", str(creds)], stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def create_tasks(self, specs: list[TaskSpec]) -> None:
         """Create every task (DRAFT) and start them in one batch (PENDING + authorizations)."""
@@ -214,6 +214,8 @@ class Stack:
         """Stop agents, then the simulator and the server."""
         self.stop_agents()
         _terminate([p for p in (self.sim, self.server) if p is not None], 15)
+        if self.sim is not None and self.sim.stdout is not None:
+            self.sim.stdout.close()
         self.sim = None
         self.server = None
 

@@ -12,7 +12,7 @@ import pytest
 from cmbuyer.server.app import create_app
 from cmbuyer.server.services import admin_sessions
 
-from .conftest import ADMIN_PASSWORD, ADMIN_USER, csrf_from, login
+from .conftest import ADMIN_PASSWORD, ADMIN_USER, PRODUCTION_HASH_FN, add_admin, csrf_from, login
 
 
 def set_cookies(resp: Any) -> dict[str, Any]:
@@ -90,6 +90,11 @@ async def test_wrong_password_and_unknown_user_are_401_and_audited(server_client
     assert actions.count("admin.login_failed") == 2
     details = " ".join(r[0] for r in sync_conn.execute("SELECT detail_json FROM audit_log"))
     assert "wrong password" not in details
+
+
+async def test_login_with_a_production_cost_hash(server_client: Any, sync_conn: Any, clock: Any) -> None:
+    add_admin(sync_conn, clock, username="prod", password_hash=PRODUCTION_HASH_FN("another long password"))
+    assert (await login(server_client, "prod", "another long password")).status == 303
 
 
 async def test_login_json_variant(server_client: Any, admin: str) -> None:

@@ -1,0 +1,198 @@
+"""Storage failure injected in the middle of fence / result / evidence / events / fail (design §5,
+§10): the answer is an empty 503, nothing is half-written (no row references an evidence file whose
+row failed), and a retry with the same idempotency key works once the storage is back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cmbuyer.server.config import Settings
+from cmbuyer.server.db import StorageError
+from cmbuyer.server.services import fence as fence_service
+from cmbuyer.server.web.keys import CLOCK, DB
+
+from tests.server.adversarial.conftest import StorageFault, counts
+from tests.server.submissions.helpers import (
+    Claim,
+    events_body,
+    events_path,
+    evidence_fields,
+    fail_body,
+    fail_path,
+    fence_body,
+    fence_path,
+    fingerprint,
+    multipart,
+    png,
+    post_json,
+    result_body,
+    result_path,
+    upload,
+)
+
+FAULTS = [("device_requests", "INSERT", "ABORT"), ("device_requests", "INSERT", "ROLLBACK"),
+          ("audit_log", "INSERT", "ABORT"), ("audit_log", "INSERT", "ROLLBACK")]
+
+
+async def _fence(client: Any, c: Claim, body: dict[str, Any]) -> tuple[int, bytes]:
+    return await post_json(client, fence_path(c.attempt_id), c.device, body)
+
+
+@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("order_submissions", "INSERT", "ABORT"),
+                                           ("tasks", "UPDATE", "ROLLBACK")])
+async def test_fence_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
+                                                         sync_conn: sqlite3.Connection, table: str, op: str,
+                                                         mode: str) -> None:
+    body = fence_body(claimed)
+    before = fingerprint(sync_conn)
+    await fault.on(table, op, mode)
+    assert await _fence(server_client, claimed, body) == (503, b"")
+    assert await _fence(server_client, claimed, body) == (503, b"")
+    assert fingerprint(sync_conn) == before  # nothing half-written
+    await fault.off()
+    status, raw = await _fence(server_client, claimed, body)
+    assert status == 200 and json.loads(raw)["click_permitted"] is True  # the first *committed* answer
+    status, raw = await _fence(server_client, claimed, body)
+    assert status == 200 and json.loads(raw)["click_permitted"] is False
+
+
+async def test_fence_lost_with_its_batch_is_never_answered(server_client: Any, claimed: Claim,
+                                                           sync_conn: sqlite3.Connection) -> None:
+    """Group commit: the fence job succeeds in its savepoint, a later job of the same batch makes SQLite
+    roll the whole transaction back → the fence caller gets StorageError, never a permit; the retry
+    with the same key is then the one and only permit."""
+    app = server_client.server.app
+    db, clock = app[DB], app[CLOCK]
+    await db.write(lambda c: c.execute("CREATE TEMP TABLE boom (x)"))
+    await db.write(lambda c: c.execute(
+        "CREATE TEMP TRIGGER boom_t BEFORE INSERT ON boom BEGIN SELECT RAISE(ROLLBACK, 'boom'); END"))
+    body = fence_body(claimed)
+
+    def fence_job(conn: sqlite3.Connection) -> Any:
+        return fence_service.create_fence(conn, device_id=claimed.device.device_id, attempt_id=claimed.attempt_id,
+                                          body=body, now=clock.now())
+
+    results = await asyncio.gather(db.write(fence_job), db.write(lambda c: c.execute("INSERT INTO boom VALUES (1)")),
+                                   return_exceptions=True)
+    assert all(isinstance(r, StorageError) for r in results), results
+    assert sync_conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 0
+    status, raw = await _fence(server_client, claimed, body)
+    assert status == 200 and json.loads(raw)["click_permitted"] is True
+
+
+@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("order_submissions", "UPDATE", "ABORT"),
+                                           ("attempts", "UPDATE", "ROLLBACK")])
+async def test_result_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
+                                                          sync_conn: sqlite3.Connection, table: str, op: str,
+                                                          mode: str) -> None:
+    status, raw = await _fence(server_client, claimed, fence_body(claimed))
+    sid = json.loads(raw)["submission_id"]
+    body = result_body(claimed, "UNKNOWN")
+    before = fingerprint(sync_conn)
+    await fault.on(table, op, mode)
+    assert await post_json(server_client, result_path(sid), claimed.device, body) == (503, b"")
+    assert fingerprint(sync_conn) == before
+    await fault.off()
+    status, first = await post_json(server_client, result_path(sid), claimed.device, body)
+    assert status == 200, first
+    assert await post_json(server_client, result_path(sid), claimed.device, body) == (200, first)
+
+
+@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("evidence_assets", "INSERT", "ABORT")])
+async def test_evidence_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
+                                                            sync_conn: sqlite3.Connection, settings: Settings,
+                                                            table: str, op: str, mode: str) -> None:
+    data = png()
+    fields = evidence_fields(claimed, data)
+    body, ctype = multipart(fields, data)
+    before = fingerprint(sync_conn)
+    await fault.on(table, op, mode)
+    assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (503, b"")
+    assert fingerprint(sync_conn) == before  # the stored file (if any) is referenced by no row
+    await fault.off()
+    status, first = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
+    assert status == 201, first
+    asset = json.loads(first)
+    row = sync_conn.execute("SELECT sha256 FROM evidence_assets WHERE id = ?", (asset["asset_id"],)).fetchone()
+    path = Path(settings.evidence_dir) / row[0][:2] / row[0][2:4] / f"{row[0]}.png"
+    assert path.read_bytes() == data  # every row points at its complete file
+    assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, first)
+
+
+async def test_evidence_file_store_failure_is_503_and_retry_works(server_client: Any, claimed: Claim,
+                                                                   sync_conn: sqlite3.Connection,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from cmbuyer.server.evidence import files as evidence_files
+
+    real_store = evidence_files.store
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    data = png()
+    body, ctype = multipart(evidence_fields(claimed, data), data)
+    before = counts(sync_conn)
+    monkeypatch.setattr(evidence_files, "store", broken)
+    assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (503, b"")
+    assert counts(sync_conn) == before
+    monkeypatch.setattr(evidence_files, "store", real_store)
+    status, _ = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
+    assert status == 201
+
+
+@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("events", "INSERT", "ABORT"), ("tasks", "UPDATE", "ROLLBACK")])
+async def test_events_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
+                                                          sync_conn: sqlite3.Connection, table: str, op: str,
+                                                          mode: str) -> None:
+    body = events_body(claimed)
+    before = fingerprint(sync_conn)
+    await fault.on(table, op, mode)
+    assert await post_json(server_client, events_path(claimed.task_id), claimed.device, body) == (503, b"")
+    assert fingerprint(sync_conn) == before
+    await fault.off()
+    status, first = await post_json(server_client, events_path(claimed.task_id), claimed.device, body)
+    assert status == 200 and json.loads(first)["first_seq"] == 1
+    assert await post_json(server_client, events_path(claimed.task_id), claimed.device, body) == (200, first)
+
+
+@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("authorizations", "UPDATE", "ABORT")])
+async def test_fail_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
+                                                        sync_conn: sqlite3.Connection, table: str, op: str,
+                                                        mode: str) -> None:
+    body = fail_body(claimed)
+    before = fingerprint(sync_conn)
+    await fault.on(table, op, mode)
+    assert await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body) == (503, b"")
+    assert fingerprint(sync_conn) == before
+    await fault.off()
+    status, first = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body)
+    assert status == 200, first
+    assert await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body) == (200, first)
+
+
+async def test_disk_full_by_max_page_count_is_503_not_500(server_client: Any, claimed: Claim, fault: StorageFault,
+                                                          sync_conn: sqlite3.Connection) -> None:
+    """``PRAGMA max_page_count`` at the current size: requests that need a new page get 503; after the
+    limit is lifted the same keys work. Events are appended until the file must grow."""
+    await fault.disk_full()
+    statuses: set[int] = set()
+    sent: list[dict[str, Any]] = []
+    for _ in range(400):
+        body = events_body(claimed, events=[{"step": "OPEN_PRODUCT", "outcome": "OK", "reason_code": None,
+                                             "summary": "x" * 200, "occurred_at": "2026-08-04T09:00:01Z"}] * 20)
+        status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device, body)
+        statuses.add(status)
+        if status == 503:
+            assert raw == b""
+            sent.append(body)
+            break
+    assert statuses <= {200, 503} and 503 in statuses
+    await fault.off()
+    status, _ = await post_json(server_client, events_path(claimed.task_id), claimed.device, sent[0])
+    assert status == 200
+    assert sync_conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
