@@ -31,6 +31,7 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+
 from cmbuyer.server.app import create_app
 from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.clock import to_wire

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
 from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.clock import SystemClock
 from cmbuyer.server.config import Settings, load_settings

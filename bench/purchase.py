@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cmbuyer.phonesim.process import remote_state
 from cmbuyer.phonesim.scenario import REALISTIC
-
 from demo.stack import SETTLED, Stack, TaskSpec, free_port
 
 SCENARIO = Path(__file__).resolve().parents[1] / "demo" / "scenario.yaml"

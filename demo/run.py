@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.phonesim.journal import order_counts, payment_taps
-
 from demo.stack import SETTLED, Stack, StackError, TaskSpec, port_is_free
 
 SCENARIO = Path(__file__).with_name("scenario.yaml")

@@ -2,7 +2,8 @@
 
 Start-up: open the database, refuse a schema that is not current, verify the claim-token secret
 against existing claims, run recovery (expiry sweep) — and only then serve. Each route group module
-has a ``setup(app)``; start-up checks and periodic steps register themselves in ``app[STARTUP_CHECKS]`` and ``app[PERIODIC]``.
+has a ``setup(app)``; start-up checks and periodic steps register themselves in
+``app[STARTUP_CHECKS]`` and ``app[PERIODIC]``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
+
 from cmbuyer.server import migrate
 from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
 from cmbuyer.server.services.common import Actor, new_id

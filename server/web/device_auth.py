@@ -20,6 +20,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
+
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.store import devices as device_store

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+
 from cmbuyer.server.services.common import canonical_json
 
 NO_STORE = {"Cache-Control": "no-store"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from aiohttp import web
+
 from cmbuyer.server import migrate
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.web.keys import DB

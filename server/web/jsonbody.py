@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from aiohttp import web
+
 from cmbuyer.schemas import SchemaError, validate
 from cmbuyer.server.web.device_errors import DeviceHTTPError
 

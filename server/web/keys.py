@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aiohttp import web
+
 from cmbuyer.server.clock import Clock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import Database

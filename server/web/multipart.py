@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 
 from aiohttp import web
+
 from cmbuyer.server.web.device_errors import DeviceHTTPError
 
 STALL_TIMEOUT_S = 10.0

@@ -9,8 +9,8 @@ import time
 from collections import Counter
 
 import pytest
-from cmbuyer.phonesim.journal import order_counts, payment_taps, submit_taps
 
+from cmbuyer.phonesim.journal import order_counts, payment_taps, submit_taps
 from demo.stack import SETTLED, Stack, TaskSpec
 from tests.e2e.conftest import SCENARIO, soak_iterations
 

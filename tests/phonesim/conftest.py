@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
 from cmbuyer.phonesim import PhoneSim
 from cmbuyer.phonesim.testing import patch_adb
 

@@ -7,9 +7,10 @@ import time
 import adbutils
 import pytest
 import uiautomator2 as u2
+from lxml import etree
+
 from cmbuyer.phonesim import PhoneSim, load_scenario
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored
-from lxml import etree
 
 from .helpers import PDD, PRODUCT_URL, center, find, submit_node, tap_text, walk_to_confirm
 

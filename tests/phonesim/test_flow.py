@@ -7,6 +7,7 @@ import re
 import adbutils
 import pytest
 import uiautomator2 as u2
+
 from cmbuyer.phonesim import PhoneSim, load_scenario
 
 from .helpers import PDD, assert_bounds_consistent, center, find, submit_node, tap_text, walk_to_confirm

@@ -9,6 +9,7 @@ import sys
 import pytest
 import uiautomator2 as u2
 import yaml
+
 from cmbuyer.phonesim import ScenarioError, assert_order_counts, load_scenario, read_journal
 from cmbuyer.phonesim.cli import main
 from cmbuyer.phonesim.testing import adb_env, running_sim, running_sim_process

@@ -6,10 +6,11 @@ import io
 
 import adbutils
 import pytest
-from cmbuyer.phonesim import PhoneSim
-from cmbuyer.phonesim.testing import adbutils_leaks_ignored
 from lxml import etree
 from PIL import Image
+
+from cmbuyer.phonesim import PhoneSim
+from cmbuyer.phonesim.testing import adbutils_leaks_ignored
 
 from .helpers import PDD, PRODUCT_URL, assert_bounds_consistent, center, find
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jinja2
 from aiohttp import web
+
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.web.admin import auth, devices, evidence, tasks

@@ -12,6 +12,7 @@ import asyncio
 import re
 
 from aiohttp import web
+
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl
 
 import jinja2
 from aiohttp import web
+
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import admin_sessions

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from aiohttp import web
+
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import from_wire
 from cmbuyer.server.domain.errors import ValidationFailed

@@ -14,6 +14,7 @@ import hashlib
 from pathlib import Path
 
 from aiohttp import web
+
 from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.store import admin_queries

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TASK_TRANSITIONS, TaskState

@@ -18,6 +18,7 @@ import sqlite3
 from typing import Any
 
 from aiohttp import web
+
 from cmbuyer.schemas import SchemaError, is_uuid4, validate
 from cmbuyer.server.app import PERIODIC, STARTUP_CHECKS, StartupRefused
 from cmbuyer.server.db import StorageError

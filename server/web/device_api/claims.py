@@ -17,6 +17,7 @@ import sqlite3
 from typing import Any
 
 from aiohttp import web
+
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.app import STARTUP_CHECKS, StartupRefused
 from cmbuyer.server.config import SettingsError

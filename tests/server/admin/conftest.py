@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from argon2 import PasswordHasher
+
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services.admins import hash_password

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from PIL import Image
+
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services.common import new_id
-from PIL import Image
 
 
 def png_bytes(color: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (24, 48)) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from cmbuyer.schemas import validate
 from cmbuyer.server.services.common import new_id
 

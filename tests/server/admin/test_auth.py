@@ -9,6 +9,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.app import create_app
 from cmbuyer.server.services import admin_sessions
 

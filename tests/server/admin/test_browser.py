@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.app import create_app
 
 from .conftest import ADMIN_PASSWORD, ADMIN_USER

@@ -7,6 +7,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+
 from cmbuyer.server.services.common import new_id
 
 from .conftest import ADMIN_PASSWORD, ADMIN_USER, AdminClient, csrf_from

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.services.common import new_id
 
 from .conftest import AdminClient

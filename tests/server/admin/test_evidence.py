@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.services.common import new_id
 
 from .conftest import AdminClient

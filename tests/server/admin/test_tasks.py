@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+
 from cmbuyer.schemas import validate
 from cmbuyer.server.clock import from_wire
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState

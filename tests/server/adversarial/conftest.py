@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cmbuyer.server.web.keys import DB
 
+from cmbuyer.server.web.keys import DB
 from tests.server.submissions.helpers import Claim, claim_http
 
 

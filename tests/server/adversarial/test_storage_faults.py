@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.web.keys import CLOCK, DB
-
 from tests.server.adversarial.conftest import StorageFault, counts
 from tests.server.submissions.helpers import (
     Claim,

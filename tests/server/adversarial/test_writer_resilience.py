@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cmbuyer.server import db as db_module
 from cmbuyer.server.db import Database, StorageError
 

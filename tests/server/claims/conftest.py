@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.heartbeat import record_heartbeat
-
 from tests.server.conftest import DeviceCreds
 
 CLAIM = "/api/v1/tasks/claim-next"

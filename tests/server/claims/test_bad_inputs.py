@@ -12,6 +12,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from multidict import CIMultiDict
+
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
@@ -19,11 +24,6 @@ from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.web import jsonbody
 from cmbuyer.server.web.device_auth import parse_credentials
 from cmbuyer.server.web.device_errors import DeviceHTTPError
-from hypothesis import given
-from hypothesis import settings as hsettings
-from hypothesis import strategies as st
-from multidict import CIMultiDict
-
 from tests.server.claims.conftest import CLAIM, HEARTBEAT, Claimed, claim_ok, fingerprint, heartbeat_body, renew_path
 from tests.server.conftest import DeviceCreds
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+
 from cmbuyer.schemas import validate
 from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
@@ -19,7 +20,6 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import audit
-
 from tests.server.claims.conftest import CLAIM, claim, claim_ok, fingerprint, post
 
 Maker = Callable[..., Any]

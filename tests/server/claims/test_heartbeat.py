@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from cmbuyer.schemas import validate
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.db import run_in_transaction
@@ -16,7 +17,6 @@ from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services.common import Actor
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
-
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body, post
 
 Maker = Callable[..., Any]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from cmbuyer.server.clock import to_wire
-from cmbuyer.server.domain import lease
 from hypothesis import given
 from hypothesis import strategies as st
+
+from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain import lease
 
 NOW = datetime(2026, 8, 4, 9, 0, tzinfo=UTC)
 

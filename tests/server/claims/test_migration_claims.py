@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cmbuyer.server import migrate
 from cmbuyer.server.app import StartupRefused, check_schema
 from cmbuyer.server.clock import ManualClock

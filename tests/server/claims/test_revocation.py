@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
@@ -18,7 +19,6 @@ from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.services.device_tx import DeviceNotActive
 from cmbuyer.server.web.keys import DB
-
 from tests.server.claims.conftest import claim, claim_ok, fingerprint, post, renew_path
 
 Maker = Callable[..., Any]

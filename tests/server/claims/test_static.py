@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from aiohttp import web
+
 from cmbuyer.server.web.device_api import claims
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cmbuyer.server.app import StartupRefused, create_app
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Secret, Settings
@@ -23,9 +26,6 @@ from cmbuyer.server.domain import claim_token
 from cmbuyer.server.services import claim_check
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.services.common import new_id
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.server.claims.conftest import claim, claim_ok, post, renew_path
 
 Maker = Callable[..., Any]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from cmbuyer.server.config import SettingsError, load_settings
 
 GOOD = {"CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 32, "CMBUYER_SESSION_SECRET": "cd" * 32}

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from cmbuyer.server.db import Database, StorageError, connect_sync
 
 

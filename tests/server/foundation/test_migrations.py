@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from cmbuyer.server import migrate
 from cmbuyer.server.app import StartupRefused, check_schema
 from cmbuyer.server.config import Settings

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from PIL import Image
+
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.heartbeat import record_heartbeat
-from PIL import Image
-
 from tests.server.conftest import DeviceCreds
 
 HEARTBEAT = "/api/v1/devices/heartbeat"

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.server.services.common import new_id
-
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import CLAIM_NEXT, HEARTBEAT, Claim, heartbeat_body
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.services.events import check_summary
-
 from tests.server.submissions.helpers import (
     Claim,
     claim_http,

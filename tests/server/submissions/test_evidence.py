@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.config import Settings
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.web import multipart as multipart_module
-
 from tests.server.submissions.helpers import (
     Claim,
     claim_http,

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services.common import new_id
-
 from tests.server.conftest import TEST_ACTOR
 from tests.server.submissions.helpers import (
     Claim,

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cmbuyer.server.clock import SystemClock
 from cmbuyer.server.config import Settings
-
 from tests.server.submissions import direct_worker
 from tests.server.submissions.helpers import claim_direct, fence_body, fence_path
 from tests.server.submissions.live import LiveServer, claim_live

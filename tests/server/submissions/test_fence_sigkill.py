@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cmbuyer.server.config import Settings
 
+from cmbuyer.server.config import Settings
 from tests.server.submissions.helpers import Claim, fence_body, fence_path
 from tests.server.submissions.live import LiveServer, claim_live
 from tests.server.submissions.test_fence_concurrency import run_storm

@@ -6,11 +6,11 @@ import io
 import zlib
 
 import pytest
-from cmbuyer.server.evidence.png import ImageRejected, validate_png
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from cmbuyer.server.evidence.png import ImageRejected, validate_png
 from tests.server.submissions.helpers import png
 from tests.server.submissions.pngs import build, chunk, ihdr
 
