@@ -214,8 +214,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (AgentError, JournalError) as exc:
         progress(f"cannot start: {exc}")
         return 2
+    from cmbuyer.agent.journal import PAUSE_ENV
+    if os.environ.get(PAUSE_ENV):
+        progress(f"WARNING: {PAUSE_ENV} is set (crash-test hook): the agent will pause at that phase")
     api = HttpDeviceApi(server, creds, journal)
-    runner = Runner(RunnerConfig(args.device, once=args.once), phone, api, journal, progress)
+    runner = Runner(RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds), phone, api,
+                    journal, progress)
     runner.install_signals()
     try:
         return runner.run()
@@ -225,6 +229,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except AgentError as exc:
         progress(f"stopped: {exc.reason_code} {exc.summary}")
         return 1
+    except JournalError as exc:
+        progress(f"stopped: the journal failed ({exc}); fix the state dir before restarting")
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -237,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--credentials-file")
     r.add_argument("--json-logs", action="store_true")
     r.add_argument("--once", action="store_true", help="exit after one task")
+    r.add_argument("--poll-seconds", type=float, default=1.0,
+                   help="idle sleep between empty claim-next polls (default 1)")
     r.set_defaults(fn=cmd_run)
     d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
     d.add_argument("--device", required=True)

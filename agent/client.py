@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import time
+import unicodedata
 import urllib.error
 import urllib.request
 import uuid
@@ -110,6 +111,24 @@ def _error_code(parsed: Any) -> str | None:
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) and _ERROR_CODE.fullmatch(parsed["error"]):
         return str(parsed["error"])
     return None
+
+
+# What the server refuses in a summary (spec 002: no XML, phone numbers, tokens, page text): markup,
+# the words hierarchy/xmlns, 7+ digits in a row, long hex/base64-like runs, secret-ish words. A
+# summary that trips any of these is replaced by a fixed phrase, so a refusal of the *wording* can
+# never lose a fail or an event (the reason code carries the meaning).
+_RISKY_SUMMARY = re.compile(
+    r"[<>&]|\bhierarchy\b|\bxmlns\b|\d(?:[ \-]?\d){6,}|[A-Za-z0-9+/_=\-]{16,}"
+    r"|\b(?:bearer|token|password|passwd|secret)\b", re.IGNORECASE)
+
+
+def wire_summary(text: str, fallback: str) -> str:
+    """``text`` if it is a plainly safe short summary, else ``fallback`` (a fixed phrase)."""
+    norm = unicodedata.normalize("NFKC", text or "")
+    if (not norm or len(norm) > 200 or any(unicodedata.category(c) in ("Cc", "Cs") for c in norm)
+            or _RISKY_SUMMARY.search(norm)):
+        return fallback
+    return text
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -267,7 +286,8 @@ class HttpDeviceApi:
             payload = {"batch_key": self._keys.key("events", scope), "attempt_id": claim.attempt_id,
                        "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
                        "events": [{"step": e.step, "outcome": e.outcome, "reason_code": e.reason_code,
-                                   "summary": e.summary, "occurred_at": e.occurred_at} for e in chunk]}
+                                   "summary": wire_summary(e.summary, e.step.lower().replace("_", " ")),
+                                   "occurred_at": e.occurred_at} for e in chunk]}
             _, body = self._post_json(f"/api/v1/tasks/{claim.task_id}/events", "events", payload, "events")
             self._keys.drop_key("events", scope)
             if body["attempt_id"] == claim.attempt_id:
@@ -302,7 +322,8 @@ class HttpDeviceApi:
     def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
         payload = {"fail_key": self._keys.key("fail", claim.attempt_id),
                    "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
-                   "reason_code": failure.reason_code, "summary": failure.summary,
+                   "reason_code": failure.reason_code,
+                   "summary": wire_summary(failure.summary, "stopped before the fence"),
                    "evidence_asset_id": failure.evidence_asset_id}
         self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/fail", "attempt_fail", payload,
                         "fail")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent import gates
-from cmbuyer.agent.errors import AgentError, ServerError, ShutdownRequested
-from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.errors import AgentError, ShutdownRequested
+from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import (
     AttemptFailure,
@@ -29,10 +29,12 @@ from cmbuyer.agent.model import (
     SubmissionProof,
     SubmissionResult,
     TaskEvent,
+    new_key,
 )
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
+from cmbuyer.agent.recovery import send_fail
 from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.submit import submit_order_once
 
@@ -135,15 +137,10 @@ class PurchaseFlow:
         return self._submit(claim, permit)
 
     def _fail_before_fence(self, claim: Claim, exc: AgentError) -> FlowResult:
-        from cmbuyer.agent.client import FenceReplayed  # the fence may have committed: no tap, UNKNOWN
+        from cmbuyer.agent.client import FenceReplayed  # the fence committed: no permit, no tap
 
         if isinstance(exc, FenceReplayed):
-            key = self.journal.key("result", claim.attempt_id)
-            self.sink.report_recovered_result(submission_id=exc.submission_id, attempt_id=claim.attempt_id,
-                                              claim_token=claim.claim_token,
-                                              result=SubmissionResult("UNKNOWN", None), result_key=key)
-            self.journal.set_claim_state(claim.attempt_id, "FENCED", "fence replay: no permit")
-            return FlowResult("UNKNOWN", "FENCE_REFUSED", False)
+            return self._fence_replayed(claim, exc.submission_id)
         reason = exc.reason_code
         log.info("stopping before the fence: %s", reason)
         self.progress(f"stop before fence: {reason}")
@@ -162,17 +159,46 @@ class PurchaseFlow:
             pass
         lease_lost = reason in ("LEASE_LOST", "LEASE_TOO_SHORT") or (
             self.lease is not None and self.lease.lost)
-        try:
-            self.sink.fail_attempt(claim, AttemptFailure(reason, exc.summary, evidence))
-            self.journal.set_claim_state(claim.attempt_id, "FAILED_REPORTED", reason)
-        except ServerError as err:
-            self.journal.set_claim_state(claim.attempt_id, "ABANDONED", f"{reason}; fail not accepted")
-            lease_lost = lease_lost or err.reason_code == "LEASE_LOST"
+        note = send_fail(self.journal, self.sink, claim, AttemptFailure(reason, exc.summary, evidence))
+        self.progress(note)
         if lease_lost:
             self.journal.set_hold("lease lost mid-flow: a person must act before the next claim")
         return FlowResult("FAILED", reason, False)
 
+    def _fence_replayed(self, claim: Claim, submission_id: str) -> FlowResult:
+        """A replayed fence (our first answer was lost in transit): the fence exists on the server,
+        we hold no permit, we never tap. Journal it (NO_PERMIT, UNKNOWN decided), then report."""
+        self.progress("fence answered with a replay: no permit, no tap; reporting UNKNOWN")
+        key = self.journal.record_fence_without_permit(claim.attempt_id, submission_id)
+        try:
+            self.sink.report_recovered_result(submission_id=submission_id, attempt_id=claim.attempt_id,
+                                              claim_token=claim.claim_token,
+                                              result=SubmissionResult("UNKNOWN", None), result_key=key)
+            self.journal.advance(claim.attempt_id, "RESULT_REPORTED")
+        except AgentError as err:
+            log.warning("UNKNOWN not reported yet (%s); recovery will re-send it", err.reason_code)
+        return FlowResult("UNKNOWN", "FENCE_REFUSED", False)
+
     def _submit(self, claim: Claim, permit: SubmissionPermit) -> FlowResult:
+        try:
+            return self._submit_journaled(claim, permit)
+        except JournalError:
+            # The journal cannot record the permit/phase: never tap (or tap no more), tell the
+            # server UNKNOWN with a key we cannot persist, and stop the agent (fail closed).
+            log.error("journal failed inside the submit window; reporting UNKNOWN and stopping")
+            self.progress("JOURNAL FAILED after the fence: reporting UNKNOWN, stopping the agent")
+            try:
+                self.sink.report_recovered_result(submission_id=permit.submission_id,
+                                                  attempt_id=claim.attempt_id, claim_token=claim.claim_token,
+                                                  result=SubmissionResult("UNKNOWN", None), result_key=new_key())
+            except AgentError as err:
+                log.error("UNKNOWN not delivered (%s): the server's sweeper moves the fenced task to "
+                          "reconciliation when the lease ends", err.reason_code)
+            raise
+        finally:
+            self.in_critical_section.clear()
+
+    def _submit_journaled(self, claim: Claim, permit: SubmissionPermit) -> FlowResult:
         self.journal.record_permit(claim.attempt_id, permit.submission_id)
         self.progress("FENCE OK: permit received")
         outcome = submit_order_once(self.phone, self.pack, self.journal, permit)
@@ -195,8 +221,6 @@ class PurchaseFlow:
             self.journal.advance(claim.attempt_id, "RESULT_REPORTED")
         except AgentError as exc:
             log.warning("result not reported yet (%s); recovery will re-send it", exc.reason_code)
-        finally:
-            self.in_critical_section.clear()
         self.progress(f"RESULT {outcome.observation}")
         return FlowResult(outcome.observation, None, outcome.tapped)
 

@@ -1,7 +1,8 @@
 """In-process fake TaskSource/ResultSink enforcing the device-API rules that matter to the agent.
 
-Why a fake: the real server (cmbuyer.server) was being written in parallel; the HTTP path is
-exercised by the real-server integration tests (listed as not done in the report). This fake
+Why a fake: it makes flow/runner unit tests fast and lets them force server answers (signals at the
+fence, outages at chosen calls). The same paths over real HTTP against the real server are in
+test_real_server.py, test_kill_restart.py and test_cli_sim.py. This fake
 validates every request body against the wire schemas, enforces the one-time fence (a replay of the
 same fence_key answers click_permitted=false), idempotency keys (same key → same answer, different
 payload → conflict), and records everything the tests assert on.
@@ -146,3 +147,73 @@ class FakeServer:
             raise ServerRejected(409, "result_conflict")
         self.results[result_key] = payload
         self.task_state = "WAITING_PAYMENT" if result.observation == "SUBMITTED" else "RECONCILIATION_REQUIRED"
+
+
+class FakeApi(FakeServer):
+    """FakeServer plus what the runner needs: heartbeat and a claim queue (claim-next answers each
+    queued purchase once, then 204/None). Records every heartbeat state and claim-next call."""
+
+    def __init__(self, purchases: list[ClaimedPurchase], keys: Any = None, *, allowed: bool = True,
+                 interval: int = 10) -> None:
+        super().__init__(purchases[0] if purchases else make_purchase(), keys)
+        self.queue = list(purchases)
+        self.allowed = allowed
+        self.interval = interval
+        self.heartbeat_states: list[str] = []
+        self.claim_calls = 0
+        self.claimed: list[ClaimedPurchase] = []
+        self.on_claim: Any = None  # callable(purchase) after a claim is handed out
+        self.fail_keys: list[str] = []
+
+    def heartbeat(self, *, adb_serial: str, android_release: str, pdd_version: str | None,
+                  pdd_version_code: int | None, state: str) -> dict[str, Any]:
+        self._maybe_down()
+        validate("heartbeat.request", {"device_id": str(uuid.uuid4()), "client_version": "0.1.0",
+                                       "adb_serial": adb_serial, "android_release": android_release,
+                                       "pdd_version": pdd_version, "pdd_version_code": pdd_version_code,
+                                       "state": state})
+        self.heartbeat_states.append(state)
+        return {"device_id": str(uuid.uuid4()), "app_version_allowed": self.allowed,
+                "server_now": "2099-01-01T00:00:00Z", "heartbeat_interval_seconds": self.interval}
+
+    def claim_next(self, session: Session) -> ClaimedPurchase | None:
+        self._maybe_down()
+        self.claim_calls += 1
+        if self.keys is not None:
+            self.keys.key("claim_request", session.session_id)
+        if not self.queue:
+            if self.keys is not None:
+                self.keys.drop_key("claim_request", session.session_id)
+            return None
+        purchase = self.queue.pop(0)
+        self.purchase = purchase
+        self.task_state = "CLAIMED"
+        self.fences.clear()
+        self.results.clear()
+        self.claimed.append(purchase)
+        if self.on_claim:
+            self.on_claim(purchase)
+        return purchase
+
+    def forget_claim_request(self, session: Session) -> None:
+        if self.keys is not None:
+            self.keys.drop_key("claim_request", session.session_id)
+
+    def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
+        if self.keys is not None:
+            self.fail_keys.append(self.keys.key("fail", claim.attempt_id))
+        super().fail_attempt(claim, failure)
+
+    on_event: Any = None  # callable(TaskEvent) before an event batch is accepted
+    on_fence: Any = None  # callable() before the fence is granted
+
+    def append_events(self, claim: Claim, events: list[TaskEvent]) -> None:
+        for e in events:
+            if self.on_event:
+                self.on_event(e)
+        super().append_events(claim, events)
+
+    def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
+        if self.on_fence:
+            self.on_fence()
+        return super().create_submission_fence(claim, proof)

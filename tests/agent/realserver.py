@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
 from cmbuyer.agent.client import Credentials
 from cmbuyer.server.app import create_app
 from cmbuyer.server.cli import main as server_cli

@@ -14,12 +14,13 @@ import re
 import threading
 from typing import Any
 
+from PIL import Image
+
 from cmbuyer.phonesim.app import AppModel
 from cmbuyer.phonesim.hierarchy import render_xml
 from cmbuyer.phonesim.nodes import clickable_target, hit_path
 from cmbuyer.phonesim.scenario import load_scenario
 from cmbuyer.phonesim.screens import windows
-from PIL import Image
 
 
 class SimPhone:

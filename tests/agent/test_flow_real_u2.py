@@ -1,12 +1,13 @@
 """The flow through the REAL uiautomator2 3.7.1 + adbutils 2.12.0 against the phone simulator's adb
-server (cmbuyer.phonesim.testing.running_sim). The server side is still the rule-enforcing fake
-(tests/agent/fakes.py): the real-server integration test is listed as not done."""
+server (cmbuyer.phonesim.testing.running_sim). The server side is the rule-enforcing fake
+(tests/agent/fakes.py); the same path against the real server is in test_real_server.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import PhoneAdapter

@@ -7,6 +7,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+
 from cmbuyer.agent.errors import PhoneError
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
@@ -26,15 +27,19 @@ def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("time.sleep", lambda s: None)
 
 
-def run_flow(tmp_path: Path, sim: SimPhone, **task: object):
-    purchase = make_purchase(**task)
-    journal = Journal(tmp_path / "j.sqlite3")
-    server = FakeServer(purchase, keys=journal)
+def _journal_claim(journal: Journal, purchase) -> None:
     journal.record_claim(attempt_id=purchase.claim.attempt_id, task_id=purchase.task.id, task_version=3,
                          authorization_id=purchase.claim.authorization_id, claim_generation=1,
                          claim_token="ab" * 32, session_id=purchase.claim.session_id,
                          lease_expires_at=purchase.claim.lease_expires_at,
                          authorization_expires_at=purchase.claim.authorization_expires_at, task={})
+
+
+def run_flow(tmp_path: Path, sim: SimPhone, **task: object):
+    purchase = make_purchase(**task)
+    journal = Journal(tmp_path / "j.sqlite3")
+    server = FakeServer(purchase, keys=journal)
+    _journal_claim(journal, purchase)
     phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
     flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal)
     result = flow.run(purchase)
@@ -145,12 +150,18 @@ def test_server_down_mid_flow_stops_before_fence(tmp_path: Path) -> None:
     purchase = make_purchase()
     journal = Journal(tmp_path / "j.sqlite3")
     server = FakeServer(purchase, keys=journal)
+    _journal_claim(journal, purchase)
     phone = PhoneAdapter("sim-1", sim, sim)
     flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal)
     server.down = 100
     result = flow.run(purchase)
     assert result.outcome == "FAILED" and result.reason_code == "SERVER_UNREACHABLE"
     assert "submit" not in sim.roles()
+    # The fail could not be delivered: it stays FAIL_PENDING with its payload, for recovery to
+    # re-send with the same key once the server is back (never ABANDONED).
+    assert journal.claim(purchase.claim.attempt_id).state == "FAIL_PENDING"
+    assert journal.pending_fail(purchase.claim.attempt_id)[0] == "SERVER_UNREACHABLE"
+    assert journal.recovery_pending()
 
 
 def test_generic_tap_refuses_payment_and_submit_nodes() -> None:

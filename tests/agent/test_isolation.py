@@ -76,6 +76,7 @@ def test_only_submit_calls_the_submit_tap_and_only_adapter_taps() -> None:
 
 def test_permit_cannot_be_forged_or_built_from_a_replay() -> None:
     import pytest
+
     from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
     with pytest.raises(TypeError):
         SubmissionPermit(object(), submission_id="x", attempt_id="y", task_id="z")

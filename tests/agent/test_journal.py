@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from cmbuyer.agent.journal import PHASES, Journal, JournalError
 from cmbuyer.agent.recovery import recover
 

@@ -9,6 +9,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import DumpEmpty, DumpInvalid, DumpNoAppNodes, MoneyAmbiguous, MoneyError, PackError
 from cmbuyer.agent.screens import safety
@@ -16,8 +19,6 @@ from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import compile_pack, shipped_packs
 from cmbuyer.agent.screens.text import money_str, normalize, single_price
-from hypothesis import given
-from hypothesis import strategies as st
 
 FX = Path(__file__).parent / "fixtures"
 

@@ -1,0 +1,114 @@
+"""`cmbuyer-agent doctor` / `capture` / `journal` smoke tests against the phone simulator's real adb
+server (real uiautomator2 + adbutils) and, for doctor's server checks, the real server."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.agent.cli import main
+from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+
+from .realserver import RealServer
+from .test_flow_sim import _default
+
+
+def _creds_file(tmp: Path, srv: RealServer) -> Path:
+    creds = srv.add_device()
+    path = tmp / "cred"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"device_id": creds.device_id, "token": creds.token}, fh)
+    return path
+
+
+def _checks(out: str) -> dict[str, Any]:
+    report = json.loads(out)
+    return {c["check"]: c for c in report["checks"]}
+
+
+def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
+        cred = _creds_file(tmp_path, srv)
+        rc = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+        out = capsys.readouterr().out
+        checks = _checks(out)
+    assert json.loads(cred.read_text())["token"] not in out
+    assert rc == 0, checks
+    assert checks["selector pack"]["detail"] == "pdd-8.17.0-81700"
+    assert checks["Pinduoduo installed"]["detail"] == "8.17.0 (81700)"
+    assert checks["server allows this app version"]["ok"]
+    assert all(c["ok"] for c in checks.values())
+
+
+def test_doctor_reports_missing_pack_and_bad_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scen = copy.deepcopy(_default())
+    scen["app"]["version_name"], scen["app"]["version_code"] = "8.18.0", 81800
+    bad = tmp_path / "bad"
+    fd = os.open(bad, os.O_WRONLY | os.O_CREAT, 0o644)  # world-readable: refused
+    os.close(fd)
+    with adbutils_leaks_ignored(), running_sim(scen):
+        rc = main(["doctor", "--device", "sim-1", "--server", "http://127.0.0.1:9", "--credentials-file", str(bad)])
+        checks = _checks(capsys.readouterr().out)
+    assert rc == 1
+    assert checks["selector pack"]["ok"] is False
+    assert checks["server"]["ok"] is False and "0600" in checks["server"]["detail"]
+
+
+def test_doctor_without_adb_server(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    monkeypatch.delenv("CMBUYER_DEVICE_ID", raising=False)
+    rc = main(["doctor", "--device", "sim-1", "--server", "http://127.0.0.1:9"])
+    checks = _checks(capsys.readouterr().out)
+    assert rc == 1 and "adb server unreachable" in checks["phone"]["detail"]
+
+
+def test_capture_writes_an_evidence_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "bundle"
+    with adbutils_leaks_ignored(), running_sim() as sim:
+        sim.phone("sim-1").app.open_url("pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id=937122477375")
+        rc = main(["capture", "--device", "sim-1", "--label", "product page", "--out", str(out_dir)])
+    printed = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    xml = (out_dir / "dump.xml").read_bytes()
+    png = (out_dir / "screenshot.png").read_bytes()
+    meta = json.loads((out_dir / "meta.json").read_text("utf-8"))
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert meta["dump_sha256"] == hashlib.sha256(xml).hexdigest() == printed["dump_sha256"]
+    assert meta["screenshot_sha256"] == hashlib.sha256(png).hexdigest()
+    assert (meta["app_version_name"], meta["app_version_code"]) == ("8.17.0", 81700)
+    assert meta["label"] == "product page" and meta["device"] == "sim-1"
+    # the bundle is what `inspect` reads when authoring a pack
+    rc = main(["inspect", "--dump", str(out_dir / "dump.xml")])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["screen"] == "product"
+
+
+def test_journal_command_shows_state_without_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from cmbuyer.agent.journal import Journal
+
+    from .fakes import make_purchase
+    monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path))
+    j = Journal.for_serial("192.168.0.173:5555")
+    c = make_purchase().claim
+    j.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3, authorization_id=c.authorization_id,
+                   claim_generation=1, claim_token=c.claim_token, session_id=c.session_id,
+                   lease_expires_at=c.lease_expires_at, authorization_expires_at=c.authorization_expires_at, task={})
+    j.set_hold("lease lost")
+    assert main(["journal", "--device", "192.168.0.173:5555"]) == 0
+    out = capsys.readouterr().out
+    assert c.claim_token not in out and json.loads(out)["hold"] == "lease lost"
+    assert main(["journal", "--device", "192.168.0.173:5555", "--clear-hold"]) == 0
+    assert json.loads(capsys.readouterr().out)["hold"] is None

@@ -1,0 +1,138 @@
+"""SIGKILL the real `cmbuyer-agent run` process at each journal phase, restart it, and check that the
+phone never sees a second submit tap and the server ends in the right state.
+
+Processes: the agent is a real subprocess (the installed `cmbuyer-agent` entry point, credentials
+file, ANDROID_ADB_SERVER_PORT, CMBUYER_AGENT_STATE_DIR — exactly what tests/e2e and the demo run);
+the server is the real app on a loopback port (tests/agent/realserver.py) and the phone is the
+simulator's real adb server, both in the test process so the test can read their state directly.
+
+Kill points: ``CMBUYER_AGENT_TEST_PAUSE_AFTER=<phase>`` makes the agent stop moving right after that
+phase is committed to its journal (agent/journal.py); the test waits until the journal file shows it,
+then sends SIGKILL from outside. ``OBSERVED`` = the result is decided and journaled but not reported.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.phonesim.testing import running_sim
+
+from .realserver import RealServer
+
+AGENT = str(Path(sys.executable).parent / "cmbuyer-agent")
+
+
+def _journal_state(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        claims = conn.execute("SELECT state FROM claims").fetchall()
+        subs = conn.execute("SELECT phase, observation FROM submissions").fetchall()
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+    return {"claims": [c[0] for c in claims], "phases": [s[0] for s in subs],
+            "observations": [s[1] for s in subs]}
+
+
+def _wait(cond: Any, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            raise AssertionError(f"agent exited ({proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class AgentProcess:
+    def __init__(self, tmp: Path, srv: RealServer, sim_port: int) -> None:
+        creds = srv.add_device()
+        self.creds_file = tmp / "sim-1.credentials"
+        fd = os.open(self.creds_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"device_id={creds.device_id}\ntoken={creds.token}\n")
+        self.state_dir = tmp / "agent-state"
+        self.journal = self.state_dir / "sim-1.sqlite3"
+        self.url = srv.url
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("CMBUYER_", "ANDROID_ADB"))}
+        self.env.update({"ANDROID_ADB_SERVER_PORT": str(sim_port), "CMBUYER_AGENT_STATE_DIR": str(self.state_dir)})
+        self.log = tmp / "agent.log"
+
+    def start(self, pause_after: str | None = None) -> subprocess.Popen[bytes]:
+        env = dict(self.env)
+        if pause_after:
+            env["CMBUYER_AGENT_TEST_PAUSE_AFTER"] = pause_after
+        with self.log.open("ab") as log:  # the child keeps its own descriptor
+            return subprocess.Popen([AGENT, "run", "--device", "sim-1", "--server", self.url,
+                                     "--credentials-file", str(self.creds_file), "--poll-seconds", "0.2"],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("phase,submit_taps,task_state,observation", [
+    ("CLAIMED", 0, "FAILED", None),  # before the fence: recovery fails the attempt
+    ("PERMIT_RECEIVED", 0, "RECONCILIATION_REQUIRED", "UNKNOWN"),
+    ("TAP_INTENT_RECORDED", 0, "RECONCILIATION_REQUIRED", "UNKNOWN"),
+    ("TAPPED", 1, "RECONCILIATION_REQUIRED", "UNKNOWN"),
+    ("OBSERVED", 1, "WAITING_PAYMENT", "SUBMITTED"),  # the stored result is re-sent with its key
+    ("RESULT_REPORTED", 1, "WAITING_PAYMENT", "SUBMITTED"),
+])
+def test_sigkill_at_each_journal_phase_then_restart(tmp_path: Path, phase: str, submit_taps: int,
+                                                    task_state: str, observation: str | None) -> None:
+    with RealServer(tmp_path) as srv, running_sim(set_env=False) as sim:
+        task = srv.add_task()
+        agent = AgentProcess(tmp_path, srv, sim.port)
+        first = agent.start(pause_after=phase)
+        try:
+            want = "ACTIVE" if phase == "CLAIMED" else None
+            _wait(lambda: (want in _journal_state(agent.journal).get("claims", [])) if want else (
+                phase in _journal_state(agent.journal).get("phases", []) or (
+                    phase == "OBSERVED" and any(_journal_state(agent.journal).get("observations", [None])))),
+                first, 60, f"journal phase {phase}")
+            time.sleep(0.3)  # paused: nothing more happens
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+        taps_before = len(sim.journal("sim-1").taps("submit"))
+        assert taps_before == submit_taps
+
+        second = agent.start()
+        try:
+            _wait(lambda: srv.state(task.id) == task_state, second, 60, f"server state {task_state}")
+            time.sleep(1.0)  # the restarted agent keeps polling: still no new tap
+            assert _stop(second) == 0
+        finally:
+            if second.poll() is None:
+                second.kill()
+                second.wait()
+        assert len(sim.journal("sim-1").taps("submit")) == submit_taps
+        sim.journal("sim-1").assert_no_payment_taps()
+        detail = srv.detail(task.id)
+        if observation is None:
+            assert detail["submission"] is None and detail["task"]["state_reason"] == "INTERNAL_ERROR"
+        else:
+            assert detail["submission"]["observation"] == observation
+        js = _journal_state(agent.journal)
+        assert all(p == "RESULT_REPORTED" for p in js["phases"])
+        assert "ACTIVE" not in js["claims"] and "FAIL_PENDING" not in js["claims"]
+        log = agent.log.read_text("utf-8", "replace")
+        assert "Traceback" not in log, log[-3000:]

@@ -1,0 +1,510 @@
+"""The agent against the REAL server (tests/agent/realserver.py: real `cmbuyer-server init` data dir,
+real aiohttp app + SQLite, served on a loopback port) — HttpDeviceApi makes real HTTP requests.
+
+Phones:
+- the REAL uiautomator2 3.7.1 + adbutils 2.12.0 against the phone simulator's adb server
+  (``running_sim``) for the happy path and the adb-drop cases (they need the real transport);
+- the simulator's app model behind the real PhoneAdapter (tests/agent/simphone.py) for the
+  screen-content cases, with the phone pacing sleeps removed so each case takes about a second.
+
+Each case asserts the phone side (submit/payment taps) AND the committed server state, read on a
+separate SQLite connection.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import threading
+import time
+import types
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.agent.client import Credentials, FenceReplayed, HttpDeviceApi
+from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.journal import Journal, JournalError
+from cmbuyer.agent.model import (
+    AttemptFailure,
+    ScreenshotAsset,
+    Session,
+    SubmissionProof,
+    SubmissionResult,
+    TaskEvent,
+)
+from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
+from cmbuyer.agent.runner import Runner, RunnerConfig
+from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+
+from .realserver import RealServer
+from .simphone import SimPhone
+from .test_flow_sim import _default
+
+GATE_KINDS = ["SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3"]
+
+
+@pytest.fixture
+def srv(tmp_path: Path) -> Iterator[RealServer]:
+    with RealServer(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+def fast_phone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drop the phone pacing sleeps (the simulated app model answers at once). Only the agent's
+    phone modules see the shim: HTTP retry backoff and the server keep real time."""
+    shim = types.SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: None, time=time.time)
+    import cmbuyer.agent.capabilities as cap
+    import cmbuyer.agent.phone.adapter as adapter
+    import cmbuyer.agent.submit as sub
+    for mod in (cap, sub, adapter):
+        monkeypatch.setattr(mod, "time", shim)
+    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
+    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
+
+
+class Agent:
+    """One agent: journal + real HttpDeviceApi + runner, as ``cmbuyer-agent run`` wires them."""
+
+    def __init__(self, root: Path, srv: RealServer, creds: Credentials, phone: PhoneAdapter,
+                 api_cls: type[HttpDeviceApi] = HttpDeviceApi) -> None:
+        self.journal = Journal(root / "agent-state" / "sim-1.sqlite3")
+        self.api = api_cls(srv.url, creds, self.journal, backoff=0.2)
+        self.lines: list[str] = []
+        self.runner = Runner(RunnerConfig("sim-1", poll_seconds=0.05, once=True), phone, self.api,
+                             self.journal, self.lines.append)
+
+    def run_once(self) -> int:
+        return self.runner.run()
+
+
+def sim_phone(sim: SimPhone) -> PhoneAdapter:
+    return PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
+
+
+def kinds(detail: dict[str, Any]) -> list[str]:
+    return sorted(e["kind"] for e in detail["evidence"])
+
+
+def steps(detail: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(e["step"], e["outcome"]) for e in detail["events"]]
+
+
+# --- HttpDeviceApi: every route, for real -------------------------------------------------------
+def test_http_device_api_against_the_real_server(tmp_path: Path, srv: RealServer) -> None:
+    creds = srv.add_device()
+    journal = Journal(tmp_path / "j.sqlite3")
+    api = HttpDeviceApi(srv.url, creds, journal, backoff=0.05)
+    hb = api.heartbeat(adb_serial="sim-1", android_release="13", pdd_version="8.17.0",
+                       pdd_version_code=81700, state="READY")
+    assert hb["app_version_allowed"] is True and hb["heartbeat_interval_seconds"] >= 1
+    assert srv.device_row(creds.device_id)["reported_state"] == "READY"
+    session = Session("0f8b5b1c-7d1e-4c7a-9a52-1d2e3f4a5b6c")
+    assert api.claim_next(session) is None  # 204: nothing to do
+    task = srv.add_task()
+    purchase = api.claim_next(session)
+    assert purchase is not None and purchase.task.id == task.id and purchase.task.quantity == 2
+    assert purchase.task.max_total_price == Decimal("30.00")
+    api.forget_claim_request(session)
+    claim = purchase.claim
+    assert srv.state(task.id) == "CLAIMED"
+
+    lease = api.renew_lease(claim)
+    assert lease.lease_expires_at >= claim.lease_expires_at
+
+    api.append_events(claim, [TaskEvent("OPEN_PRODUCT", "STARTED"), TaskEvent("OPEN_PRODUCT", "OK")])
+    assert srv.state(task.id) == "ORDERING"
+    assert api.task_version(claim) == claim.task_version + 1  # the fence must name the new version
+
+    png = SimPhone().screenshot()
+    import io
+    buf = io.BytesIO()
+    png.save(buf, format="PNG")
+    ref = api.upload_screenshot(claim, ScreenshotAsset("SKU_PANEL_GATE_1", buf.getvalue()))
+    assert kinds(srv.detail(task.id)) == ["SKU_PANEL_GATE_1"]
+
+    over_cap = SubmissionProof("黑色CHA(纯棉)", "M(建议100-115)", Decimal("12.88"), Decimal("12.88"), 2,
+                               Decimal("31.00"), 1)
+    with pytest.raises(ServerRejected) as info:
+        api.create_submission_fence(claim, over_cap)
+    assert info.value.status == 409 and info.value.reason_code == "FENCE_REFUSED"
+    journal.drop_key("fence", claim.attempt_id)  # a refused fence stored nothing; a new key is fine
+
+    good = SubmissionProof("黑色CHA(纯棉)", "M(建议100-115)", Decimal("12.88"), Decimal("12.88"), 2,
+                           Decimal("25.76"), 1)
+    permit = api.create_submission_fence(claim, good)
+    assert srv.state(task.id) == "SUBMITTING"
+    # The same fence_key again (e.g. the first answer was lost): a replay, NEVER a permit.
+    with pytest.raises(FenceReplayed) as replay:
+        api.create_submission_fence(claim, good)
+    assert replay.value.submission_id == permit.submission_id
+
+    api.report_submission_result(permit, SubmissionResult("SUBMITTED", ref.asset_id))
+    api.report_submission_result(permit, SubmissionResult("SUBMITTED", ref.asset_id))  # same key: replay
+    detail = srv.detail(task.id)
+    assert detail["task"]["state"] == "WAITING_PAYMENT"
+    assert detail["submission"]["state"] == "SUBMITTED"
+
+    with pytest.raises(ServerRejected) as refused:
+        api.report_recovered_result(submission_id=permit.submission_id, attempt_id=claim.attempt_id,
+                                    claim_token=claim.claim_token, result=SubmissionResult("UNKNOWN"),
+                                    result_key="5a0d3c1e-8f4b-4c2a-9e7d-6b5a4c3d2e1f")
+    assert refused.value.error == "result_conflict"  # one observation per submission
+
+    bad = HttpDeviceApi(srv.url, Credentials(creds.device_id, "0" * 64), journal, backoff=0.05)
+    with pytest.raises(ServerRejected) as unauth:
+        bad.heartbeat(adb_serial="x", android_release="13", pdd_version=None, pdd_version_code=None,
+                      state="PAUSED")
+    assert unauth.value.status == 401
+    assert "0" * 64 not in repr(bad)
+
+
+def test_server_down_then_back_retries_with_the_same_keys(tmp_path: Path, srv: RealServer) -> None:
+    creds = srv.add_device()
+    task = srv.add_task()
+    journal = Journal(tmp_path / "j.sqlite3")
+    api = HttpDeviceApi(srv.url, creds, journal, backoff=0.3, retries=6)
+    api.heartbeat(adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700,
+                  state="READY")
+    purchase = api.claim_next(Session("1f8b5b1c-7d1e-4c7a-9a52-1d2e3f4a5b6c"))
+    assert purchase is not None
+    srv.stop()
+    threading.Timer(1.0, srv.start).start()
+    events = [TaskEvent("OPEN_PRODUCT", "STARTED"), TaskEvent("OPEN_PRODUCT", "OK")]
+    api.append_events(purchase.claim, events)  # fails while down, then succeeds once it is back
+    detail = srv.detail(task.id)
+    assert steps(detail) == [("OPEN_PRODUCT", "STARTED"), ("OPEN_PRODUCT", "OK")]
+    srv.stop()
+    with pytest.raises(ServerUnreachable):
+        HttpDeviceApi(srv.url, creds, journal, backoff=0.01, retries=2).heartbeat(
+            adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700,
+            state="READY")
+    srv.start()
+
+
+# --- the whole loop through the real uiautomator2 -----------------------------------------------
+def test_happy_path_real_u2_real_server(tmp_path: Path, srv: RealServer) -> None:
+    creds = srv.add_device()
+    task = srv.add_task()
+    with adbutils_leaks_ignored(), running_sim() as sim:
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        assert agent.run_once() == 0
+        sim.journal("sim-1").assert_single_submit_tap()
+        sim.journal("sim-1").assert_no_payment_taps()
+        assert len(sim.phone("sim-1").orders) == 1
+    detail = srv.detail(task.id)
+    assert detail["task"]["state"] == "WAITING_PAYMENT"
+    assert detail["submission"]["state"] == "SUBMITTED"
+    assert kinds(detail) == sorted([*GATE_KINDS, "POST_SUBMIT_OBSERVATION"])
+    got = steps(detail)
+    for step in ("OPEN_PRODUCT", "SELECT_SKU", "GATE_1", "GATE_2", "GATE_3"):
+        assert (step, "OK") in got
+    assert ("FENCE", "STARTED") in got and ("OBSERVE_RESULT", "OK") in got
+    assert srv.device_row(creds.device_id)["pdd_version_code"] == 81700
+    assert agent.journal.submission(detail["attempts"][0]["id"]).phase == "RESULT_REPORTED"
+
+
+@pytest.mark.parametrize("fault,submit_taps,observation", [
+    # adb link dropped while the submit tap is sent; the tap never reached the screen
+    ({"kind": "drop_connection", "on": "submit_tap", "applied": False}, 0, "UNKNOWN"),
+    # dropped right after the tap landed (the dangerous, realistic case): an order exists
+    ({"kind": "drop_connection", "on": "submit_tap", "applied": True}, 1, "UNKNOWN"),
+])
+def test_adb_dropped_during_or_after_the_submit_tap(tmp_path: Path, srv: RealServer, fault: dict[str, Any],
+                                                    submit_taps: int, observation: str) -> None:
+    creds = srv.add_device()
+    task = srv.add_task()
+    with adbutils_leaks_ignored(), running_sim() as sim:
+        sim.phone("sim-1").inject(fault)
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        assert agent.run_once() == 0
+        landed = [t for t in sim.journal("sim-1").taps("submit") if t.get("applied", True)]
+        assert len(landed) == submit_taps
+        sim.journal("sim-1").assert_no_payment_taps()
+    detail = srv.detail(task.id)
+    assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
+    assert detail["submission"]["observation"] == observation
+
+
+def test_adb_dropped_before_the_tap_no_tap_unknown(tmp_path: Path, srv: RealServer) -> None:
+    """The phone disappears between the fence and the tap: the pre-tap re-read fails, nothing is
+    tapped, the observation is UNKNOWN (the fence exists, so only a person can close it)."""
+    creds = srv.add_device()
+    task = srv.add_task()
+    with adbutils_leaks_ignored(), running_sim() as sim:
+
+        class Unplug(HttpDeviceApi):
+            def create_submission_fence(self, claim: Any, proof: Any) -> Any:
+                permit = super().create_submission_fence(claim, proof)
+                sim.remove_phone("sim-1")  # unplugged: every adb request for it now FAILs
+                return permit
+        phone_model = sim.phone("sim-1")
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), api_cls=Unplug)
+        assert agent.run_once() == 0
+        assert phone_model.journal.taps("submit") == []
+        assert phone_model.orders == []
+    detail = srv.detail(task.id)
+    assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
+    assert detail["submission"]["observation"] == "UNKNOWN"
+
+
+# --- screen-content cases: app model behind the real adapter, real server ------------------------
+def _scenario(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(_default())
+    data.update(changes)
+    return data
+
+
+def _two_matching_options() -> dict[str, Any]:
+    data = _scenario()
+    goods = data["catalogue"][0]
+    goods["dimensions"][1]["options"].append("M（建议100-115）")  # NFKC-equal to "M(建议100-115)"
+    goods["skus"].append({"options": ["黑色CHA(纯棉)", "M（建议100-115）"], "price": "12.88", "stock": 5})
+    return data
+
+
+_SUBMIT = re.compile(r'(<node [^>]*bounds="\[540,2136\]\[1056,2268\]"[^>]*>'
+                     r'<node [^>]*text="提交订单[^"]*"[^>]*/></node>)')
+
+
+def _second_submit(xml: str, n: int) -> str:
+    def dup(m: re.Match[str]) -> str:
+        copy_ = m.group(1).replace("[540,2136][1056,2268]", "[24,2136][530,2268]").replace(
+            "[600,2166][996,2238]", "[60,2166][480,2238]")
+        return m.group(1) + copy_
+    return _SUBMIT.sub(dup, xml)
+
+
+def _run_sim_case(tmp_path: Path, srv: RealServer, sim: SimPhone, api_cls: type[HttpDeviceApi] = HttpDeviceApi,
+                  **task: Any) -> tuple[Agent, Any, dict[str, Any]]:
+    creds = srv.add_device()
+    ref = srv.add_task(**task)
+    agent = Agent(tmp_path, srv, creds, sim_phone(sim), api_cls=api_cls)
+    assert agent.run_once() == 0
+    return agent, ref, srv.detail(ref.id)
+
+
+def _assert_failed_before_fence(detail: dict[str, Any], sim: SimPhone, reason: str) -> None:
+    assert detail["task"]["state"] == "FAILED", detail["task"]
+    assert detail["task"]["state_reason"] == reason
+    assert detail["submission"] is None
+    assert "submit" not in sim.roles() and "payment" not in sim.roles()
+    assert "FAILURE" in kinds(detail)
+
+
+@pytest.mark.parametrize("task,reason", [
+    ({"color": "紫色"}, "SKU_VALUE_MISSING"),
+    ({"max_total_price": "20.00"}, "PRICE_OVER_CAP"),
+    ({"quantity": 6}, "QUANTITY_CAPPED_BY_STOCK"),
+    ({"goods_id": "999999999999"}, "SCREEN_UNRECOGNIZED"),
+])
+def test_stops_before_the_fence_real_server(tmp_path: Path, srv: RealServer, fast_phone: None,
+                                            task: dict[str, Any], reason: str) -> None:
+    sim = SimPhone()
+    _, _, detail = _run_sim_case(tmp_path, srv, sim, **task)
+    _assert_failed_before_fence(detail, sim, reason)
+
+
+def test_two_options_matching_is_ambiguous(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+    sim = SimPhone(_two_matching_options())
+    _, _, detail = _run_sim_case(tmp_path, srv, sim)
+    _assert_failed_before_fence(detail, sim, "SKU_AMBIGUOUS")
+
+
+def test_two_submit_controls(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+    sim = SimPhone()
+    sim.dump_hook = _second_submit
+    _, _, detail = _run_sim_case(tmp_path, srv, sim)
+    _assert_failed_before_fence(detail, sim, "SUBMIT_CONTROL_COUNT")
+
+
+def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+    sim = SimPhone()
+
+    def wall(role: str) -> None:
+        if sim.app.screen == "confirm" and not sim.app.popups:
+            sim.app.popups.append({"kind": "risk_wall", "text": None})
+    sim.after_tap = wall
+    _, _, detail = _run_sim_case(tmp_path, srv, sim)
+    assert detail["task"]["state_reason"] in ("RISK_WALL", "SECURITY_CHALLENGE")
+    _assert_failed_before_fence(detail, sim, detail["task"]["state_reason"])
+
+
+def test_price_change_between_gates(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+    sim = SimPhone()
+
+    def bump(role: str) -> None:
+        if role == "qty_inc":
+            for sku in sim.app.goods.skus.values():
+                sku.price = Decimal("13.50")
+    sim.after_tap = bump
+    _, _, detail = _run_sim_case(tmp_path, srv, sim)
+    _assert_failed_before_fence(detail, sim, "PRICE_CHANGED")
+
+
+@pytest.mark.parametrize("hook,reason", [
+    (lambda xml, n: '<?xml version="1.0"?><hierarchy rotation="0" />', "DUMP_EMPTY"),
+    (lambda xml, n: xml[: len(xml) // 2], "DUMP_INVALID"),
+])
+def test_bad_dumps_real_server(tmp_path: Path, srv: RealServer, fast_phone: None, hook: Any, reason: str) -> None:
+    sim = SimPhone()
+    sim.dump_hook = hook
+    agent, _, detail = _run_sim_case(tmp_path, srv, sim)
+    assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == reason, agent.lines
+    assert "submit" not in sim.roles()
+
+
+@pytest.mark.parametrize("outcome,observation", [
+    ("PAYMENT_HANDOFF", "EXTERNAL_PAYMENT_HANDOFF"),
+    ("SECURITY_CHALLENGE", "SECURITY_CHALLENGE"),
+])
+def test_after_submit_outcomes_go_to_reconciliation(tmp_path: Path, srv: RealServer, fast_phone: None,
+                                                    outcome: str, observation: str) -> None:
+    sim = SimPhone(_scenario(outcome=outcome))
+    _, _, detail = _run_sim_case(tmp_path, srv, sim)
+    assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
+    assert detail["submission"]["observation"] == observation
+    assert sim.roles().count("submit") == 1 and "payment" not in sim.roles()
+
+
+def test_lease_lost_mid_flow_stops_before_the_fence_and_holds(tmp_path: Path, srv: RealServer,
+                                                              fast_phone: None) -> None:
+    sim = SimPhone()
+
+    class LeaseRunsOut(HttpDeviceApi):
+        def append_events(self, claim: Any, events: list[TaskEvent]) -> None:
+            if any((e.step, e.outcome) == ("GATE_2", "STARTED") for e in events):
+                srv.clock.advance(srv.settings.claim_lease_ttl + 1)  # type: ignore[union-attr]
+            super().append_events(claim, events)
+    agent, _ref, detail = _run_sim_case(tmp_path, srv, sim, api_cls=LeaseRunsOut)
+    assert detail["submission"] is None and "submit" not in sim.roles()
+    assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == "LEASE_LOST"
+    assert agent.journal.hold()
+    # Held: the next task is not claimed until a person clears the hold.
+    other = srv.add_task()
+    agent.runner.cfg.once = False
+    t = threading.Thread(target=agent.runner.run, daemon=True)
+    t.start()
+    threading.Event().wait(0.5)
+    agent.runner.stop.set()
+    t.join(10)
+    assert srv.state(other.id) == "PENDING"
+    assert srv.device_row(agent.api._creds.device_id)["reported_state"] == "NEEDS_PERSON"
+
+
+def test_app_version_without_a_pack_refuses_to_claim(tmp_path: Path) -> None:
+    with RealServer(tmp_path, env={"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.18.0"}) as srv:
+        sim = SimPhone(_scenario(app={"package": "com.xunmeng.pinduoduo", "version_name": "8.18.0",
+                                      "version_code": 81800}))
+        creds = srv.add_device()
+        task = srv.add_task()
+        agent = Agent(tmp_path, srv, creds, sim_phone(sim))
+        assert agent.run_once() == 3
+        row = srv.device_row(creds.device_id)
+        assert row["reported_state"] == "NO_PACK" and row["pdd_version"] == "8.18.0"
+        assert srv.state(task.id) == "PENDING" and sim.taps == []
+
+
+def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: RealServer,
+                                                         fast_phone: None) -> None:
+    sim = SimPhone()
+
+    class Outage(HttpDeviceApi):
+        def append_events(self, claim: Any, events: list[TaskEvent]) -> None:
+            if any((e.step, e.outcome) == ("GATE_2", "STARTED") for e in events):
+                srv.stop()
+                threading.Timer(0.8, srv.start).start()
+            super().append_events(claim, events)
+    _, _, detail = _run_sim_case(tmp_path, srv, sim, api_cls=Outage)
+    assert detail["task"]["state"] == "WAITING_PAYMENT"
+    assert sim.roles().count("submit") == 1
+    got = steps(detail)
+    assert len(got) == len(set((e["seq"]) for e in detail["events"]))
+    assert got.count(("GATE_2", "STARTED")) == 1  # re-sent with its key: stored once
+
+
+def test_fail_undelivered_is_resent_by_recovery_with_the_same_key(tmp_path: Path, srv: RealServer,
+                                                                  fast_phone: None) -> None:
+    """Gap fix: the server is down when `fail` is sent → the attempt stays FAIL_PENDING (not
+    ABANDONED); the next start's recovery re-sends the stored fail and the task becomes FAILED with
+    the original reason."""
+    sim = SimPhone()
+
+    class DownAtFail(HttpDeviceApi):
+        def fail_attempt(self, claim: Any, failure: AttemptFailure) -> None:
+            if not getattr(self, "downed", False):
+                self.downed = True
+                srv.stop()
+            super().fail_attempt(claim, failure)
+    creds = srv.add_device()
+    ref = srv.add_task(max_total_price="20.00")
+    agent = Agent(tmp_path, srv, creds, sim_phone(sim), api_cls=DownAtFail)
+    agent.api.retries = 1
+    assert agent.run_once() == 0
+    attempt = agent.journal.claims()[0]
+    assert attempt.state == "FAIL_PENDING" and agent.journal.recovery_pending()
+    srv.start()
+    assert srv.state(ref.id) == "ORDERING"
+    agent2 = Agent(tmp_path, srv, creds, sim_phone(sim))
+    t = threading.Thread(target=agent2.run_once, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while agent2.journal.recovery_pending() and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    agent2.runner.stop.set()
+    t.join(10)
+    detail = srv.detail(ref.id)
+    assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == "PRICE_OVER_CAP"
+    assert agent2.journal.claim(attempt.attempt_id).state == "FAILED_REPORTED"
+    assert "submit" not in sim.roles()
+
+
+def test_permit_not_journaled_no_tap_reports_unknown_and_stops(tmp_path: Path, srv: RealServer,
+                                                               fast_phone: None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gap fix: the journal cannot record PERMIT_RECEIVED → no tap; the server hears UNKNOWN (a
+    person reconciles: no order was created) and the agent stops (journal broken → fail closed)."""
+    sim = SimPhone()
+    creds = srv.add_device()
+    ref = srv.add_task()
+    agent = Agent(tmp_path, srv, creds, sim_phone(sim))
+
+    def broken(*a: Any, **k: Any) -> None:
+        raise JournalError("journal write failed: OperationalError")
+    monkeypatch.setattr(agent.journal, "record_permit", broken)
+    with pytest.raises(JournalError):
+        agent.run_once()
+    detail = srv.detail(ref.id)
+    assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
+    assert detail["submission"]["observation"] == "UNKNOWN"
+    assert "submit" not in sim.roles() and sim.app.orders == []
+
+
+@pytest.mark.slow
+def test_runner_loop_several_tasks_each_exactly_once(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+    """The long-running loop (not --once) against the real server: N tasks (env
+    CMBUYER_SOAK_ITERATIONS, default 3) → N pending-payment orders, one submit tap each."""
+    import os
+    n = int(os.environ.get("CMBUYER_SOAK_ITERATIONS", "3"))
+    sim = SimPhone()
+    creds = srv.add_device()
+    sizes = ["M(建议100-115)", "L(建议115-130)"]  # 20 in stock each: up to 40 iterations
+    refs = [srv.add_task(color="白色CHA(纯棉)", size=sizes[i % 2], quantity=1) for i in range(n)]
+    agent = Agent(tmp_path, srv, creds, sim_phone(sim))
+    agent.runner.cfg.once = False
+    t = threading.Thread(target=agent.runner.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30 + 5 * n
+    while any(srv.state(r.id) != "WAITING_PAYMENT" for r in refs) and time.monotonic() < deadline:
+        threading.Event().wait(0.1)
+    threading.Event().wait(0.3)  # idle polls: nothing more to claim
+    agent.runner.stop.set()
+    t.join(10)
+    assert [srv.state(r.id) for r in refs] == ["WAITING_PAYMENT"] * n, (
+        [srv.detail(r.id)["task"]["state_reason"] for r in refs], agent.lines[-15:])
+    assert sim.roles().count("submit") == n == len(sim.app.orders)
+    assert "payment" not in sim.roles()

@@ -1,0 +1,336 @@
+"""The runner loop (heartbeat → recovery → claim-next → flow), the lease keeper and signal handling.
+
+Phone: the REAL PhoneAdapter over the simulator's app model (tests/agent/simphone.py). Server: the
+rule-enforcing in-process fake with heartbeat + a claim queue (tests/agent/fakes.py) — the same loop
+against the real server is in tests/agent/test_real_server.py. Signals are real: the test process
+sends itself SIGTERM/SIGINT with ``os.kill`` while the runner runs in the main thread.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.lease import LeaseKeeper
+from cmbuyer.agent.model import AttemptFailure, Lease
+from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
+from cmbuyer.agent.recovery import send_fail
+from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
+
+from .fakes import FakeApi, make_purchase
+from .simphone import SimPhone
+
+
+@pytest.fixture(autouse=True)
+def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cmbuyer.agent.capabilities as cap
+    import cmbuyer.agent.submit as sub
+    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
+    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
+    monkeypatch.setattr("cmbuyer.agent.capabilities.time.sleep", lambda s: None)
+
+
+@pytest.fixture
+def restore_signals() -> Any:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+def make_runner(tmp_path: Path, api: FakeApi, sim: SimPhone | None = None, *, once: bool = False,
+                poll: float = 0.02) -> tuple[Runner, SimPhone, Journal]:
+    sim = sim or SimPhone()
+    journal = api.keys or Journal(tmp_path / "j.sqlite3")
+    phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
+    lines: list[str] = []
+    runner = Runner(RunnerConfig("sim-1", poll_seconds=poll, once=once), phone, api, journal, lines.append)
+    runner.lines = lines  # type: ignore[attr-defined]
+    return runner, sim, journal
+
+
+def run_in_thread(runner: Runner) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(runner.run()), daemon=True)
+    t.start()
+    return t, out
+
+
+def pause(seconds: float) -> None:
+    """Sleep that the ``_fast`` fixture's no-op ``time.sleep`` does not touch."""
+    threading.Event().wait(seconds)
+
+
+def wait_for(cond: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        pause(0.01)
+
+
+# --- the loop ----------------------------------------------------------------------------------
+def test_loop_heartbeat_claim_flow_then_idle_polls_until_stopped(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.sqlite3")
+    api = FakeApi([make_purchase()], keys=journal)
+    runner, sim, _ = make_runner(tmp_path, api)
+    t, out = run_in_thread(runner)
+    wait_for(lambda: runner.claims == 1 and api.claim_calls >= 4)  # the task, then idle polls
+    runner.stop.set()
+    t.join(10)
+    assert out == [0]
+    assert api.heartbeat_states[0] == "READY"
+    assert api.task_state == "WAITING_PAYMENT"
+    assert sim.roles().count("submit") == 1 and "payment" not in sim.roles()
+    # claim_request keys: journaled before each claim-next, dropped after the final answer
+    assert not [k for k in journal.summary()["pending_keys"] if k["purpose"] == "claim_request"]
+    # heartbeats follow the server's interval (10 s here), not the short idle poll
+    assert len([s for s in api.heartbeat_states if s == "READY"]) <= 2
+
+
+def test_idle_poll_interval_is_short_and_heartbeat_follows_server_interval(tmp_path: Path) -> None:
+    api = FakeApi([], keys=Journal(tmp_path / "j.sqlite3"), interval=1)
+    runner, _, _ = make_runner(tmp_path, api, poll=0.1)
+    t, _ = run_in_thread(runner)
+    pause(2.3)
+    runner.stop.set()
+    t.join(10)
+    assert 12 <= api.claim_calls <= 30  # ~every 0.1 s
+    assert 2 <= len(api.heartbeat_states) <= 4  # ~every 1 s (the server's interval)
+
+
+def test_no_pack_for_app_version_never_claims(tmp_path: Path) -> None:
+    sim = SimPhone()
+    sim.version = ("8.18.0", 81800)
+    api = FakeApi([make_purchase()], keys=Journal(tmp_path / "j.sqlite3"))
+    runner, _, _ = make_runner(tmp_path, api, sim, once=True)
+    assert runner.run() == 3
+    assert api.heartbeat_states == ["NO_PACK"]
+    assert api.claim_calls == 0 and sim.taps == []
+
+
+def test_server_disallows_version_never_claims(tmp_path: Path) -> None:
+    api = FakeApi([make_purchase()], keys=Journal(tmp_path / "j.sqlite3"), allowed=False)
+    runner, sim, _ = make_runner(tmp_path, api)
+    t, _ = run_in_thread(runner)
+    pause(0.3)
+    runner.stop.set()
+    t.join(10)
+    assert api.claim_calls == 0 and sim.taps == []
+    assert any("does not allow" in line for line in runner.lines)  # type: ignore[attr-defined]
+
+
+def test_hold_reports_needs_person_and_does_not_claim(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.sqlite3")
+    journal.set_hold("lease lost mid-flow")
+    api = FakeApi([make_purchase()], keys=journal)
+    runner, _sim, _ = make_runner(tmp_path, api)
+    t, _ = run_in_thread(runner)
+    pause(0.3)
+    assert api.heartbeat_states[0] == "NEEDS_PERSON" and api.claim_calls == 0
+    journal.clear_hold()  # what `cmbuyer-agent journal --clear-hold` does
+    wait_for(lambda: runner.claims == 1)
+    runner.stop.set()
+    t.join(10)
+    assert "READY" in api.heartbeat_states
+
+
+def test_heartbeat_failure_does_not_kill_the_loop(tmp_path: Path) -> None:
+    api = FakeApi([make_purchase()], keys=Journal(tmp_path / "j.sqlite3"))
+    api.down = 3  # heartbeat fails three times, then the server is back
+    runner, _, _ = make_runner(tmp_path, api)
+    t, _ = run_in_thread(runner)
+    wait_for(lambda: runner.claims == 1)
+    runner.stop.set()
+    t.join(10)
+    assert any("heartbeat failed" in line for line in runner.lines)  # type: ignore[attr-defined]
+
+
+def test_undelivered_fail_blocks_claims_until_resent_with_the_same_key(tmp_path: Path) -> None:
+    """Gap fix: a fail that could not be delivered (server down) stays FAIL_PENDING; the runner
+    claims nothing until recovery delivered exactly that fail under the same fail_key."""
+    journal = Journal(tmp_path / "j.sqlite3")
+    old = make_purchase()
+    c = old.claim
+    journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
+                         authorization_id=c.authorization_id, claim_generation=1, claim_token=c.claim_token,
+                         session_id=c.session_id, lease_expires_at=c.lease_expires_at,
+                         authorization_expires_at=c.authorization_expires_at, task={})
+    api = FakeApi([make_purchase()], keys=journal)
+    api.down = 1
+    send_fail(journal, api, c, AttemptFailure("PRICE_OVER_CAP", "total above cap", None))
+    assert journal.claim(c.attempt_id).state == "FAIL_PENDING"
+    api.down = 2  # recovery at start-up and the first heartbeat fail too
+    runner, _, _ = make_runner(tmp_path, api)
+    t, _ = run_in_thread(runner)
+    wait_for(lambda: runner.claims == 1)
+    runner.stop.set()
+    t.join(10)
+    assert journal.claim(c.attempt_id).state == "FAILED_REPORTED"
+    assert api.fails[0].reason_code == "PRICE_OVER_CAP"  # the stored fail, not INTERNAL_ERROR
+    assert len(set(api.fail_keys[:-1])) == 1  # every re-send of that fail used one key
+
+
+def test_fail_refused_abandons_and_holds(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.sqlite3")
+    purchase = make_purchase()
+    c = purchase.claim
+    journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
+                         authorization_id=c.authorization_id, claim_generation=1, claim_token=c.claim_token,
+                         session_id=c.session_id, lease_expires_at=c.lease_expires_at,
+                         authorization_expires_at=c.authorization_expires_at, task={})
+
+    class Refusing(FakeApi):
+        def fail_attempt(self, claim: Any, failure: Any) -> None:
+            raise ServerRejected(409, "claim_not_current")
+    api = Refusing([], keys=journal)
+    send_fail(journal, api, c, AttemptFailure("SHUTDOWN", "stop", None))
+    assert journal.claim(c.attempt_id).state == "ABANDONED"
+    assert journal.hold() and not journal.recovery_pending()
+
+
+# --- signals -----------------------------------------------------------------------------------
+def test_first_sigterm_stops_after_the_current_step_before_the_fence(tmp_path: Path,
+                                                                     restore_signals: Any) -> None:
+    journal = Journal(tmp_path / "j.sqlite3")
+    api = FakeApi([make_purchase(), make_purchase()], keys=journal)
+    api.on_event = lambda e: (e.step, e.outcome) == ("SELECT_SKU", "STARTED") and os.kill(os.getpid(),
+                                                                                         signal.SIGTERM)
+    runner, sim, _ = make_runner(tmp_path, api)
+    runner.install_signals()
+    assert runner.run() == 0
+    assert api.fails and api.fails[0].reason_code == "SHUTDOWN"
+    assert "submit" not in sim.roles() and not api.fences
+    assert runner.claims == 1 and len(api.queue) == 1  # stopped: the second task is not claimed
+    assert journal.claims()[0].state == "FAILED_REPORTED"
+
+
+def test_second_signal_outside_the_window_stops_now(tmp_path: Path, restore_signals: Any) -> None:
+    journal = Journal(tmp_path / "j.sqlite3")
+    api = FakeApi([make_purchase()], keys=journal)
+
+    def twice(e: Any) -> None:
+        if (e.step, e.outcome) == ("OPEN_SKU_PANEL", "STARTED"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+    api.on_event = twice
+    runner, sim, _ = make_runner(tmp_path, api)
+    runner.install_signals()
+    with pytest.raises(StopNow):
+        runner.run()
+    assert "submit" not in sim.roles() and not api.fences and not api.fails
+    # The claim is left ACTIVE: the next start's recovery fails it (INTERNAL_ERROR), never taps.
+    assert journal.claims()[0].state == "ACTIVE"
+    api2 = FakeApi([], keys=journal)
+    api2.purchase = api.purchase
+    runner2, _sim2, _ = make_runner(tmp_path, api2, sim, once=True)
+    t, _ = run_in_thread(runner2)
+    wait_for(lambda: api2.fails)
+    runner2.stop.set()
+    t.join(10)
+    assert api2.fails[0].reason_code == "INTERNAL_ERROR"
+    assert "submit" not in sim.roles()
+
+
+def test_second_signal_inside_the_window_finishes_tap_and_report_then_exits(
+        tmp_path: Path, restore_signals: Any) -> None:
+    journal = Journal(tmp_path / "j.sqlite3")
+    api = FakeApi([make_purchase(), make_purchase()], keys=journal)
+
+    def signals_at_fence() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+    api.on_fence = signals_at_fence
+    runner, sim, _ = make_runner(tmp_path, api)
+    runner.install_signals()
+    with pytest.raises(StopNow):
+        runner.run()
+    assert sim.roles().count("submit") == 1
+    assert api.task_state == "WAITING_PAYMENT"
+    assert journal.submission(api.claimed[0].claim.attempt_id).phase == "RESULT_REPORTED"
+    assert len(api.queue) == 1  # nothing claimed after it
+    assert any("inside the submit window" in line for line in runner.lines)  # type: ignore[attr-defined]
+
+
+# --- lease keeper --------------------------------------------------------------------------------
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.mode = "ok"
+
+    def claim_next(self, session: Any) -> None:
+        return None
+
+    def renew_lease(self, claim: Any) -> Lease:
+        self.calls += 1
+        if self.mode == "refuse":
+            raise ServerRejected(409, "claim_not_current")
+        if self.mode == "down":
+            raise ServerUnreachable("down")
+        return Lease("2099-01-01T00:02:00Z", "2099-01-01T00:00:00Z")
+
+
+def test_lease_keeper_schedule_on_its_own_monotonic_clock() -> None:
+    clock, src = _Clock(), _Source()
+    claim = make_purchase().claim  # lease 300 s after server_now
+    keeper = LeaseKeeper(src, claim, "2099-01-01T00:00:00Z", clock=clock)
+    assert keeper.ttl == 300 and keeper.interval == 100  # renew every TTL/3
+    clock.t += 250
+    assert keeper.remaining() == 50 and not keeper.lost
+    keeper.renew_once()  # new lease: 120 s from when the request was sent
+    assert keeper.remaining() == 120 and keeper.claim.lease_expires_at == "2099-01-01T00:02:00Z"
+    keeper.ensure(5)
+    clock.t += 118
+    with pytest.raises(Exception) as info:
+        keeper.ensure(5)
+    assert getattr(info.value, "reason_code", "") == "LEASE_TOO_SHORT"
+
+
+def test_lease_keeper_refusal_marks_lost_transport_error_does_not() -> None:
+    clock, src = _Clock(), _Source()
+    keeper = LeaseKeeper(src, make_purchase().claim, "2099-01-01T00:00:00Z", clock=clock)
+    src.mode = "down"
+    keeper.renew_once()
+    assert not keeper.lost  # keeps trying while the lease lasts
+    clock.t += 301
+    assert keeper.lost  # ran out on our own clock
+    keeper2 = LeaseKeeper(src, make_purchase().claim, "2099-01-01T00:00:00Z", clock=clock)
+    src.mode = "refuse"
+    keeper2.renew_once()
+    assert keeper2.lost
+    with pytest.raises(Exception) as info:
+        keeper2.ensure(5)
+    assert getattr(info.value, "reason_code", "") == "LEASE_LOST"
+
+
+def test_lease_keeper_thread_renews_and_stops() -> None:
+    src = _Source()
+    purchase = make_purchase()
+    # a 0.6 s lease → renew every 0.2 s
+    from dataclasses import replace
+    claim = replace(purchase.claim, lease_expires_at="2099-01-01T00:00:00.600000Z")
+    renewed: list[str] = []
+    keeper = LeaseKeeper(src, claim, "2099-01-01T00:00:00Z", on_renewed=lambda c: renewed.append(c.attempt_id))
+    keeper.start()
+    pause(0.75)
+    keeper.stop()
+    n = src.calls
+    assert 2 <= n <= 5 and len(renewed) == n
+    pause(0.3)
+    assert src.calls == n  # stopped
