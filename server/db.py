@@ -102,7 +102,12 @@ class _Pending:
 
 
 def _run_batch(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
-    """Runs on the write connection's thread: one BEGIN IMMEDIATE, a SAVEPOINT per job, one COMMIT."""
+    """Runs on the write connection's thread: one BEGIN IMMEDIATE, a SAVEPOINT per job, one COMMIT.
+
+    Never leaves a transaction open behind it: if one of its own bookkeeping statements (SAVEPOINT,
+    RELEASE, ROLLBACK TO) or anything else unexpected fails, the whole batch is rolled back and every
+    job of it fails with StorageError — otherwise the next BEGIN IMMEDIATE would fail forever.
+    """
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
@@ -110,6 +115,26 @@ def _run_batch(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
             item.outcome = (False, StorageError("could not begin a write transaction"))
         log.warning("BEGIN IMMEDIATE failed: %s", exc.__class__.__name__)
         return
+    try:
+        aborted = _run_jobs(conn, batch)
+    except Exception as exc:  # bookkeeping failed: nobody has been answered yet, so drop the batch
+        log.error("write batch failed: %s", exc.__class__.__name__)
+        aborted = True
+    if aborted:
+        for item in batch:
+            item.outcome = (False, StorageError("transaction rolled back"))
+        _safe_rollback(conn)
+        return
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        _safe_rollback(conn)
+        for item in batch:
+            item.outcome = (False, StorageError("commit failed"))
+
+
+def _run_jobs(conn: sqlite3.Connection, batch: list[_Pending]) -> bool:
+    """Each job in its own SAVEPOINT; returns True when SQLite rolled the whole transaction back."""
     aborted = False
     for item in batch:
         if aborted:
@@ -133,17 +158,7 @@ def _run_batch(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
         else:
             conn.execute("RELEASE job")
             item.outcome = (True, value)
-    if aborted:
-        for item in batch:
-            item.outcome = (False, StorageError("transaction rolled back by SQLite"))
-        _safe_rollback(conn)
-        return
-    try:
-        conn.execute("COMMIT")
-    except sqlite3.Error:
-        _safe_rollback(conn)
-        for item in batch:
-            item.outcome = (False, StorageError("commit failed"))
+    return aborted
 
 
 class Database:
@@ -222,7 +237,7 @@ class Database:
         The value is returned only after COMMIT succeeded. An exception raised by ``job`` rolls back
         that job's writes only and is re-raised here; storage failures raise :class:`StorageError`.
         """
-        if self._queue is None:
+        if self._queue is None or self._task is None or self._task.done():
             raise StorageError("database is not open")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Pending(job, future))
@@ -241,6 +256,15 @@ class Database:
             if self._readers is not None:
                 self._readers.put_nowait(conn)
 
+    async def _rollback_writer(self) -> None:
+        """Best effort: make sure no transaction is left open on the write connection."""
+        if self._writer is None:
+            return
+        try:
+            await self._on_thread(self._writer, _safe_rollback)
+        except Exception as exc:
+            log.error("rollback on the write connection failed: %s", exc.__class__.__name__)
+
     async def _writer_loop(self) -> None:
         assert self._queue is not None and self._writer is not None
         while True:
@@ -249,15 +273,16 @@ class Database:
                 batch.append(self._queue.get_nowait())
             try:
                 await self._on_thread(self._writer, lambda c, b=batch: _run_batch(c, b))  # type: ignore[misc]
-            except (sqlite3.Error, ValueError) as exc:
-                log.error("write connection failed: %s", exc.__class__.__name__)
-                for item in batch:
-                    item.outcome = (False, StorageError("write connection failed"))
             except asyncio.CancelledError:
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(StorageError("database closed"))
                 raise
+            except Exception as exc:  # the writer task must never die: later writes would hang forever
+                log.error("write connection failed: %s", exc.__class__.__name__)
+                for item in batch:
+                    item.outcome = (False, StorageError("write connection failed"))
+                await self._rollback_writer()
             committed = False
             for item in batch:
                 ok, value = item.outcome or (False, StorageError("job did not run"))
@@ -270,4 +295,7 @@ class Database:
                     item.future.set_exception(value)
             if committed:
                 for hook in list(self.on_commit):
-                    hook()
+                    try:
+                        hook()
+                    except Exception as exc:  # a notification hook must not kill the writer
+                        log.error("on_commit hook failed: %s", exc.__class__.__name__)

@@ -29,6 +29,10 @@ MAX_TEXT_BYTES = 64 * 1024
 _INFLATE_PIECE = 1 << 16
 _TEXT_CHUNKS = frozenset({b"tEXt", b"zTXt", b"iTXt"})
 _ANIMATION_CHUNKS = frozenset({b"acTL", b"fcTL", b"fdAT"})
+_CRITICAL_CHUNKS = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND"})
+# Ancillary chunks the PNG spec allows at most once (a second iCCP etc. means a malformed or crafted file).
+_ONCE_CHUNKS = frozenset({b"cHRM", b"gAMA", b"iCCP", b"sBIT", b"sRGB", b"bKGD", b"hIST", b"tRNS", b"pHYs",
+                          b"tIME", b"eXIf", b"cICP", b"mDCv", b"cLLi"})
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 _DEPTHS = {0: {1, 2, 4, 8, 16}, 2: {8, 16}, 3: {1, 2, 4, 8}, 4: {8, 16}, 6: {8, 16}}
 _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
@@ -95,6 +99,7 @@ def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[Png
     idat_done = False
     texts = text_bytes = chunks = 0
     seen_plte = False
+    seen_once: set[bytes] = set()
     while True:
         if len(data) - pos < 12:
             raise ImageRejected("truncated")
@@ -103,8 +108,16 @@ def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[Png
         end = pos + 12 + length
         if length > 0x7FFFFFFF or end > len(data):
             raise ImageRejected("truncated")
-        if not ctype.isalpha() or not ctype.isascii():
-            raise ImageRejected("chunk_type")
+        if not ctype.isalpha() or not ctype.isascii() or not ctype[2:3].isupper():
+            raise ImageRejected("chunk_type")  # the third letter's case bit is reserved (must be upper)
+        if ctype[:1].isupper() and ctype not in _CRITICAL_CHUNKS:
+            # An unknown critical chunk (e.g. Apple's CgBI): a conforming decoder must refuse the image,
+            # so a browser showing the evidence to a person would not display what Pillow decoded.
+            raise ImageRejected("unknown_critical_chunk")
+        if ctype in _ONCE_CHUNKS:
+            if ctype in seen_once:
+                raise ImageRejected("duplicate_chunk")
+            seen_once.add(ctype)
         body = data[pos + 8:pos + 8 + length]
         if zlib.crc32(ctype + body) != int.from_bytes(data[end - 4:end], "big"):
             raise ImageRejected("crc")
@@ -125,6 +138,8 @@ def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[Png
             if texts > MAX_TEXT_CHUNKS or text_bytes > MAX_TEXT_BYTES:
                 raise ImageRejected("text_chunks")
         elif ctype == b"PLTE":
+            if seen_plte or idat or length == 0 or length % 3 or length > 256 * 3:
+                raise ImageRejected("plte")
             seen_plte = True
         elif ctype == b"IDAT":
             if idat_done:

@@ -36,10 +36,17 @@ SUMMARY_MAX = 200
 
 # What a "short non-sensitive summary" may not contain (spec 002: no XML, addresses, phone numbers,
 # page text or tokens). Checked on the NFKC form, so full-width digits and letters count too.
-_MARKUP = re.compile(r"[<>]|&(?:#[0-9]+|#x[0-9a-f]+|[a-z]+);|\bhierarchy\b|\bxmlns\b", re.IGNORECASE)
+# Character references count with or without the ";" (HTML decodes "&#60" and "&lt" without it).
+_MARKUP = re.compile(r"[<>]|&#|&[a-z][a-z0-9]*;|&(?:lt|gt|amp|quot|apos|nbsp)(?![a-z])"
+                     r"|(?<![a-z])hierarchy(?![a-z])|(?<![a-z])xmlns(?![a-z])", re.IGNORECASE)
 _PHONE = re.compile(r"\d(?:[ \-]?\d){6,}")
 _RUN = re.compile(r"[A-Za-z0-9+/_=\-]{16,}")
-_SECRET_WORDS = re.compile(r"\b(?:bearer|token|password|passwd|secret)\b", re.IGNORECASE)
+# "claim_token", "token2", "X-Bearer": an underscore or a digit does not end a word here.
+_SECRET_WORDS = re.compile(r"(?<![a-z])(?:bearer|token|password|passwd|secret)(?![a-z])", re.IGNORECASE)
+
+
+# Bidirectional overrides/isolates/marks reorder what a person sees on the admin page: refused.
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def _looks_like_token(norm: str) -> bool:
@@ -58,18 +65,24 @@ def _looks_like_token(norm: str) -> bool:
 def check_summary(text: str) -> str:
     """Return ``text`` when it is an acceptable summary, else raise ValidationFailed (→ 400).
 
-    Refused: longer than 200 characters; control characters; anything that looks like markup
+    Refused: longer than 200 characters; control characters and bidi controls; anything that looks like markup
     (``<``, ``>``, character entities, ``hierarchy``/``xmlns``); 7 or more digits in a row (separators
     one space or hyphen allowed between digits — phone numbers, order or tracking numbers); a run of 16+
     hex digits (with a digit) or
     24+ base64/URL-safe characters mixing letters and digits, or the words ``bearer``/``token``/
-    ``password``/``passwd``/``secret``.
+    ``password``/``passwd``/``secret`` (an underscore or digit next to them does not hide them). Other
+    invisible format characters (zero-width space, joiners, soft hyphen, BOM) are ignored by the checks
+    so they cannot split a number or a word; entities count with or without their ``;``.
     """
     if not isinstance(text, str) or len(text) > SUMMARY_MAX:
         raise ValidationFailed("summary", "summary too long")
     norm = unicodedata.normalize("NFKC", text)
-    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in norm):
+    if any(unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI_CONTROLS for ch in norm):
         raise ValidationFailed("summary", "control characters")
+    # Other format characters (zero-width space/joiners, word joiner, BOM, soft hyphen …) survive NFKC
+    # and would split a phone number, a token or a keyword so the checks below miss it: check the text
+    # with them removed (emoji ZWJ sequences stay acceptable).
+    norm = "".join(ch for ch in norm if unicodedata.category(ch) != "Cf")
     if _MARKUP.search(norm) or _PHONE.search(norm) or _looks_like_token(norm):
         raise ValidationFailed("summary", "summary looks sensitive")
     return text

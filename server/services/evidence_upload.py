@@ -28,7 +28,7 @@ from cmbuyer.server.services.claim_check import claim_not_current
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit, device_requests
+from cmbuyer.server.store import audit
 from cmbuyer.server.store import evidence as evidence_store
 
 ENDPOINT = "evidence"
@@ -63,10 +63,12 @@ def _replay(stored: Stored) -> Stored:
 
 
 def may_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload) -> bool:
-    """Read-only pre-check: True when the upload would be a replay of this device's key or a first
-    write to an OPEN attempt of the URL's task held by this device. The write job checks again."""
-    rec = device_requests.get(conn, device_id, upload.upload_key)
-    if rec is not None:
+    """Read-only pre-check, the same rules in the same order as :func:`record_upload`: True when the
+    upload is a replay of this device's key or a first write to an OPEN attempt of the URL's task held
+    by this device. A key stored for another device, endpoint or payload raises ``409
+    idempotency_conflict`` here already, so a conflicting upload never reaches the disk. The write job
+    checks everything again."""
+    if device_tx.replay_scoped(conn, device_id, upload.upload_key, ENDPOINT, upload.payload()) is not None:
         return True
     attempt = attempt_store.get(conn, upload.attempt_id)
     return (attempt is not None and attempt.device_id == device_id and attempt.task_id == upload.task_id
