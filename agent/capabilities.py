@@ -3,22 +3,33 @@ and raises :class:`FlowStop` (with a wire reason code) instead of guessing.
 
 None of these can tap the submit control (the adapter's generic tap refuses it) and this module
 does not import ``permit``/``submit`` (tests/agent/test_isolation.py).
+
+Pacing: no fixed sleeps on the happy path. Screen transitions and the effect of a tap are polled
+(short pauses, a deadline); every reading still needs two equal consecutive dumps
+(:meth:`PhoneAdapter.read_stable`, which reuses the last dumps when nothing was tapped since), and
+the node a tap aims at comes from a stable read that includes that node.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TypeVar
 
 from cmbuyer.agent.errors import FlowStop, ScreenError
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
-from cmbuyer.agent.screens.pack import Pack, PanelReader
+from cmbuyer.agent.screens.pack import Pack, PanelReader, Selector
 from cmbuyer.agent.screens.text import normalize
 
+T = TypeVar("T")
+
 SCREEN_WAIT_SECONDS = 8.0
+POLL_SECONDS = 0.05  # pause between polls while waiting for a screen or a tap's effect
+TAP_EFFECT_SECONDS = 2.0  # how long a tap may take to show (tile selected, quantity moved)
 
 
 @dataclass(frozen=True)
@@ -62,7 +73,26 @@ def wait_for_screen(phone: PhoneAdapter, pack: Pack, wanted: str,
             continue
         if time.monotonic() >= deadline:
             raise FlowStop(f"expected {wanted}, saw {last}", "SCREEN_UNRECOGNIZED")
-        time.sleep(0.3)
+        time.sleep(POLL_SECONDS)
+
+
+def _read_until(phone: PhoneAdapter, reader: Callable[[Dump], T], done: Callable[[T], bool],
+                timeout: float = TAP_EFFECT_SECONDS) -> tuple[T, Dump]:
+    """Stable reads until ``done(value)`` or the deadline; returns the last stable reading either
+    way (the caller checks it). Waiting longer only gives a slow phone time to show a tap."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value, dump = phone.read_stable(reader)
+        if done(value) or time.monotonic() >= deadline:
+            return value, dump
+        time.sleep(POLL_SECONDS)
+
+
+def _stable_control(phone: PhoneAdapter, selector: Selector, what: str, reason: str) -> tuple[Dump, Node]:
+    """The one node ``selector`` finds, from a stable read that includes that node (its text,
+    flags and bounds), so a tap never aims at a control seen in a single dump only."""
+    _, dump = phone.read_stable(lambda d: tuple(n.signature() for n in selector.find(d)))
+    return dump, _one(selector.find(dump), what, reason)
 
 
 def dismiss_popups(phone: PhoneAdapter, pack: Pack, dump: Dump) -> bool:
@@ -94,9 +124,10 @@ def _one(nodes: list[Node], what: str, reason: str) -> Node:
     return nodes[0]
 
 
-def open_sku_panel(phone: PhoneAdapter, pack: Pack, dump: Dump) -> Dump:
-    """Tap the pack's buy entry (exactly one), then wait for the SKU panel."""
-    buy = _one(pack.controls["product_buy"].find(dump), "buy button", "SCREEN_UNRECOGNIZED")
+def open_sku_panel(phone: PhoneAdapter, pack: Pack, dump: Dump | None = None) -> Dump:
+    """Tap the pack's buy entry (exactly one), then wait for the SKU panel. (``dump``: unused,
+    kept for callers; the button comes from a stable read of the current product page.)"""
+    dump, buy = _stable_control(phone, pack.controls["product_buy"], "buy button", "SCREEN_UNRECOGNIZED")
     phone.tap_node(dump, buy)
     return wait_for_screen(phone, pack, "sku_panel")
 
@@ -138,14 +169,24 @@ def select_sku_options(phone: PhoneAdapter, pack: Pack, wanted: dict[str, str]) 
     """Select each role's value (tap only if not already selected), then read back: every role's
     dimension must have exactly one selected tile equal to the request. Returns role → tile text."""
     reader = _reader(pack, "sku_panel")
+    tapped = False
     for role in ("color", "size"):
         groups, dump = phone.read_stable(lambda d: _groups(d, reader))
         dims = role_dimensions(pack, groups)
         tile = _tile_for(groups, dims[role], wanted[role])
         if not tile.selected:
             phone.tap_node(dump, tile.node)
-            time.sleep(0.2)
-    groups, _ = phone.read_stable(lambda d: _groups(d, reader))
+            tapped = True
+
+    def all_selected(groups: dict[str, list[readers.OptionTile]]) -> bool:
+        try:
+            dims = role_dimensions(pack, groups)
+        except FlowStop:
+            return True  # nothing to wait for: the check below stops
+        return all(any(t.selected and t.text == normalize(wanted[role]) for t in groups[dim])
+                   for role, dim in dims.items())
+    groups, _ = _read_until(phone, lambda d: _groups(d, reader), all_selected,
+                            TAP_EFFECT_SECONDS if tapped else 0.0)
     dims = role_dimensions(pack, groups)
     out: dict[str, str] = {}
     for role, dim in dims.items():
@@ -175,11 +216,15 @@ def read_sku_unit_price(phone: PhoneAdapter, pack: Pack) -> Decimal:
     return price
 
 
-def read_quantity(phone: PhoneAdapter, reader: PanelReader) -> int:
+def _quantity(dump: Dump, reader: PanelReader) -> int | None:
     try:
-        qty, _ = phone.read_stable(lambda d: readers.read_quantity(d, reader))
+        return readers.read_quantity(dump, reader)
     except ScreenError as exc:
         raise FlowStop(exc.summary, "QUANTITY_MISMATCH") from exc
+
+
+def read_quantity(phone: PhoneAdapter, reader: PanelReader) -> int:
+    qty, _ = phone.read_stable(lambda d: _quantity(d, reader))
     if qty is None:
         raise FlowStop("quantity not readable", "QUANTITY_MISMATCH")
     return qty
@@ -199,11 +244,12 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, wanted: int) -> i
         selector = pack.controls.get(control)
         if selector is None:
             raise FlowStop("pack has no quantity control", "QUANTITY_MISMATCH")
-        dump = phone.dump()
-        node = _one(selector.find(dump), control, "QUANTITY_MISMATCH")
+        dump, node = _stable_control(phone, selector, control, "QUANTITY_MISMATCH")
         phone.tap_node(dump, node)
-        time.sleep(0.05)
-        after = read_quantity(phone, reader)
+        before = current
+        after, _ = _read_until(phone, lambda d: _quantity(d, reader), lambda q, b=before: q != b)
+        if after is None:
+            raise FlowStop("quantity not readable", "QUANTITY_MISMATCH")
         if after == current:
             raise FlowStop("quantity stopped moving", "QUANTITY_CAPPED_BY_STOCK"
                            if control == "quantity_increase" else "QUANTITY_MISMATCH")
@@ -214,8 +260,8 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, wanted: int) -> i
 
 
 def go_to_order_confirm(phone: PhoneAdapter, pack: Pack) -> Dump:
-    dump = phone.dump()
-    button = _one(pack.controls["sku_confirm"].find(dump), "sku confirm button", "SCREEN_UNRECOGNIZED")
+    dump, button = _stable_control(phone, pack.controls["sku_confirm"], "sku confirm button",
+                                   "SCREEN_UNRECOGNIZED")
     phone.tap_node(dump, button)
     return wait_for_screen(phone, pack, "confirm_order")
 

@@ -7,6 +7,11 @@ submit_order_once → journal observation → screenshot → result → RESULT_R
 Before the fence any failure backs out with system BACK, uploads a FAILURE screenshot and calls
 ``fail`` with its reason code. After the permit nothing retries a tap; every doubt is ``UNKNOWN``.
 This is the only module besides ``client``/``ports``/``submit`` that imports ``permit``.
+
+Step events and the gate screenshots go through an :class:`~cmbuyer.agent.outbox.Outbox` (in
+order, on a background thread): the phone goes on with the next step while they are sent, a send
+failure stops the flow at its next step, and the fence is requested only after the outbox has
+drained — every event and all three gate screenshots acknowledged by the server.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from cmbuyer.agent.model import (
     SubmissionResult,
     TaskEvent,
     new_key,
+    utc_now_wire,
 )
+from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
@@ -63,23 +70,37 @@ class PurchaseFlow:
         self.progress = progress or (lambda line: None)
         self.fence_margin = fence_margin
         self.in_critical_section = threading.Event()
+        self._outbox: Outbox | None = None
 
     # --- events & evidence (best effort before the fence is NOT ok: server down → stop) -------
     def _event(self, claim: Claim, step: str, outcome: str, reason: str | None = None,
                summary: str = "") -> None:
         self.progress(f"{step} {outcome}{' ' + reason if reason else ''}")
-        self.sink.append_events(claim, [TaskEvent(step, outcome, reason, summary[:200])])
+        event = TaskEvent(step, outcome, reason, summary[:200])
+        if self._outbox is not None:
+            self._outbox.events([event])
+        else:
+            self.sink.append_events(claim, [event])
+
+    def _gate_evidence(self, kind: str) -> None:
+        """Capture the gate screenshot now (before the next tap); encode + upload on the outbox."""
+        assert self._outbox is not None
+        captured_at = utc_now_wire()
+        shot = self.phone.screenshot()
+        self._outbox.upload(kind, shot.png, captured_at)
 
     def _evidence(self, claim: Claim, kind: str) -> str | None:
         png = self.phone.screenshot_png()
         return self.sink.upload_screenshot(claim, ScreenshotAsset(kind, png)).asset_id
 
     def _checkpoint(self, claim: Claim) -> None:
-        """Between steps: honour SIGTERM and a lost lease (only before the fence)."""
+        """Between steps: honour SIGTERM, a lost lease and a failed send (only before the fence)."""
         if self.stop.is_set():
             raise ShutdownRequested("stop requested")
         if self.lease is not None and self.lease.lost:
             raise AgentError("lease lost", "LEASE_LOST")
+        if self._outbox is not None:
+            self._outbox.raise_if_failed()
 
     def _step(self, claim: Claim, step: str, fn: Callable[[], object]) -> object:
         self._checkpoint(claim)
@@ -90,6 +111,15 @@ class PurchaseFlow:
 
     # --- the flow -----------------------------------------------------------------------------
     def run(self, purchase: ClaimedPurchase) -> FlowResult:
+        self._outbox = Outbox(self.sink, purchase.claim)
+        try:
+            return self._run(purchase)
+        finally:
+            outbox, self._outbox = self._outbox, None
+            if outbox is not None:
+                outbox.close()
+
+    def _run(self, purchase: ClaimedPurchase) -> FlowResult:
         claim, task = purchase.claim, purchase.task
         wanted = {"color": task.sku_color, "size": task.sku_size}
         try:
@@ -98,7 +128,7 @@ class PurchaseFlow:
             selected = self._step(claim, "SELECT_SKU", lambda: cap.select_sku_options(self.phone, self.pack, wanted))
             price1 = self._step(claim, "READ_UNIT_PRICE", lambda: cap.read_sku_unit_price(self.phone, self.pack))
             self._step(claim, "GATE_1", lambda: gates.gate1(selected, wanted, price1))  # type: ignore[arg-type]
-            self._evidence(claim, "SKU_PANEL_GATE_1")
+            self._gate_evidence("SKU_PANEL_GATE_1")
             qty = self._step(claim, "SET_QUANTITY",
                              lambda: cap.set_quantity_and_readback(self.phone, self.pack, task.quantity))
 
@@ -106,7 +136,7 @@ class PurchaseFlow:
                 price_now = cap.read_sku_unit_price(self.phone, self.pack)
                 gates.gate2(qty, task.quantity, price1, price_now)  # type: ignore[arg-type]
             self._step(claim, "GATE_2", gate_2)
-            self._evidence(claim, "QUANTITY_GATE_2")
+            self._gate_evidence("QUANTITY_GATE_2")
             self._step(claim, "GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(self.phone, self.pack))
             reading = self._step(claim, "READ_CONFIRM_PAGE", lambda: cap.read_confirm_page(self.phone, self.pack))
 
@@ -118,16 +148,21 @@ class PurchaseFlow:
                             confirm_selected_color=r.selected.get(_confirm_color_dim(self.pack, r)),  # type: ignore
                             wanted_color=task.sku_color)
             self._step(claim, "GATE_3", gate_3)
-            self._evidence(claim, "CONFIRM_PAGE_GATE_3")
+            self._gate_evidence("CONFIRM_PAGE_GATE_3")
             self._checkpoint(claim)
-            if self.lease is not None:
-                self.lease.ensure(self.fence_margin)
             proof = SubmissionProof(
                 selected_color=task.sku_color, selected_size=task.sku_size,
                 gate1_unit_price=price1, gate2_unit_price=price1, quantity_read=qty,  # type: ignore
                 confirm_page_amount=reading.amount,  # type: ignore[attr-defined]
                 submit_control_match_count=reading.submit_controls)  # type: ignore[attr-defined]
             self._event(claim, "FENCE", "STARTED")
+            # Everything sent so far — the step events and the three gate screenshots — must be
+            # acknowledged by the server before the fence is requested (raises the first failure).
+            assert self._outbox is not None
+            self._outbox.drain()
+            self._checkpoint(claim)
+            if self.lease is not None:
+                self.lease.ensure(self.fence_margin)
             # From the fence request on, a stop request waits until the tap is done and reported.
             self.in_critical_section.set()
             permit = self.sink.create_submission_fence(claim, proof)
@@ -148,6 +183,13 @@ class PurchaseFlow:
             cap.back_out(self.phone, self.pack)
         except AgentError:
             pass
+        # What was queued before the stop is delivered (or dropped after a send failure) before
+        # the fail closes the attempt; from here on everything is sent inline.
+        outbox, self._outbox = self._outbox, None
+        if outbox is not None:
+            pending = outbox.close()
+            if pending is not None and not isinstance(pending, AgentError):
+                raise pending
         evidence = None
         try:
             evidence = self._evidence(claim, "FAILURE")
@@ -202,6 +244,11 @@ class PurchaseFlow:
         self.journal.record_permit(claim.attempt_id, permit.submission_id)
         self.progress("FENCE OK: permit received")
         outcome = submit_order_once(self.phone, self.pack, self.journal, permit)
+        events = [TaskEvent("SUBMIT_TAP", "OK" if outcome.tapped else "FAILED", None, outcome.note[:200]),
+                  TaskEvent("OBSERVE_RESULT", "OK", None, outcome.observation)]
+        outbox = self._outbox
+        if outbox is not None:
+            outbox.events(events)  # sent while the observation screenshot uploads (best effort)
         evidence = None
         if outcome.screenshot:
             try:
@@ -210,12 +257,16 @@ class PurchaseFlow:
             except AgentError:
                 evidence = None
         self.journal.record_observation(claim.attempt_id, outcome.observation, evidence)
-        try:
-            self.sink.append_events(claim, [
-                TaskEvent("SUBMIT_TAP", "OK" if outcome.tapped else "FAILED", None, outcome.note[:200]),
-                TaskEvent("OBSERVE_RESULT", "OK", None, outcome.observation)])
-        except AgentError:
-            pass
+        if outbox is not None:
+            try:
+                outbox.drain()
+            except AgentError:
+                pass
+        else:
+            try:
+                self.sink.append_events(claim, events)
+            except AgentError:
+                pass
         try:
             self.sink.report_submission_result(permit, SubmissionResult(outcome.observation, evidence))
             self.journal.advance(claim.attempt_id, "RESULT_REPORTED")

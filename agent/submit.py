@@ -21,7 +21,8 @@ from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.pack import Pack
 
-OBSERVE_SECONDS = 10.0
+OBSERVE_SECONDS = 10.0  # a deadline, not a wait: the first outcome seen twice in a row ends it
+POLL_SECONDS = 0.05
 _OBSERVATIONS = {"order_created": "SUBMITTED", "payment": "EXTERNAL_PAYMENT_HANDOFF",
                  "security_challenge": "SECURITY_CHALLENGE"}
 
@@ -77,9 +78,9 @@ def _observe(phone: PhoneAdapter, pack: Pack, seconds: float) -> SubmitOutcome:
         try:
             screen, _ = phone.read_stable(lambda d: readers.recognize(d, pack), attempts=3)
         except AgentError:
-            time.sleep(0.3)
+            time.sleep(0.3)  # a failing dump right after the tap: give the phone a moment
             continue
         if screen in _OBSERVATIONS:
             return SubmitOutcome(_OBSERVATIONS[screen], True, _shot(phone), f"observed {screen}")
-        time.sleep(0.3)
+        time.sleep(POLL_SECONDS)
     return SubmitOutcome("UNKNOWN", True, _shot(phone), "no known screen after the tap")

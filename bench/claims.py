@@ -7,11 +7,18 @@ For each concurrency level (default 32 and 128 simulated devices) this script
 2. copies the database and measures the *raw* SQLite rate of the very same claim transaction
    (``services.claim_next.claim_next`` via ``run_in_transaction``: one BEGIN IMMEDIATE … COMMIT per claim,
    WAL, synchronous=FULL) sequentially in one thread;
-3. starts ``cmbuyer-server serve`` as a separate process and drives it with C concurrent aiohttp clients:
-   first N claim-next requests (each on a fresh device), then R lease renewals on the claims obtained;
-4. prints throughput, p50/p99 latency and the ratio server ÷ raw.
+3. starts ``cmbuyer-server serve`` as a separate process and drives it with C concurrent clients (C
+   keep-alive connections, one request in flight on each — a closed loop): first N claim-next requests
+   (each on a fresh device), then R lease renewals on the claims obtained;
+4. prints throughput, p50/p99 latency, the ratio server ÷ raw, the server's CPU time per request and the
+   load average.
 
-Usage: ``python bench/claims.py [--levels 32 128] [--claims 3000] [--renews 4000]`` (``make bench``).
+The default client (``--client raw``) writes pre-built HTTP/1.1 requests on asyncio streams and parses only
+the status line and Content-Length: on a 2-core machine an aiohttp client costs ≈ 0.6 ms of CPU per
+request, CPU the server then lacks (docs/performance.md). ``--client aiohttp`` keeps the old client.
+
+Usage: ``python bench/claims.py [--levels 32 128] [--claims 3000] [--renews 4000] [--client raw|aiohttp]``
+(``make bench``).
 ``BENCH_SERVER_CMD`` (optional) replaces the server's ``python -c …`` arguments, e.g. with a script that
 runs the CLI under a profiler.
 """
@@ -187,7 +194,94 @@ async def drive(base: str, devices: list[Device], concurrency: int, renews: int)
         return result
 
 
-def run_level(concurrency: int, claims: int, renews: int, raw_limit: int) -> dict[str, float]:
+class RawHTTP:
+    """One keep-alive HTTP/1.1 connection with the least client-side work: the request is formatted by
+    hand and only the status line and Content-Length of the answer are parsed (the server under test
+    always sends Content-Length on these routes)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        self.reader, self.writer, self.host = reader, writer, host
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> RawHTTP:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer, f"{host}:{port}")
+
+    async def post(self, path: str, dev: Device, body: bytes) -> tuple[int, bytes]:
+        self.writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {dev.token}\r\n"
+            f"X-CMBuyer-Device-ID: {dev.device_id}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        return status, await self.reader.readexactly(length) if length else b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def drive_raw(host: str, port: int, devices: list[Device], concurrency: int, renews: int) -> dict[str, float]:
+    """Same workload as :func:`drive`, on :class:`RawHTTP` connections (one per simulated device)."""
+    conns = [await RawHTTP.connect(host, port) for _ in range(concurrency)]
+    try:
+        queue = iter(devices)
+        claim_lat: list[float] = []
+
+        async def claimer(http: RawHTTP) -> None:
+            for dev in queue:
+                body = json.dumps({"session_id": dev.session, "claim_request_id": new_id()}).encode()
+                t0 = time.perf_counter()
+                status, payload = await http.post("/api/v1/tasks/claim-next", dev, body)
+                claim_lat.append(time.perf_counter() - t0)
+                assert status == 200, (status, payload)
+                dev.claim = json.loads(payload)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(claimer(c) for c in conns))
+        result = summary("claim", claim_lat, time.perf_counter() - start)
+
+        holders = [d for d in devices if d.claim][:concurrency]
+        per_worker = max(1, renews // len(holders))
+        renew_lat: list[float] = []
+
+        async def renewer(http: RawHTTP, dev: Device) -> None:
+            assert dev.claim is not None
+            attempt = dev.claim["attempt"]
+            lease = attempt["lease_expires_at"]
+            path = f"/api/v1/tasks/{dev.claim['task']['id']}/lease/renew"
+            for _ in range(per_worker):
+                body = json.dumps({"renew_request_id": new_id(), "session_id": dev.session, "attempt_id": attempt["id"],
+                                   "claim_generation": attempt["claim_generation"],
+                                   "claim_token": attempt["claim_token"], "expected_lease_expires_at": lease}).encode()
+                t0 = time.perf_counter()
+                status, payload = await http.post(path, dev, body)
+                renew_lat.append(time.perf_counter() - t0)
+                assert status == 200, (status, payload)
+                lease = json.loads(payload)["lease_expires_at"]
+
+        start = time.perf_counter()
+        await asyncio.gather(*(renewer(c, d) for c, d in zip(conns, holders, strict=False)))
+        result.update(summary("renew", renew_lat, time.perf_counter() - start))
+        return result
+    finally:
+        for c in conns:
+            c.close()
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_level(concurrency: int, claims: int, renews: int, raw_limit: int, client: str = "raw") -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="cmbuyer-bench-") as tmp:
         data_dir = Path(tmp) / "data"
         settings, devices = populate(data_dir, claims)
@@ -199,7 +293,14 @@ def run_level(concurrency: int, claims: int, renews: int, raw_limit: int) -> dic
         try:
             base = f"http://127.0.0.1:{port}"
             asyncio.run(wait_ready(base))
-            result = asyncio.run(drive(base, devices, concurrency, renews))
+            cpu0, load0 = process_cpu_s(server.pid), os.getloadavg()[0]
+            if client == "raw":
+                result = asyncio.run(drive_raw("127.0.0.1", port, devices, concurrency, renews))
+            else:
+                result = asyncio.run(drive(base, devices, concurrency, renews))
+            requests = claims + (renews // min(concurrency, claims)) * min(concurrency, claims)
+            result["server_cpu_ms_per_request"] = (process_cpu_s(server.pid) - cpu0) / requests * 1000
+            result["load_before"], result["load_after"] = load0, os.getloadavg()[0]
         finally:
             server.send_signal(signal.SIGINT)
             server.wait(timeout=30)
@@ -214,18 +315,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, default=3000, help="claims per level (= tasks = devices)")
     parser.add_argument("--renews", type=int, default=4000, help="lease renewals per level")
     parser.add_argument("--raw", type=int, default=1500, help="claims in the raw SQLite measurement")
+    parser.add_argument("--client", choices=["raw", "aiohttp"], default="raw",
+                        help="raw: hand-written HTTP/1.1 on asyncio streams (least client CPU); aiohttp: ClientSession")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rows = []
     for level in args.levels:
-        result = {"devices": level, **run_level(level, args.claims, args.renews, args.raw)}
+        result = {"devices": level, **run_level(level, args.claims, args.renews, args.raw, args.client)}
         rows.append(result)
         if not args.json:
             print(f"{level:>4} devices | claim {result['claim_per_s']:7.0f}/s p50 {result['claim_p50_ms']:6.1f} ms"
                   f" p99 {result['claim_p99_ms']:6.1f} ms | renew {result['renew_per_s']:7.0f}/s"
                   f" p50 {result['renew_p50_ms']:6.1f} ms p99 {result['renew_p99_ms']:6.1f} ms"
                   f" | raw SQLite claim {result['raw_claim_per_s']:7.0f}/s | server/raw"
-                  f" {result['ratio_server_to_raw']:.2f}", flush=True)
+                  f" {result['ratio_server_to_raw']:.2f} | server CPU {result['server_cpu_ms_per_request']:.2f} ms/req"
+                  f" | load {result['load_before']:.1f}→{result['load_after']:.1f}", flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0

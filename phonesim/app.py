@@ -69,6 +69,7 @@ class AppModel:
     focused: str | None = None
     toast: str | None = None
     orders: list[Order] = field(default_factory=list)
+    duplicate_submit: bool = False  # ``duplicate_submit`` fault: the confirm page shows two submit controls
 
     # --- derived state ----------------------------------------------------------------------
     @property

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DUMP_KINDS = frozenset({"empty_dump", "single_node_dump", "partial_dump", "malformed_dump", "emoji_dump"})
-MUTATION_KINDS = frozenset({"price_change", "stock_out", "version_change", "popup"})
+MUTATION_KINDS = frozenset({"price_change", "stock_out", "version_change", "popup", "duplicate_submit"})
 POPUPS = ("update", "coupon", "splash", "float_video", "order_success", "risk_wall")
 
 # kind -> (required params, optional params with defaults)
@@ -37,6 +37,8 @@ KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "drop_connection": ((), {"on": "any", "match": None, "applied": None, "offline_for": 0.0, "n": None}),
     "rpc_crash": ((), {"method": None, "applied": True}),
     "popup": (("popup",), {"text": None}),
+    # from when it fires, every confirm page draws a second clickable 提交订单 control (left of the real one)
+    "duplicate_submit": ((), {}),
     "wrong_focus": ((), {"package": "com.android.systemui", "activity": "com.android.systemui.statusbar.StatusBar"}),
 }
 _WHEN_KEYS = ("after_dumps", "after_taps", "after_calls", "on_screen")

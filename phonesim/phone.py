@@ -198,6 +198,8 @@ class Phone:
                 self.cfg.app.version_code = int(p["version_code"])
             elif fault.kind == "popup":
                 self.app.show_popup(p["popup"], p.get("text"))
+            elif fault.kind == "duplicate_submit":
+                self.app.duplicate_submit = True
             self._fault_fired(fault)
 
     # ---------------------------------------------------------------- rendering

@@ -224,7 +224,11 @@ def confirm_page(app: AppModel) -> list[Node]:
                         role="payment"))
     submit = frame((540, 2136, 1056, 2268), text((600, 2166, 996, 2238), f"提交订单 {total}"),
                    clickable=True, action=("submit",), role="submit", style="button")
-    nodes.append(linear((0, 2112, W, NAV_TOP), submit, style="bottombar"))
+    bar = [submit]
+    if app.duplicate_submit:  # fault: a second, equally real submit control in the bottom bar
+        bar.insert(0, frame((24, 2136, 530, 2268), text((60, 2166, 480, 2238), f"提交订单 {total}"),
+                            clickable=True, action=("submit",), role="submit", style="button"))
+    nodes.append(linear((0, 2112, W, NAV_TOP), *bar, style="bottombar"))
     if app.payment_sheet and page is not None and page.order is not None:
         nodes.append(payment_sheet(app, page.order.total))
     return nodes

@@ -87,7 +87,9 @@ def _expire_fenced(conn: sqlite3.Connection, now: datetime, at: str) -> tuple[in
                      detail={"submission_id": sub.id, "attempt_id": attempt.id,
                              "lease_expires_at": attempt.lease_expires_at, "task_version": task.version + 1})
         changed += 1
-    return changed, len(found) == BATCH
+    # A full batch in which nothing could change (inconsistent rows left for a person) must not
+    # make start-up loop forever: only a full batch that made progress asks for another pass.
+    return changed, len(found) == BATCH and changed > 0
 
 
 def _expire_authorizations(conn: sqlite3.Connection, at: str) -> tuple[int, bool]:
@@ -110,7 +112,9 @@ def _expire_authorizations(conn: sqlite3.Connection, at: str) -> tuple[int, bool
                      detail={"authorization_id": authorization.id, "expires_at": authorization.expires_at,
                              "task_version": task_version})
         changed += 1
-    return changed, len(found) == BATCH
+    # A full batch in which nothing could change (inconsistent rows left for a person) must not
+    # make start-up loop forever: only a full batch that made progress asks for another pass.
+    return changed, len(found) == BATCH and changed > 0
 
 
 def sweep(conn: sqlite3.Connection, now: datetime) -> SweepReport:

@@ -115,9 +115,14 @@ def test_sigkill_at_each_journal_phase_then_restart(tmp_path: Path, phase: str, 
         taps_before = len(sim.journal("sim-1").taps("submit"))
         assert taps_before == submit_taps
 
+        log_offset = agent.log.stat().st_size if agent.log.exists() else 0
         second = agent.start()
         try:
             _wait(lambda: srv.state(task.id) == task_state, second, 60, f"server state {task_state}")
+            # SIGTERM only once the restarted agent is up (its signal handlers are installed
+            # before its first heartbeat); with RESULT_REPORTED the state is already final.
+            _wait(lambda: b"heartbeat: state" in agent.log.read_bytes()[log_offset:], second, 60,
+                  "the restarted agent's first heartbeat")
             time.sleep(1.0)  # the restarted agent keeps polling: still no new tap
             assert _stop(second) == 0
         finally:

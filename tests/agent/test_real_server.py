@@ -14,7 +14,6 @@ separate SQLite connection.
 from __future__ import annotations
 
 import copy
-import re
 import threading
 import time
 import types
@@ -267,18 +266,6 @@ def _two_matching_options() -> dict[str, Any]:
     return data
 
 
-_SUBMIT = re.compile(r'(<node [^>]*bounds="\[540,2136\]\[1056,2268\]"[^>]*>'
-                     r'<node [^>]*text="提交订单[^"]*"[^>]*/></node>)')
-
-
-def _second_submit(xml: str, n: int) -> str:
-    def dup(m: re.Match[str]) -> str:
-        copy_ = m.group(1).replace("[540,2136][1056,2268]", "[24,2136][530,2268]").replace(
-            "[600,2166][996,2238]", "[60,2166][480,2238]")
-        return m.group(1) + copy_
-    return _SUBMIT.sub(dup, xml)
-
-
 def _run_sim_case(tmp_path: Path, srv: RealServer, sim: SimPhone, api_cls: type[HttpDeviceApi] = HttpDeviceApi,
                   **task: Any) -> tuple[Agent, Any, dict[str, Any]]:
     creds = srv.add_device()
@@ -315,11 +302,24 @@ def test_two_options_matching_is_ambiguous(tmp_path: Path, srv: RealServer, fast
     _assert_failed_before_fence(detail, sim, "SKU_AMBIGUOUS")
 
 
-def test_two_submit_controls(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
-    sim = SimPhone()
-    sim.dump_hook = _second_submit
-    _, _, detail = _run_sim_case(tmp_path, srv, sim)
-    _assert_failed_before_fence(detail, sim, "SUBMIT_CONTROL_COUNT")
+def test_two_submit_controls(tmp_path: Path, srv: RealServer) -> None:
+    """The simulator draws a second real 提交订单 control on the confirm page (phonesim fault
+    ``duplicate_submit``), seen through the real uiautomator2/adbutils: gate 3 refuses, no fence."""
+    creds = srv.add_device()
+    task = srv.add_task()
+    with adbutils_leaks_ignored(), running_sim() as sim:
+        phone_model = sim.phone("sim-1")
+        phone_model.inject("duplicate_submit", when={"on_screen": "confirm"})
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        assert agent.run_once() == 0
+        assert [e["fault"] for e in phone_model.journal.entries("fault")] == ["duplicate_submit"]
+        assert phone_model.journal.taps("submit") == [] and phone_model.journal.taps("payment") == []
+        assert phone_model.orders == []
+    detail = srv.detail(task.id)
+    assert detail["task"]["state"] == "FAILED", detail["task"]
+    assert detail["task"]["state_reason"] == "SUBMIT_CONTROL_COUNT"
+    assert detail["submission"] is None
+    assert "FAILURE" in kinds(detail)
 
 
 def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:

@@ -73,6 +73,21 @@ def test_stock_runs_out_before_submit(u2dev, phonesim: PhoneSim):
     assert phonesim.phone().orders == []
 
 
+def test_duplicate_submit_draws_two_real_submit_controls(u2dev, phonesim: PhoneSim):
+    phone = phonesim.phone()
+    phone.inject("duplicate_submit", when={"on_screen": "confirm"})
+    xml = walk_to_confirm(u2dev, GOODS, [BLACK, SIZE_M])
+    texts = [n for n in find(xml) if (n.get("text") or "").startswith("提交订单")]
+    assert [n.get("text") for n in texts] == ["提交订单 ¥12.88", "提交订单 ¥12.88"]
+    parents = [n.getparent() for n in texts]
+    assert all(p.get("clickable") == "true" for p in parents)
+    assert len({p.get("bounds") for p in parents}) == 2  # two distinct tap targets
+    assert [e["fault"] for e in phone.journal.entries("fault")] == ["duplicate_submit"]
+    u2dev.shell(["input", "tap", *map(str, center(parents[0]))])  # either one submits
+    (tap,) = phone.journal.taps(role="submit")
+    assert tap["x"] < 540 and len(phone.orders) == 1
+
+
 def test_app_version_change_mid_run_and_duplicate_version(u2dev, phonesim: PhoneSim):
     phone = phonesim.phone()
     assert u2dev.app_info(PDD)["versionName"] == "8.17.0"
