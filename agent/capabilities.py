@@ -63,8 +63,11 @@ def wait_for_screen(phone: PhoneAdapter, pack: Pack, wanted: str,
     dismissed on the way; risk walls/other screens stop the flow."""
     deadline = time.monotonic() + timeout
     last = "unknown"
+    polls = 0
     while True:
-        screen, dump = phone.read_stable(lambda d: readers.recognize(d, pack))
+        # polls after the first need a new dump (the latest one may be the first of the pair)
+        screen, dump = phone.read_stable(lambda d: readers.recognize(d, pack), new_dump=polls > 0)
+        polls += 1
         last = screen
         if screen == wanted:
             return dump
@@ -81,8 +84,10 @@ def _read_until(phone: PhoneAdapter, reader: Callable[[Dump], T], done: Callable
     """Stable reads until ``done(value)`` or the deadline; returns the last stable reading either
     way (the caller checks it). Waiting longer only gives a slow phone time to show a tap."""
     deadline = time.monotonic() + timeout
+    polls = 0
     while True:
-        value, dump = phone.read_stable(reader)
+        value, dump = phone.read_stable(reader, new_dump=polls > 0)
+        polls += 1
         if done(value) or time.monotonic() >= deadline:
             return value, dump
         time.sleep(POLL_SECONDS)
@@ -124,9 +129,9 @@ def _one(nodes: list[Node], what: str, reason: str) -> Node:
     return nodes[0]
 
 
-def open_sku_panel(phone: PhoneAdapter, pack: Pack, dump: Dump | None = None) -> Dump:
-    """Tap the pack's buy entry (exactly one), then wait for the SKU panel. (``dump``: unused,
-    kept for callers; the button comes from a stable read of the current product page.)"""
+def open_sku_panel(phone: PhoneAdapter, pack: Pack) -> Dump:
+    """Tap the pack's buy entry (exactly one, from a stable read of the product page that includes
+    the button), then wait for the SKU panel."""
     dump, buy = _stable_control(phone, pack.controls["product_buy"], "buy button", "SCREEN_UNRECOGNIZED")
     phone.tap_node(dump, buy)
     return wait_for_screen(phone, pack, "sku_panel")

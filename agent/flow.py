@@ -112,19 +112,22 @@ class PurchaseFlow:
     # --- the flow -----------------------------------------------------------------------------
     def run(self, purchase: ClaimedPurchase) -> FlowResult:
         self._outbox = Outbox(self.sink, purchase.claim)
+        normal = False
         try:
-            return self._run(purchase)
+            result = self._run(purchase)
+            normal = True
+            return result
         finally:
             outbox, self._outbox = self._outbox, None
-            if outbox is not None:
-                outbox.close()
+            if outbox is not None:  # empty by now unless we are leaving on an exception (stop now)
+                outbox.close(drop=not normal)
 
     def _run(self, purchase: ClaimedPurchase) -> FlowResult:
         claim, task = purchase.claim, purchase.task
         wanted = {"color": task.sku_color, "size": task.sku_size}
         try:
-            dump = self._step(claim, "OPEN_PRODUCT", lambda: cap.open_product(self.phone, self.pack, task.goods_id))
-            self._step(claim, "OPEN_SKU_PANEL", lambda: cap.open_sku_panel(self.phone, self.pack, dump))  # type: ignore[arg-type]
+            self._step(claim, "OPEN_PRODUCT", lambda: cap.open_product(self.phone, self.pack, task.goods_id))
+            self._step(claim, "OPEN_SKU_PANEL", lambda: cap.open_sku_panel(self.phone, self.pack))
             selected = self._step(claim, "SELECT_SKU", lambda: cap.select_sku_options(self.phone, self.pack, wanted))
             price1 = self._step(claim, "READ_UNIT_PRICE", lambda: cap.read_sku_unit_price(self.phone, self.pack))
             self._step(claim, "GATE_1", lambda: gates.gate1(selected, wanted, price1))  # type: ignore[arg-type]

@@ -76,7 +76,8 @@ def _observe(phone: PhoneAdapter, pack: Pack, seconds: float) -> SubmitOutcome:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            screen, _ = phone.read_stable(lambda d: readers.recognize(d, pack), attempts=3)
+            # the tap forgot every earlier dump; polls after the first need a new one
+            screen, _ = phone.read_stable(lambda d: readers.recognize(d, pack), attempts=3, new_dump=True)
         except AgentError:
             time.sleep(0.3)  # a failing dump right after the tap: give the phone a moment
             continue

@@ -133,9 +133,10 @@ class Screenshot:
             return self._png
 
 
-# Pauses between the dumps of one stable read: short first (a real dump already takes ~150 ms),
-# longer while the screen keeps changing (animations).
-STABLE_PAUSES = (0.05, 0.1, 0.2, 0.3)
+# Pauses between the dumps of one stable read: none before the second dump (a real dump takes
+# 100-200 ms itself, so two dumps are never closer than that), longer while the screen keeps
+# changing (animations).
+STABLE_PAUSES = (0.0, 0.1, 0.2, 0.3)
 
 
 class PhoneAdapter:
@@ -215,16 +216,18 @@ class PhoneAdapter:
         self._recent = []
 
     def read_stable(self, reader: Callable[[Dump], T], attempts: int = 6,
-                    pause: float | None = None) -> tuple[T, Dump]:
+                    pause: float | None = None, *, new_dump: bool = False) -> tuple[T, Dump]:
         """Two consecutive dumps with equal ``reader`` results; returns (value, the later dump).
 
         The last two dumps taken since the last action count (nothing was tapped in between): if
         they already agree on ``reader``, no new dump is taken; otherwise the latest one is the
-        first of this read. A reader that raises on a remembered dump makes us start afresh.
-        DumpUnstable after ``attempts`` fresh dumps without agreement (the dump does not wait for
-        idle). ``pause``: fixed seconds between dumps (default: :data:`STABLE_PAUSES`)."""
+        first of this read. ``new_dump=True`` (polling for a change) takes at least one new dump:
+        only the latest remembered dump may serve, as the first. A reader that raises on a
+        remembered dump makes us start afresh. DumpUnstable after ``attempts`` fresh dumps without
+        agreement (the dump does not wait for idle). ``pause``: fixed seconds between dumps
+        (default: :data:`STABLE_PAUSES`)."""
         previous: Any = _UNSET
-        recent = list(self._recent)
+        recent = list(self._recent[-1:] if new_dump else self._recent)
         if recent:
             try:
                 values = [reader(d) for d in recent]
@@ -240,8 +243,9 @@ class PhoneAdapter:
             if previous is not _UNSET and value == previous:
                 return value, dump
             previous = value
-            if i + 1 < attempts:
-                time.sleep(pause if pause is not None else STABLE_PAUSES[min(i, len(STABLE_PAUSES) - 1)])
+            wait = pause if pause is not None else STABLE_PAUSES[min(i, len(STABLE_PAUSES) - 1)]
+            if i + 1 < attempts and wait > 0:
+                time.sleep(wait)
         raise DumpUnstable("dumps never agreed twice in a row")
 
     def screenshot(self) -> Screenshot:

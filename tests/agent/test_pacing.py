@@ -1,0 +1,209 @@
+"""Pacing without weakening the phone rules (issue 8): stable reads reuse the last consecutive dumps
+only while nothing was tapped, every tap is preceded by two fresh equal dumps, gate screenshots are
+taken before the next tap, and the outbox (async events/uploads) is drained before the fence."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.agent.errors import DumpUnstable, FlowStop, ServerUnreachable
+from cmbuyer.agent.flow import PurchaseFlow
+from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.model import AssetRef, ScreenshotAsset, SubmissionProof, TaskEvent
+from cmbuyer.agent.outbox import Outbox
+from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
+from cmbuyer.agent.screens import readers
+from cmbuyer.agent.screens.pack import shipped_packs
+from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+
+from .fakes import FakeServer, make_purchase
+from .simphone import SimPhone
+
+GOODS = "937122477375"
+
+
+@pytest.fixture
+def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cmbuyer.agent.phone.adapter as adapter
+    monkeypatch.setattr(adapter.time, "sleep", lambda s: None)
+
+
+def _product_phone() -> tuple[SimPhone, PhoneAdapter]:
+    sim = SimPhone()
+    phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
+    phone.open_goods(GOODS)
+    return sim, phone
+
+
+# --- read_stable: reuse only consecutive dumps taken since the last action ------------------------
+def test_stable_read_reuses_the_last_pair_until_an_action(no_sleep: None) -> None:
+    pack = shipped_packs()[0]
+    sim, phone = _product_phone()
+
+    def screen(d: Any) -> str:
+        return readers.recognize(d, pack)
+
+    assert phone.read_stable(screen)[0] == "product" and sim.dumps == 2
+    # the same two consecutive dumps agree on another reading: no new dump
+    buy = pack.controls["product_buy"]
+    (_, dump) = phone.read_stable(lambda d: tuple(n.signature() for n in buy.find(d)))
+    assert sim.dumps == 2
+    # polling for a change needs a new dump (the latest may be the first of the pair)
+    assert phone.read_stable(screen, new_dump=True)[0] == "product" and sim.dumps == 3
+    # a tap forgets every remembered dump: the next reading comes from two fresh dumps
+    phone.tap_node(dump, buy.find(dump)[0])
+    assert phone.read_stable(screen)[0] == "sku_panel" and sim.dumps == 5
+    phone.press_back()
+    assert phone.read_stable(screen)[0] == "product" and sim.dumps == 7
+    phone.open_goods(GOODS)
+    phone.read_stable(screen)
+    assert sim.dumps == 9
+    phone.dump()  # a lone dump breaks the chain: it is never paired with an older one
+    phone.read_stable(lambda d: len(d.nodes))
+    assert sim.dumps == 12  # the lone dump + two new ones
+
+
+def test_remembered_dumps_that_disagree_or_raise_lead_to_fresh_dumps(no_sleep: None) -> None:
+    sim, phone = _product_phone()
+    phone.read_stable(lambda d: "x")
+    assert sim.dumps == 2
+    # different readings on the two remembered dumps: the latest one is the first of the pair
+    seen = iter(range(100))
+    phone.read_stable(lambda d: 0 if next(seen) else 1)
+    assert sim.dumps == 3
+    # a reader that raises on a remembered dump: start afresh (two new dumps)
+    calls = {"n": 0}
+
+    def picky(d: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise FlowStop("not yet", "SCREEN_UNRECOGNIZED")
+        return 1
+    phone.read_stable(picky)
+    assert sim.dumps == 5
+
+
+def test_never_two_equal_dumps_is_dump_unstable(no_sleep: None) -> None:
+    sim, phone = _product_phone()
+    counter = iter(range(1000))
+    with pytest.raises(DumpUnstable):
+        phone.read_stable(lambda d: next(counter), attempts=4)
+    assert sim.dumps == 4
+
+
+# --- outbox -------------------------------------------------------------------------------------
+class _Sink:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail_events = False
+
+    def append_events(self, claim: Any, events: list[TaskEvent]) -> None:
+        self.gate.wait(5)
+        if self.fail_events:
+            raise ServerUnreachable("down")
+        self.calls.append(("events", [e.step for e in events]))
+
+    def upload_screenshot(self, claim: Any, asset: ScreenshotAsset) -> AssetRef:
+        self.calls.append(("upload", asset.kind))
+        return AssetRef("a", "b")
+
+
+def test_outbox_sends_in_order_batching_consecutive_events() -> None:
+    sink = _Sink()
+    box = Outbox(sink, make_purchase().claim)  # type: ignore[arg-type]
+    sink.gate.clear()
+    box.events([TaskEvent("A", "STARTED")])
+    time.sleep(0.1)  # the outbox thread is now blocked sending A
+    box.events([TaskEvent("B", "STARTED")])
+    box.events([TaskEvent("C", "STARTED")])
+    box.upload("SKU_PANEL_GATE_1", lambda: b"\x89PNG\r\n\x1a\n", "2099-01-01T00:00:00Z")
+    box.events([TaskEvent("D", "STARTED")])
+    sink.gate.set()
+    box.drain(5)
+    assert sink.calls == [("events", ["A"]), ("events", ["B", "C"]), ("upload", "SKU_PANEL_GATE_1"),
+                          ("events", ["D"])]
+    assert box.close() is None
+
+
+def test_outbox_failure_drops_the_rest_and_is_raised_at_drain() -> None:
+    sink = _Sink()
+    sink.fail_events = True
+    box = Outbox(sink, make_purchase().claim)  # type: ignore[arg-type]
+    encoded: list[bool] = []
+    box.events([TaskEvent("A", "STARTED")])
+    box.upload("SKU_PANEL_GATE_1", lambda: encoded.append(True) or b"", "2099-01-01T00:00:00Z")  # type: ignore[func-returns-value]
+    with pytest.raises(ServerUnreachable):
+        box.drain(5)
+    with pytest.raises(ServerUnreachable):
+        box.raise_if_failed()
+    assert encoded == [] and sink.calls == []
+    assert isinstance(box.close(), ServerUnreachable)
+
+
+# --- the whole flow over the real uiautomator2 + phonesim adb server -----------------------------
+class _SlowUploads(FakeServer):
+    """Uploads take a while (server-side fsync); the fence records what was stored before it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stored_at_fence: list[str] = []
+        self.lock = threading.Lock()
+
+    def upload_screenshot(self, claim: Any, asset: ScreenshotAsset) -> AssetRef:
+        time.sleep(0.2)
+        with self.lock:
+            return super().upload_screenshot(claim, asset)
+
+    def create_submission_fence(self, claim: Any, proof: SubmissionProof) -> Any:
+        with self.lock:
+            self.stored_at_fence = [k for k, _ in self.evidence]
+        return super().create_submission_fence(claim, proof)
+
+
+def test_flow_pacing_real_u2(tmp_path: Path) -> None:
+    with adbutils_leaks_ignored(), running_sim() as sim:
+        phone = PhoneAdapter.connect("sim-1")
+        purchase = make_purchase()
+        journal = Journal(tmp_path / "j.sqlite3")
+        server = _SlowUploads(purchase, keys=journal)
+        c = purchase.claim
+        journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
+                             authorization_id=c.authorization_id, claim_generation=1,
+                             claim_token=c.claim_token, session_id=c.session_id,
+                             lease_expires_at=c.lease_expires_at,
+                             authorization_expires_at=c.authorization_expires_at, task={})
+        result = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal).run(purchase)
+        assert result.outcome == "SUBMITTED", server.fails
+        entries = sim.journal("sim-1").entries()
+        counters = sim.phone("sim-1").counters
+    # The fence was requested only once all three gate screenshots were stored.
+    assert server.stored_at_fence == ["SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3"]
+    # Every tap: at least two dumps since the previous action (deep link, tap, key) — fresh dumps.
+    dumps_since_action = None
+    taps: list[tuple[str, int, list[str]]] = []
+    shots: list[str] = []
+    for e in entries:
+        if e["kind"] in ("deep_link", "key"):
+            dumps_since_action, shots = 0, []
+        elif e["kind"] == "dump":
+            assert dumps_since_action is not None
+            dumps_since_action += 1
+        elif e["kind"] == "screenshot":
+            shots.append(e["screen"])
+        elif e["kind"] == "tap":
+            assert dumps_since_action is not None
+            taps.append((e["role"], dumps_since_action, shots))
+            dumps_since_action, shots = 0, []
+    assert [t[0] for t in taps] == ["buy", "option", "option", "qty_inc", "sku_confirm", "submit"]
+    assert all(n >= 2 for _, n, _ in taps), taps
+    # Gate screenshots are taken on the gate's screen, before the next tap.
+    assert [s for _, _, s in taps] == [[], [], [], ["sku"], ["sku"], ["confirm"]]
+    # No dump is thrown away: 2 per screen/tap effect + 1 fresh pre-submit re-read.
+    assert counters["dumps"] == 15 and counters["screenshots"] == 4
