@@ -50,6 +50,7 @@ from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_re
 from cmbuyer.agent.ports import KeyStore
 from cmbuyer.agent.screens.text import money_str
 from cmbuyer.schemas import SchemaError, validate
+from cmbuyer.schemas.strictjson import loads_strict
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 1024 * 1024
@@ -71,29 +72,10 @@ class FenceReplayed(ServerError):
         self.submission_id = submission_id
 
 
-def _strict_object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError("duplicate key")
-        out[key] = value
-    return out
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
-
-
-def _reject_float(text: str) -> Any:
-    raise ValueError("float in JSON")
-
-
 def parse_json_strict(raw: bytes) -> Any:
-    text = raw.decode("utf-8")  # strict: raises on invalid UTF-8
-    if text.startswith("\ufeff"):
-        raise ValueError("BOM")
-    return json.loads(text, object_pairs_hook=_strict_object_pairs, parse_constant=_reject_constant,
-                      parse_float=_reject_float)
+    """Decode a server response body under the shared strict rules (``cmbuyer.schemas.strictjson``);
+    raises ``ValueError`` (StrictJSONError) on anything else."""
+    return loads_strict(raw)
 
 
 _ERROR_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}", re.ASCII)

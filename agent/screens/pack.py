@@ -12,7 +12,6 @@ or mismatched pack — the agent then refuses to claim.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, validate
+from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 
 MAX_PACK_BYTES = 1024 * 1024
 
@@ -223,24 +223,13 @@ def compile_pack(data: Any) -> Pack:
     )
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise PackError("duplicate key in pack JSON")
-        out[key] = value
-    return out
-
-
 def parse_pack_text(text: str | bytes) -> Pack:
     if len(text) > MAX_PACK_BYTES:
         raise PackError("pack file too large")
     try:
-        data = json.loads(text, object_pairs_hook=_reject_duplicates)
-    except (ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, PackError):
-            raise
-        raise PackError("pack is not valid JSON") from exc
+        data = loads_strict(text, allow_floats=True)
+    except StrictJSONError as exc:
+        raise PackError("pack is not valid strict JSON (duplicate keys, NaN, bad UTF-8 …)") from exc
     return compile_pack(data)
 
 

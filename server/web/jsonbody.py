@@ -10,39 +10,18 @@ failure raises :class:`DeviceHTTPError` with a fixed code; nothing is echoed bac
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from typing import Any
 
 from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, validate
+from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 from cmbuyer.server.web.device_errors import DeviceHTTPError
 
 DEFAULT_CAP = 4096
 READ_TIMEOUT_S = 10.0
 _CONTENT_TYPE = re.compile(rb"application/json(?:[ \t]*;[ \t]*charset=(?:\"utf-8\"|utf-8))?", re.IGNORECASE)
-
-
-class _Reject(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Reject("duplicate key")
-        out[key] = value
-    return out
-
-
-def _reject_constant(_name: str) -> Any:
-    raise _Reject("NaN/Infinity")
-
-
-def _reject_float(_text: str) -> Any:
-    raise _Reject("float")
 
 
 def check_content_type(raw_headers: tuple[tuple[bytes, bytes], ...]) -> None:
@@ -54,15 +33,9 @@ def check_content_type(raw_headers: tuple[tuple[bytes, bytes], ...]) -> None:
 
 def decode_json(raw: bytes) -> dict[str, Any]:
     """Strictly decode a JSON object from bytes; raises DeviceHTTPError(400, "invalid_request")."""
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raise DeviceHTTPError(400, "invalid_request")
     try:
-        text = raw.decode("utf-8", errors="strict")
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
-                           parse_float=_reject_float)
-        # Escaped lone surrogates ("\ud800") decode to unencodable str; refuse them here, not in SQLite.
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except (UnicodeError, ValueError, RecursionError):
+        value = loads_strict(raw)
+    except StrictJSONError:
         raise DeviceHTTPError(400, "invalid_request") from None
     if not isinstance(value, dict):
         raise DeviceHTTPError(400, "invalid_request")

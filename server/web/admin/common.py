@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl
 import jinja2
 from aiohttp import web
 
+from cmbuyer.schemas.strictjson import loads_strict
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import admin_sessions
@@ -225,19 +226,6 @@ class Body:
         return values[0]
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError("duplicate key")
-        out[key] = value
-    return out
-
-
-def _reject(_value: str) -> Any:
-    raise ValueError("non-integer number")
-
-
 async def read_body(request: web.Request) -> Body:
     """Read a form or JSON body of at most :data:`BODY_CAP` bytes. 415 for other types, 413 over the
     cap, 400 for bad UTF-8, duplicate JSON keys, floats/NaN or trailing data."""
@@ -260,11 +248,7 @@ async def read_body(request: web.Request) -> Body:
         raise AdminHTTPError(413, "request_too_large", "请求过大")
     try:
         if is_json:
-            if raw.startswith(b"\xef\xbb\xbf"):
-                raise ValueError("BOM")
-            value = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_reject,
-                               parse_float=_reject)
-            json.dumps(value, ensure_ascii=False).encode("utf-8")  # lone surrogates refused here
+            value = loads_strict(raw)
             if not isinstance(value, dict):
                 raise ValueError("not an object")
             return Body("json", json=value)
