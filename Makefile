@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA_DIR ?= var
 SOAK_ITERATIONS ?= 200
+DEMO_PORT ?= $(or $(CMBUYER_PORT),8080)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup browser test test-fast lint serve demo demo-once bench soak clean
@@ -44,16 +45,16 @@ serve: setup ## run the server on the data dir DATA_DIR (default ./var), initial
 	@test -f $(DATA_DIR)/cmbuyer.env || $(BIN)/cmbuyer-server --data-dir $(DATA_DIR) init
 	$(BIN)/cmbuyer-server --data-dir $(DATA_DIR) serve
 
-demo: setup ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C
-	$(BIN)/python -m demo.run
+demo: setup ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C (DEMO_PORT=8080)
+	$(BIN)/python -m demo.run --port $(DEMO_PORT)
 
 demo-once: setup ## the same demo headless; exits 0 only if every task reached its expected state
-	$(BIN)/python -m demo.run --once
+	$(BIN)/python -m demo.run --once --port $(DEMO_PORT)
 
 bench: setup ## benchmarks in bench/ (ratios against a baseline measured in the same run)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-soak: setup ## long crash/soak loops (CMBUYER_SOAK_ITERATIONS=$(SOAK_ITERATIONS))
+soak: setup ## long crash/soak loops (SOAK_ITERATIONS iterations, default 200)
 	CMBUYER_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(BIN)/pytest -q -m "slow or e2e"
 
 clean: ## remove the venv, caches and local data

@@ -5,7 +5,7 @@ generic top-level import names like ``server`` would collide in a shared site-pa
 is installed under ``cmbuyer.``. pyproject.toml cannot compute this mapping, hence this file.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 ROOTS = {
     "cmbuyer.server": "server",
@@ -20,6 +20,8 @@ package_dir: dict[str, str] = {}
 for name, folder in ROOTS.items():
     package_dir[name] = folder
     packages.append(name)
-    packages.extend(f"{name}.{sub}" for sub in find_packages(folder))
+    # namespace discovery also lists data-only folders (templates/, static/, packs/ …) as packages, so
+    # their files ship as package data without setuptools' "absent from packages" warnings
+    packages.extend(f"{name}.{sub}" for sub in find_namespace_packages(folder, exclude=["__pycache__", "*.__pycache__"]))
 
 setup(packages=packages, package_dir=package_dir)

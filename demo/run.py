@@ -13,6 +13,7 @@ import argparse
 import signal
 import sys
 import time
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -37,15 +38,27 @@ def demo_tasks() -> list[TaskSpec]:
     ]
 
 
-def _line(spec: TaskSpec, detail: dict[str, Any]) -> str:
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    """Pad to a terminal display width (CJK characters take two columns)."""
+    while _width(text) > width:
+        text = text[:-1]
+    return text + " " * (width - _width(text))
+
+
+def _line(spec: TaskSpec, detail: dict[str, Any], serial_of: dict[str, str]) -> str:
     task = detail["task"]
     attempts = detail["attempts"]
-    device = attempts[-1]["device_id"][:8] if attempts else "-"
+    device = serial_of.get(attempts[-1]["device_id"], attempts[-1]["device_id"][:8]) if attempts else "-"
     events = detail["events"]
     last = f"{events[-1]['step']}:{events[-1]['outcome']}" if events else ""
     reason = task.get("state_reason") or ""
     mark = "✓" if task["state"] in spec.expect else ("…" if task["state"] not in SETTLED else "✗")
-    return f" {mark} {spec.title[:24]:<24} {task['state_label']:<6} {task['state']:<24} dev={device} {last} {reason}"
+    return (f" {mark} {_pad(spec.title, 36)} {_pad(task['state_label'], 10)} {_pad(task['state'], 24)}"
+            f" {_pad(device, 6)} {last} {reason}")
 
 
 def watch(stack: Stack, specs: list[TaskSpec], timeout: float, live: bool) -> dict[str, dict[str, Any]]:
@@ -56,7 +69,7 @@ def watch(stack: Stack, specs: list[TaskSpec], timeout: float, live: bool) -> di
     drawn = 0
     while time.monotonic() < deadline:
         details = stack.task_details(specs)
-        lines = [_line(s, details[s.task_id]) for s in specs]
+        lines = [_line(s, details[s.task_id], stack.serial_of) for s in specs]
         if live:
             if drawn:
                 sys.stdout.write(f"\x1b[{drawn}F")
@@ -107,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=240.0)
     args = parser.parse_args(argv)
     if not port_is_free(args.port):
-        print(f"demo: 127.0.0.1:{args.port} is in use; stop that process or pass --port", file=sys.stderr)
+        print(f"demo: 127.0.0.1:{args.port} is in use; stop that process or run `make demo DEMO_PORT=8090`",
+              file=sys.stderr)
         return 2
     specs = demo_tasks()
     stack = Stack(args.data_dir, server_port=args.port)

@@ -79,6 +79,7 @@ class Stack:
     sim: subprocess.Popen[str] | None = None
     sim_port: int = 0
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    serial_of: dict[str, str] = field(default_factory=dict)
     admin_password: str = ""
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -121,7 +122,8 @@ class Stack:
         with (self.logs / "server.log").open("ab") as log:  # the child keeps its own descriptor
             self.server = subprocess.Popen(
                 [str(BIN / "cmbuyer-server"), "--data-dir", str(self.data_dir), "serve", "--port",
-                 str(self.server_port)], stdout=log, stderr=subprocess.STDOUT, env=self._env())
+                 str(self.server_port)], stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.server.poll() is not None:
@@ -150,7 +152,8 @@ class Stack:
         if latency:
             args += ["--latency", latency]
         with (self.logs / "phonesim.log").open("ab") as log:
-            self.sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, env=self._env())
+            self.sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, env=self._env(),
+                                        start_new_session=True)
         assert self.sim.stdout is not None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -166,6 +169,7 @@ class Stack:
     def add_device(self, serial: str) -> Path:
         """Register a device for ``serial`` and write its credentials file (0600); returns the path."""
         issued = self.cli("device", "add", "--name", serial)
+        self.serial_of[issued["device_id"]] = serial
         path = self.data_dir / "agents" / f"{serial}.credentials"
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -181,7 +185,10 @@ class Stack:
         with (self.logs / f"agent-{serial}.log").open("ab") as log:
             self.agents[serial] = subprocess.Popen(
                 [str(BIN / "cmbuyer-agent"), "run", "--device", serial, "--server", self.url,
-                 "--credentials-file", str(creds)], stdout=log, stderr=subprocess.STDOUT, env=env)
+                 "--credentials-file", str(creds)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                # its own session: a terminal's Ctrl-C reaches only the demo, which then stops each
+                # child once (a second signal would make an agent stop at once)
+                start_new_session=True)
 
     def create_tasks(self, specs: list[TaskSpec]) -> None:
         """Create every task (DRAFT) and start them in one batch (PENDING + authorizations)."""
