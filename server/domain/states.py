@@ -38,7 +38,7 @@ TASK_STATE_LABELS: dict[TaskState, str] = {
     TaskState.SUBMITTING: "提交中",
     TaskState.WAITING_PAYMENT: "待付款",
     TaskState.PAID: "已付款",
-    TaskState.RECONCILIATION_REQUIRED: "待人工调和",
+    TaskState.RECONCILIATION_REQUIRED: "待人工核对",
     TaskState.CLOSED_NOT_CREATED: "确认未创建",
     TaskState.FAILED: "失败",
     TaskState.EXPIRED: "授权过期",

@@ -65,7 +65,7 @@ def _close_before_fence(conn: sqlite3.Connection, task_id: str, expected_version
     """Shared body of reset-to-draft and cancel (both only before the fence)."""
     task = _load(conn, task_id)
     if TaskState(task.state) in FENCED_TASK_STATES or admin_queries.submission_exists_for_task(conn, task.id):
-        raise Conflict("该任务已取得提交围栏，只能人工调和", code="submission_fenced")
+        raise Conflict("该任务已取得提交围栏，只能人工核对", code="submission_fenced")
     if task.version != expected_version:
         raise _stale()
     latest = auth_store.latest_for_task(conn, task.id)

@@ -96,6 +96,12 @@
           // the full page keeps its own notices out of the refreshed copy
           fresh.querySelectorAll(".notice, .error").forEach(function (n) { n.remove(); });
         }
+        // collapsed sections (技术细节, 术语说明) stay as the operator left them
+        article.querySelectorAll("details[data-keep]").forEach(function (d) {
+          fresh.querySelectorAll("details[data-keep]").forEach(function (twin) {
+            if (twin.getAttribute("data-keep") === d.getAttribute("data-keep")) { twin.open = d.open; }
+          });
+        });
         article.replaceWith(fresh);
       }
     });

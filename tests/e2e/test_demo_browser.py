@@ -64,7 +64,7 @@ def test_admin_pages_after_the_demo(stack: Stack) -> None:
             for spec in specs:
                 expect(page.locator("body")).to_contain_text(spec.title)
             expect(page.locator("body")).to_contain_text("待付款")
-            expect(page.locator("body")).to_contain_text("待人工调和")
+            expect(page.locator("body")).to_contain_text("待人工核对")
             page.screenshot(path=str(ARTIFACTS / "task-table-after-demo.png"), full_page=True)
 
             page.goto(f"{stack.url}/tasks/{purchased.task_id}")

@@ -14,10 +14,11 @@ from pathlib import Path
 import jinja2
 from aiohttp import web
 
+from cmbuyer.server.domain import labels
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.web.admin import auth, devices, evidence, tasks
-from cmbuyer.server.web.admin.common import JINJA, beijing_time
+from cmbuyer.server.web.admin.common import JINJA, audit_value, beijing_time
 from cmbuyer.server.web.keys import CLOCK, DB
 
 _SERVER_DIR = Path(__file__).resolve().parents[2]
@@ -45,7 +46,23 @@ def make_environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["bjt"] = beijing_time
+    env.filters["audit_value"] = audit_value
     env.globals["state_label"] = lambda s: TASK_STATE_LABELS.get(TaskState(s), s) if s in TaskState.__members__ else s
+    # Chinese display labels (domain/labels.py); unknown codes fall back to the code itself.
+    env.globals.update(
+        step_label=lambda c: labels.label(labels.STEP_LABELS, c),
+        outcome_label=lambda c: labels.label(labels.OUTCOME_LABELS, c),
+        reason_code_label=lambda c: labels.label(labels.REASON_CODE_LABELS, c),
+        observation_label=lambda c: labels.label(labels.OBSERVATION_LABELS, c),
+        evidence_label=lambda c: labels.label(labels.EVIDENCE_KIND_LABELS, c),
+        device_state_label=lambda c: labels.label(labels.DEVICE_STATE_LABELS, c),
+        authorization_state_label=lambda c: labels.label(labels.AUTHORIZATION_STATE_LABELS, c),
+        attempt_state_label=lambda c: labels.label(labels.ATTEMPT_STATE_LABELS, c),
+        submission_state_label=lambda c: labels.label(labels.SUBMISSION_STATE_LABELS, c),
+        audit_action_label=lambda c: labels.label(labels.AUDIT_ACTION_LABELS, c),
+        reason_label=labels.reason_label,
+        glossary=labels.GLOSSARY,
+    )
     return env
 
 

@@ -38,6 +38,7 @@ JINJA = web.AppKey("cmbuyer_admin_jinja", jinja2.Environment)
 REQUEST_ID = web.RequestKey("cmbuyer_request_id", str)
 BEIJING = timezone(timedelta(hours=8), "UTC+8")
 _FORM_TYPE = re.compile(r"application/x-www-form-urlencoded(?:\s*;\s*charset=\"?utf-8\"?)?", re.I | re.ASCII)
+_UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z", re.ASCII)
 _JSON_TYPE = re.compile(r"application/json(?:\s*;\s*charset=\"?utf-8\"?)?", re.I | re.ASCII)
 
 
@@ -337,3 +338,12 @@ def beijing_time(value: str | None) -> str:
     except ValueError:
         return value
     return when.astimezone(BEIJING).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def audit_value(value: object) -> str:
+    """One audit-detail value for people: canonical UTC times in Beijing time, None as "-"."""
+    if value is None:
+        return "-"
+    if isinstance(value, str) and _UTC_TEXT.fullmatch(value):
+        return beijing_time(value)
+    return str(value)

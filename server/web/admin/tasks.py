@@ -55,13 +55,16 @@ START_BUTTON = "开始采购（只创建待付款订单）"
 _DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})", re.ASCII)
 _VERSION = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
 _QUANTITY = re.compile(r"[0-9]{1,6}", re.ASCII)
+# The HTML form is friendlier than the APIs: "30", "30.0" and "30.00" all mean ¥30.00 (ASCII digits,
+# at most two decimals, no sign/exponent/spaces/leading zeros). JSON and device APIs stay canonical.
+_FORM_MONEY = re.compile(r"(0|[1-9][0-9]{0,8})(?:\.([0-9]{1,2}))?", re.ASCII)
 NOTICES = {
     "created": "已创建草稿任务。",
     "started": "已开始采购：采购工具只会为每个任务创建一笔待付款订单，不会付款。",
     "reset": "任务已重置为草稿，旧授权已关闭。",
     "cancelled": "任务已取消。",
     "paid": "已标记为已付款。",
-    "reconciled": "已记录人工调和结果。",
+    "reconciled": "已记录人工核对结果。",
 }
 STATE_GROUPS = {"attention": ("RECONCILIATION_REQUIRED", "FAILED", "EXPIRED")}
 
@@ -233,6 +236,15 @@ def _form_task(body: Body) -> dict[str, Any]:
     return raw
 
 
+def form_money(field: str, raw: object) -> str:
+    """Normalize a money field typed into the HTML form to the canonical two-decimal text
+    (``30`` / ``30.0`` / ``30.00`` → ``"30.00"``); anything else raises ValidationFailed(field)."""
+    m = _FORM_MONEY.fullmatch(raw) if isinstance(raw, str) else None
+    if m is None:
+        raise ValidationFailed(field, "请输入金额数字，最多两位小数，例如 30 或 30.00")
+    return f"{m.group(1)}.{(m.group(2) or '').ljust(2, '0')}"
+
+
 FIELD_LABELS = {"create_key": "表单", "title": "标题", "product_url": "商品链接", "sku_color": "颜色",
                 "sku_size": "尺码", "quantity": "数量", "max_total_price": "最高总价"}
 
@@ -251,6 +263,8 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
             except SchemaError as exc:
                 field = exc.path.split("/")[0] or "body"
                 raise ValidationFailed(field, f"{FIELD_LABELS.get(field, field)} 无效") from None
+        else:
+            raw = {**raw, "max_total_price": form_money("max_total_price", raw["max_total_price"])}
         new = task_service.validate_new_task(raw, settings)
         at, who = now(request), actor(session)
         task, created = await request.app[DB].write(lambda c: task_service.create_task(c, new, who, at))

@@ -26,7 +26,7 @@ async def test_full_page_shows_everything(admin_client: AdminClient, make_task: 
     assert resp.status == 200
     html = await resp.text()
     assert html.startswith("<!doctype html>")
-    for expected in (task.title, task.goods_id, "待人工调和", "Pixel-7 采购机", "商品页已确认", "GATE_1",
+    for expected in (task.title, task.goods_id, "待人工核对", "Pixel-7 采购机", "商品页已确认", "GATE_1",
                      f'src="/evidence/{asset}"', sid, "UNKNOWN", "task.start_purchase", "CONSUMED",
                      f"/order-submissions/{sid}/reconcile", "已创建待付款订单", "确认未创建"):
         assert expected in html, expected

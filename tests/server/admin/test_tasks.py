@@ -173,7 +173,7 @@ async def test_create_json_rejects_unknown_duplicate_and_float(admin_client: Adm
 
 
 async def test_create_form_error_keeps_values_and_names_field(admin_client: AdminClient) -> None:
-    resp = await admin_client.post_form("/tasks", form(max_total_price="30", title="保留的标题"))
+    resp = await admin_client.post_form("/tasks", form(max_total_price="30.001", title="保留的标题"))
     assert resp.status == 400
     html = await resp.text()
     assert "最高总价" in html and 'value="保留的标题"' in html

@@ -1,0 +1,229 @@
+"""Chinese display labels for the codes the admin pages show (pure data, no I/O).
+
+The wire and database keep their English codes (spec 002, migrations); people read these labels, with
+the code next to them in small grey text so operators and developers can still search for it.
+``tests/server/admin/test_labels.py`` checks that every enum value of ``shared/schemas/common.json``
+and every state/close reason of the migrations and ``domain/states.py`` has a label here, so a new code
+cannot reach the page untranslated. Unknown values fall back to the raw code (never an error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# -- device step events (common.json "step") ------------------------------------------------------------
+STEP_LABELS: dict[str, str] = {
+    "OPEN_PRODUCT": "打开商品页",
+    "DISMISS_POPUP": "关闭弹窗",
+    "OPEN_SKU_PANEL": "打开规格面板",
+    "SELECT_SKU": "选择颜色和尺码",
+    "READ_UNIT_PRICE": "读取单价",
+    "GATE_1": "闸门一：核对规格和单价",
+    "SET_QUANTITY": "设置数量",
+    "GATE_2": "闸门二：核对数量和单价",
+    "GO_TO_CONFIRM": "进入确认订单页",
+    "READ_CONFIRM_PAGE": "读取确认订单页",
+    "GATE_3": "闸门三：核对确认页总价",
+    "FENCE": "取得提交围栏",
+    "SUBMIT_TAP": "点击“提交订单”",
+    "OBSERVE_RESULT": "观察提交结果",
+    "BACK_OUT": "退出下单（未提交）",
+    "LEASE": "租约续期",
+    "RECOVERY": "设备重启后恢复",
+}
+
+# common.json "outcome"
+OUTCOME_LABELS: dict[str, str] = {
+    "STARTED": "开始",
+    "OK": "完成",
+    "FAILED": "失败",
+}
+
+# common.json "reason_code" (meanings: docs/agent.md "Reason codes")
+REASON_CODE_LABELS: dict[str, str] = {
+    "WRONG_GOODS": "打开的不是目标商品",
+    "WRONG_PACKAGE": "拼多多不在前台",
+    "APP_VERSION_UNSUPPORTED": "拼多多版本不受支持",
+    "NO_SELECTOR_PACK": "没有适配此拼多多版本的识别包",
+    "SCREEN_UNRECOGNIZED": "无法识别当前画面",
+    "DUMP_EMPTY": "读取到的界面为空",
+    "DUMP_INVALID": "界面读取结果无效",
+    "DUMP_UNSTABLE": "界面一直在变化，读取不稳定",
+    "SKU_VALUE_MISSING": "商品没有所需的颜色或尺码",
+    "SKU_AMBIGUOUS": "颜色或尺码选项不明确",
+    "SKU_NOT_SELECTED": "颜色或尺码未能选中",
+    "UNIT_PRICE_UNREADABLE": "读不到单价",
+    "UNIT_PRICE_AMBIGUOUS": "单价不唯一",
+    "PRICE_CHANGED": "价格发生了变化",
+    "PRICE_OVER_CAP": "确认页总价超过上限",
+    "QUANTITY_MISMATCH": "数量不一致",
+    "QUANTITY_CAPPED_BY_STOCK": "库存不足，数量加不上去",
+    "OUT_OF_STOCK": "所选规格缺货",
+    "CONFIRM_AMOUNT_UNREADABLE": "读不到确认页金额",
+    "SUBMIT_CONTROL_COUNT": "确认页“提交订单”按钮不唯一",
+    "SKU_MISMATCH_ON_CONFIRM": "确认页规格与任务不一致",
+    "RISK_WALL": "遇到风控拦截",
+    "SECURITY_CHALLENGE": "出现安全验证",
+    "POPUP_UNHANDLED": "出现无法处理的弹窗",
+    "PAYMENT_CONTROL_BLOCKED": "已拦截可能触发付款的点击",
+    "ADB_ERROR": "手机连接（adb）出错",
+    "PHONE_TIMEOUT": "手机响应超时",
+    "LEASE_LOST": "租约丢失",
+    "LEASE_TOO_SHORT": "租约剩余时间不足",
+    "SERVER_UNREACHABLE": "连不上服务器",
+    "FENCE_REFUSED": "服务器拒绝了提交围栏",
+    "SHUTDOWN": "采购工具被停止",
+    "INTERNAL_ERROR": "采购工具内部错误",
+}
+
+# common.json "observation" (what the phone saw after tapping 提交订单)
+OBSERVATION_LABELS: dict[str, str] = {
+    "SUBMITTED": "已提交，出现待付款",
+    "EXTERNAL_PAYMENT_HANDOFF": "跳转到了付款",
+    "SECURITY_CHALLENGE": "出现安全验证",
+    "UNKNOWN": "结果不明",
+}
+
+# common.json "evidence_kind"
+EVIDENCE_KIND_LABELS: dict[str, str] = {
+    "SKU_PANEL_GATE_1": "闸门一：规格面板",
+    "QUANTITY_GATE_2": "闸门二：数量",
+    "CONFIRM_PAGE_GATE_3": "闸门三：确认订单页",
+    "POST_SUBMIT_OBSERVATION": "提交后的画面",
+    "FAILURE": "失败时的画面",
+}
+
+# common.json "device_state"
+DEVICE_STATE_LABELS: dict[str, str] = {
+    "READY": "空闲",
+    "BUSY": "采购中",
+    "NO_PACK": "缺少识别包",
+    "APP_MISSING": "未安装拼多多",
+    "ADB_OFFLINE": "手机未连接",
+    "PAUSED": "已暂停",
+    "NEEDS_PERSON": "需要人工处理",
+}
+
+# -- states (migrations 0001/0002, domain/states.py) ---------------------------------------------------
+AUTHORIZATION_STATE_LABELS: dict[str, str] = {
+    "ACTIVE": "有效，待领取",
+    "CLAIMED": "已被领取",
+    "FENCED": "已取得围栏",
+    "CONSUMED": "已用完",
+    "CLOSED": "已关闭",
+    "EXPIRED": "已过期",
+}
+
+ATTEMPT_STATE_LABELS: dict[str, str] = {
+    "OPEN": "进行中",
+    "CLOSED": "已结束",
+}
+
+SUBMISSION_STATE_LABELS: dict[str, str] = {
+    "FENCED": "已取得围栏，等待结果",
+    "SUBMITTED": "已提交",
+    "RECONCILIATION_REQUIRED": "待人工核对",
+    "CREATED": "已核对：已创建",
+    "NOT_CREATED": "已核对：未创建",
+}
+
+# attempts.close_reason (migration 0002 CHECK)
+ATTEMPT_CLOSE_REASON_LABELS: dict[str, str] = {
+    "REPORTED": "已上报提交结果",
+    "FAILED": "设备报告失败",
+    "RESET": "已重置为草稿",
+    "CANCELLED": "任务已取消",
+    "RECONCILED": "已人工核对",
+    "LEASE_EXPIRED_AFTER_FENCE": "提交后租约过期",
+}
+
+# tasks.state_reason and authorizations.close_reason written by the services (grep ``reason=``);
+# ``result:<observation>`` and ``device_fail:<reason_code>`` are composed in :func:`reason_label`.
+STATE_REASON_LABELS: dict[str, str] = {
+    "RESET": "已重置为草稿",
+    "CANCELLED": "已取消",
+    "PAID_BY_PERSON": "人工标记已付款",
+    "RECONCILED": "已人工核对",
+    "RECONCILED_CREATED": "人工核对：已创建待付款订单",
+    "RECONCILED_NOT_CREATED": "人工核对：确认未创建",
+    "LEASE_EXPIRED_NO_RESULT": "提交后租约过期，未收到结果",
+    "authorization_expired": "授权已过期，无设备领取",
+    "RESULT": "已上报提交结果",
+    "FAILED": "设备报告失败",
+}
+
+# audit_log.action values written by the services (grep ``action=``)
+AUDIT_ACTION_LABELS: dict[str, str] = {
+    "admin.add": "新增管理员",
+    "admin.login": "管理员登录",
+    "admin.login_failed": "登录失败",
+    "admin.logout": "管理员退出",
+    "admin.passwd": "修改密码",
+    "attempt.fail": "设备报告失败",
+    "attempt.lease_renew": "租约续期",
+    "authorization.expire": "授权过期",
+    "claim.resume": "设备恢复领取",
+    "device.add": "新增设备",
+    "device.heartbeat": "设备心跳",
+    "device.revoke": "撤销设备",
+    "events.append": "设备上报进展",
+    "evidence.upload": "上传截图",
+    "submission.fence": "取得提交围栏",
+    "submission.lease_expired": "提交后租约过期",
+    "submission.reconcile": "人工核对",
+    "submission.result": "上报提交结果",
+    "task.claim": "设备领取任务",
+    "task.create": "创建草稿",
+    "task.mark_paid": "标记已付款",
+    "task.ordering": "开始下单",
+    "task.start_purchase": "开始采购",
+    "task.reset_to_draft": "重置为草稿",
+    "task.cancel": "取消任务",
+}
+
+_PREFIXES: dict[str, tuple[str, Mapping[str, str]]] = {
+    "result": ("提交结果", OBSERVATION_LABELS),
+    "device_fail": ("设备失败", REASON_CODE_LABELS),
+}
+
+
+def label(table: Mapping[str, str], code: str | None) -> str:
+    """The label of ``code`` in ``table``; the raw code when unknown, "" for None/empty."""
+    if not code:
+        return ""
+    return table.get(code, code)
+
+
+def reason_label(code: str | None) -> str:
+    """Label of a task ``state_reason`` / authorization ``close_reason`` / attempt close reason.
+
+    Handles the composed forms ``result:<observation>`` and ``device_fail:<reason_code>`` and bare
+    device reason codes (a failed task's ``state_reason`` is the device's reason code)."""
+    if not code:
+        return ""
+    if code in STATE_REASON_LABELS:
+        return STATE_REASON_LABELS[code]
+    if code in ATTEMPT_CLOSE_REASON_LABELS:
+        return ATTEMPT_CLOSE_REASON_LABELS[code]
+    if code in REASON_CODE_LABELS:
+        return REASON_CODE_LABELS[code]
+    prefix, sep, rest = code.partition(":")
+    if sep and prefix in _PREFIXES:
+        title, table = _PREFIXES[prefix]
+        return f"{title}：{table.get(rest, rest)}"
+    return code
+
+
+# -- vocabulary: the product's terms, explained in plain Chinese (tooltips and the legend) --------------
+GLOSSARY: dict[str, str] = {
+    "围栏": "提交围栏：设备点击“提交订单”之前，必须先向服务器取得的一次性许可，每个任务最多一次。"
+            "有了围栏，订单可能已经提交，所以任务不能再重置、取消或重新开始，只能人工核对。",
+    "闸门": "设备下单途中的自动核对点。闸门一：在规格面板核对颜色、尺码和单价；闸门二：设好数量后核对数量、单价没变；"
+            "闸门三：在确认订单页核对总价不超过上限。任何一项不符，设备就退出，不会提交。",
+    "代次": "这个任务第几次被设备领取（每领取一次加一）。用来识别旧领取发来的过期请求。",
+    "锁定版本": "点击“开始采购”时锁定的任务版本：设备只按这个版本的商品、规格、数量和价格上限下单。",
+    "版本": "任务每变化一次版本号加一。页面上的操作会带上版本号，防止在过期页面上误操作。",
+    "租约": "设备领取任务后占用它的期限，设备会不断续期；过期后不会自动转给其他设备，需要人工处理。",
+    "人工核对": "设备无法确认订单是否已创建（例如出现安全验证或跳转付款）。请在那台手机的拼多多“待付款”订单中查看，"
+                "再记录“已创建”或“确认未创建”。",
+}
