@@ -17,7 +17,6 @@ import json
 import logging
 import re
 import time
-import unicodedata
 import urllib.error
 import urllib.request
 import uuid
@@ -51,6 +50,7 @@ from cmbuyer.agent.ports import KeyStore
 from cmbuyer.agent.screens.text import money_str
 from cmbuyer.schemas import SchemaError, validate
 from cmbuyer.schemas.strictjson import loads_strict
+from cmbuyer.schemas.summary import summary_problem
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 1024 * 1024
@@ -95,20 +95,11 @@ def _error_code(parsed: Any) -> str | None:
     return None
 
 
-# What the server refuses in a summary (spec 002: no XML, phone numbers, tokens, page text): markup,
-# the words hierarchy/xmlns, 7+ digits in a row, long hex/base64-like runs, secret-ish words. A
-# summary that trips any of these is replaced by a fixed phrase, so a refusal of the *wording* can
-# never lose a fail or an event (the reason code carries the meaning).
-_RISKY_SUMMARY = re.compile(
-    r"[<>&]|\bhierarchy\b|\bxmlns\b|\d(?:[ \-]?\d){6,}|[A-Za-z0-9+/_=\-]{16,}"
-    r"|\b(?:bearer|token|password|passwd|secret)\b", re.IGNORECASE)
-
-
 def wire_summary(text: str, fallback: str) -> str:
     """``text`` if it is a plainly safe short summary, else ``fallback`` (a fixed phrase)."""
-    norm = unicodedata.normalize("NFKC", text or "")
-    if (not norm or len(norm) > 200 or any(unicodedata.category(c) in ("Cc", "Cs") for c in norm)
-            or _RISKY_SUMMARY.search(norm)):
+    # The server's own rule (cmbuyer.schemas.summary): a refused *wording* must never lose a fail or an
+    # event, so anything it would refuse is replaced by the fixed phrase (the reason code carries the meaning).
+    if not text or summary_problem(text) is not None:
         return fallback
     return text
 
