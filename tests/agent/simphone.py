@@ -2,8 +2,8 @@
 simulator's app model (cmbuyer.phonesim.app/screens/hierarchy) — so the REAL PhoneAdapter code
 (parsing, stable reads, denylist, tap planning, submit path) runs against the simulator's screens.
 
-Why not the simulator's adb server: it was not available when these tests were written; the
-socket-level path (real uiautomator2/adbutils) belongs to the integration tests listed as not done.
+It is the fast "model" transport; the same screen-content cases also run through the simulator's
+adb server with the real uiautomator2/adbutils (tests/agent/test_real_server.py, transport "adb").
 Every tap is recorded with the simulator's node role so tests can assert "exactly one submit tap,
 zero taps on payment controls".
 """

@@ -3,9 +3,12 @@ real aiohttp app + SQLite, served on a loopback port) — HttpDeviceApi makes re
 
 Phones:
 - the REAL uiautomator2 3.7.1 + adbutils 2.12.0 against the phone simulator's adb server
-  (``running_sim``) for the happy path and the adb-drop cases (they need the real transport);
-- the simulator's app model behind the real PhoneAdapter (tests/agent/simphone.py) for the
-  screen-content cases, with the phone pacing sleeps removed so each case takes about a second.
+  (``running_sim``) for the happy path, the adb-drop cases and two submit controls;
+- the screen-content cases run on BOTH transports (``transport`` = "model" | "adb", see ``Rig``):
+  the simulator's app model behind the real PhoneAdapter (tests/agent/simphone.py, SimPhone hooks)
+  and the real uiautomator2/adbutils against the simulator, with the simulator's scenario data and
+  fault injection (``phone.inject``) and its journal for the submit/payment tap counts. The agent's
+  phone pacing sleeps are removed in both so each case takes a few seconds.
 
 Each case asserts the phone side (submit/payment taps) AND the committed server state, read on a
 separate SQLite connection.
@@ -17,7 +20,8 @@ import copy
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,10 @@ from cmbuyer.agent.model import (
 )
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.runner import Runner, RunnerConfig
+from cmbuyer.phonesim import hierarchy
+from cmbuyer.phonesim.journal import payment_taps
+from cmbuyer.phonesim.screens import windows
+from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
 from .realserver import RealServer
@@ -44,6 +52,7 @@ from .simphone import SimPhone
 from .test_flow_sim import _default
 
 GATE_KINDS = ["SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3"]
+GOODS_ID = "937122477375"  # the default scenario's first goods (the task default)
 
 
 @pytest.fixture
@@ -251,7 +260,75 @@ def test_adb_dropped_before_the_tap_no_tap_unknown(tmp_path: Path, srv: RealServ
     assert detail["submission"]["observation"] == "UNKNOWN"
 
 
-# --- screen-content cases: app model behind the real adapter, real server ------------------------
+# --- screen-content cases: each runs on two transports, always against the real server ---------
+# "model": the simulator's app model behind the real PhoneAdapter (tests/agent/simphone.py), fast.
+# "adb":   the REAL uiautomator2 + adbutils against the simulator's adb server (running_sim); the
+#          scenario data and the simulator's fault injection (phone.inject) replace SimPhone hooks,
+#          and the taps are read from the simulator's journal.
+TRANSPORTS = ["model", "adb"]
+
+
+class Rig:
+    """One phone for a screen-content case, on either transport."""
+
+    def __init__(self, phone: PhoneAdapter, model: SimPhone | None = None, sim: PhoneSim | None = None) -> None:
+        self.phone = phone
+        self.model = model
+        self.sim = sim
+
+    @property
+    def adb(self) -> bool:
+        return self.sim is not None
+
+    def fault(self, adb_spec: dict[str, Any], model_setup: Callable[[SimPhone], None]) -> None:
+        """Arm the same fault on either transport: ``phone.inject`` on the simulator, a hook on SimPhone."""
+        if self.sim is not None:
+            self.sim.phone("sim-1").inject(adb_spec)
+        else:
+            assert self.model is not None
+            model_setup(self.model)
+
+    def fired(self) -> list[str]:
+        """Faults the simulator reports as fired (adb transport; the model has no fault book)."""
+        assert self.sim is not None
+        return [e["fault"] for e in self.sim.journal("sim-1").entries("fault")]
+
+    def submit_taps(self) -> int:
+        if self.sim is not None:
+            return len([t for t in self.sim.journal("sim-1").taps("submit") if t.get("applied", True)])
+        assert self.model is not None
+        return self.model.roles().count("submit")
+
+    def payment_taps(self) -> int:
+        if self.sim is not None:
+            return len(payment_taps(self.sim.journal("sim-1").entries()))
+        assert self.model is not None
+        return self.model.roles().count("payment")
+
+    def taps(self) -> int:
+        if self.sim is not None:
+            return len(self.sim.journal("sim-1").taps())
+        assert self.model is not None
+        return len(self.model.taps)
+
+    def orders(self) -> int:
+        if self.sim is not None:
+            return len(self.sim.phone("sim-1").orders)
+        assert self.model is not None
+        return len(self.model.app.orders)
+
+
+@contextmanager
+def rig(transport: str, scenario: dict[str, Any] | None = None) -> Iterator[Rig]:
+    if transport == "model":
+        model = SimPhone(scenario)
+        yield Rig(sim_phone(model), model=model)
+        return
+    assert transport == "adb"
+    with adbutils_leaks_ignored(), running_sim(scenario) as sim:
+        yield Rig(PhoneAdapter.connect("sim-1"), sim=sim)
+
+
 def _scenario(**changes: Any) -> dict[str, Any]:
     data = copy.deepcopy(_default())
     data.update(changes)
@@ -266,40 +343,63 @@ def _two_matching_options() -> dict[str, Any]:
     return data
 
 
-def _run_sim_case(tmp_path: Path, srv: RealServer, sim: SimPhone, api_cls: type[HttpDeviceApi] = HttpDeviceApi,
-                  **task: Any) -> tuple[Agent, Any, dict[str, Any]]:
+def _run_case(tmp_path: Path, srv: RealServer, phone: Rig, api_cls: type[HttpDeviceApi] = HttpDeviceApi,
+              **task: Any) -> tuple[Agent, Any, dict[str, Any]]:
     creds = srv.add_device()
     ref = srv.add_task(**task)
-    agent = Agent(tmp_path, srv, creds, sim_phone(sim), api_cls=api_cls)
+    agent = Agent(tmp_path, srv, creds, phone.phone, api_cls=api_cls)
     assert agent.run_once() == 0
     return agent, ref, srv.detail(ref.id)
 
 
-def _assert_failed_before_fence(detail: dict[str, Any], sim: SimPhone, reason: str) -> None:
+def _assert_failed_before_fence(detail: dict[str, Any], phone: Rig, reason: str) -> None:
     assert detail["task"]["state"] == "FAILED", detail["task"]
     assert detail["task"]["state_reason"] == reason
     assert detail["submission"] is None
-    assert "submit" not in sim.roles() and "payment" not in sim.roles()
+    assert phone.submit_taps() == 0 and phone.payment_taps() == 0 and phone.orders() == 0
     assert "FAILURE" in kinds(detail)
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("task,reason", [
     ({"color": "紫色"}, "SKU_VALUE_MISSING"),
     ({"max_total_price": "20.00"}, "PRICE_OVER_CAP"),
     ({"quantity": 6}, "QUANTITY_CAPPED_BY_STOCK"),
     ({"goods_id": "999999999999"}, "SCREEN_UNRECOGNIZED"),
 ])
-def test_stops_before_the_fence_real_server(tmp_path: Path, srv: RealServer, fast_phone: None,
+def test_stops_before_the_fence_real_server(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str,
                                             task: dict[str, Any], reason: str) -> None:
-    sim = SimPhone()
-    _, _, detail = _run_sim_case(tmp_path, srv, sim, **task)
-    _assert_failed_before_fence(detail, sim, reason)
+    with rig(transport) as phone:
+        _, _, detail = _run_case(tmp_path, srv, phone, **task)
+        _assert_failed_before_fence(detail, phone, reason)
 
 
-def test_two_options_matching_is_ambiguous(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
-    sim = SimPhone(_two_matching_options())
-    _, _, detail = _run_sim_case(tmp_path, srv, sim)
-    _assert_failed_before_fence(detail, sim, "SKU_AMBIGUOUS")
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_stock_drops_while_the_sku_panel_is_open(tmp_path: Path, srv: RealServer, fast_phone: None,
+                                                 transport: str) -> None:
+    """The stock of the chosen SKU falls to 1 once the SKU panel is open (phonesim ``stock_out``):
+    the task's quantity 2 can no longer be set, so the agent stops before the fence."""
+    def low_stock(sim: SimPhone) -> None:
+        def drop(role: str) -> None:
+            if sim.app.screen == "sku":
+                for sku in sim.app.goods.skus.values():  # type: ignore[union-attr]
+                    sku.stock = 1
+        sim.after_tap = drop
+    with rig(transport) as phone:
+        phone.fault({"kind": "stock_out", "goods_id": GOODS_ID, "stock": 1, "when": {"on_screen": "sku"}},
+                    low_stock)
+        _, _, detail = _run_case(tmp_path, srv, phone)
+        _assert_failed_before_fence(detail, phone, "QUANTITY_CAPPED_BY_STOCK")
+        if phone.adb:
+            assert phone.fired() == ["stock_out"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_two_options_matching_is_ambiguous(tmp_path: Path, srv: RealServer, fast_phone: None,
+                                           transport: str) -> None:
+    with rig(transport, _two_matching_options()) as phone:
+        _, _, detail = _run_case(tmp_path, srv, phone)
+        _assert_failed_before_fence(detail, phone, "SKU_AMBIGUOUS")
 
 
 def test_two_submit_controls(tmp_path: Path, srv: RealServer) -> None:
@@ -322,91 +422,146 @@ def test_two_submit_controls(tmp_path: Path, srv: RealServer) -> None:
     assert "FAILURE" in kinds(detail)
 
 
-def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
-    sim = SimPhone()
-
-    def wall(role: str) -> None:
-        if sim.app.screen == "confirm" and not sim.app.popups:
-            sim.app.popups.append({"kind": "risk_wall", "text": None})
-    sim.after_tap = wall
-    _, _, detail = _run_sim_case(tmp_path, srv, sim)
-    assert detail["task"]["state_reason"] in ("RISK_WALL", "SECURITY_CHALLENGE")
-    _assert_failed_before_fence(detail, sim, detail["task"]["state_reason"])
-
-
-def test_price_change_between_gates(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
-    sim = SimPhone()
-
-    def bump(role: str) -> None:
-        if role == "qty_inc":
-            for sku in sim.app.goods.skus.values():
-                sku.price = Decimal("13.50")
-    sim.after_tap = bump
-    _, _, detail = _run_sim_case(tmp_path, srv, sim)
-    _assert_failed_before_fence(detail, sim, "PRICE_CHANGED")
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_phone: None,
+                                          transport: str) -> None:
+    def wall(sim: SimPhone) -> None:
+        def show(role: str) -> None:
+            if sim.app.screen == "confirm" and not sim.app.popups:
+                sim.app.popups.append({"kind": "risk_wall", "text": None})
+        sim.after_tap = show
+    with rig(transport) as phone:
+        phone.fault({"kind": "popup", "popup": "risk_wall", "when": {"on_screen": "confirm"}}, wall)
+        _, _, detail = _run_case(tmp_path, srv, phone)
+        assert detail["task"]["state_reason"] in ("RISK_WALL", "SECURITY_CHALLENGE")
+        _assert_failed_before_fence(detail, phone, detail["task"]["state_reason"])
+        if phone.adb:
+            assert phone.fired() == ["popup"]
 
 
-@pytest.mark.parametrize("hook,reason", [
-    (lambda xml, n: '<?xml version="1.0"?><hierarchy rotation="0" />', "DUMP_EMPTY"),
-    (lambda xml, n: xml[: len(xml) // 2], "DUMP_INVALID"),
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_price_change_between_gates(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str) -> None:
+    """The unit price moves from 12.88 to 13.50 after gate 1 read it (model: after the quantity tap;
+    simulator: ``price_change`` fault once the confirm page is up, before gate 3)."""
+    def bump(sim: SimPhone) -> None:
+        def after(role: str) -> None:
+            if role == "qty_inc":
+                for sku in sim.app.goods.skus.values():  # type: ignore[union-attr]
+                    sku.price = Decimal("13.50")
+        sim.after_tap = after
+    with rig(transport) as phone:
+        phone.fault({"kind": "price_change", "goods_id": GOODS_ID, "price": "13.50",
+                     "when": {"on_screen": "confirm"}}, bump)
+        _, _, detail = _run_case(tmp_path, srv, phone)
+        _assert_failed_before_fence(detail, phone, "PRICE_CHANGED")
+        if phone.adb:
+            assert phone.fired() == ["price_change"]
+
+
+def _dump_hook(kind: str) -> Callable[[SimPhone], None]:
+    """SimPhone's stand-in for the simulator's dump faults (same XML the simulator produces)."""
+    def setup(sim: SimPhone) -> None:
+        def hook(xml: str, n: int) -> str:
+            if kind == "empty_dump":
+                return hierarchy.EMPTY_DUMP
+            if kind == "malformed_dump":
+                return hierarchy.malform(xml)
+            pkg = sim.cfg.app.package
+            return hierarchy.render_xml([hierarchy.cut_depth(w, 3) if w.package == pkg else w
+                                         for w in windows(sim.app)])
+        sim.dump_hook = hook
+    return setup
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("kind,reason", [
+    ("empty_dump", "DUMP_EMPTY"),
+    ("malformed_dump", "DUMP_INVALID"),
+    ("partial_dump", "SCREEN_UNRECOGNIZED"),
 ])
-def test_bad_dumps_real_server(tmp_path: Path, srv: RealServer, fast_phone: None, hook: Any, reason: str) -> None:
-    sim = SimPhone()
-    sim.dump_hook = hook
-    agent, _, detail = _run_sim_case(tmp_path, srv, sim)
-    assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == reason, agent.lines
-    assert "submit" not in sim.roles()
+def test_bad_dumps_real_server(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str, kind: str,
+                               reason: str) -> None:
+    """Every dump comes back empty / truncated mid-element / cut below depth 3 (``times: null``)."""
+    with rig(transport) as phone:
+        phone.fault({"kind": kind, "times": None}, _dump_hook(kind))
+        agent, _, detail = _run_case(tmp_path, srv, phone)
+        assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == reason, (
+            detail["task"], agent.lines)
+        _assert_failed_before_fence(detail, phone, reason)
+        if phone.adb:
+            assert set(phone.fired()) == {kind}
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("outcome,observation", [
     ("PAYMENT_HANDOFF", "EXTERNAL_PAYMENT_HANDOFF"),
     ("SECURITY_CHALLENGE", "SECURITY_CHALLENGE"),
 ])
 def test_after_submit_outcomes_go_to_reconciliation(tmp_path: Path, srv: RealServer, fast_phone: None,
-                                                    outcome: str, observation: str) -> None:
-    sim = SimPhone(_scenario(outcome=outcome))
-    _, _, detail = _run_sim_case(tmp_path, srv, sim)
-    assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
-    assert detail["submission"]["observation"] == observation
-    assert sim.roles().count("submit") == 1 and "payment" not in sim.roles()
+                                                    transport: str, outcome: str, observation: str) -> None:
+    with rig(transport, _scenario(outcome=outcome)) as phone:
+        _, _, detail = _run_case(tmp_path, srv, phone)
+        assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
+        assert detail["submission"]["observation"] == observation
+        assert phone.submit_taps() == 1 and phone.payment_taps() == 0
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_lease_lost_mid_flow_stops_before_the_fence_and_holds(tmp_path: Path, srv: RealServer,
-                                                              fast_phone: None) -> None:
-    sim = SimPhone()
-
+                                                              fast_phone: None, transport: str) -> None:
     class LeaseRunsOut(HttpDeviceApi):
         def append_events(self, claim: Any, events: list[TaskEvent]) -> None:
             if any((e.step, e.outcome) == ("GATE_2", "STARTED") for e in events):
                 srv.clock.advance(srv.settings.claim_lease_ttl + 1)  # type: ignore[union-attr]
             super().append_events(claim, events)
-    agent, _ref, detail = _run_sim_case(tmp_path, srv, sim, api_cls=LeaseRunsOut)
-    assert detail["submission"] is None and "submit" not in sim.roles()
-    assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == "LEASE_LOST"
-    assert agent.journal.hold()
-    # Held: the next task is not claimed until a person clears the hold.
-    other = srv.add_task()
-    agent.runner.cfg.once = False
-    t = threading.Thread(target=agent.runner.run, daemon=True)
-    t.start()
-    threading.Event().wait(0.5)
-    agent.runner.stop.set()
-    t.join(10)
-    assert srv.state(other.id) == "PENDING"
-    assert srv.device_row(agent.api._creds.device_id)["reported_state"] == "NEEDS_PERSON"
+    with rig(transport) as phone:
+        agent, _ref, detail = _run_case(tmp_path, srv, phone, api_cls=LeaseRunsOut)
+        assert detail["submission"] is None and phone.submit_taps() == 0 and phone.payment_taps() == 0
+        assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == "LEASE_LOST"
+        assert agent.journal.hold()
+        # Held: the next task is not claimed until a person clears the hold.
+        other = srv.add_task()
+        agent.runner.cfg.once = False
+        t = threading.Thread(target=agent.runner.run, daemon=True)
+        t.start()
+        threading.Event().wait(0.5)
+        agent.runner.stop.set()
+        t.join(10)
+        assert srv.state(other.id) == "PENDING"
+        assert srv.device_row(agent.api._creds.device_id)["reported_state"] == "NEEDS_PERSON"
+        assert phone.submit_taps() == 0 and phone.payment_taps() == 0
 
 
-def test_app_version_without_a_pack_refuses_to_claim(tmp_path: Path) -> None:
-    with RealServer(tmp_path, env={"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.18.0"}) as srv:
-        sim = SimPhone(_scenario(app={"package": "com.xunmeng.pinduoduo", "version_name": "8.18.0",
-                                      "version_code": 81800}))
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_app_version_without_a_pack_refuses_to_claim(tmp_path: Path, transport: str) -> None:
+    scenario = _scenario(app={"package": "com.xunmeng.pinduoduo", "version_name": "8.18.0",
+                              "version_code": 81800})
+    with RealServer(tmp_path, env={"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.18.0"}) as srv, \
+            rig(transport, scenario) as phone:
         creds = srv.add_device()
         task = srv.add_task()
-        agent = Agent(tmp_path, srv, creds, sim_phone(sim))
+        agent = Agent(tmp_path, srv, creds, phone.phone)
         assert agent.run_once() == 3
         row = srv.device_row(creds.device_id)
         assert row["reported_state"] == "NO_PACK" and row["pdd_version"] == "8.18.0"
-        assert srv.state(task.id) == "PENDING" and sim.taps == []
+        assert srv.state(task.id) == "PENDING" and phone.taps() == 0
+
+
+def test_app_updated_under_the_agent_refuses_to_claim(tmp_path: Path) -> None:
+    """The installed app changes to 8.18.0 after connect (phonesim ``version_change``), seen by the
+    agent's ``dumpsys package`` through the real adbutils: no pack for it → no claim, no tap."""
+    with RealServer(tmp_path, env={"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.18.0"}) as srv, \
+            rig("adb") as phone:
+        assert phone.sim is not None
+        phone.sim.phone("sim-1").inject("version_change", version_name="8.18.0", version_code=81800)
+        creds = srv.add_device()
+        task = srv.add_task()
+        agent = Agent(tmp_path, srv, creds, phone.phone)
+        assert agent.run_once() == 3
+        assert phone.fired() == ["version_change"]
+        row = srv.device_row(creds.device_id)
+        assert row["reported_state"] == "NO_PACK" and row["pdd_version_code"] == 81800
+        assert srv.state(task.id) == "PENDING" and phone.taps() == 0
 
 
 def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: RealServer,
@@ -419,7 +574,7 @@ def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: Re
                 srv.stop()
                 threading.Timer(0.8, srv.start).start()
             super().append_events(claim, events)
-    _, _, detail = _run_sim_case(tmp_path, srv, sim, api_cls=Outage)
+    _, _, detail = _run_case(tmp_path, srv, Rig(sim_phone(sim), model=sim), api_cls=Outage)
     assert detail["task"]["state"] == "WAITING_PAYMENT"
     assert sim.roles().count("submit") == 1
     got = steps(detail)
