@@ -22,6 +22,7 @@ for name, folder in ROOTS.items():
     packages.append(name)
     # namespace discovery also lists data-only folders (templates/, static/, packs/ …) as packages, so
     # their files ship as package data without setuptools' "absent from packages" warnings
-    packages.extend(f"{name}.{sub}" for sub in find_namespace_packages(folder, exclude=["__pycache__", "*.__pycache__"]))
+    subs = find_namespace_packages(folder, exclude=["__pycache__", "*.__pycache__"])
+    packages.extend(f"{name}.{sub}" for sub in subs)
 
 setup(packages=packages, package_dir=package_dir)

@@ -66,7 +66,7 @@ async def authenticate(request: web.Request) -> web.Response | None:
         return device_store.authenticate(conn, device_id, token_hash)
 
     try:
-        ok = await request.app[DB].read(lookup)
+        ok = await request.app[DB].read_inline(lookup)  # one indexed lookup: no thread hop
     except StorageError:
         return unavailable()
     if not ok:
