@@ -262,10 +262,6 @@ async def test_device_bearer_never_works_on_admin_routes(server_client: Any, mak
 
 async def test_admin_cookie_never_works_on_device_routes(admin_client: Any) -> None:
     client = admin_client.client
-    paths = {r.resource.canonical for r in client.app.router.routes() if r.resource is not None}
-    device_paths = [p for p in ("/api/v1/tasks/claim-next", "/api/v1/devices/heartbeat") if p in paths]
-    if not device_paths:
-        pytest.skip("device API routes are not registered in this build")
-    for path in device_paths:
+    for path in ("/api/v1/tasks/claim-next", "/api/v1/devices/heartbeat"):
         resp = await client.post(path, json={}, headers={"X-CSRF-Token": admin_client.csrf})
         assert resp.status == 401
