@@ -23,6 +23,7 @@ from aiohttp import hdrs, web
 
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.errors import DomainError
+from cmbuyer.server.services.device_tx import DeviceNotActive
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response, unauthorized, unavailable
 from cmbuyer.server.web.keys import DB
@@ -93,7 +94,8 @@ async def expect_handler(request: web.Request) -> web.Response | None:
 
 def device_route(handler: DeviceHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """Wrap ``handler(request, device_id)`` so it only runs for an authenticated device, and map its
-    errors: DeviceHTTPError / DomainError → ``{"error": code}`` with their status, StorageError → 503."""
+    errors: DeviceNotActive → the empty 401, DeviceHTTPError / DomainError → ``{"error": code}`` with
+    their status, StorageError → 503."""
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         failure = await authenticate(request)
@@ -103,6 +105,10 @@ def device_route(handler: DeviceHandler) -> Callable[[web.Request], Awaitable[we
             return failure
         try:
             return await handler(request, request[DEVICE_ID_KEY])
+        except DeviceNotActive:
+            # revoked between authentication and the transaction's first statement: the same
+            # empty 401 as any other authentication failure (spec 002 身份)
+            return unauthorized()
         except DeviceHTTPError as exc:
             return error_response(exc.status, exc.code)
         except DomainError as exc:

@@ -29,7 +29,6 @@ from cmbuyer.server.services import evidence_upload, recovery
 from cmbuyer.server.services import fail_attempt as fail_service
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services import submission_result as result_service
-from cmbuyer.server.services.device_tx import DeviceNotActive
 from cmbuyer.server.services.fence import FenceRefused
 from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.web import multipart
@@ -39,7 +38,6 @@ from cmbuyer.server.web.device_errors import (
     error_response,
     json_body_response,
     json_response,
-    unauthorized,
 )
 from cmbuyer.server.web.jsonbody import read_json
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
@@ -83,10 +81,7 @@ async def events(request: web.Request, device_id: str) -> web.StreamResponse:
     def job(conn: sqlite3.Connection) -> Stored:
         return event_service.append_events(conn, device_id=device_id, task_id=task_id, body=body, now=clock.now())
 
-    try:
-        return _stored(await _write(request, job))
-    except DeviceNotActive:
-        return unauthorized()
+    return _stored(await _write(request, job))
 
 
 def _upload_from(task_id: str, fields: dict[str, str], data: bytes, width: int, height: int) -> evidence_upload.Upload:
@@ -141,10 +136,7 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     def job(conn: sqlite3.Connection) -> Stored:
         return evidence_upload.record_upload(conn, device_id=device_id, upload=upload, now=clock.now())
 
-    try:
-        return _stored(await _write(request, job))
-    except DeviceNotActive:
-        return unauthorized()
+    return _stored(await _write(request, job))
 
 
 def _sha256(data: bytes) -> str:
@@ -160,10 +152,7 @@ async def fail(request: web.Request, device_id: str) -> web.StreamResponse:
     def job(conn: sqlite3.Connection) -> Stored:
         return fail_service.fail_attempt(conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now())
 
-    try:
-        return _stored(await _write(request, job))
-    except DeviceNotActive:
-        return unauthorized()
+    return _stored(await _write(request, job))
 
 
 async def fence(request: web.Request, device_id: str) -> web.StreamResponse:
@@ -178,8 +167,6 @@ async def fence(request: web.Request, device_id: str) -> web.StreamResponse:
 
     try:
         answer = await _write(request, job)
-    except DeviceNotActive:
-        return unauthorized()
     except FenceRefused as exc:
         return json_response(409, {"error": exc.code, "detail": exc.detail})
     if answer.permit:
@@ -199,10 +186,7 @@ async def result(request: web.Request, device_id: str) -> web.StreamResponse:
         return result_service.report_result(conn, device_id=device_id, submission_id=submission_id, body=body,
                                             now=clock.now())
 
-    try:
-        return _stored(await _write(request, job))
-    except DeviceNotActive:
-        return unauthorized()
+    return _stored(await _write(request, job))
 
 
 async def run_sweep(app: web.Application) -> recovery.SweepReport:

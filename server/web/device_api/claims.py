@@ -27,9 +27,8 @@ from cmbuyer.server.services import heartbeat as heartbeat_service
 from cmbuyer.server.services import renew_lease as renew_service
 from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
-from cmbuyer.server.services.device_tx import DeviceNotActive
 from cmbuyer.server.web.device_auth import add_device_route
-from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response, unauthorized
+from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response
 from cmbuyer.server.web.jsonbody import read_json
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
@@ -62,10 +61,7 @@ async def heartbeat(request: web.Request, device_id: str) -> web.StreamResponse:
         return heartbeat_service.record_heartbeat(conn, device_id=device_id, body=body, now=clock.now(),
                                                   policy=policy)
 
-    try:
-        result = await request.app[DB].write(job)
-    except DeviceNotActive:
-        return unauthorized()
+    result = await request.app[DB].write(job)
     return json_response(200, result)
 
 
@@ -78,10 +74,7 @@ async def claim_next(request: web.Request, device_id: str) -> web.StreamResponse
         return claim_service.claim_next(conn, device_id=device_id, session_id=body["session_id"],
                                         claim_request_id=body["claim_request_id"], now=clock.now(), policy=policy)
 
-    try:
-        stored = await request.app[DB].write(job)
-    except DeviceNotActive:
-        return unauthorized()
+    stored = await request.app[DB].write(job)
     return json_body_response(stored.status, stored.body)
 
 
@@ -97,10 +90,7 @@ async def renew(request: web.Request, device_id: str) -> web.StreamResponse:
         return renew_service.renew_lease(conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(),
                                          policy=policy)
 
-    try:
-        stored = await request.app[DB].write(job)
-    except DeviceNotActive:
-        return unauthorized()
+    stored = await request.app[DB].write(job)
     return json_body_response(stored.status, stored.body)
 
 
