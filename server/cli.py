@@ -25,6 +25,7 @@ from cmbuyer.server.clock import SystemClock, to_wire
 from cmbuyer.server.config import ENV_FILE_NAME, Settings, SettingsError, load_settings
 from cmbuyer.server.db import StorageError, connect_sync, run_in_transaction
 from cmbuyer.server.domain.errors import DomainError
+from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.services import admins as admin_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import tasks as task_service
@@ -332,6 +333,7 @@ def cmd_device(args: argparse.Namespace) -> int:
             if args.json:
                 _print_json({"devices": rows})
             else:
+                print("device id\tname\tstate\tlast heartbeat (UTC)")
                 for r in rows:
                     print(f"{r['device_id']}\t{r['name']}\t{r['state']}\t{r['last_heartbeat_at'] or '-'}")
     finally:
@@ -368,6 +370,19 @@ def cmd_task(args: argparse.Namespace) -> int:
                 _print_json(body)
             else:
                 print(f"{body['authorized_count']} task(s) started; payment is never automated")
+        elif args.task_cmd == "list":
+            from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
+            from cmbuyer.server.store import tasks as task_store
+            states = [args.state] if args.state else None
+            rows = task_store.page(conn, states=states, limit=args.limit)
+            if args.json:
+                _print_json({"tasks": [{"task_id": t.id, "state": t.state, "version": t.version, "title": t.title,
+                                        "goods_id": t.goods_id, "created_at": t.created_at} for t in rows]})
+            else:
+                print("task id\tstate\tversion\tgoods id\ttitle")
+                for t in rows:
+                    label = TASK_STATE_LABELS[TaskState(t.state)]
+                    print(f"{t.id}\t{t.state} ({label})\tv{t.version}\t{t.goods_id}\t{t.title}")
         else:
             from cmbuyer.server.services import task_view
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
@@ -418,16 +433,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("task", parents=[common], help="create, start and show tasks (scripting, tests)")
     tsub = p.add_subparsers(dest="task_cmd", required=True)
     q = tsub.add_parser("add", parents=[common])
-    q.add_argument("--title", required=True)
-    q.add_argument("--url", required=True)
-    q.add_argument("--color", required=True)
-    q.add_argument("--size", required=True)
-    q.add_argument("--quantity", type=int, required=True)
-    q.add_argument("--max-total-price", required=True)
-    q.add_argument("--create-key", default=None)
+    q.add_argument("--title", required=True, help="what the purchaser calls it (1–200 characters)")
+    q.add_argument("--url", required=True, help="Pinduoduo goods URL with exactly one numeric goods_id")
+    q.add_argument("--color", required=True, help="the exact colour option text (compared after NFKC)")
+    q.add_argument("--size", required=True, help="the exact size option text (compared after NFKC)")
+    q.add_argument("--quantity", type=int, required=True, help="positive integer ≤ CMBUYER_MAX_QUANTITY")
+    q.add_argument("--max-total-price", required=True, help="largest allowed order total, e.g. 30.00 (CNY)")
+    q.add_argument("--create-key", default=None, help="idempotency key (UUIDv4); default: a new one")
     q = tsub.add_parser("start", parents=[common])
     q.add_argument("task_ids", nargs="+")
     q.add_argument("--start-key", default=None)
+    q = tsub.add_parser("list", parents=[common], help="newest tasks first")
+    q.add_argument("--state", default=None, choices=[s.value for s in TaskState])
+    q.add_argument("--limit", type=int, default=50)
     q = tsub.add_parser("show", parents=[common])
     q.add_argument("task_id")
     return parser

@@ -156,3 +156,14 @@ def test_backup_with_vacuum_into(ddir: Path, tmp_path: Path) -> None:
     assert conn.execute("SELECT count(*) FROM devices").fetchone()[0] == 1
     conn.close()
     assert cli(ddir, "backup", "--to", str(tmp_path / "b.sqlite3")).returncode == 2
+
+
+def test_task_list_filters_by_state(ddir: Path) -> None:
+    ids = []
+    for _ in range(2):
+        ids.append(cli_json(ddir, "task", "add", "--title", "t", "--url", URL, "--color", "a", "--size", "b",
+                            "--quantity", "1", "--max-total-price", "9.00")["task_id"])
+    cli_json(ddir, "task", "start", ids[0])
+    assert [t["task_id"] for t in cli_json(ddir, "task", "list", "--state", "PENDING")["tasks"]] == [ids[0]]
+    assert {t["task_id"] for t in cli_json(ddir, "task", "list")["tasks"]} == set(ids)
+    assert "草稿" in cli(ddir, "task", "list").stdout
