@@ -277,21 +277,27 @@ def unauthenticated(request: web.Request) -> web.StreamResponse:
     return refuse(request, AdminHTTPError(401, "unauthenticated", "请先登录"))
 
 
+async def _guarded(request: web.Request,
+                   run: Callable[[AdminSession], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Require a session (401 otherwise), run ``run(session)`` and map its errors to 4xx/503 — never 500."""
+    session: AdminSession | None = None
+    try:
+        session = await current_session(request)
+        if session is None:
+            return unauthenticated(request)
+        return await run(session)
+    except AdminHTTPError as exc:
+        return refuse(request, exc, session)
+    except DomainError as exc:
+        return refuse(request, domain_refusal(exc), session)
+    except StorageError:
+        return refuse(request, STORAGE_REFUSAL, session)
+
+
 def page(handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """Wrap a safe (GET) admin handler: requires a session; maps errors to 4xx/503, never 500."""
     async def wrapper(request: web.Request) -> web.StreamResponse:
-        session: AdminSession | None = None
-        try:
-            session = await current_session(request)
-            if session is None:
-                return unauthenticated(request)
-            return await handler(request, session)
-        except AdminHTTPError as exc:
-            return refuse(request, exc, session)
-        except DomainError as exc:
-            return refuse(request, domain_refusal(exc), session)
-        except StorageError:
-            return refuse(request, STORAGE_REFUSAL, session)
+        return await _guarded(request, lambda session: handler(request, session))
     wrapper.__name__ = handler.__name__
     wrapper.__doc__ = handler.__doc__
     return wrapper
@@ -300,28 +306,20 @@ def page(handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamRe
 def action(handler: ActionHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """Wrap an unsafe admin handler: session (401), same-origin (403), body, CSRF token from the form
     field ``csrf_token`` or header ``X-CSRF-Token`` — never the query string — (403), then the handler."""
+    async def checked(request: web.Request, session: AdminSession) -> web.StreamResponse:
+        if not same_origin(request):
+            raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
+        body = await read_body(request)
+        supplied = request.headers.getall("X-CSRF-Token", [])
+        form_tokens = body.form.get("csrf_token", []) if body.kind == "form" else []
+        candidates = supplied + form_tokens
+        if len(candidates) != 1 or not csrf.check_session_token(request.app[SETTINGS], session.token,
+                                                                  candidates[0]):
+            raise AdminHTTPError(403, "csrf_failed", "表单已过期或来源无效，请刷新页面后重试")
+        return await handler(request, session, body)
+
     async def wrapper(request: web.Request) -> web.StreamResponse:
-        session: AdminSession | None = None
-        try:
-            session = await current_session(request)
-            if session is None:
-                return unauthenticated(request)
-            if not same_origin(request):
-                raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
-            body = await read_body(request)
-            supplied = request.headers.getall("X-CSRF-Token", [])
-            form_tokens = body.form.get("csrf_token", []) if body.kind == "form" else []
-            candidates = supplied + form_tokens
-            if len(candidates) != 1 or not csrf.check_session_token(request.app[SETTINGS], session.token,
-                                                                      candidates[0]):
-                raise AdminHTTPError(403, "csrf_failed", "表单已过期或来源无效，请刷新页面后重试")
-            return await handler(request, session, body)
-        except AdminHTTPError as exc:
-            return refuse(request, exc, session)
-        except DomainError as exc:
-            return refuse(request, domain_refusal(exc), session)
-        except StorageError:
-            return refuse(request, STORAGE_REFUSAL, session)
+        return await _guarded(request, lambda session: checked(request, session))
     wrapper.__name__ = handler.__name__
     wrapper.__doc__ = handler.__doc__
     return wrapper
