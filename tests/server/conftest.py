@@ -107,3 +107,12 @@ async def server_client(aiohttp_client: Any, settings: Settings, clock: ManualCl
     from cmbuyer.server.app import create_app
 
     return await aiohttp_client(create_app(settings, clock))
+
+
+@pytest.fixture
+async def claimed(server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> Any:
+    """A started task claimed over the real HTTP API by a fresh device (tests.server.submissions.helpers.Claim)."""
+    from tests.server.submissions.helpers import claim_http
+
+    make_task(start=True)
+    return await claim_http(server_client, make_device())

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.web.keys import DB
-from tests.server.submissions.helpers import Claim, claim_http
 
 
 def soak_iterations(default: int) -> int:
     """Loop counts come from ``CMBUYER_SOAK_ITERATIONS`` (small default so the folder stays fast)."""
     raw = os.environ.get("CMBUYER_SOAK_ITERATIONS")
     return max(1, int(raw)) if raw else default
-
-
-@pytest.fixture
-async def claimed(server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> Claim:
-    make_task(start=True)
-    return await claim_http(server_client, make_device())
 
 
 class StorageFault:

@@ -14,7 +14,6 @@ from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.services.events import check_summary
 from tests.server.submissions.helpers import (
     Claim,
-    claim_http,
     event,
     events_body,
     events_path,
@@ -26,12 +25,6 @@ from tests.server.submissions.helpers import (
     post_json,
     task_row,
 )
-
-
-@pytest.fixture
-async def claimed(server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> Claim:
-    make_task(start=True)
-    return await claim_http(server_client, make_device())
 
 
 async def test_first_batch_moves_to_ordering_and_numbers_events(server_client: Any, claimed: Claim,

@@ -33,12 +33,6 @@ from tests.server.submissions.pngs import build, padded_to
 MiB = 1024 * 1024
 
 
-@pytest.fixture
-async def claimed(server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> Claim:
-    make_task(start=True)
-    return await claim_http(server_client, make_device())
-
-
 def _stored_files(settings: Settings) -> list[Path]:
     return sorted(p for p in settings.evidence_dir.rglob("*") if p.is_file())
 

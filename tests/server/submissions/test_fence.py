@@ -28,12 +28,6 @@ from tests.server.submissions.helpers import (
 )
 
 
-@pytest.fixture
-async def claimed(server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> Claim:
-    make_task(start=True)
-    return await claim_http(server_client, make_device())
-
-
 async def test_first_fence_permits_then_replay_never(server_client: Any, claimed: Claim,
                                                      sync_conn: sqlite3.Connection) -> None:
     body = fence_body(claimed)
