@@ -3,10 +3,20 @@
 Every write is a plain synchronous function ``job(conn) -> T`` over a :class:`sqlite3.Connection`
 (built from store-layer calls). :meth:`Database.write` queues it; a single writer task takes every
 queued job, runs them on the write connection's own thread inside **one** ``BEGIN IMMEDIATE``,
-each job in its own SAVEPOINT, commits once, and only then answers each caller. This is the
-group-commit pattern measured in design §5: per-request semantics are unchanged (a failing job rolls
-back only its savepoint; nobody hears "ok" before the commit), but the fsync of ``synchronous=FULL``
-is paid once per batch instead of once per request.
+commits once, and only then answers each caller. This is the group-commit pattern measured in design
+§5: per-request semantics are unchanged (a failing job's writes are undone and nothing else's; nobody
+hears "ok" before the commit), but the fsync of ``synchronous=FULL`` is paid once per batch instead of
+once per request.
+
+How a failing job is isolated — optimistic first, savepoints only when needed. A SAVEPOINT per job
+makes SQLite copy every page the job touches into a sub-journal; for a claim that doubled the SQL cost
+(≈ 0.48 → 0.26 ms, docs/performance.md). So a batch first runs all its jobs without savepoints. If
+every job succeeds, that pass commits. If one raises, the whole transaction is rolled back and the batch
+runs again from the start, each job in its own SAVEPOINT (the design's original scheme), and only that
+second pass commits: every answer still comes from the pass that committed. Jobs are therefore run
+more than once in that case; they must be plain functions of the connection and their captured
+arguments (no side effects outside the transaction) — which every store-layer job is. A lone job that
+fails needs no second pass: rolling back the transaction is rolling back the job.
 
 Because only the writer task ever touches the write connection, two requests can never interleave
 inside one transaction, whatever the callers do. Other processes (the CLI) contend through SQLite's
@@ -37,6 +47,9 @@ Job = Callable[[sqlite3.Connection], T]
 
 BUSY_TIMEOUT_MS = 5000
 MAX_BATCH = 64
+# A batch made only of short jobs (device requests: a handful of indexed statements, ≈ 0.5 ms) runs its
+# jobs on the event-loop thread; see Database.write. Bounds how long one such batch holds the loop.
+MAX_SHORT_BATCH = 32
 
 
 class StorageError(Exception):
@@ -98,22 +111,44 @@ def _safe_rollback(conn: sqlite3.Connection) -> None:
 class _Pending:
     job: Job[Any]
     future: asyncio.Future[Any]
+    short: bool = False
     outcome: tuple[bool, Any] | None = field(default=None)
 
 
 def _run_batch(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
-    """Runs on the write connection's thread: one BEGIN IMMEDIATE, a SAVEPOINT per job, one COMMIT.
+    """Runs on the write connection's thread: one BEGIN IMMEDIATE, the jobs, one COMMIT — first without
+    savepoints (:func:`_run_jobs_optimistic`), and again with a SAVEPOINT per job only when a job of a
+    batch of several failed (module docstring).
 
     Never leaves a transaction open behind it: if one of its own bookkeeping statements (SAVEPOINT,
     RELEASE, ROLLBACK TO) or anything else unexpected fails, the whole batch is rolled back and every
     job of it fails with StorageError — otherwise the next BEGIN IMMEDIATE would fail forever.
     """
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
+    if not _begin(conn, batch):
+        return
+    _finish_batch(conn, batch, _run_jobs_optimistic(conn, batch))
+
+
+def _finish_batch(conn: sqlite3.Connection, batch: list[_Pending], failure: BaseException | None) -> None:
+    """After the optimistic pass (inside its transaction): commit it when nothing failed; otherwise roll
+    it back and — for a batch of several jobs — run the savepoint pass and commit that."""
+    if failure is None:
+        _commit(conn, batch)
+        return
+    if not conn.in_transaction:
+        # SQLite (SQLITE_FULL, I/O error …) or a buggy job ended the transaction: earlier jobs' writes are
+        # gone or out of our hands, so the whole batch fails — never a second pass (it could repeat
+        # whatever the job did outside our transaction).
         for item in batch:
-            item.outcome = (False, StorageError("could not begin a write transaction"))
-        log.warning("BEGIN IMMEDIATE failed: %s", exc.__class__.__name__)
+            item.outcome = (False, StorageError("transaction rolled back"))
+        return
+    _safe_rollback(conn)
+    if len(batch) == 1:
+        batch[0].outcome = (False, failure)
+        return
+    for item in batch:
+        item.outcome = None
+    if not _begin(conn, batch):
         return
     try:
         aborted = _run_jobs(conn, batch)
@@ -125,12 +160,50 @@ def _run_batch(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
             item.outcome = (False, StorageError("transaction rolled back"))
         _safe_rollback(conn)
         return
+    _commit(conn, batch)
+
+
+def _begin(conn: sqlite3.Connection, batch: list[_Pending]) -> bool:
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        for item in batch:
+            item.outcome = (False, StorageError("could not begin a write transaction"))
+        log.warning("BEGIN IMMEDIATE failed: %s", exc.__class__.__name__)
+        return False
+    return True
+
+
+def _commit(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
     try:
         conn.execute("COMMIT")
     except sqlite3.Error:
         _safe_rollback(conn)
         for item in batch:
             item.outcome = (False, StorageError("commit failed"))
+
+
+def _job_failure(exc: BaseException) -> BaseException:
+    """What the caller of a failed job hears: its own exception, or StorageError for SQLite errors and
+    interruptions (no SQL text, path or parameter ever reaches the caller)."""
+    if isinstance(exc, sqlite3.Error):
+        return StorageError("write failed")
+    if isinstance(exc, Exception):
+        return exc
+    return StorageError("write interrupted")
+
+
+def _run_jobs_optimistic(conn: sqlite3.Connection, batch: list[_Pending]) -> BaseException | None:
+    """Every job in order, no savepoints; stops at the first job that raises and returns what its caller
+    would hear (the caller then rolls back). None when all succeeded (outcomes set)."""
+    for item in batch:
+        try:
+            item.outcome = (True, item.job(conn))
+        except BaseException as exc:
+            return _job_failure(exc)
+        if not conn.in_transaction:  # the job ended the transaction itself (a bug): later jobs must not
+            return StorageError("a job ended the transaction")  # run in autocommit mode (see _finish_batch)
+    return None
 
 
 def _run_jobs(conn: sqlite3.Connection, batch: list[_Pending]) -> bool:
@@ -149,12 +222,7 @@ def _run_jobs(conn: sqlite3.Connection, batch: list[_Pending]) -> bool:
             else:
                 conn.execute("ROLLBACK TO job")
                 conn.execute("RELEASE job")
-            if isinstance(exc, sqlite3.Error):
-                item.outcome = (False, StorageError("write failed"))
-            elif isinstance(exc, Exception):
-                item.outcome = (False, exc)
-            else:
-                item.outcome = (False, StorageError("write interrupted"))
+            item.outcome = (False, _job_failure(exc))
         else:
             conn.execute("RELEASE job")
             item.outcome = (True, value)
@@ -240,16 +308,25 @@ class Database:
         self._reader_conns = []
         self._readers = None
 
-    async def write(self, job: Job[T]) -> T:
+    async def write(self, job: Job[T], *, short: bool = False) -> T:
         """Run ``job`` inside the next group-committed write transaction and return its value.
 
         The value is returned only after COMMIT succeeded. An exception raised by ``job`` rolls back
         that job's writes only and is re-raised here; storage failures raise :class:`StorageError`.
+        ``job`` may run more than once (module docstring); only the committed run's value is returned.
+
+        ``short=True`` promises a job of a few indexed statements (every device API request). A batch made
+        only of such jobs (at most MAX_SHORT_BATCH) runs them on the event-loop thread, between a BEGIN
+        IMMEDIATE and a COMMIT that still run on the connection's thread (they may wait for a lock or an
+        fsync). Why: the jobs are Python code that needs the GIL either way, and on a second thread every
+        statement hands the GIL back and forth with the event loop — that cost ≈ 0.3 ms per claim under
+        load, more than the SQL itself (docs/performance.md). Long jobs (admin actions over many tasks,
+        sweeps) keep the default and never block the loop.
         """
         if self._queue is None or self._task is None or self._task.done():
             raise StorageError("database is not open")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(job, future))
+        self._queue.put_nowait(_Pending(job, future, short))
         return await future
 
     async def read(self, job: Job[T]) -> T:
@@ -300,10 +377,18 @@ class Database:
         assert self._queue is not None and self._writer is not None
         while True:
             batch = [await self._queue.get()]
+            short = batch[0].short
             while len(batch) < MAX_BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+                if short and len(batch) >= MAX_SHORT_BATCH:
+                    break
+                item = self._queue.get_nowait()
+                short = short and item.short
+                batch.append(item)
             try:
-                await self._on_thread(self._writer, lambda c, b=batch: _run_batch(c, b))  # type: ignore[misc]
+                if short:
+                    await self._run_short_batch(batch)
+                else:
+                    await self._on_thread(self._writer, lambda c, b=batch: _run_batch(c, b))  # type: ignore[misc]
             except asyncio.CancelledError:
                 for item in batch:
                     if not item.future.done():
@@ -330,3 +415,12 @@ class Database:
                         hook()
                     except Exception as exc:  # a notification hook must not kill the writer
                         log.error("on_commit hook failed: %s", exc.__class__.__name__)
+
+    async def _run_short_batch(self, batch: list[_Pending]) -> None:
+        """:func:`_run_batch` with the optimistic pass on the event-loop thread (see :meth:`write`)."""
+        assert self._writer is not None
+        if not await self._on_thread(self._writer, lambda c: _begin(c, batch)):
+            return
+        raw: sqlite3.Connection = self._writer._conn  # only this task uses it, one step at a time
+        failure = _run_jobs_optimistic(raw, batch)
+        await self._on_thread(self._writer, lambda c: _finish_batch(c, batch, failure))

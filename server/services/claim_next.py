@@ -211,7 +211,9 @@ def _claim(conn: sqlite3.Connection, candidate: claim_store.Candidate, *, device
         "attempt": {"id": attempt_id, "claim_generation": FIRST_GENERATION, "lease_expires_at": lease_end},
         "server_now": at,
     }
-    body_text = canonical_json(body)
+    body_text = canonical_json(body)  # stored (attempt row and request record): never the token
+    body["attempt"]["claim_token"] = token
+    answer = canonical_json(body)  # what _with_token(body_text, token) gives on every replay
     # Row counts are proven for every step; a miss means the invariants broke → roll back, 503.
     if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
                                 new_state=new_auth_state, at=at):
@@ -225,9 +227,10 @@ def _claim(conn: sqlite3.Connection, candidate: claim_store.Candidate, *, device
         token_hash=claim_token.token_hash(token), claimed_task_version=claimed_version, lease_expires_at=lease_end,
         state=AttemptState.OPEN, close_reason=None, response_json=body_text, next_event_seq=1, created_at=at,
         closed_at=None))
-    idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=body, at=at, attempt_id=attempt_id)
+    idempotency.remember_text(conn, device_id, key, ENDPOINT, payload, status=200, text=body_text, at=at,
+                              attempt_id=attempt_id)
     audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="task.claim", subject_kind="task",
                  subject_id=authorization.task_id, request_id=key, generation=FIRST_GENERATION,
                  detail={"attempt_id": attempt_id, "authorization_id": authorization.id, "session_id": session_id,
                          "task_version": claimed_version, "lease_expires_at": lease_end})
-    return Stored(200, _with_token(body_text, token), attempt_id)
+    return Stored(200, answer, attempt_id)

@@ -79,8 +79,8 @@ def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:
         " ORDER BY a.created_at, a.id LIMIT 1", (now,)).fetchone()
     if r is None:
         return None
-    auth = Authorization(*(r[k] for k in Authorization.__dataclass_fields__))
-    return Candidate(auth, int(r["current_task_version"]))
+    values = tuple(r)  # positional: the SELECT lists the dataclass fields in order, then the task version
+    return Candidate(Authorization(*values[:-1]), int(values[-1]))
 
 
 def attempts_for_secret_check(conn: sqlite3.Connection, newest: int = 3) -> list[Attempt]:

@@ -74,12 +74,14 @@ def parse_utc_time(value: str) -> datetime:
 
     Raises ``ValueError`` for any other spelling (offsets, lowercase, 24:00, leap seconds, bad dates).
     """
-    m = UTC_TIME_RE.fullmatch(value) if isinstance(value, str) else None
-    if m is None:
+    if not isinstance(value, str) or UTC_TIME_RE.fullmatch(value) is None:
         raise ValueError("not a canonical UTC timestamp")
-    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-    micro = int(m.group(7)[1:]) if m.group(7) else 0
-    return datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
+    # The regex fixed the spelling (digits only, "T", optional 6-digit fraction, "Z"); fromisoformat then
+    # checks the calendar (month 13, Feb 30, hour 24, second 60 raise ValueError) and yields tz UTC.
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is not UTC:
+        parsed = parsed.astimezone(UTC)
+    return parsed
 
 
 def is_utc_time(value: object) -> bool:

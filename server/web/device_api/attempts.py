@@ -64,8 +64,9 @@ def _path_id(request: web.Request, name: str) -> str:
 
 
 async def _write(request: web.Request, job: Any) -> Any:
-    """Run one write job through the group-committed writer (answered after COMMIT)."""
-    return await request.app[DB].write(job)
+    """Run one write job through the group-committed writer (answered after COMMIT). Every device job is
+    short — one attempt's rows by index, at most 20 events — so it may run on the loop thread."""
+    return await request.app[DB].write(job, short=True)
 
 
 def _stored(stored: Stored) -> web.Response:

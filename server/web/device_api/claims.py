@@ -61,7 +61,7 @@ async def heartbeat(request: web.Request, device_id: str) -> web.StreamResponse:
         return heartbeat_service.record_heartbeat(conn, device_id=device_id, body=body, now=clock.now(),
                                                   policy=policy)
 
-    result = await request.app[DB].write(job)
+    result = await request.app[DB].write(job, short=True)
     return json_response(200, result)
 
 
@@ -74,7 +74,7 @@ async def claim_next(request: web.Request, device_id: str) -> web.StreamResponse
         return claim_service.claim_next(conn, device_id=device_id, session_id=body["session_id"],
                                         claim_request_id=body["claim_request_id"], now=clock.now(), policy=policy)
 
-    stored = await request.app[DB].write(job)
+    stored = await request.app[DB].write(job, short=True)
     return json_body_response(stored.status, stored.body)
 
 
@@ -90,7 +90,7 @@ async def renew(request: web.Request, device_id: str) -> web.StreamResponse:
         return renew_service.renew_lease(conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(),
                                          policy=policy)
 
-    stored = await request.app[DB].write(job)
+    stored = await request.app[DB].write(job, short=True)
     return json_body_response(stored.status, stored.body)
 
 

@@ -71,11 +71,35 @@ async def test_savepoint_failure_fails_the_batch_not_the_writer(db: Database,
         else:
             real(conn, batch)
 
+    def refused(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (3)")
+        raise ValueError("business rule")
+
     monkeypatch.setattr(db_module, "_run_batch", flaky_batch)
-    with pytest.raises(StorageError):
-        await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")), 5)
+    # a failing job in a batch of several sends the batch to the savepoint pass, whose SAVEPOINT fails
+    out = await asyncio.wait_for(asyncio.gather(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")),
+                                                db.write(refused), return_exceptions=True), 5)
+    assert calls["n"] == 1 and all(isinstance(o, StorageError) for o in out)
     await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (2)")), 5)
-    assert await db.read(_count) == 1  # neither 99 nor 1 was committed
+    assert await db.read(_count) == 1  # neither 99, 1 nor 3 was committed
+
+
+@pytest.mark.parametrize("short", [False, True])
+async def test_job_ending_the_transaction_in_a_batch_runs_nothing_in_autocommit(db: Database, short: bool) -> None:
+    def rogue(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.execute("COMMIT")  # by a bug: would commit the jobs before it and leave the rest in autocommit
+
+    def later(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (2)")
+
+    out = await asyncio.wait_for(asyncio.gather(db.write(rogue, short=short), db.write(later, short=short),
+                                                return_exceptions=True), 5)
+    assert all(isinstance(o, StorageError) for o in out)
+    # the rogue's own COMMIT did persist row 1 (nothing can undo a COMMIT), but 'later' never ran outside
+    # a transaction of the writer and nobody was told "ok"
+    assert await db.read(lambda c: [r[0] for r in c.execute("SELECT x FROM t")]) == [1]
+    await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (5)"), short=short), 5)
 
 
 async def test_unexpected_exception_in_the_writer_does_not_kill_it(db: Database,

@@ -37,9 +37,9 @@ async def test_revocation_committed_after_authentication_but_before_the_claim_tr
     db = server_client.server.app[DB]
     real_write = db.write
 
-    async def revoke_then_write(job: Any) -> Any:
+    async def revoke_then_write(job: Any, **kwargs: Any) -> Any:
         revoke(sync_conn, dev.device_id, clock)  # authentication already passed on the reader
-        return await real_write(job)
+        return await real_write(job, **kwargs)
 
     monkeypatch.setattr(db, "write", revoke_then_write)
     before = fingerprint(sync_conn)
@@ -59,9 +59,9 @@ async def test_revocation_holding_the_write_lock_while_a_claim_waits(
     real_write = db.write
     queued = asyncio.Event()
 
-    async def signalling_write(job: Any) -> Any:
+    async def signalling_write(job: Any, **kwargs: Any) -> Any:
         queued.set()
-        return await real_write(job)
+        return await real_write(job, **kwargs)
 
     monkeypatch.setattr(db, "write", signalling_write)
     cli = connect_sync(settings.db_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -44,10 +45,11 @@ async def test_every_write_runs_in_begin_immediate(db: Database) -> None:
     await db.write(lambda c: c.set_trace_callback(None))
     joined = [s.strip().upper() for s in statements]
     begin = joined.index("BEGIN IMMEDIATE")
-    assert joined[begin + 1].startswith("SAVEPOINT")
-    assert "UPDATE COUNTER SET N = N + 1" in joined[begin + 2]
-    assert "COMMIT" in joined[begin + 3:]
+    # optimistic pass: no savepoint when nothing fails (savepoints only on the second pass)
+    assert "UPDATE COUNTER SET N = N + 1" in joined[begin + 1]
+    assert "COMMIT" in joined[begin + 2:]
     assert not any(s in ("BEGIN", "BEGIN DEFERRED") for s in joined)
+    assert not any(s.startswith("SAVEPOINT") for s in joined)
 
 
 async def test_concurrent_writers_never_interleave(db: Database) -> None:
@@ -86,6 +88,59 @@ async def test_failing_job_rolls_back_only_itself(db: Database) -> None:
     assert payloads == [b"\x01", b"\x01"]
 
 
+async def test_failure_in_a_batch_reruns_it_with_savepoints_and_answers_from_the_committed_pass(db: Database) -> None:
+    """A batch runs without savepoints first; when one job fails, the transaction is rolled back and the
+    batch runs again with a SAVEPOINT per job. Every answer (here: a random value each run writes) must be
+    the one that was committed, and the failed job's writes are gone."""
+    statements: list[str] = []
+    runs: dict[str, int] = {"good": 0, "bad": 0}
+
+    def good(conn: sqlite3.Connection) -> bytes:
+        runs["good"] += 1
+        value = os.urandom(8)
+        conn.execute("INSERT INTO rows (payload) VALUES (?)", (value,))
+        return value
+
+    def bad(conn: sqlite3.Connection) -> None:
+        runs["bad"] += 1
+        conn.execute("INSERT INTO rows (payload) VALUES (x'ff')")
+        raise ValueError("business rule")
+
+    await db.write(lambda c: c.set_trace_callback(statements.append))
+    out = await asyncio.gather(db.write(good), db.write(bad), db.write(good), return_exceptions=True)
+    await db.write(lambda c: c.set_trace_callback(None))
+    assert isinstance(out[1], ValueError) and str(out[1]) == "business rule"
+    committed = await db.read(lambda c: [r[0] for r in c.execute("SELECT payload FROM rows ORDER BY rowid")])
+    assert committed == [out[0], out[2]]  # answers come from the committed (second) pass
+    assert runs == {"good": 3, "bad": 2}  # first good ran twice, the one after bad only in pass two
+    joined = [s.strip().upper() for s in statements]
+    assert joined.count("BEGIN IMMEDIATE") == 3  # pass one, pass two, the job that clears the trace
+    assert joined.count("ROLLBACK") == 1 and sum(s.startswith("SAVEPOINT") for s in joined) == 3
+
+
+async def test_a_lone_failing_job_runs_once_and_leaves_nothing(db: Database) -> None:
+    runs = []
+
+    def bad(conn: sqlite3.Connection) -> None:
+        runs.append(1)
+        conn.execute("UPDATE counter SET n = 99")
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        await db.write(bad)
+    assert runs == [1]
+    assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == 0
+
+
+async def test_sqlite_error_in_a_job_is_a_storage_error_without_sql_text(db: Database) -> None:
+    out = await asyncio.gather(db.write(lambda c: c.execute("UPDATE counter SET n = 5")),
+                               db.write(lambda c: c.execute("INSERT INTO no_such_table VALUES (1)")),
+                               return_exceptions=True)
+    assert out[0] is not None and not isinstance(out[0], BaseException)
+    assert isinstance(out[1], StorageError) and "no_such_table" not in str(out[1])
+    assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == 5
+
+
 async def test_full_database_is_a_storage_error_and_leaves_no_partial_row(db: Database) -> None:
     pages = await db.write(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
     await db.write(lambda c: c.execute(f"PRAGMA max_page_count = {pages + 1}"))
@@ -122,3 +177,54 @@ async def test_closed_database_raises_storage_error(tmp_path: Path) -> None:
         await database.write(lambda c: None)
     with pytest.raises(StorageError):
         await database.read(lambda c: None)
+
+
+async def test_short_jobs_run_on_the_loop_thread_between_begin_and_commit_on_the_connection_thread(
+        db: Database) -> None:
+    statements: list[tuple[str, int]] = []
+    job_threads: set[int] = set()
+
+    def job(conn: sqlite3.Connection) -> int:
+        job_threads.add(threading.get_ident())
+        conn.execute("UPDATE counter SET n = n + 1")
+        return int(conn.execute("SELECT n FROM counter").fetchone()[0])
+
+    await db.write(lambda c: c.set_trace_callback(lambda s: statements.append((s, threading.get_ident()))))
+    results = await asyncio.gather(*(db.write(job, short=True) for _ in range(5)))
+    await db.write(lambda c: c.set_trace_callback(None))
+    assert sorted(results) == [1, 2, 3, 4, 5]
+    assert job_threads == {threading.get_ident()}  # the event loop's thread
+    begin = [t for s, t in statements if s == "BEGIN IMMEDIATE"]
+    commit = [t for s, t in statements if s == "COMMIT"]
+    assert begin and commit and threading.get_ident() not in begin + commit
+
+
+async def test_short_and_long_jobs_share_the_same_guarantees(db: Database) -> None:
+    def good(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO rows (payload) VALUES (x'01')")
+
+    def bad(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO rows (payload) VALUES (x'02')")
+        raise ValueError("business rule")
+
+    out = await asyncio.gather(db.write(good, short=True), db.write(bad, short=True), db.write(good),
+                               db.write(good, short=True), return_exceptions=True)
+    assert [type(o).__name__ for o in out] == ["NoneType", "ValueError", "NoneType", "NoneType"]
+    assert await db.read(lambda c: [r[0] for r in c.execute("SELECT payload FROM rows")]) == [b"\x01"] * 3
+
+
+async def test_short_job_waits_for_a_lock_held_by_another_process_off_the_loop(db: Database) -> None:
+    other = connect_sync(db.path)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        write = asyncio.create_task(db.write(lambda c: c.execute("UPDATE counter SET n = 3"), short=True))
+        ticks = 0
+        for _ in range(20):  # the loop keeps running while the writer waits for the lock
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not write.done() and ticks == 20
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    await asyncio.wait_for(write, 5)
+    assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == 3
