@@ -49,7 +49,9 @@ class ManualClock:
 def to_wire(when: datetime) -> str:
     """Canonical storage/wire text of an aware datetime: ``2026-08-04T09:05:00.000000Z``."""
     # isoformat with fixed microseconds always ends in "+00:00" for UTC; it is C code, ~2× strftime.
-    return when.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+    if when.tzinfo is not UTC:
+        when = when.astimezone(UTC)
+    return when.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def from_wire(text: str) -> datetime:

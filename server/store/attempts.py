@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from dataclasses import dataclass
 
@@ -32,6 +33,8 @@ class Attempt:
 
 
 _FIELDS = list(Attempt.__dataclass_fields__)
+_INSERT = f"INSERT INTO attempts ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})"
+_VALUES = operator.attrgetter(*_FIELDS)  # the row tuple in column order, built in C
 
 
 def _row(r: sqlite3.Row) -> Attempt:
@@ -40,8 +43,7 @@ def _row(r: sqlite3.Row) -> Attempt:
 
 def insert(conn: sqlite3.Connection, a: Attempt) -> None:
     """Insert a new OPEN attempt (unique per authorization; one OPEN per device — both by index)."""
-    conn.execute(f"INSERT INTO attempts ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
-                 tuple(getattr(a, f) for f in _FIELDS))
+    conn.execute(_INSERT, _VALUES(a))
 
 
 def get(conn: sqlite3.Connection, attempt_id: str) -> Attempt | None:

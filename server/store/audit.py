@@ -7,6 +7,10 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+# json.dumps(detail, ensure_ascii=False, sort_keys=True), with the encoder built once (hot path: every
+# device write appends a row).
+_DETAIL = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+
 
 @dataclass(frozen=True)
 class AuditRow:
@@ -32,7 +36,7 @@ def append(conn: sqlite3.Connection, *, at: str, actor_kind: str, actor_id: str,
         "INSERT INTO audit_log (at, actor_kind, actor_id, action, subject_kind, subject_id, request_id,"
         " generation, detail_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (at, actor_kind, actor_id, action, subject_kind, subject_id, request_id, generation,
-         json.dumps(detail or {}, ensure_ascii=False, sort_keys=True)),
+         _DETAIL.encode(detail or {})),
     )
 
 

@@ -43,8 +43,14 @@ def parse_credentials(raw_headers: tuple[tuple[bytes, bytes], ...]) -> tuple[str
 
     Pure function (no I/O), so the whole header table of bad-inputs.md is testable directly.
     """
-    auth = [v for k, v in raw_headers if k.lower() == _AUTH]
-    dev = [v for k, v in raw_headers if k.lower() == _DEVICE]
+    auth: list[bytes] = []
+    dev: list[bytes] = []
+    for key, value in raw_headers:  # one pass: this runs for every device request
+        name = key.lower()
+        if name == _AUTH:
+            auth.append(value)
+        elif name == _DEVICE:
+            dev.append(value)
     if len(auth) != 1 or len(dev) != 1:
         return None
     m = _BEARER.fullmatch(auth[0])
