@@ -69,12 +69,13 @@ def for_task(conn: sqlite3.Connection, task_id: str) -> list[Authorization]:
 def set_state(conn: sqlite3.Connection, authorization_id: str, *, expected_state: str, new_state: str,
               at: str, reason: str | None = None) -> bool:
     """CAS on state; terminal moves also stamp ``closed_at``/``close_reason``. False when it lost the race."""
-    closing = new_state in ("CLOSED", "EXPIRED", "CONSUMED")
-    cur = conn.execute(
-        "UPDATE authorizations SET state = ?, closed_at = CASE WHEN ? THEN ? ELSE closed_at END,"
-        " close_reason = CASE WHEN ? THEN ? ELSE close_reason END WHERE id = ? AND state = ?",
-        (new_state, closing, at, closing, reason, authorization_id, expected_state),
-    )
+    if new_state in ("CLOSED", "EXPIRED", "CONSUMED"):
+        cur = conn.execute(
+            "UPDATE authorizations SET state = ?, closed_at = ?, close_reason = ? WHERE id = ? AND state = ?",
+            (new_state, at, reason, authorization_id, expected_state))
+    else:  # claim and fence: only the state moves (the leaner statement; claim-next runs it every time)
+        cur = conn.execute("UPDATE authorizations SET state = ? WHERE id = ? AND state = ?",
+                           (new_state, authorization_id, expected_state))
     return cur.rowcount == 1
 
 
