@@ -50,6 +50,12 @@ MAX_BATCH = 64
 # A batch made only of short jobs (device requests: a handful of indexed statements, ≈ 0.5 ms) runs its
 # jobs on the event-loop thread; see Database.write. Bounds how long one such batch holds the loop.
 MAX_SHORT_BATCH = 32
+# The writer's per-job savepoint: a name no job would open itself (a job's own "SAVEPOINT job" would
+# otherwise catch the writer's ROLLBACK TO and keep the failed job's earlier writes).
+_SAVEPOINT = "cmbuyer_writer_job"
+# close() lets the batch in flight and every job queued before it finish (a lock wait ends within
+# BUSY_TIMEOUT_MS); only past this grace is the writer cancelled.
+CLOSE_GRACE_S = BUSY_TIMEOUT_MS / 1000 + 5
 
 
 class StorageError(Exception):
@@ -188,6 +194,9 @@ def _job_failure(exc: BaseException) -> BaseException:
     interruptions (no SQL text, path or parameter ever reaches the caller)."""
     if isinstance(exc, sqlite3.Error):
         return StorageError("write failed")
+    if isinstance(exc, (StopIteration, StopAsyncIteration)):
+        # a future refuses these (TypeError); a job raising one is a bug like any other exception
+        return RuntimeError(f"write job raised {exc.__class__.__name__}")
     if isinstance(exc, Exception):
         return exc
     return StorageError("write interrupted")
@@ -213,18 +222,18 @@ def _run_jobs(conn: sqlite3.Connection, batch: list[_Pending]) -> bool:
         if aborted:
             item.outcome = (False, StorageError("transaction aborted by an earlier statement"))
             continue
-        conn.execute("SAVEPOINT job")
+        conn.execute(f"SAVEPOINT {_SAVEPOINT}")
         try:
             value = item.job(conn)
         except BaseException as exc:
             if not conn.in_transaction:
                 aborted = True  # SQLite rolled back everything: earlier jobs' writes are gone too.
             else:
-                conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
+                conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
+                conn.execute(f"RELEASE {_SAVEPOINT}")
             item.outcome = (False, _job_failure(exc))
         else:
-            conn.execute("RELEASE job")
+            conn.execute(f"RELEASE {_SAVEPOINT}")
             item.outcome = (True, value)
     return aborted
 
@@ -244,12 +253,14 @@ class Database:
         self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
         self._reader_conns: list[aiosqlite.Connection] = []
         self._inline: sqlite3.Connection | None = None
-        self._queue: asyncio.Queue[_Pending] | None = None
+        self._queue: asyncio.Queue[_Pending | None] | None = None  # None: stop after the jobs before it
+        self._closing = False
         self._task: asyncio.Task[None] | None = None
         self.on_commit: list[Callable[[], None]] = []
 
     async def open(self) -> None:
         """Open the connections and start the writer task. Raises StorageError."""
+        self._closing = False
         try:
             self._writer = await self._connect(read_only=False)
             self._readers = asyncio.Queue()
@@ -282,14 +293,25 @@ class Database:
     async def close(self) -> None:
         """Stop the writer (after queued jobs finish) and close every connection."""
         if self._task is not None and self._queue is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            self._closing = True
+            if not self._task.done():
+                # Let the batch in flight finish and answer from what it really did: cancelling it mid-hop
+                # would tell callers "failed" while aiosqlite still runs the queued COMMIT.
+                self._queue.put_nowait(None)
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._task), CLOSE_GRACE_S)
+                except TimeoutError:
+                    log.error("writer did not finish within %.0f s; cancelling it", CLOSE_GRACE_S)
+                    self._task.cancel()
+                    try:
+                        await self._task
+                    except asyncio.CancelledError:
+                        pass
+                except Exception as exc:  # the writer died earlier: its callers were already answered
+                    log.error("writer ended with %s", exc.__class__.__name__)
             while not self._queue.empty():
                 item = self._queue.get_nowait()
-                if not item.future.done():
+                if item is not None and not item.future.done():
                     item.future.set_exception(StorageError("database closed"))
             self._task = None
         for conn in [self._writer, *self._reader_conns]:
@@ -323,7 +345,7 @@ class Database:
         load, more than the SQL itself (docs/performance.md). Long jobs (admin actions over many tasks,
         sweeps) keep the default and never block the loop.
         """
-        if self._queue is None or self._task is None or self._task.done():
+        if self._queue is None or self._task is None or self._task.done() or self._closing:
             raise StorageError("database is not open")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Pending(job, future, short))
@@ -375,13 +397,20 @@ class Database:
 
     async def _writer_loop(self) -> None:
         assert self._queue is not None and self._writer is not None
-        while True:
-            batch = [await self._queue.get()]
-            short = batch[0].short
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            short = first.short
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 if short and len(batch) >= MAX_SHORT_BATCH:
                     break
                 item = self._queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
                 short = short and item.short
                 batch.append(item)
             try:
@@ -405,10 +434,13 @@ class Database:
                 committed = committed or ok
                 if item.future.done():
                     continue
-                if ok:
-                    item.future.set_result(value)
-                else:
-                    item.future.set_exception(value)
+                try:
+                    if ok:
+                        item.future.set_result(value)
+                    else:
+                        item.future.set_exception(value)
+                except (TypeError, asyncio.InvalidStateError):  # the writer must outlive any odd value
+                    item.future.set_exception(StorageError("write failed"))
             if committed:
                 for hook in list(self.on_commit):
                     try:

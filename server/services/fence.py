@@ -3,9 +3,11 @@
 Whatever happens (replays, races, crashes, restarts, expired leases) at most one ``click_permitted:
 true`` is ever issued per authorization. The argument:
 
-- the whole check-and-create runs as one job inside one write transaction (group commit gives every
-  job its own SAVEPOINT; only the single writer touches the connection), so no two fence requests
-  interleave, and other processes are serialized by SQLite's write lock;
+- the whole check-and-create runs as one job inside one write transaction (group commit runs whole jobs
+  one after another; only the single writer touches the connection), so no two fence requests
+  interleave, and other processes are serialized by SQLite's write lock. When the writer re-runs a batch
+  after another job failed (server/db.py), the rolled-back first run's answer is dropped: the permit
+  that is sent is always the one of the run that committed;
 - ``order_submissions`` has UNIQUE ``authorization_id`` and UNIQUE ``attempt_id`` and a no-delete
   trigger, so even a bug in the checks could not create a second fence row;
 - ``click_permitted: true`` exists only in the return value of the job that inserted the row; it is
