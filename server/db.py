@@ -170,6 +170,8 @@ def _finish_batch(conn: sqlite3.Connection, batch: list[_Pending], failure: Base
 
 
 def _begin(conn: sqlite3.Connection, batch: list[_Pending]) -> bool:
+    if conn.in_transaction:  # an earlier ROLLBACK failed: never let one leftover wedge every later batch
+        _safe_rollback(conn)
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:

@@ -118,3 +118,24 @@ async def test_unexpected_exception_in_the_writer_does_not_kill_it(db: Database,
         await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")), 5)
     await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (2)")), 5)
     assert await db.read(_count) == 1
+
+
+async def test_transaction_left_open_by_a_failed_rollback_does_not_wedge_later_batches(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_rollback = db_module._safe_rollback
+    calls = {"n": 0}
+
+    def failing_once(conn: sqlite3.Connection) -> None:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            real_rollback(conn)  # the first rollback "fails": the transaction stays open
+
+    def refused(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (7)")
+        raise ValueError("business rule")
+
+    monkeypatch.setattr(db_module, "_safe_rollback", failing_once)
+    with pytest.raises(ValueError):
+        await asyncio.wait_for(db.write(refused), 5)
+    await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (8)")), 5)
+    assert await db.read(lambda c: [r[0] for r in c.execute("SELECT x FROM t")]) == [8]
