@@ -18,6 +18,11 @@ more than once in that case; they must be plain functions of the connection and 
 arguments (no side effects outside the transaction) — which every store-layer job is. A lone job that
 fails needs no second pass: rolling back the transaction is rolling back the job.
 
+Jobs never run transaction-control statements (BEGIN, COMMIT, ROLLBACK, SAVEPOINT): the transaction is
+the writer's. A job that ends it anyway is caught (``in_transaction`` turns false) and fails its batch
+without a second pass; one that ends it and opens a new one cannot be told apart from a well-behaved job,
+so that rule is kept by review, not checked at run time.
+
 Because only the writer task ever touches the write connection, two requests can never interleave
 inside one transaction, whatever the callers do. Other processes (the CLI) contend through SQLite's
 own locking and ``busy_timeout``.
@@ -285,11 +290,16 @@ class Database:
         return conn
 
     @staticmethod
-    async def _on_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _raw(conn: aiosqlite.Connection) -> sqlite3.Connection:
+        """The sqlite3 connection inside an aiosqlite one (private attribute; aiosqlite is pinned < 0.23)."""
+        raw: sqlite3.Connection = conn._conn
+        return raw
+
+    @classmethod
+    async def _on_thread(cls, conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         # aiosqlite runs each connection on its own thread; running the whole job there is one hop per
         # transaction instead of one per statement (design §5 measured 380/s vs 1,000+/s).
-        raw: sqlite3.Connection = conn._conn
-        result: T = await conn._execute(fn, raw)  # type: ignore[no-untyped-call]
+        result: T = await conn._execute(fn, cls._raw(conn))  # type: ignore[no-untyped-call]
         return result
 
     async def close(self) -> None:
@@ -436,13 +446,10 @@ class Database:
                 committed = committed or ok
                 if item.future.done():
                     continue
-                try:
-                    if ok:
-                        item.future.set_result(value)
-                    else:
-                        item.future.set_exception(value)
-                except (TypeError, asyncio.InvalidStateError):  # the writer must outlive any odd value
-                    item.future.set_exception(StorageError("write failed"))
+                if ok:
+                    item.future.set_result(value)
+                else:
+                    item.future.set_exception(value)  # never StopIteration: _job_failure wraps it
             if committed:
                 for hook in list(self.on_commit):
                     try:
@@ -455,6 +462,6 @@ class Database:
         assert self._writer is not None
         if not await self._on_thread(self._writer, lambda c: _begin(c, batch)):
             return
-        raw: sqlite3.Connection = self._writer._conn  # only this task uses it, one step at a time
-        failure = _run_jobs_optimistic(raw, batch)
+        # only this task uses the connection, one step at a time, so the loop thread may run the jobs
+        failure = _run_jobs_optimistic(self._raw(self._writer), batch)
         await self._on_thread(self._writer, lambda c: _finish_batch(c, batch, failure))

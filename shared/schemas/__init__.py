@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from functools import cache
 from importlib import resources
@@ -77,11 +77,8 @@ def parse_utc_time(value: str) -> datetime:
     if not isinstance(value, str) or UTC_TIME_RE.fullmatch(value) is None:
         raise ValueError("not a canonical UTC timestamp")
     # The regex fixed the spelling (digits only, "T", optional 6-digit fraction, "Z"); fromisoformat then
-    # checks the calendar (month 13, Feb 30, hour 24, second 60 raise ValueError) and yields tz UTC.
-    parsed = datetime.fromisoformat(value)
-    if parsed.tzinfo is not UTC:
-        parsed = parsed.astimezone(UTC)
-    return parsed
+    # checks the calendar (month 13, Feb 30, hour 24, second 60 raise ValueError) and reads "Z" as UTC.
+    return datetime.fromisoformat(value)
 
 
 def is_utc_time(value: object) -> bool:

