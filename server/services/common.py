@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from cmbuyer.schemas.canonical import canonical_json
+
+__all__ = ["SYSTEM", "Actor", "canonical_json", "new_id", "payload_hash"]
 
 
 @dataclass(frozen=True)
@@ -23,16 +26,6 @@ SYSTEM = Actor("system", "server")
 def new_id() -> str:
     """A fresh lowercase UUIDv4 string."""
     return str(uuid.uuid4())
-
-
-# The exact settings of json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")), built
-# once: json.dumps would construct a new encoder on every call (a measurable share of a claim job).
-_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-
-
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON text (sorted keys, no spaces, UTF-8 kept): stored responses replay byte-identically."""
-    return _CANONICAL.encode(value)
 
 
 def payload_hash(value: Any) -> str:

@@ -7,9 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-# json.dumps(detail, ensure_ascii=False, sort_keys=True), with the encoder built once (hot path: every
-# device write appends a row).
-_DETAIL = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+from cmbuyer.schemas.canonical import canonical_json
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,7 @@ def append(conn: sqlite3.Connection, *, at: str, actor_kind: str, actor_id: str,
         "INSERT INTO audit_log (at, actor_kind, actor_id, action, subject_kind, subject_id, request_id,"
         " generation, detail_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (at, actor_kind, actor_id, action, subject_kind, subject_id, request_id, generation,
-         _DETAIL.encode(detail or {})),
+         canonical_json(detail or {})),
     )
 
 
