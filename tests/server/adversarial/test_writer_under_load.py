@@ -27,7 +27,7 @@ import pytest
 
 from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.server import db as db_module
-from cmbuyer.server.db import MAX_SHORT_BATCH, Database, StorageError
+from cmbuyer.server.db import BUSY_TIMEOUT_MS, MAX_SHORT_BATCH, Database, StorageError
 
 CLIENTS = MAX_SHORT_BATCH + 8
 
@@ -103,8 +103,8 @@ async def test_another_process_gets_the_write_lock_under_sustained_load(db: Data
     """Failed against the pipelining writer (``_chain_begin``): every COMMIT was followed, in the same
     thread hop and within microseconds, by the next BEGIN IMMEDIATE, so SQLite's busy handler in another
     process (sleeping 1…100 ms between tries) almost never found the lock free, and a CLI command (revoke a
-    device, pause a task …) failed with "database is locked" after its whole busy_timeout (1 s here, 5 s
-    in production). With the lock released for a hop between batches it gets in within ~10–200 ms.
+    device, pause a task …) failed with "database is locked" after its whole busy_timeout (5 s, as in
+    production). With the lock released for a hop between batches it gets in within ~10–200 ms.
 
     SQLite's auto-checkpoint runs after a COMMIT has released the lock; with pipelining that was the
     only other break (0.02–3.7 s waits with 4–20 KB writes, 5 s timeouts in 2 of 3 runs with small
@@ -137,7 +137,7 @@ async def test_another_process_gets_the_write_lock_under_sustained_load(db: Data
     tasks = [asyncio.create_task(client(i)) for i in range(3 * MAX_SHORT_BATCH)]
 
     def cli_transaction() -> str:
-        other = sqlite3.connect(path, isolation_level=None, timeout=1.0)
+        other = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
         try:
             other.execute("BEGIN IMMEDIATE")
             other.execute("INSERT INTO t VALUES ('cli', NULL)")
