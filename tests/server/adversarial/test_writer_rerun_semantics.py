@@ -18,20 +18,15 @@ import pytest
 
 from cmbuyer.server.db import Database, StorageError, connect_sync
 
+from ..scratch_db import create_scratch, scratch_database
+
 
 @pytest.fixture
 async def db(tmp_path: Path) -> Any:
-    path = tmp_path / "rerun.sqlite3"
-    setup = connect_sync(path)
-    setup.execute("CREATE TABLE t (tag TEXT NOT NULL)")
-    setup.execute("CREATE TABLE u (k TEXT PRIMARY KEY)")
-    setup.execute("INSERT INTO u VALUES ('taken')")
-    setup.execute("CREATE TABLE big (b BLOB)")
-    setup.close()
-    database = Database(path)
-    await database.open()
-    yield database
-    await database.close()
+    async with scratch_database(tmp_path / "rerun.sqlite3", "CREATE TABLE t (tag TEXT NOT NULL)",
+                                "CREATE TABLE u (k TEXT PRIMARY KEY)", "INSERT INTO u VALUES ('taken')",
+                                "CREATE TABLE big (b BLOB)") as database:
+        yield database
 
 
 def _committed(path: Path) -> list[str]:
@@ -106,10 +101,7 @@ async def test_job_raising_stop_iteration_does_not_kill_the_writer(tmp_path: Pat
     """A job bug such as ``next(iter([]))`` raises StopIteration; Future.set_exception refuses it with
     TypeError, which must not escape the writer loop (the caller would hang, every later write 503s and
     close() raises TypeError)."""
-    path = tmp_path / "stop.sqlite3"
-    setup = connect_sync(path)
-    setup.execute("CREATE TABLE t (tag TEXT NOT NULL)")
-    setup.close()
+    path = create_scratch(tmp_path / "stop.sqlite3", "CREATE TABLE t (tag TEXT NOT NULL)")
     database = Database(path)
     await database.open()
 

@@ -15,18 +15,13 @@ import pytest
 from cmbuyer.server import db as db_module
 from cmbuyer.server.db import Database, StorageError
 
+from ..scratch_db import scratch_database
+
 
 @pytest.fixture
 async def db(tmp_path: Path) -> Any:
-    path = tmp_path / "w.sqlite"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE t (x INTEGER)")
-    conn.commit()
-    conn.close()
-    database = Database(path)
-    await database.open()
-    yield database
-    await database.close()
+    async with scratch_database(tmp_path / "w.sqlite", "CREATE TABLE t (x INTEGER)") as database:
+        yield database
 
 
 def _count(conn: sqlite3.Connection) -> int:

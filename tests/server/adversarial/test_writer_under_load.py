@@ -29,19 +29,16 @@ from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.server import db as db_module
 from cmbuyer.server.db import BUSY_TIMEOUT_MS, MAX_SHORT_BATCH, Database, StorageError
 
+from ..scratch_db import create_scratch
+
 CLIENTS = MAX_SHORT_BATCH + 8
 
 
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
-    p = tmp_path / "load.sqlite"
-    conn = sqlite3.connect(p)
-    conn.execute("CREATE TABLE t (k TEXT NOT NULL, b BLOB)")
-    conn.execute("CREATE TABLE flag (id INTEGER PRIMARY KEY, revoked INTEGER NOT NULL)")
-    conn.execute("INSERT INTO flag VALUES (1, 0)")
-    conn.commit()
-    conn.close()
-    return p
+    return create_scratch(tmp_path / "load.sqlite", "CREATE TABLE t (k TEXT NOT NULL, b BLOB)",
+                          "CREATE TABLE flag (id INTEGER PRIMARY KEY, revoked INTEGER NOT NULL)",
+                          "INSERT INTO flag VALUES (1, 0)")
 
 
 @pytest.fixture

@@ -12,18 +12,15 @@ import pytest
 
 from cmbuyer.server.db import Database, StorageError, connect_sync
 
+from ..scratch_db import scratch_database
+
 
 @pytest.fixture
 async def db(tmp_path: Path) -> Any:
-    path = tmp_path / "r.sqlite3"
-    setup = connect_sync(path)
-    setup.execute("CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT")
-    setup.execute("INSERT INTO counter VALUES (1, 0)")
-    setup.close()
-    database = Database(path)
-    await database.open()
-    yield database
-    await database.close()
+    async with scratch_database(tmp_path / "r.sqlite3",
+                                "CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT",
+                                "INSERT INTO counter VALUES (1, 0)") as database:
+        yield database
 
 
 def _n(conn: sqlite3.Connection) -> int:

@@ -12,19 +12,16 @@ import pytest
 
 from cmbuyer.server.db import Database, StorageError, connect_sync
 
+from ..scratch_db import scratch_database
+
 
 @pytest.fixture
 async def db(tmp_path: Path):
-    path = tmp_path / "t.sqlite3"
-    setup = connect_sync(path)
-    setup.execute("CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT")
-    setup.execute("INSERT INTO counter VALUES (1, 0)")
-    setup.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL) STRICT")
-    setup.close()
-    database = Database(path)
-    await database.open()
-    yield database
-    await database.close()
+    async with scratch_database(tmp_path / "t.sqlite3",
+                                "CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT",
+                                "INSERT INTO counter VALUES (1, 0)",
+                                "CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL) STRICT") as database:
+        yield database
 
 
 async def test_pragmas_read_back_as_set(db: Database) -> None:

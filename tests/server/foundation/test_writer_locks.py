@@ -12,21 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from cmbuyer.server.db import Database, connect_sync
+from cmbuyer.server.db import Database
+
+from ..scratch_db import scratch_database
 
 PAYLOAD = 2048
 
 
 @pytest.fixture
 async def db(tmp_path: Path):
-    path = tmp_path / "w.sqlite3"
-    setup = connect_sync(path)
-    setup.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, k INTEGER NOT NULL, payload BLOB NOT NULL) STRICT")
-    setup.close()
-    database = Database(path)
-    await database.open()
-    yield database
-    await database.close()
+    async with scratch_database(
+            tmp_path / "w.sqlite3",
+            "CREATE TABLE rows (id INTEGER PRIMARY KEY, k INTEGER NOT NULL, payload BLOB NOT NULL) STRICT") as database:
+        yield database
 
 
 def _insert(k: int):
