@@ -11,14 +11,18 @@ For each concurrency level (default 32 and 128 simulated devices) this script
    keep-alive connections, one request in flight on each — a closed loop): first N claim-next requests
    (each on a fresh device), then R lease renewals on the claims obtained;
 4. prints throughput, p50/p99 latency, the ratio server ÷ raw, the server's CPU time per request and the
-   load average.
+   load average;
+5. then, on further fresh devices, sends claim-next *open loop* — Poisson arrivals at fixed fractions
+   (``--offered``, default 50 % and 80 %) of the claim rate just measured — and prints p50/p99 measured
+   from each request's scheduled arrival. A closed loop answers "how fast at saturation" (its mean latency
+   is just devices ÷ rate); the open loop answers "how long does a device wait at a given load".
 
 The default client (``--client raw``) writes pre-built HTTP/1.1 requests on asyncio streams and parses only
 the status line and Content-Length: on a 2-core machine an aiohttp client costs ≈ 0.6 ms of CPU per
 request, CPU the server then lacks (docs/performance.md). ``--client aiohttp`` keeps the old client.
 
-Usage: ``python bench/claims.py [--levels 32 128] [--claims 3000] [--renews 4000] [--client raw|aiohttp]``
-(``make bench``).
+Usage: ``python bench/claims.py [--levels 32 128] [--claims 3000] [--renews 4000] [--client raw|aiohttp]
+[--offered 0.5 0.8] [--offered-claims 1500]`` (``make bench``).
 ``BENCH_SERVER_CMD`` (optional) replaces the server's ``python -c …`` arguments, e.g. with a script that
 runs the CLI under a profiler.
 """
@@ -233,6 +237,51 @@ class RawHTTP:
         self.writer.close()
 
 
+async def drive_offered_raw(host: str, port: int, devices: list[Device], concurrency: int, rate: float,
+                            seed: int) -> dict[str, float]:
+    """Claim-next at an *offered* rate (open loop): Poisson arrivals at ``rate`` per second spread over
+    ``concurrency`` connections, one fresh device per request.
+
+    Each latency is measured from the request's scheduled arrival, not from when a connection became free,
+    so a server that falls behind is charged for the queue it causes (no coordinated omission). Returns
+    the achieved rate and p50/p99 as :func:`summary` does, under the prefix ``open``.
+    """
+    import random
+
+    conns: asyncio.Queue[RawHTTP] = asyncio.Queue()
+    for _ in range(concurrency):
+        conns.put_nowait(await RawHTTP.connect(host, port))
+    rng = random.Random(seed)
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def one(dev: Device, due: float) -> None:
+        http = await conns.get()
+        try:
+            body = json.dumps({"session_id": dev.session, "claim_request_id": new_id()}).encode()
+            status, payload = await http.post("/api/v1/tasks/claim-next", dev, body)
+            latencies.append(loop.time() - due)
+            assert status == 200, (status, payload)
+            dev.claim = json.loads(payload)
+        finally:
+            conns.put_nowait(http)
+
+    try:
+        start = due = loop.time()
+        pending: list[asyncio.Task[None]] = []
+        for dev in devices:
+            due += rng.expovariate(rate)
+            delay = due - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            pending.append(asyncio.create_task(one(dev, due)))
+        await asyncio.gather(*pending)
+        return summary("open", latencies, loop.time() - start)
+    finally:
+        while not conns.empty():
+            conns.get_nowait().close()
+
+
 async def drive_raw(host: str, port: int, devices: list[Device], concurrency: int, renews: int) -> dict[str, float]:
     """Same workload as :func:`drive`, on :class:`RawHTTP` connections (one per simulated device)."""
     conns = [await RawHTTP.connect(host, port) for _ in range(concurrency)]
@@ -290,10 +339,14 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_level(concurrency: int, claims: int, renews: int, raw_limit: int, client: str = "raw") -> dict[str, float]:
+def run_level(concurrency: int, claims: int, renews: int, raw_limit: int, client: str = "raw",
+              offered: tuple[float, ...] = (), offered_claims: int = 0) -> dict[str, Any]:
+    """One concurrency level (module docstring). ``offered``: fractions of the closed-loop claim rate at
+    which ``offered_claims`` further claims are then sent open-loop (:func:`drive_offered_raw`)."""
     with tempfile.TemporaryDirectory(prefix="cmbuyer-bench-") as tmp:
         data_dir = Path(tmp) / "data"
-        settings, devices = populate(data_dir, claims)
+        settings, everyone = populate(data_dir, claims + offered_claims * len(offered))
+        devices, spare = everyone[:claims], everyone[claims:]
         raw = raw_rate(settings, devices, min(raw_limit, claims))
         port = free_port()
         env = {**os.environ, **ENV, "CMBUYER_DATA_DIR": str(data_dir)}
@@ -314,6 +367,12 @@ def run_level(concurrency: int, claims: int, renews: int, raw_limit: int, client
             requests = claims + (renews // min(concurrency, claims)) * min(concurrency, claims)
             result["server_cpu_ms_per_request"] = (process_cpu_s(server.pid) - cpu0) / requests * 1000
             result["load_before"], result["load_after"] = load0, os.getloadavg()[0]
+            result["offered"] = []
+            for k, fraction in enumerate(offered):
+                rate = fraction * result["claim_per_s"]
+                batch = spare[k * offered_claims:(k + 1) * offered_claims]
+                measured = asyncio.run(drive_offered_raw("127.0.0.1", port, batch, concurrency, rate, seed=k))
+                result["offered"].append({"fraction": fraction, "offered_per_s": rate, **measured})
         finally:
             server.send_signal(signal.SIGINT)
             server.wait(timeout=30)
@@ -330,11 +389,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw", type=int, default=1500, help="claims in the raw SQLite measurement")
     parser.add_argument("--client", choices=["raw", "aiohttp"], default="raw",
                         help="raw: hand-written HTTP/1.1 on asyncio streams (least client CPU); aiohttp: ClientSession")
+    parser.add_argument("--offered", type=float, nargs="*", default=[0.5, 0.8],
+                        help="after the closed loop, claim-next open-loop at these fractions of its claim rate")
+    parser.add_argument("--offered-claims", type=int, default=1500, help="claims per offered fraction")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if any(not 0 < f <= 1 for f in args.offered):
+        parser.error("--offered fractions must be in (0, 1]")
+    if args.offered and args.client != "raw":
+        parser.error("--offered needs --client raw")
     rows = []
     for level in args.levels:
-        result = {"devices": level, **run_level(level, args.claims, args.renews, args.raw, args.client)}
+        result = {"devices": level, **run_level(level, args.claims, args.renews, args.raw, args.client,
+                                                tuple(args.offered), args.offered_claims)}
         rows.append(result)
         if not args.json:
             print(f"{level:>4} devices | claim {result['claim_per_s']:7.0f}/s p50 {result['claim_p50_ms']:6.1f} ms"
@@ -343,6 +410,10 @@ def main(argv: list[str] | None = None) -> int:
                   f" | raw SQLite claim {result['raw_claim_per_s']:7.0f}/s | server/raw"
                   f" {result['ratio_server_to_raw']:.2f} | server CPU {result['server_cpu_ms_per_request']:.2f} ms/req"
                   f" | load {result['load_before']:.1f}→{result['load_after']:.1f}", flush=True)
+            for o in result["offered"]:
+                print(f"       open loop at {o['fraction']:.0%} of that claim rate"
+                      f" ({o['offered_per_s']:.0f}/s offered): {o['open_per_s']:.0f}/s p50 {o['open_p50_ms']:6.1f} ms"
+                      f" p99 {o['open_p99_ms']:6.1f} ms", flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0
