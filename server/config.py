@@ -59,9 +59,10 @@ class Secret:
 
 @dataclass(frozen=True)
 class Settings:
-    """Validated configuration. Durations are integer seconds; money is ``Decimal`` (CNY).
+    """Validated configuration. Durations are integer seconds; sizes are bytes; money is ``Decimal`` (CNY).
 
-    Invariant (spec 000 §3): ``claim_lease_ttl < authorization_ttl``.
+    Invariants: ``claim_lease_ttl < authorization_ttl`` (spec 000 §3);
+    ``evidence_bytes_per_attempt >= evidence_max_bytes`` (one largest file always fits a fresh attempt).
     """
 
     data_dir: Path
@@ -80,6 +81,9 @@ class Settings:
     evidence_max_bytes: int = SPEC_EVIDENCE_MAX_BYTES
     evidence_max_side: int = SPEC_EVIDENCE_MAX_SIDE
     evidence_max_pixels: int = SPEC_EVIDENCE_MAX_PIXELS
+    evidence_per_attempt: int = 32
+    evidence_bytes_per_attempt: int = 128 * 1024 * 1024
+    events_per_attempt: int = 1000
     sweep_interval: int = 5
     session_idle_ttl: int = 1800
     session_absolute_ttl: int = 43200
@@ -196,6 +200,12 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None,
     if claim_secret is not None and claim_secret == session_secret:
         raise SettingsError("CMBUYER_SESSION_SECRET must differ from CMBUYER_CLAIM_TOKEN_SECRET")
 
+    evidence_max_bytes = _int(env, "CMBUYER_EVIDENCE_MAX_BYTES", SPEC_EVIDENCE_MAX_BYTES, 1024, SPEC_EVIDENCE_MAX_BYTES)
+    # Per-attempt budgets: one open claim must not be able to fill the disk or the events table.
+    evidence_budget = _int(env, "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", 128 * 1024 * 1024, 1024, 4 * 1024 ** 3)
+    if evidence_budget < evidence_max_bytes:
+        raise SettingsError("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT must be at least CMBUYER_EVIDENCE_MAX_BYTES")
+
     idle = _int(env, "CMBUYER_SESSION_IDLE_TTL", 1800, 60, 86400)
     absolute = _int(env, "CMBUYER_SESSION_ABSOLUTE_TTL", 43200, 60, 30 * 86400)
     if idle > absolute:
@@ -215,11 +225,13 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None,
         allowed_app_versions=versions,
         heartbeat_interval=_int(env, "CMBUYER_HEARTBEAT_INTERVAL", 10, 1, 3600),
         heartbeat_stale_factor=_int(env, "CMBUYER_HEARTBEAT_STALE_FACTOR", 3, 1, 100),
-        evidence_max_bytes=_int(env, "CMBUYER_EVIDENCE_MAX_BYTES", SPEC_EVIDENCE_MAX_BYTES, 1024,
-                                SPEC_EVIDENCE_MAX_BYTES),
+        evidence_max_bytes=evidence_max_bytes,
         evidence_max_side=_int(env, "CMBUYER_EVIDENCE_MAX_SIDE", SPEC_EVIDENCE_MAX_SIDE, 16, SPEC_EVIDENCE_MAX_SIDE),
         evidence_max_pixels=_int(env, "CMBUYER_EVIDENCE_MAX_PIXELS", SPEC_EVIDENCE_MAX_PIXELS, 256,
                                  SPEC_EVIDENCE_MAX_PIXELS),
+        evidence_per_attempt=_int(env, "CMBUYER_EVIDENCE_PER_ATTEMPT", 32, 1, 10_000),
+        evidence_bytes_per_attempt=evidence_budget,
+        events_per_attempt=_int(env, "CMBUYER_EVENTS_PER_ATTEMPT", 1000, 20, 1_000_000),
         sweep_interval=_int(env, "CMBUYER_SWEEP_INTERVAL", 5, 1, 3600),
         session_idle_ttl=idle,
         session_absolute_ttl=absolute,

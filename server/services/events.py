@@ -5,7 +5,8 @@ the stored answer byte for byte, nothing appended twice) → the claim must be c
 of the URL's task held by this device with this generation and token, and a lease strictly later than
 now — *except* once the attempt holds a submission (after the fence), when an OPEN attempt is enough
 so the agent can still log ``SUBMIT_TAP``/``OBSERVE_RESULT`` before its result closes the attempt →
-every summary passes :func:`check_summary` → consecutive per-attempt sequence numbers → the first
+every summary passes :func:`check_summary` → the batch fits the attempt's event budget
+(:class:`~cmbuyer.server.domain.limits.AttemptBudget`) → consecutive per-attempt sequence numbers → the first
 accepted batch of a CLAIMED task moves it to ORDERING (version + 1) → request record + audit row.
 """
 
@@ -20,6 +21,7 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain.errors import ValidationFailed
+from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState, transition
 from cmbuyer.server.services import device_tx, idempotency
 from cmbuyer.server.services.claim_check import claim_not_current, current_claim
@@ -50,11 +52,12 @@ def request_payload(task_id: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def append_events(conn: sqlite3.Connection, *, device_id: str, task_id: str, body: dict[str, Any],
-                  now: datetime) -> Stored:
+                  now: datetime, budget: AttemptBudget) -> Stored:
     """Append one schema-valid batch; returns the 200 response to send.
 
     Raises DeviceNotActive (→ 401), ValidationFailed (→ 400), Conflict ``idempotency_conflict`` /
-    ``claim_not_current`` (→ 409).
+    ``claim_not_current`` / ``attempt_limit_reached`` (→ 409). A replay is answered before the budget is
+    looked at, so a batch accepted just under the cap still replays.
     """
     device_tx.begin(conn, device_id)
     key: str = body["batch_key"]
@@ -69,6 +72,8 @@ def append_events(conn: sqlite3.Connection, *, device_id: str, task_id: str, bod
         raise claim_not_current()
     batch = [event_store.NewEvent(e["step"], e["outcome"], e["reason_code"], check_summary(e["summary"]),
                                   e["occurred_at"]) for e in body["events"]]
+    if not budget.events_fit(attempt.next_event_seq - 1, len(batch)):  # sequence numbers start at 1
+        raise attempt_limit_reached()
     task = task_store.get(conn, task_id)
     if task is None:
         raise claim_not_current()

@@ -9,7 +9,8 @@ conditional "device still ACTIVE" UPDATE → idempotency lookup of ``upload_key`
 same task/attempt/metadata/bytes → the original asset, ``200``, even if the claim has been closed
 since; anything different → ``409 idempotency_conflict``) → for a first write the attempt must be an
 OPEN claim held by this device and belong to the URL's task (the composite FK proves it again on
-INSERT) → the asset row + request record + audit row → ``201``.
+INSERT) → the file must fit the attempt's evidence budget (count and bytes,
+:class:`~cmbuyer.server.domain.limits.AttemptBudget`) → the asset row + request record + audit row → ``201``.
 
 :func:`may_upload` is the same ownership check as a read, run *before* the file is stored so a
 foreign or closed attempt never leaves a file behind.
@@ -23,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
 from cmbuyer.server.services import device_tx, idempotency
 from cmbuyer.server.services.claim_check import claim_not_current
 from cmbuyer.server.services.common import new_id
@@ -62,23 +64,35 @@ def _replay(stored: Stored) -> Stored:
     return Stored(200, stored.body, stored.attempt_id)
 
 
-def may_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload) -> bool:
+def may_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, budget: AttemptBudget) -> bool:
     """Read-only pre-check, the same rules in the same order as :func:`record_upload`: True when the
     upload is a replay of this device's key or a first write to an OPEN attempt of the URL's task held
     by this device. A key stored for another device, endpoint or payload raises ``409
-    idempotency_conflict`` here already, so a conflicting upload never reaches the disk. The write job
-    checks everything again."""
+    idempotency_conflict`` here already, and a file over the attempt's budget ``409
+    attempt_limit_reached``, so such an upload never reaches the disk. The write job checks everything
+    again."""
     if device_tx.replay_scoped(conn, device_id, upload.upload_key, ENDPOINT, upload.payload()) is not None:
         return True
     attempt = attempt_store.get(conn, upload.attempt_id)
-    return (attempt is not None and attempt.device_id == device_id and attempt.task_id == upload.task_id
-            and attempt.state == "OPEN")
+    if not (attempt is not None and attempt.device_id == device_id and attempt.task_id == upload.task_id
+            and attempt.state == "OPEN"):
+        return False
+    _check_budget(conn, upload, budget)
+    return True
 
 
-def record_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, now: datetime) -> Stored:
+def _check_budget(conn: sqlite3.Connection, upload: Upload, budget: AttemptBudget) -> None:
+    files, size = evidence_store.usage_for_attempt(conn, upload.task_id, upload.attempt_id)
+    if not budget.evidence_fits(files, size, upload.byte_size):
+        raise attempt_limit_reached()
+
+
+def record_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, now: datetime,
+                  budget: AttemptBudget) -> Stored:
     """Record the asset; returns 201 (first) or 200 (replay) with the response body.
 
-    Raises DeviceNotActive (→ 401), Conflict ``idempotency_conflict`` / ``claim_not_current`` (→ 409).
+    Raises DeviceNotActive (→ 401), Conflict ``idempotency_conflict`` / ``claim_not_current`` /
+    ``attempt_limit_reached`` (→ 409).
     """
     device_tx.begin(conn, device_id)
     payload = upload.payload()
@@ -89,6 +103,7 @@ def record_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, n
     if attempt is None or attempt.device_id != device_id or attempt.task_id != upload.task_id \
             or attempt.state != "OPEN":
         raise claim_not_current()
+    _check_budget(conn, upload, budget)  # again under the write lock: uploads may race past may_upload
     at = to_wire(now)
     asset = evidence_store.Asset(
         id=new_id(), task_id=upload.task_id, attempt_id=attempt.id, device_id=device_id,

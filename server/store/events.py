@@ -27,7 +27,3 @@ def append(conn: sqlite3.Connection, *, task_id: str, attempt_id: str, batch_key
           received_at) for i, e in enumerate(events)],
     )
 
-
-def count_for_attempt(conn: sqlite3.Connection, attempt_id: str) -> int:
-    """How many events the attempt has."""
-    return int(conn.execute("SELECT count(*) FROM events WHERE attempt_id = ?", (attempt_id,)).fetchone()[0])

@@ -45,7 +45,10 @@ def get(conn: sqlite3.Connection, asset_id: str) -> Asset | None:
     return None if r is None else _row(r)
 
 
-def for_attempt(conn: sqlite3.Connection, attempt_id: str) -> list[Asset]:
-    """The attempt's assets, oldest first."""
-    return [_row(r) for r in conn.execute(
-        "SELECT * FROM evidence_assets WHERE attempt_id = ? ORDER BY created_at, id", (attempt_id,))]
+def usage_for_attempt(conn: sqlite3.Connection, task_id: str, attempt_id: str) -> tuple[int, int]:
+    """``(files, bytes)`` the attempt already stored. Found through the task's index (``evidence_task``),
+    so it reads only this task's rows."""
+    files, size = conn.execute(
+        "SELECT count(*), coalesce(sum(byte_size), 0) FROM evidence_assets WHERE task_id = ? AND attempt_id = ?",
+        (task_id, attempt_id)).fetchone()
+    return int(files), int(size)

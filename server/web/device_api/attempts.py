@@ -21,7 +21,9 @@ from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, is_uuid4, validate
 from cmbuyer.server.app import PERIODIC, STARTUP_CHECKS, StartupRefused
+from cmbuyer.server.config import Settings
 from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files as evidence_files
 from cmbuyer.server.evidence.png import ImageRejected, validate_png
 from cmbuyer.server.services import events as event_service
@@ -69,6 +71,11 @@ async def _write(request: web.Request, job: Any) -> Any:
     return await request.app[DB].write(job, short=True)
 
 
+def _budget(settings: Settings) -> AttemptBudget:
+    return AttemptBudget(events=settings.events_per_attempt, evidence_files=settings.evidence_per_attempt,
+                         evidence_bytes=settings.evidence_bytes_per_attempt)
+
+
 def _stored(stored: Stored) -> web.Response:
     return json_body_response(stored.status, stored.body)
 
@@ -77,10 +84,11 @@ async def events(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/tasks/{id}/events`` → 200 events.response; see docs/api.md."""
     task_id = _path_id(request, "task_id")
     body = await read_json(request, "events.request", EVENTS_BODY_CAP)
-    clock = request.app[CLOCK]
+    clock, budget = request.app[CLOCK], _budget(request.app[SETTINGS])
 
     def job(conn: sqlite3.Connection) -> Stored:
-        return event_service.append_events(conn, device_id=device_id, task_id=task_id, body=body, now=clock.now())
+        return event_service.append_events(conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(),
+                                           budget=budget)
 
     return _stored(await _write(request, job))
 
@@ -126,8 +134,9 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     if digest != form.fields["sha256"]:
         raise DeviceHTTPError(400, "invalid_request")
     upload = _upload_from(task_id, form.fields, data, info.width, info.height)
-    db = request.app[DB]
-    if not await db.read(lambda conn: evidence_upload.may_upload(conn, device_id=device_id, upload=upload)):
+    db, budget = request.app[DB], _budget(settings)
+    if not await db.read(lambda conn: evidence_upload.may_upload(conn, device_id=device_id, upload=upload,
+                                                                  budget=budget)):
         raise DeviceHTTPError(409, "claim_not_current")
     try:
         await asyncio.to_thread(evidence_files.store, settings.evidence_dir, upload.sha256, data)
@@ -135,7 +144,8 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
         raise StorageError("evidence file could not be stored") from None
 
     def job(conn: sqlite3.Connection) -> Stored:
-        return evidence_upload.record_upload(conn, device_id=device_id, upload=upload, now=clock.now())
+        return evidence_upload.record_upload(conn, device_id=device_id, upload=upload, now=clock.now(),
+                                             budget=budget)
 
     return _stored(await _write(request, job))
 
