@@ -16,6 +16,7 @@ import secrets
 import sqlite3
 import stat
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +29,7 @@ from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.services import admins as admin_service
 from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import evidence_gc
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import admins as admin_store
@@ -341,6 +343,35 @@ def cmd_device(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_evidence(args: argparse.Namespace) -> int:
+    """``evidence gc``: remove evidence files no asset row refers to (services/evidence_gc.py)."""
+    settings = _settings(args)
+    conn = _open(settings)
+    try:
+        report = evidence_gc.collect(conn, settings.evidence_dir, now=time.time(), older_than=args.older_than,
+                                     dry_run=args.dry_run, actor=CLI_ACTOR, at=to_wire(SystemClock().now()))
+    except StorageError as exc:
+        raise CliError(f"storage error: {exc}", EXIT_STORAGE) from None
+    except OSError as exc:
+        raise CliError(f"could not remove an evidence file ({exc.strerror})", EXIT_STORAGE) from None
+    finally:
+        conn.close()
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        verb = "would remove" if args.dry_run else "removed"
+        print(f"scanned {report.scanned} files: {report.referenced} referenced, {report.too_young} younger than "
+              f"{args.older_than} s; {verb} {report.removed} unreferenced and {report.removed_temporary} "
+              f"temporary ({report.bytes_freed} bytes)")
+    return EXIT_OK
+
+
+def _seconds(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 0 <= int(text) <= 10 * 365 * 86400:
+        raise argparse.ArgumentTypeError("a whole number of seconds from 0 to 315360000")
+    return int(text)
+
+
 def cmd_task(args: argparse.Namespace) -> int:
     settings = _settings(args)
     conn = _open(settings)
@@ -430,6 +461,13 @@ def build_parser() -> argparse.ArgumentParser:
     q = dsub.add_parser("revoke", parents=[common])
     q.add_argument("device_id")
 
+    p = sub.add_parser("evidence", parents=[common], help="evidence file housekeeping")
+    esub = p.add_subparsers(dest="evidence_cmd", required=True)
+    q = esub.add_parser("gc", parents=[common], help="remove evidence files no asset row refers to")
+    q.add_argument("--older-than", type=_seconds, default=86400, metavar="SECONDS",
+                   help="only files not written for this long (default 86400 = one day)")
+    q.add_argument("--dry-run", action="store_true", help="report what would be removed, remove nothing")
+
     p = sub.add_parser("task", parents=[common], help="create, start and show tasks (scripting, tests)")
     tsub = p.add_subparsers(dest="task_cmd", required=True)
     q = tsub.add_parser("add", parents=[common])
@@ -453,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "init": cmd_init, "migrate": cmd_migrate, "serve": cmd_serve, "doctor": cmd_doctor, "backup": cmd_backup,
-    "admin": cmd_admin, "device": cmd_device, "task": cmd_task,
+    "admin": cmd_admin, "device": cmd_device, "evidence": cmd_evidence, "task": cmd_task,
 }
 
 

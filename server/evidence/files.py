@@ -2,8 +2,13 @@
 
 A file is written to a temporary name in its final directory, flushed and ``fsync``ed, renamed into
 place (atomic on POSIX) and the directory is ``fsync``ed, so after a crash a path either holds the
-complete original bytes or does not exist. Writing the same content twice is a no-op. The bytes are
-stored exactly as uploaded (never re-encoded). Files are never served from a static route.
+complete original bytes or does not exist. Writing the same content twice keeps the file (renewing its
+modification time). The bytes are stored exactly as uploaded (never re-encoded). Files are never served
+from a static route.
+
+A file whose row never committed (a crash between the two, an upload refused after its file was
+stored) is removed later by ``cmbuyer-server evidence gc`` (:mod:`cmbuyer.server.services.evidence_gc`);
+:func:`scan` and :func:`remove` are its file half.
 """
 
 from __future__ import annotations
@@ -12,9 +17,24 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 _SHA = re.compile(r"[0-9a-f]{64}", re.ASCII)
+_HEX2 = re.compile(r"[0-9a-f]{2}", re.ASCII)
+_TEMP = re.compile(r"\.tmp-[^/]*\.png", re.ASCII)
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file found under the evidence dir: ``sha256`` is None for a temporary file a crashed write left
+    behind; ``mtime`` is seconds since the epoch (UTC), ``size`` bytes."""
+
+    path: Path
+    sha256: str | None
+    mtime: float
+    size: int
 
 
 def path_for(evidence_dir: Path, sha256: str) -> Path:
@@ -65,12 +85,14 @@ def store(evidence_dir: Path, sha256: str, data: bytes) -> Path:
     """Durably store ``data`` (whose SHA-256 hex is ``sha256``) and return its path.
 
     Raises ValueError when ``data`` does not hash to ``sha256``; OSError on I/O failure (the caller
-    maps it to 503). An existing file with the right content is kept as is.
+    maps it to 503). An existing file with the right content is kept; its modification time is renewed
+    so that ``evidence gc`` counts it as just written (its row is about to be inserted).
     """
     if hashlib.sha256(data).hexdigest() != sha256:
         raise ValueError("content does not match its hash")
     target = path_for(evidence_dir, sha256)
     if _same_content(target, sha256, len(data)):
+        os.utime(target)
         return target
     _ensure_dirs(evidence_dir, target.parent)
     fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=target.parent)
@@ -88,6 +110,54 @@ def store(evidence_dir: Path, sha256: str, data: bytes) -> Path:
         raise
     _fsync_dir(target.parent)
     return target
+
+
+def exists(evidence_dir: Path, sha256: str) -> bool:
+    """True when the file for ``sha256`` is in place (checked by the upload's write job, so a file
+    removed by ``evidence gc`` never gets a row). Raises ValueError for a malformed hash."""
+    return path_for(evidence_dir, sha256).is_file()
+
+
+def scan(evidence_dir: Path) -> Iterator[StoredFile]:
+    """Every stored file (``ab/cd/<sha256>.png`` whose name matches its folders) and every leftover
+    temporary file; anything else in the tree is never reported, so it is never removed."""
+    if not evidence_dir.is_dir():
+        return
+    for top in sorted(evidence_dir.iterdir()):
+        if not (top.is_dir() and _HEX2.fullmatch(top.name)):
+            continue
+        for sub in sorted(top.iterdir()):
+            if not (sub.is_dir() and _HEX2.fullmatch(sub.name)):
+                continue
+            for entry in sorted(sub.iterdir()):
+                try:
+                    info = entry.lstat()
+                except FileNotFoundError:
+                    continue
+                if not os.path.isfile(entry) or entry.is_symlink():
+                    continue
+                name = entry.name
+                if name.endswith(".png") and _SHA.fullmatch(name[:-4]) and name[:2] == top.name \
+                        and name[2:4] == sub.name:
+                    yield StoredFile(entry, name[:-4], info.st_mtime, info.st_size)
+                elif _TEMP.fullmatch(name):
+                    yield StoredFile(entry, None, info.st_mtime, info.st_size)
+
+
+def remove(paths: list[Path]) -> int:
+    """Unlink ``paths`` (already gone is fine) and fsync each directory once; returns how many were
+    removed. Raises OSError on any other failure."""
+    removed, dirs = 0, set()
+    for path in paths:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed += 1
+        dirs.add(path.parent)
+    for d in sorted(dirs):
+        _fsync_dir(d)
+    return removed
 
 
 def read(evidence_dir: Path, sha256: str) -> bytes:

@@ -21,10 +21,13 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
+from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
+from cmbuyer.server.evidence import files as evidence_files
 from cmbuyer.server.services import device_tx, idempotency
 from cmbuyer.server.services.claim_check import claim_not_current
 from cmbuyer.server.services.common import new_id
@@ -88,11 +91,12 @@ def _check_budget(conn: sqlite3.Connection, upload: Upload, budget: AttemptBudge
 
 
 def record_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, now: datetime,
-                  budget: AttemptBudget) -> Stored:
+                  budget: AttemptBudget, evidence_dir: Path) -> Stored:
     """Record the asset; returns 201 (first) or 200 (replay) with the response body.
 
     Raises DeviceNotActive (→ 401), Conflict ``idempotency_conflict`` / ``claim_not_current`` /
-    ``attempt_limit_reached`` (→ 409).
+    ``attempt_limit_reached`` (→ 409), StorageError (→ 503) when the stored file is no longer in place
+    (removed by ``evidence gc`` between the store and this job: the device retries with the same key).
     """
     device_tx.begin(conn, device_id)
     payload = upload.payload()
@@ -104,6 +108,8 @@ def record_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, n
             or attempt.state != "OPEN":
         raise claim_not_current()
     _check_budget(conn, upload, budget)  # again under the write lock: uploads may race past may_upload
+    if not evidence_files.exists(evidence_dir, upload.sha256):  # evidence gc removes files under this lock
+        raise StorageError("evidence file missing")
     at = to_wire(now)
     asset = evidence_store.Asset(
         id=new_id(), task_id=upload.task_id, attempt_id=attempt.id, device_id=device_id,

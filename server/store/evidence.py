@@ -52,3 +52,14 @@ def usage_for_attempt(conn: sqlite3.Connection, task_id: str, attempt_id: str) -
         "SELECT count(*), coalesce(sum(byte_size), 0) FROM evidence_assets WHERE task_id = ? AND attempt_id = ?",
         (task_id, attempt_id)).fetchone()
     return int(files), int(size)
+
+
+def referenced(conn: sqlite3.Connection, hashes: list[str]) -> set[str]:
+    """Which of ``hashes`` (at most 500) at least one asset row refers to."""
+    if not hashes:
+        return set()
+    if len(hashes) > 500:
+        raise ValueError("at most 500 hashes per query")
+    marks = ", ".join("?" * len(hashes))
+    return {r[0] for r in conn.execute(f"SELECT DISTINCT sha256 FROM evidence_assets WHERE sha256 IN ({marks})",
+                                       hashes)}

@@ -145,7 +145,7 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
 
     def job(conn: sqlite3.Connection) -> Stored:
         return evidence_upload.record_upload(conn, device_id=device_id, upload=upload, now=clock.now(),
-                                             budget=budget)
+                                             budget=budget, evidence_dir=settings.evidence_dir)
 
     return _stored(await _write(request, job))
 
