@@ -353,7 +353,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     except StorageError as exc:
         raise CliError(f"storage error: {exc}", EXIT_STORAGE) from None
     except OSError as exc:
-        raise CliError(f"could not remove an evidence file ({exc.strerror})", EXIT_STORAGE) from None
+        raise CliError(f"evidence store I/O error ({exc.strerror})", EXIT_STORAGE) from None
     finally:
         conn.close()
     if args.json:

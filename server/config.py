@@ -19,7 +19,7 @@ from cmbuyer.schemas import MONEY_RE
 ENV_FILE_NAME = "cmbuyer.env"
 DEFAULT_DATA_DIR = Path("var")
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
-_INT = re.compile(r"[0-9]{1,9}", re.ASCII)
+_INT = re.compile(r"[0-9]{1,12}", re.ASCII)  # every setting also has its own range
 _VERSION_NAME = re.compile(r"[0-9A-Za-z._-]{1,32}", re.ASCII)
 _HOST = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}", re.ASCII)
 

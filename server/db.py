@@ -118,6 +118,19 @@ def _safe_rollback(conn: sqlite3.Connection) -> None:
         log.warning("rollback failed; connection will be discarded by its owner")
 
 
+def run_in_read_transaction(conn: sqlite3.Connection, job: Job[T]) -> T:
+    """Run a read-only ``job`` inside one read transaction, so every statement sees the same commit
+    (``Database.read(..., snapshot=True)``; tools). Errors propagate unchanged; the transaction is always
+    ended."""
+    if conn.in_transaction:
+        _safe_rollback(conn)
+    conn.execute("BEGIN")
+    try:
+        return job(conn)
+    finally:
+        _safe_rollback(conn)  # nothing to keep: ending a read transaction either way releases its snapshot
+
+
 @dataclass
 class _Pending:
     job: Job[Any]
@@ -363,13 +376,18 @@ class Database:
         self._queue.put_nowait(_Pending(job, future, short))
         return await future
 
-    async def read(self, job: Job[T]) -> T:
-        """Run a read-only ``job`` on a reader connection (query_only=ON). Raises StorageError."""
+    async def read(self, job: Job[T], *, snapshot: bool = False) -> T:
+        """Run a read-only ``job`` on a reader connection (query_only=ON). Raises StorageError.
+
+        Each statement of a plain read sees the latest commit at that moment. ``snapshot=True`` runs the
+        whole job in one read transaction, so all its statements see the same commit — needed when a
+        decision combines several reads that a concurrent write could change in between.
+        """
         if self._readers is None:
             raise StorageError("database is not open")
         conn = await self._readers.get()
         try:
-            return await self._on_thread(conn, job)
+            return await self._on_thread(conn, (lambda c: run_in_read_transaction(c, job)) if snapshot else job)
         except (sqlite3.Error, ValueError) as exc:
             raise StorageError("read failed") from exc
         finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -124,10 +125,10 @@ def scan(evidence_dir: Path) -> Iterator[StoredFile]:
     if not evidence_dir.is_dir():
         return
     for top in sorted(evidence_dir.iterdir()):
-        if not (top.is_dir() and _HEX2.fullmatch(top.name)):
+        if not (_HEX2.fullmatch(top.name) and _real_dir(top)):
             continue
         for sub in sorted(top.iterdir()):
-            if not (sub.is_dir() and _HEX2.fullmatch(sub.name)):
+            if not (_HEX2.fullmatch(sub.name) and _real_dir(sub)):
                 continue
             for entry in sorted(sub.iterdir()):
                 try:
@@ -144,18 +145,26 @@ def scan(evidence_dir: Path) -> Iterator[StoredFile]:
                     yield StoredFile(entry, None, info.st_mtime, info.st_size)
 
 
-def remove(paths: list[Path]) -> int:
-    """Unlink ``paths`` (already gone is fine) and fsync each directory once; returns how many were
+def _real_dir(path: Path) -> bool:
+    """A directory that is not a symlink: the scan must never walk out of the evidence tree (a link to a
+    backup copy would otherwise have its files removed)."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def remove(paths: list[Path]) -> list[Path]:
+    """Unlink ``paths`` (already gone is fine) and fsync each directory once; returns the paths this call
     removed. Raises OSError on any other failure."""
-    removed, dirs = 0, set()
+    removed: list[Path] = []
     for path in paths:
         try:
             path.unlink()
         except FileNotFoundError:
             continue
-        removed += 1
-        dirs.add(path.parent)
-    for d in sorted(dirs):
+        removed.append(path)
+    for d in sorted({p.parent for p in removed}):
         _fsync_dir(d)
     return removed
 

@@ -8,20 +8,26 @@ Temporary files of a write interrupted by a crash (``.tmp-*.png``) are removed t
 Why this never removes a file a row needs:
 
 - only files older than the grace period are candidates (default one day; an upload's file is written
-  moments before its write job);
+  moments before its write job, and storing existing bytes renews the file's age);
 - candidates are re-checked and removed in chunks, each inside a write transaction (``BEGIN
-  IMMEDIATE``). The upload's write job needs the same lock and first checks that its file is still in
-  place (:func:`cmbuyer.server.services.evidence_upload.record_upload`). Either its row committed first —
-  then the file is referenced and kept — or the file was removed first — then the upload answers 503
-  and writes nothing, and the agent's retry with the same key stores the file again;
-- asset rows are never deleted, so a referenced file stays referenced.
+  IMMEDIATE``; the check uses the ``evidence_sha256`` index, so the lock is held briefly). The upload's
+  write job needs the same lock and first checks that its file is still in place
+  (:func:`cmbuyer.server.services.evidence_upload.record_upload`). Either its row committed first — then
+  the file is referenced and kept — or the file was removed first — then the upload answers 503 and
+  writes nothing, and the agent's retry with the same key stores the file again;
+- asset rows are never deleted, so a referenced file stays referenced;
+- the scan never follows a symlink (file or directory) and ignores anything outside the
+  ``ab/cd/<sha256>.png`` layout (:func:`cmbuyer.server.evidence.files.scan`).
 
-One audit row (actor ``cli``, action ``evidence.gc``) records what a real run removed.
+Each transaction that removed files also writes one audit row (actor ``cli``, action ``evidence.gc``)
+with what it removed. If the lock cannot be had (another process holds it past the busy timeout) the
+run stops with StorageError before removing anything in that chunk. A dry run only reads.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,7 +38,7 @@ from cmbuyer.server.services.common import Actor
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import evidence as evidence_store
 
-CHUNK = 200  # files re-checked and removed per write transaction: the server's writer waits at most that long
+CHUNK = 200  # files re-checked and removed per write transaction: bounds how long the server's writer waits
 
 
 @dataclass
@@ -57,9 +63,11 @@ def collect(conn: sqlite3.Connection, evidence_dir: Path, *, now: float, older_t
     """Remove unreferenced evidence files older than ``older_than`` seconds (``now``: seconds since the
     epoch, UTC, compared with file modification times). ``conn`` is an autocommit connection (the CLI's);
     each chunk gets its own write transaction. ``dry_run`` changes nothing and reports what would go.
-    ``at`` is the wire timestamp of the audit row. Raises StorageError (lock not obtained within the busy
-    timeout) or OSError (a file could not be removed; what was removed before stays removed and audited
-    only when the run completes).
+    ``at`` is the wire timestamp of the audit rows.
+
+    Raises StorageError (the lock was not obtained within the busy timeout: that chunk removed nothing)
+    or OSError (a file could not be read or removed; what an earlier chunk removed stays removed and
+    audited).
     """
     report = GcReport(dry_run=dry_run)
     cutoff = now - older_than
@@ -73,30 +81,32 @@ def collect(conn: sqlite3.Connection, evidence_dir: Path, *, now: float, older_t
             stale_temporary.append(found)
         else:
             stored.append(found)
+
+    def run(job: Callable[[sqlite3.Connection], None]) -> None:
+        if dry_run:
+            job(conn)  # reads only: no lock needed
+        else:
+            run_in_transaction(conn, job)
+
     for start in range(0, len(stored), CHUNK):
         chunk = stored[start:start + CHUNK]
 
-        def job(c: sqlite3.Connection, chunk: list[StoredFile] = chunk) -> None:
-            _collect_chunk(c, chunk, cutoff, dry_run, report)
+        def unreferenced(c: sqlite3.Connection, chunk: list[StoredFile] = chunk) -> None:
+            doomed = _unreferenced(c, chunk, cutoff, report)
+            report.removed += _remove(c, doomed, dry_run, report, actor, at, kind="unreferenced")
 
-        run_in_transaction(conn, job)
-    report.removed_temporary = len(stale_temporary)
-    report.bytes_freed += sum(f.size for f in stale_temporary)
-    if not dry_run:
-        files.remove([f.path for f in stale_temporary])
-        if report.removed or report.removed_temporary:
-            run_in_transaction(conn, lambda c: audit.append(
-                c, at=at, actor_kind=actor.kind, actor_id=actor.id, action="evidence.gc", subject_kind="evidence",
-                subject_id="unreferenced", detail={"removed": report.removed,
-                                                   "removed_temporary": report.removed_temporary,
-                                                   "bytes_freed": report.bytes_freed}))
+        run(unreferenced)
+    if stale_temporary:
+        def temporary(c: sqlite3.Connection) -> None:
+            report.removed_temporary += _remove(c, stale_temporary, dry_run, report, actor, at, kind="temporary")
+
+        run(temporary)
     return report
 
 
-def _collect_chunk(conn: sqlite3.Connection, chunk: list[StoredFile], cutoff: float, dry_run: bool,
-                   report: GcReport) -> None:
-    """Inside the write transaction: keep what a row refers to (or what was rewritten since the scan),
-    remove the rest."""
+def _unreferenced(conn: sqlite3.Connection, chunk: list[StoredFile], cutoff: float,
+                  report: GcReport) -> list[StoredFile]:
+    """The chunk's files no row refers to and that were not written again since the scan."""
     kept = evidence_store.referenced(conn, [f.sha256 for f in chunk if f.sha256 is not None])
     doomed: list[StoredFile] = []
     for found in chunk:
@@ -111,5 +121,19 @@ def _collect_chunk(conn: sqlite3.Connection, chunk: list[StoredFile], cutoff: fl
             report.too_young += 1
             continue
         doomed.append(found)
-    report.bytes_freed += sum(f.size for f in doomed)
-    report.removed += len(doomed) if dry_run else files.remove([f.path for f in doomed])
+    return doomed
+
+
+def _remove(conn: sqlite3.Connection, doomed: list[StoredFile], dry_run: bool, report: GcReport, actor: Actor,
+            at: str, *, kind: str) -> int:
+    """Remove ``doomed`` (inside the caller's write transaction) and audit it; a dry run only counts."""
+    if dry_run:
+        report.bytes_freed += sum(f.size for f in doomed)
+        return len(doomed)
+    gone = set(files.remove([f.path for f in doomed]))
+    freed = sum(f.size for f in doomed if f.path in gone)
+    report.bytes_freed += freed
+    if gone:
+        audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="evidence.gc",
+                     subject_kind="evidence", subject_id=kind, detail={"removed": len(gone), "bytes_freed": freed})
+    return len(gone)

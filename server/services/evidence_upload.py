@@ -73,7 +73,8 @@ def may_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, budg
     by this device. A key stored for another device, endpoint or payload raises ``409
     idempotency_conflict`` here already, and a file over the attempt's budget ``409
     attempt_limit_reached``, so such an upload never reaches the disk. The write job checks everything
-    again."""
+    again. Run it in one read snapshot (``Database.read(..., snapshot=True)``): with separate reads, an
+    original committing between the key lookup and the budget count would get its own retry refused."""
     if device_tx.replay_scoped(conn, device_id, upload.upload_key, ENDPOINT, upload.payload()) is not None:
         return True
     attempt = attempt_store.get(conn, upload.attempt_id)

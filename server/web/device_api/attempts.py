@@ -135,8 +135,10 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
         raise DeviceHTTPError(400, "invalid_request")
     upload = _upload_from(task_id, form.fields, data, info.width, info.height)
     db, budget = request.app[DB], _budget(settings)
+    # one snapshot: a replay whose original commits between the key lookup and the budget count must
+    # not be refused (the write job would answer it 200)
     if not await db.read(lambda conn: evidence_upload.may_upload(conn, device_id=device_id, upload=upload,
-                                                                  budget=budget)):
+                                                                  budget=budget), snapshot=True):
         raise DeviceHTTPError(409, "claim_not_current")
     try:
         await asyncio.to_thread(evidence_files.store, settings.evidence_dir, upload.sha256, data)

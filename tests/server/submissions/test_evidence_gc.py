@@ -71,22 +71,22 @@ async def test_gc_removes_only_old_unreferenced_files(server_client: Any, claime
     assert (dry["removed"], dry["removed_temporary"], dry["dry_run"]) == (1, 1, True)
     assert orphan_path.exists() and stale_tmp.exists()
 
-    audit_before = sync_conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]
+    audit_before = sync_conn.execute("SELECT max(id) FROM audit_log").fetchone()[0]
     report = _gc(settings, capsys)
     assert report == {"scanned": 5, "referenced": 1, "too_young": 2, "removed": 1, "removed_temporary": 1,
                       "bytes_freed": len(orphan) + len(b"half a file"), "dry_run": False}
     assert not orphan_path.exists() and not stale_tmp.exists()
     assert kept_path.read_bytes() == referenced and young_path.exists() and fresh_tmp.exists()
     assert all(p.exists() for p in strangers)
-    row = sync_conn.execute("SELECT actor_kind, action, detail_json FROM audit_log ORDER BY id DESC LIMIT 1").fetchone()
-    assert (row[0], row[1]) == ("cli", "evidence.gc")
-    assert json.loads(row[2])["removed"] == 1
-    assert sync_conn.execute("SELECT count(*) FROM audit_log").fetchone()[0] == audit_before + 1
+    rows = sync_conn.execute("SELECT actor_kind, action, subject_id, detail_json FROM audit_log WHERE id > ?"
+                             " ORDER BY id", (audit_before,)).fetchall()
+    assert [(r[0], r[1], r[2], json.loads(r[3])["removed"]) for r in rows] == [
+        ("cli", "evidence.gc", "unreferenced", 1), ("cli", "evidence.gc", "temporary", 1)]
 
     # nothing left to do: a second run removes nothing and writes no audit row
     again = _gc(settings, capsys)
     assert (again["removed"], again["removed_temporary"]) == (0, 0)
-    assert sync_conn.execute("SELECT count(*) FROM audit_log").fetchone()[0] == audit_before + 1
+    assert sync_conn.execute("SELECT max(id) FROM audit_log").fetchone()[0] == audit_before + 2
 
     # the same bytes uploaded again are stored again
     assert (await _upload(server_client, claimed, orphan))[0] == 201
