@@ -58,6 +58,18 @@ async def _upload(client: Any, claimed: Claim, data: bytes, **over: str) -> tupl
     return await upload(client, claimed.device, claimed.task_id, body, ctype)
 
 
+
+def _gc_while_locked(settings: Settings, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run gc while another connection (as another process's writer would) holds the write lock."""
+    other = connect_sync(settings.db_path)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        code, _, err = _gc(settings, capsys)
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    return code, err
+
 # --- found by review and fixed (each failed on the first version) ---------------------------------------
 
 
@@ -101,13 +113,7 @@ def test_gc_that_fails_on_a_locked_database_has_removed_nothing(settings: Settin
     stale = folder / ".tmp-crashed.png"
     stale.write_bytes(b"half a file")
     _age(stale, 3 * DAY)
-    other = connect_sync(settings.db_path)  # another process's writer, holding the lock
-    try:
-        other.execute("BEGIN IMMEDIATE")
-        code, _, err = _gc(settings, capsys)
-        other.execute("ROLLBACK")
-    finally:
-        other.close()
+    code, err = _gc_while_locked(settings, capsys)
     assert code == 4 and "storage error" in err
     assert stale.exists(), "gc reported a storage failure but had already deleted files (no audit row)"
     assert _audit_gc_rows(sync_conn) == 0
@@ -158,13 +164,7 @@ def test_gc_on_a_locked_database_with_candidates_deletes_nothing(settings: Setti
     stale = orphan.parent / ".tmp-crashed.png"
     stale.write_bytes(b"half")
     _age(stale, 3 * DAY)
-    other = connect_sync(settings.db_path)
-    try:
-        other.execute("BEGIN IMMEDIATE")
-        code, _, err = _gc(settings, capsys)
-        other.execute("ROLLBACK")
-    finally:
-        other.close()
+    code, err = _gc_while_locked(settings, capsys)
     assert code == 4
     assert err.strip() == "cmbuyer-server: storage error: could not begin a write transaction"
     assert orphan.exists() and stale.exists() and _audit_gc_rows(sync_conn) == 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.server.clock import ManualClock
-from cmbuyer.server.config import Settings, load_settings
+from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_read_transaction, run_in_transaction
 from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.domain.limits import AttemptBudget
@@ -34,6 +33,7 @@ from tests.server.submissions.helpers import (
     fail_path,
     multipart,
     post_json,
+    small_budget_settings,
     upload,
 )
 from tests.server.submissions.pngs import padded_to
@@ -44,14 +44,7 @@ LIMIT = {"error": "attempt_limit_reached"}
 @pytest.fixture
 def settings(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """20 events, 3 files, 4,000 bytes per attempt (files up to 2,000 bytes)."""
-    for key in list(os.environ):
-        if key.startswith("CMBUYER_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("CMBUYER_EVENTS_PER_ATTEMPT", "20")
-    monkeypatch.setenv("CMBUYER_EVIDENCE_PER_ATTEMPT", "3")
-    monkeypatch.setenv("CMBUYER_EVIDENCE_MAX_BYTES", "2000")
-    monkeypatch.setenv("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", "4000")
-    return load_settings(data_dir)
+    return small_budget_settings(data_dir, monkeypatch)
 
 
 async def _upload(client: Any, claimed: Claim, data: bytes, **over: str) -> tuple[int, bytes]:

@@ -209,3 +209,20 @@ def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
 def task_row(conn: sqlite3.Connection, task_id: str) -> sqlite3.Row:
     row: sqlite3.Row = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
     return row
+
+
+def small_budget_settings(data_dir: Any, monkeypatch: Any) -> Settings:
+    """Settings with per-attempt budgets small enough for tests to reach: 20 events, 3 evidence files,
+    4,000 evidence bytes (files up to 2,000 bytes); the real environment's CMBUYER_* removed."""
+    import os
+
+    from cmbuyer.server.config import load_settings
+
+    for key in list(os.environ):
+        if key.startswith("CMBUYER_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("CMBUYER_EVENTS_PER_ATTEMPT", "20")
+    monkeypatch.setenv("CMBUYER_EVIDENCE_PER_ATTEMPT", "3")
+    monkeypatch.setenv("CMBUYER_EVIDENCE_MAX_BYTES", "2000")
+    monkeypatch.setenv("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", "4000")
+    return load_settings(data_dir)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from tests.server.submissions.helpers import (
     fingerprint,
     multipart,
     post_json,
+    small_budget_settings,
     upload,
 )
 from tests.server.submissions.pngs import padded_to
@@ -35,14 +35,7 @@ LIMIT = {"error": "attempt_limit_reached"}
 @pytest.fixture
 def settings(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Small budgets, so the tests reach them: 20 events, 3 files, 4,000 bytes (files up to 2,000 bytes)."""
-    for key in list(os.environ):
-        if key.startswith("CMBUYER_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("CMBUYER_EVENTS_PER_ATTEMPT", "20")
-    monkeypatch.setenv("CMBUYER_EVIDENCE_PER_ATTEMPT", "3")
-    monkeypatch.setenv("CMBUYER_EVIDENCE_MAX_BYTES", "2000")
-    monkeypatch.setenv("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", "4000")
-    return load_settings(data_dir)
+    return small_budget_settings(data_dir, monkeypatch)
 
 
 def _files(settings: Settings) -> list[Path]:
