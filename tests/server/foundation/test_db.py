@@ -225,3 +225,23 @@ async def test_short_job_waits_for_a_lock_held_by_another_process_off_the_loop(d
         other.close()
     await asyncio.wait_for(write, 5)
     assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == 3
+
+
+@pytest.mark.parametrize("snapshot", [False, True])
+async def test_snapshot_read_sees_one_commit_for_all_its_statements(db: Database, snapshot: bool) -> None:
+    """A commit by another connection between two statements of one read job: a plain read sees it in
+    the second statement, a snapshot read does not (and leaves no transaction open behind it)."""
+    other = connect_sync(db.path)
+    try:
+        def job(conn: sqlite3.Connection) -> tuple[int, int, bool]:
+            first = conn.execute("SELECT n FROM counter").fetchone()[0]
+            other.execute("UPDATE counter SET n = n + 1")  # autocommit: committed at once
+            second = conn.execute("SELECT n FROM counter").fetchone()[0]
+            return first, second, conn.in_transaction
+
+        first, second, inside = await db.read(job, snapshot=snapshot)
+        assert (second == first) is snapshot and inside is snapshot
+        assert await db.read(lambda c: c.in_transaction) is False
+        assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == first + 1
+    finally:
+        other.close()
