@@ -46,6 +46,9 @@ def free_port() -> int:
 def port_is_free(port: int) -> bool:
     """True when nothing listens on 127.0.0.1:``port``."""
     with socket.socket() as s:
+        # Connections the previous run closed linger in TIME-WAIT for a minute; they do not stop the server
+        # (aiohttp binds with SO_REUSEADDR too), so they must not make the port look taken.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -139,6 +139,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if not settings.db_path.parent.is_dir():
+        raise CliError(f"directory {settings.db_path.parent} does not exist; run `cmbuyer-server init`", EXIT_STORAGE)
     conn = connect_sync(settings.db_path)
     try:
         if args.list:
@@ -486,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--limit", type=int, default=50)
     q = tsub.add_parser("show", parents=[common])
     q.add_argument("task_id")
+    for group in (asub, dsub, esub, tsub):
+        # a missing subcommand is reported with its choices, not the internal dest name
+        group.metavar = "{" + ",".join(group.choices) + "}"
     return parser
 
 

@@ -167,3 +167,12 @@ def test_task_list_filters_by_state(ddir: Path) -> None:
     assert [t["task_id"] for t in cli_json(ddir, "task", "list", "--state", "PENDING")["tasks"]] == [ids[0]]
     assert {t["task_id"] for t in cli_json(ddir, "task", "list")["tasks"]} == set(ids)
     assert "草稿" in cli(ddir, "task", "list").stdout
+
+
+def test_missing_data_dir_and_missing_subcommand_are_clear_one_line_errors(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    result = cli(missing, "migrate", "--list")
+    assert result.returncode == 4 and not missing.exists()
+    assert result.stderr.strip() == f"cmbuyer-server: directory {missing} does not exist; run `cmbuyer-server init`"
+    result = cli(tmp_path, "evidence")
+    assert result.returncode == 2 and result.stderr.strip().endswith("the following arguments are required: {gc}")
