@@ -135,7 +135,7 @@ def scan(evidence_dir: Path) -> Iterator[StoredFile]:
                     info = entry.lstat()
                 except FileNotFoundError:
                     continue
-                if not os.path.isfile(entry) or entry.is_symlink():
+                if not stat.S_ISREG(info.st_mode):  # lstat: links, FIFOs and folders are never reported
                     continue
                 name = entry.name
                 if name.endswith(".png") and _SHA.fullmatch(name[:-4]) and name[:2] == top.name \
