@@ -168,6 +168,7 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "device.revoke": "撤销设备",
     "events.append": "设备上报进展",
     "evidence.upload": "上传截图",
+    "evidence.gc": "清理无引用的截图文件",
     "submission.fence": "取得提交围栏",
     "submission.lease_expired": "提交后租约过期",
     "submission.reconcile": "人工核对",
