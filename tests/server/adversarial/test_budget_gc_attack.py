@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,12 @@ from cmbuyer.server.evidence import files
 from cmbuyer.server.store import evidence as evidence_store
 from tests.server.submissions.helpers import (
     Claim,
-    evidence_fields,
-    multipart,
-    upload,
+    age_file,
+    upload_png,
 )
 from tests.server.submissions.pngs import padded_to
 
 DAY = 86400
-
-
-def _age(path: Path, seconds: float) -> None:
-    then = time.time() - seconds
-    os.utime(path, (then, then), follow_symlinks=False)
 
 
 def _gc(settings: Settings, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any], str]:
@@ -51,11 +44,6 @@ def _audit_gc_rows(conn: sqlite3.Connection) -> int:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-async def _upload(client: Any, claimed: Claim, data: bytes, **over: str) -> tuple[int, bytes]:
-    body, ctype = multipart(evidence_fields(claimed, data, **over), data)
-    return await upload(client, claimed.device, claimed.task_id, body, ctype)
 
 
 
@@ -87,7 +75,7 @@ def test_gc_never_follows_a_symlinked_directory_out_of_the_evidence_tree(
     victim_dir.mkdir(parents=True)
     victim = victim_dir / f"{sha}.png"
     victim.write_bytes(data)
-    _age(victim, 30 * DAY)
+    age_file(victim, 30 * DAY)
     settings.evidence_dir.mkdir(exist_ok=True)
     if depth == "top":
         (settings.evidence_dir / sha[:2]).symlink_to(outside, target_is_directory=True)
@@ -112,7 +100,7 @@ def test_gc_that_fails_on_a_locked_database_has_removed_nothing(settings: Settin
     folder.mkdir(parents=True)
     stale = folder / ".tmp-crashed.png"
     stale.write_bytes(b"half a file")
-    _age(stale, 3 * DAY)
+    age_file(stale, 3 * DAY)
     code, err = _gc_while_locked(settings, capsys)
     assert code == 4 and "storage error" in err
     assert stale.exists(), "gc reported a storage failure but had already deleted files (no audit row)"
@@ -160,10 +148,10 @@ def test_gc_on_a_locked_database_with_candidates_deletes_nothing(settings: Setti
     that names no path, and has removed neither the orphan nor the stale temporary file."""
     data = padded_to(610)
     orphan = files.store(settings.evidence_dir, _sha(data), data)
-    _age(orphan, 3 * DAY)
+    age_file(orphan, 3 * DAY)
     stale = orphan.parent / ".tmp-crashed.png"
     stale.write_bytes(b"half")
-    _age(stale, 3 * DAY)
+    age_file(stale, 3 * DAY)
     code, err = _gc_while_locked(settings, capsys)
     assert code == 4
     assert err.strip() == "cmbuyer-server: storage error: could not begin a write transaction"
@@ -183,7 +171,7 @@ def test_gc_ignores_everything_outside_the_layout_and_dry_run_touches_nothing(
     folder.mkdir(parents=True)
     outside = tmp_path / "outside.png"
     outside.write_bytes(data)
-    _age(outside, 30 * DAY)
+    age_file(outside, 30 * DAY)
     other = _sha(padded_to(621))
     odd: list[Path] = []
     upper = ev / sha[:2].upper() / sha[2:4].upper()
@@ -198,11 +186,11 @@ def test_gc_ignores_everything_outside_the_layout_and_dry_run_touches_nothing(
     (ev / sha[:2] / f"{sha}.png").write_bytes(data)  # wrong depth
     for p in [upper / f"{sha.upper()}.png", folder / f"{sha[:62].upper()}{sha[62:]}.png", folder / f"{sha}.png",
               folder / f"{other}.png", folder / ".tmp-dir.png", ev / f"{sha}.png", ev / sha[:2] / f"{sha}.png"]:
-        _age(p, 30 * DAY)
+        age_file(p, 30 * DAY)
         odd.append(p)
     orphan_data = padded_to(622)
     orphan = files.store(ev, _sha(orphan_data), orphan_data)
-    _age(orphan, 30 * DAY)
+    age_file(orphan, 30 * DAY)
     before = {p: p.lstat().st_mtime for p in [*odd, orphan, outside]}
 
     code, dry, _ = _gc(settings, capsys, "--dry-run")
@@ -232,14 +220,14 @@ async def test_gc_chunks_keep_referenced_files_on_both_sides_of_a_chunk_boundary
     blobs = sorted((padded_to(700 + i) for i in range(450)), key=_sha)
     keep = {0, 199, 200, 399, 449}
     for i in sorted(keep):
-        status, raw = await _upload(server_client, claimed, blobs[i])
+        status, raw = await upload_png(server_client, claimed, blobs[i])
         assert status == 201, raw
     for i, blob in enumerate(blobs):
         path = files.path_for(settings.evidence_dir, _sha(blob))
         if i not in keep:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(blob)
-        _age(path, 2 * DAY)
+        age_file(path, 2 * DAY)
 
     code, report, _ = _gc(settings, capsys)
     assert code == 0

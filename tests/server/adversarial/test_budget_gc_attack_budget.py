@@ -10,10 +10,7 @@ import asyncio
 import hashlib
 import json
 import sqlite3
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
@@ -24,6 +21,9 @@ from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.services.common import new_id
 from tests.server.submissions.helpers import (
+    ATTEMPT_LIMIT as LIMIT,
+)
+from tests.server.submissions.helpers import (
     Claim,
     event,
     events_body,
@@ -33,23 +33,11 @@ from tests.server.submissions.helpers import (
     fail_path,
     multipart,
     post_json,
-    small_budget_settings,
+    small_budget_settings,  # noqa: F401 (the small-budget ``settings`` fixture)
     upload,
+    upload_png,
 )
 from tests.server.submissions.pngs import padded_to
-
-LIMIT = {"error": "attempt_limit_reached"}
-
-
-@pytest.fixture
-def settings(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """20 events, 3 files, 4,000 bytes per attempt (files up to 2,000 bytes)."""
-    return small_budget_settings(data_dir, monkeypatch)
-
-
-async def _upload(client: Any, claimed: Claim, data: bytes, **over: str) -> tuple[int, bytes]:
-    body, ctype = multipart(evidence_fields(claimed, data, **over), data)
-    return await upload(client, claimed.device, claimed.task_id, body, ctype)
 
 
 async def test_concurrent_event_batches_and_replays_at_the_cap(server_client: Any, settings: Settings,
@@ -85,7 +73,7 @@ async def test_same_upload_key_racing_for_the_last_slot(server_client: Any, sett
     of the winner or a 409 — never a second row, a second audit row or a 500. A fresh key afterwards
     gets the budget 409 and every row's file is in place."""
     for size in (300, 301):
-        assert (await _upload(server_client, claimed, padded_to(size)))[0] == 201
+        assert (await upload_png(server_client, claimed, padded_to(size)))[0] == 201
     key = "3f1c2a4e-9d7b-4c1e-8a2f-6b5d4e3c2a10"
     same = padded_to(302)
     fields = evidence_fields(claimed, same, upload_key=key)
@@ -106,7 +94,7 @@ async def test_same_upload_key_racing_for_the_last_slot(server_client: Any, sett
     assert sync_conn.execute("SELECT count(*) FROM evidence_assets WHERE attempt_id = ?",
                              (claimed.attempt_id,)).fetchone()[0] == 3
     assert sync_conn.execute("SELECT count(*) FROM audit_log WHERE action = 'evidence.upload'").fetchone()[0] == 3
-    status, raw = await _upload(server_client, claimed, padded_to(306))
+    status, raw = await upload_png(server_client, claimed, padded_to(306))
     assert (status, json.loads(raw)) == (409, LIMIT)
     for (sha,) in sync_conn.execute("SELECT sha256 FROM evidence_assets"):
         assert files.exists(settings.evidence_dir, sha)
@@ -125,7 +113,7 @@ async def test_exhausted_budget_after_the_claim_closed(server_client: Any, setti
     status, raw = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, fail_body(claimed))
     assert status == 200, raw
     on_disk = sorted(settings.evidence_dir.rglob("*"))
-    status, raw = await _upload(server_client, claimed, padded_to(400))
+    status, raw = await upload_png(server_client, claimed, padded_to(400))
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device,
                                   events_body(claimed, [event()]))
@@ -147,7 +135,7 @@ async def test_precheck_never_refuses_a_pure_replay_whose_original_commits_meanw
     in fifteen of eight same-key uploads racing for the last slot; made deterministic here by committing
     the original from the reader's statement trace (the test's own connection, no project code patched)."""
     for size in (300, 301):
-        assert (await _upload(server_client, claimed, padded_to(size)))[0] == 201
+        assert (await upload_png(server_client, claimed, padded_to(size)))[0] == 201
     data = padded_to(302)
     up = evidence_upload.Upload(task_id=claimed.task_id, upload_key=new_id(), attempt_id=claimed.attempt_id,
                                 kind="FAILURE", privacy_tier="INTERNAL_RAW", sha256=hashlib.sha256(data).hexdigest(),

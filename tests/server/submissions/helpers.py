@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sqlite3
+import time
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
 from PIL import Image
 
 from cmbuyer.server.config import Settings
@@ -211,11 +215,14 @@ def task_row(conn: sqlite3.Connection, task_id: str) -> sqlite3.Row:
     return row
 
 
-def small_budget_settings(data_dir: Any, monkeypatch: Any) -> Settings:
-    """Settings with per-attempt budgets small enough for tests to reach: 20 events, 3 evidence files,
-    4,000 evidence bytes (files up to 2,000 bytes); the real environment's CMBUYER_* removed."""
-    import os
+ATTEMPT_LIMIT = {"error": "attempt_limit_reached"}
 
+
+@pytest.fixture(name="settings")
+def small_budget_settings(data_dir: Any, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """A ``settings`` fixture with per-attempt budgets small enough for tests to reach: 20 events, 3 evidence
+    files, 4,000 evidence bytes (files up to 2,000 bytes); the real environment's CMBUYER_* removed. A test
+    module that imports it uses it instead of the conftest's ``settings``."""
     from cmbuyer.server.config import load_settings
 
     for key in list(os.environ):
@@ -226,3 +233,15 @@ def small_budget_settings(data_dir: Any, monkeypatch: Any) -> Settings:
     monkeypatch.setenv("CMBUYER_EVIDENCE_MAX_BYTES", "2000")
     monkeypatch.setenv("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", "4000")
     return load_settings(data_dir)
+
+
+async def upload_png(client: Any, claimed: Claim, data: bytes, **over: str) -> tuple[int, bytes]:
+    """Upload ``data`` as evidence of ``claimed`` (a fresh upload key unless ``over`` sets one)."""
+    body, ctype = multipart(evidence_fields(claimed, data, **over), data)
+    return await upload(client, claimed.device, claimed.task_id, body, ctype)
+
+
+def age_file(path: Path, seconds: float) -> None:
+    """Set ``path``'s access and modification time ``seconds`` into the past (never through a symlink)."""
+    then = time.time() - seconds
+    os.utime(path, (then, then), follow_symlinks=False)

@@ -16,6 +16,9 @@ from cmbuyer.schemas import validate
 from cmbuyer.server.config import Settings, SettingsError, load_settings
 from cmbuyer.server.domain.limits import AttemptBudget
 from tests.server.submissions.helpers import (
+    ATTEMPT_LIMIT as LIMIT,
+)
+from tests.server.submissions.helpers import (
     Claim,
     event,
     events_body,
@@ -24,18 +27,10 @@ from tests.server.submissions.helpers import (
     fingerprint,
     multipart,
     post_json,
-    small_budget_settings,
+    small_budget_settings,  # noqa: F401 (the small-budget ``settings`` fixture)
     upload,
 )
 from tests.server.submissions.pngs import padded_to
-
-LIMIT = {"error": "attempt_limit_reached"}
-
-
-@pytest.fixture
-def settings(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """Small budgets, so the tests reach them: 20 events, 3 files, 4,000 bytes (files up to 2,000 bytes)."""
-    return small_budget_settings(data_dir, monkeypatch)
 
 
 def _files(settings: Settings) -> list[Path]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -22,16 +21,19 @@ from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.services.common import new_id
-from tests.server.submissions.helpers import Claim, evidence_fields, fingerprint, multipart, upload
+from tests.server.submissions.helpers import (
+    Claim,
+    age_file,
+    evidence_fields,
+    fingerprint,
+    multipart,
+    upload,
+    upload_png,
+)
 from tests.server.submissions.pngs import padded_to
 
 DAY = 86400
 BUDGET = AttemptBudget(events=1000, evidence_files=32, evidence_bytes=128 << 20)
-
-
-def _age(path: Path, seconds: float) -> None:
-    then = time.time() - seconds
-    os.utime(path, (then, then))
 
 
 def _gc(settings: Settings, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
@@ -41,31 +43,26 @@ def _gc(settings: Settings, capsys: pytest.CaptureFixture[str], *extra: str) -> 
     return report
 
 
-async def _upload(client: Any, claimed: Claim, data: bytes) -> tuple[int, bytes]:
-    body, ctype = multipart(evidence_fields(claimed, data), data)
-    return await upload(client, claimed.device, claimed.task_id, body, ctype)
-
-
 async def test_gc_removes_only_old_unreferenced_files(server_client: Any, claimed: Claim, settings: Settings,
                                                       sync_conn: sqlite3.Connection,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     referenced = padded_to(300)
-    assert (await _upload(server_client, claimed, referenced))[0] == 201
+    assert (await upload_png(server_client, claimed, referenced))[0] == 201
     kept_path = files.path_for(settings.evidence_dir, hashlib.sha256(referenced).hexdigest())
-    _age(kept_path, 30 * DAY)  # old, but a row refers to it
+    age_file(kept_path, 30 * DAY)  # old, but a row refers to it
     orphan, young = padded_to(301), padded_to(302)
     orphan_path = files.store(settings.evidence_dir, hashlib.sha256(orphan).hexdigest(), orphan)
     young_path = files.store(settings.evidence_dir, hashlib.sha256(young).hexdigest(), young)
-    _age(orphan_path, 2 * DAY)
+    age_file(orphan_path, 2 * DAY)
     stale_tmp = orphan_path.parent / ".tmp-crashed.png"
     stale_tmp.write_bytes(b"half a file")
-    _age(stale_tmp, 2 * DAY)
+    age_file(stale_tmp, 2 * DAY)
     fresh_tmp = young_path.parent / ".tmp-writing.png"
     fresh_tmp.write_bytes(b"being written")
     strangers = [settings.evidence_dir / "README.txt", orphan_path.parent / "not-a-hash.png"]
     for p in strangers:
         p.write_bytes(b"x")
-        _age(p, 9 * DAY)
+        age_file(p, 9 * DAY)
 
     dry = _gc(settings, capsys, "--dry-run")
     assert (dry["removed"], dry["removed_temporary"], dry["dry_run"]) == (1, 1, True)
@@ -89,7 +86,7 @@ async def test_gc_removes_only_old_unreferenced_files(server_client: Any, claime
     assert sync_conn.execute("SELECT max(id) FROM audit_log").fetchone()[0] == audit_before + 2
 
     # the same bytes uploaded again are stored again
-    assert (await _upload(server_client, claimed, orphan))[0] == 201
+    assert (await upload_png(server_client, claimed, orphan))[0] == 201
     assert orphan_path.read_bytes() == orphan
 
 
@@ -113,11 +110,11 @@ async def test_upload_whose_file_vanished_gets_503_and_writes_nothing(claimed: C
     assert stored.status == 201
 
 
-def test_storing_existing_content_renews_its_age(tmp_path: Path) -> None:
+def test_storing_existing_content_renews_itsage_file(tmp_path: Path) -> None:
     data = padded_to(320)
     sha = hashlib.sha256(data).hexdigest()
     path = files.store(tmp_path, sha, data)
-    _age(path, 5 * DAY)
+    age_file(path, 5 * DAY)
     assert files.store(tmp_path, sha, data) == path
     assert time.time() - path.stat().st_mtime < 60  # gc now counts it as just written
 
@@ -139,7 +136,7 @@ async def test_gc_racing_uploads_of_the_same_bytes_never_leaves_a_row_without_it
     for i in range(12):
         data = padded_to(400 + i)
         sha = hashlib.sha256(data).hexdigest()
-        _age(files.store(settings.evidence_dir, sha, data), 2 * DAY)
+        age_file(files.store(settings.evidence_dir, sha, data), 2 * DAY)
         body, ctype = multipart(evidence_fields(claimed, data), data)
         (status, _), _ = await asyncio.gather(
             upload(server_client, claimed.device, claimed.task_id, body, ctype),
