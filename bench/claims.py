@@ -34,6 +34,7 @@ import asyncio
 import gc
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -237,6 +238,14 @@ class RawHTTP:
         self.writer.close()
 
 
+async def claim_raw(http: RawHTTP, dev: Device) -> None:
+    """One claim-next for ``dev`` with a fresh key; the answer must be a claim (200), kept on ``dev``."""
+    body = json.dumps({"session_id": dev.session, "claim_request_id": new_id()}).encode()
+    status, payload = await http.post("/api/v1/tasks/claim-next", dev, body)
+    assert status == 200, (status, payload)
+    dev.claim = json.loads(payload)
+
+
 async def drive_offered_raw(host: str, port: int, devices: list[Device], concurrency: int, rate: float,
                             seed: int) -> dict[str, float]:
     """Claim-next at an *offered* rate (open loop): Poisson arrivals at ``rate`` per second spread over
@@ -246,8 +255,6 @@ async def drive_offered_raw(host: str, port: int, devices: list[Device], concurr
     so a server that falls behind is charged for the queue it causes (no coordinated omission). Returns
     the achieved rate and p50/p99 as :func:`summary` does, under the prefix ``open``.
     """
-    import random
-
     conns: asyncio.Queue[RawHTTP] = asyncio.Queue()
     for _ in range(concurrency):
         conns.put_nowait(await RawHTTP.connect(host, port))
@@ -258,11 +265,8 @@ async def drive_offered_raw(host: str, port: int, devices: list[Device], concurr
     async def one(dev: Device, due: float) -> None:
         http = await conns.get()
         try:
-            body = json.dumps({"session_id": dev.session, "claim_request_id": new_id()}).encode()
-            status, payload = await http.post("/api/v1/tasks/claim-next", dev, body)
+            await claim_raw(http, dev)
             latencies.append(loop.time() - due)
-            assert status == 200, (status, payload)
-            dev.claim = json.loads(payload)
         finally:
             conns.put_nowait(http)
 
@@ -291,12 +295,9 @@ async def drive_raw(host: str, port: int, devices: list[Device], concurrency: in
 
         async def claimer(http: RawHTTP) -> None:
             for dev in queue:
-                body = json.dumps({"session_id": dev.session, "claim_request_id": new_id()}).encode()
                 t0 = time.perf_counter()
-                status, payload = await http.post("/api/v1/tasks/claim-next", dev, body)
+                await claim_raw(http, dev)
                 claim_lat.append(time.perf_counter() - t0)
-                assert status == 200, (status, payload)
-                dev.claim = json.loads(payload)
 
         start = time.perf_counter()
         await asyncio.gather(*(claimer(c) for c in conns))

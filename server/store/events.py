@@ -26,4 +26,3 @@ def append(conn: sqlite3.Connection, *, task_id: str, attempt_id: str, batch_key
         [(task_id, attempt_id, first_seq + i, batch_key, e.step, e.outcome, e.reason_code, e.summary, e.occurred_at,
           received_at) for i, e in enumerate(events)],
     )
-
