@@ -92,30 +92,50 @@ def status(conn: sqlite3.Connection) -> tuple[list[Migration], list[str]]:
 
 
 def migrate(conn: sqlite3.Connection, applied_at: str) -> list[str]:
-    """Apply every pending migration, each in its own BEGIN IMMEDIATE with its record.
+    """Apply every pending migration, each in its own BEGIN IMMEDIATE with its record, foreign keys
+    enforced by a ``foreign_key_check`` before each COMMIT instead of statement by statement.
 
-    Returns the names applied. Raises MigrationError when :func:`status` reports problems, and
-    StorageError when SQLite fails (the failing migration leaves nothing behind).
+    Returns the names applied. Raises MigrationError when :func:`status` reports problems, when SQLite
+    fails or a constraint refuses existing rows (``migration NNNN_… failed: …``), or when a migration
+    would leave a dangling foreign key; the failing migration leaves nothing behind. The connection has
+    ``foreign_keys = ON`` again on return, whatever happened.
     """
     store.ensure_table(conn)
     pending, problems = status(conn)
     if problems:
         raise MigrationError(problems[0])
     done: list[str] = []
-    for mig in pending:
-        def job(c: sqlite3.Connection, mig: Migration = mig) -> None:
-            for statement in split_statements(mig.sql):
-                c.execute(statement)
-            store.record(c, mig.name, mig.checksum, applied_at)
-        try:
-            run_in_transaction(conn, job)
-        except StorageError as exc:
-            raise MigrationError(f"migration {mig.name} failed: {exc.__cause__ or exc}") from exc
-        done.append(mig.name)
-    if done:
-        fk_problems = store.foreign_key_problems(conn)
-        if fk_problems:
-            raise MigrationError(f"foreign key check failed after migrating ({fk_problems} rows)")
+    # SQLite's procedure for schema changes (https://sqlite.org/lang_altertable.html, "otheralter"): foreign
+    # keys off while a migration rebuilds a table that others refer to (with them on, DROP TABLE would
+    # first delete every row and trip the children's references), and PRAGMA foreign_key_check inside the
+    # transaction, so a migration that leaves a dangling reference is rolled back, never committed. The
+    # pragma is a no-op inside a transaction, hence set around each one.
+    store.set_foreign_keys(conn, False)
+    try:
+        for mig in pending:
+            def job(c: sqlite3.Connection, mig: Migration = mig) -> bool:
+                # `pending` was read before this transaction took the write lock: another `migrate` may have
+                # applied this one meanwhile (a rebuild would run again on the new schema and only then
+                # trip over the record), so decide again under the lock.
+                if mig.name in store.applied(c):
+                    return False
+                for statement in split_statements(mig.sql):
+                    c.execute(statement)
+                dangling = store.foreign_key_problems(c)
+                if dangling:
+                    where = ", ".join(f"{n} in {child} → {parent}" for (child, parent), n in sorted(dangling.items()))
+                    raise MigrationError(f"migration {mig.name} refused: rows with a dangling foreign key ({where});"
+                                         " nothing was applied")
+                store.record(c, mig.name, mig.checksum, applied_at)
+                return True
+            try:
+                applied_now = run_in_transaction(conn, job)
+            except StorageError as exc:
+                raise MigrationError(f"migration {mig.name} failed: {exc.__cause__ or exc}") from exc
+            if applied_now:
+                done.append(mig.name)
+    finally:
+        store.set_foreign_keys(conn, True)
     return done
 
 

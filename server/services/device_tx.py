@@ -5,9 +5,10 @@
    committed before this point makes it fail with :class:`DeviceNotActive` (→ empty 401) and the
    request writes nothing. Only after it may a job read or replay request records, answer EMPTY or a
    conflict, or write business facts.
-2. :func:`replay_scoped` — the idempotency lookup of design §4: keys are scoped to the device and
-   remember their endpoint; the same key used by another device, on another endpoint or with another
-   payload is ``409 idempotency_conflict``.
+2. :func:`replay_scoped` — the idempotency lookup of design §4: a key belongs to the device that first
+   used it and remembers its endpoint; the same key used by another device, on another endpoint or with
+   another payload is ``409 idempotency_conflict``. Nothing is stored for a refused request, which is why
+   ``device_requests`` can key its rows by the request key alone (migration 0005).
 """
 
 from __future__ import annotations

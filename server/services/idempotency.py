@@ -1,5 +1,6 @@
-"""Device idempotency (design §4): same key + same canonical payload on the same endpoint replays the
-stored status and body byte for byte; anything else with that key is ``409 idempotency_conflict``.
+"""Device idempotency records (design §4): same key + same canonical payload on the same endpoint replays the
+stored status and body byte for byte; anything else with that key is ``409 idempotency_conflict`` (the
+lookup is :func:`cmbuyer.server.services.device_tx.replay_scoped`; this module stores the outcomes).
 A request that failed validation or a rule stores nothing (its job raised, so its savepoint rolled
 back), so a corrected retry with the same key is processed normally."""
 
@@ -9,7 +10,6 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.services.common import canonical_json, payload_hash
 from cmbuyer.server.store import device_requests
 
@@ -21,17 +21,6 @@ class Stored:
     status: int
     body: str | None
     attempt_id: str | None = None
-
-
-def replay(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any) -> Stored | None:
-    """The stored outcome for this key, None when the key is new. Raises Conflict
-    ``idempotency_conflict`` when the key was used with another payload or endpoint."""
-    rec = device_requests.get(conn, device_id, key)
-    if rec is None:
-        return None
-    if rec.endpoint != endpoint or rec.request_hash != payload_hash(payload):
-        raise Conflict("idempotency key reused with a different request", code="idempotency_conflict")
-    return Stored(rec.status, rec.response_json, rec.attempt_id)
 
 
 def remember(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any, *, status: int,

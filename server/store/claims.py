@@ -43,7 +43,7 @@ def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | Non
 
 
 def requests_for_key(conn: sqlite3.Connection, request_key: str) -> list[DeviceRequest]:
-    """Every device's record stored under ``request_key`` (index ``device_requests_key``); normally 0 or 1."""
+    """The record stored under ``request_key``, whichever device stored it (primary key: 0 or 1 rows)."""
     return [DeviceRequest(*(r[k] for k in DeviceRequest.__dataclass_fields__)) for r in conn.execute(
         "SELECT * FROM device_requests WHERE request_key = ?", (request_key,))]
 

@@ -1,4 +1,6 @@
-"""SQL for device idempotency records (design §4: keys scoped to the device; endpoint stored)."""
+"""SQL for device idempotency records (design §4: a key belongs to the device that first used it; endpoint
+stored). ``request_key`` is the primary key: the same key from another device is refused before anything is
+stored (``services.device_tx.replay_scoped``), so it is unique across devices."""
 
 from __future__ import annotations
 
@@ -20,15 +22,8 @@ class DeviceRequest:
     created_at: str
 
 
-def get(conn: sqlite3.Connection, device_id: str, request_key: str) -> DeviceRequest | None:
-    """The record for ``(device, key)``, or None."""
-    r = conn.execute("SELECT * FROM device_requests WHERE device_id = ? AND request_key = ?",
-                     (device_id, request_key)).fetchone()
-    return None if r is None else DeviceRequest(*(r[k] for k in DeviceRequest.__dataclass_fields__))
-
-
 def insert(conn: sqlite3.Connection, rec: DeviceRequest) -> None:
-    """Store a new record (primary key ``(device_id, request_key)``)."""
+    """Store a new record (primary key ``request_key``; a key already stored raises IntegrityError)."""
     conn.execute("INSERT INTO device_requests (device_id, request_key, endpoint, request_hash, status, attempt_id,"
                  " response_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                  (rec.device_id, rec.request_key, rec.endpoint, rec.request_hash, rec.status, rec.attempt_id,

@@ -26,6 +26,15 @@ def record(conn: sqlite3.Connection, name: str, checksum: str, applied_at: str) 
     )
 
 
-def foreign_key_problems(conn: sqlite3.Connection) -> int:
-    """Number of rows ``PRAGMA foreign_key_check`` reports."""
-    return len(conn.execute("PRAGMA foreign_key_check").fetchall())
+def foreign_key_problems(conn: sqlite3.Connection) -> dict[tuple[str, str], int]:
+    """Rows ``PRAGMA foreign_key_check`` reports, counted per ``(child table, parent table)``; empty when
+    every reference resolves. Table names only: never row contents."""
+    counts: dict[tuple[str, str], int] = {}
+    for child, _rowid, parent, _fk in conn.execute("PRAGMA foreign_key_check"):
+        counts[(child, parent)] = counts.get((child, parent), 0) + 1
+    return counts
+
+
+def set_foreign_keys(conn: sqlite3.Connection, on: bool) -> None:
+    """``PRAGMA foreign_keys`` (outside a transaction only; SQLite ignores it inside one)."""
+    conn.execute(f"PRAGMA foreign_keys = {'ON' if on else 'OFF'}")

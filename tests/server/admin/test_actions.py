@@ -42,7 +42,8 @@ async def test_reset_to_draft_closes_authorization_and_attempt(admin_client: Adm
         seed.fail(task.id, attempt)
     if where == "EXPIRED":
         sync_conn.execute("BEGIN IMMEDIATE")
-        sync_conn.execute("UPDATE authorizations SET state = 'EXPIRED' WHERE task_id = ?", (task.id,))
+        sync_conn.execute("UPDATE authorizations SET state = 'EXPIRED', closed_at = ?, close_reason = 'EXPIRED'"
+                          " WHERE task_id = ?", ("2026-01-01T00:00:00.000000Z", task.id))
         sync_conn.execute("UPDATE tasks SET state = 'EXPIRED', version = version + 1 WHERE id = ?", (task.id,))
         sync_conn.execute("COMMIT")
     current_state, version = state(sync_conn, task.id)

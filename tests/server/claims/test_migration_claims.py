@@ -1,4 +1,4 @@
-"""Migration 0002 as the claim layer uses it (spec 000 验收: upgrade/reopen, FK, unique, partial index,
+"""Migrations 0002 and 0005 as the claim layer uses them (spec 000 验收: upgrade/reopen, FK, unique, partial index,
 refusal of an upgrade over unattributable facts and of a "downgrade" of a database with claim facts)."""
 
 from __future__ import annotations
@@ -60,8 +60,6 @@ def test_reopen_keeps_claims_and_constraints_hold(ready_device: Maker, make_task
             {"device_id": new_id(), "authorization_id": auth2, "task_id": t2_id},  # unknown device (FK)
             {"authorization_id": auth2, "task_id": t2_id, "device_id": row["device_id"], "nonce": b"\x00" * 31,
              "state": "CLOSED", "close_reason": "FAILED", "closed_at": row["created_at"]},  # 31-byte nonce
-            {"authorization_id": auth2, "task_id": t2_id, "token_hash": row["token_hash"], "state": "CLOSED",
-             "close_reason": "FAILED", "closed_at": row["created_at"]},  # duplicate token hash
             {"authorization_id": auth2, "task_id": t2_id, "state": "CLOSED"},  # CLOSED without reason/time
         ]
         for over in cases:

@@ -1,0 +1,207 @@
+"""Migration 0005 (lean claim indexes): an upgrade from 0004 keeps every row and every claim replay, the
+constraints it replaces still hold on the new schema, and rows that break the new ones — or a dangling
+reference — refuse the upgrade and leave the database as it was (spec 000 验收: migration upgrade/reopen,
+FK / unique / partial index, refusal over existing facts)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.server import migrate
+from cmbuyer.server.clock import ManualClock
+from cmbuyer.server.config import Settings
+from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.services import claim_next as claim_service
+from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import tasks as task_service
+from cmbuyer.server.services.common import Actor, new_id
+from cmbuyer.server.services.heartbeat import record_heartbeat
+from tests.server.claims.conftest import heartbeat_body
+
+ACTOR = Actor("cli", "test")
+LEAN = "0005_lean_claim_indexes.sql"
+AT = "2026-08-04T09:00:00.000000Z"
+
+
+@dataclass
+class Claim:
+    device_id: str
+    session_id: str
+    key: str
+    body: str | None
+
+
+def _migrate_to(conn: sqlite3.Connection, last: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    code = migrate.available()
+    with monkeypatch.context() as m:
+        m.setattr(migrate, "available", lambda: [mig for mig in code if mig.number <= last])
+        return migrate.migrate(conn, AT)
+
+
+@pytest.fixture
+def old_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
+    """A database at migration 0004, the schema before this one."""
+    conn = connect_sync(tmp_path / "old.sqlite3")
+    assert _migrate_to(conn, 4, monkeypatch)[-1] == "0004_evidence_sha256.sql"
+    yield conn
+    conn.close()
+
+
+def _claim(conn: sqlite3.Connection, claim: Claim, clock: ManualClock, policy: claim_service.ClaimPolicy) -> Any:
+    return run_in_transaction(conn, lambda c: claim_service.claim_next(
+        c, device_id=claim.device_id, session_id=claim.session_id, claim_request_id=claim.key, now=clock.now(),
+        policy=policy))
+
+
+def _seed(conn: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
+          tasks: int, claims: int) -> list[Claim]:
+    """``tasks`` started tasks and ``claims`` devices that each claimed one (through the real services)."""
+    ids = []
+    for i in range(tasks):
+        raw = {"create_key": new_id(), "title": f"t{i}", "sku_color": "黑色", "sku_size": "M", "quantity": 1,
+               "product_url": f"https://mobile.yangkeduo.com/goods.html?goods_id={1000 + i}",
+               "max_total_price": "30.00"}
+        new = task_service.validate_new_task(raw, settings)
+        task, _ = run_in_transaction(conn, lambda c, n=new: task_service.create_task(c, n, ACTOR, clock.now()))
+        ids.append((task.id, task.version))
+    run_in_transaction(conn, lambda c: task_service.start_purchases(c, new_id(), ids, ACTOR, clock.now(), settings))
+    out = []
+    for i in range(claims):
+        issued = run_in_transaction(conn, lambda c, i=i: device_service.add_device(c, f"p{i}", ACTOR, clock.now()))
+        run_in_transaction(conn, lambda c, d=issued.device_id: record_heartbeat(
+            c, device_id=d, body=heartbeat_body(d), now=clock.now(), policy=policy))
+        claim = Claim(issued.device_id, new_id(), new_id(), None)
+        stored = _claim(conn, claim, clock, policy)
+        assert stored.status == 200
+        claim.body = stored.body
+        out.append(claim)
+    return out
+
+
+def _rows(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    return {t: sorted(tuple(r) for r in conn.execute(f"SELECT * FROM {t}"))
+            for t in ("authorizations", "attempts", "device_requests", "tasks", "audit_log")}
+
+
+def _indexes(conn: sqlite3.Connection, table: str) -> dict[str, tuple[str, ...]]:
+    return {r[1]: tuple(c[2] for c in conn.execute(f"PRAGMA index_info('{r[1]}')"))
+            for r in conn.execute(f"PRAGMA index_list('{table}')")}
+
+
+def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
+        old_db: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    claims = _seed(old_db, settings, clock, policy, tasks=6, claims=4)
+    before = _rows(old_db)
+    assert _migrate_to(old_db, 5, monkeypatch) == [LEAN]
+    assert _rows(old_db) == before
+    assert old_db.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert old_db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert old_db.execute("PRAGMA foreign_keys").fetchone()[0] == 1  # the runner turned them back on
+    migrate.check_current(old_db)
+    assert _indexes(old_db, "attempts") == {
+        "attempts_one_open_per_device": ("device_id",), "sqlite_autoindex_attempts_1": ("id",),
+        "sqlite_autoindex_attempts_2": ("authorization_id",), "sqlite_autoindex_attempts_3": ("task_id", "id")}
+    assert _indexes(old_db, "device_requests") == {"sqlite_autoindex_device_requests_1": ("request_key",)}
+    live = old_db.execute("SELECT sql FROM sqlite_schema WHERE name = 'authorizations_one_live'").fetchone()[0]
+    assert live.endswith("WHERE closed_at IS NULL")
+    # every claim replays byte for byte (same token rebuilt), and the rest of the queue is still claimable
+    for claim in claims:
+        assert _claim(old_db, claim, clock, policy).body == claim.body
+    for i in range(2):
+        issued = run_in_transaction(old_db, lambda c, i=i: device_service.add_device(c, f"n{i}", ACTOR, clock.now()))
+        run_in_transaction(old_db, lambda c, d=issued.device_id: record_heartbeat(
+            c, device_id=d, body=heartbeat_body(d), now=clock.now(), policy=policy))
+        assert _claim(old_db, Claim(issued.device_id, new_id(), new_id(), None), clock, policy).status == 200
+    assert old_db.execute("SELECT count(*) FROM authorizations WHERE state = 'ACTIVE'").fetchone()[0] == 0
+
+
+def _one_claim(conn: sqlite3.Connection, settings: Settings, clock: ManualClock,
+               policy: claim_service.ClaimPolicy) -> dict[str, Any]:
+    _seed(conn, settings, clock, policy, tasks=2, claims=1)
+    return dict(conn.execute("SELECT * FROM attempts").fetchone())
+
+
+def test_new_constraints_hold(settings: Settings, sync_conn: sqlite3.Connection, clock: ManualClock,
+                              policy: claim_service.ClaimPolicy) -> None:
+    attempt = _one_claim(sync_conn, settings, clock, policy)
+    second = run_in_transaction(sync_conn, lambda c: device_service.add_device(c, "second", ACTOR, clock.now()))
+    claimed = dict(sync_conn.execute("SELECT * FROM authorizations WHERE id = ?",
+                                     (attempt["authorization_id"],)).fetchone())
+    other = dict(sync_conn.execute("SELECT * FROM authorizations WHERE id <> ?",
+                                   (attempt["authorization_id"],)).fetchone())
+    bad_statements: list[tuple[str, tuple[Any, ...], str]] = [
+        # a terminal state without closed_at, and a live one with it (the CHECK behind authorizations_one_live)
+        ("UPDATE authorizations SET state = 'EXPIRED' WHERE id = ?", (other["id"],), "CHECK"),
+        ("UPDATE authorizations SET state = 'CONSUMED', close_reason = 'x' WHERE id = ?", (other["id"],), "CHECK"),
+        ("UPDATE authorizations SET closed_at = ? WHERE id = ?", (AT, other["id"]), "CHECK"),
+        # a second live authorization for a task
+        ("INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id, sku_color,"
+         " sku_size, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at, expires_at, NULL, NULL"
+         " FROM authorizations WHERE id = ?", (new_id(), claimed["id"]), "UNIQUE.*authorizations.task_id"),
+        # a request key already stored by another device
+        ("INSERT INTO device_requests SELECT ?, request_key, endpoint, request_hash, status, NULL, NULL, created_at"
+         " FROM device_requests", (second.device_id,), "UNIQUE.*device_requests.request_key"),
+        # an event for the attempt under another task (the (attempt_id, task_id) key now UNIQUE(task_id, id))
+        ("INSERT INTO events (task_id, attempt_id, seq, batch_key, step, outcome, summary, occurred_at, received_at)"
+         " VALUES (?, ?, 1, ?, 'open_app', 'ok', '', ?, ?)", (other["task_id"], attempt["id"], new_id(), AT, AT),
+         "FOREIGN KEY"),
+    ]
+    for sql, args, why in bad_statements:
+        sync_conn.execute("BEGIN")
+        with pytest.raises(sqlite3.IntegrityError, match=why):
+            sync_conn.execute(sql, args)
+        sync_conn.execute("ROLLBACK")
+    # closing the live one frees the task for a new live authorization (the index is partial)
+    sync_conn.execute("BEGIN")
+    sync_conn.execute("UPDATE authorizations SET state = 'CLOSED', closed_at = ?, close_reason = 'x' WHERE id = ?",
+                      (AT, other["id"]))
+    sync_conn.execute("INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id,"
+                      " sku_color, sku_size, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at,"
+                      " expires_at, NULL, NULL FROM authorizations WHERE id = ?", (new_id(), other["id"]))
+    sync_conn.execute("ROLLBACK")
+
+
+def _refused(conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch, match: str) -> None:
+    schema = sorted(tuple(r) for r in conn.execute("SELECT type, name, sql FROM sqlite_schema"))
+    rows = _rows(conn)
+    with pytest.raises(migrate.MigrationError, match=match):
+        _migrate_to(conn, 5, monkeypatch)
+    assert LEAN not in {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+    assert sorted(tuple(r) for r in conn.execute("SELECT type, name, sql FROM sqlite_schema")) == schema
+    assert _rows(conn) == rows
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_upgrade_refuses_a_terminal_authorization_without_closed_at(
+        old_db: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _seed(old_db, settings, clock, policy, tasks=2, claims=0)
+    old_db.execute("UPDATE authorizations SET state = 'EXPIRED' WHERE rowid = (SELECT min(rowid) FROM authorizations)")
+    _refused(old_db, monkeypatch, "0005.*CHECK constraint failed")
+
+
+def test_upgrade_refuses_a_request_key_stored_for_two_devices(
+        old_db: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    claims = _seed(old_db, settings, clock, policy, tasks=3, claims=2)
+    old_db.execute("UPDATE device_requests SET request_key = ? WHERE device_id = ?",
+                   (claims[0].key, claims[1].device_id))
+    _refused(old_db, monkeypatch, "0005.*UNIQUE constraint failed")
+
+
+def test_upgrade_refuses_a_dangling_reference(old_db: sqlite3.Connection, settings: Settings, clock: ManualClock,
+                                              policy: claim_service.ClaimPolicy,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _seed(old_db, settings, clock, policy, tasks=2, claims=1)
+    old_db.execute("PRAGMA foreign_keys = OFF")  # how such a row could only have got there
+    old_db.execute("UPDATE device_requests SET attempt_id = ?", (new_id(),))
+    old_db.execute("PRAGMA foreign_keys = ON")
+    _refused(old_db, monkeypatch, "0005.*dangling foreign key.*1 in device_requests → attempts")
+
