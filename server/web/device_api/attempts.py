@@ -21,7 +21,6 @@ from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, is_uuid4, validate
 from cmbuyer.server.app import PERIODIC, STARTUP_CHECKS, StartupRefused
-from cmbuyer.server.config import Settings
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files as evidence_files
@@ -56,6 +55,8 @@ EVENTS_BODY_CAP = 16384  # up to 20 events of ≤ 200-character summaries
 MULTIPART_OVERHEAD = 16 * 1024  # boundaries, part headers and the six metadata values
 # At most this many PNG decodes at once: each may hold one decoded image (≤ 16 Mpx) in memory.
 PNG_DECODES = web.AppKey("png_decodes", asyncio.Semaphore)
+# The per-attempt caps from the settings, built once at set-up (settings do not change while serving).
+BUDGET = web.AppKey("attempt_budget", AttemptBudget)
 
 
 def _path_id(request: web.Request, name: str) -> str:
@@ -71,11 +72,6 @@ async def _write(request: web.Request, job: Any) -> Any:
     return await request.app[DB].write(job, short=True)
 
 
-def _budget(settings: Settings) -> AttemptBudget:
-    return AttemptBudget(events=settings.events_per_attempt, evidence_files=settings.evidence_per_attempt,
-                         evidence_bytes=settings.evidence_bytes_per_attempt)
-
-
 def _stored(stored: Stored) -> web.Response:
     return json_body_response(stored.status, stored.body)
 
@@ -84,7 +80,7 @@ async def events(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/tasks/{id}/events`` → 200 events.response; see docs/api.md."""
     task_id = _path_id(request, "task_id")
     body = await read_json(request, "events.request", EVENTS_BODY_CAP)
-    clock, budget = request.app[CLOCK], _budget(request.app[SETTINGS])
+    clock, budget = request.app[CLOCK], request.app[BUDGET]
 
     def job(conn: sqlite3.Connection) -> Stored:
         return event_service.append_events(conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(),
@@ -134,7 +130,7 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     if digest != form.fields["sha256"]:
         raise DeviceHTTPError(400, "invalid_request")
     upload = _upload_from(task_id, form.fields, data, info.width, info.height)
-    db, budget = request.app[DB], _budget(settings)
+    db, budget = request.app[DB], request.app[BUDGET]
     # one snapshot: a replay whose original commits between the key lookup and the budget count must
     # not be refused (the write job would answer it 200)
     if not await db.read(lambda conn: evidence_upload.may_upload(conn, device_id=device_id, upload=upload,
@@ -234,5 +230,8 @@ def setup(app: web.Application) -> None:
     add_device_route(app, "POST", FENCE_PATH, fence)
     add_device_route(app, "POST", RESULT_PATH, result)
     app[PNG_DECODES] = asyncio.Semaphore(2)
+    settings = app[SETTINGS]
+    app[BUDGET] = AttemptBudget(events=settings.events_per_attempt, evidence_files=settings.evidence_per_attempt,
+                                evidence_bytes=settings.evidence_bytes_per_attempt)
     app[STARTUP_CHECKS].append(startup_recovery)
     app[PERIODIC].append(periodic_sweep)
