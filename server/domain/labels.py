@@ -24,9 +24,12 @@ STEP_LABELS: dict[str, str] = {
     "GO_TO_CONFIRM": "进入确认订单页",
     "READ_CONFIRM_PAGE": "读取确认订单页",
     "GATE_3": "闸门三：核对确认页总价",
+    "CHECK_PAYMENT_MODE": "核对支付方式（只允许跳转外部付款）",
+    "SCROLL_OPTIONS": "滚动规格列表",
     "FENCE": "取得提交围栏",
     "SUBMIT_TAP": "点击“提交订单”",
     "OBSERVE_RESULT": "观察提交结果",
+    "CONFIRM_ORDER_READONLY": "只读核对待付款订单",
     "BACK_OUT": "退出下单（未提交）",
     "LEASE": "租约续期",
     "RECOVERY": "设备重启后恢复",
@@ -74,6 +77,14 @@ REASON_CODE_LABELS: dict[str, str] = {
     "FENCE_REFUSED": "服务器拒绝了提交围栏",
     "SHUTDOWN": "采购工具被停止",
     "INTERNAL_ERROR": "采购工具内部错误",
+    "PAYMENT_MODE_UNSAFE": "支付方式不安全（可能直接扣款）",
+    "SKU_DIMENSION_UNNAMED": "页面上有任务未指定的规格维度",
+    "SKU_SELECTION_UNREADABLE": "读不到已选规格",
+    "QUANTITY_UNREADABLE": "读不到数量",
+    "TOTAL_ABOVE_ITEMS": "总价高于单价乘数量（有额外费用）",
+    "APP_UPDATE_PROMPT": "拼多多要求升级",
+    "PAYMENT_SUSPECTED": "疑似已付款",
+    "REPEATED_FAILURES": "连续失败，手机已暂停",
 }
 
 # common.json "observation" (what the phone saw after tapping 提交订单)
@@ -91,6 +102,16 @@ EVIDENCE_KIND_LABELS: dict[str, str] = {
     "CONFIRM_PAGE_GATE_3": "闸门三：确认订单页",
     "POST_SUBMIT_OBSERVATION": "提交后的画面",
     "FAILURE": "失败时的画面",
+    "ORDER_CONFIRMATION": "待付款订单核对页",
+}
+
+# common.json "observation_reason" (why an observation is what it is)
+OBSERVATION_REASON_LABELS: dict[str, str] = {
+    "PAYMENT_SUSPECTED": "疑似已付款",
+    "NO_KNOWN_SCREEN": "提交后没有出现可识别的画面",
+    "SUBMIT_CONTROL_GONE": "点击前“提交订单”已消失",
+    "TAP_OUTCOME_UNKNOWN": "点击结果不明",
+    "SECURITY_CHALLENGE_AFTER_TAP": "提交后出现安全验证",
 }
 
 # common.json "device_state"
