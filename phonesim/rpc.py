@@ -83,8 +83,7 @@ def _call(phone: Phone, method: str, params: Any) -> Any:
     args = _args(params)
     if method == "deviceInfo":
         with phone.lock:
-            page = phone.app.page
-            pkg = phone.cfg.app.package if page is not None else "com.android.launcher3"
+            pkg = phone.app.foreground_package
         return {"currentPackageName": pkg, "displayHeight": 2400, "displayWidth": 1080, "displayRotation": 0,
                 "displaySizeDpX": 360, "displaySizeDpY": 800, "naturalOrientation": True,
                 "productName": str(phone.cfg.device.get("model", "PJE110")), "screenOn": True,
