@@ -68,6 +68,7 @@ class Phone:
         self._ready_at = 0.0  # cold start in progress until then
         self._shot_cache: tuple[str, Image.Image] | None = None
         self.clipboard = ""
+        self.touch_down: tuple[int, int] | None = None  # an RPC touch gesture in progress
         start = cfg.start or {}
         if start.get("screen") in ("home", "product"):
             self.app.launch()
@@ -243,7 +244,8 @@ class Phone:
                 xml = hierarchy.render_xml(wins, max_depth)
                 if fault.params.get("mode") == "broken":
                     xml = hierarchy.break_emoji(xml)
-            self.journal.record("dump", screen=self.screen, fault=fault.kind if fault else None)
+            self.journal.record("dump", screen=self.screen, fault=fault.kind if fault else None,
+                                package=self.app.foreground_package)
             if fault:
                 self._fault_fired(fault)
             return xml

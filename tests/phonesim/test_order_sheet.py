@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import uiautomator2 as u2
 
-from cmbuyer.phonesim import PhoneSim
+from cmbuyer.phonesim import PhoneSim, load_scenario
 from cmbuyer.phonesim.journal import swipes
 
-from .helpers import PDD, assert_bounds_consistent, center, find, nodes, submit_node, tap_text
+from .helpers import PDD, assert_bounds_consistent, center, find, nodes, submit_node, tap_text, walk_to_confirm
 
 SCENARIO = "order_sheet"
 TSHIRT, MUG, BLANKET, LIPSTICK, CASE, BOTTLE = (f"71000000000{i}" for i in range(1, 7))
@@ -334,3 +334,42 @@ def test_older_layout_phone_in_the_same_scenario(phonesim_factory: Any) -> None:
     d = u2.connect("sim-old")
     xml = open_sheet(d, TSHIRT)
     assert find(xml, text="确定") and sim.phone("sim-old").state()["screen"] == "sku"
+
+
+def test_selector_scroll_and_touch_drag_scroll_the_list(d: Any, sim: PhoneSim) -> None:
+    xml = open_sheet(d, LIPSTICK)
+    (inner,) = option_lists(xml)
+    assert d(scrollable=True, className=RECYCLER).scroll.horiz.forward() is True
+    assert d(scrollable=True, className=RECYCLER).scroll.vert.forward() is False  # no vertical scroll
+    _, top, _, bottom = box(inner)
+    y = (top + bottom) // 2
+    d.touch.down(900, y).move(600, y).up(400, y)
+    d.touch.down(500, y).up(505, y)  # within the slop: a tap, not a swipe
+    entries = sim.phone().journal.entries()
+    moves = [(e["via"], e["moved"]) for e in swipes(entries, list_name="色号")]
+    assert moves == [("rpc_scrollForward", 960), ("rpc_injectInputEvent", 500)]
+    assert sim.phone().journal.taps()[-1]["via"] == "rpc_injectInputEvent"
+    assert option_lists(d.dump_hierarchy())[0][0].get("text") != "复古红#999"
+
+
+def test_payment_handoff_sheet_over_the_order_sheet(phonesim_factory: Any) -> None:
+    scen = load_scenario(SCENARIO).data
+    scen["outcome"] = "PAYMENT_HANDOFF"
+    sim = phonesim_factory(scen)
+    d = u2.connect("sim-1")
+    xml = open_sheet(d, TSHIRT)
+    d.click(*center(submit_node(xml).getparent()))
+    xml = d.dump_hierarchy()
+    assert sim.phone().state()["screen"] == "payment" and find(xml, text="选择支付方式")
+    assert d.app_current()["package"] == PDD
+    d.press("back")
+    assert sim.phone().state()["screen"] == "retention"
+
+
+def test_older_layout_confirm_page_shows_every_gate3_witness(u2dev: Any, phonesim: PhoneSim) -> None:
+    xml = walk_to_confirm(u2dev, "937122477375", ["黑色CHA(纯棉)", "M(建议100-115)"], quantity=2)
+    assert find(xml, text="颜色") and find(xml, text="尺码")  # an inline group per dimension
+    assert find(xml, text="黑色CHA(纯棉)", selected="true") and find(xml, text="M(建议100-115)", selected="true")
+    (row,) = find(xml, text="使用#微信支付，更换支付方式")
+    assert row.get("clickable") == "true" and row.get("content-desc") == "使用#微信支付，更换支付方式"
+    assert find(xml, text="最后5件 ¥12.88") and submit_node(xml).get("text") == "提交订单 ¥25.76"
