@@ -172,7 +172,7 @@ def order_sheet(app: AppModel) -> Node:
     price_node = price_text(goods, price, app.stock())
     sheet.add(linear((0, 600, W, 860),
                      image((36, 612, 256, 832), "商品主图", rid=f"{PDD}:id/iv_goods_img"),
-                     text((280, 620, 280 + base.text_width(price_node, 36, 24), 690), price_node),
+                     text((280, 620, 280 + base.text_width(price_node, 40, 28), 690), price_node),
                      text((280, 700, 1044, 760), label, rid=f"{PDD}:id/tv_select_sku")))
     y = 872
     if app.cfg.service_banner and not app.banner_closed:
