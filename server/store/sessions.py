@@ -26,7 +26,10 @@ class SessionRow:
 
 @dataclass(frozen=True)
 class ThrottleRow:
-    """Failure count of one throttle key inside its current window."""
+    """The stored record of one throttle key (rule: domain/login_throttle.py). ``failures``: guesses
+    admitted since the key was last forgotten (counted before the password is checked); the column
+    ``window_start`` holds the time of the last admitted guess; ``locked_until``: end of the current
+    back-off or None."""
 
     throttle_key: str
     failures: int
