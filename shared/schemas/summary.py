@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from cmbuyer.schemas.text import BIDI_CONTROLS
+
 __all__ = ["SUMMARY_MAX", "summary_problem"]
 
 SUMMARY_MAX = 200
@@ -21,9 +23,6 @@ _RUN = re.compile(r"[A-Za-z0-9+/_=\-]{16,}")
 # "claim_token", "token2", "X-Bearer": an underscore or a digit does not end a word here.
 _SECRET_WORDS = re.compile(r"(?<![a-z])(?:bearer|token|password|passwd|secret)(?![a-z])", re.IGNORECASE)
 
-
-# Bidirectional overrides/isolates/marks reorder what a person sees on the admin page: refused.
-_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def _looks_like_token(norm: str) -> bool:
@@ -55,7 +54,7 @@ def summary_problem(text: object) -> str | None:
     if not isinstance(text, str) or len(text) > SUMMARY_MAX:
         return "summary too long"
     norm = unicodedata.normalize("NFKC", text)
-    if any(unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI_CONTROLS for ch in norm):
+    if any(unicodedata.category(ch) in ("Cc", "Cs") or ch in BIDI_CONTROLS for ch in norm):
         return "control characters"
     # Other format characters (zero-width space/joiners, word joiner, BOM, soft hyphen …) survive NFKC
     # and would split a phone number, a token or a keyword so the checks below miss it: check the text
