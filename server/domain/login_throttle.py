@@ -34,7 +34,7 @@ class Limit:
         """Seconds of back-off after the ``guesses``-th admitted guess, or None below ``free``."""
         if guesses < self.free:
             return None
-        return min(self.cap_s, self.base_s * 2 ** min(guesses - self.free, 32))
+        return min(self.cap_s, self.base_s << min(guesses - self.free, 32))
 
 
 # Per username: a person who mistypes twice is never slowed; a guesser gets 3 tries, then one try
