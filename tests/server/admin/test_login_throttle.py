@@ -15,6 +15,8 @@ import aiohttp
 import pytest
 
 from cmbuyer.server.domain.login_throttle import ADDRESS_LIMIT, FORGET_S, USER_LIMIT
+from cmbuyer.server.services.admins import verify_password
+from cmbuyer.server.web.admin import auth as auth_routes
 
 from .conftest import ADMIN_PASSWORD, ADMIN_USER, add_admin, csrf_from
 
@@ -70,9 +72,18 @@ def failed_count(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM audit_log WHERE action = 'admin.login_failed'").fetchone()[0])
 
 
-async def test_concurrent_burst_checks_only_a_handful(web: Any, admin: str, sync_conn: sqlite3.Connection) -> None:
+async def test_concurrent_burst_checks_only_a_handful(web: Any, admin: str, sync_conn: sqlite3.Connection,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """100 wrong guesses and the right password at once: at most USER_LIMIT.free passwords are checked,
     every other request is 429 before argon2 runs (today's main checked all 100)."""
+    hashed: list[bool] = []
+
+    def counting_verify(stored: str | None, password: str) -> bool:
+        # the real argon2 check, counted: proves the refused guesses never reached it
+        hashed.append(True)
+        return verify_password(stored, password)
+
+    monkeypatch.setattr(auth_routes, "verify_password", counting_verify)
     session, url = web
     form = await fresh_form(session, url)
     guesses = [post_login(session, url, form, ADMIN_USER, f"{WRONG}{i}") for i in range(100)]
@@ -84,6 +95,7 @@ async def test_concurrent_burst_checks_only_a_handful(web: Any, admin: str, sync
     assert statuses.count(429) == len(statuses) - checked
     assert set(statuses) <= {401, 303, 429}
     assert failed_count(sync_conn) == statuses.count(401)
+    assert len(hashed) == checked
     assert all(h.get("Retry-After", "").isdigit() for s, h in results if s == 429)
     assert [d["scope"] for _, _, d in locked_rows(sync_conn)] == ["user"]  # the lockout is audited, once
 
