@@ -189,5 +189,10 @@ def logout(conn: sqlite3.Connection, session: AdminSession, now: datetime) -> No
 
 
 def sweep(conn: sqlite3.Connection, now: datetime) -> int:
-    """Delete sessions that ended more than a day ago (periodic housekeeping); returns the count."""
+    """Periodic housekeeping: delete sessions that ended more than a day ago, and throttle records
+    the rule has forgotten anyway (no guess for :data:`~login_throttle.FORGET_S`, no back-off
+    running — guesses at random usernames must not grow the table for ever). Returns how many
+    sessions were deleted."""
+    at = to_wire(now)
+    session_store.throttle_delete_stale(conn, to_wire(now - timedelta(seconds=login_throttle.FORGET_S)), at)
     return session_store.delete_dead(conn, to_wire(now - timedelta(days=1)))

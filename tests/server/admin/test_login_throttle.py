@@ -14,7 +14,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.login_throttle import ADDRESS_LIMIT, FORGET_S, USER_LIMIT
+from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admins import verify_password
 from cmbuyer.server.web.admin import auth as auth_routes
 
@@ -195,3 +197,20 @@ async def test_throttled_form_login_shows_the_form_again(server_client: Any, adm
     assert resp.status == 429
     html = await resp.text()
     assert "登录尝试过于频繁" in html and 'name="password"' in html
+
+
+async def test_sweep_forgets_quiet_records_only(web: Any, admin: str, clock: Any,
+                                                sync_conn: sqlite3.Connection) -> None:
+    """Guesses at many usernames leave records; the periodic sweep deletes those the rule has forgotten
+    (no guess for FORGET_S, no back-off running) and keeps the rest."""
+    for i in range(3):
+        assert (await attempt(web, username=f"sprayed{i}"))[0] == 401
+    clock.advance(FORGET_S)
+    for _ in range(USER_LIMIT.free):
+        assert (await attempt(web, username="recent"))[0] == 401
+    run_in_transaction(sync_conn, lambda c: admin_sessions.sweep(c, clock.now()))
+    keys = sorted(r[0] for r in sync_conn.execute("SELECT throttle_key FROM admin_login_throttle"))
+    assert keys == ["ip:127.0.0.1", "user:recent"]
+    clock.advance(FORGET_S)
+    run_in_transaction(sync_conn, lambda c: admin_sessions.sweep(c, clock.now()))
+    assert sync_conn.execute("SELECT count(*) FROM admin_login_throttle").fetchone()[0] == 0
