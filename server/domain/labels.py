@@ -178,6 +178,7 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "admin.add": "新增管理员",
     "admin.login": "管理员登录",
     "admin.login_failed": "登录失败",
+    "admin.login_locked": "登录尝试过多，暂时锁定",
     "admin.logout": "管理员退出",
     "admin.passwd": "修改密码",
     "attempt.fail": "设备报告失败",

@@ -10,7 +10,7 @@ from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
 
 from cmbuyer.schemas import MONEY_RE
-from cmbuyer.schemas.text import has_control_chars, normalize_sku
+from cmbuyer.schemas.text import has_control_chars, normalize_sku, text_problem
 from cmbuyer.server.domain.errors import ValidationFailed
 
 # Hosts that serve Pinduoduo goods pages (mobile web and the main site).
@@ -57,10 +57,23 @@ def parse_product_url(raw: str) -> ProductRef:
     return ProductRef(CANONICAL_URL.format(goods_id=goods_id), goods_id)
 
 
+def check_text(field: str, what: str, value: str, *, multiline: bool = False) -> None:
+    """Refuse text a person reads or a gate compares when it holds controls, bidi or invisible
+    characters (the shared rule :func:`cmbuyer.schemas.text.text_problem`; issue 18 item 8).
+
+    Raises ValidationFailed(field, "<what>含…（U+XXXX）") — e.g. ``标题含不可见字符或文字方向控制符（U+202E）``.
+    Every path that stores a title, SKU value, device name or note calls this before writing.
+    """
+    problem = text_problem(value, multiline=multiline)
+    if problem is not None:
+        raise ValidationFailed(field, what + problem)
+
+
 def parse_sku(field: str, raw: object) -> str:
     """NFKC-normalize a colour/size value (the documented comparison form); 1–64 characters."""
     if not isinstance(raw, str):
         raise ValidationFailed(field, "规格必须是文本")
+    check_text(field, "规格", raw)
     value = normalize_sku(raw)
     if not value or len(value) > SKU_MAX or value != value.strip() or has_control_chars(value):
         raise ValidationFailed(field, "规格为空、过长或含控制字符")
@@ -68,9 +81,10 @@ def parse_sku(field: str, raw: object) -> str:
 
 
 def parse_title(raw: object) -> str:
-    """Trimmed title, 1–200 characters, no control characters."""
+    """Trimmed title, 1–200 characters, no control, bidi or invisible characters (:func:`check_text`)."""
     if not isinstance(raw, str):
         raise ValidationFailed("title", "标题必须是文本")
+    check_text("title", "标题", raw)
     value = raw.strip()
     if not value or len(value) > TITLE_MAX or has_control_chars(value):
         raise ValidationFailed("title", "标题为空、过长或含控制字符")

@@ -18,6 +18,7 @@ from typing import Any
 
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain import values
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
@@ -142,8 +143,7 @@ def parse_reconcile(raw: dict[str, Any]) -> tuple[str, str, int]:
     note = raw.get("note")
     if not isinstance(note, str) or not note.strip() or len(note) > NOTE_MAX:
         raise ValidationFailed("note", f"请填写核对说明（1–{NOTE_MAX} 字）")
-    if any((ord(ch) < 32 and ch not in "\n\t") or ord(ch) == 127 for ch in note):
-        raise ValidationFailed("note", "说明含控制字符")
+    values.check_text("note", "核对说明", note, multiline=True)
     version = raw.get("expected_task_version")
     if type(version) is not int or version < 1:
         raise ValidationFailed("expected_task_version", "缺少任务版本")

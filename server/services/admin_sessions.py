@@ -6,12 +6,14 @@
   ``now >= last_seen_at + session_idle_ttl`` ends a session; the boundary itself is expired.
 * Login always creates a brand-new session id (no fixation); a session id presented at login is
   revoked; logout revokes server-side.
-* Throttling: :data:`USER_LIMIT` failures for one username, or :data:`IP_LIMIT` from one client
-  address, inside :data:`WINDOW_S` lock that key for :data:`LOCK_S`; while locked even the right
-  password is refused and the password is not checked.
+* Throttling (rule: domain/login_throttle.py): :func:`admit_guess` decides, in one write
+  transaction with the stored records of the username key and the client-address key, whether a
+  password may be checked, and counts the guess *before* it is checked — so guesses in flight count
+  and a concurrent burst gets only a handful of passwords checked. Every back-off that starts or
+  grows is audited (``admin.login_locked``).
 
-Password checking (argon2, CPU-bound) is done by the caller outside the transaction; the jobs here
-are the transactional halves.
+Password checking (argon2, CPU-bound) is done by the caller outside the transaction, after
+:func:`admit_guess` said yes; the jobs here are the transactional halves.
 """
 
 from __future__ import annotations
@@ -27,15 +29,12 @@ from datetime import datetime, timedelta
 
 from cmbuyer.server.clock import from_wire, to_wire
 from cmbuyer.server.config import Settings
+from cmbuyer.server.domain import login_throttle
 from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import sessions as session_store
 
 SESSION_BYTES = 32
-USER_LIMIT = 5
-IP_LIMIT = 30
-WINDOW_S = 15 * 60
-LOCK_S = 15 * 60
 # last_seen_at is written at most once per this many seconds per session: a page view should not
 # cost an fsync every time, and idle expiry only needs minute precision.
 TOUCH_EVERY_S = 60
@@ -72,39 +71,64 @@ def token_hash(token: str) -> bytes | None:
 
 
 def throttle_keys(username: str, client: str) -> tuple[str, str]:
-    """``(user_key, ip_key)`` for a login attempt (username lowercased and capped)."""
+    """``(user_key, address_key)`` for a login attempt (username lowercased and capped)."""
     return "user:" + username.lower()[:128], "ip:" + (client or "unknown")[:64]
 
 
-def locked_until(conn: sqlite3.Connection, keys: tuple[str, str], now: datetime) -> str | None:
-    """The latest ``locked_until`` among ``keys`` that is still in the future, or None."""
-    at = to_wire(now)
-    rows = [session_store.throttle_get(conn, key) for key in keys]
-    ends = [r.locked_until for r in rows if r is not None and r.locked_until and r.locked_until > at]
-    return max(ends) if ends else None
+@dataclass(frozen=True)
+class Admission:
+    """Whether a login guess may be checked; ``retry_after_s`` (whole seconds) when it may not."""
+
+    admitted: bool
+    retry_after_s: int = 0
 
 
-def record_failure(conn: sqlite3.Connection, keys: tuple[str, str], username: str, now: datetime) -> str | None:
-    """Count one failed login against both keys (window :data:`WINDOW_S`); returns the lock end when
-    this failure locked a key. Writes an ``admin.login_failed`` audit row (no password, ever)."""
+def _load(conn: sqlite3.Connection, key: str) -> login_throttle.KeyState | None:
+    row = session_store.throttle_get(conn, key)
+    if row is None:
+        return None
+    return login_throttle.KeyState(row.failures, from_wire(row.window_start),
+                                   from_wire(row.locked_until) if row.locked_until else None)
+
+
+def _store(conn: sqlite3.Connection, key: str, state: login_throttle.KeyState) -> None:
+    until = to_wire(state.blocked_until) if state.blocked_until is not None else None
+    session_store.throttle_put(conn, session_store.ThrottleRow(key, state.guesses, to_wire(state.last_at), until))
+
+
+def admit_guess(conn: sqlite3.Connection, keys: tuple[str, str], username: str, now: datetime) -> Admission:
+    """Decide whether one login guess may be checked, and count it if so (a write job).
+
+    Both keys must admit (:func:`login_throttle.admit` with :data:`~login_throttle.USER_LIMIT` and
+    :data:`~login_throttle.ADDRESS_LIMIT`); a refused guess changes nothing. An admitted guess is
+    stored on both keys at once, so the decision and the record are one transaction. A back-off that
+    this guess starts or lengthens writes an ``admin.login_locked`` audit row per key (never the
+    password). Raises nothing business-level.
+    """
+    limits = (login_throttle.USER_LIMIT, login_throttle.ADDRESS_LIMIT)
+    decisions = [login_throttle.admit(_load(conn, key), now, limit) for key, limit in zip(keys, limits, strict=True)]
+    refused = [d.retry_after_s for d in decisions if not d.admitted]
+    if refused:
+        return Admission(False, max(refused))
     at = to_wire(now)
-    locked: str | None = None
-    for key, limit in zip(keys, (USER_LIMIT, IP_LIMIT), strict=True):
-        row = session_store.throttle_get(conn, key)
-        if row is None or from_wire(row.window_start) + timedelta(seconds=WINDOW_S) <= now:
-            row = session_store.ThrottleRow(key, 0, at, None)
-        failures = row.failures + 1
-        until = row.locked_until
-        if failures >= limit:
-            until = to_wire(now + timedelta(seconds=LOCK_S))
-            locked = until
-            failures = 0
-        session_store.throttle_put(conn, session_store.ThrottleRow(key, failures, row.window_start if row.failures
-                                                                   else at, until))
-    audit.append(conn, at=at, actor_kind="system", actor_id="login", action="admin.login_failed",
-                 subject_kind="admin", subject_id=username[:64] or "-",
-                 detail={"locked_until": locked} if locked else {})
-    return locked
+    for key, decision, scope in zip(keys, decisions, ("user", "address"), strict=True):
+        assert decision.state is not None
+        _store(conn, key, decision.state)
+        if decision.backoff_s is not None:
+            subject_kind, subject_id = ("admin", username[:64] or "-") if scope == "user" else ("client", key[3:])
+            audit.append(conn, at=at, actor_kind="system", actor_id="login", action="admin.login_locked",
+                         subject_kind=subject_kind, subject_id=subject_id,
+                         detail={"scope": scope, "guesses": decision.state.guesses, "backoff_s": decision.backoff_s,
+                                 "locked_until": to_wire(decision.state.blocked_until)
+                                 if decision.state.blocked_until else None})
+    return Admission(True)
+
+
+def record_failure(conn: sqlite3.Connection, username: str, now: datetime) -> None:
+    """Audit one failed login (``admin.login_failed``, no password ever). The guess itself was
+    already counted by :func:`admit_guess`."""
+    audit.append(conn, at=to_wire(now), actor_kind="system", actor_id="login", action="admin.login_failed",
+                 subject_kind="admin", subject_id=username[:64] or "-")
 
 
 def login(conn: sqlite3.Connection, admin_id: str, keys: tuple[str, str], previous_hash: bytes | None,
@@ -112,8 +136,9 @@ def login(conn: sqlite3.Connection, admin_id: str, keys: tuple[str, str], previo
     """Create a new session for ``admin_id`` (password already verified) and return its token.
 
     Revokes ``previous_hash`` (any session id the browser presented at login), clears the user
-    throttle key, and writes ``admin.login``. Raises nothing business-level: the caller checked the
-    lock and the password.
+    throttle key, takes this (right) guess back off the address key, and writes ``admin.login``.
+    Raises nothing business-level: the caller was admitted by :func:`admit_guess` and checked the
+    password.
     """
     at = to_wire(now)
     if previous_hash is not None:
@@ -124,6 +149,9 @@ def login(conn: sqlite3.Connection, admin_id: str, keys: tuple[str, str], previo
     expires = to_wire(now + timedelta(seconds=settings.session_absolute_ttl))
     session_store.insert(conn, digest, admin_id, created_at=at, expires_at=expires)
     session_store.throttle_clear(conn, keys[0])
+    address = _load(conn, keys[1])
+    if address is not None:
+        _store(conn, keys[1], login_throttle.undo_guess(address))
     admin = admin_store.by_id(conn, admin_id)
     audit.append(conn, at=at, actor_kind="admin", actor_id=admin.username if admin else admin_id,
                  action="admin.login", subject_kind="admin", subject_id=admin_id)
@@ -161,5 +189,10 @@ def logout(conn: sqlite3.Connection, session: AdminSession, now: datetime) -> No
 
 
 def sweep(conn: sqlite3.Connection, now: datetime) -> int:
-    """Delete sessions that ended more than a day ago (periodic housekeeping); returns the count."""
+    """Periodic housekeeping: delete sessions that ended more than a day ago, and throttle records
+    the rule has forgotten anyway (no guess for :data:`~login_throttle.FORGET_S`, no back-off
+    running — guesses at random usernames must not grow the table for ever). Returns how many
+    sessions were deleted."""
+    at = to_wire(now)
+    session_store.throttle_delete_stale(conn, to_wire(now - timedelta(seconds=login_throttle.FORGET_S)), at)
     return session_store.delete_dead(conn, to_wire(now - timedelta(days=1)))

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain import values
 from cmbuyer.server.domain.errors import NotFound, ValidationFailed
 from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import audit
@@ -35,7 +36,12 @@ def token_hash(token_hex: str) -> bytes:
 
 
 def add_device(conn: sqlite3.Connection, name: str, actor: Actor, now: datetime) -> IssuedDevice:
-    """Create an ACTIVE device with a fresh 32-byte random token; only SHA-256(token) is stored."""
+    """Create an ACTIVE device with a fresh 32-byte random token; only SHA-256(token) is stored.
+
+    Raises ValidationFailed("name", …) for a name that is empty, longer than 64 characters, or holds
+    control, bidi or invisible characters (values.check_text) or other unprintable ones; nothing is
+    written then."""
+    values.check_text("name", "设备名称", name)
     name = name.strip()
     if not name or len(name) > 64 or not name.isprintable():
         raise ValidationFailed("name", "设备名称为 1–64 个可打印字符")

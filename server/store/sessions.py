@@ -26,7 +26,10 @@ class SessionRow:
 
 @dataclass(frozen=True)
 class ThrottleRow:
-    """Failure count of one throttle key inside its current window."""
+    """The stored record of one throttle key (rule: domain/login_throttle.py). ``failures``: guesses
+    admitted since the key was last forgotten (counted before the password is checked); the column
+    ``window_start`` holds the time of the last admitted guess; ``locked_until``: end of the current
+    back-off or None."""
 
     throttle_key: str
     failures: int
@@ -98,3 +101,14 @@ def throttle_put(conn: sqlite3.Connection, row: ThrottleRow) -> None:
 def throttle_clear(conn: sqlite3.Connection, key: str) -> None:
     """Forget the failures of ``key`` (after a successful login)."""
     conn.execute("DELETE FROM admin_login_throttle WHERE throttle_key = ?", (key,))
+
+
+def throttle_delete_stale(conn: sqlite3.Connection, last_before: str, now: str, limit: int = 500) -> int:
+    """Delete up to ``limit`` throttle records whose last guess is at or before ``last_before`` and whose
+    back-off (if any) ended before ``now``; returns the count."""
+    cur = conn.execute(
+        "DELETE FROM admin_login_throttle WHERE rowid IN (SELECT rowid FROM admin_login_throttle"
+        " WHERE window_start <= ? AND (locked_until IS NULL OR locked_until <= ?) LIMIT ?)",
+        (last_before, now, limit),
+    )
+    return cur.rowcount

@@ -1,6 +1,7 @@
-"""The one text normalization both sides use for SKU values (design §7.5, spec 002 文本和金额校验).
+"""Text rules both sides share: the one normalization of SKU values (design §7.5, spec 002 文本和金额校验)
+and the one check of text a person reads or a gate compares (:func:`text_problem`, issue 18 item 8).
 
-Rule: Unicode NFKC, nothing else — no trimming, no case folding, no bracket unification. NFKC maps
+Normalization rule: Unicode NFKC, nothing else — no trimming, no case folding, no bracket unification. NFKC maps
 full-width ASCII and ``￥`` to their plain forms but does *not* unify ``【】`` with ``[]``; the option
 tile's text is the authoritative node on the phone (phone-facts), so the requested value must equal
 the tile after NFKC, exactly.
@@ -10,7 +11,11 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["has_control_chars", "normalize_sku"]
+__all__ = ["BIDI_CONTROLS", "has_control_chars", "normalize_sku", "text_problem"]
+
+# Bidirectional embeddings, overrides, isolates and marks: they reorder what a person sees (U+202E shows
+# "price 88.21" for the stored "price 12.88"). All are in category Cf; named here for the summary rule.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def normalize_sku(value: str) -> str:
@@ -21,3 +26,28 @@ def normalize_sku(value: str) -> str:
 def has_control_chars(value: str) -> bool:
     """True when ``value`` holds C0/C1 controls, lone surrogates or other ``Cc``/``Cs`` characters."""
     return any(unicodedata.category(ch) in ("Cc", "Cs") for ch in value)
+
+
+def text_problem(value: str, *, multiline: bool = False) -> str | None:
+    """None when ``value`` may be stored as text a person reads or a gate compares (task titles, SKU
+    values, device names, notes), else a short Chinese reason naming the first offending code point,
+    e.g. ``"含不可见字符或文字方向控制符（U+202E）"``.
+
+    Refused (checked on the text as given, so NFKC cannot hide anything): control characters
+    (category ``Cc``: NUL, C0, DEL, C1 — except line feed, carriage return and tab when ``multiline``), lone surrogates
+    (``Cs``), every format character (``Cf``: the bidi controls U+202A–U+202E, U+2066–U+2069,
+    U+200E/U+200F, U+061C; zero-width U+200B–U+200D, U+2060; BOM U+FEFF; soft hyphen; tag characters)
+    and the line/paragraph separators U+2028/U+2029. They make a page show one thing while the stored
+    text says another, or make two values that look equal compare unequal.
+    """
+    for ch in value:
+        category = unicodedata.category(ch)
+        if category == "Cc":
+            if multiline and ch in "\n\r\t":
+                continue
+            return f"含控制字符（U+{ord(ch):04X}）"
+        if category == "Cs":
+            return f"含无效字符（U+{ord(ch):04X}）"
+        if category in ("Cf", "Zl", "Zp"):
+            return f"含不可见字符或文字方向控制符（U+{ord(ch):04X}）"
+    return None

@@ -1,9 +1,14 @@
 """``GET/POST /login`` and ``POST /logout`` (spec 002 一、管理端接口 / 身份).
 
 Login form fields: ``username``, ``password``, ``csrf_token``. The CSRF token before login is bound
-to a random pre-login cookie (``cmbuyer_login``, path ``/login``); a successful login always issues
-a brand-new session id (``cmbuyer_session``), revokes any session id the browser presented and drops
-the pre-login cookie, so no id known before login is ever valid after it.
+to the pre-login cookie (``cmbuyer_login``, path ``/login``), whose values only this server issues
+(prelogin.py: a value the client chose is replaced on ``GET`` and refused on ``POST``). A successful
+login always issues a brand-new session id (``cmbuyer_session``), revokes any session id the browser
+presented, spends the pre-login value it used and sets a fresh one, so no id known before login is
+ever valid after it.
+
+Order of checks on ``POST /login``: origin and CSRF, then the throttle gate (one write transaction that
+decides and counts the guess — services/admin_sessions.admit_guess), and only then argon2.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from cmbuyer.server.web.admin.common import (
     single_cookie,
     wants_json,
 )
+from cmbuyer.server.web.admin.prelogin import PRELOGIN, PreloginBook
 from cmbuyer.server.web.keys import DB, SETTINGS
 
 LOGIN_PATH = "/login"
@@ -61,24 +67,32 @@ def _login_page(request: web.Request, prelogin: str, *, status: int = 200, error
     return response
 
 
+def _own_prelogin(request: web.Request) -> str | None:
+    """The request's pre-login cookie when this process issued it and it is still usable, else None."""
+    value = single_cookie(request, LOGIN_COOKIE)
+    return value if request.app[PRELOGIN].valid(value, now(request)) else None
+
+
 async def login_form(request: web.Request) -> web.StreamResponse:
     """``GET /login``: the form. It is shown even to a logged-in browser (logging in again simply
-    replaces that session with a new one)."""
-    prelogin = single_cookie(request, LOGIN_COOKIE)
-    if prelogin is None or admin_sessions.token_hash(prelogin) is None:
-        prelogin = admin_sessions.new_token()
+    replaces that session with a new one). A pre-login cookie this server did not issue (or that
+    expired or was spent) is replaced by a fresh one."""
+    prelogin = _own_prelogin(request) or request.app[PRELOGIN].issue(now(request))
     return _login_page(request, prelogin, next_path=_safe_next(request.query.get("next")))
 
 
 async def login_submit(request: web.Request) -> web.StreamResponse:
-    """``POST /login``: same-origin and CSRF first, then throttle, then the password (argon2, off the
-    event loop). 403 bad origin/token · 429 locked · 401 wrong credentials · 303 on success."""
+    """``POST /login``: same-origin and CSRF first, then the throttle gate, then the password (argon2,
+    off the event loop). 403 bad origin/token · 429 throttled (``Retry-After``) · 401 wrong
+    credentials · 303 on success."""
     settings = request.app[SETTINGS]
     db = request.app[DB]
+    prelogin: str | None = None
+    retry_after = 0
     try:
         if not same_origin(request):
             raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
-        prelogin = single_cookie(request, LOGIN_COOKIE)
+        prelogin = _own_prelogin(request)
         body: Body = await read_body(request)
         if body.kind == "json":
             username, password = body.json.get("username"), body.json.get("password")
@@ -88,22 +102,23 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
             username, password = body.one("username", ""), body.one("password", "")
             supplied = request.headers.getall("X-CSRF-Token", []) + body.form.get("csrf_token", [])
             next_path = _safe_next(body.one("next"))
-        if (prelogin is None or admin_sessions.token_hash(prelogin) is None or len(supplied) != 1
-                or not csrf.check_login_token(settings, prelogin, supplied[0])):
+        if prelogin is None or len(supplied) != 1 or not csrf.check_login_token(settings, prelogin, supplied[0]):
             raise AdminHTTPError(403, "csrf_failed", "登录表单已过期，请刷新页面后重试")
         if not isinstance(username, str) or not isinstance(password, str) or not 1 <= len(username) <= 64 \
                 or len(password) > 1024:
             username, password = str(username or "")[:64], ""
         at = now(request)
         keys = admin_sessions.throttle_keys(username, request.remote or "")
-        locked = await db.read(lambda c: admin_sessions.locked_until(c, keys, at))
-        if locked is not None:
-            raise AdminHTTPError(429, "login_throttled", "登录失败次数过多，请 15 分钟后再试")
+        # The gate is decided and the guess counted before any password is hashed.
+        admission = await db.write(lambda c: admin_sessions.admit_guess(c, keys, username, at))
+        if not admission.admitted:
+            retry_after = admission.retry_after_s
+            raise AdminHTTPError(429, "login_throttled", throttled_message(retry_after), retryable=True)
         admin = await db.read(lambda c: admin_store.by_username(c, username)) if username else None
         stored = admin.password_hash if admin is not None and not admin.disabled else None
         ok = await asyncio.get_running_loop().run_in_executor(None, verify_password, stored, password)
         if not ok or admin is None:
-            await db.write(lambda c: admin_sessions.record_failure(c, keys, username, at))
+            await db.write(lambda c: admin_sessions.record_failure(c, username, at))
             if body.kind == "json" or wants_json(request):
                 return error_json(request, 401, "login_failed", "用户名或密码错误")
             return _login_page(request, prelogin, status=401, error="用户名或密码错误", username=username,
@@ -114,8 +129,12 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         token = await db.write(lambda c: admin_sessions.login(c, admin_id, keys, previous_hash, at, settings))
     except AdminHTTPError as exc:
         if exc.status == 429 and not wants_json(request) and prelogin is not None:
-            return _login_page(request, prelogin, status=429, error=exc.message)
-        return refuse(request, exc)
+            response = _login_page(request, prelogin, status=429, error=exc.message)
+        else:
+            response = refuse(request, exc)
+        if retry_after:
+            response.headers["Retry-After"] = str(retry_after)
+        return response
     except StorageError:
         return refuse(request, STORAGE_REFUSAL)
     response: web.StreamResponse
@@ -124,8 +143,16 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
     else:
         response = redirect(next_path)
     set_session_cookie(request, response, SESSION_COOKIE, token)
-    clear_cookie(request, response, LOGIN_COOKIE, path=LOGIN_PATH)
+    book: PreloginBook = request.app[PRELOGIN]
+    assert prelogin is not None  # checked with the CSRF token above
+    book.spend(prelogin, at)
+    set_session_cookie(request, response, LOGIN_COOKIE, book.issue(at), path=LOGIN_PATH)
     return response
+
+
+def throttled_message(retry_after_s: int) -> str:
+    """The Chinese refusal shown for a throttled login (429)."""
+    return f"登录尝试过于频繁，请 {retry_after_s} 秒后再试"
 
 
 @action
@@ -144,6 +171,7 @@ async def logout(request: web.Request, session: AdminSession, body: Body) -> web
 
 def setup(app: web.Application) -> None:
     """Register the login/logout routes."""
+    app[PRELOGIN] = PreloginBook()
     app.router.add_get("/login", login_form, name="admin-login")
     app.router.add_post("/login", login_submit, name="admin-login-submit")
     app.router.add_post("/logout", logout, name="admin-logout")

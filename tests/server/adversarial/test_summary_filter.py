@@ -89,3 +89,70 @@ async def test_bypasses_over_http_write_nothing(server_client: Any, claimed: Cla
     status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device, raw_body)
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
     assert fingerprint(sync_conn) == before
+
+
+# Personal data of the order sheet (issue 18 item 7): addresses, recipients' names, masked and separated
+# phone numbers, identity card numbers. Every one of these passed the filter before.
+PERSONAL = {
+    "address_line": "收货地址 北京市朝阳区建国路88号 张三",
+    "address_label_colon": "收件地址：某处",
+    "province_city_district": "广东省深圳市南山区",
+    "province_no_suffix": "浙江杭州西湖区",
+    "autonomous_region": "广西壮族自治区南宁市",
+    "district_road": "朝阳区建国路",
+    "road_number": "建国路88号",
+    "lane_number": "幸福巷 3 弄",
+    "building_unit_room": "3号楼2单元501室",
+    "recipient_name": "收货人 张三",
+    "recipient_colon": "收件人：李四",
+    "contact_latin": "联系人 Zhang San",
+    "masked_name_and_phone": "张** 138****5678",
+    "masked_name": "李* 已选",
+    "masked_phone": "138****5678",
+    "masked_phone_spaced": "138 **** 5678",
+    "masked_phone_fullwidth": "１３８＊＊＊＊５６７８",
+    "dashed_phone": "138-1234-5678",
+    "dotted_phone": "138.1234.5678",
+    "spaced_phone": "138 1234 5678",
+    "en_dash_phone": "138–1234–5678",
+    "slashed_phone": "138/1234/5678",
+    "plus86_phone": "+86 138 1234 5678",
+    "glued_86_phone": "8613812345678",
+    "phone_after_price": "¥59 13812345678",
+    "landline": "010-12345678",
+    "landline_parens": "(0571)8888 1234",
+    "landline_spaced": "0571 8888 1234",
+    "identity_card": "身份证 11010519491231002X",
+    "arabic_indic_masked": "١٣٨****٥٦٧٨",
+}
+
+# What must keep passing: prices, quantities, sizes, goods ids, order numbers, dates, reason codes.
+NOT_PERSONAL = [
+    "价格 ¥12.88 超过上限", "unit ¥12.88 × 3 = ¥38.64", "最后5件 ¥59", "M(建议100-115)", "尺码 38号",
+    "goods 937122477375", "goods id 138123456789012", "order 231201-493047618902345",
+    "订单编号：231201493047618902345", "order_sn 190312-4930476189", "amount 1388.00",
+    "2026-08-04 09:00:00", "step 3 of 12", "超出市场价区间", "1号色 已选", "规格 3XL", "qty 2 → 3",
+    "tiles 12, visible 7", "110105194912310021 is not a valid id",  # wrong check digit: not an id number
+]
+
+
+@pytest.mark.parametrize("name", sorted(PERSONAL))
+def test_personal_data_is_refused(name: str) -> None:
+    with pytest.raises(ValidationFailed):
+        check_summary(PERSONAL[name])
+
+
+@pytest.mark.parametrize("text", NOT_PERSONAL)
+def test_numbers_that_are_not_personal_pass(text: str) -> None:
+    assert check_summary(text) == text
+
+
+async def test_personal_data_over_http_writes_nothing(server_client: Any, claimed: Claim,
+                                                      sync_conn: sqlite3.Connection) -> None:
+    before = fingerprint(sync_conn)
+    for name, text in PERSONAL.items():
+        for path, body in ((events_path(claimed.task_id), events_body(claimed, [event(summary=text)])),
+                           (fail_path(claimed.attempt_id), fail_body(claimed, summary=text))):
+            status, raw = await post_json(server_client, path, claimed.device, body)
+            assert (status, json.loads(raw)) == (400, {"error": "invalid_request"}), (name, path)
+    assert fingerprint(sync_conn) == before
