@@ -4,6 +4,7 @@ fenced, ORDER_CONFIRMATION evidence is accepted, and the old constraints still h
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from cmbuyer.schemas import validate
 from cmbuyer.server import migrate
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
@@ -120,6 +122,7 @@ def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
                                                            now=clock.now(), policy=policy))
     stored = _claim(db_0005, Claim(issued.device_id, new_id(), new_id(), None), clock, policy)
     assert stored.status == 200 and '"sku_size":null' in stored.body
+    validate("claim_next.response", json.loads(stored.body))  # the wire allows the null
 
 
 def test_after_upgrade_constraints(db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock,
