@@ -74,6 +74,8 @@ def identity_only(raw_headers: tuple[tuple[bytes, bytes], ...]) -> bool:
 # -- refused bodies ------------------------------------------------------------------------------------
 
 def _body_finished(request: web.BaseRequest) -> bool:
+    # aiohttp's is_eof(): the whole body has *arrived* (read or not). A fully arrived, unread body
+    # costs nothing more, so only a body still on its way makes the connection close.
     return request.content.is_eof()
 
 

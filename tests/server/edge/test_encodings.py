@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.web.edge import identity_only
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body, post
 from tests.server.edge.conftest import exchange, request
 
@@ -35,6 +34,8 @@ def _no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
     ([b"identity, gzip"], False), ([b"identity", b"gzip"], False), ([b"x-gzip"], False), ([b"identity;q=1"], False),
 ])
 def test_identity_only_table(values: list[bytes], ok: bool) -> None:
+    from cmbuyer.server.web.edge import identity_only  # imported here so the file runs against old code
+
     headers = (*((b"Content-Encoding", v) for v in values), (b"Host", b"x"))
     assert identity_only(headers) is ok
 
