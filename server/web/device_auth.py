@@ -101,7 +101,7 @@ async def expect_handler(request: web.Request) -> web.Response | None:
         return await close_after(request, failure)  # type: ignore[return-value]
     expect = request.headers.get(hdrs.EXPECT, "")
     if expect.lower() != "100-continue":
-        return web.Response(status=417)
+        return await close_after(request, web.Response(status=417))  # type: ignore[return-value]
     if request.version >= (1, 1):
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0

@@ -239,6 +239,11 @@ def install_connection_guard() -> None:
         made(self, handler, transport)
         guard = _guard_of(self)
         if guard is not None:
+            # aiohttp's own lingering (10 s of unbounded reading, and a logged "Unhandled exception"
+            # when the abandoned body fails to decode) is switched off: answers sent before the body
+            # was read go through close_after, and the few that bypass the middlewares (an expect
+            # handler's refusal) simply close.
+            handler._lingering_time = 0.0
             guard.opened(handler, transport)
 
     def connection_lost(self: Any, handler: Any, exc: BaseException | None = None) -> None:
@@ -308,6 +313,13 @@ class RateLimitedExceptionHandler:
         exc = context.get("exception")
         suppressed = self._throttle.allow(f"{context.get('message')}|{exc.__class__.__name__}|{exc}")
         if suppressed is None:
+            return
+        if isinstance(exc, OSError) and str(context.get("message", "")).startswith("socket.accept()"):
+            # Out of descriptors (or kernel memory): asyncio pauses accepting for a second and retries.
+            # One line, no traceback — the cause is the limit, not the code (docs/operations.md).
+            self._logger.error("accepting connections failed: %s (descriptor limit %s)%s", exc.strerror,
+                               resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                               f"; {suppressed} more in the last {self._throttle.interval:.0f}s" if suppressed else "")
             return
         if suppressed:
             self._logger.error("%d more event-loop errors like the next one in the last %.0fs", suppressed,
