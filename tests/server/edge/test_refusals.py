@@ -10,6 +10,7 @@ a phone's heartbeat on another connection must stay answered meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -25,13 +26,14 @@ from tests.server.edge.conftest import RawAnswer, address, read_answer, request,
 CUT_WITHIN_S = 4.0          # LINGER_S (1 s) plus generous slack for a loaded 2-core VM
 SENT_BOUND = 64 * 1024 ** 2  # socket buffers on loopback hold a few MiB; draining for 10 s is GiBs
 CHUNK = b"%x\r\n" % 65536 + b"x" * 65536 + b"\r\n"
+STREAMS = soak_scale(1, 8)  # read at import: the settings fixture removes CMBUYER_* variables
 
 
 @dataclass
 class Streamed:
     """What a client that never stops sending saw."""
 
-    answer: RawAnswer
+    answer: RawAnswer | None
     sent: int
     cut_after: float
 
@@ -54,8 +56,12 @@ async def stream_forever(client: Any, path: str, headers: dict[str, str], limit_
             sent += len(CHUNK)
 
     task = asyncio.create_task(pump())
+    answer: RawAnswer | None = None
     try:
-        answer = await read_answer(reader, within=5.0)
+        # A client that keeps sending after the refusal may see the reset before it reads the answer
+        # (the kernel drops unread data on a reset); then it has "no answer" and retries (docs/api.md).
+        with contextlib.suppress(ConnectionError):
+            answer = await read_answer(reader, within=5.0)
         try:
             await asyncio.wait_for(task, limit_s + 1)
         except (ConnectionError, OSError):
@@ -74,17 +80,20 @@ def _cut(result: Streamed) -> None:
 @pytest.mark.slow
 async def test_unauthenticated_chunked_stream_gets_401_then_is_cut(server_client: Any,
                                                                    make_device: Callable[..., Any]) -> None:
-    streams = soak_scale(1, 8)
     dev = make_device()
     storm = [asyncio.create_task(stream_forever(server_client, CLAIM, {"Content-Type": "application/json"}))
-             for _ in range(streams)]
+             for _ in range(STREAMS)]
     await asyncio.sleep(0.2)
     started = time.monotonic()
     status, _, _ = await post(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id))
     assert status == 200 and time.monotonic() - started < 2.0
-    for result in await asyncio.gather(*storm):
-        assert result.answer.status == 401 and result.answer.body == b""
-        assert result.answer.headers["connection"].lower() == "close"
+    results = await asyncio.gather(*storm)
+    answers = [r.answer for r in results if r.answer is not None]
+    assert answers, results  # with one stream (the default) its answer is always read in practice
+    for answer in answers:
+        assert answer.status == 401 and answer.body == b""
+        assert answer.headers["connection"].lower() == "close"
+    for result in results:
         _cut(result)
 
 
@@ -92,14 +101,14 @@ async def test_oversized_device_body_gets_413_then_is_cut(server_client: Any,
                                                           make_device: Callable[..., Any]) -> None:
     dev = make_device()
     result = await stream_forever(server_client, HEARTBEAT, {**dev.headers(), "Content-Type": "application/json"})
-    assert result.answer.status == 413
+    assert result.answer is not None and result.answer.status == 413
     assert json.loads(result.answer.body) == {"error": "request_too_large"}
     _cut(result)
 
 
 async def test_oversized_login_body_gets_413_then_is_cut(server_client: Any) -> None:
     result = await stream_forever(server_client, "/login", {"Content-Type": "application/x-www-form-urlencoded"})
-    assert result.answer.status == 413
+    assert result.answer is not None and result.answer.status == 413
     _cut(result)
 
 
