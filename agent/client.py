@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import logging
 import re
@@ -104,6 +105,15 @@ def wire_summary(text: str, fallback: str) -> str:
     return text
 
 
+def _whole(data: bytes, headers: Any) -> bytes:
+    """``data`` if it is the whole declared body (or more than we read anyway); an answer cut off
+    before its Content-Length raises http.client.IncompleteRead — "no answer", retried by _post."""
+    declared = headers.get("Content-Length", "") if headers is not None else ""
+    if declared.isdigit() and len(data) < min(int(declared), MAX_RESPONSE_BYTES + 1):
+        raise http.client.IncompleteRead(data, int(declared) - len(data))
+    return data
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect is an error: the Bearer token must not follow it anywhere."""
 
@@ -147,11 +157,11 @@ class HttpDeviceApi:
         })
         try:
             with _OPENER.open(req, timeout=self.timeout) as resp:
-                return resp.status, resp.read(MAX_RESPONSE_BYTES + 1)
+                return resp.status, _whole(resp.read(MAX_RESPONSE_BYTES + 1), resp.headers)
         except urllib.error.HTTPError as exc:
             data = exc.read(MAX_RESPONSE_BYTES + 1)
             exc.close()
-            return exc.code, data
+            return exc.code, _whole(data, exc.headers)
 
     def _post(self, path: str, body: bytes, content_type: str, what: str) -> tuple[int, Any]:
         """POST with bounded retries on transport errors / 5xx (same bytes → same key). Returns
@@ -164,7 +174,10 @@ class HttpDeviceApi:
                 time.sleep(self.backoff * (2 ** (attempt - 1)))
             try:
                 status, raw = self._send(path, body, content_type)
-            except (OSError, urllib.error.URLError) as exc:
+            except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:
+                # No (complete) answer: refused, reset during the upload (the server closes after
+                # answering a refusal early, docs/api.md), or cut off mid-answer. The request may or
+                # may not have happened, so it is sent again with the same bytes — the same key.
                 last = exc
                 log.info("server request %s failed (%s), retry %d", what, type(exc).__name__, attempt + 1)
                 continue

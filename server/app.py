@@ -20,6 +20,13 @@ from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import Database, connect_sync
 from cmbuyer.server.web import admin, device_api, health
+from cmbuyer.server.web.edge import (
+    GUARD,
+    ConnectionGuard,
+    RateLimitedExceptionHandler,
+    install_connection_guard,
+    refusal_middleware,
+)
 from cmbuyer.server.web.hardening import harden_error_pages
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
@@ -53,7 +60,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     ``clock`` defaults to the system clock; tests inject a ManualClock.
     """
     harden_error_pages()
-    app = web.Application(client_max_size=settings.evidence_max_bytes + 64 * 1024)
+    install_connection_guard()
+    app = web.Application(client_max_size=settings.evidence_max_bytes + 64 * 1024,
+                          middlewares=[refusal_middleware])
+    app[GUARD] = ConnectionGuard(settings.pending_connections_max, settings.pending_connections_per_address,
+                                 settings.pending_connection_timeout)
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[DB] = Database(settings.db_path)
@@ -72,6 +83,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     db = app[DB]
     await db.open()
     tasks: list[asyncio.Task[None]] = []
+    loop = asyncio.get_running_loop()
+    previous_handler = loop.get_exception_handler()
+    loop.set_exception_handler(RateLimitedExceptionHandler(previous_handler))
     try:
         for check in app[STARTUP_CHECKS]:
             await check(app)
@@ -83,6 +97,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        loop.set_exception_handler(previous_handler)
         await db.close()
 
 

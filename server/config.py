@@ -97,6 +97,9 @@ class Settings:
     session_idle_ttl: int = 1800
     session_absolute_ttl: int = 43200
     cookie_secure: bool = False
+    pending_connections_max: int = 512
+    pending_connections_per_address: int = 64
+    pending_connection_timeout: int = 15
     log_format: str = "text"
     log_level: str = "INFO"
 
@@ -262,6 +265,9 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None,
         session_idle_ttl=idle,
         session_absolute_ttl=absolute,
         cookie_secure=_bool(env, "CMBUYER_COOKIE_SECURE", False),
+        pending_connections_max=_int(env, "CMBUYER_PENDING_CONNECTIONS_MAX", 512, 8, 1_000_000),
+        pending_connections_per_address=_int(env, "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS", 64, 1, 1_000_000),
+        pending_connection_timeout=_int(env, "CMBUYER_PENDING_CONNECTION_TIMEOUT", 15, 1, 3600),
         log_format=log_format,
         log_level=log_level,
     )

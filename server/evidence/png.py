@@ -3,7 +3,10 @@
 Order matters (bad-inputs "PNG content"): the chunk structure is walked first without decoding —
 signature, IHDR first with sane fields, **the header's width/height checked against the limits
 before any pixel is inflated**, every chunk's CRC, no animation chunks (``acTL``/``fcTL``/``fdAT``),
-bounded text chunks, ``IEND`` present and nothing after it. Then the concatenated IDAT zlib stream is
+bounded text chunks, compressed ancillary chunks (``iCCP``, ``zTXt``, compressed ``iTXt``) inflating
+to at most :data:`MAX_ANCILLARY_INFLATED` bytes together (inflated in bounded pieces, output
+discarded — a zTXt/iCCP bomb costs at most that much work and one piece of memory), ``IEND`` present
+and nothing after it. Then the concatenated IDAT zlib stream is
 inflated in bounded pieces (output discarded) and must produce exactly the byte count the header
 implies — a stream that inflates past it, stops short or carries trailing data is refused. Only then
 does Pillow open the bytes with ``formats=["PNG"]`` and fully decode them.
@@ -26,6 +29,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MAX_CHUNKS = 50_000
 MAX_TEXT_CHUNKS = 32
 MAX_TEXT_BYTES = 64 * 1024
+MAX_ANCILLARY_INFLATED = 1 << 20
 _INFLATE_PIECE = 1 << 16
 _TEXT_CHUNKS = frozenset({b"tEXt", b"zTXt", b"iTXt"})
 _ANIMATION_CHUNKS = frozenset({b"acTL", b"fcTL", b"fdAT"})
@@ -86,6 +90,46 @@ def _parse_ihdr(body: bytes, max_side: int, max_pixels: int) -> PngInfo:
     return PngInfo(width, height, depth, color, interlace == 1)
 
 
+def _compressed_part(ctype: bytes, body: bytes) -> bytes | None:
+    """The zlib stream inside an iCCP / zTXt / iTXt chunk (None for an uncompressed iTXt);
+    a layout without its separators or with a compression method other than 0 → ImageRejected."""
+    name, sep, rest = body.partition(b"\0")
+    if not sep or not 1 <= len(name) <= 79:
+        raise ImageRejected("ancillary_layout")
+    if ctype == b"iTXt":
+        if len(rest) < 2 or rest[0] not in (0, 1) or rest[1] != 0 or rest[2:].count(b"\0") < 2:
+            raise ImageRejected("ancillary_layout")
+        if rest[0] == 0:
+            return None
+        _, _, after_lang = rest[2:].partition(b"\0")
+        return after_lang.partition(b"\0")[2]
+    if not rest or rest[0] != 0:
+        raise ImageRejected("ancillary_layout")
+    return rest[1:]
+
+
+def _inflate_ancillary(stream: bytes, budget: int) -> int:
+    """Inflate ``stream`` in bounded pieces; returns the bytes it produced. More than ``budget`` →
+    ImageRejected("ancillary_too_large"); a broken or unfinished stream → ImageRejected("ancillary_zlib")."""
+    inflater = zlib.decompressobj()
+    produced = 0
+    pending = stream
+    try:
+        while True:
+            out = inflater.decompress(pending, _INFLATE_PIECE)
+            produced += len(out)
+            if produced > budget:
+                raise ImageRejected("ancillary_too_large")
+            pending = inflater.unconsumed_tail
+            if inflater.eof or (not pending and not out):
+                break
+    except zlib.error:
+        raise ImageRejected("ancillary_zlib") from None
+    if not inflater.eof:
+        raise ImageRejected("ancillary_zlib")
+    return produced
+
+
 def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[PngInfo, list[tuple[int, int]]]:
     """Walk the chunks without decoding; returns the header info and the IDAT ``(start, end)`` spans.
 
@@ -100,6 +144,7 @@ def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[Png
     texts = text_bytes = chunks = 0
     seen_plte = False
     seen_once: set[bytes] = set()
+    inflate_budget = MAX_ANCILLARY_INFLATED
     while True:
         if len(data) - pos < 12:
             raise ImageRejected("truncated")
@@ -137,6 +182,10 @@ def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[Png
             text_bytes += length
             if texts > MAX_TEXT_CHUNKS or text_bytes > MAX_TEXT_BYTES:
                 raise ImageRejected("text_chunks")
+            if ctype != b"tEXt" and (stream := _compressed_part(ctype, body)) is not None:
+                inflate_budget -= _inflate_ancillary(stream, inflate_budget)
+        elif ctype == b"iCCP":
+            inflate_budget -= _inflate_ancillary(_compressed_part(ctype, body) or b"", inflate_budget)
         elif ctype == b"PLTE":
             if seen_plte or idat or length == 0 or length % 3 or length > 256 * 3:
                 raise ImageRejected("plte")

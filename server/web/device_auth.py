@@ -26,6 +26,7 @@ from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services.device_tx import DeviceNotActive
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response, unauthorized, unavailable
+from cmbuyer.server.web.edge import close_after, identity_only, prove
 from cmbuyer.server.web.keys import DB
 
 DEVICE_ID_KEY = web.RequestKey("device_id", str)
@@ -79,19 +80,28 @@ async def authenticate(request: web.Request) -> web.Response | None:
     if not ok:
         return unauthorized()
     request[DEVICE_ID_KEY] = device_id
+    prove(request)
     return None
+
+
+def encoding_refusal(request: web.Request) -> web.Response | None:
+    """415 ``unsupported_media_type`` for a body with a Content-Encoding other than ``identity``
+    (the edge rule, :func:`cmbuyer.server.web.edge.identity_only`); checked after authentication."""
+    if identity_only(request.raw_headers):
+        return None
+    return error_response(415, "unsupported_media_type")
 
 
 async def expect_handler(request: web.Request) -> web.Response | None:
     """Expect handler for device routes: authenticate *before* inviting the body (no interim 100 for
     an unauthenticated request); unknown expectations → 417 after authentication."""
-    failure = await authenticate(request)
+    failure = await authenticate(request) or encoding_refusal(request)
     if failure is not None:
-        failure.force_close()
-        return failure
+        # no 100 Continue: answer, half-close and drain only briefly whatever the client sends anyway
+        return await close_after(request, failure)  # type: ignore[return-value]
     expect = request.headers.get(hdrs.EXPECT, "")
     if expect.lower() != "100-continue":
-        return web.Response(status=417)
+        return await close_after(request, web.Response(status=417))  # type: ignore[return-value]
     if request.version >= (1, 1):
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0
@@ -104,10 +114,10 @@ def device_route(handler: DeviceHandler) -> Callable[[web.Request], Awaitable[we
     their status, StorageError → 503."""
 
     async def guarded(request: web.Request) -> web.StreamResponse:
-        failure = await authenticate(request)
+        # The body is never read for a refusal here; the edge middleware answers, then closes after
+        # a bounded linger instead of draining the upload.
+        failure = await authenticate(request) or encoding_refusal(request)
         if failure is not None:
-            # The body was never read; closing avoids draining an unauthenticated upload.
-            failure.force_close()
             return failure
         try:
             return await handler(request, request[DEVICE_ID_KEY])

@@ -7,6 +7,10 @@ On a device route those bytes may hold a claim token or a Bearer token, and spec
 them. aiohttp offers no hook for these pages, so :func:`harden_error_pages` wraps the method once
 so that a 4xx carries only its reason phrase. 5xx pages are already fixed texts (no traceback unless
 debug mode, which we never enable).
+
+A Content-Encoding the parser itself cannot decode (``br``, ``zstd`` without their optional
+libraries) fails in the parser, before routing and before any body byte reaches a handler; it gets
+415 like every other non-``identity`` encoding (the edge rule of :mod:`.edge`), not a 400.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 from http import HTTPStatus
 from typing import Any
 
-from aiohttp import web, web_protocol
+from aiohttp import http_exceptions, web, web_protocol
 
 log = logging.getLogger("cmbuyer.http")
 
@@ -31,6 +35,8 @@ def harden_error_pages() -> None:
 
     def handle_error(self: Any, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> Any:
+        if isinstance(exc, http_exceptions.ContentEncodingError):
+            status = 415
         if 400 <= status < 500 and request.writer.output_size == 0:
             # A client's malformed request: answer a fixed text and log one line without the
             # parser's message (which quotes the request bytes) instead of a traceback at ERROR.

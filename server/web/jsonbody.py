@@ -18,9 +18,10 @@ from aiohttp import web
 from cmbuyer.schemas import SchemaError, validate
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 from cmbuyer.server.web.device_errors import DeviceHTTPError
+from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S
 
 DEFAULT_CAP = 4096
-READ_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = BODY_READ_TIMEOUT_S
 _CONTENT_TYPE = re.compile(rb"application/json(?:[ \t]*;[ \t]*charset=(?:\"utf-8\"|utf-8))?", re.IGNORECASE)
 
 

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from cmbuyer.server.web.device_errors import DeviceHTTPError
+from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S
 
-STALL_TIMEOUT_S = 10.0
+STALL_TIMEOUT_S = BODY_READ_TIMEOUT_S
 TOTAL_TIMEOUT_S = 120.0
 _READ_CHUNK = 1 << 16
 

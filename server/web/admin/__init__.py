@@ -9,6 +9,7 @@ grants nothing there and device Bearer credentials grant nothing here.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import jinja2
@@ -18,7 +19,8 @@ from cmbuyer.server.domain import labels
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.web.admin import auth, devices, evidence, tasks
-from cmbuyer.server.web.admin.common import JINJA, audit_value, beijing_time
+from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
+from cmbuyer.server.web.edge import identity_only
 from cmbuyer.server.web.keys import CLOCK, DB
 
 _SERVER_DIR = Path(__file__).resolve().parents[2]
@@ -74,6 +76,20 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault(name, value)
 
 
+ENCODING_REFUSAL = AdminHTTPError(415, "unsupported_media_type",
+                                  "不接受压缩或编码过的请求体（Content-Encoding 只能是 identity）")
+
+
+@web.middleware
+async def _identity_bodies(request: web.Request,
+                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """The edge's Content-Encoding rule for every non-device route (login included), decided before
+    the session lookup and before any body byte; device routes apply it after authentication."""
+    if not request.path.startswith("/api/") and not identity_only(request.raw_headers):
+        return refuse(request, ENCODING_REFUSAL)
+    return await handler(request)
+
+
 async def _home(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther("/tasks")
 
@@ -89,6 +105,7 @@ def setup(app: web.Application) -> None:
 
     app[JINJA] = make_environment()
     app.on_response_prepare.append(_security_headers)
+    app.middlewares.append(_identity_bodies)
     app.router.add_get("/", _home, name="admin-home")
     auth.setup(app)
     tasks.setup(app)

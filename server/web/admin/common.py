@@ -9,6 +9,7 @@ Device ``Authorization: Bearer`` headers are never looked at here: admin identit
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -28,6 +29,7 @@ from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.services.common import Actor
 from cmbuyer.server.web.admin import csrf
+from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
 SESSION_COOKIE = "cmbuyer_session"
@@ -169,6 +171,8 @@ async def current_session(request: web.Request) -> AdminSession | None:
     at = now(request)
     db = request.app[DB]
     session = await db.read(lambda c: admin_sessions.resolve(c, token, at, settings))
+    if session is not None:
+        prove(request)  # an authenticated connection is never capped as "pending" (edge.py)
     if session is not None and session.needs_touch:
         await db.write(lambda c: admin_sessions.touch(c, session.id_hash, at))
     return session
@@ -227,9 +231,27 @@ class Body:
         return values[0]
 
 
+async def _read_capped(request: web.Request) -> bytes:
+    """At most BODY_CAP + 1 body bytes within BODY_READ_TIMEOUT_S (edge rule), else 400."""
+    try:
+        async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+            raw = await request.content.read(BODY_CAP + 1)
+            while len(raw) <= BODY_CAP and not request.content.at_eof():
+                chunk = await request.content.read(BODY_CAP + 1 - len(raw))
+                if not chunk:
+                    break
+                raw += chunk
+    except TimeoutError:
+        raise AdminHTTPError(400, "invalid_request", "请求体发送过慢，已放弃") from None
+    except (ConnectionError, asyncio.IncompleteReadError, web.HTTPException):
+        raise AdminHTTPError(400, "invalid_request", "请求格式错误") from None
+    return raw
+
+
 async def read_body(request: web.Request) -> Body:
-    """Read a form or JSON body of at most :data:`BODY_CAP` bytes. 415 for other types, 413 over the
-    cap, 400 for bad UTF-8, duplicate JSON keys, floats/NaN or trailing data."""
+    """Read a form or JSON body of at most :data:`BODY_CAP` bytes within the edge's body time limit.
+    415 for other types, 413 over the cap, 400 for a too slow body, bad UTF-8, duplicate JSON keys,
+    floats/NaN or trailing data. (A Content-Encoding other than identity was refused earlier, 415.)"""
     ctype = request.headers.get("Content-Type", "").strip()
     is_form = _FORM_TYPE.fullmatch(ctype) is not None
     is_json = _JSON_TYPE.fullmatch(ctype) is not None
@@ -239,12 +261,7 @@ async def read_body(request: web.Request) -> Body:
         raise AdminHTTPError(415, "unsupported_media_type", "只接受表单或 JSON 请求")
     if request.content_length is not None and request.content_length > BODY_CAP:
         raise AdminHTTPError(413, "request_too_large", "请求过大")
-    raw = await request.content.read(BODY_CAP + 1)
-    while len(raw) <= BODY_CAP and not request.content.at_eof():
-        chunk = await request.content.read(BODY_CAP + 1 - len(raw))
-        if not chunk:
-            break
-        raw += chunk
+    raw = await _read_capped(request)
     if len(raw) > BODY_CAP:
         raise AdminHTTPError(413, "request_too_large", "请求过大")
     try:

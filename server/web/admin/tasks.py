@@ -71,12 +71,30 @@ STATE_GROUPS = {"attention": ("RECONCILIATION_REQUIRED", "FAILED", "EXPIRED")}
 
 # -- view-header rules --------------------------------------------------------------------------------
 
+_QVALUE = re.compile(r"[ \t]*q[ \t]*=[ \t]*(0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)[ \t]*", re.ASCII | re.IGNORECASE)
+
+
+def _quality(params: str) -> float | None:
+    """The RFC 9110 §12.4.2 weight of one media range's parameters: 1.0 without ``q``; None when a
+    ``q`` is malformed (``q=.``, ``q=1e9``, ``q=2``, repeated) — such a range is ignored, never a 500."""
+    weights = [p for p in params.split(";") if p.partition("=")[0].strip().lower() == "q"]
+    if not weights:
+        return 1.0
+    if len(weights) != 1:
+        return None
+    m = _QVALUE.fullmatch(weights[0])
+    return float(m.group(1)) if m else None
+
+
 def _accepts_html(request: web.Request) -> bool:
-    for part in request.headers.get("Accept", "").split(","):
-        media, _, params = part.strip().partition(";")
-        if media.strip().lower() == "text/html":
-            q = re.search(r"q=([0-9.]+)", params)
-            return q is None or float(q.group(1) or 0) > 0
+    """True when some ``Accept`` range names ``text/html`` with a well-formed weight above 0."""
+    for value in request.headers.getall("Accept", []):
+        for part in value.split(","):
+            media, _, params = part.partition(";")
+            if media.strip().lower() == "text/html":
+                q = _quality(params)
+                if q is not None and q > 0:
+                    return True
     return False
 
 

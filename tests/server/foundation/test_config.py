@@ -57,6 +57,9 @@ def test_env_file_is_read_and_environment_overrides_it(tmp_path: Path) -> None:
     ({"CMBUYER_ALLOWED_PAYMENT_MODES": "微信支付,支付\x07宝"},
      "CMBUYER_ALLOWED_PAYMENT_MODES"),
     ({"CMBUYER_EVIDENCE_MAX_BYTES": str(20 * 1024 * 1024)}, "CMBUYER_EVIDENCE_MAX_BYTES"),
+    ({"CMBUYER_PENDING_CONNECTIONS_MAX": "7"}, "CMBUYER_PENDING_CONNECTIONS_MAX"),
+    ({"CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS": "0"}, "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS"),
+    ({"CMBUYER_PENDING_CONNECTION_TIMEOUT": "0"}, "CMBUYER_PENDING_CONNECTION_TIMEOUT"),
 ])
 def test_bad_values_name_the_variable(tmp_path: Path, env: dict[str, str], variable: str) -> None:
     with pytest.raises(SettingsError) as err:
