@@ -106,14 +106,19 @@ class FakeServer:
                    "claim_generation": 1, "claim_token": claim.claim_token,
                    "selected_color": proof.selected_color, "selected_size": proof.selected_size,
                    "gate1_unit_price": money_str(proof.gate1_unit_price),
-                   "gate2_unit_price": money_str(proof.gate2_unit_price), "quantity_read": proof.quantity_read,
+                   "gate2_unit_price": money_str(proof.gate2_unit_price),
+                   "gate3_unit_price": money_str(proof.gate3_unit_price), "quantity_read": proof.quantity_read,
                    "confirm_page_amount": money_str(proof.confirm_page_amount),
-                   "submit_control_match_count": proof.submit_control_match_count}
+                   "submit_control_match_count": proof.submit_control_match_count,
+                   "payment_mode": proof.payment_mode}
         validate("submission_fence.request", payload)
-        # The server's re-check (spec 002 fence).
-        if (proof.selected_color != t.sku_color or proof.quantity_read != t.quantity
-                or proof.gate1_unit_price != proof.gate2_unit_price
+        # The server's re-check (spec 002 fence, issue 15: on the values read).
+        if (proof.selected_color != t.sku_color or proof.selected_size != t.sku_size
+                or proof.quantity_read != t.quantity
+                or not proof.gate1_unit_price == proof.gate2_unit_price == proof.gate3_unit_price
                 or proof.confirm_page_amount > t.max_total_price
+                or proof.confirm_page_amount > proof.gate1_unit_price * proof.quantity_read
+                or proof.payment_mode not in ("微信支付", "支付宝")
                 or proof.submit_control_match_count != 1):
             raise ServerRejected(409, "fence_refused")
         if key in self.fences:
