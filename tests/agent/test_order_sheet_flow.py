@@ -140,6 +140,8 @@ def test_orders_complete_on_the_order_sheet(tmp_path: Path, sim: PhoneSim, name:
     journal = sim.journal(serial)
     journal.assert_single_submit_tap(goods_id=task["goods_id"])
     journal.assert_no_payment_taps()
+    # every tap landed on a buy button, an option tile, the stepper or (once) the submit control
+    assert {t["role"] for t in journal.taps()} <= {"buy", "option", "qty_inc", "qty_dec", "submit"}
     (proof,) = server.proofs
     # the fence carries what the submit screen showed (names in the one comparison form)
     assert proof.selected_color == task["sku_color"] and proof.selected_size == task["sku_size"]
