@@ -1,10 +1,14 @@
 """Text rules both sides share: the one normalization of SKU values (design §7.5, spec 002 文本和金额校验)
 and the one check of text a person reads or a gate compares (:func:`text_problem`, issue 18 item 8).
 
-Normalization rule: Unicode NFKC, nothing else — no trimming, no case folding, no bracket unification. NFKC maps
-full-width ASCII and ``￥`` to their plain forms but does *not* unify ``【】`` with ``[]``; the option
-tile's text is the authoritative node on the phone (phone-facts), so the requested value must equal
-the tile after NFKC, exactly.
+SKU rule (issue 15 §3, docs/agent.md "SKU names", docs/api.md): trim outer whitespace, then Unicode
+NFKC — nothing else: no case folding, no inner whitespace collapsing, no bracket unification, no
+removal of ``#`` or any other character inside a name. Real option tiles carry leading spaces
+(``"  奶白色+礼盒"``), hence the trim. NFKC maps full-width ASCII and ``￥`` to their plain forms but
+does *not* unify ``【】`` with ``[]``; the option tile is the authoritative node on the phone
+(phone-facts), so the requested value must equal the tile's name in this form, exactly. The server
+(task create, fence re-check) and the agent (tile names, gate comparisons) both call
+:func:`normalize_sku` — this is the one implementation.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206
 
 
 def normalize_sku(value: str) -> str:
-    """Return ``value`` in NFKC form (the documented comparison form of colour/size values)."""
-    return unicodedata.normalize("NFKC", value)
+    """``value`` with outer whitespace trimmed, then in NFKC form (the documented comparison form of
+    colour/size values on both sides). Never changes anything inside the name."""
+    return unicodedata.normalize("NFKC", value.strip())
 
 
 def has_control_chars(value: str) -> bool:
