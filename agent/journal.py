@@ -15,6 +15,11 @@ Tables:
   RESULT_REPORTED`` plus the observed result and its ``result_key``. A fence that answered with a
   replay (the first answer was lost: no permit, no tap) is journaled as phase ``NO_PERMIT`` with
   ``UNKNOWN`` decided, so recovery reports it if the first report fails.
+- ``post_tap``  what was learnt after the tap beside the observation: its ``observation_reason``,
+  the foreign package that was in front (recorded instead of a screenshot), the read-only
+  confirmation's last journaled step (``confirm_step``, written *before* each of its actions) and
+  its result (``order_sn``, the ORDER_CONFIRMATION asset). Recovery re-sends reason and order_sn
+  with the stored result; it never resumes a confirmation (nothing in recovery touches the phone).
 - ``meta``  key/value (e.g. ``hold`` = why the agent must not claim until a person acts).
 
 Every write is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL`` so a phase written
@@ -53,13 +58,18 @@ CREATE TABLE IF NOT EXISTS submissions (
     attempt_id TEXT PRIMARY KEY REFERENCES claims(attempt_id), submission_id TEXT NOT NULL,
     phase TEXT NOT NULL, observation TEXT, evidence_asset_id TEXT, result_key TEXT,
     updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS post_tap (
+    attempt_id TEXT PRIMARY KEY REFERENCES submissions(attempt_id), observation_reason TEXT,
+    foreground_package TEXT, confirm_step TEXT, order_sn TEXT, confirm_asset_id TEXT,
+    updated_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS pending_fails (
     attempt_id TEXT PRIMARY KEY REFERENCES claims(attempt_id), reason_code TEXT NOT NULL,
     summary TEXT NOT NULL, evidence_asset_id TEXT, created_at TEXT NOT NULL);
 """
 PAUSE_ENV = "CMBUYER_AGENT_TEST_PAUSE_AFTER"
-PAUSE_POINTS = ("CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED", "RESULT_REPORTED")
+PAUSE_POINTS = ("CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED",
+                "CONFIRM_STEP", "RESULT_REPORTED")
 
 
 def _pause_point(name: str) -> None:
@@ -116,6 +126,13 @@ class SubmissionRow:
     observation: str | None
     evidence_asset_id: str | None
     result_key: str | None
+    observation_reason: str | None = None
+    order_sn: str | None = None
+
+
+_SUBMISSION_COLUMNS = ("s.attempt_id, s.submission_id, s.phase, s.observation, s.evidence_asset_id, "
+                       "s.result_key, p.observation_reason, p.order_sn FROM submissions s "
+                       "LEFT JOIN post_tap p ON p.attempt_id = s.attempt_id")
 
 
 class Journal:
@@ -279,10 +296,12 @@ class Journal:
                        (phase, _now(), attempt_id))
         _pause_point(phase)
 
-    def record_observation(self, attempt_id: str, observation: str, evidence_asset_id: str | None) -> str:
+    def record_observation(self, attempt_id: str, observation: str, evidence_asset_id: str | None,
+                           *, reason: str | None = None, foreground_package: str | None = None) -> str:
         """Store the result to report (before sending) and return its result_key, which is the
         journaled key ``("result", attempt_id)``. A result already decided is kept: recovery
-        re-sends exactly that result with its key."""
+        re-sends exactly that result with its key. ``reason`` is the wire ``observation_reason``;
+        ``foreground_package`` the foreign app that was in front (no screenshot was taken of it)."""
         key = self.key("result", attempt_id)
         with self._tx() as db:
             row = db.execute("SELECT observation FROM submissions WHERE attempt_id=?",
@@ -293,18 +312,54 @@ class Journal:
                 db.execute("UPDATE submissions SET observation=?, evidence_asset_id=?, result_key=?, "
                            "updated_at=? WHERE attempt_id=?",
                            (observation, evidence_asset_id, key, _now(), attempt_id))
+                db.execute("INSERT INTO post_tap (attempt_id, observation_reason, foreground_package, "
+                           "updated_at) VALUES (?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
+                           (attempt_id, reason, foreground_package, _now()))
         _pause_point("OBSERVED")
         return key
 
+    def _unreported_post_tap(self, db: sqlite3.Connection, attempt_id: str) -> None:
+        row = db.execute("SELECT s.phase, s.observation, p.attempt_id FROM submissions s LEFT JOIN post_tap p "
+                         "ON p.attempt_id = s.attempt_id WHERE s.attempt_id=?", (attempt_id,)).fetchone()
+        if row is None or row[1] is None or row[2] is None:
+            raise JournalError("no observation journaled for this attempt")
+        if row[0] == "RESULT_REPORTED":
+            raise JournalError("the result is already reported: the confirmation is over")
+
+    def record_confirm_step(self, attempt_id: str, step: str) -> None:
+        """Journal the read-only confirmation's next step *before* doing it (after the observation,
+        before the report). A crash from here on is recovered by reporting the stored result."""
+        with self._tx() as db:
+            self._unreported_post_tap(db, attempt_id)
+            db.execute("UPDATE post_tap SET confirm_step=?, updated_at=? WHERE attempt_id=?",
+                       (step, _now(), attempt_id))
+        _pause_point("CONFIRM_STEP")
+
+    def record_confirmation(self, attempt_id: str, order_sn: str | None, asset_id: str | None) -> None:
+        """The confirmation's result, journaled before the report that carries it (so a re-send
+        after a crash carries the same ``order_sn`` under the same key). Kept once written."""
+        with self._tx() as db:
+            self._unreported_post_tap(db, attempt_id)
+            db.execute("UPDATE post_tap SET confirm_step='DONE', order_sn=coalesce(order_sn, ?), "
+                       "confirm_asset_id=coalesce(confirm_asset_id, ?), updated_at=? WHERE attempt_id=?",
+                       (order_sn, asset_id, _now(), attempt_id))
+
+    def post_tap(self, attempt_id: str) -> dict[str, str | None] | None:
+        """The post_tap row as a dict (tests, ``journal`` summary); None when none."""
+        row = self._one("SELECT observation_reason, foreground_package, confirm_step, order_sn, "
+                        "confirm_asset_id FROM post_tap WHERE attempt_id=?", (attempt_id,))
+        if row is None:
+            return None
+        return dict(zip(("observation_reason", "foreground_package", "confirm_step", "order_sn",
+                         "confirm_asset_id"), row, strict=True))
+
     def submission(self, attempt_id: str) -> SubmissionRow | None:
-        row = self._one("SELECT attempt_id, submission_id, phase, observation, evidence_asset_id, "
-                        "result_key FROM submissions WHERE attempt_id=?", (attempt_id,))
+        row = self._one(f"SELECT {_SUBMISSION_COLUMNS} WHERE s.attempt_id=?", (attempt_id,))
         return SubmissionRow(*row) if row else None
 
     def unreported_submissions(self) -> list[SubmissionRow]:
         rows = self._db.execute(
-            "SELECT attempt_id, submission_id, phase, observation, evidence_asset_id, result_key "
-            "FROM submissions WHERE phase != 'RESULT_REPORTED' ORDER BY updated_at").fetchall()
+            f"SELECT {_SUBMISSION_COLUMNS} WHERE s.phase != 'RESULT_REPORTED' ORDER BY s.updated_at").fetchall()
         return [SubmissionRow(*r) for r in rows]
 
     # --- fails (intent before effect, like the submit tap) ------------------------------------
@@ -357,7 +412,8 @@ class Journal:
                         "reason": c.reason, "lease_expires_at": c.lease_expires_at}
                        for c in self.claims()],
             "submissions": [{"attempt_id": s.attempt_id, "submission_id": s.submission_id,
-                             "phase": s.phase, "observation": s.observation}
+                             "phase": s.phase, "observation": s.observation,
+                             "observation_reason": s.observation_reason, "order_sn": s.order_sn}
                             for s in (self.submission(c.attempt_id) for c in self.claims()) if s],
             "pending_keys": [{"purpose": p, "scope": s} for p, s in self._db.execute(
                 "SELECT purpose, scope FROM idem_keys ORDER BY created_at").fetchall()],

@@ -66,6 +66,9 @@ class SimPhone:
             name, code = self.version
             return (f"Packages:\n  Package [com.xunmeng.pinduoduo] (abc):\n    versionCode={code} "
                     f"minSdk=21 targetSdk=33\n    versionName={name}\n")
+        if args[:2] == ["dumpsys", "window"]:
+            pkg = self.focused_package()
+            return f"  mCurrentFocus=Window{{8a3f2c1 u0 {pkg}/.Main}}\n"
         if args[:3] == ["dumpsys", "activity", "top"]:
             page = self.app.page
             gid = page.goods_id if page else None
@@ -96,6 +99,17 @@ class SimPhone:
         if self.after_tap:
             self.after_tap(role)
         return ""
+
+    def focused_package(self) -> str:
+        """The package in front: a foreign window the app model shows (``foreground_package`` when
+        the simulator has one), else the app while it is on screen, else the launcher."""
+        with self.lock:
+            pkg = getattr(self.app, "foreground_package", None)
+            if callable(pkg):
+                pkg = pkg()
+            if pkg:
+                return str(pkg)
+            return "com.xunmeng.pinduoduo" if self.app.page is not None else "com.android.launcher3"
 
     def roles(self) -> list[str]:
         return [t["role"] for t in self.taps]
