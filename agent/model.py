@@ -36,7 +36,7 @@ class Task:
     product_url: str
     goods_id: str
     sku_color: str
-    sku_size: str
+    sku_size: str | None  # None: goods with one dimension (docs/api.md "One-dimension goods")
     quantity: int
     max_total_price: Decimal
 
@@ -102,18 +102,32 @@ class AttemptFailure:
 
 @dataclass(frozen=True)
 class SubmissionProof:
-    """The three gates' summary sent to submission-fence (spec 002; server re-checks all)."""
+    """What the gates READ on the screen, sent to submission-fence so the server can re-check and refuse
+    (spec 002, issue 15 §5; docs/api.md "Fence request"). Never the task's own values.
+
+    ``selected_size`` is None only when the task names no size; ``gate3_unit_price`` is the unit price on
+    the screen that holds the submit control; ``confirm_page_amount`` the total from ``提交订单 ¥<total>``;
+    ``payment_mode`` the mode name read from the payment row beside it (e.g. ``微信支付``).
+    """
 
     selected_color: str
-    selected_size: str
+    selected_size: str | None
     gate1_unit_price: Decimal
     gate2_unit_price: Decimal
+    gate3_unit_price: Decimal
     quantity_read: int
     confirm_page_amount: Decimal
     submit_control_match_count: int
+    payment_mode: str
 
 
 @dataclass(frozen=True)
 class SubmissionResult:
+    """The one result report after the tap. ``order_sn`` (the order number read by the read-only
+    confirmation) and ``observation_reason`` (common.json ``observation_reason``, e.g.
+    ``PAYMENT_SUSPECTED``) are optional and only sent when set."""
+
     observation: str  # SUBMITTED | EXTERNAL_PAYMENT_HANDOFF | SECURITY_CHALLENGE | UNKNOWN
     evidence_asset_id: str | None = None
+    order_sn: str | None = None
+    observation_reason: str | None = None

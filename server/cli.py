@@ -476,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--title", required=True, help="what the purchaser calls it (1–200 characters)")
     q.add_argument("--url", required=True, help="Pinduoduo goods URL with exactly one numeric goods_id")
     q.add_argument("--color", required=True, help="the exact colour option text (compared after NFKC)")
-    q.add_argument("--size", required=True, help="the exact size option text (compared after NFKC)")
+    q.add_argument("--size", default=None,
+                   help="the exact size option text (compared after NFKC); leave out for goods with one dimension")
     q.add_argument("--quantity", type=int, required=True, help="positive integer ≤ CMBUYER_MAX_QUANTITY")
     q.add_argument("--max-total-price", required=True, help="largest allowed order total, e.g. 30.00 (CNY)")
     q.add_argument("--create-key", default=None, help="idempotency key (UUIDv4); default: a new one")

@@ -15,6 +15,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from cmbuyer.schemas import MONEY_RE
+from cmbuyer.schemas.text import has_control_chars, normalize_sku
 
 ENV_FILE_NAME = "cmbuyer.env"
 DEFAULT_DATA_DIR = Path("var")
@@ -27,6 +28,12 @@ _HOST = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}", re.ASCII)
 SPEC_EVIDENCE_MAX_BYTES = 10 * 1024 * 1024
 SPEC_EVIDENCE_MAX_SIDE = 8192
 SPEC_EVIDENCE_MAX_PIXELS = 16_777_216
+
+# The Pinduoduo versions the simulator's two layouts model (sku sheet; order sheet — issue 15).
+DEFAULT_APP_VERSIONS = ("8.17.0", "8.22.0")
+# Modes that hand the payment to another app where a person must confirm (issue 15 §6).
+DEFAULT_PAYMENT_MODES = ("微信支付", "支付宝")
+PAYMENT_MODE_MAX = 32  # common.json "payment_mode" maxLength
 
 
 class SettingsError(ValueError):
@@ -75,7 +82,9 @@ class Settings:
     authorization_ttl: int = 3600
     max_quantity: int = 99
     max_total_price: Decimal = Decimal("5000.00")
-    allowed_app_versions: tuple[str, ...] = ("8.17.0",)
+    allowed_app_versions: tuple[str, ...] = DEFAULT_APP_VERSIONS
+    # payment modes the fence accepts as read beside the submit control (NFKC, exact; issue 15)
+    allowed_payment_modes: tuple[str, ...] = DEFAULT_PAYMENT_MODES
     heartbeat_interval: int = 10
     heartbeat_stale_factor: int = 3
     evidence_max_bytes: int = SPEC_EVIDENCE_MAX_BYTES
@@ -152,6 +161,21 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     return raw in ("1", "true")
 
 
+def _payment_modes(env: Mapping[str, str]) -> tuple[str, ...]:
+    """``CMBUYER_ALLOWED_PAYMENT_MODES``: comma-separated mode names as the payment row shows them, stored
+    NFKC (the fence compares the NFKC form of what was read). An empty list is refused rather than read as
+    "refuse every fence": a server that can never permit a tap is a setting mistake, said at start-up."""
+    raw = env.get("CMBUYER_ALLOWED_PAYMENT_MODES")
+    if raw is None or raw == "":
+        return DEFAULT_PAYMENT_MODES
+    # NFKC first, so a full-width comma (微信支付，支付宝) separates too
+    modes = tuple(m.strip() for m in normalize_sku(raw).split(",") if m.strip())
+    if not modes or not all(len(m) <= PAYMENT_MODE_MAX and not has_control_chars(m) for m in modes):
+        raise SettingsError("CMBUYER_ALLOWED_PAYMENT_MODES must be comma-separated payment mode names"
+                            " such as 微信支付,支付宝 (each at most 32 characters)")
+    return modes
+
+
 def load_settings(data_dir: str | os.PathLike[str] | None = None,
                   environ: Mapping[str, str] | None = None) -> Settings:
     """Build :class:`Settings` for ``data_dir`` (default ``$CMBUYER_DATA_DIR`` or ``./var``).
@@ -183,10 +207,11 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None,
     if max_price is None or max_price <= 0:
         raise SettingsError("CMBUYER_MAX_TOTAL_PRICE must be a canonical amount such as 5000.00")
 
-    versions_raw = env.get("CMBUYER_ALLOWED_APP_VERSIONS", "8.17.0")
+    versions_raw = env.get("CMBUYER_ALLOWED_APP_VERSIONS", ",".join(DEFAULT_APP_VERSIONS))
     versions = tuple(v.strip() for v in versions_raw.split(",") if v.strip())
     if not all(_VERSION_NAME.fullmatch(v) for v in versions):
         raise SettingsError("CMBUYER_ALLOWED_APP_VERSIONS must be comma-separated version names like 8.17.0")
+    payment_modes = _payment_modes(env)
 
     log_format = env.get("CMBUYER_LOG_FORMAT") or "text"
     if log_format not in ("text", "json"):
@@ -223,6 +248,7 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None,
         max_quantity=_int(env, "CMBUYER_MAX_QUANTITY", 99, 1, 999),
         max_total_price=max_price,
         allowed_app_versions=versions,
+        allowed_payment_modes=payment_modes,
         heartbeat_interval=_int(env, "CMBUYER_HEARTBEAT_INTERVAL", 10, 1, 3600),
         heartbeat_stale_factor=_int(env, "CMBUYER_HEARTBEAT_STALE_FACTOR", 3, 1, 100),
         evidence_max_bytes=evidence_max_bytes,

@@ -67,6 +67,15 @@ def parse_sku(field: str, raw: object) -> str:
     return value
 
 
+def parse_optional_sku(field: str, raw: object) -> str | None:
+    """:func:`parse_sku`, except that ``None`` — "this goods has no such dimension" — is kept as ``None``.
+
+    Only the size is optional (one-dimension goods; a documented deviation from spec 002, docs/api.md).
+    An empty string is not "none" here: a caller that means "empty = none" (the admin form) converts first.
+    """
+    return None if raw is None else parse_sku(field, raw)
+
+
 def parse_title(raw: object) -> str:
     """Trimmed title, 1–200 characters, no control characters."""
     if not isinstance(raw, str):

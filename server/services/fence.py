@@ -27,10 +27,10 @@ Order inside the job (any failure raises, nothing is written, never a permit):
 5. task version equals ``expected_task_version`` (``409 version_conflict``) and the task is CLAIMED or
    ORDERING at the claim's version (``409 invalid_state`` / ``claim_not_current``);
 6. authorization CLAIMED (not yet consumed), strictly unexpired, snapshot equal to the task's fields;
-7. the three gates (``409 fence_refused`` with a ``detail`` word): NFKC(selected colour/size) equal to
-   the authorization snapshot (stored NFKC); quantity equal; gate-1 and gate-2 unit prices equal;
-   unit × quantity and the confirm-page amount both ≤ the authorization's ``max_total_price``; exactly
-   one submit control;
+7. the gates, re-checked on the values the agent READ on the screen (``409 fence_refused`` with a
+   ``detail`` word, see :func:`check_gates`): colour and size as read, quantity read, the three unit
+   prices, the total read from ``提交订单 ¥<total>``, the payment mode read beside it, the number of
+   submit controls;
 8. insert the submission (FENCED), authorization CLAIMED → FENCED, task → SUBMITTING (version + 1),
    audit row, replay record.
 """
@@ -107,28 +107,55 @@ def request_payload(attempt_id: str, body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "attempt_id": attempt_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
 
 
-def check_gates(body: dict[str, Any], authorization: Authorization) -> None:
-    """Step 7 (pure): raise :class:`FenceRefused` naming the first failed gate."""
+def _read_sku(value: str | None) -> str | None:
+    return None if value is None else normalize_sku(value)
+
+
+def check_gates(body: dict[str, Any], authorization: Authorization, allowed_payment_modes: tuple[str, ...]) -> None:
+    """Step 7 (pure): raise :class:`FenceRefused` naming the first failed gate, in this order
+    (docs/api.md "Fence refusals"; issue 15 §5):
+
+    - ``sku_mismatch``: NFKC(``selected_color``) ≠ the snapshot's colour, or ``selected_size`` ≠ the
+      snapshot's size — a size read where the task has none, or none read where it has one, included
+      (``None`` equals only ``None``);
+    - ``quantity_mismatch``: ``quantity_read`` ≠ the snapshot's quantity;
+    - ``unit_price_changed``: gate-1, gate-2 and gate-3 unit prices not all equal;
+    - ``total_over_cap``: unit price × quantity > ``max_total_price``;
+    - ``confirm_amount_over_cap``: ``confirm_page_amount`` (the total on the submit control) > the cap;
+    - ``total_above_items``: that total > unit price × quantity (fees were added; a discount is allowed);
+    - ``payment_mode_not_allowed``: NFKC(trimmed ``payment_mode``) not in ``allowed_payment_modes``
+      (CMBUYER_ALLOWED_PAYMENT_MODES, stored NFKC);
+    - ``submit_control_count``: not exactly one submit control.
+
+    ``body`` is schema-valid (money strings canonical), so the Decimal conversions cannot fail.
+    """
     if normalize_sku(body["selected_color"]) != authorization.sku_color \
-            or normalize_sku(body["selected_size"]) != authorization.sku_size:
+            or _read_sku(body["selected_size"]) != authorization.sku_size:
         raise FenceRefused("sku_mismatch")
     if body["quantity_read"] != authorization.quantity:
         raise FenceRefused("quantity_mismatch")
-    gate1, gate2 = Decimal(body["gate1_unit_price"]), Decimal(body["gate2_unit_price"])
-    if gate1 != gate2:
+    gate1 = Decimal(body["gate1_unit_price"])
+    if not gate1 == Decimal(body["gate2_unit_price"]) == Decimal(body["gate3_unit_price"]):
         raise FenceRefused("unit_price_changed")
     cap = Decimal(authorization.max_total_price)
-    if gate1 * authorization.quantity > cap:
+    items = gate1 * authorization.quantity
+    if items > cap:
         raise FenceRefused("total_over_cap")
-    if Decimal(body["confirm_page_amount"]) > cap:
+    amount = Decimal(body["confirm_page_amount"])
+    if amount > cap:
         raise FenceRefused("confirm_amount_over_cap")
+    if amount > items:
+        raise FenceRefused("total_above_items")
+    if normalize_sku(body["payment_mode"]).strip() not in allowed_payment_modes:
+        raise FenceRefused("payment_mode_not_allowed")
     if body["submit_control_match_count"] != 1:
         raise FenceRefused("submit_control_count")
 
 
 def create_fence(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any],
-                 now: datetime) -> FenceAnswer:
-    """Run the fence for a schema-valid request (see the module docstring for the order)."""
+                 now: datetime, allowed_payment_modes: tuple[str, ...]) -> FenceAnswer:
+    """Run the fence for a schema-valid request (see the module docstring for the order);
+    ``allowed_payment_modes`` is ``Settings.allowed_payment_modes``."""
     device_tx.begin(conn, device_id)
     key: str = body["fence_key"]
     payload = request_payload(attempt_id, body)
@@ -157,7 +184,7 @@ def create_fence(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
         raise FenceRefused("authorization_expired")
     if not snapshot_matches(task, authorization):
         raise FenceRefused("snapshot_mismatch")
-    check_gates(body, authorization)
+    check_gates(body, authorization, allowed_payment_modes)
     new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "fence")
     at = to_wire(now)
     submission = submission_store.Submission(
@@ -168,7 +195,8 @@ def create_fence(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
         confirm_page_amount=body["confirm_page_amount"],
         submit_control_match_count=body["submit_control_match_count"], observation=None, result_key=None,
         evidence_asset_id=None, reconciliation_reason=None, reconciled_by=None, reconciliation_note=None,
-        created_at=at, result_at=None, reconciled_at=None)
+        created_at=at, result_at=None, reconciled_at=None, gate3_unit_price=body["gate3_unit_price"],
+        payment_mode=body["payment_mode"], order_sn=None, observation_reason=None)
     submission_store.insert(conn, submission)
     if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
                                 new_state=new_auth.value, at=at):
@@ -181,7 +209,9 @@ def create_fence(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
                  detail={"submission_id": submission.id, "attempt_id": attempt.id,
                          "authorization_id": authorization.id, "task_version": task.version + 1,
                          "gate1_unit_price": submission.gate1_unit_price,
+                         "gate3_unit_price": submission.gate3_unit_price,
                          "confirm_page_amount": submission.confirm_page_amount,
+                         "payment_mode": submission.payment_mode,
                          "quantity_read": submission.quantity_read})
     idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200,
                          body=response_body(submission.id, first=False), at=at, attempt_id=attempt.id)

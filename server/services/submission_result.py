@@ -19,6 +19,10 @@ the attempt (``409 evidence_conflict``) → then:
   person decides (the attempt was already closed by the sweeper).
 
 There is no "retry" observation; no result ever releases the fence or opens a second click.
+
+The report's optional ``order_sn`` (read on the pending-payment order list by the read-only confirmation)
+and ``observation_reason`` (why the observation is what it is, e.g. ``PAYMENT_SUSPECTED``) are stored on
+the submission as reported, in both cases; they change no state — the observation alone decides that.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: st
         raise claim_not_current()
     check_asset(conn, body["evidence_asset_id"], attempt.id)
     observation: str = body["observation"]
+    extras = {"order_sn": body.get("order_sn"), "observation_reason": body.get("observation_reason")}
     at = to_wire(now)
     task = task_store.get(conn, submission.task_id)
     if task is None:
@@ -120,7 +125,7 @@ def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: st
         transition(ATTEMPT_TRANSITIONS, AttemptState(attempt.state), "close")
         if not submission_store.record_result(conn, submission.id, expected_state=submission.state,
                                               new_state=new_sub.value, observation=observation, result_key=key,
-                                              evidence_asset_id=body["evidence_asset_id"], at=at):
+                                              evidence_asset_id=body["evidence_asset_id"], at=at, **extras):
             raise StorageError("submission changed under the write lock")
         if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
                                     new_state=new_task.value, at=at, reason=f"result:{observation}"):
@@ -135,7 +140,8 @@ def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: st
         # Late: the sweeper already moved it to RECONCILIATION_REQUIRED. Record, change no state.
         if not submission_store.record_result(conn, submission.id, expected_state=submission.state,
                                               new_state=submission.state, observation=observation,
-                                              result_key=key, evidence_asset_id=body["evidence_asset_id"], at=at):
+                                              result_key=key, evidence_asset_id=body["evidence_asset_id"], at=at,
+                                              **extras):
             raise StorageError("submission changed under the write lock")
         sub_state, task_state, task_version, late = submission.state, task.state, task.version, True
     result = {"submission_id": submission.id, "observation": observation, "submission_status": sub_state,
@@ -143,6 +149,7 @@ def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: st
     audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="submission.result",
                  subject_kind="task", subject_id=task.id, request_id=key, generation=attempt.claim_generation,
                  detail={"submission_id": submission.id, "observation": observation, "late": late,
-                         "evidence_asset_id": body["evidence_asset_id"], "task_state": task_state})
+                         "evidence_asset_id": body["evidence_asset_id"], "task_state": task_state,
+                         **{k: v for k, v in extras.items() if v is not None}})
     return idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at,
                                 attempt_id=attempt.id)

@@ -35,7 +35,7 @@ class NewTask:
     product_url: str
     goods_id: str
     sku_color: str
-    sku_size: str
+    sku_size: str | None
     quantity: int
     max_total_price: str
 
@@ -56,7 +56,7 @@ def validate_new_task(raw: dict[str, Any], settings: Settings) -> NewTask:
         product_url=product.url,
         goods_id=product.goods_id,
         sku_color=values.parse_sku("sku_color", raw.get("sku_color")),
-        sku_size=values.parse_sku("sku_size", raw.get("sku_size")),
+        sku_size=values.parse_optional_sku("sku_size", raw.get("sku_size")),
         quantity=values.parse_quantity(raw.get("quantity"), settings.max_quantity),
         max_total_price=values.money_text(price),
     )

@@ -19,7 +19,7 @@ class Submission:
     fence_key: str
     state: str
     selected_color: str
-    selected_size: str
+    selected_size: str | None  # as read; None only for a task without a size
     gate1_unit_price: str
     gate2_unit_price: str
     quantity_read: int
@@ -34,6 +34,11 @@ class Submission:
     created_at: str
     result_at: str | None
     reconciled_at: str | None
+    # migration 0006; None on rows fenced before it (gate3/payment) or when not reported (order_sn/reason)
+    gate3_unit_price: str | None
+    payment_mode: str | None
+    order_sn: str | None
+    observation_reason: str | None
 
 
 _FIELDS = list(Submission.__dataclass_fields__)
@@ -70,15 +75,18 @@ def for_attempt(conn: sqlite3.Connection, attempt_id: str) -> Submission | None:
 
 
 def record_result(conn: sqlite3.Connection, submission_id: str, *, expected_state: str, new_state: str,
-                  observation: str, result_key: str, evidence_asset_id: str | None, at: str) -> bool:
-    """CAS: store the one observation of a submission that has none yet (and move its state).
+                  observation: str, result_key: str, evidence_asset_id: str | None, at: str,
+                  order_sn: str | None = None, observation_reason: str | None = None) -> bool:
+    """CAS: store the one observation of a submission that has none yet (and move its state), with the
+    report's optional order number and observation reason.
 
     False when the state changed or a result already exists (nothing written).
     """
     cur = conn.execute(
         "UPDATE order_submissions SET state = ?, observation = ?, result_key = ?, evidence_asset_id = ?,"
-        " result_at = ? WHERE id = ? AND state = ? AND observation IS NULL",
-        (new_state, observation, result_key, evidence_asset_id, at, submission_id, expected_state))
+        " result_at = ?, order_sn = ?, observation_reason = ? WHERE id = ? AND state = ? AND observation IS NULL",
+        (new_state, observation, result_key, evidence_asset_id, at, order_sn, observation_reason, submission_id,
+         expected_state))
     return cur.rowcount == 1
 
 

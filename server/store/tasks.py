@@ -17,7 +17,7 @@ class Task:
     product_url: str
     goods_id: str
     sku_color: str
-    sku_size: str
+    sku_size: str | None  # None: one-dimension goods (migration 0006)
     quantity: int
     max_total_price: str
     state: str

@@ -86,7 +86,7 @@ def make_task(sync_conn: sqlite3.Connection, clock: ManualClock, settings: Setti
     Returns the task row as stored after the last step.
     """
 
-    def make(*, goods_id: str = "937122477375", color: str = "黑色CHA(纯棉)", size: str = "M(建议100-115)",
+    def make(*, goods_id: str = "937122477375", color: str = "黑色CHA(纯棉)", size: str | None = "M(建议100-115)",
              quantity: int = 2, max_total_price: str = "30.00", title: str = "纯棉短袖", start: bool = False) -> Any:
         raw = {"create_key": new_id(), "title": title, "product_url": GOODS_URL.format(goods_id=goods_id),
                "sku_color": color, "sku_size": size, "quantity": quantity, "max_total_price": max_total_price}

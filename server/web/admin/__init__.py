@@ -54,6 +54,7 @@ def make_environment() -> jinja2.Environment:
         outcome_label=lambda c: labels.label(labels.OUTCOME_LABELS, c),
         reason_code_label=lambda c: labels.label(labels.REASON_CODE_LABELS, c),
         observation_label=lambda c: labels.label(labels.OBSERVATION_LABELS, c),
+        observation_reason_label=lambda c: labels.label(labels.OBSERVATION_REASON_LABELS, c),
         evidence_label=lambda c: labels.label(labels.EVIDENCE_KIND_LABELS, c),
         device_state_label=lambda c: labels.label(labels.DEVICE_STATE_LABELS, c),
         authorization_state_label=lambda c: labels.label(labels.AUTHORIZATION_STATE_LABELS, c),

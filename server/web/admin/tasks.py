@@ -233,6 +233,9 @@ def _form_task(body: Body) -> dict[str, Any]:
                                                          "sku_size", "max_total_price")}
     quantity = (body.one("quantity", "") or "").strip()
     raw["quantity"] = int(quantity) if _QUANTITY.fullmatch(quantity) else quantity
+    # An empty size field means "this goods has no size" (one-dimension goods, docs/admin.md).
+    if not (raw["sku_size"] or "").strip():
+        raw["sku_size"] = None
     return raw
 
 
@@ -273,7 +276,7 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
             raise
         field = getattr(exc, "field", "")
         message = f"{FIELD_LABELS.get(field, '')}：{exc.message}" if field in FIELD_LABELS else exc.message
-        values = {k: raw.get(k, "") for k in FIELD_LABELS}
+        values = {k: "" if raw.get(k) is None else raw[k] for k in FIELD_LABELS}
         if exc.code == "idempotency_conflict":
             values["create_key"] = new_id()
         return await _render_list(request, session, status=exc.status, error=message, create_values=values)

@@ -168,11 +168,11 @@ async def fence(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/purchase-attempts/{aid}/submission-fence`` → 200 (first: permit; replay: none)."""
     attempt_id = _path_id(request, "attempt_id")
     body = await read_json(request, "submission_fence.request", BODY_CAP)
-    clock = request.app[CLOCK]
+    clock, modes = request.app[CLOCK], request.app[SETTINGS].allowed_payment_modes
 
     def job(conn: sqlite3.Connection) -> fence_service.FenceAnswer:
         return fence_service.create_fence(conn, device_id=device_id, attempt_id=attempt_id, body=body,
-                                          now=clock.now())
+                                          now=clock.now(), allowed_payment_modes=modes)
 
     try:
         answer = await _write(request, job)

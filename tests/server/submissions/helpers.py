@@ -70,7 +70,7 @@ class Claim:
     quantity: int
     max_total_price: str
     sku_color: str
-    sku_size: str
+    sku_size: str | None
 
     @classmethod
     def from_body(cls, device: DeviceCreds, session_id: str, body: dict[str, Any]) -> Claim:
@@ -111,13 +111,13 @@ def claim_direct(conn: sqlite3.Connection, settings: Settings, now: datetime, cr
 
 
 def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
-    """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00)."""
+    """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00, paid by 微信支付)."""
     body: dict[str, Any] = {
         "fence_key": new_id(), "task_id": c.task_id, "expected_task_version": c.task_version,
         "authorization_id": c.authorization_id, "claim_generation": c.generation, "claim_token": c.token,
         "selected_color": c.sku_color, "selected_size": c.sku_size, "gate1_unit_price": "12.88",
-        "gate2_unit_price": "12.88", "quantity_read": c.quantity, "confirm_page_amount": "25.76",
-        "submit_control_match_count": 1}
+        "gate2_unit_price": "12.88", "gate3_unit_price": "12.88", "quantity_read": c.quantity,
+        "confirm_page_amount": "25.76", "submit_control_match_count": 1, "payment_mode": "微信支付"}
     body.update(over)
     return body
 

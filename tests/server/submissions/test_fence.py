@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
+from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services.common import new_id
@@ -89,9 +91,16 @@ def _mutations(c: Claim) -> dict[str, dict[str, Any]]:
         "wrong task": {"task_id": new_id()},
         "wrong authorization": {"authorization_id": new_id()},
         "price over cap by 0.01 (computed)": {"gate1_unit_price": "15.01", "gate2_unit_price": "15.01",
-                                              "confirm_page_amount": "30.00"},
+                                              "gate3_unit_price": "15.01", "confirm_page_amount": "30.00"},
         "confirm amount over cap by 0.01": {"confirm_page_amount": "30.01"},
         "unequal gate prices": {"gate2_unit_price": "12.89"},
+        "gate 3 price differs": {"gate3_unit_price": "12.87"},
+        "total above unit × quantity by 0.01 (a fee)": {"confirm_page_amount": "25.77"},
+        "payment mode 先用后付": {"payment_mode": "先用后付"},
+        "payment mode 免密支付": {"payment_mode": "免密支付"},
+        "payment mode 多多支付": {"payment_mode": "多多支付"},
+        "payment mode with the allowed name inside": {"payment_mode": "使用微信支付"},
+        "size read where the task has one: none read": {"selected_size": None},
         "submit count 0": {"submit_control_match_count": 0},
         "submit count 2": {"submit_control_match_count": 2},
         "colour with 【】 instead of []": {"selected_color": c.sku_color.replace("(", "【").replace(")", "】")},
@@ -115,20 +124,86 @@ async def test_each_single_mismatch_refused_nothing_written(server_client: Any, 
     # exactly at the cap is fine: 15.00 × 2 = 30.00
     status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
                                   fence_body(claimed, gate1_unit_price="15.00", gate2_unit_price="15.00",
-                                             confirm_page_amount="30.00"))
+                                             gate3_unit_price="15.00", confirm_page_amount="30.00"))
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
-async def test_gate_refusals_name_the_gate(server_client: Any, claimed: Claim) -> None:
-    cases = {"sku_mismatch": {"selected_size": "L"}, "quantity_mismatch": {"quantity_read": 3},
-             "unit_price_changed": {"gate2_unit_price": "12.87"},
-             "total_over_cap": {"gate1_unit_price": "15.01", "gate2_unit_price": "15.01"},
-             "confirm_amount_over_cap": {"confirm_page_amount": "30.01"},
-             "submit_control_count": {"submit_control_match_count": 2}}
-    for detail, change in cases.items():
-        status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                      fence_body(claimed, **change))
-        assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": detail})
+# One row per refusal: the values READ on the screen that the server's re-check must refuse, and the detail
+# word it answers with (docs/api.md "Fence refusals"). The default task is 黑色CHA(纯棉) / M(建议100-115),
+# quantity 2, cap 30.00; the default reading passes (2 × 12.88 = 25.76, 微信支付).
+GATE_TABLE: list[tuple[str, dict[str, Any]]] = [
+    ("sku_mismatch", {"selected_color": "白色"}),  # read colour ≠ the authorization's
+    ("sku_mismatch", {"selected_size": "L"}),
+    ("sku_mismatch", {"selected_size": None}),  # the task has a size, none was read
+    ("quantity_mismatch", {"quantity_read": 3}),
+    ("unit_price_changed", {"gate2_unit_price": "12.87"}),
+    ("unit_price_changed", {"gate3_unit_price": "12.87"}),
+    ("unit_price_changed", {"gate1_unit_price": "12.89"}),
+    ("total_over_cap", {"gate1_unit_price": "15.01", "gate2_unit_price": "15.01", "gate3_unit_price": "15.01"}),
+    ("confirm_amount_over_cap", {"confirm_page_amount": "30.01"}),
+    ("total_above_items", {"confirm_page_amount": "25.77"}),
+    ("payment_mode_not_allowed", {"payment_mode": "先用后付"}),
+    ("payment_mode_not_allowed", {"payment_mode": "多多支付余额"}),
+    ("payment_mode_not_allowed", {"payment_mode": "微信支付 免密"}),
+    ("submit_control_count", {"submit_control_match_count": 2}),
+    ("submit_control_count", {"submit_control_match_count": 0}),
+]
+
+
+@pytest.mark.parametrize(("detail", "change"), GATE_TABLE, ids=[f"{d}:{sorted(c.items())}" for d, c in GATE_TABLE])
+async def test_gate_refusal_table(server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection,
+                                  detail: str, change: dict[str, Any]) -> None:
+    before = fingerprint(sync_conn)
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
+                                  fence_body(claimed, **change))
+    assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": detail})
+    assert fingerprint(sync_conn) == before  # nothing written: no submission, no state change, no record
+
+
+async def test_gate_reading_passes_with_a_discount_and_allowed_modes(server_client: Any, claimed: Claim,
+                                                                     sync_conn: sqlite3.Connection) -> None:
+    # A total below unit × quantity (a discount) is allowed; 支付宝 is the other default mode; the read
+    # values (not the task's) are what the submission keeps.
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
+                                  fence_body(claimed, confirm_page_amount="18.23", payment_mode="支付宝",
+                                             selected_color="黑色ＣＨＡ（纯棉）"))
+    assert status == 200 and json.loads(raw)["click_permitted"] is True
+    row = sync_conn.execute("SELECT selected_color, gate3_unit_price, payment_mode, confirm_page_amount"
+                            " FROM order_submissions").fetchone()
+    assert tuple(row) == ("黑色ＣＨＡ（纯棉）", "12.88", "支付宝", "18.23")
+
+
+async def test_payment_mode_allow_list_is_a_setting(aiohttp_client: Any, settings: Settings, clock: ManualClock,
+                                                    make_task: Callable[..., Any],
+                                                    make_device: Callable[..., Any]) -> None:
+    from cmbuyer.server.app import create_app
+
+    client = await aiohttp_client(create_app(replace(settings, allowed_payment_modes=("支付宝",)), clock))
+    make_task(start=True)
+    c = await claim_http(client, make_device())
+    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
+    assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": "payment_mode_not_allowed"})
+    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c, payment_mode="支付宝"))
+    assert status == 200 and json.loads(raw)["click_permitted"] is True
+
+
+async def test_task_without_size_fences_only_without_a_size_read(server_client: Any, make_task: Callable[..., Any],
+                                                                  make_device: Callable[..., Any],
+                                                                  sync_conn: sqlite3.Connection) -> None:
+    make_task(size=None, start=True)
+    c = await claim_http(server_client, make_device())
+    assert c.sku_size is None  # claim-next carries the null
+    before = fingerprint(sync_conn)
+    for read in ("M(建议100-115)", "均码"):
+        status, raw = await post_json(server_client, fence_path(c.attempt_id), c.device,
+                                      fence_body(c, selected_size=read))
+        assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": "sku_mismatch"}), read
+        assert fingerprint(sync_conn) == before
+    status, raw = await post_json(server_client, fence_path(c.attempt_id), c.device, fence_body(c))
+    assert status == 200 and json.loads(raw)["click_permitted"] is True
+    row = sync_conn.execute("SELECT selected_size FROM order_submissions WHERE attempt_id = ?",
+                            (c.attempt_id,)).fetchone()
+    assert row[0] is None
 
 
 async def test_expired_lease_refused_also_exactly_at_expiry(server_client: Any, claimed: Claim,
