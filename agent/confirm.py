@@ -49,6 +49,7 @@ from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.screens.text import normalize
 
 CONFIRM_SECONDS = 30.0  # the whole confirmation; the result report waits for it
+LIST_SECONDS = 8.0  # after the deep link: the list shows within this, or the confirmation stops
 POLL_SECONDS = 0.1
 CONFIRMABLE = ("EXTERNAL_PAYMENT_HANDOFF", "SUBMITTED")
 
@@ -142,6 +143,7 @@ def confirm_order_readonly(phone: PhoneAdapter, pack: Pack, journal: Journal, at
         return Confirmation(None, None, "the pack declares no confirmation", False)
     deadline = time.monotonic() + (CONFIRM_SECONDS if seconds is None else seconds)
     done: set[str] = set()
+    linked_at = 0.0
 
     def step(name: str) -> None:
         journal.record_confirm_step(attempt_id, name)
@@ -171,12 +173,15 @@ def confirm_order_readonly(phone: PhoneAdapter, pack: Pack, journal: Journal, at
             elif look.where == "app" and "OPEN_ORDER_LIST" not in done:
                 step("OPEN_ORDER_LIST")
                 phone.open_app_link(conf.order_list_link)
+                linked_at = time.monotonic()
             elif look.where == "order_list":
                 step("READ_ORDER_LIST")
                 order_sn, why = match_order(list(look.cards), amount, title)
                 shot = phone.app_screenshot_png()
                 return Confirmation(order_sn, shot, f"order list read: {why}", True)
             elif look.where == "app":
+                if time.monotonic() - linked_at > LIST_SECONDS:
+                    return Confirmation(None, None, "the order list did not open after the deep link", False)
                 time.sleep(POLL_SECONDS)  # the list is still loading after the deep link
             else:
                 return Confirmation(None, None, f"stopped on a {look.where} screen", False)

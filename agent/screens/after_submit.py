@@ -129,7 +129,7 @@ class AfterSubmit:
     order_list_link: str
     order_list: Any  # ScreenRule
     order_card: Any  # Selector
-    card_title: Any  # Selector (inside a card)
+    card_title: Any  # Selector (inside a card) or None
     card_amount: Any  # MoneyReader (inside a card)
     card_order_sn: tuple[Any, re.Pattern[str]]  # (Selector inside a card, regex with group order_sn)
     card_pending: Any  # Selector (inside a card): the pending-payment status
@@ -159,7 +159,7 @@ def compile_after_submit(spec: dict[str, Any] | None, evidence_ids: set[str]) ->
             all=tuple(P._selector(s, f"{where}/order_list/all", evidence_ids) for s in rule["all"]),
             none=tuple(P._selector(s, f"{where}/order_list/none", evidence_ids) for s in rule.get("none", []))),
         order_card=P._selector(card["selector"], f"{where}/order_card/selector", evidence_ids),
-        card_title=P._selector(card["title"], f"{where}/order_card/title", evidence_ids),
+        card_title=P._selector(card["title"], f"{where}/order_card/title", evidence_ids) if "title" in card else None,
         card_amount=P._money(card["amount"], f"{where}/order_card/amount", evidence_ids),
         card_order_sn=(P._selector(card["order_sn"]["selector"], f"{where}/order_card/order_sn", evidence_ids),
                        P._regex(card["order_sn"]["regex"], f"{where}/order_card/order_sn/regex", "order_sn")),
@@ -211,7 +211,7 @@ def read_order_cards(dump: Dump, conf: AfterSubmit) -> list[OrderCard]:
     """Every order card on the list (outermost matches only: a card inside a card is one card)."""
     cards = conf.order_card.find(dump)
     outer = [c for c in cards if not any(a in cards for a in c.ancestors())]
-    return [OrderCard(title=_one_text(_inside(c, conf.card_title)), amount=_card_amount(c, conf.card_amount),
+    return [OrderCard(title=_one_text(_inside(c, conf.card_title)) if conf.card_title else None, amount=_card_amount(c, conf.card_amount),
                       order_sn=_card_order_sn(c, conf.card_order_sn), pending=bool(_inside(c, conf.card_pending)))
             for c in outer]
 

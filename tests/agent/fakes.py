@@ -106,9 +106,11 @@ class FakeServer:
                    "claim_generation": 1, "claim_token": claim.claim_token,
                    "selected_color": proof.selected_color, "selected_size": proof.selected_size,
                    "gate1_unit_price": money_str(proof.gate1_unit_price),
-                   "gate2_unit_price": money_str(proof.gate2_unit_price), "quantity_read": proof.quantity_read,
+                   "gate2_unit_price": money_str(proof.gate2_unit_price),
+                   "gate3_unit_price": money_str(proof.gate3_unit_price), "quantity_read": proof.quantity_read,
                    "confirm_page_amount": money_str(proof.confirm_page_amount),
-                   "submit_control_match_count": proof.submit_control_match_count}
+                   "submit_control_match_count": proof.submit_control_match_count,
+                   "payment_mode": proof.payment_mode}
         validate("submission_fence.request", payload)
         # The server's re-check (spec 002 fence).
         if (proof.selected_color != t.sku_color or proof.quantity_read != t.quantity
@@ -138,6 +140,9 @@ class FakeServer:
         self._maybe_down()
         payload = {"result_key": result_key, "attempt_id": attempt_id, "claim_token": claim_token,
                    "observation": result.observation, "evidence_asset_id": result.evidence_asset_id}
+        for name in ("order_sn", "observation_reason"):  # optional on the wire: sent only when set
+            if getattr(result, name) is not None:
+                payload[name] = getattr(result, name)
         validate("submission_result.request", payload)
         if result_key in self.results:
             if self.results[result_key] != payload:

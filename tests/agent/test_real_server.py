@@ -67,12 +67,15 @@ def fast_phone(monkeypatch: pytest.MonkeyPatch) -> None:
     phone modules see the shim: HTTP retry backoff and the server keep real time."""
     shim = types.SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: None, time=time.time)
     import cmbuyer.agent.capabilities as cap
+    import cmbuyer.agent.confirm as conf
     import cmbuyer.agent.phone.adapter as adapter
     import cmbuyer.agent.submit as sub
-    for mod in (cap, sub, adapter):
+    for mod in (cap, sub, adapter, conf):
         monkeypatch.setattr(mod, "time", shim)
     monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
     monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
+    monkeypatch.setattr(conf, "CONFIRM_SECONDS", 4.0)
+    monkeypatch.setattr(conf, "LIST_SECONDS", 2.0)
 
 
 class Agent:
