@@ -1,8 +1,11 @@
-"""The Pinduoduo app as a state machine, driven by taps (node actions), keys and deep links.
+"""The Pinduoduo app as a state machine, driven by taps (node actions), keys, swipes and deep links.
 
-Pages form a back stack (``product`` → ``confirm`` → ``order``/``challenge``/``blank``);
-overlays sit on the top page: the SKU sheet, the payment sheet, a dialog (``retention``,
-``order_success``, ``stock_short``) and popups (update, coupon, splash, risk wall …).
+Pages form a back stack (``product`` → ``confirm`` → ``order``/``challenge``/``blank``/``paid``,
+plus the pending-payment list ``orders``); overlays sit on the top page: the SKU sheet or the
+order sheet (layout ``order_sheet``: options, stepper, payment row and submit on one sheet),
+the payment sheet, a dialog (``retention``, ``order_success``, ``stock_short``) and popups
+(update, coupon, splash, risk walls …). An external cashier app (``foreign``) can sit in
+front of the whole app after the submit tap.
 Rendering lives in :mod:`.screens`; this module only changes state and reports effects.
 Not thread-safe: the owning :class:`~.phone.Phone` serialises access with its lock.
 """
@@ -16,11 +19,18 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from .faults import WALLS
 from .scenario import Goods, PhoneConfig
 
 GOODS_URL = re.compile(
     r"^(?:pinduoduo://com\.xunmeng\.pinduoduo/|https?://mobile\.yangkeduo\.com/)goods\d?\.html\?(?P<query>.*)$"
 )
+ORDERS_URL = re.compile(r"^pinduoduo://com\.xunmeng\.pinduoduo/orders\.html\?(?P<query>.*)$")
+# the cashier apps public scripts detect after the submit tap (phone-facts "The order sheet")
+CASHIERS = {
+    "EXTERNAL_CASHIER_ALIPAY": ("com.eg.android.AlipayGphone", "com.alipay.android.msp.ui.views.MspContainerActivity"),
+    "EXTERNAL_CASHIER_WECHAT": ("com.tencent.mm", "com.tencent.mm.plugin.wallet_index.ui.OrderHandlerUI"),
+}
 _order_ids = itertools.count(1)
 
 
@@ -45,7 +55,7 @@ class Order:
 
 @dataclass
 class Page:
-    name: str  # home | product | confirm | order | challenge | blank
+    name: str  # home | product | confirm | order | challenge | blank | paid | orders
     goods_id: str | None = None
     order: Order | None = None
 
@@ -70,6 +80,14 @@ class AppModel:
     toast: str | None = None
     orders: list[Order] = field(default_factory=list)
     duplicate_submit: bool = False  # ``duplicate_submit`` fault: the confirm page shows two submit controls
+    foreign: str | None = None  # package of an external cashier app in front of Pinduoduo, if any
+    list_offset: dict[str, int] = field(default_factory=dict)  # order sheet: scroll px per dimension list
+    banner_closed: bool = False
+
+    @property
+    def layout(self) -> str:
+        """``sku_sheet`` or ``order_sheet`` (follows the app version unless the scenario forces one)."""
+        return self.cfg.layout
 
     # --- derived state ----------------------------------------------------------------------
     @property
@@ -86,11 +104,13 @@ class AppModel:
     @property
     def screen(self) -> str:
         """Name of what is on top, used by journal entries and ``when.on_screen`` triggers:
-        launcher, home, product, sku, confirm, payment, order, challenge, blank, retention,
-        order_success, stock_short, popup:<kind>."""
+        launcher, home, product, sku, order_sheet, confirm, payment, order, orders, paid, challenge,
+        blank, retention, order_success, stock_short, popup:<kind>, cashier_alipay, cashier_wechat."""
         page = self.page
         if page is None:
             return "launcher"
+        if self.foreign:
+            return "cashier_alipay" if self.foreign.startswith("com.eg.") else "cashier_wechat"
         if self.popups:
             return "popup:" + str(self.popups[-1]["kind"])
         if self.dialog:
@@ -98,8 +118,15 @@ class AppModel:
         if self.payment_sheet:
             return "payment"
         if self.sheet_open:
-            return "sku"
+            return "order_sheet" if self.layout == "order_sheet" else "sku"
         return page.name
+
+    @property
+    def foreground_package(self) -> str:
+        """Package of the window in front: a cashier app, Pinduoduo, or the launcher."""
+        if self.page is None:
+            return "com.android.launcher3"
+        return self.foreign or self.cfg.app.package
 
     def unit_price(self) -> Decimal | None:
         goods = self.goods
@@ -118,6 +145,7 @@ class AppModel:
         self.dialog = None
         self.float_video = False
         self.focused = None
+        self.foreign = None
 
     def launch(self) -> bool:
         """Bring the app to the front (launcher icon, ``monkey``, ``am start -n``). Returns cold start."""
@@ -126,6 +154,7 @@ class AppModel:
             self.running = True
             self.stack = [Page("home")]
         self.foreground = True
+        self.foreign = None
         return cold
 
     def force_stop(self) -> None:
@@ -138,7 +167,17 @@ class AppModel:
         self._reset_overlays()
 
     def open_url(self, url: str) -> tuple[bool, str | None]:
-        """Handle ``am start -d URL``. Returns (cold start, goods id or None when not a goods link)."""
+        """Handle ``am start -d URL``. Returns (cold start, what opened: a goods id, ``"orders"``
+        for the pending-payment list ``orders.html?type=1``, or None when the link is not handled)."""
+        m = ORDERS_URL.match(url)
+        if m:
+            if (urllib.parse.parse_qs(m.group("query")).get("type") or [""])[0] != "1":
+                return False, None
+            cold = self.launch()
+            self._reset_overlays()
+            self.sheet_open = False
+            self.stack.append(Page("orders"))
+            return cold, "orders"
         m = GOODS_URL.match(url)
         if not m:
             return False, None
@@ -153,6 +192,7 @@ class AppModel:
     def home(self) -> str:
         self.foreground = False
         self.focused = None
+        self.foreign = None
         return "home"
 
     def back(self) -> str:
@@ -160,8 +200,13 @@ class AppModel:
         page = self.page
         if page is None:
             return "none"
+        if self.foreign:
+            # leaving the cashier app: Pinduoduo comes back with its retention dialog
+            self.foreign = None
+            self.dialog = "retention" if page.order is not None else None
+            return "leave_cashier"
         if self.popups:
-            if self.popups[-1]["kind"] == "risk_wall":
+            if self.popups[-1]["kind"] in WALLS:
                 return "none"  # risk walls cannot be backed out of; the agent must stop and report
             self.popups.pop()
             return "dismiss_popup"
@@ -213,7 +258,32 @@ class AppModel:
     def _do_open_sheet(self, label: str) -> str:
         self.sheet_open = True
         self.buy_button = label
+        goods = self.goods
+        if self.layout == "order_sheet" and goods is not None:
+            # the order sheet always opens with a complete selection (the app's default SKU)
+            self.selection = goods.default_selection()
+            self.quantity = 1
+            self.list_offset = {}
+            return "open_order_sheet"
         return "open_sheet"
+
+    def _do_close_banner(self) -> str:
+        self.banner_closed = True
+        return "close_banner"
+
+    def _do_open_order(self, order_sn: str) -> str:
+        order = next((o for o in self.orders if o.order_sn == order_sn), None)
+        if order is None:
+            return "none"
+        self.stack.append(Page("order", goods_id=order.goods_id, order=order))
+        return "open_order"
+
+    def scroll_list(self, dim: str, dx: int, max_offset: int) -> int:
+        """Scroll a horizontal option list by ``dx`` px (content moves left for dx > 0); returns px moved."""
+        old = self.list_offset.get(dim, 0)
+        new = max(0, min(old + dx, max_offset))
+        self.list_offset[dim] = new
+        return new - old
 
     def _do_close_sheet(self) -> str:
         self.sheet_open = False
@@ -222,7 +292,12 @@ class AppModel:
 
     def _do_select(self, dim: str, option: str) -> str:
         goods = self.goods
-        if goods is None or not goods.option_available(self.selection, dim, option):
+        if goods is None:
+            return "none"
+        if not goods.option_available(self.selection, dim, option):
+            if self.layout == "order_sheet":  # sold-out tiles stay enabled on the order sheet
+                self.toast = "该款式已抢光"
+                return "sold_out"
             return "none"
         self.selection[dim] = option
         stock = self.stock()
@@ -283,6 +358,7 @@ class AppModel:
             self.dialog = "stock_short"
             return "stock_short"
         outcome = goods.outcome or self.cfg.outcome
+        on_sheet = self.sheet_open and self.layout == "order_sheet"
         order = None
         if outcome != "SECURITY_CHALLENGE":
             order = Order(
@@ -296,33 +372,57 @@ class AppModel:
             )
             sku.stock -= self.quantity
             self.orders.append(order)
+
+        def show(page: Page) -> None:
+            # the order sheet lies over the product page (kept); the old confirm page is replaced
+            if on_sheet:
+                self.sheet_open = False
+                self.stack.append(page)
+            else:
+                self.stack[-1] = page
+
         if outcome == "ORDER_CREATED":
-            self.stack[-1] = Page("order", goods_id=goods.goods_id, order=order)
+            show(Page("order", goods_id=goods.goods_id, order=order))
             if self.cfg.order_success_popup:
                 self.popups.append({"kind": "order_success", "text": None})
         elif outcome == "PAYMENT_HANDOFF":
             self.stack[-1].order = order
             self.payment_sheet = True
+        elif outcome in CASHIERS:
+            self.stack[-1].order = order
+            self.foreign = CASHIERS[outcome][0]
+        elif outcome == "PAID":
+            assert order is not None
+            order.status = "paid"  # what a password-free or pay-later mode can do with one tap
+            show(Page("paid", goods_id=goods.goods_id, order=order))
         elif outcome == "SECURITY_CHALLENGE":
+            self.sheet_open = False
             self.stack.append(Page("challenge", goods_id=goods.goods_id))
         else:  # BLANK: the order exists but the screen tells nothing
-            self.stack[-1] = Page("blank", goods_id=goods.goods_id, order=order)
+            show(Page("blank", goods_id=goods.goods_id, order=order))
         return "submit:" + outcome
 
     def _do_payment(self, what: str) -> str:
         # payment-linked controls never pay in the simulator; the journal flags the tap instead
         if what == "continue_pay":
             self.dialog = None
-            self.payment_sheet = True
+            page = self.page
+            if page is not None and page.order is not None and page.order.outcome in CASHIERS:
+                self.foreign = CASHIERS[page.order.outcome][0]  # back to the cashier app
+            else:
+                self.payment_sheet = True
         return "payment:" + what
 
     def _do_leave_order(self) -> str:
         self.dialog = None
         self.payment_sheet = False
+        self.sheet_open = False
         while self.stack and self.stack[-1].name != "product":
             self.stack.pop()
         if not self.stack:
             self.foreground = False
+        else:
+            self.stack[-1].order = None  # the order stays pending in ``orders``; the page forgets it
         return "leave_order"
 
     def _do_close_dialog(self) -> str:

@@ -19,7 +19,10 @@ from typing import Any
 
 DUMP_KINDS = frozenset({"empty_dump", "single_node_dump", "partial_dump", "malformed_dump", "emoji_dump"})
 MUTATION_KINDS = frozenset({"price_change", "stock_out", "version_change", "popup", "duplicate_submit"})
-POPUPS = ("update", "coupon", "splash", "float_video", "order_success", "risk_wall")
+POPUPS = ("update", "coupon", "splash", "float_video", "order_success", "risk_wall",
+          "face_check", "account_risk", "real_name", "too_busy")
+# popups that BACK cannot dismiss and no tap leaves: the agent must stop and report (phone-facts walls)
+WALLS = frozenset({"risk_wall", "face_check", "account_risk", "real_name", "too_busy"})
 
 # kind -> (required params, optional params with defaults)
 KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {

@@ -3,9 +3,10 @@
 Entries are plain dicts so the same helpers work in-process (``phone.journal.entries()``)
 and on a JSON-lines file written by a simulator subprocess (:func:`read_journal`).
 Every entry has ``seq`` (per phone, from 1), ``ts`` (Unix seconds), ``serial``, ``kind``.
-Kinds: ``tap`` (x, y, via, screen, node, target, role, payment, effect, dropped, applied),
-``key``, ``deep_link``, ``swipe``, ``text``, ``order``, ``fault``, ``dump``, ``screenshot``,
-``shell``, ``rpc``, ``screen`` (transition).
+Kinds: ``tap`` (x, y, via, screen, node, target, role, payment, effect, dropped, applied,
+package), ``key``, ``deep_link``, ``swipe`` (points, via, screen, package, list, list_bounds, moved,
+effect), ``text``, ``order``, ``fault``, ``dump``, ``screenshot`` (screen, format, package = the
+foreground package when it was taken), ``shell``, ``rpc``, ``screen`` (transition).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ PAYMENT_WORDS = (
 )
 
 Entry = dict[str, Any]
+PDD_PACKAGE = "com.xunmeng.pinduoduo"
+LAUNCHER_PACKAGE = "com.android.launcher3"
 
 
 class JournalSink:
@@ -83,6 +86,9 @@ class Journal:
 
     def assert_no_payment_taps(self) -> None:
         assert_no_payment_taps(self.entries())
+
+    def assert_no_foreign_screenshots(self, app_package: str = PDD_PACKAGE) -> None:
+        assert_no_foreign_screenshots(self.entries(), app_package=app_package)
 
 
 def is_payment_text(*texts: str) -> bool:
@@ -148,3 +154,28 @@ def assert_no_payment_taps(entries: Iterable[Entry], serial: str | None = None) 
 def assert_order_counts(entries: Iterable[Entry], expected: dict[str, int], serial: str | None = None) -> None:
     got = order_counts(list(entries), serial=serial)
     assert got == expected, f"order counts {got} != expected {expected}"
+
+
+def screenshots(entries: Iterable[Entry], serial: str | None = None) -> list[Entry]:
+    """Screenshot entries (``screencap -p`` and RPC ``takeScreenshot``) with their ``package``."""
+    return [e for e in _pick(entries, serial) if e["kind"] == "screenshot"]
+
+
+def foreign_screenshots(entries: Iterable[Entry], app_package: str = PDD_PACKAGE,
+                        serial: str | None = None) -> list[Entry]:
+    """Screenshots taken while another app (e.g. a cashier) was in front (launcher excluded)."""
+    return [e for e in screenshots(entries, serial=serial)
+            if e.get("package") not in (app_package, LAUNCHER_PACKAGE)]
+
+
+def assert_no_foreign_screenshots(entries: Iterable[Entry], app_package: str = PDD_PACKAGE,
+                                  serial: str | None = None) -> None:
+    """Spec 002 refuses screenshots of external payment pages: none taken while one was in front."""
+    found = foreign_screenshots(list(entries), app_package=app_package, serial=serial)
+    assert not found, f"screenshots while a foreign app was in front: {found}"
+
+
+def swipes(entries: Iterable[Entry], list_name: str | None = None, serial: str | None = None) -> list[Entry]:
+    """Swipe entries, optionally only those that started inside the option list ``list_name``."""
+    return [e for e in _pick(entries, serial)
+            if e["kind"] == "swipe" and (list_name is None or e.get("list") == list_name)]

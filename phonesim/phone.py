@@ -68,6 +68,7 @@ class Phone:
         self._ready_at = 0.0  # cold start in progress until then
         self._shot_cache: tuple[str, Image.Image] | None = None
         self.clipboard = ""
+        self.touch_down: tuple[int, int] | None = None  # an RPC touch gesture in progress
         start = cfg.start or {}
         if start.get("screen") in ("home", "product"):
             self.app.launch()
@@ -243,7 +244,8 @@ class Phone:
                 xml = hierarchy.render_xml(wins, max_depth)
                 if fault.params.get("mode") == "broken":
                     xml = hierarchy.break_emoji(xml)
-            self.journal.record("dump", screen=self.screen, fault=fault.kind if fault else None)
+            self.journal.record("dump", screen=self.screen, fault=fault.kind if fault else None,
+                                package=self.app.foreground_package)
             if fault:
                 self._fault_fired(fault)
             return xml
@@ -263,8 +265,11 @@ class Phone:
         """PNG (``screencap -p``) or JPEG (``takeScreenshot``) bytes of the current screen."""
         self.sleep("screenshot")
         self.count("screenshots")
+        with self.lock:
+            # the package in front when the picture is taken (a cashier app must never be captured)
+            screen, package = self.screen, self.app.foreground_package
         img = self._image()
-        self.journal.record("screenshot", screen=self.screen, format=fmt)
+        self.journal.record("screenshot", screen=screen, format=fmt, package=package)
         return png_bytes(img) if fmt == "png" else jpeg_bytes(img, quality, scale)
 
     # ---------------------------------------------------------------- input
@@ -290,6 +295,7 @@ class Phone:
             if target is not None:
                 texts += [t for n in target.walk() for t in (n.text, n.desc)]
             page = self.app.page
+            hit_node = target or (path[-1] if path else None)
 
             def accept(f: Fault) -> bool:
                 return f.params["on"] == "tap" or (f.params["on"] == "submit_tap" and role == "submit")
@@ -305,6 +311,7 @@ class Phone:
                 "tap", x=x, y=y, via=via, screen=screen_before, goods_id=page.goods_id if page else None,
                 node=path[-1].summary() if path else None, target=target.summary() if target else None,
                 role=role, payment=is_payment_text(*texts), effect=effect,
+                package=hit_node.package if hit_node is not None else "",
                 dropped=drop is not None, applied=applied,
             )
             for order in self.app.orders[n_orders:]:
@@ -331,20 +338,47 @@ class Phone:
             self._apply_mutations()
             return effect
 
-    def swipe(self, points: list[int], via: str) -> None:
+    def swipe(self, points: list[int], via: str) -> dict[str, Any]:
+        """A swipe along ``points`` ``[x1, y1, …, xn, yn]`` (screen px).
+
+        A swipe that starts inside a horizontally scrolling option list (order sheet) scrolls that
+        list by the horizontal distance (finger right-to-left shows tiles further right). The
+        journal entry names the list hit (``list`` = its dimension header, or None) and the px moved.
+        """
+        self.sleep("tap")
         with self.lock:
-            self.journal.record("swipe", points=points, via=via, screen=self.screen)
+            self._apply_mutations()
+            screen = self.screen
+            hit: Node | None = None
+            if len(points) >= 4 and screen != "loading":
+                for win in self.windows():
+                    path = hit_path(win, points[0], points[1])
+                    if path:
+                        hit = next((n for n in reversed(path) if n.action and n.action[0] == "scroll"), None)
+                        break
+            moved = 0
+            if hit is not None and hit.action is not None:
+                _, dim, limit = hit.action
+                moved = self.app.scroll_list(dim, points[0] - points[-2], int(limit))
+            return self.journal.record(
+                "swipe", points=points, via=via, screen=screen, package=self.app.foreground_package,
+                list=hit.action[1] if hit is not None and hit.action is not None else None,
+                list_bounds=list(hit.bounds) if hit is not None else None, moved=moved,
+                effect="scroll" if moved else "none")
 
     def deep_link(self, url: str) -> str | None:
-        """``am start -d URL``; returns the goods id opened (or None when not a goods link)."""
+        """``am start -d URL``; returns the goods id opened, ``"orders"`` for the pending-payment
+        order list, or None when the app does not handle the link."""
         with self.lock:
-            cold, goods_id = self.app.open_url(url)
+            cold, opened = self.app.open_url(url)
             self.counters["deep_links"] += 1
-            if cold and goods_id is not None:
+            if cold and opened is not None:
                 self._ready_at = time.monotonic() + self.latency.app_start
-            self.journal.record("deep_link", url=url, goods_id=goods_id, cold=cold)
+            self.journal.record("deep_link", url=url, goods_id=opened if opened != "orders" else None,
+                                page=self.app.page.name if opened is not None and self.app.page else None,
+                                cold=cold)
             self._apply_mutations()
-            return goods_id
+            return opened
 
     def launch_app(self) -> None:
         with self.lock:

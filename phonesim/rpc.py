@@ -17,6 +17,7 @@ from .phone import Phone
 
 NOT_CONNECTED = "java.lang.IllegalStateException: UiAutomation not connected, UiAutomation@3d5a0c8[id=-1, flags=0]"
 TAP_METHODS = ("click", "longClick")
+TOUCH_SLOP = 24  # px a finger may move and still make a tap (Android's default slop at 480 dpi)
 
 
 class RpcError(Exception):
@@ -83,8 +84,7 @@ def _call(phone: Phone, method: str, params: Any) -> Any:
     args = _args(params)
     if method == "deviceInfo":
         with phone.lock:
-            page = phone.app.page
-            pkg = phone.cfg.app.package if page is not None else "com.android.launcher3"
+            pkg = phone.app.foreground_package
         return {"currentPackageName": pkg, "displayHeight": 2400, "displayWidth": 1080, "displayRotation": 0,
                 "displaySizeDpX": 360, "displaySizeDpY": 800, "naturalOrientation": True,
                 "productName": str(phone.cfg.device.get("model", "PJE110")), "screenOn": True,
@@ -110,6 +110,8 @@ def _call(phone: Phone, method: str, params: Any) -> Any:
         return True
     if method == "injectInputEvent":
         return _inject(phone, args)
+    if method in ("scrollForward", "scrollBackward"):
+        return _scroll(phone, method, args)
     if method in ("objInfo", "waitForExists", "waitUntilGone", "count", "objInfoOfAllInstances", "exist"):
         return _selector_query(phone, method, args)
     if method in ("setText", "clearTextField"):
@@ -135,10 +137,36 @@ def _call(phone: Phone, method: str, params: Any) -> Any:
 
 
 def _inject(phone: Phone, args: list[Any]) -> bool:
-    # touch.down/up → a tap on ACTION_UP (uiautomator2's double_click and custom gestures use this)
-    if len(args) >= 3 and int(args[0]) == 1:
-        phone.tap(int(args[1]), int(args[2]), via="rpc_injectInputEvent")
+    # touch.down … up (uiautomator2's d.touch, double_click, custom gestures): a tap on ACTION_UP,
+    # or a swipe from the ACTION_DOWN point when the finger moved more than the touch slop
+    if len(args) < 3:
+        return True
+    action, x, y = int(args[0]), int(args[1]), int(args[2])
+    if action == 0:
+        phone.touch_down = (x, y)
+    elif action == 1:
+        start, phone.touch_down = phone.touch_down, None
+        if start is not None and max(abs(start[0] - x), abs(start[1] - y)) > TOUCH_SLOP:
+            phone.swipe([start[0], start[1], x, y], via="rpc_injectInputEvent")
+        else:
+            phone.tap(x, y, via="rpc_injectInputEvent")
     return True
+
+
+def _scroll(phone: Phone, method: str, args: list[Any]) -> bool:
+    """``d(scrollable=True).scroll.horiz.forward()``: one page-wise swipe inside the list's bounds.
+
+    Only the order sheet's horizontal option lists scroll; anything else answers False, as
+    UiScrollable does when it cannot scroll. Returns True when the list moved.
+    """
+    node = _node(phone, args[0] if args else {})
+    vertical = bool(args[1]) if len(args) > 1 else True
+    if vertical or not node.action or node.action[0] != "scroll":
+        return False
+    left, top, right, bottom = node.bounds
+    y = (top + bottom) // 2
+    points = [right - 60, y, left + 60, y] if method == "scrollForward" else [left + 60, y, right - 60, y]
+    return bool(phone.swipe(points, via="rpc_" + method)["moved"])
 
 
 def _selector_query(phone: Phone, method: str, args: list[Any]) -> Any:

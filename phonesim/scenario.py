@@ -24,7 +24,12 @@ import yaml
 from .faults import validate_fault
 from .prices import to_price
 
-OUTCOMES = ("ORDER_CREATED", "PAYMENT_HANDOFF", "SECURITY_CHALLENGE", "BLANK")
+OUTCOMES = ("ORDER_CREATED", "PAYMENT_HANDOFF", "SECURITY_CHALLENGE", "BLANK",
+            "EXTERNAL_CASHIER_ALIPAY", "EXTERNAL_CASHIER_WECHAT", "PAID")
+LAYOUTS = ("sku_sheet", "order_sheet")
+# phone-facts "The order sheet": every public capture of newer versions shows the order sheet
+ORDER_SHEET_FROM_VERSION_CODE = 82200
+PAYMENT_MODES = ("wechat", "alipay", "duoduo_balance", "pay_later", "password_free", "unreadable", "two_rows")
 
 
 class ScenarioError(ValueError):
@@ -42,8 +47,16 @@ class Sku:
 
 @dataclass
 class Dimension:
+    """One SKU dimension: header text, option names (raw, leading spaces kept) and tile shape.
+
+    ``tiles`` is ``"text"`` (a clickable TextView per option) or ``"image"`` (a ViewGroup whose
+    content-desc is the name, with image, 打开大图, stock badge and ``tv_content`` children);
+    only the order-sheet layout draws image tiles.
+    """
+
     name: str
     options: list[str]
+    tiles: str = "text"
 
 
 @dataclass
@@ -59,11 +72,31 @@ class Goods:
     outcome: str | None = None
     available: bool = True
     promotion: Decimal = Decimal("7.53")
+    # order-sheet layout only (phone-facts "The order sheet"):
+    default_options: list[str] | None = None  # preselected option per dimension (else first in-stock SKU)
+    price_label: str = "auto"  # auto: 最后N件 ¥x when stock <= 10 | selling_out: 即将卖完 ¥x | plain: ¥x
+    label_decoration: str = "bracket"  # 已选 label: bracket ([限定]x for 【限定】x) | hash (#x)
 
     def sku(self, selection: dict[str, str]) -> Sku | None:
         """The SKU for a complete selection ``{dimension name: option}``, else None."""
         key = tuple(selection.get(d.name, "") for d in self.dimensions)
         return self.skus.get(key)
+
+    def default_selection(self) -> dict[str, str]:
+        """The selection the order sheet opens with: ``default_options`` or the first in-stock SKU."""
+        if self.default_options is not None:
+            return dict(zip((d.name for d in self.dimensions), self.default_options, strict=True))
+        for sku in self.skus.values():
+            if sku.stock > 0:
+                return dict(zip((d.name for d in self.dimensions), sku.options, strict=True))
+        first = next(iter(self.skus.values()))
+        return dict(zip((d.name for d in self.dimensions), first.options, strict=True))
+
+    def option_stock(self, selection: dict[str, str], dim: str, option: str) -> int:
+        """Units in stock for ``option`` of ``dim`` combined with the other dimensions' selections."""
+        trial = {**selection, dim: option}
+        return sum(s.stock for s in self.skus.values()
+                   if all(trial.get(d.name) in (None, s.options[i]) for i, d in enumerate(self.dimensions)))
 
     def prices(self) -> list[Decimal]:
         return sorted({s.price for s in self.skus.values()})
@@ -85,6 +118,10 @@ class AppVersion:
     package: str = "com.xunmeng.pinduoduo"
     version_name: str = "8.17.0"
     version_code: int = 81700
+
+    def default_layout(self) -> str:
+        """The layout this version shows when the scenario does not force one."""
+        return "order_sheet" if self.version_code >= ORDER_SHEET_FROM_VERSION_CODE else "sku_sheet"
 
 
 # published real-phone timings (phone-facts.md), seconds
@@ -129,6 +166,15 @@ class PhoneConfig:
     order_success_popup: bool = False
     device: dict[str, Any] = field(default_factory=dict)
     start: dict[str, Any] = field(default_factory=dict)
+    layout_override: str | None = None  # "sku_sheet" | "order_sheet"; None = follow the app version
+    payment_mode: str = "wechat"  # one of PAYMENT_MODES (the order sheet's payment row)
+    submit_text: str | None = None  # submit label prefix override (立即支付, 确认支付, 0元下单)
+    service_banner: bool = False  # order sheet: #24小时发货#七天退换 banner with a 关闭 icon
+
+    @property
+    def layout(self) -> str:
+        """``sku_sheet`` (SKU sheet + 确定 + confirm page) or ``order_sheet`` (one sheet)."""
+        return self.layout_override or self.app.default_layout()
 
 
 @cache
@@ -142,7 +188,7 @@ def _validator() -> jsonschema.protocols.Validator:
 
 def _parse_goods(raw: dict[str, Any]) -> Goods:
     gid = raw["goods_id"]
-    dims = [Dimension(d["name"], list(d["options"])) for d in raw["dimensions"]]
+    dims = [Dimension(d["name"], list(d["options"]), d.get("tiles", "text")) for d in raw["dimensions"]]
     if len({d.name for d in dims}) != len(dims):
         raise ScenarioError(f"goods {gid}: duplicate dimension names")
     skus: dict[tuple[str, ...], Sku] = {}
@@ -159,6 +205,12 @@ def _parse_goods(raw: dict[str, Any]) -> Goods:
             skus[opts] = Sku(opts, to_price(s["price"]), int(s["stock"]))
         except ArithmeticError as exc:
             raise ScenarioError(f"goods {gid}: skus[{i}] bad price {s['price']!r}") from exc
+    default = raw.get("default_options")
+    if default is not None:
+        if len(default) != len(dims) or any(o not in d.options for o, d in zip(default, dims, strict=False)):
+            raise ScenarioError(f"goods {gid}: default_options must name one option of each dimension")
+        if tuple(default) not in skus:
+            raise ScenarioError(f"goods {gid}: default_options {default} is not a SKU")
     return Goods(
         goods_id=gid,
         title=raw["title"],
@@ -168,6 +220,9 @@ def _parse_goods(raw: dict[str, Any]) -> Goods:
         outcome=raw.get("outcome"),
         available=raw.get("available", True),
         promotion=to_price(raw.get("promotion", "7.53")),
+        default_options=list(default) if default is not None else None,
+        price_label=raw.get("price_label", "auto"),
+        label_decoration=raw.get("label_decoration", "bracket"),
     )
 
 
@@ -218,11 +273,24 @@ class Scenario:
             order_success_popup=bool(data.get("order_success_popup", False)),
             device=data.get("device", {}),
             start=data.get("start", {}),
+            layout_override=over.get("layout", data.get("layout")),
+            payment_mode=over.get("payment_mode", data.get("payment_mode", "wechat")),
+            submit_text=over.get("submit_text", data.get("submit_text")),
+            service_banner=bool(over.get("service_banner", data.get("service_banner", False))),
         )
 
 
+def builtin_scenario_path(name: str) -> Path | None:
+    """Path of a scenario shipped in ``phonesim/scenarios`` (``"default"``, ``"order_sheet"``), or None."""
+    if not name.replace("_", "").isalnum():
+        return None
+    entry = resources.files(__package__).joinpath(f"scenarios/{name}.yaml")
+    return Path(str(entry)) if entry.is_file() else None
+
+
 def load_scenario(source: Scenario | dict[str, Any] | str | Path | None = None) -> Scenario:
-    """Load a scenario from a dict, a ``.yaml``/``.yml``/``.json`` path, or None (the built-in default).
+    """Load a scenario from a dict, a ``.yaml``/``.yml``/``.json`` path, a built-in scenario name
+    (``"order_sheet"``; a name wins only when no such file exists) or None (the built-in default).
 
     Raises:
         ScenarioError: unreadable file, bad YAML/JSON, or schema/consistency violation.
@@ -235,6 +303,8 @@ def load_scenario(source: Scenario | dict[str, Any] | str | Path | None = None) 
     if isinstance(source, dict):
         return Scenario(source)
     path = Path(source)
+    if isinstance(source, str) and not path.exists():
+        path = builtin_scenario_path(source) or path
     try:
         text = path.read_text("utf-8")
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

@@ -9,6 +9,7 @@ submit text ``提交订单 ¥<total>`` is a non-clickable TextView in a clickabl
 
 from __future__ import annotations
 
+from . import order_sheet
 from .app import AppModel
 from .nodes import OBF_ID, PDD, Node, edit, frame, group, image, linear, text
 from .prices import fmt_yuan
@@ -209,24 +210,31 @@ def confirm_page(app: AppModel) -> list[Node]:
                   text((300, 650, 1044, 700), sku_label(options), rid=f"{PDD}:id/tv_select_sku"),
                   *_stepper(app, 720), style="card")
     nodes.append(card)
-    dim = goods.dimensions[0]
-    tiles, y = _tiles(app, dim.name, dim.options, 916)
-    nodes.append(linear((0, 840, W, y + 24), text((36, 848, 36 + text_width(dim.name), 900), dim.name), *tiles))
-    y += 48
+    # every dimension inline (gate 3 needs each selected option readable on the submit screen)
+    y = 840
+    for dim in goods.dimensions:
+        tiles, bottom = _tiles(app, dim.name, dim.options, y + 76)
+        nodes.append(linear((0, y, W, bottom + 24), text((36, y + 8, 36 + text_width(dim.name), y + 60), dim.name),
+                            *tiles))
+        y = bottom + 48
     promo = f"用多多支付减{goods.promotion:f}元".replace(".00元", "元")
     nodes.append(linear((0, y, W, y + 96), text((36, y + 18, 160, y + 78), "优惠"),
                         text((600, y + 18, 1044, y + 78), promo),
                         clickable=True, action=("payment", "promotion"), role="payment"))
     y += 120
-    nodes.append(linear((0, y, W, y + 120), image((36, y + 30, 96, y + 90), ""),
-                        text((120, y + 30, 400, y + 90), "微信支付"),
-                        desc="使用#微信支付，更换支付方式", clickable=True, action=("payment", "method"),
-                        role="payment"))
-    submit = frame((540, 2136, 1056, 2268), text((600, 2166, 996, 2238), f"提交订单 {total}"),
+    for row_text, short in order_sheet.payment_rows(app):
+        # the row carries the mode in its text (and, in this older layout, in its content-desc too)
+        nodes.append(linear((0, y, W, y + 120), image((36, y + 30, 96, y + 90), ""),
+                            *([text((120, y + 30, 400, y + 90), short)] if short else []),
+                            text=row_text, desc=row_text, clickable=True, action=("payment", "method"),
+                            role="payment"))
+        y += 130
+    label = f"{order_sheet.submit_prefix(app)} {total}"
+    submit = frame((540, 2136, 1056, 2268), text((600, 2166, 996, 2238), label),
                    clickable=True, action=("submit",), role="submit", style="button")
     bar = [submit]
     if app.duplicate_submit:  # fault: a second, equally real submit control in the bottom bar
-        bar.insert(0, frame((24, 2136, 530, 2268), text((60, 2166, 480, 2238), f"提交订单 {total}"),
+        bar.insert(0, frame((24, 2136, 530, 2268), text((60, 2166, 480, 2238), label),
                             clickable=True, action=("submit",), role="submit", style="button"))
     nodes.append(linear((0, 2112, W, NAV_TOP), *bar, style="bottombar"))
     if app.payment_sheet and page is not None and page.order is not None:
@@ -322,11 +330,27 @@ def popup(kind: str, custom: str | None) -> Node:
         return frame(APP_BOUNDS, image((0, STATUS_H, W, NAV_TOP), "开屏广告"),
                      text((860, 130, 1040, 200), "跳过 3", clickable=True, action=("dismiss_popup",)),
                      style="page")
+    if kind in WALL_TEXTS:
+        title, body, button = WALL_TEXTS[kind]
+        # a button that leads nowhere: only a person can get past these walls
+        return frame(APP_BOUNDS, text((240, 600, 840, 680), title), text((120, 720, 960, 860), custom or body),
+                     image((240, 900, 840, 1400), "验证图片" if kind == "face_check" else ""),
+                     frame((180, 1500, 900, 1620), text((400, 1530, 680, 1590), button), clickable=True,
+                           action=("noop",), role="wall", style="button"), style="page")
     # risk wall: full page, no way out by tapping (never solve: stop and report)
     label = custom or "拖动滑块"
     return frame(APP_BOUNDS, text((300, 600, 780, 680), "安全验证"),
                  text((120, 720, 960, 800), f"请{label}完成验证" if label == "拖动滑块" else label),
                  image((120, 900, 960, 1400), "验证图片"), style="page")
+
+
+# newer walls seen in public captures (phone-facts "The order sheet"): title, body, button
+WALL_TEXTS = {
+    "face_check": ("刷脸验证", "请将正脸置于框内", "开始验证"),
+    "account_risk": ("温馨提示", "检测到账户存在风险，已限制部分操作", "联系客服"),
+    "real_name": ("提交实名信息", "根据相关规定，请完成实名后继续下单", "上传身份证"),
+    "too_busy": ("活动太火爆", "活动太火爆，请稍后再试", "我知道了"),
+}
 
 
 def challenge_page() -> list[Node]:
@@ -358,7 +382,13 @@ def app_window(app: AppModel) -> Node | None:
     elif page.name == "product":
         content.add(*product_page(app))
         if app.sheet_open and app.goods is not None and app.goods.available:
-            content.add(sku_sheet(app))
+            content.add(order_sheet.order_sheet(app) if app.layout == "order_sheet" else sku_sheet(app))
+        if app.payment_sheet and page.order is not None:  # the app's own cashier over the order sheet
+            content.add(payment_sheet(app, page.order.total))
+    elif page.name == "paid":
+        content.add(*order_sheet.paid_page(app))
+    elif page.name == "orders":
+        content.add(*order_sheet.orders_page(app))
     elif page.name == "confirm":
         content.add(*confirm_page(app))
     elif page.name == "order":
@@ -379,6 +409,11 @@ def app_window(app: AppModel) -> Node | None:
 def windows(app: AppModel) -> list[Node]:
     """All window roots, topmost first (status bar, navigation bar, app, launcher)."""
     out = [status_bar(), nav_bar()]
+    if app.page is not None and app.foreign:
+        # an external cashier app covers Pinduoduo: its window, and no Pinduoduo node at all
+        out.append(order_sheet.cashier_window(app.foreign, app.page.order))
+        out.append(launcher())
+        return out
     win = app_window(app)
     if win is not None:
         out.append(win)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from .app import CASHIERS
 from .phone import Phone
 
 U2_JAR = "/data/local/tmp/u2.jar"
@@ -156,6 +157,8 @@ def _focus(phone: Phone) -> tuple[str, str]:
         pkg = phone.cfg.app.package
         if page is None:
             return tuple(LAUNCHER_ACTIVITY.split("/"))  # type: ignore[return-value]
+        if phone.app.foreign:
+            return phone.app.foreign, dict(CASHIERS.values())[phone.app.foreign]
         return pkg, HOME_ACTIVITY if page.name == "home" else ACTIVITY
 
 
@@ -172,6 +175,10 @@ def _page_url(phone: Phone) -> str:
         return f"{base}order.html?order_sn={page.order.order_sn}"
     if page.name == "challenge":
         return f"{base}risk_verify.html?scene=order"
+    if page.name == "orders":
+        return f"{base}orders.html?type=1"
+    if page.name == "paid" and page.order is not None:
+        return f"{base}pay_result.html?order_sn={page.order.order_sn}"
     return ""
 
 
@@ -192,7 +199,7 @@ def _dumpsys(phone: Phone, args: list[str]) -> ShellResult:
             pkg, act = _focus(phone)
             sub = args[1] if len(args) > 1 else "activities"
             if sub == "top":
-                url = _page_url(phone)
+                url = _page_url(phone) if pkg == phone.cfg.app.package else ""
                 lines = [f"TASK {pkg} id=57 userId=0",
                          f"  ACTIVITY {pkg}/{act} 8f3a2b1 pid={phone.pid if pkg == phone.cfg.app.package else 1893}",
                          "    Local Activity 1c2d3e4 State:",
@@ -259,7 +266,8 @@ def _pm(phone: Phone, args: list[str]) -> ShellResult:
             return _text(f"package:/data/app/~~Xc9f2QbT==/{pkg}-3Lq2ZQ==/base.apk\n")
         return _text("", 1)
     if args[:1] == ["list"]:
-        return _text("".join(f"package:{p}\n" for p in (pkg, "com.tencent.mm", "com.android.settings",
+        return _text("".join(f"package:{p}\n" for p in (pkg, "com.tencent.mm", "com.eg.android.AlipayGphone",
+                                                       "com.android.settings",
                                                        "com.android.launcher3")))
     return _text("Success\n")
 
@@ -289,8 +297,8 @@ def _am(phone: Phone, args: list[str]) -> ShellResult:
             else:
                 i += 1
         if url is not None:
-            goods_id = phone.deep_link(url)
-            if goods_id is None:
+            opened = phone.deep_link(url)
+            if opened is None:
                 return _text(f"Starting: Intent {{ act={action} dat={url} }}\n"
                              "Error: Activity not started, unable to resolve Intent\n", 1)
             return _text(f"Starting: Intent {{ act={action} dat={url} }}\n")

@@ -33,7 +33,7 @@ def test_default_scenario():
     (lambda d: d["catalogue"][0].update(goods_id="abc"), "goods_id"),
     (lambda d: d["catalogue"][0]["skus"][0].update(price="12.888"), "price"),
     (lambda d: d["catalogue"][0]["skus"][0].update(options=["紫色", "M(建议100-115)"]), "not an option"),
-    (lambda d: d.update(outcome="PAID"), "outcome"),
+    (lambda d: d.update(outcome="REFUNDED"), "outcome"),
     (lambda d: d.update(faults=[{"kind": "meteor"}]), "faults"),
     (lambda d: d.update(faults=[{"kind": "price_change"}]), "missing"),
     (lambda d: d.update(unknown_key=1), "unknown_key"),
