@@ -211,8 +211,9 @@ def read_order_cards(dump: Dump, conf: AfterSubmit) -> list[OrderCard]:
     """Every order card on the list (outermost matches only: a card inside a card is one card)."""
     cards = conf.order_card.find(dump)
     outer = [c for c in cards if not any(a in cards for a in c.ancestors())]
-    return [OrderCard(title=_one_text(_inside(c, conf.card_title)) if conf.card_title else None, amount=_card_amount(c, conf.card_amount),
-                      order_sn=_card_order_sn(c, conf.card_order_sn), pending=bool(_inside(c, conf.card_pending)))
+    return [OrderCard(title=_one_text(_inside(c, conf.card_title)) if conf.card_title else None,
+                      amount=_card_amount(c, conf.card_amount), order_sn=_card_order_sn(c, conf.card_order_sn),
+                      pending=bool(_inside(c, conf.card_pending)))
             for c in outer]
 
 
@@ -225,7 +226,8 @@ def match_order(cards: list[OrderCard], amount: Decimal | None, title: str | Non
         return None, "no gate-3 total to match"
     found = [c for c in pending if c.amount == amount]
     if len(found) > 1 and title:
-        found = [c for c in found if c.title == normalize(title).strip()]
+        by_title = [c for c in found if c.title is not None and c.title == normalize(title).strip()]
+        found = by_title if len(by_title) == 1 else found  # the title only ever narrows to one
     if not found:
         return None, f"no pending order for this amount among {len(pending)}"
     if len(found) > 1:
