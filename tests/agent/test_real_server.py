@@ -206,11 +206,14 @@ def test_happy_path_real_u2_real_server(tmp_path: Path, srv: RealServer) -> None
         assert agent.run_once() == 0
         sim.journal("sim-1").assert_single_submit_tap()
         sim.journal("sim-1").assert_no_payment_taps()
-        assert len(sim.phone("sim-1").orders) == 1
+        (order,) = sim.phone("sim-1").orders
     detail = srv.detail(task.id)
     assert detail["task"]["state"] == "WAITING_PAYMENT"
     assert detail["submission"]["state"] == "SUBMITTED"
-    assert kinds(detail) == sorted([*GATE_KINDS, "POST_SUBMIT_OBSERVATION"])
+    # SUBMITTED is followed by the pack's read-only confirmation: the order list screenshot and
+    # the order number on the submission (docs/agent.md "After the tap")
+    assert kinds(detail) == sorted([*GATE_KINDS, "POST_SUBMIT_OBSERVATION", "ORDER_CONFIRMATION"])
+    assert detail["submission"]["order_sn"] == order["order_sn"]
     got = steps(detail)
     for step in ("OPEN_PRODUCT", "SELECT_SKU", "GATE_1", "GATE_2", "GATE_3"):
         assert (step, "OK") in got
