@@ -17,7 +17,11 @@ the package in front), the agent's journal, and the server's committed rows.
 from __future__ import annotations
 
 import copy
+import http.cookiejar
+import re
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.phonesim.journal import assert_no_foreign_screenshots, foreign_screenshots, payment_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from tests.server.admin.conftest import ADMIN_PASSWORD, ADMIN_USER, add_admin
 
 from .realserver import RealServer
 from .test_flow_sim import _default
@@ -49,6 +54,20 @@ def _scenario(version: str = "8.17.0", **changes: Any) -> dict[str, Any]:
                            version_code=82200)
     data.update(changes)
     return data
+
+
+def _task_page(srv: RealServer, task_id: str) -> str:
+    """The task page as an administrator sees it: real login form (CSRF + session cookie) and GET
+    /tasks/<id> over HTTP against the real server."""
+    add_admin(srv.conn, srv.clock)
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    form = opener.open(f"{srv.url}/login", timeout=10).read().decode()
+    token = re.search(r'name="csrf_token" value="([0-9a-f]{64})"', form)
+    assert token
+    body = urllib.parse.urlencode({"username": ADMIN_USER, "password": ADMIN_PASSWORD,
+                                   "csrf_token": token.group(1)}).encode()
+    opener.open(f"{srv.url}/login", data=body, timeout=10).read()
+    return opener.open(f"{srv.url}/tasks/{task_id}", timeout=10).read().decode()
 
 
 def _after(entries: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
@@ -105,6 +124,9 @@ def test_external_cashier_then_read_only_confirmation(tmp_path: Path, srv: RealS
     assert sub is not None and sub.phase == "RESULT_REPORTED" and sub.order_sn == orders[0]["order_sn"]
     post = agent.journal.post_tap(sub.attempt_id)
     assert post is not None and post["foreground_package"] == package and post["confirm_step"] == "DONE"
+    # the task page shows the order number (a reconciliation is one look)
+    page = _task_page(srv, task.id)
+    assert re.search(r'class="code order-sn">' + re.escape(orders[0]["order_sn"]) + "<", page), page[-2000:]
 
 
 def test_paid_state_after_the_tap_is_payment_suspected_and_nothing_is_touched(
