@@ -16,6 +16,7 @@ from cmbuyer.agent.errors import DumpError, DumpInvalid
 from cmbuyer.agent.screens.dump import MAX_DEPTH, Dump, parse_dump
 from cmbuyer.phonesim import hierarchy
 
+pytestmark = pytest.mark.slow(seconds_per_iteration=1)  # examples grow with CMBUYER_SOAK_ITERATIONS
 _RAW = os.environ.get("CMBUYER_SOAK_ITERATIONS", "")
 EXAMPLES = max(150, int(_RAW) * 10) if _RAW.isdigit() else 150
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not _RAW,
