@@ -293,9 +293,9 @@ class PurchaseFlow:
         except AgentError as exc:
             log.warning("result not reported yet (%s); recovery will re-send it", exc.reason_code)
         self.progress(f"RESULT {outcome.observation}" + (f" {outcome.reason}" if outcome.reason else ""))
-        # PAYMENT_SUSPECTED is phone-level: the runner holds the phone for a person.
-        return FlowResult(outcome.observation, "PAYMENT_SUSPECTED" if outcome.reason == "PAYMENT_SUSPECTED"
-                          else None, outcome.tapped)
+        # The observation reason goes to the runner's hold policy (agent/holds.py): a phone-level
+        # one (PAYMENT_SUSPECTED, NO_KNOWN_SCREEN, SECURITY_CHALLENGE_AFTER_TAP) holds the phone.
+        return FlowResult(outcome.observation, outcome.reason, outcome.tapped)
 
     def _upload_after_tap(self, claim: Claim, kind: str, png: bytes | None) -> str | None:
         """Best-effort upload after the fence: a failure leaves the result without this evidence."""

@@ -20,7 +20,9 @@ Tables:
   confirmation's last journaled step (``confirm_step``, written *before* each of its actions) and
   its result (``order_sn``, the ORDER_CONFIRMATION asset). Recovery re-sends reason and order_sn
   with the stored result; it never resumes a confirmation (nothing in recovery touches the phone).
-- ``meta``  key/value (e.g. ``hold`` = why the agent must not claim until a person acts).
+- ``meta``  key/value: ``hold`` = why the agent must not claim until a person acts; ``streaks`` =
+  the hold policy's consecutive-failure counters (:mod:`cmbuyer.agent.holds`) and the last attempt
+  they counted, so a restart neither forgets nor double-counts an attempt.
 
 Every write is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL`` so a phase written
 before a tap survives power loss.
@@ -34,7 +36,7 @@ import re
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -396,8 +398,35 @@ class Journal:
                        "value=excluded.value", (reason,))
 
     def clear_hold(self) -> None:
+        """A person handled the phone: drop the hold and reset the streak counters."""
         with self._tx() as db:
-            db.execute("DELETE FROM meta WHERE name='hold'")
+            db.execute("DELETE FROM meta WHERE name IN ('hold', 'streaks')")
+
+    def streaks(self) -> tuple[int, int]:
+        """``(crashes, failures)``: the hold policy's consecutive counters (0, 0 when none)."""
+        row = self._one("SELECT value FROM meta WHERE name='streaks'", ())
+        data = json.loads(row[0]) if row else {}
+        return int(data.get("crashes", 0)), int(data.get("failures", 0))
+
+    def settle_attempt(self, attempt_id: str,
+                       decide: Callable[[int, int], tuple[int, int, str | None]]) -> str | None:
+        """Count how ``attempt_id`` ended, once: ``decide(crashes, failures)`` returns the new counters
+        and the hold to set (or None). Counters and hold are written in one transaction; an attempt
+        already counted (e.g. a crash noticed on two restarts in a row) changes nothing. Returns the
+        hold set by this call, or None."""
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE name='streaks'").fetchone()
+            data = json.loads(row[0]) if row else {}
+            if data.get("last_attempt") == attempt_id:
+                return None
+            crashes, failures, hold = decide(int(data.get("crashes", 0)), int(data.get("failures", 0)))
+            value = json.dumps({"crashes": crashes, "failures": failures, "last_attempt": attempt_id})
+            db.execute("INSERT INTO meta VALUES ('streaks', ?) ON CONFLICT(name) DO UPDATE SET "
+                       "value=excluded.value", (value,))
+            if hold is not None:
+                # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
+                db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,))
+        return hold
 
     def hold(self) -> str | None:
         row = self._one("SELECT value FROM meta WHERE name='hold'", ())
@@ -408,6 +437,7 @@ class Journal:
         return {
             "path": str(self.path),
             "hold": self.hold(),
+            "streaks": dict(zip(("crashes", "failures"), self.streaks(), strict=True)),
             "claims": [{"attempt_id": c.attempt_id, "task_id": c.task_id, "state": c.state,
                         "reason": c.reason, "lease_expires_at": c.lease_expires_at}
                        for c in self.claims()],

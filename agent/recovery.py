@@ -47,7 +47,9 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
             observation, evidence = sub.observation, sub.evidence_asset_id
             reason, order_sn = sub.observation_reason, sub.order_sn
         if reason == "PAYMENT_SUSPECTED":
-            journal.set_hold("a paid state was seen after the submit tap: a person must check the phone")
+            # phone-level (agent/holds.py); the flow that saw it may have died before the runner held
+            journal.set_hold("PAYMENT_SUSPECTED: a paid state was seen after the submit tap; a person "
+                             "must check the phone")
         try:
             sink.report_recovered_result(submission_id=sub.submission_id, attempt_id=sub.attempt_id,
                                          claim_token=claim.claim_token,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from typing import Any
 
 from PIL import Image
@@ -93,7 +94,11 @@ class SimPhone:
             role = target.role if target else ""
             if self.tap_hook:
                 self.tap_hook(role)
-            self.taps.append({"x": x, "y": y, "role": role, "text": target.text if target else ""})
+            page = self.app.page
+            # the same fields as the simulator's journal entries, so tests/tally.py reads both
+            self.taps.append({"kind": "tap", "seq": len(self.taps) + 1, "ts": time.time(), "x": x, "y": y,
+                              "role": role, "text": target.text if target else "",
+                              "goods_id": page.goods_id if page else None})
             if target is not None and target.action:
                 self.app.act(target.action)
         if self.after_tap:
@@ -113,6 +118,10 @@ class SimPhone:
 
     def roles(self) -> list[str]:
         return [t["role"] for t in self.taps]
+
+    def journal(self) -> list[dict[str, Any]]:
+        """Taps and created orders as simulator-journal-like entries (tests/tally.py)."""
+        return [*self.taps, *({"kind": "order", "goods_id": o.goods_id} for o in self.app.orders)]
 
 
 def strip_pkg(xml: str) -> str:
