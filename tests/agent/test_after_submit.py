@@ -219,3 +219,43 @@ def test_the_title_narrows_several_amount_matches_to_one_or_leaves_them_ambiguou
     assert A.match_order([cards[0], A.OrderCard(None, Decimal("25.76"), "sn-000004", True)],
                          Decimal("25.76"), "纯棉短袖")[0] == "sn-000001"
     assert A.match_order(cards, Decimal("25.76"), None)[0] is None
+
+
+class _Sink:
+    """Records recovered results (the ResultSink port; the real server path is in
+    test_after_tap_sim.py::test_sigkill_in_the_middle_of_the_confirmation)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, object]] = []
+
+    def report_recovered_result(self, *, submission_id: str, attempt_id: str, claim_token: str,
+                                result: object, result_key: str) -> None:
+        self.sent.append((result_key, result))
+
+
+def test_recovery_resends_reason_and_order_sn_and_holds_on_a_suspected_payment(tmp_path: Path) -> None:
+    from cmbuyer.agent.recovery import recover
+
+    j = _journal_at_tapped(tmp_path)
+    key = j.record_observation("a1", "UNKNOWN", None, reason="PAYMENT_SUSPECTED")
+    sink = _Sink()
+    recover(j, sink)  # type: ignore[arg-type]
+    ((sent_key, result),) = sink.sent
+    assert sent_key == key and result.observation_reason == "PAYMENT_SUSPECTED"  # type: ignore[attr-defined]
+    assert (j.hold() or "").startswith("PAYMENT_SUSPECTED")
+    assert j.submission("a1").phase == "RESULT_REPORTED"  # type: ignore[union-attr]
+
+    j2 = _journal_at_tapped(tmp_path / "b")
+    j2.record_observation("a1", "EXTERNAL_PAYMENT_HANDOFF", None, foreground_package="com.tencent.mm")
+    j2.record_confirmation("a1", "250101-000000042", None)
+    sink = _Sink()
+    recover(j2, sink)  # type: ignore[arg-type]
+    ((_, result),) = sink.sent
+    assert result.order_sn == "250101-000000042" and result.observation_reason is None  # type: ignore[attr-defined]
+    assert j2.hold() is None
+
+    j3 = _journal_at_tapped(tmp_path / "c")  # crash after the tap, nothing decided
+    sink = _Sink()
+    recover(j3, sink)  # type: ignore[arg-type]
+    ((_, result),) = sink.sent
+    assert (result.observation, result.observation_reason) == ("UNKNOWN", "TAP_OUTCOME_UNKNOWN")  # type: ignore[attr-defined]

@@ -146,8 +146,10 @@ def test_paid_state_after_the_tap_is_payment_suspected_and_nothing_is_touched(
     detail = srv.detail(task.id)
     assert "POST_SUBMIT_OBSERVATION" in kinds(detail) and "ORDER_CONFIRMATION" not in kinds(detail)
     assert not [e for e in detail["events"] if e["step"] == "CONFIRM_ORDER_READONLY"]
-    # FlowResult.reason_code reaches the runner (which holds the phone for a person)
+    # FlowResult.reason_code reaches the runner, whose hold policy holds the phone for a person
     assert any(line.endswith("UNKNOWN PAYMENT_SUSPECTED") for line in agent.lines), agent.lines
+    hold = agent.journal.hold()
+    assert hold is not None and hold.startswith("PAYMENT_SUSPECTED")
 
 
 def test_two_matching_pending_orders_give_no_order_number(tmp_path: Path, srv: RealServer,
