@@ -187,6 +187,29 @@ def _compile_integer(d: dict[str, Any]) -> _Check | None:
     return integer_ok
 
 
+def _compile_field(d: dict[str, Any]) -> _Check | None:
+    kind = d.get("type")
+    return _compile_string(d) if kind == "string" else _compile_integer(d) if kind == "integer" else None
+
+
+def _compile_nullable(d: dict[str, Any]) -> _Check | None:
+    """``{"oneOf": [{"$ref": "#/$defs/<simple>"}, {"type": "null"}]}`` (e.g. ``sku_text_or_null``): None, or
+    what the simple definition accepts — the two branches can never both match, so ``oneOf`` holds."""
+    branches = d.get("oneOf")
+    if set(d) - _ANNOTATIONS != {"oneOf"} or not isinstance(branches, list) or len(branches) != 2 \
+            or branches[1] != {"type": "null"} or not isinstance(branches[0], dict):
+        return None
+    ref = branches[0].get("$ref")
+    if len(branches[0]) != 1 or not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+        return None
+    target = _load("common").get("$defs", {}).get(ref.removeprefix("#/$defs/"))
+    inner = _compile_field(target) if isinstance(target, dict) and "$ref" not in target else None
+    if inner is None:
+        return None
+    check = inner
+    return lambda v: v is None or check(v)
+
+
 def _compile_fast(schema: dict[str, Any]) -> _Check | None:
     """An accept-only check for ``schema``, or None when it uses anything beyond the simple subset."""
     if (set(schema) - _OBJECT_KEYS or schema.get("type") != "object" or schema.get("additionalProperties") is not False
@@ -199,9 +222,7 @@ def _compile_fast(schema: dict[str, Any]) -> _Check | None:
     checks: dict[str, _Check] = {}
     for key, sub in props.items():
         d = _resolve_def(sub) if isinstance(sub, dict) else None
-        kind = d.get("type") if d is not None else None
-        check = (_compile_string(d) if kind == "string" else _compile_integer(d) if kind == "integer" else None) \
-            if d is not None else None
+        check = None if d is None else _compile_field(d) or _compile_nullable(d)
         if check is None:
             return None
         checks[key] = check

@@ -112,10 +112,13 @@ class FakeServer:
                    "submit_control_match_count": proof.submit_control_match_count,
                    "payment_mode": proof.payment_mode}
         validate("submission_fence.request", payload)
-        # The server's re-check (spec 002 fence).
-        if (proof.selected_color != t.sku_color or proof.quantity_read != t.quantity
-                or proof.gate1_unit_price != proof.gate2_unit_price
+        # The server's re-check (spec 002 fence, issue 15: on the values read).
+        if (proof.selected_color != t.sku_color or proof.selected_size != t.sku_size
+                or proof.quantity_read != t.quantity
+                or not proof.gate1_unit_price == proof.gate2_unit_price == proof.gate3_unit_price
                 or proof.confirm_page_amount > t.max_total_price
+                or proof.confirm_page_amount > proof.gate1_unit_price * proof.quantity_read
+                or proof.payment_mode not in ("微信支付", "支付宝")
                 or proof.submit_control_match_count != 1):
             raise ServerRejected(409, "fence_refused")
         if key in self.fences:

@@ -143,7 +143,7 @@ class RealServer:
         run_in_transaction(self.conn, lambda c: device_service.revoke_device(c, device_id, ACTOR, self.clock.now()))
 
     def add_task(self, *, goods_id: str = "937122477375", color: str = "黑色CHA(纯棉)",
-                 size: str = "M(建议100-115)", quantity: int = 2, max_total_price: str = "30.00",
+                 size: str | None = "M(建议100-115)", quantity: int = 2, max_total_price: str = "30.00",
                  title: str = "纯棉短袖", start: bool = True) -> TaskRef:
         assert self.settings is not None
         raw = {"create_key": new_id(), "title": title, "product_url": GOODS_URL.format(goods_id=goods_id),

@@ -22,6 +22,7 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -140,15 +141,21 @@ def test_http_device_api_against_the_real_server(tmp_path: Path, srv: RealServer
     ref = api.upload_screenshot(claim, ScreenshotAsset("SKU_PANEL_GATE_1", buf.getvalue()))
     assert kinds(srv.detail(task.id)) == ["SKU_PANEL_GATE_1"]
 
-    over_cap = SubmissionProof("黑色CHA(纯棉)", "M(建议100-115)", Decimal("12.88"), Decimal("12.88"), 2,
-                               Decimal("31.00"), 1)
-    with pytest.raises(ServerRejected) as info:
-        api.create_submission_fence(claim, over_cap)
-    assert info.value.status == 409 and info.value.reason_code == "FENCE_REFUSED"
-    journal.drop_key("fence", claim.attempt_id)  # a refused fence stored nothing; a new key is fine
+    good = SubmissionProof(selected_color="黑色CHA(纯棉)", selected_size="M(建议100-115)",
+                           gate1_unit_price=Decimal("12.88"), gate2_unit_price=Decimal("12.88"),
+                           gate3_unit_price=Decimal("12.88"), quantity_read=2, confirm_page_amount=Decimal("25.76"),
+                           submit_control_match_count=1, payment_mode="微信支付")
+    # The server re-checks what was read: each of these readings is refused and stores nothing.
+    for refused_reading in (replace(good, confirm_page_amount=Decimal("31.00")),
+                            replace(good, selected_color="白色CHA(纯棉)"),
+                            replace(good, selected_size=None),
+                            replace(good, gate3_unit_price=Decimal("12.87")),
+                            replace(good, payment_mode="先用后付")):
+        with pytest.raises(ServerRejected) as info:
+            api.create_submission_fence(claim, refused_reading)
+        assert info.value.status == 409 and info.value.reason_code == "FENCE_REFUSED", refused_reading
+        journal.drop_key("fence", claim.attempt_id)  # a refused fence stored nothing; a new key is fine
 
-    good = SubmissionProof("黑色CHA(纯棉)", "M(建议100-115)", Decimal("12.88"), Decimal("12.88"), 2,
-                           Decimal("25.76"), 1)
     permit = api.create_submission_fence(claim, good)
     assert srv.state(task.id) == "SUBMITTING"
     # The same fence_key again (e.g. the first answer was lost): a replay, NEVER a permit.
@@ -156,11 +163,14 @@ def test_http_device_api_against_the_real_server(tmp_path: Path, srv: RealServer
         api.create_submission_fence(claim, good)
     assert replay.value.submission_id == permit.submission_id
 
-    api.report_submission_result(permit, SubmissionResult("SUBMITTED", ref.asset_id))
-    api.report_submission_result(permit, SubmissionResult("SUBMITTED", ref.asset_id))  # same key: replay
+    reported = SubmissionResult("SUBMITTED", ref.asset_id, order_sn="241201-123456789012")
+    api.report_submission_result(permit, reported)
+    api.report_submission_result(permit, reported)  # same key: replay
     detail = srv.detail(task.id)
     assert detail["task"]["state"] == "WAITING_PAYMENT"
     assert detail["submission"]["state"] == "SUBMITTED"
+    assert detail["submission"]["order_sn"] == "241201-123456789012"
+    assert (detail["submission"]["gate3_unit_price"], detail["submission"]["payment_mode"]) == ("12.88", "微信支付")
 
     with pytest.raises(ServerRejected) as refused:
         api.report_recovered_result(submission_id=permit.submission_id, attempt_id=claim.attempt_id,

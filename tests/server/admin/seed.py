@@ -103,9 +103,11 @@ class Seeder:
             (asset_id, task_id, attempt_id, device_id, new_id(), kind, sha, len(data), now, now)))
         return asset_id
 
-    def fence(self, task_id: str, attempt_id: str, device_id: str, *, observation: str | None = None) -> str:
+    def fence(self, task_id: str, attempt_id: str, device_id: str, *, observation: str | None = None,
+              order_sn: str | None = None, observation_reason: str | None = None) -> str:
         """ORDERING/CLAIMED → SUBMITTING with a FENCED submission; with ``observation`` also the result
-        (SUBMITTED → WAITING_PAYMENT; anything else → RECONCILIATION_REQUIRED). Returns the submission id."""
+        (SUBMITTED → WAITING_PAYMENT; anything else → RECONCILIATION_REQUIRED) and the report's optional
+        ``order_sn`` / ``observation_reason``. Returns the submission id."""
         sid = new_id()
 
         def job(c: sqlite3.Connection) -> None:
@@ -113,17 +115,19 @@ class Seeder:
             now = to_wire(self.clock.now())
             c.execute(
                 "INSERT INTO order_submissions (id, task_id, authorization_id, attempt_id, device_id, fence_key, state,"
-                " selected_color, selected_size, gate1_unit_price, gate2_unit_price, quantity_read,"
-                " confirm_page_amount, submit_control_match_count, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'FENCED', '黑色', 'M', '12.88', '12.88', 2, '25.76', 1, ?)",
+                " selected_color, selected_size, gate1_unit_price, gate2_unit_price, gate3_unit_price, quantity_read,"
+                " confirm_page_amount, submit_control_match_count, payment_mode, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'FENCED', '黑色', 'M', '12.88', '12.88', '12.88', 2, '25.76', 1,"
+                " '微信支付', ?)",
                 (sid, task_id, auth_id, attempt_id, device_id, new_id(), now))
             c.execute("UPDATE authorizations SET state = 'FENCED' WHERE id = ?", (auth_id,))
             self._move_task(c, task_id, "SUBMITTING")
             if observation is not None:
                 ok = observation == "SUBMITTED"
-                c.execute("UPDATE order_submissions SET state = ?, observation = ?, result_key = ?, result_at = ?"
-                          " WHERE id = ?", ("SUBMITTED" if ok else "RECONCILIATION_REQUIRED", observation, new_id(),
-                                            now, sid))
+                c.execute("UPDATE order_submissions SET state = ?, observation = ?, result_key = ?, result_at = ?,"
+                          " order_sn = ?, observation_reason = ? WHERE id = ?",
+                          ("SUBMITTED" if ok else "RECONCILIATION_REQUIRED", observation, new_id(), now, order_sn,
+                           observation_reason, sid))
                 c.execute("UPDATE authorizations SET state = 'CONSUMED', closed_at = ?, close_reason = 'RESULT'"
                           " WHERE id = ?", (now, auth_id))
                 c.execute("UPDATE attempts SET state = 'CLOSED', close_reason = 'REPORTED', closed_at = ? WHERE id = ?",

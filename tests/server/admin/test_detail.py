@@ -126,3 +126,30 @@ async def test_live_drawer_stamp_changes_with_progress(admin_client: AdminClient
     seed.events(task.id, attempt, [("OPEN_PRODUCT", "STARTED", None, "")])
     s3 = await stamp()
     assert len({s1, s2, s3}) == 3
+
+
+async def test_detail_without_size_and_with_order_number(admin_client: AdminClient, make_task: Any,
+                                                         make_device: Any, seed: Any) -> None:
+    task = make_task(size=None, start=True)
+    device = make_device()
+    attempt = seed.claim(task.id, device.device_id, ordering=True)
+    seed.fence(task.id, attempt, device.device_id, observation="EXTERNAL_PAYMENT_HANDOFF",
+               order_sn="241201-5551234567")
+    html = await (await admin_client.client.get(f"/tasks/{task.id}")).text()
+    assert "<dt>尺码</dt><dd><span" in html and ">无</span>" in html and "None" not in html
+    for expected in ("241201-5551234567", "订单编号", "支付方式", "微信支付", "闸门三"):
+        assert expected in html, expected
+    assert 'class="alarm"' not in html  # no banner without PAYMENT_SUSPECTED
+
+
+async def test_payment_suspected_banner_in_page_and_drawer(admin_client: AdminClient, make_task: Any,
+                                                          make_device: Any, seed: Any) -> None:
+    task = make_task(start=True)
+    device = make_device()
+    attempt = seed.claim(task.id, device.device_id, ordering=True)
+    seed.fence(task.id, attempt, device.device_id, observation="UNKNOWN", observation_reason="PAYMENT_SUSPECTED")
+    for headers in ({}, DRAWER):
+        html = await (await admin_client.client.get(f"/tasks/{task.id}", headers=headers)).text()
+        assert 'class="alarm" role="alert"' in html and "疑似已付款：请立即在手机上核对" in html
+        assert "PAYMENT_SUSPECTED" in html
+        assert "/reconcile" in html  # the person still records the outcome the usual way

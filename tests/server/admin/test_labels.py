@@ -260,10 +260,10 @@ async def test_json_api_money_stays_canonical(admin_client: AdminClient, sync_co
 def test_device_api_money_stays_canonical(value: str) -> None:
     fence = {"fence_key": new_id(), "task_id": new_id(), "expected_task_version": 2, "authorization_id": new_id(),
              "claim_generation": 1, "claim_token": "a" * 64, "selected_color": "黑色", "selected_size": "M",
-             "gate1_unit_price": "12.88", "gate2_unit_price": "12.88", "quantity_read": 2,
-             "confirm_page_amount": "25.76", "submit_control_match_count": 1}
+             "gate1_unit_price": "12.88", "gate2_unit_price": "12.88", "gate3_unit_price": "12.88", "quantity_read": 2,
+             "confirm_page_amount": "25.76", "submit_control_match_count": 1, "payment_mode": "微信支付"}
     validate("submission_fence.request", fence)
-    for field in ("gate1_unit_price", "gate2_unit_price", "confirm_page_amount"):
+    for field in ("gate1_unit_price", "gate2_unit_price", "gate3_unit_price", "confirm_page_amount"):
         with pytest.raises(SchemaError):
             validate("submission_fence.request", {**fence, field: value})
 

@@ -237,3 +237,40 @@ async def test_start_purchases_form(admin_client: AdminClient, make_task: Any, s
     assert stale.status == 409 and "任务已变化" in await stale.text()
     empty = await admin_client.post_form("/tasks/start-purchases", [("start_key", new_id())])
     assert empty.status == 400 and "请至少选择" in await empty.text()
+
+
+# -- one-dimension goods (issue 15 §2): no size is NULL, never an empty string ---------------------------
+
+async def test_create_without_size_json_form_and_list(admin_client: AdminClient, sync_conn: Any) -> None:
+    resp = await admin_client.post_json("/tasks", body(sku_size=None, title="单规格 JSON"))
+    assert resp.status == 201, await resp.text()
+    resp = await admin_client.post_form("/tasks", form(sku_size="  ", title="单规格 表单"))  # blank = no size
+    assert resp.status == 303
+    rows = sync_conn.execute("SELECT title, sku_size FROM tasks ORDER BY title").fetchall()
+    assert [tuple(r) for r in rows] == [("单规格 JSON", None), ("单规格 表单", None)]
+    html = await (await admin_client.client.get("/tasks")).text()
+    assert "黑色CHA(纯棉) / <span" in html and "None" not in html
+    assert "留空 = 无尺码" in html  # the form says what an empty size means
+
+
+@pytest.mark.parametrize("value", ["", " M"])
+async def test_json_size_empty_or_untrimmed_is_refused(admin_client: AdminClient, sync_conn: Any, value: str) -> None:
+    # JSON says "no size" with null only; "" is a mistake, not a way to spell it
+    resp = await admin_client.post_json("/tasks", body(sku_size=value))
+    assert resp.status == 400
+    assert (await resp.json())["error"]["code"] == "invalid_request"
+    assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
+
+
+async def test_json_size_missing_is_refused(admin_client: AdminClient, sync_conn: Any) -> None:
+    b = body()
+    del b["sku_size"]
+    assert (await admin_client.post_json("/tasks", b)).status == 400
+    assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
+
+
+async def test_colour_is_still_required(admin_client: AdminClient, sync_conn: Any) -> None:
+    assert (await admin_client.post_json("/tasks", body(sku_color=None, sku_size=None))).status == 400
+    resp = await admin_client.post_form("/tasks", form(sku_color="", sku_size=""))
+    assert resp.status == 400 and "颜色" in await resp.text()
+    assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
+from cmbuyer.server.config import DEFAULT_PAYMENT_MODES
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services import recovery
 from cmbuyer.server.services import submission_result as result_service
@@ -109,7 +110,7 @@ async def test_sweeper_races_fence_at_exact_lease_end(server_client: Any, claime
 
     def fence_job(conn: sqlite3.Connection) -> Any:
         return fence_service.create_fence(conn, device_id=claimed.device.device_id, attempt_id=claimed.attempt_id,
-                                          body=body, now=now)
+                                          body=body, now=now, allowed_payment_modes=DEFAULT_PAYMENT_MODES)
 
     def sweep_job(conn: sqlite3.Connection) -> Any:
         return recovery.sweep(conn, now)

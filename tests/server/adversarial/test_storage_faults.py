@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.config import Settings
+from cmbuyer.server.config import DEFAULT_PAYMENT_MODES, Settings
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.web.keys import CLOCK, DB
@@ -75,7 +75,7 @@ async def test_fence_lost_with_its_batch_is_never_answered(server_client: Any, c
 
     def fence_job(conn: sqlite3.Connection) -> Any:
         return fence_service.create_fence(conn, device_id=claimed.device.device_id, attempt_id=claimed.attempt_id,
-                                          body=body, now=clock.now())
+                                          body=body, now=clock.now(), allowed_payment_modes=DEFAULT_PAYMENT_MODES)
 
     results = await asyncio.gather(db.write(fence_job), db.write(lambda c: c.execute("INSERT INTO boom VALUES (1)")),
                                    return_exceptions=True)

@@ -104,7 +104,10 @@ def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
     assert old_db.execute("PRAGMA foreign_key_check").fetchall() == []
     assert old_db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert old_db.execute("PRAGMA foreign_keys").fetchone()[0] == 1  # the runner turned them back on
-    migrate.check_current(old_db)
+    code = migrate.available()
+    with monkeypatch.context() as m:  # current as of 0005 (later migrations have their own tests)
+        m.setattr(migrate, "available", lambda: [mig for mig in code if mig.number <= 5])
+        migrate.check_current(old_db)
     assert _indexes(old_db, "attempts") == {
         "attempts_one_open_per_device": ("device_id",), "sqlite_autoindex_attempts_1": ("id",),
         "sqlite_autoindex_attempts_2": ("authorization_id",), "sqlite_autoindex_attempts_3": ("task_id", "id")}

@@ -129,3 +129,19 @@ def test_fast_path_accepts_real_requests() -> None:
         assert not schemas._fast(name)(bad)  # type: ignore[misc]
         with pytest.raises(SchemaError):
             validate(name, bad)
+
+
+def test_fast_path_takes_nullable_fields() -> None:
+    # the fence body (issue 15): selected_size is a sku_text or null; both forms stay on the fast path
+    fence = {"fence_key": str(uuid.uuid4()), "task_id": str(uuid.uuid4()), "expected_task_version": 3,
+             "authorization_id": str(uuid.uuid4()), "claim_generation": 1, "claim_token": "ab" * 32,
+             "selected_color": "黑色", "selected_size": None, "gate1_unit_price": "12.88",
+             "gate2_unit_price": "12.88", "gate3_unit_price": "12.88", "quantity_read": 2,
+             "confirm_page_amount": "25.76", "submit_control_match_count": 1, "payment_mode": "微信支付"}
+    fast = schemas._fast("submission_fence.request")
+    assert fast is not None
+    assert fast(fence) and fast({**fence, "selected_size": "M"})
+    for bad in ("", "x" * 65, Str("M"), 0, False):
+        assert not fast({**fence, "selected_size": bad}), bad
+    with pytest.raises(SchemaError):
+        validate("submission_fence.request", {**fence, "selected_size": ""})

@@ -77,6 +77,18 @@ def test_task_add_start_show(ddir: Path) -> None:
     assert again.returncode == 1 and "version_conflict" in again.stderr
 
 
+def test_task_add_without_size(ddir: Path) -> None:
+    # one-dimension goods: --size left out → no size (null), the colour alone names the option
+    created = cli_json(ddir, "task", "add", "--title", "口红", "--url", URL, "--color", "#01 正红色",
+                       "--quantity", "1", "--max-total-price", "30.00")
+    cli_json(ddir, "task", "start", created["task_id"])
+    shown = cli_json(ddir, "task", "show", created["task_id"])
+    assert shown["task"]["sku_size"] is None and shown["authorization"]["sku_size"] is None
+    empty = cli(ddir, "task", "add", "--title", "t", "--url", URL, "--color", "a", "--size", "", "--quantity", "1",
+                "--max-total-price", "1.00")
+    assert empty.returncode == 1 and "规格为空" in empty.stderr  # an empty --size is a mistake, not "none"
+
+
 @pytest.mark.parametrize(("args", "code"), [
     (("task", "add", "--title", "t", "--url", "https://evil.example/goods.html?goods_id=1", "--color", "a",
       "--size", "b", "--quantity", "1", "--max-total-price", "1.00"), 1),

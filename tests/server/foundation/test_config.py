@@ -22,6 +22,18 @@ def test_defaults_and_secret_masking(tmp_path: Path) -> None:
     assert s.require_secrets()[0].reveal() == bytes.fromhex("ab" * 32)
 
 
+def test_app_version_and_payment_mode_defaults(tmp_path: Path) -> None:
+    s = load_settings(tmp_path, environ=GOOD)
+    assert s.allowed_app_versions == ("8.17.0", "8.22.0")  # both simulator layouts (issue 15)
+    assert s.allowed_payment_modes == ("微信支付", "支付宝")
+
+
+def test_payment_modes_are_trimmed_and_nfkc(tmp_path: Path) -> None:
+    # a full-width comma separates too (NFKC first); blanks between commas are dropped
+    s = load_settings(tmp_path, environ={**GOOD, "CMBUYER_ALLOWED_PAYMENT_MODES": " 支付宝 ，, 微信支付"})
+    assert s.allowed_payment_modes == ("支付宝", "微信支付")
+
+
 def test_env_file_is_read_and_environment_overrides_it(tmp_path: Path) -> None:
     (tmp_path / "cmbuyer.env").write_text("# comment\nCMBUYER_PORT=9000\nCMBUYER_CLAIM_LEASE_TTL=30\n")
     s = load_settings(tmp_path, environ={**GOOD, "CMBUYER_PORT": "9001"})
@@ -40,6 +52,10 @@ def test_env_file_is_read_and_environment_overrides_it(tmp_path: Path) -> None:
     ({"CMBUYER_PORT": "70000"}, "CMBUYER_PORT"),
     ({"CMBUYER_MAX_TOTAL_PRICE": "12.8"}, "CMBUYER_MAX_TOTAL_PRICE"),
     ({"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,<x>"}, "CMBUYER_ALLOWED_APP_VERSIONS"),
+    ({"CMBUYER_ALLOWED_PAYMENT_MODES": " , "}, "CMBUYER_ALLOWED_PAYMENT_MODES"),
+    ({"CMBUYER_ALLOWED_PAYMENT_MODES": "微信支付," + "支" * 33}, "CMBUYER_ALLOWED_PAYMENT_MODES"),
+    ({"CMBUYER_ALLOWED_PAYMENT_MODES": "微信支付,支付\x07宝"},
+     "CMBUYER_ALLOWED_PAYMENT_MODES"),
     ({"CMBUYER_EVIDENCE_MAX_BYTES": str(20 * 1024 * 1024)}, "CMBUYER_EVIDENCE_MAX_BYTES"),
 ])
 def test_bad_values_name_the_variable(tmp_path: Path, env: dict[str, str], variable: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.server.clock import SystemClock
+from cmbuyer.server.config import DEFAULT_PAYMENT_MODES
 from cmbuyer.server.db import StorageError, connect_sync, run_in_transaction
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services.fence import create_fence
@@ -25,7 +26,8 @@ def fence_many(db_path: str, device_id: str, attempt_id: str, body: dict[str, An
             b = dict(body, fence_key=str(uuid.uuid4())) if fresh_keys else body
             try:
                 answer = run_in_transaction(conn, lambda c, b=b: create_fence(  # type: ignore[misc]
-                    c, device_id=device_id, attempt_id=attempt_id, body=b, now=SystemClock().now()))
+                    c, device_id=device_id, attempt_id=attempt_id, body=b, now=SystemClock().now(),
+                    allowed_payment_modes=DEFAULT_PAYMENT_MODES))
                 out.append((answer.permit, answer.body))
             except DomainError as exc:
                 out.append((False, exc.code))
