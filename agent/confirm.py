@@ -102,11 +102,7 @@ class _Look:
 
 
 def _look(phone: PhoneAdapter, pack: Pack, conf: AfterSubmit) -> _Look:
-    dump = phone.dump_any()
-    try:
-        focus = phone.focused_package()
-    except AgentError:
-        focus = None
+    dump, focus = phone.look_after_tap()
     where = _where(dump, focus, pack, conf)
     cards = tuple(read_order_cards(dump, conf)) if where == "order_list" else ()
     return _Look(where, dump, cards)

@@ -83,12 +83,7 @@ def _shot(phone: PhoneAdapter) -> bytes | None:
 
 def _look(phone: PhoneAdapter, pack: Pack) -> Observed:
     """One look: a fresh dump (app nodes not required) and the focused package."""
-    dump = phone.dump_any()
-    try:
-        focus = phone.focused_package()
-    except AgentError:
-        focus = None
-    return classify(dump, pack, focus)
+    return classify(*phone.look_after_tap(), pack)
 
 
 def _observe(phone: PhoneAdapter, pack: Pack, seconds: float) -> SubmitOutcome:

@@ -336,6 +336,15 @@ class PhoneAdapter:
         out = self.shell(["dumpsys", "window", "windows"], "dumpsys window")
         return parse_focused_package(out)
 
+    def look_after_tap(self) -> tuple[Dump, str | None]:
+        """A fresh :meth:`dump_any` and the focused package (None when unreadable: an unreadable
+        focus never counts as "the app is in front")."""
+        dump = self.dump_any()
+        try:
+            return dump, self.focused_package()
+        except AgentError:
+            return dump, None
+
     def app_screenshot_png(self) -> bytes | None:
         """PNG bytes of the screen, taken only while the app itself is focused (spec 002 refuses
         screenshots of external payment pages): the focus is read before and after the capture;

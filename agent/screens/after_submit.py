@@ -42,6 +42,7 @@ CASHIER_PACKAGES: dict[str, str] = {
 PAID_WORDS: tuple[str, ...] = ("支付成功", "已支付", "待发货", "拼单成功")
 PENDING_WORDS: tuple[str, ...] = ("待支付", "待付款")
 # The wire pattern of common.json#/$defs/order_sn; a pack regex that yields anything else is a miss.
+_SYSTEM_PACKAGES = frozenset({"", "com.android.systemui", "android"})
 ORDER_SN_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{5,39}", re.ASCII)
 # The only deep links the confirmation may open: a Pinduoduo page with plain query values.
 DEEP_LINK_RE = re.compile(r"pinduoduo://com\.xunmeng\.pinduoduo/[a-z_]{1,40}\.html\?[a-z_]{1,20}=[0-9a-z_]{1,20}",
@@ -83,10 +84,8 @@ def foreign_package(dump: Dump, focus: str | None, app_package: str) -> str | No
     return None
 
 
-_SYSTEM_PACKAGES = frozenset({"", "com.android.systemui", "android"})
 
-
-def classify(dump: Dump, pack: Any, focus: str | None) -> Observed:
+def classify(dump: Dump, focus: str | None, pack: Any) -> Observed:
     """Classify one post-tap dump (rules in the module docstring). ``focus`` is the focused
     window's package from the adapter (None when unreadable); ``pack`` a loaded Pack."""
     foreign = foreign_package(dump, focus, dump.app_package)

@@ -45,7 +45,7 @@ def _dump(name: str):
 ])
 def test_classify_after_the_tap(name: str, focus: str | None, observation: str | None, reason: str | None,
                                 package: str | None) -> None:
-    seen = A.classify(_dump(name), _pack(), focus)
+    seen = A.classify(_dump(name), focus, _pack())
     assert (seen.observation, seen.reason, seen.package) == (observation, reason, package)
     # a screenshot is allowed only when the app itself is in front
     assert seen.app_in_front is (package is None)
@@ -53,14 +53,14 @@ def test_classify_after_the_tap(name: str, focus: str | None, observation: str |
 
 def test_a_paid_word_beside_a_pending_one_is_still_payment_suspected() -> None:
     xml = (FX / "sim/order_created.xml").read_text("utf-8").replace("订单详情", "拼单成功")
-    seen = A.classify(parse_dump(xml), _pack(), None)
+    seen = A.classify(parse_dump(xml), None, _pack())
     assert "待付款" in xml and (seen.observation, seen.reason) == ("UNKNOWN", "PAYMENT_SUSPECTED")
 
 
 def test_only_pending_words_make_submitted() -> None:
     """下单成功 alone (no 待支付/待付款) is not evidence of a pending-payment order."""
     xml = (FX / "sim/order_created.xml").read_text("utf-8").replace("待付款", "下单成功")
-    assert A.classify(parse_dump(xml), _pack(), None).observation is None
+    assert A.classify(parse_dump(xml), None, _pack()).observation is None
 
 
 def test_foreign_dump_is_refused_before_the_tap_and_readable_after_it() -> None:
