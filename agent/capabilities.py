@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TypeVar
 
+from cmbuyer.agent import gates
 from cmbuyer.agent.errors import FlowStop, ScreenError
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
-from cmbuyer.agent.screens.pack import Pack, PanelReader, Selector
-from cmbuyer.agent.screens.text import normalize
+from cmbuyer.agent.screens.pack import Layout, MoneyReader, Pack, PanelReader, Selector
 
 T = TypeVar("T")
 
@@ -32,25 +32,23 @@ POLL_SECONDS = 0.05  # pause between polls while waiting for a screen or a tap's
 TAP_EFFECT_SECONDS = 2.0  # how long a tap may take to show (tile selected, quantity moved)
 
 
-@dataclass(frozen=True)
-class SkuReadback:
-    """Gate-1 readings: ``selected`` maps role (color/size) → tile text (NFKC)."""
-
-    selected: dict[str, str]
-    raw: dict[str, str]
-    unit_price: Decimal
+MAX_SWIPES = 12  # per direction while looking for a tile in one option list
 
 
 @dataclass(frozen=True)
 class ConfirmReading:
-    amount: Decimal
-    unit_price: Decimal | None
-    quantity: int | None
-    submit_controls: int
-    selected: dict[str, str]
+    """Everything read on the screen that holds the submit control (a stable, comparable value):
+    the gate-3 reading (selected options by role, unit price, quantity, total, submit controls), the
+    headers as shown (``header → selected name or None``) and the payment witnesses."""
+
+    gate3: gates.Gate3Reading
+    shown: dict[str, str | None]
+    payment: readers.PaymentReading
 
 
-def _stop_for_screen(screen: str) -> None:
+def _stop_for_screen(screen: str, dump: Dump) -> None:
+    if safety.update_prompt(dump):
+        raise FlowStop("app update prompt on screen", "APP_UPDATE_PROMPT")
     if screen == "security_challenge":
         raise FlowStop("risk wall or security check on screen", "RISK_WALL")
     if screen in ("payment", "leave_order_dialog"):
@@ -59,8 +57,14 @@ def _stop_for_screen(screen: str) -> None:
 
 def wait_for_screen(phone: PhoneAdapter, pack: Pack, wanted: str,
                     timeout: float = SCREEN_WAIT_SECONDS) -> Dump:
-    """Dump until ``wanted`` is recognized in two consecutive dumps; allow-listed popups are
-    dismissed on the way; risk walls/other screens stop the flow."""
+    """Dump until ``wanted`` is recognized in two consecutive dumps (see :func:`wait_for_any`)."""
+    return wait_for_any(phone, pack, (wanted,), timeout)[1]
+
+
+def wait_for_any(phone: PhoneAdapter, pack: Pack, wanted: tuple[str, ...],
+                 timeout: float = SCREEN_WAIT_SECONDS) -> tuple[str, Dump]:
+    """Dump until one of ``wanted`` is recognized in two consecutive dumps; allow-listed popups are
+    dismissed on the way; risk walls, update prompts and other known screens stop the flow."""
     deadline = time.monotonic() + timeout
     last = "unknown"
     polls = 0
@@ -69,9 +73,9 @@ def wait_for_screen(phone: PhoneAdapter, pack: Pack, wanted: str,
         screen, dump = phone.read_stable(lambda d: readers.recognize(d, pack), new_dump=polls > 0)
         polls += 1
         last = screen
-        if screen == wanted:
-            return dump
-        _stop_for_screen(screen)
+        if screen in wanted and not safety.update_prompt(dump):
+            return screen, dump
+        _stop_for_screen(screen, dump)
         if dismiss_popups(phone, pack, dump):
             continue
         if time.monotonic() >= deadline:
@@ -129,12 +133,19 @@ def _one(nodes: list[Node], what: str, reason: str) -> Node:
     return nodes[0]
 
 
-def open_sku_panel(phone: PhoneAdapter, pack: Pack) -> Dump:
-    """Tap the pack's buy entry (exactly one, from a stable read of the product page that includes
-    the button), then wait for the SKU panel."""
-    dump, buy = _stable_control(phone, pack.controls["product_buy"], "buy button", "SCREEN_UNRECOGNIZED")
+def open_buy_sheet(phone: PhoneAdapter, pack: Pack, buy_path: str = "single") -> Layout:
+    """Tap the pack's buy button for ``buy_path`` (exactly one, from a stable read of the product page
+    that includes it) and recognize the layout by the screen that opens: the SKU sheet
+    (``sku_panel``) or the order sheet (``confirm_order``). A path the pack does not declare stops."""
+    selector = pack.buy_paths.get(buy_path)
+    if selector is None:
+        raise FlowStop(f"pack has no {buy_path} buy path", "SCREEN_UNRECOGNIZED")
+    dump, buy = _stable_control(phone, selector, "buy button", "SCREEN_UNRECOGNIZED")
     phone.tap_node(dump, buy)
-    return wait_for_screen(phone, pack, "sku_panel")
+    screen, _ = wait_for_any(phone, pack, tuple(layout.options_screen for layout in pack.layouts))
+    layout = pack.layout_on(screen)
+    assert layout is not None  # wait_for_any only returns a layout's options screen
+    return layout
 
 
 def _reader(pack: Pack, screen: str) -> PanelReader:
@@ -144,104 +155,119 @@ def _reader(pack: Pack, screen: str) -> PanelReader:
     return reader
 
 
-def role_dimensions(pack: Pack, groups: dict[str, list[readers.OptionTile]]) -> dict[str, str]:
-    """Map role (color/size) → the one dimension header on screen carrying it."""
-    out: dict[str, str] = {}
-    for role, names in pack.dimension_roles.items():
-        present = [dim for dim in groups if dim in names]
-        if len(present) != 1:
-            raise FlowStop(f"{role}: {len(present)} matching option groups", "SKU_VALUE_MISSING")
-        out[role] = present[0]
-    if len(groups) != len(out):
-        raise FlowStop("the panel has option groups the task does not specify", "SKU_AMBIGUOUS")
-    return out
+def _groups(dump: Dump, reader: PanelReader) -> dict[str, readers.OptionGroup]:
+    try:
+        return readers.read_groups(dump, reader)
+    except ScreenError as exc:
+        raise FlowStop(exc.summary, exc.reason_code) from exc
 
 
-def _tile_for(groups: dict[str, list[readers.OptionTile]], dim: str, wanted: str) -> readers.OptionTile:
-    """Exactly one tile equal to the NFKC-normalized requested value (design §7.5 gate 1)."""
-    target = normalize(wanted)
-    matches = [t for t in groups[dim] if t.text == target]
-    if not matches:
-        raise FlowStop(f"{dim}: requested value not offered", "SKU_VALUE_MISSING")
-    if len(matches) > 1:
-        raise FlowStop(f"{dim}: requested value offered twice", "SKU_AMBIGUOUS")
-    if not matches[0].enabled:
-        raise FlowStop(f"{dim}: requested value not available", "OUT_OF_STOCK")
-    return matches[0]
+def dimensions(pack: Pack, groups: dict[str, readers.OptionGroup], wanted: dict[str, str]) -> dict[str, str]:
+    """``{role: header}`` for the sheet's dimensions (gates.map_dimensions with the pack's roles)."""
+    headers = list(groups)
+    return gates.map_dimensions(headers, {h: pack.role_of(h) for h in headers}, wanted)
 
 
-def select_sku_options(phone: PhoneAdapter, pack: Pack, wanted: dict[str, str]) -> dict[str, str]:
-    """Select each role's value (tap only if not already selected), then read back: every role's
-    dimension must have exactly one selected tile equal to the request. Returns role → tile text."""
-    reader = _reader(pack, "sku_panel")
-    tapped = False
-    for role in ("color", "size"):
-        groups, dump = phone.read_stable(lambda d: _groups(d, reader))
-        dims = role_dimensions(pack, groups)
-        tile = _tile_for(groups, dims[role], wanted[role])
+def _tile_view(group: readers.OptionGroup | None) -> tuple[object, ...]:
+    return () if group is None else tuple((t.text, t.bounds) for t in group.tiles)
+
+
+def find_tile(phone: PhoneAdapter, reader: PanelReader, header: str,
+              wanted: str) -> tuple[readers.OptionTile, Dump, int]:
+    """The one tile named ``wanted`` in ``header``'s group, scrolling inside the group's own list when
+    it is not on screen: first toward the end, then back toward the start, each until the visible
+    tiles stop changing. Returns (tile, the stable dump it was read from, swipes made). Not found
+    after both ends → SKU_VALUE_MISSING; two → SKU_AMBIGUOUS; sold out or disabled → OUT_OF_STOCK."""
+    swipes = 0
+    for forward in (True, False):
+        for _ in range(MAX_SWIPES + 1):
+            groups, dump = phone.read_stable(lambda d: _groups(d, reader), new_dump=swipes > 0)
+            group = groups.get(header)
+            if group is None:
+                raise FlowStop(f"{header}: option group gone", "SCREEN_UNRECOGNIZED")
+            matches = [t for t in group.tiles if t.text == wanted]
+            if len(matches) > 1:
+                raise FlowStop(f"{header}: requested value offered twice", "SKU_AMBIGUOUS")
+            if matches:
+                if not matches[0].available:
+                    raise FlowStop(f"{header}: requested value sold out", "OUT_OF_STOCK")
+                return matches[0], dump, swipes
+            if group.scroll_list is None:
+                raise FlowStop(f"{header}: requested value not offered", "SKU_VALUE_MISSING")
+            before = _tile_view(group)
+            phone.swipe_in_list(dump, group.scroll_list, forward)
+            swipes += 1
+            after, _ = phone.read_stable(lambda d: _tile_view(_groups(d, reader).get(header)), new_dump=True)
+            if after == before:
+                break  # this end of the list is reached
+    raise FlowStop(f"{header}: requested value not found after scrolling both ends", "SKU_VALUE_MISSING")
+
+
+def _selected_by_role(dump: Dump, reader: PanelReader, dims: dict[str, str]) -> dict[str, str | None]:
+    shown = readers.selected_readings(dump, reader, readers.read_options(dump, reader))
+    return {role: shown.get(header) for role, header in dims.items()}
+
+
+def select_sku_options(phone: PhoneAdapter, pack: Pack, screen: str,
+                       wanted: dict[str, str]) -> tuple[dict[str, str | None], int]:
+    """On ``screen`` (the layout's options screen): map the sheet's dimensions to the task's roles
+    (SKU_DIMENSION_UNNAMED otherwise), find each wanted tile (scrolling its list if needed) and tap it
+    unless already selected, then read the selection back — tiles and, where the pack declares it,
+    the ``已选:`` label. Returns ({role: name read or None}, swipes made); gate 1 judges it."""
+    reader = _reader(pack, screen)
+    groups, _ = phone.read_stable(lambda d: _groups(d, reader))
+    dims = dimensions(pack, groups, wanted)
+    tapped, swipes = False, 0
+    for role, header in dims.items():
+        tile, dump, n = find_tile(phone, reader, header, wanted[role])
+        swipes += n
         if not tile.selected:
             phone.tap_node(dump, tile.node)
             tapped = True
 
-    def all_selected(groups: dict[str, list[readers.OptionTile]]) -> bool:
-        try:
-            dims = role_dimensions(pack, groups)
-        except FlowStop:
-            return True  # nothing to wait for: the check below stops
-        return all(any(t.selected and t.text == normalize(wanted[role]) for t in groups[dim])
-                   for role, dim in dims.items())
-    groups, _ = _read_until(phone, lambda d: _groups(d, reader), all_selected,
-                            TAP_EFFECT_SECONDS if tapped else 0.0)
-    dims = role_dimensions(pack, groups)
-    out: dict[str, str] = {}
-    for role, dim in dims.items():
-        chosen = [t for t in groups[dim] if t.selected]
-        if len(chosen) != 1 or chosen[0].text != normalize(wanted[role]):
-            raise FlowStop(f"{dim}: selection did not read back", "SKU_NOT_SELECTED")
-        out[role] = chosen[0].text
-    return out
+    def read(d: Dump) -> dict[str, str | None]:
+        groups_now = _groups(d, reader)
+        if set(groups_now) != set(groups):
+            raise FlowStop("the option dimensions changed", "SKU_DIMENSION_UNNAMED")
+        return _selected_by_role(d, reader, dims)
+
+    selected, _ = _read_until(phone, read, lambda sel: all(sel.get(r) == wanted[r] for r in dims),
+                              TAP_EFFECT_SECONDS if tapped or swipes else 0.0)
+    return selected, swipes
 
 
-def _groups(dump: Dump, reader: PanelReader) -> dict[str, list[readers.OptionTile]]:
-    try:
-        return readers.read_options(dump, reader)
-    except ScreenError as exc:
-        raise FlowStop(exc.summary, exc.reason_code) from exc
-
-
-def read_sku_unit_price(phone: PhoneAdapter, pack: Pack) -> Decimal:
-    """The unit price on the SKU panel (pack reader; ambiguous → stop)."""
-    reader = _reader(pack, "sku_panel")
+def read_unit_price(phone: PhoneAdapter, pack: Pack, screen: str) -> Decimal | None:
+    """The unit price on ``screen`` (pack reader), None when unreadable; several → UNIT_PRICE_AMBIGUOUS."""
+    reader = _reader(pack, screen)
     try:
         price, _ = phone.read_stable(lambda d: readers.read_money(d, reader.unit_price))
     except ScreenError as exc:
         raise FlowStop(exc.summary, exc.reason_code) from exc
-    if price is None:
-        raise FlowStop("unit price not readable", "UNIT_PRICE_UNREADABLE")
     return price
 
 
 def _quantity(dump: Dump, reader: PanelReader) -> int | None:
     try:
         return readers.read_quantity(dump, reader)
-    except ScreenError as exc:
-        raise FlowStop(exc.summary, "QUANTITY_MISMATCH") from exc
+    except ScreenError:
+        return None  # several fields or not a plain number: unreadable, never a guess
 
 
-def read_quantity(phone: PhoneAdapter, reader: PanelReader) -> int:
+def read_quantity(phone: PhoneAdapter, reader: PanelReader) -> int | None:
     qty, _ = phone.read_stable(lambda d: _quantity(d, reader))
-    if qty is None:
-        raise FlowStop("quantity not readable", "QUANTITY_MISMATCH")
     return qty
 
 
-def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, wanted: int) -> int:
-    """Step the quantity with +/− one tap at a time, reading back after each tap; a tap that does
-    not move the number means the app capped it (stock) → QUANTITY_CAPPED_BY_STOCK."""
-    reader = _reader(pack, "sku_panel")
+def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, screen: str, wanted: int) -> int | None:
+    """Step the quantity on ``screen`` with +/− one tap at a time, reading back after each tap; a tap
+    that does not move the number means the app capped it (stock) → QUANTITY_CAPPED_BY_STOCK;
+    an unreadable quantity → QUANTITY_UNREADABLE. Returns the quantity read last (gate 2 judges)."""
+    reader = _reader(pack, screen)
     current = read_quantity(phone, reader)
     guard = 0
     while current != wanted:
+        if current is None:
+            raise FlowStop("quantity not readable", "QUANTITY_UNREADABLE")
         guard += 1
         if guard > 1000:
             raise FlowStop("quantity never converged", "QUANTITY_MISMATCH")
@@ -254,7 +280,7 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, wanted: int) -> i
         before = current
         after, _ = _read_until(phone, lambda d: _quantity(d, reader), lambda q, b=before: q != b)
         if after is None:
-            raise FlowStop("quantity not readable", "QUANTITY_MISMATCH")
+            raise FlowStop("quantity not readable", "QUANTITY_UNREADABLE")
         if after == current:
             raise FlowStop("quantity stopped moving", "QUANTITY_CAPPED_BY_STOCK"
                            if control == "quantity_increase" else "QUANTITY_MISMATCH")
@@ -264,37 +290,55 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, wanted: int) -> i
     return current
 
 
-def go_to_order_confirm(phone: PhoneAdapter, pack: Pack) -> Dump:
-    dump, button = _stable_control(phone, pack.controls["sku_confirm"], "sku confirm button",
-                                   "SCREEN_UNRECOGNIZED")
+def go_to_order_confirm(phone: PhoneAdapter, pack: Pack, layout: Layout) -> Dump:
+    """Leave the SKU sheet with the layout's confirm control, then wait for the confirm page."""
+    if layout.to_confirm is None:
+        raise FlowStop("layout has no way from the SKU sheet to the confirm page", "SCREEN_UNRECOGNIZED")
+    dump, button = _stable_control(phone, layout.to_confirm, "sku confirm button", "SCREEN_UNRECOGNIZED")
     phone.tap_node(dump, button)
     return wait_for_screen(phone, pack, "confirm_order")
 
 
-def _confirm(dump: Dump, pack: Pack) -> ConfirmReading:
+def _safe_money(dump: Dump, reader: MoneyReader | None) -> Decimal | None:
+    try:
+        return readers.read_money(dump, reader)
+    except ScreenError:
+        return None  # two candidates: unreadable, never a guess (gate 3 stops)
+
+
+def confirm_reading(dump: Dump, pack: Pack, wanted: dict[str, str]) -> ConfirmReading:
+    """Read the screen that holds the submit control (pure; see :class:`ConfirmReading`). Every value
+    that cannot be read is None; the only stops here are "not that screen" and a dimension set that
+    does not match the task (SKU_DIMENSION_UNNAMED)."""
     reader = _reader(pack, "confirm_order")
     if readers.recognize(dump, pack) != "confirm_order":
-        raise FlowStop("not on the confirm page", "SCREEN_UNRECOGNIZED")
+        raise FlowStop("not on the screen that holds the submit control", "SCREEN_UNRECOGNIZED")
     generic = set(safety.submit_amounts(dump))
-    amount = readers.read_money(dump, reader.amount)
-    if amount is None or generic != {amount}:
-        raise FlowStop("confirm amount unreadable or inconsistent", "CONFIRM_AMOUNT_UNREADABLE")
+    amount = _safe_money(dump, reader.amount)
+    total = amount if amount is not None and generic == {amount} else None
     pack_controls = {(n.clickable_self_or_ancestor() or n).order for n in pack.controls["submit"].find(dump)}
     generic_controls = {n.order for n in safety.submit_controls(dump)}
-    count = len(pack_controls | generic_controls)
-    groups = readers.read_options(dump, reader)
-    return ConfirmReading(amount=amount, unit_price=readers.read_money(dump, reader.unit_price),
-                          quantity=readers.read_quantity(dump, reader), submit_controls=count,
-                          selected=readers.selected_values(groups))
+    groups = _groups(dump, reader)
+    shown = readers.selected_readings(dump, reader, {h: list(g.tiles) for h, g in groups.items()})
+    dims = dimensions(pack, groups, wanted)
+    selected = {role: shown.get(header) for role, header in dims.items()}
+    reading = gates.Gate3Reading(selected=selected, unit_price=_safe_money(dump, reader.unit_price),
+                                 quantity=_quantity(dump, reader), total=total,
+                                 submit_controls=len(pack_controls | generic_controls))
+    return ConfirmReading(reading, shown, readers.read_payment(dump, pack))
 
 
-def read_confirm_page(phone: PhoneAdapter, pack: Pack) -> ConfirmReading:
-    """Stable confirm-page readings (amount from the submit text, unit price, quantity, controls)."""
-    try:
-        reading, _ = phone.read_stable(lambda d: _confirm(d, pack))
-    except ScreenError as exc:
-        raise FlowStop(exc.summary, exc.reason_code) from exc
+def read_confirm_page(phone: PhoneAdapter, pack: Pack, wanted: dict[str, str]) -> ConfirmReading:
+    """Stable reading of the screen that holds the submit control (two equal dumps)."""
+    reading, _ = phone.read_stable(lambda d: confirm_reading(d, pack, wanted))
     return reading
+
+
+def check_payment_mode(phone: PhoneAdapter, pack: Pack) -> str:
+    """The payment-mode gate on a stable read of the current screen: the mode name, or
+    PAYMENT_MODE_UNSAFE (see readers.read_payment for every check)."""
+    payment, _ = phone.read_stable(lambda d: readers.read_payment(d, pack))
+    return gates.payment_gate(payment.problems, payment.mode)
 
 
 def back_out(phone: PhoneAdapter, pack: Pack, max_steps: int = 4) -> None:

@@ -1,10 +1,13 @@
 """The purchase flow orchestrator (design §7.1, spec 002 §三 SinglePassPurchaseFlow).
 
-claim → open product → SKU panel → select → gate 1 (+screenshot) → quantity → gate 2 (+screenshot)
-→ confirm page → gate 3 (+screenshot) → lease check → submission-fence → journal PERMIT_RECEIVED →
-submit_order_once → journal observation (+ foreign package, never its screenshot) → optional
-read-only confirmation (agent/confirm.py: order number + ORDER_CONFIRMATION screenshot) → result
-(observation_reason, order_sn) → RESULT_REPORTED.
+claim → open product → buy button (the pack's buy path) → the layout is recognized from the sheet that
+opens (SKU sheet or order sheet) → select options (scrolling inside their lists) → gate 1 (+screenshot)
+→ quantity → gate 2 (+screenshot) → [SKU sheet: confirm control → confirm page] → read the screen
+holding the submit control → payment-mode gate → gate 3 (+screenshot) → lease check →
+submission-fence with the values read → journal PERMIT_RECEIVED → submit_order_once → journal
+observation (+ foreign package, never its screenshot) → optional read-only confirmation
+(agent/confirm.py: order number + ORDER_CONFIRMATION screenshot) → result (observation_reason,
+order_sn) → RESULT_REPORTED.
 
 Before the fence any failure backs out with system BACK, uploads a FAILURE screenshot and calls
 ``fail`` with its reason code. After the permit nothing retries a tap; every doubt is ``UNKNOWN``.
@@ -19,6 +22,7 @@ drained — every event and all three gate screenshots acknowledged by the serve
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +30,7 @@ from decimal import Decimal
 
 from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent import confirm, gates
-from cmbuyer.agent.errors import AgentError, ShutdownRequested
+from cmbuyer.agent.errors import AgentError, FlowStop, ShutdownRequested
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import (
@@ -45,15 +49,12 @@ from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
 from cmbuyer.agent.recovery import send_fail
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.pack import Layout, Pack
 from cmbuyer.agent.submit import submit_order_once
 
 log = logging.getLogger(__name__)
 FENCE_LEASE_MARGIN = 5.0  # seconds of lease we want left when asking for the fence
-# TRANSITIONAL (issue 15 §6): the fence body must carry the payment mode read beside the submit control,
-# but this flow does not read the payment row yet. Until the payment-mode gate replaces it with the
-# reading, the server's payment-mode check sees this fixed allowed name and cannot refuse on it.
-_PAYMENT_MODE_NOT_READ_YET = "微信支付"
+BUY_PATH_ENV = "CMBUYER_AGENT_BUY_PATH"  # single (default) | group — docs/agent.md "Buy path"
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,9 @@ class PurchaseFlow:
     def __init__(self, *, phone: PhoneAdapter, pack: Pack, sink: ResultSink, journal: Journal,
                  stop: threading.Event | None = None, lease: LeaseKeeper | None = None,
                  progress: Callable[[str], None] | None = None,
-                 fence_margin: float = FENCE_LEASE_MARGIN) -> None:
+                 fence_margin: float = FENCE_LEASE_MARGIN, buy_path: str | None = None) -> None:
         self.phone = phone
+        self.buy_path = buy_path or os.environ.get(BUY_PATH_ENV, "single")
         self.pack = pack
         self.sink = sink
         self.journal = journal
@@ -130,47 +132,62 @@ class PurchaseFlow:
                 outbox.close(drop=not normal)
 
     def _run(self, purchase: ClaimedPurchase) -> FlowResult:
+        """Everything before the fence, on every layout the pack declares (design §7.6): the buy
+        button opens the SKU sheet or the order sheet and the layout follows from what is recognized.
+        Options and quantity are set where the layout puts them; gate 3 and the payment-mode gate run
+        on the screen that holds the submit control; the fence carries what was read there."""
         claim, task = purchase.claim, purchase.task
-        wanted = {"color": task.sku_color, "size": task.sku_size}
+        wanted = gates.named_roles(task.sku_color, task.sku_size)
         try:
             self._step(claim, "OPEN_PRODUCT", lambda: cap.open_product(self.phone, self.pack, task.goods_id))
-            self._step(claim, "OPEN_SKU_PANEL", lambda: cap.open_sku_panel(self.phone, self.pack))
-            selected = self._step(claim, "SELECT_SKU", lambda: cap.select_sku_options(self.phone, self.pack, wanted))
-            price1 = self._step(claim, "READ_UNIT_PRICE", lambda: cap.read_sku_unit_price(self.phone, self.pack))
-            self._step(claim, "GATE_1", lambda: gates.gate1(selected, wanted, price1))  # type: ignore[arg-type]
+            layout: Layout = self._step(  # type: ignore[assignment]
+                claim, "OPEN_SKU_PANEL", lambda: cap.open_buy_sheet(self.phone, self.pack, self.buy_path))
+            early_mode = None
+            if layout.options_screen == "confirm_order":
+                # The order sheet shows the payment row from the start: refuse an unsafe mode before any
+                # option or quantity tap.
+                early_mode = self._step(claim, "CHECK_PAYMENT_MODE",
+                                        lambda: cap.check_payment_mode(self.phone, self.pack))
+            selected, swipes = self._step(  # type: ignore[misc]
+                claim, "SELECT_SKU",
+                lambda: cap.select_sku_options(self.phone, self.pack, layout.options_screen, wanted))
+            if swipes:
+                self._event(claim, "SCROLL_OPTIONS", "OK", None, f"{swipes} swipes inside option lists")
+            price1 = self._step(claim, "READ_UNIT_PRICE",
+                                lambda: cap.read_unit_price(self.phone, self.pack, layout.options_screen))
+            price1 = self._step(claim, "GATE_1", lambda: gates.gate1(selected, wanted, price1))  # type: ignore
             self._gate_evidence("SKU_PANEL_GATE_1")
-            qty = self._step(claim, "SET_QUANTITY",
-                             lambda: cap.set_quantity_and_readback(self.phone, self.pack, task.quantity))
-
-            def gate_2() -> None:
-                price_now = cap.read_sku_unit_price(self.phone, self.pack)
-                gates.gate2(qty, task.quantity, price1, price_now)  # type: ignore[arg-type]
-            self._step(claim, "GATE_2", gate_2)
+            if layout.quantity_screen != layout.options_screen:
+                self._step(claim, "GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(self.phone, self.pack, layout))
+            qty = self._step(claim, "SET_QUANTITY", lambda: cap.set_quantity_and_readback(
+                self.phone, self.pack, layout.quantity_screen, task.quantity))
+            price2 = self._step(claim, "GATE_2", lambda: gates.gate2(
+                qty, task.quantity, price1,  # type: ignore[arg-type]
+                cap.read_unit_price(self.phone, self.pack, layout.quantity_screen)))
             self._gate_evidence("QUANTITY_GATE_2")
-            self._step(claim, "GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(self.phone, self.pack))
-            reading = self._step(claim, "READ_CONFIRM_PAGE", lambda: cap.read_confirm_page(self.phone, self.pack))
-
-            def gate_3() -> None:
-                r = reading
-                gates.gate3(unit_price=price1, quantity=qty, confirm_amount=r.amount,  # type: ignore
-                            max_total=task.max_total_price, submit_controls=r.submit_controls,  # type: ignore
-                            confirm_unit_price=r.unit_price, confirm_quantity=r.quantity,  # type: ignore
-                            confirm_selected_color=r.selected.get(_confirm_color_dim(self.pack, r)),  # type: ignore
-                            wanted_color=task.sku_color)
-            self._step(claim, "GATE_3", gate_3)
+            if layout.quantity_screen != "confirm_order":
+                self._step(claim, "GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(self.phone, self.pack, layout))
+            reading: cap.ConfirmReading = self._step(  # type: ignore[assignment]
+                claim, "READ_CONFIRM_PAGE", lambda: cap.read_confirm_page(self.phone, self.pack, wanted))
+            mode = self._step(claim, "CHECK_PAYMENT_MODE", lambda: self._payment_mode(reading, early_mode))
+            self._checkpoint(claim)
+            self._event(claim, "GATE_3", "STARTED")
+            summary = gates.gate3(reading.gate3, wanted=wanted, gate1_price=price1,  # type: ignore[arg-type]
+                                  quantity=task.quantity, max_total=task.max_total_price)
+            self._event(claim, "GATE_3", "OK", None, summary)
             self._gate_evidence("CONFIRM_PAGE_GATE_3")
             self._checkpoint(claim)
-            # TRANSITIONAL (issue 15, until the gate-3 / payment-mode work lands in this flow): the SKU values
-            # are the ones read back at gate 1, gate 3's unit price is the confirm page's reading when there
-            # is one, and no payment row is read yet — see _PAYMENT_MODE_NOT_READ_YET.
+            g3 = reading.gate3
+            # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
             proof = SubmissionProof(
-                selected_color=selected["color"], selected_size=selected.get("size"),  # type: ignore[index]
-                gate1_unit_price=price1, gate2_unit_price=price1,  # type: ignore[arg-type]
-                gate3_unit_price=price1 if reading.unit_price is None else reading.unit_price,  # type: ignore
-                quantity_read=qty,  # type: ignore[arg-type]
-                confirm_page_amount=reading.amount,  # type: ignore[attr-defined]
-                submit_control_match_count=reading.submit_controls,  # type: ignore[attr-defined]
-                payment_mode=_PAYMENT_MODE_NOT_READ_YET)
+                selected_color=g3.selected["color"],  # type: ignore[arg-type]
+                selected_size=g3.selected.get("size"),
+                gate1_unit_price=price1, gate2_unit_price=price2,  # type: ignore[arg-type]
+                gate3_unit_price=g3.unit_price,  # type: ignore[arg-type]
+                quantity_read=g3.quantity,  # type: ignore[arg-type]
+                confirm_page_amount=g3.total,  # type: ignore[arg-type]
+                submit_control_match_count=g3.submit_controls,
+                payment_mode=mode)  # type: ignore[arg-type]
             self._event(claim, "FENCE", "STARTED")
             # Everything sent so far — the step events and the three gate screenshots — must be
             # acknowledged by the server before the fence is requested (raises the first failure).
@@ -185,7 +202,16 @@ class PurchaseFlow:
         except AgentError as exc:
             self.in_critical_section.clear()
             return self._fail_before_fence(claim, exc)
-        return self._submit(claim, permit, _Expected(reading.amount, task.title))  # type: ignore[attr-defined]
+        return self._submit(claim, permit, _Expected(proof.confirm_page_amount, task.title))
+
+    @staticmethod
+    def _payment_mode(reading: cap.ConfirmReading, early_mode: str | None) -> str:
+        """The payment-mode gate on the final reading; on the order sheet it must also name the mode
+        read when the sheet opened (a changed mode is unsafe)."""
+        mode = gates.payment_gate(reading.payment.problems, reading.payment.mode)
+        if early_mode is not None and mode != early_mode:
+            raise FlowStop("payment mode changed on the sheet", "PAYMENT_MODE_UNSAFE")
+        return mode
 
     def _fail_before_fence(self, claim: Claim, exc: AgentError) -> FlowResult:
         from cmbuyer.agent.client import FenceReplayed  # the fence committed: no permit, no tap
@@ -347,10 +373,3 @@ class _Expected:
     amount: Decimal | None
     title: str | None
 
-
-def _confirm_color_dim(pack: Pack, reading: cap.ConfirmReading) -> str:
-    """The confirm page's inline option group that carries the colour role (or '')."""
-    for dim in reading.selected:
-        if dim in pack.dimension_roles.get("color", ()):
-            return dim
-    return ""

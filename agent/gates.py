@@ -1,48 +1,135 @@
-"""The three gates before the fence (design §7.5; the server re-checks them at the fence).
+"""The gates before the fence (design §7.5, issue 15 §2/§5/§6; the server re-checks them at the fence).
 
-Pure functions over readings; each raises FlowStop with the wire reason code on failure.
+Pure functions over readings; each raises FlowStop with the wire reason code on failure. Fail closed:
+a reading that is None is a stop with its own code, never "no objection" — no gate here skips a
+check because a value could not be read.
+
+SKU comparisons use :func:`cmbuyer.schemas.text.normalize_sku` (trim outer whitespace, then NFKC), the
+same function the server uses; the tile names were read in that form (readers.sku_name).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 
 from cmbuyer.agent.errors import FlowStop
-from cmbuyer.agent.screens.text import normalize
+from cmbuyer.schemas.text import normalize_sku
+
+ROLES = ("color", "size")
+MAX_DIMENSIONS = 2  # documented limit (docs/agent.md "SKU model"): three or more dimensions stop
 
 
-def gate1(selected: dict[str, str], wanted: dict[str, str], unit_price: Decimal | None) -> Decimal:
-    """Gate 1 (SKU panel): each role reads back exactly the requested value (NFKC equality) and
-    the unit price reads unambiguously. Returns the unit price."""
+def named_roles(sku_color: str, sku_size: str | None) -> dict[str, str]:
+    """``{role: wanted value}`` for the roles the task names (size absent when the task has none)."""
+    wanted = {"color": normalize_sku(sku_color)}
+    if sku_size is not None:
+        wanted["size"] = normalize_sku(sku_size)
+    return wanted
+
+
+def map_dimensions(headers: list[str], roles: dict[str, str | None], wanted: dict[str, str]) -> dict[str, str]:
+    """``{role: header}`` for the dimensions on the sheet (issue 15 §2).
+
+    ``headers`` are the option-group headers as shown, ``roles`` maps each to the pack's role (None =
+    unmapped). Every header must carry a role the task names, every named role must be on the sheet
+    exactly once, and at most :data:`MAX_DIMENSIONS` dimensions are supported; anything else →
+    SKU_DIMENSION_UNNAMED (a dimension nobody named would keep its default option unchecked)."""
+    if len(headers) > MAX_DIMENSIONS:
+        raise FlowStop(f"{len(headers)} option dimensions (limit {MAX_DIMENSIONS})", "SKU_DIMENSION_UNNAMED")
+    out: dict[str, str] = {}
+    for header in headers:
+        role = roles.get(header)
+        if role is None or role not in wanted:
+            raise FlowStop("a dimension on the sheet that the task does not name", "SKU_DIMENSION_UNNAMED")
+        if role in out:
+            raise FlowStop(f"two dimensions carry the {role} role", "SKU_DIMENSION_UNNAMED")
+        out[role] = header
+    for role in wanted:
+        if role not in out:
+            raise FlowStop(f"the task names a {role} the sheet does not show", "SKU_DIMENSION_UNNAMED")
+    return out
+
+
+def gate1(selected: dict[str, str | None], wanted: dict[str, str], unit_price: Decimal | None) -> Decimal:
+    """Gate 1 (options screen): each named role reads back exactly the requested value and the unit
+    price reads unambiguously. Returns the unit price."""
     for role, value in wanted.items():
-        if selected.get(role) != normalize(value):
+        read = selected.get(role)
+        if read is None or read != normalize_sku(value):
             raise FlowStop(f"gate 1: {role} does not read back", "SKU_NOT_SELECTED")
     if unit_price is None:
         raise FlowStop("gate 1: unit price unreadable", "UNIT_PRICE_UNREADABLE")
     return unit_price
 
 
-def gate2(quantity_read: int, wanted: int, gate1_price: Decimal, price_now: Decimal) -> None:
-    """Gate 2: quantity set and read back exactly; unit price unchanged since gate 1."""
+def gate2(quantity_read: int | None, wanted: int, gate1_price: Decimal, price_now: Decimal | None) -> Decimal:
+    """Gate 2: quantity set and read back exactly; unit price read again and unchanged since gate 1.
+    Returns the unit price read now."""
+    if quantity_read is None:
+        raise FlowStop("gate 2: quantity unreadable", "QUANTITY_UNREADABLE")
     if quantity_read != wanted:
         raise FlowStop("gate 2: quantity does not read back", "QUANTITY_MISMATCH")
+    if price_now is None:
+        raise FlowStop("gate 2: unit price unreadable", "UNIT_PRICE_UNREADABLE")
     if price_now != gate1_price:
         raise FlowStop("gate 2: unit price changed", "PRICE_CHANGED")
+    return price_now
 
 
-def gate3(*, unit_price: Decimal, quantity: int, confirm_amount: Decimal, max_total: Decimal,
-          submit_controls: int, confirm_unit_price: Decimal | None, confirm_quantity: int | None,
-          confirm_selected_color: str | None, wanted_color: str) -> None:
-    """Gate 3 (confirm page): computed total and displayed amount ≤ cap, exactly one submit
-    control; plus the confirm page agrees with the panel (price, quantity, colour tile)."""
-    if confirm_unit_price is not None and confirm_unit_price != unit_price:
-        raise FlowStop("gate 3: unit price changed on the confirm page", "PRICE_CHANGED")
-    if confirm_quantity is not None and confirm_quantity != quantity:
-        raise FlowStop("gate 3: quantity differs on the confirm page", "QUANTITY_MISMATCH")
-    if confirm_selected_color is not None and confirm_selected_color != normalize(wanted_color):
-        raise FlowStop("gate 3: selected option differs on the confirm page", "SKU_MISMATCH_ON_CONFIRM")
-    computed = unit_price * quantity
-    if computed > max_total or confirm_amount > max_total:
+@dataclass(frozen=True)
+class Gate3Reading:
+    """What the screen holding the submit control shows: ``selected`` maps each named role to the
+    selected option read there (None = unreadable), ``unit_price``/``quantity``/``total`` (None =
+    unreadable; total from ``提交订单 ¥<total>``), ``submit_controls`` the number of submit controls."""
+
+    selected: dict[str, str | None]
+    unit_price: Decimal | None
+    quantity: int | None
+    total: Decimal | None
+    submit_controls: int
+
+
+def gate3(reading: Gate3Reading, *, wanted: dict[str, str], gate1_price: Decimal, quantity: int,
+          max_total: Decimal) -> str:
+    """Gate 3 (issue 15 §5). Every reading must be present: each named dimension
+    (SKU_SELECTION_UNREADABLE), unit price (UNIT_PRICE_UNREADABLE), quantity (QUANTITY_UNREADABLE), total
+    (CONFIRM_AMOUNT_UNREADABLE). Then: each dimension equals the task's value (SKU_MISMATCH_ON_CONFIRM),
+    quantity equals (QUANTITY_MISMATCH), unit price equals gate 1's (PRICE_CHANGED), unit × quantity
+    and total ≤ cap (PRICE_OVER_CAP), total > unit × quantity (fees) → TOTAL_ABOVE_ITEMS, exactly one
+    submit control (SUBMIT_CONTROL_COUNT). A total below unit × quantity (a discount) passes and is
+    named in the returned event summary."""
+    for role in wanted:
+        if reading.selected.get(role) is None:
+            raise FlowStop(f"gate 3: selected {role} unreadable", "SKU_SELECTION_UNREADABLE")
+    if reading.unit_price is None:
+        raise FlowStop("gate 3: unit price unreadable", "UNIT_PRICE_UNREADABLE")
+    if reading.quantity is None:
+        raise FlowStop("gate 3: quantity unreadable", "QUANTITY_UNREADABLE")
+    if reading.total is None:
+        raise FlowStop("gate 3: total unreadable", "CONFIRM_AMOUNT_UNREADABLE")
+    for role, value in wanted.items():
+        if reading.selected[role] != normalize_sku(value):
+            raise FlowStop(f"gate 3: selected {role} differs", "SKU_MISMATCH_ON_CONFIRM")
+    if reading.quantity != quantity:
+        raise FlowStop("gate 3: quantity differs", "QUANTITY_MISMATCH")
+    if reading.unit_price != gate1_price:
+        raise FlowStop("gate 3: unit price changed", "PRICE_CHANGED")
+    items = reading.unit_price * reading.quantity
+    if items > max_total or reading.total > max_total:
         raise FlowStop("gate 3: total over the cap", "PRICE_OVER_CAP")
-    if submit_controls != 1:
-        raise FlowStop(f"gate 3: {submit_controls} submit controls", "SUBMIT_CONTROL_COUNT")
+    if reading.total > items:
+        raise FlowStop("gate 3: total above unit price × quantity", "TOTAL_ABOVE_ITEMS")
+    if reading.submit_controls != 1:
+        raise FlowStop(f"gate 3: {reading.submit_controls} submit controls", "SUBMIT_CONTROL_COUNT")
+    if reading.total < items:
+        return f"gate 3 ok; discount: total {reading.total} < items {items}"
+    return f"gate 3 ok; total {reading.total}"
+
+
+def payment_gate(problems: tuple[str, ...], mode: str | None) -> str:
+    """The payment-mode gate (issue 15 §6): no problem found and a mode read → the mode name;
+    anything else → PAYMENT_MODE_UNSAFE (the one tap could pay without a person)."""
+    if problems or mode is None:
+        raise FlowStop("payment mode unsafe: " + "; ".join(problems or ("no mode",)), "PAYMENT_MODE_UNSAFE")
+    return mode

@@ -114,7 +114,8 @@ class Phone:
             return [o.as_dict() for o in self.app.orders]
 
     def state(self) -> dict[str, Any]:
-        """Snapshot: screen, goods id, selection, quantity, unit price, orders, version, counters."""
+        """Snapshot: screen, goods id, selection, quantity, unit price, orders, version, layout,
+        foreground package, option-list scroll offsets (px per dimension), counters."""
         with self.lock:
             page = self.app.page
             price = self.app.unit_price()
@@ -128,6 +129,9 @@ class Phone:
                 "orders": self.orders,
                 "version_name": self.cfg.app.version_name,
                 "version_code": self.cfg.app.version_code,
+                "layout": self.app.layout,
+                "foreground_package": self.app.foreground_package,
+                "list_offset": dict(self.app.list_offset),
                 "counters": dict(self.counters),
                 "faults": self.faults.describe(),
                 "uia_alive": self.uia_alive,

@@ -262,8 +262,8 @@ def _dumpsys_package(phone: Phone, package: str) -> ShellResult:
 def _pm(phone: Phone, args: list[str]) -> ShellResult:
     pkg = phone.cfg.app.package
     if args[:1] == ["path"]:
-        if args[1:2] == [pkg]:
-            return _text(f"package:/data/app/~~Xc9f2QbT==/{pkg}-3Lq2ZQ==/base.apk\n")
+        if args[1:2] == [pkg] or args[1:2] in ([p] for p, _ in CASHIERS.values()):
+            return _text(f"package:/data/app/~~Xc9f2QbT==/{args[1]}-3Lq2ZQ==/base.apk\n")
         return _text("", 1)
     if args[:1] == ["list"]:
         return _text("".join(f"package:{p}\n" for p in (pkg, "com.tencent.mm", "com.eg.android.AlipayGphone",

@@ -307,6 +307,30 @@ class PhoneAdapter:
         self._forget_screen()
         self.shell(["input", "tap", str(x), str(y)], "tap")
 
+    def swipe_in_list(self, dump: Dump, scroll_list: Node, forward: bool) -> None:
+        """Scroll a horizontally scrolling list by one swipe inside its own bounds (``input swipe``):
+        ``forward`` moves the finger right-to-left (shows tiles further right). Both the start and the
+        end point lie inside the list (a margin of a fifth of its width), and both pass the payment
+        denylist like a tap (the list, its ancestors and tiles, and every app node under each point);
+        a list outside the app, without bounds or too narrow is refused."""
+        b = scroll_list.bounds
+        if scroll_list.package != self.app_package:
+            raise PhoneError("swipe target outside the app package", "WRONG_PACKAGE")
+        if b.empty or b.right - b.left < 100:
+            raise PhoneError("option list has no room to swipe in", "SCREEN_UNRECOGNIZED")
+        if safety.is_submit_related(scroll_list):
+            raise SubmitControlGuarded("swipe aimed at a list holding the submit control")
+        margin = (b.right - b.left) // 5
+        y = (b.top + b.bottom) // 2
+        left, right = b.left + margin, b.right - margin
+        start, end = ((right, y), (left, y)) if forward else ((left, y), (right, y))
+        for point in (start, end):
+            why = safety.tap_denial(dump, scroll_list, point)
+            if why is not None:
+                raise PaymentControlBlocked(why)
+        self._forget_screen()
+        self.shell(["input", "swipe", str(start[0]), str(y), str(end[0]), str(y), "300"], "swipe")
+
     def submit_tap_once(self, dump: Dump, node: Node) -> None:
         """The single submit tap: denylist check, then ONE ``input tap`` through adbutils with a
         deadline and no retry. Any failure → SubmitTapUnknown (the tap may or may not have landed).

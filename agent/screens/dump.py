@@ -76,6 +76,7 @@ class Node:
     enabled: bool
     focused: bool
     bounds: Bounds
+    scrollable: bool = False
     parent: Node | None = None
     children: list[Node] = field(default_factory=list)
 
@@ -107,7 +108,7 @@ class Node:
     def signature(self) -> tuple[object, ...]:
         """Everything a reader could depend on; two dumps agree when signatures agree."""
         return (self.text, self.desc, self.cls, self.package, self.clickable, self.selected,
-                self.checked, self.enabled, self.bounds)
+                self.checked, self.enabled, self.bounds, self.scrollable)
 
     def __repr__(self) -> str:  # short: dumps may hold personal data, keep reprs small
         return f"<Node #{self.order} {self.cls} clickable={self.clickable}>"
@@ -202,6 +203,7 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
             enabled=a.get("enabled", "true") == "true",
             focused=_flag(a, "focused"),
             bounds=_parse_bounds(a.get("bounds", "[0,0][0,0]")),
+            scrollable=_flag(a, "scrollable"),
             parent=parent,
         )
         if parent is not None:

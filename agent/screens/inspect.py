@@ -4,10 +4,18 @@ Output shape (tools rely on it; absent readings are null, money is a canonical d
 
     {"screen": "product"|"sku_panel"|"confirm_order"|"order_created"|"payment"|
                "security_challenge"|"leave_order_dialog"|"unknown",
-     "package": str, "pack": str|null,
+     "package": str, "pack": str|null, "layout": "sku_sheet"|"order_sheet"|null,
      "readings": {"goods_id", "unit_price", "quantity", "confirm_amount",
-                  "selected": {dimension: value}, "options": {dimension: [values]},
-                  "submit_controls": int, "payment_controls": [text], "risk_walls": [text]}}
+                  "selected": {header as shown: value|null}, "options": {header: [values]},
+                  "submit_controls": int, "payment_controls": [text], "risk_walls": [text],
+                  "payment_mode": row text|null, "payment_problems": [text]}}
+
+``selected`` is what gate 3 would read: one selected tile per group and, where the pack declares the
+``已选:`` label, a label that agrees (else null). ``options`` never contains the payment row, ``添加``,
+the address row or the submit bar (readers.read_groups ends a group at any non-tile row).
+``layout`` is the pack layout whose options live on the recognized screen (or the pack's only
+layout); ``payment_mode``/``payment_problems`` come from the payment-mode gate's reader on the screen
+holding the submit control.
 
 Without an explicit pack every shipped pack is tried (first that recognizes a screen wins); the
 version-independent safety readers (payment controls, risk walls, submit text ``提交订单 ¥<amount>``)
@@ -71,6 +79,8 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
         "submit_controls": len(safety.submit_controls(dump)),
         "payment_controls": safety.payment_controls(dump),
         "risk_walls": safety.risk_walls(dump),
+        "payment_mode": None,
+        "payment_problems": [],
     }
     reader = readers.reader_for(pack, screen) if pack is not None else None
     if reader is not None:
@@ -86,6 +96,14 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
         groups = _safe(readers.read_options, dump, reader)
         if groups:
             readings["options"] = {dim: [t.text for t in tiles] for dim, tiles in groups.items()}
-            readings["selected"] = readers.selected_values(groups)
+            readings["selected"] = readers.selected_readings(dump, reader, groups)
+    if pack is not None and screen == "confirm_order":
+        payment = readers.read_payment(dump, pack)
+        readings["payment_mode"] = payment.row
+        readings["payment_problems"] = list(payment.problems)
+    layout = None
+    if pack is not None:
+        found = pack.layout_on(screen)
+        layout = found.id if found is not None else (pack.layouts[0].id if len(pack.layouts) == 1 else None)
     return {"screen": screen, "package": _package(dump), "pack": pack.id if pack else None,
-            "readings": readings}
+            "layout": layout, "readings": readings}

@@ -1,10 +1,22 @@
 """Selector packs: load, validate, compile and match (design §7.4).
 
-A pack is JSON validated by ``shared/schemas/selector_pack.json`` and bound to one Pinduoduo
-``versionName`` + ``versionCode``. Selectors match on NFKC-normalized text/desc (regex full-match),
+A pack is JSON validated by ``shared/schemas/selector_pack.json`` (``pack_format`` 2) and bound to one
+Pinduoduo ``versionName`` + ``versionCode``. It declares one or more **layouts** (design §7.6, issue 15
+§1): where the SKU options and the quantity stepper live (``sku_panel`` — a separate sheet confirmed
+with a pack control, then the confirm page — or ``confirm_order`` — inline on the order sheet that
+holds the submit control), the **buy paths** on the product page (``single`` required, ``group``
+optional; the agent setting picks one) and the **payment** row reader with the modes that hand off to
+an external app. The screen that holds the submit control is ``confirm_order`` on every layout.
+Selectors match on NFKC-normalized text/desc (regex full-match),
 class (regex full-match), resource-id (exact), boolean flags and structure (the parent / some ancestor matching a
 selector, a descendant matching / not matching a selector). Every top-level selector names the
 evidence bundles that justified it; the loader checks each name exists in the pack's ``evidence``.
+
+Load-time safety (the boundaries stay in code; a pack can only narrow them): every selector the flow
+may TAP (buy paths, the layout's confirm control, quantity controls, dismissals) must name a text,
+desc or resource-id, and none of its text/desc regexes may match a payment-denylist word or a submit
+text (:data:`TAP_PROBES`); an unknown layout or screen name is refused by the schema; a layout needs
+readers for the screens it uses; handoff payment modes may not name 先用后付/免密/余额 modes.
 
 Errors: :class:`~cmbuyer.agent.errors.PackError` (reason ``NO_SELECTOR_PACK``) for a missing, invalid
 or mismatched pack — the agent then refuses to claim.
@@ -20,12 +32,27 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
+from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, validate
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 
 MAX_PACK_BYTES = 1024 * 1024
+PACK_FORMAT = 2
+BUY_PATHS = ("single", "group")
+# Strings no tap selector may match (full-match of its text/desc regex): each payment-denylist word
+# alone and inside typical labels, and the submit texts. A selector that matches any of them could
+# aim a tap at a control the code refuses, so the pack is refused at load.
+TAP_PROBES: tuple[str, ...] = (
+    *safety.PAYMENT_DENYLIST,
+    *(f"{w} ¥59" for w in safety.PAYMENT_DENYLIST),
+    *(f"使用#{w}，更换支付方式" for w in ("微信支付", "支付宝", "多多支付", "先用后付")),
+    "继续支付，仅¥59", "，仅¥59", "提交订单", "提交订单 ¥29.90", "提交订单¥29.9", "0元下单 ¥29.9",
+    "免密支付", "用多多支付减7.53元",
+)
+# Handoff modes a pack may declare: these words mean the tap itself may pay (phone-facts).
+UNSAFE_MODE_WORDS = ("先用后付", "免密", "余额", "0元")
 
 
 @dataclass(frozen=True)
@@ -39,6 +66,7 @@ class Selector:
     clickable: bool | None = None
     selected: bool | None = None
     enabled: bool | None = None
+    scrollable: bool | None = None
     parent: Selector | None = None
     ancestor: Selector | None = None
     has_descendant: Selector | None = None
@@ -55,7 +83,7 @@ class Selector:
         if self.resource_id is not None and node.resource_id != self.resource_id:
             return False
         for flag, value in (("clickable", self.clickable), ("selected", self.selected),
-                            ("enabled", self.enabled)):
+                            ("enabled", self.enabled), ("scrollable", self.scrollable)):
             if value is not None and getattr(node, flag) != value:
                 return False
         if self.parent is not None and (node.parent is None or not self.parent.matches(node.parent)):
@@ -80,6 +108,17 @@ class MoneyReader:
 
 
 @dataclass(frozen=True)
+class TileName:
+    """Where an option tile's name is read (phone-facts "The order sheet"): ``sources`` in order,
+    the first that yields a non-empty value wins — ``desc`` (the tile's content-desc), ``name_child``
+    (the one descendant ``name_child`` selects, e.g. id ``tv_content``), ``text`` (the tile's own
+    text), ``only_text_child`` (the single descendant carrying text)."""
+
+    sources: tuple[str, ...] = ("text", "only_text_child")
+    name_child: Selector | None = None
+
+
+@dataclass(frozen=True)
 class PanelReader:
     dimension_header: Selector | None = None
     group_terminators: tuple[Selector, ...] = ()
@@ -89,6 +128,7 @@ class PanelReader:
     quantity: Selector | None = None
     sku_label: Selector | None = None
     goods_id: tuple[Selector, re.Pattern[str]] | None = None
+    tile_name: TileName = TileName()
 
 
 @dataclass(frozen=True)
@@ -108,6 +148,29 @@ class Dismissal:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """One screen sequence (design §7.6). ``options_screen``/``quantity_screen`` are ``sku_panel`` or
+    ``confirm_order``; ``to_confirm`` is the control that leaves the SKU sheet (None when the options
+    already sit on the screen with the submit control)."""
+
+    id: str
+    options_screen: str
+    quantity_screen: str
+    to_confirm: Selector | None = None
+
+
+@dataclass(frozen=True)
+class PaymentSpec:
+    """The payment row beside the submit control: ``row`` selects it, ``mode_regex`` (group ``mode``)
+    extracts the mode name from its NFKC text, ``handoff_modes`` are the modes that hand off to an
+    external app where a person confirms (anything else is unsafe)."""
+
+    row: Selector
+    mode_regex: re.Pattern[str]
+    handoff_modes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Pack:
     """A loaded, validated, compiled selector pack."""
 
@@ -118,6 +181,9 @@ class Pack:
     recognition_order: tuple[str, ...]
     screens: dict[str, ScreenRule]
     controls: dict[str, Selector]
+    layouts: tuple[Layout, ...]
+    buy_paths: dict[str, Selector]
+    payment: PaymentSpec
     readers: dict[str, PanelReader]
     dimension_roles: dict[str, tuple[str, ...]]
     dismissals: tuple[Dismissal, ...]
@@ -127,6 +193,14 @@ class Pack:
 
     def matches_version(self, version_name: str, version_code: int) -> bool:
         return self.version_name == version_name and self.version_code == version_code
+
+    def layout_on(self, screen: str) -> Layout | None:
+        """The layout whose options live on ``screen`` (the flow's recognition of the layout)."""
+        return next((layout for layout in self.layouts if layout.options_screen == screen), None)
+
+    def role_of(self, header: str) -> str | None:
+        """The task role (``color``/``size``) a dimension header carries, or None (unmapped)."""
+        return next((role for role, names in self.dimension_roles.items() if header in names), None)
 
 
 def _regex(source: str, where: str, group: str | None = None) -> re.Pattern[str]:
@@ -155,6 +229,7 @@ def _selector(spec: dict[str, Any], where: str, evidence_ids: set[str]) -> Selec
         clickable=spec.get("clickable"),
         selected=spec.get("selected"),
         enabled=spec.get("enabled"),
+        scrollable=spec.get("scrollable"),
         parent=sub("parent"),
         ancestor=sub("ancestor"),
         has_descendant=sub("has_descendant"),
@@ -173,7 +248,14 @@ def _panel(spec: dict[str, Any], where: str, ev: set[str]) -> PanelReader:
         return _selector(spec[key], f"{where}/{key}", ev) if key in spec else None
 
     goods = spec.get("goods_id")
+    tile = spec.get("tile_name")
+    tile_name = TileName() if tile is None else TileName(
+        tuple(tile["sources"]),
+        _selector(tile["name_child"], f"{where}/tile_name/name_child", ev) if "name_child" in tile else None)
+    if "name_child" in tile_name.sources and tile_name.name_child is None:
+        raise PackError(f"{where}/tile_name uses name_child without a name_child selector")
     return PanelReader(
+        tile_name=tile_name,
         dimension_header=sel("dimension_header"),
         group_terminators=tuple(_selector(t, f"{where}/group_terminators", ev)
                                 for t in spec.get("group_terminators", [])),
@@ -187,6 +269,69 @@ def _panel(spec: dict[str, Any], where: str, ev: set[str]) -> PanelReader:
     )
 
 
+def _probe_hit(pattern: re.Pattern[str] | None) -> str | None:
+    if pattern is None:
+        return None
+    for probe in TAP_PROBES:
+        if pattern.fullmatch(normalize(probe)) is not None:
+            return probe
+    return None
+
+
+def check_tap_selector(selector: Selector, where: str) -> None:
+    """Refuse a tap selector that could aim at a control the code refuses (payment denylist or submit
+    text) or that names no text/desc/resource-id at all (it would match any clickable node)."""
+    if selector.text is None and selector.desc is None and selector.resource_id is None:
+        raise PackError(f"tap selector at {where} names no text, desc or resource_id")
+    for pattern in (selector.text, selector.desc):
+        if _probe_hit(pattern) is not None:
+            raise PackError(f"tap selector at {where} could match a payment or submit control")
+
+
+def _layouts(data: dict[str, Any], ev: set[str], readers: dict[str, PanelReader]) -> tuple[Layout, ...]:
+    out = []
+    seen_screens: set[str] = set()
+    for spec in data["layouts"]:
+        lid, options, quantity = spec["id"], spec["options_screen"], spec["quantity_screen"]
+        where = f"layouts/{lid}"
+        if any(layout.id == lid for layout in out):
+            raise PackError(f"{where} declared twice")
+        if options == "confirm_order" and quantity != "confirm_order":
+            raise PackError(f"{where}: quantity cannot come before the options' screen")
+        to_confirm = _selector(spec["to_confirm"], f"{where}/to_confirm", ev) if "to_confirm" in spec else None
+        if (options == "sku_panel") != (to_confirm is not None):
+            raise PackError(f"{where}: to_confirm is required exactly when the options sit on the sku_panel")
+        if options in seen_screens:  # recognition picks the layout by its options screen
+            raise PackError(f"{where}: another layout already has its options on {options}")
+        seen_screens.add(options)
+        for screen in {options, quantity, "confirm_order"}:
+            if screen not in data["screens"]:
+                raise PackError(f"{where} uses the screen {screen}, which the pack does not recognize")
+            if screen not in readers:
+                raise PackError(f"{where} needs a reader for {screen}")
+        if readers[options].dimension_header is None or readers[options].option_tile is None:
+            raise PackError(f"{where}: the {options} reader lacks dimension_header/option_tile")
+        if readers[quantity].quantity is None:
+            raise PackError(f"{where}: the {quantity} reader lacks quantity")
+        confirm = readers["confirm_order"]
+        if confirm.amount is None or confirm.unit_price is None or confirm.quantity is None \
+                or confirm.dimension_header is None or confirm.option_tile is None:
+            raise PackError(f"{where}: the confirm_order reader must read options, unit price, quantity, amount")
+        if to_confirm is not None:
+            check_tap_selector(to_confirm, f"{where}/to_confirm")
+        out.append(Layout(lid, options, quantity, to_confirm))
+    return tuple(out)
+
+
+def _payment(spec: dict[str, Any], ev: set[str]) -> PaymentSpec:
+    modes = tuple(normalize(m) for m in spec["handoff_modes"])
+    for mode in modes:
+        if any(word in mode for word in UNSAFE_MODE_WORDS):
+            raise PackError("payment/handoff_modes names a mode that can pay without a person")
+    return PaymentSpec(_selector(spec["row"], "payment/row", ev),
+                       _regex(spec["mode_regex"], "payment/mode_regex", "mode"), modes)
+
+
 def compile_pack(data: Any) -> Pack:
     """Validate ``data`` against the pack schema and compile it. Raises PackError."""
     try:
@@ -197,6 +342,9 @@ def compile_pack(data: Any) -> Pack:
     for screen in data["recognition_order"]:
         if screen not in data["screens"]:
             raise PackError(f"recognition_order names an undefined screen {screen}")
+    for screen in data["screens"]:
+        if screen not in data["recognition_order"]:
+            raise PackError(f"screen {screen} is missing from recognition_order")
     screens = {
         name: ScreenRule(
             all=tuple(_selector(s, f"screens/{name}/all", ev) for s in rule["all"]),
@@ -205,7 +353,20 @@ def compile_pack(data: Any) -> Pack:
         for name, rule in data["screens"].items()
     }
     controls = {k: _selector(v, f"controls/{k}", ev) for k, v in data["controls"].items()}
+    for name, selector in controls.items():
+        if name != "submit":
+            check_tap_selector(selector, f"controls/{name}")
     readers = {k: _panel(v, f"readers/{k}", ev) for k, v in data["readers"].items()}
+    buy_paths = {k: _selector(v, f"buy_paths/{k}", ev) for k, v in data["buy_paths"].items()}
+    for name, selector in buy_paths.items():
+        check_tap_selector(selector, f"buy_paths/{name}")
+    dismissals = tuple(
+        Dismissal(d["id"], _selector(d["when"], f"dismissals/{d['id']}/when", ev),
+                  _selector(d["tap"], f"dismissals/{d['id']}/tap", ev))
+        for d in data["dismissals"]
+    )
+    for rule in dismissals:
+        check_tap_selector(rule.tap, f"dismissals/{rule.id}/tap")
     return Pack(
         id=data["id"],
         package=data["app"]["package"],
@@ -214,13 +375,12 @@ def compile_pack(data: Any) -> Pack:
         recognition_order=tuple(data["recognition_order"]),
         screens=screens,
         controls=controls,
+        layouts=_layouts(data, ev, readers),
+        buy_paths=buy_paths,
+        payment=_payment(data["payment"], ev),
         readers=readers,
-        dimension_roles={k: tuple(normalize(x) for x in v) for k, v in data["dimension_roles"].items()},
-        dismissals=tuple(
-            Dismissal(d["id"], _selector(d["when"], f"dismissals/{d['id']}/when", ev),
-                      _selector(d["tap"], f"dismissals/{d['id']}/tap", ev))
-            for d in data["dismissals"]
-        ),
+        dimension_roles=_roles(data["dimension_roles"]),
+        dismissals=dismissals,
         raw=data,
         after_submit=_after_submit(data.get("after_submit"), ev),
     )
@@ -230,6 +390,18 @@ def _after_submit(spec: dict[str, Any] | None, ev: set[str]) -> Any:
     from cmbuyer.agent.screens.after_submit import compile_after_submit  # it builds on this module
 
     return compile_after_submit(spec, ev)
+
+
+def _roles(spec: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    """Header text → role map, inverted per role; one header text may carry one role only."""
+    out = {role: tuple(normalize(h) for h in headers) for role, headers in spec.items()}
+    seen: set[str] = set()
+    for headers in out.values():
+        for header in headers:
+            if header in seen:
+                raise PackError("a dimension header is mapped to two roles")
+            seen.add(header)
+    return out
 
 
 def parse_pack_text(text: str | bytes) -> Pack:

@@ -21,19 +21,28 @@ from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.pack import MoneyReader, Pack, PanelReader
 from cmbuyer.agent.screens.text import match_amount, normalize
+from cmbuyer.schemas.text import normalize_sku
 
 SCREENS = ("product", "sku_panel", "confirm_order", "order_created", "payment",
            "security_challenge", "leave_order_dialog")
 _QUANTITY_RE = re.compile(r"[1-9][0-9]{0,3}", re.ASCII)
 
 
+SOLD_OUT_WORDS: tuple[str, ...] = ("刚刚抢光", "已售罄", "该款式售罄", "已抢光", "售罄")
+# Stock badges and status suffixes are never part of an option name (phone-facts "The order sheet").
+_STATUS_RE = re.compile(r".*\s(?:最后[0-9]{1,4}件|仅剩[0-9]{1,4}件|即将卖完|" + "|".join(SOLD_OUT_WORDS) + r")")
+_LABEL_RE = re.compile(r"已选[:：]\s*(?P<names>.+)")
+
+
 @dataclass(frozen=True)
 class OptionTile:
-    """One SKU option tile. ``text`` is NFKC-normalized (compared), ``raw`` kept as evidence;
-    ``tap`` is the node a tap should hit (the tile itself or its clickable ancestor)."""
+    """One SKU option tile. ``text`` is the name in the comparison form (:func:`sku_name`: outer
+    whitespace trimmed, then NFKC) or None when no declared source gives a readable name; ``raw`` is
+    the source string (evidence); ``tap`` is the node a tap should hit. ``available`` is False for
+    disabled tiles and for enabled tiles carrying a sold-out word (real sold-out tiles stay enabled)."""
 
     dimension: str
-    text: str
+    text: str | None
     raw: str
     selected: bool
     enabled: bool
@@ -41,6 +50,28 @@ class OptionTile:
     node: Node = field(compare=False)
     tap: Node = field(compare=False)
     bounds: tuple[int, int, int, int] = (0, 0, 0, 0)
+    sold_out: bool = False
+
+    @property
+    def available(self) -> bool:
+        return self.enabled and not self.sold_out
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """One dimension: its header text as shown (NFKC), its tiles in document order, and the
+    horizontally scrolling list holding them (None when the group has no scrollable container)."""
+
+    header: str
+    tiles: tuple[OptionTile, ...]
+    scroll_list: Node | None = field(default=None, compare=False)
+    list_bounds: tuple[int, int, int, int] | None = None
+
+
+def sku_name(raw: str) -> str:
+    """The one comparison form of an option name (shared with the server): see
+    :func:`cmbuyer.schemas.text.normalize_sku`."""
+    return normalize_sku(raw)
 
 
 def recognize(dump: Dump, pack: Pack) -> str:
@@ -54,70 +85,169 @@ def recognize(dump: Dump, pack: Pack) -> str:
     return "unknown"
 
 
-def _tile_text(tile: Node) -> tuple[str, Node] | None:
-    """The tile's own text, else its only non-empty text descendant; None when zero or several."""
-    if tile.text.strip():
-        return tile.text, tile
+def _only_text_child(tile: Node) -> str:
     texts = [d for d in tile.descendants() if d.text.strip()]
-    if len(texts) != 1:
-        return None
-    return texts[0].text, texts[0]
+    return texts[0].text if len(texts) == 1 else ""
 
 
-def read_options(dump: Dump, reader: PanelReader) -> dict[str, list[OptionTile]]:
-    """Group option tiles under the dimension header that precedes them in document order, up to
-    the next header or terminator. A tile whose label cannot be read unambiguously raises
-    ScreenError(SKU_AMBIGUOUS): no guessing which text is the option."""
+def _tile_name(tile: Node, reader: PanelReader) -> str:
+    """The raw name from the first declared source that yields a non-empty value ('' when none)."""
+    spec = reader.tile_name
+    for source in spec.sources:
+        if source == "desc":
+            value = tile.desc
+        elif source == "text":
+            value = tile.text
+        elif source == "only_text_child":
+            value = _only_text_child(tile)
+        else:  # name_child
+            assert spec.name_child is not None
+            kids = [d for d in tile.descendants() if spec.name_child.matches(d)]
+            value = kids[0].text if len(kids) == 1 else ""
+        if value.strip():
+            return value
+    return ""
+
+
+def _sold_out(tile: Node) -> bool:
+    return any(w in normalize(label) for n in (tile, *tile.descendants()) for label in (n.text, n.desc)
+               for w in SOLD_OUT_WORDS)
+
+
+def _option_tile(dimension: str, node: Node, reader: PanelReader) -> OptionTile:
+    raw = _tile_name(node, reader)
+    name: str | None = sku_name(raw) if raw.strip() else None
+    if name is not None and _STATUS_RE.fullmatch(name):
+        name = None  # a status word fused into the name: never cut it off, the name is unreadable
+    return OptionTile(
+        dimension=dimension, text=name, raw=raw,
+        selected=node.selected, enabled=node.enabled, node=node,
+        tap=node.clickable_self_or_ancestor() or node,
+        bounds=(node.bounds.left, node.bounds.top, node.bounds.right, node.bounds.bottom),
+        sold_out=_sold_out(node),
+    )
+
+
+def _inside(node: Node, container: Node | None) -> bool:
+    return container is not None and any(a is container for a in node.ancestors())
+
+
+def read_groups(dump: Dump, reader: PanelReader) -> dict[str, OptionGroup]:
+    """Option groups in document order. A group starts at a dimension header and ends at the next
+    header, a pack terminator, or the first node outside any tile that is not an option tile and
+    carries text/desc or is clickable (the payment row, ``添加``, the address row and the submit bar
+    are never options). Nodes inside a tile (image, badge, name) belong to the tile; the first
+    scrollable node of a group is its list. A header seen twice raises ScreenError(SKU_AMBIGUOUS)."""
     if reader.dimension_header is None or reader.option_tile is None:
         return {}
-    app = dump.app_nodes()
     headers = {n.order for n in reader.dimension_header.find(dump)}
     terminators = {n.order for t in reader.group_terminators for n in t.find(dump)}
     tiles = {n.order for n in reader.option_tile.find(dump)}
-    groups: dict[str, list[OptionTile]] = {}
+    out: dict[str, OptionGroup] = {}
     current: str | None = None
-    for node in app:
+    members: list[OptionTile] = []
+    scroll: Node | None = None
+    last_tile: Node | None = None
+
+    def close() -> None:
+        if current is not None:
+            b = scroll.bounds if scroll is not None else None
+            out[current] = OptionGroup(current, tuple(members), scroll,
+                                       (b.left, b.top, b.right, b.bottom) if b is not None else None)
+
+    for node in dump.app_nodes():
         if node.order in headers:
+            close()
             current = normalize(node.text or node.desc)
-            if current in groups:
+            if current in out:
                 raise ScreenError("the same option header appears twice", "SKU_AMBIGUOUS")
-            groups[current] = []
+            members, scroll, last_tile = [], None, None
+            continue
+        if current is None:
             continue
         if node.order in terminators:
+            close()
             current = None
             continue
-        if node.order in tiles and current is not None:
-            label = _tile_text(node)
-            if label is None:
-                raise ScreenError("an option tile has no single label", "SKU_AMBIGUOUS")
-            raw, text_node = label
-            groups[current].append(OptionTile(
-                dimension=current,
-                text=normalize(raw),
-                raw=raw,
-                selected=node.selected or text_node.selected,
-                enabled=node.enabled,
-                node=node,
-                tap=node.clickable_self_or_ancestor() or node,
-                bounds=(node.bounds.left, node.bounds.top, node.bounds.right, node.bounds.bottom),
-            ))
-    return groups
+        if _inside(node, last_tile):
+            continue
+        if node.order in tiles:
+            members.append(_option_tile(current, node, reader))
+            last_tile = node
+            continue
+        if node.scrollable and scroll is None and not members:
+            scroll = node
+            continue
+        if node.text.strip() or node.desc.strip() or node.clickable:
+            close()
+            current = None
+    close()
+    return out
+
+
+def read_options(dump: Dump, reader: PanelReader) -> dict[str, list[OptionTile]]:
+    """``{header: [OptionTile]}`` (see :func:`read_groups`)."""
+    return {h: list(g.tiles) for h, g in read_groups(dump, reader).items()}
+
+
+def _label_canon(text: str) -> str:
+    """The witness comparison form: NFKC, ``【】`` read as ``[]``; nothing is deleted."""
+    return normalize(text).replace("【", "[").replace("】", "]")
+
+
+def label_agrees(label: str, names: list[str]) -> bool:
+    """Does the ``已选:`` label name exactly ``names`` (in order, separated by single spaces)? Each
+    name may carry one leading ``#``; ``[]`` and ``【】`` are equal; nothing inside a name is removed."""
+    m = _LABEL_RE.fullmatch(_label_canon(label).strip())
+    if m is None or not names:
+        return False
+    pattern = " ".join("#?" + re.escape(_label_canon(n)) for n in names)
+    return re.fullmatch(pattern, m.group("names").strip()) is not None
+
+
+def read_sku_label(dump: Dump, reader: PanelReader) -> str | None:
+    """The one ``已选:`` label's raw text, or None (absent, several, or empty)."""
+    if reader.sku_label is None:
+        return None
+    found = [n.text for n in reader.sku_label.find(dump) if n.text.strip()]
+    return found[0] if len(found) == 1 else None
+
+
+def selected_readings(dump: Dump, reader: PanelReader,
+                      groups: dict[str, list[OptionTile]] | None = None) -> dict[str, str | None]:
+    """``{header: selected name or None}`` for every group on screen. None when the group has not
+    exactly one selected tile, its name is unreadable, or — when the reader declares the ``已选:``
+    label — the label is unreadable or does not name the selected tiles (a second witness)."""
+    groups = read_options(dump, reader) if groups is None else groups
+    out: dict[str, str | None] = {}
+    for dim, tiles in groups.items():
+        chosen = [t for t in tiles if t.selected]
+        out[dim] = chosen[0].text if len(chosen) == 1 else None
+    if reader.sku_label is not None and out:
+        label = read_sku_label(dump, reader)
+        names = [v for v in out.values() if v is not None]
+        if label is None or len(names) != len(out) or not label_agrees(label, names):
+            out = dict.fromkeys(out)
+    return out
 
 
 def read_money(dump: Dump, reader: MoneyReader | None) -> Decimal | None:
-    """Amount from the nodes the reader selects; None when no node matches the selector+regex.
-    Several matching nodes agreeing on one value (e.g. text node + desc twin) give that value;
-    differing values → MoneyAmbiguous (no "closest price")."""
+    """Amount from the nodes the reader selects (phone-facts "Prices"). Every label (text or desc) of
+    a selected node that shows a currency sign is a candidate and must full-match the pack regex:
+    one that does not (``¥70已拼44件``, ``¥4162人付款``, a lone ``¥`` split from its digits) makes the
+    reading None — never a guess. Candidates agreeing on one value (a text node and its desc twin)
+    give that value; differing values → MoneyAmbiguous. None also when nothing is selected."""
     if reader is None:
         return None
     values: set[Decimal] = set()
     for node in reader.selector.find(dump):
         for label in (node.text, node.desc):
-            if not label:
+            if not label or "¥" not in normalize(label):
                 continue
             value = match_amount(reader.regex, label)
-            if value is not None:
-                values.add(value)
+            if value is None:
+                return None
+            values.add(value)
     if len(values) > 1:
         raise MoneyAmbiguous("several different amounts for one reading")
     return next(iter(values), None)
@@ -165,3 +295,46 @@ def selected_values(groups: dict[str, list[OptionTile]]) -> dict[str, str]:
 
 def reader_for(pack: Pack, screen: str) -> PanelReader | None:
     return pack.readers.get(screen)
+
+
+@dataclass(frozen=True)
+class PaymentReading:
+    """The payment-mode witnesses on the screen holding the submit control (issue 15 §6).
+
+    ``row`` is the raw text of the one payment row (None when there is not exactly one readable
+    row); ``mode`` the name the pack's ``mode_regex`` extracts from it; ``problems`` lists every reason
+    the tap could pay without a person (empty = the mode hands off to an external app)."""
+
+    row: str | None
+    mode: str | None
+    problems: tuple[str, ...]
+
+
+def read_payment(dump: Dump, pack: Pack) -> PaymentReading:
+    """Read the payment row with the pack and run the code-level checks on the whole sheet: exactly
+    one row (pack selector and the generic ``更换支付方式`` count agree), a mode from the pack's
+    handoff list, no ``先用后付``/``免密`` anywhere, and a submit label that is exactly
+    ``提交订单 ¥<amount>`` (never ``0元下单``/``立即支付``/``确认支付``/``免密支付``)."""
+    problems: list[str] = []
+    rows = [n for n in pack.payment.row.find(dump)]
+    # the mode sits in the row's text on the order sheet; older confirm pages carry it in content-desc
+    texts = [n.text if n.text.strip() else n.desc for n in rows if (n.text.strip() or n.desc.strip())]
+    generic = safety.payment_row_targets(dump)
+    row = texts[0] if len(rows) == 1 and len(texts) == 1 else None
+    if len(rows) != 1 or generic != 1:
+        problems.append(f"payment rows: pack {len(rows)}, generic {generic}")
+    mode = None
+    if row is not None:
+        m = pack.payment.mode_regex.fullmatch(normalize(row))
+        mode = m.group("mode") if m is not None else None
+    if mode is None:
+        problems.append("payment mode unreadable")
+    elif mode not in pack.payment.handoff_modes:
+        problems.append("payment mode does not hand off to an external app")
+    for word in safety.unsafe_sheet_words(dump):
+        problems.append(f"{word} on the sheet")
+    if safety.unsafe_submit_labels(dump):
+        problems.append("a submit label that pays")
+    if len(safety.submit_controls(dump)) != 1 or len(safety.submit_amounts(dump)) != 1:
+        problems.append("submit text is not exactly 提交订单 ¥<amount>")
+    return PaymentReading(row, mode, tuple(problems))

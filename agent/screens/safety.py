@@ -122,3 +122,35 @@ def is_submit_related(node: Node) -> bool:
         if any(SUBMIT_TEXT_RE.fullmatch(label) for label in _labels(n) if label):
             return True
     return False
+
+
+# --- payment-mode gate backstops (issue 15 §6; phone-facts "The order sheet") -------------------
+# Words that make the one submit tap a possible payment wherever they appear on the sheet.
+UNSAFE_SHEET_WORDS: tuple[str, ...] = ("先用后付", "免密")
+# Submit labels other than 提交订单 (0元下单 = 先用后付; the others pay directly).
+UNSAFE_SUBMIT_RE = re.compile(r"\s*(0元下单|立即支付|确认支付|免密支付|去支付|立即付款|确认付款).*")
+PAYMENT_ROW_WORD = "更换支付方式"
+UPDATE_PROMPT_WORDS: tuple[str, ...] = ("发现新版本", "立即升级", "立即更新", "版本更新")
+
+
+def unsafe_sheet_words(dump: Dump) -> list[str]:
+    """Unsafe payment words (先用后付, 免密) on any app node, deduplicated in list order."""
+    found = [w for w in UNSAFE_SHEET_WORDS if any(w in label for n in dump.app_nodes() for label in _labels(n))]
+    return found
+
+
+def unsafe_submit_labels(dump: Dump) -> list[str]:
+    """App node labels that look like a submit button that pays (``立即支付 ¥x``, ``0元下单 ¥x`` …)."""
+    return [label for n in dump.app_nodes() for label in _labels(n)
+            if label and UNSAFE_SUBMIT_RE.fullmatch(label)]
+
+
+def payment_row_targets(dump: Dump) -> int:
+    """Distinct tap targets whose label offers ``更换支付方式`` (one payment row = 1)."""
+    return len({(n.clickable_self_or_ancestor() or n).order for n in dump.app_nodes()
+                if any(PAYMENT_ROW_WORD in label for label in _labels(n))})
+
+
+def update_prompt(dump: Dump) -> bool:
+    """True when an app-update prompt is on screen (phone-facts: 新版本 / 立即升级)."""
+    return any(w in label for n in dump.app_nodes() for label in _labels(n) for w in UPDATE_PROMPT_WORDS)

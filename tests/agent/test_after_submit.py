@@ -174,10 +174,29 @@ def test_after_submit_is_optional_and_evidence_matches_fixtures() -> None:
     raw = copy.deepcopy(_pack().raw)
     raw.pop("after_submit")
     assert compile_pack(raw).after_submit is None
-    ev = _pack().raw["evidence"]
-    for eid, fname in {"real-order-list": "real/order_list.xml", "sim-order-list": "sim/order_list.xml",
-                       "real-leave-dialog": "real/leave_order_dialog.xml"}.items():
-        assert ev[eid]["dump_sha256"] == hashlib.sha256((FX / fname).read_bytes()).hexdigest()
+    captures = {"real-order-list": "real/order_list.xml", "sim-order-list": "sim/order_list.xml",
+                "real-leave-dialog": "real/leave_order_dialog.xml", "sim822-retention": "sim822/retention.xml",
+                "sim822-order-list": "sim822/order_list.xml"}
+    # every shipped pack carries the section (make_pack.py rewrites packs: run make_after_submit.py after it)
+    for pack in shipped_packs():
+        assert pack.after_submit is not None, pack.id
+        for eid, bundle in pack.raw["evidence"].items():
+            if eid in captures:
+                assert bundle["dump_sha256"] == hashlib.sha256((FX / captures[eid]).read_bytes()).hexdigest()
+
+
+def test_822_simulator_captures_after_the_tap() -> None:
+    """8.22.0 (order sheet): the WeChat cashier covers the app, BACK shows the retention dialog, the
+    list reads; on the list the 去支付 buttons never make it a cashier for the confirmation."""
+    (pack,) = [p for p in shipped_packs() if p.version_name == "8.22.0"]
+    seen = A.classify(_dump("sim822/after_cashier_wechat.xml"), None, pack)
+    assert (seen.observation, seen.package, seen.app_in_front) == ("EXTERNAL_PAYMENT_HANDOFF", "com.tencent.mm", False)
+    leave = A.leave_control(_dump("sim822/retention.xml"), pack.after_submit)
+    assert leave is not None and leave.text == "先去逛逛"
+    listing = _dump("sim822/order_list.xml")
+    assert A.is_order_list(listing, pack.after_submit)
+    (card,) = A.read_order_cards(listing, pack.after_submit)
+    assert card.pending and card.amount == Decimal("29.90") and card.order_sn
 
 
 def _journal_at_tapped(tmp_path: Path) -> Journal:

@@ -125,7 +125,8 @@ def test_inspect_readings(name: str) -> None:
     for key, value in readings.items():
         assert out["readings"][key] == value, key
     assert set(out["readings"]) == {"goods_id", "unit_price", "quantity", "confirm_amount", "selected",
-                                    "options", "submit_controls", "payment_controls", "risk_walls"}
+                                    "options", "submit_controls", "payment_controls", "risk_walls",
+                                    "payment_mode", "payment_problems"}
 
 
 def test_inspect_cli(capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,8 +137,9 @@ def test_inspect_cli(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_shipped_pack_valid_and_evidence_matches_fixtures() -> None:
-    (pack,) = shipped_packs()
+    pack, newer = shipped_packs()
     assert (pack.version_name, pack.version_code) == ("8.17.0", 81700)
+    assert (newer.version_name, newer.version_code) == ("8.22.0", 82200)
     names = {"real-product": "real/product.xml", "real-sku-panel": "real/sku_panel.xml",
              "real-confirm": "real/confirm_order.xml", "sim-confirm": "sim/confirm_order.xml"}
     for eid, fname in names.items():

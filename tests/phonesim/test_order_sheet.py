@@ -373,3 +373,15 @@ def test_older_layout_confirm_page_shows_every_gate3_witness(u2dev: Any, phonesi
     (row,) = find(xml, text="使用#微信支付，更换支付方式")
     assert row.get("clickable") == "true" and row.get("content-desc") == "使用#微信支付，更换支付方式"
     assert find(xml, text="最后5件 ¥12.88") and submit_node(xml).get("text") == "提交订单 ¥25.76"
+
+
+def test_layout_follows_the_app_version_at_run_time(u2dev: Any, phonesim: PhoneSim) -> None:
+    phone = phonesim.phone()
+    assert phone.state()["layout"] == "sku_sheet"
+    phone.inject("version_change", version_name="8.22.0", version_code=82200)
+    assert u2dev.app_info("com.xunmeng.pinduoduo")["versionName"] == "8.22.0"
+    xml = open_sheet(u2dev, "937122477375")
+    state = phone.state()
+    assert state["layout"] == "order_sheet" and state["screen"] == "order_sheet"
+    assert state["foreground_package"] == PDD and len(option_lists(xml)) == 2
+    assert not find(xml, text="确定")
