@@ -50,7 +50,7 @@ def test_stable_read_reuses_the_last_pair_until_an_action(no_sleep: None) -> Non
 
     assert phone.read_stable(screen)[0] == "product" and sim.dumps == 2
     # the same two consecutive dumps agree on another reading: no new dump
-    buy = pack.controls["product_buy"]
+    buy = pack.buy_paths["single"]
     (_, dump) = phone.read_stable(lambda d: tuple(n.signature() for n in buy.find(d)))
     assert sim.dumps == 2
     # polling for a change needs a new dump (the latest may be the first of the pair)

@@ -1,0 +1,226 @@
+"""The purchase flow on the order-sheet layout (issue 15 §1-6) through the REAL uiautomator2 3.7.1 +
+adbutils 2.12.0 against the phone simulator (scenario ``order_sheet``, app 8.22.0 / 82200, its pack
+agent/packs/pdd-8.22.0-82200.json). The server side is the rule-enforcing fake (tests/agent/fakes.py,
+which re-checks the fence body like the server); one simulator serves every test, each test on its
+own phone serial so that state never leaks between tests.
+
+After the tap the simulator shows the pending-payment order page here (outcome ORDER_CREATED); the
+cashier hand-off after the tap is tested with the post-tap work (tests/agent/test_after_tap_sim.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.agent import capabilities as cap
+from cmbuyer.agent.flow import FlowResult, PurchaseFlow
+from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.model import SubmissionProof
+from cmbuyer.agent.phone.adapter import PhoneAdapter
+from cmbuyer.agent.screens.pack import Pack, shipped_packs
+from cmbuyer.phonesim import PhoneSim
+from cmbuyer.phonesim.journal import swipes
+from cmbuyer.phonesim.scenario import load_scenario
+from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+
+from .fakes import FakeServer, make_purchase
+
+SWITCH_PHONES = ("sim-balance", "sim-paylater", "sim-nopw", "sim-unreadable", "sim-tworows", "sim-paynow",
+                 "sim-confirmpay", "sim-old", "sim-update")
+PLAIN = tuple(f"os-{i}" for i in range(24))
+_serials = itertools.count()
+
+
+def _pack() -> Pack:
+    return next(p for p in shipped_packs() if p.version_name == "8.22.0")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[PhoneSim]:
+    data = load_scenario("order_sheet").data
+    data["outcome"] = "ORDER_CREATED"  # the pending-payment order page after the tap
+    for serial in SWITCH_PHONES:
+        data["phones"][serial].pop("outcome", None)
+    with adbutils_leaks_ignored(), running_sim(data, serials=PLAIN + SWITCH_PHONES) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cmbuyer.agent.submit as sub
+    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 5.0)
+    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 5.0)
+
+
+class RecordingServer(FakeServer):
+    """The rule-enforcing fake that also keeps every fence body it was asked for."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.proofs: list[SubmissionProof] = []
+
+    def create_submission_fence(self, claim: Any, proof: SubmissionProof) -> Any:
+        self.proofs.append(proof)
+        return super().create_submission_fence(claim, proof)
+
+
+def run(tmp_path: Path, sim: PhoneSim, serial: str | None = None, **task: Any) -> tuple[FlowResult, RecordingServer, str]:
+    serial = serial or PLAIN[next(_serials)]
+    phone = PhoneAdapter.connect(serial)
+    task.setdefault("goods_id", "710000000001")
+    task["product_url"] = f"https://mobile.yangkeduo.com/goods.html?goods_id={task['goods_id']}"
+    purchase = make_purchase(**task)
+    journal = Journal(tmp_path / f"{serial}.sqlite3")
+    server = RecordingServer(purchase, keys=journal)
+    c = purchase.claim
+    journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
+                         authorization_id=c.authorization_id, claim_generation=1, claim_token=c.claim_token,
+                         session_id=c.session_id, lease_expires_at=c.lease_expires_at,
+                         authorization_expires_at=c.authorization_expires_at, task={})
+    result = PurchaseFlow(phone=phone, pack=_pack(), sink=server, journal=journal).run(purchase)
+    return result, server, serial
+
+
+def assert_stopped_before_fence(result: FlowResult, server: RecordingServer, sim: PhoneSim, serial: str,
+                                reason: str) -> None:
+    assert (result.outcome, result.reason_code, result.tapped) == ("FAILED", reason, False), server.fails
+    assert server.proofs == [] and server.fences == {}
+    assert [f.reason_code for f in server.fails] == [reason]
+    assert "FAILURE" in [kind for kind, _ in server.evidence]
+    journal = sim.journal(serial)
+    assert journal.taps("submit") == []
+    journal.assert_no_payment_taps()
+    assert sim.phone(serial).orders == []
+
+
+def assert_swipes_inside_lists(sim: PhoneSim, serial: str) -> int:
+    """Every swipe started and ended inside the option list it scrolled (journal: list + bounds)."""
+    found = swipes(sim.journal(serial).entries())
+    for entry in found:
+        assert entry["list"] is not None, entry
+        left, top, right, bottom = entry["list_bounds"]
+        pts = entry["points"]
+        for x, y in zip(pts[::2], pts[1::2], strict=True):
+            assert left <= x < right and top <= y < bottom, entry
+    return len(found)
+
+
+ORDERS = {
+    # two dimensions, 【限定】 tile vs [限定] in the 已选 label, stock-badge price (最后3件 ¥39)
+    "two-dimensions": dict(goods_id="710000000001", sku_color="【限定】雾霾蓝", sku_size="L", quantity=2,
+                           max_total_price=Decimal("80.00"), total="78.00"),
+    # one dimension (款式), a tile name with leading spaces, 已选 label decorated with '#', 免拼购买
+    "one-dimension": dict(goods_id="710000000002", sku_color="奶白色+礼盒", sku_size=None, quantity=1,
+                          max_total_price=Decimal("60.00"), total="59.00"),
+    # image tiles (颜色分类, name in content-desc + tv_content, stock badges), 即将卖完 ¥118
+    "image-tiles": dict(goods_id="710000000003", sku_color="樱花粉", sku_size=None, quantity=1,
+                        max_total_price=Decimal("200.00"), total="118.00"),
+    # 色号 header, the wanted tile off-screen to the right: scroll inside the list
+    "scrolled-list": dict(goods_id="710000000004", sku_color="樱桃红#09", sku_size=None, quantity=1,
+                          max_total_price=Decimal("50.00"), total="45.90"),
+    # preselected tile off-screen when the sheet opens; the wanted one is that preselected tile
+    "preselected-off-screen": dict(goods_id="710000000005", sku_color="星空紫", sku_size=None, quantity=3,
+                                   max_total_price=Decimal("40.00"), total="38.40"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORDERS))
+def test_orders_complete_on_the_order_sheet(tmp_path: Path, sim: PhoneSim, name: str) -> None:
+    task = dict(ORDERS[name])
+    total = Decimal(task.pop("total"))
+    result, server, serial = run(tmp_path, sim, **task)
+    assert (result.outcome, result.tapped) == ("SUBMITTED", True), server.fails
+    journal = sim.journal(serial)
+    journal.assert_single_submit_tap(goods_id=task["goods_id"])
+    journal.assert_no_payment_taps()
+    (proof,) = server.proofs
+    # the fence carries what the submit screen showed (names in the one comparison form)
+    assert proof.selected_color == task["sku_color"] and proof.selected_size == task["sku_size"]
+    assert proof.confirm_page_amount == total and proof.quantity_read == task["quantity"]
+    assert proof.gate1_unit_price == proof.gate2_unit_price == proof.gate3_unit_price == total / task["quantity"]
+    assert proof.payment_mode == "微信支付" and proof.submit_control_match_count == 1
+    (order,) = sim.phone(serial).orders
+    assert Decimal(str(order["total"])) == total
+    n = assert_swipes_inside_lists(sim, serial)
+    assert (n > 0) == (name in ("scrolled-list", "preselected-off-screen"))
+
+
+def test_older_layout_bucket_on_the_same_version(tmp_path: Path, sim: PhoneSim) -> None:
+    """The same 8.22.0 pack recognizes the SKU-sheet layout (another A/B bucket) by its screens."""
+    result, server, serial = run(tmp_path, sim, "sim-old", sku_color="黑色", sku_size="M", quantity=1,
+                                 max_total_price=Decimal("30.00"))
+    assert (result.outcome, result.tapped) == ("SUBMITTED", True), server.fails
+    sim.journal(serial).assert_single_submit_tap()
+    assert server.proofs[0].selected_size == "M" and server.proofs[0].payment_mode == "微信支付"
+
+
+@pytest.mark.parametrize("serial", ["sim-balance", "sim-paylater", "sim-nopw", "sim-unreadable", "sim-tworows",
+                                    "sim-paynow", "sim-confirmpay"])
+def test_unsafe_payment_modes_stop_before_the_fence(tmp_path: Path, sim: PhoneSim, serial: str) -> None:
+    result, server, _ = run(tmp_path, sim, serial, sku_color="黑色", sku_size="M", quantity=1,
+                            max_total_price=Decimal("30.00"))
+    assert_stopped_before_fence(result, server, sim, serial, "PAYMENT_MODE_UNSAFE")
+    # refused as soon as the sheet opened: no option or quantity tap either
+    assert [t["role"] for t in sim.journal(serial).taps()] == ["buy"]
+
+
+@pytest.mark.parametrize(("task", "reason"), [
+    (dict(goods_id="710000000006", sku_color="雾霾蓝色款", sku_size=None), "OUT_OF_STOCK"),  # enabled tile
+    (dict(goods_id="710000000003", sku_color="雾霾蓝色款", sku_size=None), "OUT_OF_STOCK"),  # image tile
+    (dict(goods_id="710000000004", sku_color="不存在的色号#00", sku_size=None), "SKU_VALUE_MISSING"),
+    (dict(goods_id="710000000002", sku_color="经典白", sku_size="M"), "SKU_DIMENSION_UNNAMED"),
+    (dict(goods_id="710000000001", sku_color="黑色", sku_size=None), "SKU_DIMENSION_UNNAMED"),
+    (dict(goods_id="710000000001", sku_color="黑色", sku_size="L", max_total_price=Decimal("29.00")),
+     "PRICE_OVER_CAP"),
+])
+def test_task_level_stops(tmp_path: Path, sim: PhoneSim, task: dict[str, Any], reason: str) -> None:
+    task.setdefault("quantity", 1)
+    task.setdefault("max_total_price", Decimal("500.00"))
+    result, server, serial = run(tmp_path, sim, **task)
+    assert_stopped_before_fence(result, server, sim, serial, reason)
+    n = assert_swipes_inside_lists(sim, serial)
+    if reason == "SKU_VALUE_MISSING":
+        # both ends reached: swipes toward the end and back toward the start
+        pts = [e["points"] for e in swipes(sim.journal(serial).entries())]
+        assert n >= 2 and any(p[0] > p[2] for p in pts) and any(p[0] < p[2] for p in pts)
+
+
+def test_update_prompt_stops(tmp_path: Path, sim: PhoneSim) -> None:
+    result, server, _ = run(tmp_path, sim, "sim-update", sku_color="黑色", sku_size="M", quantity=1,
+                            max_total_price=Decimal("30.00"))
+    assert_stopped_before_fence(result, server, sim, "sim-update", "APP_UPDATE_PROMPT")
+
+
+GATE3_NULLS = {
+    "color": ("SKU_SELECTION_UNREADABLE", lambda r: {"selected": {**r.selected, "color": None}}),
+    "size": ("SKU_SELECTION_UNREADABLE", lambda r: {"selected": {**r.selected, "size": None}}),
+    "unit_price": ("UNIT_PRICE_UNREADABLE", lambda r: {"unit_price": None}),
+    "quantity": ("QUANTITY_UNREADABLE", lambda r: {"quantity": None}),
+    "total": ("CONFIRM_AMOUNT_UNREADABLE", lambda r: {"total": None}),
+}
+
+
+@pytest.mark.parametrize("reading", sorted(GATE3_NULLS))
+def test_gate3_each_null_reading_stops_before_the_fence(tmp_path: Path, sim: PhoneSim,
+                                                        monkeypatch: pytest.MonkeyPatch, reading: str) -> None:
+    """Each gate-3 reading made unreadable in turn (the real reader's result with that one value
+    nulled) stops before the fence with its own code: no fence request, no submit tap."""
+    import dataclasses
+
+    reason, null = GATE3_NULLS[reading]
+    real = cap.confirm_reading
+
+    def nulled(dump: Any, pack: Pack, wanted: dict[str, str]) -> cap.ConfirmReading:
+        got = real(dump, pack, wanted)
+        return dataclasses.replace(got, gate3=dataclasses.replace(got.gate3, **null(got.gate3)))
+
+    monkeypatch.setattr(cap, "confirm_reading", nulled)
+    result, server, serial = run(tmp_path, sim, sku_color="白色", sku_size="L", quantity=1,
+                                 max_total_price=Decimal("30.00"))
+    assert_stopped_before_fence(result, server, sim, serial, reason)

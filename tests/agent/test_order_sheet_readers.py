@@ -1,0 +1,280 @@
+"""Readers, gates and pack loading for the order sheet (issue 15 §1-7), on simulator captures of the
+order-sheet layout (tests/agent/fixtures/sim822, rendered by render_sim_order_sheet.py — simulator
+captures, not a real phone) and on small variations of them made in the test (each says what it
+changed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.agent import gates
+from cmbuyer.agent.cli import main
+from cmbuyer.agent.errors import FlowStop, MoneyAmbiguous, PackError
+from cmbuyer.agent.screens import readers
+from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.inspect import inspect_dump
+from cmbuyer.agent.screens.pack import Pack, compile_pack, shipped_packs
+from cmbuyer.agent.screens.text import match_amount
+from cmbuyer.schemas.text import normalize_sku
+
+FX = Path(__file__).parent / "fixtures"
+PACK_FILE = Path(__file__).parents[2] / "agent" / "packs" / "pdd-8.22.0-82200.json"
+
+
+def pack822() -> Pack:
+    return next(p for p in shipped_packs() if p.version_name == "8.22.0")
+
+
+def xml(name: str) -> str:
+    return (FX / "sim822" / f"{name}.xml").read_text("utf-8")
+
+
+def inspect(text: str) -> dict[str, Any]:
+    return inspect_dump(parse_dump(text), [pack822()])
+
+
+# --- normalization: one implementation, trim outer whitespace then NFKC ----------------------------
+@pytest.mark.parametrize(("raw", "norm"), [
+    ("  奶白色+礼盒", "奶白色+礼盒"), ("复古红#999", "复古红#999"), ("Ｍ（建议）", "M(建议)"),
+    ("【限定】奶白色", "【限定】奶白色"), (" a  b ", "a  b"), ("\u3000黑色\u3000", "黑色"),
+])
+def test_normalize_sku_trims_then_nfkc_and_nothing_else(raw: str, norm: str) -> None:
+    assert normalize_sku(raw) == norm
+    assert readers.sku_name(raw) == norm
+
+
+# --- the 已选 label is a second witness -------------------------------------------------------------
+@pytest.mark.parametrize(("label", "names", "agrees"), [
+    ("已选: #奶白色+礼盒", ["奶白色+礼盒"], True),
+    ("已选: [限定]奶白色", ["【限定】奶白色"], True),
+    ("已选: 黑色 M", ["黑色", "M"], True),
+    ("已选: 复古红#999", ["复古红#999"], True),
+    ("已选: #复古红#999", ["复古红#999"], True),
+    ("已选: 复古红999", ["复古红#999"], False),  # nothing inside a name is ever deleted
+    ("已选: ##奶白色", ["奶白色"], False),  # only ONE leading '#'
+    ("已选: 奶白色礼盒", ["奶白色+礼盒"], False),
+    ("已选: 白色 M", ["黑色", "M"], False),
+    ("请选择 颜色 尺码", ["黑色", "M"], False),
+])
+def test_label_witness(label: str, names: list[str], agrees: bool) -> None:
+    assert readers.label_agrees(label, names) is agrees
+
+
+def test_label_disagreement_nulls_the_reading() -> None:
+    """The mug capture with its label changed to name another option: the tile still reads as
+    selected, but the reading is null (and gate 3 would stop)."""
+    good = inspect(xml("sheet_mug"))["readings"]["selected"]
+    assert good == {"款式": "奶白色+礼盒"}
+    bad = inspect(xml("sheet_mug").replace("已选: #奶白色+礼盒", "已选: #经典白"))["readings"]["selected"]
+    assert bad == {"款式": None}
+    gone = inspect(xml("sheet_mug").replace("已选: #奶白色+礼盒", ""))["readings"]["selected"]
+    assert gone == {"款式": None}
+
+
+# --- inspect on order-sheet captures -----------------------------------------------------------------
+@pytest.mark.parametrize(("name", "unit", "total", "selected"), [
+    ("sheet_tshirt", "29.90", "29.90", {"颜色": "黑色", "尺码": "M"}),
+    ("sheet_mug", "59.00", "59.00", {"款式": "奶白色+礼盒"}),
+    ("sheet_blanket", "128.00", "128.00", {"颜色分类": "奶咖色"}),
+    ("sheet_lipstick", "39.90", "39.90", {"色号": "复古红#999"}),
+    ("sheet_case", "12.80", "12.80", {"款式": None}),  # the selected tile is off-screen
+])
+def test_inspect_order_sheet(name: str, unit: str, total: str, selected: dict[str, str | None]) -> None:
+    out = inspect(xml(name))
+    assert (out["screen"], out["pack"], out["layout"]) == ("confirm_order", "pdd-8.22.0-82200", "order_sheet")
+    r = out["readings"]
+    assert (r["unit_price"], r["quantity"], r["confirm_amount"], r["submit_controls"]) == (unit, 1, total, 1)
+    assert r["selected"] == selected
+    assert r["payment_mode"] == "使用#微信支付，更换支付方式" and r["payment_problems"] == []
+    assert any("更换支付方式" in c for c in r["payment_controls"])
+    options = [o for values in r["options"].values() for o in values]
+    assert not any(o is None or "支付" in o or o == "添加" or "提交订单" in o or "地址" in o for o in options)
+
+
+def test_inspect_image_tiles_names_and_sold_out() -> None:
+    groups = readers.read_groups(parse_dump(xml("sheet_blanket")), pack822().readers["confirm_order"])
+    tiles = {t.text: t for t in groups["颜色分类"].tiles}
+    assert list(tiles) == ["奶咖色", "雾霾蓝色款", "樱花粉", "燕麦白"]  # no badge (最后2件) in a name
+    assert tiles["雾霾蓝色款"].enabled and not tiles["雾霾蓝色款"].available  # enabled but 刚刚抢光
+    assert tiles["燕麦白"].available
+    assert groups["颜色分类"].scroll_list is not None
+
+
+def test_inspect_cli_with_pack_names_pack_and_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--pack", str(PACK_FILE), "--dump", str(FX / "sim822" / "sheet_tshirt.xml")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pack"] == "pdd-8.22.0-82200" and out["layout"] == "order_sheet"
+    assert out["readings"]["selected"] == {"颜色": "黑色", "尺码": "M"}
+
+
+@pytest.mark.parametrize(("name", "row"), [
+    ("sheet_balance", "使用多多支付余额¥5.05，更换支付方式"),
+    ("sheet_paylater", "使用#先用后付，更换支付方式"),
+    ("sheet_nopw", "使用#多多支付(免密支付)，更换支付方式"),
+    ("sheet_unreadable", None),
+    ("sheet_tworows", None),
+    ("sheet_paynow", "使用#微信支付，更换支付方式"),
+])
+def test_unsafe_payment_variants_are_named(name: str, row: str | None) -> None:
+    dump = parse_dump(xml(name))
+    reading = readers.read_payment(dump, pack822())
+    assert reading.row == row and reading.problems
+    with pytest.raises(FlowStop) as err:
+        gates.payment_gate(reading.problems, reading.mode)
+    assert err.value.reason_code == "PAYMENT_MODE_UNSAFE"
+    assert inspect(xml(name))["screen"] == "confirm_order"  # recognized, so the gate runs
+
+
+def test_safe_payment_modes() -> None:
+    for name, mode in (("sheet_tshirt", "微信支付"), ("sheet_alipay", "支付宝")):
+        reading = readers.read_payment(parse_dump(xml(name)), pack822())
+        assert gates.payment_gate(reading.problems, reading.mode) == mode
+
+
+# --- prices ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "value"), [
+    ("最后3件 ¥69", "69.00"), ("即将卖完 ¥88", "88.00"), ("¥12.88", "12.88"), ("￥12.88", "12.88"),
+    ("仅剩2件 ¥5", "5.00"), ("¥70已拼44件", None), ("¥4162人付款", None), ("¥70已拼44件最后6件", None),
+    ("已售5.2万件 ¥12.88", None), ("¥29.9-39", None),
+])
+def test_unit_price_regex(text: str, value: str | None) -> None:
+    got = match_amount(pack822().readers["confirm_order"].unit_price.regex, text)  # type: ignore[union-attr]
+    assert (None if got is None else str(got)) == value
+
+
+def _price_node_changed(new: str) -> str:
+    return xml("sheet_tshirt").replace('text="最后5件 ¥29.9"', new, 1)
+
+
+def test_price_split_over_nodes_or_fused_is_null() -> None:
+    split = _price_node_changed('text="¥"')  # the digits would sit in sibling nodes: the ¥ alone
+    assert inspect(split)["readings"]["unit_price"] is None
+    fused = _price_node_changed('text="¥70已拼44件"')
+    assert inspect(fused)["readings"]["unit_price"] is None
+
+
+def test_two_price_candidates_are_ambiguous() -> None:
+    # the 已选 label beside the price node changed into a second price
+    dump = parse_dump(xml("sheet_tshirt").replace('text="已选: 黑色 M"', 'text="¥31.9"', 1))
+    with pytest.raises(MoneyAmbiguous):
+        readers.read_money(dump, pack822().readers["confirm_order"].unit_price)
+
+
+# --- gates -----------------------------------------------------------------------------------------
+WANTED = {"color": "黑色", "size": "M"}
+
+
+def g3(**over: Any) -> gates.Gate3Reading:
+    base: dict[str, Any] = dict(selected={"color": "黑色", "size": "M"}, unit_price=Decimal("10.00"), quantity=2,
+                                total=Decimal("20.00"), submit_controls=1)
+    base.update(over)
+    return gates.Gate3Reading(**base)
+
+
+@pytest.mark.parametrize(("reading", "reason"), [
+    (g3(selected={"color": None, "size": "M"}), "SKU_SELECTION_UNREADABLE"),
+    (g3(selected={"color": "黑色", "size": None}), "SKU_SELECTION_UNREADABLE"),
+    (g3(selected={"color": "黑色"}), "SKU_SELECTION_UNREADABLE"),
+    (g3(unit_price=None), "UNIT_PRICE_UNREADABLE"),
+    (g3(quantity=None), "QUANTITY_UNREADABLE"),
+    (g3(total=None), "CONFIRM_AMOUNT_UNREADABLE"),
+    (g3(selected={"color": "白色", "size": "M"}), "SKU_MISMATCH_ON_CONFIRM"),
+    (g3(selected={"color": "黑色", "size": "L"}), "SKU_MISMATCH_ON_CONFIRM"),
+    (g3(quantity=3, total=Decimal("30.00")), "QUANTITY_MISMATCH"),
+    (g3(unit_price=Decimal("9.00"), total=Decimal("18.00")), "PRICE_CHANGED"),
+    (g3(total=Decimal("20.01")), "TOTAL_ABOVE_ITEMS"),
+    (g3(submit_controls=2), "SUBMIT_CONTROL_COUNT"),
+])
+def test_gate3_fails_closed(reading: gates.Gate3Reading, reason: str) -> None:
+    with pytest.raises(FlowStop) as err:
+        gates.gate3(reading, wanted=WANTED, gate1_price=Decimal("10.00"), quantity=2, max_total=Decimal("25.00"))
+    assert err.value.reason_code == reason
+
+
+def test_gate3_caps_and_discount() -> None:
+    with pytest.raises(FlowStop) as err:
+        gates.gate3(g3(), wanted=WANTED, gate1_price=Decimal("10.00"), quantity=2, max_total=Decimal("19.99"))
+    assert err.value.reason_code == "PRICE_OVER_CAP"
+    summary = gates.gate3(g3(total=Decimal("17.00")), wanted=WANTED, gate1_price=Decimal("10.00"), quantity=2,
+                          max_total=Decimal("20.00"))
+    assert "discount" in summary
+
+
+def test_gates_1_and_2_fail_closed_on_null() -> None:
+    for selected in ({"color": None, "size": "M"}, {"size": "M"}):
+        with pytest.raises(FlowStop, match="gate 1"):
+            gates.gate1(selected, WANTED, Decimal("1.00"))
+    with pytest.raises(FlowStop) as err:
+        gates.gate1({"color": "黑色", "size": "M"}, WANTED, None)
+    assert err.value.reason_code == "UNIT_PRICE_UNREADABLE"
+    for qty, price, reason in ((None, Decimal("1.00"), "QUANTITY_UNREADABLE"), (2, None, "UNIT_PRICE_UNREADABLE")):
+        with pytest.raises(FlowStop) as err:
+            gates.gate2(qty, 2, Decimal("1.00"), price)
+        assert err.value.reason_code == reason
+
+
+@pytest.mark.parametrize(("headers", "wanted", "ok"), [
+    (["颜色", "尺码"], {"color": "a", "size": "b"}, True),
+    (["色号"], {"color": "a"}, True),
+    (["款式"], {"color": "a", "size": "b"}, False),  # a named size the sheet does not show
+    (["颜色", "尺码"], {"color": "a"}, False),  # a sheet dimension the task does not name
+    (["颜色", "套餐"], {"color": "a", "size": "b"}, False),  # an unmapped header
+    (["颜色", "款式"], {"color": "a", "size": "b"}, False),  # two colour dimensions
+    (["颜色", "尺码", "规格"], {"color": "a", "size": "b"}, False),  # three dimensions: documented limit
+])
+def test_sku_dimensions(headers: list[str], wanted: dict[str, str], ok: bool) -> None:
+    pack = pack822()
+    roles = {h: pack.role_of(h) for h in headers}
+    if ok:
+        assert set(gates.map_dimensions(headers, roles, wanted)) == set(wanted)
+    else:
+        with pytest.raises(FlowStop) as err:
+            gates.map_dimensions(headers, roles, wanted)
+        assert err.value.reason_code == "SKU_DIMENSION_UNNAMED"
+
+
+# --- pack loading: a pack cannot widen what may be tapped ------------------------------------------
+def _sel(text: str) -> dict[str, Any]:
+    return {"text": text, "evidence": ["sim822-product"]}
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda p: p["dismissals"].append({"id": "pay", "when": _sel("确定放弃吗"), "tap": _sel("继续支付")}),
+    lambda p: p["dismissals"].append({"id": "any", "when": _sel("x"), "tap": _sel(".*")}),
+    lambda p: p["dismissals"].append({"id": "noname", "when": _sel("x"),
+                                      "tap": {"clickable": True, "evidence": ["sim822-product"]}}),
+    lambda p: p["buy_paths"].update(single=_sel("单独购买|提交订单.*")),
+    lambda p: p["buy_paths"].update(group=_sel(".*支付.*")),
+    lambda p: p["layouts"][1].update(to_confirm=_sel("确定|立即支付")),
+    lambda p: p["controls"]["quantity_increase"].update(desc=".*"),
+    lambda p: p["layouts"].append({"id": "web_sheet", "options_screen": "confirm_order", "quantity_screen": "confirm_order"}),
+    lambda p: p["layouts"][0].update(options_screen="cashier"),
+    lambda p: p["layouts"].append(dict(p["layouts"][0])),
+    lambda p: p["layouts"][0].update(quantity_screen="sku_panel"),
+    lambda p: p["layouts"][1].pop("to_confirm"),
+    lambda p: p["screens"].update(cashier=p["screens"]["payment"]),
+    lambda p: p["payment"].update(handoff_modes=["微信支付", "先用后付"]),
+    lambda p: p["payment"].update(handoff_modes=["多多支付(免密)"]),
+    lambda p: p["payment"].update(mode_regex="使用(.*)"),
+    lambda p: p["dimension_roles"]["size"].append("颜色"),
+    lambda p: p.update(pack_format=1),
+])
+def test_pack_refused_at_load(mutate: Any) -> None:
+    raw = copy.deepcopy(pack822().raw)
+    mutate(raw)
+    with pytest.raises(PackError):
+        compile_pack(raw)
+
+
+def test_shipped_822_pack_says_its_evidence_is_simulator_captures() -> None:
+    pack = pack822()
+    assert "SIMULATOR" in pack.raw["description"] and "not a real phone" in pack.raw["description"]
+    assert {e["device"] for e in pack.raw["evidence"].values()} <= {"phonesim", "handwritten-fixture"}
+    assert [layout.id for layout in pack.layouts] == ["order_sheet", "sku_sheet"]
+    assert set(pack.buy_paths) == {"single", "group"}
