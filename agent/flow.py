@@ -358,7 +358,7 @@ class PurchaseFlow:
                                                 amount=expected.amount, title=expected.title,
                                                 should_stop=should_stop, progress=self.progress)
         asset = self._upload_after_tap(claim, "ORDER_CONFIRMATION", result.screenshot)
-        self.journal.record_confirmation(claim.attempt_id, result.order_sn, asset)
+        self.journal.record_confirmation(claim.attempt_id, result.order_sn, asset, read=result.read)
         summary = result.note + (f"; order {result.order_sn}" if result.order_sn else "")
         self._event_after_tap(claim, TaskEvent("CONFIRM_ORDER_READONLY", "OK" if result.read else "FAILED",
                                                None, summary[:200]))

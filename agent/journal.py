@@ -337,14 +337,16 @@ class Journal:
                        (step, _now(), attempt_id))
         _pause_point("CONFIRM_STEP")
 
-    def record_confirmation(self, attempt_id: str, order_sn: str | None, asset_id: str | None) -> None:
+    def record_confirmation(self, attempt_id: str, order_sn: str | None, asset_id: str | None,
+                            *, read: bool = True) -> None:
         """The confirmation's result, journaled before the report that carries it (so a re-send
-        after a crash carries the same ``order_sn`` under the same key). Kept once written."""
+        after a crash carries the same ``order_sn`` under the same key). Kept once written.
+        ``confirm_step`` becomes ``DONE`` (the list was read) or ``STOPPED`` (left to a person)."""
         with self._tx() as db:
             self._unreported_post_tap(db, attempt_id)
-            db.execute("UPDATE post_tap SET confirm_step='DONE', order_sn=coalesce(order_sn, ?), "
+            db.execute("UPDATE post_tap SET confirm_step=?, order_sn=coalesce(order_sn, ?), "
                        "confirm_asset_id=coalesce(confirm_asset_id, ?), updated_at=? WHERE attempt_id=?",
-                       (order_sn, asset_id, _now(), attempt_id))
+                       ("DONE" if read else "STOPPED", order_sn, asset_id, _now(), attempt_id))
 
     def post_tap(self, attempt_id: str) -> dict[str, str | None] | None:
         """The post_tap row as a dict (tests, ``journal`` summary); None when none."""

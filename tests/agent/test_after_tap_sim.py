@@ -29,7 +29,7 @@ import pytest
 
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import shipped_packs
+from cmbuyer.agent.screens.pack import compile_pack, shipped_packs
 from cmbuyer.phonesim.journal import assert_no_foreign_screenshots, foreign_screenshots, payment_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 from tests.server.admin.conftest import ADMIN_PASSWORD, ADMIN_USER, add_admin
@@ -178,6 +178,43 @@ def test_two_matching_pending_orders_give_no_order_number(tmp_path: Path, srv: R
     assert row["observation"] == "EXTERNAL_PAYMENT_HANDOFF" and row["order_sn"] is None
     confirm = [e for e in srv.detail(second.id)["events"] if e["step"] == "CONFIRM_ORDER_READONLY"]
     assert confirm[-1]["outcome"] == "OK" and "ambiguous" in confirm[-1]["summary"]
+    (second_attempt,) = [c.attempt_id for c in agent.journal.claims() if c.task_id == second.id]
+    assert agent.journal.post_tap(second_attempt)["confirm_step"] == "DONE"  # type: ignore[index]
+
+
+def test_confirmation_that_cannot_find_the_order_still_reports(tmp_path: Path, srv: RealServer,
+                                                               fast_phone: None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pack whose order-list link opens nothing on this phone (an operator's mistake, or a link the
+    app stopped handling): the confirmation leaves the cashier and the dialog, opens the link, sees
+    no list, stops — no order number, nothing else touched, the result reported all the same."""
+    import cmbuyer.agent.runner as runner_module
+
+    (shipped,) = [p for p in shipped_packs() if p.version_name == "8.17.0"]
+    raw = copy.deepcopy(shipped.raw)
+    raw["after_submit"]["confirmation"]["order_list_deep_link"] = "pinduoduo://com.xunmeng.pinduoduo/mall.html?type=1"
+    monkeypatch.setattr(runner_module, "pack_for_version", lambda *a, **k: compile_pack(raw))
+    creds = srv.add_device()
+    task = srv.add_task()
+    with adbutils_leaks_ignored(), running_sim(_scenario(outcome="EXTERNAL_CASHIER_WECHAT")) as sim:
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        assert agent.run_once() == 0
+        entries = sim.journal("sim-1").entries()
+        (order,) = sim.phone("sim-1").orders
+    submit = [e for e in entries if e["kind"] == "tap" and e["role"] == "submit"]
+    assert len(submit) == 1 and not payment_taps(entries) and not foreign_screenshots(entries)
+    later = _after(entries, submit[0]["seq"])
+    assert [e["kind"] for e in later if e["kind"] in ("tap", "key", "deep_link")] == ["key", "tap", "deep_link"]
+    row = _submission_row(srv, task.id)
+    assert row["observation"] == "EXTERNAL_PAYMENT_HANDOFF" and row["order_sn"] is None
+    assert order["status"] == "pending_payment"
+    detail = srv.detail(task.id)
+    confirm = [e for e in detail["events"] if e["step"] == "CONFIRM_ORDER_READONLY"]
+    assert confirm[-1]["outcome"] == "FAILED" and "did not open" in confirm[-1]["summary"]
+    assert "ORDER_CONFIRMATION" not in kinds(detail)
+    (claim,) = agent.journal.claims()
+    assert agent.journal.post_tap(claim.attempt_id)["confirm_step"] == "STOPPED"  # type: ignore[index]
+    assert agent.journal.submission(claim.attempt_id).phase == "RESULT_REPORTED"  # type: ignore[union-attr]
 
 
 def test_sigkill_in_the_middle_of_the_confirmation(tmp_path: Path) -> None:
