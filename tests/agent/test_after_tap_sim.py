@@ -71,6 +71,22 @@ def _task_page(srv: RealServer, task_id: str) -> str:
     return opener.open(f"{srv.url}/tasks/{task_id}", timeout=10).read().decode()
 
 
+def _run_one(tmp_path: Path, srv: RealServer, scenario: dict[str, Any]) -> tuple[Agent, Any, list[dict[str, Any]],
+                                                                             list[dict[str, Any]], dict[str, Any]]:
+    """One task through one agent run on the simulator: (agent, task, the sim journal, the sim's
+    orders, the one submit tap entry — asserted to be exactly one)."""
+    creds = srv.add_device()
+    task = srv.add_task()
+    with adbutils_leaks_ignored(), running_sim(scenario) as sim:
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        assert agent.run_once() == 0
+        entries = sim.journal("sim-1").entries()
+        orders = sim.phone("sim-1").orders
+    submit = [e for e in entries if e["kind"] == "tap" and e["role"] == "submit"]
+    assert len(submit) == 1 and not payment_taps(entries) and not foreign_screenshots(entries)
+    return agent, task, entries, orders, submit[0]
+
+
 def _after(entries: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
     return [e for e in entries if e["seq"] > seq]
 
@@ -92,21 +108,13 @@ def test_external_cashier_then_read_only_confirmation(tmp_path: Path, fast_phone
 
 
 def _cashier_case(tmp_path: Path, srv: RealServer, version: str, outcome: str, package: str) -> None:
-    creds = srv.add_device()
-    task = srv.add_task()
-    with adbutils_leaks_ignored(), running_sim(_scenario(version, outcome=outcome)) as sim:
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
-        assert agent.run_once() == 0
-        entries = sim.journal("sim-1").entries()
-        orders = sim.phone("sim-1").orders
     # the phone: one submit tap, nothing with a payment role, no screenshot of the cashier
-    submit = [e for e in entries if e["kind"] == "tap" and e["role"] == "submit"]
-    assert len(submit) == 1 and not payment_taps(entries)
+    agent, task, entries, orders, submit = _run_one(tmp_path, srv, _scenario(version, outcome=outcome))
     assert_no_foreign_screenshots(entries)
     assert any(e["kind"] == "dump" and e.get("package") == package for e in entries), \
         "the cashier was never in front while the agent looked"
     # after the tap: one BACK, one tap (先去逛逛), one deep link to the order list — nothing else
-    later = _after(entries, submit[0]["seq"])
+    later = _after(entries, submit["seq"])
     assert [e["kind"] for e in later if e["kind"] in ("tap", "key", "deep_link")] == ["key", "tap", "deep_link"]
     (back,) = [e for e in later if e["kind"] == "key"]
     assert back["key"] == "back" and back["screen"].startswith("cashier_") and back["effect"] == "leave_cashier"
@@ -137,15 +145,8 @@ def _cashier_case(tmp_path: Path, srv: RealServer, version: str, outcome: str, p
 
 def test_paid_state_after_the_tap_is_payment_suspected_and_nothing_is_touched(
         tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
-    creds = srv.add_device()
-    task = srv.add_task()
-    with adbutils_leaks_ignored(), running_sim(_scenario(outcome="PAID")) as sim:
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
-        assert agent.run_once() == 0
-        entries = sim.journal("sim-1").entries()
-    submit = [e for e in entries if e["kind"] == "tap" and e["role"] == "submit"]
-    assert len(submit) == 1 and not payment_taps(entries)
-    assert not [e for e in _after(entries, submit[0]["seq"]) if e["kind"] in ("tap", "key", "deep_link")]
+    agent, task, entries, _, submit = _run_one(tmp_path, srv, _scenario(outcome="PAID"))
+    assert not [e for e in _after(entries, submit["seq"]) if e["kind"] in ("tap", "key", "deep_link")]
     row = _submission_row(srv, task.id)
     assert row["observation"] == "UNKNOWN" and row["observation_reason"] == "PAYMENT_SUSPECTED"
     assert row["order_sn"] is None
@@ -194,16 +195,8 @@ def test_confirmation_that_cannot_find_the_order_still_reports(tmp_path: Path, s
     raw = copy.deepcopy(shipped.raw)
     raw["after_submit"]["confirmation"]["order_list_deep_link"] = "pinduoduo://com.xunmeng.pinduoduo/mall.html?type=1"
     monkeypatch.setattr(runner_module, "pack_for_version", lambda *a, **k: compile_pack(raw))
-    creds = srv.add_device()
-    task = srv.add_task()
-    with adbutils_leaks_ignored(), running_sim(_scenario(outcome="EXTERNAL_CASHIER_WECHAT")) as sim:
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
-        assert agent.run_once() == 0
-        entries = sim.journal("sim-1").entries()
-        (order,) = sim.phone("sim-1").orders
-    submit = [e for e in entries if e["kind"] == "tap" and e["role"] == "submit"]
-    assert len(submit) == 1 and not payment_taps(entries) and not foreign_screenshots(entries)
-    later = _after(entries, submit[0]["seq"])
+    agent, task, entries, (order,), submit = _run_one(tmp_path, srv, _scenario(outcome="EXTERNAL_CASHIER_WECHAT"))
+    later = _after(entries, submit["seq"])
     assert [e["kind"] for e in later if e["kind"] in ("tap", "key", "deep_link")] == ["key", "tap", "deep_link"]
     row = _submission_row(srv, task.id)
     assert row["observation"] == "EXTERNAL_PAYMENT_HANDOFF" and row["order_sn"] is None
