@@ -58,11 +58,13 @@ def parse_product_url(raw: str) -> ProductRef:
 
 
 def parse_sku(field: str, raw: object) -> str:
-    """NFKC-normalize a colour/size value (the documented comparison form); 1–64 characters."""
+    """A colour/size value in the documented comparison form (``normalize_sku``: outer whitespace
+    trimmed, then NFKC); 1–64 characters. Input with outer whitespace is refused rather than silently
+    trimmed, so what a person typed is what the task shows."""
     if not isinstance(raw, str):
         raise ValidationFailed(field, "规格必须是文本")
     value = normalize_sku(raw)
-    if not value or len(value) > SKU_MAX or value != value.strip() or has_control_chars(value):
+    if not value or len(value) > SKU_MAX or raw != raw.strip() or has_control_chars(value):
         raise ValidationFailed(field, "规格为空、过长或含控制字符")
     return value
 

@@ -70,7 +70,8 @@ class RecordingServer(FakeServer):
         return super().create_submission_fence(claim, proof)
 
 
-def run(tmp_path: Path, sim: PhoneSim, serial: str | None = None, **task: Any) -> tuple[FlowResult, RecordingServer, str]:
+def run(tmp_path: Path, sim: PhoneSim, serial: str | None = None,
+        **task: Any) -> tuple[FlowResult, RecordingServer, str]:
     serial = serial or PLAIN[next(_serials)]
     phone = PhoneAdapter.connect(serial)
     task.setdefault("goods_id", "710000000001")
@@ -139,6 +140,8 @@ def test_orders_complete_on_the_order_sheet(tmp_path: Path, sim: PhoneSim, name:
     journal = sim.journal(serial)
     journal.assert_single_submit_tap(goods_id=task["goods_id"])
     journal.assert_no_payment_taps()
+    # every tap landed on a buy button, an option tile, the stepper or (once) the submit control
+    assert {t["role"] for t in journal.taps()} <= {"buy", "option", "qty_inc", "qty_dec", "submit"}
     (proof,) = server.proofs
     # the fence carries what the submit screen showed (names in the one comparison form)
     assert proof.selected_color == task["sku_color"] and proof.selected_size == task["sku_size"]
@@ -224,3 +227,54 @@ def test_gate3_each_null_reading_stops_before_the_fence(tmp_path: Path, sim: Pho
     result, server, serial = run(tmp_path, sim, sku_color="白色", sku_size="L", quantity=1,
                                  max_total_price=Decimal("30.00"))
     assert_stopped_before_fence(result, server, sim, serial, reason)
+
+
+# --- against the real server (runner + HttpDeviceApi + the server's own fence re-check) ------------
+ENV_822 = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.22.0"}  # `init` writes 8.17.0 only
+
+
+def _one_phone_sim(**phone: Any) -> Any:
+    data = load_scenario("order_sheet").data
+    data["outcome"] = "ORDER_CREATED"
+    data["phones"]["sim-1"] = phone
+    return running_sim(data, serials=("sim-1",))
+
+
+def test_one_dimension_order_real_server(tmp_path: Path) -> None:
+    """A task without a size on the order sheet, end to end: the server stores what the submit screen
+    showed (size null, gate-3 price, payment mode) and the task waits for payment."""
+    from .realserver import RealServer
+    from .test_real_server import Agent
+
+    with RealServer(tmp_path, ENV_822) as srv, adbutils_leaks_ignored(), _one_phone_sim() as sim:
+        creds = srv.add_device()
+        task = srv.add_task(goods_id="710000000002", color="经典白", size=None, quantity=2, max_total_price="90.00")
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        assert agent.run_once() == 0
+        sim.journal("sim-1").assert_single_submit_tap()
+        sim.journal("sim-1").assert_no_payment_taps()
+        detail = srv.detail(task.id)
+    assert detail["task"]["state"] == "WAITING_PAYMENT", detail["task"]
+    sub = detail["submission"]
+    sub = sub if isinstance(sub, dict) else vars(sub)
+    assert (sub["selected_color"], sub["selected_size"], sub["payment_mode"]) == ("经典白", None, "微信支付")
+    assert str(sub["gate3_unit_price"]) == "45.00" and str(sub["confirm_page_amount"]) == "90.00"
+
+
+def test_unsafe_payment_mode_real_server(tmp_path: Path) -> None:
+    """先用后付 on the phone: the attempt fails with PAYMENT_MODE_UNSAFE, no submission exists, no tap."""
+    from .realserver import RealServer
+    from .test_real_server import Agent
+
+    unsafe = _one_phone_sim(payment_mode="pay_later")
+    with RealServer(tmp_path, ENV_822) as srv, adbutils_leaks_ignored(), unsafe as sim:
+        creds = srv.add_device()
+        task = srv.add_task(goods_id="710000000001", color="黑色", size="M", quantity=1, max_total_price="30.00")
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent.run_once()
+        assert sim.journal("sim-1").taps("submit") == [] and sim.phone("sim-1").orders == []
+        sim.journal("sim-1").assert_no_payment_taps()
+        detail = srv.detail(task.id)
+    assert detail["submission"] is None
+    assert detail["task"]["state_reason"] == "PAYMENT_MODE_UNSAFE", detail["task"]
+    assert "FAILURE" in [e["kind"] for e in detail["evidence"]]

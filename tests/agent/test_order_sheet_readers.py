@@ -253,7 +253,8 @@ def _sel(text: str) -> dict[str, Any]:
     lambda p: p["buy_paths"].update(group=_sel(".*支付.*")),
     lambda p: p["layouts"][1].update(to_confirm=_sel("确定|立即支付")),
     lambda p: p["controls"]["quantity_increase"].update(desc=".*"),
-    lambda p: p["layouts"].append({"id": "web_sheet", "options_screen": "confirm_order", "quantity_screen": "confirm_order"}),
+    lambda p: p["layouts"].append({"id": "web_sheet", "options_screen": "confirm_order",
+                                   "quantity_screen": "confirm_order"}),
     lambda p: p["layouts"][0].update(options_screen="cashier"),
     lambda p: p["layouts"].append(dict(p["layouts"][0])),
     lambda p: p["layouts"][0].update(quantity_screen="sku_panel"),
@@ -275,6 +276,52 @@ def test_pack_refused_at_load(mutate: Any) -> None:
 def test_shipped_822_pack_says_its_evidence_is_simulator_captures() -> None:
     pack = pack822()
     assert "SIMULATOR" in pack.raw["description"] and "not a real phone" in pack.raw["description"]
-    assert {e["device"] for e in pack.raw["evidence"].values()} <= {"phonesim", "handwritten-fixture"}
+    assert {e["device"] for e in pack.raw["evidence"].values()} <= {
+        "phonesim", "phonesim via cmbuyer-agent capture", "handwritten-fixture"}
     assert [layout.id for layout in pack.layouts] == ["order_sheet", "sku_sheet"]
     assert set(pack.buy_paths) == {"single", "group"}
+
+
+# --- swipes stay inside their list and pass the denylist like taps ----------------------------------
+class _ShellRecorder:
+    """Stands in for the adbutils device: records shell commands (nothing is sent anywhere). The
+    swipe path through the real adb stack is covered in test_order_sheet_flow.py."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def shell(self, cmd: list[str], timeout: float | None = None) -> str:
+        self.calls.append(list(cmd))
+        return ""
+
+
+def _lipstick_list(text: str) -> tuple[Any, Any]:
+    dump = parse_dump(text)
+    group = readers.read_groups(dump, pack822().readers["confirm_order"])["色号"]
+    return dump, group.scroll_list
+
+
+def test_swipe_inside_the_list_bounds() -> None:
+    from cmbuyer.agent.phone.adapter import PhoneAdapter
+
+    rec = _ShellRecorder()
+    dump, lst = _lipstick_list(xml("sheet_lipstick"))
+    PhoneAdapter("x", rec, None).swipe_in_list(dump, lst, forward=True)
+    ((*cmd, x1, y1, x2, y2, _ms),) = rec.calls
+    assert cmd == ["input", "swipe"]
+    b = lst.bounds
+    for x, y in ((int(x1), int(y1)), (int(x2), int(y2))):
+        assert b.left < x < b.right and b.top <= y < b.bottom
+    assert int(x1) > int(x2)  # forward: finger right-to-left
+
+
+def test_swipe_refused_on_a_denylisted_list() -> None:
+    from cmbuyer.agent.errors import PaymentControlBlocked
+    from cmbuyer.agent.phone.adapter import PhoneAdapter
+
+    rec = _ShellRecorder()
+    # a tile of the list changed to carry a payment word
+    dump, lst = _lipstick_list(xml("sheet_lipstick").replace('text="豆沙色#520"', 'text="去支付"', 1))
+    with pytest.raises(PaymentControlBlocked):
+        PhoneAdapter("x", rec, None).swipe_in_list(dump, lst, forward=False)
+    assert rec.calls == []

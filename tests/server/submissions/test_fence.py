@@ -81,6 +81,13 @@ async def test_fullwidth_letters_equal_ascii_after_nfkc(server_client: Any, clai
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
+async def test_outer_whitespace_of_a_read_name_is_trimmed(server_client: Any, claimed: Claim) -> None:
+    # real option tiles carry leading spaces ("  奶白色+礼盒"): normalize_sku trims them, on both sides
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
+                                  fence_body(claimed, selected_color="  " + claimed.sku_color))
+    assert status == 200 and json.loads(raw)["click_permitted"] is True
+
+
 def _mutations(c: Claim) -> dict[str, dict[str, Any]]:
     other_token = "0" * 64
     return {
@@ -104,7 +111,8 @@ def _mutations(c: Claim) -> dict[str, dict[str, Any]]:
         "submit count 0": {"submit_control_match_count": 0},
         "submit count 2": {"submit_control_match_count": 2},
         "colour with 【】 instead of []": {"selected_color": c.sku_color.replace("(", "【").replace(")", "】")},
-        "colour differs by a space": {"selected_color": c.sku_color + " "},
+        # outer whitespace is trimmed on both sides (normalize_sku); a space inside a name is not
+        "colour differs by an inner space": {"selected_color": c.sku_color[:2] + " " + c.sku_color[2:]},
         "colour prefix only": {"selected_color": c.sku_color[:-1]},
         "size case differs": {"selected_size": c.sku_size.lower()},
         "quantity +1": {"quantity_read": c.quantity + 1},
