@@ -358,7 +358,7 @@ class Journal:
         """Count how ``attempt_id`` ended, once: ``decide(crashes, failures)`` returns the new counters
         and the hold to set (or None). Counters and hold are written in one transaction; an attempt
         already counted (e.g. a crash noticed on two restarts in a row) changes nothing. Returns the
-        hold set by this call, or None."""
+        hold in effect when this call decided one (an earlier hold is kept and returned), else None."""
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE name='streaks'").fetchone()
             data = json.loads(row[0]) if row else {}
@@ -368,10 +368,11 @@ class Journal:
             value = json.dumps({"crashes": crashes, "failures": failures, "last_attempt": attempt_id})
             db.execute("INSERT INTO meta VALUES ('streaks', ?) ON CONFLICT(name) DO UPDATE SET "
                        "value=excluded.value", (value,))
-            if hold is not None:
-                # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
-                db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,))
-        return hold
+            if hold is None:
+                return None
+            # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
+            db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,))
+            return str(db.execute("SELECT value FROM meta WHERE name='hold'").fetchone()[0])
 
     def hold(self) -> str | None:
         row = self._one("SELECT value FROM meta WHERE name='hold'", ())
