@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS pending_fails (
     summary TEXT NOT NULL, evidence_asset_id TEXT, created_at TEXT NOT NULL);
 """
 PAUSE_ENV = "CMBUYER_AGENT_TEST_PAUSE_AFTER"
-PAUSE_POINTS = ("CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED", "RESULT_REPORTED")
+PAUSE_POINTS = ("CLAIM_ANSWERED", "CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED",
+                "RESULT_REPORTED")
 
 
 def _pause_point(name: str) -> None:
@@ -186,6 +187,14 @@ class Journal:
             db.execute("INSERT INTO idem_keys VALUES (?,?,?,?)", (purpose, scope, key, _now()))
             return key
 
+    def key_scopes(self, purpose: str) -> list[str]:
+        """Scopes of the keys of ``purpose`` still journaled, oldest first (e.g. the session of a
+        claim-next whose answer a crash left unjournaled)."""
+        with self._lock:
+            rows = self._db.execute("SELECT scope FROM idem_keys WHERE purpose=? ORDER BY created_at",
+                                    (purpose,)).fetchall()
+        return [str(r[0]) for r in rows]
+
     def drop_key(self, purpose: str, scope: str = "") -> None:
         """Forget a key after a final answer, so the next logical request gets a fresh one."""
         with self._tx() as db:
@@ -195,6 +204,7 @@ class Journal:
     def record_claim(self, *, attempt_id: str, task_id: str, task_version: int, authorization_id: str,
                      claim_generation: int, claim_token: str, session_id: str, lease_expires_at: str,
                      authorization_expires_at: str, task: dict[str, Any]) -> None:
+        _pause_point("CLAIM_ANSWERED")  # the server claimed, nothing journaled yet (crash tests)
         now = _now()
         with self._tx() as db:
             db.execute(
