@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS pending_fails (
     summary TEXT NOT NULL, evidence_asset_id TEXT, created_at TEXT NOT NULL);
 """
 PAUSE_ENV = "CMBUYER_AGENT_TEST_PAUSE_AFTER"
-PAUSE_POINTS = ("CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED",
+PAUSE_POINTS = ("CLAIM_ANSWERED", "CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED",
                 "CONFIRM_STEP", "RESULT_REPORTED")
 
 
@@ -203,6 +203,14 @@ class Journal:
             db.execute("INSERT INTO idem_keys VALUES (?,?,?,?)", (purpose, scope, key, _now()))
             return key
 
+    def key_scopes(self, purpose: str) -> list[str]:
+        """Scopes of the keys of ``purpose`` still journaled, oldest first (e.g. the session of a
+        claim-next whose answer a crash left unjournaled)."""
+        with self._lock:
+            rows = self._db.execute("SELECT scope FROM idem_keys WHERE purpose=? ORDER BY created_at",
+                                    (purpose,)).fetchall()
+        return [str(r[0]) for r in rows]
+
     def drop_key(self, purpose: str, scope: str = "") -> None:
         """Forget a key after a final answer, so the next logical request gets a fresh one."""
         with self._tx() as db:
@@ -212,6 +220,7 @@ class Journal:
     def record_claim(self, *, attempt_id: str, task_id: str, task_version: int, authorization_id: str,
                      claim_generation: int, claim_token: str, session_id: str, lease_expires_at: str,
                      authorization_expires_at: str, task: dict[str, Any]) -> None:
+        _pause_point("CLAIM_ANSWERED")  # the server claimed, nothing journaled yet (crash tests)
         now = _now()
         with self._tx() as db:
             db.execute(
@@ -415,7 +424,7 @@ class Journal:
         """Count how ``attempt_id`` ended, once: ``decide(crashes, failures)`` returns the new counters
         and the hold to set (or None). Counters and hold are written in one transaction; an attempt
         already counted (e.g. a crash noticed on two restarts in a row) changes nothing. Returns the
-        hold set by this call, or None."""
+        hold in effect when this call decided one (an earlier hold is kept and returned), else None."""
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE name='streaks'").fetchone()
             data = json.loads(row[0]) if row else {}
@@ -425,10 +434,11 @@ class Journal:
             value = json.dumps({"crashes": crashes, "failures": failures, "last_attempt": attempt_id})
             db.execute("INSERT INTO meta VALUES ('streaks', ?) ON CONFLICT(name) DO UPDATE SET "
                        "value=excluded.value", (value,))
-            if hold is not None:
-                # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
-                db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,))
-        return hold
+            if hold is None:
+                return None
+            # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
+            db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,))
+            return str(db.execute("SELECT value FROM meta WHERE name='hold'").fetchone()[0])
 
     def hold(self) -> str | None:
         row = self._one("SELECT value FROM meta WHERE name='hold'", ())

@@ -80,7 +80,12 @@ class Runner:
         self.journal = journal
         self.progress = progress
         self.stop = threading.Event()
-        self.session = Session(str(uuid.uuid4()))
+        # A claim-next key left in the journal means the process died between the server's answer
+        # and journaling the claim: the server holds an attempt for that session. Reusing the
+        # session re-sends the same key, so the server replays that claim (and the agent resumes or
+        # fails it) instead of refusing every claim as ``claim_requires_manual`` for a new session.
+        pending = journal.key_scopes("claim_request")
+        self.session = Session(pending[-1] if pending else str(uuid.uuid4()))
         self._flow: PurchaseFlow | None = None
         self._signals = 0
         self._android: str | None = None

@@ -18,7 +18,7 @@ from cmbuyer.phonesim import hierarchy
 
 pytestmark = pytest.mark.slow(seconds_per_iteration=1)  # examples grow with CMBUYER_SOAK_ITERATIONS
 _RAW = os.environ.get("CMBUYER_SOAK_ITERATIONS", "")
-EXAMPLES = max(150, int(_RAW) * 10) if _RAW.isdigit() else 150
+EXAMPLES = max(150, int(_RAW) * 4) if _RAW.isdigit() else 150
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not _RAW,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

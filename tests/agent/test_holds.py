@@ -146,8 +146,8 @@ def test_streaks_survive_a_restart_count_each_attempt_once_and_clear_with_the_ho
 def test_an_earlier_hold_is_kept(tmp_path: Path) -> None:
     j = Journal(tmp_path / "j.sqlite3")
     j.set_hold("the server refused fail: a person must act")
-    j.settle_attempt("a1", _decide(AttemptEnd("FAILED", "RISK_WALL", fenced=False)))
-    assert j.hold() == "the server refused fail: a person must act"
+    shown = j.settle_attempt("a1", _decide(AttemptEnd("FAILED", "RISK_WALL", fenced=False)))
+    assert j.hold() == shown == "the server refused fail: a person must act"
 
 
 # --- risk walls (issue 15 item 8) ----------------------------------------------------------------
