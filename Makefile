@@ -54,7 +54,7 @@ demo-once: setup ## the same demo headless; exits 0 only if every task reached i
 bench: setup ## benchmarks in bench/ (ratios against a baseline measured in the same run)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-soak: setup ## long crash/soak loops (SOAK_ITERATIONS iterations, default 200)
+soak: setup ## long crash/soak loops (SOAK_ITERATIONS iterations, default 200; per-test timeouts scale with it)
 	CMBUYER_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(BIN)/pytest -q -m "slow or e2e"
 
 clean: ## remove the venv, caches and local data

@@ -4,6 +4,8 @@ Credentials never come from the command line: env ``CMBUYER_DEVICE_ID`` + ``CMBU
 or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines or JSON
 ``{"device_id": …, "token": …}``). Server: ``--server`` or ``CMBUYER_SERVER_URL``
 (default http://127.0.0.1:8080). Progress lines go to stderr; ``--json-logs`` for JSON lines.
+Hold policy limits (``run``): ``--crash-loop-limit`` / env ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` (default 2)
+and ``--failure-limit`` / env ``CMBUYER_AGENT_FAILURE_LIMIT`` (default 3); see :mod:`cmbuyer.agent.holds`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from cmbuyer.agent import __version__
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError
+from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
 from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
@@ -203,6 +206,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     progress = _progress_fn(args.json_logs)
     try:
+        holds = HoldPolicy.from_env(crash_loop_limit=args.crash_loop_limit, failure_limit=args.failure_limit)
+    except ValueError as exc:
+        progress(f"settings: {exc}")
+        return 2
+    try:
         creds = load_credentials(args.credentials_file)
     except CredentialsError as exc:
         progress(f"credentials: {exc}")
@@ -218,8 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if os.environ.get(PAUSE_ENV):
         progress(f"WARNING: {PAUSE_ENV} is set (crash-test hook): the agent will pause at that phase")
     api = HttpDeviceApi(server, creds, journal)
-    runner = Runner(RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds), phone, api,
-                    journal, progress)
+    runner = Runner(RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds),
+                    phone, api, journal, progress)
     runner.install_signals()
     try:
         return runner.run()
@@ -246,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--once", action="store_true", help="exit after one task")
     r.add_argument("--poll-seconds", type=float, default=1.0,
                    help="idle sleep between empty claim-next polls (default 1)")
+    r.add_argument("--crash-loop-limit", type=int, metavar="N",
+                   help="hold after N consecutive attempts ended by INTERNAL_ERROR or a crash "
+                        "(default: env CMBUYER_AGENT_CRASH_LOOP_LIMIT, else 2)")
+    r.add_argument("--failure-limit", type=int, metavar="N",
+                   help="hold after N consecutive attempts failed before the fence "
+                        "(default: env CMBUYER_AGENT_FAILURE_LIMIT, else 3)")
     r.set_defaults(fn=cmd_run)
     d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
     d.add_argument("--device", required=True)
@@ -263,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(fn=cmd_inspect)
     j = sub.add_parser("journal", help="show the local journal of a device")
     j.add_argument("--device", required=True)
-    j.add_argument("--clear-hold", action="store_true", help="after a person handled a stuck task")
+    j.add_argument("--clear-hold", action="store_true",
+                   help="after a person handled the phone or a stuck task: drop the hold, reset the streaks")
     j.set_defaults(fn=cmd_journal)
     return p
 

@@ -5,7 +5,9 @@ opens (SKU sheet or order sheet) → select options (scrolling inside their list
 → quantity → gate 2 (+screenshot) → [SKU sheet: confirm control → confirm page] → read the screen
 holding the submit control → payment-mode gate → gate 3 (+screenshot) → lease check →
 submission-fence with the values read → journal PERMIT_RECEIVED → submit_order_once → journal
-observation → screenshot → result → RESULT_REPORTED.
+observation (+ foreign package, never its screenshot) → optional read-only confirmation
+(agent/confirm.py: order number + ORDER_CONFIRMATION screenshot) → result (observation_reason,
+order_sn) → RESULT_REPORTED.
 
 Before the fence any failure backs out with system BACK, uploads a FAILURE screenshot and calls
 ``fail`` with its reason code. After the permit nothing retries a tap; every doubt is ``UNKNOWN``.
@@ -24,9 +26,10 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent import gates
+from cmbuyer.agent import confirm, gates
 from cmbuyer.agent.errors import AgentError, FlowStop, ShutdownRequested
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.lease import LeaseKeeper
@@ -199,7 +202,7 @@ class PurchaseFlow:
         except AgentError as exc:
             self.in_critical_section.clear()
             return self._fail_before_fence(claim, exc)
-        return self._submit(claim, permit)
+        return self._submit(claim, permit, _Expected(proof.confirm_page_amount, task.title))
 
     @staticmethod
     def _payment_mode(reading: cap.ConfirmReading, early_mode: str | None) -> str:
@@ -260,9 +263,9 @@ class PurchaseFlow:
             log.warning("UNKNOWN not reported yet (%s); recovery will re-send it", err.reason_code)
         return FlowResult("UNKNOWN", "FENCE_REFUSED", False)
 
-    def _submit(self, claim: Claim, permit: SubmissionPermit) -> FlowResult:
+    def _submit(self, claim: Claim, permit: SubmissionPermit, expected: _Expected) -> FlowResult:
         try:
-            return self._submit_journaled(claim, permit)
+            return self._submit_journaled(claim, permit, expected)
         except JournalError:
             # The journal cannot record the permit/phase: never tap (or tap no more), tell the
             # server UNKNOWN with a key we cannot persist, and stop the agent (fail closed).
@@ -279,23 +282,26 @@ class PurchaseFlow:
         finally:
             self.in_critical_section.clear()
 
-    def _submit_journaled(self, claim: Claim, permit: SubmissionPermit) -> FlowResult:
+    def _submit_journaled(self, claim: Claim, permit: SubmissionPermit, expected: _Expected) -> FlowResult:
+        """Permit → one tap → observation (journaled) → optional read-only confirmation (each step
+        journaled) → one result report carrying observation_reason and order_sn. A crash anywhere
+        after TAP_INTENT_RECORDED is recovered by reporting the journaled result; nothing taps
+        submit again."""
         self.journal.record_permit(claim.attempt_id, permit.submission_id)
         self.progress("FENCE OK: permit received")
         outcome = submit_order_once(self.phone, self.pack, self.journal, permit)
+        seen = outcome.observation + (f" {outcome.reason}" if outcome.reason else "")
+        if outcome.package:  # a foreign app was in front: its package instead of a screenshot
+            seen += f"; in front: {outcome.package}"
         events = [TaskEvent("SUBMIT_TAP", "OK" if outcome.tapped else "FAILED", None, outcome.note[:200]),
-                  TaskEvent("OBSERVE_RESULT", "OK", None, outcome.observation)]
+                  TaskEvent("OBSERVE_RESULT", "OK", None, seen[:200])]
         outbox = self._outbox
         if outbox is not None:
             outbox.events(events)  # sent while the observation screenshot uploads (best effort)
-        evidence = None
-        if outcome.screenshot:
-            try:
-                evidence = self.sink.upload_screenshot(
-                    claim, ScreenshotAsset("POST_SUBMIT_OBSERVATION", outcome.screenshot)).asset_id
-            except AgentError:
-                evidence = None
-        self.journal.record_observation(claim.attempt_id, outcome.observation, evidence)
+        evidence = self._upload_after_tap(claim, "POST_SUBMIT_OBSERVATION", outcome.screenshot)
+        self.journal.record_observation(claim.attempt_id, outcome.observation, evidence,
+                                        reason=outcome.reason, foreground_package=outcome.package)
+        order_sn = self._confirm(claim, outcome.observation, expected)
         if outbox is not None:
             try:
                 outbox.drain()
@@ -307,10 +313,63 @@ class PurchaseFlow:
             except AgentError:
                 pass
         try:
-            self.sink.report_submission_result(permit, SubmissionResult(outcome.observation, evidence))
+            self.sink.report_submission_result(permit, SubmissionResult(
+                outcome.observation, evidence, observation_reason=outcome.reason, order_sn=order_sn))
             self.journal.advance(claim.attempt_id, "RESULT_REPORTED")
         except AgentError as exc:
             log.warning("result not reported yet (%s); recovery will re-send it", exc.reason_code)
-        self.progress(f"RESULT {outcome.observation}")
-        return FlowResult(outcome.observation, None, outcome.tapped)
+        self.progress(f"RESULT {outcome.observation}" + (f" {outcome.reason}" if outcome.reason else ""))
+        # The observation reason goes to the runner's hold policy (agent/holds.py): a phone-level
+        # one (PAYMENT_SUSPECTED, NO_KNOWN_SCREEN, SECURITY_CHALLENGE_AFTER_TAP) holds the phone.
+        return FlowResult(outcome.observation, outcome.reason, outcome.tapped)
+
+    def _upload_after_tap(self, claim: Claim, kind: str, png: bytes | None) -> str | None:
+        """Best-effort upload after the fence: a failure leaves the result without this evidence."""
+        if not png:
+            return None
+        try:
+            return self.sink.upload_screenshot(claim, ScreenshotAsset(kind, png)).asset_id
+        except AgentError:
+            return None
+
+    def _event_after_tap(self, claim: Claim, event: TaskEvent) -> None:
+        self.progress(f"{event.step} {event.outcome}: {event.summary}")
+        if self._outbox is not None:
+            self._outbox.events([event])
+            return
+        try:
+            self.sink.append_events(claim, [event])
+        except AgentError:
+            pass
+
+    def _confirm(self, claim: Claim, observation: str, expected: _Expected) -> str | None:
+        """The pack's read-only confirmation (agent/confirm.py), when it applies. Returns the
+        order number to report (None when not run, not found or ambiguous); the observation is
+        never changed by it."""
+        if not confirm.wanted(self.pack, observation):
+            return None
+        self._event_after_tap(claim, TaskEvent("CONFIRM_ORDER_READONLY", "STARTED", None,
+                                               "read-only order confirmation"))
+
+        def should_stop() -> bool:
+            return self.stop.is_set() or (self.lease is not None and self.lease.lost)
+
+        result = confirm.confirm_order_readonly(self.phone, self.pack, self.journal, claim.attempt_id,
+                                                amount=expected.amount, title=expected.title,
+                                                should_stop=should_stop, progress=self.progress)
+        asset = self._upload_after_tap(claim, "ORDER_CONFIRMATION", result.screenshot)
+        self.journal.record_confirmation(claim.attempt_id, result.order_sn, asset, read=result.read)
+        summary = result.note + (f"; order {result.order_sn}" if result.order_sn else "")
+        self._event_after_tap(claim, TaskEvent("CONFIRM_ORDER_READONLY", "OK" if result.read else "FAILED",
+                                               None, summary[:200]))
+        return result.order_sn
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """What the read-only confirmation matches the order list against: the gate-3 total read on
+    the submit screen and the goods title when known."""
+
+    amount: Decimal | None
+    title: str | None
 

@@ -15,7 +15,14 @@ Tables:
   RESULT_REPORTED`` plus the observed result and its ``result_key``. A fence that answered with a
   replay (the first answer was lost: no permit, no tap) is journaled as phase ``NO_PERMIT`` with
   ``UNKNOWN`` decided, so recovery reports it if the first report fails.
-- ``meta``  key/value (e.g. ``hold`` = why the agent must not claim until a person acts).
+- ``post_tap``  what was learnt after the tap beside the observation: its ``observation_reason``,
+  the foreign package that was in front (recorded instead of a screenshot), the read-only
+  confirmation's last journaled step (``confirm_step``, written *before* each of its actions) and
+  its result (``order_sn``, the ORDER_CONFIRMATION asset). Recovery re-sends reason and order_sn
+  with the stored result; it never resumes a confirmation (nothing in recovery touches the phone).
+- ``meta``  key/value: ``hold`` = why the agent must not claim until a person acts; ``streaks`` =
+  the hold policy's consecutive-failure counters (:mod:`cmbuyer.agent.holds`) and the last attempt
+  they counted, so a restart neither forgets nor double-counts an attempt.
 
 Every write is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL`` so a phase written
 before a tap survives power loss.
@@ -29,7 +36,7 @@ import re
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,13 +60,18 @@ CREATE TABLE IF NOT EXISTS submissions (
     attempt_id TEXT PRIMARY KEY REFERENCES claims(attempt_id), submission_id TEXT NOT NULL,
     phase TEXT NOT NULL, observation TEXT, evidence_asset_id TEXT, result_key TEXT,
     updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS post_tap (
+    attempt_id TEXT PRIMARY KEY REFERENCES submissions(attempt_id), observation_reason TEXT,
+    foreground_package TEXT, confirm_step TEXT, order_sn TEXT, confirm_asset_id TEXT,
+    updated_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS pending_fails (
     attempt_id TEXT PRIMARY KEY REFERENCES claims(attempt_id), reason_code TEXT NOT NULL,
     summary TEXT NOT NULL, evidence_asset_id TEXT, created_at TEXT NOT NULL);
 """
 PAUSE_ENV = "CMBUYER_AGENT_TEST_PAUSE_AFTER"
-PAUSE_POINTS = ("CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED", "RESULT_REPORTED")
+PAUSE_POINTS = ("CLAIM_ANSWERED", "CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED",
+                "CONFIRM_STEP", "RESULT_REPORTED")
 
 
 def _pause_point(name: str) -> None:
@@ -116,6 +128,13 @@ class SubmissionRow:
     observation: str | None
     evidence_asset_id: str | None
     result_key: str | None
+    observation_reason: str | None = None
+    order_sn: str | None = None
+
+
+_SUBMISSION_COLUMNS = ("s.attempt_id, s.submission_id, s.phase, s.observation, s.evidence_asset_id, "
+                       "s.result_key, p.observation_reason, p.order_sn FROM submissions s "
+                       "LEFT JOIN post_tap p ON p.attempt_id = s.attempt_id")
 
 
 class Journal:
@@ -184,6 +203,14 @@ class Journal:
             db.execute("INSERT INTO idem_keys VALUES (?,?,?,?)", (purpose, scope, key, _now()))
             return key
 
+    def key_scopes(self, purpose: str) -> list[str]:
+        """Scopes of the keys of ``purpose`` still journaled, oldest first (e.g. the session of a
+        claim-next whose answer a crash left unjournaled)."""
+        with self._lock:
+            rows = self._db.execute("SELECT scope FROM idem_keys WHERE purpose=? ORDER BY created_at",
+                                    (purpose,)).fetchall()
+        return [str(r[0]) for r in rows]
+
     def drop_key(self, purpose: str, scope: str = "") -> None:
         """Forget a key after a final answer, so the next logical request gets a fresh one."""
         with self._tx() as db:
@@ -193,6 +220,7 @@ class Journal:
     def record_claim(self, *, attempt_id: str, task_id: str, task_version: int, authorization_id: str,
                      claim_generation: int, claim_token: str, session_id: str, lease_expires_at: str,
                      authorization_expires_at: str, task: dict[str, Any]) -> None:
+        _pause_point("CLAIM_ANSWERED")  # the server claimed, nothing journaled yet (crash tests)
         now = _now()
         with self._tx() as db:
             db.execute(
@@ -279,10 +307,12 @@ class Journal:
                        (phase, _now(), attempt_id))
         _pause_point(phase)
 
-    def record_observation(self, attempt_id: str, observation: str, evidence_asset_id: str | None) -> str:
+    def record_observation(self, attempt_id: str, observation: str, evidence_asset_id: str | None,
+                           *, reason: str | None = None, foreground_package: str | None = None) -> str:
         """Store the result to report (before sending) and return its result_key, which is the
         journaled key ``("result", attempt_id)``. A result already decided is kept: recovery
-        re-sends exactly that result with its key."""
+        re-sends exactly that result with its key. ``reason`` is the wire ``observation_reason``;
+        ``foreground_package`` the foreign app that was in front (no screenshot was taken of it)."""
         key = self.key("result", attempt_id)
         with self._tx() as db:
             row = db.execute("SELECT observation FROM submissions WHERE attempt_id=?",
@@ -293,18 +323,56 @@ class Journal:
                 db.execute("UPDATE submissions SET observation=?, evidence_asset_id=?, result_key=?, "
                            "updated_at=? WHERE attempt_id=?",
                            (observation, evidence_asset_id, key, _now(), attempt_id))
+                db.execute("INSERT INTO post_tap (attempt_id, observation_reason, foreground_package, "
+                           "updated_at) VALUES (?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
+                           (attempt_id, reason, foreground_package, _now()))
         _pause_point("OBSERVED")
         return key
 
+    def _unreported_post_tap(self, db: sqlite3.Connection, attempt_id: str) -> None:
+        row = db.execute("SELECT s.phase, s.observation, p.attempt_id FROM submissions s LEFT JOIN post_tap p "
+                         "ON p.attempt_id = s.attempt_id WHERE s.attempt_id=?", (attempt_id,)).fetchone()
+        if row is None or row[1] is None or row[2] is None:
+            raise JournalError("no observation journaled for this attempt")
+        if row[0] == "RESULT_REPORTED":
+            raise JournalError("the result is already reported: the confirmation is over")
+
+    def record_confirm_step(self, attempt_id: str, step: str) -> None:
+        """Journal the read-only confirmation's next step *before* doing it (after the observation,
+        before the report). A crash from here on is recovered by reporting the stored result."""
+        with self._tx() as db:
+            self._unreported_post_tap(db, attempt_id)
+            db.execute("UPDATE post_tap SET confirm_step=?, updated_at=? WHERE attempt_id=?",
+                       (step, _now(), attempt_id))
+        _pause_point("CONFIRM_STEP")
+
+    def record_confirmation(self, attempt_id: str, order_sn: str | None, asset_id: str | None,
+                            *, read: bool = True) -> None:
+        """The confirmation's result, journaled before the report that carries it (so a re-send
+        after a crash carries the same ``order_sn`` under the same key). Kept once written.
+        ``confirm_step`` becomes ``DONE`` (the list was read) or ``STOPPED`` (left to a person)."""
+        with self._tx() as db:
+            self._unreported_post_tap(db, attempt_id)
+            db.execute("UPDATE post_tap SET confirm_step=?, order_sn=coalesce(order_sn, ?), "
+                       "confirm_asset_id=coalesce(confirm_asset_id, ?), updated_at=? WHERE attempt_id=?",
+                       ("DONE" if read else "STOPPED", order_sn, asset_id, _now(), attempt_id))
+
+    def post_tap(self, attempt_id: str) -> dict[str, str | None] | None:
+        """The post_tap row as a dict (tests, ``journal`` summary); None when none."""
+        row = self._one("SELECT observation_reason, foreground_package, confirm_step, order_sn, "
+                        "confirm_asset_id FROM post_tap WHERE attempt_id=?", (attempt_id,))
+        if row is None:
+            return None
+        return dict(zip(("observation_reason", "foreground_package", "confirm_step", "order_sn",
+                         "confirm_asset_id"), row, strict=True))
+
     def submission(self, attempt_id: str) -> SubmissionRow | None:
-        row = self._one("SELECT attempt_id, submission_id, phase, observation, evidence_asset_id, "
-                        "result_key FROM submissions WHERE attempt_id=?", (attempt_id,))
+        row = self._one(f"SELECT {_SUBMISSION_COLUMNS} WHERE s.attempt_id=?", (attempt_id,))
         return SubmissionRow(*row) if row else None
 
     def unreported_submissions(self) -> list[SubmissionRow]:
         rows = self._db.execute(
-            "SELECT attempt_id, submission_id, phase, observation, evidence_asset_id, result_key "
-            "FROM submissions WHERE phase != 'RESULT_REPORTED' ORDER BY updated_at").fetchall()
+            f"SELECT {_SUBMISSION_COLUMNS} WHERE s.phase != 'RESULT_REPORTED' ORDER BY s.updated_at").fetchall()
         return [SubmissionRow(*r) for r in rows]
 
     # --- fails (intent before effect, like the submit tap) ------------------------------------
@@ -341,8 +409,36 @@ class Journal:
                        "value=excluded.value", (reason,))
 
     def clear_hold(self) -> None:
+        """A person handled the phone: drop the hold and reset the streak counters."""
         with self._tx() as db:
-            db.execute("DELETE FROM meta WHERE name='hold'")
+            db.execute("DELETE FROM meta WHERE name IN ('hold', 'streaks')")
+
+    def streaks(self) -> tuple[int, int]:
+        """``(crashes, failures)``: the hold policy's consecutive counters (0, 0 when none)."""
+        row = self._one("SELECT value FROM meta WHERE name='streaks'", ())
+        data = json.loads(row[0]) if row else {}
+        return int(data.get("crashes", 0)), int(data.get("failures", 0))
+
+    def settle_attempt(self, attempt_id: str,
+                       decide: Callable[[int, int], tuple[int, int, str | None]]) -> str | None:
+        """Count how ``attempt_id`` ended, once: ``decide(crashes, failures)`` returns the new counters
+        and the hold to set (or None). Counters and hold are written in one transaction; an attempt
+        already counted (e.g. a crash noticed on two restarts in a row) changes nothing. Returns the
+        hold in effect when this call decided one (an earlier hold is kept and returned), else None."""
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE name='streaks'").fetchone()
+            data = json.loads(row[0]) if row else {}
+            if data.get("last_attempt") == attempt_id:
+                return None
+            crashes, failures, hold = decide(int(data.get("crashes", 0)), int(data.get("failures", 0)))
+            value = json.dumps({"crashes": crashes, "failures": failures, "last_attempt": attempt_id})
+            db.execute("INSERT INTO meta VALUES ('streaks', ?) ON CONFLICT(name) DO UPDATE SET "
+                       "value=excluded.value", (value,))
+            if hold is None:
+                return None
+            # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
+            db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,))
+            return str(db.execute("SELECT value FROM meta WHERE name='hold'").fetchone()[0])
 
     def hold(self) -> str | None:
         row = self._one("SELECT value FROM meta WHERE name='hold'", ())
@@ -353,11 +449,13 @@ class Journal:
         return {
             "path": str(self.path),
             "hold": self.hold(),
+            "streaks": dict(zip(("crashes", "failures"), self.streaks(), strict=True)),
             "claims": [{"attempt_id": c.attempt_id, "task_id": c.task_id, "state": c.state,
                         "reason": c.reason, "lease_expires_at": c.lease_expires_at}
                        for c in self.claims()],
             "submissions": [{"attempt_id": s.attempt_id, "submission_id": s.submission_id,
-                             "phase": s.phase, "observation": s.observation}
+                             "phase": s.phase, "observation": s.observation,
+                             "observation_reason": s.observation_reason, "order_sn": s.order_sn}
                             for s in (self.submission(c.attempt_id) for c in self.claims()) if s],
             "pending_keys": [{"purpose": p, "scope": s} for p, s in self._db.execute(
                 "SELECT purpose, scope FROM idem_keys ORDER BY created_at").fetchall()],

@@ -3,8 +3,11 @@
 Run at start and, by the runner, before every claim while anything is still owed:
 
 - A submission past PERMIT_RECEIVED (or at it, or a ``NO_PERMIT`` fence replay) without
-  RESULT_REPORTED: re-send its stored result with its stored result_key, or report ``UNKNOWN`` if
-  none was decided. Never tap again — nothing here can reach the phone.
+  RESULT_REPORTED: re-send its stored result (with its journaled ``observation_reason`` and the
+  read-only confirmation's ``order_sn`` if that finished) with its stored result_key, or report
+  ``UNKNOWN`` (``TAP_OUTCOME_UNKNOWN`` after the tap intent) if none was decided. A crash in the
+  middle of the confirmation is reported the same way; the confirmation is not resumed. Never tap
+  again — nothing here can reach the phone. A stored ``PAYMENT_SUSPECTED`` sets the hold.
 - A claim in FAIL_PENDING (a ``fail`` decided but not delivered, e.g. the server was down): re-send
   exactly the stored fail under the same journaled ``fail_key``.
 - A claim still ACTIVE (crash before the fence): decide ``fail`` (INTERNAL_ERROR, "agent restarted
@@ -34,16 +37,25 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
         if claim is None:
             continue
         if sub.observation is None:
-            key = journal.record_observation(sub.attempt_id, "UNKNOWN", None)
-            observation, evidence = "UNKNOWN", None
+            # a crash after the tap intent: whether the tap landed is unknown
+            reason = "TAP_OUTCOME_UNKNOWN" if sub.phase in ("TAP_INTENT_RECORDED", "TAPPED") else None
+            key = journal.record_observation(sub.attempt_id, "UNKNOWN", None, reason=reason)
+            observation, evidence, order_sn = "UNKNOWN", None, None
         else:
             key = sub.result_key or journal.record_observation(sub.attempt_id, sub.observation,
                                                                sub.evidence_asset_id)
             observation, evidence = sub.observation, sub.evidence_asset_id
+            reason, order_sn = sub.observation_reason, sub.order_sn
+        if reason == "PAYMENT_SUSPECTED":
+            # phone-level (agent/holds.py); the flow that saw it may have died before the runner held
+            journal.set_hold("PAYMENT_SUSPECTED: a paid state was seen after the submit tap; a person "
+                             "must check the phone")
         try:
             sink.report_recovered_result(submission_id=sub.submission_id, attempt_id=sub.attempt_id,
                                          claim_token=claim.claim_token,
-                                         result=SubmissionResult(observation, evidence), result_key=key)
+                                         result=SubmissionResult(observation, evidence, observation_reason=reason,
+                                                                 order_sn=order_sn),
+                                         result_key=key)
         except AgentError as exc:
             notes.append(f"result for {sub.attempt_id} not accepted yet ({exc.reason_code})")
             if isinstance(exc, ServerRejected):

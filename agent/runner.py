@@ -13,6 +13,10 @@ Loop, until a stop is requested:
 3. **Claim** only when the heartbeat said ``app_version_allowed``, a pack exists, no hold is set and
    recovery is clear. An empty answer (204) → sleep ``poll_seconds`` (default 1 s) and poll again;
    after a task → poll again at once.
+4. **Hold policy** (:mod:`cmbuyer.agent.holds`): every attempt's ending is counted once in the
+   journal — at start-up, an attempt the journal shows open (the process died with it) counts as a
+   crash; after a flow, its result. A phone-level reason code or a streak at its limit sets the hold
+   at once and heartbeats ``NEEDS_PERSON``; nothing is claimed until ``journal --clear-hold``.
 
 Signals (SIGTERM/SIGINT): the first asks the flow to stop after the current step (the flow checks
 between steps; from the fence request to the journaled result it finishes — never stops between
@@ -28,13 +32,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, AppVersionNotAllowed, ClaimRequiresManual, PackError
-from cmbuyer.agent.flow import PurchaseFlow
+from cmbuyer.agent.flow import FlowResult, PurchaseFlow
+from cmbuyer.agent.holds import AttemptEnd, HoldPolicy, Streaks, settle
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import Session
@@ -55,6 +60,7 @@ class RunnerConfig:
     serial: str
     poll_seconds: float = 1.0  # idle sleep between empty claim-next polls
     once: bool = False  # run at most one task (tests, manual runs)
+    holds: HoldPolicy = field(default_factory=HoldPolicy)  # streak limits (CLI flags / env)
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,12 @@ class Runner:
         self.journal = journal
         self.progress = progress
         self.stop = threading.Event()
-        self.session = Session(str(uuid.uuid4()))
+        # A claim-next key left in the journal means the process died between the server's answer
+        # and journaling the claim: the server holds an attempt for that session. Reusing the
+        # session re-sends the same key, so the server replays that claim (and the agent resumes or
+        # fails it) instead of refusing every claim as ``claim_requires_manual`` for a new session.
+        pending = journal.key_scopes("claim_request")
+        self.session = Session(pending[-1] if pending else str(uuid.uuid4()))
         self._flow: PurchaseFlow | None = None
         self._signals = 0
         self._android: str | None = None
@@ -155,8 +166,35 @@ class Runner:
             self.progress(f"recovery: {note}")
         return not self.journal.recovery_pending()
 
+    # --- hold policy --------------------------------------------------------------------------
+    def _settle(self, attempt_id: str, end: AttemptEnd) -> str | None:
+        """Count one attempt's ending in the journal (once); returns the hold it set, if any."""
+        def decide(crashes: int, failures: int) -> tuple[int, int, str | None]:
+            after, hold = settle(Streaks(crashes, failures), end, self.cfg.holds)
+            return after.crashes, after.failures, hold
+        hold = self.journal.settle_attempt(attempt_id, decide)
+        if hold is not None:
+            self.progress(f"HOLD: {hold}; clear with `cmbuyer-agent journal --device {self.cfg.serial} "
+                          "--clear-hold`")
+        return hold
+
+    def _count_crashes(self) -> None:
+        """Before recovery settles them: attempts the journal shows open were cut by a process death
+        (crash, SIGKILL, power loss) — each counts as a crash ending, once."""
+        for row in self.journal.claims("ACTIVE"):
+            self._settle(row.attempt_id, AttemptEnd("CRASHED", None, fenced=False))
+        for sub in self.journal.unreported_submissions():
+            if sub.observation is None:
+                self._settle(sub.attempt_id, AttemptEnd("CRASHED", None, fenced=True))
+
+    def _after_flow(self, attempt_id: str, result: FlowResult) -> None:
+        end = AttemptEnd(result.outcome, result.reason_code, fenced=result.outcome != "FAILED")
+        if self._settle(attempt_id, end) is not None and self.last_status is not None:
+            self._heartbeat(self.last_status, "NEEDS_PERSON")  # visible on the server at once
+
     # --- loop ---------------------------------------------------------------------------------
     def run(self) -> int:
+        self._count_crashes()
         clear = self._recover()
         while not self.stop.is_set():
             status = self.last_status = self._status()
@@ -227,6 +265,7 @@ class Runner:
             self._flow = None
             self._hb_next = 0.0  # report READY (or NEEDS_PERSON) right after the flow
         self.progress(f"task {t.id}: {result.outcome} {result.reason_code or ''}".rstrip())
+        self._after_flow(c.attempt_id, result)
         if self._signals >= 2:
             raise StopNow()
         return True

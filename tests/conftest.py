@@ -7,6 +7,10 @@ import sys
 import threading
 from typing import Any
 
+import pytest
+
+from tests.soak import DEFAULT_SECONDS_PER_ITERATION, timeout_for
+
 # Keep tests away from a developer's real data dir.
 os.environ.pop("CMBUYER_DATA_DIR", None)
 
@@ -29,3 +33,15 @@ def pytest_unconfigure(config: Any) -> None:
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(_exit_status[-1])
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """A ``slow`` (soak) test's timeout grows with ``CMBUYER_SOAK_ITERATIONS`` (tests/soak.py); an
+    explicit ``timeout`` marker on the test wins."""
+    base = float(config.getini("timeout") or 300)
+    for item in items:
+        slow = item.get_closest_marker("slow")
+        if slow is None or item.get_closest_marker("timeout") is not None:
+            continue
+        per = float(slow.kwargs.get("seconds_per_iteration", DEFAULT_SECONDS_PER_ITERATION))
+        item.add_marker(pytest.mark.timeout(timeout_for(base, per)))

@@ -344,6 +344,72 @@ class PhoneAdapter:
         except (PhoneTimeout, Exception) as exc:
             raise SubmitTapUnknown(f"submit tap outcome unknown: {type(exc).__name__}") from exc
 
+    # --- after the tap (observation and the read-only confirmation) ----------------------------
+    def dump_any(self) -> Dump:
+        """One fresh validated dump that may hold no app node — valid ONLY after the submit tap,
+        where a foreign app (an external cashier) in front is an observation, not a fault.
+        DumpEmpty / DumpInvalid as :meth:`dump`."""
+        self._recent = []
+        dump = parse_dump(self.dump_raw(), self.app_package)
+        self.dumps_taken += 1
+        return dump
+
+    def focused_package(self) -> str | None:
+        """The package of the focused window (``dumpsys window windows`` → ``mCurrentFocus``);
+        None when unreadable, absent, not an app window, or several different ones are named."""
+        out = self.shell(["dumpsys", "window", "windows"], "dumpsys window")
+        return parse_focused_package(out)
+
+    def look_after_tap(self) -> tuple[Dump, str | None]:
+        """A fresh :meth:`dump_any` and the focused package (None when unreadable: an unreadable
+        focus never counts as "the app is in front")."""
+        dump = self.dump_any()
+        try:
+            return dump, self.focused_package()
+        except AgentError:
+            return dump, None
+
+    def app_screenshot_png(self) -> bytes | None:
+        """PNG bytes of the screen, taken only while the app itself is focused (spec 002 refuses
+        screenshots of external payment pages): the focus is read before and after the capture;
+        anything else — a foreign window, an unreadable focus, a failed capture — gives None, and a
+        capture made while the focus changed is dropped."""
+        try:
+            if self.focused_package() != self.app_package:
+                return None
+            shot = self.screenshot()
+            if self.focused_package() != self.app_package:
+                return None
+            return self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
+        except AgentError:
+            return None
+
+    def open_app_link(self, url: str) -> None:
+        """Open a Pinduoduo page by deep link (the pack's order-list link). Only plain page links
+        (:data:`cmbuyer.agent.screens.after_submit.DEEP_LINK_RE`) are sent to the shell."""
+        from cmbuyer.agent.screens.after_submit import DEEP_LINK_RE
+
+        if DEEP_LINK_RE.fullmatch(url) is None:
+            raise PhoneError("refusing a deep link that is not a plain Pinduoduo page", "SCREEN_UNRECOGNIZED")
+        self._forget_screen()
+        self.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d", url], "am start")
+
+
+_FOCUS_RE = re.compile(r"mCurrentFocus=Window\{\S+ u\d+ ([A-Za-z0-9._]{1,200})/", re.ASCII)
+_FOCUS_LINE_RE = re.compile(r"mCurrentFocus=", re.ASCII)
+
+
+def parse_focused_package(dumpsys_window: str) -> str | None:
+    """``mCurrentFocus=Window{8a3f2c1 u0 com.tencent.mm/.plugin.wallet…}`` → ``com.tencent.mm``.
+    None for ``mCurrentFocus=null``, a window without an activity, no line, or disagreeing lines."""
+    lines = _FOCUS_LINE_RE.findall(dumpsys_window)
+    found = set(_FOCUS_RE.findall(dumpsys_window))
+    if len(found) != 1 or len(lines) < 1:
+        return None
+    if len(lines) != len(_FOCUS_RE.findall(dumpsys_window)):
+        return None  # some focus line names no app window (e.g. null on another display)
+    return found.pop()
+
 
 class _Unset:
     pass

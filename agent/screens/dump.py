@@ -3,12 +3,16 @@
 Input: the XML string ``dumpWindowHierarchy`` returns (``<hierarchy rotation>`` → nested ``<node>``).
 Output: :class:`Dump` with every node in document order, each knowing its parent chain and bounds.
 
-Failures are typed (never "element absent"):
+Every failure is a :class:`~cmbuyer.agent.errors.DumpError` (never another exception: the parser is
+fuzzed with Hypothesis in tests/agent/test_dump_fuzz.py). Failures are typed (never "element absent"):
 - :class:`DumpEmpty`     — empty string or a hierarchy with no nodes (uiautomator2's fallback
   ``<hierarchy rotation="0" />`` after three empty dumps);
 - :class:`DumpInvalid`   — unparsable XML, any ``<!DOCTYPE``/``<!ENTITY`` (entity expansion is refused
   outright), more than :data:`MAX_DUMP_BYTES` / :data:`MAX_NODES` / :data:`MAX_DEPTH`, a root other
-  than ``hierarchy``, malformed ``bounds``;
+  than ``hierarchy``, malformed ``bounds``, text that is not valid Unicode (unpaired UTF-16
+  surrogates: the on-device serializer splits emoji — issue 18 item 6), and a hierarchy of a single
+  node (a long-uptime serializer glitch, never a real screen: reporting it as "no app node" would
+  blame the phone's foreground app instead of the dump);
 - :class:`DumpNoAppNodes` — raised by :meth:`Dump.require_app` when no node belongs to the app package.
 """
 
@@ -28,6 +32,7 @@ MAX_DEPTH = 200
 
 _BOUNDS_RE = re.compile(r"\[(-?\d{1,6}),(-?\d{1,6})\]\[(-?\d{1,6}),(-?\d{1,6})\]", re.ASCII)
 _FORBIDDEN_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")  # a str from JSON may hold them; UTF-8 cannot
 
 
 @dataclass(frozen=True)
@@ -156,13 +161,18 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
         raise DumpInvalid("dump is not text")
     if len(xml) > MAX_DUMP_BYTES:
         raise DumpInvalid("dump larger than the cap")
+    if _SURROGATE_RE.search(xml):
+        # The JSON-RPC answer may carry lone surrogates (JSON "\\ud83c" escapes of a split emoji);
+        # expat would raise UnicodeEncodeError out of the parser. A dump we cannot read is a stop.
+        raise DumpInvalid("dump text is not valid Unicode (unpaired surrogate)")
     if not xml.strip():
         raise DumpEmpty("empty dump")
     if _FORBIDDEN_RE.search(xml):
         raise DumpInvalid("dump declares a DTD or entity")
     try:
         root = ET.fromstring(xml)  # noqa: S314 - no DTD possible (checked above), size capped
-    except ET.ParseError as exc:
+    except (ET.ParseError, ValueError, RecursionError) as exc:
+        # ValueError: e.g. an XML declaration naming an encoding expat cannot switch to mid-string.
         raise DumpInvalid("dump is not well-formed XML") from exc
     if root.tag != "hierarchy":
         raise DumpInvalid("dump root is not <hierarchy>")
@@ -202,4 +212,6 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
         stack.extend((child, node, depth + 1) for child in reversed(list(el)))
     if not nodes:
         raise DumpEmpty("hierarchy has no nodes")
+    if len(nodes) == 1:
+        raise DumpInvalid("hierarchy has a single node")
     return Dump(nodes=nodes, app_package=app_package, rotation=root.attrib.get("rotation", "0"))

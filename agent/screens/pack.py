@@ -188,6 +188,8 @@ class Pack:
     dimension_roles: dict[str, tuple[str, ...]]
     dismissals: tuple[Dismissal, ...]
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    # the optional read-only confirmation after the tap (screens/after_submit.py); None = none
+    after_submit: Any = field(repr=False, compare=False, default=None)
 
     def matches_version(self, version_name: str, version_code: int) -> bool:
         return self.version_name == version_name and self.version_code == version_code
@@ -380,7 +382,14 @@ def compile_pack(data: Any) -> Pack:
         dimension_roles=_roles(data["dimension_roles"]),
         dismissals=dismissals,
         raw=data,
+        after_submit=_after_submit(data.get("after_submit"), ev),
     )
+
+
+def _after_submit(spec: dict[str, Any] | None, ev: set[str]) -> Any:
+    from cmbuyer.agent.screens.after_submit import compile_after_submit  # it builds on this module
+
+    return compile_after_submit(spec, ev)
 
 
 def _roles(spec: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:

@@ -23,9 +23,14 @@ PAYMENT_DENYLIST: tuple[str, ...] = (
     "支付", "付款", "继续支付", "立即支付", "去支付", "确认支付", "更换支付方式", "微信支付",
     "支付宝", "多多支付", "先用后付", "免密", "收银台", "仅¥", "银行卡", "指纹", "密码",
 )
+# phone-facts "risk walls" plus its "More walls seen" (issue 15 item 8). Real-name walls are matched by
+# their phrases, not by a bare 实名: that word also appears in ordinary goods and service texts
+# (实名制, 实名认证商家), and a wall word on a normal page would stop every task on the phone.
 RISK_WALLS: tuple[str, ...] = (
     "拖动滑块", "向右滑动", "验证码", "安全验证", "登录拼多多", "请先登录", "操作过于频繁",
     "稍后再试", "实名认证", "身份验证",
+    "请将正脸置于框内", "账号存在风险", "账户存在风险", "限制部分操作", "提交实名信息", "请完成实名",
+    "上传身份证", "活动太火爆",
 )
 SUBMIT_TEXT_RE = re.compile(r"提交订单(?: ?¥(?P<amount>" + AMOUNT + r"))?", re.ASCII)
 

@@ -143,6 +143,9 @@ class FakeServer:
         self._maybe_down()
         payload = {"result_key": result_key, "attempt_id": attempt_id, "claim_token": claim_token,
                    "observation": result.observation, "evidence_asset_id": result.evidence_asset_id}
+        for name in ("order_sn", "observation_reason"):  # optional on the wire: sent only when set
+            if getattr(result, name) is not None:
+                payload[name] = getattr(result, name)
         validate("submission_result.request", payload)
         if result_key in self.results:
             if self.results[result_key] != payload:

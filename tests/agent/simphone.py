@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from typing import Any
 
 from PIL import Image
@@ -66,6 +67,9 @@ class SimPhone:
             name, code = self.version
             return (f"Packages:\n  Package [com.xunmeng.pinduoduo] (abc):\n    versionCode={code} "
                     f"minSdk=21 targetSdk=33\n    versionName={name}\n")
+        if args[:2] == ["dumpsys", "window"]:
+            pkg = self.focused_package()
+            return f"  mCurrentFocus=Window{{8a3f2c1 u0 {pkg}/.Main}}\n"
         if args[:3] == ["dumpsys", "activity", "top"]:
             page = self.app.page
             gid = page.goods_id if page else None
@@ -90,15 +94,34 @@ class SimPhone:
             role = target.role if target else ""
             if self.tap_hook:
                 self.tap_hook(role)
-            self.taps.append({"x": x, "y": y, "role": role, "text": target.text if target else ""})
+            page = self.app.page
+            # the same fields as the simulator's journal entries, so tests/tally.py reads both
+            self.taps.append({"kind": "tap", "seq": len(self.taps) + 1, "ts": time.time(), "x": x, "y": y,
+                              "role": role, "text": target.text if target else "",
+                              "goods_id": page.goods_id if page else None})
             if target is not None and target.action:
                 self.app.act(target.action)
         if self.after_tap:
             self.after_tap(role)
         return ""
 
+    def focused_package(self) -> str:
+        """The package in front: a foreign window the app model shows (``foreground_package`` when
+        the simulator has one), else the app while it is on screen, else the launcher."""
+        with self.lock:
+            pkg = getattr(self.app, "foreground_package", None)
+            if callable(pkg):
+                pkg = pkg()
+            if pkg:
+                return str(pkg)
+            return "com.xunmeng.pinduoduo" if self.app.page is not None else "com.android.launcher3"
+
     def roles(self) -> list[str]:
         return [t["role"] for t in self.taps]
+
+    def journal(self) -> list[dict[str, Any]]:
+        """Taps and created orders as simulator-journal-like entries (tests/tally.py)."""
+        return [*self.taps, *({"kind": "order", "goods_id": o.goods_id} for o in self.app.orders)]
 
 
 def strip_pkg(xml: str) -> str:

@@ -86,6 +86,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 @pytest.mark.parametrize("phase,submit_taps,task_state,observation", [
+    # the server claimed, the journal has nothing yet: the restart re-sends the journaled claim-next key
+    # under its old session, the server replays the same claim and the agent buys it (on main the new
+    # session got claim_requires_manual forever: the phone was blocked until a person acted)
+    ("CLAIM_ANSWERED", 1, "WAITING_PAYMENT", "SUBMITTED"),
     ("CLAIMED", 0, "FAILED", None),  # before the fence: recovery fails the attempt
     ("PERMIT_RECEIVED", 0, "RECONCILIATION_REQUIRED", "UNKNOWN"),
     ("TAP_INTENT_RECORDED", 0, "RECONCILIATION_REQUIRED", "UNKNOWN"),
@@ -101,7 +105,8 @@ def test_sigkill_at_each_journal_phase_then_restart(tmp_path: Path, phase: str, 
         first = agent.start(pause_after=phase)
         try:
             want = "ACTIVE" if phase == "CLAIMED" else None
-            _wait(lambda: (want in _journal_state(agent.journal).get("claims", [])) if want else (
+            _wait(lambda: srv.state(task.id) == "CLAIMED" if phase == "CLAIM_ANSWERED" else (
+                want in _journal_state(agent.journal).get("claims", [])) if want else (
                 phase in _journal_state(agent.journal).get("phases", []) or (
                     phase == "OBSERVED" and any(_journal_state(agent.journal).get("observations", [None])))),
                 first, 60, f"journal phase {phase}")
@@ -113,7 +118,7 @@ def test_sigkill_at_each_journal_phase_then_restart(tmp_path: Path, phase: str, 
                 first.kill()
                 first.wait()
         taps_before = len(sim.journal("sim-1").taps("submit"))
-        assert taps_before == submit_taps
+        assert taps_before == (0 if phase == "CLAIM_ANSWERED" else submit_taps)
 
         log_offset = agent.log.stat().st_size if agent.log.exists() else 0
         second = agent.start()

@@ -205,5 +205,7 @@ def test_flow_pacing_real_u2(tmp_path: Path) -> None:
     assert all(n >= 2 for _, n, _ in taps), taps
     # Gate screenshots are taken on the gate's screen, before the next tap.
     assert [s for _, _, s in taps] == [[], [], [], ["sku"], ["sku"], ["confirm"]]
-    # No dump is thrown away: 2 per screen/tap effect + 1 fresh pre-submit re-read.
-    assert counters["dumps"] == 15 and counters["screenshots"] == 4
+    # No dump is thrown away: 2 per screen/tap effect + 1 fresh pre-submit re-read, then the
+    # read-only confirmation after SUBMITTED: 2 on the order page, deep link, 2 on the order list
+    # (+ its ORDER_CONFIRMATION screenshot).
+    assert counters["dumps"] == 15 + 4 and counters["screenshots"] == 4 + 1

@@ -47,6 +47,8 @@ from cmbuyer.phonesim.journal import payment_taps
 from cmbuyer.phonesim.screens import windows
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from tests.soak import soak_iterations
+from tests.tally import fences, goods_per_task, tally
 
 from .realserver import RealServer
 from .simphone import SimPhone
@@ -68,12 +70,15 @@ def fast_phone(monkeypatch: pytest.MonkeyPatch) -> None:
     phone modules see the shim: HTTP retry backoff and the server keep real time."""
     shim = types.SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: None, time=time.time)
     import cmbuyer.agent.capabilities as cap
+    import cmbuyer.agent.confirm as conf
     import cmbuyer.agent.phone.adapter as adapter
     import cmbuyer.agent.submit as sub
-    for mod in (cap, sub, adapter):
+    for mod in (cap, sub, adapter, conf):
         monkeypatch.setattr(mod, "time", shim)
     monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
     monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
+    monkeypatch.setattr(conf, "CONFIRM_SECONDS", 4.0)
+    monkeypatch.setattr(conf, "LIST_SECONDS", 2.0)
 
 
 class Agent:
@@ -213,11 +218,14 @@ def test_happy_path_real_u2_real_server(tmp_path: Path, srv: RealServer) -> None
         assert agent.run_once() == 0
         sim.journal("sim-1").assert_single_submit_tap()
         sim.journal("sim-1").assert_no_payment_taps()
-        assert len(sim.phone("sim-1").orders) == 1
+        (order,) = sim.phone("sim-1").orders
     detail = srv.detail(task.id)
     assert detail["task"]["state"] == "WAITING_PAYMENT"
     assert detail["submission"]["state"] == "SUBMITTED"
-    assert kinds(detail) == sorted([*GATE_KINDS, "POST_SUBMIT_OBSERVATION"])
+    # SUBMITTED is followed by the pack's read-only confirmation: the order list screenshot and
+    # the order number on the submission (docs/agent.md "After the tap")
+    assert kinds(detail) == sorted([*GATE_KINDS, "POST_SUBMIT_OBSERVATION", "ORDER_CONFIRMATION"])
+    assert detail["submission"]["order_sn"] == order["order_sn"]
     got = steps(detail)
     for step in ("OPEN_PRODUCT", "SELECT_SKU", "GATE_1", "GATE_2", "GATE_3"):
         assert (step, "OK") in got
@@ -649,16 +657,18 @@ def test_permit_not_journaled_no_tap_reports_unknown_and_stops(tmp_path: Path, s
     assert "submit" not in sim.roles() and sim.app.orders == []
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds_per_iteration=5)
 def test_runner_loop_several_tasks_each_exactly_once(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
     """The long-running loop (not --once) against the real server: N tasks (env
-    CMBUYER_SOAK_ITERATIONS, default 3) → N pending-payment orders, one submit tap each."""
-    import os
-    n = int(os.environ.get("CMBUYER_SOAK_ITERATIONS", "3"))
-    sim = SimPhone()
+    CMBUYER_SOAK_ITERATIONS, default 3), each on its own goods → N pending-payment orders, and per task
+    exactly its one submit tap inside its fence (tests/tally.py)."""
+    n = soak_iterations(3)
+    scenario = _scenario()
+    goods = goods_per_task(scenario, [GOODS_ID] * n)
+    sim = SimPhone(scenario)
     creds = srv.add_device()
-    sizes = ["M(建议100-115)", "L(建议115-130)"]  # 20 in stock each: up to 40 iterations
-    refs = [srv.add_task(color="白色CHA(纯棉)", size=sizes[i % 2], quantity=1) for i in range(n)]
+    sizes = ["M(建议100-115)", "L(建议115-130)"]
+    refs = [srv.add_task(goods_id=goods[i], color="白色CHA(纯棉)", size=sizes[i % 2], quantity=1) for i in range(n)]
     agent = Agent(tmp_path, srv, creds, sim_phone(sim))
     agent.runner.cfg.once = False
     t = threading.Thread(target=agent.runner.run, daemon=True)
@@ -672,4 +682,7 @@ def test_runner_loop_several_tasks_each_exactly_once(tmp_path: Path, srv: RealSe
     assert [srv.state(r.id) for r in refs] == ["WAITING_PAYMENT"] * n, (
         [srv.detail(r.id)["task"]["state_reason"] for r in refs], agent.lines[-15:])
     assert sim.roles().count("submit") == n == len(sim.app.orders)
+    goods_of = {r.id: g for r, g in zip(refs, goods, strict=True)}
+    db = srv.settings.db_path  # type: ignore[union-attr]
+    assert tally(sim.journal(), goods_of, fences(db, goods_of)) == []
     assert "payment" not in sim.roles()

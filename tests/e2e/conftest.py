@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,12 +10,6 @@ import pytest
 from demo.stack import Stack, free_port
 
 SCENARIO = Path(__file__).resolve().parents[2] / "demo" / "scenario.yaml"
-
-
-def soak_iterations(default: int) -> int:
-    """Iteration count for crash loops: CMBUYER_SOAK_ITERATIONS (``make soak``) or a small default."""
-    raw = os.environ.get("CMBUYER_SOAK_ITERATIONS", "")
-    return int(raw) if raw.isdigit() and int(raw) > 0 else default
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
@@ -80,6 +82,7 @@ async def test_revoked_mid_flow_is_401_and_nobody_takes_over(server_client: Any,
     assert tuple(row) == ("OPEN", claimed.device.device_id)
 
 
+@pytest.mark.slow(seconds_per_iteration=1)  # a soak loop: in `make soak`, timeout scaled
 async def test_event_volume(server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection) -> None:
     path = events_path(claimed.task_id)
     before = fingerprint(sync_conn)

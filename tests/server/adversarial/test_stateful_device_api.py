@@ -343,6 +343,7 @@ def _scan_for_tokens(conn: sqlite3.Connection, tokens: set[str]) -> None:
                     assert not any(bytes.fromhex(t) in value for t in tokens), f"raw token in {table}"
 
 
+@pytest.mark.slow(seconds_per_iteration=10)  # a soak loop: in `make soak`, timeout scaled
 def test_device_api_state_machine(settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection,
                                   make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any],
                                   caplog: pytest.LogCaptureFixture) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.config import Settings
 
@@ -19,6 +21,7 @@ Maker = Callable[..., Any]
 WORKER = Path(__file__).with_name("proc_worker.py")
 
 
+@pytest.mark.slow(seconds_per_iteration=5)  # a soak loop: in `make soak`, timeout scaled
 def test_processes_racing_on_one_db_file(ready_device: Maker, make_task: Maker, settings: Settings,
                                          sync_conn: sqlite3.Connection, clock: ManualClock, tmp_path: Path) -> None:
     iterations = int(os.environ.get("CMBUYER_SOAK_ITERATIONS", "1"))

@@ -87,6 +87,7 @@ def _new_claims(live: LiveServer, make_device: Callable[..., Any], make_task: Ca
     return [claim_live(live, make_device(f"phone-{round_no}-{i}")) for i in range(TASKS)]
 
 
+@pytest.mark.slow(seconds_per_iteration=15)  # a soak loop: in `make soak`, timeout scaled
 def test_sigkill_during_fence_storm(live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any],
                                    settings: Settings, tmp_path: Path) -> None:
     permits: dict[str, list[str]] = {}
