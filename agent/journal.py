@@ -230,6 +230,9 @@ class Journal:
                 (attempt_id, task_id, task_version, authorization_id, claim_generation, claim_token,
                  session_id, lease_expires_at, authorization_expires_at,
                  json.dumps(task, ensure_ascii=False, sort_keys=True), now, now))
+            # Journaled claim ⇔ its claim-next key forgotten, in one transaction: a key left behind
+            # would make the next start replay a claim that recovery has already settled.
+            db.execute("DELETE FROM idem_keys WHERE purpose='claim_request' AND scope=?", (session_id,))
         _pause_point("CLAIMED")
 
     def update_lease(self, attempt_id: str, lease_expires_at: str) -> None:

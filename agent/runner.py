@@ -84,6 +84,8 @@ class Runner:
         # and journaling the claim: the server holds an attempt for that session. Reusing the
         # session re-sends the same key, so the server replays that claim (and the agent resumes or
         # fails it) instead of refusing every claim as ``claim_requires_manual`` for a new session.
+        # (Journaling a claim drops its key in the same transaction, so a key here is never one of a
+        # claim the journal already holds; one session may journal many claims before that.)
         pending = journal.key_scopes("claim_request")
         self.session = Session(pending[-1] if pending else str(uuid.uuid4()))
         self._flow: PurchaseFlow | None = None
