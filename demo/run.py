@@ -23,6 +23,9 @@ from demo.stack import SETTLED, Stack, StackError, TaskSpec, port_is_free
 
 SCENARIO = Path(__file__).with_name("scenario.yaml")
 SERIALS = ["sim-1", "sim-2"]
+# What each phone shows (scenario.yaml `phones:`): one phone per layout an app version may use.
+LAYOUTS = {"sim-1": "Pinduoduo 8.17.0 — separate SKU sheet (确定), then the confirm page",
+           "sim-2": "Pinduoduo 8.22.0 — one order sheet: options, quantity, payment row and 提交订单 together"}
 
 
 def demo_tasks() -> list[TaskSpec]:
@@ -31,6 +34,7 @@ def demo_tasks() -> list[TaskSpec]:
         TaskSpec("纯棉短袖 黑M ×2", "937122477375", "黑色CHA(纯棉)", "M(建议100-115)", 2, "30.00"),
         TaskSpec("纯棉短袖 流砂灰L", "937122477375", "【流砂限定】灰色", "L(建议115-130)", 1, "20.00"),
         TaskSpec("卫裤 灰XL ×2", "700000000002", "灰色", "XL", 2, "90.00"),
+        TaskSpec("珊瑚绒毛毯 樱花粉（只有一个规格维度）", "700000000003", "樱花粉", None, 1, "80.00"),
         TaskSpec("冲锋衣 藏青L（提交后出现安全验证）", "700000000001", "藏青", "L", 1, "200.00",
                  expect=("RECONCILIATION_REQUIRED",)),
         TaskSpec("纯棉短袖 白XL ×3（超出总价上限）", "937122477375", "白色CHA(纯棉)", "XL(建议130-145)", 3, "30.00",
@@ -144,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         for serial in SERIALS:
             stack.start_agent(serial)
         print(f"phones:   {', '.join(SERIALS)} (simulated; adb on 127.0.0.1:{stack.sim_port})")
+        for serial, layout in LAYOUTS.items():
+            print(f"          {serial}: {layout}")
         print(f"logs:     {stack.logs}")
         print("tasks:")
         details = watch(stack, specs, args.timeout, live=not args.once and sys.stdout.isatty())

@@ -63,7 +63,7 @@ class TaskSpec:
     title: str
     goods_id: str
     color: str
-    size: str
+    size: str | None  # None: one-dimension goods (the task names no size)
     quantity: int
     max_total_price: str
     expect: tuple[str, ...] = ("WAITING_PAYMENT",)
@@ -196,8 +196,9 @@ class Stack:
     def create_tasks(self, specs: list[TaskSpec]) -> None:
         """Create every task (DRAFT) and start them in one batch (PENDING + authorizations)."""
         for spec in specs:
+            size = ["--size", spec.size] if spec.size is not None else []
             out = self.cli("task", "add", "--title", spec.title, "--url", GOODS_URL.format(goods_id=spec.goods_id),
-                           "--color", spec.color, "--size", spec.size, "--quantity", str(spec.quantity),
+                           "--color", spec.color, *size, "--quantity", str(spec.quantity),
                            "--max-total-price", spec.max_total_price)
             spec.task_id = out["task_id"]
         self.cli("task", "start", *[s.task_id for s in specs])
