@@ -213,5 +213,5 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
     if not nodes:
         raise DumpEmpty("hierarchy has no nodes")
     if len(nodes) == 1:
-        raise DumpInvalid("hierarchy has a single node")
+        raise DumpInvalid("dump has a single node only")
     return Dump(nodes=nodes, app_package=app_package, rotation=root.attrib.get("rotation", "0"))

@@ -50,12 +50,12 @@ def sim() -> Iterator[PhoneSim]:
 class LoopingAgent:
     """The long-running loop (not ``--once``) in a thread, wired as ``cmbuyer-agent run`` wires it."""
 
-    def __init__(self, root: Path, srv: RealServer) -> None:
+    def __init__(self, root: Path, srv: RealServer, serial: str = "sim-1") -> None:
         self.creds = srv.add_device()
-        self.journal = Journal(root / "agent-state" / "sim-1.sqlite3")
+        self.journal = Journal(root / "agent-state" / f"{serial}.sqlite3")
         api = HttpDeviceApi(srv.url, self.creds, self.journal, backoff=0.2)
         self.lines: list[str] = []
-        self.runner = Runner(RunnerConfig("sim-1", poll_seconds=0.1), PhoneAdapter.connect("sim-1"), api,
+        self.runner = Runner(RunnerConfig(serial, poll_seconds=0.1), PhoneAdapter.connect(serial), api,
                              self.journal, self.lines.append)
         self.result: list[Any] = []
         self._thread = threading.Thread(target=lambda: self.result.append(self.runner.run()), daemon=True)
@@ -104,6 +104,39 @@ def test_risk_wall_fails_one_task_and_holds_the_phone_not_the_queue(tmp_path: Pa
     assert (agent.journal.hold() or "").startswith("RISK_WALL")
     assert phone.journal.taps("submit") == [] and phone.orders == []
     phone.journal.assert_no_payment_taps()
+
+
+# Every unsafe payment variant of the order-sheet scenario (phonesim/scenarios/order_sheet.yaml): the
+# phone is the problem, so one task fails with PAYMENT_MODE_UNSAFE and the phone holds itself.
+UNSAFE_PAYMENT_PHONES = ["sim-paylater", "sim-nopw", "sim-balance", "sim-unreadable", "sim-tworows",
+                         "sim-paynow", "sim-confirmpay"]
+
+
+@pytest.mark.parametrize("serial", [UNSAFE_PAYMENT_PHONES[0], UNSAFE_PAYMENT_PHONES[3]])
+def test_unsafe_payment_mode_fails_one_task_and_holds_the_phone_not_the_queue(tmp_path: Path, srv: RealServer,
+                                                                             serial: str) -> None:
+    refs = [srv.add_task(goods_id="710000000001", color="黑色", size="L", quantity=1, max_total_price="40.00")
+            for _ in range(10)]
+    with adbutils_leaks_ignored(), running_sim("order_sheet", serials=(serial,)) as order_sim:
+        phone = order_sim.phone(serial)
+        with LoopingAgent(tmp_path, srv, serial) as agent:
+            _until(lambda: "FAILED" in _states(srv, refs), agent, 120, "the first failed task")
+            _until(lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON", agent, 30,
+                   "NEEDS_PERSON on the server")
+            time.sleep(2.0)  # the loop keeps polling: still nothing claimed
+            assert agent.alive()
+            claims = agent.runner.claims
+        states = _states(srv, refs)
+        assert states.count("FAILED") == 1 and states.count("PENDING") == 9, states
+        failed = next(r for r in refs if srv.state(r.id) == "FAILED")
+        detail = srv.detail(failed.id)
+        assert detail["task"]["state_reason"] == "PAYMENT_MODE_UNSAFE"
+        assert detail["submission"] is None  # no fence was requested
+        assert "FAILURE" in {e["kind"] for e in detail["evidence"]}
+        assert claims == 1
+        assert (agent.journal.hold() or "").startswith("PAYMENT_MODE_UNSAFE")
+        assert phone.journal.taps("submit") == [] and phone.orders == []
+        phone.journal.assert_no_payment_taps()
 
 
 def test_broken_emoji_dump_is_a_dump_invalid_stop_and_no_crash_loop(tmp_path: Path, srv: RealServer,
