@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import sys
 import time
@@ -24,12 +25,12 @@ from typing import Any
 
 from cmbuyer.agent import __version__
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
-from cmbuyer.agent.errors import AgentError
+from cmbuyer.agent.errors import AgentError, PackError
 from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
 from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
-from cmbuyer.agent.screens.pack import load_pack, pack_for_version, shipped_packs
+from cmbuyer.agent.screens.pack import Pack, load_pack, pack_for_version, shipped_packs
 from cmbuyer.schemas import is_hex64, is_uuid4
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
@@ -84,16 +85,54 @@ def _progress_fn(json_logs: bool) -> Any:
     return emit
 
 
+_VERSION_ARG_RE = re.compile(r"(?P<name>[0-9A-Za-z._-]{1,32}):(?P<code>[0-9]{1,10})", re.ASCII)
+
+
+def _capture_version(dump_path: Path) -> tuple[str, int] | None:
+    """The app version a capture bundle recorded (``meta.json`` beside ``dump.xml``, written by
+    ``capture``), or None when there is no readable bundle metadata."""
+    try:
+        meta = json.loads((dump_path.parent / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    name, code = meta.get("app_version_name"), meta.get("app_version_code")
+    if isinstance(name, str) and type(code) is int:
+        return name, code
+    return None
+
+
+def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
+    """Which packs read the dump: ``--pack FILE``; else the shipped pack of ``--version NAME:CODE`` or
+    of the version a capture bundle's meta.json recorded (packs are version-bound: an 8.17.0 pack can
+    recognize an 8.22.0 order sheet and misread it); else every shipped pack (first that recognizes
+    wins, the others that also do are listed as ``pack_candidates``). Raises PackError."""
+    if args.pack:
+        return [load_pack(args.pack)]
+    version: tuple[str, int] | None = None
+    if args.version:
+        m = _VERSION_ARG_RE.fullmatch(args.version)
+        if m is None:
+            raise PackError("--version takes NAME:CODE, e.g. 8.22.0:82200")
+        version = (m.group("name"), int(m.group("code")))
+    else:
+        version = _capture_version(Path(args.dump))
+    if version is not None:
+        return [pack_for_version(*version)]
+    return shipped_packs()
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         raw = Path(args.dump).read_bytes()
-        packs = [load_pack(args.pack)] if args.pack else shipped_packs()
+        packs = _inspect_packs(args)
         dump = parse_dump(raw)
     except AgentError as exc:
         print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
         return 2
     except OSError:
-        print(json.dumps({"error": "UNREADABLE_FILE"}))
+        print(json.dumps({"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump}"}, ensure_ascii=False))
         return 2
     print(json.dumps(inspect_dump(dump, packs), ensure_ascii=False))
     return 0
@@ -273,7 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_capture)
     i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
     i.add_argument("--dump", required=True)
-    i.add_argument("--pack")
+    i.add_argument("--pack", help="read with this pack file")
+    i.add_argument("--version", help="read with the shipped pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
+                   "default: the version in a capture bundle's meta.json beside the dump, else every shipped pack")
     i.set_defaults(fn=cmd_inspect)
     j = sub.add_parser("journal", help="show the local journal of a device")
     j.add_argument("--device", required=True)

@@ -17,7 +17,9 @@ the address row or the submit bar (readers.read_groups ends a group at any non-t
 layout); ``payment_mode``/``payment_problems`` come from the payment-mode gate's reader on the screen
 holding the submit control.
 
-Without an explicit pack every shipped pack is tried (first that recognizes a screen wins); the
+Without an explicit pack every shipped pack is tried (first that recognizes a screen wins; when more
+than one does, ``pack_candidates`` lists them all, because a pack of another version can recognize a
+screen and misread it — pass ``--pack``/``--version``); the
 version-independent safety readers (payment controls, risk walls, submit text ``提交订单 ¥<amount>``)
 always run. A reading that is ambiguous is reported as null — never a guess.
 """
@@ -60,11 +62,13 @@ def _money(value: Decimal | None) -> str | None:
 def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
     """Readings for ``dump`` using the first of ``packs`` that recognizes it (or none)."""
     screen, pack = "unknown", None
+    recognizing: list[str] = []
     for candidate in packs:
         found = readers.recognize(dump, candidate)
         if found != "unknown":
-            screen, pack = found, candidate
-            break
+            recognizing.append(candidate.id)
+            if pack is None:
+                screen, pack = found, candidate
     if pack is None and safety.risk_walls(dump):
         screen = "security_challenge"
 
@@ -105,5 +109,8 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
     if pack is not None:
         found = pack.layout_on(screen)
         layout = found.id if found is not None else (pack.layouts[0].id if len(pack.layouts) == 1 else None)
-    return {"screen": screen, "package": _package(dump), "pack": pack.id if pack else None,
-            "layout": layout, "readings": readings}
+    out = {"screen": screen, "package": _package(dump), "pack": pack.id if pack else None,
+           "layout": layout, "readings": readings}
+    if len(recognizing) > 1:
+        out["pack_candidates"] = recognizing
+    return out

@@ -113,6 +113,32 @@ def test_inspect_cli_with_pack_names_pack_and_layout(capsys: pytest.CaptureFixtu
     assert out["readings"]["selected"] == {"颜色": "黑色", "尺码": "M"}
 
 
+def test_inspect_without_pack_names_every_recognizing_pack_and_reads_by_version(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The 8.17.0 pack recognizes an 8.22.0 order sheet but cannot read its price: without --pack the
+    output must say that another pack also recognizes it; --version and a capture bundle's meta.json
+    pick the pack of exactly that version."""
+    dump = FX / "sim822" / "sheet_tshirt.xml"
+    assert main(["inspect", "--dump", str(dump)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pack_candidates"] == ["pdd-8.17.0-81700", "pdd-8.22.0-82200"]
+    assert main(["inspect", "--version", "8.22.0:82200", "--dump", str(dump)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["pack"], out["layout"], out["readings"]["unit_price"]) == ("pdd-8.22.0-82200", "order_sheet", "29.90")
+    assert "pack_candidates" not in out
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "dump.xml").write_bytes(dump.read_bytes())
+    (bundle / "meta.json").write_text(json.dumps({"app_version_name": "8.22.0", "app_version_code": 82200}))
+    assert main(["inspect", "--dump", str(bundle / "dump.xml")]) == 0
+    assert json.loads(capsys.readouterr().out)["pack"] == "pdd-8.22.0-82200"
+    (bundle / "meta.json").write_text(json.dumps({"app_version_name": "9.9.9", "app_version_code": 1}))
+    assert main(["inspect", "--dump", str(bundle / "dump.xml")]) == 2  # no pack for that version: no guess
+    assert json.loads(capsys.readouterr().out)["error"] == "NO_SELECTOR_PACK"
+    assert main(["inspect", "--version", "8.22.0", "--dump", str(dump)]) == 2
+    assert json.loads(capsys.readouterr().out)["error"] == "NO_SELECTOR_PACK"
+
+
 @pytest.mark.parametrize(("name", "row"), [
     ("sheet_balance", "使用多多支付余额¥5.05，更换支付方式"),
     ("sheet_paylater", "使用#先用后付，更换支付方式"),
