@@ -141,7 +141,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_journal(args: argparse.Namespace) -> int:
     path = journal_path(args.device)
     if not path.exists():
-        print(json.dumps({"path": str(path), "exists": False}))
+        # A hold cleared in the wrong state dir would look done while the agent stays held: say where
+        # we looked and how the state dir is chosen.
+        print(json.dumps({"path": str(path), "exists": False,
+                          "error": "no journal for this device here; the agent's state dir is "
+                                   "$CMBUYER_AGENT_STATE_DIR (default ./var/agent) — run with the same "
+                                   "value as the agent (e.g. the systemd unit's Environment=)"}))
         return 1
     try:
         j = Journal(path)
@@ -316,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--version", help="read with the shipped pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
                    "default: the version in a capture bundle's meta.json beside the dump, else every shipped pack")
     i.set_defaults(fn=cmd_inspect)
-    j = sub.add_parser("journal", help="show the local journal of a device")
+    j = sub.add_parser("journal", help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
+                       "default ./var/agent: use the agent's own value)")
     j.add_argument("--device", required=True)
     j.add_argument("--clear-hold", action="store_true",
                    help="after a person handled the phone or a stuck task: drop the hold, reset the streaks")

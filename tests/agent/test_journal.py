@@ -4,6 +4,7 @@ constructing the journal state directly (what a SIGKILL after each commit leaves
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,16 @@ def test_recovery_holds_when_server_refuses(tmp_path: Path) -> None:
     server.task_state = "SUBMITTING"
     recover(j, server)
     assert j.hold() is not None
+
+
+def test_journal_cli_names_the_state_dir_when_the_journal_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`journal --clear-hold` in the wrong state dir must not look like success: exit 1 and say where the
+    agent's journal lives."""
+    from cmbuyer.agent.cli import main
+
+    monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "elsewhere"))
+    assert main(["journal", "--device", "sim-9", "--clear-hold"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["exists"] is False and "CMBUYER_AGENT_STATE_DIR" in out["error"]
+    assert out["path"] == str(tmp_path / "elsewhere" / "sim-9.sqlite3")
