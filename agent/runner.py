@@ -197,6 +197,10 @@ class Runner:
     # --- loop ---------------------------------------------------------------------------------
     def run(self) -> int:
         self._count_crashes()
+        held = self.journal.hold()
+        if held:  # a restarted agent must say why it stays idle, not only heartbeat NEEDS_PERSON
+            self.progress(f"HOLD (from before this start): {held}; clear with `cmbuyer-agent journal --device "
+                          f"{self.cfg.serial} --clear-hold` after a person checked the phone")
         clear = self._recover()
         while not self.stop.is_set():
             status = self.last_status = self._status()
