@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 from cmbuyer.agent import gates
-from cmbuyer.agent.errors import FlowStop, ScreenError
+from cmbuyer.agent.errors import FlowStop, MoneyError, ScreenError
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
@@ -302,7 +302,7 @@ def go_to_order_confirm(phone: PhoneAdapter, pack: Pack, layout: Layout) -> Dump
 def _safe_money(dump: Dump, reader: MoneyReader | None) -> Decimal | None:
     try:
         return readers.read_money(dump, reader)
-    except ScreenError:
+    except (ScreenError, MoneyError):  # MoneyAmbiguous is a MoneyError, not a ScreenError
         return None  # two candidates: unreadable, never a guess (gate 3 stops)
 
 
