@@ -308,8 +308,9 @@ def _safe_money(dump: Dump, reader: MoneyReader | None) -> Decimal | None:
 
 def confirm_reading(dump: Dump, pack: Pack, wanted: dict[str, str]) -> ConfirmReading:
     """Read the screen that holds the submit control (pure; see :class:`ConfirmReading`). Every value
-    that cannot be read is None; the only stops here are "not that screen" and a dimension set that
-    does not match the task (SKU_DIMENSION_UNNAMED)."""
+    that cannot be read is None; the only stops here are "not that screen", a dimension set that
+    does not match the task (SKU_DIMENSION_UNNAMED) and a selected option that is sold out or
+    disabled (OUT_OF_STOCK)."""
     reader = _reader(pack, "confirm_order")
     if readers.recognize(dump, pack) != "confirm_order":
         raise FlowStop("not on the screen that holds the submit control", "SCREEN_UNRECOGNIZED")
@@ -321,6 +322,10 @@ def confirm_reading(dump: Dump, pack: Pack, wanted: dict[str, str]) -> ConfirmRe
     groups = _groups(dump, reader)
     shown = readers.selected_readings(dump, reader, {h: list(g.tiles) for h, g in groups.items()})
     dims = dimensions(pack, groups, wanted)
+    # stock can run out between the selection and the submit screen; the tile stays selected and
+    # keeps its name in content-desc, so the name alone would pass gate 3
+    if any(t.selected and not t.available for header in dims.values() for t in groups[header].tiles):
+        raise FlowStop("a selected option is sold out or disabled", "OUT_OF_STOCK")
     selected = {role: shown.get(header) for role, header in dims.items()}
     reading = gates.Gate3Reading(selected=selected, unit_price=_safe_money(dump, reader.unit_price),
                                  quantity=_quantity(dump, reader), total=total,

@@ -187,6 +187,28 @@ def test_gate3_on_hand_changed_sheets_stops_with_its_code(change: Any, reason: s
     assert err.value.reason_code == reason
 
 
+_LIPSTICK_RED = ('text="复古红#999" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.TextView" '
+                 'package="com.xunmeng.pinduoduo" content-desc=""')
+
+
+@pytest.mark.parametrize("change", [
+    # stock ran out after the selection: name truncated with a status, full name kept in content-desc
+    lambda t: t.replace(_LIPSTICK_RED, _LIPSTICK_RED.replace('text="复古红#999"', 'text="复古红... 刚刚抢光"')
+                        .replace('content-desc=""', 'content-desc="复古红#999"'), 1),
+    # the selected tile turned disabled
+    lambda t: t.replace(_LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="true"',
+                        _LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="false"', 1),
+])
+def test_selected_tile_sold_out_on_the_submit_screen_stops(change: Any) -> None:
+    """Breaker: the selected wanted tile reads sold out/disabled on the submit screen; its name still
+    equals the task's value, so gate 3 passed it."""
+    text = change(xml("sheet_lipstick"))
+    assert text != xml("sheet_lipstick")
+    with pytest.raises(FlowStop) as err:
+        confirm_reading(parse_dump(text), pack822(), {"color": "复古红#999"})
+    assert err.value.reason_code == "OUT_OF_STOCK"
+
+
 # --- prices ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("text", "value"), [
     ("最后3件 ¥69", "69.00"), ("即将卖完 ¥88", "88.00"), ("¥12.88", "12.88"), ("￥12.88", "12.88"),
