@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 from cmbuyer.agent import gates
-from cmbuyer.agent.errors import FlowStop, ScreenError
+from cmbuyer.agent.errors import FlowStop, MoneyError, ScreenError
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
@@ -302,14 +302,15 @@ def go_to_order_confirm(phone: PhoneAdapter, pack: Pack, layout: Layout) -> Dump
 def _safe_money(dump: Dump, reader: MoneyReader | None) -> Decimal | None:
     try:
         return readers.read_money(dump, reader)
-    except ScreenError:
+    except (ScreenError, MoneyError):  # MoneyAmbiguous is a MoneyError, not a ScreenError
         return None  # two candidates: unreadable, never a guess (gate 3 stops)
 
 
 def confirm_reading(dump: Dump, pack: Pack, wanted: dict[str, str]) -> ConfirmReading:
     """Read the screen that holds the submit control (pure; see :class:`ConfirmReading`). Every value
-    that cannot be read is None; the only stops here are "not that screen" and a dimension set that
-    does not match the task (SKU_DIMENSION_UNNAMED)."""
+    that cannot be read is None; the only stops here are "not that screen", a dimension set that
+    does not match the task (SKU_DIMENSION_UNNAMED) and a selected option that is sold out or
+    disabled (OUT_OF_STOCK)."""
     reader = _reader(pack, "confirm_order")
     if readers.recognize(dump, pack) != "confirm_order":
         raise FlowStop("not on the screen that holds the submit control", "SCREEN_UNRECOGNIZED")
@@ -321,6 +322,10 @@ def confirm_reading(dump: Dump, pack: Pack, wanted: dict[str, str]) -> ConfirmRe
     groups = _groups(dump, reader)
     shown = readers.selected_readings(dump, reader, {h: list(g.tiles) for h, g in groups.items()})
     dims = dimensions(pack, groups, wanted)
+    # stock can run out between the selection and the submit screen; the tile stays selected and
+    # keeps its name in content-desc, so the name alone would pass gate 3
+    if any(t.selected and not t.available for header in dims.values() for t in groups[header].tiles):
+        raise FlowStop("a selected option is sold out or disabled", "OUT_OF_STOCK")
     selected = {role: shown.get(header) for role, header in dims.items()}
     reading = gates.Gate3Reading(selected=selected, unit_price=_safe_money(dump, reader.unit_price),
                                  quantity=_quantity(dump, reader), total=total,

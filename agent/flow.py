@@ -99,7 +99,11 @@ class PurchaseFlow:
         self._outbox.upload(kind, shot.png, captured_at)
 
     def _evidence(self, claim: Claim, kind: str) -> str | None:
-        png = self.phone.screenshot_png()
+        """Upload a screenshot taken only while the app itself is in front (a stop can leave a
+        foreign app, e.g. a cashier, in front: spec 002 refuses photographing it) → asset id or None."""
+        png = self.phone.app_screenshot_png()
+        if png is None:
+            return None
         return self.sink.upload_screenshot(claim, ScreenshotAsset(kind, png)).asset_id
 
     def _checkpoint(self, claim: Claim) -> None:

@@ -146,13 +146,15 @@ def compile_after_submit(spec: dict[str, Any] | None, evidence_ids: set[str]) ->
     if DEEP_LINK_RE.fullmatch(link) is None:
         raise PackError("after_submit deep link is not a plain Pinduoduo page link")
     where = "after_submit/confirmation"
+    leave = P._selector(conf["retention_dialog"]["leave"], f"{where}/retention_dialog/leave", evidence_ids)
+    # the one tap after the submit tap (an unlabeled close icon may be declared: words only)
+    P.check_tap_words(leave, f"{where}/retention_dialog/leave")
     card = conf["order_card"]
     rule = conf["order_list"]
     return AfterSubmit(
         retention_dialog=P._selector(conf["retention_dialog"]["when"], f"{where}/retention_dialog/when",
                                      evidence_ids),
-        retention_leave=P._selector(conf["retention_dialog"]["leave"], f"{where}/retention_dialog/leave",
-                                    evidence_ids),
+        retention_leave=leave,
         order_list_link=link,
         order_list=P.ScreenRule(
             all=tuple(P._selector(s, f"{where}/order_list/all", evidence_ids) for s in rule["all"]),

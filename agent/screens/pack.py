@@ -283,9 +283,27 @@ def check_tap_selector(selector: Selector, where: str) -> None:
     text) or that names no text/desc/resource-id at all (it would match any clickable node)."""
     if selector.text is None and selector.desc is None and selector.resource_id is None:
         raise PackError(f"tap selector at {where} names no text, desc or resource_id")
+    check_tap_words(selector, where)
+
+
+def check_tap_words(selector: Selector, where: str) -> None:
+    """Refuse a tap selector whose text/desc pattern could match, or even spells, a payment-denylist
+    word or the submit text (PackError). The runtime denylist still checks every tap."""
     for pattern in (selector.text, selector.desc):
-        if _probe_hit(pattern) is not None:
+        if _probe_hit(pattern) is not None or _literal_hit(pattern) is not None:
             raise PackError(f"tap selector at {where} could match a payment or submit control")
+
+
+# Words a tap selector may not even spell: probes cannot enumerate every variant a regex accepts
+# (``确认支付¥.*``, ``去支付[0-9]+``), but such a pattern names the word in its source.
+_TAP_SOURCE_WORDS: tuple[str, ...] = (*safety.PAYMENT_DENYLIST, "提交订单", "0元下单")
+
+
+def _literal_hit(pattern: re.Pattern[str] | None) -> str | None:
+    if pattern is None:
+        return None
+    source = normalize(pattern.pattern)
+    return next((w for w in _TAP_SOURCE_WORDS if w in source), None)
 
 
 def _layouts(data: dict[str, Any], ev: set[str], readers: dict[str, PanelReader]) -> tuple[Layout, ...]:

@@ -314,7 +314,8 @@ def read_payment(dump: Dump, pack: Pack) -> PaymentReading:
     """Read the payment row with the pack and run the code-level checks on the whole sheet: exactly
     one row (pack selector and the generic ``更换支付方式`` count agree), a mode from the pack's
     handoff list, no ``先用后付``/``免密`` anywhere, and a submit label that is exactly
-    ``提交订单 ¥<amount>`` (never ``0元下单``/``立即支付``/``确认支付``/``免密支付``)."""
+    ``提交订单 ¥<amount>`` (never ``0元下单``/``立即支付``/``确认支付``/``免密支付``) with an amount above
+    zero (``提交订单 ¥0`` hands nothing off to a person)."""
     problems: list[str] = []
     rows = [n for n in pack.payment.row.find(dump)]
     # the mode sits in the row's text on the order sheet; older confirm pages carry it in content-desc
@@ -337,6 +338,11 @@ def read_payment(dump: Dump, pack: Pack) -> PaymentReading:
         problems.append("a submit label that pays")
     # every submit label must be exactly 提交订单 ¥<amount> (how many there are is gate 3's check)
     controls = safety.submit_controls(dump)
-    if not controls or len(safety.submit_amounts(dump)) != len(controls):
+    amounts = safety.submit_amounts(dump)
+    if not controls or len(amounts) != len(controls):
         problems.append("submit text is not exactly 提交订单 ¥<amount>")
+    # a zero total leaves nothing for an external app to confirm: the one tap would complete the
+    # order by itself (the 0元下单 / 先用后付 outcome), so it is no hand-off
+    if any(a <= 0 for a in amounts):
+        problems.append("a zero total: no external hand-off")
     return PaymentReading(row, mode, tuple(problems))

@@ -140,10 +140,12 @@ def test_retention_dialog_leaves_only_through_a_non_payment_control() -> None:
     conf = _pack().after_submit
     node = A.leave_control(dump, conf)
     assert node is not None and node.text == "先去逛逛"
-    # a pack naming the payment button (or its ，仅¥x part) never gets it chosen …
-    for leave in ({"text": "继续支付"}, {"text": "，仅¥.*"},
-                  {"clickable": True, "has_descendant": {"text": "继续支付"}}):
-        assert A.leave_control(dump, _conf_with_leave(leave)) is None
+    # a pack naming the payment button (or its ，仅¥x part) is refused at load …
+    for leave in ({"text": "继续支付"}, {"text": "，仅¥.*"}, {"text": "继续支付.*"}, {"desc": "继续.付"}):
+        with pytest.raises(PackError):
+            _conf_with_leave(leave)
+    # … one reaching it only through structure never gets it chosen …
+    assert A.leave_control(dump, _conf_with_leave({"clickable": True, "has_descendant": {"text": "继续支付"}})) is None
     # … and the adapter refuses the tap anyway (no device call is ever made)
     pay = next(n for n in dump.nodes if n.text == "继续支付")
     with pytest.raises(PaymentControlBlocked):

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent import capabilities as cap
+from cmbuyer.agent.errors import FlowStop
 from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import SubmissionProof
@@ -278,3 +279,26 @@ def test_unsafe_payment_mode_real_server(tmp_path: Path) -> None:
     assert detail["submission"] is None
     assert detail["task"]["state_reason"] == "PAYMENT_MODE_UNSAFE", detail["task"]
     assert "FAILURE" in [e["kind"] for e in detail["evidence"]]
+
+
+def test_stop_with_a_foreign_app_in_front_takes_no_failure_screenshot(tmp_path: Path, sim: PhoneSim,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Breaker: a stop before the fence while an external app (here the WeChat cashier window) is in
+    front must not photograph it. The simulator's BACK always leaves a cashier, a real foreign app may
+    not (a chat stack), so back_out is made a no-op here; the stop itself is the payment gate's."""
+    serial = PLAIN[next(_serials)]
+
+    def foreign_then_stop(phone: Any, pack: Pack) -> str:
+        sim.phone(serial).app.foreign = "com.tencent.mm"
+        raise FlowStop("payment mode unsafe: test", "PAYMENT_MODE_UNSAFE")
+
+    monkeypatch.setattr(cap, "check_payment_mode", foreign_then_stop)
+    monkeypatch.setattr(cap, "back_out", lambda phone, pack, max_steps=4: None)
+    try:
+        result, server, _ = run(tmp_path, sim, serial, sku_color="黑色", sku_size="M", quantity=1,
+                                max_total_price=Decimal("30.00"))
+    finally:
+        sim.phone(serial).app.foreign = None
+    assert (result.outcome, result.reason_code) == ("FAILED", "PAYMENT_MODE_UNSAFE")
+    sim.journal(serial).assert_no_foreign_screenshots()
+    assert "FAILURE" not in [kind for kind, _ in server.evidence]

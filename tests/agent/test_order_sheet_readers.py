@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent import gates
+from cmbuyer.agent.capabilities import confirm_reading
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import FlowStop, MoneyAmbiguous, PackError
 from cmbuyer.agent.screens import readers
@@ -163,6 +165,76 @@ def test_safe_payment_modes() -> None:
         assert gates.payment_gate(reading.problems, reading.mode) == mode
 
 
+@pytest.mark.parametrize("total", ["提交订单 ¥0", "提交订单 ¥0.00", "提交订单 ￥0"])
+def test_zero_total_is_no_hand_off(total: str) -> None:
+    """Breaker: a zero total leaves nothing for a person to confirm in an external app, yet passed
+    both the payment gate (the text is exactly 提交订单 ¥<amount>) and gate 3 (as a "discount")."""
+    dump = parse_dump(xml("sheet_lipstick").replace('text="提交订单 ¥39.9"', f'text="{total}"', 1))
+    reading = readers.read_payment(dump, pack822())
+    with pytest.raises(FlowStop) as err:
+        gates.payment_gate(reading.problems, reading.mode)
+    assert err.value.reason_code == "PAYMENT_MODE_UNSAFE"
+
+
+def _second_submit_bar(text: str, amount: str) -> str:
+    bar = re.search(r'<node index="1" text="" [^>]*bounds="\[540,2136\]\[1056,2268\]"[^>]*><node [^>]*/></node>',
+                    text)
+    assert bar is not None
+    twin = bar.group(0).replace("[540,2136][1056,2268]", "[540,1900][1056,1990]").replace("¥39.9", amount)
+    return text.replace(bar.group(0), bar.group(0) + twin, 1)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    # two submit bars with different totals: the total is unreadable (not an exception out of the reader)
+    (lambda t: _second_submit_bar(t, "¥19.9"), "CONFIRM_AMOUNT_UNREADABLE"),
+    # two submit bars with the same total: one control too many
+    (lambda t: _second_submit_bar(t, "¥39.9"), "SUBMIT_CONTROL_COUNT"),
+    # the unit-price node's desc twin disagrees with its text: unreadable, never a pick
+    (lambda t: t.replace('text="¥39.9" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.TextView" '
+                         'package="com.xunmeng.pinduoduo" content-desc=""', 'text="¥39.9" resource-id="com.xunmeng.'
+                         'pinduoduo:id/pdd" class="android.widget.TextView" package="com.xunmeng.pinduoduo" '
+                         'content-desc="¥19.9"'), "UNIT_PRICE_UNREADABLE"),
+    (lambda t: t.replace('text="复古红#999" resource-id', 'text="复古红#999 最后2件" resource-id', 1),
+     "SKU_SELECTION_UNREADABLE"),
+    (lambda t: t.replace('text="1" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.EditText"',
+                         'text="2件" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.EditText"'),
+     "QUANTITY_UNREADABLE"),
+])
+def test_gate3_on_hand_changed_sheets_stops_with_its_code(change: Any, reason: str) -> None:
+    """Breaker: variations of a simulator sheet (each lambda says what changed) read by the same path
+    the flow uses (capabilities.confirm_reading) and judged by gate 3."""
+    text = change(xml("sheet_lipstick"))
+    assert text != xml("sheet_lipstick")
+    wanted = {"color": "复古红#999"}
+    reading = confirm_reading(parse_dump(text), pack822(), wanted)
+    with pytest.raises(FlowStop) as err:
+        gates.gate3(reading.gate3, wanted=wanted, gate1_price=Decimal("39.90"), quantity=1,
+                    max_total=Decimal("100"))
+    assert err.value.reason_code == reason
+
+
+_LIPSTICK_RED = ('text="复古红#999" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.TextView" '
+                 'package="com.xunmeng.pinduoduo" content-desc=""')
+
+
+@pytest.mark.parametrize("change", [
+    # stock ran out after the selection: name truncated with a status, full name kept in content-desc
+    lambda t: t.replace(_LIPSTICK_RED, _LIPSTICK_RED.replace('text="复古红#999"', 'text="复古红... 刚刚抢光"')
+                        .replace('content-desc=""', 'content-desc="复古红#999"'), 1),
+    # the selected tile turned disabled
+    lambda t: t.replace(_LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="true"',
+                        _LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="false"', 1),
+])
+def test_selected_tile_sold_out_on_the_submit_screen_stops(change: Any) -> None:
+    """Breaker: the selected wanted tile reads sold out/disabled on the submit screen; its name still
+    equals the task's value, so gate 3 passed it."""
+    text = change(xml("sheet_lipstick"))
+    assert text != xml("sheet_lipstick")
+    with pytest.raises(FlowStop) as err:
+        confirm_reading(parse_dump(text), pack822(), {"color": "复古红#999"})
+    assert err.value.reason_code == "OUT_OF_STOCK"
+
+
 # --- prices ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("text", "value"), [
     ("最后3件 ¥69", "69.00"), ("即将卖完 ¥88", "88.00"), ("¥12.88", "12.88"), ("￥12.88", "12.88"),
@@ -290,6 +362,11 @@ def _sel(text: str) -> dict[str, Any]:
     lambda p: p["payment"].update(handoff_modes=["多多支付(免密)"]),
     lambda p: p["payment"].update(mode_regex="使用(.*)"),
     lambda p: p["dimension_roles"]["size"].append("颜色"),
+    # breaker: regexes that reach a payment/submit control without matching any fixed probe
+    lambda p: p["dismissals"].append({"id": "pay2", "when": _sel("x"), "tap": _sel("确认支付¥.*")}),
+    lambda p: p["dismissals"].append({"id": "pay3", "when": _sel("x"), "tap": _sel("去支付[0-9]+")}),
+    lambda p: p["dismissals"].append({"id": "sub", "when": _sel("x"), "tap": _sel("提交订单 ¥[0-9.]+起")}),
+    lambda p: p["buy_paths"].update(single=_sel("去付款")),
     lambda p: p.update(pack_format=1),
 ])
 def test_pack_refused_at_load(mutate: Any) -> None:

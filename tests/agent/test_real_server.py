@@ -375,7 +375,12 @@ def _assert_failed_before_fence(detail: dict[str, Any], phone: Rig, reason: str)
     assert detail["task"]["state_reason"] == reason
     assert detail["submission"] is None
     assert phone.submit_taps() == 0 and phone.payment_taps() == 0 and phone.orders() == 0
-    assert "FAILURE" in kinds(detail)
+    # backing out of an unknown or unreadable page presses BACK until it leaves the app; the FAILURE
+    # screenshot is taken only while the app is in front, so those stops have none
+    if reason in ("SCREEN_UNRECOGNIZED", "DUMP_EMPTY", "DUMP_INVALID", "DUMP_NO_APP_NODES"):
+        assert "FAILURE" not in kinds(detail)
+    else:
+        assert "FAILURE" in kinds(detail)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
