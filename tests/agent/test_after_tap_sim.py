@@ -42,10 +42,7 @@ from .test_real_server import Agent, fast_phone, kinds, srv  # noqa: F401  (fixt
 CASHIERS = [("EXTERNAL_CASHIER_ALIPAY", "com.eg.android.AlipayGphone"),
             ("EXTERNAL_CASHIER_WECHAT", "com.tencent.mm")]
 BOTH_VERSIONS = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.22.0"}
-HAS_822_PACK = any(p.version_name == "8.22.0" for p in shipped_packs())
-LAYOUTS = [pytest.param("8.17.0", id="8.17.0"),
-           pytest.param("8.22.0", id="8.22.0", marks=pytest.mark.skipif(
-               not HAS_822_PACK, reason="the 8.22.0 pack arrives with the pre-fence branch (wt/prefence)"))]
+LAYOUTS = [pytest.param("8.17.0", id="8.17.0"), pytest.param("8.22.0", id="8.22.0")]
 
 
 def _scenario(version: str = "8.17.0", **changes: Any) -> dict[str, Any]:
