@@ -56,6 +56,7 @@ REASON_SCOPES: Mapping[str, Scope] = {
     "QUANTITY_MISMATCH": T, "QUANTITY_CAPPED_BY_STOCK": T, "QUANTITY_UNREADABLE": T, "OUT_OF_STOCK": T,
     "CONFIRM_AMOUNT_UNREADABLE": T, "TOTAL_ABOVE_ITEMS": T,
     "FENCE_REFUSED": T,  # the server's re-check refused what the screen showed for this task
+    "REJECTED_BY_REVIEWER": T,  # a person refused what the phone read for this task (issue 17)
     # --- reason_code: the phone, its app or its account --------------------------------------
     "WRONG_PACKAGE": P, "APP_VERSION_UNSUPPORTED": P, "NO_SELECTOR_PACK": P, "SCREEN_UNRECOGNIZED": P,
     "POPUP_UNHANDLED": P, "RISK_WALL": P, "SECURITY_CHALLENGE": P, "APP_UPDATE_PROMPT": P,
@@ -66,6 +67,7 @@ REASON_SCOPES: Mapping[str, Scope] = {
     # --- reason_code: this attempt only --------------------------------------------------------
     "DUMP_EMPTY": A, "DUMP_INVALID": A, "DUMP_UNSTABLE": A, "ADB_ERROR": A, "PHONE_TIMEOUT": A,
     "SERVER_UNREACHABLE": A, "SHUTDOWN": A, "INTERNAL_ERROR": A,
+    "APPROVAL_TIMEOUT": A, "SCREEN_CHANGED_WHILE_WAITING": A,  # a supervised wait ended (issue 17)
     # --- observation_reason (after the tap) ------------------------------------------------------
     "SECURITY_CHALLENGE_AFTER_TAP": P, "NO_KNOWN_SCREEN": P,
     "SUBMIT_CONTROL_GONE": A, "TAP_OUTCOME_UNKNOWN": A,

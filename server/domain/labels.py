@@ -85,6 +85,9 @@ REASON_CODE_LABELS: dict[str, str] = {
     "APP_UPDATE_PROMPT": "拼多多要求升级",
     "PAYMENT_SUSPECTED": "疑似已付款",
     "REPEATED_FAILURES": "连续失败，手机已暂停",
+    "APPROVAL_TIMEOUT": "等待人工确认超时",
+    "SCREEN_CHANGED_WHILE_WAITING": "等待确认期间页面发生变化",
+    "REJECTED_BY_REVIEWER": "人工确认时被驳回",
 }
 
 # common.json "observation" (what the phone saw after tapping 提交订单)
