@@ -15,21 +15,19 @@ Shared by the device side (claim-next, the approval routes, the fence) and the a
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from cmbuyer.schemas import MONEY_RE
+from cmbuyer.schemas import MONEY_RE, NO_PACK, PACK_ID_RE
 from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.domain.errors import InvalidTransition, ValidationFailed
 
 DEFAULT_SUPERVISED_ORDERS = 3
-# The heartbeat's "the agent has no pack for the installed app version" marker: not a pack id.
-NO_PACK = "NO_PACK"
-PACK_ID_RE = re.compile(r"[a-z0-9][a-z0-9._+-]{0,63}", re.ASCII)
+# NO_PACK (the heartbeat's "the agent has no pack for the installed app version") is not a pack id; the pack
+# id pattern and NO_PACK live in cmbuyer.schemas (the wire format) and are used from there.
 PACK_KEY_MAX = 80  # migration 0007: supervision_pairs.pack_key / attempts.pack_key length check
 APP_KEY_PREFIX = "app:"
 
