@@ -184,6 +184,8 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "admin.login_locked": "登录尝试过多，暂时锁定",
     "admin.logout": "管理员退出",
     "admin.passwd": "修改密码",
+    "approval.request": "设备请求人工确认",
+    "approval.void": "人工确认请求作废",
     "attempt.fail": "设备报告失败",
     "attempt.lease_renew": "租约续期",
     "authorization.expire": "授权过期",
