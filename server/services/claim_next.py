@@ -10,8 +10,10 @@ Order inside the transaction (each step only after the previous one):
 4. the device's open claim, if any: same session + live lease + consistent task/authorization →
    the same attempt again (recorded under the new key); anything else → 409
    ``claim_requires_manual``. Never a second attempt, never a transfer;
-5. the oldest claimable authorization (:func:`claim_store.next_candidate`); none → EMPTY, persisted;
-6. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
+5. the supervision pair (issue 17, :func:`supervision.for_claim`): held → EMPTY, persisted; otherwise it
+   decides whether the new attempt is supervised;
+6. the oldest claimable authorization (:func:`claim_store.next_candidate`); none → EMPTY, persisted;
+7. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
    ACTIVE→CLAIMED, task PENDING→CLAIMED with version + 1.
 
 The job raises on any rule break, so the group commit rolls back its savepoint: all or nothing. The

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cmbuyer.schemas import NO_PACK
 from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
@@ -81,7 +82,7 @@ def for_claim(conn: sqlite3.Connection, *, device_id: str, gate: DeviceGate, cla
     Raises ``ValueError`` when no pack key can be built (no pack id and no app version): the caller refuses
     the claim, it never invents a pair.
     """
-    heartbeat_pack = None if claim_pack_id not in (None, rules.NO_PACK) else store.device_pack_id(conn, device_id)
+    heartbeat_pack = None if claim_pack_id not in (None, NO_PACK) else store.device_pack_id(conn, device_id)
     key = rules.pack_key_for(claim_pack_id, heartbeat_pack, gate.pdd_version, gate.pdd_version_code)
     pair = store.get_pair(conn, device_id, key)
     confirmed, held = (0, False) if pair is None else (pair.confirmed_orders, pair.held)
@@ -100,7 +101,7 @@ def heartbeat_fields(conn: sqlite3.Connection, *, device_id: str, body: dict[str
     reports (its ``pack_id``, else the stored one, else the app version it reports) is held; else ``{}``.
     A heartbeat without an app version names no pair and gets ``{}`` (it cannot claim anyway)."""
     reported = body.get("pack_id")
-    stored_pack = None if reported not in (None, rules.NO_PACK) else store.device_pack_id(conn, device_id)
+    stored_pack = None if reported not in (None, NO_PACK) else store.device_pack_id(conn, device_id)
     try:
         key = rules.pack_key_for(reported, stored_pack, body.get("pdd_version"), body.get("pdd_version_code"))
     except ValueError:

@@ -45,7 +45,7 @@ _APPROVAL_COLUMNS = ", ".join(_APPROVAL_FIELDS)
 
 
 def _approval(r: sqlite3.Row | tuple[object, ...]) -> Approval:
-    return Approval(*tuple(r))  # type: ignore[arg-type]  # SELECT lists the dataclass fields in order
+    return Approval(*tuple(r))  # SELECT lists the dataclass fields in order
 
 
 def device_pack_id(conn: sqlite3.Connection, device_id: str) -> str | None:
