@@ -180,3 +180,27 @@ def test_supervised_is_optional_in_the_claim_answer() -> None:
               "server_now": "2026-08-04T09:00:00Z"}
     validate("claim_next.response", answer)
     validate("claim_next.response", {**answer, "attempt": {**answer["attempt"], "supervised": False}})
+
+
+def test_heartbeat_hold_follows_the_reported_pack(make_device: Callable[..., DeviceCreds],
+                                                  sync_conn: sqlite3.Connection) -> None:
+    """The heartbeat's own ``pack_id`` (helper H5's request field) names the pair; NO_PACK or none falls back to
+    the stored pack id, then to the app version. Called on the service: this branch's heartbeat schema does not
+    carry ``pack_id`` yet."""
+    from cmbuyer.server.services.supervision import heartbeat_fields
+
+    dev = make_device()
+    put_pair(sync_conn, dev.device_id, "pdd-8.17.0", confirmed=0, held=True)
+    body = heartbeat_body(dev.device_id)
+
+    def fields(**over: Any) -> dict[str, Any]:
+        return heartbeat_fields(sync_conn, device_id=dev.device_id, body={**body, **over})
+
+    assert fields(pack_id="pdd-8.17.0") == {"supervision_hold": True}
+    assert fields(pack_id="pdd-8.17.0-b") == {}
+    assert fields(pack_id="NO_PACK") == {} and fields() == {}  # → app:8.17.0:81700, not held
+    sync_conn.execute("UPDATE devices SET pack_id = 'pdd-8.17.0' WHERE id = ?", (dev.device_id,))
+    assert fields(pack_id="NO_PACK") == {"supervision_hold": True} and fields() == {"supervision_hold": True}
+    assert fields(pdd_version=None, pack_id="NO_PACK") == {"supervision_hold": True}
+    sync_conn.execute("UPDATE devices SET pack_id = NULL WHERE id = ?", (dev.device_id,))
+    assert fields(pdd_version=None) == {}  # no pack, no version: no pair
