@@ -28,6 +28,7 @@ from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, PackError
 from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
+from cmbuyer.agent.packtest import add_pack_test_commands
 from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import Pack, load_pack, pack_for_version, shipped_packs
@@ -321,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--version", help="read with the shipped pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
                    "default: the version in a capture bundle's meta.json beside the dump, else every shipped pack")
     i.set_defaults(fn=cmd_inspect)
+    pk = sub.add_parser("pack", help="selector packs: test on captures, accept expectations")
+    add_pack_test_commands(pk.add_subparsers(dest="pack_command", required=True))
     j = sub.add_parser("journal", help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
                        "default ./var/agent: use the agent's own value)")
     j.add_argument("--device", required=True)
