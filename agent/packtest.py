@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import AgentError
-from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import Pack, load_pack
 from cmbuyer.agent.screens.readers import SCREENS
@@ -270,6 +270,8 @@ def check_capture(capture: Path, pack: Pack) -> CaptureResult:
     name = capture.name
     try:
         try:
+            if (capture / DUMP).stat().st_size > MAX_DUMP_BYTES:  # never read a huge file whole
+                raise CaptureInputError(f"{capture / DUMP}: larger than {MAX_DUMP_BYTES} bytes")
             raw = (capture / DUMP).read_bytes()
         except OSError as exc:
             raise CaptureInputError(f"{capture / DUMP}: cannot read ({exc.strerror})") from exc
