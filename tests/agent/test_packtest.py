@@ -244,10 +244,13 @@ def test_unreadable_dump_and_missing_meta_are_input_errors(captures: Path, capsy
     _write(captures / "03-sheet_mug" / "meta.json", meta)
     (captures / "05-sku_sheet_old" / "meta.json").unlink()
     (captures / "06-sku_sheet_old_confirm" / "dump.xml").unlink()
+    with (captures / "02-sheet_tshirt" / "dump.xml").open("r+b") as fh:  # sparse: 9 MB without writing them
+        fh.truncate(9 * 1024 * 1024)
     rc, lines = _run(capsys, str(PACK), str(captures))
     assert rc == 2
     errors = [ln for ln in lines if ln.startswith("ERROR")]
-    assert len(errors) == 3
+    assert len(errors) == 4
+    assert errors.pop(0).endswith("02-sheet_tshirt/dump.xml: larger than 8388608 bytes")
     assert re.fullmatch(r"ERROR 03-sheet_mug: .*03-sheet_mug/dump\.xml: unreadable dump \(.+\)", errors[0])
     assert re.fullmatch(r"ERROR 05-sku_sheet_old: .*05-sku_sheet_old/meta\.json: cannot read \(.+\)", errors[1])
     assert re.fullmatch(r"ERROR 06-sku_sheet_old_confirm: .*/dump\.xml: cannot read \(.+\)", errors[2])
