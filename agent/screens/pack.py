@@ -56,6 +56,10 @@ TAP_PROBES: tuple[str, ...] = (
 UNSAFE_MODE_WORDS = ("先用后付", "免密", "余额", "0元")
 
 
+def _flag_test(flag: str, value: bool) -> Callable[[Node], bool]:
+    return lambda node: bool(getattr(node, flag) == value)
+
+
 @dataclass(frozen=True)
 class Selector:
     """A compiled selector; ``spec`` is the raw JSON (kept for evidence / error messages)."""
@@ -94,7 +98,7 @@ class Selector:
         for flag in ("clickable", "selected", "enabled", "scrollable"):
             value = getattr(self, flag)
             if value is not None:
-                checks.append((flag, lambda n, f=flag, v=value: getattr(n, f) == v))
+                checks.append((flag, _flag_test(flag, value)))
         parent, ancestor, has, has_not = self.parent, self.ancestor, self.has_descendant, self.not_has_descendant
         if parent is not None:
             checks.append(("parent", lambda n: n.parent is not None and parent.matches(n.parent)))
