@@ -286,9 +286,11 @@ def check_capture(capture: Path, pack: Pack) -> CaptureResult:
             expected = load_expectation(capture / EXPECTED)
         elif (capture / PROPOSED).exists():
             load_expectation(capture / PROPOSED)  # a broken proposal is reported now, not at accept
+        out = inspect_dump(dump, [pack])
     except CaptureInputError as exc:
         return CaptureResult(name, "ERROR", detail=str(exc))
-    out = inspect_dump(dump, [pack])
+    except AgentError as exc:  # inspect nulls ambiguous readings itself; anything else is no verdict
+        return CaptureResult(name, "ERROR", detail=f"{capture / DUMP}: cannot be read ({exc.summary})")
     if expected is not None:
         if expected.screen != out["screen"]:
             mismatches.append(Mismatch("screen", expected.screen, out["screen"]))
