@@ -28,6 +28,7 @@ from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, PackError
 from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
+from cmbuyer.agent.packtest import add_pack_test_commands
 from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import Pack, load_pack, pack_for_version, shipped_packs
@@ -134,7 +135,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except OSError:
         print(json.dumps({"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump}"}, ensure_ascii=False))
         return 2
-    print(json.dumps(inspect_dump(dump, packs), ensure_ascii=False))
+    result = inspect_dump(dump, packs)
+    if not args.explain:
+        print(json.dumps(result, ensure_ascii=False))
+        return 0
+    from cmbuyer.agent.screens.explain import explain_dump, render_text
+
+    # explain the pack inspect read with; when none recognized the dump, every candidate says why
+    used = [p for p in packs if p.id == result["pack"]] or packs
+    explanations = [explain_dump(dump, p) for p in used]
+    if args.json:
+        print(json.dumps({"dump": args.dump, "inspect": result, "explanations": explanations},
+                         ensure_ascii=False, indent=2))
+    else:
+        if len(result.get("pack_candidates", [])) > 1:
+            print(f"note: packs {', '.join(result['pack_candidates'])} all recognize this dump; the first is "
+                  "explained (pass --pack or --version to choose)\n")
+        print("\n\n".join(render_text(e) for e in explanations))
     return 0
 
 
@@ -320,7 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--pack", help="read with this pack file")
     i.add_argument("--version", help="read with the shipped pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
                    "default: the version in a capture bundle's meta.json beside the dump, else every shipped pack")
+    i.add_argument("--explain", action="store_true",
+                   help="print which pack selector matched which node for each screen rule and reading, "
+                        "or why none did (text; with --json as JSON)")
+    i.add_argument("--json", action="store_true", help="with --explain: JSON instead of text")
     i.set_defaults(fn=cmd_inspect)
+    pk = sub.add_parser("pack", help="selector packs: test on captures, accept expectations")
+    add_pack_test_commands(pk.add_subparsers(dest="pack_command", required=True))
     j = sub.add_parser("journal", help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
                        "default ./var/agent: use the agent's own value)")
     j.add_argument("--device", required=True)

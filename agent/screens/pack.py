@@ -25,8 +25,9 @@ or mismatched pack — the agent then refuses to claim.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,10 @@ TAP_PROBES: tuple[str, ...] = (
 UNSAFE_MODE_WORDS = ("先用后付", "免密", "余额", "0元")
 
 
+def _flag_test(flag: str, value: bool) -> Callable[[Node], bool]:
+    return lambda node: bool(getattr(node, flag) == value)
+
+
 @dataclass(frozen=True)
 class Selector:
     """A compiled selector; ``spec`` is the raw JSON (kept for evidence / error messages)."""
@@ -73,28 +78,47 @@ class Selector:
     not_has_descendant: Selector | None = None
     evidence: tuple[str, ...] = ()
 
+    @cached_property
+    def constraints(self) -> tuple[tuple[str, Callable[[Node], bool]], ...]:
+        """The declared constraints in check order, each ``(name, test)``; ``name`` is the pack key
+        (``text``, ``desc``, ``class``, ``resource_id``, a flag, ``parent``, ``ancestor``,
+        ``has_descendant``, ``not_has_descendant``). :meth:`matches` and :meth:`failed_constraints`
+        both run exactly these tests, so an explanation (screens/explain.py) cannot disagree with a
+        match."""
+        checks: list[tuple[str, Callable[[Node], bool]]] = []
+        text, desc, cls, rid = self.text, self.desc, self.cls, self.resource_id
+        if text is not None:
+            checks.append(("text", lambda n: text.fullmatch(normalize(n.text)) is not None))
+        if desc is not None:
+            checks.append(("desc", lambda n: desc.fullmatch(normalize(n.desc)) is not None))
+        if cls is not None:
+            checks.append(("class", lambda n: cls.fullmatch(n.cls) is not None))
+        if rid is not None:
+            checks.append(("resource_id", lambda n: n.resource_id == rid))
+        for flag in ("clickable", "selected", "enabled", "scrollable"):
+            value = getattr(self, flag)
+            if value is not None:
+                checks.append((flag, _flag_test(flag, value)))
+        parent, ancestor, has, has_not = self.parent, self.ancestor, self.has_descendant, self.not_has_descendant
+        if parent is not None:
+            checks.append(("parent", lambda n: n.parent is not None and parent.matches(n.parent)))
+        if ancestor is not None:
+            checks.append(("ancestor", lambda n: any(ancestor.matches(a) for a in n.ancestors())))
+        if has is not None:
+            checks.append(("has_descendant", lambda n: any(has.matches(d) for d in n.descendants())))
+        if has_not is not None:
+            checks.append(("not_has_descendant",
+                           lambda n: not any(has_not.matches(d) for d in n.descendants())))
+        return tuple(checks)
+
     def matches(self, node: Node) -> bool:
-        if self.text is not None and self.text.fullmatch(normalize(node.text)) is None:
-            return False
-        if self.desc is not None and self.desc.fullmatch(normalize(node.desc)) is None:
-            return False
-        if self.cls is not None and self.cls.fullmatch(node.cls) is None:
-            return False
-        if self.resource_id is not None and node.resource_id != self.resource_id:
-            return False
-        for flag, value in (("clickable", self.clickable), ("selected", self.selected),
-                            ("enabled", self.enabled), ("scrollable", self.scrollable)):
-            if value is not None and getattr(node, flag) != value:
-                return False
-        if self.parent is not None and (node.parent is None or not self.parent.matches(node.parent)):
-            return False
-        if self.ancestor is not None and not any(self.ancestor.matches(a) for a in node.ancestors()):
-            return False
-        if self.has_descendant is not None and not any(
-                self.has_descendant.matches(d) for d in node.descendants()):
-            return False
-        return not (self.not_has_descendant is not None and any(
-            self.not_has_descendant.matches(d) for d in node.descendants()))
+        """True when ``node`` passes every constraint (stops at the first that fails)."""
+        return all(test(node) for _, test in self.constraints)
+
+    def failed_constraints(self, node: Node) -> list[str]:
+        """Names of every constraint ``node`` fails (empty = it matches); the tracing hook for
+        ``inspect --explain``, never used to decide anything."""
+        return [name for name, test in self.constraints if not test(node)]
 
     def find(self, dump: Dump) -> list[Node]:
         """Matching app-package nodes in document order (scoped: design §7.3)."""
