@@ -104,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"report {phone.report_path}", flush=True)
         elif phone.recorder is not None:
             print(f"recording {serial} into {phone.recorder.root}", flush=True)
-        print(f"connect: ANDROID_ADB_SERVER_HOST={args.host} ANDROID_ADB_SERVER_PORT={port} "
-              f"cmbuyer-agent run --device {serial}", flush=True)
+        if isinstance(phone, SessionPhone) or phone.recorder is not None:
+            print(f"connect: ANDROID_ADB_SERVER_HOST={args.host} ANDROID_ADB_SERVER_PORT={port} "
+                  f"cmbuyer-agent run --device {serial}", flush=True)
     print("ready", flush=True)
     try:
         while not done.wait(0.5):

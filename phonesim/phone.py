@@ -381,7 +381,9 @@ class Phone:
                 self.journal.record("order", tap_seq=entry["seq"], **order.as_dict())
             self._apply_mutations()
             if applied and screen_before != "loading":
-                self._recorded({"kind": "tap", "x": x, "y": y, "node": _step_node(hit_node, x, y)})
+                # the innermost node under the point: a step never covers more of the screen than
+                # what was actually hit (a big clickable container would swallow unknown taps)
+                self._recorded({"kind": "tap", "x": x, "y": y, "node": _step_node(path[-1] if path else None, x, y)})
             if drop is not None:
                 self._fault_fired(drop, tap_seq=entry["seq"])
                 self._go_offline(drop)
@@ -485,8 +487,8 @@ class Phone:
 
 
 def _step_node(node: Node | None, x: int, y: int) -> dict[str, Any]:
-    """The session-step ``node`` of a tap: the control that got it (else the node under the point,
-    else a 1-px box at the point), as ``{"bounds", "text", "desc", "resource_id"}``."""
+    """The session-step ``node`` of a tap: the innermost node under the point (else a 1-px box at the
+    point), as ``{"bounds", "text", "desc", "resource_id"}``."""
     if node is None:
         return {"bounds": [x, y, x + 1, y + 1], "text": "", "desc": "", "resource_id": ""}
     return {"bounds": list(node.bounds), "text": node.text, "desc": node.desc, "resource_id": node.rid}
