@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", help="scenario YAML/JSON file (default: the built-in scenario)")
     p.add_argument("--journal", help="append every journal entry as JSON lines to this file")
     p.add_argument("--latency", choices=["none", "realistic"], help="override the scenario's latency")
-    p.add_argument("--validate", metavar="FILE", help="check a scenario file and exit (0 valid, 2 invalid)")
+    p.add_argument("--validate", metavar="FILE", nargs="?", const="",
+                   help="check a scenario file (or, with --session, the session) and exit (0 valid, 2 invalid)")
     p.add_argument("--session", metavar="DIR",
                    help="play this captures directory + session.json as the phone (docs/phonesim.md Sessions)")
     p.add_argument("--report", metavar="FILE", help=f"rehearsal report path (default DIR/{REPORT_FILE})")
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.session or args.record_session) and len(args.serials or []) > 1:
         print("error: a session is played or recorded by one phone: give at most one --serial", file=sys.stderr)
         return 2
-    if args.validate and args.session:
+    if args.validate is not None and args.session:
         try:
             sess = load_session(args.session)
         except SessionError as exc:
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"valid: {len(sess.captures)} captures, {len(sess.steps)} steps")
         return 0
+    if args.validate == "":
+        print("error: --validate needs a scenario FILE (or --session DIR)", file=sys.stderr)
+        return 2
     if args.validate:
         try:
             scen = load_scenario(args.validate)

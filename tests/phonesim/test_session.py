@@ -278,7 +278,7 @@ def test_missing_session_file(tmp_path: Path) -> None:
 
 # --- CLI ---------------------------------------------------------------------------------------
 def test_cli_validates_a_session(session_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["--session", str(session_dir), "--validate", "x"]) == 0
+    assert cli_main(["--session", str(session_dir), "--validate"]) == 0
     assert capsys.readouterr().out.startswith("valid: 6 captures, 6 steps")
     _edit(session_dir, lambda d: d.update(start="nope"))
     assert cli_main(["--session", str(session_dir), "--port", "0"]) == 2
