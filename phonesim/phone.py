@@ -167,6 +167,10 @@ class Phone:
                 return fault.params["package"], fault.params["activity"]
             return self.model_focus()
 
+    def app_running(self) -> bool:
+        """Whether the app process runs (``ps``, ``pidof``)."""
+        return self.app.running
+
     def front_package(self) -> str:
         """The foreground package (``deviceInfo.currentPackageName``)."""
         with self.lock:

@@ -415,6 +415,11 @@ class SessionPhone(Phone):
         with self.lock:
             return self.current.package
 
+    def app_running(self) -> bool:
+        # the app runs while one of its screens is shown (a capture knows nothing of background apps)
+        with self.lock:
+            return self.current.package == self.cfg.app.package
+
     def page_url(self) -> str:
         with self.lock:
             return self.url if self.current.package == self.cfg.app.package else ""

@@ -327,14 +327,14 @@ def _ps(phone: Phone, args: list[str]) -> ShellResult:
     lines = ["USER           PID  PPID     VSZ    RSS WCHAN            ADDR S NAME",
              "root             1     0 2173292  10460 0                   0 S init",
              "u0_a93        1893   702 6431044 198220 0                   0 S com.android.launcher3"]
-    if phone.app.running:
+    if phone.app_running():
         lines.append(f"u0_a234      {phone.pid:>5}   702 9102344 512004 0                   0 S "
                      f"{phone.cfg.app.package}")
     return _text("\n".join(lines) + "\n")
 
 
 def _pidof(phone: Phone, args: list[str]) -> ShellResult:
-    if args[:1] == [phone.cfg.app.package] and phone.app.running:
+    if args[:1] == [phone.cfg.app.package] and phone.app_running():
         return _text(f"{phone.pid}\n")
     return _text("", 1)
 

@@ -141,6 +141,7 @@ def test_playback_follows_the_recorded_steps(session_dir: Path, recording: dict[
     data = json.loads((session_dir / SESSION_FILE).read_text("utf-8"))
     with _playing(session_dir) as (phone, d, lines):
         assert d.app_current()["package"] == "com.android.launcher3"
+        assert d.shell(["pidof", "com.xunmeng.pinduoduo"]).exit_code == 1
         out = d.shell(["dumpsys", "package", "com.xunmeng.pinduoduo"]).output
         assert "versionName=8.22.0" in out and "versionCode=82200" in out
         _open(d)
@@ -152,6 +153,7 @@ def test_playback_follows_the_recorded_steps(session_dir: Path, recording: dict[
         top = d.shell(["dumpsys", "activity", "top"]).output
         assert f"goods_id={LIPSTICK}" in top  # the goods id the agent checks after the deep link
         assert d.app_current()["package"] == "com.xunmeng.pinduoduo"
+        assert d.shell(["pidof", "com.xunmeng.pinduoduo"]).exit_code == 0
         d(text="单独购买").click()  # a JSON-RPC click on a selector: the same tap matching
         sheet = data["steps"][1]["to"]
         assert phone.capture == sheet
