@@ -279,7 +279,7 @@ def load_session(directory: str | Path) -> Session:
         raise SessionError(f"{SESSION_FILE}: app: needs package, version_name and an integer version_code")
     version = AppVersion(app["package"], app["version_name"], app["version_code"])
     captures: dict[str, Capture] = {}
-    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         captures[sub.name] = _load_capture(sub, version.package)
     start = data.get("start")
     if start not in captures:
@@ -500,14 +500,13 @@ class SessionPhone(Phone):
     def swipe(self, points: list[int], via: str) -> dict[str, Any]:
         self.sleep("tap")
         if len(points) < 4:
-            return self._act({"kind": "swipe", "x1": 0, "y1": 0, "x2": 0, "y2": 0}, "swipe", points=points,
-                             via=via, moved=0, list=None, list_bounds=None)
+            return {**self._act({"kind": "swipe", "x1": 0, "y1": 0, "x2": 0, "y2": 0}, "swipe", points=points,
+                                via=via, list=None, list_bounds=None), "moved": 0}
         action = {"kind": "swipe", "x1": points[0], "y1": points[1], "x2": points[-2], "y2": points[-1]}
         entry = self._act(action, "swipe", (points[0], points[1]), points=points, via=via, list=None,
-                          list_bounds=None, moved=0)
-        # rpc scrollForward answers whether the list moved: a followed step counts as moved
-        entry["moved"] = 0 if entry["refused"] else 1
-        return entry
+                          list_bounds=None)
+        # JSON-RPC scrollForward answers whether the list moved: a followed step counts as moved
+        return {**entry, "moved": 0 if entry["refused"] else 1}
 
     def deep_link(self, url: str) -> str | None:
         with self.lock:
