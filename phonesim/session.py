@@ -1,7 +1,7 @@
 """Session playback: a recorded session (captures + ``session.json``) served as a phone.
 
 A *captures directory* holds one sub-directory per capture (``dump.xml``, ``screenshot.png``,
-``meta.json``; the format is fixed by the session contract, /work/coord/contract.md → docs/phonesim.md
+``meta.json``; the format is shared with the agent's ``capture``/``dry-run``, see docs/phonesim.md
 "Sessions") and ``session.json``, which says which action on which capture leads to which next
 capture. :class:`SessionPhone` is a :class:`~cmbuyer.phonesim.phone.Phone` whose screen is the
 current capture: dumps return its ``dump.xml`` unchanged, screenshots its ``screenshot.png``,
@@ -282,7 +282,7 @@ def load_session(directory: str | Path) -> Session:
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         captures[sub.name] = _load_capture(sub, version.package)
     start = data.get("start")
-    if start not in captures:
+    if not isinstance(start, str) or start not in captures:
         raise SessionError(f"{SESSION_FILE}: start: {start!r} is not a capture in {root}")
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
@@ -292,10 +292,11 @@ def load_session(directory: str | Path) -> Session:
         where = f"steps[{i}]"
         if not isinstance(raw, dict):
             raise SessionError(f"{SESSION_FILE}: {where}: must be an object")
-        if raw.get("from") != "*" and raw.get("from") not in captures:
-            raise SessionError(f"{SESSION_FILE}: {where}.from: {raw.get('from')!r} is not a capture or '*'")
-        if raw.get("to") not in captures:
-            raise SessionError(f"{SESSION_FILE}: {where}.to: {raw.get('to')!r} is not a capture")
+        source, to = raw.get("from"), raw.get("to")
+        if not isinstance(source, str) or (source != "*" and source not in captures):
+            raise SessionError(f"{SESSION_FILE}: {where}.from: {source!r} is not a capture or '*'")
+        if not isinstance(to, str) or to not in captures:
+            raise SessionError(f"{SESSION_FILE}: {where}.to: {to!r} is not a capture")
         steps.append(Step(i, raw["from"], _check_action(raw.get("action"), f"{where}.action"), raw["to"]))
     session = Session(root, version, start, captures, steps)
     _check_conflicts(session)

@@ -251,6 +251,10 @@ def _edit(session: Path, change: Any) -> None:
 @pytest.mark.parametrize("change,message", [
     (lambda d: d.update(session_format=2), "session_format"),
     (lambda d: d.update(start="99-nothing"), "start"),
+    (lambda d: d.update(start=["00-launcher"]), "start"),
+    (lambda d: d["steps"][1].update({"from": ["x"]}), r"steps\[1\]\.from"),
+    (lambda d: d["steps"].append("tap"), r"steps\[6\]: must be an object"),
+    (lambda d: d["steps"][1]["action"].update(x="601"), r"steps\[1\]\.action\.x"),
     (lambda d: d["steps"][1].update(to="99-nothing"), r"steps\[1\]\.to"),
     (lambda d: d["steps"][1].update({"from": "nope"}), r"steps\[1\]\.from"),
     (lambda d: d["steps"][1]["action"].update(kind="pinch"), r"steps\[1\]\.action\.kind"),
