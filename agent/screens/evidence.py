@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,22 @@ FILE_KINDS = ("dump", "screenshot", "meta")
 # one path segment: no leading dot (so no '.', '..' or hidden names), portable characters only
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", re.ASCII)
 MAX_EVIDENCE_BYTES = 32 * 1024 * 1024
+# the member names jsonschema's ``json_path`` writes as ``.name`` (others as ``['name']``): one notation
+# for every pack error, whether the schema or the loader found it
+_PLAIN_MEMBER = re.compile(r"[a-zA-Z][a-zA-Z0-9_]*", re.ASCII)
+
+
+def json_path(parts: Sequence[str | int]) -> str:
+    """``["evidence", "sim-product", "files"]`` → ``$.evidence['sim-product'].files`` (as jsonschema)."""
+    out = "$"
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_MEMBER.fullmatch(part):
+            out += f".{part}"
+        else:
+            out += "['" + part.replace("\\", "\\\\").replace("'", "\\'") + "']"
+    return out
 
 
 @dataclass(frozen=True)
@@ -40,7 +56,7 @@ class EvidenceFile:
 
     @property
     def json_path(self) -> str:
-        return f"$.evidence.{self.evidence_id}.files.{self.kind}"
+        return json_path(["evidence", self.evidence_id, "files", self.kind])
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ def _regex(source: str, where: str, group: str | None = None) -> re.Pattern[str]
 def _jp(where: str) -> str:
     """``layouts/sku_sheet/to_confirm`` → ``$.layouts.sku_sheet.to_confirm`` (the JSON path an error names;
     list members are named by their id where they have one)."""
-    return "$." + ".".join(where.split("/"))
+    return evidence.json_path(where.split("/"))
 
 
 def _selector(spec: dict[str, Any], where: str, evidence_ids: set[str]) -> Selector:
