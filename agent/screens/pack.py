@@ -18,8 +18,13 @@ desc or resource-id, and none of its text/desc regexes may match a payment-denyl
 text (:data:`TAP_PROBES`); an unknown layout or screen name is refused by the schema; a layout needs
 readers for the screens it uses; handoff payment modes may not name 先用后付/免密/余额 modes.
 
+Evidence: each entry names its capture files (dump, screenshot, meta) by a path relative to the pack
+file's directory and their SHA-256; :func:`load_pack` re-hashes them (:mod:`.evidence`). Which pack
+serves a version (shipped vs the operator pack dir): :mod:`cmbuyer.agent.packdir`.
+
 Errors: :class:`~cmbuyer.agent.errors.PackError` (reason ``NO_SELECTOR_PACK``) for a missing, invalid
-or mismatched pack — the agent then refuses to claim.
+or mismatched pack — the agent then refuses to claim. Its text is ONE line, ``<JSON path>: <problem>``
+(jsonschema's notation, e.g. ``$.layouts[0].id``), prefixed with the file name by :func:`load_pack`.
 """
 
 from __future__ import annotations
