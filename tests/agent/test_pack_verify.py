@@ -115,3 +115,19 @@ def test_pack_verify_refuses_an_invalid_pack_in_one_line(operator_pack: tuple[Pa
                        "does not match '^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$'\n")
     assert main(["pack", "verify", str(path.parent / "absent.json")]) == 2
     assert capsys.readouterr().err == "absent.json: $: cannot read the file (No such file or directory)\n"
+
+
+def test_every_shipped_evidence_file_is_declared_package_data() -> None:
+    """The wheel ships what the loader re-hashes (pyproject ``[tool.setuptools.package-data]``; a wheel
+    built from this tree held all 63 files when this test was written)."""
+    import tomllib
+    from pathlib import PurePosixPath
+
+    repo = Path(__file__).resolve().parents[2]
+    patterns = tomllib.loads((repo / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-data"][
+        "cmbuyer.agent"]
+    root = shipped_pack_dir()
+    files = [PurePosixPath("packs") / f.relative_to(root).as_posix() for f in root.rglob("*")
+             if f.is_file() and f.suffix in (".json", ".xml", ".png")]
+    assert len(files) > 60
+    assert [f for f in files if not any(f.match(p) for p in patterns)] == []
