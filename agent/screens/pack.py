@@ -492,9 +492,16 @@ def shipped_pack_dir() -> Path:
 
 
 def shipped_packs() -> list[Pack]:
-    """Every pack under ``cmbuyer/agent/packs/*.json`` (evidence verified), sorted by file name.
-    A broken shipped pack raises PackError (a release defect)."""
-    return [load_pack(path) for path in sorted(shipped_pack_dir().glob("*.json"))]
+    """Every pack under ``cmbuyer/agent/packs/*.json`` (evidence verified), sorted by file name, through
+    the operator-dir loader's per-file cache (no re-hashing on every call). A broken shipped pack
+    raises PackError (a release defect)."""
+    from cmbuyer.agent.packdir import scan  # packdir builds on this module
+
+    found = scan(None, check_permissions=False).shipped
+    broken = next((f.error for f in found if f.error is not None), None)
+    if broken is not None:
+        raise PackError(broken)
+    return [f.pack for f in found if f.pack is not None]
 
 
 def pack_for_version(version_name: str, version_code: int, extra_dir: Path | None = None) -> Pack:
