@@ -1,4 +1,4 @@
-"""``cmbuyer-agent`` command line: run, doctor, capture, inspect, journal.
+"""``cmbuyer-agent`` command line: run, doctor, capture, inspect, journal, pack verify.
 
 Credentials never come from the command line: env ``CMBUYER_DEVICE_ID`` + ``CMBUYER_DEVICE_TOKEN``
 or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines or JSON
@@ -6,6 +6,8 @@ or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines
 (default http://127.0.0.1:8080). Progress lines go to stderr; ``--json-logs`` for JSON lines.
 Hold policy limits (``run``): ``--crash-loop-limit`` / env ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` (default 2)
 and ``--failure-limit`` / env ``CMBUYER_AGENT_FAILURE_LIMIT`` (default 3); see :mod:`cmbuyer.agent.holds`.
+Operator selector packs (``run``, ``doctor``, ``inspect``): ``--pack-dir DIR`` / env
+``CMBUYER_AGENT_PACK_DIR``; which pack wins and why: :mod:`cmbuyer.agent.packdir`.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, PackError
 from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
+from cmbuyer.agent.packdir import add_pack_dir_argument, all_packs, pack_dir_from, resolve, resolve_pack, scan
 from cmbuyer.agent.packtest import add_pack_test_commands
 from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.inspect import inspect_dump
-from cmbuyer.agent.screens.pack import Pack, load_pack, pack_for_version, shipped_packs
+from cmbuyer.agent.screens.pack import Pack, compile_pack, load_pack, parse_pack_json
 from cmbuyer.schemas import is_hex64, is_uuid4
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
@@ -105,10 +109,12 @@ def _capture_version(dump_path: Path) -> tuple[str, int] | None:
 
 
 def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
-    """Which packs read the dump: ``--pack FILE``; else the shipped pack of ``--version NAME:CODE`` or
-    of the version a capture bundle's meta.json recorded (packs are version-bound: an 8.17.0 pack can
-    recognize an 8.22.0 order sheet and misread it); else every shipped pack (first that recognizes
-    wins, the others that also do are listed as ``pack_candidates``). Raises PackError."""
+    """Which packs read the dump: ``--pack FILE``; else the pack of ``--version NAME:CODE`` or of the
+    version a capture bundle's meta.json recorded, as ``run`` would pick it (operator pack dir first,
+    then shipped; packs are version-bound: an 8.17.0 pack can recognize an 8.22.0 order sheet and
+    misread it); else one pack per known version (first that recognizes wins, the others that also do
+    are listed as ``pack_candidates``). No permission check (reading a file changes nothing). Raises
+    PackError."""
     if args.pack:
         return [load_pack(args.pack)]
     version: tuple[str, int] | None = None
@@ -119,9 +125,10 @@ def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
         version = (m.group("name"), int(m.group("code")))
     else:
         version = _capture_version(Path(args.dump))
+    pack_dir = pack_dir_from(args.pack_dir)
     if version is not None:
-        return [pack_for_version(*version)]
-    return shipped_packs()
+        return [resolve_pack(*version, pack_dir, check_permissions=False)]
+    return all_packs(pack_dir)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -129,6 +136,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raw = Path(args.dump).read_bytes()
         packs = _inspect_packs(args)
         dump = parse_dump(raw)
+    except PackError as exc:  # the full one line (file and JSON path), not the 200-char summary
+        print(json.dumps({"error": exc.reason_code, "detail": str(exc)}, ensure_ascii=False))
+        return 2
     except AgentError as exc:
         print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
         return 2
@@ -183,6 +193,7 @@ def _connect(serial: str) -> Any:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks: list[dict[str, Any]] = []
+    pack_dir = pack_dir_from(args.pack_dir)
 
     def check(name: str, ok: bool, detail: str = "") -> bool:
         checks.append({"check": name, "ok": ok, "detail": detail})
@@ -200,13 +211,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         version = phone.app_version()
         if check("Pinduoduo installed", version is not None, str(version) if version else "not installed"):
             try:
-                pack = pack_for_version(version.name, version.code)
-                check("selector pack", True, pack.id)
-            except AgentError as exc:
-                check("selector pack", False, exc.summary)
+                check("selector pack", True, resolve(version.name, version.code, pack_dir,
+                                                     check_permissions=True).describe())
+            except PackError as exc:
+                check("selector pack", False, str(exc))
     except AgentError as exc:
         check("phone", False, exc.summary)
         version = None
+    found = scan(pack_dir, check_permissions=True)
+    problems = ([f"{pack_dir}: {found.dir_error}"] if found.dir_error else []) + [str(f.error) for f in found.broken()]
+    usable = ", ".join(f.describe() for f in (*found.operator, *found.shipped) if f.pack is not None)
+    check("selector packs load", not problems, "; ".join(problems) or f"operator pack dir {pack_dir or 'not set'}; "
+          f"usable: {usable}")
     server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
     try:
         creds = load_credentials(args.credentials_file)
@@ -287,8 +303,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if os.environ.get(PAUSE_ENV):
         progress(f"WARNING: {PAUSE_ENV} is set (crash-test hook): the agent will pause at that phase")
     api = HttpDeviceApi(server, creds, journal)
-    runner = Runner(RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds),
-                    phone, api, journal, progress)
+    pack_dir = pack_dir_from(args.pack_dir)
+    progress(f"operator pack dir: {pack_dir}" if pack_dir else "operator pack dir: not set (shipped packs only)")
+    runner = Runner(RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds,
+                                 pack_dir=pack_dir), phone, api, journal, progress)
     runner.install_signals()
     try:
         return runner.run()
@@ -301,6 +319,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     except JournalError as exc:
         progress(f"stopped: the journal failed ({exc}); fix the state dir before restarting")
         return 2
+
+
+def cmd_pack_verify(args: argparse.Namespace) -> int:
+    """Re-hash every evidence file of one pack: one line per file, then a summary. Exit 0 all ok,
+    1 a file missing/changed/outside the pack's directory, 2 the pack itself is unreadable/invalid."""
+    path = Path(args.pack)
+    try:
+        data = parse_pack_json(path.read_bytes())
+        compile_pack(data)
+    except OSError as exc:
+        print(f"{path.name}: $: cannot read the file ({exc.strerror or exc.__class__.__name__})", file=sys.stderr)
+        return 2
+    except PackError as exc:
+        print(f"{path.name}: {exc}", file=sys.stderr)
+        return 2
+    results = check_evidence(data, path.parent)
+    for result in results:
+        print(result.line())
+    bad = sum(not r.ok for r in results)
+    print(f"{path.name}: {len(results)} evidence files, {len(results) - bad} ok, {bad} failed"
+          f" -> {'FAILED' if bad else 'OK'}")
+    return 1 if bad else 0
+
+
+def add_pack_commands(sub: Any) -> Any:
+    """The ``pack`` command group (``pack verify`` here; ``pack test``/``pack accept`` are added to the
+    returned subparsers by their own module). Returns the group's subparsers."""
+    pk = sub.add_parser("pack", help="selector pack tools: verify (evidence hashes), test (captures), "
+                        "accept (expectations)")
+    pack_sub = pk.add_subparsers(dest="pack_command", required=True)
+    v = pack_sub.add_parser("verify", help="re-hash a pack's evidence files (dump, screenshot, meta); "
+                            "non-zero exit on any missing or changed file")
+    v.add_argument("pack", metavar="PACK", help="the pack JSON file (evidence paths are relative to its directory)")
+    v.set_defaults(fn=cmd_pack_verify)
+    add_pack_test_commands(pack_sub)
+    return pack_sub
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -321,11 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--failure-limit", type=int, metavar="N",
                    help="hold after N consecutive attempts failed before the fence "
                         "(default: env CMBUYER_AGENT_FAILURE_LIMIT, else 3)")
+    add_pack_dir_argument(r)
     r.set_defaults(fn=cmd_run)
     d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
     d.add_argument("--device", required=True)
     d.add_argument("--server")
     d.add_argument("--credentials-file")
+    add_pack_dir_argument(d)
     d.set_defaults(fn=cmd_doctor)
     c = sub.add_parser("capture", help="save an evidence bundle (dump, PNG, version, activity)")
     c.add_argument("--device", required=True)
@@ -335,21 +391,22 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
     i.add_argument("--dump", required=True)
     i.add_argument("--pack", help="read with this pack file")
-    i.add_argument("--version", help="read with the shipped pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
-                   "default: the version in a capture bundle's meta.json beside the dump, else every shipped pack")
+    i.add_argument("--version", help="read with the pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
+                   "default: the version in a capture bundle's meta.json beside the dump, "
+                   "else every known version's pack")
+    add_pack_dir_argument(i)
     i.add_argument("--explain", action="store_true",
                    help="print which pack selector matched which node for each screen rule and reading, "
                         "or why none did (text; with --json as JSON)")
     i.add_argument("--json", action="store_true", help="with --explain: JSON instead of text")
     i.set_defaults(fn=cmd_inspect)
-    pk = sub.add_parser("pack", help="selector packs: test on captures, accept expectations")
-    add_pack_test_commands(pk.add_subparsers(dest="pack_command", required=True))
     j = sub.add_parser("journal", help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
                        "default ./var/agent: use the agent's own value)")
     j.add_argument("--device", required=True)
     j.add_argument("--clear-hold", action="store_true",
                    help="after a person handled the phone or a stuck task: drop the hold, reset the streaks")
     j.set_defaults(fn=cmd_journal)
+    add_pack_commands(sub)
     return p
 
 

@@ -259,3 +259,16 @@ def validate(name: str, instance: object) -> None:
     if error is not None:
         path = "/".join(str(p) for p in error.absolute_path)
         raise SchemaError(f"{error.validator} failed at /{path}", path)
+
+
+def explain(name: str, instance: object) -> tuple[str, str] | None:
+    """The most relevant violation of schema ``name`` by ``instance`` as ``(json_path, message)``
+    (e.g. ``("$.layouts[0].id", "'foo' is not one of ['sku_sheet', 'order_sheet']")``), or None when it
+    is valid. Unlike :func:`validate` the message may echo the offending value: use it only for
+    documents that hold no secret (selector packs, scenarios), never for wire messages."""
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator(name).iter_errors(instance))
+    if error is None:
+        return None
+    return error.json_path, error.message
