@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent.errors import AgentError
+from cmbuyer.agent.errors import AgentError, PackError
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import Pack, load_pack
@@ -338,6 +338,8 @@ def cmd_pack_test(args: argparse.Namespace) -> int:
     """``pack test PACK CAPTURES_DIR [--allow-unconfirmed] [--json]`` (exit codes: module doc)."""
     try:
         pack = load_pack(args.pack)
+    except PackError as exc:  # already one line naming the file and the JSON path
+        return _fail(args.json, str(exc))
     except AgentError as exc:
         return _fail(args.json, f"{args.pack}: {exc.summary}")
     try:

@@ -265,9 +265,11 @@ def test_bad_arguments_give_one_line_and_exit_2(tmp_path: Path, captures: Path,
     bad_pack = tmp_path / "bad.json"
     bad_pack.write_text('{"pack_format": 2}', encoding="utf-8")
     rc, lines = _run(capsys, str(bad_pack), str(captures))
-    assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"error: {bad_pack}: pack does not match its schema")
+    assert rc == 2 and len(lines) == 1
+    assert lines[0].startswith(f"error: {bad_pack.name}: $: 'id' is a required property")
     rc, lines = _run(capsys, str(tmp_path / "missing.json"), str(captures), "--json")
-    assert rc == 2 and json.loads(lines[0]) == {"error": f"{tmp_path / 'missing.json'}: cannot read pack file"}
+    assert rc == 2
+    assert json.loads(lines[0]) == {"error": "missing.json: $: cannot read the file (No such file or directory)"}
 
 
 def test_bad_input_never_prints_a_traceback(captures: Path) -> None:
