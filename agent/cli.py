@@ -166,6 +166,7 @@ def _connect(serial: str) -> Any:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks: list[dict[str, Any]] = []
+    pack_id: str | None = None  # heartbeat pack_id: as the runner reports it (Status.pack_id)
 
     def check(name: str, ok: bool, detail: str = "") -> bool:
         checks.append({"check": name, "ok": ok, "detail": detail})
@@ -185,8 +186,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             try:
                 pack = pack_for_version(version.name, version.code)
                 check("selector pack", True, pack.id)
+                pack_id = pack.id
             except AgentError as exc:
                 check("selector pack", False, exc.summary)
+                pack_id = "NO_PACK"
     except AgentError as exc:
         check("phone", False, exc.summary)
         version = None
@@ -196,7 +199,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         api = HttpDeviceApi(server, creds, _NoKeys(), retries=0)
         hb = api.heartbeat(adb_serial=args.device, android_release="unknown",
                            pdd_version=version.name if version else None,
-                           pdd_version_code=version.code if version else None, state="PAUSED")
+                           pdd_version_code=version.code if version else None, state="PAUSED",
+                           pack_id=pack_id)
         check("server reachable", True, server)
         check("server allows this app version", bool(hb["app_version_allowed"]))
     except (CredentialsError, AgentError) as exc:
