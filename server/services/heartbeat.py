@@ -6,7 +6,7 @@ The record is last-writer-wins on the device row; an audit row is written only w
 changes (version, serial, state, pack, allowed flag …), so a steady 10-second heartbeat does not flood
 the append-only audit trail, while every change of what the server knows stays traceable.
 
-``pack_id`` (issue 16 §6, an extension of spec 002's heartbeat) is the selector pack the agent uses for
+``pack_id`` (issue 16 §6, an extension of spec 002's heartbeat) is the screen-reading pack the agent uses for
 the installed app version, or ``"NO_PACK"``. A heartbeat without it (an agent older than issue 16, or a
 phone whose app version is unknown: ADB offline, app missing) stores NULL = unknown: the devices page
 shows "—" rather than a pack id an earlier, newer agent reported — a stale id would claim a pack that the

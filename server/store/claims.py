@@ -23,7 +23,7 @@ class DeviceGate:
     pdd_version_code: int | None
     reported_state: str | None
     app_version_allowed: bool | None
-    pack_id: str | None  # selector pack id, "NO_PACK", or None = not reported (migration 0007)
+    pack_id: str | None  # reported pack id, "NO_PACK", or None = not reported (migration 0007)
 
 
 def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | None:

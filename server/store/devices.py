@@ -23,7 +23,7 @@ class Device:
     pdd_version_code: int | None
     reported_state: str | None
     app_version_allowed: bool | None
-    pack_id: str | None  # last reported selector pack id, "NO_PACK", or None = unknown (migration 0007)
+    pack_id: str | None  # last reported pack id (识别包), "NO_PACK", or None = unknown (migration 0007)
 
 
 _COLUMNS = ("id, name, state, created_at, revoked_at, last_heartbeat_at, client_version, adb_serial,"
