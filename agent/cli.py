@@ -194,6 +194,7 @@ def _connect(serial: str) -> Any:
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks: list[dict[str, Any]] = []
     pack_dir = pack_dir_from(args.pack_dir)
+    pack_id: str | None = None  # heartbeat pack_id: as the runner reports it (Status.pack_id)
 
     def check(name: str, ok: bool, detail: str = "") -> bool:
         checks.append({"check": name, "ok": ok, "detail": detail})
@@ -211,10 +212,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         version = phone.app_version()
         if check("Pinduoduo installed", version is not None, str(version) if version else "not installed"):
             try:
-                check("selector pack", True, resolve(version.name, version.code, pack_dir,
-                                                     check_permissions=True).describe())
+                found = resolve(version.name, version.code, pack_dir, check_permissions=True)
+                check("selector pack", True, found.describe())
+                pack_id = found.pack.id
             except PackError as exc:
                 check("selector pack", False, str(exc))
+                pack_id = "NO_PACK"
     except AgentError as exc:
         check("phone", False, exc.summary)
         version = None
@@ -229,7 +232,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         api = HttpDeviceApi(server, creds, _NoKeys(), retries=0)
         hb = api.heartbeat(adb_serial=args.device, android_release="unknown",
                            pdd_version=version.name if version else None,
-                           pdd_version_code=version.code if version else None, state="PAUSED")
+                           pdd_version_code=version.code if version else None, state="PAUSED",
+                           pack_id=pack_id)
         check("server reachable", True, server)
         check("server allows this app version", bool(hb["app_version_allowed"]))
     except (CredentialsError, AgentError) as exc:

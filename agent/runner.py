@@ -73,6 +73,14 @@ class Status:
     version_name: str | None
     version_code: int | None
 
+    @property
+    def pack_id(self) -> str | None:
+        """What the heartbeat reports as ``pack_id``: the pack in use, ``NO_PACK`` when the installed
+        version has none, None (field left out: unknown) when the app version itself is unknown."""
+        if self.pack is not None:
+            return self.pack.id
+        return "NO_PACK" if self.state == "NO_PACK" else None
+
 
 class Runner:
     def __init__(self, cfg: RunnerConfig, phone: PhoneAdapter, api: HttpDeviceApi, journal: Journal,
@@ -155,7 +163,7 @@ class Runner:
         try:
             hb = self.api.heartbeat(adb_serial=self.cfg.serial, android_release=self._android_release(),
                                     pdd_version=status.version_name, pdd_version_code=status.version_code,
-                                    state=state)
+                                    state=state, pack_id=status.pack_id)
         except AgentError as exc:
             self.progress(f"heartbeat failed: {exc.reason_code}")
             self._hb_allowed = False
@@ -313,7 +321,8 @@ class _BusyHeartbeat:
                 last = r.last_status
                 r.api.heartbeat(adb_serial=r.cfg.serial, android_release=r._android or "unknown",
                                 pdd_version=last.version_name if last else None,
-                                pdd_version_code=last.version_code if last else None, state="BUSY")
+                                pdd_version_code=last.version_code if last else None, state="BUSY",
+                                pack_id=last.pack_id if last else None)
                 r._hb_state = "BUSY"
             except AgentError as exc:
                 log.info("busy heartbeat failed: %s", exc.reason_code)

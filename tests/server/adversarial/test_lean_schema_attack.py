@@ -52,6 +52,7 @@ from cmbuyer.server.store import admin_queries, views
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import claims as claim_store
+from tests.server.claims.test_migration_lean import add_later_columns
 from tests.server.conftest import TEST_ACTOR, DeviceCreds
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
@@ -107,6 +108,10 @@ def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "data"
     with _schema_at(4):
         assert cli_main(["--data-dir", str(d), "init", "--json"]) == 0
+    # today's services write columns of later migrations (devices.pack_id, 0007); 0005 leaves them alone
+    conn = connect_sync(d / "cmbuyer.sqlite3")
+    add_later_columns(conn)
+    conn.close()
     return d
 
 
