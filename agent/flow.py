@@ -48,14 +48,13 @@ from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
-from cmbuyer.agent.prefence import PrefenceEngine, PrefenceOrder
+from cmbuyer.agent.prefence import BUY_PATH_ENV, PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.recovery import send_fail
 from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.submit import submit_order_once
 
 log = logging.getLogger(__name__)
 FENCE_LEASE_MARGIN = 5.0  # seconds of lease we want left when asking for the fence
-BUY_PATH_ENV = "CMBUYER_AGENT_BUY_PATH"  # single (default) | group — docs/agent.md "Buy path"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from cmbuyer.agent.screens.pack import Layout, Pack
 
 T = TypeVar("T")
 
+BUY_PATH_ENV = "CMBUYER_AGENT_BUY_PATH"  # single (default) | group — docs/agent.md "Buy path"
 # The gate steps, in flow order; a dry run prints one verdict line for each.
 GATE_STEPS = ("GATE_1", "GATE_2", "CHECK_PAYMENT_MODE", "GATE_3")
 

@@ -190,6 +190,8 @@ class Pack:
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     # the optional read-only confirmation after the tap (screens/after_submit.py); None = none
     after_submit: Any = field(repr=False, compare=False, default=None)
+    # rows with personal data that captures scrub (pack key privacy.rows; agent/capture.py)
+    privacy_rows: tuple[Selector, ...] = field(repr=False, compare=False, default=())
 
     def matches_version(self, version_name: str, version_code: int) -> bool:
         return self.version_name == version_name and self.version_code == version_code
@@ -401,7 +403,15 @@ def compile_pack(data: Any) -> Pack:
         dismissals=dismissals,
         raw=data,
         after_submit=_after_submit(data.get("after_submit"), ev),
+        privacy_rows=_privacy_rows(data.get("privacy"), ev),
     )
+
+
+def _privacy_rows(spec: dict[str, Any] | None, ev: set[str]) -> tuple[Selector, ...]:
+    """The optional ``privacy.rows`` selectors (address / recipient rows); never tapped, only scrubbed."""
+    if spec is None:
+        return ()
+    return tuple(_selector(row, f"privacy/rows/{i}", ev) for i, row in enumerate(spec["rows"]))
 
 
 def _after_submit(spec: dict[str, Any] | None, ev: set[str]) -> Any:
