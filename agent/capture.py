@@ -17,7 +17,8 @@ Scrubbing (:func:`scrub`):
   of the screen height (108 px on a 2400 px screen) —, every other system-UI window except the
   navigation bar (a pulled-down shade, a heads-up notification), every window of another package
   that does not cover the whole screen (a floating chat head over the app), and every privacy row.
-  Rectangles are scaled from dump coordinates to the screenshot's size.
+  Rectangles are scaled from dump coordinates to the screenshot by the ratio of the widths (windows
+  span the full width; the dump may lack the navigation bar, so its height is not the screen's).
 
 ``meta.json`` says what was removed (``scrubbed``); its hashes are of the stored, scrubbed files.
 Nothing is written unless the dump parses, the app is in front (some app node is left) and the
@@ -54,8 +55,8 @@ CAPTURE_FORMAT = 1
 EXPECTED_FORMAT = 1
 SYSTEM_UI = "com.android.systemui"
 STATUS_BAND_FRACTION = 0.045
-# A mainland mobile number, full (13812345678) or masked as the app shows it (139****1234).
-PHONE_RE = re.compile(r"(?<![0-9])1[0-9]{2}(?:[*＊]{4}|[0-9]{4})[0-9]{4}(?![0-9])")
+# A mainland mobile number, full (13812345678, 138 1234 5678) or masked as the app shows it (139****1234).
+PHONE_RE = re.compile(r"(?<![0-9])1[0-9]{2}[ -]?(?:[*＊]{4}|[0-9]{4})[ -]?[0-9]{4}(?![0-9])")
 SCREENS = ("product", "sku_panel", "confirm_order", "order_created", "payment", "security_challenge",
            "leave_order_dialog", "unknown")
 _MONEY_KEYS = ("unit_price", "confirm_amount")
@@ -95,14 +96,15 @@ def _rect(b: Bounds) -> tuple[int, int, int, int]:
     return (b.left, b.top, b.right, b.bottom)
 
 
-def _status_band(dump: Dump, size: tuple[int, int]) -> tuple[tuple[int, int, int, int], str]:
-    """The status-bar band from the dump (the system UI's ``status_bar`` node), else a fixed top band."""
+def _status_band(dump: Dump) -> tuple[int, int, int, int] | None:
+    """The status-bar band from the dump (the system UI's ``status_bar`` node); None when the dump
+    has none (the caller then blacks out a fixed top band of the screenshot)."""
     for node in dump.nodes:
         if node.package == SYSTEM_UI and node.resource_id.rsplit("/", 1)[-1] in ("status_bar",
                                                                                  "status_bar_container"):
             if not node.bounds.empty:
-                return _rect(node.bounds), "dump"
-    return (0, 0, size[0], max(1, round(size[1] * STATUS_BAND_FRACTION))), "fixed-band"
+                return _rect(node.bounds)
+    return None
 
 
 def _foreign_windows(dump: Dump, app_package: str, size: tuple[int, int]) -> list[tuple[int, int, int, int]]:
@@ -168,7 +170,7 @@ def _scrub_xml(xml: str, pack: Pack | None, app_package: str) -> tuple[str, Dump
                                                                         tuple[int, int]]:
     original = parse_dump(xml, app_package)  # DumpError: nothing to store
     size = _screen_size(original)
-    band, band_source = _status_band(original, size)
+    band = _status_band(original)
     foreign = _foreign_windows(original, app_package, size)
     root = ET.fromstring(xml)  # noqa: S314 - parse_dump refused DTDs/entities and capped the size
     packages, dropped = _drop_foreign(root, app_package)
@@ -184,25 +186,29 @@ def _scrub_xml(xml: str, pack: Pack | None, app_package: str) -> tuple[str, Dump
                     el.set(attr, "")
     out = _XML_DECL + ET.tostring(root, encoding="unicode")
     scrubbed = parse_dump(out, app_package).require_app()
-    rects = [band, *foreign, *(_rect(r.bounds) for r in rows)]
+    rects = [*([band] if band else []), *foreign, *(_rect(r.bounds) for r in rows)]
     report = {"dropped_packages": sorted(packages), "dropped_nodes": dropped, "blanked_rows": len(rows),
-              "status_bar": band_source}
+              "status_bar": "dump" if band else "fixed-band"}
     return out, scrubbed, report, rects, size
 
 
-def _black_out(png: bytes, rects: list[tuple[int, int, int, int]],
-               size: tuple[int, int]) -> tuple[bytes, list[list[int]]]:
+def _black_out(png: bytes, rects: list[tuple[int, int, int, int]], width: int,
+               fixed_band: bool) -> tuple[bytes, list[list[int]]]:
     try:
         with Image.open(io.BytesIO(png)) as opened:
             img = opened.convert("RGB")
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise CaptureError("the screenshot is not a readable image; nothing written") from exc
-    sx, sy = img.width / size[0], img.height / size[1]
+    scale = img.width / width
     draw = ImageDraw.Draw(img)
     done: list[list[int]] = []
-    for left, top, right, bottom in rects:
-        box = [max(0, math.floor(left * sx)), max(0, math.floor(top * sy)),
-               min(img.width, math.ceil(right * sx)), min(img.height, math.ceil(bottom * sy))]
+    # outward rounding: a scaled row is never narrower than the row
+    boxes = [[math.floor(left * scale), math.floor(top * scale), math.ceil(right * scale), math.ceil(bottom * scale)]
+             for left, top, right, bottom in rects]
+    if fixed_band:
+        boxes.insert(0, [0, 0, img.width, max(1, round(img.height * STATUS_BAND_FRACTION))])
+    for left, top, right, bottom in boxes:
+        box = [max(0, left), max(0, top), min(img.width, right), min(img.height, bottom)]
         if box[2] <= box[0] or box[3] <= box[1] or box in done:
             continue
         draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(0, 0, 0))
@@ -224,7 +230,7 @@ def scrub(xml: str, png: bytes, pack: Pack | None, app_package: str = APP_PACKAG
             raise CaptureError(f"the app ({app_package}) is not in front: the dump holds none of its "
                                "nodes; nothing written") from exc
         raise CaptureError(f"the dump cannot be read ({exc.reason_code}: {exc.summary}); nothing written") from exc
-    shot, boxes = _black_out(png, rects, size)
+    shot, boxes = _black_out(png, rects, size[0], report["status_bar"] == "fixed-band")
     report["blacked_out"] = boxes
     return Scrubbed(out, shot, dump, report)
 
