@@ -336,6 +336,9 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     progress(f"dry run on {args.device}: app {version}, pack {pack.id}, buy path {buy_path}; no server")
     try:
         result = run_dry(phone, pack, version, order, out=out, buy_path=buy_path, progress=progress)
+    except KeyboardInterrupt:  # run_dry backed out and wrote what it had on the way out
+        progress("interrupted")
+        return 130
     except (AgentError, OSError) as exc:
         return _error(getattr(exc, "reason_code", "WRITE_FAILED"), str(exc)[:200])
     for line in result.lines:
