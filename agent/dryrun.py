@@ -127,12 +127,17 @@ class SessionRecorder:
     def on_action(self, action: dict[str, Any], node: Node | None) -> None:
         """Adapter hook: capture the screen the action acts on, then remember the action."""
         before = self.capture()
-        step: dict[str, Any] = {"from": "*" if action["kind"] == "open_url" or before is None else before.name,
+        self._current = None
+        if before is None and action["kind"] != "open_url":
+            # a step from an unknown screen would let playback follow it anywhere: leave it out
+            self.gaps.append(f"{action['kind']} on a screen that could not be captured")
+            self._pending = None
+            return
+        step: dict[str, Any] = {"from": "*" if action["kind"] == "open_url" else before.name,  # type: ignore[union-attr]
                                 "action": dict(action)}
         if node is not None:
             step["action"]["node"] = self._node(node)
         self._pending = step
-        self._current = None
 
     def _node(self, node: Node) -> dict[str, Any]:
         """The tapped node for playback; its texts are left out when it lies in a privacy row."""
@@ -309,6 +314,7 @@ def run_dry(phone: PhoneAdapter, pack: Pack, version: AppVersion, order: Prefenc
         "gates": lines, "disagreements": observer.disagreements,
         "proof": _proof(outcome.proof) if outcome else None,
         "captures": str(out), "capture_names": [s.name for s in recorder.shots],
+        "gate_captures": {tag: shot.name for shot in recorder.shots for tag in shot.tags},
         "session_steps": len(session.get("steps", [])), "session_gaps": recorder.gaps,
         "backed_out": backed_out, "fence_requested": False,
     }

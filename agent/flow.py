@@ -137,8 +137,10 @@ class PurchaseFlow:
                                 buy_path=self.buy_path)
         order = PrefenceOrder(task.goods_id, task.sku_color, task.sku_size, task.quantity, task.max_total_price)
         try:
-            proof = engine.run(order).proof
-            # Gate 3 passed, its screenshot is queued, the proof is final; nothing asked the server yet.
+            outcome = engine.run(order)
+            proof = outcome.proof
+            # Gate 3 passed, its screenshot is queued, the proof (values read on the screen) is final;
+            # nothing has asked the server for anything yet. A wait for a person goes here.
             self._event(claim, "FENCE", "STARTED")
             # Everything sent so far — the step events and the three gate screenshots — must be
             # acknowledged by the server before the fence is requested (raises the first failure).

@@ -10,12 +10,14 @@ import http.server
 import json
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from cmbuyer.agent.cli import main
+from cmbuyer.agent.dryrun import compare
 from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import pack_for_version
@@ -133,6 +135,14 @@ def test_dry_run_passes_every_gate_and_stops_before_the_fence(tmp_path: Path, tr
     # it backed out like a failed flow: the last capture is the product page, after a BACK
     assert _captures(out)[-1].name.endswith("-product") and session["steps"][-1]["action"]["kind"] == "back"
     assert json.loads((out / "dryrun.json").read_text(encoding="utf-8")) == summary
+    # the capture at gate 3 proposes exactly what the gate judged
+    assert set(summary["gate_captures"]) == {"SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3", "END"}
+    gate3 = json.loads((out / summary["gate_captures"]["CONFIRM_PAGE_GATE_3"] / "expected.proposed.json")
+                       .read_text(encoding="utf-8"))
+    assert gate3["screen"] == "confirm_order"
+    assert {k: gate3["readings"][k] for k in ("unit_price", "quantity", "confirm_amount", "submit_controls")} == {
+        "unit_price": "12.88", "quantity": 2, "confirm_amount": "25.76", "submit_controls": 1}
+    assert sorted(gate3["readings"]["selected"].values()) == ["M(建议100-115)", "黑色CHA(纯棉)"]
 
 
 def test_unsafe_payment_mode_stops_with_exit_1_and_backs_out(tmp_path: Path, tripwire: list[str],
@@ -176,3 +186,17 @@ def test_usage_and_output_errors_exit_2_and_touch_nothing(tmp_path: Path, tripwi
         assert main(["dry-run", "--device", "sim-9", *TSHIRT, "--quantity", "1", "--max-total", "20",
                      "--out", str(tmp_path / "y")]) == 2
     assert json.loads(capsys.readouterr().out)["error"] == "ADB_ERROR" and tripwire == []
+
+
+def test_gate_values_that_inspect_reads_differently_are_disagreements() -> None:
+    """The comparison behind READINGS_DISAGREE: money as inspect prints it, selected by role."""
+    pack = pack_for_version("8.22.0", 82200)
+    read = {"selected": {"color": "黑色", "size": "M"}, "unit_price": Decimal("29.9"), "quantity": 2,
+            "confirm_amount": Decimal("59.80"), "submit_controls": 1, "payment_mode": "微信支付"}
+    same = {"selected": {"颜色": "黑色", "尺码": "M"}, "unit_price": "29.90", "quantity": 2,
+            "confirm_amount": "59.80", "submit_controls": 1, "payment_problems": []}
+    assert compare(read, same, pack) == []
+    other = dict(same, selected={"颜色": "黑色", "尺码": "L"}, confirm_amount=None, quantity=1,
+                 payment_problems=["two payment rows"])
+    found = compare(read, other, pack)
+    assert [d.split(":")[0] for d in found] == ["confirm_amount", "quantity", "selected size", "payment"]
