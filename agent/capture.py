@@ -46,6 +46,7 @@ from typing import Any
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from cmbuyer.agent.errors import AgentError, DumpNoAppNodes
+from cmbuyer.agent.phone.adapter import parse_focused_package
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Bounds, Dump, Node, parse_dump
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.screens.pack import Pack, Selector
@@ -349,6 +350,16 @@ def focus_line(phone: Any) -> str:
     except AgentError:
         return ""
     return next((ln.strip() for ln in out.splitlines() if "mCurrentFocus" in ln), "")
+
+
+def check_foreground(focus: str, app_package: str = APP_PACKAGE) -> None:
+    """Refuse a capture while another window has the focus (``focus``: the ``mCurrentFocus`` line): an
+    external cashier, a pulled-down notification shade, a chat app can cover the app in the screenshot
+    even when the dump still holds app nodes. An unreadable focus is not a refusal (the dump-based
+    scrubbing still applies). Raises CaptureError."""
+    focused = parse_focused_package(focus)
+    if focused is not None and focused != app_package:
+        raise CaptureError(f"{focused} has the focus, not the app; nothing written")
 
 
 def sha256(data: bytes) -> str:

@@ -238,6 +238,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     0700; an existing non-empty folder only with ``--force``."""
     from cmbuyer.agent.capture import (
         CaptureError,
+        check_foreground,
         check_out,
         focus_line,
         load_expected,
@@ -268,12 +269,14 @@ def cmd_capture(args: argparse.Namespace) -> int:
     except AgentError as exc:
         return _error(exc.reason_code, exc.summary)
     pack, no_pack = _capture_pack(version, pack_dir_arg(args.pack_dir))
+    focus = focus_line(phone)
     try:
+        check_foreground(focus)
         scrubbed = scrub(xml, png, pack)
         meta = {"label": args.label, "device": args.device,
                 "captured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "app_version_name": version.name if version else None,
-                "app_version_code": version.code if version else None, "activity": focus_line(phone),
+                "app_version_code": version.code if version else None, "activity": focus,
                 "pack_id": pack.id if pack else None}
         meta = write_capture(out, scrubbed, meta, force=args.force, expected=expected,
                              proposal=None if expected else proposed(scrubbed.dump, pack))

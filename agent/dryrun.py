@@ -39,7 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent.capture import PHONE_RE, CaptureError, focus_line, proposed, scrub, write_capture
+from cmbuyer.agent.capture import (
+    PHONE_RE,
+    CaptureError,
+    check_foreground,
+    focus_line,
+    proposed,
+    scrub,
+    write_capture,
+)
 from cmbuyer.agent.errors import AgentError, ShutdownRequested
 from cmbuyer.agent.phone.adapter import AppVersion, PhoneAdapter
 from cmbuyer.agent.prefence import GATE_STEPS, PrefenceEngine, PrefenceOrder
@@ -103,7 +111,9 @@ class SessionRecorder:
     def _take(self) -> _Shot | None:
         xml = self.phone.dump_raw()
         png = self.phone.screenshot_png()
+        focus = focus_line(self.phone)
         try:
+            check_foreground(focus, self.phone.app_package)
             scrubbed = scrub(xml, png, self.pack, self.phone.app_package)
         except CaptureError as exc:
             self.progress(f"capture skipped: {exc}")
@@ -115,7 +125,7 @@ class SessionRecorder:
         name = f"{len(self.shots) + 1:02d}-{proposal['screen']}"
         meta = {"label": name, "device": self.phone.serial, "captured_at": _utc_now(),
                 "app_version_name": self.version.name, "app_version_code": self.version.code,
-                "activity": focus_line(self.phone), "pack_id": self.pack.id}
+                "activity": focus, "pack_id": self.pack.id}
         write_capture(self.out / name, scrubbed, meta, proposal=proposal)
         shot = _Shot(name, proposal["screen"], proposal["readings"])
         self.shots.append(shot)

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent.capture import CaptureError, load_expected, parse_expect, scrub
+from cmbuyer.agent.capture import CaptureError, check_foreground, load_expected, parse_expect, scrub
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.phone.adapter import PhoneAdapter
@@ -169,6 +169,8 @@ def test_reading_keys_are_the_keys_inspect_prints() -> None:
 
 def test_unreadable_dumps_and_a_foreign_foreground_write_nothing(sim: PhoneSim, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    phone = PhoneAdapter.connect("sim-1")
+    phone.open_goods(GOODS)  # the app in front: only the dump is wrong
     sim.phone("sim-1").inject("empty_dump", times=1)
     out = tmp_path / "empty"
     code, printed = _capture(capsys, "--device", "sim-1", "--label", "x", "--out", str(out))
@@ -177,11 +179,13 @@ def test_unreadable_dumps_and_a_foreign_foreground_write_nothing(sim: PhoneSim, 
     sim.phone("sim-1").inject("malformed_dump", times=1)
     code, printed = _capture(capsys, "--device", "sim-1", "--label", "x", "--out", str(out))
     assert code == 2 and "cannot be read" in printed["detail"] and not out.exists()
-    phone = PhoneAdapter.connect("sim-1")
     for _ in range(4):  # back to the launcher: the app is not in front
         phone.press_back()
     code, printed = _capture(capsys, "--device", "sim-1", "--label", "x", "--out", str(out))
-    assert code == 2 and "not in front" in printed["detail"] and not out.exists()
+    assert code == 2 and "com.android.launcher3 has the focus" in printed["detail"] and not out.exists()
+    # the same screen refused by the dump alone (a focus line that cannot be read)
+    with pytest.raises(CaptureError, match="not in front"):
+        scrub(phone.dump_raw(), phone.screenshot_png(), None)
 
 
 def test_a_phone_number_row_is_scrubbed_without_a_pack() -> None:
@@ -226,3 +230,11 @@ def test_shipped_packs_declare_the_address_row_and_bad_privacy_rows_are_refused(
     raw["privacy"] = {"row": []}
     with pytest.raises(PackError):
         compile_pack(raw)
+
+
+def test_a_capture_is_refused_while_another_window_has_the_focus() -> None:
+    check_foreground("  mCurrentFocus=Window{8a3f2c1 u0 com.xunmeng.pinduoduo/.activity.NewPageActivity}")
+    check_foreground("")  # unreadable: the dump-based scrubbing still applies
+    for pkg in ("com.tencent.mm", "com.android.systemui"):
+        with pytest.raises(CaptureError, match=pkg):
+            check_foreground(f"  mCurrentFocus=Window{{1 u0 {pkg}/.Main}}")
