@@ -13,7 +13,6 @@ Operator selector packs (``run``, ``doctor``, ``inspect``): ``--pack-dir DIR`` /
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -252,34 +251,139 @@ class _NoKeys:
         return None
 
 
+def _error(code: str, detail: str) -> int:
+    print(json.dumps({"error": code, "detail": detail}, ensure_ascii=False))
+    return 2
+
+
+def _capture_pack(version: Any, pack_dir: Path | None) -> tuple[Pack | None, str | None]:
+    """The pack whose privacy rows a capture scrubs; (None, why) for a version without a pack yet."""
+    from cmbuyer.agent.dryrun import dryrun_pack
+
+    if version is None:
+        return None, "Pinduoduo not installed"
+    try:
+        return dryrun_pack(version, pack_dir), None
+    except PackError as exc:
+        return None, exc.summary
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
-    """Evidence bundle for pack authoring: dump.xml, screenshot.png, meta.json (hashes, version,
-    activity, time). Written under ``--out`` (default ./captures/<serial>/<label>-<time>/), 0700."""
+    """A scrubbed capture for pack authoring (agent/capture.py; docs/agent.md "Captures"): dump.xml,
+    screenshot.png, meta.json and expected.json (``--expect``/``--expected-file``) or
+    expected.proposed.json. Written under ``--out`` (default ./captures/<serial>/<label>-<time>/),
+    0700; an existing non-empty folder only with ``--force``."""
+    from cmbuyer.agent.capture import (
+        CaptureError,
+        check_foreground,
+        check_out,
+        focus_line,
+        load_expected,
+        parse_expect,
+        proposed,
+        scrub,
+        write_capture,
+    )
+
+    try:
+        expected = (parse_expect(args.expect, args.by) if args.expect else
+                    load_expected(Path(args.expected_file)) if args.expected_file else None)
+    except CaptureError as exc:
+        return _error("BAD_EXPECT", str(exc))
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in args.label)
+    out = Path(args.out or f"./captures/{args.device.replace(':', '_')}/{safe}-{stamp}")
+    try:
+        check_out(out, args.force)
+    except CaptureError as exc:
+        return _error("CAPTURE_EXISTS", str(exc))
     try:
         phone = _connect(args.device)
         xml = phone.dump_raw()
         png = phone.screenshot_png()
         version = phone.app_version()
-        activity = phone.shell(["dumpsys", "window", "windows"], "dumpsys window")
     except AgentError as exc:
-        print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
-        return 2
-    focus = next((ln.strip() for ln in activity.splitlines() if "mCurrentFocus" in ln), "")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in args.label)
-    out = Path(args.out or f"./captures/{args.device.replace(':', '_')}/{safe}-{stamp}")
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (out / "dump.xml").write_text(xml, encoding="utf-8")
-    (out / "screenshot.png").write_bytes(png)
-    meta = {"label": args.label, "device": args.device,
-            "captured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "app_version_name": version.name if version else None,
-            "app_version_code": version.code if version else None, "activity": focus,
-            "dump_sha256": hashlib.sha256(xml.encode("utf-8")).hexdigest(),
-            "screenshot_sha256": hashlib.sha256(png).hexdigest()}
-    (out / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
-    print(json.dumps({"bundle": str(out), **meta}, ensure_ascii=False))
+        return _error(exc.reason_code, exc.summary)
+    pack, no_pack = _capture_pack(version, pack_dir_from(args.pack_dir))
+    focus = focus_line(phone)
+    try:
+        check_foreground(focus)
+        scrubbed = scrub(xml, png, pack)
+        meta = {"label": args.label, "device": args.device,
+                "captured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "app_version_name": version.name if version else None,
+                "app_version_code": version.code if version else None, "activity": focus,
+                "pack_id": pack.id if pack else None}
+        meta = write_capture(out, scrubbed, meta, force=args.force, expected=expected,
+                             proposal=None if expected else proposed(scrubbed.dump, pack))
+    except CaptureError as exc:
+        return _error("CAPTURE_REFUSED", str(exc))
+    print(json.dumps({"bundle": str(out), **meta, **({"no_pack": no_pack} if no_pack else {})}, ensure_ascii=False))
     return 0
+
+
+def _dry_run_order(args: argparse.Namespace) -> Any:
+    """The order from the command line (ValueError with a usage message)."""
+    from decimal import Decimal, InvalidOperation
+
+    from cmbuyer.agent.prefence import PrefenceOrder
+
+    if not re.fullmatch(r"[0-9]{1,20}", args.goods_id, re.ASCII):
+        raise ValueError("--goods-id takes the digits of the goods id")
+    if not args.color.strip() or (args.size is not None and not args.size.strip()):
+        raise ValueError("--color/--size must not be blank")
+    if args.quantity < 1:
+        raise ValueError("--quantity must be at least 1")
+    try:
+        cap = Decimal(args.max_total)
+    except InvalidOperation:
+        cap = Decimal("NaN")
+    if not cap.is_finite() or cap <= 0:
+        raise ValueError("--max-total takes an amount in yuan, e.g. 120.00")
+    return PrefenceOrder(args.goods_id, args.color, args.size, args.quantity, cap)
+
+
+def cmd_dry_run(args: argparse.Namespace) -> int:
+    """The pre-fence flow on a phone without the server (agent/dryrun.py). Gate verdicts one per line,
+    then the summary JSON on stdout; progress on stderr. Exit 0 / 1 / 2 as documented there."""
+    from cmbuyer.agent.capture import CaptureError, check_out
+    from cmbuyer.agent.dryrun import default_out, dryrun_pack, run_dry
+    from cmbuyer.agent.prefence import BUY_PATH_ENV
+
+    try:
+        order = _dry_run_order(args)
+    except ValueError as exc:
+        return _error("USAGE", str(exc))
+    buy_path = args.buy_path or os.environ.get(BUY_PATH_ENV, "single")
+    out = Path(args.out) if args.out else default_out(args.device)
+    try:
+        check_out(out, args.force, directory_of_captures=True)
+    except CaptureError as exc:
+        return _error("CAPTURE_EXISTS", str(exc))
+    progress = _progress_fn(False)
+    try:
+        phone = _connect(args.device)
+        version = phone.app_version()
+        if version is None:
+            return _error("APP_VERSION_UNSUPPORTED", "Pinduoduo is not installed on the phone")
+        pack = dryrun_pack(version, pack_dir_from(args.pack_dir))
+    except AgentError as exc:
+        return _error(exc.reason_code, exc.summary)
+    if out.exists() and args.force:
+        import shutil
+        shutil.rmtree(out)
+    progress(f"dry run on {args.device}: app {version}, pack {pack.id}, buy path {buy_path}; no server")
+    try:
+        result = run_dry(phone, pack, version, order, out=out, buy_path=buy_path, progress=progress)
+    except KeyboardInterrupt:  # run_dry backed out and wrote what it had on the way out
+        progress("interrupted")
+        return 130
+    except (AgentError, OSError) as exc:
+        return _error(getattr(exc, "reason_code", "WRITE_FAILED"), str(exc)[:200])
+    for line in result.lines:
+        print(line)
+    print(json.dumps(result.summary, ensure_ascii=False))
+    return result.exit_code
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -387,11 +491,31 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--credentials-file")
     add_pack_dir_argument(d)
     d.set_defaults(fn=cmd_doctor)
-    c = sub.add_parser("capture", help="save an evidence bundle (dump, PNG, version, activity)")
+    c = sub.add_parser("capture", help="save a scrubbed capture (dump, PNG, meta, expected readings)")
     c.add_argument("--device", required=True)
     c.add_argument("--label", required=True)
-    c.add_argument("--out")
+    c.add_argument("--out", help="capture folder (default ./captures/<serial>/<label>-<time>)")
+    c.add_argument("--force", action="store_true", help="replace an existing non-empty --out folder")
+    add_pack_dir_argument(c)
+    c.add_argument("--expect", nargs="+", metavar="KEY=VALUE",
+                   help="readings a person confirms, e.g. screen=confirm_order unit_price=59.00 quantity=2 "
+                        "(keys: screen and inspect's readings keys) → expected.json")
+    c.add_argument("--by", help="who confirmed --expect (expected.json confirmed_by)")
+    c.add_argument("--expected-file", help="an expected.json written by a person, checked and stored")
     c.set_defaults(fn=cmd_capture)
+    dr = sub.add_parser("dry-run", help="the flow up to gate 3 on a phone, without the server; captures + session")
+    dr.add_argument("--device", required=True)
+    dr.add_argument("--goods-id", required=True)
+    dr.add_argument("--color", required=True)
+    dr.add_argument("--size")
+    dr.add_argument("--quantity", type=int, required=True)
+    dr.add_argument("--max-total", required=True, help="cap on the total in yuan, e.g. 120.00")
+    add_pack_dir_argument(dr)
+    dr.add_argument("--out", help="captures directory (default ./captures/<serial>/dryrun-<time>)")
+    dr.add_argument("--force", action="store_true", help="replace an existing non-empty --out directory")
+    dr.add_argument("--buy-path", choices=("single", "group"),
+                    help="default: env CMBUYER_AGENT_BUY_PATH, else single")
+    dr.set_defaults(fn=cmd_dry_run)
     i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
     i.add_argument("--dump", required=True)
     i.add_argument("--pack", help="read with this pack file")

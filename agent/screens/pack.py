@@ -219,6 +219,8 @@ class Pack:
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     # the optional read-only confirmation after the tap (screens/after_submit.py); None = none
     after_submit: Any = field(repr=False, compare=False, default=None)
+    # rows with personal data that captures scrub (pack key privacy.rows; agent/capture.py)
+    privacy_rows: tuple[Selector, ...] = field(repr=False, compare=False, default=())
 
     def matches_version(self, version_name: str, version_code: int) -> bool:
         return self.version_name == version_name and self.version_code == version_code
@@ -245,7 +247,7 @@ def _regex(source: str, where: str, group: str | None = None) -> re.Pattern[str]
 def _jp(where: str) -> str:
     """``layouts/sku_sheet/to_confirm`` → ``$.layouts.sku_sheet.to_confirm`` (the JSON path an error names;
     list members are named by their id where they have one)."""
-    return evidence.json_path(where.split("/"))
+    return evidence.json_path([int(p) if p.isdigit() else p for p in where.split("/")])
 
 
 def _selector(spec: dict[str, Any], where: str, evidence_ids: set[str]) -> Selector:
@@ -439,7 +441,15 @@ def compile_pack(data: Any) -> Pack:
         dismissals=dismissals,
         raw=data,
         after_submit=_after_submit(data.get("after_submit"), ev),
+        privacy_rows=_privacy_rows(data.get("privacy"), ev),
     )
+
+
+def _privacy_rows(spec: dict[str, Any] | None, ev: set[str]) -> tuple[Selector, ...]:
+    """The optional ``privacy.rows`` selectors (address / recipient rows); never tapped, only scrubbed."""
+    if spec is None:
+        return ()
+    return tuple(_selector(row, f"privacy/rows/{i}", ev) for i, row in enumerate(spec["rows"]))
 
 
 def _after_submit(spec: dict[str, Any] | None, ev: set[str]) -> Any:
