@@ -1,4 +1,4 @@
-"""``cmbuyer-agent`` command line: run, doctor, capture, inspect, journal.
+"""``cmbuyer-agent`` command line: run, doctor, capture, inspect, journal, pack verify.
 
 Credentials never come from the command line: env ``CMBUYER_DEVICE_ID`` + ``CMBUYER_DEVICE_TOKEN``
 or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines or JSON
@@ -6,12 +6,13 @@ or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines
 (default http://127.0.0.1:8080). Progress lines go to stderr; ``--json-logs`` for JSON lines.
 Hold policy limits (``run``): ``--crash-loop-limit`` / env ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` (default 2)
 and ``--failure-limit`` / env ``CMBUYER_AGENT_FAILURE_LIMIT`` (default 3); see :mod:`cmbuyer.agent.holds`.
+Operator selector packs (``run``, ``doctor``, ``inspect``): ``--pack-dir DIR`` / env
+``CMBUYER_AGENT_PACK_DIR``; which pack wins and why: :mod:`cmbuyer.agent.packdir`.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -28,9 +29,12 @@ from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, PackError
 from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
+from cmbuyer.agent.packdir import add_pack_dir_argument, all_packs, pack_dir_from, resolve, resolve_pack, scan
+from cmbuyer.agent.packtest import add_pack_test_commands
 from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.inspect import inspect_dump
-from cmbuyer.agent.screens.pack import Pack, load_pack, pack_for_version, shipped_packs
+from cmbuyer.agent.screens.pack import Pack, compile_pack, load_pack, parse_pack_json
 from cmbuyer.schemas import is_hex64, is_uuid4
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
@@ -104,10 +108,12 @@ def _capture_version(dump_path: Path) -> tuple[str, int] | None:
 
 
 def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
-    """Which packs read the dump: ``--pack FILE``; else the shipped pack of ``--version NAME:CODE`` or
-    of the version a capture bundle's meta.json recorded (packs are version-bound: an 8.17.0 pack can
-    recognize an 8.22.0 order sheet and misread it); else every shipped pack (first that recognizes
-    wins, the others that also do are listed as ``pack_candidates``). Raises PackError."""
+    """Which packs read the dump: ``--pack FILE``; else the pack of ``--version NAME:CODE`` or of the
+    version a capture bundle's meta.json recorded, as ``run`` would pick it (operator pack dir first,
+    then shipped; packs are version-bound: an 8.17.0 pack can recognize an 8.22.0 order sheet and
+    misread it); else one pack per known version (first that recognizes wins, the others that also do
+    are listed as ``pack_candidates``). No permission check (reading a file changes nothing). Raises
+    PackError."""
     if args.pack:
         return [load_pack(args.pack)]
     version: tuple[str, int] | None = None
@@ -118,9 +124,10 @@ def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
         version = (m.group("name"), int(m.group("code")))
     else:
         version = _capture_version(Path(args.dump))
+    pack_dir = pack_dir_from(args.pack_dir)
     if version is not None:
-        return [pack_for_version(*version)]
-    return shipped_packs()
+        return [resolve_pack(*version, pack_dir, check_permissions=False)]
+    return all_packs(pack_dir)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -128,13 +135,32 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raw = Path(args.dump).read_bytes()
         packs = _inspect_packs(args)
         dump = parse_dump(raw)
+    except PackError as exc:  # the full one line (file and JSON path), not the 200-char summary
+        print(json.dumps({"error": exc.reason_code, "detail": str(exc)}, ensure_ascii=False))
+        return 2
     except AgentError as exc:
         print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
         return 2
     except OSError:
         print(json.dumps({"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump}"}, ensure_ascii=False))
         return 2
-    print(json.dumps(inspect_dump(dump, packs), ensure_ascii=False))
+    result = inspect_dump(dump, packs)
+    if not args.explain:
+        print(json.dumps(result, ensure_ascii=False))
+        return 0
+    from cmbuyer.agent.screens.explain import explain_dump, render_text
+
+    # explain the pack inspect read with; when none recognized the dump, every candidate says why
+    used = [p for p in packs if p.id == result["pack"]] or packs
+    explanations = [explain_dump(dump, p) for p in used]
+    if args.json:
+        print(json.dumps({"dump": args.dump, "inspect": result, "explanations": explanations},
+                         ensure_ascii=False, indent=2))
+    else:
+        if len(result.get("pack_candidates", [])) > 1:
+            print(f"note: packs {', '.join(result['pack_candidates'])} all recognize this dump; the first is "
+                  "explained (pass --pack or --version to choose)\n")
+        print("\n\n".join(render_text(e) for e in explanations))
     return 0
 
 
@@ -166,6 +192,8 @@ def _connect(serial: str) -> Any:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks: list[dict[str, Any]] = []
+    pack_dir = pack_dir_from(args.pack_dir)
+    pack_id: str | None = None  # heartbeat pack_id: as the runner reports it (Status.pack_id)
 
     def check(name: str, ok: bool, detail: str = "") -> bool:
         checks.append({"check": name, "ok": ok, "detail": detail})
@@ -183,20 +211,28 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         version = phone.app_version()
         if check("Pinduoduo installed", version is not None, str(version) if version else "not installed"):
             try:
-                pack = pack_for_version(version.name, version.code)
-                check("selector pack", True, pack.id)
-            except AgentError as exc:
-                check("selector pack", False, exc.summary)
+                found = resolve(version.name, version.code, pack_dir, check_permissions=True)
+                check("selector pack", True, found.describe())
+                pack_id = found.pack.id
+            except PackError as exc:
+                check("selector pack", False, str(exc))
+                pack_id = "NO_PACK"
     except AgentError as exc:
         check("phone", False, exc.summary)
         version = None
+    found = scan(pack_dir, check_permissions=True)
+    problems = ([f"{pack_dir}: {found.dir_error}"] if found.dir_error else []) + [str(f.error) for f in found.broken()]
+    usable = ", ".join(f.describe() for f in (*found.operator, *found.shipped) if f.pack is not None)
+    check("selector packs load", not problems, "; ".join(problems) or f"operator pack dir {pack_dir or 'not set'}; "
+          f"usable: {usable}")
     server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
     try:
         creds = load_credentials(args.credentials_file)
         api = HttpDeviceApi(server, creds, _NoKeys(), retries=0)
         hb = api.heartbeat(adb_serial=args.device, android_release="unknown",
                            pdd_version=version.name if version else None,
-                           pdd_version_code=version.code if version else None, state="PAUSED")
+                           pdd_version_code=version.code if version else None, state="PAUSED",
+                           pack_id=pack_id)
         check("server reachable", True, server)
         check("server allows this app version", bool(hb["app_version_allowed"]))
     except (CredentialsError, AgentError) as exc:
@@ -215,34 +251,139 @@ class _NoKeys:
         return None
 
 
+def _error(code: str, detail: str) -> int:
+    print(json.dumps({"error": code, "detail": detail}, ensure_ascii=False))
+    return 2
+
+
+def _capture_pack(version: Any, pack_dir: Path | None) -> tuple[Pack | None, str | None]:
+    """The pack whose privacy rows a capture scrubs; (None, why) for a version without a pack yet."""
+    from cmbuyer.agent.dryrun import dryrun_pack
+
+    if version is None:
+        return None, "Pinduoduo not installed"
+    try:
+        return dryrun_pack(version, pack_dir), None
+    except PackError as exc:
+        return None, exc.summary
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
-    """Evidence bundle for pack authoring: dump.xml, screenshot.png, meta.json (hashes, version,
-    activity, time). Written under ``--out`` (default ./captures/<serial>/<label>-<time>/), 0700."""
+    """A scrubbed capture for pack authoring (agent/capture.py; docs/agent.md "Captures"): dump.xml,
+    screenshot.png, meta.json and expected.json (``--expect``/``--expected-file``) or
+    expected.proposed.json. Written under ``--out`` (default ./captures/<serial>/<label>-<time>/),
+    0700; an existing non-empty folder only with ``--force``."""
+    from cmbuyer.agent.capture import (
+        CaptureError,
+        check_foreground,
+        check_out,
+        focus_line,
+        load_expected,
+        parse_expect,
+        proposed,
+        scrub,
+        write_capture,
+    )
+
+    try:
+        expected = (parse_expect(args.expect, args.by) if args.expect else
+                    load_expected(Path(args.expected_file)) if args.expected_file else None)
+    except CaptureError as exc:
+        return _error("BAD_EXPECT", str(exc))
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in args.label)
+    out = Path(args.out or f"./captures/{args.device.replace(':', '_')}/{safe}-{stamp}")
+    try:
+        check_out(out, args.force)
+    except CaptureError as exc:
+        return _error("CAPTURE_EXISTS", str(exc))
     try:
         phone = _connect(args.device)
         xml = phone.dump_raw()
         png = phone.screenshot_png()
         version = phone.app_version()
-        activity = phone.shell(["dumpsys", "window", "windows"], "dumpsys window")
     except AgentError as exc:
-        print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
-        return 2
-    focus = next((ln.strip() for ln in activity.splitlines() if "mCurrentFocus" in ln), "")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in args.label)
-    out = Path(args.out or f"./captures/{args.device.replace(':', '_')}/{safe}-{stamp}")
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (out / "dump.xml").write_text(xml, encoding="utf-8")
-    (out / "screenshot.png").write_bytes(png)
-    meta = {"label": args.label, "device": args.device,
-            "captured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "app_version_name": version.name if version else None,
-            "app_version_code": version.code if version else None, "activity": focus,
-            "dump_sha256": hashlib.sha256(xml.encode("utf-8")).hexdigest(),
-            "screenshot_sha256": hashlib.sha256(png).hexdigest()}
-    (out / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
-    print(json.dumps({"bundle": str(out), **meta}, ensure_ascii=False))
+        return _error(exc.reason_code, exc.summary)
+    pack, no_pack = _capture_pack(version, pack_dir_from(args.pack_dir))
+    focus = focus_line(phone)
+    try:
+        check_foreground(focus)
+        scrubbed = scrub(xml, png, pack)
+        meta = {"label": args.label, "device": args.device,
+                "captured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "app_version_name": version.name if version else None,
+                "app_version_code": version.code if version else None, "activity": focus,
+                "pack_id": pack.id if pack else None}
+        meta = write_capture(out, scrubbed, meta, force=args.force, expected=expected,
+                             proposal=None if expected else proposed(scrubbed.dump, pack))
+    except CaptureError as exc:
+        return _error("CAPTURE_REFUSED", str(exc))
+    print(json.dumps({"bundle": str(out), **meta, **({"no_pack": no_pack} if no_pack else {})}, ensure_ascii=False))
     return 0
+
+
+def _dry_run_order(args: argparse.Namespace) -> Any:
+    """The order from the command line (ValueError with a usage message)."""
+    from decimal import Decimal, InvalidOperation
+
+    from cmbuyer.agent.prefence import PrefenceOrder
+
+    if not re.fullmatch(r"[0-9]{1,20}", args.goods_id, re.ASCII):
+        raise ValueError("--goods-id takes the digits of the goods id")
+    if not args.color.strip() or (args.size is not None and not args.size.strip()):
+        raise ValueError("--color/--size must not be blank")
+    if args.quantity < 1:
+        raise ValueError("--quantity must be at least 1")
+    try:
+        cap = Decimal(args.max_total)
+    except InvalidOperation:
+        cap = Decimal("NaN")
+    if not cap.is_finite() or cap <= 0:
+        raise ValueError("--max-total takes an amount in yuan, e.g. 120.00")
+    return PrefenceOrder(args.goods_id, args.color, args.size, args.quantity, cap)
+
+
+def cmd_dry_run(args: argparse.Namespace) -> int:
+    """The pre-fence flow on a phone without the server (agent/dryrun.py). Gate verdicts one per line,
+    then the summary JSON on stdout; progress on stderr. Exit 0 / 1 / 2 as documented there."""
+    from cmbuyer.agent.capture import CaptureError, check_out
+    from cmbuyer.agent.dryrun import default_out, dryrun_pack, run_dry
+    from cmbuyer.agent.prefence import BUY_PATH_ENV
+
+    try:
+        order = _dry_run_order(args)
+    except ValueError as exc:
+        return _error("USAGE", str(exc))
+    buy_path = args.buy_path or os.environ.get(BUY_PATH_ENV, "single")
+    out = Path(args.out) if args.out else default_out(args.device)
+    try:
+        check_out(out, args.force, directory_of_captures=True)
+    except CaptureError as exc:
+        return _error("CAPTURE_EXISTS", str(exc))
+    progress = _progress_fn(False)
+    try:
+        phone = _connect(args.device)
+        version = phone.app_version()
+        if version is None:
+            return _error("APP_VERSION_UNSUPPORTED", "Pinduoduo is not installed on the phone")
+        pack = dryrun_pack(version, pack_dir_from(args.pack_dir))
+    except AgentError as exc:
+        return _error(exc.reason_code, exc.summary)
+    if out.exists() and args.force:
+        import shutil
+        shutil.rmtree(out)
+    progress(f"dry run on {args.device}: app {version}, pack {pack.id}, buy path {buy_path}; no server")
+    try:
+        result = run_dry(phone, pack, version, order, out=out, buy_path=buy_path, progress=progress)
+    except KeyboardInterrupt:  # run_dry backed out and wrote what it had on the way out
+        progress("interrupted")
+        return 130
+    except (AgentError, OSError) as exc:
+        return _error(getattr(exc, "reason_code", "WRITE_FAILED"), str(exc)[:200])
+    for line in result.lines:
+        print(line)
+    print(json.dumps(result.summary, ensure_ascii=False))
+    return result.exit_code
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -270,8 +411,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if os.environ.get(PAUSE_ENV):
         progress(f"WARNING: {PAUSE_ENV} is set (crash-test hook): the agent will pause at that phase")
     api = HttpDeviceApi(server, creds, journal)
-    runner = Runner(RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds),
-                    phone, api, journal, progress)
+    pack_dir = pack_dir_from(args.pack_dir)
+    progress(f"operator pack dir: {pack_dir}" if pack_dir else "operator pack dir: not set (shipped packs only)")
+    runner = Runner(RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds,
+                                 pack_dir=pack_dir), phone, api, journal, progress)
     runner.install_signals()
     try:
         return runner.run()
@@ -284,6 +427,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     except JournalError as exc:
         progress(f"stopped: the journal failed ({exc}); fix the state dir before restarting")
         return 2
+
+
+def cmd_pack_verify(args: argparse.Namespace) -> int:
+    """Re-hash every evidence file of one pack: one line per file, then a summary. Exit 0 all ok,
+    1 a file missing/changed/outside the pack's directory, 2 the pack itself is unreadable/invalid."""
+    path = Path(args.pack)
+    try:
+        data = parse_pack_json(path.read_bytes())
+        compile_pack(data)
+    except OSError as exc:
+        print(f"{path.name}: $: cannot read the file ({exc.strerror or exc.__class__.__name__})", file=sys.stderr)
+        return 2
+    except PackError as exc:
+        print(f"{path.name}: {exc}", file=sys.stderr)
+        return 2
+    results = check_evidence(data, path.parent)
+    for result in results:
+        print(result.line())
+    bad = sum(not r.ok for r in results)
+    print(f"{path.name}: {len(results)} evidence files, {len(results) - bad} ok, {bad} failed"
+          f" -> {'FAILED' if bad else 'OK'}")
+    return 1 if bad else 0
+
+
+def add_pack_commands(sub: Any) -> Any:
+    """The ``pack`` command group (``pack verify`` here; ``pack test``/``pack accept`` are added to the
+    returned subparsers by their own module). Returns the group's subparsers."""
+    pk = sub.add_parser("pack", help="selector pack tools: verify (evidence hashes), test (captures), "
+                        "accept (expectations)")
+    pack_sub = pk.add_subparsers(dest="pack_command", required=True)
+    v = pack_sub.add_parser("verify", help="re-hash a pack's evidence files (dump, screenshot, meta); "
+                            "non-zero exit on any missing or changed file")
+    v.add_argument("pack", metavar="PACK", help="the pack JSON file (evidence paths are relative to its directory)")
+    v.set_defaults(fn=cmd_pack_verify)
+    add_pack_test_commands(pack_sub)
+    return pack_sub
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,22 +483,50 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--failure-limit", type=int, metavar="N",
                    help="hold after N consecutive attempts failed before the fence "
                         "(default: env CMBUYER_AGENT_FAILURE_LIMIT, else 3)")
+    add_pack_dir_argument(r)
     r.set_defaults(fn=cmd_run)
     d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
     d.add_argument("--device", required=True)
     d.add_argument("--server")
     d.add_argument("--credentials-file")
+    add_pack_dir_argument(d)
     d.set_defaults(fn=cmd_doctor)
-    c = sub.add_parser("capture", help="save an evidence bundle (dump, PNG, version, activity)")
+    c = sub.add_parser("capture", help="save a scrubbed capture (dump, PNG, meta, expected readings)")
     c.add_argument("--device", required=True)
     c.add_argument("--label", required=True)
-    c.add_argument("--out")
+    c.add_argument("--out", help="capture folder (default ./captures/<serial>/<label>-<time>)")
+    c.add_argument("--force", action="store_true", help="replace an existing non-empty --out folder")
+    add_pack_dir_argument(c)
+    c.add_argument("--expect", nargs="+", metavar="KEY=VALUE",
+                   help="readings a person confirms, e.g. screen=confirm_order unit_price=59.00 quantity=2 "
+                        "(keys: screen and inspect's readings keys) → expected.json")
+    c.add_argument("--by", help="who confirmed --expect (expected.json confirmed_by)")
+    c.add_argument("--expected-file", help="an expected.json written by a person, checked and stored")
     c.set_defaults(fn=cmd_capture)
+    dr = sub.add_parser("dry-run", help="the flow up to gate 3 on a phone, without the server; captures + session")
+    dr.add_argument("--device", required=True)
+    dr.add_argument("--goods-id", required=True)
+    dr.add_argument("--color", required=True)
+    dr.add_argument("--size")
+    dr.add_argument("--quantity", type=int, required=True)
+    dr.add_argument("--max-total", required=True, help="cap on the total in yuan, e.g. 120.00")
+    add_pack_dir_argument(dr)
+    dr.add_argument("--out", help="captures directory (default ./captures/<serial>/dryrun-<time>)")
+    dr.add_argument("--force", action="store_true", help="replace an existing non-empty --out directory")
+    dr.add_argument("--buy-path", choices=("single", "group"),
+                    help="default: env CMBUYER_AGENT_BUY_PATH, else single")
+    dr.set_defaults(fn=cmd_dry_run)
     i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
     i.add_argument("--dump", required=True)
     i.add_argument("--pack", help="read with this pack file")
-    i.add_argument("--version", help="read with the shipped pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
-                   "default: the version in a capture bundle's meta.json beside the dump, else every shipped pack")
+    i.add_argument("--version", help="read with the pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
+                   "default: the version in a capture bundle's meta.json beside the dump, "
+                   "else every known version's pack")
+    add_pack_dir_argument(i)
+    i.add_argument("--explain", action="store_true",
+                   help="print which pack selector matched which node for each screen rule and reading, "
+                        "or why none did (text; with --json as JSON)")
+    i.add_argument("--json", action="store_true", help="with --explain: JSON instead of text")
     i.set_defaults(fn=cmd_inspect)
     j = sub.add_parser("journal", help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
                        "default ./var/agent: use the agent's own value)")
@@ -327,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--clear-hold", action="store_true",
                    help="after a person handled the phone or a stuck task: drop the hold, reset the streaks")
     j.set_defaults(fn=cmd_journal)
+    add_pack_commands(sub)
     return p
 
 

@@ -215,10 +215,18 @@ class HttpDeviceApi:
 
     # --- heartbeat ----------------------------------------------------------------------------
     def heartbeat(self, *, adb_serial: str, android_release: str, pdd_version: str | None,
-                  pdd_version_code: int | None, state: str) -> dict[str, Any]:
+                  pdd_version_code: int | None, state: str, pack_id: str | None = None) -> dict[str, Any]:
+        """POST the heartbeat; returns the response body (``app_version_allowed``, ``server_now``, …).
+
+        ``pack_id`` is the selector pack in use for the installed app version, ``"NO_PACK"`` when there is
+        none, or None when the app version is unknown — then the field is left out and the server shows
+        the pack as unknown (docs/api.md). Raises what every request raises (ServerRejected, …).
+        """
         payload = {"device_id": self._creds.device_id, "client_version": __version__,
                    "adb_serial": adb_serial, "android_release": android_release,
                    "pdd_version": pdd_version, "pdd_version_code": pdd_version_code, "state": state}
+        if pack_id is not None:
+            payload["pack_id"] = pack_id
         _, body = self._post_json("/api/v1/devices/heartbeat", "heartbeat", payload, "heartbeat")
         return dict(body)
 

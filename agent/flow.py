@@ -27,10 +27,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent import confirm, gates
-from cmbuyer.agent.errors import AgentError, FlowStop, ShutdownRequested
+from cmbuyer.agent import confirm
+from cmbuyer.agent.errors import AgentError, ShutdownRequested
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import (
@@ -38,7 +39,6 @@ from cmbuyer.agent.model import (
     Claim,
     ClaimedPurchase,
     ScreenshotAsset,
-    SubmissionProof,
     SubmissionResult,
     TaskEvent,
     new_key,
@@ -48,13 +48,13 @@ from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
+from cmbuyer.agent.prefence import BUY_PATH_ENV, PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.recovery import send_fail
-from cmbuyer.agent.screens.pack import Layout, Pack
+from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.submit import submit_order_once
 
 log = logging.getLogger(__name__)
 FENCE_LEASE_MARGIN = 5.0  # seconds of lease we want left when asking for the fence
-BUY_PATH_ENV = "CMBUYER_AGENT_BUY_PATH"  # single (default) | group — docs/agent.md "Buy path"
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,6 @@ class PurchaseFlow:
         if self._outbox is not None:
             self._outbox.raise_if_failed()
 
-    def _step(self, claim: Claim, step: str, fn: Callable[[], object]) -> object:
-        self._checkpoint(claim)
-        self._event(claim, step, "STARTED")
-        value = fn()
-        self._event(claim, step, "OK")
-        return value
-
     # --- the flow -----------------------------------------------------------------------------
     def run(self, purchase: ClaimedPurchase) -> FlowResult:
         self._outbox = Outbox(self.sink, purchase.claim)
@@ -136,62 +129,18 @@ class PurchaseFlow:
                 outbox.close(drop=not normal)
 
     def _run(self, purchase: ClaimedPurchase) -> FlowResult:
-        """Everything before the fence, on every layout the pack declares (design §7.6): the buy
-        button opens the SKU sheet or the order sheet and the layout follows from what is recognized.
-        Options and quantity are set where the layout puts them; gate 3 and the payment-mode gate run
-        on the screen that holds the submit control; the fence carries what was read there."""
+        """Everything before the fence runs in the shared engine (agent/prefence.py, on every layout
+        the pack declares: design §7.6), reporting to this flow's outbox; then the fence carries what
+        was read on the screen holding the submit control."""
         claim, task = purchase.claim, purchase.task
-        wanted = gates.named_roles(task.sku_color, task.sku_size)
+        engine = PrefenceEngine(phone=self.phone, pack=self.pack, observer=_OutboxObserver(self, claim),
+                                buy_path=self.buy_path)
+        order = PrefenceOrder(task.goods_id, task.sku_color, task.sku_size, task.quantity, task.max_total_price)
         try:
-            self._step(claim, "OPEN_PRODUCT", lambda: cap.open_product(self.phone, self.pack, task.goods_id))
-            layout: Layout = self._step(  # type: ignore[assignment]
-                claim, "OPEN_SKU_PANEL", lambda: cap.open_buy_sheet(self.phone, self.pack, self.buy_path))
-            early_mode = None
-            if layout.options_screen == "confirm_order":
-                # The order sheet shows the payment row from the start: refuse an unsafe mode before any
-                # option or quantity tap.
-                early_mode = self._step(claim, "CHECK_PAYMENT_MODE",
-                                        lambda: cap.check_payment_mode(self.phone, self.pack))
-            selected, swipes = self._step(  # type: ignore[misc]
-                claim, "SELECT_SKU",
-                lambda: cap.select_sku_options(self.phone, self.pack, layout.options_screen, wanted))
-            if swipes:
-                self._event(claim, "SCROLL_OPTIONS", "OK", None, f"{swipes} swipes inside option lists")
-            price1 = self._step(claim, "READ_UNIT_PRICE",
-                                lambda: cap.read_unit_price(self.phone, self.pack, layout.options_screen))
-            price1 = self._step(claim, "GATE_1", lambda: gates.gate1(selected, wanted, price1))  # type: ignore
-            self._gate_evidence("SKU_PANEL_GATE_1")
-            if layout.quantity_screen != layout.options_screen:
-                self._step(claim, "GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(self.phone, self.pack, layout))
-            qty = self._step(claim, "SET_QUANTITY", lambda: cap.set_quantity_and_readback(
-                self.phone, self.pack, layout.quantity_screen, task.quantity))
-            price2 = self._step(claim, "GATE_2", lambda: gates.gate2(
-                qty, task.quantity, price1,  # type: ignore[arg-type]
-                cap.read_unit_price(self.phone, self.pack, layout.quantity_screen)))
-            self._gate_evidence("QUANTITY_GATE_2")
-            if layout.quantity_screen != "confirm_order":
-                self._step(claim, "GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(self.phone, self.pack, layout))
-            reading: cap.ConfirmReading = self._step(  # type: ignore[assignment]
-                claim, "READ_CONFIRM_PAGE", lambda: cap.read_confirm_page(self.phone, self.pack, wanted))
-            mode = self._step(claim, "CHECK_PAYMENT_MODE", lambda: self._payment_mode(reading, early_mode))
-            self._checkpoint(claim)
-            self._event(claim, "GATE_3", "STARTED")
-            summary = gates.gate3(reading.gate3, wanted=wanted, gate1_price=price1,  # type: ignore[arg-type]
-                                  quantity=task.quantity, max_total=task.max_total_price)
-            self._event(claim, "GATE_3", "OK", None, summary)
-            self._gate_evidence("CONFIRM_PAGE_GATE_3")
-            self._checkpoint(claim)
-            g3 = reading.gate3
-            # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
-            proof = SubmissionProof(
-                selected_color=g3.selected["color"],  # type: ignore[arg-type]
-                selected_size=g3.selected.get("size"),
-                gate1_unit_price=price1, gate2_unit_price=price2,  # type: ignore[arg-type]
-                gate3_unit_price=g3.unit_price,  # type: ignore[arg-type]
-                quantity_read=g3.quantity,  # type: ignore[arg-type]
-                confirm_page_amount=g3.total,  # type: ignore[arg-type]
-                submit_control_match_count=g3.submit_controls,
-                payment_mode=mode)  # type: ignore[arg-type]
+            outcome = engine.run(order)
+            proof = outcome.proof
+            # Gate 3 passed, its screenshot is queued, the proof (values read on the screen) is final;
+            # nothing has asked the server for anything yet. A wait for a person goes here.
             self._event(claim, "FENCE", "STARTED")
             # Everything sent so far — the step events and the three gate screenshots — must be
             # acknowledged by the server before the fence is requested (raises the first failure).
@@ -207,15 +156,6 @@ class PurchaseFlow:
             self.in_critical_section.clear()
             return self._fail_before_fence(claim, exc)
         return self._submit(claim, permit, _Expected(proof.confirm_page_amount, task.title))
-
-    @staticmethod
-    def _payment_mode(reading: cap.ConfirmReading, early_mode: str | None) -> str:
-        """The payment-mode gate on the final reading; on the order sheet it must also name the mode
-        read when the sheet opened (a changed mode is unsafe)."""
-        mode = gates.payment_gate(reading.payment.problems, reading.payment.mode)
-        if early_mode is not None and mode != early_mode:
-            raise FlowStop("payment mode changed on the sheet", "PAYMENT_MODE_UNSAFE")
-        return mode
 
     def _fail_before_fence(self, claim: Claim, exc: AgentError) -> FlowResult:
         from cmbuyer.agent.client import FenceReplayed  # the fence committed: no permit, no tap
@@ -377,3 +317,20 @@ class _Expected:
     amount: Decimal | None
     title: str | None
 
+
+class _OutboxObserver:
+    """The engine's observer for the real flow: events and gate screenshots go to the flow's outbox
+    (in order, off the phone's critical path); the checkpoint honours stop, lease and send failures."""
+
+    def __init__(self, flow: PurchaseFlow, claim: Claim) -> None:
+        self._flow = flow
+        self._claim = claim
+
+    def event(self, step: str, outcome: str, reason: str | None = None, summary: str = "") -> None:
+        self._flow._event(self._claim, step, outcome, reason, summary)
+
+    def gate_evidence(self, kind: str, read: dict[str, Any]) -> None:
+        self._flow._gate_evidence(kind)  # the server re-reads nothing from `read`: the fence proves it
+
+    def checkpoint(self) -> None:
+        self._flow._checkpoint(self._claim)

@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -43,9 +44,10 @@ from cmbuyer.agent.holds import AttemptEnd, HoldPolicy, Streaks, settle
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import Session
+from cmbuyer.agent.packdir import resolve
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.recovery import recover
-from cmbuyer.agent.screens.pack import Pack, pack_for_version
+from cmbuyer.agent.screens.pack import Pack
 
 log = logging.getLogger(__name__)
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -61,6 +63,7 @@ class RunnerConfig:
     poll_seconds: float = 1.0  # idle sleep between empty claim-next polls
     once: bool = False  # run at most one task (tests, manual runs)
     holds: HoldPolicy = field(default_factory=HoldPolicy)  # streak limits (CLI flags / env)
+    pack_dir: Path | None = None  # operator selector packs (--pack-dir / CMBUYER_AGENT_PACK_DIR)
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,14 @@ class Status:
     state: str
     version_name: str | None
     version_code: int | None
+
+    @property
+    def pack_id(self) -> str | None:
+        """What the heartbeat reports as ``pack_id``: the pack in use, ``NO_PACK`` when the installed
+        version has none, None (field left out: unknown) when the app version itself is unknown."""
+        if self.pack is not None:
+            return self.pack.id
+        return "NO_PACK" if self.state == "NO_PACK" else None
 
 
 class Runner:
@@ -96,6 +107,7 @@ class Runner:
         self._hb_state: str | None = None
         self._hb_allowed = False
         self.last_status: Status | None = None
+        self._pack_note: str | None = None  # the last pack resolution logged (logged on change only)
         self.heartbeats = 0  # sent (tests)
         self.claims = 0  # claims that ran a flow (tests)
 
@@ -124,11 +136,20 @@ class Runner:
             return Status(None, "ADB_OFFLINE", None, None)
         if version is None:
             return Status(None, "APP_MISSING", None, None)
+        # every loop (cheap: cached per file, packdir.py rule 4), so a pack written, fixed or broken
+        # while the agent runs takes effect at the next loop; logged once per change
         try:
-            pack = pack_for_version(version.name, version.code)
-        except PackError:
+            found = resolve(version.name, version.code, self.cfg.pack_dir, check_permissions=True)
+        except PackError as exc:
+            self._note_pack(f"NO_PACK: {exc}")
             return Status(None, "NO_PACK", version.name, version.code)
-        return Status(pack, "READY", version.name, version.code)
+        self._note_pack(f"selector pack {found.describe()}")
+        return Status(found.pack, "READY", version.name, version.code)
+
+    def _note_pack(self, note: str) -> None:
+        if note != self._pack_note:
+            self._pack_note = note
+            self.progress(note)
 
     def _android_release(self) -> str:
         if self._android is None:
@@ -142,7 +163,7 @@ class Runner:
         try:
             hb = self.api.heartbeat(adb_serial=self.cfg.serial, android_release=self._android_release(),
                                     pdd_version=status.version_name, pdd_version_code=status.version_code,
-                                    state=state)
+                                    state=state, pack_id=status.pack_id)
         except AgentError as exc:
             self.progress(f"heartbeat failed: {exc.reason_code}")
             self._hb_allowed = False
@@ -300,7 +321,8 @@ class _BusyHeartbeat:
                 last = r.last_status
                 r.api.heartbeat(adb_serial=r.cfg.serial, android_release=r._android or "unknown",
                                 pdd_version=last.version_name if last else None,
-                                pdd_version_code=last.version_code if last else None, state="BUSY")
+                                pdd_version_code=last.version_code if last else None, state="BUSY",
+                                pack_id=last.pack_id if last else None)
                 r._hb_state = "BUSY"
             except AgentError as exc:
                 log.info("busy heartbeat failed: %s", exc.reason_code)

@@ -16,7 +16,7 @@ from typing import Any
 from PIL import Image
 
 from . import hierarchy, screens
-from .app import AppModel
+from .app import CASHIERS, AppModel
 from .faults import DUMP_KINDS, MUTATION_KINDS, Fault, FaultBook
 from .journal import Journal, JournalSink, is_payment_text
 from .nodes import Node, clickable_target, frame, hit_path, image
@@ -31,6 +31,9 @@ KEY_NAMES = {
     "82": "menu", "menu": "menu", "187": "recent", "recent": "recent", "keycode_app_switch": "recent",
     "26": "power", "power": "power", "224": "wakeup", "wakeup": "wakeup",
 }
+ACTIVITY = "com.xunmeng.pinduoduo.activity.NewPageActivity"
+HOME_ACTIVITY = "com.xunmeng.pinduoduo.ui.activity.HomeActivity"
+LAUNCHER_ACTIVITY = "com.android.launcher3/com.android.launcher3.Launcher"
 COUNTERS = ("adb_calls", "shell_calls", "rpc_calls", "dumps", "taps", "screenshots", "keys", "deep_links")
 
 
@@ -69,6 +72,8 @@ class Phone:
         self._shot_cache: tuple[str, Image.Image] | None = None
         self.clipboard = ""
         self.touch_down: tuple[int, int] | None = None  # an RPC touch gesture in progress
+        # a session recorder (phonesim/recorder.py) sees every applied action and the screen after it
+        self.recorder: Any = None
         start = cfg.start or {}
         if start.get("screen") in ("home", "product"):
             self.app.launch()
@@ -137,6 +142,64 @@ class Phone:
                 "uia_alive": self.uia_alive,
                 "online": self.online,
             }
+
+    def close(self) -> None:
+        """Called once when the simulator stops (a recorder finishes its session file)."""
+        if self.recorder is not None:
+            self.recorder.close()
+
+    # ---------------------------------------------------------------- what the shell reports
+    def model_focus(self) -> tuple[str, str]:
+        """(package, activity) of the window in front per the app model (no fault applied)."""
+        page = self.app.page
+        if page is None:
+            pkg, act = LAUNCHER_ACTIVITY.split("/")
+            return pkg, act
+        if self.app.foreign:
+            return self.app.foreign, dict(CASHIERS.values())[self.app.foreign]
+        return self.cfg.app.package, HOME_ACTIVITY if page.name == "home" else ACTIVITY
+
+    def focus(self) -> tuple[str, str]:
+        """(package, activity) ``dumpsys window``/``activity`` report, after a ``wrong_focus`` fault."""
+        with self.lock:
+            fault = self.faults.take({"wrong_focus"}, self.counters, self.screen)
+            if fault:
+                return fault.params["package"], fault.params["activity"]
+            return self.model_focus()
+
+    def app_running(self) -> bool:
+        """Whether the app process runs (``ps``, ``pidof``)."""
+        return self.app.running
+
+    def front_package(self) -> str:
+        """The foreground package (``deviceInfo.currentPackageName``)."""
+        with self.lock:
+            return self.app.foreground_package
+
+    def page_url(self) -> str:
+        """The intent data of the app's top activity (``dumpsys activity top``), or ""."""
+        page = self.app.page
+        if page is None:
+            return ""
+        base = "pinduoduo://com.xunmeng.pinduoduo/"
+        if page.name == "product":
+            return f"{base}goods.html?goods_id={page.goods_id}"
+        if page.name == "confirm":
+            return f"{base}order_checkout.html?goods_id={page.goods_id}&_x_src=goods_detail"
+        if page.name == "order" and page.order is not None:
+            return f"{base}order.html?order_sn={page.order.order_sn}"
+        if page.name == "challenge":
+            return f"{base}risk_verify.html?scene=order"
+        if page.name == "orders":
+            return f"{base}orders.html?type=1"
+        if page.name == "paid" and page.order is not None:
+            return f"{base}pay_result.html?order_sn={page.order.order_sn}"
+        return ""
+
+    def _recorded(self, action: dict[str, Any]) -> None:
+        """Hand an applied action to the session recorder, if one is attached (under the lock)."""
+        if self.recorder is not None:
+            self.recorder.after_action(self, action)
 
     # ---------------------------------------------------------------- helpers for the servers
     def sleep(self, op: str) -> None:
@@ -321,6 +384,10 @@ class Phone:
             for order in self.app.orders[n_orders:]:
                 self.journal.record("order", tap_seq=entry["seq"], **order.as_dict())
             self._apply_mutations()
+            if applied and screen_before != "loading":
+                # the innermost node under the point: a step never covers more of the screen than
+                # what was actually hit (a big clickable container would swallow unknown taps)
+                self._recorded({"kind": "tap", "x": x, "y": y, "node": _step_node(path[-1] if path else None, x, y)})
             if drop is not None:
                 self._fault_fired(drop, tap_seq=entry["seq"])
                 self._go_offline(drop)
@@ -340,6 +407,8 @@ class Phone:
             self.counters["keys"] += 1
             self.journal.record("key", key=name, via=via, screen=screen, effect=effect)
             self._apply_mutations()
+            if name in ("back", "home"):
+                self._recorded({"kind": name})
             return effect
 
     def swipe(self, points: list[int], via: str) -> dict[str, Any]:
@@ -364,6 +433,9 @@ class Phone:
             if hit is not None and hit.action is not None:
                 _, dim, limit = hit.action
                 moved = self.app.scroll_list(dim, points[0] - points[-2], int(limit))
+            if len(points) >= 4:
+                self._recorded({"kind": "swipe", "x1": points[0], "y1": points[1], "x2": points[-2],
+                                "y2": points[-1]})
             return self.journal.record(
                 "swipe", points=points, via=via, screen=screen, package=self.app.foreground_package,
                 list=hit.action[1] if hit is not None and hit.action is not None else None,
@@ -382,6 +454,8 @@ class Phone:
                                 page=self.app.page.name if opened is not None and self.app.page else None,
                                 cold=cold)
             self._apply_mutations()
+            if opened is not None:
+                self._recorded({"kind": "open_url", "url": url})
             return opened
 
     def launch_app(self) -> None:
@@ -389,12 +463,14 @@ class Phone:
             if self.app.launch():
                 self._ready_at = time.monotonic() + self.latency.app_start
             self.journal.record("launch", screen=self.app.screen)
+            self._recorded({"kind": "launch"})
 
     def force_stop(self, package: str) -> None:
         with self.lock:
             if package == self.cfg.app.package:
                 self.app.force_stop()
                 self.journal.record("force_stop", package=package)
+                self._recorded({"kind": "force_stop"})
 
     def input_text(self, value: str, via: str) -> str:
         """Text typed into the focused field (only the quantity EditText accepts text)."""
@@ -412,3 +488,11 @@ class Phone:
             effect = self.app.set_quantity_text(value)
             self.journal.record("text", text=value, via=via, screen=self.screen, effect=effect)
             return effect != "none"
+
+
+def _step_node(node: Node | None, x: int, y: int) -> dict[str, Any]:
+    """The session-step ``node`` of a tap: the innermost node under the point (else a 1-px box at the
+    point), as ``{"bounds", "text", "desc", "resource_id"}``."""
+    if node is None:
+        return {"bounds": [x, y, x + 1, y + 1], "text": "", "desc": "", "resource_id": ""}
+    return {"bounds": list(node.bounds), "text": node.text, "desc": node.desc, "resource_id": node.rid}

@@ -83,8 +83,7 @@ def _node(phone: Phone, sel: Any) -> Any:
 def _call(phone: Phone, method: str, params: Any) -> Any:
     args = _args(params)
     if method == "deviceInfo":
-        with phone.lock:
-            pkg = phone.app.foreground_package
+        pkg = phone.front_package()
         return {"currentPackageName": pkg, "displayHeight": 2400, "displayWidth": 1080, "displayRotation": 0,
                 "displaySizeDpX": 360, "displaySizeDpY": 800, "naturalOrientation": True,
                 "productName": str(phone.cfg.device.get("model", "PJE110")), "screenOn": True,

@@ -20,6 +20,8 @@ NAV_TOP = 2280
 SYSUI = "com.android.systemui"
 LAUNCHER = "com.android.launcher3"
 APP_BOUNDS = (0, STATUS_H, W, NAV_TOP)
+# personal data on the status bar (what real notifications show): agent/capture.py must remove it
+NOTIFICATION_TICKER = "短信 王小明 13812345678：您的快递已到"
 
 
 def text_width(s: str, cjk: int = 36, latin: int = 20) -> int:
@@ -46,6 +48,8 @@ def status_bar() -> Node:
         text((36, 18, 156, 78), "10:24", rid=f"{SYSUI}:id/clock"),
         # notification icons carry personal data in real dumps: never log dumps wholesale
         image((180, 24, 228, 72), "微信通知：妈妈：晚上回家吃饭吗？"),
+        # a notification ticker with a full name and phone number: captures must drop/black it out
+        text((240, 24, 860, 72), NOTIFICATION_TICKER, rid=f"{SYSUI}:id/ticker"),
         image((888, 24, 936, 72), "WLAN信号满格。"),
         image((960, 24, 1044, 72), "电池电量为百分之 80。", rid=f"{SYSUI}:id/battery"),
         rid=f"{SYSUI}:id/status_bar", style="statusbar",

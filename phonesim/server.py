@@ -16,24 +16,33 @@ from __future__ import annotations
 import itertools
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .adb import AdbServer, close_quietly
 from .journal import Journal, JournalSink
 from .phone import Phone
+from .recorder import SessionRecorder
 from .scenario import Scenario, load_scenario
+from .session import Session, SessionPhone, load_session
 
 
 class PhoneSim:
     """The simulator. ``scenario``: dict, file path, :class:`Scenario` or None (built-in default).
 
     ``journal_path`` additionally appends every journal entry of every phone to a JSON-lines file.
+    ``session``: a captures directory (or loaded :class:`Session`): every phone plays it back instead
+    of simulating the app (``report_path`` / ``announce`` as for :meth:`add_session_phone`).
+    ``record_session``: a directory the (single) phone records its session into.
+    Raises SessionError / RecorderError / ScenarioError / ValueError on bad input.
     """
 
     def __init__(self, scenario: Scenario | dict[str, Any] | str | Path | None = None,
                  serials: list[str] | tuple[str, ...] = ("sim-1",), host: str = "127.0.0.1", port: int = 0,
-                 journal_path: str | Path | None = None):
+                 journal_path: str | Path | None = None, *, session: Session | str | Path | None = None,
+                 record_session: str | Path | None = None, report_path: str | Path | None = None,
+                 announce: Callable[[str], None] | None = None):
         self.scenario = load_scenario(scenario)
         self.host = host
         self._want_port = port
@@ -45,8 +54,15 @@ class PhoneSim:
         self._threads: set[threading.Thread] = set()
         self._conn_lock = threading.Lock()
         self._server: AdbServer | None = None
+        if (session is not None or record_session is not None) and len(serials) != 1:
+            raise ValueError("a session is played or recorded by exactly one phone (give one serial)")
+        if session is not None and record_session is not None:
+            raise ValueError("play a session or record one, not both")
         for serial in serials:
-            self.add_phone(serial)
+            if session is not None:
+                self.add_session_phone(serial, session, report_path=report_path, announce=announce)
+            else:
+                self.add_phone(serial, record_session=record_session)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> int:
@@ -79,6 +95,8 @@ class PhoneSim:
             if t is not threading.current_thread():
                 t.join(timeout=5)
         self._server = None
+        for phone in list(self.phones.values()):
+            phone.close()
         if self._sink is not None:
             self._sink.close()
 
@@ -90,12 +108,29 @@ class PhoneSim:
         self.stop()
 
     # ------------------------------------------------------------------ phones
-    def add_phone(self, serial: str, scenario: Scenario | dict[str, Any] | str | Path | None = None) -> Phone:
-        """Add a phone (optionally with its own scenario); it shows up in ``host:devices`` at once."""
-        if not serial or any(c.isspace() for c in serial):
-            raise ValueError(f"bad serial {serial!r}")
+    def add_phone(self, serial: str, scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
+                  record_session: str | Path | None = None) -> Phone:
+        """Add a phone (optionally with its own scenario); it shows up in ``host:devices`` at once.
+        ``record_session``: record everything it is made to do into that (empty) directory
+        (:mod:`cmbuyer.phonesim.recorder`; RecorderError when the directory is not usable)."""
+        _check_serial(serial)
         scen = load_scenario(scenario) if scenario is not None else self.scenario
         phone = Phone(scen.for_phone(serial), next(self._tids), self._stopping, self._sink)
+        if record_session is not None:
+            phone.recorder = SessionRecorder(record_session, phone)
+        self.phones[serial] = phone
+        return phone
+
+    def add_session_phone(self, serial: str, session: Session | str | Path, *,
+                          report_path: str | Path | None = None,
+                          announce: Callable[[str], None] | None = None) -> SessionPhone:
+        """Add a phone that plays a recorded session (:mod:`cmbuyer.phonesim.session`). The rehearsal
+        report goes to ``report_path`` (default ``<session dir>/rehearsal-report.json``); ``announce``
+        gets one line when the rehearsal ends. SessionError when the session cannot be loaded."""
+        _check_serial(serial)
+        loaded = session if isinstance(session, Session) else load_session(session)
+        phone = SessionPhone(loaded, serial, next(self._tids), self._stopping, self._sink,
+                             report_path=report_path, announce=announce)
         self.phones[serial] = phone
         return phone
 
@@ -121,3 +156,8 @@ class PhoneSim:
         with self._conn_lock:
             self._conns.discard(sock)
             self._threads.discard(threading.current_thread())
+
+
+def _check_serial(serial: str) -> None:
+    if not serial or any(c.isspace() for c in serial):
+        raise ValueError(f"bad serial {serial!r}")

@@ -15,12 +15,9 @@ from functools import cache
 from importlib import resources
 
 from .app import CASHIERS
-from .phone import Phone
+from .phone import LAUNCHER_ACTIVITY, Phone
 
 U2_JAR = "/data/local/tmp/u2.jar"
-ACTIVITY = "com.xunmeng.pinduoduo.activity.NewPageActivity"
-HOME_ACTIVITY = "com.xunmeng.pinduoduo.ui.activity.HomeActivity"
-LAUNCHER_ACTIVITY = "com.android.launcher3/com.android.launcher3.Launcher"
 
 
 @dataclass
@@ -148,38 +145,12 @@ def _wm(phone: Phone, args: list[str]) -> ShellResult:
 
 
 def _focus(phone: Phone) -> tuple[str, str]:
-    """(package, activity) of the focused window, after a ``wrong_focus`` fault if armed."""
-    with phone.lock:
-        fault = phone.faults.take({"wrong_focus"}, phone.counters, phone.screen)
-        if fault:
-            return fault.params["package"], fault.params["activity"]
-        page = phone.app.page
-        pkg = phone.cfg.app.package
-        if page is None:
-            return tuple(LAUNCHER_ACTIVITY.split("/"))  # type: ignore[return-value]
-        if phone.app.foreign:
-            return phone.app.foreign, dict(CASHIERS.values())[phone.app.foreign]
-        return pkg, HOME_ACTIVITY if page.name == "home" else ACTIVITY
+    """(package, activity) of the focused window (the phone decides; see :meth:`Phone.focus`)."""
+    return phone.focus()
 
 
 def _page_url(phone: Phone) -> str:
-    page = phone.app.page
-    if page is None:
-        return ""
-    base = "pinduoduo://com.xunmeng.pinduoduo/"
-    if page.name == "product":
-        return f"{base}goods.html?goods_id={page.goods_id}"
-    if page.name == "confirm":
-        return f"{base}order_checkout.html?goods_id={page.goods_id}&_x_src=goods_detail"
-    if page.name == "order" and page.order is not None:
-        return f"{base}order.html?order_sn={page.order.order_sn}"
-    if page.name == "challenge":
-        return f"{base}risk_verify.html?scene=order"
-    if page.name == "orders":
-        return f"{base}orders.html?type=1"
-    if page.name == "paid" and page.order is not None:
-        return f"{base}pay_result.html?order_sn={page.order.order_sn}"
-    return ""
+    return phone.page_url()
 
 
 def _dumpsys(phone: Phone, args: list[str]) -> ShellResult:
@@ -356,14 +327,14 @@ def _ps(phone: Phone, args: list[str]) -> ShellResult:
     lines = ["USER           PID  PPID     VSZ    RSS WCHAN            ADDR S NAME",
              "root             1     0 2173292  10460 0                   0 S init",
              "u0_a93        1893   702 6431044 198220 0                   0 S com.android.launcher3"]
-    if phone.app.running:
+    if phone.app_running():
         lines.append(f"u0_a234      {phone.pid:>5}   702 9102344 512004 0                   0 S "
                      f"{phone.cfg.app.package}")
     return _text("\n".join(lines) + "\n")
 
 
 def _pidof(phone: Phone, args: list[str]) -> ShellResult:
-    if args[:1] == [phone.cfg.app.package] and phone.app.running:
+    if args[:1] == [phone.cfg.app.package] and phone.app_running():
         return _text(f"{phone.pid}\n")
     return _text("", 1)
 

@@ -58,9 +58,10 @@ def patch_adb(monkeypatch: Any, port: int, host: str = "127.0.0.1") -> None:
 @contextmanager
 def running_sim(scenario: Scenario | dict[str, Any] | str | Path | None = None,
                 serials: list[str] | tuple[str, ...] = ("sim-1",), journal_path: str | Path | None = None,
-                set_env: bool = True) -> Iterator[PhoneSim]:
-    """An in-process simulator on a free loopback port, adbutils pointed at it, stopped on exit."""
-    sim = PhoneSim(scenario, serials=serials, journal_path=journal_path)
+                set_env: bool = True, **options: Any) -> Iterator[PhoneSim]:
+    """An in-process simulator on a free loopback port, adbutils pointed at it, stopped on exit.
+    ``options`` go to :class:`PhoneSim` (``session=DIR``, ``record_session=DIR``, ``report_path=``)."""
+    sim = PhoneSim(scenario, serials=serials, journal_path=journal_path, **options)
     port = sim.start()
     try:
         if set_env:

@@ -152,6 +152,11 @@ class PhoneAdapter:
         # The last (at most two) consecutive dumps taken since the last action, oldest first.
         self._recent: list[Dump] = []
         self.dumps_taken = 0  # fresh dumps (diagnostics / tests)
+        # Told of every action just before it is sent (the dry run records its session with it):
+        # ``listener(action, node)``, action = {"kind": "tap", "x", "y"} | {"kind": "swipe", "x1",
+        # "y1", "x2", "y2"} | {"kind": "back"} | {"kind": "open_url", "url"}; node = the tapped
+        # node (the clickable target) or None. The submit tap is never announced.
+        self.action_listener: Callable[[dict[str, Any], Node | None], None] | None = None
 
     @classmethod
     def connect(cls, serial: str, deadlines: Deadlines | None = None) -> PhoneAdapter:
@@ -210,6 +215,10 @@ class PhoneAdapter:
         dump = self.dump()
         self._recent = [*recent[-1:], dump]
         return dump
+
+    def _announce(self, action: dict[str, Any], node: Node | None = None) -> None:
+        if self.action_listener is not None:
+            self.action_listener(action, node)
 
     def _forget_screen(self) -> None:
         """Called before every action that may change the screen: later reads need fresh dumps."""
@@ -278,10 +287,12 @@ class PhoneAdapter:
         if _SAFE_GOODS_ID.fullmatch(goods_id) is None:
             raise PhoneError("refusing a goods id that is not digits", "WRONG_GOODS")
         url = f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}"
+        self._announce({"kind": "open_url", "url": url})
         self._forget_screen()
         self.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d", url], "am start")
 
     def press_back(self) -> None:
+        self._announce({"kind": "back"})
         self._forget_screen()
         self.shell(["input", "keyevent", "4"], "back")
 
@@ -304,6 +315,7 @@ class PhoneAdapter:
         if safety.is_submit_related(target) or safety.is_submit_related(node):
             raise SubmitControlGuarded("generic tap aimed at the submit control")
         x, y = self._tap_plan(dump, node)
+        self._announce({"kind": "tap", "x": x, "y": y}, target)
         self._forget_screen()
         self.shell(["input", "tap", str(x), str(y)], "tap")
 
@@ -328,6 +340,7 @@ class PhoneAdapter:
             why = safety.tap_denial(dump, scroll_list, point)
             if why is not None:
                 raise PaymentControlBlocked(why)
+        self._announce({"kind": "swipe", "x1": start[0], "y1": y, "x2": end[0], "y2": y})
         self._forget_screen()
         self.shell(["input", "swipe", str(start[0]), str(y), str(end[0]), str(y), "300"], "swipe")
 
@@ -391,6 +404,7 @@ class PhoneAdapter:
 
         if DEEP_LINK_RE.fullmatch(url) is None:
             raise PhoneError("refusing a deep link that is not a plain Pinduoduo page", "SCREEN_UNRECOGNIZED")
+        self._announce({"kind": "open_url", "url": url})
         self._forget_screen()
         self.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d", url], "am start")
 

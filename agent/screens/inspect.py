@@ -38,6 +38,9 @@ from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.screens.text import money_str
 
 SYSTEM_PACKAGES = frozenset({"com.android.systemui", ""})
+# The keys of the ``readings`` object, in the order printed (capture's expected.json uses them).
+READING_KEYS = ("goods_id", "unit_price", "quantity", "confirm_amount", "selected", "options",
+                "submit_controls", "payment_controls", "risk_walls", "payment_mode", "payment_problems")
 
 
 def _package(dump: Dump) -> str:

@@ -18,24 +18,30 @@ desc or resource-id, and none of its text/desc regexes may match a payment-denyl
 text (:data:`TAP_PROBES`); an unknown layout or screen name is refused by the schema; a layout needs
 readers for the screens it uses; handoff payment modes may not name 先用后付/免密/余额 modes.
 
+Evidence: each entry names its capture files (dump, screenshot, meta) by a path relative to the pack
+file's directory and their SHA-256; :func:`load_pack` re-hashes them (:mod:`.evidence`). Which pack
+serves a version (shipped vs the operator pack dir): :mod:`cmbuyer.agent.packdir`.
+
 Errors: :class:`~cmbuyer.agent.errors.PackError` (reason ``NO_SELECTOR_PACK``) for a missing, invalid
-or mismatched pack — the agent then refuses to claim.
+or mismatched pack — the agent then refuses to claim. Its text is ONE line, ``<JSON path>: <problem>``
+(jsonschema's notation, e.g. ``$.layouts[0].id``), prefixed with the file name by :func:`load_pack`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.screens import safety
+from cmbuyer.agent.screens import evidence, safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
-from cmbuyer.schemas import SchemaError, validate
+from cmbuyer.schemas import SchemaError, explain, validate
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 
 MAX_PACK_BYTES = 1024 * 1024
@@ -53,6 +59,10 @@ TAP_PROBES: tuple[str, ...] = (
 )
 # Handoff modes a pack may declare: these words mean the tap itself may pay (phone-facts).
 UNSAFE_MODE_WORDS = ("先用后付", "免密", "余额", "0元")
+
+
+def _flag_test(flag: str, value: bool) -> Callable[[Node], bool]:
+    return lambda node: bool(getattr(node, flag) == value)
 
 
 @dataclass(frozen=True)
@@ -73,28 +83,47 @@ class Selector:
     not_has_descendant: Selector | None = None
     evidence: tuple[str, ...] = ()
 
+    @cached_property
+    def constraints(self) -> tuple[tuple[str, Callable[[Node], bool]], ...]:
+        """The declared constraints in check order, each ``(name, test)``; ``name`` is the pack key
+        (``text``, ``desc``, ``class``, ``resource_id``, a flag, ``parent``, ``ancestor``,
+        ``has_descendant``, ``not_has_descendant``). :meth:`matches` and :meth:`failed_constraints`
+        both run exactly these tests, so an explanation (screens/explain.py) cannot disagree with a
+        match."""
+        checks: list[tuple[str, Callable[[Node], bool]]] = []
+        text, desc, cls, rid = self.text, self.desc, self.cls, self.resource_id
+        if text is not None:
+            checks.append(("text", lambda n: text.fullmatch(normalize(n.text)) is not None))
+        if desc is not None:
+            checks.append(("desc", lambda n: desc.fullmatch(normalize(n.desc)) is not None))
+        if cls is not None:
+            checks.append(("class", lambda n: cls.fullmatch(n.cls) is not None))
+        if rid is not None:
+            checks.append(("resource_id", lambda n: n.resource_id == rid))
+        for flag in ("clickable", "selected", "enabled", "scrollable"):
+            value = getattr(self, flag)
+            if value is not None:
+                checks.append((flag, _flag_test(flag, value)))
+        parent, ancestor, has, has_not = self.parent, self.ancestor, self.has_descendant, self.not_has_descendant
+        if parent is not None:
+            checks.append(("parent", lambda n: n.parent is not None and parent.matches(n.parent)))
+        if ancestor is not None:
+            checks.append(("ancestor", lambda n: any(ancestor.matches(a) for a in n.ancestors())))
+        if has is not None:
+            checks.append(("has_descendant", lambda n: any(has.matches(d) for d in n.descendants())))
+        if has_not is not None:
+            checks.append(("not_has_descendant",
+                           lambda n: not any(has_not.matches(d) for d in n.descendants())))
+        return tuple(checks)
+
     def matches(self, node: Node) -> bool:
-        if self.text is not None and self.text.fullmatch(normalize(node.text)) is None:
-            return False
-        if self.desc is not None and self.desc.fullmatch(normalize(node.desc)) is None:
-            return False
-        if self.cls is not None and self.cls.fullmatch(node.cls) is None:
-            return False
-        if self.resource_id is not None and node.resource_id != self.resource_id:
-            return False
-        for flag, value in (("clickable", self.clickable), ("selected", self.selected),
-                            ("enabled", self.enabled), ("scrollable", self.scrollable)):
-            if value is not None and getattr(node, flag) != value:
-                return False
-        if self.parent is not None and (node.parent is None or not self.parent.matches(node.parent)):
-            return False
-        if self.ancestor is not None and not any(self.ancestor.matches(a) for a in node.ancestors()):
-            return False
-        if self.has_descendant is not None and not any(
-                self.has_descendant.matches(d) for d in node.descendants()):
-            return False
-        return not (self.not_has_descendant is not None and any(
-            self.not_has_descendant.matches(d) for d in node.descendants()))
+        """True when ``node`` passes every constraint (stops at the first that fails)."""
+        return all(test(node) for _, test in self.constraints)
+
+    def failed_constraints(self, node: Node) -> list[str]:
+        """Names of every constraint ``node`` fails (empty = it matches); the tracing hook for
+        ``inspect --explain``, never used to decide anything."""
+        return [name for name, test in self.constraints if not test(node)]
 
     def find(self, dump: Dump) -> list[Node]:
         """Matching app-package nodes in document order (scoped: design §7.3)."""
@@ -190,6 +219,8 @@ class Pack:
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     # the optional read-only confirmation after the tap (screens/after_submit.py); None = none
     after_submit: Any = field(repr=False, compare=False, default=None)
+    # rows with personal data that captures scrub (pack key privacy.rows; agent/capture.py)
+    privacy_rows: tuple[Selector, ...] = field(repr=False, compare=False, default=())
 
     def matches_version(self, version_name: str, version_code: int) -> bool:
         return self.version_name == version_name and self.version_code == version_code
@@ -207,16 +238,22 @@ def _regex(source: str, where: str, group: str | None = None) -> re.Pattern[str]
     try:
         pattern = re.compile(source)
     except re.error as exc:
-        raise PackError(f"bad regex at {where}") from exc
+        raise PackError(f"{_jp(where)}: bad regex ({exc})") from exc
     if group is not None and group not in pattern.groupindex:
-        raise PackError(f"regex at {where} lacks the named group {group}")
+        raise PackError(f"{_jp(where)}: the regex lacks the named group '{group}'")
     return pattern
+
+
+def _jp(where: str) -> str:
+    """``layouts/sku_sheet/to_confirm`` → ``$.layouts.sku_sheet.to_confirm`` (the JSON path an error names;
+    list members are named by their id where they have one)."""
+    return evidence.json_path([int(p) if p.isdigit() else p for p in where.split("/")])
 
 
 def _selector(spec: dict[str, Any], where: str, evidence_ids: set[str]) -> Selector:
     for ref in spec.get("evidence", []):
         if ref not in evidence_ids:
-            raise PackError(f"unknown evidence id at {where}")
+            raise PackError(f"{_jp(where)}.evidence: unknown evidence id '{ref}'")
 
     def sub(key: str) -> Selector | None:
         return _selector(spec[key], f"{where}/{key}", evidence_ids) if key in spec else None
@@ -253,7 +290,7 @@ def _panel(spec: dict[str, Any], where: str, ev: set[str]) -> PanelReader:
         tuple(tile["sources"]),
         _selector(tile["name_child"], f"{where}/tile_name/name_child", ev) if "name_child" in tile else None)
     if "name_child" in tile_name.sources and tile_name.name_child is None:
-        raise PackError(f"{where}/tile_name uses name_child without a name_child selector")
+        raise PackError(f"{_jp(where)}.tile_name: uses name_child without a name_child selector")
     return PanelReader(
         tile_name=tile_name,
         dimension_header=sel("dimension_header"),
@@ -282,7 +319,7 @@ def check_tap_selector(selector: Selector, where: str) -> None:
     """Refuse a tap selector that could aim at a control the code refuses (payment denylist or submit
     text) or that names no text/desc/resource-id at all (it would match any clickable node)."""
     if selector.text is None and selector.desc is None and selector.resource_id is None:
-        raise PackError(f"tap selector at {where} names no text, desc or resource_id")
+        raise PackError(f"{_jp(where)}: a tap selector must name a text, desc or resource_id")
     check_tap_words(selector, where)
 
 
@@ -291,7 +328,7 @@ def check_tap_words(selector: Selector, where: str) -> None:
     word or the submit text (PackError). The runtime denylist still checks every tap."""
     for pattern in (selector.text, selector.desc):
         if _probe_hit(pattern) is not None or _literal_hit(pattern) is not None:
-            raise PackError(f"tap selector at {where} could match a payment or submit control")
+            raise PackError(f"{_jp(where)}: a tap selector could match a payment or submit control")
 
 
 # Words a tap selector may not even spell: probes cannot enumerate every variant a regex accepts
@@ -313,28 +350,28 @@ def _layouts(data: dict[str, Any], ev: set[str], readers: dict[str, PanelReader]
         lid, options, quantity = spec["id"], spec["options_screen"], spec["quantity_screen"]
         where = f"layouts/{lid}"
         if any(layout.id == lid for layout in out):
-            raise PackError(f"{where} declared twice")
+            raise PackError(f"{_jp(where)}: layout declared twice")
         if options == "confirm_order" and quantity != "confirm_order":
-            raise PackError(f"{where}: quantity cannot come before the options' screen")
+            raise PackError(f"{_jp(where)}: quantity cannot come before the options' screen")
         to_confirm = _selector(spec["to_confirm"], f"{where}/to_confirm", ev) if "to_confirm" in spec else None
         if (options == "sku_panel") != (to_confirm is not None):
-            raise PackError(f"{where}: to_confirm is required exactly when the options sit on the sku_panel")
+            raise PackError(f"{_jp(where)}: to_confirm is required exactly when the options sit on the sku_panel")
         if options in seen_screens:  # recognition picks the layout by its options screen
-            raise PackError(f"{where}: another layout already has its options on {options}")
+            raise PackError(f"{_jp(where)}: another layout already has its options on {options}")
         seen_screens.add(options)
         for screen in {options, quantity, "confirm_order"}:
             if screen not in data["screens"]:
-                raise PackError(f"{where} uses the screen {screen}, which the pack does not recognize")
+                raise PackError(f"{_jp(where)}: uses the screen {screen}, which the pack does not recognize")
             if screen not in readers:
-                raise PackError(f"{where} needs a reader for {screen}")
+                raise PackError(f"{_jp(where)}: needs a reader for {screen}")
         if readers[options].dimension_header is None or readers[options].option_tile is None:
-            raise PackError(f"{where}: the {options} reader lacks dimension_header/option_tile")
+            raise PackError(f"{_jp(where)}: the {options} reader lacks dimension_header/option_tile")
         if readers[quantity].quantity is None:
-            raise PackError(f"{where}: the {quantity} reader lacks quantity")
+            raise PackError(f"{_jp(where)}: the {quantity} reader lacks quantity")
         confirm = readers["confirm_order"]
         if confirm.amount is None or confirm.unit_price is None or confirm.quantity is None \
                 or confirm.dimension_header is None or confirm.option_tile is None:
-            raise PackError(f"{where}: the confirm_order reader must read options, unit price, quantity, amount")
+            raise PackError(f"{_jp(where)}: the confirm_order reader must read options, unit price, quantity, amount")
         if to_confirm is not None:
             check_tap_selector(to_confirm, f"{where}/to_confirm")
         out.append(Layout(lid, options, quantity, to_confirm))
@@ -345,7 +382,7 @@ def _payment(spec: dict[str, Any], ev: set[str]) -> PaymentSpec:
     modes = tuple(normalize(m) for m in spec["handoff_modes"])
     for mode in modes:
         if any(word in mode for word in UNSAFE_MODE_WORDS):
-            raise PackError("payment/handoff_modes names a mode that can pay without a person")
+            raise PackError(f"$.payment.handoff_modes: {mode!r} can pay without a person")
     return PaymentSpec(_selector(spec["row"], "payment/row", ev),
                        _regex(spec["mode_regex"], "payment/mode_regex", "mode"), modes)
 
@@ -355,14 +392,17 @@ def compile_pack(data: Any) -> Pack:
     try:
         validate("selector_pack", data)
     except SchemaError as exc:
-        raise PackError(f"pack does not match its schema ({exc})") from exc
+        where = explain("selector_pack", data)
+        if where is None:  # validate and explain disagree: still a refusal
+            raise PackError(f"$: does not match the pack schema ({exc})") from exc
+        raise PackError(f"{where[0]}: {_one_line(where[1], 160)}") from None
     ev = set(data["evidence"])
     for screen in data["recognition_order"]:
         if screen not in data["screens"]:
-            raise PackError(f"recognition_order names an undefined screen {screen}")
+            raise PackError(f"$.recognition_order: names the undefined screen {screen}")
     for screen in data["screens"]:
         if screen not in data["recognition_order"]:
-            raise PackError(f"screen {screen} is missing from recognition_order")
+            raise PackError(f"$.recognition_order: the screen {screen} is missing")
     screens = {
         name: ScreenRule(
             all=tuple(_selector(s, f"screens/{name}/all", ev) for s in rule["all"]),
@@ -401,7 +441,15 @@ def compile_pack(data: Any) -> Pack:
         dismissals=dismissals,
         raw=data,
         after_submit=_after_submit(data.get("after_submit"), ev),
+        privacy_rows=_privacy_rows(data.get("privacy"), ev),
     )
+
+
+def _privacy_rows(spec: dict[str, Any] | None, ev: set[str]) -> tuple[Selector, ...]:
+    """The optional ``privacy.rows`` selectors (address / recipient rows); never tapped, only scrubbed."""
+    if spec is None:
+        return ()
+    return tuple(_selector(row, f"privacy/rows/{i}", ev) for i, row in enumerate(spec["rows"]))
 
 
 def _after_submit(spec: dict[str, Any] | None, ev: set[str]) -> Any:
@@ -417,51 +465,84 @@ def _roles(spec: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
     for headers in out.values():
         for header in headers:
             if header in seen:
-                raise PackError("a dimension header is mapped to two roles")
+                raise PackError(f"$.dimension_roles: the header {header!r} is mapped to two roles")
             seen.add(header)
     return out
 
 
 def parse_pack_text(text: str | bytes) -> Pack:
+    """Parse and compile one pack's bytes (no evidence check: there is no directory to read it from).
+    Raises PackError ``$…: <problem>``."""
+    return compile_pack(parse_pack_json(text))
+
+
+def parse_pack_json(text: str | bytes) -> Any:
+    """Strict JSON of a pack file (no duplicate keys, NaN or bad UTF-8; at most MAX_PACK_BYTES).
+    Raises PackError ``$: <problem>``."""
     if len(text) > MAX_PACK_BYTES:
-        raise PackError("pack file too large")
+        raise PackError(f"$: pack file larger than {MAX_PACK_BYTES} bytes")
     try:
-        data = loads_strict(text, allow_floats=True)
+        return loads_strict(text, allow_floats=True)
     except StrictJSONError as exc:
-        raise PackError("pack is not valid strict JSON (duplicate keys, NaN, bad UTF-8 …)") from exc
-    return compile_pack(data)
+        raise PackError(f"$: not valid strict JSON ({_one_line(str(exc))})") from exc
 
 
-def load_pack(path: str | Path) -> Pack:
+def load_pack(path: str | Path, *, verify_evidence: bool = True) -> Pack:
+    """Load, validate and compile the pack file ``path`` and (unless ``verify_evidence`` is False:
+    pack authoring tools only) re-hash its evidence files, relative to the file's directory.
+
+    Raises PackError with ONE line ``<file name>: <JSON path>: <problem>``, e.g.
+    ``pdd-9.0.0.json: $.layouts[0].id: 'foo' is not one of ['sku_sheet', 'order_sheet']``."""
+    return load_pack_file(Path(path), verify_evidence=verify_evidence)[1]
+
+
+def load_pack_file(path: Path, *, verify_evidence: bool = True) -> tuple[Any, Pack]:
+    """:func:`load_pack` that also returns the parsed JSON (the evidence entries, for callers that
+    cache on the evidence files' stats). Raises PackError as :func:`load_pack`."""
     try:
-        raw = Path(path).read_bytes()
+        raw = path.read_bytes()
     except OSError as exc:
-        raise PackError("cannot read pack file") from exc
-    return parse_pack_text(raw)
+        raise PackError(f"{path.name}: $: cannot read the file ({exc.strerror or exc.__class__.__name__})") from exc
+    try:
+        data = parse_pack_json(raw)
+        pack = compile_pack(data)
+        if verify_evidence:
+            evidence.verify_evidence(data, path.parent)
+    except PackError as exc:
+        raise PackError(f"{path.name}: {exc}") from None
+    return data, pack
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def shipped_pack_dir() -> Path:
+    """The directory of the packs inside the installed package (``cmbuyer/agent/packs``)."""
+    root = resources.files("cmbuyer.agent.packs")
+    if not isinstance(root, Path):  # a zipped install: packs and their evidence must be plain files
+        raise PackError("$: the shipped packs are not plain files (zipped install?)")
+    return root
 
 
 def shipped_packs() -> list[Pack]:
-    """Every pack under ``cmbuyer/agent/packs/*.json``, sorted by id. A broken shipped pack raises."""
-    packs = []
-    for entry in sorted(resources.files("cmbuyer.agent.packs").iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".json"):
-            packs.append(parse_pack_text(entry.read_bytes()))
-    return packs
+    """Every pack under ``cmbuyer/agent/packs/*.json`` (evidence verified), sorted by file name, through
+    the operator-dir loader's per-file cache (no re-hashing on every call). A broken shipped pack
+    raises PackError (a release defect)."""
+    from cmbuyer.agent.packdir import scan  # packdir builds on this module
 
-
-def iter_pack_candidates(extra_dir: Path | None = None) -> Iterator[Pack]:
-    """Shipped packs, then packs in ``extra_dir`` (operator-authored, e.g. $CMBUYER_AGENT_PACK_DIR)."""
-    yield from shipped_packs()
-    if extra_dir is not None and extra_dir.is_dir():
-        for path in sorted(extra_dir.glob("*.json")):
-            yield load_pack(path)
+    found = scan(None, check_permissions=False).shipped
+    broken = next((f.error for f in found if f.error is not None), None)
+    if broken is not None:
+        raise PackError(broken)
+    return [f.pack for f in found if f.pack is not None]
 
 
 def pack_for_version(version_name: str, version_code: int, extra_dir: Path | None = None) -> Pack:
-    """The one pack for exactly this version. None → PackError; two → PackError (ambiguous)."""
-    found = [p for p in iter_pack_candidates(extra_dir) if p.matches_version(version_name, version_code)]
-    if not found:
-        raise PackError(f"no selector pack for app version {version_name} ({version_code})")
-    if len(found) > 1:
-        raise PackError("more than one selector pack for this app version")
-    return found[0]
+    """The one pack for exactly this version, shipped or in the operator pack dir ``extra_dir``
+    (without the permission check). Kept for callers of the older API; see
+    :func:`cmbuyer.agent.packdir.resolve_pack`. Raises PackError."""
+    from cmbuyer.agent.packdir import resolve_pack  # packdir builds on this module
+
+    return resolve_pack(version_name, version_code, extra_dir, check_permissions=False)

@@ -55,21 +55,24 @@ class SupervisionPolicy:
         return self.required_orders > 0
 
 
-def is_supervised(policy: SupervisionPolicy, confirmed_orders: int, held: bool) -> bool:
+def is_supervised(policy: SupervisionPolicy, confirmed_orders: int, held: bool, *, device_off: bool = False) -> bool:
     """Whether a new attempt of a pair with ``confirmed_orders`` confirmed-right orders needs approval.
 
-    Off (``required_orders == 0``) → False. Otherwise True while ``confirmed_orders < required_orders``
-    and for a held pair (a held pair claims nothing anyway, see :func:`blocks_claims`; should it ever
-    reach a claim it is watched, never trusted). A pair without a row has ``confirmed_orders`` 0.
+    Off (``required_orders == 0``) or the device exempted by an admin (``device_off``:
+    ``devices.supervision_off``, CLI ``device supervision DEVICE off``) → False. Otherwise True while
+    ``confirmed_orders < required_orders`` and for a held pair (a held pair claims nothing anyway, see
+    :func:`blocks_claims`; should it ever reach a claim it is watched, never trusted). A pair without a row
+    has ``confirmed_orders`` 0.
     """
-    if not policy.enabled:
+    if not policy.enabled or device_off:
         return False
     return held or confirmed_orders < policy.required_orders
 
 
 def blocks_claims(held: bool) -> bool:
     """A held pair (a person marked one of its orders wrong) claims nothing until an admin puts the device
-    back under supervision — also when the setting is 0: turning supervision off does not clear a verdict."""
+    back under supervision — also when the setting is 0 or the device is exempted: turning supervision off
+    does not clear a person's verdict."""
     return held
 
 

@@ -3,8 +3,14 @@ answer whether its Pinduoduo version is allowed, with the server's time.
 
 The body's ``device_id`` must be the authenticated device (checked by the route before any write).
 The record is last-writer-wins on the device row; an audit row is written only when a reported fact
-changes (version, serial, state, allowed flag …), so a steady 10-second heartbeat does not flood the
-append-only audit trail, while every change of what the server knows stays traceable.
+changes (version, serial, state, pack, allowed flag …), so a steady 10-second heartbeat does not flood
+the append-only audit trail, while every change of what the server knows stays traceable.
+
+``pack_id`` (issue 16 §6, an extension of spec 002's heartbeat) is the screen-reading pack the agent uses for
+the installed app version, or ``"NO_PACK"``. A heartbeat without it (an agent older than issue 16, or a
+phone whose app version is unknown: ADB offline, app missing) stores NULL = unknown: the devices page
+shows "—" rather than a pack id an earlier, newer agent reported — a stale id would claim a pack that the
+running agent may not have.
 """
 
 from __future__ import annotations
@@ -38,11 +44,12 @@ def record_heartbeat(conn: sqlite3.Connection, *, device_id: str, body: dict[str
     facts = {"client_version": body["client_version"], "adb_serial": body["adb_serial"],
              "android_release": body["android_release"], "pdd_version": body["pdd_version"],
              "pdd_version_code": body.get("pdd_version_code"), "reported_state": body["state"],
-             "app_version_allowed": allowed}
+             "pack_id": body.get("pack_id"), "app_version_allowed": allowed}
     device_store.record_heartbeat(conn, device_id, at=at, client_version=facts["client_version"],
                                   adb_serial=facts["adb_serial"], android_release=facts["android_release"],
                                   pdd_version=facts["pdd_version"], pdd_version_code=facts["pdd_version_code"],
-                                  reported_state=facts["reported_state"], app_version_allowed=allowed)
+                                  reported_state=facts["reported_state"], pack_id=facts["pack_id"],
+                                  app_version_allowed=allowed)
     before = {name: getattr(previous, name) for name in facts}
     if before != facts:
         audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="device.heartbeat",

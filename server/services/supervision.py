@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cmbuyer.schemas import NO_PACK
 from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
@@ -76,17 +75,19 @@ class ClaimSupervision:
 
 def for_claim(conn: sqlite3.Connection, *, device_id: str, gate: DeviceGate, claim_pack_id: str | None,
               policy: SupervisionPolicy) -> ClaimSupervision:
-    """Decide the pair of a new claim (:func:`rules.pack_key_for`: claim-next ``pack_id`` → last heartbeat pack
-    id → app version) and read its row (absent = 0 confirmed, not held). One or two primary-key reads.
+    """Decide the pair of a new claim (:func:`rules.pack_key_for`: claim-next ``pack_id`` → the last heartbeat's
+    pack id → its app version, all from ``gate``) and read its row (absent = 0 confirmed, not held): one
+    primary-key read. A device an admin exempted (``gate.supervision_off``) is never supervised; a held pair
+    still claims nothing.
 
     Raises ``ValueError`` when no pack key can be built (no pack id and no app version): the caller refuses
     the claim, it never invents a pair.
     """
-    heartbeat_pack = None if claim_pack_id not in (None, NO_PACK) else store.device_pack_id(conn, device_id)
-    key = rules.pack_key_for(claim_pack_id, heartbeat_pack, gate.pdd_version, gate.pdd_version_code)
+    key = rules.pack_key_for(claim_pack_id, gate.pack_id, gate.pdd_version, gate.pdd_version_code)
     pair = store.get_pair(conn, device_id, key)
     confirmed, held = (0, False) if pair is None else (pair.confirmed_orders, pair.held)
-    return ClaimSupervision(key, rules.blocks_claims(held), rules.is_supervised(policy, confirmed, held))
+    return ClaimSupervision(key, rules.blocks_claims(held),
+                            rules.is_supervised(policy, confirmed, held, device_off=gate.supervision_off))
 
 
 def record_claim(conn: sqlite3.Connection, device_id: str, decision: ClaimSupervision, at: str) -> None:
@@ -97,13 +98,12 @@ def record_claim(conn: sqlite3.Connection, device_id: str, decision: ClaimSuperv
 
 
 def heartbeat_fields(conn: sqlite3.Connection, *, device_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Extra heartbeat answer fields: ``{"supervision_hold": True}`` when the pair of the pack the heartbeat
-    reports (its ``pack_id``, else the stored one, else the app version it reports) is held; else ``{}``.
-    A heartbeat without an app version names no pair and gets ``{}`` (it cannot claim anyway)."""
-    reported = body.get("pack_id")
-    stored_pack = None if reported not in (None, NO_PACK) else store.device_pack_id(conn, device_id)
+    """Extra heartbeat answer fields: ``{"supervision_hold": True}`` when the pair of this heartbeat is held;
+    else ``{}``. The pair is the one a claim right after it would use: the heartbeat's ``pack_id`` (which
+    the heartbeat stores, absent = NULL), else ``app:<pdd_version>:<pdd_version_code>``. A heartbeat without
+    a pack id and an app version names no pair and gets ``{}`` (it cannot claim anyway)."""
     try:
-        key = rules.pack_key_for(reported, stored_pack, body.get("pdd_version"), body.get("pdd_version_code"))
+        key = rules.pack_key_for(None, body.get("pack_id"), body.get("pdd_version"), body.get("pdd_version_code"))
     except ValueError:
         return {}
     pair = store.get_pair(conn, device_id, key)

@@ -135,7 +135,7 @@ def devices_with_claims(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     rows = conn.execute(
         "SELECT d.id, d.name, d.state, d.created_at, d.revoked_at, d.last_heartbeat_at, d.client_version,"
         " d.adb_serial, d.android_release, d.pdd_version, d.pdd_version_code, d.reported_state,"
-        " d.app_version_allowed, a.id AS attempt_id, a.task_id AS claim_task_id,"
+        " d.app_version_allowed, d.pack_id, a.id AS attempt_id, a.task_id AS claim_task_id,"
         " a.lease_expires_at AS claim_lease_expires_at, t.title AS claim_task_title"
         " FROM devices d LEFT JOIN attempts a ON a.device_id = d.id AND a.state = 'OPEN'"
         " LEFT JOIN tasks t ON t.id = a.task_id ORDER BY d.created_at, d.id"

@@ -48,13 +48,6 @@ def _approval(r: sqlite3.Row | tuple[object, ...]) -> Approval:
     return Approval(*tuple(r))  # SELECT lists the dataclass fields in order
 
 
-def device_pack_id(conn: sqlite3.Connection, device_id: str) -> str | None:
-    """``devices.pack_id``: the pack id of the device's last heartbeat (NULL: never reported; may be
-    ``NO_PACK``)."""
-    r = conn.execute("SELECT pack_id FROM devices WHERE id = ?", (device_id,)).fetchone()
-    return None if r is None else r[0]
-
-
 def get_pair(conn: sqlite3.Connection, device_id: str, pack_key: str) -> Pair | None:
     """The pair row (primary key lookup), or None when the pair was never supervised."""
     r = conn.execute("SELECT device_id, pack_key, confirmed_orders, held, held_reason, updated_at"

@@ -41,8 +41,9 @@ UUID4_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[
 HEX64_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
 # Canonical money: no sign, no leading zeros, exactly two decimals (design §4, bad-inputs "Money").
 MONEY_RE = re.compile(r"(0|[1-9][0-9]{0,8})\.[0-9]{2}", re.ASCII)
-# Selector pack id (agent/packs, contract "Heartbeat pack id"); the agent reports NO_PACK when it has none.
+# Selector pack id (selector_pack.json "id"; heartbeat "pack_id"): lowercase ASCII, at most 64 characters.
 PACK_ID_RE = re.compile(r"[a-z0-9][a-z0-9._+-]{0,63}", re.ASCII)
+# What the heartbeat's pack_id says when the agent has no valid pack for the installed app version: not a pack id.
 NO_PACK = "NO_PACK"
 # Wire time: always UTC 'Z', optional 6-digit fraction (design §4, "Time on the wire").
 UTC_TIME_RE = re.compile(
@@ -74,9 +75,9 @@ def is_money(value: object) -> bool:
 
 
 def is_pack_id(value: object) -> bool:
-    """True for a selector pack id (``[a-z0-9][a-z0-9._+-]{0,63}``, full match) or the literal ``NO_PACK``
-    (JSON Schema format ``pack-id``)."""
-    return isinstance(value, str) and (value == NO_PACK or PACK_ID_RE.fullmatch(value) is not None)
+    """True for a selector pack id such as ``"pdd-8.17.0-81700"`` (1–64 of ``a-z 0-9 . _ + -``, first a
+    letter or digit), nothing else — in particular not the heartbeat's ``"NO_PACK"`` marker."""
+    return isinstance(value, str) and PACK_ID_RE.fullmatch(value) is not None
 
 
 def parse_utc_time(value: str) -> datetime:
@@ -270,3 +271,16 @@ def validate(name: str, instance: object) -> None:
     if error is not None:
         path = "/".join(str(p) for p in error.absolute_path)
         raise SchemaError(f"{error.validator} failed at /{path}", path)
+
+
+def explain(name: str, instance: object) -> tuple[str, str] | None:
+    """The most relevant violation of schema ``name`` by ``instance`` as ``(json_path, message)``
+    (e.g. ``("$.layouts[0].id", "'foo' is not one of ['sku_sheet', 'order_sheet']")``), or None when it
+    is valid. Unlike :func:`validate` the message may echo the offending value: use it only for
+    documents that hold no secret (selector packs, scenarios), never for wire messages."""
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator(name).iter_errors(instance))
+    if error is None:
+        return None
+    return error.json_path, error.message

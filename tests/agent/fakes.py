@@ -174,12 +174,12 @@ class FakeApi(FakeServer):
         self.fail_keys: list[str] = []
 
     def heartbeat(self, *, adb_serial: str, android_release: str, pdd_version: str | None,
-                  pdd_version_code: int | None, state: str) -> dict[str, Any]:
+                  pdd_version_code: int | None, state: str, pack_id: str | None = None) -> dict[str, Any]:
         self._maybe_down()
-        validate("heartbeat.request", {"device_id": str(uuid.uuid4()), "client_version": "0.1.0",
-                                       "adb_serial": adb_serial, "android_release": android_release,
-                                       "pdd_version": pdd_version, "pdd_version_code": pdd_version_code,
-                                       "state": state})
+        body = {"device_id": str(uuid.uuid4()), "client_version": "0.1.0", "adb_serial": adb_serial,
+                "android_release": android_release, "pdd_version": pdd_version,
+                "pdd_version_code": pdd_version_code, "state": state}
+        validate("heartbeat.request", body if pack_id is None else {**body, "pack_id": pack_id})
         self.heartbeat_states.append(state)
         return {"device_id": str(uuid.uuid4()), "app_version_allowed": self.allowed,
                 "server_now": "2099-01-01T00:00:00Z", "heartbeat_interval_seconds": self.interval}

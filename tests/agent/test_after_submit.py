@@ -6,7 +6,6 @@ records. Pure functions + a real SQLite journal; the phone runs are in test_afte
 from __future__ import annotations
 
 import copy
-import hashlib
 from decimal import Decimal
 from pathlib import Path
 
@@ -131,7 +130,7 @@ def test_order_list_is_not_the_order_detail_page() -> None:
 
 def _conf_with_leave(leave: dict) -> A.AfterSubmit:
     raw = copy.deepcopy(_pack().raw)
-    raw["after_submit"]["confirmation"]["retention_dialog"]["leave"] = dict(leave, evidence=["real-leave-dialog"])
+    raw["after_submit"]["confirmation"]["retention_dialog"]["leave"] = dict(leave, evidence=["sim-leave-dialog"])
     return compile_pack(raw).after_submit
 
 
@@ -172,19 +171,14 @@ def test_broken_after_submit_sections_are_refused(mutate) -> None:
         compile_pack(raw)
 
 
-def test_after_submit_is_optional_and_evidence_matches_fixtures() -> None:
+def test_after_submit_is_optional_and_every_shipped_pack_carries_it() -> None:
     raw = copy.deepcopy(_pack().raw)
     raw.pop("after_submit")
     assert compile_pack(raw).after_submit is None
-    captures = {"real-order-list": "real/order_list.xml", "sim-order-list": "sim/order_list.xml",
-                "real-leave-dialog": "real/leave_order_dialog.xml", "sim822-retention": "sim822/retention.xml",
-                "sim822-order-list": "sim822/order_list.xml"}
-    # every shipped pack carries the section (make_pack.py rewrites packs: run make_after_submit.py after it)
+    # every shipped pack carries the section (make_pack.py rewrites packs: run make_after_submit.py after
+    # it); its evidence files are re-hashed at load (tests/agent/test_pack_verify.py)
     for pack in shipped_packs():
         assert pack.after_submit is not None, pack.id
-        for eid, bundle in pack.raw["evidence"].items():
-            if eid in captures:
-                assert bundle["dump_sha256"] == hashlib.sha256((FX / captures[eid]).read_bytes()).hexdigest()
 
 
 def test_822_simulator_captures_after_the_tap() -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.packdir import Resolution
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import compile_pack, shipped_packs
 from cmbuyer.phonesim.journal import assert_no_foreign_screenshots, foreign_screenshots, payment_taps
@@ -191,7 +192,8 @@ def test_confirmation_that_cannot_find_the_order_still_reports(tmp_path: Path, s
     (shipped,) = [p for p in shipped_packs() if p.version_name == "8.17.0"]
     raw = copy.deepcopy(shipped.raw)
     raw["after_submit"]["confirmation"]["order_list_deep_link"] = "pinduoduo://com.xunmeng.pinduoduo/mall.html?type=1"
-    monkeypatch.setattr(runner_module, "pack_for_version", lambda *a, **k: compile_pack(raw))
+    monkeypatch.setattr(runner_module, "resolve",
+                        lambda *a, **k: Resolution(compile_pack(raw), "operator", tmp_path / "pack.json"))
     agent, task, entries, (order,), submit = _run_one(tmp_path, srv, _scenario(outcome="EXTERNAL_CASHIER_WECHAT"))
     later = _after(entries, submit["seq"])
     assert [e["kind"] for e in later if e["kind"] in ("tap", "key", "deep_link")] == ["key", "tap", "deep_link"]

@@ -39,9 +39,12 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         rc = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
         out = capsys.readouterr().out
         checks = _checks(out)
+        row = srv.device_row(json.loads(cred.read_text())["device_id"])
+    assert (row["reported_state"], row["pack_id"]) == ("PAUSED", "pdd-8.17.0-81700")  # heartbeat pack_id
     assert json.loads(cred.read_text())["token"] not in out
     assert rc == 0, checks
-    assert checks["selector pack"]["detail"] == "pdd-8.17.0-81700"
+    # which pack and where from (operator pack dirs: tests/agent/test_packdir.py)
+    assert checks["selector pack"]["detail"].startswith("pdd-8.17.0-81700 (shipped pack /")
     assert checks["Pinduoduo installed"]["detail"] == "8.17.0 (81700)"
     assert checks["server allows this app version"]["ok"]
     assert all(c["ok"] for c in checks.values())
@@ -59,6 +62,19 @@ def test_doctor_reports_missing_pack_and_bad_credentials(tmp_path: Path, capsys:
     assert rc == 1
     assert checks["selector pack"]["ok"] is False
     assert checks["server"]["ok"] is False and "0600" in checks["server"]["detail"]
+
+
+def test_doctor_heartbeats_no_pack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No pack for the installed version: doctor fails the pack check and tells the server NO_PACK."""
+    scen = copy.deepcopy(_default())
+    scen["app"]["version_name"], scen["app"]["version_code"] = "8.18.0", 81800
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim(scen):
+        cred = _creds_file(tmp_path, srv)
+        rc = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+        checks = _checks(capsys.readouterr().out)
+        row = srv.device_row(json.loads(cred.read_text())["device_id"])
+    assert rc == 1 and checks["selector pack"]["ok"] is False and checks["server reachable"]["ok"]
+    assert (row["pdd_version"], row["pack_id"]) == ("8.18.0", "NO_PACK")
 
 
 def test_doctor_without_adb_server(tmp_path: Path, capsys: pytest.CaptureFixture[str],

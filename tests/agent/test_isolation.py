@@ -61,6 +61,27 @@ def test_readers_and_capabilities_cannot_reach_permit_or_submit() -> None:
             assert not (_reach(graph, mod) & forbidden), mod
 
 
+DRY_RUN_MODULES = ("cmbuyer.agent.dryrun", "cmbuyer.agent.prefence", "cmbuyer.agent.capture")
+
+
+def test_dry_run_cannot_reach_a_permit_a_fence_or_the_submit_tap() -> None:
+    """The dry run (and the engine and capture code it runs) has no way to a permit: it reaches none of
+    the modules that hold one or talk to the server, and never names the fence or the submit tap."""
+    graph = _graph()
+    forbidden = {"cmbuyer.agent.permit", "cmbuyer.agent.submit", "cmbuyer.agent.client", "cmbuyer.agent.ports",
+                 "cmbuyer.agent.flow", "cmbuyer.agent.runner", "cmbuyer.agent.outbox", "cmbuyer.agent.recovery",
+                 "cmbuyer.agent.confirm"}
+    for mod in DRY_RUN_MODULES:
+        assert mod in graph, mod
+        assert not (_reach(graph, mod) & forbidden), (mod, _reach(graph, mod) & forbidden)
+        path = AGENT / f"{mod.rsplit('.', 1)[-1]}.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute | ast.Name):
+                name = node.attr if isinstance(node, ast.Attribute) else node.id
+                assert name not in ("create_submission_fence", "submit_tap_once", "submit_order_once",
+                                    "SubmissionPermit", "ResultSink"), (mod, name)
+
+
 def test_only_submit_calls_the_submit_tap_and_only_adapter_taps() -> None:
     for path in AGENT.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -136,14 +135,11 @@ def test_inspect_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "--dump", str(FX / "nope.xml")]) == 2
 
 
-def test_shipped_pack_valid_and_evidence_matches_fixtures() -> None:
+def test_shipped_packs_valid() -> None:
+    """Both shipped packs load (evidence re-hashed: tests/agent/test_pack_verify.py covers the files)."""
     pack, newer = shipped_packs()
     assert (pack.version_name, pack.version_code) == ("8.17.0", 81700)
     assert (newer.version_name, newer.version_code) == ("8.22.0", 82200)
-    names = {"real-product": "real/product.xml", "real-sku-panel": "real/sku_panel.xml",
-             "real-confirm": "real/confirm_order.xml", "sim-confirm": "sim/confirm_order.xml"}
-    for eid, fname in names.items():
-        assert pack.raw["evidence"][eid]["dump_sha256"] == hashlib.sha256((FX / fname).read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize("mutate", [

@@ -1,4 +1,4 @@
-"""``GET /devices`` (last heartbeat, app version, allowed, open claim) and
+"""``GET /devices`` (last heartbeat, app version, allowed, pack (识别包), open claim) and
 ``POST /devices/{id}/revoke`` — the same revoke use-case as ``cmbuyer-server device revoke``.
 
 Revoking needs an explicit confirmation field (``confirm=revoke``) besides CSRF: the page asks with a

@@ -5,145 +5,120 @@ SQLite file; the browser does everything a purchaser does: log in, create two ta
 start purchases, watch the table update live while a (seeded) phone claims one, open a drawer, reset
 one, cancel the other, log out. Screenshots of every step go to ``test-artifacts/admin-browser/``.
 
-Skipped only when /usr/bin/chromium is missing *and* ``CI`` is unset; in CI it must run.
+Skip rules and the Chromium set-up: tests/server/admin/browser.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from cmbuyer.server.app import create_app
 
+from .browser import ARTIFACTS, BROWSER_MARKS, chromium_page
 from .conftest import ADMIN_PASSWORD, ADMIN_USER
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "admin-browser"
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                       reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)"),
-]
+pytestmark = BROWSER_MARKS
 
 
 async def test_purchaser_flow_in_chromium(aiohttp_server: Any, settings: Any, admin: str, make_device: Any,
                                           seed: Any, sync_conn: Any, clock: Any) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     clock.set(datetime.now(UTC))  # seeded rows use the same time as the server's real clock
     server = await aiohttp_server(create_app(settings))  # real clock
     base = str(server.make_url("")).rstrip("/")
-    problems: list[str] = []
     shot_no = 0
 
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        try:
-            context = await browser.new_context(viewport={"width": 1440, "height": 900}, locale="zh-CN")
-            page = await context.new_page()
-            page.set_default_timeout(10_000)
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-            page.on("dialog", lambda d: d.accept())
+    async with chromium_page(http_errors=True) as (page, problems):
 
-            async def shot(name: str) -> None:
-                nonlocal shot_no
-                shot_no += 1
-                await page.screenshot(path=str(ARTIFACTS / f"{shot_no:02d}-{name}.png"), full_page=True)
+        async def shot(name: str) -> None:
+            nonlocal shot_no
+            shot_no += 1
+            await page.screenshot(path=str(ARTIFACTS / f"{shot_no:02d}-{name}.png"), full_page=True)
 
-            # log in
-            await page.goto(base + "/tasks")
-            await expect(page).to_have_url(re.compile(r"/login$"))
-            await page.fill("input[name=username]", ADMIN_USER)
-            await page.fill("input[name=password]", ADMIN_PASSWORD)
-            await shot("login")
-            await page.click("button:has-text('登录')")
-            await expect(page).to_have_url(re.compile(r"/tasks$"))
-            await expect(page.locator("header .who")).to_have_text(ADMIN_USER)
+        # log in
+        await page.goto(base + "/tasks")
+        await expect(page).to_have_url(re.compile(r"/login$"))
+        await page.fill("input[name=username]", ADMIN_USER)
+        await page.fill("input[name=password]", ADMIN_PASSWORD)
+        await shot("login")
+        await page.click("button:has-text('登录')")
+        await expect(page).to_have_url(re.compile(r"/tasks$"))
+        await expect(page.locator("header .who")).to_have_text(ADMIN_USER)
 
-            # create two tasks through the form
-            for title, color in (("纯棉短袖 浏览器一", "黑色"), ("加绒卫衣 浏览器二", "藏青")):
-                await page.click("details.create summary")
-                await page.fill("input[name=title]", title)
-                await page.fill("input[name=product_url]",
-                                "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375")
-                await page.fill("input[name=sku_color]", color)
-                await page.fill("input[name=sku_size]", "M")
-                await page.fill("input[name=quantity]", "2")
-                await page.fill("input[name=max_total_price]", "30.00")
-                await page.click("button:has-text('创建草稿')")
-                await expect(page.locator(".notice")).to_contain_text("已创建草稿任务")
-            rows = page.locator("#task-rows tr[data-task-id]")
-            await expect(rows).to_have_count(2)
-            await expect(page.locator("#task-rows .state")).to_have_text(["草稿", "草稿"])
-            await shot("two-drafts")
+        # create two tasks through the form
+        for title, color in (("纯棉短袖 浏览器一", "黑色"), ("加绒卫衣 浏览器二", "藏青")):
+            await page.click("details.create summary")
+            await page.fill("input[name=title]", title)
+            await page.fill("input[name=product_url]",
+                            "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375")
+            await page.fill("input[name=sku_color]", color)
+            await page.fill("input[name=sku_size]", "M")
+            await page.fill("input[name=quantity]", "2")
+            await page.fill("input[name=max_total_price]", "30.00")
+            await page.click("button:has-text('创建草稿')")
+            await expect(page.locator(".notice")).to_contain_text("已创建草稿任务")
+        rows = page.locator("#task-rows tr[data-task-id]")
+        await expect(rows).to_have_count(2)
+        await expect(page.locator("#task-rows .state")).to_have_text(["草稿", "草稿"])
+        await shot("two-drafts")
 
-            # select both and start purchases with the exact button
-            await page.check("#select-all")
-            await expect(page.locator("#selected-count")).to_have_text("已选 2 个。")
-            button = page.get_by_role("button", name="开始采购（只创建待付款订单）", exact=True)
-            await expect(button).to_have_text("开始采购（只创建待付款订单）")
-            await shot("selected")
-            await button.click()
-            await expect(page.locator(".notice")).to_contain_text("已开始采购")
-            await expect(page.locator("#task-rows .state")).to_have_text(["待领取", "待领取"])
-            await shot("started")
-            ids = await rows.evaluate_all("rs => rs.map(r => r.dataset.taskId)")
+        # select both and start purchases with the exact button
+        await page.check("#select-all")
+        await expect(page.locator("#selected-count")).to_have_text("已选 2 个。")
+        button = page.get_by_role("button", name="开始采购（只创建待付款订单）", exact=True)
+        await expect(button).to_have_text("开始采购（只创建待付款订单）")
+        await shot("selected")
+        await button.click()
+        await expect(page.locator(".notice")).to_contain_text("已开始采购")
+        await expect(page.locator("#task-rows .state")).to_have_text(["待领取", "待领取"])
+        await shot("started")
+        ids = await rows.evaluate_all("rs => rs.map(r => r.dataset.taskId)")
 
-            # live view: a phone claims the first task; the table updates without a reload
-            device = make_device("浏览器测试机")
-            attempt = seed.claim(ids[0], device.device_id, ordering=True)
-            seed.events(ids[0], attempt, [("GATE_1", "OK", None, "规格一致")])
-            await expect(page.locator(f"tr[data-task-id='{ids[0]}'] .state")).to_have_text("下单中", timeout=10_000)
-            await expect(page.locator(f"tr[data-task-id='{ids[0]}']")).to_contain_text("浏览器测试机")
-            await shot("live-update")
+        # live view: a phone claims the first task; the table updates without a reload
+        device = make_device("浏览器测试机")
+        attempt = seed.claim(ids[0], device.device_id, ordering=True)
+        seed.events(ids[0], attempt, [("GATE_1", "OK", None, "规格一致")])
+        await expect(page.locator(f"tr[data-task-id='{ids[0]}'] .state")).to_have_text("下单中", timeout=10_000)
+        await expect(page.locator(f"tr[data-task-id='{ids[0]}']")).to_contain_text("浏览器测试机")
+        await shot("live-update")
 
-            # open the drawer of the claimed task and reset it to draft
-            await page.click(f"tr[data-task-id='{ids[0]}'] a.open-drawer")
-            drawer = page.locator("#drawer")
-            await expect(drawer).to_be_visible()
-            await expect(drawer.locator("article.detail")).to_contain_text("浏览器测试机")
-            await expect(drawer.locator("article.detail")).to_contain_text("GATE_1")
-            await expect(page).to_have_url(re.compile(r"/tasks"))  # still the list: it is a drawer
-            await shot("drawer")
-            await drawer.get_by_role("button", name="重置为草稿").click()
-            await expect(page.locator(".notice")).to_contain_text("任务已重置为草稿")
-            await expect(page.locator(f"tr[data-task-id='{ids[0]}'] .state")).to_have_text("草稿")
-            await shot("reset")
+        # open the drawer of the claimed task and reset it to draft
+        await page.click(f"tr[data-task-id='{ids[0]}'] a.open-drawer")
+        drawer = page.locator("#drawer")
+        await expect(drawer).to_be_visible()
+        await expect(drawer.locator("article.detail")).to_contain_text("浏览器测试机")
+        await expect(drawer.locator("article.detail")).to_contain_text("GATE_1")
+        await expect(page).to_have_url(re.compile(r"/tasks"))  # still the list: it is a drawer
+        await shot("drawer")
+        await drawer.get_by_role("button", name="重置为草稿").click()
+        await expect(page.locator(".notice")).to_contain_text("任务已重置为草稿")
+        await expect(page.locator(f"tr[data-task-id='{ids[0]}'] .state")).to_have_text("草稿")
+        await shot("reset")
 
-            # cancel the other one from its drawer
-            await page.click(f"tr[data-task-id='{ids[1]}'] a.open-drawer")
-            await expect(drawer).to_be_visible()
-            await drawer.get_by_role("button", name="取消任务").click()
-            await expect(page.locator(".notice")).to_contain_text("任务已取消")
-            await expect(page.locator(f"tr[data-task-id='{ids[1]}'] .state")).to_have_text("已取消")
-            await shot("cancelled")
+        # cancel the other one from its drawer
+        await page.click(f"tr[data-task-id='{ids[1]}'] a.open-drawer")
+        await expect(drawer).to_be_visible()
+        await drawer.get_by_role("button", name="取消任务").click()
+        await expect(page.locator(".notice")).to_contain_text("任务已取消")
+        await expect(page.locator(f"tr[data-task-id='{ids[1]}'] .state")).to_have_text("已取消")
+        await shot("cancelled")
 
-            # the full detail page of the reset task keeps its history
-            await page.goto(f"{base}/tasks/{ids[0]}")
-            await expect(page.locator("article.detail")).to_contain_text("task.reset_to_draft")
-            await shot("detail-page")
+        # the full detail page of the reset task keeps its history
+        await page.goto(f"{base}/tasks/{ids[0]}")
+        await expect(page.locator("article.detail")).to_contain_text("task.reset_to_draft")
+        await shot("detail-page")
 
-            # log out
-            await page.click("button:has-text('退出登录')")
-            await expect(page).to_have_url(re.compile(r"/login\?notice=logged_out$"))
-            await expect(page.locator(".notice")).to_contain_text("已退出登录")
-            await shot("logged-out")
-            await page.goto(base + "/tasks")
-            await expect(page).to_have_url(re.compile(r"/login$"))
-            await context.close()
-        finally:
-            await browser.close()
+        # log out
+        await page.click("button:has-text('退出登录')")
+        await expect(page).to_have_url(re.compile(r"/login\?notice=logged_out$"))
+        await expect(page.locator(".notice")).to_contain_text("已退出登录")
+        await shot("logged-out")
+        await page.goto(base + "/tasks")
+        await expect(page).to_have_url(re.compile(r"/login$"))
 
     assert problems == [], problems  # no CSP violations, no script errors
     states = dict(sync_conn.execute("SELECT id, state FROM tasks").fetchall())

@@ -4,19 +4,19 @@ Screenshots go to ``test-artifacts/admin-browser/readable-*.png`` (for people to
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any
 
 from cmbuyer.server.app import create_app
 
-from .conftest import ADMIN_PASSWORD, ADMIN_USER
-from .test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, pytestmark  # noqa: F401  (same skip rules)
+from .browser import ARTIFACTS, BROWSER_MARKS, chromium_page, log_in
+
+pytestmark = BROWSER_MARKS
 
 
 async def test_readable_pages_in_chromium(aiohttp_server: Any, settings: Any, admin: str, make_task: Any,
                                           make_device: Any, seed: Any, clock: Any) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     clock.set(datetime.now(UTC))
@@ -44,54 +44,39 @@ async def test_readable_pages_in_chromium(aiohttp_server: Any, settings: Any, ad
     make_task(title="草稿 牛仔裤")
 
     base = str(server.make_url("")).rstrip("/")
-    problems: list[str] = []
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        try:
-            context = await browser.new_context(viewport={"width": 1440, "height": 900}, locale="zh-CN")
-            page = await context.new_page()
-            page.set_default_timeout(10_000)
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            await page.goto(base + "/login")
-            await page.fill("input[name=username]", ADMIN_USER)
-            await page.fill("input[name=password]", ADMIN_PASSWORD)
-            await page.click("button:has-text('登录')")
-            await expect(page).to_have_url(re.compile(r"/tasks$"))
+    async with chromium_page() as (page, problems):
+        await log_in(page, base)
 
-            row = page.locator(f"tr[data-task-id='{failed.id}']")
-            await expect(row).to_contain_text("退出下单（未提交） · 确认页总价超过上限")
-            await expect(page.locator(f"tr[data-task-id='{recon.id}'] .state")).to_have_text("待人工核对")
-            await page.screenshot(path=str(ARTIFACTS / "readable-list.png"), full_page=True)
+        row = page.locator(f"tr[data-task-id='{failed.id}']")
+        await expect(row).to_contain_text("退出下单（未提交） · 确认页总价超过上限")
+        await expect(page.locator(f"tr[data-task-id='{recon.id}'] .state")).to_have_text("待人工核对")
+        await page.screenshot(path=str(ARTIFACTS / "readable-list.png"), full_page=True)
 
-            # drawer of the task waiting for a person: the action is under 操作
-            await page.click(f"tr[data-task-id='{recon.id}'] a.open-drawer")
-            drawer = page.locator("#drawer")
-            await expect(drawer).to_be_visible()
-            await expect(drawer.locator("section.actions form.reconcile")).to_be_visible()
-            header = drawer.locator("th:has-text('锁定版本')")
-            line = await drawer.locator("th").first.bounding_box()
-            box = await header.bounding_box()
-            assert box is not None and line is not None and box["height"] <= line["height"] * 1.5, box
-            assert box["width"] > box["height"] * 1.5, box  # not one character per line
-            await expect(drawer.locator("details.tech")).not_to_have_attribute("open", "")
-            await drawer.screenshot(path=str(ARTIFACTS / "readable-drawer.png"))
+        # drawer of the task waiting for a person: the action is under 操作
+        await page.click(f"tr[data-task-id='{recon.id}'] a.open-drawer")
+        drawer = page.locator("#drawer")
+        await expect(drawer).to_be_visible()
+        await expect(drawer.locator("section.actions form.reconcile")).to_be_visible()
+        header = drawer.locator("th:has-text('锁定版本')")
+        line = await drawer.locator("th").first.bounding_box()
+        box = await header.bounding_box()
+        assert box is not None and line is not None and box["height"] <= line["height"] * 1.5, box
+        assert box["width"] > box["height"] * 1.5, box  # not one character per line
+        await expect(drawer.locator("details.tech")).not_to_have_attribute("open", "")
+        await drawer.screenshot(path=str(ARTIFACTS / "readable-drawer.png"))
 
-            # full detail page; 技术细节 stays collapsed until opened
-            await page.goto(f"{base}/tasks/{recon.id}")
-            detail = page.locator("article.detail")
-            await expect(detail).to_contain_text("提交结果：出现安全验证")
-            assert not await page.locator("details.tech ol.audit").is_visible()
-            await page.screenshot(path=str(ARTIFACTS / "readable-detail.png"), full_page=True)
-            await page.click("details.tech summary")
-            await expect(page.locator("details.tech ol.audit")).to_be_visible()
-            await expect(page.locator("details.tech")).to_contain_text("开始采购")
-            await page.screenshot(path=str(ARTIFACTS / "readable-detail-tech.png"), full_page=True)
+        # full detail page; 技术细节 stays collapsed until opened
+        await page.goto(f"{base}/tasks/{recon.id}")
+        detail = page.locator("article.detail")
+        await expect(detail).to_contain_text("提交结果：出现安全验证")
+        assert not await page.locator("details.tech ol.audit").is_visible()
+        await page.screenshot(path=str(ARTIFACTS / "readable-detail.png"), full_page=True)
+        await page.click("details.tech summary")
+        await expect(page.locator("details.tech ol.audit")).to_be_visible()
+        await expect(page.locator("details.tech")).to_contain_text("开始采购")
+        await page.screenshot(path=str(ARTIFACTS / "readable-detail-tech.png"), full_page=True)
 
-            await page.goto(f"{base}/tasks/{failed.id}")
-            await expect(page.locator("article.detail")).to_contain_text("确认页总价超过上限")
-            await page.screenshot(path=str(ARTIFACTS / "readable-detail-failed.png"), full_page=True)
-            await context.close()
-        finally:
-            await browser.close()
+        await page.goto(f"{base}/tasks/{failed.id}")
+        await expect(page.locator("article.detail")).to_contain_text("确认页总价超过上限")
+        await page.screenshot(path=str(ARTIFACTS / "readable-detail-failed.png"), full_page=True)
     assert problems == [], problems

@@ -54,3 +54,22 @@ async def test_revoked_device_token_stops_working(admin_client: AdminClient, mak
         resp = await client.post("/api/v1/tasks/claim-next", headers=device.headers(),
                                  json={"session_id": new_id(), "claim_request_id": new_id()})
         assert resp.status == 401
+
+
+async def test_devices_page_pack_column(admin_client: AdminClient, make_device: Any, sync_conn: Any) -> None:
+    """识别包 (issue 16 §6): the pack id, the runbook hint for NO_PACK, "—" when never reported (NULL)."""
+    packed, missing, unknown = make_device("packed"), make_device("missing"), make_device("unknown")
+    sync_conn.execute("BEGIN IMMEDIATE")
+    sync_conn.execute("UPDATE devices SET pack_id = 'pdd-8.17.0-81700' WHERE id = ?", (packed.device_id,))
+    sync_conn.execute("UPDATE devices SET pack_id = 'NO_PACK' WHERE id = ?", (missing.device_id,))
+    sync_conn.execute("COMMIT")
+    html = await (await admin_client.client.get("/devices")).text()
+    assert "<th>识别包</th>" in html
+
+    def cell(device_id: str) -> str:
+        row = html.split(f'data-device-id="{device_id}"', 1)[1].split("</tr>", 1)[0]
+        return row.split('<td class="pack">', 1)[1].split("</td>", 1)[0]
+    assert "<code>pdd-8.17.0-81700</code>" in cell(packed.device_id)
+    assert "缺少识别包" in cell(missing.device_id) and "New app version runbook" in cell(missing.device_id)
+    assert "NO_PACK" not in cell(missing.device_id)  # the hint, not the wire marker
+    assert "—" in cell(unknown.device_id) and "缺少识别包" not in cell(unknown.device_id)

@@ -52,6 +52,7 @@ from cmbuyer.server.store import admin_queries, views
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import claims as claim_store
+from tests.server.claims.test_migration_lean import add_later_columns
 from tests.server.conftest import TEST_ACTOR, DeviceCreds
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
@@ -107,6 +108,10 @@ def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "data"
     with _schema_at(4):
         assert cli_main(["--data-dir", str(d), "init", "--json"]) == 0
+    # today's services write columns of later migrations (devices.pack_id, 0007); 0005 leaves them alone
+    conn = connect_sync(d / "cmbuyer.sqlite3")
+    add_later_columns(conn)
+    conn.close()
     return d
 
 
@@ -122,18 +127,27 @@ def _applied(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
 
 
-# Today's claim-next, heartbeat and fence read and write what 0007 adds (issue 17: devices.pack_id,
-# attempts.pack_key/supervised, the supervision tables). To serve the older schemas of this module with today's
-# code, 0007's statements (only ADD COLUMN and new tables) are applied as a test-only bridge, and taken off
-# again before an upgrade is compared: 0005 rebuilds attempts with its own column list.
+# Today's claim-next and fence also read and write what 0007 adds for issue 17 (attempts.pack_key/supervised,
+# devices.supervision_off, the supervision tables). To serve the older schemas of this module with today's
+# code, 0007's statements (only ADD COLUMN and new tables; a column the data dir already has — devices.pack_id,
+# added by the data_dir fixture — is skipped) are applied as a test-only bridge, and taken off again before an
+# upgrade is compared: 0005 rebuilds attempts with its own column list.
 SUPERVISION = "0007_pack_id_and_supervision.sql"
-BRIDGE_COLUMNS = (("attempts", "supervised"), ("attempts", "pack_key"), ("devices", "pack_id"))
+BRIDGE_COLUMNS = (("attempts", "supervised"), ("attempts", "pack_key"), ("devices", "supervision_off"))
 # read at import, before the autouse fixture narrows migrate.available() to 1..5
 SUPERVISION_SQL = next(m.sql for m in migrate.available() if m.name == SUPERVISION)
 
 
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in conn.execute(f"PRAGMA table_info('{table}')")}
+
+
 def _bridge_0007(conn: sqlite3.Connection) -> None:
-    conn.executescript(SUPERVISION_SQL)
+    for statement in migrate.split_statements(SUPERVISION_SQL):
+        words = " ".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).split()
+        if words[:2] == ["ALTER", "TABLE"] and words[5] in _columns(conn, words[2]):
+            continue  # "ALTER TABLE <t> ADD COLUMN <c> …" for a column that is already there
+        conn.execute(statement)
 
 
 def _unbridge_0007(conn: sqlite3.Connection) -> None:

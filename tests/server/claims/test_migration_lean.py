@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,32 @@ class Claim:
     body: str | None
 
 
+# Columns later migrations add that today's services write (0007: the heartbeat stores devices.pack_id).
+# These tests drive today's services on an older schema: the columns exist only while they do, so each
+# migration under test still runs on exactly its old schema.
+LATER_COLUMNS = (("devices", "pack_id", "TEXT"),)
+
+
+def add_later_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """Add the :data:`LATER_COLUMNS` the schema lacks; returns the ``(table, column)`` pairs added."""
+    added = [(table, column, decl) for table, column, decl in LATER_COLUMNS
+             if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}]
+    for table, column, decl in added:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+    return [(table, column) for table, column, _ in added]
+
+
+@contextmanager
+def later_columns(conn: sqlite3.Connection) -> Iterator[None]:
+    """:func:`add_later_columns`, dropped again on the way out."""
+    added = add_later_columns(conn)
+    try:
+        yield
+    finally:
+        for table, column in reversed(added):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+
+
 def _migrate_to(conn: sqlite3.Connection, last: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     code = migrate.available()
     with monkeypatch.context() as m:
@@ -54,9 +81,18 @@ def old_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.
 
 
 def _claim(conn: sqlite3.Connection, claim: Claim, clock: ManualClock, policy: claim_service.ClaimPolicy) -> Any:
-    return run_in_transaction(conn, lambda c: claim_service.claim_next(
-        c, device_id=claim.device_id, session_id=claim.session_id, claim_request_id=claim.key, now=clock.now(),
-        policy=policy))
+    with later_columns(conn):
+        return run_in_transaction(conn, lambda c: claim_service.claim_next(
+            c, device_id=claim.device_id, session_id=claim.session_id, claim_request_id=claim.key, now=clock.now(),
+            policy=policy))
+
+
+def _heartbeat(conn: sqlite3.Connection, device_id: str, clock: ManualClock,
+               policy: claim_service.ClaimPolicy) -> None:
+    """A READY heartbeat with an allowed version (the claim-next gate), through today's service."""
+    with later_columns(conn):
+        run_in_transaction(conn, lambda c: record_heartbeat(
+            c, device_id=device_id, body=heartbeat_body(device_id), now=clock.now(), policy=policy))
 
 
 def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection) -> None:
@@ -112,8 +148,7 @@ def _seed_current(conn: sqlite3.Connection, settings: Settings, clock: ManualClo
     out = []
     for i in range(claims):
         issued = run_in_transaction(conn, lambda c, i=i: device_service.add_device(c, f"p{i}", ACTOR, clock.now()))
-        run_in_transaction(conn, lambda c, d=issued.device_id: record_heartbeat(
-            c, device_id=d, body=heartbeat_body(d), now=clock.now(), policy=policy))
+        _heartbeat(conn, issued.device_id, clock, policy)
         claim = Claim(issued.device_id, new_id(), new_id(), None)
         stored = _claim(conn, claim, clock, policy)
         assert stored.status == 200
@@ -158,8 +193,7 @@ def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
         assert _claim(old_db, claim, clock, policy).body == claim.body
     for i in range(2):
         issued = run_in_transaction(old_db, lambda c, i=i: device_service.add_device(c, f"n{i}", ACTOR, clock.now()))
-        run_in_transaction(old_db, lambda c, d=issued.device_id: record_heartbeat(
-            c, device_id=d, body=heartbeat_body(d), now=clock.now(), policy=policy))
+        _heartbeat(old_db, issued.device_id, clock, policy)
         assert _claim(old_db, Claim(issued.device_id, new_id(), new_id(), None), clock, policy).status == 200
     assert old_db.execute("SELECT count(*) FROM authorizations WHERE state = 'ACTIVE'").fetchone()[0] == 0
 

@@ -282,12 +282,10 @@ async def test_second_attempt_of_same_authorization_refused(server_client: Any, 
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     assert fingerprint(sync_conn) == before
     with pytest.raises(sqlite3.IntegrityError):
-        sync_conn.execute("INSERT INTO attempts (id, task_id, authorization_id, device_id, session_id,"
-                          " claim_generation, nonce, token_hash, claimed_task_version, lease_expires_at, state,"
-                          " close_reason, response_json, next_event_seq, created_at, closed_at)"
-                          " SELECT ?, task_id, authorization_id, device_id, session_id,"
+        sync_conn.execute("INSERT INTO attempts SELECT ?, task_id, authorization_id, device_id, session_id,"
                           " claim_generation, nonce, randomblob(32), claimed_task_version, lease_expires_at,"
-                          " 'CLOSED', 'FAILED', response_json, 1, created_at, created_at FROM attempts WHERE id = ?",
+                          " 'CLOSED', 'FAILED', response_json, 1, created_at, created_at, NULL, 0"
+                          " FROM attempts WHERE id = ?",
                           (new_id(), claimed.attempt_id))
 
 

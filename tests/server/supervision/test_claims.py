@@ -21,8 +21,13 @@ from tests.server.supervision.helpers import put_pair
 APP_KEY = "app:8.17.0:81700"  # the version submissions.helpers.heartbeat_body reports
 
 
-async def _claim(client: Any, creds: DeviceCreds, **extra: Any) -> tuple[int, bytes, dict[str, Any]]:
-    status, raw = await post_json(client, HEARTBEAT, creds, heartbeat_body(creds.device_id))
+async def _claim(client: Any, creds: DeviceCreds, *, heartbeat_pack: str | None = None,
+                 **extra: Any) -> tuple[int, bytes, dict[str, Any]]:
+    """A READY heartbeat (naming ``heartbeat_pack`` when given), then claim-next with ``extra`` fields."""
+    beat = heartbeat_body(creds.device_id)
+    if heartbeat_pack is not None:
+        beat["pack_id"] = heartbeat_pack
+    status, raw = await post_json(client, HEARTBEAT, creds, beat)
     assert status == 200, raw
     body = {"session_id": new_id(), "claim_request_id": new_id(), **extra}
     status, raw = await post_json(client, CLAIM_NEXT, creds, body)
@@ -57,17 +62,14 @@ async def test_pack_key_order_claim_then_heartbeat_then_app(server_client: Any,
                                                             sync_conn: sqlite3.Connection) -> None:
     for goods in ("11", "12", "13"):
         make_task(start=True, goods_id=goods)
-    named, reported, old = make_device("named"), make_device("reported"), make_device("old")
-    # the heartbeat's pack id as helper H5's heartbeat stores it (devices.pack_id)
-    sync_conn.execute("UPDATE devices SET pack_id = 'pdd-8.17.0' WHERE id IN (?, ?)",
-                      (named.device_id, reported.device_id))
-    status, raw, _ = await _claim(server_client, named, pack_id="pdd-8.17.0-op")
+    named, reported, none = make_device("named"), make_device("reported"), make_device("none")
+    status, raw, _ = await _claim(server_client, named, heartbeat_pack="pdd-8.17.0", pack_id="pdd-8.17.0-op")
     assert status == 200, raw
     assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"])[0] == "pdd-8.17.0-op"
-    status, raw, _ = await _claim(server_client, reported, pack_id="NO_PACK")  # NO_PACK counts as absent
+    status, raw, _ = await _claim(server_client, reported, heartbeat_pack="pdd-8.17.0")
     assert status == 200, raw
     assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"])[0] == "pdd-8.17.0"
-    status, raw, _ = await _claim(server_client, old)
+    status, raw, _ = await _claim(server_client, none, heartbeat_pack="NO_PACK")  # NO_PACK is not a pack id
     assert status == 200, raw
     assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"])[0] == APP_KEY
 
@@ -148,7 +150,7 @@ async def test_claim_replay_is_byte_identical(server_client: Any, make_device: C
         assert (status, json.loads(raw2)) == (409, {"error": "idempotency_conflict"})
 
 
-@pytest.mark.parametrize("pack_id", ["", "Pdd", "pdd 8", "-pdd", "x" * 65, 7, None, "NO-PACK", "pdd\n"])
+@pytest.mark.parametrize("pack_id", ["", "Pdd", "pdd 8", "-pdd", "x" * 65, 7, None, "NO_PACK", "pdd\n"])
 async def test_bad_pack_id_is_400_nothing_written(server_client: Any, make_device: Callable[..., DeviceCreds],
                                                   make_task: Callable[..., Any], sync_conn: sqlite3.Connection,
                                                   pack_id: object) -> None:
@@ -182,25 +184,46 @@ def test_supervised_is_optional_in_the_claim_answer() -> None:
     validate("claim_next.response", {**answer, "attempt": {**answer["attempt"], "supervised": False}})
 
 
-def test_heartbeat_hold_follows_the_reported_pack(make_device: Callable[..., DeviceCreds],
-                                                  sync_conn: sqlite3.Connection) -> None:
-    """The heartbeat's own ``pack_id`` (helper H5's request field) names the pair; NO_PACK or none falls back to
-    the stored pack id, then to the app version. Called on the service: this branch's heartbeat schema does not
-    carry ``pack_id`` yet."""
-    from cmbuyer.server.services.supervision import heartbeat_fields
-
+async def test_heartbeat_hold_follows_the_reported_pack(server_client: Any,
+                                                        make_device: Callable[..., DeviceCreds],
+                                                        sync_conn: sqlite3.Connection) -> None:
+    """The heartbeat's own ``pack_id`` names the pair; NO_PACK or none → the app version's pair."""
     dev = make_device()
     put_pair(sync_conn, dev.device_id, "pdd-8.17.0", confirmed=0, held=True)
-    body = heartbeat_body(dev.device_id)
 
-    def fields(**over: Any) -> dict[str, Any]:
-        return heartbeat_fields(sync_conn, device_id=dev.device_id, body={**body, **over})
+    async def hold(**over: Any) -> bool | None:
+        status, raw = await post_json(server_client, HEARTBEAT, dev, {**heartbeat_body(dev.device_id), **over})
+        assert status == 200, raw
+        answer = json.loads(raw)
+        validate("heartbeat.response", answer)
+        held: bool | None = answer.get("supervision_hold")
+        return held
 
-    assert fields(pack_id="pdd-8.17.0") == {"supervision_hold": True}
-    assert fields(pack_id="pdd-8.17.0-b") == {}
-    assert fields(pack_id="NO_PACK") == {} and fields() == {}  # → app:8.17.0:81700, not held
-    sync_conn.execute("UPDATE devices SET pack_id = 'pdd-8.17.0' WHERE id = ?", (dev.device_id,))
-    assert fields(pack_id="NO_PACK") == {"supervision_hold": True} and fields() == {"supervision_hold": True}
-    assert fields(pdd_version=None, pack_id="NO_PACK") == {"supervision_hold": True}
-    sync_conn.execute("UPDATE devices SET pack_id = NULL WHERE id = ?", (dev.device_id,))
-    assert fields(pdd_version=None) == {}  # no pack, no version: no pair
+    assert await hold(pack_id="pdd-8.17.0") is True
+    assert await hold(pack_id="pdd-8.17.0-b") is None
+    assert await hold(pack_id="NO_PACK") is None and await hold() is None
+    put_pair(sync_conn, dev.device_id, APP_KEY, confirmed=0, held=True)
+    assert await hold(pack_id="NO_PACK") is True and await hold() is True
+    assert await hold(pdd_version=None, pdd_version_code=None) is None  # no pack, no version: no pair
+
+
+async def test_exempted_device_is_not_supervised_but_a_hold_stands(
+        server_client: Any, make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any],
+        sync_conn: sqlite3.Connection, clock: Any) -> None:
+    """``cmbuyer-server device supervision DEVICE off`` (the lead's CLI service) exempts the device."""
+    from cmbuyer.server.db import run_in_transaction
+    from cmbuyer.server.services import devices as device_service
+    from tests.server.conftest import TEST_ACTOR
+
+    make_task(start=True, goods_id="31")
+    make_task(start=True, goods_id="32")
+    free, held = make_device("free"), make_device("held")
+    for dev in (free, held):
+        run_in_transaction(sync_conn, lambda c, d=dev: device_service.set_supervision(
+            c, d.device_id, off=True, actor=TEST_ACTOR, now=clock.now()))
+    status, raw, _ = await _claim(server_client, free)
+    assert status == 200 and json.loads(raw)["attempt"]["supervised"] is False
+    assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"]) == (APP_KEY, 0)
+    put_pair(sync_conn, held.device_id, APP_KEY, confirmed=0, held=True)
+    status, raw, _ = await _claim(server_client, held)
+    assert (status, raw) == (204, b"")

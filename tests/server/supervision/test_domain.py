@@ -32,6 +32,7 @@ def test_policy_and_is_supervised() -> None:
     assert is_supervised(three, 0, False) and is_supervised(three, 2, False)
     assert not is_supervised(three, 3, False) and not is_supervised(three, 7, False)
     assert is_supervised(three, 3, True)
+    assert not is_supervised(three, 0, False, device_off=True) and not is_supervised(three, 0, True, device_off=True)
     assert blocks_claims(True) and not blocks_claims(False)
     for bad in (-1, True, 1.0):
         with pytest.raises(ValueError):

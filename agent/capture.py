@@ -1,0 +1,399 @@
+"""Capture bundles without personal data (issue 16 item 3; folder format in docs/agent.md "Captures").
+
+A capture is a directory holding the **scrubbed** ``dump.xml`` and ``screenshot.png``, ``meta.json``
+and optionally ``expected.json`` (readings a person confirmed) or ``expected.proposed.json`` (readings
+proposed by ``capture``/``dry-run`` for a person to confirm).
+
+Scrubbing (:func:`scrub`):
+
+- the dump keeps only the app's own nodes (package ``com.xunmeng.pinduoduo``): every subtree of
+  another package is dropped — the system UI (status bar with notification tickers that show names
+  and phone numbers, navigation bar), the launcher, any other app's window;
+- privacy rows lose their ``text`` and ``content-desc`` (the row and everything inside it): the rows
+  the pack declares (``privacy.rows``) and, whatever the pack says, the clickable row around any text
+  showing a mainland mobile number (full or masked ``139****1234``);
+- the screenshot is blacked out (Pillow) over: the status-bar band — the bounds of the system UI's
+  ``status_bar`` node when the dump has one, else a fixed top band of :data:`STATUS_BAND_FRACTION`
+  of the screen height (108 px on a 2400 px screen) —, every other system-UI window except the
+  navigation bar (a pulled-down shade, a heads-up notification), every window of another package
+  that does not cover the whole screen (a floating chat head over the app), and every privacy row.
+  Rectangles are scaled from dump coordinates to the screenshot by the ratio of the widths (windows
+  span the full width; the dump may lack the navigation bar, so its height is not the screen's).
+
+``meta.json`` says what was removed (``scrubbed``); its hashes are of the stored, scrubbed files.
+Nothing is written unless the dump parses, the app is in front (some app node is left) and the
+screenshot decodes (:class:`CaptureError` otherwise). An existing non-empty folder is never
+overwritten unless ``force`` (then it is replaced as a whole).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw, UnidentifiedImageError
+
+from cmbuyer.agent.errors import AgentError, DumpNoAppNodes
+from cmbuyer.agent.phone.adapter import parse_focused_package
+from cmbuyer.agent.screens.dump import APP_PACKAGE, Bounds, Dump, Node, parse_dump
+from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
+from cmbuyer.agent.screens.pack import Pack, Selector
+from cmbuyer.agent.screens.text import money_str, normalize
+
+CAPTURE_FORMAT = 1
+EXPECTED_FORMAT = 1
+SYSTEM_UI = "com.android.systemui"
+STATUS_BAND_FRACTION = 0.045
+# A mainland mobile number, full (13812345678, 138 1234 5678) or masked as the app shows it (139****1234).
+PHONE_RE = re.compile(r"(?<![0-9])1[0-9]{2}[ -]?(?:[*＊]{4}|[0-9]{4})[ -]?[0-9]{4}(?![0-9])")
+SCREENS = ("product", "sku_panel", "confirm_order", "order_created", "payment", "security_challenge",
+           "leave_order_dialog", "unknown")
+_MONEY_KEYS = ("unit_price", "confirm_amount")
+_INT_KEYS = ("quantity", "submit_controls")
+_JSON_KEYS = ("selected", "options", "payment_controls", "risk_walls", "payment_problems")
+_XML_DECL = "<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>\n"
+
+
+class CaptureError(Exception):
+    """A capture was refused; the message says why (one line, no personal data). Nothing written."""
+
+
+@dataclass(frozen=True)
+class Scrubbed:
+    """A scrubbed capture in memory: ``xml`` (str) and ``png`` (bytes) to store, ``dump`` the parsed
+    scrubbed dump (what readings are made from), ``report`` the ``meta.json`` ``scrubbed`` object."""
+
+    xml: str
+    png: bytes
+    dump: Dump
+    report: dict[str, Any]
+
+
+def _screen_size(dump: Dump) -> tuple[int, int]:
+    width = max((n.bounds.right for n in dump.nodes), default=0)
+    height = max((n.bounds.bottom for n in dump.nodes), default=0)
+    return max(width, 1), max(height, 1)
+
+
+def _is_nav_bar(node: Node, height: int) -> bool:
+    rid = node.resource_id.rsplit("/", 1)[-1]
+    low = node.bounds.top >= height // 2 and node.bounds.bottom - node.bounds.top <= height * 0.15
+    return rid.startswith("navigation_bar") or low
+
+
+def _rect(b: Bounds) -> tuple[int, int, int, int]:
+    return (b.left, b.top, b.right, b.bottom)
+
+
+def _status_band(dump: Dump) -> tuple[int, int, int, int] | None:
+    """The status-bar band from the dump (the system UI's ``status_bar`` node); None when the dump
+    has none (the caller then blacks out a fixed top band of the screenshot)."""
+    for node in dump.nodes:
+        if node.package == SYSTEM_UI and node.resource_id.rsplit("/", 1)[-1] in ("status_bar",
+                                                                                 "status_bar_container"):
+            if not node.bounds.empty:
+                return _rect(node.bounds)
+    return None
+
+
+def _foreign_windows(dump: Dump, app_package: str, size: tuple[int, int]) -> list[tuple[int, int, int, int]]:
+    """Window roots of other packages that may show above the app: system UI except the navigation
+    bar, and any other package's window smaller than the screen (full-screen ones — the launcher —
+    lie behind the app when the app is in front)."""
+    out = []
+    for node in dump.nodes:
+        if node.parent is not None or node.package == app_package or node.bounds.empty:
+            continue
+        if node.package == SYSTEM_UI:
+            if not _is_nav_bar(node, size[1]):
+                out.append(_rect(node.bounds))
+        elif _rect(node.bounds) != (0, 0, size[0], size[1]):
+            out.append(_rect(node.bounds))
+    return out
+
+
+def _drop_foreign(root: ET.Element, app_package: str) -> tuple[set[str], int]:
+    """Remove every subtree rooted at a node of another package; returns (packages, nodes dropped)."""
+    packages: set[str] = set()
+    dropped = 0
+    stack = [root]
+    while stack:
+        parent = stack.pop()
+        for child in list(parent):
+            if child.get("package", "") != app_package:
+                for el in child.iter("node"):
+                    packages.add(el.get("package", ""))
+                    dropped += 1
+                parent.remove(child)
+            else:
+                stack.append(child)
+    return packages, dropped
+
+
+def _privacy_rows(dump: Dump, rows: Sequence[Selector]) -> list[Node]:
+    """The outermost rows to scrub: pack rows, plus the clickable row around any phone number."""
+    found: dict[int, Node] = {}
+    for selector in rows:
+        for node in selector.find(dump):
+            found[node.order] = node
+    for node in dump.app_nodes():
+        if PHONE_RE.search(normalize(node.text)) or PHONE_RE.search(normalize(node.desc)):
+            row = node.clickable_self_or_ancestor()
+            # a clickable sheet or scrim around the text would blank the whole screen: the row only
+            # when it is no larger than a quarter of the screen, else the text node itself
+            if row is None or not _small(row, dump):
+                row = node
+            found[row.order] = row
+    outer = [n for n in found.values() if not any(a.order in found for a in n.ancestors())]
+    return sorted(outer, key=lambda n: n.order)
+
+
+def _small(node: Node, dump: Dump) -> bool:
+    width, height = _screen_size(dump)
+    b = node.bounds
+    return (b.right - b.left) * (b.bottom - b.top) <= width * height / 4
+
+
+def _scrub_xml(xml: str, pack: Pack | None, app_package: str) -> tuple[str, Dump, dict[str, Any],
+                                                                        list[tuple[int, int, int, int]],
+                                                                        tuple[int, int]]:
+    original = parse_dump(xml, app_package)  # DumpError: nothing to store
+    size = _screen_size(original)
+    band = _status_band(original)
+    foreign = _foreign_windows(original, app_package, size)
+    root = ET.fromstring(xml)  # noqa: S314 - parse_dump refused DTDs/entities and capped the size
+    packages, dropped = _drop_foreign(root, app_package)
+    if len(root) == 0:
+        raise DumpNoAppNodes("no node of the app package in the dump")
+    kept = parse_dump(_XML_DECL + ET.tostring(root, encoding="unicode"), app_package).require_app()
+    rows = _privacy_rows(kept, pack.privacy_rows if pack is not None else ())
+    elements = list(root.iter("node"))  # document order = Node.order (parse_dump walks pre-order)
+    for row in rows:
+        for el in elements[row.order].iter("node"):
+            for attr in ("text", "content-desc"):
+                if el.get(attr):
+                    el.set(attr, "")
+    out = _XML_DECL + ET.tostring(root, encoding="unicode")
+    scrubbed = parse_dump(out, app_package).require_app()
+    rects = [*([band] if band else []), *foreign, *(_rect(r.bounds) for r in rows)]
+    report = {"dropped_packages": sorted(packages), "dropped_nodes": dropped, "blanked_rows": len(rows),
+              "status_bar": "dump" if band else "fixed-band"}
+    return out, scrubbed, report, rects, size
+
+
+def _black_out(png: bytes, rects: list[tuple[int, int, int, int]], width: int,
+               fixed_band: bool) -> tuple[bytes, list[list[int]]]:
+    try:
+        with Image.open(io.BytesIO(png)) as opened:
+            img = opened.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise CaptureError("the screenshot is not a readable image; nothing written") from exc
+    scale = img.width / width
+    draw = ImageDraw.Draw(img)
+    done: list[list[int]] = []
+    # outward rounding: a scaled row is never narrower than the row
+    boxes = [[math.floor(left * scale), math.floor(top * scale), math.ceil(right * scale), math.ceil(bottom * scale)]
+             for left, top, right, bottom in rects]
+    if fixed_band:
+        boxes.insert(0, [0, 0, img.width, max(1, round(img.height * STATUS_BAND_FRACTION))])
+    for left, top, right, bottom in boxes:
+        box = [max(0, left), max(0, top), min(img.width, right), min(img.height, bottom)]
+        if box[2] <= box[0] or box[3] <= box[1] or box in done:
+            continue
+        draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(0, 0, 0))
+        done.append(box)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue(), done
+
+
+def scrub(xml: str, png: bytes, pack: Pack | None, app_package: str = APP_PACKAGE) -> Scrubbed:
+    """Scrub one dump + screenshot (see the module docstring). ``pack`` (None when the version has no
+    pack yet) supplies ``privacy.rows``. Raises CaptureError (dump unparsable, the app not in front,
+    screenshot unreadable). ``report["blacked_out"]`` lists the black rectangles in screenshot pixels,
+    ``[left, top, right, bottom)``."""
+    try:
+        out, dump, report, rects, size = _scrub_xml(xml, pack, app_package)
+    except AgentError as exc:
+        if exc.reason_code == "WRONG_PACKAGE":
+            raise CaptureError(f"the app ({app_package}) is not in front: the dump holds none of its "
+                               "nodes; nothing written") from exc
+        raise CaptureError(f"the dump cannot be read ({exc.reason_code}: {exc.summary}); nothing written") from exc
+    shot, boxes = _black_out(png, rects, size[0], report["status_bar"] == "fixed-band")
+    report["blacked_out"] = boxes
+    return Scrubbed(out, shot, dump, report)
+
+
+def proposed(dump: Dump, pack: Pack | None) -> dict[str, Any]:
+    """``expected.proposed.json`` for a scrubbed dump: what ``cmbuyer-agent inspect`` reads on it with
+    ``pack`` (screen + every reading, exactly as inspect prints them), not confirmed by anyone."""
+    seen = inspect_dump(dump, [pack] if pack is not None else [])
+    return {"expected_format": EXPECTED_FORMAT, "screen": seen["screen"], "readings": seen["readings"],
+            "confirmed_by": None}
+
+
+def _expect_value(key: str, raw: str) -> Any:
+    if raw == "null":
+        return None
+    if key in _MONEY_KEYS:
+        try:
+            value = Decimal(raw)
+        except InvalidOperation:
+            value = Decimal("NaN")
+        if not value.is_finite() or value < 0:
+            raise CaptureError(f"--expect {key}: {raw!r} is not an amount like 59.00")
+        return money_str(value)
+    if key in _INT_KEYS:
+        if not raw.isascii() or not raw.isdigit():
+            raise CaptureError(f"--expect {key}: {raw!r} is not a whole number")
+        return int(raw)
+    if key in _JSON_KEYS:
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise CaptureError(f"--expect {key}: give JSON, e.g. {key}='{{\"颜色\": \"黑色\"}}'") from exc
+        if not isinstance(value, dict if key in ("selected", "options") else list):
+            raise CaptureError(f"--expect {key}: wrong JSON type")
+        return value
+    return raw
+
+
+def parse_expect(pairs: Sequence[str], confirmed_by: str | None) -> dict[str, Any]:
+    """``["screen=confirm_order", "unit_price=59.00", …]`` → an ``expected.json`` document. Keys must be
+    ``screen`` or one of inspect's readings keys (:data:`READING_KEYS`); money is stored as inspect
+    prints it (``59`` → ``"59.00"``), counts as integers, ``selected``/``options``/lists as JSON, the
+    word ``null`` as null. Raises CaptureError naming the bad key or value."""
+    doc: dict[str, Any] = {"expected_format": EXPECTED_FORMAT, "screen": None, "readings": {},
+                           "confirmed_by": confirmed_by}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise CaptureError(f"--expect takes KEY=VALUE, got {pair!r}")
+        if key == "screen":
+            if raw not in SCREENS:
+                raise CaptureError(f"--expect screen: {raw!r} is not one of {', '.join(SCREENS)}")
+            doc["screen"] = raw
+        elif key in READING_KEYS:
+            doc["readings"][key] = _expect_value(key, raw)
+        else:
+            raise CaptureError(f"--expect: unknown key {key!r}; keys are screen, {', '.join(READING_KEYS)}")
+    if doc["screen"] is None:
+        raise CaptureError("--expect needs screen=<name> (the screen a person saw)")
+    return doc
+
+
+def load_expected(path: Path) -> dict[str, Any]:
+    """An ``expected.json`` a person wrote, checked like :func:`parse_expect` (keys, format)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CaptureError(f"cannot read {path} as JSON") from exc
+    if not isinstance(doc, dict) or doc.get("expected_format") != EXPECTED_FORMAT:
+        raise CaptureError(f"{path}: not an expected.json (expected_format {EXPECTED_FORMAT})")
+    if doc.get("screen") not in SCREENS:
+        raise CaptureError(f"{path}: screen must be one of {', '.join(SCREENS)}")
+    readings = doc.get("readings")
+    if not isinstance(readings, dict):
+        raise CaptureError(f"{path}: readings must be an object")
+    unknown = sorted(set(readings) - set(READING_KEYS))
+    if unknown:
+        raise CaptureError(f"{path}: unknown readings key {unknown[0]!r}; keys are {', '.join(READING_KEYS)}")
+    return {"expected_format": EXPECTED_FORMAT, "screen": doc["screen"], "readings": readings,
+            "confirmed_by": doc.get("confirmed_by")}
+
+
+CAPTURE_FILES = frozenset({"dump.xml", "screenshot.png", "meta.json", "expected.json", "expected.proposed.json"})
+
+
+def _is_capture(path: Path) -> bool:
+    return path.is_dir() and (path / "meta.json").is_file() and all(
+        p.name in CAPTURE_FILES for p in path.iterdir())
+
+
+def check_out(out: Path, force: bool, *, directory_of_captures: bool = False) -> None:
+    """Refuse to write into ``out`` when it exists and is not empty, unless ``force`` — and even then
+    only when it holds nothing but a capture (or, ``directory_of_captures``, captures plus
+    ``session.json``/``dryrun.json``): --force never deletes anything else. Raises CaptureError."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise CaptureError(f"{out} exists and is not a folder")
+    entries = list(out.iterdir())
+    if not entries:
+        return
+    if not force:
+        raise CaptureError(f"{out} exists and is not empty; pass --force to replace it")
+    if directory_of_captures:
+        ok = all(_is_capture(p) or p.name in ("session.json", "dryrun.json") for p in entries)
+    else:
+        ok = _is_capture(out)
+    if not ok:
+        raise CaptureError(f"{out} holds files that are not captures; --force replaces captures only")
+
+
+def focus_line(phone: Any) -> str:
+    """The ``mCurrentFocus`` line of ``dumpsys window windows`` on ``phone`` (a PhoneAdapter), or ""."""
+    try:
+        out = phone.shell(["dumpsys", "window", "windows"], "dumpsys window")
+    except AgentError:
+        return ""
+    return next((ln.strip() for ln in out.splitlines() if "mCurrentFocus" in ln), "")
+
+
+def check_foreground(focus: str, app_package: str = APP_PACKAGE) -> None:
+    """Refuse a capture while another window has the focus (``focus``: the ``mCurrentFocus`` line): an
+    external cashier, a pulled-down notification shade, a chat app can cover the app in the screenshot
+    even when the dump still holds app nodes. An unreadable focus is not a refusal (the dump-based
+    scrubbing still applies). Raises CaptureError."""
+    focused = parse_focused_package(focus)
+    if focused is not None and focused != app_package:
+        raise CaptureError(f"{focused} has the focus, not the app; nothing written")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_capture(out: Path, scrubbed: Scrubbed, meta: dict[str, Any], *, force: bool = False,
+                  expected: dict[str, Any] | None = None, proposal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Store a capture at ``out`` (mode 0700): ``dump.xml``, ``screenshot.png``, ``meta.json`` (``meta``
+    + format, hashes and ``scrubbed``) and ``expected.json`` / ``expected.proposed.json`` when given.
+    Written into a temporary sibling, then renamed: a failure leaves nothing behind. ``out`` existing
+    and not empty → CaptureError unless ``force`` (the old folder is then replaced). Returns the meta."""
+    check_out(out, force)
+    dump_bytes = scrubbed.xml.encode("utf-8")
+    full = {"capture_format": CAPTURE_FORMAT, **meta, "dump_sha256": sha256(dump_bytes),
+            "screenshot_sha256": sha256(scrubbed.png), "scrubbed": scrubbed.report}
+    out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        (tmp / "dump.xml").write_bytes(dump_bytes)
+        (tmp / "screenshot.png").write_bytes(scrubbed.png)
+        _write_json(tmp / "meta.json", full)
+        if expected is not None:
+            _write_json(tmp / "expected.json", expected)
+        if proposal is not None:
+            _write_json(tmp / "expected.proposed.json", proposal)
+        if out.exists():
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return full
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

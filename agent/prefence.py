@@ -1,0 +1,153 @@
+"""The part of the purchase flow that runs before the submission fence (design §7.1, §7.6), shared by
+the real flow (:class:`cmbuyer.agent.flow.PurchaseFlow`) and the server-less dry run
+(:mod:`cmbuyer.agent.dryrun`).
+
+open product → buy button (the pack's buy path) → the layout follows from the sheet that opens →
+[order sheet: payment-mode gate at once] → select options → gate 1 (+gate screenshot) → [SKU sheet
+with the stepper elsewhere: confirm control] → quantity → gate 2 (+gate screenshot) → [confirm page]
+→ read the screen holding the submit control → payment-mode gate → gate 3 (+gate screenshot) → the
+:class:`~cmbuyer.agent.model.SubmissionProof` holding the values READ there.
+
+The engine never asks for a fence and cannot tap the submit control: it imports neither ``permit``
+nor ``submit`` nor any result sink (tests/agent/test_isolation.py). Whatever it does is reported to a
+:class:`PrefenceObserver` — step events, gate screenshots and between-step checkpoints — which is the
+server outbox for the real flow and the local capture writer for the dry run. Every stop is an
+:class:`~cmbuyer.agent.errors.AgentError` carrying its wire reason code; the caller backs out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol, TypeVar
+
+from cmbuyer.agent import capabilities as cap
+from cmbuyer.agent import gates
+from cmbuyer.agent.errors import FlowStop
+from cmbuyer.agent.model import SubmissionProof
+from cmbuyer.agent.phone.adapter import PhoneAdapter
+from cmbuyer.agent.screens.pack import Layout, Pack
+
+T = TypeVar("T")
+
+BUY_PATH_ENV = "CMBUYER_AGENT_BUY_PATH"  # single (default) | group — docs/agent.md "Buy path"
+# The gate steps, in flow order; a dry run prints one verdict line for each.
+GATE_STEPS = ("GATE_1", "GATE_2", "CHECK_PAYMENT_MODE", "GATE_3")
+
+
+class PrefenceObserver(Protocol):
+    """Where the engine reports. ``event``: one step event (step/outcome/reason codes of
+    ``common.json``, summary ≤200 chars). ``gate_evidence``: take the gate screenshot NOW (before the
+    next tap); ``read`` holds what the gate judged (role-keyed ``selected``, Decimal ``unit_price``/
+    ``confirm_amount``, int ``quantity``/``submit_controls``, str ``payment_mode``) for observers that
+    compare it. ``checkpoint``: between steps; raise an AgentError to stop (stop request, lost lease,
+    failed send)."""
+
+    def event(self, step: str, outcome: str, reason: str | None = None, summary: str = "") -> None: ...
+
+    def gate_evidence(self, kind: str, read: dict[str, Any]) -> None: ...
+
+    def checkpoint(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class PrefenceOrder:
+    """What to buy: the task's goods id, SKU values as the task names them (size None = one-dimension
+    goods), quantity and the cap on the total (yuan)."""
+
+    goods_id: str
+    sku_color: str
+    sku_size: str | None
+    quantity: int
+    max_total: Decimal
+
+
+@dataclass(frozen=True)
+class PrefenceOutcome:
+    """Everything passed: the proof for the fence (values read on the screen), the layout that was
+    recognized, the final reading of the submit screen and gate 3's summary line."""
+
+    proof: SubmissionProof
+    layout: Layout
+    reading: cap.ConfirmReading
+    gate3_summary: str
+
+
+class PrefenceEngine:
+    """Runs every pre-fence step on ``phone`` with ``pack``; ``buy_path`` is ``single`` or ``group``."""
+
+    def __init__(self, *, phone: PhoneAdapter, pack: Pack, observer: PrefenceObserver, buy_path: str) -> None:
+        self.phone = phone
+        self.pack = pack
+        self.observer = observer
+        self.buy_path = buy_path
+
+    def _step(self, step: str, fn: Callable[[], T]) -> T:
+        self.observer.checkpoint()
+        self.observer.event(step, "STARTED")
+        value = fn()
+        self.observer.event(step, "OK")
+        return value
+
+    def run(self, order: PrefenceOrder) -> PrefenceOutcome:
+        """Every step up to and including gate 3's screenshot and the checkpoint after it. Raises
+        AgentError (FlowStop with the gate's reason code, phone/dump errors) on any stop; the phone is
+        left where it stopped (the caller backs out)."""
+        phone, pack = self.phone, self.pack
+        wanted = gates.named_roles(order.sku_color, order.sku_size)
+        self._step("OPEN_PRODUCT", lambda: cap.open_product(phone, pack, order.goods_id))
+        layout = self._step("OPEN_SKU_PANEL", lambda: cap.open_buy_sheet(phone, pack, self.buy_path))
+        early_mode = None
+        if layout.options_screen == "confirm_order":
+            # The order sheet shows the payment row from the start: refuse an unsafe mode before any
+            # option or quantity tap.
+            early_mode = self._step("CHECK_PAYMENT_MODE", lambda: cap.check_payment_mode(phone, pack))
+        selected, swipes = self._step(
+            "SELECT_SKU", lambda: cap.select_sku_options(phone, pack, layout.options_screen, wanted))
+        if swipes:
+            self.observer.event("SCROLL_OPTIONS", "OK", None, f"{swipes} swipes inside option lists")
+        read1 = self._step("READ_UNIT_PRICE", lambda: cap.read_unit_price(phone, pack, layout.options_screen))
+        price1 = self._step("GATE_1", lambda: gates.gate1(selected, wanted, read1))
+        self.observer.gate_evidence("SKU_PANEL_GATE_1", {"selected": dict(selected), "unit_price": price1})
+        if layout.quantity_screen != layout.options_screen:
+            self._step("GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(phone, pack, layout))
+        qty = self._step("SET_QUANTITY", lambda: cap.set_quantity_and_readback(
+            phone, pack, layout.quantity_screen, order.quantity))
+        price2 = self._step("GATE_2", lambda: gates.gate2(
+            qty, order.quantity, price1, cap.read_unit_price(phone, pack, layout.quantity_screen)))
+        self.observer.gate_evidence("QUANTITY_GATE_2", {"quantity": qty, "unit_price": price2})
+        if layout.quantity_screen != "confirm_order":
+            self._step("GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(phone, pack, layout))
+        reading = self._step("READ_CONFIRM_PAGE", lambda: cap.read_confirm_page(phone, pack, wanted))
+        mode = self._step("CHECK_PAYMENT_MODE", lambda: payment_mode(reading, early_mode))
+        self.observer.checkpoint()
+        self.observer.event("GATE_3", "STARTED")
+        summary = gates.gate3(reading.gate3, wanted=wanted, gate1_price=price1,
+                              quantity=order.quantity, max_total=order.max_total)
+        self.observer.event("GATE_3", "OK", None, summary)
+        g3 = reading.gate3
+        self.observer.gate_evidence("CONFIRM_PAGE_GATE_3", {
+            "selected": dict(g3.selected), "unit_price": g3.unit_price, "quantity": g3.quantity,
+            "confirm_amount": g3.total, "submit_controls": g3.submit_controls, "payment_mode": mode})
+        self.observer.checkpoint()
+        # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
+        proof = SubmissionProof(
+            selected_color=g3.selected["color"],  # type: ignore[arg-type]
+            selected_size=g3.selected.get("size"),
+            gate1_unit_price=price1, gate2_unit_price=price2,
+            gate3_unit_price=g3.unit_price,  # type: ignore[arg-type]
+            quantity_read=g3.quantity,  # type: ignore[arg-type]
+            confirm_page_amount=g3.total,  # type: ignore[arg-type]
+            submit_control_match_count=g3.submit_controls,
+            payment_mode=mode)
+        return PrefenceOutcome(proof, layout, reading, summary)
+
+
+def payment_mode(reading: cap.ConfirmReading, early_mode: str | None) -> str:
+    """The payment-mode gate on the final reading; on the order sheet it must also name the mode read
+    when the sheet opened (a changed mode is unsafe → PAYMENT_MODE_UNSAFE)."""
+    mode = gates.payment_gate(reading.payment.problems, reading.payment.mode)
+    if early_mode is not None and mode != early_mode:
+        raise FlowStop("payment mode changed on the sheet", "PAYMENT_MODE_UNSAFE")
+    return mode

@@ -1,0 +1,60 @@
+"""Operator pack directories for tests: a copy of a shipped pack (and its evidence bundles) re-bound to
+another app version, written with the modes ``run`` trusts (dir 0755, files 0644, owned by us)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from cmbuyer.agent.screens.pack import shipped_pack_dir
+
+
+def shipped_raw(version_name: str) -> dict[str, Any]:
+    """The JSON of the shipped pack of ``version_name`` (8.17.0 or 8.22.0)."""
+    (path,) = [p for p in shipped_pack_dir().glob("*.json") if f"-{version_name}-" in p.name]
+    return json.loads(path.read_text("utf-8"))
+
+
+def make_pack_dir(root: Path) -> Path:
+    """An empty operator pack dir, mode 0755."""
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    return root
+
+
+def write_pack(pack_dir: Path, data: dict[str, Any], name: str | None = None) -> Path:
+    """Write ``data`` as ``<name or id>.json`` (0644) and copy the evidence bundles it names from the
+    shipped evidence (same relative paths) into ``pack_dir``."""
+    for entry in data["evidence"].values():
+        for spec in entry["files"].values():
+            src = shipped_pack_dir() / spec["path"]
+            dest = pack_dir / spec["path"]
+            if src.is_file() and not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest)
+    path = pack_dir / (name or f"{data['id']}.json")
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    path.chmod(0o644)
+    return path
+
+
+def rebound(version_name: str, new_name: str, new_code: int, pack_id: str | None = None) -> dict[str, Any]:
+    """The shipped pack of ``version_name`` bound to ``new_name``/``new_code`` under a new id."""
+    data = shipped_raw(version_name)
+    data["app"].update(version_name=new_name, version_code=new_code)
+    data["id"] = pack_id or f"ops-{new_name}-{new_code}"
+    return data
+
+
+def evidence_path(pack_dir: Path, data: dict[str, Any], evidence_id: str, kind: str) -> Path:
+    """The file of one evidence entry inside ``pack_dir``."""
+    return pack_dir / data["evidence"][evidence_id]["files"][kind]["path"]
+
+
+def flip_byte(path: Path, offset: int = -1) -> None:
+    """Change one byte (the last by default) of ``path`` in place."""
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0x01
+    path.write_bytes(bytes(raw))

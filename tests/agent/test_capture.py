@@ -1,0 +1,240 @@
+"""`cmbuyer-agent capture` (agent/capture.py): scrubbed captures from the phone simulator through the
+REAL uiautomator2 + adbutils (``running_sim``), on both layouts — the 8.17.0 confirm page (sim-1)
+and the 8.22.0 order sheet (sim-2) of demo/scenario.yaml. The simulator's status bar carries a
+notification ticker with a full name and phone number and the address row a recipient with a masked
+number (phonesim/screens.py): none of it may reach the stored files."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from cmbuyer.agent import capabilities as cap
+from cmbuyer.agent.capture import CaptureError, check_foreground, load_expected, parse_expect, scrub
+from cmbuyer.agent.cli import main
+from cmbuyer.agent.errors import PackError
+from cmbuyer.agent.phone.adapter import PhoneAdapter
+from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
+from cmbuyer.agent.screens.pack import compile_pack, pack_for_version
+from cmbuyer.phonesim.screens import NOTIFICATION_TICKER
+from cmbuyer.phonesim.server import PhoneSim
+from cmbuyer.phonesim.testing import running_sim
+
+DEMO = Path(__file__).resolve().parents[2] / "demo" / "scenario.yaml"
+GOODS = "937122477375"
+PERSONAL = ("王小明", "13812345678", "张**", "138****5678", "北京市朝阳区建国路88号", "妈妈")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[PhoneSim]:
+    with running_sim(DEMO, serials=("sim-1", "sim-2")) as running:
+        yield running
+
+
+def _to_submit_screen(serial: str) -> PhoneAdapter:
+    """Drive the phone with the agent's own capabilities to the screen holding the submit control
+    (8.17.0: confirm page after the SKU sheet; 8.22.0: the order sheet)."""
+    phone = PhoneAdapter.connect(serial)
+    version = phone.app_version()
+    assert version is not None
+    pack = pack_for_version(version.name, version.code)
+    cap.open_product(phone, pack, GOODS)
+    layout = cap.open_buy_sheet(phone, pack)
+    wanted = {"color": "黑色CHA(纯棉)", "size": "M(建议100-115)"}
+    cap.select_sku_options(phone, pack, layout.options_screen, wanted)
+    if layout.options_screen != "confirm_order":
+        cap.go_to_order_confirm(phone, pack, layout)
+    return phone
+
+
+def _capture(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code = main(["capture", *argv])
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def _black(img: Image.Image, box: list[int]) -> bool:
+    crop = img.crop(tuple(box))
+    return crop.getextrema() == ((0, 0), (0, 0), (0, 0))
+
+
+@pytest.mark.parametrize("serial", ["sim-1", "sim-2"])
+def test_stored_capture_holds_only_the_app_and_no_personal_data(sim: PhoneSim, tmp_path: Path, serial: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    phone = _to_submit_screen(serial)
+    raw = phone.dump_raw()
+    assert NOTIFICATION_TICKER in raw and "138****5678" in raw  # the phone does show personal data
+    out = tmp_path / "cap"
+    code, printed = _capture(capsys, "--device", serial, "--label", "submit screen", "--out", str(out))
+    assert code == 0, printed
+    xml = (out / "dump.xml").read_text(encoding="utf-8")
+    dump = parse_dump(xml)
+    assert dump.packages() == {"com.xunmeng.pinduoduo"}
+    assert "com.android.systemui" not in xml and "com.android.launcher3" not in xml
+    for word in PERSONAL:
+        assert word not in xml, word
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    assert meta["capture_format"] == 1 and meta["device"] == serial and meta["pack_id"].startswith("pdd-")
+    assert meta["dump_sha256"] == hashlib.sha256((out / "dump.xml").read_bytes()).hexdigest()
+    assert meta["screenshot_sha256"] == hashlib.sha256((out / "screenshot.png").read_bytes()).hexdigest()
+    scrubbed = meta["scrubbed"]
+    assert scrubbed["dropped_packages"] == ["com.android.launcher3", "com.android.systemui"]
+    assert scrubbed["dropped_nodes"] == len(parse_dump(raw).nodes) - len(dump.nodes)
+    assert scrubbed["blanked_rows"] == 1 and scrubbed["status_bar"] == "dump"
+    status_band, address_row = [0, 0, 1080, 96], scrubbed["blacked_out"][1]
+    assert scrubbed["blacked_out"][0] == status_band
+    # the blanked row is the address row: in the dump, a clickable row with nothing left in it
+    row = next(n for n in dump.nodes if [n.bounds.left, n.bounds.top, n.bounds.right, n.bounds.bottom] == address_row)
+    assert row.clickable and all(not n.text and not n.desc for n in [row, *row.descendants()])
+    img = Image.open(io.BytesIO((out / "screenshot.png").read_bytes())).convert("RGB")
+    assert img.size == (1080, 2400)
+    assert _black(img, status_band) and _black(img, address_row)
+    assert not _black(img, [0, 2112, 1080, 2280])  # the bottom bar with the submit button stays visible
+    # the proposed readings are inspect's readings of the stored dump, with the capture's own version
+    proposal = json.loads((out / "expected.proposed.json").read_text(encoding="utf-8"))
+    assert main(["inspect", "--dump", str(out / "dump.xml")]) == 0
+    inspected = json.loads(capsys.readouterr().out)
+    assert proposal == {"expected_format": 1, "screen": "confirm_order", "readings": inspected["readings"],
+                        "confirmed_by": None}
+    assert proposal["readings"]["unit_price"] == "12.88" and proposal["readings"]["submit_controls"] == 1
+
+
+def test_capture_never_overwrites_without_force(sim: PhoneSim, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    _to_submit_screen("sim-2")
+    out = tmp_path / "cap"
+    assert _capture(capsys, "--device", "sim-2", "--label", "one", "--out", str(out))[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, printed = _capture(capsys, "--device", "sim-2", "--label", "two", "--out", str(out))
+    assert code == 2 and printed["error"] == "CAPTURE_EXISTS" and "--force" in printed["detail"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    code, printed = _capture(capsys, "--device", "sim-2", "--label", "two", "--out", str(out), "--force")
+    assert code == 0 and json.loads((out / "meta.json").read_text("utf-8"))["label"] == "two"
+    # --force replaces captures only, never a folder holding anything else
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("keep me", encoding="utf-8")
+    code, printed = _capture(capsys, "--device", "sim-2", "--label", "x", "--out", str(other), "--force")
+    assert code == 2 and (other / "todo.txt").read_text(encoding="utf-8") == "keep me"
+
+
+def test_expectations_are_recorded_and_bad_keys_refused(sim: PhoneSim, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bad"
+    code, printed = _capture(capsys, "--device", "sim-2", "--label", "x", "--out", str(out),
+                             "--expect", "screen=confirm_order", "price=59.00")
+    assert code == 2 and printed["error"] == "BAD_EXPECT" and "'price'" in printed["detail"]
+    assert not out.exists()
+    _to_submit_screen("sim-2")
+    out = tmp_path / "good"
+    code, _ = _capture(capsys, "--device", "sim-2", "--label", "sheet", "--out", str(out), "--by", "ops-li",
+                       "--expect", "screen=confirm_order", "unit_price=12.88", "quantity=1",
+                       'selected={"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}')
+    assert code == 0
+    expected = json.loads((out / "expected.json").read_text(encoding="utf-8"))
+    assert expected == {"expected_format": 1, "screen": "confirm_order", "confirmed_by": "ops-li",
+                        "readings": {"unit_price": "12.88", "quantity": 1,
+                                     "selected": {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}}}
+    assert not (out / "expected.proposed.json").exists()
+    # what the person confirmed is what inspect reads on the stored dump
+    readings = inspect_dump(parse_dump((out / "dump.xml").read_bytes()), [pack_for_version("8.22.0", 82200)])
+    assert all(readings["readings"][k] == v for k, v in expected["readings"].items())
+
+
+def test_expect_values_and_expected_files_are_checked(tmp_path: Path) -> None:
+    doc = parse_expect(["screen=sku_panel", "unit_price=59", "confirm_amount=null", "payment_problems=[]"], None)
+    assert doc["readings"] == {"unit_price": "59.00", "confirm_amount": None, "payment_problems": []}
+    for bad in (["unit_price=59.00"], ["screen=cart"], ["screen=product", "quantity=two"],
+                ["screen=product", "unit_price=-1"], ["screen=product", "selected=[1]"], ["screen"]):
+        with pytest.raises(CaptureError):
+            parse_expect(bad, None)
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps({"expected_format": 1, "screen": "product", "readings": {"colour": "x"}}), "utf-8")
+    with pytest.raises(CaptureError, match="colour"):
+        load_expected(path)
+
+
+def test_reading_keys_are_the_keys_inspect_prints() -> None:
+    dump = parse_dump('<hierarchy rotation="0"><node package="com.xunmeng.pinduoduo" bounds="[0,0][10,10]">'
+                      '<node package="com.xunmeng.pinduoduo" text="x" bounds="[0,0][5,5]"/></node></hierarchy>')
+    assert tuple(inspect_dump(dump, [])["readings"]) == READING_KEYS
+
+
+def test_unreadable_dumps_and_a_foreign_foreground_write_nothing(sim: PhoneSim, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    phone = PhoneAdapter.connect("sim-1")
+    phone.open_goods(GOODS)  # the app in front: only the dump is wrong
+    sim.phone("sim-1").inject("empty_dump", times=1)
+    out = tmp_path / "empty"
+    code, printed = _capture(capsys, "--device", "sim-1", "--label", "x", "--out", str(out))
+    assert code == 2 and printed["error"] == "CAPTURE_REFUSED" and "DUMP_EMPTY" in printed["detail"]
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    sim.phone("sim-1").inject("malformed_dump", times=1)
+    code, printed = _capture(capsys, "--device", "sim-1", "--label", "x", "--out", str(out))
+    assert code == 2 and "cannot be read" in printed["detail"] and not out.exists()
+    for _ in range(4):  # back to the launcher: the app is not in front
+        phone.press_back()
+    code, printed = _capture(capsys, "--device", "sim-1", "--label", "x", "--out", str(out))
+    assert code == 2 and "com.android.launcher3 has the focus" in printed["detail"] and not out.exists()
+    # the same screen refused by the dump alone (a focus line that cannot be read)
+    with pytest.raises(CaptureError, match="not in front"):
+        scrub(phone.dump_raw(), phone.screenshot_png(), None)
+
+
+def test_a_phone_number_row_is_scrubbed_without_a_pack() -> None:
+    """A new app version has no pack yet: the row showing a phone number is still blanked."""
+    sys_ui, app = 'package="com.android.systemui"', 'package="com.xunmeng.pinduoduo"'
+    xml = ('<hierarchy rotation="0">'
+           f'<node {sys_ui} resource-id="com.android.systemui:id/status_bar" bounds="[0,0][1080,96]">'
+           f'<node {sys_ui} text="短信 王小明 13812345678" bounds="[0,0][900,96]"/></node>'
+           f'<node {app} bounds="[0,96][1080,2280]">'
+           f'<node {app} clickable="true" bounds="[0,200][1080,400]">'
+           f'<node {app} text="赵六  186 1234 5678" bounds="[120,220][900,300]"/>'
+           f'<node {app} text="广州市天河区" content-desc="广州市天河区" bounds="[120,300][900,380]"/>'
+           f'</node><node {app} text="¥59" bounds="[100,500][300,560]"/></node></hierarchy>')
+    png = io.BytesIO()
+    Image.new("RGB", (540, 1200), (255, 255, 255)).save(png, format="PNG")
+    done = scrub(xml, png.getvalue(), None)
+    assert "赵六" in xml and "赵六" not in done.xml and "广州市天河区" not in done.xml and "13812345678" not in done.xml
+    assert "¥59" in done.xml
+    assert done.report["blanked_rows"] == 1 and done.report["dropped_packages"] == ["com.android.systemui"]
+    # rectangles are scaled to the half-size screenshot
+    assert done.report["blacked_out"] == [[0, 0, 540, 48], [0, 100, 540, 200]]
+    img = Image.open(io.BytesIO(done.png))
+    assert _black(img, [0, 100, 540, 200]) and not _black(img, [0, 250, 540, 600])
+    # no status bar in the dump (some ROMs hide it from uiautomator): a fixed top band, 4.5 % of the height
+    no_bar = scrub(xml.replace("com.android.systemui:id/status_bar", "com.android.systemui:id/other"),
+                   png.getvalue(), None)
+    assert no_bar.report["status_bar"] == "fixed-band"
+    assert no_bar.report["blacked_out"][0] == [0, 0, 540, 54]
+    assert _black(Image.open(io.BytesIO(no_bar.png)), [0, 0, 540, 54])
+
+
+def test_shipped_packs_declare_the_address_row_and_bad_privacy_rows_are_refused() -> None:
+    for version in (("8.17.0", 81700), ("8.22.0", 82200)):
+        assert len(pack_for_version(*version).privacy_rows) == 1
+    raw = json.loads(json.dumps(pack_for_version("8.22.0", 82200).raw))
+    raw["privacy"] = {"rows": [{"text": "(", "evidence": ["sim822-product"]}]}
+    with pytest.raises(PackError, match=r"\$\.privacy\.rows\[0\]"):
+        compile_pack(raw)
+    raw["privacy"] = {"rows": [{"text": "x", "evidence": ["nope"]}]}
+    with pytest.raises(PackError, match=r"\$\.privacy\.rows\[0\]"):
+        compile_pack(raw)
+    raw["privacy"] = {"row": []}
+    with pytest.raises(PackError):
+        compile_pack(raw)
+
+
+def test_a_capture_is_refused_while_another_window_has_the_focus() -> None:
+    check_foreground("  mCurrentFocus=Window{8a3f2c1 u0 com.xunmeng.pinduoduo/.activity.NewPageActivity}")
+    check_foreground("")  # unreadable: the dump-based scrubbing still applies
+    for pkg in ("com.tencent.mm", "com.android.systemui"):
+        with pytest.raises(CaptureError, match=pkg):
+            check_foreground(f"  mCurrentFocus=Window{{1 u0 {pkg}/.Main}}")
