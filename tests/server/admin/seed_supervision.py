@@ -46,7 +46,7 @@ def approval(seed: Seeder, task_id: str, attempt_id: str, device_id: str, *, val
     """An approval request with a CONFIRM_PAGE_GATE_3 screenshot; returns ``(approval_id, asset_id)``.
     ``raw_readings`` stores that text instead of the JSON of ``values`` (an unreadable record)."""
     values = values if values is not None else readings()
-    asset_id = seed.evidence(task_id, attempt_id, device_id, data=png_bytes((30, 120, 200), (36, 64)),
+    asset_id = seed.evidence(task_id, attempt_id, device_id, data=png_bytes((30, 120, 200), (180, 320)),
                              kind="CONFIRM_PAGE_GATE_3")
     approval_id = new_id()
     now = to_wire(seed.clock.now())
@@ -67,9 +67,11 @@ def pair(seed: Seeder, device_id: str, pack_key: str = PACK_KEY) -> Any:
                     " WHERE device_id = ? AND pack_key = ?", device_id, pack_key)
 
 
-def set_pair(seed: Seeder, device_id: str, confirmed: int, *, pack_key: str = PACK_KEY, held_reason: str | None = None) -> None:
+def set_pair(seed: Seeder, device_id: str, confirmed: int, *, pack_key: str = PACK_KEY,
+             held_reason: str | None = None) -> None:
     """Insert/overwrite a pair row directly (what earlier verdicts would have left)."""
     seed._tx(lambda c: c.execute(
-        "INSERT OR REPLACE INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
+        "INSERT OR REPLACE INTO supervision_pairs"
+        " (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         (device_id, pack_key, confirmed, 1 if held_reason else 0, held_reason, to_wire(seed.clock.now()))))

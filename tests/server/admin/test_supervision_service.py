@@ -74,7 +74,8 @@ def test_matching_readings_pass_every_row_and_the_fence_gates(waiting: dict[str,
     ({"confirm_page_amount": "25.00"}, set(), None),  # a discount passes (fence rule)
 ])
 def test_mismatches_are_flagged_row_by_row_like_the_fence(waiting: dict[str, Any], sync_conn: Any, settings: Any,
-                                                          over: dict[str, Any], bad: set[str], gate: str | None) -> None:
+                                                          over: dict[str, Any], bad: set[str],
+                                                          gate: str | None) -> None:
     auth = _auth(sync_conn, waiting["task"].id)
     values = readings(**over)
     rows = service.compare(values, auth, settings.allowed_payment_modes)
@@ -146,7 +147,8 @@ def test_reject(waiting: dict[str, Any], sync_conn: Any, clock: Any) -> None:
 
 @pytest.mark.parametrize("action", ["approve", "reject"])
 def test_a_void_request_changes_nothing(waiting: dict[str, Any], sync_conn: Any, clock: Any, action: str) -> None:
-    tx(sync_conn, lambda c: c.execute("UPDATE approval_requests SET state = 'VOID' WHERE id = ?", (waiting["approval"],)))
+    tx(sync_conn, lambda c: c.execute("UPDATE approval_requests SET state = 'VOID' WHERE id = ?",
+                                      (waiting["approval"],)))
     snap = fingerprint(sync_conn)
     with pytest.raises(ApprovalNotWaiting) as exc:
         tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], action, OPS, clock.now()))
@@ -206,7 +208,8 @@ def test_right_verdicts_count_towards_n(make_task: Any, make_device: Any, seed: 
     assert (r.verdict, r.confirmed_orders, r.held, r.pack_key) == ("RIGHT", 1, False, PACK_KEY)
     assert tuple(pair(seed, device)) == (1, 0, None)
     _, sid2 = _supervised_order(make_task, seed, device)
-    assert tx(sync_conn, lambda c: service.record_verdict(c, sid2, "RIGHT", "看过了", OPS, clock.now())).confirmed_orders == 2
+    second = tx(sync_conn, lambda c: service.record_verdict(c, sid2, "RIGHT", "看过了", OPS, clock.now()))
+    assert second.confirmed_orders == 2
     v = sync_conn.execute("SELECT * FROM supervision_verdicts WHERE submission_id = ?", (sid2,)).fetchone()
     assert (v["verdict"], v["admin_id"], v["note"], v["device_id"], v["pack_key"]) == \
         ("RIGHT", "ops", "看过了", device, PACK_KEY)
