@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.supervision import readings_hash
 from cmbuyer.server.services.common import new_id
@@ -20,6 +22,14 @@ from cmbuyer.server.services.common import new_id
 from .seed import Seeder, png_bytes
 
 PACK_KEY = "pdd-8.22.0-r1"
+
+
+@pytest.fixture
+def supervised_orders() -> str:
+    """N = 3 for the supervision tests. The shared ``settings`` fixture of the device-side change (H6) reads
+    ``CMBUYER_SUPERVISED_ORDERS`` from this fixture and defaults it to "0" for older suites; test modules
+    import this override. Before that change is merged the contract default (3) applies anyway."""
+    return "3"
 
 
 def readings(**over: Any) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from typing import Any
 from cmbuyer.server.app import create_app
 
 from .browser import admin_page, log_in
-from .seed_supervision import PACK_KEY, approval, pair, readings, supervised_claim
+from .seed_supervision import (
+    PACK_KEY,
+    approval,
+    pair,
+    readings,
+    supervised_claim,
+    supervised_orders,  # noqa: F401  (fixture: N = 3)
+)
 from .test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, pytestmark  # noqa: F401  (same skip rules)
 
 

@@ -14,7 +14,15 @@ import pytest
 from cmbuyer.server.services.common import new_id
 
 from .conftest import AdminClient
-from .seed_supervision import PACK_KEY, approval, pair, readings, set_pair, supervised_claim
+from .seed_supervision import (
+    PACK_KEY,
+    approval,
+    pair,
+    readings,
+    set_pair,
+    supervised_claim,
+    supervised_orders,  # noqa: F401  (fixture: N = 3)
+)
 from .test_supervision_service import fingerprint
 
 DRAWER = {"X-CMBuyer-View": "drawer", "Accept": "text/html"}

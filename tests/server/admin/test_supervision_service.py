@@ -18,7 +18,15 @@ from cmbuyer.server.services import supervision_admin as service
 from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import authorizations as auth_store
 
-from .seed_supervision import PACK_KEY, approval, pair, readings, set_pair, supervised_claim
+from .seed_supervision import (
+    PACK_KEY,
+    approval,
+    pair,
+    readings,
+    set_pair,
+    supervised_claim,
+    supervised_orders,  # noqa: F401  (fixture: N = 3)
+)
 
 OPS = Actor("admin", "ops")
 
