@@ -213,15 +213,10 @@ AUDIT_ACTION_LABELS.update({
     "approval.reject": "驳回提交前的人工确认",
     "supervision.verdict": "记录监督订单的核对结论",
     "supervision.resupervise": "重新人工监督设备",
+    # written by the device side (services/supervision.py)
+    "approval.request": "设备请求提交前人工确认",
+    "approval.void": "人工确认请求作废",
 })
-
-# approval_requests.state (migration 0007)
-APPROVAL_STATE_LABELS: dict[str, str] = {
-    "WAITING": "等待人工确认",
-    "APPROVED": "已批准",
-    "REJECTED": "已驳回",
-    "VOID": "已作废",
-}
 
 # the fence's refusal words (services/fence.py check_gates), shown when the readings awaiting approval
 # would not pass the fence; "unreadable" = the readings are not the 8 well-formed values

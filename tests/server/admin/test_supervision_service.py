@@ -328,3 +328,17 @@ def test_device_states(make_task: Any, make_device: Any, seed: Any, sync_conn: A
 
 def test_required_orders_defaults_to_the_contract_value(settings: Any) -> None:
     assert service.required_orders(settings) == getattr(settings, "supervised_orders", 3)
+
+
+def test_audit_actions_and_gate_refusals_have_chinese_labels() -> None:
+    import inspect
+    import re
+
+    from cmbuyer.server.domain import labels
+    from cmbuyer.server.services.fence import check_gates
+
+    for action in (*service.AUDIT_DECISION.values(), service.AUDIT_VERDICT, service.AUDIT_RESUPERVISE):
+        assert action in labels.AUDIT_ACTION_LABELS, action
+    words = set(re.findall(r'FenceRefused\("([a-z_]+)"\)', inspect.getsource(check_gates)))
+    assert "unit_price_changed" in words
+    assert words | {"unreadable"} <= set(labels.FENCE_REFUSAL_LABELS)
