@@ -202,3 +202,16 @@ async def test_devices_page_states_and_resupervise(admin_client: AdminClient, ma
     assert resp.status == 200 and await resp.json() == {"device_id": device, "pairs_reset": 2}
     for bad in (new_id(), "x"):
         assert (await admin_client.post_form(f"/devices/{bad}/resupervise", {})).status == 404
+
+
+async def test_what_the_phone_read_is_escaped(admin_client: AdminClient, make_task: Any, make_device: Any,
+                                              seed: Any) -> None:
+    task = make_task(start=True)
+    device = make_device().device_id
+    attempt = supervised_claim(seed, task.id, device, pack_key="p<b>x")
+    approval(seed, task.id, attempt, device, values=readings(selected_color="<script>alert(1)</script>",
+                                                            payment_mode='"><img src=x onerror=alert(1)>'))
+    html = await (await admin_client.client.get(f"/tasks/{task.id}", headers=DRAWER)).text()
+    assert "<script>alert(1)" not in html and "<img src=x" not in html and "<b>x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "p&lt;b&gt;x" in html
+    assert html.count('class="mismatch"') == 2  # colour and payment mode
