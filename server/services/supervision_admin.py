@@ -153,12 +153,12 @@ def task_panel(conn: sqlite3.Connection, task_id: str, settings: Settings) -> di
     ``{"approval": None | {"id", "state", "created_at", "attempt_id", "device_id", "pack_key",
     "screenshot_asset_id", "decided_by", "decided_at", "rows": [Row], "mismatches": int,
     "gates": None | word, "gates_label": str, "readable": bool}`` (the live request of the OPEN attempt),
-    ``"history": [approval rows]``, ``"verdict_submission_id": sid | None`` (a verdict can be given now),
+    ``"verdict_submission_id": sid | None`` (a verdict can be given now),
     ``"verdict": None | row``, ``"supervised_submission": bool``, ``"stamp": str`` (changes whenever
     any of these does, for the live view)}.
     """
     live = store.live_approval_of_open_attempt(conn, task_id)
-    panel: dict[str, Any] = {"approval": None, "history": store.approvals_for_task(conn, task_id),
+    panel: dict[str, Any] = {"approval": None,
                              "verdict_submission_id": None, "verdict_right_allowed": False, "verdict": None,
                              "supervised_submission": False}
     if live is not None:
@@ -179,8 +179,9 @@ def task_panel(conn: sqlite3.Connection, task_id: str, settings: Settings) -> di
         if panel["verdict"] is None and SubmissionState(latest["state"]) in WRONG_STATES:
             panel["verdict_submission_id"] = latest["id"]
             panel["verdict_right_allowed"] = SubmissionState(latest["state"]) in RIGHT_STATES
-    history = ",".join(f"{h['id'][:8]}:{h['state']}" for h in panel["history"])
-    panel["stamp"] = f"{history}|{(panel['verdict'] or {}).get('verdict', '')}"
+    # the decision, a new request or a verdict changes the drawer (REJECTED/VOID leave the live slot empty)
+    slot = f"{live['id']}:{live['state']}" if live else "-"
+    panel["stamp"] = f"{slot}|{(panel['verdict'] or {}).get('verdict', '')}"
     return panel
 
 

@@ -35,13 +35,6 @@ def live_approval_of_open_attempt(conn: sqlite3.Connection, task_id: str) -> dic
     return None if r is None else dict(r)
 
 
-def approvals_for_task(conn: sqlite3.Connection, task_id: str) -> list[dict[str, Any]]:
-    """Every approval request of the task (state, who decided, when), oldest first — the history line."""
-    return [dict(r) for r in conn.execute(
-        "SELECT id, attempt_id, state, decided_by, decided_at, created_at FROM approval_requests"
-        " WHERE task_id = ? ORDER BY created_at, id", (task_id,))]
-
-
 def decide_approval(conn: sqlite3.Connection, approval_id: str, *, new_state: str, decided_by: str, at: str) -> bool:
     """CAS WAITING → ``new_state`` (APPROVED/REJECTED) with who and when, only while the request's attempt is
     still OPEN. False when either changed meanwhile (nothing written)."""
