@@ -2,6 +2,9 @@
 --
 -- * devices.pack_id: the selector pack the agent last reported in its heartbeat (issue 16 §6). NULL = never
 --   reported (an older agent); 'NO_PACK' = the agent has no pack for the installed app version.
+-- * devices.supervision_off: an administrator's audited per-device exemption from supervision (CLI
+--   `device supervision`), e.g. the demo's second phone; the global CMBUYER_SUPERVISED_ORDERS=0 turns it off
+--   for every device.
 -- * attempts.pack_key / attempts.supervised: the device–pack pair an attempt ran under and whether it was
 --   decided, at claim time, to need a person's approval before the fence (issue 17 §1). pack_key is the pack
 --   id the agent named at claim-next, else the device's last heartbeat pack id, else 'app:<name>:<code>'.
@@ -18,6 +21,8 @@
 -- Only ADD COLUMN and new tables: no rebuild, existing rows keep their values.
 
 ALTER TABLE devices ADD COLUMN pack_id TEXT CHECK (pack_id IS NULL OR length(pack_id) BETWEEN 1 AND 64);
+
+ALTER TABLE devices ADD COLUMN supervision_off INTEGER NOT NULL DEFAULT 0 CHECK (supervision_off IN (0, 1));
 
 ALTER TABLE attempts ADD COLUMN pack_key TEXT CHECK (pack_key IS NULL OR length(pack_key) BETWEEN 1 AND 80);
 ALTER TABLE attempts ADD COLUMN supervised INTEGER NOT NULL DEFAULT 0 CHECK (supervised IN (0, 1));

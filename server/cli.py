@@ -329,6 +329,14 @@ def cmd_device(args: argparse.Namespace) -> int:
                 _print_json({"device_id": args.device_id, "revoked": True, "changed": changed})
             else:
                 print("revoked" if changed else "already revoked")
+        elif args.device_cmd == "supervision":
+            off = args.mode == "off"
+            changed = _tx(conn, lambda c: device_service.set_supervision(c, args.device_id, off=off,
+                                                                        actor=CLI_ACTOR, now=now))
+            if args.json:
+                _print_json({"device_id": args.device_id, "supervision": args.mode, "changed": changed})
+            else:
+                print(f"supervision {args.mode}" + ("" if changed else " (unchanged)"))
         else:
             devices = device_store.list_all(conn)
             rows = [{"device_id": d.id, "name": d.name, "state": d.state, "created_at": d.created_at,
@@ -462,6 +470,11 @@ def build_parser() -> argparse.ArgumentParser:
     dsub.add_parser("list", parents=[common])
     q = dsub.add_parser("revoke", parents=[common])
     q.add_argument("device_id")
+    q = dsub.add_parser("supervision", parents=[common],
+                        help="on: the device's first orders per pack wait for a person's approval "
+                             "(CMBUYER_SUPERVISED_ORDERS); off: exempt this device (audited)")
+    q.add_argument("device_id")
+    q.add_argument("mode", choices=("on", "off"))
 
     p = sub.add_parser("evidence", parents=[common], help="evidence file housekeeping")
     esub = p.add_subparsers(dest="evidence_cmd", required=True)

@@ -191,6 +191,7 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "device.add": "新增设备",
     "device.heartbeat": "设备心跳",
     "device.revoke": "撤销设备",
+    "device.supervision": "设置人工监督",
     "events.append": "设备上报进展",
     "evidence.upload": "上传截图",
     "evidence.gc": "清理无引用的截图文件",

@@ -68,3 +68,20 @@ def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: d
         audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="device.revoke",
                      subject_kind="device", subject_id=device_id)
     return changed
+
+
+def set_supervision(conn: sqlite3.Connection, device_id: str, *, off: bool, actor: Actor, now: datetime) -> bool:
+    """Exempt a device from supervised first orders (``off=True``) or put it back under the global rule
+    (issue 17; ``CMBUYER_SUPERVISED_ORDERS``). Idempotent: returns True when this call changed the
+    setting, and only a change writes an audit row (``device.supervision``). NotFound when unknown.
+
+    The exemption is for phones a team has already proven (and for the demo's second phone); it does not
+    clear a held device–pack pair — that is the admin's 重新人工监督 on the devices page.
+    """
+    if not is_uuid4(device_id) or device_store.get(conn, device_id) is None:
+        raise NotFound("设备不存在")
+    changed = device_store.set_supervision_off(conn, device_id, off)
+    if changed:
+        audit.append(conn, at=to_wire(now), actor_kind=actor.kind, actor_id=actor.id, action="device.supervision",
+                     subject_kind="device", subject_id=device_id, detail={"supervision": "off" if off else "on"})
+    return changed

@@ -85,6 +85,13 @@ def revoke(conn: sqlite3.Connection, device_id: str, at: str) -> bool:
     return cur.rowcount == 1
 
 
+def set_supervision_off(conn: sqlite3.Connection, device_id: str, off: bool) -> bool:
+    """Set the per-device supervision exemption (migration 0007); True when the value changed."""
+    cur = conn.execute("UPDATE devices SET supervision_off = ? WHERE id = ? AND supervision_off != ?",
+                       (int(off), device_id, int(off)))
+    return cur.rowcount == 1
+
+
 def record_heartbeat(conn: sqlite3.Connection, device_id: str, *, at: str, client_version: str,
                      adb_serial: str, android_release: str, pdd_version: str | None,
                      pdd_version_code: int | None, reported_state: str, app_version_allowed: bool) -> None:

@@ -64,6 +64,21 @@ def test_revoke_is_idempotent_and_unknown_device_is_refused(ddir: Path) -> None:
     assert cli_json(ddir, "device", "list")["devices"][0]["state"] == "REVOKED"
 
 
+def test_device_supervision_exemption_is_audited_and_idempotent(ddir: Path) -> None:
+    device_id = cli_json(ddir, "device", "add", "--name", "p")["device_id"]
+    assert cli_json(ddir, "device", "supervision", device_id, "off")["changed"] is True
+    assert cli_json(ddir, "device", "supervision", device_id, "off")["changed"] is False
+    assert cli_json(ddir, "device", "supervision", device_id, "on")["changed"] is True
+    assert cli(ddir, "device", "supervision", "00000000-0000-4000-8000-000000000000", "off").returncode == 1
+    assert cli(ddir, "device", "supervision", device_id, "maybe").returncode == 2
+    import sqlite3
+    conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
+    assert conn.execute("SELECT supervision_off FROM devices WHERE id = ?", (device_id,)).fetchone()[0] == 0
+    rows = conn.execute("SELECT detail_json FROM audit_log WHERE action = 'device.supervision' ORDER BY id").fetchall()
+    conn.close()
+    assert [json.loads(r[0])["supervision"] for r in rows] == ["off", "on"]  # an unchanged call writes nothing
+
+
 def test_task_add_start_show(ddir: Path) -> None:
     created = cli_json(ddir, "task", "add", "--title", "纯棉短袖", "--url", URL, "--color", "黑色CHA(纯棉)",
                        "--size", "M(建议100-115)", "--quantity", "2", "--max-total-price", "30.00")

@@ -284,7 +284,8 @@ async def test_second_attempt_of_same_authorization_refused(server_client: Any, 
     with pytest.raises(sqlite3.IntegrityError):
         sync_conn.execute("INSERT INTO attempts SELECT ?, task_id, authorization_id, device_id, session_id,"
                           " claim_generation, nonce, randomblob(32), claimed_task_version, lease_expires_at,"
-                          " 'CLOSED', 'FAILED', response_json, 1, created_at, created_at FROM attempts WHERE id = ?",
+                          " 'CLOSED', 'FAILED', response_json, 1, created_at, created_at, NULL, 0"
+                          " FROM attempts WHERE id = ?",
                           (new_id(), claimed.attempt_id))
 
 
