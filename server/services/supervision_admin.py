@@ -350,10 +350,12 @@ def resupervise(conn: sqlite3.Connection, device_id: str, actor: Actor, now: dat
 # -- the devices page --------------------------------------------------------------------------------------
 
 def device_states(conn: sqlite3.Connection, required: int) -> dict[str, dict[str, Any]]:
-    """Per device id: ``{"required": N, "off": N == 0, "pack_key": current key or None (no heartbeat yet),
-    "confirmed": x for the current key, "done": x >= N, "held": [pairs on hold, any key],
-    "waiting": bool (its OPEN attempt waits for a person)}``. The current key follows the claim-time rule
-    (:func:`rules.pack_key_for` with no claim pack id: the heartbeat's pack id, else the app version)."""
+    """Per device id: ``{"required": N, "off": N == 0, "exempt": the device's audited exemption
+    (``devices.supervision_off``, CLI ``cmbuyer-server device supervision DEVICE off``), "pack_key": current
+    key or None (no heartbeat yet), "confirmed": x for the current key, "done": x >= N, "held": [pairs on
+    hold, any key], "pairs": count, "waiting": bool (its OPEN attempt waits for a person)}``. The current
+    key follows the claim-time rule (:func:`rules.pack_key_for` with no claim pack id: the heartbeat's pack
+    id, else the app version)."""
     pairs: dict[str, list[dict[str, Any]]] = {}
     for p in store.all_pairs(conn):
         pairs.setdefault(p["device_id"], []).append(p)
@@ -367,7 +369,8 @@ def device_states(conn: sqlite3.Connection, required: int) -> dict[str, dict[str
         mine = pairs.get(d["id"], [])
         current = next((p for p in mine if p["pack_key"] == key), None)
         confirmed = int(current["confirmed_orders"]) if current else 0
-        out[d["id"]] = {"required": required, "off": required == 0, "pack_key": key, "confirmed": confirmed,
+        out[d["id"]] = {"required": required, "off": required == 0, "exempt": bool(d["supervision_off"]),
+                        "pack_key": key, "confirmed": confirmed,
                         "done": confirmed >= required, "held": [p for p in mine if p["held"]],
                         "pairs": len(mine), "waiting": d["id"] in waiting}
     return out

@@ -130,8 +130,10 @@ def device_exists(conn: sqlite3.Connection, device_id: str) -> bool:
 
 
 def devices_for_supervision(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every device's ``id, pack_id, pdd_version, pdd_version_code`` (what the pair key is built from)."""
-    return [dict(r) for r in conn.execute("SELECT id, pack_id, pdd_version, pdd_version_code FROM devices")]
+    """Every device's ``id, pack_id, pdd_version, pdd_version_code`` (what the pair key is built from) and its
+    ``supervision_off`` exemption."""
+    return [dict(r) for r in conn.execute(
+        "SELECT id, pack_id, pdd_version, pdd_version_code, supervision_off FROM devices")]
 
 
 def all_pairs(conn: sqlite3.Connection) -> list[dict[str, Any]]:

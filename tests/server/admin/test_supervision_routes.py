@@ -202,6 +202,10 @@ async def test_devices_page_states_and_resupervise(admin_client: AdminClient, ma
     assert resp.status == 200 and await resp.json() == {"device_id": device, "pairs_reset": 2}
     for bad in (new_id(), "x"):
         assert (await admin_client.post_form(f"/devices/{bad}/resupervise", {})).status == 404
+    sync_conn.execute("BEGIN IMMEDIATE")
+    sync_conn.execute("UPDATE devices SET supervision_off = 1 WHERE id = ?", (device,))
+    sync_conn.execute("COMMIT")
+    assert "不监督<span class=\"muted\">（此设备已豁免）" in await (await admin_client.client.get("/devices")).text()
 
 
 async def test_what_the_phone_read_is_escaped(admin_client: AdminClient, make_task: Any, make_device: Any,

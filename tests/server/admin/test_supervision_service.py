@@ -14,6 +14,7 @@ import pytest
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.errors import Conflict, DomainError, NotFound, ValidationFailed
 from cmbuyer.server.domain.supervision import ApprovalNotWaiting
+from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import supervision_admin as service
 from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import authorizations as auth_store
@@ -305,7 +306,7 @@ def test_resupervise_resets_every_pair_of_the_device_only(make_device: Any, seed
     assert fingerprint(sync_conn) == snap
 
 
-def test_device_states(make_task: Any, make_device: Any, seed: Any, sync_conn: Any) -> None:
+def test_device_states(make_task: Any, make_device: Any, seed: Any, sync_conn: Any, clock: Any) -> None:
     pack, app, silent = (make_device(n).device_id for n in ("pack", "app", "silent"))
     tx(sync_conn, lambda c: c.execute("UPDATE devices SET pack_id = ?, pdd_version = '8.22.0', pdd_version_code = 82200"
                                       " WHERE id = ?", (PACK_KEY, pack)))
@@ -324,6 +325,9 @@ def test_device_states(make_task: Any, make_device: Any, seed: Any, sync_conn: A
     assert states[silent]["pack_key"] is None
     assert tx(sync_conn, lambda c: service.device_states(c, 2))[pack]["done"]
     assert tx(sync_conn, lambda c: service.device_states(c, 0))[pack]["off"]
+    assert not states[pack]["exempt"]
+    tx(sync_conn, lambda c: device_service.set_supervision(c, app, off=True, actor=OPS, now=clock.now()))
+    assert tx(sync_conn, lambda c: service.device_states(c, 3))[app]["exempt"]
 
 
 def test_required_orders_defaults_to_the_contract_value(settings: Any) -> None:
