@@ -1,33 +1,71 @@
-"""Shared steps of the Chromium tests (test_browser*.py): a page that records console errors, and the
-login through the real form. (The older browser tests still spell the login out inline.)"""
+"""Shared parts of the admin browser tests (real headless Chromium: Debian ``chromium`` driven by
+Playwright for Python): where Chromium and the screenshots live, the skip rules, a page that records
+script errors, and the login through the real /login form.
+
+Browser tests are skipped only when /usr/bin/chromium is missing *and* ``CI`` is unset; in CI they must run.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from .conftest import ADMIN_PASSWORD, ADMIN_USER
 
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "admin-browser"
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--no-first-run"]
 
-async def admin_page(browser: Any, problems: list[str], *, accept_dialogs: bool = True) -> Any:
-    """A fresh zh-CN context and page (1440×900, 10 s default timeout) whose console errors and page
-    errors are appended to ``problems``; confirmation prompts are accepted unless told otherwise."""
-    context = await browser.new_context(viewport={"width": 1440, "height": 900}, locale="zh-CN")
-    page = await context.new_page()
-    page.set_default_timeout(10_000)
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    if accept_dialogs:
-        page.on("dialog", lambda d: d.accept())
-    return page
+# ``pytestmark = BROWSER_MARKS`` in each browser test module
+BROWSER_MARKS = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+                       reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)"),
+]
 
 
-async def log_in(page: Any, base: str, username: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> None:
-    """Log in through the real login form at ``base`` and wait for the task list."""
+async def log_in(page: Any, base: str) -> None:
+    """Log in as the test administrator through the /login form; returns once the task list is shown.
+
+    ``base`` is the server's root URL without a trailing slash. Raises Playwright's AssertionError when
+    the login does not land on /tasks within the page's default timeout.
+    """
     from playwright.async_api import expect
 
     await page.goto(base + "/login")
-    await page.fill("input[name=username]", username)
-    await page.fill("input[name=password]", password)
+    await page.fill("input[name=username]", ADMIN_USER)
+    await page.fill("input[name=password]", ADMIN_PASSWORD)
     await page.click("button:has-text('登录')")
     await expect(page).to_have_url(re.compile(r"/tasks$"))
+
+
+@asynccontextmanager
+async def chromium_page(*, http_errors: bool = False) -> AsyncIterator[tuple[Any, list[str]]]:
+    """A fresh Chromium page (1440×900, zh-CN, 10 s default timeout, dialogs accepted) and the list its
+    console errors and uncaught page errors are appended to (a test asserts it empty at the end);
+    ``http_errors`` also records every response with status ≥ 400 as ``"<status> <url>"``."""
+    from playwright.async_api import async_playwright
+
+    problems: list[str] = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            context = await browser.new_context(viewport={"width": 1440, "height": 900}, locale="zh-CN")
+            page = await context.new_page()
+            page.set_default_timeout(10_000)
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            if http_errors:
+                page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+            page.on("dialog", lambda d: d.accept())
+            yield page, problems
+            await context.close()
+        finally:
+            await browser.close()
