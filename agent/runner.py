@@ -231,7 +231,7 @@ class Runner:
 
     def _claim_and_run(self, pack: Pack) -> bool:
         try:
-            purchase = self.api.claim_next(self.session)
+            purchase = self.api.claim_next(self.session, pack_id=pack.id)  # supervision pairs (issue 17)
         except ClaimRequiresManual:
             self.progress("server: claim requires a person (claim_requires_manual)")
             return False
