@@ -24,12 +24,13 @@ approval again there). Otherwise it raises, and the flow stops before the fence 
 - ``REJECTED_BY_REVIEWER`` — a person rejected the readings;
 - ``SCREEN_CHANGED_WHILE_WAITING`` — a reading differs from gate 3's, a control appeared or went
   (a pop-up, a dialog), the screen is not the one with the submit control any more, or it cannot be
-  read (fail closed); also when the server reports the
-  approval ``VOID`` (the server voids an approval only when other readings were sent for the attempt,
-  so the readings it holds are no longer the phone's);
+  read (fail closed);
 - ``APPROVAL_TIMEOUT`` — the wait exceeded ``CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS`` (default 600),
   or the lease or the authorization would end within the fence margin;
-- ``LEASE_LOST`` — the lease keeper lost the lease (a renewal was refused); ``SHUTDOWN`` — a stop was
+- ``LEASE_LOST`` — the lease keeper lost the lease (a renewal was refused), or the server reports the
+  approval ``VOID``: it voids a live approval when the attempt closes under the phone (cancelled, reset,
+  swept) — the claim is gone, as with a refused renewal — or when other readings were sent for the
+  attempt, which this agent never does; ``SHUTDOWN`` — a stop was
   requested (SIGTERM): the wait wakes at once and stops; phone (adb) and server errors keep their own
   codes.
 """
@@ -252,8 +253,7 @@ def wait_for_approval(ctx: WaitContext, claim: Claim, proof: SubmissionProof, re
         if status.state == "REJECTED":
             raise FlowStop("a person rejected what the phone read", "REJECTED_BY_REVIEWER")
         if status.state != "APPROVED":  # VOID (the schema allows nothing else)
-            raise FlowStop("the server voided the approval: it no longer holds the phone's readings",
-                           "SCREEN_CHANGED_WHILE_WAITING")
+            raise LeaseLost("the server voided the approval: the attempt is no longer this phone's claim")
         # Approved: the screen must still show what the person approved, and the lease and the
         # authorization must leave room for the fence (the decision may come late in the wait).
         _same_screen(ctx, reading, proof, wanted, controls)

@@ -95,6 +95,7 @@ class Runner:
         self._hb_next = 0.0  # monotonic time of the next due heartbeat
         self._hb_state: str | None = None
         self._hb_allowed = False
+        self.supervision_hold = False  # the last heartbeat said the device–pack pair is held (issue 17)
         self.last_status: Status | None = None
         self.heartbeats = 0  # sent (tests)
         self.claims = 0  # claims that ran a flow (tests)
@@ -157,6 +158,11 @@ class Runner:
             self.progress(f"heartbeat: state {state}")
         self._hb_state = state
         self._hb_allowed = bool(hb["app_version_allowed"])
+        held = hb.get("supervision_hold") is True  # issue 17: claim-next answers no task while held
+        if held and not self.supervision_hold:
+            self.progress("server: this phone's pairing with its selector pack is on hold (a supervised order "
+                          "was marked wrong): no task until an admin presses 重新人工监督 on the devices page")
+        self.supervision_hold = held
         return hb
 
     # --- recovery -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ __all__ = [
     "SchemaError",
     "is_hex64",
     "is_money",
+    "is_pack_id",
     "is_utc_time",
     "is_uuid4",
     "parse_utc_time",
@@ -40,6 +41,9 @@ UUID4_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[
 HEX64_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
 # Canonical money: no sign, no leading zeros, exactly two decimals (design §4, bad-inputs "Money").
 MONEY_RE = re.compile(r"(0|[1-9][0-9]{0,8})\.[0-9]{2}", re.ASCII)
+# Selector pack id (agent/packs, contract "Heartbeat pack id"); the agent reports NO_PACK when it has none.
+PACK_ID_RE = re.compile(r"[a-z0-9][a-z0-9._+-]{0,63}", re.ASCII)
+NO_PACK = "NO_PACK"
 # Wire time: always UTC 'Z', optional 6-digit fraction (design §4, "Time on the wire").
 UTC_TIME_RE = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{6})?Z", re.ASCII
@@ -67,6 +71,12 @@ def is_hex64(value: object) -> bool:
 def is_money(value: object) -> bool:
     """True for a canonical money string such as ``"12.88"`` or ``"30.00"`` (CNY, two decimals)."""
     return isinstance(value, str) and MONEY_RE.fullmatch(value) is not None
+
+
+def is_pack_id(value: object) -> bool:
+    """True for a selector pack id (``[a-z0-9][a-z0-9._+-]{0,63}``, full match) or the literal ``NO_PACK``
+    (JSON Schema format ``pack-id``)."""
+    return isinstance(value, str) and (value == NO_PACK or PACK_ID_RE.fullmatch(value) is not None)
 
 
 def parse_utc_time(value: str) -> datetime:
@@ -99,6 +109,7 @@ _FORMATS.checks("uuid4")(is_uuid4)
 _FORMATS.checks("hex64")(is_hex64)
 _FORMATS.checks("money")(_is_positive_money)
 _FORMATS.checks("utc-time")(is_utc_time)
+_FORMATS.checks("pack-id")(is_pack_id)
 
 
 @cache
@@ -147,7 +158,7 @@ def _validator(name: str) -> Draft202012Validator:
 
 _Check = Callable[[object], bool]
 _FAST_FORMATS: dict[str, _Check] = {"uuid4": is_uuid4, "hex64": is_hex64, "money": _is_positive_money,
-                                    "utc-time": is_utc_time}
+                                    "utc-time": is_utc_time, "pack-id": is_pack_id}
 _OBJECT_KEYS = frozenset({"$schema", "$id", "title", "description", "type", "additionalProperties", "required",
                           "properties"})
 _ANNOTATIONS = frozenset({"title", "description", "$comment"})

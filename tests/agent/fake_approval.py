@@ -108,7 +108,7 @@ class SupervisedApi(FakeApi):
         if not self.purchase.claim.supervised:
             raise NotSupervised(409, "not_supervised")
         if self.assets.get(screenshot_asset_id) != (claim.attempt_id, "CONFIRM_PAGE_GATE_3"):
-            raise ServerRejected(422, "invalid_evidence")
+            raise ServerRejected(422, "approval_screenshot_invalid")
         with self._lock:
             self.approval_requests.append(body)
             for approval_id, a in self.approvals.items():
