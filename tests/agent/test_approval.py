@@ -341,3 +341,21 @@ def test_the_wait_step_cannot_tap() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not imported & {"cmbuyer.agent.permit", "cmbuyer.agent.submit", "cmbuyer.agent.client",
                            "cmbuyer.agent.flow"}
+
+
+def test_unattended_waits_hold_the_phone_after_the_failure_limit() -> None:
+    """A wait nobody answers is not a phone-level stop (no visit to the phone host for an absent reviewer),
+    and not a crash; three pre-fence endings in a row still hold the phone (REPEATED_FAILURES), so an
+    unwatched phone stops instead of failing the whole queue (docs/agent.md "Supervised orders")."""
+    from cmbuyer.agent.holds import AttemptEnd, HoldPolicy, Scope, Streaks, scope_of, settle
+
+    assert scope_of("REJECTED_BY_REVIEWER") is Scope.TASK
+    assert scope_of("APPROVAL_TIMEOUT") is scope_of("SCREEN_CHANGED_WHILE_WAITING") is Scope.ATTEMPT
+    streaks, holds = Streaks(), []
+    for code in ("APPROVAL_TIMEOUT", "SCREEN_CHANGED_WHILE_WAITING", "APPROVAL_TIMEOUT"):
+        streaks, hold = settle(streaks, AttemptEnd("FAILED", code, fenced=False), HoldPolicy())
+        holds.append(hold)
+        assert streaks.crashes == 0
+    assert holds[:2] == [None, None] and holds[2] is not None and holds[2].startswith("REPEATED_FAILURES")
+    # a stop a person asked for while the phone waited breaks no streak and adds none
+    assert settle(Streaks(0, 2), AttemptEnd("FAILED", "SHUTDOWN", fenced=False), HoldPolicy()) == (Streaks(0, 2), None)

@@ -118,3 +118,55 @@ def test_rejected_first_order_fails_before_the_fence_without_a_tap(tmp_path: Pat
     assert detail["task"]["state_reason"] == "REJECTED_BY_REVIEWER"
     assert ("FENCE", "STARTED") not in steps(detail)
     assert srv.conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 0
+
+
+def _verdict(srv: RealServer, task_id: str, verdict: str) -> None:
+    from cmbuyer.server.db import run_in_transaction
+    from cmbuyer.server.services import supervision_admin
+    from cmbuyer.server.services.common import Actor
+
+    submission_id = srv.detail(task_id)["submission"]["id"]
+    run_in_transaction(srv.conn, lambda c: supervision_admin.record_verdict(
+        c, submission_id, verdict.upper(), None, Actor("admin", "reviewer"), srv.clock.now()))
+
+
+def test_after_n_right_orders_unsupervised_and_a_wrong_one_stops_the_phone(tmp_path: Path) -> None:
+    """N = 1: the first order waits for a person; marked right, the next order of the same phone and pack
+    goes straight to the fence. After 重新人工监督 the next order is supervised again; marked wrong, the
+    pair is held: the heartbeat says so, the agent prints why, and claim-next hands out nothing."""
+    from cmbuyer.agent.model import Session
+    from cmbuyer.server.db import run_in_transaction
+    from cmbuyer.server.services import supervision_admin
+    from cmbuyer.server.services.common import Actor
+
+    with RealServer(tmp_path, env={"CMBUYER_SUPERVISED_ORDERS": "1"}) as srv, adbutils_leaks_ignored(), \
+            running_sim():
+        creds = srv.add_device()
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        first = srv.add_task(quantity=1)
+        Person(srv, "approve", after=0.3)
+        assert agent.run_once() == 0
+        assert srv.state(first.id) == "WAITING_PAYMENT" and len(_approval_rows(srv)) == 1
+        _verdict(srv, first.id, "right")
+
+        second = srv.add_task(quantity=1)
+        assert agent.run_once() == 0  # nobody approves: it must not need anybody
+        assert srv.state(second.id) == "WAITING_PAYMENT" and len(_approval_rows(srv)) == 1
+        assert ("APPROVAL_REQUEST", "OK") not in steps(srv.detail(second.id))
+
+        run_in_transaction(srv.conn, lambda c: supervision_admin.resupervise(
+            c, creds.device_id, Actor("admin", "reviewer"), srv.clock.now()))
+        third = srv.add_task(quantity=1)
+        Person(srv, "approve", after=0.3)
+        assert agent.run_once() == 0
+        assert srv.state(third.id) == "WAITING_PAYMENT" and len(_approval_rows(srv)) == 2
+        _verdict(srv, third.id, "wrong")
+
+        runner = agent.runner
+        status = runner._status()
+        assert status.pack is not None
+        runner._heartbeat(status, "READY")
+        assert runner.supervision_hold and any("重新人工监督" in line for line in agent.lines)
+        fourth = srv.add_task(quantity=1)
+        assert agent.api.claim_next(Session(runner.session.session_id), pack_id=status.pack.id) is None
+        assert srv.state(fourth.id) == "PENDING"
