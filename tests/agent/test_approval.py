@@ -89,7 +89,7 @@ class Rig:
 @pytest.fixture
 def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
     opts = getattr(request, "param", {})
-    with running_sim() as sim:
+    with running_sim(opts.get("scenario")) as sim:
         purchase = supervised_purchase(**opts.get("purchase", {}))
         journal = Journal(tmp_path / "j.sqlite3")
         api = SupervisedApi([purchase], keys=journal, lease_ttl=opts.get("lease_ttl", 60.0))
@@ -215,6 +215,36 @@ def test_a_voided_approval_stops_before_the_fence(rig: Rig) -> None:
     assert (result.outcome, result.reason_code) == ("FAILED", "LEASE_LOST")
     assert _fenced_count(rig) == 0
     _no_tap_during_wait(rig)
+
+
+# --- the 8.22.0 order sheet: options, stepper and payment row on the screen with the submit control ---------
+ORDER_SHEET = {"scenario": "order_sheet",
+               "purchase": {"goods_id": "710000000001", "sku_color": "黑色", "sku_size": "M", "quantity": 1,
+                            "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=710000000001"}}
+
+
+@pytest.mark.parametrize("rig", [ORDER_SHEET], indirect=True)
+def test_order_sheet_waits_then_hands_off_once_approved(rig: Rig) -> None:
+    rig.api.decide_after(0.8, "APPROVED")
+    result = rig.run()
+    assert result.outcome == "EXTERNAL_PAYMENT_HANDOFF", rig.api.fails  # the scenario's WeChat cashier
+    assert rig.taps_at_fence == rig.taps_at_request
+    rig.sim.journal("sim-1").assert_single_submit_tap()
+    (request,) = rig.api.approval_requests
+    assert request["readings"]["payment_mode"] == "微信支付" and request["readings"] == rig.api.fence_bodies[0]
+
+
+@pytest.mark.parametrize("rig", [ORDER_SHEET], indirect=True)
+def test_payment_mode_switched_while_waiting_stops_before_the_fence(rig: Rig) -> None:
+    """The payment row turns to 先用后付 (an A/B switch) while the phone waits: a changed reading, so the
+    wait stops — an approval given for 微信支付 must never reach a pay-later sheet."""
+    _wire_on_request(rig, lambda _id: rig.sim.phone("sim-1").inject("payment_mode_change", mode="pay_later"))
+    rig.api.decide_after(1.5, "APPROVED")
+    result = rig.run()
+    assert (result.outcome, result.reason_code) == ("FAILED", "SCREEN_CHANGED_WHILE_WAITING")
+    assert _fenced_count(rig) == 0
+    _no_tap_during_wait(rig)
+    assert _submit_taps(rig) == []
 
 
 # --- time: the wait's own timeout, the authorization, the lease ---------------------------------------
