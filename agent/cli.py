@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent import __version__
+from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, PackError
 from cmbuyer.agent.holds import HoldPolicy
@@ -392,6 +393,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = _progress_fn(args.json_logs)
     try:
         holds = HoldPolicy.from_env(crash_loop_limit=args.crash_loop_limit, failure_limit=args.failure_limit)
+        ApprovalSettings.from_env()  # a bad value stops the start, not a supervised order at gate 3
     except ValueError as exc:
         progress(f"settings: {exc}")
         return 2

@@ -27,13 +27,16 @@ from typing import Any
 
 from cmbuyer.agent import __version__
 from cmbuyer.agent.errors import (
+    ApprovalRequired,
     AppVersionNotAllowed,
     ClaimRequiresManual,
+    NotSupervised,
     ServerError,
     ServerRejected,
     ServerUnreachable,
 )
 from cmbuyer.agent.model import (
+    ApprovalStatus,
     AssetRef,
     AttemptFailure,
     Claim,
@@ -55,6 +58,13 @@ from cmbuyer.schemas.summary import summary_problem
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 1024 * 1024
+# 4xx codes that have their own error class (the rest are plain ServerRejected)
+_TYPED_REJECTIONS: dict[str, type[ServerRejected]] = {
+    "claim_requires_manual": ClaimRequiresManual,
+    "app_version_not_allowed": AppVersionNotAllowed,
+    "approval_required": ApprovalRequired,
+    "not_supervised": NotSupervised,
+}
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,24 @@ def _whole(data: bytes, headers: Any) -> bytes:
     if declared.isdigit() and len(data) < min(int(declared), MAX_RESPONSE_BYTES + 1):
         raise http.client.IncompleteRead(data, int(declared) - len(data))
     return data
+
+
+def approval_readings(proof: SubmissionProof) -> dict[str, Any]:
+    """The ``readings`` object of an approval request: the same 8 values, in the same wire types, as the
+    fence body carries (the server compares them with the fence's; the submit-control count is not
+    part of it)."""
+    return {"selected_color": proof.selected_color, "selected_size": proof.selected_size,
+            "gate1_unit_price": money_str(proof.gate1_unit_price),
+            "gate2_unit_price": money_str(proof.gate2_unit_price),
+            "gate3_unit_price": money_str(proof.gate3_unit_price),
+            "quantity_read": proof.quantity_read,
+            "confirm_page_amount": money_str(proof.confirm_page_amount),
+            "payment_mode": proof.payment_mode}
+
+
+def _approval_status(body: dict[str, Any]) -> ApprovalStatus:
+    return ApprovalStatus(approval_id=body["approval_id"], state=body["state"], decided_at=body["decided_at"],
+                          server_now=body["server_now"])
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -194,21 +222,18 @@ class HttpDeviceApi:
                     raise ServerError(f"{what}: response is not strict JSON", status=status) from exc
             if 400 <= status < 500:
                 error = _error_code(parsed)
-                if error == "claim_requires_manual":
-                    raise ClaimRequiresManual(status, error)
-                if error == "app_version_not_allowed":
-                    raise AppVersionNotAllowed(status, error)
-                raise ServerRejected(status, error)
+                raise _TYPED_REJECTIONS.get(error or "", ServerRejected)(status, error)
             return status, parsed
         raise ServerUnreachable(f"{what}: server unreachable ({type(last).__name__})")
 
-    def _post_json(self, path: str, schema: str, payload: dict[str, Any], what: str) -> tuple[int, Any]:
+    def _post_json(self, path: str, schema: str, payload: dict[str, Any], what: str, *,
+                   response_schema: str | None = None) -> tuple[int, Any]:
         validate(f"{schema}.request", payload)
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         status, parsed = self._post(path, body, "application/json", what)
         if status in (200, 201):
             try:
-                validate(f"{schema}.response", parsed)
+                validate(f"{response_schema or schema}.response", parsed)
             except SchemaError as exc:
                 raise ServerError(f"{what}: response does not match its schema ({exc.path})") from exc
         return status, parsed
@@ -231,10 +256,13 @@ class HttpDeviceApi:
         return dict(body)
 
     # --- TaskSource ---------------------------------------------------------------------------
-    def claim_next(self, session: Session) -> ClaimedPurchase | None:
-        """POST claim-next with the journaled claim_request_id; 204 → None."""
+    def claim_next(self, session: Session, *, pack_id: str | None = None) -> ClaimedPurchase | None:
+        """POST claim-next with the journaled claim_request_id and, when given, the id of the selector
+        pack in use (the server keys supervision on the device–pack pair, issue 17); 204 → None."""
         key = self._keys.key("claim_request", session.session_id)
         payload = {"session_id": session.session_id, "claim_request_id": key}
+        if pack_id is not None:
+            payload["pack_id"] = pack_id
         try:
             status, body = self._post_json("/api/v1/tasks/claim-next", "claim_next", payload, "claim-next")
         except ServerRejected:
@@ -252,7 +280,8 @@ class HttpDeviceApi:
         claim = Claim(task_id=t["id"], task_version=t["version"], authorization_id=a["id"],
                       attempt_id=att["id"], claim_generation=att["claim_generation"],
                       claim_token=att["claim_token"], session_id=session.session_id,
-                      lease_expires_at=att["lease_expires_at"], authorization_expires_at=a["expires_at"])
+                      lease_expires_at=att["lease_expires_at"], authorization_expires_at=a["expires_at"],
+                      supervised=att.get("supervised", False) is True)
         self._claims[claim.attempt_id] = claim
         # The key is dropped by the caller once the claim is journaled (record first, then forget).
         return ClaimedPurchase(task=task, claim=claim, server_now=body["server_now"])
@@ -328,14 +357,8 @@ class HttpDeviceApi:
                    "expected_task_version": self.task_version(claim),
                    "authorization_id": claim.authorization_id,
                    "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
-                   "selected_color": proof.selected_color, "selected_size": proof.selected_size,
-                   "gate1_unit_price": money_str(proof.gate1_unit_price),
-                   "gate2_unit_price": money_str(proof.gate2_unit_price),
-                   "gate3_unit_price": money_str(proof.gate3_unit_price),
-                   "quantity_read": proof.quantity_read,
-                   "confirm_page_amount": money_str(proof.confirm_page_amount),
-                   "submit_control_match_count": proof.submit_control_match_count,
-                   "payment_mode": proof.payment_mode}
+                   **approval_readings(proof),
+                   "submit_control_match_count": proof.submit_control_match_count}
         status, body = self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/submission-fence",
                                        "submission_fence", payload, "fence")
         if status not in (200, 201):
@@ -344,6 +367,34 @@ class HttpDeviceApi:
             return _from_fence_response(body, attempt_id=claim.attempt_id, task_id=claim.task_id)
         except PermitRefused as exc:
             raise FenceReplayed(body["submission_id"]) from exc
+
+    # --- supervision (issue 17; docs/api.md "Supervised attempts") ---------------------------------
+    def request_approval(self, claim: Claim, proof: SubmissionProof, screenshot_asset_id: str) -> ApprovalStatus:
+        """Ask a person to approve what the phone read (``proof``: the fence body's readings) with the
+        gate-3 screenshot. The ``approval_key`` is journaled before the request and re-sent unchanged
+        on a retry (the server replays its stored answer); it is scoped to the attempt and the body,
+        so other readings get another key. Raises NotSupervised, ServerRejected (4xx), ServerError."""
+        readings = approval_readings(proof)
+        digest = hashlib.sha256(json.dumps([readings, screenshot_asset_id], sort_keys=True,
+                                           ensure_ascii=False).encode()).hexdigest()[:16]
+        scope = f"{claim.attempt_id}:{digest}"
+        payload = {"approval_key": self._keys.key("approval", scope), "task_id": claim.task_id,
+                   "authorization_id": claim.authorization_id, "claim_generation": claim.claim_generation,
+                   "claim_token": claim.claim_token, "screenshot_asset_id": screenshot_asset_id,
+                   "readings": readings}
+        _, body = self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/approval", "approval",
+                                  payload, "approval")
+        self._keys.drop_key("approval", scope)
+        return _approval_status(body)
+
+    def approval_status(self, claim: Claim, approval_id: str) -> ApprovalStatus:
+        """Read an approval's state (read-only on the server: no idempotency key). Raises like
+        :meth:`request_approval`."""
+        payload = {"approval_id": approval_id, "claim_generation": claim.claim_generation,
+                   "claim_token": claim.claim_token}
+        _, body = self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/approval/status",
+                                  "approval_status", payload, "approval status", response_schema="approval")
+        return _approval_status(body)
 
     def task_version(self, claim: Claim) -> int:
         """The task version the fence must name: the claim's, or the one the server reported after

@@ -153,6 +153,10 @@ _REJECTION_REASONS = {
     "claim_not_current": "LEASE_LOST",
     "claim_requires_manual": "LEASE_LOST",
     "app_version_not_allowed": "APP_VERSION_UNSUPPORTED",
+    # issue 17: the fence of a supervised attempt without a matching APPROVED approval; nothing written
+    "approval_required": "FENCE_REFUSED",
+    # the claim said "supervised" and the approval route says it is not: a disagreement, never a guess
+    "not_supervised": "INTERNAL_ERROR",
 }
 
 
@@ -162,3 +166,13 @@ class ClaimRequiresManual(ServerRejected):
 
 class AppVersionNotAllowed(ServerRejected):
     """409 app_version_not_allowed on claim-next, or heartbeat ``app_version_allowed=false``."""
+
+
+class ApprovalRequired(ServerRejected):
+    """409 approval_required at the fence: the attempt is supervised and has no APPROVED approval whose
+    readings equal the fence body's (issue 17). Nothing was written; never a permit, never a tap."""
+
+
+class NotSupervised(ServerRejected):
+    """409 not_supervised on the approval route: the server does not consider this attempt supervised
+    although claim-next said it is. The flow stops before the fence (fail closed)."""

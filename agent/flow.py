@@ -3,7 +3,8 @@
 claim → open product → buy button (the pack's buy path) → the layout is recognized from the sheet that
 opens (SKU sheet or order sheet) → select options (scrolling inside their lists) → gate 1 (+screenshot)
 → quantity → gate 2 (+screenshot) → [SKU sheet: confirm control → confirm page] → read the screen
-holding the submit control → payment-mode gate → gate 3 (+screenshot) → lease check →
+holding the submit control → payment-mode gate → gate 3 (+screenshot) → [supervised attempt: wait
+for a person's approval, re-reading the screen, never tapping — agent/approval.py] → lease check →
 submission-fence with the values read → journal PERMIT_RECEIVED → submit_order_once → journal
 observation (+ foreign package, never its screenshot) → optional read-only confirmation
 (agent/confirm.py: order number + ORDER_CONFIRMATION screenshot) → result (observation_reason,
@@ -29,8 +30,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from cmbuyer.agent import approval, confirm, gates
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent import confirm
 from cmbuyer.agent.errors import AgentError, ShutdownRequested
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.lease import LeaseKeeper
@@ -140,7 +141,13 @@ class PurchaseFlow:
             outcome = engine.run(order)
             proof = outcome.proof
             # Gate 3 passed, its screenshot is queued, the proof (values read on the screen) is final;
-            # nothing has asked the server for anything yet. A wait for a person goes here.
+            # nothing has asked the server for anything yet.
+            if claim.supervised:  # issue 17: a person approves these readings first (agent/approval.py)
+                approval.wait_for_approval(approval.WaitContext(
+                    phone=self.phone, pack=self.pack, api=self.sink, outbox=self._outbox,  # type: ignore[arg-type]
+                    stop=self.stop, lease=self.lease, event=lambda *e: self._event(claim, *e),
+                    progress=self.progress, fence_margin=self.fence_margin), claim, proof, outcome.reading,
+                    gates.named_roles(task.sku_color, task.sku_size))
             self._event(claim, "FENCE", "STARTED")
             # Everything sent so far — the step events and the three gate screenshots — must be
             # acknowledged by the server before the fence is requested (raises the first failure).

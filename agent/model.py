@@ -54,6 +54,9 @@ class Claim:
     session_id: str
     lease_expires_at: str
     authorization_expires_at: str
+    # issue 17: a person must approve what the phone read before the fence (claim-next
+    # ``attempt.supervised``; absent on the wire = False) — agent/approval.py
+    supervised: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,3 +134,18 @@ class SubmissionResult:
     evidence_asset_id: str | None = None
     order_sn: str | None = None
     observation_reason: str | None = None
+
+
+APPROVAL_STATES = ("WAITING", "APPROVED", "REJECTED", "VOID")
+
+
+@dataclass(frozen=True)
+class ApprovalStatus:
+    """The server's answer to an approval request or status read (``approval.response.json``):
+    ``state`` one of :data:`APPROVAL_STATES`; ``decided_at``/``server_now`` wire times (UTC);
+    ``decided_at`` is None while WAITING."""
+
+    approval_id: str
+    state: str
+    decided_at: str | None
+    server_now: str

@@ -11,6 +11,8 @@ Rules (design §7.1, spec 002 §三):
   first failure. The flow drains before asking for the fence, so the fence is only requested once
   the events (the task version the fence names comes from their answers) and the three gate
   screenshots are stored.
+- The asset id the server gave each uploaded kind is kept (:meth:`asset_id`): a supervised attempt
+  names its gate-3 screenshot in the approval request (agent/approval.py).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cmbuyer.agent.model import Claim, ScreenshotAsset, TaskEvent
+from cmbuyer.agent.model import AssetRef, Claim, ScreenshotAsset, TaskEvent
 from cmbuyer.agent.ports import ResultSink
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,8 @@ MAX_EVENTS_PER_BATCH = 20
 @dataclass
 class _Job:
     events: list[TaskEvent] | None = None
-    upload: Callable[[], object] | None = None
+    upload: Callable[[], AssetRef] | None = None
+    kind: str | None = None  # evidence kind of an upload
 
 
 class Outbox:
@@ -43,6 +46,7 @@ class Outbox:
         self._busy = False
         self._closed = False
         self._error: BaseException | None = None
+        self._assets: dict[str, str] = {}  # evidence kind -> asset id of its last acknowledged upload
         self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
         self._thread.start()
 
@@ -53,7 +57,8 @@ class Outbox:
     def upload(self, kind: str, png: Callable[[], bytes], captured_at: str) -> None:
         """Queue an evidence upload; ``png()`` is called on the outbox thread (the encoding)."""
         claim, sink = self._claim, self._sink
-        self._put(_Job(upload=lambda: sink.upload_screenshot(claim, ScreenshotAsset(kind, png(), captured_at))))
+        self._put(_Job(upload=lambda: sink.upload_screenshot(claim, ScreenshotAsset(kind, png(), captured_at)),
+                       kind=kind))
 
     def _put(self, job: _Job) -> None:
         with self._cond:
@@ -71,6 +76,12 @@ class Outbox:
         error = self.error
         if error is not None:
             raise error
+
+    def asset_id(self, kind: str) -> str | None:
+        """The asset id the server returned for the last acknowledged upload of ``kind`` (None if none
+        was acknowledged yet); call after :meth:`drain` to be sure it is there."""
+        with self._cond:
+            return self._assets.get(kind)
 
     def drain(self, timeout: float | None = None) -> None:
         """Wait until every queued job is done; raise the first failure (or TimeoutError)."""
@@ -120,7 +131,10 @@ class Outbox:
                     if job.events is not None:
                         self._sink.append_events(self._claim, job.events)
                     elif job.upload is not None:
-                        job.upload()
+                        ref = job.upload()
+                        if job.kind is not None:
+                            with self._cond:
+                                self._assets[job.kind] = ref.asset_id
             except BaseException as exc:  # handed to the flow's thread
                 with self._cond:
                     if self._error is None:

@@ -106,6 +106,7 @@ class Runner:
         self._hb_next = 0.0  # monotonic time of the next due heartbeat
         self._hb_state: str | None = None
         self._hb_allowed = False
+        self.supervision_hold = False  # the last heartbeat said the device–pack pair is held (issue 17)
         self.last_status: Status | None = None
         self._pack_note: str | None = None  # the last pack resolution logged (logged on change only)
         self.heartbeats = 0  # sent (tests)
@@ -178,6 +179,11 @@ class Runner:
             self.progress(f"heartbeat: state {state}")
         self._hb_state = state
         self._hb_allowed = bool(hb["app_version_allowed"])
+        held = hb.get("supervision_hold") is True  # issue 17: claim-next answers no task while held
+        if held and not self.supervision_hold:
+            self.progress("server: this phone's pairing with its selector pack is on hold (a supervised order "
+                          "was marked wrong): no task until an admin presses 重新人工监督 on the devices page")
+        self.supervision_hold = held
         return hb
 
     # --- recovery -----------------------------------------------------------------------------
@@ -252,7 +258,7 @@ class Runner:
 
     def _claim_and_run(self, pack: Pack) -> bool:
         try:
-            purchase = self.api.claim_next(self.session)
+            purchase = self.api.claim_next(self.session, pack_id=pack.id)  # supervision pairs (issue 17)
         except ClaimRequiresManual:
             self.progress("server: claim requires a person (claim_requires_manual)")
             return False

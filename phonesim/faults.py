@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DUMP_KINDS = frozenset({"empty_dump", "single_node_dump", "partial_dump", "malformed_dump", "emoji_dump"})
-MUTATION_KINDS = frozenset({"price_change", "stock_out", "version_change", "popup", "duplicate_submit"})
+MUTATION_KINDS = frozenset({"price_change", "stock_out", "version_change", "popup", "duplicate_submit",
+                            "payment_mode_change"})
 POPUPS = ("update", "coupon", "splash", "float_video", "order_success", "risk_wall",
           "face_check", "account_risk", "real_name", "too_busy")
 # popups that BACK cannot dismiss and no tap leaves: the agent must stop and report (phone-facts walls)
@@ -42,6 +43,9 @@ KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "popup": (("popup",), {"text": None}),
     # from when it fires, every confirm page draws a second clickable 提交订单 control (left of the real one)
     "duplicate_submit": ((), {}),
+    # from when it fires, the order sheet's payment row shows this mode (scenario.PAYMENT_MODES), e.g. an
+    # A/B switch to 先用后付 while the agent waits for a person's approval
+    "payment_mode_change": (("mode",), {}),
     "wrong_focus": ((), {"package": "com.android.systemui", "activity": "com.android.systemui.statusbar.StatusBar"}),
 }
 _WHEN_KEYS = ("after_dumps", "after_taps", "after_calls", "on_screen")
@@ -79,6 +83,10 @@ def validate_fault(spec: dict[str, Any]) -> dict[str, Any]:
             out["applied"] = out["on"] in ("tap", "submit_tap")
         if out["match"] is not None:
             re.compile(out["match"])
+    if kind == "payment_mode_change":
+        from .scenario import PAYMENT_MODES
+        if out["mode"] not in PAYMENT_MODES:
+            raise ValueError(f"payment_mode_change.mode must be one of {PAYMENT_MODES}")
     if kind == "slow" and out["op"] not in ("dump", "tap", "screenshot", "rpc", "shell", "key", "any"):
         raise ValueError("slow.op must be dump|tap|screenshot|rpc|shell|key|any")
     return out

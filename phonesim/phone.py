@@ -268,6 +268,8 @@ class Phone:
                 self.app.show_popup(p["popup"], p.get("text"))
             elif fault.kind == "duplicate_submit":
                 self.app.duplicate_submit = True
+            elif fault.kind == "payment_mode_change":
+                self.cfg.payment_mode = str(p["mode"])
             self._fault_fired(fault)
 
     # ---------------------------------------------------------------- rendering

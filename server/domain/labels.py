@@ -33,6 +33,8 @@ STEP_LABELS: dict[str, str] = {
     "BACK_OUT": "退出下单（未提交）",
     "LEASE": "租约续期",
     "RECOVERY": "设备重启后恢复",
+    "APPROVAL_REQUEST": "请求人工确认（监督下单）",
+    "APPROVAL_WAIT": "等待人工确认",
 }
 
 # common.json "outcome"

@@ -169,6 +169,7 @@ class FakeApi(FakeServer):
         self.interval = interval
         self.heartbeat_states: list[str] = []
         self.claim_calls = 0
+        self.claim_pack_ids: list[str | None] = []  # the pack_id sent with each claim-next
         self.claimed: list[ClaimedPurchase] = []
         self.on_claim: Any = None  # callable(purchase) after a claim is handed out
         self.fail_keys: list[str] = []
@@ -184,9 +185,10 @@ class FakeApi(FakeServer):
         return {"device_id": str(uuid.uuid4()), "app_version_allowed": self.allowed,
                 "server_now": "2099-01-01T00:00:00Z", "heartbeat_interval_seconds": self.interval}
 
-    def claim_next(self, session: Session) -> ClaimedPurchase | None:
+    def claim_next(self, session: Session, *, pack_id: str | None = None) -> ClaimedPurchase | None:
         self._maybe_down()
         self.claim_calls += 1
+        self.claim_pack_ids.append(pack_id)
         if self.keys is not None:
             self.keys.key("claim_request", session.session_id)
         if not self.queue:
