@@ -234,6 +234,27 @@ def test_broken_pack_affects_only_its_version_and_is_logged_once(pack_dir: Path,
     assert [p.id for p in all_packs(pack_dir)] == ["pdd-8.17.0-81700", "pdd-8.22.0-82200", "ops-8.23.0-82300"]
 
 
+def test_the_error_a_lookup_raises_is_not_also_logged(pack_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The caller of resolve() reports the error of its own version (run: ``NO_PACK: …``, dry-run: the
+    error JSON); the packdir warning is only for broken files of OTHER versions — one error, one line
+    in the agent's log (it was said twice, once as a bare ``WARNING:cmbuyer.agent.packdir:`` line)."""
+    data = rebound("8.22.0", "8.23.0", 82300)
+    write_pack(pack_dir, data)
+    flip_byte(evidence_path(pack_dir, data, "sim822-product", "dump"))
+    caplog.set_level(logging.WARNING, logger="cmbuyer.agent.packdir")
+    for _ in range(3):
+        assert "evidence mismatch" in _error(("8.23.0", 82300), pack_dir)
+    assert caplog.records == []
+    resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True)  # another version: logged, once
+    resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True)
+    assert [r.getMessage().split(": ")[:2] for r in caplog.records] == [
+        ["selector pack refused", "ops-8.23.0-82300.json"]]
+    caplog.clear()
+    pack_dir.chmod(0o777)  # a refused directory: raised to the caller, not logged besides
+    assert "world-writable" in _error(("8.22.0", 82200), pack_dir)
+    assert caplog.records == []
+
+
 def test_fix_and_breakage_take_effect_without_restart_and_lookups_stay_cheap(pack_dir: Path) -> None:
     """The runner looks the pack up every loop: cached per file by stat, re-hashed when a file changes."""
     data = rebound("8.22.0", "8.23.0", 82300)
