@@ -294,8 +294,8 @@ def _panel(spec: dict[str, Any], where: str, ev: set[str]) -> PanelReader:
     return PanelReader(
         tile_name=tile_name,
         dimension_header=sel("dimension_header"),
-        group_terminators=tuple(_selector(t, f"{where}/group_terminators", ev)
-                                for t in spec.get("group_terminators", [])),
+        group_terminators=tuple(_selector(t, f"{where}/group_terminators/{i}", ev)
+                                for i, t in enumerate(spec.get("group_terminators", []))),
         option_tile=sel("option_tile"),
         unit_price=_money(spec["unit_price"], f"{where}/unit_price", ev) if "unit_price" in spec else None,
         amount=_money(spec["amount"], f"{where}/amount", ev) if "amount" in spec else None,
@@ -405,8 +405,8 @@ def compile_pack(data: Any) -> Pack:
             raise PackError(f"$.recognition_order: the screen {screen} is missing")
     screens = {
         name: ScreenRule(
-            all=tuple(_selector(s, f"screens/{name}/all", ev) for s in rule["all"]),
-            none=tuple(_selector(s, f"screens/{name}/none", ev) for s in rule.get("none", [])),
+            all=tuple(_selector(s, f"screens/{name}/all/{i}", ev) for i, s in enumerate(rule["all"])),
+            none=tuple(_selector(s, f"screens/{name}/none/{i}", ev) for i, s in enumerate(rule.get("none", []))),
         )
         for name, rule in data["screens"].items()
     }

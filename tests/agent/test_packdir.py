@@ -157,6 +157,18 @@ def _tap_on_payment(d: dict[str, Any]) -> None:
     d["buy_paths"]["single"]["text"] = "去支付|单独购买"
 
 
+def _unknown_evidence_in_a_screen_rule(d: dict[str, Any]) -> None:
+    d["screens"]["product"]["all"][-1]["evidence"].append("v823-01-produkt")
+
+
+def _bad_regex_in_a_screen_rule(d: dict[str, Any]) -> None:
+    d["screens"]["product"]["all"][-1]["text"] = "单独购买("
+
+
+def _bad_regex_in_a_group_terminator(d: dict[str, Any]) -> None:
+    d["readers"]["sku_panel"]["group_terminators"][0]["text"] = "数量("
+
+
 BAD = [
     (_set_options_screen, "$.layouts[0].options_screen: 'foo' is not one of ['sku_panel', 'confirm_order']"),
     (_unknown_layout, "$.layouts[0].id: 'carousel' is not one of ['sku_sheet', 'order_sheet']"),
@@ -166,6 +178,10 @@ BAD = [
     (_absolute_evidence_path, "$.evidence['sim-product'].files.dump.path: '/etc/passwd' does not match"),
     (_bad_regex, "$.buy_paths.single.text: bad regex (missing ), unterminated subpattern at position 4)"),
     (_tap_on_payment, "$.buy_paths.single: a tap selector could match a payment or submit control"),
+    # members of selector lists are named by their index (they were named as the list itself)
+    (_unknown_evidence_in_a_screen_rule, "$.screens.product.all[0].evidence: unknown evidence id 'v823-01-produkt'"),
+    (_bad_regex_in_a_screen_rule, "$.screens.product.all[0].text: bad regex"),
+    (_bad_regex_in_a_group_terminator, "$.readers.sku_panel.group_terminators[0].text: bad regex"),
 ]
 
 
