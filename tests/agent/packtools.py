@@ -69,7 +69,7 @@ def sha256_file(path: Path) -> str:
 def add_capture_evidence(pack_path: Path, captures_dir: Path, *, prefix: str, source: str,
                          justify: dict[str, str]) -> list[str]:
     """Edit the pack file ``pack_path`` as an operator does after a dry run (docs/agent.md "New app
-    version runbook", step 4): copy every capture of ``captures_dir`` (its ``dump.xml``,
+    version runbook", step 6): copy every capture of ``captures_dir`` (its ``dump.xml``,
     ``screenshot.png``, ``meta.json``) to ``evidence/<pack id>/<capture>/`` next to the pack, add one
     ``evidence`` entry per capture (id ``<prefix><capture>``, label/time/device from its ``meta.json``,
     each file's SHA-256) and add that id to every selector evidence list that names

@@ -148,35 +148,37 @@ def _assert_no_pack_and_idle(stack: Stack) -> None:
 
 
 def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
-    """Runbook steps 1-6 in the operator's folder; returns the proven pack file (work/<id>.json)."""
-    # 1. no pack for the new version yet: dry-run refuses, says why
+    """Runbook steps 2-8 in the operator's folder; returns the proven pack file (work/<id>.json)."""
+    # 2. no pack for the new version yet: dry-run refuses, says why
     ran = op("dry-run", "--device", SERIAL, *ORDER, "--out", "captures/canary/dryrun-1")
     assert (ran.code, json.loads(ran.out)) == (2, {"error": "NO_SELECTOR_PACK",
                                                    "detail": "no selector pack for app version 8.23.0 (82300)"})
-    # 2. candidate pack: the nearest shipped pack (8.22.0) and its evidence copied, bound to 8.23.0
+    # 3. candidate pack: the nearest shipped pack (8.22.0) and its evidence copied, bound to 8.23.0
     work = op.home / "work"
     work.mkdir(mode=0o700)
     candidate = rebound("8.22.0", NEW_NAME, NEW_CODE, PACK_ID)
     candidate["description"] = (f"Pinduoduo {NEW_NAME} ({NEW_CODE}), copied from pdd-8.22.0-82200 by the operator; "
                                 "order sheet proven on the canary's dry-run captures (evidence v823-*), "
                                 "other screens still justified by 8.22.0's simulator captures.")
+    candidate["authored"] = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "by": "张三",
+                             "note": "copied from pdd-8.22.0-82200 for the canary's update"}
     pack = write_pack(work, candidate, PACK_FILE)
     assert op("pack", "verify", f"work/{PACK_FILE}").code == 0
-    # 3. dry run on the canary with the candidate: every gate, captures + proposed expectations
+    # 4. dry run on the canary with the candidate: every gate, captures + proposed expectations
     ran = op("dry-run", "--device", SERIAL, *ORDER, "--pack-dir", "work", "--out", "captures/canary/dryrun-1")
     summary = json.loads(ran.lines()[-1])
     assert ran.code == 0 and summary["result"] == "PASSED" and summary["layout"] == "order_sheet", ran
     assert summary["app_version"] == f"{NEW_NAME}:{NEW_CODE}" and summary["pack_id"] == PACK_ID
-    # 4. a person compares screenshots with the proposals and accepts them
+    # 5. a person compares screenshots with the proposals and accepts them
     ran = op("pack", "accept", "captures/canary/dryrun-1", "--by", "张三")
     assert ran.code == 0 and ran.lines()[-1] == f"accepted {len(summary['capture_names'])} capture(s)", ran
-    # 5. the captures become the pack's evidence (files next to the pack, sha256), then verify
+    # 6. the captures become the pack's evidence (files next to the pack, sha256), then verify
     new_ids = add_capture_evidence(pack, op.home / "captures/canary/dryrun-1", prefix="v823-", source="simulator",
                                    justify={"product": "sim822-product", "confirm_order": "sim822-sheet-tshirt"})
     assert new_ids == [f"v823-{name}" for name in summary["capture_names"]]
     ran = op("pack", "verify", f"work/{PACK_FILE}")
     assert ran.code == 0 and ran.lines()[-1] == f"{PACK_FILE}: 54 evidence files, 54 ok, 0 failed -> OK", ran
-    # 6. pack test on the accepted captures, then dry-run again with the final pack: zero submit taps
+    # 7. pack test on the accepted captures; 8. dry-run again with the final pack: zero submit taps
     ran = op("pack", "test", f"work/{PACK_FILE}", "captures/canary/dryrun-1")
     assert ran.code == 0 and ran.lines()[-1] == f"OK: 4 capture(s) with pack {PACK_ID}: 4 pass", ran
     ran = op("dry-run", "--device", SERIAL, *ORDER, "--pack-dir", "work", "--out", "captures/canary/dryrun-2")
@@ -189,7 +191,7 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
 
 
 def _install(pack: Path, pack_dir: Path) -> None:
-    """Runbook step 7: the pack file and its evidence folder into the operator pack dir."""
+    """Runbook step 10: the pack file and its evidence folder into the operator pack dir."""
     shutil.copytree(pack.parent / "evidence", pack_dir / "evidence", dirs_exist_ok=True)
     shutil.copy(pack, pack_dir / pack.name)  # last: the agent sees the pack only with its evidence
 
@@ -208,7 +210,7 @@ def test_new_version_becomes_an_order_with_an_operator_pack_and_no_code_change(c
     assert (row["reported_state"], row["app_version_allowed"]) == ("READY", 0)
     assert _task(stack)["task"]["state"] == "PENDING" and submit_taps(stack.phone_journal()) == []
 
-    # allow the version on the server: the allow-list is read at start, so restart on the same data dir
+    # step 11: allow the version on the server; the allow-list is read at start: restart, same data dir
     stack.stop_server()
     stack.env["CMBUYER_ALLOWED_APP_VERSIONS"] = f"{OLD_VERSIONS},{NEW_NAME}"
     stack.start_server()
