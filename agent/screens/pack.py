@@ -29,6 +29,7 @@ or mismatched pack — the agent then refuses to claim. Its text is ONE line, ``
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -484,7 +485,20 @@ def parse_pack_json(text: str | bytes) -> Any:
     try:
         return loads_strict(text, allow_floats=True)
     except StrictJSONError as exc:
-        raise PackError(f"$: not valid strict JSON ({_one_line(str(exc))})") from exc
+        raise PackError(f"$: not valid strict JSON ({_one_line(_syntax_error_at(text) or str(exc))})") from exc
+
+
+def _syntax_error_at(text: str | bytes) -> str | None:
+    """Where a hand-edited pack stops being JSON (``Expecting ',' delimiter at line 12 column 5``) —
+    the strict decoder only says "not strict JSON" —, or None when the text is plain JSON and a strict
+    rule failed (duplicate key, NaN, byte order mark: the strict decoder's own words say which)."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    except (ValueError, RecursionError):  # bad UTF-8 (UnicodeDecodeError is a ValueError), nesting
+        return None
+    return None
 
 
 def load_pack(path: str | Path, *, verify_evidence: bool = True) -> Pack:

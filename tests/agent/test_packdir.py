@@ -196,10 +196,14 @@ def test_bad_pack_is_one_line_naming_file_and_json_path(pack_dir: Path, mutate: 
 
 def test_invalid_json_is_one_line_attributed_by_file_name(pack_dir: Path) -> None:
     path = pack_dir / "pdd-8.23.0-82300.json"
-    path.write_text('{"pack_format": 2, "id": "x",,}', encoding="utf-8")
+    path.write_text('{"pack_format": 2,\n "id": "x",,}', encoding="utf-8")
     path.chmod(0o644)
     text = _error(("8.23.0", 82300), pack_dir)
-    assert text.startswith("pdd-8.23.0-82300.json: $: not valid strict JSON ("), text
+    # where a hand edit broke it (the strict decoder alone said only "not strict JSON")
+    assert text == ("pdd-8.23.0-82300.json: $: not valid strict JSON (Expecting property name enclosed in double "
+                    "quotes at line 2 column 12)"), text
+    path.write_text('{"pack_format": 2, "pack_format": 2}', encoding="utf-8")  # JSON, but not strict
+    assert _error(("8.23.0", 82300), pack_dir).startswith("pdd-8.23.0-82300.json: $: not valid strict JSON (duplicate")
 
 
 def test_evidence_missing_or_changed_is_one_line(pack_dir: Path) -> None:
