@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     specs = demo_tasks()
-    stack = Stack(args.data_dir, server_port=args.port)
+    # demo-once runs unwatched: no person approves, so supervised first orders (issue 17) are off there
+    stack = Stack(args.data_dir, server_port=args.port,
+                  env={"CMBUYER_SUPERVISED_ORDERS": "0"} if args.once else {})
     interrupted = False
 
     def on_signal(signum: int, frame: object) -> None:

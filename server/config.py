@@ -102,6 +102,9 @@ class Settings:
     pending_connection_timeout: int = 15
     log_format: str = "text"
     log_level: str = "INFO"
+    # confirmed-right orders a device–pack pair needs before it runs without a person's approval; 0 = off
+    # (issue 17; CMBUYER_SUPERVISED_ORDERS)
+    supervised_orders: int = 3
 
     @property
     def evidence_dir(self) -> Path:
@@ -270,4 +273,5 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None,
         pending_connection_timeout=_int(env, "CMBUYER_PENDING_CONNECTION_TIMEOUT", 15, 1, 3600),
         log_format=log_format,
         log_level=log_level,
+        supervised_orders=_int(env, "CMBUYER_SUPERVISED_ORDERS", 3, 0, 1000),
     )

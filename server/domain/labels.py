@@ -184,6 +184,8 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "admin.login_locked": "登录尝试过多，暂时锁定",
     "admin.logout": "管理员退出",
     "admin.passwd": "修改密码",
+    "approval.request": "设备请求人工确认",
+    "approval.void": "人工确认请求作废",
     "attempt.fail": "设备报告失败",
     "attempt.lease_renew": "租约续期",
     "authorization.expire": "授权过期",
@@ -206,6 +208,31 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "task.start_purchase": "开始采购",
     "task.reset_to_draft": "重置为草稿",
     "task.cancel": "取消任务",
+}
+
+# -- supervised first orders, admin side (issue 17; kept in one block so merges stay simple) -------------------
+AUDIT_ACTION_LABELS.update({
+    "approval.approve": "批准提交前的人工确认",
+    "approval.reject": "驳回提交前的人工确认",
+    "supervision.verdict": "记录监督订单的核对结论",
+    "supervision.resupervise": "重新人工监督设备",
+    # written by the device side (services/supervision.py)
+    "approval.request": "设备请求提交前人工确认",
+    "approval.void": "人工确认请求作废",
+})
+
+# the fence's refusal words (services/fence.py check_gates), shown when the readings awaiting approval
+# would not pass the fence; "unreadable" = the readings are not the 8 well-formed values
+FENCE_REFUSAL_LABELS: dict[str, str] = {
+    "sku_mismatch": "规格与任务不符",
+    "quantity_mismatch": "数量与任务不符",
+    "unit_price_changed": "三次读取的单价不一致",
+    "total_over_cap": "单价 × 数量超过最高总价",
+    "confirm_amount_over_cap": "提交金额超过最高总价",
+    "total_above_items": "提交金额高于单价 × 数量（有附加费用）",
+    "payment_mode_not_allowed": "支付方式不在允许列表中",
+    "submit_control_count": "提交按钮不止一个",
+    "unreadable": "读取的数值不完整或无法识别",
 }
 
 _PREFIXES: dict[str, tuple[str, Mapping[str, str]]] = {

@@ -30,6 +30,7 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
+from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.common import Actor
 from cmbuyer.server.store import admin_actions as action_store
 from cmbuyer.server.store import admin_queries, audit
@@ -83,6 +84,8 @@ def _close_before_fence(conn: sqlite3.Connection, task_id: str, expected_version
             raise _stale()
         closed_auth = live.id
     closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, reason, at)
+    if closed_attempt is not None:
+        supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
     if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
                                 new_state=new_state, at=at, reason=reason):
         raise _stale()
@@ -177,7 +180,9 @@ def reconcile(conn: sqlite3.Connection, submission_id: str, outcome: str, note: 
         consumed = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState.FENCED, "reconcile")
         auth_store.set_state(conn, authorization.id, expected_state=authorization.state, new_state=consumed, at=at,
                              reason="RECONCILED")
-    action_store.close_open_attempt_of_task(conn, task.id, "RECONCILED", at)
+    closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, "RECONCILED", at)
+    if closed_attempt is not None:
+        supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
     if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
                                 new_state=new_task, at=at, reason=f"RECONCILED_{outcome.upper()}"):
         raise _stale()

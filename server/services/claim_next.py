@@ -10,8 +10,10 @@ Order inside the transaction (each step only after the previous one):
 4. the device's open claim, if any: same session + live lease + consistent task/authorization →
    the same attempt again (recorded under the new key); anything else → 409
    ``claim_requires_manual``. Never a second attempt, never a transfer;
-5. the oldest claimable authorization (:func:`claim_store.next_candidate`); none → EMPTY, persisted;
-6. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
+5. the supervision pair (issue 17, :func:`supervision.for_claim`): held → EMPTY, persisted; otherwise it
+   decides whether the new attempt is supervised;
+6. the oldest claimable authorization (:func:`claim_store.next_candidate`); none → EMPTY, persisted;
+7. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
    ACTIVE→CLAIMED, task PENDING→CLAIMED with version + 1.
 
 The job raises on any rule break, so the group commit rolls back its savepoint: all or nothing. The
@@ -40,7 +42,9 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
+from cmbuyer.server.domain.supervision import DEFAULT_SUPERVISED_ORDERS, SupervisionPolicy
 from cmbuyer.server.services import device_tx, idempotency
+from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.common import canonical_json, new_id
 from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
@@ -55,6 +59,8 @@ from cmbuyer.server.store.tasks import Task
 
 ENDPOINT = "claim-next"
 FIRST_GENERATION = 1
+# frozen, so one shared default is safe
+DEFAULT_SUPERVISION = SupervisionPolicy(DEFAULT_SUPERVISED_ORDERS)
 SNAPSHOT_FIELDS = ("title", "product_url", "goods_id", "sku_color", "sku_size", "quantity", "max_total_price")
 
 
@@ -67,16 +73,20 @@ class ClaimPolicy:
     allowed_app_versions: tuple[str, ...]
     heartbeat_interval: int
     heartbeat_stale_factor: int
+    # CMBUYER_SUPERVISED_ORDERS (issue 17); built without settings it keeps the default: supervised, not off
+    supervision: SupervisionPolicy = DEFAULT_SUPERVISION
 
     def __repr__(self) -> str:
-        return f"ClaimPolicy(lease_ttl={self.lease_ttl}, allowed_app_versions={self.allowed_app_versions!r})"
+        return (f"ClaimPolicy(lease_ttl={self.lease_ttl}, allowed_app_versions={self.allowed_app_versions!r},"
+                f" supervision={self.supervision!r})")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ClaimPolicy:
         """Build from validated settings; raises SettingsError when the claim-token secret is missing."""
         secret, _ = settings.require_secrets()
         return cls(secret.reveal(), settings.claim_lease_ttl, settings.allowed_app_versions,
-                   settings.heartbeat_interval, settings.heartbeat_stale_factor)
+                   settings.heartbeat_interval, settings.heartbeat_stale_factor,
+                   SupervisionPolicy(settings.supervised_orders))
 
 
 def claim_requires_manual() -> Conflict:
@@ -163,8 +173,12 @@ def _resume(conn: sqlite3.Connection, attempt: Attempt, *, device_id: str, sessi
 
 
 def claim_next(conn: sqlite3.Connection, *, device_id: str, session_id: str, claim_request_id: str,
-               now: datetime, policy: ClaimPolicy) -> Stored:
+               now: datetime, policy: ClaimPolicy, pack_id: str | None = None) -> Stored:
     """Run claim-next for an authenticated device inside the caller's write transaction.
+
+    ``pack_id`` is the optional pack id the agent names (issue 17): with the device it keys the supervision
+    pair. A held pair gets EMPTY (the not-claimable path); a new attempt of a pair under supervision is
+    stored ``supervised`` and its answer says ``"supervised": true``.
 
     Returns the response to send (200 body with token, or 204 EMPTY). Raises
     :class:`device_tx.DeviceNotActive` (→ 401), Conflict ``idempotency_conflict`` /
@@ -172,6 +186,8 @@ def claim_next(conn: sqlite3.Connection, *, device_id: str, session_id: str, cla
     """
     gate = device_tx.begin(conn, device_id)
     payload = {"claim_request_id": claim_request_id, "session_id": session_id}
+    if pack_id is not None:  # absent → the same comparison form (and stored hashes) as before issue 17
+        payload["pack_id"] = pack_id
     stored = device_tx.replay_scoped(conn, device_id, claim_request_id, ENDPOINT, payload)
     if stored is not None:
         return _replay(conn, stored, policy.secret)
@@ -182,16 +198,22 @@ def claim_next(conn: sqlite3.Connection, *, device_id: str, session_id: str, cla
         return _resume(conn, held, device_id=device_id, session_id=session_id, key=claim_request_id,
                        payload=payload, now=now, policy=policy)
     at = to_wire(now)
-    candidate = claim_store.next_candidate(conn, at)
+    try:
+        pair = supervision_service.for_claim(conn, device_id=device_id, gate=gate, claim_pack_id=pack_id,
+                                             policy=policy.supervision)
+    except ValueError:  # no pack id and no app version: no pair to claim for (may_claim makes this unreachable)
+        raise app_version_not_allowed() from None
+    candidate = None if pair.held else claim_store.next_candidate(conn, at)
     if candidate is None:
         return idempotency.remember(conn, device_id, claim_request_id, ENDPOINT, payload, status=204, body=None,
                                     at=at)
     return _claim(conn, candidate, device_id=device_id, session_id=session_id, key=claim_request_id,
-                  payload=payload, now=now, policy=policy)
+                  payload=payload, now=now, policy=policy, pair=pair)
 
 
 def _claim(conn: sqlite3.Connection, candidate: claim_store.Candidate, *, device_id: str, session_id: str, key: str,
-           payload: dict[str, str], now: datetime, policy: ClaimPolicy) -> Stored:
+           payload: dict[str, str], now: datetime, policy: ClaimPolicy,
+           pair: supervision_service.ClaimSupervision) -> Stored:
     authorization = candidate.authorization
     at = to_wire(now)
     new_auth_state = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "claim")
@@ -208,7 +230,8 @@ def _claim(conn: sqlite3.Connection, candidate: claim_store.Candidate, *, device
                  **{f: getattr(authorization, f) for f in SNAPSHOT_FIELDS}},
         "authorization": {"id": authorization.id, "task_version": authorization.task_version,
                           "expires_at": authorization.expires_at},
-        "attempt": {"id": attempt_id, "claim_generation": FIRST_GENERATION, "lease_expires_at": lease_end},
+        "attempt": {"id": attempt_id, "claim_generation": FIRST_GENERATION, "lease_expires_at": lease_end,
+                    "supervised": pair.supervised},
         "server_now": at,
     }
     body_text = canonical_json(body)  # stored (attempt row and request record): never the token
@@ -226,11 +249,13 @@ def _claim(conn: sqlite3.Connection, candidate: claim_store.Candidate, *, device
         session_id=session_id, claim_generation=FIRST_GENERATION, nonce=nonce,
         token_hash=claim_token.token_hash(token), claimed_task_version=claimed_version, lease_expires_at=lease_end,
         state=AttemptState.OPEN, close_reason=None, response_json=body_text, next_event_seq=1, created_at=at,
-        closed_at=None))
+        closed_at=None, pack_key=pair.pack_key, supervised=int(pair.supervised)))
+    supervision_service.record_claim(conn, device_id, pair, at)
     idempotency.remember_text(conn, device_id, key, ENDPOINT, payload, status=200, text=body_text, at=at,
                               attempt_id=attempt_id)
     audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="task.claim", subject_kind="task",
                  subject_id=authorization.task_id, request_id=key, generation=FIRST_GENERATION,
                  detail={"attempt_id": attempt_id, "authorization_id": authorization.id, "session_id": session_id,
-                         "task_version": claimed_version, "lease_expires_at": lease_end})
+                         "task_version": claimed_version, "lease_expires_at": lease_end,
+                         "pack_key": pair.pack_key, "supervised": pair.supervised})
     return Stored(200, answer, attempt_id)

@@ -29,7 +29,9 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.services import device_tx, idempotency
+from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.claim_check import claim_not_current, current_claim
+from cmbuyer.server.services.common import Actor
 from cmbuyer.server.services.events import check_summary
 from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
@@ -95,6 +97,7 @@ def fail_attempt(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
     new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "device_fail")
     if not attempt_store.close(conn, attempt.id, "FAILED", at):
         raise StorageError("attempt changed under the write lock")
+    supervision_service.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="FAILED")
     if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state, new_state=new_auth,
                                 at=at, reason=f"device_fail:{reason}"):
         raise StorageError("authorization changed under the write lock")

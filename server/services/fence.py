@@ -30,7 +30,8 @@ Order inside the job (any failure raises, nothing is written, never a permit):
 7. the gates, re-checked on the values the agent READ on the screen (``409 fence_refused`` with a
    ``detail`` word, see :func:`check_gates`): colour and size as read, quantity read, the three unit
    prices, the total read from ``提交订单 ¥<total>``, the payment mode read beside it, the number of
-   submit controls;
+   submit controls; then, for an attempt supervised at claim time (issue 17), a person's approval of
+   exactly these readings (``409 approval_required``, :func:`supervision.require_approval`);
 8. insert the submission (FENCED), authorization CLAIMED → FENCED, task → SUBMITTING (version + 1),
    audit row, replay record.
 """
@@ -57,6 +58,7 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.services import device_tx, idempotency
+from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.claim_check import claim_not_current, current_claim
 from cmbuyer.server.services.claim_next import snapshot_matches
 from cmbuyer.server.services.common import canonical_json, new_id
@@ -185,6 +187,7 @@ def create_fence(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
     if not snapshot_matches(task, authorization):
         raise FenceRefused("snapshot_mismatch")
     check_gates(body, authorization, allowed_payment_modes)
+    supervision_service.require_approval(conn, attempt, body)
     new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "fence")
     at = to_wire(now)
     submission = submission_store.Submission(

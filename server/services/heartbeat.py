@@ -21,6 +21,7 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.services import device_tx
+from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
@@ -55,4 +56,5 @@ def record_heartbeat(conn: sqlite3.Connection, *, device_id: str, body: dict[str
                      subject_kind="device", subject_id=device_id,
                      detail={name: value for name, value in facts.items() if before[name] != value})
     return {"device_id": device_id, "app_version_allowed": allowed, "server_now": at,
-            "heartbeat_interval_seconds": policy.heartbeat_interval}
+            "heartbeat_interval_seconds": policy.heartbeat_interval,
+            **supervision_service.heartbeat_fields(conn, device_id=device_id, body=body)}

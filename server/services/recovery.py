@@ -34,6 +34,7 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
+from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.common import SYSTEM
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
@@ -82,6 +83,8 @@ def _expire_fenced(conn: sqlite3.Connection, now: datetime, at: str) -> tuple[in
         if attempt.state == AttemptState.OPEN:
             transition(ATTEMPT_TRANSITIONS, AttemptState.OPEN, "close")
             attempt_store.close(conn, attempt.id, "LEASE_EXPIRED_AFTER_FENCE", at)
+            supervision_service.void_for_attempt(conn, attempt.id, actor=SYSTEM, at=at,
+                                                 why="LEASE_EXPIRED_AFTER_FENCE")
         audit.append(conn, at=at, actor_kind=SYSTEM.kind, actor_id=SYSTEM.id, action="submission.lease_expired",
                      subject_kind="task", subject_id=task.id, generation=attempt.claim_generation,
                      detail={"submission_id": sub.id, "attempt_id": attempt.id,

@@ -48,7 +48,9 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.services import device_tx, idempotency
+from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.claim_check import claim_not_current
+from cmbuyer.server.services.common import Actor
 from cmbuyer.server.services.fail_attempt import check_asset
 from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
@@ -135,6 +137,8 @@ def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: st
             raise StorageError("authorization changed under the write lock")
         if not attempt_store.close(conn, attempt.id, "REPORTED", at):
             raise StorageError("attempt changed under the write lock")
+        supervision_service.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at,
+                                             why="REPORTED")
         sub_state, task_state, task_version, late = new_sub.value, new_task.value, task.version + 1, False
     else:
         # Late: the sweeper already moved it to RECONCILIATION_REQUIRED. Record, change no state.

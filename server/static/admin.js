@@ -2,7 +2,8 @@
    - the list's detail drawer (GET /tasks/{id} with X-CMBuyer-View: drawer)
    - select-all / selected count for batch start
    - confirmation prompts on forms with data-confirm
-   - live view: short polling of the rows fragment and of the open detail, every 3 s while visible */
+   - live view: short polling of the rows fragment and of the open detail, every 3 s while visible;
+     on the devices page a fresh copy of its rows */
 (function () {
   "use strict";
   var POLL_MS = 3000;
@@ -27,7 +28,9 @@
   // --- confirmations -------------------------------------------------------------------------------
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
-    var msg = form.getAttribute && form.getAttribute("data-confirm");
+    // a button may carry its own prompt (e.g. "有误" beside "核对无误" in one form)
+    var button = ev.submitter;
+    var msg = (button && button.getAttribute("data-confirm")) || (form.getAttribute && form.getAttribute("data-confirm"));
     if (msg && !window.confirm(msg)) { ev.preventDefault(); }
   });
 
@@ -121,9 +124,31 @@
     });
   }
 
+  // the devices page: its rows (heartbeat, claim, "等待人工确认", supervision) from a fresh copy of the
+  // page, unless the operator is in the middle of something there (a ticked revoke box, focus in a field)
+  function refreshDevices() {
+    var table = document.getElementById("device-table");
+    if (!table) { return Promise.resolve(); }
+    var tbody = document.getElementById("device-rows");
+    function touched() { return busy(tbody) || !!tbody.querySelector("input[type=checkbox]:checked"); }
+    if (touched()) { return Promise.resolve(); }
+    return fetch(table.getAttribute("data-live"), { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (r) {
+        if (r.redirected && /\/login$/.test(new URL(r.url).pathname)) { window.location.assign("/login"); throw new Error("logged out"); }
+        if (!r.ok) { throw new Error("HTTP " + r.status); }
+        return r.text();
+      }).then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.getElementById("device-rows");
+        if (fresh && fresh.innerHTML !== tbody.innerHTML && !touched()) {
+          tbody.replaceChildren.apply(tbody, Array.prototype.slice.call(fresh.childNodes));
+        }
+      });
+  }
+
   function tick() {
     if (document.visibilityState !== "visible") { return; }
-    var jobs = [refreshRows()];
+    var jobs = [refreshRows(), refreshDevices()];
     if (drawerUrl && drawer && !drawer.hidden) { jobs.push(refreshDetail(drawerBody)); }
     var page = document.getElementById("detail-live");
     if (page) { jobs.push(refreshDetail(page)); }

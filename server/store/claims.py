@@ -24,6 +24,7 @@ class DeviceGate:
     reported_state: str | None
     app_version_allowed: bool | None
     pack_id: str | None  # reported pack id, "NO_PACK", or None = not reported (migration 0007)
+    supervision_off: bool = False  # an admin exempted the device from supervision (migration 0007)
 
 
 def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | None:
@@ -35,12 +36,14 @@ def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | Non
     rows = conn.execute(
         "UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE'"
         " RETURNING last_heartbeat_at, client_version, adb_serial, android_release, pdd_version,"
-        " pdd_version_code, reported_state, app_version_allowed, pack_id", (device_id,)).fetchall()
+        " pdd_version_code, reported_state, app_version_allowed, pack_id, supervision_off",
+        (device_id,)).fetchall()
     if len(rows) != 1:
         return None
     r = rows[0]
     allowed = r[7]
-    return DeviceGate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], None if allowed is None else bool(allowed), r[8])
+    return DeviceGate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], None if allowed is None else bool(allowed), r[8],
+                      bool(r[9]))
 
 
 def requests_for_key(conn: sqlite3.Connection, request_key: str) -> list[DeviceRequest]:

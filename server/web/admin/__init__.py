@@ -18,7 +18,7 @@ from aiohttp import web
 from cmbuyer.server.domain import labels
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
 from cmbuyer.server.services import admin_sessions
-from cmbuyer.server.web.admin import auth, devices, evidence, tasks
+from cmbuyer.server.web.admin import auth, devices, evidence, supervision, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
 from cmbuyer.server.web.edge import identity_only
 from cmbuyer.server.web.keys import CLOCK, DB
@@ -111,5 +111,6 @@ def setup(app: web.Application) -> None:
     tasks.setup(app)
     evidence.setup(app)
     devices.setup(app)
+    supervision.setup(app)
     app.router.add_static("/static", STATIC_DIR, name="admin-static")
     app[PERIODIC].append(_sweep_sessions)

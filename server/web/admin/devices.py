@@ -14,6 +14,7 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import from_wire
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import supervision_admin
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store import admin_queries
 from cmbuyer.server.web.admin.common import (
@@ -30,7 +31,8 @@ from cmbuyer.server.web.admin.common import (
 )
 from cmbuyer.server.web.keys import DB, SETTINGS
 
-NOTICES = {"revoked": "设备已撤销；它的令牌不再有效。", "already": "设备此前已撤销。"}
+NOTICES = {"revoked": "设备已撤销；它的令牌不再有效。", "already": "设备此前已撤销。",
+           "resupervised": "已重新开始人工监督：这台设备接下来的订单都要先经人工确认。"}
 
 
 @page
@@ -38,6 +40,8 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
     """``GET /devices``: every device with its heartbeat freshness and open claim."""
     devices = await request.app[DB].read(admin_queries.devices_with_claims)
     settings = request.app[SETTINGS]
+    supervision = await request.app[DB].read(
+        lambda c: supervision_admin.device_states(c, supervision_admin.required_orders(settings)))
     at = now(request)
     stale_after = timedelta(seconds=settings.heartbeat_interval * settings.heartbeat_stale_factor)
     for d in devices:
@@ -47,6 +51,7 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
     return render(request, "devices.html", {
         "session": session, "csrf_token": csrf_token_for(request, session), "devices": devices,
         "notice": NOTICES.get(request.query.get("notice", ""), ""), "allowed_versions": settings.allowed_app_versions,
+        "supervision": supervision,
     })
 
 

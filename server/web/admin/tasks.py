@@ -24,7 +24,7 @@ from aiohttp import web
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TASK_TRANSITIONS, TaskState
-from cmbuyer.server.services import admin_actions, task_view
+from cmbuyer.server.services import admin_actions, supervision_admin, task_view
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.services.common import new_id
@@ -65,6 +65,13 @@ NOTICES = {
     "cancelled": "任务已取消。",
     "paid": "已标记为已付款。",
     "reconciled": "已记录人工核对结果。",
+    # supervised first orders (web/admin/supervision.py)
+    "approved": "已批准：设备将按原流程申请提交围栏并创建待付款订单。",
+    "rejected": "已驳回：设备会在提交前停止这次下单。",
+    "already_approved": "这个确认请求此前已批准，未做更改。",
+    "already_rejected": "这个确认请求此前已驳回，未做更改。",
+    "verdict_right": "已记录：订单核对无误。",
+    "verdict_wrong": "已记录：订单有误。这台设备对这个识别包已暂停领取任务。",
 }
 STATE_GROUPS = {"attention": ("RECONCILIATION_REQUIRED", "FAILED", "EXPIRED")}
 
@@ -188,7 +195,8 @@ def _list_job(f: TaskFilter) -> Any:
             rows = rows[:PAGE_SIZE]
         ids = [r["id"] for r in rows]
         return {"rows": rows, "more": more, "events": admin_queries.latest_events(conn, ids),
-                "claims": admin_queries.open_attempts(conn, ids)}
+                "claims": admin_queries.open_attempts(conn, ids),
+                "waiting": supervision_admin.waiting_tasks(conn, ids)}
     return job
 
 
@@ -220,7 +228,7 @@ async def _render_list(request: web.Request, session: AdminSession, *, status: i
     settings = request.app[SETTINGS]
     context = {
         "session": session, "csrf_token": csrf_token_for(request, session), "rows": data["rows"],
-        "events": data["events"], "claims": data["claims"],
+        "events": data["events"], "claims": data["claims"], "waiting": data["waiting"],
         "labels": {s.value: TASK_STATE_LABELS[s] for s in TaskState},
         "links": _page_links(form, f, data), "form": form, "state_choices": _state_choices(),
         "problems": problems, "error": error, "notice": NOTICES.get(request.query.get("notice", ""), ""),
@@ -344,9 +352,10 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
 
 # -- detail --------------------------------------------------------------------------------------------------
 
-def _detail_job(task_id: str, at: datetime) -> Any:
+def _detail_job(task_id: str, at: datetime, settings: Any) -> Any:
     def job(conn: sqlite3.Connection) -> dict[str, Any]:
         view = task_view.task_detail(conn, task_id)
+        view["supervision"] = supervision_admin.task_panel(conn, task_id, settings)
         device_ids = sorted({a["device_id"] for a in view["attempts"]}
                             | ({view["submission"]["device_id"]} if view["submission"] else set()))
         view["device_names"] = admin_queries.device_names(conn, device_ids)
@@ -372,13 +381,14 @@ def _detail_context(request: web.Request, session: AdminSession, view: dict[str,
         "lease_needs_person": any(a["lease_expired"] for a in view["attempts"]),
         "latest_authorization_id": view["authorization"]["id"] if view["authorization"] else "",
         "notice": NOTICES.get(request.query.get("notice", ""), ""),
-        "stamp": f"{task['version']}:{len(view['events'])}:{len(view['evidence'])}:{task['updated_at']}",
+        "stamp": f"{task['version']}:{len(view['events'])}:{len(view['evidence'])}:{task['updated_at']}"
+                 f":{view['supervision']['stamp']}",
     }
 
 
 async def _render_detail(request: web.Request, session: AdminSession, task_id: str, *, status: int = 200,
                          error: str = "", drawer: bool = False) -> web.Response:
-    view = await request.app[DB].read(_detail_job(task_id, now(request)))
+    view = await request.app[DB].read(_detail_job(task_id, now(request), request.app[SETTINGS]))
     context = _detail_context(request, session, view)
     context["error"] = error
     context["drawer"] = drawer

@@ -8,7 +8,8 @@ from aiohttp import web
 
 def setup(app: web.Application) -> None:
     """Register every device route group."""
-    from cmbuyer.server.web.device_api import attempts, claims
+    from cmbuyer.server.web.device_api import attempts, claims, supervision
 
     claims.setup(app)
     attempts.setup(app)
+    supervision.setup(app)

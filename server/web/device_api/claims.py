@@ -72,7 +72,8 @@ async def claim_next(request: web.Request, device_id: str) -> web.StreamResponse
 
     def job(conn: sqlite3.Connection) -> claim_service.Stored:
         return claim_service.claim_next(conn, device_id=device_id, session_id=body["session_id"],
-                                        claim_request_id=body["claim_request_id"], now=clock.now(), policy=policy)
+                                        claim_request_id=body["claim_request_id"], now=clock.now(), policy=policy,
+                                        pack_id=body.get("pack_id"))
 
     stored = await request.app[DB].write(job, short=True)
     return json_body_response(stored.status, stored.body)

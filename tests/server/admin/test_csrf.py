@@ -25,6 +25,10 @@ def unsafe_routes(task_id: str, sid: str, device_id: str) -> list[tuple[str, dic
         (f"/tasks/{task_id}/mark-paid", {"expected_task_version": "1"}),
         (f"/order-submissions/{sid}/reconcile", {"outcome": "created", "note": "n", "expected_task_version": "1"}),
         (f"/devices/{device_id}/revoke", {"confirm": "revoke"}),
+        (f"/approvals/{new_id()}/approve", {}),  # supervision (issue 17); real subjects: test_supervision_routes
+        (f"/approvals/{new_id()}/reject", {}),
+        (f"/order-submissions/{sid}/supervision-verdict", {"verdict": "right"}),
+        (f"/devices/{device_id}/resupervise", {}),
         ("/logout", {}),
     ]
 

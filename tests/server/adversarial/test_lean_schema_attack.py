@@ -127,6 +127,36 @@ def _applied(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
 
 
+# Today's claim-next and fence also read and write what 0007 adds for issue 17 (attempts.pack_key/supervised,
+# devices.supervision_off, the supervision tables). To serve the older schemas of this module with today's
+# code, 0007's statements (only ADD COLUMN and new tables; a column the data dir already has — devices.pack_id,
+# added by the data_dir fixture — is skipped) are applied as a test-only bridge, and taken off again before an
+# upgrade is compared: 0005 rebuilds attempts with its own column list.
+SUPERVISION = "0007_pack_id_and_supervision.sql"
+BRIDGE_COLUMNS = (("attempts", "supervised"), ("attempts", "pack_key"), ("devices", "supervision_off"))
+# read at import, before the autouse fixture narrows migrate.available() to 1..5
+SUPERVISION_SQL = next(m.sql for m in migrate.available() if m.name == SUPERVISION)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in conn.execute(f"PRAGMA table_info('{table}')")}
+
+
+def _bridge_0007(conn: sqlite3.Connection) -> None:
+    for statement in migrate.split_statements(SUPERVISION_SQL):
+        words = " ".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).split()
+        if words[:2] == ["ALTER", "TABLE"] and words[5] in _columns(conn, words[2]):
+            continue  # "ALTER TABLE <t> ADD COLUMN <c> …" for a column that is already there
+        conn.execute(statement)
+
+
+def _unbridge_0007(conn: sqlite3.Connection) -> None:
+    for table in ("supervision_verdicts", "approval_requests", "supervision_pairs"):
+        conn.execute(f"DROP TABLE {table}")
+    for table, column in BRIDGE_COLUMNS:
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+
+
 # --- a realistic database at 0004, driven through the real API ------------------------------------------
 
 @dataclasses.dataclass
@@ -242,6 +272,7 @@ async def _fill_0004(aiohttp_client: Any, settings: Settings, clock: ManualClock
     # 0005 does not rebuild order_submissions, so they pass through its upgrade untouched.
     for column in ("gate3_unit_price", "payment_mode", "order_sn", "observation_reason"):
         conn.execute(f"ALTER TABLE order_submissions ADD COLUMN {column} TEXT")
+    _bridge_0007(conn)
     tasks = [make_task(start=True, goods_id=str(7000 + i)) for i in range(6)]
     with _schema_at(4):
         client = await aiohttp_client(create_app(settings, clock))
@@ -319,6 +350,7 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
     settings = dataclasses.replace(settings, sweep_interval=3600)
     assert LEAN not in _applied(sync_conn)
     log = await _fill_0004(aiohttp_client, settings, clock, sync_conn, make_device, make_task)
+    _unbridge_0007(sync_conn)
     before = _rows(sync_conn)
 
     assert migrate.migrate(sync_conn, AT) == [LEAN]
@@ -326,6 +358,7 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
     assert sync_conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert sync_conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert _rows(sync_conn) == before
+    _bridge_0007(sync_conn)
 
     client = await aiohttp_client(create_app(settings, clock))
     # every stored answer, byte for byte, from the new code on the new schema
@@ -386,6 +419,7 @@ def _claimed_db(settings: Settings, clock: ManualClock, conn: sqlite3.Connection
     from cmbuyer.server.services.heartbeat import record_heartbeat
 
     assert migrate.migrate(conn, AT) == [LEAN]
+    _bridge_0007(conn)
     started = [make_task(start=True, goods_id="7100").id, make_task(start=True, goods_id="7101").id]
     creds = make_device("p")
     policy = ClaimPolicy.from_settings(settings)
@@ -478,12 +512,14 @@ def test_sigkill_inside_the_0005_transaction_leaves_0004_intact(
     for i in range(3):
         make_task(start=True, goods_id=str(7200 + i))
     policy = ClaimPolicy.from_settings(settings)
+    _bridge_0007(sync_conn)
     for i in range(2):
         creds = make_device(f"k{i}")
         run_in_transaction(sync_conn, lambda c, d=creds.device_id: record_heartbeat(
             c, device_id=d, body=heartbeat_body(d), now=clock.now(), policy=policy))
         run_in_transaction(sync_conn, lambda c, d=creds.device_id: claim_next(
             c, device_id=d, session_id=new_id(), claim_request_id=new_id(), now=clock.now(), policy=policy))
+    _unbridge_0007(sync_conn)
     rows, schema = _rows(sync_conn), _schema(sync_conn)
     marker = tmp_path / "paused"
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(settings.db_path), str(marker), str(pause_before)])

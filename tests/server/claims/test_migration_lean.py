@@ -95,9 +95,47 @@ def _heartbeat(conn: sqlite3.Connection, device_id: str, clock: ManualClock,
             c, device_id=device_id, body=heartbeat_body(device_id), now=clock.now(), policy=policy))
 
 
+def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection) -> None:
+    """Copy every row of ``src`` (current schema) into ``dst`` (an older one), keeping the columns ``dst`` has.
+
+    The search index is not copied (``dst``'s own trigger fills it from the task rows) nor is the migrations
+    ledger; integer row ids (the audit trail's) are given anew. Foreign keys are checked at COMMIT, so the
+    table order does not matter."""
+    tables = [r[0] for r in dst.execute(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        " AND name NOT LIKE 'task_search%' AND name <> 'schema_migrations' ORDER BY rowid")]
+    dst.execute("BEGIN IMMEDIATE")
+    dst.execute("PRAGMA defer_foreign_keys = ON")
+    for table in tables:
+        have = {r[1] for r in src.execute(f"PRAGMA table_info('{table}')")}
+        columns = [r[1] for r in dst.execute(f"PRAGMA table_info('{table}')")
+                   if r[1] in have and not (r[5] and r[2].upper() == "INTEGER")]
+        names = ", ".join(columns)
+        rows = src.execute(f"SELECT {names} FROM {table} ORDER BY rowid").fetchall()
+        dst.executemany(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})",
+                        [tuple(r) for r in rows])
+    dst.execute("COMMIT")
+
+
 def _seed(conn: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
           tasks: int, claims: int) -> list[Claim]:
-    """``tasks`` started tasks and ``claims`` devices that each claimed one (through the real services)."""
+    """``tasks`` started tasks and ``claims`` devices that each claimed one (through the real services).
+
+    Today's services write today's columns, so the rows are made on a scratch database at the current schema
+    and copied into ``conn`` (which may be older) with the columns its schema has (:func:`_copy_rows`)."""
+    path = Path(conn.execute("PRAGMA database_list").fetchone()[2])
+    scratch = connect_sync(path.with_name(f"{path.stem}-seed-{new_id()}.sqlite3"))
+    try:
+        migrate.migrate(scratch, AT)
+        out = _seed_current(scratch, settings, clock, policy, tasks, claims)
+        _copy_rows(scratch, conn)
+    finally:
+        scratch.close()
+    return out
+
+
+def _seed_current(conn: sqlite3.Connection, settings: Settings, clock: ManualClock,
+                  policy: claim_service.ClaimPolicy, tasks: int, claims: int) -> list[Claim]:
     ids = []
     for i in range(tasks):
         raw = {"create_key": new_id(), "title": f"t{i}", "sku_color": "黑色", "sku_size": "M", "quantity": 1,
@@ -143,12 +181,13 @@ def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
     with monkeypatch.context() as m:  # current as of 0005 (later migrations have their own tests)
         m.setattr(migrate, "available", lambda: [mig for mig in code if mig.number <= 5])
         migrate.check_current(old_db)
+    live = old_db.execute("SELECT sql FROM sqlite_schema WHERE name = 'authorizations_one_live'").fetchone()[0]
+    assert live.endswith("WHERE closed_at IS NULL")
     assert _indexes(old_db, "attempts") == {
         "attempts_one_open_per_device": ("device_id",), "sqlite_autoindex_attempts_1": ("id",),
         "sqlite_autoindex_attempts_2": ("authorization_id",), "sqlite_autoindex_attempts_3": ("task_id", "id")}
     assert _indexes(old_db, "device_requests") == {"sqlite_autoindex_device_requests_1": ("request_key",)}
-    live = old_db.execute("SELECT sql FROM sqlite_schema WHERE name = 'authorizations_one_live'").fetchone()[0]
-    assert live.endswith("WHERE closed_at IS NULL")
+    migrate.migrate(old_db, AT)  # today's services need today's schema for the rest
     # every claim replays byte for byte (same token rebuilt), and the rest of the queue is still claimable
     for claim in claims:
         assert _claim(old_db, claim, clock, policy).body == claim.body

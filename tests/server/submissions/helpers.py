@@ -232,6 +232,7 @@ def small_budget_settings(data_dir: Any, monkeypatch: pytest.MonkeyPatch) -> Set
     monkeypatch.setenv("CMBUYER_EVIDENCE_PER_ATTEMPT", "3")
     monkeypatch.setenv("CMBUYER_EVIDENCE_MAX_BYTES", "2000")
     monkeypatch.setenv("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", "4000")
+    monkeypatch.setenv("CMBUYER_SUPERVISED_ORDERS", "0")
     return load_settings(data_dir)
 
 

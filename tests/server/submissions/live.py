@@ -40,6 +40,7 @@ class LiveServer:
 
     def start(self, timeout: float = 20.0) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
+        env["CMBUYER_SUPERVISED_ORDERS"] = "0"  # these fence tests predate supervised first orders (issue 17)
         exe = str(Path(sys.executable).parent / "cmbuyer-server")
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen([exe, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port)],

@@ -16,6 +16,7 @@ from cmbuyer.server.domain.states import (
     SUBMISSION_TRANSITIONS,
     TASK_TRANSITIONS,
 )
+from cmbuyer.server.domain.supervision import APPROVAL_TRANSITIONS
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "state-machines.md"
 BEGIN, END = "<!-- generated-transitions:begin -->", "<!-- generated-transitions:end -->"
@@ -42,10 +43,15 @@ CAUSES: dict[str, str] = {
     "close": "device fail, admin reset-to-draft or cancel (closes the claim/authorization)",
     "reset_to_draft": "`POST /tasks/{id}/reset-to-draft` (admin; refused once a submission exists)",
     "cancel": "`POST /tasks/{id}/cancel` (admin; refused once a submission exists)",
+    "approve": "批准 in the task drawer: `POST /approvals/{approval_id}/approve` (admin)",
+    "reject": "驳回 in the task drawer: `POST /approvals/{approval_id}/reject` (admin)",
+    "void": "its attempt closed (fail, reset, cancel, result, reconcile, sweeper), or the phone asked again with "
+            "other readings (`POST /api/v1/purchase-attempts/{aid}/approval`)",
 }
 
 MACHINES = [("Task", TASK_TRANSITIONS), ("Authorization", AUTHORIZATION_TRANSITIONS),
-            ("Order submission", SUBMISSION_TRANSITIONS), ("Attempt (claim)", ATTEMPT_TRANSITIONS)]
+            ("Order submission", SUBMISSION_TRANSITIONS), ("Attempt (claim)", ATTEMPT_TRANSITIONS),
+            ("Approval request (issue 17; `server/domain/supervision.py`)", APPROVAL_TRANSITIONS)]
 
 
 def render() -> str:

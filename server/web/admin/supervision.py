@@ -1,0 +1,135 @@
+"""Admin routes of supervised first orders (issue 17; docs/admin.md "Supervised first orders"):
+
+- ``POST /approvals/{approval_id}/approve`` and ``/reject`` — the buttons 批准 / 驳回 of the task drawer;
+- ``POST /order-submissions/{sid}/supervision-verdict`` — ``verdict`` = ``right`` | ``wrong``, optional
+  ``note`` (核对无误 / 有误 on the task page);
+- ``POST /devices/{device_id}/resupervise`` — 重新人工监督 on the devices page.
+
+All behind the usual session → same-origin → body → CSRF wrapper (:func:`common.action`). Forms get a
+303 to the page they came from; a refusal re-renders the task page with the Chinese message and the
+real 4xx status (nothing changed); JSON callers get spec 002 bodies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from cmbuyer.schemas import is_uuid4
+from cmbuyer.server.domain.errors import DomainError
+from cmbuyer.server.services import supervision_admin as service
+from cmbuyer.server.services.admin_sessions import AdminSession
+from cmbuyer.server.store import supervision_admin as store
+from cmbuyer.server.web.admin.common import (
+    AdminHTTPError,
+    Body,
+    action,
+    actor,
+    domain_refusal,
+    now,
+    redirect,
+    request_id,
+    wants_json,
+)
+
+# a refused form gets the task page again, rendered exactly as GET /tasks/{id} does
+from cmbuyer.server.web.admin.tasks import _render_detail as render_task
+from cmbuyer.server.web.keys import DB
+
+
+def _json(request: web.Request, body: Body) -> bool:
+    return body.kind == "json" or wants_json(request)
+
+
+def _field(body: Body, name: str) -> Any:
+    return body.json.get(name) if body.kind == "json" else body.one(name)
+
+
+def _to_task(body: Body, task_id: str, notice: str) -> str:
+    if body.kind == "form" and body.one("return_to") == "list":
+        return f"/tasks?notice={notice}"
+    return f"/tasks/{task_id}?notice={notice}"
+
+
+async def _refused(request: web.Request, session: AdminSession, body: Body, exc: DomainError | AdminHTTPError,
+                   task_id: str | None) -> web.StreamResponse:
+    """A refusal: JSON callers and unknown subjects get the plain error; a form gets its task page again
+    with the message (status as the refusal)."""
+    refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
+    if _json(request, body) or task_id is None or refusal.status == 404:
+        raise refusal from None
+    return await render_task(request, session, task_id, status=refusal.status, error=refusal.message)
+
+
+async def _decide(request: web.Request, session: AdminSession, body: Body, kind: str) -> web.StreamResponse:
+    approval_id = request.match_info["approval_id"]
+    at, who, rid = now(request), actor(session), request_id(request)
+    try:
+        decision = await request.app[DB].write(
+            lambda c: service.decide_approval(c, approval_id, kind, who, at, rid))
+    except DomainError as exc:
+        row = None if exc.status == 404 else await request.app[DB].read(lambda c: store.approval(c, approval_id))
+        return await _refused(request, session, body, exc, row["task_id"] if row else None)
+    if _json(request, body):
+        return web.json_response({"approval_id": decision.approval_id, "task_id": decision.task_id,
+                                  "state": decision.state, "changed": decision.changed},
+                                 headers={"Cache-Control": "no-store"})
+    notice = ("approved" if kind == "approve" else "rejected") if decision.changed else \
+        ("already_approved" if kind == "approve" else "already_rejected")
+    return redirect(_to_task(body, decision.task_id, notice))
+
+
+@action
+async def approve(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
+    """``POST /approvals/{approval_id}/approve``: WAITING → APPROVED (the phone may then ask the fence)."""
+    return await _decide(request, session, body, "approve")
+
+
+@action
+async def reject(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
+    """``POST /approvals/{approval_id}/reject``: WAITING → REJECTED (the phone fails the attempt before the
+    fence with ``REJECTED_BY_REVIEWER``)."""
+    return await _decide(request, session, body, "reject")
+
+
+@action
+async def supervision_verdict(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
+    """``POST /order-submissions/{sid}/supervision-verdict`` with ``verdict`` = ``right`` | ``wrong`` and an
+    optional ``note`` (≤ 500): right counts towards N, wrong holds the device–pack pair."""
+    sid = request.match_info["sid"]
+    at, who, rid = now(request), actor(session), request_id(request)
+    try:
+        verdict, note = service.parse_verdict({"verdict": _field(body, "verdict"), "note": _field(body, "note")})
+        result = await request.app[DB].write(lambda c: service.record_verdict(c, sid, verdict, note, who, at, rid))
+    except (DomainError, AdminHTTPError) as exc:
+        sub = None
+        if exc.status != 404 and is_uuid4(sid):
+            sub = await request.app[DB].read(lambda c: store.submission_for_verdict(c, sid))
+        return await _refused(request, session, body, exc, sub["task_id"] if sub else None)
+    if _json(request, body):
+        return web.json_response({"submission_id": result.submission_id, "verdict": result.verdict,
+                                  "device_id": result.device_id, "pack_key": result.pack_key,
+                                  "confirmed_orders": result.confirmed_orders, "held": result.held},
+                                 headers={"Cache-Control": "no-store"})
+    return redirect(f"/tasks/{result.task_id}?notice=" + ("verdict_right" if verdict == "RIGHT" else "verdict_wrong"))
+
+
+@action
+async def resupervise(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
+    """``POST /devices/{device_id}/resupervise``: every pair of the device → 0 confirmed, not held."""
+    device_id = request.match_info["device_id"]
+    at, who, rid = now(request), actor(session), request_id(request)
+    pairs = await request.app[DB].write(lambda c: service.resupervise(c, device_id, who, at, rid))
+    if _json(request, body):
+        return web.json_response({"device_id": device_id, "pairs_reset": pairs}, headers={"Cache-Control": "no-store"})
+    return redirect("/devices?notice=resupervised")
+
+
+def setup(app: web.Application) -> None:
+    """Register the supervision routes."""
+    app.router.add_post("/approvals/{approval_id}/approve", approve, name="admin-approval-approve")
+    app.router.add_post("/approvals/{approval_id}/reject", reject, name="admin-approval-reject")
+    app.router.add_post("/order-submissions/{sid}/supervision-verdict", supervision_verdict,
+                        name="admin-supervision-verdict")
+    app.router.add_post("/devices/{device_id}/resupervise", resupervise, name="admin-device-resupervise")

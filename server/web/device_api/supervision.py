@@ -1,0 +1,72 @@
+"""Device routes of issue 17 (supervised first orders; an extension of spec 002, docs/api.md): the phone asks
+a person to approve what it read before the fence, and polls the answer.
+
+- ``POST /api/v1/purchase-attempts/{aid}/approval`` — one write job (device ACTIVE, ``approval_key``
+  idempotency, the fence's claim checks), :func:`cmbuyer.server.services.supervision.request_approval`;
+- ``POST /api/v1/purchase-attempts/{aid}/approval/status`` — read-only, no key,
+  :func:`cmbuyer.server.services.supervision.approval_status`.
+
+Both authenticate before any body byte (``add_device_route``), check the path id (``400 invalid_request``) and
+read the body with the strict JSON reader (4096 bytes) and its schema.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from aiohttp import web
+
+from cmbuyer.schemas import is_uuid4
+from cmbuyer.server.services import supervision as supervision_service
+from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.web.device_auth import add_device_route
+from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response
+from cmbuyer.server.web.jsonbody import read_json
+from cmbuyer.server.web.keys import CLOCK, DB
+
+APPROVAL_PATH = "/api/v1/purchase-attempts/{attempt_id}/approval"
+STATUS_PATH = "/api/v1/purchase-attempts/{attempt_id}/approval/status"
+BODY_CAP = 4096
+
+
+def _attempt_id(request: web.Request) -> str:
+    value = request.match_info["attempt_id"]
+    if not is_uuid4(value):
+        raise DeviceHTTPError(400, "invalid_request")
+    return value
+
+
+async def approval(request: web.Request, device_id: str) -> web.StreamResponse:
+    """``POST …/approval`` → 200 approval.response (first answer or its byte-identical replay)."""
+    attempt_id = _attempt_id(request)
+    body = await read_json(request, "approval.request", BODY_CAP)
+    clock = request.app[CLOCK]
+
+    def job(conn: sqlite3.Connection) -> Stored:
+        return supervision_service.request_approval(conn, device_id=device_id, attempt_id=attempt_id, body=body,
+                                                    now=clock.now())
+
+    stored = await request.app[DB].write(job, short=True)
+    return json_body_response(stored.status, stored.body)
+
+
+async def approval_status(request: web.Request, device_id: str) -> web.StreamResponse:
+    """``POST …/approval/status`` → 200 approval.response; 404 when the request is not one of this attempt."""
+    attempt_id = _attempt_id(request)
+    body = await read_json(request, "approval_status.request", BODY_CAP)
+    clock = request.app[CLOCK]
+
+    def job(conn: sqlite3.Connection) -> dict[str, Any]:
+        return supervision_service.approval_status(conn, device_id=device_id, attempt_id=attempt_id, body=body,
+                                                   now=clock.now())
+
+    result = await request.app[DB].read(job, snapshot=True)
+    return json_response(200, result)
+
+
+def setup(app: web.Application) -> None:
+    """Register the two approval routes."""
+    add_device_route(app, "POST", APPROVAL_PATH, approval)
+    add_device_route(app, "POST", STATUS_PATH, approval_status)
+
