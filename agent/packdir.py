@@ -261,16 +261,22 @@ def _mark_shipped_id_clash(operator: tuple[PackFile, ...], shipped: tuple[PackFi
     return tuple(out)
 
 
-def scan(pack_dir: Path | None, *, check_permissions: bool) -> PackScan:
+def scan(pack_dir: Path | None, *, check_permissions: bool,
+         reported: tuple[str, int] | None = None) -> PackScan:
     """Load (through the cache) every shipped pack and every operator pack in ``pack_dir``; never
-    raises for a bad pack — each broken file is a :class:`PackFile` with ``error`` (logged once)."""
+    raises for a bad pack — each broken file is a :class:`PackFile` with ``error`` (logged once).
+
+    ``reported`` = the version a caller is resolving: :func:`resolve` raises the errors of that
+    version's files and of a refused directory, and its caller reports them (``run``'s ``NO_PACK: …``
+    line, ``dry-run``'s error JSON), so they are not logged here too — one error, one line."""
     shipped = _scan_shipped()
     dir_error, operator = (None, ()) if pack_dir is None else _scan_operator(pack_dir, check_permissions)
     result = PackScan(pack_dir, dir_error, _mark_shipped_id_clash(operator, shipped), shipped)
-    if dir_error is not None:
+    if dir_error is not None and reported is None:
         _log_once(pack_dir or Path(), f"operator pack dir {pack_dir}: {dir_error}")
     for pf in result.broken():
-        _log_once(pf.path, f"selector pack refused: {pf.error}")
+        if reported is None or pf.version != reported:
+            _log_once(pf.path, f"selector pack refused: {pf.error}")
     return result
 
 
@@ -285,7 +291,7 @@ def resolve(version_name: str, version_code: int, pack_dir: Path | None, *,
     """The pack for exactly this app version and its origin (rules 1-5). Raises PackError (one line)
     when there is none, when the operator dir is refused, or when the version's operator packs are
     broken or ambiguous."""
-    found = scan(pack_dir, check_permissions=check_permissions)
+    found = scan(pack_dir, check_permissions=check_permissions, reported=(version_name, version_code))
     if found.dir_error is not None:
         raise PackError(f"operator pack dir {pack_dir}: {found.dir_error}")
     version = (version_name, version_code)

@@ -180,15 +180,27 @@ class Stack:
             handle.write(f"device_id={issued['device_id']}\ntoken={issued['token']}\n")
         return path
 
-    def start_agent(self, serial: str) -> None:
-        """Start ``cmbuyer-agent run --device SERIAL`` against the server and the simulator."""
+    def stop_server(self) -> None:
+        """Stop the server as systemd does (SIGTERM, wait); :meth:`start_server` serves the same data
+        dir again (settings read only at start, e.g. ``CMBUYER_ALLOWED_APP_VERSIONS``, take effect)."""
+        if self.server is not None:
+            _terminate([self.server], 15)
+            self.server = None
+
+    def agent_env(self) -> dict[str, str]:
+        """The environment of an agent (and of an operator's ``cmbuyer-agent`` commands) on the phone
+        host: adb pointed at the simulator, the agent state dir under the data dir."""
+        return {**self._env(), "ANDROID_ADB_SERVER_PORT": str(self.sim_port),
+                "CMBUYER_AGENT_STATE_DIR": str(self.data_dir / "agent-state")}
+
+    def start_agent(self, serial: str, extra_args: tuple[str, ...] = ()) -> None:
+        """Start ``cmbuyer-agent run --device SERIAL [EXTRA_ARGS]`` against the server and the simulator."""
         creds = self.data_dir / "agents" / f"{serial}.credentials"
-        env = {**self._env(), "ANDROID_ADB_SERVER_PORT": str(self.sim_port),
-               "CMBUYER_AGENT_STATE_DIR": str(self.data_dir / "agent-state")}
         with (self.logs / f"agent-{serial}.log").open("ab") as log:
             self.agents[serial] = subprocess.Popen(
                 [str(BIN / "cmbuyer-agent"), "run", "--device", serial, "--server", self.url,
-                 "--credentials-file", str(creds)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                 "--credentials-file", str(creds), *extra_args], stdout=log, stderr=subprocess.STDOUT,
+                env=self.agent_env(),
                 # its own session: a terminal's Ctrl-C reaches only the demo, which then stops each
                 # child once (a second signal would make an agent stop at once)
                 start_new_session=True)

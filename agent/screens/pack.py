@@ -29,6 +29,7 @@ or mismatched pack — the agent then refuses to claim. Its text is ONE line, ``
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -294,8 +295,8 @@ def _panel(spec: dict[str, Any], where: str, ev: set[str]) -> PanelReader:
     return PanelReader(
         tile_name=tile_name,
         dimension_header=sel("dimension_header"),
-        group_terminators=tuple(_selector(t, f"{where}/group_terminators", ev)
-                                for t in spec.get("group_terminators", [])),
+        group_terminators=tuple(_selector(t, f"{where}/group_terminators/{i}", ev)
+                                for i, t in enumerate(spec.get("group_terminators", []))),
         option_tile=sel("option_tile"),
         unit_price=_money(spec["unit_price"], f"{where}/unit_price", ev) if "unit_price" in spec else None,
         amount=_money(spec["amount"], f"{where}/amount", ev) if "amount" in spec else None,
@@ -405,8 +406,8 @@ def compile_pack(data: Any) -> Pack:
             raise PackError(f"$.recognition_order: the screen {screen} is missing")
     screens = {
         name: ScreenRule(
-            all=tuple(_selector(s, f"screens/{name}/all", ev) for s in rule["all"]),
-            none=tuple(_selector(s, f"screens/{name}/none", ev) for s in rule.get("none", [])),
+            all=tuple(_selector(s, f"screens/{name}/all/{i}", ev) for i, s in enumerate(rule["all"])),
+            none=tuple(_selector(s, f"screens/{name}/none/{i}", ev) for i, s in enumerate(rule.get("none", []))),
         )
         for name, rule in data["screens"].items()
     }
@@ -484,7 +485,20 @@ def parse_pack_json(text: str | bytes) -> Any:
     try:
         return loads_strict(text, allow_floats=True)
     except StrictJSONError as exc:
-        raise PackError(f"$: not valid strict JSON ({_one_line(str(exc))})") from exc
+        raise PackError(f"$: not valid strict JSON ({_one_line(_syntax_error_at(text) or str(exc))})") from exc
+
+
+def _syntax_error_at(text: str | bytes) -> str | None:
+    """Where a hand-edited pack stops being JSON (``Expecting ',' delimiter at line 12 column 5``) —
+    the strict decoder only says "not strict JSON" —, or None when the text is plain JSON and a strict
+    rule failed (duplicate key, NaN, byte order mark: the strict decoder's own words say which)."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    except (ValueError, RecursionError):  # bad UTF-8 (UnicodeDecodeError is a ValueError), nesting
+        return None
+    return None
 
 
 def load_pack(path: str | Path, *, verify_evidence: bool = True) -> Pack:

@@ -3,6 +3,7 @@ another app version, written with the modes ``run`` trusts (dir 0755, files 0644
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -58,3 +59,54 @@ def flip_byte(path: Path, offset: int = -1) -> None:
     raw = bytearray(path.read_bytes())
     raw[offset] ^= 0x01
     path.write_bytes(bytes(raw))
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes (what ``sha256sum`` prints)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def add_capture_evidence(pack_path: Path, captures_dir: Path, *, prefix: str, source: str,
+                         justify: dict[str, str]) -> list[str]:
+    """Edit the pack file ``pack_path`` as an operator does after a dry run (docs/agent.md "New app
+    version runbook", step 6): copy every capture of ``captures_dir`` (its ``dump.xml``,
+    ``screenshot.png``, ``meta.json``) to ``evidence/<pack id>/<capture>/`` next to the pack, add one
+    ``evidence`` entry per capture (id ``<prefix><capture>``, label/time/device from its ``meta.json``,
+    each file's SHA-256) and add that id to every selector evidence list that names
+    ``justify[<screen>]`` — the old evidence of the same screen (the screen is the capture's confirmed
+    ``expected.json``). Rewrites the file (0644); returns the new evidence ids in capture order."""
+    data = json.loads(pack_path.read_text("utf-8"))
+    added: dict[str, list[str]] = {}
+    new_ids: list[str] = []
+    for capture in sorted(p for p in captures_dir.iterdir() if (p / "meta.json").is_file()):
+        meta = json.loads((capture / "meta.json").read_text("utf-8"))
+        screen = json.loads((capture / "expected.json").read_text("utf-8"))["screen"]
+        dest = pack_path.parent / "evidence" / data["id"] / capture.name
+        dest.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for kind, name in (("dump", "dump.xml"), ("screenshot", "screenshot.png"), ("meta", "meta.json")):
+            shutil.copyfile(capture / name, dest / name)
+            files[kind] = {"path": f"evidence/{data['id']}/{capture.name}/{name}", "sha256": sha256_file(dest / name)}
+        evidence_id = f"{prefix}{capture.name}"
+        data["evidence"][evidence_id] = {"label": f"{meta['label']} ({meta['app_version_name']})",
+                                         "captured_at": meta["captured_at"], "device": meta["device"],
+                                         "source": source, "files": files}
+        new_ids.append(evidence_id)
+        if screen in justify:
+            added.setdefault(justify[screen], []).append(evidence_id)
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            refs = node.get("evidence")
+            if isinstance(refs, list):
+                node["evidence"] = refs + [new for old, ids in added.items() if old in refs for new in ids]
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for item in node:
+                visit(item)
+
+    visit({k: v for k, v in data.items() if k != "evidence"})  # the selectors; entries stay as written
+    pack_path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    pack_path.chmod(0o644)
+    return new_ids

@@ -157,6 +157,18 @@ def _tap_on_payment(d: dict[str, Any]) -> None:
     d["buy_paths"]["single"]["text"] = "去支付|单独购买"
 
 
+def _unknown_evidence_in_a_screen_rule(d: dict[str, Any]) -> None:
+    d["screens"]["product"]["all"][-1]["evidence"].append("v823-01-produkt")
+
+
+def _bad_regex_in_a_screen_rule(d: dict[str, Any]) -> None:
+    d["screens"]["product"]["all"][-1]["text"] = "单独购买("
+
+
+def _bad_regex_in_a_group_terminator(d: dict[str, Any]) -> None:
+    d["readers"]["sku_panel"]["group_terminators"][0]["text"] = "数量("
+
+
 BAD = [
     (_set_options_screen, "$.layouts[0].options_screen: 'foo' is not one of ['sku_panel', 'confirm_order']"),
     (_unknown_layout, "$.layouts[0].id: 'carousel' is not one of ['sku_sheet', 'order_sheet']"),
@@ -166,6 +178,10 @@ BAD = [
     (_absolute_evidence_path, "$.evidence['sim-product'].files.dump.path: '/etc/passwd' does not match"),
     (_bad_regex, "$.buy_paths.single.text: bad regex (missing ), unterminated subpattern at position 4)"),
     (_tap_on_payment, "$.buy_paths.single: a tap selector could match a payment or submit control"),
+    # members of selector lists are named by their index (they were named as the list itself)
+    (_unknown_evidence_in_a_screen_rule, "$.screens.product.all[0].evidence: unknown evidence id 'v823-01-produkt'"),
+    (_bad_regex_in_a_screen_rule, "$.screens.product.all[0].text: bad regex"),
+    (_bad_regex_in_a_group_terminator, "$.readers.sku_panel.group_terminators[0].text: bad regex"),
 ]
 
 
@@ -180,10 +196,14 @@ def test_bad_pack_is_one_line_naming_file_and_json_path(pack_dir: Path, mutate: 
 
 def test_invalid_json_is_one_line_attributed_by_file_name(pack_dir: Path) -> None:
     path = pack_dir / "pdd-8.23.0-82300.json"
-    path.write_text('{"pack_format": 2, "id": "x",,}', encoding="utf-8")
+    path.write_text('{"pack_format": 2,\n "id": "x",,}', encoding="utf-8")
     path.chmod(0o644)
     text = _error(("8.23.0", 82300), pack_dir)
-    assert text.startswith("pdd-8.23.0-82300.json: $: not valid strict JSON ("), text
+    # where a hand edit broke it (the strict decoder alone said only "not strict JSON")
+    assert text == ("pdd-8.23.0-82300.json: $: not valid strict JSON (Expecting property name enclosed in double "
+                    "quotes at line 2 column 12)"), text
+    path.write_text('{"pack_format": 2, "pack_format": 2}', encoding="utf-8")  # JSON, but not strict
+    assert _error(("8.23.0", 82300), pack_dir).startswith("pdd-8.23.0-82300.json: $: not valid strict JSON (duplicate")
 
 
 def test_evidence_missing_or_changed_is_one_line(pack_dir: Path) -> None:
@@ -232,6 +252,27 @@ def test_broken_pack_affects_only_its_version_and_is_logged_once(pack_dir: Path,
     assert {w.split(":")[0] for w in warnings} == {"selector pack refused"}
     # inspect's list: one pack per usable version, the broken version left out
     assert [p.id for p in all_packs(pack_dir)] == ["pdd-8.17.0-81700", "pdd-8.22.0-82200", "ops-8.23.0-82300"]
+
+
+def test_the_error_a_lookup_raises_is_not_also_logged(pack_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The caller of resolve() reports the error of its own version (run: ``NO_PACK: …``, dry-run: the
+    error JSON); the packdir warning is only for broken files of OTHER versions — one error, one line
+    in the agent's log (it was said twice, once as a bare ``WARNING:cmbuyer.agent.packdir:`` line)."""
+    data = rebound("8.22.0", "8.23.0", 82300)
+    write_pack(pack_dir, data)
+    flip_byte(evidence_path(pack_dir, data, "sim822-product", "dump"))
+    caplog.set_level(logging.WARNING, logger="cmbuyer.agent.packdir")
+    for _ in range(3):
+        assert "evidence mismatch" in _error(("8.23.0", 82300), pack_dir)
+    assert caplog.records == []
+    resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True)  # another version: logged, once
+    resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True)
+    assert [r.getMessage().split(": ")[:2] for r in caplog.records] == [
+        ["selector pack refused", "ops-8.23.0-82300.json"]]
+    caplog.clear()
+    pack_dir.chmod(0o777)  # a refused directory: raised to the caller, not logged besides
+    assert "world-writable" in _error(("8.22.0", 82200), pack_dir)
+    assert caplog.records == []
 
 
 def test_fix_and_breakage_take_effect_without_restart_and_lookups_stay_cheap(pack_dir: Path) -> None:

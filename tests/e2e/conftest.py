@@ -22,8 +22,14 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     try:
         yield s
     finally:
-        s.stop()
-        for log in sorted(s.logs.glob("*.log")):
-            text = log.read_text(errors="replace")
-            if text.strip():
-                print(f"--- {log.name} (last 40 lines)\n" + "\n".join(text.splitlines()[-40:]))
+        stop_and_show_logs(s)
+
+
+def stop_and_show_logs(stack: Stack) -> None:
+    """Stop every process of ``stack``, then print the last lines of each child's log (shown by pytest
+    for a failing test)."""
+    stack.stop()
+    for log in sorted(stack.logs.glob("*.log")):
+        text = log.read_text(errors="replace")
+        if text.strip():
+            print(f"--- {log.name} (last 40 lines)\n" + "\n".join(text.splitlines()[-40:]))
