@@ -143,6 +143,44 @@ def test_dry_run_passes_every_gate_and_stops_before_the_fence(tmp_path: Path, tr
     assert {k: gate3["readings"][k] for k in ("unit_price", "quantity", "confirm_amount", "submit_controls")} == {
         "unit_price": "12.88", "quantity": 2, "confirm_amount": "25.76", "submit_controls": 1}
     assert sorted(gate3["readings"]["selected"].values()) == ["M(建议100-115)", "黑色CHA(纯棉)"]
+    _assert_pack_test_passes_once_accepted(capsys, out, version)
+
+
+def _assert_pack_test_passes_once_accepted(capsys: pytest.CaptureFixture[str], out: Path,
+                                           version: tuple[str, int]) -> None:
+    """The dry run's folder is ready for ``pack test`` (issue 16 §7): refused while the expectations are
+    only proposed, passed once a person accepted them — with the pack the dry run used."""
+    import cmbuyer.agent.packs
+
+    pack_file = str(Path(cmbuyer.agent.packs.__file__).parent / f"pdd-{version[0]}-{version[1]}.json")
+    capsys.readouterr()
+    assert main(["pack", "test", pack_file, str(out)]) == 1
+    assert "UNCONFIRMED" in capsys.readouterr().out
+    assert main(["pack", "accept", str(out), "--by", "张三"]) == 0
+    capsys.readouterr()
+    assert main(["pack", "test", pack_file, str(out)]) == 0, capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith("PASS ") for line in lines[:-1]), lines
+
+
+def test_a_dry_runs_folder_replays_as_a_session(tmp_path: Path, tripwire: list[str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The dry run's captures + session.json are a rehearsal (issue 16 §5/§7): a second dry run of the
+    same order against ``--session`` playback of the first follows every recorded step and passes every
+    gate; the playback phone refused nothing."""
+    first = tmp_path / "first"
+    with running_sim(DEMO, serials=("sim-2",)):
+        code, _, summary = _dry_run(capsys, "--device", "sim-2", *TSHIRT, "--quantity", "2", "--max-total", "30",
+                                    "--out", str(first))
+    assert code == 0, summary
+    with running_sim(session=first) as sim:
+        code, lines, again = _dry_run(capsys, "--device", "sim-1", *TSHIRT, "--quantity", "2", "--max-total", "30",
+                                      "--out", str(tmp_path / "replay"))
+        entries = sim.phone("sim-1").journal.entries()
+    assert code == 0 and again["result"] == "PASSED", (lines, again)
+    assert again["proof"] == summary["proof"]
+    assert [e for e in entries if e.get("refused")] == [] and submit_taps(entries) == []
+    assert tripwire == []
 
 
 def test_unsafe_payment_mode_stops_with_exit_1_and_backs_out(tmp_path: Path, tripwire: list[str],
