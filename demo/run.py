@@ -5,11 +5,17 @@ Sets up ./var/demo with fresh secrets and a demo admin (credentials printed), st
 devices, runs one agent per phone, creates and starts the demo tasks and prints a live line per task
 until every task has settled. `make demo` then keeps serving until Ctrl-C; `--once` exits 0 only if
 every task ended in its expected state and no goods was ordered twice for one task.
+
+Supervised first orders (issue 17): `make demo` keeps them on (``CMBUYER_SUPERVISED_ORDERS`` at its
+default, 3) for ``SUPERVISED`` only — its orders wait at gate 3 until a person presses 批准 or 驳回 in
+the admin task drawer — and exempts the other phone with the audited ``device supervision ID off``.
+`--once` runs unwatched, so supervision is off there (``CMBUYER_SUPERVISED_ORDERS=0``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import time
@@ -26,6 +32,7 @@ SERIALS = ["sim-1", "sim-2"]
 # What each phone shows (scenario.yaml `phones:`): one phone per layout an app version may use.
 LAYOUTS = {"sim-1": "Pinduoduo 8.17.0 — separate SKU sheet (确定), then the confirm page",
            "sim-2": "Pinduoduo 8.22.0 — one order sheet: options, quantity, payment row and 提交订单 together"}
+SUPERVISED = "sim-2"  # `make demo` only: this phone's orders wait for a person's approval in the task drawer
 
 
 def demo_tasks() -> list[TaskSpec]:
@@ -60,14 +67,17 @@ def _line(spec: TaskSpec, detail: dict[str, Any], serial_of: dict[str, str]) -> 
     events = detail["events"]
     last = f"{events[-1]['step']}:{events[-1]['outcome']}" if events else ""
     reason = task.get("state_reason") or ""
+    if last == "APPROVAL_WAIT:STARTED" and task["state"] not in SETTLED:
+        reason = "等待人工确认 → /tasks: open the task's drawer, press 批准 or 驳回"
     mark = "✓" if task["state"] in spec.expect else ("…" if task["state"] not in SETTLED else "✗")
     return (f" {mark} {_pad(spec.title, 36)} {_pad(task['state_label'], 10)} {_pad(task['state'], 24)}"
             f" {_pad(device, 6)} {last} {reason}")
 
 
-def watch(stack: Stack, specs: list[TaskSpec], timeout: float, live: bool) -> dict[str, dict[str, Any]]:
-    """Print progress until every task settled (or ``timeout`` s); returns the last details."""
-    deadline = time.monotonic() + timeout
+def watch(stack: Stack, specs: list[TaskSpec], timeout: float | None, live: bool) -> dict[str, dict[str, Any]]:
+    """Print progress until every task settled (or ``timeout`` s; None: no limit — `make demo` waits for
+    the person approving the supervised phone's orders); returns the last details."""
+    deadline = time.monotonic() + (timeout if timeout is not None else math.inf)
     seen: dict[str, str] = {}
     details: dict[str, dict[str, Any]] = {}
     drawn = 0
@@ -81,9 +91,10 @@ def watch(stack: Stack, specs: list[TaskSpec], timeout: float, live: bool) -> di
             drawn = len(lines)
         else:
             for spec, line in zip(specs, lines, strict=True):
-                state = details[spec.task_id]["task"]["state"]
-                if seen.get(spec.task_id) != state:
-                    seen[spec.task_id] = state
+                # a new state, or the supervised phone starting to wait for a person (same state)
+                key = details[spec.task_id]["task"]["state"] + ("+wait" if "等待人工确认" in line else "")
+                if seen.get(spec.task_id) != key:
+                    seen[spec.task_id] = key
                     print(line, flush=True)
         sys.stdout.flush()
         if all(details[s.task_id]["task"]["state"] in SETTLED for s in specs):
@@ -100,7 +111,10 @@ def verify(stack: Stack, specs: list[TaskSpec], details: dict[str, dict[str, Any
     """Problems with the outcome: wrong end states, or more orders than tasks for a goods id."""
     problems = []
     for spec in specs:
-        state = details[spec.task_id]["task"]["state"]
+        task = details[spec.task_id]["task"]
+        state = task["state"]
+        if state == "FAILED" and task.get("state_reason") == "REJECTED_BY_REVIEWER":
+            continue  # `make demo`: a person pressed 驳回 on the supervised phone's order — their call
         if state not in spec.expect:
             problems.append(f"{spec.title}: ended {state}, expected {'/'.join(spec.expect)}")
     entries = stack.phone_journal()
@@ -115,13 +129,22 @@ def verify(stack: Stack, specs: list[TaskSpec], details: dict[str, dict[str, Any
     return problems
 
 
+def exempt_all_but(stack: Stack, serial: str) -> None:
+    """Exempt every registered phone except ``serial`` from supervised first orders, through the audited
+    server CLI ``device supervision ID off`` (docs/operations.md)."""
+    for device_id, other in stack.serial_of.items():
+        if other != serial:
+            stack.cli("device", "supervision", device_id, "off")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m demo.run`."""
     parser = argparse.ArgumentParser(prog="demo", description=__doc__)
     parser.add_argument("--once", action="store_true", help="headless: exit when every task settled")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--data-dir", type=Path, default=Path("var/demo"))
-    parser.add_argument("--timeout", type=float, default=240.0)
+    parser.add_argument("--timeout", type=float, default=240.0,
+                        help="--once: seconds every task may take to settle (without --once: no limit)")
     args = parser.parse_args(argv)
     if not port_is_free(args.port):
         print(f"demo: 127.0.0.1:{args.port} is in use; stop that process or run `make demo DEMO_PORT=8090`",
@@ -146,15 +169,22 @@ def main(argv: list[str] | None = None) -> int:
         stack.start_sim(SERIALS, SCENARIO)
         for serial in SERIALS:
             stack.add_device(serial)
+        if not args.once:
+            exempt_all_but(stack, SUPERVISED)
         stack.create_tasks(specs)
         for serial in SERIALS:
             stack.start_agent(serial)
         print(f"phones:   {', '.join(SERIALS)} (simulated; adb on 127.0.0.1:{stack.sim_port})")
         for serial, layout in LAYOUTS.items():
             print(f"          {serial}: {layout}")
+        if not args.once:
+            print(f"approval: {SUPERVISED}'s orders wait at gate 3 for a person (supervised first orders): on "
+                  f"{stack.url}/tasks open the task marked 等待人工确认 and press 批准 or 驳回; the other phone "
+                  "is exempted")
         print(f"logs:     {stack.logs}")
         print("tasks:")
-        details = watch(stack, specs, args.timeout, live=not args.once and sys.stdout.isatty())
+        details = watch(stack, specs, args.timeout if args.once else None,
+                        live=not args.once and sys.stdout.isatty())
         problems = verify(stack, specs, details)
         for problem in problems:
             print(f"PROBLEM: {problem}")
