@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
+from cmbuyer.agent.files import read_regular
 from cmbuyer.agent.screens import evidence
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, load_pack_file, shipped_pack_dir
 
@@ -143,8 +144,7 @@ def _trust_problem(st: os.stat_result, what: str) -> str | None:
 def _claimed_version(path: Path) -> tuple[str, int] | None:
     """The version a (possibly broken) pack file is for: its ``app`` block, else its file name."""
     try:
-        with path.open("rb") as fh:
-            data = json.loads(fh.read(MAX_PACK_BYTES + 1))
+        data = json.loads(read_regular(path, MAX_PACK_BYTES))  # never blocks: a symlink may name a FIFO
         app = data["app"]
         name, code = app["version_name"], app["version_code"]
         if isinstance(name, str) and type(code) is int:
