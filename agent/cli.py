@@ -28,7 +28,6 @@ from cmbuyer.agent import __version__
 from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, PackError
-from cmbuyer.agent.files import read_regular
 from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
 from cmbuyer.agent.packdir import add_pack_dir_argument, all_packs, pack_dir_from, resolve, resolve_pack, scan
@@ -38,9 +37,10 @@ from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
 from cmbuyer.schemas import is_hex64, is_uuid4
+from cmbuyer.schemas.files import read_regular
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
-# files an operator names or a capture holds are read bounded (agent/files.py): never a hang on a FIFO
+# files an operator names or a capture holds are read bounded (shared/schemas/files.py): never a hang on a FIFO
 MAX_CREDENTIALS_BYTES = 64 * 1024
 MAX_META_BYTES = 256 * 1024
 

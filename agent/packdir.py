@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.files import read_regular
 from cmbuyer.agent.screens import evidence
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, load_pack_file, shipped_pack_dir
+from cmbuyer.schemas.files import read_regular
 
 log = logging.getLogger(__name__)
 PACK_DIR_ENV = "CMBUYER_AGENT_PACK_DIR"

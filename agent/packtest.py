@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import AgentError, PackError
-from cmbuyer.agent.files import FileTooLarge, read_regular
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import Pack, load_pack
 from cmbuyer.agent.screens.readers import SCREENS
 from cmbuyer.schemas import is_money
+from cmbuyer.schemas.files import FileTooLarge, read_regular
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 
 DUMP = "dump.xml"

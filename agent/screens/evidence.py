@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.files import FileTooLarge, NotRegularFile, read_regular
+from cmbuyer.schemas.files import FileTooLarge, NotRegularFile, read_regular
 
 FILE_KINDS = ("dump", "screenshot", "meta")
 # one path segment: no leading dot (so no '.', '..' or hidden names), portable characters only

@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.files import FileTooLarge, read_regular
 from cmbuyer.agent.screens import evidence, safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, explain, validate
+from cmbuyer.schemas.files import FileTooLarge, read_regular
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 
 MAX_PACK_BYTES = 1024 * 1024

@@ -1,4 +1,4 @@
-"""Reading a file the agent did not write (packs, evidence, capture files) without trusting what it is.
+"""Reading a file nobody vouched for (packs, evidence, capture and session files) without trusting what it is.
 
 ``Path.read_bytes`` blocks forever on a FIFO (no writer) and reads ``/dev/zero`` until memory runs out;
 a stat-then-read check can be raced (the path swapped for a FIFO in between). :func:`read_regular`
@@ -31,9 +31,9 @@ def read_regular(path: str | Path, limit: int) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, "not a regular file")
+            raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
         if st.st_size > limit:
-            raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes")
+            raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes", str(path))
         chunks: list[bytes] = []
         size = 0
         while size <= limit:  # the file may grow after fstat: count what is read, not what was stat'ed
@@ -43,7 +43,7 @@ def read_regular(path: str | Path, limit: int) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes")
+            raise FileTooLarge(errno.EFBIG, f"larger than {limit} bytes", str(path))
         return b"".join(chunks)
     finally:
         os.close(fd)
