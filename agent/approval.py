@@ -27,6 +27,7 @@ approval again there). Otherwise it raises, and the flow stops before the fence 
   read (fail closed);
 - ``APPROVAL_TIMEOUT`` — the wait exceeded ``CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS`` (default 600),
   or the lease or the authorization would end within the fence margin;
+- ``SERVER_UNREACHABLE`` — also when a status answer names another approval than the one requested;
 - ``LEASE_LOST`` — the lease keeper lost the lease (a renewal was refused), or the server reports the
   approval ``VOID``: it voids a live approval when the attempt closes under the phone (cancelled, reset,
   swept) — the claim is gone, as with a refused renewal — or when other readings were sent for the
@@ -47,7 +48,7 @@ from typing import Protocol
 
 from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent import gates
-from cmbuyer.agent.errors import AgentError, FlowStop, LeaseLost, PhoneError, ShutdownRequested
+from cmbuyer.agent.errors import AgentError, FlowStop, LeaseLost, PhoneError, ServerError, ShutdownRequested
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import ApprovalStatus, Claim, SubmissionProof
 from cmbuyer.agent.outbox import Outbox
@@ -210,6 +211,14 @@ def _same_screen(ctx: WaitContext, at_gate3: cap.ConfirmReading, proof: Submissi
                        "SCREEN_CHANGED_WHILE_WAITING")
 
 
+def _same_approval(status: ApprovalStatus, approval_id: str) -> ApprovalStatus:
+    """``status`` when it answers for ``approval_id``; an answer about another approval is no decision
+    on this one (fail closed: SERVER_UNREACHABLE, as for any answer that breaks the contract)."""
+    if status.approval_id != approval_id:
+        raise ServerError("approval status: the answer names another approval")
+    return status
+
+
 def wait_for_approval(ctx: WaitContext, claim: Claim, proof: SubmissionProof, reading: cap.ConfirmReading,
                       wanted: dict[str, str]) -> ApprovalStatus:
     """Wait until a person approves ``proof`` (the fence body's readings, read as ``reading`` on the
@@ -245,7 +254,7 @@ def wait_for_approval(ctx: WaitContext, claim: Claim, proof: SubmissionProof, re
             deadlines.check()
             _same_screen(ctx, reading, proof, wanted, controls)
             sent_at = ctx.clock()
-            status = ctx.api.approval_status(claim, status.approval_id)
+            status = _same_approval(ctx.api.approval_status(claim, status.approval_id), status.approval_id)
             deadlines.seen(status, sent_at)
             if deadlines.elapsed() >= next_line and status.state == "WAITING":
                 ctx.progress(f"{WAITING_LINE} ({deadlines.elapsed():.0f} s of {settings.timeout_seconds:g} s)")

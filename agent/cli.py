@@ -32,13 +32,17 @@ from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
 from cmbuyer.agent.packdir import add_pack_dir_argument, all_packs, pack_dir_from, resolve, resolve_pack, scan
 from cmbuyer.agent.packtest import add_pack_test_commands
-from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.inspect import inspect_dump
-from cmbuyer.agent.screens.pack import Pack, compile_pack, load_pack, parse_pack_json
+from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
 from cmbuyer.schemas import is_hex64, is_uuid4
+from cmbuyer.schemas.files import read_regular
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
+# files an operator names or a capture holds are read bounded (shared/schemas/files.py): never a hang on a FIFO
+MAX_CREDENTIALS_BYTES = 64 * 1024
+MAX_META_BYTES = 256 * 1024
 
 
 class CredentialsError(Exception):
@@ -52,8 +56,8 @@ def load_credentials(path: str | None) -> Credentials:
         p = Path(path)
         try:
             mode = p.stat().st_mode
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
+            text = read_regular(p, MAX_CREDENTIALS_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise CredentialsError(f"cannot read credentials file {path}") from exc
         if stat.S_IMODE(mode) & 0o077:
             raise CredentialsError(f"credentials file {path} must be mode 0600")
@@ -97,7 +101,7 @@ def _capture_version(dump_path: Path) -> tuple[str, int] | None:
     """The app version a capture bundle recorded (``meta.json`` beside ``dump.xml``, written by
     ``capture``), or None when there is no readable bundle metadata."""
     try:
-        meta = json.loads((dump_path.parent / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads(read_regular(dump_path.parent / "meta.json", MAX_META_BYTES))
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict):
@@ -133,7 +137,7 @@ def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     try:
-        raw = Path(args.dump).read_bytes()
+        raw = read_regular(args.dump, MAX_DUMP_BYTES)
         packs = _inspect_packs(args)
         dump = parse_dump(raw)
     except PackError as exc:  # the full one line (file and JSON path), not the 200-char summary
@@ -142,8 +146,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except AgentError as exc:
         print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
         return 2
-    except OSError:
-        print(json.dumps({"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump}"}, ensure_ascii=False))
+    except OSError as exc:
+        print(json.dumps({"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump} ({exc.strerror})"},
+                         ensure_ascii=False))
         return 2
     result = inspect_dump(dump, packs)
     if not args.explain:
@@ -436,7 +441,7 @@ def cmd_pack_verify(args: argparse.Namespace) -> int:
     1 a file missing/changed/outside the pack's directory, 2 the pack itself is unreadable/invalid."""
     path = Path(args.pack)
     try:
-        data = parse_pack_json(path.read_bytes())
+        data = parse_pack_json(read_regular(path, MAX_PACK_BYTES))
         compile_pack(data)
     except OSError as exc:
         print(f"{path.name}: $: cannot read the file ({exc.strerror or exc.__class__.__name__})", file=sys.stderr)

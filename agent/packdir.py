@@ -22,7 +22,7 @@ Rules (the one home of them):
    override); a refused FILE is a broken pack (rule 5).
 4. Every pack is validated against ``shared/schemas/selector_pack.json``, compiled, and its evidence
    files re-hashed at load (:mod:`cmbuyer.agent.screens.evidence`). Loads are cached per file by
-   (mtime, ctime, size, inode) of the pack file and of every evidence file, so the runner's per-loop
+   (mtime, ctime, size, inode) of the pack file and of every evidence file — broken packs too —, so the runner's per-loop
    lookup costs a directory listing and some ``stat`` calls, no hashing.
 5. A broken operator pack (unreadable, invalid JSON, schema violation, duplicate id/version, evidence
    missing or changed, refused permissions) affects ONLY the version it claims — read from its
@@ -50,6 +50,7 @@ from typing import Any
 from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.screens import evidence
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, load_pack_file, shipped_pack_dir
+from cmbuyer.schemas.files import read_regular
 
 log = logging.getLogger(__name__)
 PACK_DIR_ENV = "CMBUYER_AGENT_PACK_DIR"
@@ -121,8 +122,10 @@ class PackScan:
         return [f for f in (*self.shipped, *self.operator) if f.error is not None]
 
 
-# path → (stat key of the pack file, stat key of its evidence files, PackFile)
-_cache: dict[tuple[Path, str], tuple[tuple[int, ...], tuple[Any, ...], PackFile]] = {}
+# path → (stat key of the pack file, its parsed JSON or None, stat key of its evidence files, PackFile);
+# broken packs too: the runner resolves every second, and a broken pack must not be re-parsed and its
+# evidence re-hashed each time (it is loaded again when the pack file or an evidence file changes)
+_cache: dict[tuple[Path, str], tuple[tuple[int, ...], Any, tuple[Any, ...], PackFile]] = {}
 _logged: set[tuple[Path, str]] = set()
 
 
@@ -143,8 +146,7 @@ def _trust_problem(st: os.stat_result, what: str) -> str | None:
 def _claimed_version(path: Path) -> tuple[str, int] | None:
     """The version a (possibly broken) pack file is for: its ``app`` block, else its file name."""
     try:
-        with path.open("rb") as fh:
-            data = json.loads(fh.read(MAX_PACK_BYTES + 1))
+        data = json.loads(read_regular(path, MAX_PACK_BYTES))  # never blocks: a symlink may name a FIFO
         app = data["app"]
         name, code = app["version_name"], app["version_code"]
         if isinstance(name, str) and type(code) is int:
@@ -159,19 +161,34 @@ def _load(path: Path, origin: str, st: os.stat_result) -> PackFile:
     """Load one pack file through the cache (rule 4)."""
     key = _stat_key(st)
     hit = _cache.get((path, origin))
-    if hit is not None and hit[0] == key:
-        pf = hit[2]
-        if pf.pack is not None and evidence.evidence_stats(pf.pack.raw, path.parent) == hit[1]:
-            return pf
+    if hit is not None and hit[0] == key and _evidence_key(hit[1], path) == hit[2]:
+        return hit[3]
     try:
         data, pack = load_pack_file(path)
     except PackError as exc:
-        # not cached: the fix may be a new evidence file while the pack file stays the same
-        _cache.pop((path, origin), None)
-        return PackFile(path, origin, None, str(exc), _claimed_version(path))
-    pf = PackFile(path, origin, pack, None, (pack.version_name, pack.version_code))
-    _cache[(path, origin)] = (key, evidence.evidence_stats(data, path.parent), pf)
+        # the fix may be a new evidence file while the pack file stays the same: keyed on both
+        data = _parsed(path)
+        pf = PackFile(path, origin, None, str(exc), _claimed_version(path))
+    else:
+        pf = PackFile(path, origin, pack, None, (pack.version_name, pack.version_code))
+    _cache[(path, origin)] = (key, data, _evidence_key(data, path), pf)
     return pf
+
+
+def _parsed(path: Path) -> Any:
+    """A broken pack's JSON when it parses (its evidence files key the cache), else None."""
+    try:
+        return json.loads(read_regular(path, MAX_PACK_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _evidence_key(data: Any, path: Path) -> tuple[Any, ...]:
+    """:func:`evidence.evidence_stats` of a pack's JSON; () when it names no readable evidence list."""
+    try:
+        return evidence.evidence_stats(data, path.parent)
+    except (KeyError, TypeError, AttributeError):  # a schema-invalid pack: its file's stat is the key
+        return ()
 
 
 def _refused(path: Path, origin: str, problem: str) -> PackFile:

@@ -45,6 +45,7 @@ from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import Pack, load_pack
 from cmbuyer.agent.screens.readers import SCREENS
 from cmbuyer.schemas import is_money
+from cmbuyer.schemas.files import FileTooLarge, read_regular
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 
 DUMP = "dump.xml"
@@ -135,11 +136,11 @@ def _is_name(value: object) -> bool:
 
 def _read_json(path: Path, *, allow_floats: bool = False) -> Any:
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_JSON_BYTES)
+    except FileTooLarge as exc:
+        raise CaptureInputError(f"{path}: {exc.strerror}") from exc
     except OSError as exc:
         raise CaptureInputError(f"{path}: cannot read ({exc.strerror})") from exc
-    if len(raw) > MAX_JSON_BYTES:
-        raise CaptureInputError(f"{path}: larger than {MAX_JSON_BYTES} bytes")
     try:
         return loads_strict(raw, allow_floats=allow_floats)
     except StrictJSONError as exc:
@@ -270,9 +271,9 @@ def check_capture(capture: Path, pack: Pack) -> CaptureResult:
     name = capture.name
     try:
         try:
-            if (capture / DUMP).stat().st_size > MAX_DUMP_BYTES:  # never read a huge file whole
-                raise CaptureInputError(f"{capture / DUMP}: larger than {MAX_DUMP_BYTES} bytes")
-            raw = (capture / DUMP).read_bytes()
+            raw = read_regular(capture / DUMP, MAX_DUMP_BYTES)
+        except FileTooLarge as exc:
+            raise CaptureInputError(f"{capture / DUMP}: {exc.strerror}") from exc
         except OSError as exc:
             raise CaptureInputError(f"{capture / DUMP}: cannot read ({exc.strerror})") from exc
         mismatches = _integrity(capture, raw, pack)

@@ -31,6 +31,9 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from cmbuyer.schemas.files import read_regular
+from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
+
 from .journal import JournalSink, is_payment_text
 from .nodes import Node, clickable_target, hit_path
 from .phone import ACTIVITY, KEY_NAMES, LAUNCHER_ACTIVITY, Phone
@@ -49,6 +52,12 @@ SWIPE_TOLERANCE = 24
 # writes the same kinds
 ACTION_KINDS = ("tap", "swipe", "back", "open_url", "home", "launch", "force_stop")
 MAX_DUMP_BYTES = 8 * 1024 * 1024
+# session files are read bounded and never from a FIFO/device (cmbuyer.schemas.files): a recorded phone
+# screen is ~0.5 MB of PNG and ~3 MP; a generated session.json of 10^5 steps stays under 16 MB
+MAX_PNG_BYTES = 32 * 1024 * 1024
+MAX_SCREEN_PIXELS = 16_000_000
+MAX_META_BYTES = 256 * 1024
+MAX_SESSION_BYTES = 16 * 1024 * 1024
 _COMPONENT_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)+)/([A-Za-z0-9_.$]+)")
 _BOUNDS_RE = re.compile(r"^\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]$")
 _FORBIDDEN_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
@@ -201,17 +210,21 @@ def _front(windows: list[Node], meta: dict[str, Any], app_package: str) -> tuple
 def _load_capture(path: Path, app_package: str) -> Capture:
     try:
         # bytes, not read_text: universal newlines would turn the dump's CRLF header into LF
-        raw = (path / "dump.xml").read_bytes()
+        raw = read_regular(path / "dump.xml", MAX_DUMP_BYTES)
         xml = raw.decode("utf-8")
-        png = (path / "screenshot.png").read_bytes()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SessionError(f"capture {path.name}: {exc}") from None
+        png = read_regular(path / "screenshot.png", MAX_PNG_BYTES)
+    except OSError as exc:
+        raise SessionError(f"capture {path.name}: {Path(exc.filename or '').name}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SessionError(f"capture {path.name}: dump.xml: not UTF-8 ({exc.reason})") from None
     meta: dict[str, Any] = {}
     if (path / "meta.json").exists():
         try:
-            meta = json.loads((path / "meta.json").read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            raise SessionError(f"capture {path.name}: meta.json unreadable ({exc})") from None
+            meta = loads_strict(read_regular(path / "meta.json", MAX_META_BYTES), allow_floats=True)
+        except OSError as exc:
+            raise SessionError(f"capture {path.name}: meta.json unreadable ({exc.strerror})") from None
+        except StrictJSONError as exc:
+            raise SessionError(f"capture {path.name}: meta.json unreadable (not strict JSON: {exc})") from None
         if not isinstance(meta, dict):
             raise SessionError(f"capture {path.name}: meta.json is not an object")
     # a capture changed after it was taken is not the screen that was recorded (fail closed)
@@ -221,8 +234,11 @@ def _load_capture(path: Path, app_package: str) -> Capture:
             raise SessionError(f"capture {path.name}: {key} does not match the stored file")
     try:
         with Image.open(io.BytesIO(png)) as img:
+            if img.width * img.height > MAX_SCREEN_PIXELS:  # served re-encoded: a bomb would be decoded
+                raise SessionError(f"capture {path.name}: screenshot.png is {img.width}x{img.height}, "
+                                   f"more than {MAX_SCREEN_PIXELS} pixels")
             img.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+    except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as exc:
         raise SessionError(f"capture {path.name}: screenshot.png is not an image ({exc})") from None
     windows = parse_windows(xml, f"capture {path.name}: dump.xml")
     pkg, act = _front(windows, meta, app_package)
@@ -266,12 +282,14 @@ def load_session(directory: str | Path) -> Session:
     that give the same action on the same capture different next captures."""
     root = Path(directory)
     try:
-        data = json.loads((root / SESSION_FILE).read_text("utf-8"))
+        # strict: a duplicate key or 1.0 for 1 would make playback pick one reading of the file
+        data = loads_strict(read_regular(root / SESSION_FILE, MAX_SESSION_BYTES))
     except OSError as exc:
         raise SessionError(f"{root / SESSION_FILE}: cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise SessionError(f"{root / SESSION_FILE}: not JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("session_format") != SESSION_FORMAT:
+    except StrictJSONError as exc:
+        raise SessionError(f"{root / SESSION_FILE}: not strict JSON ({exc})") from None
+    if not isinstance(data, dict) or type(data.get("session_format")) is not int \
+            or data["session_format"] != SESSION_FORMAT:
         raise SessionError(f"{SESSION_FILE}: session_format: must be {SESSION_FORMAT}")
     app = data.get("app")
     if not isinstance(app, dict) or not isinstance(app.get("package"), str) \
@@ -304,23 +322,29 @@ def load_session(directory: str | Path) -> Session:
 
 
 def _same_action(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if a["kind"] != b["kind"]:
-        return False
+    """True when the two actions are one action for playback (same kind and place/URL)."""
+    return _action_key(a) == _action_key(b)
+
+
+def _action_key(a: dict[str, Any]) -> tuple[Any, ...]:
+    """What :func:`_same_action` compares, as a hashable key."""
     if a["kind"] == "tap":
-        return bool(a["node"]["bounds"] == b["node"]["bounds"])
+        return "tap", tuple(a["node"]["bounds"])
     if a["kind"] == "swipe":
-        return (a["x1"], a["y1"], _direction(a)) == (b["x1"], b["y1"], _direction(b))
+        return "swipe", a["x1"], a["y1"], _direction(a)
     if a["kind"] == "open_url":
-        return bool(a["url"] == b["url"])
-    return True
+        return "open_url", a["url"]
+    return (a["kind"],)
 
 
 def _check_conflicts(session: Session) -> None:
-    for i, a in enumerate(session.steps):
-        for b in session.steps[i + 1:]:
-            if a.source == b.source and a.to != b.to and _same_action(a.action, b.action):
-                raise SessionError(f"{SESSION_FILE}: steps[{a.index}] and steps[{b.index}]: the same "
-                                   f"{a.action['kind']} on {a.source} leads to {a.to} and to {b.to}")
+    # one pass with a dict (a generated session may hold 10^5 steps: no pairwise comparison)
+    first: dict[tuple[Any, ...], Step] = {}
+    for b in session.steps:
+        a = first.setdefault((b.source, *_action_key(b.action)), b)
+        if a.to != b.to:
+            raise SessionError(f"{SESSION_FILE}: steps[{a.index}] and steps[{b.index}]: the same "
+                               f"{a.action['kind']} on {a.source} leads to {a.to} and to {b.to}")
 
 
 # -------------------------------------------------------------------------------------- playback

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
+from cmbuyer.schemas.files import FileTooLarge, NotRegularFile, read_regular
 
 FILE_KINDS = ("dump", "screenshot", "meta")
 # one path segment: no leading dot (so no '.', '..' or hidden names), portable characters only
@@ -107,11 +108,13 @@ def check_file(base: Path, ev: EvidenceFile) -> EvidenceCheck:
     if path is None:
         return EvidenceCheck(ev, "unsafe", "path must be relative, without '..', and stay inside the pack's directory")
     try:
-        if not path.is_file():
-            return EvidenceCheck(ev, "missing", "no such file")
-        if path.stat().st_size > MAX_EVIDENCE_BYTES:
-            return EvidenceCheck(ev, "mismatch", "file too large")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = hashlib.sha256(read_regular(path, MAX_EVIDENCE_BYTES)).hexdigest()
+    except FileNotFoundError:
+        return EvidenceCheck(ev, "missing", "no such file")
+    except NotRegularFile:
+        return EvidenceCheck(ev, "missing", "not a regular file")
+    except FileTooLarge:
+        return EvidenceCheck(ev, "mismatch", "file too large")
     except OSError as exc:
         return EvidenceCheck(ev, "missing", f"unreadable: {exc.strerror or exc.__class__.__name__}")
     if digest != ev.sha256:

@@ -43,6 +43,7 @@ from cmbuyer.agent.screens import evidence, safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, explain, validate
+from cmbuyer.schemas.files import FileTooLarge, read_regular
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 
 MAX_PACK_BYTES = 1024 * 1024
@@ -514,7 +515,9 @@ def load_pack_file(path: Path, *, verify_evidence: bool = True) -> tuple[Any, Pa
     """:func:`load_pack` that also returns the parsed JSON (the evidence entries, for callers that
     cache on the evidence files' stats). Raises PackError as :func:`load_pack`."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_PACK_BYTES)
+    except FileTooLarge:
+        raise PackError(f"{path.name}: $: pack file larger than {MAX_PACK_BYTES} bytes") from None
     except OSError as exc:
         raise PackError(f"{path.name}: $: cannot read the file ({exc.strerror or exc.__class__.__name__})") from exc
     try:

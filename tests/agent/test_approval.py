@@ -14,10 +14,12 @@ request arrived and when the flow left the wait (fence or stop) must be the same
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -389,3 +391,22 @@ def test_unattended_waits_hold_the_phone_after_the_failure_limit() -> None:
     assert holds[:2] == [None, None] and holds[2] is not None and holds[2].startswith("REPEATED_FAILURES")
     # a stop a person asked for while the phone waited breaks no streak and adds none
     assert settle(Streaks(0, 2), AttemptEnd("FAILED", "SHUTDOWN", fenced=False), HoldPolicy()) == (Streaks(0, 2), None)
+
+
+# --- a server answer about something else (breaker: fail closed, never ask the fence on it) ---------
+@pytest.mark.parametrize("state", ["APPROVED", "WAITING"])
+def test_a_status_answer_naming_another_approval_stops_before_the_fence(rig: Rig, state: str) -> None:
+    """The status route answers for another approval id (a server or proxy bug): the wait never
+    treats that answer as this approval's decision."""
+    real = rig.api.approval_status
+
+    def other(claim: Any, approval_id: str) -> Any:
+        status = real(claim, approval_id)
+        return dataclasses.replace(status, approval_id=str(uuid.uuid4()), state=state,
+                                   decided_at=status.server_now if state == "APPROVED" else None)
+    rig.api.approval_status = other  # type: ignore[method-assign]
+    result = rig.run()
+    assert (result.outcome, result.reason_code) == ("FAILED", "SERVER_UNREACHABLE")
+    assert ("APPROVAL_WAIT", "OK", None) not in rig.steps()
+    assert _fenced_count(rig) == 0  # no fence request at all (the fake records each one)
+    _no_tap_during_wait(rig)

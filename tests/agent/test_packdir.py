@@ -369,3 +369,31 @@ def test_scan_lists_operator_and_shipped_files(pack_dir: Path) -> None:
     assert [f.describe() for f in found.operator] == [f"ops-8.23.0-82300 (operator {path})"]
     assert [f.pack.id for f in found.shipped if f.pack] == ["pdd-8.17.0-81700", "pdd-8.22.0-82200"]
     assert found.broken() == [] and found.dir_error is None
+
+
+def test_a_broken_pack_is_not_reloaded_every_loop(pack_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner resolves every second: a pack whose evidence does not hash (or that does not parse)
+    is loaded once per change of its files, not re-parsed and re-hashed on each lookup (CPU spin)."""
+    import cmbuyer.agent.packdir as packdir
+
+    loads: list[Path] = []
+    real = packdir.load_pack_file
+
+    def counting(path: Path, **kw: Any) -> Any:
+        loads.append(path)
+        return real(path, **kw)
+    monkeypatch.setattr(packdir, "load_pack_file", counting)
+    data = rebound("8.22.0", "8.23.0", 82300)
+    path = write_pack(pack_dir, data)
+    dump = evidence_path(pack_dir, data, "sim822-product", "dump")
+    good = dump.read_bytes()
+    flip_byte(dump, 10)
+    for _ in range(20):
+        assert "evidence mismatch" in _error(("8.23.0", 82300), pack_dir)
+    assert loads.count(path) == 1, loads.count(path)
+    dump.write_bytes(good)  # the fix: an evidence file changes, the pack file does not
+    assert resolve_pack("8.23.0", 82300, pack_dir, check_permissions=True).id == "ops-8.23.0-82300"
+    path.write_text("{", "utf-8")  # a pack that does not parse at all
+    for _ in range(20):
+        assert "not valid strict JSON" in _error(("8.23.0", 82300), pack_dir)
+    assert loads.count(path) == 3, loads.count(path)

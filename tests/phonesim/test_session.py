@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -326,3 +327,65 @@ def test_the_recorded_phone_behaves_as_without_recorder(recording: dict[str, Any
     keys = ("screen", "goods_id", "selection", "quantity", "list_offset", "counters")
     assert {k: recording["state"][k] for k in keys} == {k: plain[k] for k in keys}
     assert plain["selection"] == {"色号": "奶茶色#226"}
+
+
+# --- hostile session directories (bad-inputs: never a hang, a traceback or a guess) ----------------
+def _validate_in_child(session: Path) -> subprocess.CompletedProcess[str]:
+    """``cmbuyer-phonesim --session DIR --validate`` in a child with a timeout: a FIFO must not hang
+    the test run."""
+    code = "import sys; from cmbuyer.phonesim.cli import main; sys.exit(main(sys.argv[1:]))"
+    try:
+        return subprocess.run([sys.executable, "-c", code, "--session", str(session), "--validate"],
+                              capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail("loading the session hung (a FIFO was opened for reading)")
+
+
+@pytest.mark.parametrize("member", ["01-product/dump.xml", "01-product/screenshot.png",
+                                    "01-product/meta.json", SESSION_FILE])
+def test_a_fifo_in_the_session_is_refused_without_hanging(session_dir: Path, member: str) -> None:
+    (session_dir / member).unlink()
+    os.mkfifo(session_dir / member)
+    done = _validate_in_child(session_dir)
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("invalid: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "not a regular file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_decompression_bomb_screenshot_is_refused(session_dir: Path) -> None:
+    """A PNG whose header claims 40000x40000 pixels: Pillow's bomb guard is not an OSError."""
+    buf = io.BytesIO()
+    Image.new("1", (40000, 40000)).save(buf, "PNG")
+    (session_dir / "01-product" / "screenshot.png").write_bytes(buf.getvalue())
+    meta_path = session_dir / "01-product" / "meta.json"
+    meta = json.loads(meta_path.read_text("utf-8"))
+    meta["screenshot_sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    meta_path.write_text(json.dumps(meta), "utf-8")
+    with pytest.raises(SessionError, match=r"01-product: screenshot\.png"):
+        load_session(session_dir)
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"session_format": 1, "session_format": 2}', "not strict JSON"),
+    ('{"session_format": 1.0}', "not strict JSON"),
+    ('{"session_format": true}', "session_format"),
+])
+def test_an_ambiguous_session_file_is_refused(session_dir: Path, text: str, message: str) -> None:
+    data = json.loads((session_dir / SESSION_FILE).read_text("utf-8"))
+    body = json.dumps({k: v for k, v in data.items() if k != "session_format"})
+    (session_dir / SESSION_FILE).write_text(text[:-1] + ", " + body[1:], "utf-8")
+    with pytest.raises(SessionError, match=message):
+        load_session(session_dir)
+
+
+def test_a_huge_session_loads_in_linear_time(session_dir: Path) -> None:
+    """20 000 steps (a generated file): the conflict check must not compare every pair (2·10^8)."""
+    import time
+
+    _edit(session_dir, lambda d: d["steps"].extend(
+        {"from": "*", "action": {"kind": "open_url", "url": f"pinduoduo://x?{i}"}, "to": d["start"]}
+        for i in range(20000)))
+    started = time.monotonic()
+    session = load_session(session_dir)
+    assert len(session.steps) == 20006
+    assert time.monotonic() - started < 5
