@@ -290,7 +290,11 @@ def record_verdict(conn: sqlite3.Connection, submission_id: str, verdict: str, n
     ``verdict_exists``; the submission's state does not allow it (:data:`RIGHT_STATES` for RIGHT — the
     order must exist —, :data:`WRONG_STATES` for WRONG) → 409 ``invalid_state``. Then the verdict row and
     the pair of the attempt's ``(device_id, pack_key)``: RIGHT → ``confirmed_orders`` + 1, WRONG → held
-    with a reason naming the submission and the note; audit ``supervision.verdict`` on the task."""
+    with a reason naming the submission and the note; audit ``supervision.verdict`` on the task.
+    A ``verdict`` other than ``"RIGHT"``/``"WRONG"`` → ValidationFailed("verdict"), nothing read or
+    written (callers other than the admin route — CLI, scripts — must not turn a typo into a hold)."""
+    if verdict not in VERDICTS.values():
+        raise ValidationFailed("verdict", "请选择“核对无误”或“有误”")
     sub = store.submission_for_verdict(conn, submission_id) if is_uuid4(submission_id) else None
     if sub is None:
         raise NotFound("提交记录不存在")
