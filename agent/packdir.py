@@ -22,8 +22,8 @@ Rules (the one home of them):
    override); a refused FILE is a broken pack (rule 5).
 4. Every pack is validated against ``shared/schemas/selector_pack.json``, compiled, and its evidence
    files re-hashed at load (:mod:`cmbuyer.agent.screens.evidence`). Loads are cached per file by
-   (mtime, ctime, size, inode) of the pack file and of every evidence file — broken packs too —, so the runner's per-loop
-   lookup costs a directory listing and some ``stat`` calls, no hashing.
+   (mtime, ctime, size, inode) of the pack file and of every evidence file (broken packs too), so the
+   runner's per-loop lookup costs a directory listing and some ``stat`` calls, no hashing.
 5. A broken operator pack (unreadable, invalid JSON, schema violation, duplicate id/version, evidence
    missing or changed, refused permissions) affects ONLY the version it claims — read from its
    ``app`` block when the JSON parses, else from a ``…-<versionName>-<versionCode>.json`` file name:
