@@ -36,6 +36,7 @@ test-fast: setup ## run the tests without the browser and end-to-end suites
 
 lint: setup ## ruff on everything, mypy --strict on the domain/store/service layers
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	@# mypy cannot follow setuptools' editable finder, so lint through a symlink tree of the cmbuyer.* names
 	@mkdir -p build/typecheck/cmbuyer && touch build/typecheck/cmbuyer/__init__.py
 	@ln -sfn ../../../server build/typecheck/cmbuyer/server && ln -sfn ../../../shared/schemas build/typecheck/cmbuyer/schemas

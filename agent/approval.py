@@ -77,8 +77,7 @@ class ApprovalSettings:
     def __post_init__(self) -> None:
         for name in ("timeout_seconds", "poll_seconds"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-                    or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a number of seconds > 0")
         if self.poll_seconds > self.timeout_seconds:
             raise ValueError("the approval poll interval must not be longer than the approval timeout")
@@ -111,8 +110,7 @@ class ApprovalSettings:
 class ApprovalApi(Protocol):
     """The two device routes of the wait (implemented by :class:`cmbuyer.agent.client.HttpDeviceApi`)."""
 
-    def request_approval(self, claim: Claim, proof: SubmissionProof,
-                         screenshot_asset_id: str) -> ApprovalStatus: ...
+    def request_approval(self, claim: Claim, proof: SubmissionProof, screenshot_asset_id: str) -> ApprovalStatus: ...
 
     def approval_status(self, claim: Claim, approval_id: str) -> ApprovalStatus: ...
 
@@ -165,11 +163,13 @@ class _Deadlines:
             if ctx.lease.lost:
                 raise LeaseLost("lease lost while waiting for approval")
             if ctx.lease.remaining() < ctx.fence_margin:
-                raise FlowStop("the lease would end within the fence margin while waiting for approval",
-                               "APPROVAL_TIMEOUT")
+                raise FlowStop(
+                    "the lease would end within the fence margin while waiting for approval", "APPROVAL_TIMEOUT"
+                )
         if self._auth_ends is not None and self._auth_ends - ctx.clock() < ctx.fence_margin:
-            raise FlowStop("the authorization would end within the fence margin while waiting for approval",
-                           "APPROVAL_TIMEOUT")
+            raise FlowStop(
+                "the authorization would end within the fence margin while waiting for approval", "APPROVAL_TIMEOUT"
+            )
         if self.elapsed() >= self.timeout:
             raise FlowStop(f"no decision within {self.timeout:g} s", "APPROVAL_TIMEOUT")
         ctx.outbox.raise_if_failed()
@@ -184,31 +184,38 @@ def _controls(dump: Dump) -> tuple[tuple[object, ...], ...]:
     return tuple(n.signature() for n in dump.app_nodes() if n.clickable)
 
 
-def _read_screen(ctx: WaitContext, at_gate3: cap.ConfirmReading, proof: SubmissionProof,
-                 wanted: dict[str, str]) -> tuple[tuple[object, ...], ...]:
+def _read_screen(
+    ctx: WaitContext, at_gate3: cap.ConfirmReading, proof: SubmissionProof, wanted: dict[str, str]
+) -> tuple[tuple[object, ...], ...]:
     """Read the screen holding the submit control again (fresh dumps, the READ_CONFIRM_PAGE reader,
     the payment-mode gate). Anything that differs from gate 3's reading or cannot be read raises
     SCREEN_CHANGED_WHILE_WAITING; adb errors keep their own code (the phone, not the screen).
     Returns the app's clickable controls (compared by the caller from one read to the next)."""
     try:
         (now, controls), _ = ctx.phone.read_stable(
-            lambda d: (cap.confirm_reading(d, ctx.pack, wanted), _controls(d)), new_dump=True)
+            lambda d: (cap.confirm_reading(d, ctx.pack, wanted), _controls(d)), new_dump=True
+        )
         mode = gates.payment_gate(now.payment.problems, now.payment.mode)
     except PhoneError:
         raise
     except AgentError as exc:
-        raise FlowStop(f"screen unreadable while waiting for approval ({exc.reason_code})",
-                       "SCREEN_CHANGED_WHILE_WAITING") from exc
+        raise FlowStop(
+            f"screen unreadable while waiting for approval ({exc.reason_code})", "SCREEN_CHANGED_WHILE_WAITING"
+        ) from exc
     if now != at_gate3 or mode != proof.payment_mode:
         raise FlowStop("a reading changed while waiting for approval", "SCREEN_CHANGED_WHILE_WAITING")
     return controls
 
 
-def _same_screen(ctx: WaitContext, at_gate3: cap.ConfirmReading, proof: SubmissionProof,
-                 wanted: dict[str, str], controls: tuple[tuple[object, ...], ...]) -> None:
+def _same_screen(
+    ctx: WaitContext,
+    at_gate3: cap.ConfirmReading,
+    proof: SubmissionProof,
+    wanted: dict[str, str],
+    controls: tuple[tuple[object, ...], ...],
+) -> None:
     if _read_screen(ctx, at_gate3, proof, wanted) != controls:
-        raise FlowStop("something opened over the screen while waiting for approval",
-                       "SCREEN_CHANGED_WHILE_WAITING")
+        raise FlowStop("something opened over the screen while waiting for approval", "SCREEN_CHANGED_WHILE_WAITING")
 
 
 def _same_approval(status: ApprovalStatus, approval_id: str) -> ApprovalStatus:
@@ -219,8 +226,9 @@ def _same_approval(status: ApprovalStatus, approval_id: str) -> ApprovalStatus:
     return status
 
 
-def wait_for_approval(ctx: WaitContext, claim: Claim, proof: SubmissionProof, reading: cap.ConfirmReading,
-                      wanted: dict[str, str]) -> ApprovalStatus:
+def wait_for_approval(
+    ctx: WaitContext, claim: Claim, proof: SubmissionProof, reading: cap.ConfirmReading, wanted: dict[str, str]
+) -> ApprovalStatus:
     """Wait until a person approves ``proof`` (the fence body's readings, read as ``reading`` on the
     screen holding the submit control; ``wanted`` the task's ``{role: value}``). Returns the APPROVED
     status; raises :class:`~cmbuyer.agent.errors.AgentError` with the reason code of the module

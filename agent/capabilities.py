@@ -55,14 +55,14 @@ def _stop_for_screen(screen: str, dump: Dump) -> None:
         raise FlowStop(f"unexpected {screen} screen", "POPUP_UNHANDLED")
 
 
-def wait_for_screen(phone: PhoneAdapter, pack: Pack, wanted: str,
-                    timeout: float = SCREEN_WAIT_SECONDS) -> Dump:
+def wait_for_screen(phone: PhoneAdapter, pack: Pack, wanted: str, timeout: float = SCREEN_WAIT_SECONDS) -> Dump:
     """Dump until ``wanted`` is recognized in two consecutive dumps (see :func:`wait_for_any`)."""
     return wait_for_any(phone, pack, (wanted,), timeout)[1]
 
 
-def wait_for_any(phone: PhoneAdapter, pack: Pack, wanted: tuple[str, ...],
-                 timeout: float = SCREEN_WAIT_SECONDS) -> tuple[str, Dump]:
+def wait_for_any(
+    phone: PhoneAdapter, pack: Pack, wanted: tuple[str, ...], timeout: float = SCREEN_WAIT_SECONDS
+) -> tuple[str, Dump]:
     """Dump until one of ``wanted`` is recognized in two consecutive dumps; allow-listed popups are
     dismissed on the way; risk walls, update prompts and other known screens stop the flow."""
     deadline = time.monotonic() + timeout
@@ -83,8 +83,9 @@ def wait_for_any(phone: PhoneAdapter, pack: Pack, wanted: tuple[str, ...],
         time.sleep(POLL_SECONDS)
 
 
-def _read_until(phone: PhoneAdapter, reader: Callable[[Dump], T], done: Callable[[T], bool],
-                timeout: float = TAP_EFFECT_SECONDS) -> tuple[T, Dump]:
+def _read_until(
+    phone: PhoneAdapter, reader: Callable[[Dump], T], done: Callable[[T], bool], timeout: float = TAP_EFFECT_SECONDS
+) -> tuple[T, Dump]:
     """Stable reads until ``done(value)`` or the deadline; returns the last stable reading either
     way (the caller checks it). Waiting longer only gives a slow phone time to show a tap."""
     deadline = time.monotonic() + timeout
@@ -172,8 +173,9 @@ def _tile_view(group: readers.OptionGroup | None) -> tuple[object, ...]:
     return () if group is None else tuple((t.text, t.bounds) for t in group.tiles)
 
 
-def find_tile(phone: PhoneAdapter, reader: PanelReader, header: str,
-              wanted: str) -> tuple[readers.OptionTile, Dump, int]:
+def find_tile(
+    phone: PhoneAdapter, reader: PanelReader, header: str, wanted: str
+) -> tuple[readers.OptionTile, Dump, int]:
     """The one tile named ``wanted`` in ``header``'s group, scrolling inside the group's own list when
     it is not on screen: first toward the end, then back toward the start, each until the visible
     tiles stop changing. Returns (tile, the stable dump it was read from, swipes made). Not found
@@ -208,8 +210,9 @@ def _selected_by_role(dump: Dump, reader: PanelReader, dims: dict[str, str]) -> 
     return {role: shown.get(header) for role, header in dims.items()}
 
 
-def select_sku_options(phone: PhoneAdapter, pack: Pack, screen: str,
-                       wanted: dict[str, str]) -> tuple[dict[str, str | None], int]:
+def select_sku_options(
+    phone: PhoneAdapter, pack: Pack, screen: str, wanted: dict[str, str]
+) -> tuple[dict[str, str | None], int]:
     """On ``screen`` (the layout's options screen): map the sheet's dimensions to the task's roles
     (SKU_DIMENSION_UNNAMED otherwise), find each wanted tile (scrolling its list if needed) and tap it
     unless already selected, then read the selection back — tiles and, where the pack declares it,
@@ -231,8 +234,12 @@ def select_sku_options(phone: PhoneAdapter, pack: Pack, screen: str,
             raise FlowStop("the option dimensions changed", "SKU_DIMENSION_UNNAMED")
         return _selected_by_role(d, reader, dims)
 
-    selected, _ = _read_until(phone, read, lambda sel: all(sel.get(r) == wanted[r] for r in dims),
-                              TAP_EFFECT_SECONDS if tapped or swipes else 0.0)
+    selected, _ = _read_until(
+        phone,
+        read,
+        lambda sel: all(sel.get(r) == wanted[r] for r in dims),
+        TAP_EFFECT_SECONDS if tapped or swipes else 0.0,
+    )
     return selected, swipes
 
 
@@ -282,8 +289,10 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, screen: str, want
         if after is None:
             raise FlowStop("quantity not readable", "QUANTITY_UNREADABLE")
         if after == current:
-            raise FlowStop("quantity stopped moving", "QUANTITY_CAPPED_BY_STOCK"
-                           if control == "quantity_increase" else "QUANTITY_MISMATCH")
+            raise FlowStop(
+                "quantity stopped moving",
+                "QUANTITY_CAPPED_BY_STOCK" if control == "quantity_increase" else "QUANTITY_MISMATCH",
+            )
         if abs(after - current) != 1:
             raise FlowStop("quantity jumped", "QUANTITY_MISMATCH")
         current = after
@@ -327,9 +336,13 @@ def confirm_reading(dump: Dump, pack: Pack, wanted: dict[str, str]) -> ConfirmRe
     if any(t.selected and not t.available for header in dims.values() for t in groups[header].tiles):
         raise FlowStop("a selected option is sold out or disabled", "OUT_OF_STOCK")
     selected = {role: shown.get(header) for role, header in dims.items()}
-    reading = gates.Gate3Reading(selected=selected, unit_price=_safe_money(dump, reader.unit_price),
-                                 quantity=_quantity(dump, reader), total=total,
-                                 submit_controls=len(pack_controls | generic_controls))
+    reading = gates.Gate3Reading(
+        selected=selected,
+        unit_price=_safe_money(dump, reader.unit_price),
+        quantity=_quantity(dump, reader),
+        total=total,
+        submit_controls=len(pack_controls | generic_controls),
+    )
     return ConfirmReading(reading, shown, readers.read_payment(dump, pack))
 
 

@@ -58,8 +58,16 @@ SYSTEM_UI = "com.android.systemui"
 STATUS_BAND_FRACTION = 0.045
 # A mainland mobile number, full (13812345678, 138 1234 5678) or masked as the app shows it (139****1234).
 PHONE_RE = re.compile(r"(?<![0-9])1[0-9]{2}[ -]?(?:[*＊]{4}|[0-9]{4})[ -]?[0-9]{4}(?![0-9])")
-SCREENS = ("product", "sku_panel", "confirm_order", "order_created", "payment", "security_challenge",
-           "leave_order_dialog", "unknown")
+SCREENS = (
+    "product",
+    "sku_panel",
+    "confirm_order",
+    "order_created",
+    "payment",
+    "security_challenge",
+    "leave_order_dialog",
+    "unknown",
+)
 _MONEY_KEYS = ("unit_price", "confirm_amount")
 _INT_KEYS = ("quantity", "submit_controls")
 _JSON_KEYS = ("selected", "options", "payment_controls", "risk_walls", "payment_problems")
@@ -101,8 +109,7 @@ def _status_band(dump: Dump) -> tuple[int, int, int, int] | None:
     """The status-bar band from the dump (the system UI's ``status_bar`` node); None when the dump
     has none (the caller then blacks out a fixed top band of the screenshot)."""
     for node in dump.nodes:
-        if node.package == SYSTEM_UI and node.resource_id.rsplit("/", 1)[-1] in ("status_bar",
-                                                                                 "status_bar_container"):
+        if node.package == SYSTEM_UI and node.resource_id.rsplit("/", 1)[-1] in ("status_bar", "status_bar_container"):
             if not node.bounds.empty:
                 return _rect(node.bounds)
     return None
@@ -166,9 +173,9 @@ def _small(node: Node, dump: Dump) -> bool:
     return (b.right - b.left) * (b.bottom - b.top) <= width * height / 4
 
 
-def _scrub_xml(xml: str, pack: Pack | None, app_package: str) -> tuple[str, Dump, dict[str, Any],
-                                                                        list[tuple[int, int, int, int]],
-                                                                        tuple[int, int]]:
+def _scrub_xml(
+    xml: str, pack: Pack | None, app_package: str
+) -> tuple[str, Dump, dict[str, Any], list[tuple[int, int, int, int]], tuple[int, int]]:
     original = parse_dump(xml, app_package)  # DumpError: nothing to store
     size = _screen_size(original)
     band = _status_band(original)
@@ -188,13 +195,18 @@ def _scrub_xml(xml: str, pack: Pack | None, app_package: str) -> tuple[str, Dump
     out = _XML_DECL + ET.tostring(root, encoding="unicode")
     scrubbed = parse_dump(out, app_package).require_app()
     rects = [*([band] if band else []), *foreign, *(_rect(r.bounds) for r in rows)]
-    report = {"dropped_packages": sorted(packages), "dropped_nodes": dropped, "blanked_rows": len(rows),
-              "status_bar": "dump" if band else "fixed-band"}
+    report = {
+        "dropped_packages": sorted(packages),
+        "dropped_nodes": dropped,
+        "blanked_rows": len(rows),
+        "status_bar": "dump" if band else "fixed-band",
+    }
     return out, scrubbed, report, rects, size
 
 
-def _black_out(png: bytes, rects: list[tuple[int, int, int, int]], width: int,
-               fixed_band: bool) -> tuple[bytes, list[list[int]]]:
+def _black_out(
+    png: bytes, rects: list[tuple[int, int, int, int]], width: int, fixed_band: bool
+) -> tuple[bytes, list[list[int]]]:
     try:
         with Image.open(io.BytesIO(png)) as opened:
             img = opened.convert("RGB")
@@ -204,8 +216,10 @@ def _black_out(png: bytes, rects: list[tuple[int, int, int, int]], width: int,
     draw = ImageDraw.Draw(img)
     done: list[list[int]] = []
     # outward rounding: a scaled row is never narrower than the row
-    boxes = [[math.floor(left * scale), math.floor(top * scale), math.ceil(right * scale), math.ceil(bottom * scale)]
-             for left, top, right, bottom in rects]
+    boxes = [
+        [math.floor(left * scale), math.floor(top * scale), math.ceil(right * scale), math.ceil(bottom * scale)]
+        for left, top, right, bottom in rects
+    ]
     if fixed_band:
         boxes.insert(0, [0, 0, img.width, max(1, round(img.height * STATUS_BAND_FRACTION))])
     for left, top, right, bottom in boxes:
@@ -228,8 +242,9 @@ def scrub(xml: str, png: bytes, pack: Pack | None, app_package: str = APP_PACKAG
         out, dump, report, rects, size = _scrub_xml(xml, pack, app_package)
     except AgentError as exc:
         if exc.reason_code == "WRONG_PACKAGE":
-            raise CaptureError(f"the app ({app_package}) is not in front: the dump holds none of its "
-                               "nodes; nothing written") from exc
+            raise CaptureError(
+                f"the app ({app_package}) is not in front: the dump holds none of its nodes; nothing written"
+            ) from exc
         raise CaptureError(f"the dump cannot be read ({exc.reason_code}: {exc.summary}); nothing written") from exc
     shot, boxes = _black_out(png, rects, size[0], report["status_bar"] == "fixed-band")
     report["blacked_out"] = boxes
@@ -240,8 +255,12 @@ def proposed(dump: Dump, pack: Pack | None) -> dict[str, Any]:
     """``expected.proposed.json`` for a scrubbed dump: what ``cmbuyer-agent inspect`` reads on it with
     ``pack`` (screen + every reading, exactly as inspect prints them), not confirmed by anyone."""
     seen = inspect_dump(dump, [pack] if pack is not None else [])
-    return {"expected_format": EXPECTED_FORMAT, "screen": seen["screen"], "readings": seen["readings"],
-            "confirmed_by": None}
+    return {
+        "expected_format": EXPECTED_FORMAT,
+        "screen": seen["screen"],
+        "readings": seen["readings"],
+        "confirmed_by": None,
+    }
 
 
 def _expect_value(key: str, raw: str) -> Any:
@@ -263,7 +282,7 @@ def _expect_value(key: str, raw: str) -> Any:
         try:
             value = json.loads(raw)
         except ValueError as exc:
-            raise CaptureError(f"--expect {key}: give JSON, e.g. {key}='{{\"颜色\": \"黑色\"}}'") from exc
+            raise CaptureError(f'--expect {key}: give JSON, e.g. {key}=\'{{"颜色": "黑色"}}\'') from exc
         if not isinstance(value, dict if key in ("selected", "options") else list):
             raise CaptureError(f"--expect {key}: wrong JSON type")
         return value
@@ -275,8 +294,12 @@ def parse_expect(pairs: Sequence[str], confirmed_by: str | None) -> dict[str, An
     ``screen`` or one of inspect's readings keys (:data:`READING_KEYS`); money is stored as inspect
     prints it (``59`` → ``"59.00"``), counts as integers, ``selected``/``options``/lists as JSON, the
     word ``null`` as null. Raises CaptureError naming the bad key or value."""
-    doc: dict[str, Any] = {"expected_format": EXPECTED_FORMAT, "screen": None, "readings": {},
-                           "confirmed_by": confirmed_by}
+    doc: dict[str, Any] = {
+        "expected_format": EXPECTED_FORMAT,
+        "screen": None,
+        "readings": {},
+        "confirmed_by": confirmed_by,
+    }
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
@@ -310,16 +333,19 @@ def load_expected(path: Path) -> dict[str, Any]:
     unknown = sorted(set(readings) - set(READING_KEYS))
     if unknown:
         raise CaptureError(f"{path}: unknown readings key {unknown[0]!r}; keys are {', '.join(READING_KEYS)}")
-    return {"expected_format": EXPECTED_FORMAT, "screen": doc["screen"], "readings": readings,
-            "confirmed_by": doc.get("confirmed_by")}
+    return {
+        "expected_format": EXPECTED_FORMAT,
+        "screen": doc["screen"],
+        "readings": readings,
+        "confirmed_by": doc.get("confirmed_by"),
+    }
 
 
 CAPTURE_FILES = frozenset({"dump.xml", "screenshot.png", "meta.json", "expected.json", "expected.proposed.json"})
 
 
 def _is_capture(path: Path) -> bool:
-    return path.is_dir() and (path / "meta.json").is_file() and all(
-        p.name in CAPTURE_FILES for p in path.iterdir())
+    return path.is_dir() and (path / "meta.json").is_file() and all(p.name in CAPTURE_FILES for p in path.iterdir())
 
 
 def check_out(out: Path, force: bool, *, directory_of_captures: bool = False) -> None:
@@ -366,16 +392,28 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_capture(out: Path, scrubbed: Scrubbed, meta: dict[str, Any], *, force: bool = False,
-                  expected: dict[str, Any] | None = None, proposal: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_capture(
+    out: Path,
+    scrubbed: Scrubbed,
+    meta: dict[str, Any],
+    *,
+    force: bool = False,
+    expected: dict[str, Any] | None = None,
+    proposal: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Store a capture at ``out`` (mode 0700): ``dump.xml``, ``screenshot.png``, ``meta.json`` (``meta``
     + format, hashes and ``scrubbed``) and ``expected.json`` / ``expected.proposed.json`` when given.
     Written into a temporary sibling, then renamed: a failure leaves nothing behind. ``out`` existing
     and not empty → CaptureError unless ``force`` (the old folder is then replaced). Returns the meta."""
     check_out(out, force)
     dump_bytes = scrubbed.xml.encode("utf-8")
-    full = {"capture_format": CAPTURE_FORMAT, **meta, "dump_sha256": sha256(dump_bytes),
-            "screenshot_sha256": sha256(scrubbed.png), "scrubbed": scrubbed.report}
+    full = {
+        "capture_format": CAPTURE_FORMAT,
+        **meta,
+        "dump_sha256": sha256(dump_bytes),
+        "screenshot_sha256": sha256(scrubbed.png),
+        "scrubbed": scrubbed.report,
+    }
     out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:

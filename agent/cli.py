@@ -86,11 +86,11 @@ def load_credentials(path: str | None) -> Credentials:
 def _progress_fn(json_logs: bool) -> Any:
     def emit(line: str) -> None:
         if json_logs:
-            sys.stderr.write(json.dumps({"ts": datetime.now(UTC).isoformat(), "msg": line},
-                                        ensure_ascii=False) + "\n")
+            sys.stderr.write(json.dumps({"ts": datetime.now(UTC).isoformat(), "msg": line}, ensure_ascii=False) + "\n")
         else:
             sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {line}\n")
         sys.stderr.flush()
+
     return emit
 
 
@@ -147,8 +147,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
         return 2
     except OSError as exc:
-        print(json.dumps({"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump} ({exc.strerror})"},
-                         ensure_ascii=False))
+        print(
+            json.dumps(
+                {"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump} ({exc.strerror})"}, ensure_ascii=False
+            )
+        )
         return 2
     result = inspect_dump(dump, packs)
     if not args.explain:
@@ -160,12 +163,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     used = [p for p in packs if p.id == result["pack"]] or packs
     explanations = [explain_dump(dump, p) for p in used]
     if args.json:
-        print(json.dumps({"dump": args.dump, "inspect": result, "explanations": explanations},
-                         ensure_ascii=False, indent=2))
+        print(
+            json.dumps(
+                {"dump": args.dump, "inspect": result, "explanations": explanations}, ensure_ascii=False, indent=2
+            )
+        )
     else:
         if len(result.get("pack_candidates", [])) > 1:
-            print(f"note: packs {', '.join(result['pack_candidates'])} all recognize this dump; the first is "
-                  "explained (pass --pack or --version to choose)\n")
+            print(
+                f"note: packs {', '.join(result['pack_candidates'])} all recognize this dump; the first is "
+                "explained (pass --pack or --version to choose)\n"
+            )
         print("\n\n".join(render_text(e) for e in explanations))
     return 0
 
@@ -175,10 +183,17 @@ def cmd_journal(args: argparse.Namespace) -> int:
     if not path.exists():
         # A hold cleared in the wrong state dir would look done while the agent stays held: say where
         # we looked and how the state dir is chosen.
-        print(json.dumps({"path": str(path), "exists": False,
-                          "error": "no journal for this device here; the agent's state dir is "
-                                   "$CMBUYER_AGENT_STATE_DIR (default ./var/agent) — run with the same "
-                                   "value as the agent (e.g. the systemd unit's Environment=)"}))
+        print(
+            json.dumps(
+                {
+                    "path": str(path),
+                    "exists": False,
+                    "error": "no journal for this device here; the agent's state dir is "
+                    "$CMBUYER_AGENT_STATE_DIR (default ./var/agent) — run with the same "
+                    "value as the agent (e.g. the systemd unit's Environment=)",
+                }
+            )
+        )
         return 1
     try:
         j = Journal(path)
@@ -193,6 +208,7 @@ def cmd_journal(args: argparse.Namespace) -> int:
 
 def _connect(serial: str) -> Any:
     from cmbuyer.agent.phone.adapter import PhoneAdapter
+
     return PhoneAdapter.connect(serial)
 
 
@@ -206,6 +222,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return ok
 
     from cmbuyer.agent.phone.adapter import adb_endpoint, probe_adb_server
+
     host, port = adb_endpoint()
     try:
         probe_adb_server(host, port)
@@ -229,16 +246,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     found = scan(pack_dir, check_permissions=True)
     problems = ([f"{pack_dir}: {found.dir_error}"] if found.dir_error else []) + [str(f.error) for f in found.broken()]
     usable = ", ".join(f.describe() for f in (*found.operator, *found.shipped) if f.pack is not None)
-    check("selector packs load", not problems, "; ".join(problems) or f"operator pack dir {pack_dir or 'not set'}; "
-          f"usable: {usable}")
+    check(
+        "selector packs load",
+        not problems,
+        "; ".join(problems) or f"operator pack dir {pack_dir or 'not set'}; usable: {usable}",
+    )
     server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
     try:
         creds = load_credentials(args.credentials_file)
         api = HttpDeviceApi(server, creds, _NoKeys(), retries=0)
-        hb = api.heartbeat(adb_serial=args.device, android_release="unknown",
-                           pdd_version=version.name if version else None,
-                           pdd_version_code=version.code if version else None, state="PAUSED",
-                           pack_id=pack_id)
+        hb = api.heartbeat(
+            adb_serial=args.device,
+            android_release="unknown",
+            pdd_version=version.name if version else None,
+            pdd_version_code=version.code if version else None,
+            state="PAUSED",
+            pack_id=pack_id,
+        )
         check("server reachable", True, server)
         check("server allows this app version", bool(hb["app_version_allowed"]))
     except (CredentialsError, AgentError) as exc:
@@ -292,8 +316,13 @@ def cmd_capture(args: argparse.Namespace) -> int:
     )
 
     try:
-        expected = (parse_expect(args.expect, args.by) if args.expect else
-                    load_expected(Path(args.expected_file)) if args.expected_file else None)
+        expected = (
+            parse_expect(args.expect, args.by)
+            if args.expect
+            else load_expected(Path(args.expected_file))
+            if args.expected_file
+            else None
+        )
     except CaptureError as exc:
         return _error("BAD_EXPECT", str(exc))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -315,13 +344,23 @@ def cmd_capture(args: argparse.Namespace) -> int:
     try:
         check_foreground(focus)
         scrubbed = scrub(xml, png, pack)
-        meta = {"label": args.label, "device": args.device,
-                "captured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "app_version_name": version.name if version else None,
-                "app_version_code": version.code if version else None, "activity": focus,
-                "pack_id": pack.id if pack else None}
-        meta = write_capture(out, scrubbed, meta, force=args.force, expected=expected,
-                             proposal=None if expected else proposed(scrubbed.dump, pack))
+        meta = {
+            "label": args.label,
+            "device": args.device,
+            "captured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "app_version_name": version.name if version else None,
+            "app_version_code": version.code if version else None,
+            "activity": focus,
+            "pack_id": pack.id if pack else None,
+        }
+        meta = write_capture(
+            out,
+            scrubbed,
+            meta,
+            force=args.force,
+            expected=expected,
+            proposal=None if expected else proposed(scrubbed.dump, pack),
+        )
     except CaptureError as exc:
         return _error("CAPTURE_REFUSED", str(exc))
     print(json.dumps({"bundle": str(out), **meta, **({"no_pack": no_pack} if no_pack else {})}, ensure_ascii=False))
@@ -377,6 +416,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         return _error(exc.reason_code, exc.summary)
     if out.exists() and args.force:
         import shutil
+
         shutil.rmtree(out)
     progress(f"dry run on {args.device}: app {version}, pack {pack.id}, buy path {buy_path}; no server")
     try:
@@ -415,13 +455,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress(f"cannot start: {exc}")
         return 2
     from cmbuyer.agent.journal import PAUSE_ENV
+
     if os.environ.get(PAUSE_ENV):
         progress(f"WARNING: {PAUSE_ENV} is set (crash-test hook): the agent will pause at that phase")
     api = HttpDeviceApi(server, creds, journal)
     pack_dir = pack_dir_from(args.pack_dir)
     progress(f"operator pack dir: {pack_dir}" if pack_dir else "operator pack dir: not set (shipped packs only)")
-    runner = Runner(RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds,
-                                 pack_dir=pack_dir), phone, api, journal, progress)
+    runner = Runner(
+        RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds, pack_dir=pack_dir),
+        phone,
+        api,
+        journal,
+        progress,
+    )
     runner.install_signals()
     try:
         return runner.run()
@@ -453,19 +499,24 @@ def cmd_pack_verify(args: argparse.Namespace) -> int:
     for result in results:
         print(result.line())
     bad = sum(not r.ok for r in results)
-    print(f"{path.name}: {len(results)} evidence files, {len(results) - bad} ok, {bad} failed"
-          f" -> {'FAILED' if bad else 'OK'}")
+    print(
+        f"{path.name}: {len(results)} evidence files, {len(results) - bad} ok, {bad} failed"
+        f" -> {'FAILED' if bad else 'OK'}"
+    )
     return 1 if bad else 0
 
 
 def add_pack_commands(sub: Any) -> Any:
     """The ``pack`` command group (``pack verify`` here; ``pack test``/``pack accept`` are added to the
     returned subparsers by their own module). Returns the group's subparsers."""
-    pk = sub.add_parser("pack", help="selector pack tools: verify (evidence hashes), test (captures), "
-                        "accept (expectations)")
+    pk = sub.add_parser(
+        "pack", help="selector pack tools: verify (evidence hashes), test (captures), accept (expectations)"
+    )
     pack_sub = pk.add_subparsers(dest="pack_command", required=True)
-    v = pack_sub.add_parser("verify", help="re-hash a pack's evidence files (dump, screenshot, meta); "
-                            "non-zero exit on any missing or changed file")
+    v = pack_sub.add_parser(
+        "verify",
+        help="re-hash a pack's evidence files (dump, screenshot, meta); non-zero exit on any missing or changed file",
+    )
     v.add_argument("pack", metavar="PACK", help="the pack JSON file (evidence paths are relative to its directory)")
     v.set_defaults(fn=cmd_pack_verify)
     add_pack_test_commands(pack_sub)
@@ -482,14 +533,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--credentials-file")
     r.add_argument("--json-logs", action="store_true")
     r.add_argument("--once", action="store_true", help="exit after one task")
-    r.add_argument("--poll-seconds", type=float, default=1.0,
-                   help="idle sleep between empty claim-next polls (default 1)")
-    r.add_argument("--crash-loop-limit", type=int, metavar="N",
-                   help="hold after N consecutive attempts ended by INTERNAL_ERROR or a crash "
-                        "(default: env CMBUYER_AGENT_CRASH_LOOP_LIMIT, else 2)")
-    r.add_argument("--failure-limit", type=int, metavar="N",
-                   help="hold after N consecutive attempts failed before the fence "
-                        "(default: env CMBUYER_AGENT_FAILURE_LIMIT, else 3)")
+    r.add_argument(
+        "--poll-seconds", type=float, default=1.0, help="idle sleep between empty claim-next polls (default 1)"
+    )
+    r.add_argument(
+        "--crash-loop-limit",
+        type=int,
+        metavar="N",
+        help="hold after N consecutive attempts ended by INTERNAL_ERROR or a crash "
+        "(default: env CMBUYER_AGENT_CRASH_LOOP_LIMIT, else 2)",
+    )
+    r.add_argument(
+        "--failure-limit",
+        type=int,
+        metavar="N",
+        help="hold after N consecutive attempts failed before the fence "
+        "(default: env CMBUYER_AGENT_FAILURE_LIMIT, else 3)",
+    )
     add_pack_dir_argument(r)
     r.set_defaults(fn=cmd_run)
     d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
@@ -504,9 +564,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="capture folder (default ./captures/<serial>/<label>-<time>)")
     c.add_argument("--force", action="store_true", help="replace an existing non-empty --out folder")
     add_pack_dir_argument(c)
-    c.add_argument("--expect", nargs="+", metavar="KEY=VALUE",
-                   help="readings a person confirms, e.g. screen=confirm_order unit_price=59.00 quantity=2 "
-                        "(keys: screen and inspect's readings keys) → expected.json")
+    c.add_argument(
+        "--expect",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="readings a person confirms, e.g. screen=confirm_order unit_price=59.00 quantity=2 "
+        "(keys: screen and inspect's readings keys) → expected.json",
+    )
     c.add_argument("--by", help="who confirmed --expect (expected.json confirmed_by)")
     c.add_argument("--expected-file", help="an expected.json written by a person, checked and stored")
     c.set_defaults(fn=cmd_capture)
@@ -520,26 +584,37 @@ def build_parser() -> argparse.ArgumentParser:
     add_pack_dir_argument(dr)
     dr.add_argument("--out", help="captures directory (default ./captures/<serial>/dryrun-<time>)")
     dr.add_argument("--force", action="store_true", help="replace an existing non-empty --out directory")
-    dr.add_argument("--buy-path", choices=("single", "group"),
-                    help="default: env CMBUYER_AGENT_BUY_PATH, else single")
+    dr.add_argument("--buy-path", choices=("single", "group"), help="default: env CMBUYER_AGENT_BUY_PATH, else single")
     dr.set_defaults(fn=cmd_dry_run)
     i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
     i.add_argument("--dump", required=True)
     i.add_argument("--pack", help="read with this pack file")
-    i.add_argument("--version", help="read with the pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
-                   "default: the version in a capture bundle's meta.json beside the dump, "
-                   "else every known version's pack")
+    i.add_argument(
+        "--version",
+        help="read with the pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
+        "default: the version in a capture bundle's meta.json beside the dump, "
+        "else every known version's pack",
+    )
     add_pack_dir_argument(i)
-    i.add_argument("--explain", action="store_true",
-                   help="print which pack selector matched which node for each screen rule and reading, "
-                        "or why none did (text; with --json as JSON)")
+    i.add_argument(
+        "--explain",
+        action="store_true",
+        help="print which pack selector matched which node for each screen rule and reading, "
+        "or why none did (text; with --json as JSON)",
+    )
     i.add_argument("--json", action="store_true", help="with --explain: JSON instead of text")
     i.set_defaults(fn=cmd_inspect)
-    j = sub.add_parser("journal", help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
-                       "default ./var/agent: use the agent's own value)")
+    j = sub.add_parser(
+        "journal",
+        help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
+        "default ./var/agent: use the agent's own value)",
+    )
     j.add_argument("--device", required=True)
-    j.add_argument("--clear-hold", action="store_true",
-                   help="after a person handled the phone or a stuck task: drop the hold, reset the streaks")
+    j.add_argument(
+        "--clear-hold",
+        action="store_true",
+        help="after a person handled the phone or a stuck task: drop the hold, reset the streaks",
+    )
     j.set_defaults(fn=cmd_journal)
     add_pack_commands(sub)
     return p

@@ -128,18 +128,25 @@ def approval_readings(proof: SubmissionProof) -> dict[str, Any]:
     """The ``readings`` object of an approval request: the same 8 values, in the same wire types, as the
     fence body carries (the server compares them with the fence's; the submit-control count is not
     part of it)."""
-    return {"selected_color": proof.selected_color, "selected_size": proof.selected_size,
-            "gate1_unit_price": money_str(proof.gate1_unit_price),
-            "gate2_unit_price": money_str(proof.gate2_unit_price),
-            "gate3_unit_price": money_str(proof.gate3_unit_price),
-            "quantity_read": proof.quantity_read,
-            "confirm_page_amount": money_str(proof.confirm_page_amount),
-            "payment_mode": proof.payment_mode}
+    return {
+        "selected_color": proof.selected_color,
+        "selected_size": proof.selected_size,
+        "gate1_unit_price": money_str(proof.gate1_unit_price),
+        "gate2_unit_price": money_str(proof.gate2_unit_price),
+        "gate3_unit_price": money_str(proof.gate3_unit_price),
+        "quantity_read": proof.quantity_read,
+        "confirm_page_amount": money_str(proof.confirm_page_amount),
+        "payment_mode": proof.payment_mode,
+    }
 
 
 def _approval_status(body: dict[str, Any]) -> ApprovalStatus:
-    return ApprovalStatus(approval_id=body["approval_id"], state=body["state"], decided_at=body["decided_at"],
-                          server_now=body["server_now"])
+    return ApprovalStatus(
+        approval_id=body["approval_id"],
+        state=body["state"],
+        decided_at=body["decided_at"],
+        server_now=body["server_now"],
+    )
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -157,8 +164,16 @@ class HttpDeviceApi:
     """TaskSource + ResultSink over HTTP. Synchronous (the agent is one thread per phone plus the
     lease keeper; calls are short). ``retries`` counts extra attempts after a transport error."""
 
-    def __init__(self, base_url: str, credentials: Credentials, keys: KeyStore, *,
-                 timeout: float = 10.0, retries: int = 4, backoff: float = 0.5) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        credentials: Credentials,
+        keys: KeyStore,
+        *,
+        timeout: float = 10.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self._creds = credentials
         self._keys = keys
@@ -175,14 +190,18 @@ class HttpDeviceApi:
 
     # --- transport ----------------------------------------------------------------------------
     def _send(self, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.base_url + path,  # noqa: S310 - scheme checked in _post
-                                     data=body, method="POST", headers={
-            "Authorization": f"Bearer {self._creds.token}",
-            "X-CMBuyer-Device-ID": self._creds.device_id,
-            "Content-Type": content_type,
-            "Accept": "application/json",
-            "User-Agent": f"cmbuyer-agent/{__version__}",
-        })
+        req = urllib.request.Request(  # noqa: S310 - scheme checked in _post
+            self.base_url + path,
+            data=body,
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {self._creds.token}",
+                "X-CMBuyer-Device-ID": self._creds.device_id,
+                "Content-Type": content_type,
+                "Accept": "application/json",
+                "User-Agent": f"cmbuyer-agent/{__version__}",
+            },
+        )
         try:
             with _OPENER.open(req, timeout=self.timeout) as resp:
                 return resp.status, _whole(resp.read(MAX_RESPONSE_BYTES + 1), resp.headers)
@@ -226,8 +245,9 @@ class HttpDeviceApi:
             return status, parsed
         raise ServerUnreachable(f"{what}: server unreachable ({type(last).__name__})")
 
-    def _post_json(self, path: str, schema: str, payload: dict[str, Any], what: str, *,
-                   response_schema: str | None = None) -> tuple[int, Any]:
+    def _post_json(
+        self, path: str, schema: str, payload: dict[str, Any], what: str, *, response_schema: str | None = None
+    ) -> tuple[int, Any]:
         validate(f"{schema}.request", payload)
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         status, parsed = self._post(path, body, "application/json", what)
@@ -239,17 +259,31 @@ class HttpDeviceApi:
         return status, parsed
 
     # --- heartbeat ----------------------------------------------------------------------------
-    def heartbeat(self, *, adb_serial: str, android_release: str, pdd_version: str | None,
-                  pdd_version_code: int | None, state: str, pack_id: str | None = None) -> dict[str, Any]:
+    def heartbeat(
+        self,
+        *,
+        adb_serial: str,
+        android_release: str,
+        pdd_version: str | None,
+        pdd_version_code: int | None,
+        state: str,
+        pack_id: str | None = None,
+    ) -> dict[str, Any]:
         """POST the heartbeat; returns the response body (``app_version_allowed``, ``server_now``, …).
 
         ``pack_id`` is the selector pack in use for the installed app version, ``"NO_PACK"`` when there is
         none, or None when the app version is unknown — then the field is left out and the server shows
         the pack as unknown (docs/api.md). Raises what every request raises (ServerRejected, …).
         """
-        payload = {"device_id": self._creds.device_id, "client_version": __version__,
-                   "adb_serial": adb_serial, "android_release": android_release,
-                   "pdd_version": pdd_version, "pdd_version_code": pdd_version_code, "state": state}
+        payload = {
+            "device_id": self._creds.device_id,
+            "client_version": __version__,
+            "adb_serial": adb_serial,
+            "android_release": android_release,
+            "pdd_version": pdd_version,
+            "pdd_version_code": pdd_version_code,
+            "state": state,
+        }
         if pack_id is not None:
             payload["pack_id"] = pack_id
         _, body = self._post_json("/api/v1/devices/heartbeat", "heartbeat", payload, "heartbeat")
@@ -274,14 +308,29 @@ class HttpDeviceApi:
         if status != 200:
             raise ServerError(f"claim-next: unexpected HTTP {status}", status=status)
         t, a, att = body["task"], body["authorization"], body["attempt"]
-        task = Task(id=t["id"], version=t["version"], title=t["title"], product_url=t["product_url"],
-                    goods_id=t["goods_id"], sku_color=t["sku_color"], sku_size=t["sku_size"],
-                    quantity=t["quantity"], max_total_price=Decimal(t["max_total_price"]))
-        claim = Claim(task_id=t["id"], task_version=t["version"], authorization_id=a["id"],
-                      attempt_id=att["id"], claim_generation=att["claim_generation"],
-                      claim_token=att["claim_token"], session_id=session.session_id,
-                      lease_expires_at=att["lease_expires_at"], authorization_expires_at=a["expires_at"],
-                      supervised=att.get("supervised", False) is True)
+        task = Task(
+            id=t["id"],
+            version=t["version"],
+            title=t["title"],
+            product_url=t["product_url"],
+            goods_id=t["goods_id"],
+            sku_color=t["sku_color"],
+            sku_size=t["sku_size"],
+            quantity=t["quantity"],
+            max_total_price=Decimal(t["max_total_price"]),
+        )
+        claim = Claim(
+            task_id=t["id"],
+            task_version=t["version"],
+            authorization_id=a["id"],
+            attempt_id=att["id"],
+            claim_generation=att["claim_generation"],
+            claim_token=att["claim_token"],
+            session_id=session.session_id,
+            lease_expires_at=att["lease_expires_at"],
+            authorization_expires_at=a["expires_at"],
+            supervised=att.get("supervised", False) is True,
+        )
         self._claims[claim.attempt_id] = claim
         # The key is dropped by the caller once the claim is journaled (record first, then forget).
         return ClaimedPurchase(task=task, claim=claim, server_now=body["server_now"])
@@ -291,26 +340,42 @@ class HttpDeviceApi:
 
     def renew_lease(self, claim: Claim) -> Lease:
         scope = f"{claim.attempt_id}:{claim.lease_expires_at}"
-        payload = {"renew_request_id": self._keys.key("renew", scope), "session_id": claim.session_id,
-                   "attempt_id": claim.attempt_id, "claim_generation": claim.claim_generation,
-                   "claim_token": claim.claim_token, "expected_lease_expires_at": claim.lease_expires_at}
-        _, body = self._post_json(f"/api/v1/tasks/{claim.task_id}/lease/renew", "lease_renew",
-                                  payload, "lease renew")
+        payload = {
+            "renew_request_id": self._keys.key("renew", scope),
+            "session_id": claim.session_id,
+            "attempt_id": claim.attempt_id,
+            "claim_generation": claim.claim_generation,
+            "claim_token": claim.claim_token,
+            "expected_lease_expires_at": claim.lease_expires_at,
+        }
+        _, body = self._post_json(f"/api/v1/tasks/{claim.task_id}/lease/renew", "lease_renew", payload, "lease renew")
         self._keys.drop_key("renew", scope)
         return Lease(lease_expires_at=body["lease_expires_at"], server_now=body["server_now"])
 
     # --- ResultSink ---------------------------------------------------------------------------
     def append_events(self, claim: Claim, events: list[TaskEvent]) -> None:
         for start in range(0, len(events), 20):  # schema: at most 20 per batch
-            chunk = events[start:start + 20]
-            digest = hashlib.sha256(json.dumps([e.__dict__ for e in chunk], ensure_ascii=False,
-                                               sort_keys=True).encode()).hexdigest()[:16]
+            chunk = events[start : start + 20]
+            digest = hashlib.sha256(
+                json.dumps([e.__dict__ for e in chunk], ensure_ascii=False, sort_keys=True).encode()
+            ).hexdigest()[:16]
             scope = f"{claim.attempt_id}:{digest}"
-            payload = {"batch_key": self._keys.key("events", scope), "attempt_id": claim.attempt_id,
-                       "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
-                       "events": [{"step": e.step, "outcome": e.outcome, "reason_code": e.reason_code,
-                                   "summary": wire_summary(e.summary, e.step.lower().replace("_", " ")),
-                                   "occurred_at": e.occurred_at} for e in chunk]}
+            payload = {
+                "batch_key": self._keys.key("events", scope),
+                "attempt_id": claim.attempt_id,
+                "claim_generation": claim.claim_generation,
+                "claim_token": claim.claim_token,
+                "events": [
+                    {
+                        "step": e.step,
+                        "outcome": e.outcome,
+                        "reason_code": e.reason_code,
+                        "summary": wire_summary(e.summary, e.step.lower().replace("_", " ")),
+                        "occurred_at": e.occurred_at,
+                    }
+                    for e in chunk
+                ],
+            }
             _, body = self._post_json(f"/api/v1/tasks/{claim.task_id}/events", "events", payload, "events")
             self._keys.drop_key("events", scope)
             if body["attempt_id"] == claim.attempt_id:
@@ -319,20 +384,31 @@ class HttpDeviceApi:
     def upload_screenshot(self, claim: Claim, asset: ScreenshotAsset) -> AssetRef:
         sha = hashlib.sha256(asset.png).hexdigest()
         scope = f"{claim.attempt_id}:{asset.kind}:{sha}"
-        fields = {"upload_key": self._keys.key("upload", scope), "attempt_id": claim.attempt_id,
-                  "kind": asset.kind, "privacy_tier": "INTERNAL_RAW", "sha256": sha,
-                  "captured_at": asset.captured_at}
+        fields = {
+            "upload_key": self._keys.key("upload", scope),
+            "attempt_id": claim.attempt_id,
+            "kind": asset.kind,
+            "privacy_tier": "INTERNAL_RAW",
+            "sha256": sha,
+            "captured_at": asset.captured_at,
+        }
         boundary = "cmbuyer-" + uuid.uuid4().hex
         parts: list[bytes] = []
         for name, value in fields.items():
-            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
-                         f"{value}\r\n".encode())
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-                     f'filename="screenshot.png"\r\nContent-Type: image/png\r\n\r\n'.encode()
-                     + asset.png + b"\r\n")
+            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            f'filename="screenshot.png"\r\nContent-Type: image/png\r\n\r\n'.encode()
+            + asset.png
+            + b"\r\n"
+        )
         parts.append(f"--{boundary}--\r\n".encode())
-        _, body = self._post(f"/api/v1/tasks/{claim.task_id}/evidence", b"".join(parts),
-                                  f"multipart/form-data; boundary={boundary}", "evidence")
+        _, body = self._post(
+            f"/api/v1/tasks/{claim.task_id}/evidence",
+            b"".join(parts),
+            f"multipart/form-data; boundary={boundary}",
+            "evidence",
+        )
         try:
             validate("evidence.response", body)
         except SchemaError as exc:
@@ -343,24 +419,31 @@ class HttpDeviceApi:
         return AssetRef(asset_id=body["asset_id"], sha256=sha)
 
     def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
-        payload = {"fail_key": self._keys.key("fail", claim.attempt_id),
-                   "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
-                   "reason_code": failure.reason_code,
-                   "summary": wire_summary(failure.summary, "stopped before the fence"),
-                   "evidence_asset_id": failure.evidence_asset_id}
-        self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/fail", "attempt_fail", payload,
-                        "fail")
+        payload = {
+            "fail_key": self._keys.key("fail", claim.attempt_id),
+            "claim_generation": claim.claim_generation,
+            "claim_token": claim.claim_token,
+            "reason_code": failure.reason_code,
+            "summary": wire_summary(failure.summary, "stopped before the fence"),
+            "evidence_asset_id": failure.evidence_asset_id,
+        }
+        self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/fail", "attempt_fail", payload, "fail")
 
     def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
         """First grant → SubmissionPermit; a replay → FenceReplayed (never a permit)."""
-        payload = {"fence_key": self._keys.key("fence", claim.attempt_id), "task_id": claim.task_id,
-                   "expected_task_version": self.task_version(claim),
-                   "authorization_id": claim.authorization_id,
-                   "claim_generation": claim.claim_generation, "claim_token": claim.claim_token,
-                   **approval_readings(proof),
-                   "submit_control_match_count": proof.submit_control_match_count}
-        status, body = self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/submission-fence",
-                                       "submission_fence", payload, "fence")
+        payload = {
+            "fence_key": self._keys.key("fence", claim.attempt_id),
+            "task_id": claim.task_id,
+            "expected_task_version": self.task_version(claim),
+            "authorization_id": claim.authorization_id,
+            "claim_generation": claim.claim_generation,
+            "claim_token": claim.claim_token,
+            **approval_readings(proof),
+            "submit_control_match_count": proof.submit_control_match_count,
+        }
+        status, body = self._post_json(
+            f"/api/v1/purchase-attempts/{claim.attempt_id}/submission-fence", "submission_fence", payload, "fence"
+        )
         if status not in (200, 201):
             raise ServerError(f"fence: unexpected HTTP {status}", status=status)
         try:
@@ -375,25 +458,40 @@ class HttpDeviceApi:
         on a retry (the server replays its stored answer); it is scoped to the attempt and the body,
         so other readings get another key. Raises NotSupervised, ServerRejected (4xx), ServerError."""
         readings = approval_readings(proof)
-        digest = hashlib.sha256(json.dumps([readings, screenshot_asset_id], sort_keys=True,
-                                           ensure_ascii=False).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(
+            json.dumps([readings, screenshot_asset_id], sort_keys=True, ensure_ascii=False).encode()
+        ).hexdigest()[:16]
         scope = f"{claim.attempt_id}:{digest}"
-        payload = {"approval_key": self._keys.key("approval", scope), "task_id": claim.task_id,
-                   "authorization_id": claim.authorization_id, "claim_generation": claim.claim_generation,
-                   "claim_token": claim.claim_token, "screenshot_asset_id": screenshot_asset_id,
-                   "readings": readings}
-        _, body = self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/approval", "approval",
-                                  payload, "approval")
+        payload = {
+            "approval_key": self._keys.key("approval", scope),
+            "task_id": claim.task_id,
+            "authorization_id": claim.authorization_id,
+            "claim_generation": claim.claim_generation,
+            "claim_token": claim.claim_token,
+            "screenshot_asset_id": screenshot_asset_id,
+            "readings": readings,
+        }
+        _, body = self._post_json(
+            f"/api/v1/purchase-attempts/{claim.attempt_id}/approval", "approval", payload, "approval"
+        )
         self._keys.drop_key("approval", scope)
         return _approval_status(body)
 
     def approval_status(self, claim: Claim, approval_id: str) -> ApprovalStatus:
         """Read an approval's state (read-only on the server: no idempotency key). Raises like
         :meth:`request_approval`."""
-        payload = {"approval_id": approval_id, "claim_generation": claim.claim_generation,
-                   "claim_token": claim.claim_token}
-        _, body = self._post_json(f"/api/v1/purchase-attempts/{claim.attempt_id}/approval/status",
-                                  "approval_status", payload, "approval status", response_schema="approval")
+        payload = {
+            "approval_id": approval_id,
+            "claim_generation": claim.claim_generation,
+            "claim_token": claim.claim_token,
+        }
+        _, body = self._post_json(
+            f"/api/v1/purchase-attempts/{claim.attempt_id}/approval/status",
+            "approval_status",
+            payload,
+            "approval status",
+            response_schema="approval",
+        )
         return _approval_status(body)
 
     def task_version(self, claim: Claim) -> int:
@@ -403,20 +501,29 @@ class HttpDeviceApi:
 
     def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None:
         claim = self._claims[permit.attempt_id]
-        self.report_recovered_result(submission_id=permit.submission_id, attempt_id=permit.attempt_id,
-                                     claim_token=claim.claim_token, result=result,
-                                     result_key=self._keys.key("result", permit.attempt_id))
+        self.report_recovered_result(
+            submission_id=permit.submission_id,
+            attempt_id=permit.attempt_id,
+            claim_token=claim.claim_token,
+            result=result,
+            result_key=self._keys.key("result", permit.attempt_id),
+        )
 
-    def report_recovered_result(self, *, submission_id: str, attempt_id: str, claim_token: str,
-                                result: SubmissionResult, result_key: str) -> None:
-        payload = {"result_key": result_key, "attempt_id": attempt_id, "claim_token": claim_token,
-                   "observation": result.observation, "evidence_asset_id": result.evidence_asset_id}
+    def report_recovered_result(
+        self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
+    ) -> None:
+        payload = {
+            "result_key": result_key,
+            "attempt_id": attempt_id,
+            "claim_token": claim_token,
+            "observation": result.observation,
+            "evidence_asset_id": result.evidence_asset_id,
+        }
         if result.order_sn is not None:
             payload["order_sn"] = result.order_sn
         if result.observation_reason is not None:
             payload["observation_reason"] = result.observation_reason
-        self._post_json(f"/api/v1/order-submissions/{submission_id}/result", "submission_result",
-                        payload, "result")
+        self._post_json(f"/api/v1/order-submissions/{submission_id}/result", "submission_result", payload, "result")
 
     def remember_claim(self, claim: Claim) -> None:
         self._claims[claim.attempt_id] = claim

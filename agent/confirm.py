@@ -126,11 +126,18 @@ def _stable(phone: PhoneAdapter, pack: Pack, conf: AfterSubmit, deadline: float)
     return None
 
 
-def confirm_order_readonly(phone: PhoneAdapter, pack: Pack, journal: Journal, attempt_id: str, *,
-                           amount: Decimal | None, title: str | None,
-                           should_stop: Callable[[], bool] = lambda: False,
-                           progress: Callable[[str], None] = lambda line: None,
-                           seconds: float | None = None) -> Confirmation:
+def confirm_order_readonly(
+    phone: PhoneAdapter,
+    pack: Pack,
+    journal: Journal,
+    attempt_id: str,
+    *,
+    amount: Decimal | None,
+    title: str | None,
+    should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[str], None] = lambda line: None,
+    seconds: float | None = None,
+) -> Confirmation:
     """Run the confirmation (module docstring). ``amount``: the gate-3 total read on the submit
     screen; ``title``: the goods title if known. Never raises AgentError (a failure is a note);
     JournalError propagates (the caller stops the agent, fail closed)."""

@@ -84,8 +84,9 @@ class SessionRecorder:
     """Captures the screen before every action the adapter announces (and on request), writes each
     capture under ``out``, and records the actions as session steps between captures."""
 
-    def __init__(self, phone: PhoneAdapter, pack: Pack, out: Path, version: AppVersion,
-                 progress: Callable[[str], None]) -> None:
+    def __init__(
+        self, phone: PhoneAdapter, pack: Pack, out: Path, version: AppVersion, progress: Callable[[str], None]
+    ) -> None:
         self.phone, self.pack, self.out, self.version = phone, pack, out, version
         self.progress = progress
         self.shots: list[_Shot] = []
@@ -124,9 +125,15 @@ class SessionRecorder:
             return None
         proposal = proposed(scrubbed.dump, self.pack)
         name = f"{len(self.shots) + 1:02d}-{proposal['screen']}"
-        meta = {"label": name, "device": self.phone.serial, "captured_at": _utc_now(),
-                "app_version_name": self.version.name, "app_version_code": self.version.code,
-                "activity": focus, "pack_id": self.pack.id}
+        meta = {
+            "label": name,
+            "device": self.phone.serial,
+            "captured_at": _utc_now(),
+            "app_version_name": self.version.name,
+            "app_version_code": self.version.code,
+            "activity": focus,
+            "pack_id": self.pack.id,
+        }
         write_capture(self.out / name, scrubbed, meta, proposal=proposal)
         shot = _Shot(name, proposal["screen"], proposal["readings"])
         self.shots.append(shot)
@@ -144,8 +151,10 @@ class SessionRecorder:
             self.gaps.append(f"{action['kind']} on a screen that could not be captured")
             self._pending = None
             return
-        step: dict[str, Any] = {"from": "*" if action["kind"] == "open_url" else before.name,  # type: ignore[union-attr]
-                                "action": dict(action)}
+        step: dict[str, Any] = {
+            "from": "*" if action["kind"] == "open_url" else before.name,  # type: ignore[union-attr]
+            "action": dict(action),
+        }
         if node is not None:
             step["action"]["node"] = self._node(node)
         self._pending = step
@@ -155,8 +164,12 @@ class SessionRecorder:
         private = any(sel.matches(n) for sel in self.pack.privacy_rows for n in (node, *node.ancestors()))
         private = private or any(PHONE_RE.search(normalize(t)) for t in (node.text, node.desc))
         b = node.bounds
-        return {"bounds": [b.left, b.top, b.right, b.bottom], "text": "" if private else node.text,
-                "desc": "" if private else node.desc, "resource_id": node.resource_id}
+        return {
+            "bounds": [b.left, b.top, b.right, b.bottom],
+            "text": "" if private else node.text,
+            "desc": "" if private else node.desc,
+            "resource_id": node.resource_id,
+        }
 
     def finish(self) -> dict[str, Any]:
         """Capture the final screen, write ``session.json``; returns the session document."""
@@ -164,12 +177,15 @@ class SessionRecorder:
         if self._pending is not None:
             self.gaps.append(f"{self._pending['action']['kind']} from {self._pending['from']}: no screen after it")
         start = self.shots[0].name if self.shots else None
-        session = {"session_format": SESSION_FORMAT,
-                   "app": {"package": self.pack.package, "version_name": self.version.name,
-                           "version_code": self.version.code},
-                   "start": start, "steps": self.steps}
-        (self.out / "session.json").write_text(json.dumps(session, ensure_ascii=False, indent=2) + "\n",
-                                               encoding="utf-8")
+        session = {
+            "session_format": SESSION_FORMAT,
+            "app": {"package": self.pack.package, "version_name": self.version.name, "version_code": self.version.code},
+            "start": start,
+            "steps": self.steps,
+        }
+        (self.out / "session.json").write_text(
+            json.dumps(session, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+        )
         return session
 
 
@@ -177,8 +193,9 @@ class DryRunObserver:
     """The engine's observer for a dry run: progress lines, gate verdicts, a capture at each gate
     and the comparison of the gate's values with what ``inspect`` reads on that capture."""
 
-    def __init__(self, recorder: SessionRecorder, pack: Pack, progress: Callable[[str], None],
-                 stop: threading.Event) -> None:
+    def __init__(
+        self, recorder: SessionRecorder, pack: Pack, progress: Callable[[str], None], stop: threading.Event
+    ) -> None:
         self.recorder, self.pack, self.progress, self.stop = recorder, pack, progress, stop
         self.started: str | None = None
         self.steps_seen: set[str] = set()
@@ -221,8 +238,14 @@ class DryRunObserver:
     def stopped(self, exc: AgentError) -> None:
         """Record the stop: a gate step that was running gets a STOP verdict."""
         if self.started in GATE_STEPS:
-            self.verdicts.append({"gate": self._gate_name(self.started), "verdict": "STOP",
-                                  "reason_code": exc.reason_code, "detail": exc.summary})
+            self.verdicts.append(
+                {
+                    "gate": self._gate_name(self.started),
+                    "verdict": "STOP",
+                    "reason_code": exc.reason_code,
+                    "detail": exc.summary,
+                }
+            )
 
 
 def _describe(read: dict[str, Any]) -> str:
@@ -279,9 +302,17 @@ def _verdict_lines(verdicts: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def run_dry(phone: PhoneAdapter, pack: Pack, version: AppVersion, order: PrefenceOrder, *, out: Path,
-            buy_path: str, progress: Callable[[str], None],
-            stop: threading.Event | None = None) -> DryRunResult:
+def run_dry(
+    phone: PhoneAdapter,
+    pack: Pack,
+    version: AppVersion,
+    order: PrefenceOrder,
+    *,
+    out: Path,
+    buy_path: str,
+    progress: Callable[[str], None],
+    stop: threading.Event | None = None,
+) -> DryRunResult:
     """One dry run on ``phone`` into the (empty or new) directory ``out``; see the module docstring.
     Never raises AgentError from the flow: a stop is the result (exit 1, or 2 for a phone failure)."""
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -317,17 +348,25 @@ def run_dry(phone: PhoneAdapter, pack: Pack, version: AppVersion, order: Prefenc
     else:
         code, result, reason = 0, "PASSED", None
     summary: dict[str, Any] = {
-        "result": result, "reason_code": reason,
+        "result": result,
+        "reason_code": reason,
         "stopped_at": observer.started if failure is not None else None,
         "detail": failure.summary if failure is not None else None,
-        "device": phone.serial, "app_version": f"{version.name}:{version.code}", "pack_id": pack.id,
-        "layout": outcome.layout.id if outcome else None, "buy_path": buy_path,
-        "gates": lines, "disagreements": observer.disagreements,
+        "device": phone.serial,
+        "app_version": f"{version.name}:{version.code}",
+        "pack_id": pack.id,
+        "layout": outcome.layout.id if outcome else None,
+        "buy_path": buy_path,
+        "gates": lines,
+        "disagreements": observer.disagreements,
         "proof": _proof(outcome.proof) if outcome else None,
-        "captures": str(out), "capture_names": [s.name for s in recorder.shots],
+        "captures": str(out),
+        "capture_names": [s.name for s in recorder.shots],
         "gate_captures": {tag: shot.name for shot in recorder.shots for tag in shot.tags},
-        "session_steps": len(session.get("steps", [])), "session_gaps": recorder.gaps,
-        "backed_out": backed_out, "fence_requested": False,
+        "session_steps": len(session.get("steps", [])),
+        "session_gaps": recorder.gaps,
+        "backed_out": backed_out,
+        "fence_requested": False,
     }
     (out / "dryrun.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return DryRunResult(code, lines, summary)

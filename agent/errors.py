@@ -125,8 +125,9 @@ class ServerError(AgentError):
 
     reason_code = "SERVER_UNREACHABLE"
 
-    def __init__(self, summary: str = "", *, status: int | None = None, error: str | None = None,
-                 final: bool = False) -> None:
+    def __init__(
+        self, summary: str = "", *, status: int | None = None, error: str | None = None, final: bool = False
+    ) -> None:
         super().__init__(summary)
         self.status = status
         self.error = error

@@ -66,10 +66,19 @@ class FlowResult:
 
 
 class PurchaseFlow:
-    def __init__(self, *, phone: PhoneAdapter, pack: Pack, sink: ResultSink, journal: Journal,
-                 stop: threading.Event | None = None, lease: LeaseKeeper | None = None,
-                 progress: Callable[[str], None] | None = None,
-                 fence_margin: float = FENCE_LEASE_MARGIN, buy_path: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        phone: PhoneAdapter,
+        pack: Pack,
+        sink: ResultSink,
+        journal: Journal,
+        stop: threading.Event | None = None,
+        lease: LeaseKeeper | None = None,
+        progress: Callable[[str], None] | None = None,
+        fence_margin: float = FENCE_LEASE_MARGIN,
+        buy_path: str | None = None,
+    ) -> None:
         self.phone = phone
         self.buy_path = buy_path or os.environ.get(BUY_PATH_ENV, "single")
         self.pack = pack
@@ -83,8 +92,7 @@ class PurchaseFlow:
         self._outbox: Outbox | None = None
 
     # --- events & evidence (best effort before the fence is NOT ok: server down → stop) -------
-    def _event(self, claim: Claim, step: str, outcome: str, reason: str | None = None,
-               summary: str = "") -> None:
+    def _event(self, claim: Claim, step: str, outcome: str, reason: str | None = None, summary: str = "") -> None:
         self.progress(f"{step} {outcome}{' ' + reason if reason else ''}")
         event = TaskEvent(step, outcome, reason, summary[:200])
         if self._outbox is not None:
@@ -134,8 +142,9 @@ class PurchaseFlow:
         the pack declares: design §7.6), reporting to this flow's outbox; then the fence carries what
         was read on the screen holding the submit control."""
         claim, task = purchase.claim, purchase.task
-        engine = PrefenceEngine(phone=self.phone, pack=self.pack, observer=_OutboxObserver(self, claim),
-                                buy_path=self.buy_path)
+        engine = PrefenceEngine(
+            phone=self.phone, pack=self.pack, observer=_OutboxObserver(self, claim), buy_path=self.buy_path
+        )
         order = PrefenceOrder(task.goods_id, task.sku_color, task.sku_size, task.quantity, task.max_total_price)
         try:
             outcome = engine.run(order)
@@ -143,11 +152,23 @@ class PurchaseFlow:
             # Gate 3 passed, its screenshot is queued, the proof (values read on the screen) is final;
             # nothing has asked the server for anything yet.
             if claim.supervised:  # issue 17: a person approves these readings first (agent/approval.py)
-                approval.wait_for_approval(approval.WaitContext(
-                    phone=self.phone, pack=self.pack, api=self.sink, outbox=self._outbox,  # type: ignore[arg-type]
-                    stop=self.stop, lease=self.lease, event=lambda *e: self._event(claim, *e),
-                    progress=self.progress, fence_margin=self.fence_margin), claim, proof, outcome.reading,
-                    gates.named_roles(task.sku_color, task.sku_size))
+                approval.wait_for_approval(
+                    approval.WaitContext(
+                        phone=self.phone,
+                        pack=self.pack,
+                        api=self.sink,
+                        outbox=self._outbox,  # type: ignore[arg-type]
+                        stop=self.stop,
+                        lease=self.lease,
+                        event=lambda *e: self._event(claim, *e),
+                        progress=self.progress,
+                        fence_margin=self.fence_margin,
+                    ),
+                    claim,
+                    proof,
+                    outcome.reading,
+                    gates.named_roles(task.sku_color, task.sku_size),
+                )
             self._event(claim, "FENCE", "STARTED")
             # Everything sent so far — the step events and the three gate screenshots — must be
             # acknowledged by the server before the fence is requested (raises the first failure).
@@ -192,8 +213,7 @@ class PurchaseFlow:
             self.sink.append_events(claim, [TaskEvent("BACK_OUT", "OK", reason, "backed out before fence")])
         except AgentError:
             pass
-        lease_lost = reason in ("LEASE_LOST", "LEASE_TOO_SHORT") or (
-            self.lease is not None and self.lease.lost)
+        lease_lost = reason in ("LEASE_LOST", "LEASE_TOO_SHORT") or (self.lease is not None and self.lease.lost)
         note = send_fail(self.journal, self.sink, claim, AttemptFailure(reason, exc.summary, evidence))
         self.progress(note)
         if lease_lost:
@@ -206,9 +226,13 @@ class PurchaseFlow:
         self.progress("fence answered with a replay: no permit, no tap; reporting UNKNOWN")
         key = self.journal.record_fence_without_permit(claim.attempt_id, submission_id)
         try:
-            self.sink.report_recovered_result(submission_id=submission_id, attempt_id=claim.attempt_id,
-                                              claim_token=claim.claim_token,
-                                              result=SubmissionResult("UNKNOWN", None), result_key=key)
+            self.sink.report_recovered_result(
+                submission_id=submission_id,
+                attempt_id=claim.attempt_id,
+                claim_token=claim.claim_token,
+                result=SubmissionResult("UNKNOWN", None),
+                result_key=key,
+            )
             self.journal.advance(claim.attempt_id, "RESULT_REPORTED")
         except AgentError as err:
             log.warning("UNKNOWN not reported yet (%s); recovery will re-send it", err.reason_code)
@@ -223,12 +247,19 @@ class PurchaseFlow:
             log.error("journal failed inside the submit window; reporting UNKNOWN and stopping")
             self.progress("JOURNAL FAILED after the fence: reporting UNKNOWN, stopping the agent")
             try:
-                self.sink.report_recovered_result(submission_id=permit.submission_id,
-                                                  attempt_id=claim.attempt_id, claim_token=claim.claim_token,
-                                                  result=SubmissionResult("UNKNOWN", None), result_key=new_key())
+                self.sink.report_recovered_result(
+                    submission_id=permit.submission_id,
+                    attempt_id=claim.attempt_id,
+                    claim_token=claim.claim_token,
+                    result=SubmissionResult("UNKNOWN", None),
+                    result_key=new_key(),
+                )
             except AgentError as err:
-                log.error("UNKNOWN not delivered (%s): the server's sweeper moves the fenced task to "
-                          "reconciliation when the lease ends", err.reason_code)
+                log.error(
+                    "UNKNOWN not delivered (%s): the server's sweeper moves the fenced task to "
+                    "reconciliation when the lease ends",
+                    err.reason_code,
+                )
             raise
         finally:
             self.in_critical_section.clear()
@@ -244,14 +275,17 @@ class PurchaseFlow:
         seen = outcome.observation + (f" {outcome.reason}" if outcome.reason else "")
         if outcome.package:  # a foreign app was in front: its package instead of a screenshot
             seen += f"; in front: {outcome.package}"
-        events = [TaskEvent("SUBMIT_TAP", "OK" if outcome.tapped else "FAILED", None, outcome.note[:200]),
-                  TaskEvent("OBSERVE_RESULT", "OK", None, seen[:200])]
+        events = [
+            TaskEvent("SUBMIT_TAP", "OK" if outcome.tapped else "FAILED", None, outcome.note[:200]),
+            TaskEvent("OBSERVE_RESULT", "OK", None, seen[:200]),
+        ]
         outbox = self._outbox
         if outbox is not None:
             outbox.events(events)  # sent while the observation screenshot uploads (best effort)
         evidence = self._upload_after_tap(claim, "POST_SUBMIT_OBSERVATION", outcome.screenshot)
-        self.journal.record_observation(claim.attempt_id, outcome.observation, evidence,
-                                        reason=outcome.reason, foreground_package=outcome.package)
+        self.journal.record_observation(
+            claim.attempt_id, outcome.observation, evidence, reason=outcome.reason, foreground_package=outcome.package
+        )
         order_sn = self._confirm(claim, outcome.observation, expected)
         if outbox is not None:
             try:
@@ -264,8 +298,10 @@ class PurchaseFlow:
             except AgentError:
                 pass
         try:
-            self.sink.report_submission_result(permit, SubmissionResult(
-                outcome.observation, evidence, observation_reason=outcome.reason, order_sn=order_sn))
+            self.sink.report_submission_result(
+                permit,
+                SubmissionResult(outcome.observation, evidence, observation_reason=outcome.reason, order_sn=order_sn),
+            )
             self.journal.advance(claim.attempt_id, "RESULT_REPORTED")
         except AgentError as exc:
             log.warning("result not reported yet (%s); recovery will re-send it", exc.reason_code)
@@ -299,20 +335,29 @@ class PurchaseFlow:
         never changed by it."""
         if not confirm.wanted(self.pack, observation):
             return None
-        self._event_after_tap(claim, TaskEvent("CONFIRM_ORDER_READONLY", "STARTED", None,
-                                               "read-only order confirmation"))
+        self._event_after_tap(
+            claim, TaskEvent("CONFIRM_ORDER_READONLY", "STARTED", None, "read-only order confirmation")
+        )
 
         def should_stop() -> bool:
             return self.stop.is_set() or (self.lease is not None and self.lease.lost)
 
-        result = confirm.confirm_order_readonly(self.phone, self.pack, self.journal, claim.attempt_id,
-                                                amount=expected.amount, title=expected.title,
-                                                should_stop=should_stop, progress=self.progress)
+        result = confirm.confirm_order_readonly(
+            self.phone,
+            self.pack,
+            self.journal,
+            claim.attempt_id,
+            amount=expected.amount,
+            title=expected.title,
+            should_stop=should_stop,
+            progress=self.progress,
+        )
         asset = self._upload_after_tap(claim, "ORDER_CONFIRMATION", result.screenshot)
         self.journal.record_confirmation(claim.attempt_id, result.order_sn, asset, read=result.read)
         summary = result.note + (f"; order {result.order_sn}" if result.order_sn else "")
-        self._event_after_tap(claim, TaskEvent("CONFIRM_ORDER_READONLY", "OK" if result.read else "FAILED",
-                                               None, summary[:200]))
+        self._event_after_tap(
+            claim, TaskEvent("CONFIRM_ORDER_READONLY", "OK" if result.read else "FAILED", None, summary[:200])
+        )
         return result.order_sn
 
 

@@ -90,8 +90,9 @@ class Gate3Reading:
     submit_controls: int
 
 
-def gate3(reading: Gate3Reading, *, wanted: dict[str, str], gate1_price: Decimal, quantity: int,
-          max_total: Decimal) -> str:
+def gate3(
+    reading: Gate3Reading, *, wanted: dict[str, str], gate1_price: Decimal, quantity: int, max_total: Decimal
+) -> str:
     """Gate 3 (issue 15 §5). Every reading must be present: each named dimension
     (SKU_SELECTION_UNREADABLE), unit price (UNIT_PRICE_UNREADABLE), quantity (QUANTITY_UNREADABLE), total
     (CONFIRM_AMOUNT_UNREADABLE). Then: each dimension equals the task's value (SKU_MISMATCH_ON_CONFIRM),

@@ -50,27 +50,57 @@ class Scope(StrEnum):
 T, P, A = Scope.TASK, Scope.PHONE, Scope.ATTEMPT
 REASON_SCOPES: Mapping[str, Scope] = {
     # --- reason_code: the goods, SKU or price of this task ---------------------------------
-    "WRONG_GOODS": T, "SKU_VALUE_MISSING": T, "SKU_AMBIGUOUS": T, "SKU_NOT_SELECTED": T,
-    "SKU_DIMENSION_UNNAMED": T, "SKU_SELECTION_UNREADABLE": T, "SKU_MISMATCH_ON_CONFIRM": T,
-    "UNIT_PRICE_UNREADABLE": T, "UNIT_PRICE_AMBIGUOUS": T, "PRICE_CHANGED": T, "PRICE_OVER_CAP": T,
-    "QUANTITY_MISMATCH": T, "QUANTITY_CAPPED_BY_STOCK": T, "QUANTITY_UNREADABLE": T, "OUT_OF_STOCK": T,
-    "CONFIRM_AMOUNT_UNREADABLE": T, "TOTAL_ABOVE_ITEMS": T,
+    "WRONG_GOODS": T,
+    "SKU_VALUE_MISSING": T,
+    "SKU_AMBIGUOUS": T,
+    "SKU_NOT_SELECTED": T,
+    "SKU_DIMENSION_UNNAMED": T,
+    "SKU_SELECTION_UNREADABLE": T,
+    "SKU_MISMATCH_ON_CONFIRM": T,
+    "UNIT_PRICE_UNREADABLE": T,
+    "UNIT_PRICE_AMBIGUOUS": T,
+    "PRICE_CHANGED": T,
+    "PRICE_OVER_CAP": T,
+    "QUANTITY_MISMATCH": T,
+    "QUANTITY_CAPPED_BY_STOCK": T,
+    "QUANTITY_UNREADABLE": T,
+    "OUT_OF_STOCK": T,
+    "CONFIRM_AMOUNT_UNREADABLE": T,
+    "TOTAL_ABOVE_ITEMS": T,
     "FENCE_REFUSED": T,  # the server's re-check refused what the screen showed for this task
     "REJECTED_BY_REVIEWER": T,  # a person refused what the phone read for this task (issue 17)
     # --- reason_code: the phone, its app or its account --------------------------------------
-    "WRONG_PACKAGE": P, "APP_VERSION_UNSUPPORTED": P, "NO_SELECTOR_PACK": P, "SCREEN_UNRECOGNIZED": P,
-    "POPUP_UNHANDLED": P, "RISK_WALL": P, "SECURITY_CHALLENGE": P, "APP_UPDATE_PROMPT": P,
-    "PAYMENT_MODE_UNSAFE": P, "PAYMENT_CONTROL_BLOCKED": P, "PAYMENT_SUSPECTED": P,
+    "WRONG_PACKAGE": P,
+    "APP_VERSION_UNSUPPORTED": P,
+    "NO_SELECTOR_PACK": P,
+    "SCREEN_UNRECOGNIZED": P,
+    "POPUP_UNHANDLED": P,
+    "RISK_WALL": P,
+    "SECURITY_CHALLENGE": P,
+    "APP_UPDATE_PROMPT": P,
+    "PAYMENT_MODE_UNSAFE": P,
+    "PAYMENT_CONTROL_BLOCKED": P,
+    "PAYMENT_SUSPECTED": P,
     "SUBMIT_CONTROL_COUNT": P,  # the confirm page is not what the pack describes
-    "LEASE_LOST": P, "LEASE_TOO_SHORT": P,  # the flow has always held on these (a person reconciles)
+    "LEASE_LOST": P,
+    "LEASE_TOO_SHORT": P,  # the flow has always held on these (a person reconciles)
     "REPEATED_FAILURES": P,
     # --- reason_code: this attempt only --------------------------------------------------------
-    "DUMP_EMPTY": A, "DUMP_INVALID": A, "DUMP_UNSTABLE": A, "ADB_ERROR": A, "PHONE_TIMEOUT": A,
-    "SERVER_UNREACHABLE": A, "SHUTDOWN": A, "INTERNAL_ERROR": A,
-    "APPROVAL_TIMEOUT": A, "SCREEN_CHANGED_WHILE_WAITING": A,  # a supervised wait ended (issue 17)
+    "DUMP_EMPTY": A,
+    "DUMP_INVALID": A,
+    "DUMP_UNSTABLE": A,
+    "ADB_ERROR": A,
+    "PHONE_TIMEOUT": A,
+    "SERVER_UNREACHABLE": A,
+    "SHUTDOWN": A,
+    "INTERNAL_ERROR": A,
+    "APPROVAL_TIMEOUT": A,
+    "SCREEN_CHANGED_WHILE_WAITING": A,  # a supervised wait ended (issue 17)
     # --- observation_reason (after the tap) ------------------------------------------------------
-    "SECURITY_CHALLENGE_AFTER_TAP": P, "NO_KNOWN_SCREEN": P,
-    "SUBMIT_CONTROL_GONE": A, "TAP_OUTCOME_UNKNOWN": A,
+    "SECURITY_CHALLENGE_AFTER_TAP": P,
+    "NO_KNOWN_SCREEN": P,
+    "SUBMIT_CONTROL_GONE": A,
+    "TAP_OUTCOME_UNKNOWN": A,
 }
 del T, P, A
 
@@ -107,8 +137,13 @@ class HoldPolicy:
                 raise ValueError(f"{name} must be an integer >= 1")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, crash_loop_limit: int | None = None,
-                 failure_limit: int | None = None) -> HoldPolicy:
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        crash_loop_limit: int | None = None,
+        failure_limit: int | None = None,
+    ) -> HoldPolicy:
         """Explicit values win over the environment. Raises ValueError on a non-integer or < 1."""
         env = os.environ if environ is None else environ
 
@@ -123,8 +158,10 @@ class HoldPolicy:
             except ValueError:
                 raise ValueError(f"{name} must be an integer >= 1") from None
 
-        return cls(pick(crash_loop_limit, ENV_CRASH_LOOP_LIMIT, DEFAULT_CRASH_LOOP_LIMIT),
-                   pick(failure_limit, ENV_FAILURE_LIMIT, DEFAULT_FAILURE_LIMIT))
+        return cls(
+            pick(crash_loop_limit, ENV_CRASH_LOOP_LIMIT, DEFAULT_CRASH_LOOP_LIMIT),
+            pick(failure_limit, ENV_FAILURE_LIMIT, DEFAULT_FAILURE_LIMIT),
+        )
 
 
 @dataclass(frozen=True)
@@ -164,12 +201,14 @@ def settle(streaks: Streaks, end: AttemptEnd, policy: HoldPolicy) -> tuple[Strea
     failures = 0 if end.fenced else streaks.failures + 1
     after = Streaks(crashes, failures)
     if scope_of(end.reason_code) is Scope.PHONE:
-        return after, (f"{end.reason_code}: a phone-level stop; a person must check the phone "
-                       "before the next task")
+        return after, (f"{end.reason_code}: a phone-level stop; a person must check the phone before the next task")
     if crashes >= policy.crash_loop_limit:
-        return after, (f"{HOLD_CODE}: crash loop — {crashes} consecutive attempts ended by "
-                       "INTERNAL_ERROR or a process crash")
+        return after, (
+            f"{HOLD_CODE}: crash loop — {crashes} consecutive attempts ended by INTERNAL_ERROR or a process crash"
+        )
     if failures >= policy.failure_limit:
-        return after, (f"{HOLD_CODE}: {failures} consecutive attempts failed before the fence "
-                       f"(last: {end.reason_code or end.outcome})")
+        return after, (
+            f"{HOLD_CODE}: {failures} consecutive attempts failed before the fence "
+            f"(last: {end.reason_code or end.outcome})"
+        )
     return after, None

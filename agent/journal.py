@@ -70,8 +70,16 @@ CREATE TABLE IF NOT EXISTS pending_fails (
     summary TEXT NOT NULL, evidence_asset_id TEXT, created_at TEXT NOT NULL);
 """
 PAUSE_ENV = "CMBUYER_AGENT_TEST_PAUSE_AFTER"
-PAUSE_POINTS = ("CLAIM_ANSWERED", "CLAIMED", "PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "OBSERVED",
-                "CONFIRM_STEP", "RESULT_REPORTED")
+PAUSE_POINTS = (
+    "CLAIM_ANSWERED",
+    "CLAIMED",
+    "PERMIT_RECEIVED",
+    "TAP_INTENT_RECORDED",
+    "TAPPED",
+    "OBSERVED",
+    "CONFIRM_STEP",
+    "RESULT_REPORTED",
+)
 
 
 def _pause_point(name: str) -> None:
@@ -81,11 +89,11 @@ def _pause_point(name: str) -> None:
     if os.environ.get(PAUSE_ENV) == name:
         import sys
         import time
+
         sys.stderr.write(f"test pause after {name}\n")
         sys.stderr.flush()
         while True:
             time.sleep(3600)
-
 
 
 def _now() -> str:
@@ -132,9 +140,11 @@ class SubmissionRow:
     order_sn: str | None = None
 
 
-_SUBMISSION_COLUMNS = ("s.attempt_id, s.submission_id, s.phase, s.observation, s.evidence_asset_id, "
-                       "s.result_key, p.observation_reason, p.order_sn FROM submissions s "
-                       "LEFT JOIN post_tap p ON p.attempt_id = s.attempt_id")
+_SUBMISSION_COLUMNS = (
+    "s.attempt_id, s.submission_id, s.phase, s.observation, s.evidence_asset_id, "
+    "s.result_key, p.observation_reason, p.order_sn FROM submissions s "
+    "LEFT JOIN post_tap p ON p.attempt_id = s.attempt_id"
+)
 
 
 class Journal:
@@ -195,8 +205,7 @@ class Journal:
     def key(self, purpose: str, scope: str = "") -> str:
         """The persisted key for (purpose, scope), creating and committing it first if new."""
         with self._tx() as db:
-            row = db.execute("SELECT key FROM idem_keys WHERE purpose=? AND scope=?",
-                             (purpose, scope)).fetchone()
+            row = db.execute("SELECT key FROM idem_keys WHERE purpose=? AND scope=?", (purpose, scope)).fetchone()
             if row:
                 return str(row[0])
             key = str(uuid.uuid4())
@@ -207,8 +216,9 @@ class Journal:
         """Scopes of the keys of ``purpose`` still journaled, oldest first (e.g. the session of a
         claim-next whose answer a crash left unjournaled)."""
         with self._lock:
-            rows = self._db.execute("SELECT scope FROM idem_keys WHERE purpose=? ORDER BY created_at",
-                                    (purpose,)).fetchall()
+            rows = self._db.execute(
+                "SELECT scope FROM idem_keys WHERE purpose=? ORDER BY created_at", (purpose,)
+            ).fetchall()
         return [str(r[0]) for r in rows]
 
     def drop_key(self, purpose: str, scope: str = "") -> None:
@@ -217,9 +227,20 @@ class Journal:
             db.execute("DELETE FROM idem_keys WHERE purpose=? AND scope=?", (purpose, scope))
 
     # --- claims -----------------------------------------------------------------------------
-    def record_claim(self, *, attempt_id: str, task_id: str, task_version: int, authorization_id: str,
-                     claim_generation: int, claim_token: str, session_id: str, lease_expires_at: str,
-                     authorization_expires_at: str, task: dict[str, Any]) -> None:
+    def record_claim(
+        self,
+        *,
+        attempt_id: str,
+        task_id: str,
+        task_version: int,
+        authorization_id: str,
+        claim_generation: int,
+        claim_token: str,
+        session_id: str,
+        lease_expires_at: str,
+        authorization_expires_at: str,
+        task: dict[str, Any],
+    ) -> None:
         _pause_point("CLAIM_ANSWERED")  # the server claimed, nothing journaled yet (crash tests)
         now = _now()
         with self._tx() as db:
@@ -227,9 +248,21 @@ class Journal:
                 "INSERT INTO claims VALUES (?,?,?,?,?,?,?,?,?,?,'ACTIVE',NULL,?,?) "
                 "ON CONFLICT(attempt_id) DO UPDATE SET lease_expires_at=excluded.lease_expires_at, "
                 "updated_at=excluded.updated_at",
-                (attempt_id, task_id, task_version, authorization_id, claim_generation, claim_token,
-                 session_id, lease_expires_at, authorization_expires_at,
-                 json.dumps(task, ensure_ascii=False, sort_keys=True), now, now))
+                (
+                    attempt_id,
+                    task_id,
+                    task_version,
+                    authorization_id,
+                    claim_generation,
+                    claim_token,
+                    session_id,
+                    lease_expires_at,
+                    authorization_expires_at,
+                    json.dumps(task, ensure_ascii=False, sort_keys=True),
+                    now,
+                    now,
+                ),
+            )
             # Journaled claim ⇔ its claim-next key forgotten, in one transaction: a key left behind
             # would make the next start replay a claim that recovery has already settled.
             db.execute("DELETE FROM idem_keys WHERE purpose='claim_request' AND scope=?", (session_id,))
@@ -237,19 +270,33 @@ class Journal:
 
     def update_lease(self, attempt_id: str, lease_expires_at: str) -> None:
         with self._tx() as db:
-            db.execute("UPDATE claims SET lease_expires_at=?, updated_at=? WHERE attempt_id=?",
-                       (lease_expires_at, _now(), attempt_id))
+            db.execute(
+                "UPDATE claims SET lease_expires_at=?, updated_at=? WHERE attempt_id=?",
+                (lease_expires_at, _now(), attempt_id),
+            )
 
     def set_claim_state(self, attempt_id: str, state: str, reason: str | None = None) -> None:
         with self._tx() as db:
-            db.execute("UPDATE claims SET state=?, reason=?, updated_at=? WHERE attempt_id=?",
-                       (state, reason, _now(), attempt_id))
+            db.execute(
+                "UPDATE claims SET state=?, reason=?, updated_at=? WHERE attempt_id=?",
+                (state, reason, _now(), attempt_id),
+            )
 
     def _claim_row(self, row: tuple[Any, ...]) -> ClaimRow:
-        return ClaimRow(attempt_id=row[0], task_id=row[1], task_version=row[2], authorization_id=row[3],
-                        claim_generation=row[4], claim_token=row[5], session_id=row[6],
-                        lease_expires_at=row[7], authorization_expires_at=row[8],
-                        task=json.loads(row[9]), state=row[10], reason=row[11])
+        return ClaimRow(
+            attempt_id=row[0],
+            task_id=row[1],
+            task_version=row[2],
+            authorization_id=row[3],
+            claim_generation=row[4],
+            claim_token=row[5],
+            session_id=row[6],
+            lease_expires_at=row[7],
+            authorization_expires_at=row[8],
+            task=json.loads(row[9]),
+            state=row[10],
+            reason=row[11],
+        )
 
     def claim(self, attempt_id: str) -> ClaimRow | None:
         row = self._one("SELECT * FROM claims WHERE attempt_id=?", (attempt_id,))
@@ -259,22 +306,21 @@ class Journal:
         if state is None:
             rows = self._db.execute("SELECT * FROM claims ORDER BY created_at").fetchall()
         else:
-            rows = self._db.execute("SELECT * FROM claims WHERE state=? ORDER BY created_at",
-                                    (state,)).fetchall()
+            rows = self._db.execute("SELECT * FROM claims WHERE state=? ORDER BY created_at", (state,)).fetchall()
         return [self._claim_row(r) for r in rows]
 
     # --- submission phases ------------------------------------------------------------------
     def record_permit(self, attempt_id: str, submission_id: str) -> None:
         """PERMIT_RECEIVED. Refuses a second permit for the same attempt (never two taps)."""
         with self._tx() as db:
-            existing = db.execute("SELECT phase FROM submissions WHERE attempt_id=?",
-                                  (attempt_id,)).fetchone()
+            existing = db.execute("SELECT phase FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
             if existing:
                 raise JournalError("a permit is already journaled for this attempt")
-            db.execute("INSERT INTO submissions VALUES (?,?,?,NULL,NULL,NULL,?)",
-                       (attempt_id, submission_id, "PERMIT_RECEIVED", _now()))
-            db.execute("UPDATE claims SET state='FENCED', updated_at=? WHERE attempt_id=?",
-                       (_now(), attempt_id))
+            db.execute(
+                "INSERT INTO submissions VALUES (?,?,?,NULL,NULL,NULL,?)",
+                (attempt_id, submission_id, "PERMIT_RECEIVED", _now()),
+            )
+            db.execute("UPDATE claims SET state='FENCED', updated_at=? WHERE attempt_id=?", (_now(), attempt_id))
         _pause_point("PERMIT_RECEIVED")
 
     def record_fence_without_permit(self, attempt_id: str, submission_id: str) -> str:
@@ -283,10 +329,15 @@ class Journal:
         decided; returns the result_key to report it with."""
         key = self.key("result", attempt_id)
         with self._tx() as db:
-            db.execute("INSERT INTO submissions VALUES (?,?,'NO_PERMIT','UNKNOWN',NULL,?,?) "
-                       "ON CONFLICT(attempt_id) DO NOTHING", (attempt_id, submission_id, key, _now()))
-            db.execute("UPDATE claims SET state='FENCED', reason='fence replay: no permit', updated_at=? "
-                       "WHERE attempt_id=?", (_now(), attempt_id))
+            db.execute(
+                "INSERT INTO submissions VALUES (?,?,'NO_PERMIT','UNKNOWN',NULL,?,?) "
+                "ON CONFLICT(attempt_id) DO NOTHING",
+                (attempt_id, submission_id, key, _now()),
+            )
+            db.execute(
+                "UPDATE claims SET state='FENCED', reason='fence replay: no permit', updated_at=? WHERE attempt_id=?",
+                (_now(), attempt_id),
+            )
         return key
 
     def advance(self, attempt_id: str, phase: str) -> None:
@@ -297,8 +348,9 @@ class Journal:
             if row is None:
                 raise JournalError("no permit journaled for this attempt")
             if row[0] == "NO_PERMIT" and phase == "RESULT_REPORTED":
-                db.execute("UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?",
-                           (phase, _now(), attempt_id))
+                db.execute(
+                    "UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?", (phase, _now(), attempt_id)
+                )
                 return
             if row[0] not in PHASES:
                 raise JournalError(f"illegal phase move {row[0]} -> {phase}")
@@ -306,35 +358,47 @@ class Journal:
             step_ok = PHASES.index(phase) == current + 1
             if not step_ok and not (phase == "RESULT_REPORTED" and current < PHASES.index(phase)):
                 raise JournalError(f"illegal phase move {row[0]} -> {phase}")
-            db.execute("UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?",
-                       (phase, _now(), attempt_id))
+            db.execute("UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?", (phase, _now(), attempt_id))
         _pause_point(phase)
 
-    def record_observation(self, attempt_id: str, observation: str, evidence_asset_id: str | None,
-                           *, reason: str | None = None, foreground_package: str | None = None) -> str:
+    def record_observation(
+        self,
+        attempt_id: str,
+        observation: str,
+        evidence_asset_id: str | None,
+        *,
+        reason: str | None = None,
+        foreground_package: str | None = None,
+    ) -> str:
         """Store the result to report (before sending) and return its result_key, which is the
         journaled key ``("result", attempt_id)``. A result already decided is kept: recovery
         re-sends exactly that result with its key. ``reason`` is the wire ``observation_reason``;
         ``foreground_package`` the foreign app that was in front (no screenshot was taken of it)."""
         key = self.key("result", attempt_id)
         with self._tx() as db:
-            row = db.execute("SELECT observation FROM submissions WHERE attempt_id=?",
-                             (attempt_id,)).fetchone()
+            row = db.execute("SELECT observation FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
             if row is None:
                 raise JournalError("no permit journaled for this attempt")
             if row[0] is None:
-                db.execute("UPDATE submissions SET observation=?, evidence_asset_id=?, result_key=?, "
-                           "updated_at=? WHERE attempt_id=?",
-                           (observation, evidence_asset_id, key, _now(), attempt_id))
-                db.execute("INSERT INTO post_tap (attempt_id, observation_reason, foreground_package, "
-                           "updated_at) VALUES (?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
-                           (attempt_id, reason, foreground_package, _now()))
+                db.execute(
+                    "UPDATE submissions SET observation=?, evidence_asset_id=?, result_key=?, "
+                    "updated_at=? WHERE attempt_id=?",
+                    (observation, evidence_asset_id, key, _now(), attempt_id),
+                )
+                db.execute(
+                    "INSERT INTO post_tap (attempt_id, observation_reason, foreground_package, "
+                    "updated_at) VALUES (?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
+                    (attempt_id, reason, foreground_package, _now()),
+                )
         _pause_point("OBSERVED")
         return key
 
     def _unreported_post_tap(self, db: sqlite3.Connection, attempt_id: str) -> None:
-        row = db.execute("SELECT s.phase, s.observation, p.attempt_id FROM submissions s LEFT JOIN post_tap p "
-                         "ON p.attempt_id = s.attempt_id WHERE s.attempt_id=?", (attempt_id,)).fetchone()
+        row = db.execute(
+            "SELECT s.phase, s.observation, p.attempt_id FROM submissions s LEFT JOIN post_tap p "
+            "ON p.attempt_id = s.attempt_id WHERE s.attempt_id=?",
+            (attempt_id,),
+        ).fetchone()
         if row is None or row[1] is None or row[2] is None:
             raise JournalError("no observation journaled for this attempt")
         if row[0] == "RESULT_REPORTED":
@@ -345,29 +409,41 @@ class Journal:
         before the report). A crash from here on is recovered by reporting the stored result."""
         with self._tx() as db:
             self._unreported_post_tap(db, attempt_id)
-            db.execute("UPDATE post_tap SET confirm_step=?, updated_at=? WHERE attempt_id=?",
-                       (step, _now(), attempt_id))
+            db.execute(
+                "UPDATE post_tap SET confirm_step=?, updated_at=? WHERE attempt_id=?", (step, _now(), attempt_id)
+            )
         _pause_point("CONFIRM_STEP")
 
-    def record_confirmation(self, attempt_id: str, order_sn: str | None, asset_id: str | None,
-                            *, read: bool = True) -> None:
+    def record_confirmation(
+        self, attempt_id: str, order_sn: str | None, asset_id: str | None, *, read: bool = True
+    ) -> None:
         """The confirmation's result, journaled before the report that carries it (so a re-send
         after a crash carries the same ``order_sn`` under the same key). Kept once written.
         ``confirm_step`` becomes ``DONE`` (the list was read) or ``STOPPED`` (left to a person)."""
         with self._tx() as db:
             self._unreported_post_tap(db, attempt_id)
-            db.execute("UPDATE post_tap SET confirm_step=?, order_sn=coalesce(order_sn, ?), "
-                       "confirm_asset_id=coalesce(confirm_asset_id, ?), updated_at=? WHERE attempt_id=?",
-                       ("DONE" if read else "STOPPED", order_sn, asset_id, _now(), attempt_id))
+            db.execute(
+                "UPDATE post_tap SET confirm_step=?, order_sn=coalesce(order_sn, ?), "
+                "confirm_asset_id=coalesce(confirm_asset_id, ?), updated_at=? WHERE attempt_id=?",
+                ("DONE" if read else "STOPPED", order_sn, asset_id, _now(), attempt_id),
+            )
 
     def post_tap(self, attempt_id: str) -> dict[str, str | None] | None:
         """The post_tap row as a dict (tests, ``journal`` summary); None when none."""
-        row = self._one("SELECT observation_reason, foreground_package, confirm_step, order_sn, "
-                        "confirm_asset_id FROM post_tap WHERE attempt_id=?", (attempt_id,))
+        row = self._one(
+            "SELECT observation_reason, foreground_package, confirm_step, order_sn, "
+            "confirm_asset_id FROM post_tap WHERE attempt_id=?",
+            (attempt_id,),
+        )
         if row is None:
             return None
-        return dict(zip(("observation_reason", "foreground_package", "confirm_step", "order_sn",
-                         "confirm_asset_id"), row, strict=True))
+        return dict(
+            zip(
+                ("observation_reason", "foreground_package", "confirm_step", "order_sn", "confirm_asset_id"),
+                row,
+                strict=True,
+            )
+        )
 
     def submission(self, attempt_id: str) -> SubmissionRow | None:
         row = self._one(f"SELECT {_SUBMISSION_COLUMNS} WHERE s.attempt_id=?", (attempt_id,))
@@ -375,41 +451,54 @@ class Journal:
 
     def unreported_submissions(self) -> list[SubmissionRow]:
         rows = self._db.execute(
-            f"SELECT {_SUBMISSION_COLUMNS} WHERE s.phase != 'RESULT_REPORTED' ORDER BY s.updated_at").fetchall()
+            f"SELECT {_SUBMISSION_COLUMNS} WHERE s.phase != 'RESULT_REPORTED' ORDER BY s.updated_at"
+        ).fetchall()
         return [SubmissionRow(*r) for r in rows]
 
     # --- fails (intent before effect, like the submit tap) ------------------------------------
-    def record_fail_intent(self, attempt_id: str, reason_code: str, summary: str,
-                           evidence_asset_id: str | None) -> tuple[str, str, str | None]:
+    def record_fail_intent(
+        self, attempt_id: str, reason_code: str, summary: str, evidence_asset_id: str | None
+    ) -> tuple[str, str, str | None]:
         """Store the ``fail`` to send (state FAIL_PENDING) before sending it, and return what is
         stored: a fail decided earlier is kept, so a re-send after a crash or a transport error
         carries exactly the same payload under the same key."""
         with self._tx() as db:
-            db.execute("INSERT INTO pending_fails VALUES (?,?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
-                       (attempt_id, reason_code, summary, evidence_asset_id, _now()))
-            db.execute("UPDATE claims SET state='FAIL_PENDING', reason=?, updated_at=? WHERE attempt_id=? "
-                       "AND state IN ('ACTIVE', 'FAIL_PENDING')", (reason_code, _now(), attempt_id))
-            row = db.execute("SELECT reason_code, summary, evidence_asset_id FROM pending_fails "
-                             "WHERE attempt_id=?", (attempt_id,)).fetchone()
+            db.execute(
+                "INSERT INTO pending_fails VALUES (?,?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
+                (attempt_id, reason_code, summary, evidence_asset_id, _now()),
+            )
+            db.execute(
+                "UPDATE claims SET state='FAIL_PENDING', reason=?, updated_at=? WHERE attempt_id=? "
+                "AND state IN ('ACTIVE', 'FAIL_PENDING')",
+                (reason_code, _now(), attempt_id),
+            )
+            row = db.execute(
+                "SELECT reason_code, summary, evidence_asset_id FROM pending_fails WHERE attempt_id=?", (attempt_id,)
+            ).fetchone()
         return str(row[0]), str(row[1]), row[2]
 
     def pending_fail(self, attempt_id: str) -> tuple[str, str, str | None] | None:
-        row = self._one("SELECT reason_code, summary, evidence_asset_id FROM pending_fails WHERE attempt_id=?",
-                        (attempt_id,))
+        row = self._one(
+            "SELECT reason_code, summary, evidence_asset_id FROM pending_fails WHERE attempt_id=?", (attempt_id,)
+        )
         return (str(row[0]), str(row[1]), row[2]) if row else None
 
     def recovery_pending(self) -> bool:
         """Does the journal still owe the server something (an unreported submission, an attempt
         left open before the fence, an undelivered fail)? The runner claims nothing until not."""
-        row = self._one("SELECT (SELECT count(*) FROM submissions WHERE phase != 'RESULT_REPORTED') + "
-                        "(SELECT count(*) FROM claims WHERE state IN ('ACTIVE', 'FAIL_PENDING'))", ())
+        row = self._one(
+            "SELECT (SELECT count(*) FROM submissions WHERE phase != 'RESULT_REPORTED') + "
+            "(SELECT count(*) FROM claims WHERE state IN ('ACTIVE', 'FAIL_PENDING'))",
+            (),
+        )
         return bool(row and row[0])
 
     # --- holds ------------------------------------------------------------------------------
     def set_hold(self, reason: str) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO UPDATE SET "
-                       "value=excluded.value", (reason,))
+            db.execute(
+                "INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value", (reason,)
+            )
 
     def clear_hold(self) -> None:
         """A person handled the phone: drop the hold and reset the streak counters."""
@@ -422,8 +511,7 @@ class Journal:
         data = json.loads(row[0]) if row else {}
         return int(data.get("crashes", 0)), int(data.get("failures", 0))
 
-    def settle_attempt(self, attempt_id: str,
-                       decide: Callable[[int, int], tuple[int, int, str | None]]) -> str | None:
+    def settle_attempt(self, attempt_id: str, decide: Callable[[int, int], tuple[int, int, str | None]]) -> str | None:
         """Count how ``attempt_id`` ended, once: ``decide(crashes, failures)`` returns the new counters
         and the hold to set (or None). Counters and hold are written in one transaction; an attempt
         already counted (e.g. a crash noticed on two restarts in a row) changes nothing. Returns the
@@ -435,8 +523,9 @@ class Journal:
                 return None
             crashes, failures, hold = decide(int(data.get("crashes", 0)), int(data.get("failures", 0)))
             value = json.dumps({"crashes": crashes, "failures": failures, "last_attempt": attempt_id})
-            db.execute("INSERT INTO meta VALUES ('streaks', ?) ON CONFLICT(name) DO UPDATE SET "
-                       "value=excluded.value", (value,))
+            db.execute(
+                "INSERT INTO meta VALUES ('streaks', ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value", (value,)
+            )
             if hold is None:
                 return None
             # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
@@ -453,13 +542,30 @@ class Journal:
             "path": str(self.path),
             "hold": self.hold(),
             "streaks": dict(zip(("crashes", "failures"), self.streaks(), strict=True)),
-            "claims": [{"attempt_id": c.attempt_id, "task_id": c.task_id, "state": c.state,
-                        "reason": c.reason, "lease_expires_at": c.lease_expires_at}
-                       for c in self.claims()],
-            "submissions": [{"attempt_id": s.attempt_id, "submission_id": s.submission_id,
-                             "phase": s.phase, "observation": s.observation,
-                             "observation_reason": s.observation_reason, "order_sn": s.order_sn}
-                            for s in (self.submission(c.attempt_id) for c in self.claims()) if s],
-            "pending_keys": [{"purpose": p, "scope": s} for p, s in self._db.execute(
-                "SELECT purpose, scope FROM idem_keys ORDER BY created_at").fetchall()],
+            "claims": [
+                {
+                    "attempt_id": c.attempt_id,
+                    "task_id": c.task_id,
+                    "state": c.state,
+                    "reason": c.reason,
+                    "lease_expires_at": c.lease_expires_at,
+                }
+                for c in self.claims()
+            ],
+            "submissions": [
+                {
+                    "attempt_id": s.attempt_id,
+                    "submission_id": s.submission_id,
+                    "phase": s.phase,
+                    "observation": s.observation,
+                    "observation_reason": s.observation_reason,
+                    "order_sn": s.order_sn,
+                }
+                for s in (self.submission(c.attempt_id) for c in self.claims())
+                if s
+            ],
+            "pending_keys": [
+                {"purpose": p, "scope": s}
+                for p, s in self._db.execute("SELECT purpose, scope FROM idem_keys ORDER BY created_at").fetchall()
+            ],
         }

@@ -28,8 +28,15 @@ def lease_seconds(lease_expires_at: str, server_now: str) -> float:
 
 
 class LeaseKeeper:
-    def __init__(self, source: TaskSource, claim: Claim, server_now: str, *,
-                 on_renewed: object = None, clock: object = time.monotonic) -> None:
+    def __init__(
+        self,
+        source: TaskSource,
+        claim: Claim,
+        server_now: str,
+        *,
+        on_renewed: object = None,
+        clock: object = time.monotonic,
+    ) -> None:
         self._source = source
         self._clock = clock  # type: ignore[assignment]
         self.claim = claim

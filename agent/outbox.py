@@ -57,8 +57,9 @@ class Outbox:
     def upload(self, kind: str, png: Callable[[], bytes], captured_at: str) -> None:
         """Queue an evidence upload; ``png()`` is called on the outbox thread (the encoding)."""
         claim, sink = self._claim, self._sink
-        self._put(_Job(upload=lambda: sink.upload_screenshot(claim, ScreenshotAsset(kind, png(), captured_at)),
-                       kind=kind))
+        self._put(
+            _Job(upload=lambda: sink.upload_screenshot(claim, ScreenshotAsset(kind, png(), captured_at)), kind=kind)
+        )
 
     def _put(self, job: _Job) -> None:
         with self._cond:
@@ -115,8 +116,11 @@ class Outbox:
                 return None
             job = self._queue.popleft()
             if job.events is not None:  # batch the event jobs queued right behind it
-                while (self._queue and self._queue[0].events is not None
-                       and len(job.events) + len(self._queue[0].events or []) <= MAX_EVENTS_PER_BATCH):
+                while (
+                    self._queue
+                    and self._queue[0].events is not None
+                    and len(job.events) + len(self._queue[0].events or []) <= MAX_EVENTS_PER_BATCH
+                ):
                     job.events.extend(self._queue.popleft().events or [])
             self._busy = True
             return job

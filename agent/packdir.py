@@ -67,9 +67,12 @@ def pack_dir_from(arg: str | None) -> Path | None:
 
 def add_pack_dir_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--pack-dir DIR`` to a subcommand (resolve it with :func:`pack_dir_from`)."""
-    parser.add_argument("--pack-dir", metavar="DIR",
-                        help=f"operator selector packs (default: env {PACK_DIR_ENV}); an operator pack "
-                             "wins over a shipped pack of the same app version")
+    parser.add_argument(
+        "--pack-dir",
+        metavar="DIR",
+        help=f"operator selector packs (default: env {PACK_DIR_ENV}); an operator pack "
+        "wins over a shipped pack of the same app version",
+    )
 
 
 @dataclass(frozen=True)
@@ -221,8 +224,10 @@ def _scan_operator(pack_dir: Path, check_permissions: bool) -> tuple[str | None,
         if problem is not None:
             return problem, ()
     try:
-        entries = sorted((e for e in os.scandir(pack_dir) if e.name.endswith(".json") and not e.name.startswith(".")),
-                         key=lambda e: e.name)
+        entries = sorted(
+            (e for e in os.scandir(pack_dir) if e.name.endswith(".json") and not e.name.startswith(".")),
+            key=lambda e: e.name,
+        )
     except OSError as exc:
         return f"cannot list the pack dir ({exc.strerror or exc.__class__.__name__})", ()
     out = []
@@ -259,8 +264,13 @@ def _mark_duplicate_ids(files: list[PackFile]) -> tuple[PackFile, ...]:
         same = by_id.get(pf.pack.id, []) if pf.pack is not None else []
         if pf.pack is not None and len(same) > 1:
             others = ", ".join(o.path.name for o in same if o is not pf)
-            pf = PackFile(pf.path, pf.origin, None, f"{pf.path.name}: $.id: duplicate pack id "
-                          f"'{pf.pack.id}' (also in {others})", pf.version)
+            pf = PackFile(
+                pf.path,
+                pf.origin,
+                None,
+                f"{pf.path.name}: $.id: duplicate pack id '{pf.pack.id}' (also in {others})",
+                pf.version,
+            )
         out.append(pf)
     return tuple(out)
 
@@ -272,14 +282,19 @@ def _mark_shipped_id_clash(operator: tuple[PackFile, ...], shipped: tuple[PackFi
     for pf in operator:
         other = shipped_ids.get(pf.pack.id) if pf.pack is not None else None
         if pf.pack is not None and other is not None and not other.matches_version(*pf.version or ("", -1)):
-            pf = PackFile(pf.path, pf.origin, None, f"{pf.path.name}: $.id: '{pf.pack.id}' is the id of the "
-                          f"shipped pack for {other.version_name} ({other.version_code})", pf.version)
+            pf = PackFile(
+                pf.path,
+                pf.origin,
+                None,
+                f"{pf.path.name}: $.id: '{pf.pack.id}' is the id of the "
+                f"shipped pack for {other.version_name} ({other.version_code})",
+                pf.version,
+            )
         out.append(pf)
     return tuple(out)
 
 
-def scan(pack_dir: Path | None, *, check_permissions: bool,
-         reported: tuple[str, int] | None = None) -> PackScan:
+def scan(pack_dir: Path | None, *, check_permissions: bool, reported: tuple[str, int] | None = None) -> PackScan:
     """Load (through the cache) every shipped pack and every operator pack in ``pack_dir``; never
     raises for a bad pack — each broken file is a :class:`PackFile` with ``error`` (logged once).
 
@@ -303,8 +318,7 @@ def _log_once(path: Path, message: str) -> None:
         log.warning("%s", message)
 
 
-def resolve(version_name: str, version_code: int, pack_dir: Path | None, *,
-            check_permissions: bool) -> Resolution:
+def resolve(version_name: str, version_code: int, pack_dir: Path | None, *, check_permissions: bool) -> Resolution:
     """The pack for exactly this app version and its origin (rules 1-5). Raises PackError (one line)
     when there is none, when the operator dir is refused, or when the version's operator packs are
     broken or ambiguous."""
@@ -314,8 +328,10 @@ def resolve(version_name: str, version_code: int, pack_dir: Path | None, *,
     version = (version_name, version_code)
     ops = [pf for pf in found.operator if pf.version == version]
     if len(ops) > 1:
-        raise PackError(f"two operator packs for app version {version_name} ({version_code}): "
-                        f"{', '.join(pf.path.name for pf in ops)} (keep one)")
+        raise PackError(
+            f"two operator packs for app version {version_name} ({version_code}): "
+            f"{', '.join(pf.path.name for pf in ops)} (keep one)"
+        )
     shipped = next((pf for pf in found.shipped if pf.version == version), None)
     if ops:
         (op,) = ops

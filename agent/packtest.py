@@ -64,6 +64,7 @@ class CaptureInputError(ValueError):
 
 # --- the expected.json shape -------------------------------------------------------------------------
 
+
 def _is_str_or_null(v: object) -> bool:
     return v is None or isinstance(v, str)
 
@@ -81,8 +82,7 @@ def _is_selected(v: object) -> bool:
 
 
 def _is_options(v: object) -> bool:
-    return isinstance(v, dict) and all(isinstance(x, list) and all(_is_str_or_null(y) for y in x)
-                                       for x in v.values())
+    return isinstance(v, dict) and all(isinstance(x, list) and all(_is_str_or_null(y) for y in x) for x in v.values())
 
 
 def _is_money_or_null(v: object) -> bool:
@@ -122,8 +122,12 @@ class Expectation:
     confirmed_by: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"expected_format": EXPECTED_FORMAT, "screen": self.screen, "readings": self.readings,
-                "confirmed_by": self.confirmed_by}
+        return {
+            "expected_format": EXPECTED_FORMAT,
+            "screen": self.screen,
+            "readings": self.readings,
+            "confirmed_by": self.confirmed_by,
+        }
 
 
 _NAME_RULE = f"a printable name of 1-{MAX_CONFIRMER_CHARS} characters"
@@ -165,8 +169,9 @@ def parse_expectation(data: Any, where: str) -> Expectation:
         raise CaptureInputError(f"{where}: readings must be an object")
     for key, value in readings.items():
         if key not in READING_TYPES:
-            raise CaptureInputError(f"{where}: readings.{key} is not a reading inspect prints "
-                                    f"(known: {', '.join(READING_TYPES)})")
+            raise CaptureInputError(
+                f"{where}: readings.{key} is not a reading inspect prints (known: {', '.join(READING_TYPES)})"
+            )
         check, shape = READING_TYPES[key]
         if not check(value):
             raise CaptureInputError(f"{where}: readings.{key} must be {shape}")
@@ -182,6 +187,7 @@ def load_expectation(path: Path) -> Expectation:
 
 
 # --- captures ----------------------------------------------------------------------------------------
+
 
 def find_captures(root: Path) -> list[Path]:
     """The captures under ``root``: ``root`` itself when it holds ``dump.xml``, else its immediate
@@ -235,9 +241,13 @@ class CaptureResult:
         return f"{self.status} {self.capture}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"capture": self.capture, "status": self.status, "screen": self.screen,
-                "mismatches": [{"key": m.key, "expected": m.expected, "read": m.read} for m in self.mismatches],
-                "detail": self.detail or None}
+        return {
+            "capture": self.capture,
+            "status": self.status,
+            "screen": self.screen,
+            "mismatches": [{"key": m.key, "expected": m.expected, "read": m.read} for m in self.mismatches],
+            "detail": self.detail or None,
+        }
 
 
 def _show(value: Any) -> str:
@@ -254,14 +264,22 @@ def _integrity(capture: Path, raw_dump: bytes, pack: Pack) -> list[Mismatch]:
     out: list[Mismatch] = []
     name, code = meta.get("app_version_name"), meta.get("app_version_code")
     if (name, code) != (pack.version_name, pack.version_code) or type(code) is not int:
-        out.append(Mismatch("app_version", f"{pack.version_name} ({pack.version_code}) as in the pack",
-                            f"{_show(name)} ({_show(code)}) in {META}"))
+        out.append(
+            Mismatch(
+                "app_version",
+                f"{pack.version_name} ({pack.version_code}) as in the pack",
+                f"{_show(name)} ({_show(code)}) in {META}",
+            )
+        )
     recorded = meta.get("dump_sha256")
     if recorded is not None:
         actual = hashlib.sha256(raw_dump).hexdigest()
         if recorded != actual:
-            out.append(Mismatch("dump_sha256", f"{_show(recorded)} from {META}",
-                                f"{actual} (the dump was changed after capture)"))
+            out.append(
+                Mismatch(
+                    "dump_sha256", f"{_show(recorded)} from {META}", f"{actual} (the dump was changed after capture)"
+                )
+            )
     return out
 
 
@@ -350,10 +368,21 @@ def cmd_pack_test(args: argparse.Namespace) -> int:
     code = exit_status(results, args.allow_unconfirmed)
     counts = _summary(results)
     if args.json:
-        print(json.dumps({"pack": pack.id, "pack_file": str(args.pack), "captures_dir": str(args.captures_dir),
-                          "results": [r.to_json() for r in results], "summary": counts,
-                          "allow_unconfirmed": args.allow_unconfirmed, "ok": code == 0},
-                         ensure_ascii=False, indent=2))
+        print(
+            json.dumps(
+                {
+                    "pack": pack.id,
+                    "pack_file": str(args.pack),
+                    "captures_dir": str(args.captures_dir),
+                    "results": [r.to_json() for r in results],
+                    "summary": counts,
+                    "allow_unconfirmed": args.allow_unconfirmed,
+                    "ok": code == 0,
+                },
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
         return code
     for r in results:
         print(r.line())
@@ -364,6 +393,7 @@ def cmd_pack_test(args: argparse.Namespace) -> int:
 
 
 # --- accept ------------------------------------------------------------------------------------------
+
 
 def _default_confirmer() -> str | None:
     try:
@@ -419,18 +449,25 @@ def cmd_pack_accept(args: argparse.Namespace) -> int:
 def add_pack_test_commands(pack_subparsers: Any) -> None:
     """Register ``test`` and ``accept`` on the ``cmbuyer-agent pack`` subparser group."""
     t = pack_subparsers.add_parser(
-        "test", help="read every capture with PACK and compare with its expected.json",
+        "test",
+        help="read every capture with PACK and compare with its expected.json",
         description="Exit 0: all PASS; 1: a FAIL (mismatch, other app version, changed dump) or a capture "
-                    "without a confirmed expected.json; 2: bad input (ERROR lines).")
+        "without a confirmed expected.json; 2: bad input (ERROR lines).",
+    )
     t.add_argument("pack", metavar="PACK", help="the selector pack file to test")
-    t.add_argument("captures_dir", metavar="CAPTURES_DIR",
-                   help="a capture directory, or a directory whose subdirectories are captures")
-    t.add_argument("--allow-unconfirmed", action="store_true",
-                   help="captures with only expected.proposed.json or no expectation do not fail the run")
+    t.add_argument(
+        "captures_dir",
+        metavar="CAPTURES_DIR",
+        help="a capture directory, or a directory whose subdirectories are captures",
+    )
+    t.add_argument(
+        "--allow-unconfirmed",
+        action="store_true",
+        help="captures with only expected.proposed.json or no expectation do not fail the run",
+    )
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.set_defaults(fn=cmd_pack_test)
-    a = pack_subparsers.add_parser(
-        "accept", help="turn expected.proposed.json into the confirmed expected.json")
+    a = pack_subparsers.add_parser("accept", help="turn expected.proposed.json into the confirmed expected.json")
     a.add_argument("capture", metavar="CAPTURE_OR_DIR")
     a.add_argument("--by", metavar="NAME", help="who confirmed the readings (default: the login name)")
     a.add_argument("--force", action="store_true", help="replace an existing expected.json")

@@ -64,5 +64,4 @@ def _from_fence_response(body: Any, *, attempt_id: str, task_id: str) -> Submiss
     validate("submission_fence.response", body)
     if body["click_permitted"] is not True or body["reconciliation_required"] is not False:
         raise PermitRefused("fence response does not permit a click (replay or reconciliation)")
-    return SubmissionPermit(_CAPABILITY, submission_id=body["submission_id"], attempt_id=attempt_id,
-                            task_id=task_id)
+    return SubmissionPermit(_CAPABILITY, submission_id=body["submission_id"], attempt_id=attempt_id, task_id=task_id)

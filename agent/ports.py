@@ -40,8 +40,9 @@ class ResultSink(Protocol):
 
     def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None: ...
 
-    def report_recovered_result(self, *, submission_id: str, attempt_id: str, claim_token: str,
-                                result: SubmissionResult, result_key: str) -> None: ...
+    def report_recovered_result(
+        self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
+    ) -> None: ...
 
 
 class KeyStore(Protocol):

@@ -104,7 +104,8 @@ class PrefenceEngine:
             # option or quantity tap.
             early_mode = self._step("CHECK_PAYMENT_MODE", lambda: cap.check_payment_mode(phone, pack))
         selected, swipes = self._step(
-            "SELECT_SKU", lambda: cap.select_sku_options(phone, pack, layout.options_screen, wanted))
+            "SELECT_SKU", lambda: cap.select_sku_options(phone, pack, layout.options_screen, wanted)
+        )
         if swipes:
             self.observer.event("SCROLL_OPTIONS", "OK", None, f"{swipes} swipes inside option lists")
         read1 = self._step("READ_UNIT_PRICE", lambda: cap.read_unit_price(phone, pack, layout.options_screen))
@@ -112,10 +113,13 @@ class PrefenceEngine:
         self.observer.gate_evidence("SKU_PANEL_GATE_1", {"selected": dict(selected), "unit_price": price1})
         if layout.quantity_screen != layout.options_screen:
             self._step("GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(phone, pack, layout))
-        qty = self._step("SET_QUANTITY", lambda: cap.set_quantity_and_readback(
-            phone, pack, layout.quantity_screen, order.quantity))
-        price2 = self._step("GATE_2", lambda: gates.gate2(
-            qty, order.quantity, price1, cap.read_unit_price(phone, pack, layout.quantity_screen)))
+        qty = self._step(
+            "SET_QUANTITY", lambda: cap.set_quantity_and_readback(phone, pack, layout.quantity_screen, order.quantity)
+        )
+        price2 = self._step(
+            "GATE_2",
+            lambda: gates.gate2(qty, order.quantity, price1, cap.read_unit_price(phone, pack, layout.quantity_screen)),
+        )
         self.observer.gate_evidence("QUANTITY_GATE_2", {"quantity": qty, "unit_price": price2})
         if layout.quantity_screen != "confirm_order":
             self._step("GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(phone, pack, layout))
@@ -123,24 +127,35 @@ class PrefenceEngine:
         mode = self._step("CHECK_PAYMENT_MODE", lambda: payment_mode(reading, early_mode))
         self.observer.checkpoint()
         self.observer.event("GATE_3", "STARTED")
-        summary = gates.gate3(reading.gate3, wanted=wanted, gate1_price=price1,
-                              quantity=order.quantity, max_total=order.max_total)
+        summary = gates.gate3(
+            reading.gate3, wanted=wanted, gate1_price=price1, quantity=order.quantity, max_total=order.max_total
+        )
         self.observer.event("GATE_3", "OK", None, summary)
         g3 = reading.gate3
-        self.observer.gate_evidence("CONFIRM_PAGE_GATE_3", {
-            "selected": dict(g3.selected), "unit_price": g3.unit_price, "quantity": g3.quantity,
-            "confirm_amount": g3.total, "submit_controls": g3.submit_controls, "payment_mode": mode})
+        self.observer.gate_evidence(
+            "CONFIRM_PAGE_GATE_3",
+            {
+                "selected": dict(g3.selected),
+                "unit_price": g3.unit_price,
+                "quantity": g3.quantity,
+                "confirm_amount": g3.total,
+                "submit_controls": g3.submit_controls,
+                "payment_mode": mode,
+            },
+        )
         self.observer.checkpoint()
         # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
         proof = SubmissionProof(
             selected_color=g3.selected["color"],  # type: ignore[arg-type]
             selected_size=g3.selected.get("size"),
-            gate1_unit_price=price1, gate2_unit_price=price2,
+            gate1_unit_price=price1,
+            gate2_unit_price=price2,
             gate3_unit_price=g3.unit_price,  # type: ignore[arg-type]
             quantity_read=g3.quantity,  # type: ignore[arg-type]
             confirm_page_amount=g3.total,  # type: ignore[arg-type]
             submit_control_match_count=g3.submit_controls,
-            payment_mode=mode)
+            payment_mode=mode,
+        )
         return PrefenceOutcome(proof, layout, reading, summary)
 
 

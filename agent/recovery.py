@@ -42,20 +42,22 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
             key = journal.record_observation(sub.attempt_id, "UNKNOWN", None, reason=reason)
             observation, evidence, order_sn = "UNKNOWN", None, None
         else:
-            key = sub.result_key or journal.record_observation(sub.attempt_id, sub.observation,
-                                                               sub.evidence_asset_id)
+            key = sub.result_key or journal.record_observation(sub.attempt_id, sub.observation, sub.evidence_asset_id)
             observation, evidence = sub.observation, sub.evidence_asset_id
             reason, order_sn = sub.observation_reason, sub.order_sn
         if reason == "PAYMENT_SUSPECTED":
             # phone-level (agent/holds.py); the flow that saw it may have died before the runner held
-            journal.set_hold("PAYMENT_SUSPECTED: a paid state was seen after the submit tap; a person "
-                             "must check the phone")
+            journal.set_hold(
+                "PAYMENT_SUSPECTED: a paid state was seen after the submit tap; a person must check the phone"
+            )
         try:
-            sink.report_recovered_result(submission_id=sub.submission_id, attempt_id=sub.attempt_id,
-                                         claim_token=claim.claim_token,
-                                         result=SubmissionResult(observation, evidence, observation_reason=reason,
-                                                                 order_sn=order_sn),
-                                         result_key=key)
+            sink.report_recovered_result(
+                submission_id=sub.submission_id,
+                attempt_id=sub.attempt_id,
+                claim_token=claim.claim_token,
+                result=SubmissionResult(observation, evidence, observation_reason=reason, order_sn=order_sn),
+                result_key=key,
+            )
         except AgentError as exc:
             notes.append(f"result for {sub.attempt_id} not accepted yet ({exc.reason_code})")
             if isinstance(exc, ServerRejected):
@@ -66,11 +68,17 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
         journal.advance(sub.attempt_id, "RESULT_REPORTED")
         notes.append(f"reported {observation} for submission {sub.submission_id} (no new tap)")
     for row in [*journal.claims("FAIL_PENDING"), *journal.claims("ACTIVE")]:
-        claim = Claim(task_id=row.task_id, task_version=row.task_version,
-                      authorization_id=row.authorization_id, attempt_id=row.attempt_id,
-                      claim_generation=row.claim_generation, claim_token=row.claim_token,
-                      session_id=row.session_id, lease_expires_at=row.lease_expires_at,
-                      authorization_expires_at=row.authorization_expires_at)
+        claim = Claim(
+            task_id=row.task_id,
+            task_version=row.task_version,
+            authorization_id=row.authorization_id,
+            attempt_id=row.attempt_id,
+            claim_generation=row.claim_generation,
+            claim_token=row.claim_token,
+            session_id=row.session_id,
+            lease_expires_at=row.lease_expires_at,
+            authorization_expires_at=row.authorization_expires_at,
+        )
         notes.append(send_fail(journal, sink, claim, AttemptFailure("INTERNAL_ERROR", RESTART_SUMMARY)))
     return notes
 
@@ -81,14 +89,14 @@ def send_fail(journal: Journal, sink: ResultSink, claim: Claim, failure: Attempt
 
     Delivered → FAILED_REPORTED. Refused (4xx) → ABANDONED + hold. Transport failure → stays
     FAIL_PENDING (recovery re-sends it; the runner claims nothing meanwhile)."""
-    reason, summary, evidence = journal.record_fail_intent(claim.attempt_id, failure.reason_code,
-                                                           failure.summary, failure.evidence_asset_id)
+    reason, summary, evidence = journal.record_fail_intent(
+        claim.attempt_id, failure.reason_code, failure.summary, failure.evidence_asset_id
+    )
     try:
         sink.fail_attempt(claim, AttemptFailure(reason, summary, evidence))
     except ServerRejected as exc:
         journal.set_claim_state(claim.attempt_id, "ABANDONED", f"{reason}; fail refused: {exc.error}")
-        journal.set_hold(f"the server refused fail for attempt {claim.attempt_id} ({exc.error}): "
-                         "a person must act")
+        journal.set_hold(f"the server refused fail for attempt {claim.attempt_id} ({exc.error}): a person must act")
         return f"attempt {claim.attempt_id}: fail refused ({exc.error}); needs a person"
     except AgentError as exc:
         return f"attempt {claim.attempt_id}: fail not delivered yet ({exc.reason_code}); will re-send"

@@ -83,8 +83,14 @@ class Status:
 
 
 class Runner:
-    def __init__(self, cfg: RunnerConfig, phone: PhoneAdapter, api: HttpDeviceApi, journal: Journal,
-                 progress: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        cfg: RunnerConfig,
+        phone: PhoneAdapter,
+        api: HttpDeviceApi,
+        journal: Journal,
+        progress: Callable[[str], None],
+    ) -> None:
         self.cfg = cfg
         self.phone = phone
         self.api = api
@@ -162,9 +168,14 @@ class Runner:
 
     def _heartbeat(self, status: Status, state: str) -> dict[str, Any] | None:
         try:
-            hb = self.api.heartbeat(adb_serial=self.cfg.serial, android_release=self._android_release(),
-                                    pdd_version=status.version_name, pdd_version_code=status.version_code,
-                                    state=state, pack_id=status.pack_id)
+            hb = self.api.heartbeat(
+                adb_serial=self.cfg.serial,
+                android_release=self._android_release(),
+                pdd_version=status.version_name,
+                pdd_version_code=status.version_code,
+                state=state,
+                pack_id=status.pack_id,
+            )
         except AgentError as exc:
             self.progress(f"heartbeat failed: {exc.reason_code}")
             self._hb_allowed = False
@@ -181,8 +192,10 @@ class Runner:
         self._hb_allowed = bool(hb["app_version_allowed"])
         held = hb.get("supervision_hold") is True  # issue 17: claim-next answers no task while held
         if held and not self.supervision_hold:
-            self.progress("server: this phone's pairing with its selector pack is on hold (a supervised order "
-                          "was marked wrong): no task until an admin presses 重新人工监督 on the devices page")
+            self.progress(
+                "server: this phone's pairing with its selector pack is on hold (a supervised order "
+                "was marked wrong): no task until an admin presses 重新人工监督 on the devices page"
+            )
         self.supervision_hold = held
         return hb
 
@@ -198,13 +211,14 @@ class Runner:
     # --- hold policy --------------------------------------------------------------------------
     def _settle(self, attempt_id: str, end: AttemptEnd) -> str | None:
         """Count one attempt's ending in the journal (once); returns the hold it set, if any."""
+
         def decide(crashes: int, failures: int) -> tuple[int, int, str | None]:
             after, hold = settle(Streaks(crashes, failures), end, self.cfg.holds)
             return after.crashes, after.failures, hold
+
         hold = self.journal.settle_attempt(attempt_id, decide)
         if hold is not None:
-            self.progress(f"HOLD: {hold}; clear with `cmbuyer-agent journal --device {self.cfg.serial} "
-                          "--clear-hold`")
+            self.progress(f"HOLD: {hold}; clear with `cmbuyer-agent journal --device {self.cfg.serial} --clear-hold`")
         return hold
 
     def _count_crashes(self) -> None:
@@ -226,8 +240,10 @@ class Runner:
         self._count_crashes()
         held = self.journal.hold()
         if held:  # a restarted agent must say why it stays idle, not only heartbeat NEEDS_PERSON
-            self.progress(f"HOLD (from before this start): {held}; clear with `cmbuyer-agent journal --device "
-                          f"{self.cfg.serial} --clear-hold` after a person checked the phone")
+            self.progress(
+                f"HOLD (from before this start): {held}; clear with `cmbuyer-agent journal --device "
+                f"{self.cfg.serial} --clear-hold` after a person checked the phone"
+            )
         clear = self._recover()
         while not self.stop.is_set():
             status = self.last_status = self._status()
@@ -250,8 +266,9 @@ class Runner:
                     continue
             elif self.cfg.once and state in ("NO_PACK", "APP_MISSING") and self._hb_state == state:
                 if state == "NO_PACK":
-                    self.progress(f"no selector pack for app version {status.version_name} "
-                                  f"({status.version_code}): not claiming")
+                    self.progress(
+                        f"no selector pack for app version {status.version_name} ({status.version_code}): not claiming"
+                    )
                 return 3
             self.stop.wait(self.cfg.poll_seconds)
         return 0
@@ -274,21 +291,42 @@ class Runner:
         c = purchase.claim
         t = purchase.task
         self.journal.record_claim(
-            attempt_id=c.attempt_id, task_id=c.task_id, task_version=c.task_version,
-            authorization_id=c.authorization_id, claim_generation=c.claim_generation,
-            claim_token=c.claim_token, session_id=c.session_id, lease_expires_at=c.lease_expires_at,
+            attempt_id=c.attempt_id,
+            task_id=c.task_id,
+            task_version=c.task_version,
+            authorization_id=c.authorization_id,
+            claim_generation=c.claim_generation,
+            claim_token=c.claim_token,
+            session_id=c.session_id,
+            lease_expires_at=c.lease_expires_at,
             authorization_expires_at=c.authorization_expires_at,
-            task={"goods_id": t.goods_id, "sku_color": t.sku_color, "sku_size": t.sku_size,
-                  "quantity": t.quantity, "max_total_price": str(t.max_total_price)})
+            task={
+                "goods_id": t.goods_id,
+                "sku_color": t.sku_color,
+                "sku_size": t.sku_size,
+                "quantity": t.quantity,
+                "max_total_price": str(t.max_total_price),
+            },
+        )
         self.api.forget_claim_request(self.session)
         self.claims += 1
         self.progress(f"claimed task {t.id} (attempt {c.attempt_id})")
-        lease = LeaseKeeper(self.api, c, purchase.server_now,
-                            on_renewed=lambda cl: self.journal.update_lease(cl.attempt_id,
-                                                                             cl.lease_expires_at)).start()
+        lease = LeaseKeeper(
+            self.api,
+            c,
+            purchase.server_now,
+            on_renewed=lambda cl: self.journal.update_lease(cl.attempt_id, cl.lease_expires_at),
+        ).start()
         busy = _BusyHeartbeat(self, self._hb_interval).start()
-        flow = PurchaseFlow(phone=self.phone, pack=pack, sink=self.api, journal=self.journal,
-                            stop=self.stop, lease=lease, progress=self.progress)
+        flow = PurchaseFlow(
+            phone=self.phone,
+            pack=pack,
+            sink=self.api,
+            journal=self.journal,
+            stop=self.stop,
+            lease=lease,
+            progress=self.progress,
+        )
         self._flow = flow
         try:
             result = flow.run(purchase)
@@ -325,10 +363,14 @@ class _BusyHeartbeat:
         while not self._stop.wait(self._interval):
             try:
                 last = r.last_status
-                r.api.heartbeat(adb_serial=r.cfg.serial, android_release=r._android or "unknown",
-                                pdd_version=last.version_name if last else None,
-                                pdd_version_code=last.version_code if last else None, state="BUSY",
-                                pack_id=last.pack_id if last else None)
+                r.api.heartbeat(
+                    adb_serial=r.cfg.serial,
+                    android_release=r._android or "unknown",
+                    pdd_version=last.version_name if last else None,
+                    pdd_version_code=last.version_code if last else None,
+                    state="BUSY",
+                    pack_id=last.pack_id if last else None,
+                )
                 r._hb_state = "BUSY"
             except AgentError as exc:
                 log.info("busy heartbeat failed: %s", exc.reason_code)

@@ -43,26 +43,35 @@ class SubmitOutcome:
     package: str | None = None
 
 
-def submit_order_once(phone: PhoneAdapter, pack: Pack, journal: Journal, permit: SubmissionPermit,
-                      *, observe_seconds: float = OBSERVE_SECONDS) -> SubmitOutcome:
+def submit_order_once(
+    phone: PhoneAdapter,
+    pack: Pack,
+    journal: Journal,
+    permit: SubmissionPermit,
+    *,
+    observe_seconds: float = OBSERVE_SECONDS,
+) -> SubmitOutcome:
     if not isinstance(permit, SubmissionPermit):
         raise TypeError("a SubmissionPermit is required")
     attempt = permit.attempt_id
     try:
         dump = phone.dump()
         if readers.recognize(dump, pack) != "confirm_order":
-            return SubmitOutcome("UNKNOWN", False, _shot(phone), "confirm page gone before the tap",
-                                 "SUBMIT_CONTROL_GONE")
+            return SubmitOutcome(
+                "UNKNOWN", False, _shot(phone), "confirm page gone before the tap", "SUBMIT_CONTROL_GONE"
+            )
         pack_nodes = pack.controls["submit"].find(dump)
         targets = {(n.clickable_self_or_ancestor() or n).order: n for n in pack_nodes}
         generic = {n.order for n in safety.submit_controls(dump)}
         if len(targets) != 1 or set(targets) != generic:
-            return SubmitOutcome("UNKNOWN", False, _shot(phone), "submit control not unique before tap",
-                                 "SUBMIT_CONTROL_GONE")
+            return SubmitOutcome(
+                "UNKNOWN", False, _shot(phone), "submit control not unique before tap", "SUBMIT_CONTROL_GONE"
+            )
         node = next(iter(targets.values()))
     except AgentError as exc:
-        return SubmitOutcome("UNKNOWN", False, _shot(phone), f"pre-tap read failed: {exc.reason_code}",
-                             "SUBMIT_CONTROL_GONE")
+        return SubmitOutcome(
+            "UNKNOWN", False, _shot(phone), f"pre-tap read failed: {exc.reason_code}", "SUBMIT_CONTROL_GONE"
+        )
 
     journal.advance(attempt, "TAP_INTENT_RECORDED")  # intent before side effect
     try:
@@ -70,8 +79,9 @@ def submit_order_once(phone: PhoneAdapter, pack: Pack, journal: Journal, permit:
     except SubmitTapUnknown:
         return SubmitOutcome("UNKNOWN", True, _shot(phone), "submit tap outcome unknown", "TAP_OUTCOME_UNKNOWN")
     except AgentError as exc:  # denylist refusal etc.: nothing was sent to the phone
-        return SubmitOutcome("UNKNOWN", False, _shot(phone), f"submit tap refused: {exc.reason_code}",
-                             "SUBMIT_CONTROL_GONE")
+        return SubmitOutcome(
+            "UNKNOWN", False, _shot(phone), f"submit tap refused: {exc.reason_code}", "SUBMIT_CONTROL_GONE"
+        )
     journal.advance(attempt, "TAPPED")
     return _observe(phone, pack, observe_seconds)
 
@@ -100,9 +110,12 @@ def _observe(phone: PhoneAdapter, pack: Pack, seconds: float) -> SubmitOutcome:
             time.sleep(0.3)  # a failing dump right after the tap: give the phone a moment
             continue
         last = seen
-        if seen.observation is not None and previous is not None and \
-                (seen.observation, seen.reason, seen.package) == (previous.observation, previous.reason,
-                                                                  previous.package):
+        if (
+            seen.observation is not None
+            and previous is not None
+            and (seen.observation, seen.reason, seen.package)
+            == (previous.observation, previous.reason, previous.package)
+        ):
             shot = _shot(phone) if seen.app_in_front else None
             return SubmitOutcome(seen.observation, True, shot, f"observed {seen.what}", seen.reason, seen.package)
         previous = seen
@@ -110,5 +123,4 @@ def _observe(phone: PhoneAdapter, pack: Pack, seconds: float) -> SubmitOutcome:
     package = last.package if last is not None else None
     shot = _shot(phone) if last is None or last.app_in_front else None
     what = last.what if last is not None else "no readable dump"
-    return SubmitOutcome("UNKNOWN", True, shot, f"no known screen after the tap ({what})", "NO_KNOWN_SCREEN",
-                         package)
+    return SubmitOutcome("UNKNOWN", True, shot, f"no known screen after the tap ({what})", "NO_KNOWN_SCREEN", package)

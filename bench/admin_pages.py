@@ -40,12 +40,47 @@ from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services.admins import hash_password
 from cmbuyer.server.store import admins as admin_store
 
-WORDS = ["纯棉", "短袖", "长袖", "T恤", "衬衫", "卫衣", "外套", "牛仔裤", "运动裤", "连衣裙", "半身裙", "毛衣",
-         "夹克", "羽绒服", "背心", "睡衣", "袜子", "帽子", "围巾", "儿童", "男款", "女款", "宽松", "修身", "加绒"]
+WORDS = [
+    "纯棉",
+    "短袖",
+    "长袖",
+    "T恤",
+    "衬衫",
+    "卫衣",
+    "外套",
+    "牛仔裤",
+    "运动裤",
+    "连衣裙",
+    "半身裙",
+    "毛衣",
+    "夹克",
+    "羽绒服",
+    "背心",
+    "睡衣",
+    "袜子",
+    "帽子",
+    "围巾",
+    "儿童",
+    "男款",
+    "女款",
+    "宽松",
+    "修身",
+    "加绒",
+]
 COLORS = ["黑色", "白色", "灰色", "藏青", "卡其", "红色", "粉色", "黑色CHA(纯棉)"]
 SIZES = ["S", "M", "L", "XL", "XXL", "M(建议100-115)", "均码"]
-STATES = ["DRAFT"] * 6 + ["PENDING", "CLAIMED", "ORDERING", "WAITING_PAYMENT", "PAID", "PAID", "FAILED", "EXPIRED",
-                          "CANCELLED", "RECONCILIATION_REQUIRED"]
+STATES = ["DRAFT"] * 6 + [
+    "PENDING",
+    "CLAIMED",
+    "ORDERING",
+    "WAITING_PAYMENT",
+    "PAID",
+    "PAID",
+    "FAILED",
+    "EXPIRED",
+    "CANCELLED",
+    "RECONCILIATION_REQUIRED",
+]
 PASSWORD = "bench-password-123"
 
 
@@ -63,15 +98,34 @@ def populate(db_path: Path, count: int, seed: int = 5) -> dict[str, str]:
             title = "".join(rng.sample(WORDS, 3)) + f" {i % 997}号"
             goods = str(100000000000 + rng.randint(0, 899999999999))
             task_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-            rows.append((task_id, str(uuid.uuid4()), "0" * 64, title,
-                         f"https://mobile.yangkeduo.com/goods.html?goods_id={goods}", goods, rng.choice(COLORS),
-                         rng.choice(SIZES), rng.randint(1, 5), f"{rng.randint(10, 500)}.00", rng.choice(STATES),
-                         1, None, "cli:bench", created, created))
+            rows.append(
+                (
+                    task_id,
+                    str(uuid.uuid4()),
+                    "0" * 64,
+                    title,
+                    f"https://mobile.yangkeduo.com/goods.html?goods_id={goods}",
+                    goods,
+                    rng.choice(COLORS),
+                    rng.choice(SIZES),
+                    rng.randint(1, 5),
+                    f"{rng.randint(10, 500)}.00",
+                    rng.choice(STATES),
+                    1,
+                    None,
+                    "cli:bench",
+                    created,
+                    created,
+                )
+            )
             if i == count // 2:
                 samples.update(goods=goods, task_id=task_id, title_part=title[2:6], mid_at=created, mid_id=task_id)
-        c.executemany("INSERT INTO tasks (id, create_key, create_hash, title, product_url, goods_id, sku_color,"
-                      " sku_size, quantity, max_total_price, state, version, state_reason, created_by, created_at,"
-                      " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        c.executemany(
+            "INSERT INTO tasks (id, create_key, create_hash, title, product_url, goods_id, sku_color,"
+            " sku_size, quantity, max_total_price, state, version, state_reason, created_by, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
         admin_store.insert(c, str(uuid.uuid4()), "bench", hash_password(PASSWORD), to_wire(datetime.now(UTC)))
 
     run_in_transaction(conn, job)
@@ -123,8 +177,11 @@ async def run(args: argparse.Namespace) -> int:
             page = await (await http.get(base + "/login")).text()
             token = re.search(r'name="csrf_token" value="([0-9a-f]{64})"', page)
             assert token is not None
-            resp = await http.post(base + "/login", data={"username": "bench", "password": PASSWORD,
-                                                          "csrf_token": token.group(1)}, allow_redirects=False)
+            resp = await http.post(
+                base + "/login",
+                data={"username": "bench", "password": PASSWORD, "csrf_token": token.group(1)},
+                allow_redirects=False,
+            )
             assert resp.status == 303, resp.status
             for name, path in scenarios:
                 for _ in range(5):  # warm caches
@@ -140,17 +197,28 @@ async def run(args: argparse.Namespace) -> int:
                     rows = body.count("data-task-id=")
                 times.sort()
                 p95 = times[int(len(times) * 0.95) - 1]
-                row = {"scenario": name, "rows": rows, "p50_ms": round(statistics.median(times), 1),
-                       "p95_ms": round(p95, 1), "max_ms": round(times[-1], 1)}
+                row = {
+                    "scenario": name,
+                    "rows": rows,
+                    "p50_ms": round(statistics.median(times), 1),
+                    "p95_ms": round(p95, 1),
+                    "max_ms": round(times[-1], 1),
+                }
                 failed = failed or p95 > args.budget_ms
                 results.append(row)
                 if not args.json:
-                    print(f"{name:32s} rows={rows:3d}  p50={row['p50_ms']:6.1f}  p95={row['p95_ms']:6.1f}"
-                          f"  max={row['max_ms']:6.1f} ms")
+                    print(
+                        f"{name:32s} rows={rows:3d}  p50={row['p50_ms']:6.1f}  p95={row['p95_ms']:6.1f}"
+                        f"  max={row['max_ms']:6.1f} ms"
+                    )
         await runner.cleanup()
     if args.json:
-        print(json.dumps({"tasks": args.tasks, "requests": args.requests, "budget_ms": args.budget_ms,
-                          "results": results}, ensure_ascii=False))
+        print(
+            json.dumps(
+                {"tasks": args.tasks, "requests": args.requests, "budget_ms": args.budget_ms, "results": results},
+                ensure_ascii=False,
+            )
+        )
     return 1 if failed else 0
 
 

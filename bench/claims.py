@@ -63,10 +63,17 @@ from cmbuyer.server.services.heartbeat import record_heartbeat
 
 ACTOR = Actor("cli", "bench")
 START_CHUNK = 50
-SERVER_CMD = (os.environ["BENCH_SERVER_CMD"].split() if os.environ.get("BENCH_SERVER_CMD") else
-              ["-c", "import sys; from cmbuyer.server.cli import main; sys.exit(main(sys.argv[1:]))"])
-ENV = {"CMBUYER_HEARTBEAT_INTERVAL": "3600", "CMBUYER_CLAIM_LEASE_TTL": "600", "CMBUYER_AUTHORIZATION_TTL": "86400",
-       "CMBUYER_LOG_LEVEL": "WARNING"}
+SERVER_CMD = (
+    os.environ["BENCH_SERVER_CMD"].split()
+    if os.environ.get("BENCH_SERVER_CMD")
+    else ["-c", "import sys; from cmbuyer.server.cli import main; sys.exit(main(sys.argv[1:]))"]
+)
+ENV = {
+    "CMBUYER_HEARTBEAT_INTERVAL": "3600",
+    "CMBUYER_CLAIM_LEASE_TTL": "600",
+    "CMBUYER_AUTHORIZATION_TTL": "86400",
+    "CMBUYER_LOG_LEVEL": "WARNING",
+}
 
 
 @dataclass
@@ -77,8 +84,11 @@ class Device:
     session: str = field(default_factory=new_id)
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}", "X-CMBuyer-Device-ID": self.device_id,
-                "Content-Type": "application/json"}
+        return {
+            "Authorization": f"Bearer {self.token}",
+            "X-CMBuyer-Device-ID": self.device_id,
+            "Content-Type": "application/json",
+        }
 
 
 def populate(data_dir: Path, n: int) -> tuple[Settings, list[Device]]:
@@ -94,23 +104,42 @@ def populate(data_dir: Path, n: int) -> tuple[Settings, list[Device]]:
     def fill(c: sqlite3.Connection) -> None:
         ids = []
         for i in range(n):
-            raw = {"create_key": new_id(), "title": f"bench {i}",
-                   "product_url": f"https://mobile.yangkeduo.com/goods.html?goods_id={100000 + i}",
-                   "sku_color": "黑色", "sku_size": "M", "quantity": 1, "max_total_price": "30.00"}
+            raw = {
+                "create_key": new_id(),
+                "title": f"bench {i}",
+                "product_url": f"https://mobile.yangkeduo.com/goods.html?goods_id={100000 + i}",
+                "sku_color": "黑色",
+                "sku_size": "M",
+                "quantity": 1,
+                "max_total_price": "30.00",
+            }
             # Created one after another (distinct created_at), as tasks arrive in real use; all at one
             # instant would make every index ordered by time random-ordered by id instead (≈ 30% more
             # pages written per claim, docs/performance.md).
-            task, _ = task_service.create_task(c, task_service.validate_new_task(raw, settings), ACTOR,
-                                               now - timedelta(seconds=n - i))
+            task, _ = task_service.create_task(
+                c, task_service.validate_new_task(raw, settings), ACTOR, now - timedelta(seconds=n - i)
+            )
             ids.append((task.id, task.version))
             issued = device_service.add_device(c, f"bench{i}", ACTOR, now)
-            record_heartbeat(c, device_id=issued.device_id, now=now, policy=policy, body={
-                "device_id": issued.device_id, "client_version": "0.1.0", "adb_serial": f"10.0.0.1:{i}",
-                "android_release": "16", "pdd_version": settings.allowed_app_versions[0], "state": "READY"})
+            record_heartbeat(
+                c,
+                device_id=issued.device_id,
+                now=now,
+                policy=policy,
+                body={
+                    "device_id": issued.device_id,
+                    "client_version": "0.1.0",
+                    "adb_serial": f"10.0.0.1:{i}",
+                    "android_release": "16",
+                    "pdd_version": settings.allowed_app_versions[0],
+                    "state": "READY",
+                },
+            )
             devices.append(Device(issued.device_id, issued.token))
         for k in range(0, n, START_CHUNK):  # an operator starts purchases a page of tasks at a time
-            task_service.start_purchases(c, new_id(), ids[k:k + START_CHUNK], ACTOR,
-                                         now - timedelta(milliseconds=n - k), settings)
+            task_service.start_purchases(
+                c, new_id(), ids[k : k + START_CHUNK], ACTOR, now - timedelta(milliseconds=n - k), settings
+            )
 
     run_in_transaction(conn, fill)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -128,8 +157,17 @@ def raw_rate(settings: Settings, devices: list[Device], limit: int) -> float:
     chosen = devices[:limit]
     start = time.perf_counter()
     for dev in chosen:
-        stored = run_in_transaction(conn, lambda c, d=dev: claim_service.claim_next(
-            c, device_id=d.device_id, session_id=d.session, claim_request_id=new_id(), now=clock.now(), policy=policy))
+        stored = run_in_transaction(
+            conn,
+            lambda c, d=dev: claim_service.claim_next(
+                c,
+                device_id=d.device_id,
+                session_id=d.session,
+                claim_request_id=new_id(),
+                now=clock.now(),
+                policy=policy,
+            ),
+        )
         assert stored.status == 200
     elapsed = time.perf_counter() - start
     conn.close()
@@ -158,8 +196,11 @@ async def wait_ready(base: str) -> None:
 def summary(name: str, latencies: list[float], elapsed: float) -> dict[str, float]:
     ordered = sorted(latencies)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return {f"{name}_per_s": len(ordered) / elapsed, f"{name}_p50_ms": statistics.median(ordered) * 1000,
-            f"{name}_p99_ms": p99 * 1000}
+    return {
+        f"{name}_per_s": len(ordered) / elapsed,
+        f"{name}_p50_ms": statistics.median(ordered) * 1000,
+        f"{name}_p99_ms": p99 * 1000,
+    }
 
 
 async def drive(base: str, devices: list[Device], concurrency: int, renews: int) -> dict[str, float]:
@@ -191,12 +232,20 @@ async def drive(base: str, devices: list[Device], concurrency: int, renews: int)
             attempt = dev.claim["attempt"]
             lease = attempt["lease_expires_at"]
             for _ in range(per_worker):
-                body = json.dumps({"renew_request_id": new_id(), "session_id": dev.session, "attempt_id": attempt["id"],
-                                   "claim_generation": attempt["claim_generation"],
-                                   "claim_token": attempt["claim_token"], "expected_lease_expires_at": lease})
+                body = json.dumps(
+                    {
+                        "renew_request_id": new_id(),
+                        "session_id": dev.session,
+                        "attempt_id": attempt["id"],
+                        "claim_generation": attempt["claim_generation"],
+                        "claim_token": attempt["claim_token"],
+                        "expected_lease_expires_at": lease,
+                    }
+                )
                 t0 = time.perf_counter()
-                async with http.post(f"{base}/api/v1/tasks/{dev.claim['task']['id']}/lease/renew", data=body,
-                                     headers=dev.headers()) as resp:
+                async with http.post(
+                    f"{base}/api/v1/tasks/{dev.claim['task']['id']}/lease/renew", data=body, headers=dev.headers()
+                ) as resp:
                     payload = await resp.read()
                     assert resp.status == 200, (resp.status, payload)
                 renew_lat.append(time.perf_counter() - t0)
@@ -225,7 +274,9 @@ class RawHTTP:
         self.writer.write(
             f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {dev.token}\r\n"
             f"X-CMBuyer-Device-ID: {dev.device_id}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body)
+            f"Content-Length: {len(body)}\r\n\r\n".encode("ascii")
+            + body
+        )
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         length = 0
@@ -246,8 +297,9 @@ async def claim_raw(http: RawHTTP, dev: Device) -> None:
     dev.claim = json.loads(payload)
 
 
-async def drive_offered_raw(host: str, port: int, devices: list[Device], concurrency: int, rate: float,
-                            seed: int) -> dict[str, float]:
+async def drive_offered_raw(
+    host: str, port: int, devices: list[Device], concurrency: int, rate: float, seed: int
+) -> dict[str, float]:
     """Claim-next at an *offered* rate (open loop): Poisson arrivals at ``rate`` per second spread over
     ``concurrency`` connections, one fresh device per request.
 
@@ -313,9 +365,16 @@ async def drive_raw(host: str, port: int, devices: list[Device], concurrency: in
             lease = attempt["lease_expires_at"]
             path = f"/api/v1/tasks/{dev.claim['task']['id']}/lease/renew"
             for _ in range(per_worker):
-                body = json.dumps({"renew_request_id": new_id(), "session_id": dev.session, "attempt_id": attempt["id"],
-                                   "claim_generation": attempt["claim_generation"],
-                                   "claim_token": attempt["claim_token"], "expected_lease_expires_at": lease}).encode()
+                body = json.dumps(
+                    {
+                        "renew_request_id": new_id(),
+                        "session_id": dev.session,
+                        "attempt_id": attempt["id"],
+                        "claim_generation": attempt["claim_generation"],
+                        "claim_token": attempt["claim_token"],
+                        "expected_lease_expires_at": lease,
+                    }
+                ).encode()
                 t0 = time.perf_counter()
                 status, payload = await http.post(path, dev, body)
                 renew_lat.append(time.perf_counter() - t0)
@@ -340,8 +399,15 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_level(concurrency: int, claims: int, renews: int, raw_limit: int, client: str = "raw",
-              offered: tuple[float, ...] = (), offered_claims: int = 0) -> dict[str, Any]:
+def run_level(
+    concurrency: int,
+    claims: int,
+    renews: int,
+    raw_limit: int,
+    client: str = "raw",
+    offered: tuple[float, ...] = (),
+    offered_claims: int = 0,
+) -> dict[str, Any]:
     """One concurrency level (module docstring). ``offered``: fractions of the closed-loop claim rate at
     which ``offered_claims`` further claims are then sent open-loop (:func:`drive_offered_raw`)."""
     with tempfile.TemporaryDirectory(prefix="cmbuyer-bench-") as tmp:
@@ -351,8 +417,9 @@ def run_level(concurrency: int, claims: int, renews: int, raw_limit: int, client
         raw = raw_rate(settings, devices, min(raw_limit, claims))
         port = free_port()
         env = {**os.environ, **ENV, "CMBUYER_DATA_DIR": str(data_dir)}
-        server = subprocess.Popen([sys.executable, *SERVER_CMD, "--data-dir", str(data_dir), "serve",
-                                   "--port", str(port)], env=env)
+        server = subprocess.Popen(
+            [sys.executable, *SERVER_CMD, "--data-dir", str(data_dir), "serve", "--port", str(port)], env=env
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             asyncio.run(wait_ready(base))
@@ -371,7 +438,7 @@ def run_level(concurrency: int, claims: int, renews: int, raw_limit: int, client
             result["offered"] = []
             for k, fraction in enumerate(offered):
                 rate = fraction * result["claim_per_s"]
-                batch = spare[k * offered_claims:(k + 1) * offered_claims]
+                batch = spare[k * offered_claims : (k + 1) * offered_claims]
                 measured = asyncio.run(drive_offered_raw("127.0.0.1", port, batch, concurrency, rate, seed=k))
                 result["offered"].append({"fraction": fraction, "offered_per_s": rate, **measured})
         finally:
@@ -388,10 +455,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, default=3000, help="claims per level (= tasks = devices)")
     parser.add_argument("--renews", type=int, default=4000, help="lease renewals per level")
     parser.add_argument("--raw", type=int, default=1500, help="claims in the raw SQLite measurement")
-    parser.add_argument("--client", choices=["raw", "aiohttp"], default="raw",
-                        help="raw: hand-written HTTP/1.1 on asyncio streams (least client CPU); aiohttp: ClientSession")
-    parser.add_argument("--offered", type=float, nargs="*", default=[0.5, 0.8],
-                        help="after the closed loop, claim-next open-loop at these fractions of its claim rate")
+    parser.add_argument(
+        "--client",
+        choices=["raw", "aiohttp"],
+        default="raw",
+        help="raw: hand-written HTTP/1.1 on asyncio streams (least client CPU); aiohttp: ClientSession",
+    )
+    parser.add_argument(
+        "--offered",
+        type=float,
+        nargs="*",
+        default=[0.5, 0.8],
+        help="after the closed loop, claim-next open-loop at these fractions of its claim rate",
+    )
     parser.add_argument("--offered-claims", type=int, default=1500, help="claims per offered fraction")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -401,20 +477,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--offered needs --client raw")
     rows = []
     for level in args.levels:
-        result = {"devices": level, **run_level(level, args.claims, args.renews, args.raw, args.client,
-                                                tuple(args.offered), args.offered_claims)}
+        result = {
+            "devices": level,
+            **run_level(
+                level, args.claims, args.renews, args.raw, args.client, tuple(args.offered), args.offered_claims
+            ),
+        }
         rows.append(result)
         if not args.json:
-            print(f"{level:>4} devices | claim {result['claim_per_s']:7.0f}/s p50 {result['claim_p50_ms']:6.1f} ms"
-                  f" p99 {result['claim_p99_ms']:6.1f} ms | renew {result['renew_per_s']:7.0f}/s"
-                  f" p50 {result['renew_p50_ms']:6.1f} ms p99 {result['renew_p99_ms']:6.1f} ms"
-                  f" | raw SQLite claim {result['raw_claim_per_s']:7.0f}/s | server/raw"
-                  f" {result['ratio_server_to_raw']:.2f} | server CPU {result['server_cpu_ms_per_request']:.2f} ms/req"
-                  f" | load {result['load_before']:.1f}→{result['load_after']:.1f}", flush=True)
+            print(
+                f"{level:>4} devices | claim {result['claim_per_s']:7.0f}/s p50 {result['claim_p50_ms']:6.1f} ms"
+                f" p99 {result['claim_p99_ms']:6.1f} ms | renew {result['renew_per_s']:7.0f}/s"
+                f" p50 {result['renew_p50_ms']:6.1f} ms p99 {result['renew_p99_ms']:6.1f} ms"
+                f" | raw SQLite claim {result['raw_claim_per_s']:7.0f}/s | server/raw"
+                f" {result['ratio_server_to_raw']:.2f} | server CPU {result['server_cpu_ms_per_request']:.2f} ms/req"
+                f" | load {result['load_before']:.1f}→{result['load_after']:.1f}",
+                flush=True,
+            )
             for o in result["offered"]:
-                print(f"       open loop at {o['fraction']:.0%} of that claim rate"
-                      f" ({o['offered_per_s']:.0f}/s offered): {o['open_per_s']:.0f}/s p50 {o['open_p50_ms']:6.1f} ms"
-                      f" p99 {o['open_p99_ms']:6.1f} ms", flush=True)
+                print(
+                    f"       open loop at {o['fraction']:.0%} of that claim rate"
+                    f" ({o['offered_per_s']:.0f}/s offered): {o['open_per_s']:.0f}/s p50 {o['open_p50_ms']:6.1f} ms"
+                    f" p99 {o['open_p99_ms']:6.1f} ms",
+                    flush=True,
+                )
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0

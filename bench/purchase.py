@@ -53,8 +53,10 @@ def run(orders: int) -> dict[str, object]:
             stack.start_server()
             stack.start_sim(["sim-1"], SCENARIO, latency="realistic")
             stack.add_device("sim-1")
-            specs = [TaskSpec(f"bench{i}", "937122477375", "黑色CHA(纯棉)", "M(建议100-115)", QUANTITY, "100.00")
-                     for i in range(orders)]
+            specs = [
+                TaskSpec(f"bench{i}", "937122477375", "黑色CHA(纯棉)", "M(建议100-115)", QUANTITY, "100.00")
+                for i in range(orders)
+            ]
             before = remote_state(stack.sim_port, "sim-1")["counters"]
             stack.create_tasks(specs)
             stack.start_agent("sim-1")
@@ -77,8 +79,11 @@ def run(orders: int) -> dict[str, object]:
     mean = sum(per_order) / len(per_order)
     return {
         "orders": orders,
-        "wall_seconds_per_order": {"mean": round(mean, 3), "min": round(min(per_order), 3),
-                                   "max": round(max(per_order), 3)},
+        "wall_seconds_per_order": {
+            "mean": round(mean, 3),
+            "min": round(min(per_order), 3),
+            "max": round(max(per_order), 3),
+        },
         "phone_round_trips_per_order": used,
         "unavoidable_calls_per_order": calls,
         "unavoidable_seconds_per_order": round(minimum, 3),

@@ -30,8 +30,10 @@ from demo.stack import SETTLED, Stack, StackError, TaskSpec, port_is_free
 SCENARIO = Path(__file__).with_name("scenario.yaml")
 SERIALS = ["sim-1", "sim-2"]
 # What each phone shows (scenario.yaml `phones:`): one phone per layout an app version may use.
-LAYOUTS = {"sim-1": "Pinduoduo 8.17.0 — separate SKU sheet (确定), then the confirm page",
-           "sim-2": "Pinduoduo 8.22.0 — one order sheet: options, quantity, payment row and 提交订单 together"}
+LAYOUTS = {
+    "sim-1": "Pinduoduo 8.17.0 — separate SKU sheet (确定), then the confirm page",
+    "sim-2": "Pinduoduo 8.22.0 — one order sheet: options, quantity, payment row and 提交订单 together",
+}
 SUPERVISED = "sim-2"  # `make demo` only: this phone's orders wait for a person's approval in the task drawer
 
 
@@ -42,10 +44,24 @@ def demo_tasks() -> list[TaskSpec]:
         TaskSpec("纯棉短袖 流砂灰L", "937122477375", "【流砂限定】灰色", "L(建议115-130)", 1, "20.00"),
         TaskSpec("卫裤 灰XL ×2", "700000000002", "灰色", "XL", 2, "90.00"),
         TaskSpec("珊瑚绒毛毯 樱花粉（只有一个规格维度）", "700000000003", "樱花粉", None, 1, "80.00"),
-        TaskSpec("冲锋衣 藏青L（提交后出现安全验证）", "700000000001", "藏青", "L", 1, "200.00",
-                 expect=("RECONCILIATION_REQUIRED",)),
-        TaskSpec("纯棉短袖 白XL ×3（超出总价上限）", "937122477375", "白色CHA(纯棉)", "XL(建议130-145)", 3, "30.00",
-                 expect=("FAILED",)),
+        TaskSpec(
+            "冲锋衣 藏青L（提交后出现安全验证）",
+            "700000000001",
+            "藏青",
+            "L",
+            1,
+            "200.00",
+            expect=("RECONCILIATION_REQUIRED",),
+        ),
+        TaskSpec(
+            "纯棉短袖 白XL ×3（超出总价上限）",
+            "937122477375",
+            "白色CHA(纯棉)",
+            "XL(建议130-145)",
+            3,
+            "30.00",
+            expect=("FAILED",),
+        ),
     ]
 
 
@@ -70,8 +86,10 @@ def _line(spec: TaskSpec, detail: dict[str, Any], serial_of: dict[str, str]) -> 
     if last == "APPROVAL_WAIT:STARTED" and task["state"] not in SETTLED:
         reason = "等待人工确认 → /tasks: open the task's drawer, press 批准 or 驳回"
     mark = "✓" if task["state"] in spec.expect else ("…" if task["state"] not in SETTLED else "✗")
-    return (f" {mark} {_pad(spec.title, 36)} {_pad(task['state_label'], 10)} {_pad(task['state'], 24)}"
-            f" {_pad(device, 6)} {last} {reason}")
+    return (
+        f" {mark} {_pad(spec.title, 36)} {_pad(task['state_label'], 10)} {_pad(task['state'], 24)}"
+        f" {_pad(device, 6)} {last} {reason}"
+    )
 
 
 def watch(stack: Stack, specs: list[TaskSpec], timeout: float | None, live: bool) -> dict[str, dict[str, Any]]:
@@ -143,17 +161,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="headless: exit when every task settled")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--data-dir", type=Path, default=Path("var/demo"))
-    parser.add_argument("--timeout", type=float, default=240.0,
-                        help="--once: seconds every task may take to settle (without --once: no limit)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=240.0,
+        help="--once: seconds every task may take to settle (without --once: no limit)",
+    )
     args = parser.parse_args(argv)
     if not port_is_free(args.port):
-        print(f"demo: 127.0.0.1:{args.port} is in use; stop that process or run `make demo DEMO_PORT=8090`",
-              file=sys.stderr)
+        print(
+            f"demo: 127.0.0.1:{args.port} is in use; stop that process or run `make demo DEMO_PORT=8090`",
+            file=sys.stderr,
+        )
         return 2
     specs = demo_tasks()
     # demo-once runs unwatched: no person approves, so supervised first orders (issue 17) are off there
-    stack = Stack(args.data_dir, server_port=args.port,
-                  env={"CMBUYER_SUPERVISED_ORDERS": "0"} if args.once else {})
+    stack = Stack(args.data_dir, server_port=args.port, env={"CMBUYER_SUPERVISED_ORDERS": "0"} if args.once else {})
     interrupted = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -178,13 +201,14 @@ def main(argv: list[str] | None = None) -> int:
         for serial, layout in LAYOUTS.items():
             print(f"          {serial}: {layout}")
         if not args.once:
-            print(f"approval: {SUPERVISED}'s orders wait at gate 3 for a person (supervised first orders): on "
-                  f"{stack.url}/tasks open the task marked 等待人工确认 and press 批准 or 驳回; the other phone "
-                  "is exempted")
+            print(
+                f"approval: {SUPERVISED}'s orders wait at gate 3 for a person (supervised first orders): on "
+                f"{stack.url}/tasks open the task marked 等待人工确认 and press 批准 or 驳回; the other phone "
+                "is exempted"
+            )
         print(f"logs:     {stack.logs}")
         print("tasks:")
-        details = watch(stack, specs, args.timeout if args.once else None,
-                        live=not args.once and sys.stdout.isatty())
+        details = watch(stack, specs, args.timeout if args.once else None, live=not args.once and sys.stdout.isatty())
         problems = verify(stack, specs, details)
         for problem in problems:
             print(f"PROBLEM: {problem}")

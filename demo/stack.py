@@ -27,8 +27,9 @@ from cmbuyer.server.db import connect_sync
 from cmbuyer.server.services import task_view
 
 BIN = Path(sys.executable).parent
-SETTLED = frozenset({"WAITING_PAYMENT", "RECONCILIATION_REQUIRED", "FAILED", "EXPIRED", "CANCELLED",
-                     "CLOSED_NOT_CREATED", "PAID"})
+SETTLED = frozenset(
+    {"WAITING_PAYMENT", "RECONCILIATION_REQUIRED", "FAILED", "EXPIRED", "CANCELLED", "CLOSED_NOT_CREATED", "PAID"}
+)
 GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
 
 
@@ -102,11 +103,18 @@ class Stack:
 
     def cli(self, *args: str, stdin: str | None = None) -> dict[str, Any]:
         """Run ``cmbuyer-server --data-dir D ARGS --json`` and return its JSON output."""
-        result = subprocess.run([str(BIN / "cmbuyer-server"), "--data-dir", str(self.data_dir), *args, "--json"],
-                                input=stdin, capture_output=True, text=True, env=self._env(), timeout=60)
+        result = subprocess.run(
+            [str(BIN / "cmbuyer-server"), "--data-dir", str(self.data_dir), *args, "--json"],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self._env(),
+            timeout=60,
+        )
         if result.returncode != 0:
-            raise StackError(f"cmbuyer-server {args[0]} {args[1] if len(args) > 1 else ''} failed: "
-                             f"{result.stderr.strip()}")
+            raise StackError(
+                f"cmbuyer-server {args[0]} {args[1] if len(args) > 1 else ''} failed: {result.stderr.strip()}"
+            )
         out: dict[str, Any] = json.loads(result.stdout)
         return out
 
@@ -124,9 +132,19 @@ class Stack:
         """Start ``cmbuyer-server serve`` and wait for ``/healthz``."""
         with (self.logs / "server.log").open("ab") as log:  # the child keeps its own descriptor
             self.server = subprocess.Popen(
-                [str(BIN / "cmbuyer-server"), "--data-dir", str(self.data_dir), "serve", "--port",
-                 str(self.server_port)], stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                start_new_session=True)
+                [
+                    str(BIN / "cmbuyer-server"),
+                    "--data-dir",
+                    str(self.data_dir),
+                    "serve",
+                    "--port",
+                    str(self.server_port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.server.poll() is not None:
@@ -148,15 +166,23 @@ class Stack:
 
     def start_sim(self, serials: list[str], scenario: Path, latency: str | None = None) -> None:
         """Start ``cmbuyer-phonesim`` on a free port with ``serials`` and wait for ``ready``."""
-        args = [str(BIN / "cmbuyer-phonesim"), "--port", "0", "--scenario", str(scenario),
-                "--journal", str(self.data_dir / "phones.jsonl")]
+        args = [
+            str(BIN / "cmbuyer-phonesim"),
+            "--port",
+            "0",
+            "--scenario",
+            str(scenario),
+            "--journal",
+            str(self.data_dir / "phones.jsonl"),
+        ]
         for serial in serials:
             args += ["--serial", serial]
         if latency:
             args += ["--latency", latency]
         with (self.logs / "phonesim.log").open("ab") as log:
-            self.sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, env=self._env(),
-                                        start_new_session=True)
+            self.sim = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=log, text=True, env=self._env(), start_new_session=True
+            )
         assert self.sim.stdout is not None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -190,28 +216,55 @@ class Stack:
     def agent_env(self) -> dict[str, str]:
         """The environment of an agent (and of an operator's ``cmbuyer-agent`` commands) on the phone
         host: adb pointed at the simulator, the agent state dir under the data dir."""
-        return {**self._env(), "ANDROID_ADB_SERVER_PORT": str(self.sim_port),
-                "CMBUYER_AGENT_STATE_DIR": str(self.data_dir / "agent-state")}
+        return {
+            **self._env(),
+            "ANDROID_ADB_SERVER_PORT": str(self.sim_port),
+            "CMBUYER_AGENT_STATE_DIR": str(self.data_dir / "agent-state"),
+        }
 
     def start_agent(self, serial: str, extra_args: tuple[str, ...] = ()) -> None:
         """Start ``cmbuyer-agent run --device SERIAL [EXTRA_ARGS]`` against the server and the simulator."""
         creds = self.data_dir / "agents" / f"{serial}.credentials"
         with (self.logs / f"agent-{serial}.log").open("ab") as log:
             self.agents[serial] = subprocess.Popen(
-                [str(BIN / "cmbuyer-agent"), "run", "--device", serial, "--server", self.url,
-                 "--credentials-file", str(creds), *extra_args], stdout=log, stderr=subprocess.STDOUT,
+                [
+                    str(BIN / "cmbuyer-agent"),
+                    "run",
+                    "--device",
+                    serial,
+                    "--server",
+                    self.url,
+                    "--credentials-file",
+                    str(creds),
+                    *extra_args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 env=self.agent_env(),
                 # its own session: a terminal's Ctrl-C reaches only the demo, which then stops each
                 # child once (a second signal would make an agent stop at once)
-                start_new_session=True)
+                start_new_session=True,
+            )
 
     def create_tasks(self, specs: list[TaskSpec]) -> None:
         """Create every task (DRAFT) and start them in one batch (PENDING + authorizations)."""
         for spec in specs:
             size = ["--size", spec.size] if spec.size is not None else []
-            out = self.cli("task", "add", "--title", spec.title, "--url", GOODS_URL.format(goods_id=spec.goods_id),
-                           "--color", spec.color, *size, "--quantity", str(spec.quantity),
-                           "--max-total-price", spec.max_total_price)
+            out = self.cli(
+                "task",
+                "add",
+                "--title",
+                spec.title,
+                "--url",
+                GOODS_URL.format(goods_id=spec.goods_id),
+                "--color",
+                spec.color,
+                *size,
+                "--quantity",
+                str(spec.quantity),
+                "--max-total-price",
+                spec.max_total_price,
+            )
             spec.task_id = out["task_id"]
         self.cli("task", "start", *[s.task_id for s in specs])
 

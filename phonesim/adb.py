@@ -34,11 +34,22 @@ log = logging.getLogger(__name__)
 ADB_VERSION = 41  # >= 41 makes adbutils use host:tport:serial:
 IDLE_TIMEOUT = 30.0  # a client silent this long between requests is dropped: never hang a thread
 MAX_REQUEST = 64 * 1024
-FEATURES = ("shell_v2,cmd,stat_v2,ls_v2,fixed_push_mkdir,apex,abb,fixed_push_symlink_timestamp,abb_exec,"
-            "remount_shell,track_app,sendrecv_v2,sendrecv_v2_brotli,sendrecv_v2_lz4,sendrecv_v2_zstd,"
-            "sendrecv_v2_dry_run_send,openscreen_mdns")
-HOST_SERIAL_CMDS = ("features", "get-state", "get-serialno", "get-devpath", "list-forward", "wait-for-",
-                    "forward", "killforward", "phonesim-")
+FEATURES = (
+    "shell_v2,cmd,stat_v2,ls_v2,fixed_push_mkdir,apex,abb,fixed_push_symlink_timestamp,abb_exec,"
+    "remount_shell,track_app,sendrecv_v2,sendrecv_v2_brotli,sendrecv_v2_lz4,sendrecv_v2_zstd,"
+    "sendrecv_v2_dry_run_send,openscreen_mdns"
+)
+HOST_SERIAL_CMDS = (
+    "features",
+    "get-state",
+    "get-serialno",
+    "get-devpath",
+    "list-forward",
+    "wait-for-",
+    "forward",
+    "killforward",
+    "phonesim-",
+)
 
 
 class _Close(Exception):
@@ -152,8 +163,10 @@ def _host_service(sock: socket.socket, sim: PhoneSim, req: str) -> Phone | None:
             state = "device" if p.online else "offline"
             if req.endswith("-l"):
                 model = str(p.cfg.device.get("model", "PJE110"))
-                lines.append(f"{p.serial:<22} {state} usb:1-{p.transport_id} product:{model} model:{model} "
-                             f"device:OP5961L1 transport_id:{p.transport_id}\n")
+                lines.append(
+                    f"{p.serial:<22} {state} usb:1-{p.transport_id} product:{model} model:{model} "
+                    f"device:OP5961L1 transport_id:{p.transport_id}\n"
+                )
             else:
                 lines.append(f"{p.serial}\t{state}\n")
         sock.sendall(_okay("".join(lines)))
@@ -161,13 +174,13 @@ def _host_service(sock: socket.socket, sim: PhoneSim, req: str) -> Phone | None:
     if req.startswith(("host:tport:", "host:transport")):
         return _attach(sock, sim, req)
     if req.startswith("host:phonesim-"):
-        _extension(sock, sim, req[len("host:"):])
+        _extension(sock, sim, req[len("host:") :])
         return None
     for prefix in ("host-serial:", "host-transport-id:", "host-usb:", "host-local:", "host:"):
-        if prefix == "host:" and not req[len(prefix):].startswith(HOST_SERIAL_CMDS):
+        if prefix == "host:" and not req[len(prefix) :].startswith(HOST_SERIAL_CMDS):
             break  # host:kill, host:track-devices, host:connect … are not simulated
         if req.startswith(prefix):
-            _host_device_query(sock, sim, prefix, req[len(prefix):])
+            _host_device_query(sock, sim, prefix, req[len(prefix) :])
             return None
     sock.sendall(_fail(f"phonesim: unsupported service {req[:100]!r}"))
     raise _Close
@@ -175,14 +188,14 @@ def _host_service(sock: socket.socket, sim: PhoneSim, req: str) -> Phone | None:
 
 def _attach(sock: socket.socket, sim: PhoneSim, req: str) -> Phone:
     tport = req.startswith("host:tport:")
-    sel = req[len("host:tport:"):] if tport else req[len("host:"):]
+    sel = req[len("host:tport:") :] if tport else req[len("host:") :]
     if sel.startswith("serial:"):
-        found = _resolve(sim, serial=sel[len("serial:"):])
+        found = _resolve(sim, serial=sel[len("serial:") :])
     elif sel.startswith("transport:"):
-        found = _resolve(sim, serial=sel[len("transport:"):])
+        found = _resolve(sim, serial=sel[len("transport:") :])
     elif sel.startswith("transport-id:"):
         try:
-            found = _resolve(sim, transport_id=int(sel[len("transport-id:"):]))
+            found = _resolve(sim, transport_id=int(sel[len("transport-id:") :]))
         except ValueError:
             found = "bad transport id"
     elif sel in ("any", "usb", "local", "transport-any", "transport-usb", "transport-local"):
@@ -201,8 +214,8 @@ def _split_host_query(prefix: str, rest: str) -> tuple[str | None, int | None, s
     if prefix in ("host-serial:", "host-transport-id:"):
         # serials may contain ':' (e.g. 10.0.0.2:5555): find where a known command starts
         for i in range(len(rest)):
-            if rest[i] == ":" and rest[i + 1:].startswith(HOST_SERIAL_CMDS):
-                key, cmd = rest[:i], rest[i + 1:]
+            if rest[i] == ":" and rest[i + 1 :].startswith(HOST_SERIAL_CMDS):
+                key, cmd = rest[:i], rest[i + 1 :]
                 if prefix == "host-serial:":
                     return key, None, cmd
                 return None, int(key) if key.isdigit() else -1, cmd
@@ -234,13 +247,19 @@ def _host_device_query(sock: socket.socket, sim: PhoneSim, prefix: str, rest: st
     if isinstance(found, str):
         sock.sendall(_fail(found))
         raise _Close
-    answers = {"features": FEATURES, "get-state": "device", "get-serialno": found.serial,
-               "get-devpath": f"usb:1-{found.transport_id}", "list-forward": ""}
+    answers = {
+        "features": FEATURES,
+        "get-state": "device",
+        "get-serialno": found.serial,
+        "get-devpath": f"usb:1-{found.transport_id}",
+        "list-forward": "",
+    }
     if cmd in answers:
         sock.sendall(_okay(answers[cmd]))
         return
-    sock.sendall(_fail(f"phonesim: unsupported host command {cmd[:100]!r} (no port forwarding; "
-                       "use the tcp:9008 device service)"))
+    sock.sendall(
+        _fail(f"phonesim: unsupported host command {cmd[:100]!r} (no port forwarding; use the tcp:9008 device service)")
+    )
     raise _Close
 
 
@@ -334,7 +353,7 @@ def _serve_uia_stream(sock: socket.socket, sim: PhoneSim, phone: Phone, banner: 
 
 
 def _tcp(sock: socket.socket, phone: Phone, req: str, silent: bool) -> None:
-    port = req[len("tcp:"):].split(":")[-1]
+    port = req[len("tcp:") :].split(":")[-1]
     if port != "9008" or not phone.uia_alive:
         # nothing listens there (or the uiautomator2 server died): the stream cannot open
         sock.sendall(_fail("closed"))
@@ -377,8 +396,9 @@ class AdbServer:
 
     def __init__(self, sim: PhoneSim, host: str, port: int):
         self._server = _TCPServer((host, port), sim)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="phonesim-adb", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="phonesim-adb", daemon=True
+        )
 
     @property
     def port(self) -> int:

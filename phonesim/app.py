@@ -48,9 +48,16 @@ class Order:
     status: str = "pending_payment"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"order_sn": self.order_sn, "goods_id": self.goods_id, "options": dict(self.options),
-                "quantity": self.quantity, "unit_price": str(self.unit_price), "total": str(self.total),
-                "outcome": self.outcome, "status": self.status}
+        return {
+            "order_sn": self.order_sn,
+            "goods_id": self.goods_id,
+            "options": dict(self.options),
+            "quantity": self.quantity,
+            "unit_price": str(self.unit_price),
+            "total": str(self.total),
+            "outcome": self.outcome,
+            "status": self.status,
+        }
 
 
 @dataclass

@@ -33,13 +33,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", help="scenario YAML/JSON file (default: the built-in scenario)")
     p.add_argument("--journal", help="append every journal entry as JSON lines to this file")
     p.add_argument("--latency", choices=["none", "realistic"], help="override the scenario's latency")
-    p.add_argument("--validate", metavar="FILE", nargs="?", const="",
-                   help="check a scenario file (or, with --session, the session) and exit (0 valid, 2 invalid)")
-    p.add_argument("--session", metavar="DIR",
-                   help="play this captures directory + session.json as the phone (docs/phonesim.md Sessions)")
+    p.add_argument(
+        "--validate",
+        metavar="FILE",
+        nargs="?",
+        const="",
+        help="check a scenario file (or, with --session, the session) and exit (0 valid, 2 invalid)",
+    )
+    p.add_argument(
+        "--session",
+        metavar="DIR",
+        help="play this captures directory + session.json as the phone (docs/phonesim.md Sessions)",
+    )
     p.add_argument("--report", metavar="FILE", help=f"rehearsal report path (default DIR/{REPORT_FILE})")
-    p.add_argument("--record-session", metavar="DIR",
-                   help="record every action the phone gets and the screen after it into this empty directory")
+    p.add_argument(
+        "--record-session",
+        metavar="DIR",
+        help="record every action the phone gets and the screen after it into this empty directory",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -77,9 +88,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"valid: {scen.name} ({len(scen.data['catalogue'])} goods)")
         return 0
     try:
-        sim = PhoneSim(args.scenario, serials=args.serials or ["sim-1"], host=args.host, port=args.port,
-                       journal_path=args.journal, session=args.session, record_session=args.record_session,
-                       report_path=args.report, announce=_print)
+        sim = PhoneSim(
+            args.scenario,
+            serials=args.serials or ["sim-1"],
+            host=args.host,
+            port=args.port,
+            journal_path=args.journal,
+            session=args.session,
+            record_session=args.record_session,
+            report_path=args.report,
+            announce=_print,
+        )
     except (ScenarioError, SessionError, RecorderError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -103,14 +122,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serial {serial} device", flush=True)
         if isinstance(phone, SessionPhone):
             sess = phone.session
-            print(f"session {sess.directory}: {len(sess.captures)} captures, {len(sess.steps)} steps, start "
-                  f"{sess.start}, app {sess.app.version_name} ({sess.app.version_code})", flush=True)
+            print(
+                f"session {sess.directory}: {len(sess.captures)} captures, {len(sess.steps)} steps, start "
+                f"{sess.start}, app {sess.app.version_name} ({sess.app.version_code})",
+                flush=True,
+            )
             print(f"report {phone.report_path}", flush=True)
         elif phone.recorder is not None:
             print(f"recording {serial} into {phone.recorder.root}", flush=True)
         if isinstance(phone, SessionPhone) or phone.recorder is not None:
-            print(f"connect: ANDROID_ADB_SERVER_HOST={args.host} ANDROID_ADB_SERVER_PORT={port} "
-                  f"cmbuyer-agent run --device {serial}", flush=True)
+            print(
+                f"connect: ANDROID_ADB_SERVER_HOST={args.host} ANDROID_ADB_SERVER_PORT={port} "
+                f"cmbuyer-agent run --device {serial}",
+                flush=True,
+            )
     print("ready", flush=True)
     try:
         while not done.wait(0.5):

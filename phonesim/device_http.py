@@ -43,8 +43,10 @@ class _Reader:
 
 
 def _response(status: int, reason: str, body: bytes, ctype: str, keep: bool) -> bytes:
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+        f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n"
+    )
     return head.encode("ascii") + body
 
 

@@ -18,10 +18,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DUMP_KINDS = frozenset({"empty_dump", "single_node_dump", "partial_dump", "malformed_dump", "emoji_dump"})
-MUTATION_KINDS = frozenset({"price_change", "stock_out", "version_change", "popup", "duplicate_submit",
-                            "payment_mode_change"})
-POPUPS = ("update", "coupon", "splash", "float_video", "order_success", "risk_wall",
-          "face_check", "account_risk", "real_name", "too_busy")
+MUTATION_KINDS = frozenset(
+    {"price_change", "stock_out", "version_change", "popup", "duplicate_submit", "payment_mode_change"}
+)
+POPUPS = (
+    "update",
+    "coupon",
+    "splash",
+    "float_video",
+    "order_success",
+    "risk_wall",
+    "face_check",
+    "account_risk",
+    "real_name",
+    "too_busy",
+)
 # popups that BACK cannot dismiss and no tap leaves: the agent must stop and report (phone-facts walls)
 WALLS = frozenset({"risk_wall", "face_check", "account_risk", "real_name", "too_busy"})
 
@@ -85,6 +96,7 @@ def validate_fault(spec: dict[str, Any]) -> dict[str, Any]:
             re.compile(out["match"])
     if kind == "payment_mode_change":
         from .scenario import PAYMENT_MODES
+
         if out["mode"] not in PAYMENT_MODES:
             raise ValueError(f"payment_mode_change.mode must be one of {PAYMENT_MODES}")
     if kind == "slow" and out["op"] not in ("dump", "tap", "screenshot", "rpc", "shell", "key", "any"):
@@ -121,8 +133,14 @@ class Fault:
         return self.times is not None and self.fired >= self.times
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "when": self.when, "times": self.times,
-                "fired": self.fired, **self.params}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "when": self.when,
+            "times": self.times,
+            "fired": self.fired,
+            **self.params,
+        }
 
 
 class FaultBook:
@@ -143,8 +161,9 @@ class FaultBook:
     def clear(self, kind: str | None = None) -> None:
         self._faults = [f for f in self._faults if kind is not None and f.kind != kind]
 
-    def take(self, kinds: frozenset[str] | set[str], counters: dict[str, int], screen: str,
-             accept: Any = None) -> Fault | None:
+    def take(
+        self, kinds: frozenset[str] | set[str], counters: dict[str, int], screen: str, accept: Any = None
+    ) -> Fault | None:
         """Fire the first armed, unspent fault of ``kinds`` (optionally filtered by ``accept(fault)``)."""
         for fault in self._faults:
             if fault.kind in kinds and not fault.spent and fault.armed(counters, screen):

@@ -64,12 +64,14 @@ def cut_depth(node: Node, keep: int) -> Node:
 
 def single_node_dump() -> str:
     """What a phone with a long uptime sometimes returns: one bare node and nothing else."""
-    return (XML_HEAD + '<hierarchy rotation="0"><node index="0" text="" resource-id="" '
-            'class="android.widget.FrameLayout" package="com.android.systemui" content-desc="" '
-            'checkable="false" checked="false" clickable="false" enabled="true" focusable="false" '
-            'focused="false" scrollable="false" long-clickable="false" password="false" selected="false" '
-            'visible-to-user="true" bounds="[0,0][1080,2400]" drawing-order="0" hint="" display-id="0" />'
-            "</hierarchy>")
+    return (
+        XML_HEAD + '<hierarchy rotation="0"><node index="0" text="" resource-id="" '
+        'class="android.widget.FrameLayout" package="com.android.systemui" content-desc="" '
+        'checkable="false" checked="false" clickable="false" enabled="true" focusable="false" '
+        'focused="false" scrollable="false" long-clickable="false" password="false" selected="false" '
+        'visible-to-user="true" bounds="[0,0][1080,2400]" drawing-order="0" hint="" display-id="0" />'
+        "</hierarchy>"
+    )
 
 
 def malform(xml: str) -> str:

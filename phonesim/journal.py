@@ -21,8 +21,18 @@ from typing import IO, Any
 
 # design §7.4: the payment denylist; any of these in a tapped node or its ancestors is a payment tap
 PAYMENT_WORDS = (
-    "支付", "付款", "继续支付", "立即支付", "去支付", "确认支付", "更换支付方式", "微信支付",
-    "支付宝", "多多支付", "先用后付", "免密",
+    "支付",
+    "付款",
+    "继续支付",
+    "立即支付",
+    "去支付",
+    "确认支付",
+    "更换支付方式",
+    "微信支付",
+    "支付宝",
+    "多多支付",
+    "先用后付",
+    "免密",
 )
 
 Entry = dict[str, Any]
@@ -62,8 +72,13 @@ class Journal:
 
     def record(self, kind: str, **data: Any) -> Entry:
         with self._lock:
-            entry = {"seq": len(self._entries) + 1, "ts": round(time.time(), 6), "serial": self.serial,
-                     "kind": kind, **data}
+            entry = {
+                "seq": len(self._entries) + 1,
+                "ts": round(time.time(), 6),
+                "serial": self.serial,
+                "kind": kind,
+                **data,
+            }
             self._entries.append(entry)
         if self._sink is not None:
             self._sink.write(entry)
@@ -121,8 +136,7 @@ def taps(entries: Iterable[Entry], role: str | None = None, serial: str | None =
 
 def submit_taps(entries: Iterable[Entry], goods_id: str | None = None, serial: str | None = None) -> list[Entry]:
     """Taps that landed on a ``提交订单`` control (applied or not)."""
-    return [e for e in taps(entries, role="submit", serial=serial)
-            if goods_id is None or e.get("goods_id") == goods_id]
+    return [e for e in taps(entries, role="submit", serial=serial) if goods_id is None or e.get("goods_id") == goods_id]
 
 
 def payment_taps(entries: Iterable[Entry], serial: str | None = None) -> list[Entry]:
@@ -138,8 +152,7 @@ def order_counts(entries: Iterable[Entry], serial: str | None = None) -> dict[st
     return dict(Counter(e["goods_id"] for e in orders(entries, serial=serial)))
 
 
-def assert_single_submit_tap(entries: Iterable[Entry], goods_id: str | None = None,
-                             serial: str | None = None) -> Entry:
+def assert_single_submit_tap(entries: Iterable[Entry], goods_id: str | None = None, serial: str | None = None) -> Entry:
     """Exactly one tap on the submit control (per goods id when given); returns it."""
     found = submit_taps(list(entries), goods_id=goods_id, serial=serial)
     assert len(found) == 1, f"expected exactly one submit tap, got {len(found)}: {found}"
@@ -161,15 +174,16 @@ def screenshots(entries: Iterable[Entry], serial: str | None = None) -> list[Ent
     return [e for e in _pick(entries, serial) if e["kind"] == "screenshot"]
 
 
-def foreign_screenshots(entries: Iterable[Entry], app_package: str = PDD_PACKAGE,
-                        serial: str | None = None) -> list[Entry]:
+def foreign_screenshots(
+    entries: Iterable[Entry], app_package: str = PDD_PACKAGE, serial: str | None = None
+) -> list[Entry]:
     """Screenshots taken while another app (e.g. a cashier) was in front (launcher excluded)."""
-    return [e for e in screenshots(entries, serial=serial)
-            if e.get("package") not in (app_package, LAUNCHER_PACKAGE)]
+    return [e for e in screenshots(entries, serial=serial) if e.get("package") not in (app_package, LAUNCHER_PACKAGE)]
 
 
-def assert_no_foreign_screenshots(entries: Iterable[Entry], app_package: str = PDD_PACKAGE,
-                                  serial: str | None = None) -> None:
+def assert_no_foreign_screenshots(
+    entries: Iterable[Entry], app_package: str = PDD_PACKAGE, serial: str | None = None
+) -> None:
     """Spec 002 refuses screenshots of external payment pages: none taken while one was in front."""
     found = foreign_screenshots(list(entries), app_package=app_package, serial=serial)
     assert not found, f"screenshots while a foreign app was in front: {found}"
@@ -177,5 +191,6 @@ def assert_no_foreign_screenshots(entries: Iterable[Entry], app_package: str = P
 
 def swipes(entries: Iterable[Entry], list_name: str | None = None, serial: str | None = None) -> list[Entry]:
     """Swipe entries, optionally only those that started inside the option list ``list_name``."""
-    return [e for e in _pick(entries, serial)
-            if e["kind"] == "swipe" and (list_name is None or e.get("list") == list_name)]
+    return [
+        e for e in _pick(entries, serial) if e["kind"] == "swipe" and (list_name is None or e.get("list") == list_name)
+    ]

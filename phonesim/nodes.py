@@ -105,6 +105,7 @@ def clickable_target(path: list[Node]) -> Node | None:
 
 # --- small builders so screen code stays readable -------------------------------------------
 
+
 def frame(bounds: Bounds, *children: Node, **kw: Any) -> Node:
     return Node("android.widget.FrameLayout", bounds, rid=kw.pop("rid", OBF_ID), children=list(children), **kw)
 
@@ -127,6 +128,12 @@ def image(bounds: Bounds, desc: str = "", **kw: Any) -> Node:
 
 def edit(bounds: Bounds, value: str, **kw: Any) -> Node:
     return Node(
-        "android.widget.EditText", bounds, text=value, rid=kw.pop("rid", OBF_ID),
-        focusable=True, clickable=True, long_clickable=True, **kw,
+        "android.widget.EditText",
+        bounds,
+        text=value,
+        rid=kw.pop("rid", OBF_ID),
+        focusable=True,
+        clickable=True,
+        long_clickable=True,
+        **kw,
     )

@@ -97,20 +97,53 @@ def max_offset(dim: Dimension) -> int:
     return max(0, list_extent(dim) + LEFT - base.W)
 
 
-def _image_tile(bounds: tuple[int, int, int, int], name: str, shown: str, badge: str | None, selected: bool,
-                action: tuple[str, ...], clipped: bool) -> Node:
+def _image_tile(
+    bounds: tuple[int, int, int, int],
+    name: str,
+    shown: str,
+    badge: str | None,
+    selected: bool,
+    action: tuple[str, ...],
+    clipped: bool,
+) -> Node:
     left, top, right, bottom = bounds
-    tile = group(bounds, desc=name, clickable=True, focusable=True, selected=selected, action=action,
-                 role="option", style="tile", rid=OBF_ID)
+    tile = group(
+        bounds,
+        desc=name,
+        clickable=True,
+        focusable=True,
+        selected=selected,
+        action=action,
+        role="option",
+        style="tile",
+        rid=OBF_ID,
+    )
     if clipped:  # the RecyclerView has not laid out the children of a tile cut by the screen edge
         return tile
     tile.add(image((left + 10, top + 10, right - 10, top + 190), name, selected=selected))
-    tile.add(image((right - 60, top + 10, right - 10, top + 60), "打开大图", clickable=True, selected=selected,
-                   action=("noop",), role="open_image"))
+    tile.add(
+        image(
+            (right - 60, top + 10, right - 10, top + 60),
+            "打开大图",
+            clickable=True,
+            selected=selected,
+            action=("noop",),
+            role="open_image",
+        )
+    )
     if badge:
         tile.add(text((left + 10, top + 150, left + 130, top + 188), badge, selected=selected))
-    tile.add(text((left + 10, top + 196, right - 10, bottom - 10), shown, rid=f"{PDD}:id/tv_content",
-                  clickable=True, selected=selected, action=action, role="option"))
+    tile.add(
+        text(
+            (left + 10, top + 196, right - 10, bottom - 10),
+            shown,
+            rid=f"{PDD}:id/tv_content",
+            clickable=True,
+            selected=selected,
+            action=action,
+            role="option",
+        )
+    )
     return tile
 
 
@@ -119,9 +152,15 @@ def option_group(app: AppModel, goods: Goods, dim: Dimension, y: int) -> tuple[l
     header = text((LEFT, y, LEFT + base.text_width(dim.name) + 8, y + 56), dim.name)
     tile_h = IMAGE_TILE_H if dim.tiles == "image" else TEXT_TILE_H
     top = y + 68
-    inner = Node("androidx.recyclerview.widget.RecyclerView", (0, top, base.W, top + tile_h), rid=OBF_ID,
-                 scrollable=True, focusable=True, action=("scroll", dim.name, max_offset(dim)),
-                 role="option_list")
+    inner = Node(
+        "androidx.recyclerview.widget.RecyclerView",
+        (0, top, base.W, top + tile_h),
+        rid=OBF_ID,
+        scrollable=True,
+        focusable=True,
+        action=("scroll", dim.name, max_offset(dim)),
+        role="option_list",
+    )
     x = LEFT - app.list_offset.get(dim.name, 0)
     for opt in dim.options:
         w = _tile_width(dim, opt)
@@ -140,18 +179,36 @@ def option_group(app: AppModel, goods: Goods, dim: Dimension, y: int) -> tuple[l
             badge = f"最后{stock}件" if available and stock <= 10 else None
             inner.add(_image_tile(bounds, opt, shown, badge, selected, action, clipped))
         else:
-            inner.add(text(bounds, shown, desc="" if available else opt, clickable=True, focusable=True,
-                           selected=selected, action=action, role="option", style="tile"))
+            inner.add(
+                text(
+                    bounds,
+                    shown,
+                    desc="" if available else opt,
+                    clickable=True,
+                    focusable=True,
+                    selected=selected,
+                    action=action,
+                    role="option",
+                    style="tile",
+                )
+            )
     return [header, inner], top + tile_h
 
 
 def payment_row(bounds: tuple[int, int, int, int], row_text: str) -> Node:
     """The clickable payment-method row: the mode lives in the ViewGroup's own ``text``."""
     left, top, right, _bottom = bounds
-    return group(bounds, image((left + 36, top + 22, left + 96, top + 82), ""),
-                 image((right - 72, top + 34, right - 36, top + 70), ""),
-                 text=row_text, clickable=True, focusable=True, action=("payment", "method"), role="payment",
-                 rid=OBF_ID)
+    return group(
+        bounds,
+        image((left + 36, top + 22, left + 96, top + 82), ""),
+        image((right - 72, top + 34, right - 36, top + 70), ""),
+        text=row_text,
+        clickable=True,
+        focusable=True,
+        action=("payment", "method"),
+        role="payment",
+        rid=OBF_ID,
+    )
 
 
 def order_sheet(app: AppModel) -> Node:
@@ -163,33 +220,68 @@ def order_sheet(app: AppModel) -> Node:
     sheet = linear((0, 440, W, base.NAV_TOP), clickable=True, action=("noop",), style="sheet")
     if app.cfg.address:
         who, where = app.cfg.address.rsplit("  ", 1)[0], app.cfg.address.rsplit("  ", 1)[-1]
-        sheet.add(linear((0, 464, W, 584), image((36, 494, 96, 554), ""), text((120, 470, 1000, 524), who),
-                         text((120, 528, 1000, 578), where), clickable=True, action=("noop",)))
+        sheet.add(
+            linear(
+                (0, 464, W, 584),
+                image((36, 494, 96, 554), ""),
+                text((120, 470, 1000, 524), who),
+                text((120, 528, 1000, 578), where),
+                clickable=True,
+                action=("noop",),
+            )
+        )
     else:
-        sheet.add(linear((0, 464, W, 584), text((120, 494, 600, 554), "手动添加地址"), clickable=True,
-                         action=("noop",)))
+        sheet.add(
+            linear((0, 464, W, 584), text((120, 494, 600, 554), "手动添加地址"), clickable=True, action=("noop",))
+        )
     label = "已选: " + " ".join(label_name(goods, app.selection.get(d.name, "")) for d in goods.dimensions)
     price_node = price_text(goods, price, app.stock())
-    sheet.add(linear((0, 600, W, 860),
-                     image((36, 612, 256, 832), "商品主图", rid=f"{PDD}:id/iv_goods_img"),
-                     text((280, 620, 280 + base.text_width(price_node, 40, 28), 690), price_node),
-                     text((280, 700, 1044, 760), label, rid=f"{PDD}:id/tv_select_sku")))
+    sheet.add(
+        linear(
+            (0, 600, W, 860),
+            image((36, 612, 256, 832), "商品主图", rid=f"{PDD}:id/iv_goods_img"),
+            text((280, 620, 280 + base.text_width(price_node, 40, 28), 690), price_node),
+            text((280, 700, 1044, 760), label, rid=f"{PDD}:id/tv_select_sku"),
+        )
+    )
     y = 872
     if app.cfg.service_banner and not app.banner_closed:
-        sheet.add(linear((0, y, W, y + 72), text((LEFT, y + 10, 800, y + 62), BANNER),
-                         image((984, y + 10, 1044, y + 62), "关闭", clickable=True, action=("close_banner",))))
+        sheet.add(
+            linear(
+                (0, y, W, y + 72),
+                text((LEFT, y + 10, 800, y + 62), BANNER),
+                image((984, y + 10, 1044, y + 62), "关闭", clickable=True, action=("close_banner",)),
+            )
+        )
         y += 84
-    sheet.add(linear((0, y, W, y + 96), text((LEFT, y + 18, 300, y + 78), "购买数量"),
-                     image((780, y + 12, 852, y + 84), "减少数量", clickable=True, action=("qty", -1), role="qty_dec"),
-                     edit((858, y + 12, 942, y + 84), str(app.quantity), focused=app.focused == "qty",
-                          action=("focus", "qty"), role="qty_edit"),
-                     image((948, y + 12, 1020, y + 84), "增加数量", clickable=True, action=("qty", 1), role="qty_inc"),
-                     rid=STEPPER_ID))
+    sheet.add(
+        linear(
+            (0, y, W, y + 96),
+            text((LEFT, y + 18, 300, y + 78), "购买数量"),
+            image((780, y + 12, 852, y + 84), "减少数量", clickable=True, action=("qty", -1), role="qty_dec"),
+            edit(
+                (858, y + 12, 942, y + 84),
+                str(app.quantity),
+                focused=app.focused == "qty",
+                action=("focus", "qty"),
+                role="qty_edit",
+            ),
+            image((948, y + 12, 1020, y + 84), "增加数量", clickable=True, action=("qty", 1), role="qty_inc"),
+            rid=STEPPER_ID,
+        )
+    )
     y += 108
     promo = f"用多多支付减{goods.promotion:f}元".replace(".00元", "元")
-    sheet.add(linear((0, y, W, y + 80), text((LEFT, y + 10, 160, y + 70), "优惠"),
-                     text((600, y + 10, 1044, y + 70), promo),
-                     clickable=True, action=("payment", "promotion"), role="payment"))
+    sheet.add(
+        linear(
+            (0, y, W, y + 80),
+            text((LEFT, y + 10, 160, y + 70), "优惠"),
+            text((600, y + 10, 1044, y + 70), promo),
+            clickable=True,
+            action=("payment", "promotion"),
+            role="payment",
+        )
+    )
     y += 92
     options = Node("androidx.recyclerview.widget.RecyclerView", (0, y, W, y), rid=OBF_ID, focusable=True)
     for dim in goods.dimensions:
@@ -205,13 +297,37 @@ def order_sheet(app: AppModel) -> Node:
         y += 108
     total = fmt_yuan(price * app.quantity) if price is not None else "¥0"
     bar = linear((0, 2112, W, base.NAV_TOP), style="bottombar")
-    bar.add(group((24, 2136, 300, 2256), text((100, 2166, 220, 2226), "添加"), clickable=True, action=("noop",),
-                  role="add", rid=OBF_ID))
-    bar.add(frame((540, 2136, 1056, 2268), text((600, 2166, 996, 2238), f"{submit_prefix(app)} {total}"),
-                  clickable=True, action=("submit",), role="submit", style="button"))
+    bar.add(
+        group(
+            (24, 2136, 300, 2256),
+            text((100, 2166, 220, 2226), "添加"),
+            clickable=True,
+            action=("noop",),
+            role="add",
+            rid=OBF_ID,
+        )
+    )
+    bar.add(
+        frame(
+            (540, 2136, 1056, 2268),
+            text((600, 2166, 996, 2238), f"{submit_prefix(app)} {total}"),
+            clickable=True,
+            action=("submit",),
+            role="submit",
+            style="button",
+        )
+    )
     if app.duplicate_submit:
-        bar.add(frame((310, 2136, 530, 2268), text((320, 2166, 520, 2238), f"{submit_prefix(app)} {total}"),
-                      clickable=True, action=("submit",), role="submit", style="button"))
+        bar.add(
+            frame(
+                (310, 2136, 530, 2268),
+                text((320, 2166, 520, 2238), f"{submit_prefix(app)} {total}"),
+                clickable=True,
+                action=("submit",),
+                role="submit",
+                style="button",
+            )
+        )
     sheet.add(bar)
     return frame(base.APP_BOUNDS, sheet, clickable=True, action=("close_sheet",), style="scrim")
 
@@ -234,12 +350,27 @@ def cashier_window(package: str, order: Order | None) -> Node:
         image((36, 130, 108, 202), "关闭", clickable=True, action=("back",)),
         text((380, 130, 700, 202), title),
         text((360, 420, 720, 540), amount, style="price"),
-        linear((0, 600, W, 700), text((36, 620, 300, 680), "收款方"),
-               text((500, 620, 1044, 680), "上海寻梦信息技术有限公司")),
-        linear((0, 710, W, 810), text((36, 730, 300, 790), "付款方式"), text((700, 730, 1044, 790), funding),
-               clickable=True, action=("payment", "cashier_method"), role="payment"),
-        frame((36, 1900, W - 36, 2020), text((420, 1930, 660, 1990), pay), clickable=True,
-              action=("payment", "cashier_pay"), role="payment", style="button"),
+        linear(
+            (0, 600, W, 700),
+            text((36, 620, 300, 680), "收款方"),
+            text((500, 620, 1044, 680), "上海寻梦信息技术有限公司"),
+        ),
+        linear(
+            (0, 710, W, 810),
+            text((36, 730, 300, 790), "付款方式"),
+            text((700, 730, 1044, 790), funding),
+            clickable=True,
+            action=("payment", "cashier_method"),
+            role="payment",
+        ),
+        frame(
+            (36, 1900, W - 36, 2020),
+            text((420, 1930, 660, 1990), pay),
+            clickable=True,
+            action=("payment", "cashier_pay"),
+            role="payment",
+            style="button",
+        ),
     )
     return _retag(win, package)
 
@@ -249,12 +380,22 @@ def paid_page(app: AppModel) -> list[Node]:
     assert page is not None and page.order is not None
     order = page.order
     bar = linear((0, 2112, base.W, base.NAV_TOP), style="bottombar")
-    bar.add(frame((60, 2136, 520, 2256), text((220, 2166, 400, 2226), "查看订单"), clickable=True,
-                  action=("open_order", order.order_sn)))
+    bar.add(
+        frame(
+            (60, 2136, 520, 2256),
+            text((220, 2166, 400, 2226), "查看订单"),
+            clickable=True,
+            action=("open_order", order.order_sn),
+        )
+    )
     bar.add(frame((560, 2136, 1020, 2256), text((740, 2166, 860, 2226), "完成"), clickable=True, action=("back",)))
-    return [*base._header(), text((390, 300, 690, 380), "支付成功"),
-            text((400, 420, 680, 520), fmt_yuan(order.total), style="price"),
-            text((300, 560, 780, 620), "商家将尽快为您发货"), bar]
+    return [
+        *base._header(),
+        text((390, 300, 690, 380), "支付成功"),
+        text((400, 420, 680, 520), fmt_yuan(order.total), style="price"),
+        text((300, 560, 780, 620), "商家将尽快为您发货"),
+        bar,
+    ]
 
 
 def _orders(app: AppModel) -> Iterable[Order]:
@@ -273,19 +414,28 @@ def orders_page(app: AppModel) -> list[Node]:
     for order in pending[:5]:  # five cards fill the screen; older ones are below the fold
         goods = app.cfg.catalogue.get(order.goods_id)
         title = goods.title if goods else ""
-        card = linear((0, y, W, y + 360), clickable=True, action=("open_order", order.order_sn),
-                      role="order_card", style="card")
-        card.add(text((36, y + 16, 700, y + 70), "拼多多自营旗舰店"),
-                 text((860, y + 16, 1044, y + 70), "待付款"),
-                 image((36, y + 84, 196, y + 244), "商品图片"),
-                 text((220, y + 84, 1044, y + 150), title),
-                 text((220, y + 156, 1044, y + 204), " ".join(o.strip() for o in order.options.values())),
-                 text((220, y + 210, 600, y + 250), f"x{order.quantity}"),
-                 text((600, y + 210, 780, y + 250), "实付款"),
-                 text((800, y + 210, 1044, y + 250), fmt_yuan(order.total)),
-                 text((36, y + 262, 700, y + 300), f"订单编号：{order.order_sn}"),
-                 frame((820, y + 296, 1044, y + 352), text((850, y + 302, 1014, y + 346), "去支付"),
-                       clickable=True, action=("payment", "list_pay"), role="payment", style="button"))
+        card = linear(
+            (0, y, W, y + 360), clickable=True, action=("open_order", order.order_sn), role="order_card", style="card"
+        )
+        card.add(
+            text((36, y + 16, 700, y + 70), "拼多多自营旗舰店"),
+            text((860, y + 16, 1044, y + 70), "待付款"),
+            image((36, y + 84, 196, y + 244), "商品图片"),
+            text((220, y + 84, 1044, y + 150), title),
+            text((220, y + 156, 1044, y + 204), " ".join(o.strip() for o in order.options.values())),
+            text((220, y + 210, 600, y + 250), f"x{order.quantity}"),
+            text((600, y + 210, 780, y + 250), "实付款"),
+            text((800, y + 210, 1044, y + 250), fmt_yuan(order.total)),
+            text((36, y + 262, 700, y + 300), f"订单编号：{order.order_sn}"),
+            frame(
+                (820, y + 296, 1044, y + 352),
+                text((850, y + 302, 1014, y + 346), "去支付"),
+                clickable=True,
+                action=("payment", "list_pay"),
+                role="payment",
+                style="button",
+            ),
+        )
         nodes.append(card)
         y += 380
     return nodes

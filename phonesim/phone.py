@@ -25,11 +25,24 @@ from .scenario import Latency, PhoneConfig
 from .screenshot import jpeg_bytes, png_bytes, render_image
 
 KEY_NAMES = {
-    "4": "back", "back": "back", "keycode_back": "back",
-    "3": "home", "home": "home", "keycode_home": "home",
-    "66": "enter", "enter": "enter", "keycode_enter": "enter",
-    "82": "menu", "menu": "menu", "187": "recent", "recent": "recent", "keycode_app_switch": "recent",
-    "26": "power", "power": "power", "224": "wakeup", "wakeup": "wakeup",
+    "4": "back",
+    "back": "back",
+    "keycode_back": "back",
+    "3": "home",
+    "home": "home",
+    "keycode_home": "home",
+    "66": "enter",
+    "enter": "enter",
+    "keycode_enter": "enter",
+    "82": "menu",
+    "menu": "menu",
+    "187": "recent",
+    "recent": "recent",
+    "keycode_app_switch": "recent",
+    "26": "power",
+    "power": "power",
+    "224": "wakeup",
+    "wakeup": "wakeup",
 }
 ACTIVITY = "com.xunmeng.pinduoduo.activity.NewPageActivity"
 HOME_ACTIVITY = "com.xunmeng.pinduoduo.ui.activity.HomeActivity"
@@ -52,8 +65,9 @@ class Phone:
     rpc_calls, dumps, taps, screenshots, keys, deep_links.
     """
 
-    def __init__(self, cfg: PhoneConfig, transport_id: int, stop_event: threading.Event,
-                 sink: JournalSink | None = None):
+    def __init__(
+        self, cfg: PhoneConfig, transport_id: int, stop_event: threading.Event, sink: JournalSink | None = None
+    ):
         self.serial = cfg.serial
         self.cfg = cfg
         self.transport_id = transport_id
@@ -102,8 +116,9 @@ class Phone:
     def set_latency(self, value: Any = None, **seconds: float) -> None:
         """``set_latency("realistic")``, ``set_latency(dump=0.15, tap=0.04)`` (seconds)."""
         with self.lock:
-            self.latency = Latency.parse(value) if value is not None else Latency.parse(
-                {**self.latency.__dict__, **seconds})
+            self.latency = (
+                Latency.parse(value) if value is not None else Latency.parse({**self.latency.__dict__, **seconds})
+            )
 
     def reconnect(self) -> None:
         """End an ``offline_for`` period started by a dropped connection."""
@@ -206,8 +221,9 @@ class Phone:
         """Wait the configured latency of ``op`` plus any armed ``slow`` fault (interruptible)."""
         with self.lock:
             seconds = float(getattr(self.latency, op, 0.0))
-            fault = self.faults.take({"slow"}, self.counters, self.app.screen,
-                                     accept=lambda f: f.params["op"] in (op, "any"))
+            fault = self.faults.take(
+                {"slow"}, self.counters, self.app.screen, accept=lambda f: f.params["op"] in (op, "any")
+            )
             if fault:
                 seconds += float(fault.params["seconds"])
                 self._fault_fired(fault)
@@ -313,8 +329,9 @@ class Phone:
                 xml = hierarchy.render_xml(wins, max_depth)
                 if fault.params.get("mode") == "broken":
                     xml = hierarchy.break_emoji(xml)
-            self.journal.record("dump", screen=self.screen, fault=fault.kind if fault else None,
-                                package=self.app.foreground_package)
+            self.journal.record(
+                "dump", screen=self.screen, fault=fault.kind if fault else None, package=self.app.foreground_package
+            )
             if fault:
                 self._fault_fired(fault)
             return xml
@@ -377,11 +394,20 @@ class Phone:
                 effect = self.app.act(target.action)
             self.counters["taps"] += 1
             entry = self.journal.record(
-                "tap", x=x, y=y, via=via, screen=screen_before, goods_id=page.goods_id if page else None,
-                node=path[-1].summary() if path else None, target=target.summary() if target else None,
-                role=role, payment=is_payment_text(*texts), effect=effect,
+                "tap",
+                x=x,
+                y=y,
+                via=via,
+                screen=screen_before,
+                goods_id=page.goods_id if page else None,
+                node=path[-1].summary() if path else None,
+                target=target.summary() if target else None,
+                role=role,
+                payment=is_payment_text(*texts),
+                effect=effect,
                 package=hit_node.package if hit_node is not None else "",
-                dropped=drop is not None, applied=applied,
+                dropped=drop is not None,
+                applied=applied,
             )
             for order in self.app.orders[n_orders:]:
                 self.journal.record("order", tap_seq=entry["seq"], **order.as_dict())
@@ -436,13 +462,18 @@ class Phone:
                 _, dim, limit = hit.action
                 moved = self.app.scroll_list(dim, points[0] - points[-2], int(limit))
             if len(points) >= 4:
-                self._recorded({"kind": "swipe", "x1": points[0], "y1": points[1], "x2": points[-2],
-                                "y2": points[-1]})
+                self._recorded({"kind": "swipe", "x1": points[0], "y1": points[1], "x2": points[-2], "y2": points[-1]})
             return self.journal.record(
-                "swipe", points=points, via=via, screen=screen, package=self.app.foreground_package,
+                "swipe",
+                points=points,
+                via=via,
+                screen=screen,
+                package=self.app.foreground_package,
                 list=hit.action[1] if hit is not None and hit.action is not None else None,
-                list_bounds=list(hit.bounds) if hit is not None else None, moved=moved,
-                effect="scroll" if moved else "none")
+                list_bounds=list(hit.bounds) if hit is not None else None,
+                moved=moved,
+                effect="scroll" if moved else "none",
+            )
 
     def deep_link(self, url: str) -> str | None:
         """``am start -d URL``; returns the goods id opened, ``"orders"`` for the pending-payment
@@ -452,9 +483,13 @@ class Phone:
             self.counters["deep_links"] += 1
             if cold and opened is not None:
                 self._ready_at = time.monotonic() + self.latency.app_start
-            self.journal.record("deep_link", url=url, goods_id=opened if opened != "orders" else None,
-                                page=self.app.page.name if opened is not None and self.app.page else None,
-                                cold=cold)
+            self.journal.record(
+                "deep_link",
+                url=url,
+                goods_id=opened if opened != "orders" else None,
+                page=self.app.page.name if opened is not None and self.app.page else None,
+                cold=cold,
+            )
             self._apply_mutations()
             if opened is not None:
                 self._recorded({"kind": "open_url", "url": url})

@@ -66,10 +66,16 @@ def remote_inject(port: int, serial: str, spec: dict[str, Any], host: str = "127
 class SimProcess:
     """``cmbuyer-phonesim`` in a child process. ``start()`` returns the port; ``stop()`` sends SIGTERM."""
 
-    def __init__(self, scenario: str | Path | dict[str, Any] | None = None,
-                 serials: list[str] | tuple[str, ...] = ("sim-1",), port: int = 0, host: str = "127.0.0.1",
-                 journal_path: str | Path | None = None, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        scenario: str | Path | dict[str, Any] | None = None,
+        serials: list[str] | tuple[str, ...] = ("sim-1",),
+        port: int = 0,
+        host: str = "127.0.0.1",
+        journal_path: str | Path | None = None,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.serials = list(serials)
         self.host = host
         self.journal_path = Path(journal_path) if journal_path else None
@@ -102,8 +108,7 @@ class SimProcess:
         """Spawn and wait for the ``ready`` line; raises RuntimeError if it does not come."""
         env = {**os.environ, **(self._env or {}), "PYTHONUNBUFFERED": "1"}
         # unbuffered binary pipe: a buffered reader would hide lines from select()
-        self.proc = subprocess.Popen(self._args(), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     bufsize=0, env=env)
+        self.proc = subprocess.Popen(self._args(), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, bufsize=0, env=env)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as sel:

@@ -58,8 +58,11 @@ class SessionRecorder:
         if busy:
             raise RecorderError(f"{self.root} already holds a session or captures: record into an empty directory")
         self.serial = phone.serial
-        self.app = {"package": phone.cfg.app.package, "version_name": phone.cfg.app.version_name,
-                    "version_code": phone.cfg.app.version_code}
+        self.app = {
+            "package": phone.cfg.app.package,
+            "version_name": phone.cfg.app.version_name,
+            "version_code": phone.cfg.app.version_code,
+        }
         self.names: list[str] = []
         self.keys: dict[str, str] = {}
         self.steps: list[dict[str, Any]] = []
@@ -101,14 +104,24 @@ class SessionRecorder:
         path.mkdir(mode=0o700)
         png = png_bytes(render_image(kept))
         pkg, act = phone.model_focus()
-        meta = {"capture_format": CAPTURE_FORMAT, "label": phone.app.screen, "device": phone.serial,
-                "captured_at": _utc_now(), "app_version_name": phone.cfg.app.version_name,
-                "app_version_code": phone.cfg.app.version_code, "activity": f"{pkg}/{act}", "pack_id": None,
-                "dump_sha256": hashlib.sha256(xml.encode("utf-8")).hexdigest(),
-                "screenshot_sha256": hashlib.sha256(png).hexdigest(),
-                "scrubbed": {"dropped_packages": sorted({w.package for w in dropped}),
-                             "dropped_nodes": sum(1 for w in dropped for _ in w.walk()),
-                             "blanked_rows": 0, "blacked_out": []}}
+        meta = {
+            "capture_format": CAPTURE_FORMAT,
+            "label": phone.app.screen,
+            "device": phone.serial,
+            "captured_at": _utc_now(),
+            "app_version_name": phone.cfg.app.version_name,
+            "app_version_code": phone.cfg.app.version_code,
+            "activity": f"{pkg}/{act}",
+            "pack_id": None,
+            "dump_sha256": hashlib.sha256(xml.encode("utf-8")).hexdigest(),
+            "screenshot_sha256": hashlib.sha256(png).hexdigest(),
+            "scrubbed": {
+                "dropped_packages": sorted({w.package for w in dropped}),
+                "dropped_nodes": sum(1 for w in dropped for _ in w.walk()),
+                "blanked_rows": 0,
+                "blacked_out": [],
+            },
+        }
         (path / "dump.xml").write_bytes(xml.encode("utf-8"))
         (path / "screenshot.png").write_bytes(png)
         (path / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n", "utf-8")
@@ -128,8 +141,12 @@ class SessionRecorder:
             if known[0]["to"] == after:
                 return
         self.conflicts.append({"from": before, "action": action, "to": after})
-        log.warning("session recorder: %s on %s led to %s, a recorded step says otherwise (kept the first)",
-                    action["kind"], before, after)
+        log.warning(
+            "session recorder: %s on %s led to %s, a recorded step says otherwise (kept the first)",
+            action["kind"],
+            before,
+            after,
+        )
 
     def _write_session(self) -> None:
         data = {"session_format": SESSION_FORMAT, "app": self.app, "start": self.start, "steps": self.steps}

@@ -51,8 +51,9 @@ def handle(phone: Phone, body: bytes) -> bytes:
             raise RpcError(-32001, NOT_CONNECTED)  # the call took effect, then the server died
         return _dump({"jsonrpc": "2.0", "id": rid, "result": result})
     except RpcError as exc:
-        return _dump({"jsonrpc": "2.0", "id": rid, "error": {"code": exc.code, "message": exc.message,
-                                                             "data": exc.message}})
+        return _dump(
+            {"jsonrpc": "2.0", "id": rid, "error": {"code": exc.code, "message": exc.message, "data": exc.message}}
+        )
 
 
 def _dump(obj: Any) -> bytes:
@@ -61,8 +62,9 @@ def _dump(obj: Any) -> bytes:
 
 def _take_crash(phone: Phone, method: str) -> Any:
     with phone.lock:
-        fault = phone.faults.take({"rpc_crash"}, phone.counters, phone.screen,
-                                  accept=lambda f: f.params.get("method") in (None, method))
+        fault = phone.faults.take(
+            {"rpc_crash"}, phone.counters, phone.screen, accept=lambda f: f.params.get("method") in (None, method)
+        )
         if fault is not None:
             phone.uia_alive = False  # /ping fails until uiautomator2 relaunches the server
             phone.journal.record("fault", fault="rpc_crash", fault_id=fault.id, method=method)
@@ -84,10 +86,18 @@ def _call(phone: Phone, method: str, params: Any) -> Any:
     args = _args(params)
     if method == "deviceInfo":
         pkg = phone.front_package()
-        return {"currentPackageName": pkg, "displayHeight": 2400, "displayWidth": 1080, "displayRotation": 0,
-                "displaySizeDpX": 360, "displaySizeDpY": 800, "naturalOrientation": True,
-                "productName": str(phone.cfg.device.get("model", "PJE110")), "screenOn": True,
-                "sdkInt": int(phone.cfg.device.get("sdk", 33))}
+        return {
+            "currentPackageName": pkg,
+            "displayHeight": 2400,
+            "displayWidth": 1080,
+            "displayRotation": 0,
+            "displaySizeDpX": 360,
+            "displaySizeDpY": 800,
+            "naturalOrientation": True,
+            "productName": str(phone.cfg.device.get("model", "PJE110")),
+            "screenOn": True,
+            "sdkInt": int(phone.cfg.device.get("sdk", 33)),
+        }
     if method == "dumpWindowHierarchy":
         max_depth = int(args[1]) if len(args) > 1 and args[1] is not None else 50
         return phone.dump(max_depth)
@@ -129,8 +139,18 @@ def _call(phone: Phone, method: str, params: Any) -> Any:
     if method in ("getLastToast",):
         with phone.lock:
             return phone.app.toast
-    if method in ("clearLastToast", "wakeUp", "sleep", "freezeRotation", "setOrientation", "makeToast",
-                  "clearInputText", "openNotification", "openQuickSettings", "clearLastTraversedText"):
+    if method in (
+        "clearLastToast",
+        "wakeUp",
+        "sleep",
+        "freezeRotation",
+        "setOrientation",
+        "makeToast",
+        "clearInputText",
+        "openNotification",
+        "openQuickSettings",
+        "clearLastTraversedText",
+    ):
         return True
     raise RpcError(-32601, f"Method not found: {method}")
 

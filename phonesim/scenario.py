@@ -24,8 +24,15 @@ import yaml
 from .faults import validate_fault
 from .prices import to_price
 
-OUTCOMES = ("ORDER_CREATED", "PAYMENT_HANDOFF", "SECURITY_CHALLENGE", "BLANK",
-            "EXTERNAL_CASHIER_ALIPAY", "EXTERNAL_CASHIER_WECHAT", "PAID")
+OUTCOMES = (
+    "ORDER_CREATED",
+    "PAYMENT_HANDOFF",
+    "SECURITY_CHALLENGE",
+    "BLANK",
+    "EXTERNAL_CASHIER_ALIPAY",
+    "EXTERNAL_CASHIER_WECHAT",
+    "PAID",
+)
 LAYOUTS = ("sku_sheet", "order_sheet")
 # phone-facts "The order sheet": every public capture of newer versions shows the order sheet
 ORDER_SHEET_FROM_VERSION_CODE = 82200
@@ -95,8 +102,11 @@ class Goods:
     def option_stock(self, selection: dict[str, str], dim: str, option: str) -> int:
         """Units in stock for ``option`` of ``dim`` combined with the other dimensions' selections."""
         trial = {**selection, dim: option}
-        return sum(s.stock for s in self.skus.values()
-                   if all(trial.get(d.name) in (None, s.options[i]) for i, d in enumerate(self.dimensions)))
+        return sum(
+            s.stock
+            for s in self.skus.values()
+            if all(trial.get(d.name) in (None, s.options[i]) for i, d in enumerate(self.dimensions))
+        )
 
     def prices(self) -> list[Decimal]:
         return sorted({s.price for s in self.skus.values()})

@@ -43,45 +43,77 @@ def _sys(node: Node) -> Node:
 
 
 def status_bar() -> Node:
-    return _sys(frame(
-        (0, 0, W, STATUS_H),
-        text((36, 18, 156, 78), "10:24", rid=f"{SYSUI}:id/clock"),
-        # notification icons carry personal data in real dumps: never log dumps wholesale
-        image((180, 24, 228, 72), "微信通知：妈妈：晚上回家吃饭吗？"),
-        # a notification ticker with a full name and phone number: captures must drop/black it out
-        text((240, 24, 860, 72), NOTIFICATION_TICKER, rid=f"{SYSUI}:id/ticker"),
-        image((888, 24, 936, 72), "WLAN信号满格。"),
-        image((960, 24, 1044, 72), "电池电量为百分之 80。", rid=f"{SYSUI}:id/battery"),
-        rid=f"{SYSUI}:id/status_bar", style="statusbar",
-    ))
+    return _sys(
+        frame(
+            (0, 0, W, STATUS_H),
+            text((36, 18, 156, 78), "10:24", rid=f"{SYSUI}:id/clock"),
+            # notification icons carry personal data in real dumps: never log dumps wholesale
+            image((180, 24, 228, 72), "微信通知：妈妈：晚上回家吃饭吗？"),
+            # a notification ticker with a full name and phone number: captures must drop/black it out
+            text((240, 24, 860, 72), NOTIFICATION_TICKER, rid=f"{SYSUI}:id/ticker"),
+            image((888, 24, 936, 72), "WLAN信号满格。"),
+            image((960, 24, 1044, 72), "电池电量为百分之 80。", rid=f"{SYSUI}:id/battery"),
+            rid=f"{SYSUI}:id/status_bar",
+            style="statusbar",
+        )
+    )
 
 
 def nav_bar() -> Node:
-    return _sys(frame(
-        (0, NAV_TOP, W, H),
-        image((150, 2300, 310, 2380), "返回", rid=f"{SYSUI}:id/back", clickable=True, action=("key", "back")),
-        image((460, 2300, 620, 2380), "主屏幕", rid=f"{SYSUI}:id/home", clickable=True, action=("key", "home")),
-        image((770, 2300, 930, 2380), "最近使用的应用", rid=f"{SYSUI}:id/recent_apps", clickable=True,
-              action=("noop",)),
-        rid=f"{SYSUI}:id/navigation_bar_frame", style="navbar",
-    ))
+    return _sys(
+        frame(
+            (0, NAV_TOP, W, H),
+            image((150, 2300, 310, 2380), "返回", rid=f"{SYSUI}:id/back", clickable=True, action=("key", "back")),
+            image((460, 2300, 620, 2380), "主屏幕", rid=f"{SYSUI}:id/home", clickable=True, action=("key", "home")),
+            image(
+                (770, 2300, 930, 2380),
+                "最近使用的应用",
+                rid=f"{SYSUI}:id/recent_apps",
+                clickable=True,
+                action=("noop",),
+            ),
+            rid=f"{SYSUI}:id/navigation_bar_frame",
+            style="navbar",
+        )
+    )
 
 
 def launcher() -> Node:
     def icon(x: int, y: int, label: str, action: tuple[str, ...]) -> Node:
-        return Node("android.widget.TextView", (x, y, x + 200, y + 240), text=label, desc=label,
-                    package=LAUNCHER, clickable=True, long_clickable=True, focusable=True, action=action,
-                    style="icon")
+        return Node(
+            "android.widget.TextView",
+            (x, y, x + 200, y + 240),
+            text=label,
+            desc=label,
+            package=LAUNCHER,
+            clickable=True,
+            long_clickable=True,
+            focusable=True,
+            action=action,
+            style="icon",
+        )
+
     return Node(
-        "android.widget.FrameLayout", (0, 0, W, H), package=LAUNCHER, style="launcher",
+        "android.widget.FrameLayout",
+        (0, 0, W, H),
+        package=LAUNCHER,
+        style="launcher",
         rid=f"{LAUNCHER}:id/launcher",
-        children=[Node("android.view.ViewGroup", (0, STATUS_H, W, NAV_TOP), package=LAUNCHER,
-                       rid=f"{LAUNCHER}:id/workspace", scrollable=True, children=[
-                           icon(60, 1800, "拼多多", ("launch",)),
-                           icon(320, 1800, "微信", ("noop",)),
-                           icon(580, 1800, "设置", ("noop",)),
-                           icon(840, 1800, "相机", ("noop",)),
-                       ])],
+        children=[
+            Node(
+                "android.view.ViewGroup",
+                (0, STATUS_H, W, NAV_TOP),
+                package=LAUNCHER,
+                rid=f"{LAUNCHER}:id/workspace",
+                scrollable=True,
+                children=[
+                    icon(60, 1800, "拼多多", ("launch",)),
+                    icon(320, 1800, "微信", ("noop",)),
+                    icon(580, 1800, "设置", ("noop",)),
+                    icon(840, 1800, "相机", ("noop",)),
+                ],
+            )
+        ],
     )
 
 
@@ -102,9 +134,19 @@ def _tiles(app: AppModel, dim: str, options: list[str], y: int) -> tuple[list[No
         if x + w > W - 36 and x > 36:
             x, y = 36, y + h + 24
         ok = goods is not None and goods.option_available(app.selection, dim, opt)
-        nodes.append(text((x, y, x + w, y + h), opt, clickable=True, focusable=True, enabled=ok,
-                          selected=app.selection.get(dim) == opt, action=("select", dim, opt),
-                          role="option", style="tile"))
+        nodes.append(
+            text(
+                (x, y, x + w, y + h),
+                opt,
+                clickable=True,
+                focusable=True,
+                enabled=ok,
+                selected=app.selection.get(dim) == opt,
+                action=("select", dim, opt),
+                role="option",
+                style="tile",
+            )
+        )
         x += w + 24
     return nodes, y + h
 
@@ -112,8 +154,13 @@ def _tiles(app: AppModel, dim: str, options: list[str], y: int) -> tuple[list[No
 def _stepper(app: AppModel, y: int) -> list[Node]:
     return [
         image((780, y, 852, y + 72), "减少数量", clickable=True, action=("qty", -1), role="qty_dec"),
-        edit((858, y, 942, y + 72), str(app.quantity), focused=app.focused == "qty",
-             action=("focus", "qty"), role="qty_edit"),
+        edit(
+            (858, y, 942, y + 72),
+            str(app.quantity),
+            focused=app.focused == "qty",
+            action=("focus", "qty"),
+            role="qty_edit",
+        ),
         image((948, y, 1020, y + 72), "增加数量", clickable=True, action=("qty", 1), role="qty_inc"),
     ]
 
@@ -128,31 +175,57 @@ def product_page(app: AppModel) -> list[Node]:
     prices = goods.prices()
     nodes += [
         image((0, 228, W, 1188), "商品大图", clickable=True, action=("noop",)),
-        linear((0, 1188, W, 1308),
-               text((36, 1206, 36 + text_width(fmt_yuan(prices[0]), 48, 30), 1290), fmt_yuan(prices[0])),
-               text((600, 1222, 1044, 1276), "已拼10万+件"), style="pricebar"),
+        linear(
+            (0, 1188, W, 1308),
+            text((36, 1206, 36 + text_width(fmt_yuan(prices[0]), 48, 30), 1290), fmt_yuan(prices[0])),
+            text((600, 1222, 1044, 1276), "已拼10万+件"),
+            style="pricebar",
+        ),
         text((36, 1332, 1044, 1452), goods.title),
         text((36, 1476, 1044, 1530), "退货包运费 · 极速退款 · 7天无理由退货"),
     ]
     bar = linear((0, 2112, W, NAV_TOP), style="bottombar")
     for i, label in enumerate(["店铺", "收藏", "客服"]):
-        bar.add(linear((i * 150, 2124, i * 150 + 150, 2268), image((45 + i * 150, 2130, 105 + i * 150, 2190)),
-                       text((i * 150, 2196, i * 150 + 150, 2256), label), clickable=True, action=("noop",)))
+        bar.add(
+            linear(
+                (i * 150, 2124, i * 150 + 150, 2268),
+                image((45 + i * 150, 2130, 105 + i * 150, 2190)),
+                text((i * 150, 2196, i * 150 + 150, 2256), label),
+                clickable=True,
+                action=("noop",),
+            )
+        )
     buttons = goods.buy_buttons
     width = (W - 12 - 450) // len(buttons)
     for i, label in enumerate(buttons):
         left = 450 + i * width
-        bar.add(linear((left, 2124, left + width - 6, 2268),
-                       text((left, 2136, left + width - 6, 2196), fmt_yuan(prices[0])),
-                       text((left, 2196, left + width - 6, 2256), label),
-                       clickable=True, action=("open_sheet", label), role="buy", style="button"))
+        bar.add(
+            linear(
+                (left, 2124, left + width - 6, 2268),
+                text((left, 2136, left + width - 6, 2196), fmt_yuan(prices[0])),
+                text((left, 2196, left + width - 6, 2256), label),
+                clickable=True,
+                action=("open_sheet", label),
+                role="buy",
+                style="button",
+            )
+        )
     nodes.append(bar)
     if app.float_video:
-        nodes.append(frame((690, 1500, 1044, 1900),
-                           Node("android.view.View", (690, 1500, 1044, 1900), desc="视频", rid=OBF_ID),
-                           image((984, 1500, 1044, 1560), "", rid=f"{PDD}:id/iv_float_window_close",
-                                 clickable=True, action=("close_float",)),
-                           style="video"))
+        nodes.append(
+            frame(
+                (690, 1500, 1044, 1900),
+                Node("android.view.View", (690, 1500, 1044, 1900), desc="视频", rid=OBF_ID),
+                image(
+                    (984, 1500, 1044, 1560),
+                    "",
+                    rid=f"{PDD}:id/iv_float_window_close",
+                    clickable=True,
+                    action=("close_float",),
+                ),
+                style="video",
+            )
+        )
     return nodes
 
 
@@ -161,8 +234,11 @@ def sku_sheet(app: AppModel) -> Node:
     assert goods is not None
     price = app.unit_price()
     prices = goods.prices()
-    price_text = fmt_yuan(price) if price is not None else (
-        fmt_yuan(prices[0]) if len(prices) == 1 else f"{fmt_yuan(prices[0])}-{fmt_yuan(prices[-1])[1:]}")
+    price_text = (
+        fmt_yuan(price)
+        if price is not None
+        else (fmt_yuan(prices[0]) if len(prices) == 1 else f"{fmt_yuan(prices[0])}-{fmt_yuan(prices[-1])[1:]}")
+    )
     stock = app.stock()
     chosen = [app.selection[d.name] for d in goods.dimensions if d.name in app.selection]
     missing = [d.name for d in goods.dimensions if d.name not in app.selection]
@@ -182,8 +258,16 @@ def sku_sheet(app: AppModel) -> Node:
         sheet.add(*tiles)
         y += 40
     sheet.add(text((36, y + 6, 300, y + 66), "购买数量"), *_stepper(app, y))
-    sheet.add(frame((36, 2136, W - 36, 2256), text((460, 2166, 620, 2226), "确定"),
-                    clickable=True, action=("confirm_sheet",), role="sku_confirm", style="button"))
+    sheet.add(
+        frame(
+            (36, 2136, W - 36, 2256),
+            text((460, 2166, 620, 2226), "确定"),
+            clickable=True,
+            action=("confirm_sheet",),
+            role="sku_confirm",
+            style="button",
+        )
+    )
     return frame(APP_BOUNDS, sheet, clickable=True, action=("close_sheet",), style="scrim")
 
 
@@ -199,47 +283,85 @@ def confirm_page(app: AppModel) -> list[Node]:
     # the header is an image in the real app: no "确认订单" text anywhere
     nodes = [*_header(), image((390, 120, 690, 204), "")]
     if app.cfg.address:
-        addr = linear((0, 228, W, 420), image((36, 288, 96, 348), ""),
-                      text((120, 252, 1000, 312), app.cfg.address.rsplit("  ", 1)[0]),
-                      text((120, 324, 1000, 396), app.cfg.address.rsplit("  ", 1)[-1]),
-                      clickable=True, action=("noop",))
+        addr = linear(
+            (0, 228, W, 420),
+            image((36, 288, 96, 348), ""),
+            text((120, 252, 1000, 312), app.cfg.address.rsplit("  ", 1)[0]),
+            text((120, 324, 1000, 396), app.cfg.address.rsplit("  ", 1)[-1]),
+            clickable=True,
+            action=("noop",),
+        )
     else:
         addr = linear((0, 228, W, 420), text((120, 294, 600, 354), "手动添加地址"), clickable=True, action=("noop",))
     nodes.append(addr)
     price_stock = f"最后{stock}件 {unit}" if stock <= 10 else unit
-    card = linear((0, 444, W, 820),
-                  image((36, 468, 276, 708), "商品主图", rid=f"{PDD}:id/iv_goods_img"),
-                  text((300, 468, 1044, 560), goods.title, rid=f"{PDD}:id/tv_title"),
-                  text((300, 580, 300 + text_width(price_stock, 36, 24), 640), price_stock),
-                  text((300, 650, 1044, 700), sku_label(options), rid=f"{PDD}:id/tv_select_sku"),
-                  *_stepper(app, 720), style="card")
+    card = linear(
+        (0, 444, W, 820),
+        image((36, 468, 276, 708), "商品主图", rid=f"{PDD}:id/iv_goods_img"),
+        text((300, 468, 1044, 560), goods.title, rid=f"{PDD}:id/tv_title"),
+        text((300, 580, 300 + text_width(price_stock, 36, 24), 640), price_stock),
+        text((300, 650, 1044, 700), sku_label(options), rid=f"{PDD}:id/tv_select_sku"),
+        *_stepper(app, 720),
+        style="card",
+    )
     nodes.append(card)
     # every dimension inline (gate 3 needs each selected option readable on the submit screen)
     y = 840
     for dim in goods.dimensions:
         tiles, bottom = _tiles(app, dim.name, dim.options, y + 76)
-        nodes.append(linear((0, y, W, bottom + 24), text((36, y + 8, 36 + text_width(dim.name), y + 60), dim.name),
-                            *tiles))
+        nodes.append(
+            linear((0, y, W, bottom + 24), text((36, y + 8, 36 + text_width(dim.name), y + 60), dim.name), *tiles)
+        )
         y = bottom + 48
     promo = f"用多多支付减{goods.promotion:f}元".replace(".00元", "元")
-    nodes.append(linear((0, y, W, y + 96), text((36, y + 18, 160, y + 78), "优惠"),
-                        text((600, y + 18, 1044, y + 78), promo),
-                        clickable=True, action=("payment", "promotion"), role="payment"))
+    nodes.append(
+        linear(
+            (0, y, W, y + 96),
+            text((36, y + 18, 160, y + 78), "优惠"),
+            text((600, y + 18, 1044, y + 78), promo),
+            clickable=True,
+            action=("payment", "promotion"),
+            role="payment",
+        )
+    )
     y += 120
     for row_text, short in order_sheet.payment_rows(app):
         # the row carries the mode in its text (and, in this older layout, in its content-desc too)
-        nodes.append(linear((0, y, W, y + 120), image((36, y + 30, 96, y + 90), ""),
-                            *([text((120, y + 30, 400, y + 90), short)] if short else []),
-                            text=row_text, desc=row_text, clickable=True, action=("payment", "method"),
-                            role="payment"))
+        nodes.append(
+            linear(
+                (0, y, W, y + 120),
+                image((36, y + 30, 96, y + 90), ""),
+                *([text((120, y + 30, 400, y + 90), short)] if short else []),
+                text=row_text,
+                desc=row_text,
+                clickable=True,
+                action=("payment", "method"),
+                role="payment",
+            )
+        )
         y += 130
     label = f"{order_sheet.submit_prefix(app)} {total}"
-    submit = frame((540, 2136, 1056, 2268), text((600, 2166, 996, 2238), label),
-                   clickable=True, action=("submit",), role="submit", style="button")
+    submit = frame(
+        (540, 2136, 1056, 2268),
+        text((600, 2166, 996, 2238), label),
+        clickable=True,
+        action=("submit",),
+        role="submit",
+        style="button",
+    )
     bar = [submit]
     if app.duplicate_submit:  # fault: a second, equally real submit control in the bottom bar
-        bar.insert(0, frame((24, 2136, 530, 2268), text((60, 2166, 480, 2238), label),
-                            clickable=True, action=("submit",), role="submit", style="button"))
+        bar.insert(
+            0,
+            frame(
+                (24, 2136, 530, 2268),
+                text((60, 2166, 480, 2238), label),
+                clickable=True,
+                action=("submit",),
+                role="submit",
+                style="button",
+            ),
+        )
     nodes.append(linear((0, 2112, W, NAV_TOP), *bar, style="bottombar"))
     if app.payment_sheet and page is not None and page.order is not None:
         nodes.append(payment_sheet(app, page.order.total))
@@ -255,12 +377,28 @@ def payment_sheet(app: AppModel, amount: object) -> Node:
     )
     for i, (label, sel) in enumerate([("微信支付", True), ("多多支付", False), ("支付宝", False)]):
         top = 1560 + i * 130
-        sheet.add(linear((0, top, W, top + 120), text((120, top + 30, 500, top + 90), label),
-                         Node("android.widget.CheckBox", (960, top + 30, 1020, top + 90), rid=OBF_ID,
-                              checkable=True, checked=sel),
-                         clickable=True, action=("payment", "choose"), role="payment"))
-    sheet.add(frame((36, 2136, W - 36, 2256), text((440, 2166, 640, 2226), "立即支付"),
-                    clickable=True, action=("payment", "pay_now"), role="payment", style="button"))
+        sheet.add(
+            linear(
+                (0, top, W, top + 120),
+                text((120, top + 30, 500, top + 90), label),
+                Node(
+                    "android.widget.CheckBox", (960, top + 30, 1020, top + 90), rid=OBF_ID, checkable=True, checked=sel
+                ),
+                clickable=True,
+                action=("payment", "choose"),
+                role="payment",
+            )
+        )
+    sheet.add(
+        frame(
+            (36, 2136, W - 36, 2256),
+            text((440, 2166, 640, 2226), "立即支付"),
+            clickable=True,
+            action=("payment", "pay_now"),
+            role="payment",
+            style="button",
+        )
+    )
     return frame(APP_BOUNDS, sheet, style="scrim")
 
 
@@ -270,21 +408,42 @@ def order_page(app: AppModel) -> list[Node]:
     order = page.order
     goods = app.cfg.catalogue.get(order.goods_id)
     status = "待付款" if order.status == "pending_payment" else "已取消"
-    nodes = [*_header("订单详情"),
-             linear((0, 228, W, 420), text((60, 252, 600, 324), status),
-                    text((60, 336, 1020, 396), "订单已提交，请在23小时59分内完成支付"), style="banner"),
-             linear((0, 444, W, 780), image((36, 468, 276, 708), "商品主图"),
-                    text((300, 468, 1044, 560), goods.title if goods else ""),
-                    text((300, 580, 1044, 640), sku_label(list(order.options.values()))),
-                    text((900, 650, 1044, 700), f"x{order.quantity}")),
-             linear((0, 800, W, 880), text((36, 812, 300, 868), "实付款"),
-                    text((800, 812, 1044, 868), fmt_yuan(order.total))),
-             text((36, 900, 1044, 950), f"订单编号：{order.order_sn}")]
+    nodes = [
+        *_header("订单详情"),
+        linear(
+            (0, 228, W, 420),
+            text((60, 252, 600, 324), status),
+            text((60, 336, 1020, 396), "订单已提交，请在23小时59分内完成支付"),
+            style="banner",
+        ),
+        linear(
+            (0, 444, W, 780),
+            image((36, 468, 276, 708), "商品主图"),
+            text((300, 468, 1044, 560), goods.title if goods else ""),
+            text((300, 580, 1044, 640), sku_label(list(order.options.values()))),
+            text((900, 650, 1044, 700), f"x{order.quantity}"),
+        ),
+        linear(
+            (0, 800, W, 880), text((36, 812, 300, 868), "实付款"), text((800, 812, 1044, 868), fmt_yuan(order.total))
+        ),
+        text((36, 900, 1044, 950), f"订单编号：{order.order_sn}"),
+    ]
     bar = linear((0, 2112, W, NAV_TOP), style="bottombar")
-    bar.add(frame((480, 2136, 740, 2256), text((520, 2166, 700, 2226), "取消订单"), clickable=True,
-                  action=("cancel_order",)))
-    bar.add(frame((760, 2136, 1056, 2256), text((800, 2166, 1016, 2226), "继续支付"), clickable=True,
-                  action=("payment", "continue_pay"), role="payment", style="button"))
+    bar.add(
+        frame(
+            (480, 2136, 740, 2256), text((520, 2166, 700, 2226), "取消订单"), clickable=True, action=("cancel_order",)
+        )
+    )
+    bar.add(
+        frame(
+            (760, 2136, 1056, 2256),
+            text((800, 2166, 1016, 2226), "继续支付"),
+            clickable=True,
+            action=("payment", "continue_pay"),
+            role="payment",
+            style="button",
+        )
+    )
     nodes.append(bar)
     return nodes
 
@@ -298,11 +457,18 @@ def retention_dialog(app: AppModel) -> Node:
         image((876, 820, 936, 880), "", clickable=True, action=("close_dialog",)),  # unlabeled close icon
         text((300, 900, 780, 980), "确定放弃吗?"),
         text((180, 1000, 900, 1060), "订单已为您保留，超时将自动取消"),
-        linear((180, 1150, 900, 1270), text((300, 1180, 540, 1240), "继续支付"),
-               text((540, 1180, 780, 1240), f"，仅{amount}"),
-               clickable=True, action=("payment", "continue_pay"), role="payment", style="button"),
-        frame((180, 1300, 900, 1420), text((440, 1330, 640, 1390), "先去逛逛"), clickable=True,
-              action=("leave_order",)),
+        linear(
+            (180, 1150, 900, 1270),
+            text((300, 1180, 540, 1240), "继续支付"),
+            text((540, 1180, 780, 1240), f"，仅{amount}"),
+            clickable=True,
+            action=("payment", "continue_pay"),
+            role="payment",
+            style="button",
+        ),
+        frame(
+            (180, 1300, 900, 1420), text((440, 1330, 640, 1390), "先去逛逛"), clickable=True, action=("leave_order",)
+        ),
     )
     return frame(APP_BOUNDS, box, style="scrim")
 
@@ -313,8 +479,15 @@ def simple_dialog(title: str, body: str, buttons: list[tuple[str, tuple[str, ...
     for i, (label, action) in enumerate(buttons):
         width = 720 // len(buttons)
         left = 180 + i * width
-        box.add(frame((left, 1240, left + width - 12, 1360), text((left + 20, 1270, left + width - 32, 1330), label),
-                      clickable=True, action=action, style="button" if i == len(buttons) - 1 else ""))
+        box.add(
+            frame(
+                (left, 1240, left + width - 12, 1360),
+                text((left + 20, 1270, left + width - 32, 1330), label),
+                clickable=True,
+                action=action,
+                style="button" if i == len(buttons) - 1 else "",
+            )
+        )
     if close:
         box.add(image((876, 820, 936, 880), "", clickable=True, action=("dismiss_popup",)))
     return frame(APP_BOUNDS, box, style="scrim")
@@ -322,30 +495,51 @@ def simple_dialog(title: str, body: str, buttons: list[tuple[str, tuple[str, ...
 
 def popup(kind: str, custom: str | None) -> Node:
     if kind == "update":
-        return simple_dialog("发现新版本", "新版本更快更稳定，建议立即升级",
-                             [("以后再说", ("dismiss_popup",)), ("立即升级", ("dismiss_popup",))])
+        return simple_dialog(
+            "发现新版本",
+            "新版本更快更稳定，建议立即升级",
+            [("以后再说", ("dismiss_popup",)), ("立即升级", ("dismiss_popup",))],
+        )
     if kind == "coupon":
-        return simple_dialog("恭喜获得平台红包", custom or "¥5 无门槛红包已到账",
-                             [("立即使用", ("dismiss_popup",))], close=True)
+        return simple_dialog(
+            "恭喜获得平台红包", custom or "¥5 无门槛红包已到账", [("立即使用", ("dismiss_popup",))], close=True
+        )
     if kind == "order_success":
-        return simple_dialog(custom or "恭喜你，下单成功", "商家将尽快为您发货",
-                             [("我知道了", ("dismiss_popup",))])
+        return simple_dialog(custom or "恭喜你，下单成功", "商家将尽快为您发货", [("我知道了", ("dismiss_popup",))])
     if kind == "splash":
-        return frame(APP_BOUNDS, image((0, STATUS_H, W, NAV_TOP), "开屏广告"),
-                     text((860, 130, 1040, 200), "跳过 3", clickable=True, action=("dismiss_popup",)),
-                     style="page")
+        return frame(
+            APP_BOUNDS,
+            image((0, STATUS_H, W, NAV_TOP), "开屏广告"),
+            text((860, 130, 1040, 200), "跳过 3", clickable=True, action=("dismiss_popup",)),
+            style="page",
+        )
     if kind in WALL_TEXTS:
         title, body, button = WALL_TEXTS[kind]
         # a button that leads nowhere: only a person can get past these walls
-        return frame(APP_BOUNDS, text((240, 600, 840, 680), title), text((120, 720, 960, 860), custom or body),
-                     image((240, 900, 840, 1400), "验证图片" if kind == "face_check" else ""),
-                     frame((180, 1500, 900, 1620), text((400, 1530, 680, 1590), button), clickable=True,
-                           action=("noop",), role="wall", style="button"), style="page")
+        return frame(
+            APP_BOUNDS,
+            text((240, 600, 840, 680), title),
+            text((120, 720, 960, 860), custom or body),
+            image((240, 900, 840, 1400), "验证图片" if kind == "face_check" else ""),
+            frame(
+                (180, 1500, 900, 1620),
+                text((400, 1530, 680, 1590), button),
+                clickable=True,
+                action=("noop",),
+                role="wall",
+                style="button",
+            ),
+            style="page",
+        )
     # risk wall: full page, no way out by tapping (never solve: stop and report)
     label = custom or "拖动滑块"
-    return frame(APP_BOUNDS, text((300, 600, 780, 680), "安全验证"),
-                 text((120, 720, 960, 800), f"请{label}完成验证" if label == "拖动滑块" else label),
-                 image((120, 900, 960, 1400), "验证图片"), style="page")
+    return frame(
+        APP_BOUNDS,
+        text((300, 600, 780, 680), "安全验证"),
+        text((120, 720, 960, 800), f"请{label}完成验证" if label == "拖动滑块" else label),
+        image((120, 900, 960, 1400), "验证图片"),
+        style="page",
+    )
 
 
 # newer walls seen in public captures (phone-facts "The order sheet"): title, body, button
@@ -358,15 +552,20 @@ WALL_TEXTS = {
 
 
 def challenge_page() -> list[Node]:
-    return [*_header(), text((390, 300, 690, 380), "安全验证"),
-            text((180, 420, 900, 480), "拖动滑块完成拼图"),
-            image((120, 560, 960, 1100), "验证图片"),
-            Node("android.widget.SeekBar", (120, 1200, 960, 1300), rid=OBF_ID, focusable=True, desc="向右滑动")]
+    return [
+        *_header(),
+        text((390, 300, 690, 380), "安全验证"),
+        text((180, 420, 900, 480), "拖动滑块完成拼图"),
+        image((120, 560, 960, 1100), "验证图片"),
+        Node("android.widget.SeekBar", (120, 1200, 960, 1300), rid=OBF_ID, focusable=True, desc="向右滑动"),
+    ]
 
 
 def home_page() -> list[Node]:
-    nodes = [text((36, 130, 1044, 214), "搜索", clickable=True, action=("noop",), style="tile"),
-             text((36, 250, 300, 320), "首页")]
+    nodes = [
+        text((36, 130, 1044, 214), "搜索", clickable=True, action=("noop",), style="tile"),
+        text((36, 250, 300, 320), "首页"),
+    ]
     bar = linear((0, 2112, W, NAV_TOP), style="bottombar")
     for i, label in enumerate(["首页", "多多视频", "聊天", "个人中心"]):
         bar.add(text((i * 270, 2124, i * 270 + 270, 2268), label, clickable=True, action=("noop",)))

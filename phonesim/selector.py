@@ -13,9 +13,17 @@ from typing import Any
 
 from .nodes import Node
 
-_BOOL = {"checkable": "checkable", "checked": "checked", "clickable": "clickable",
-         "longClickable": "long_clickable", "scrollable": "scrollable", "enabled": "enabled",
-         "focusable": "focusable", "focused": "focused", "selected": "selected"}
+_BOOL = {
+    "checkable": "checkable",
+    "checked": "checked",
+    "clickable": "clickable",
+    "longClickable": "long_clickable",
+    "scrollable": "scrollable",
+    "enabled": "enabled",
+    "focusable": "focusable",
+    "focused": "focused",
+    "selected": "selected",
+}
 
 
 def _full(pattern: str, value: str) -> bool:
@@ -86,7 +94,7 @@ def find_all(roots: list[Node], sel: dict[str, Any]) -> list[Node]:
                     nxt.append(n)
         if "instance" in sub:
             k = int(sub["instance"])
-            nxt = nxt[k:k + 1]
+            nxt = nxt[k : k + 1]
         found = nxt
     return found
 
@@ -102,10 +110,21 @@ def obj_info(node: Node) -> dict[str, Any]:
     left, top, right, bottom = node.bounds
     bounds = {"bottom": bottom, "left": left, "right": right, "top": top}
     return {
-        "bounds": bounds, "childCount": len(node.children), "className": node.cls,
-        "contentDescription": node.desc or None, "packageName": node.package,
-        "resourceName": node.rid or None, "text": node.text, "visibleBounds": dict(bounds),
-        "checkable": node.checkable, "checked": node.checked, "clickable": node.clickable,
-        "enabled": node.enabled, "focusable": node.focusable, "focused": node.focused,
-        "longClickable": node.long_clickable, "scrollable": node.scrollable, "selected": node.selected,
+        "bounds": bounds,
+        "childCount": len(node.children),
+        "className": node.cls,
+        "contentDescription": node.desc or None,
+        "packageName": node.package,
+        "resourceName": node.rid or None,
+        "text": node.text,
+        "visibleBounds": dict(bounds),
+        "checkable": node.checkable,
+        "checked": node.checked,
+        "clickable": node.clickable,
+        "enabled": node.enabled,
+        "focusable": node.focusable,
+        "focused": node.focused,
+        "longClickable": node.long_clickable,
+        "scrollable": node.scrollable,
+        "selected": node.selected,
     }

@@ -38,11 +38,19 @@ class PhoneSim:
     Raises SessionError / RecorderError / ScenarioError / ValueError on bad input.
     """
 
-    def __init__(self, scenario: Scenario | dict[str, Any] | str | Path | None = None,
-                 serials: list[str] | tuple[str, ...] = ("sim-1",), host: str = "127.0.0.1", port: int = 0,
-                 journal_path: str | Path | None = None, *, session: Session | str | Path | None = None,
-                 record_session: str | Path | None = None, report_path: str | Path | None = None,
-                 announce: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        scenario: Scenario | dict[str, Any] | str | Path | None = None,
+        serials: list[str] | tuple[str, ...] = ("sim-1",),
+        host: str = "127.0.0.1",
+        port: int = 0,
+        journal_path: str | Path | None = None,
+        *,
+        session: Session | str | Path | None = None,
+        record_session: str | Path | None = None,
+        report_path: str | Path | None = None,
+        announce: Callable[[str], None] | None = None,
+    ):
         self.scenario = load_scenario(scenario)
         self.host = host
         self._want_port = port
@@ -108,8 +116,13 @@ class PhoneSim:
         self.stop()
 
     # ------------------------------------------------------------------ phones
-    def add_phone(self, serial: str, scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
-                  record_session: str | Path | None = None) -> Phone:
+    def add_phone(
+        self,
+        serial: str,
+        scenario: Scenario | dict[str, Any] | str | Path | None = None,
+        *,
+        record_session: str | Path | None = None,
+    ) -> Phone:
         """Add a phone (optionally with its own scenario); it shows up in ``host:devices`` at once.
         ``record_session``: record everything it is made to do into that (empty) directory
         (:mod:`cmbuyer.phonesim.recorder`; RecorderError when the directory is not usable)."""
@@ -121,16 +134,22 @@ class PhoneSim:
         self.phones[serial] = phone
         return phone
 
-    def add_session_phone(self, serial: str, session: Session | str | Path, *,
-                          report_path: str | Path | None = None,
-                          announce: Callable[[str], None] | None = None) -> SessionPhone:
+    def add_session_phone(
+        self,
+        serial: str,
+        session: Session | str | Path,
+        *,
+        report_path: str | Path | None = None,
+        announce: Callable[[str], None] | None = None,
+    ) -> SessionPhone:
         """Add a phone that plays a recorded session (:mod:`cmbuyer.phonesim.session`). The rehearsal
         report goes to ``report_path`` (default ``<session dir>/rehearsal-report.json``); ``announce``
         gets one line when the rehearsal ends. SessionError when the session cannot be loaded."""
         _check_serial(serial)
         loaded = session if isinstance(session, Session) else load_session(session)
-        phone = SessionPhone(loaded, serial, next(self._tids), self._stopping, self._sink,
-                             report_path=report_path, announce=announce)
+        phone = SessionPhone(
+            loaded, serial, next(self._tids), self._stopping, self._sink, report_path=report_path, announce=announce
+        )
         self.phones[serial] = phone
         return phone
 

@@ -61,9 +61,19 @@ MAX_SESSION_BYTES = 16 * 1024 * 1024
 _COMPONENT_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)+)/([A-Za-z0-9_.$]+)")
 _BOUNDS_RE = re.compile(r"^\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]$")
 _FORBIDDEN_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
-_FLAGS = {"clickable": "clickable", "enabled": "enabled", "focusable": "focusable", "focused": "focused",
-          "scrollable": "scrollable", "long-clickable": "long_clickable", "checkable": "checkable",
-          "checked": "checked", "password": "password", "selected": "selected", "visible-to-user": "visible"}
+_FLAGS = {
+    "clickable": "clickable",
+    "enabled": "enabled",
+    "focusable": "focusable",
+    "focused": "focused",
+    "scrollable": "scrollable",
+    "long-clickable": "long_clickable",
+    "checkable": "checkable",
+    "checked": "checked",
+    "password": "password",
+    "selected": "selected",
+    "visible-to-user": "visible",
+}
 SYSTEM_PACKAGES = ("com.android.systemui", "com.android.launcher3")
 
 
@@ -122,20 +132,28 @@ class Session:
         cands = [s for s in self.steps if s.source in (capture, "*") and s.action["kind"] == kind]
         if kind == "tap":
             x, y = action["x"], action["y"]
-            ranked = [(_area(s.action["node"]["bounds"]), s) for s in cands
-                      if _inside(s.action["node"]["bounds"], x, y)]
+            ranked = [
+                (_area(s.action["node"]["bounds"]), s) for s in cands if _inside(s.action["node"]["bounds"], x, y)
+            ]
         elif kind == "swipe":
             want = _direction(action)
-            ranked = [(abs(s.action["x1"] - action["x1"]) + abs(s.action["y1"] - action["y1"]), s) for s in cands
-                      if abs(s.action["x1"] - action["x1"]) <= SWIPE_TOLERANCE
-                      and abs(s.action["y1"] - action["y1"]) <= SWIPE_TOLERANCE and _direction(s.action) == want]
+            ranked = [
+                (abs(s.action["x1"] - action["x1"]) + abs(s.action["y1"] - action["y1"]), s)
+                for s in cands
+                if abs(s.action["x1"] - action["x1"]) <= SWIPE_TOLERANCE
+                and abs(s.action["y1"] - action["y1"]) <= SWIPE_TOLERANCE
+                and _direction(s.action) == want
+            ]
         elif kind == "open_url":
             ranked = [(0, s) for s in cands if s.action["url"] == action["url"]]
         else:
             ranked = [(0, s) for s in cands]
         if not ranked:
-            what = {"tap": " whose node bounds hold the point", "swipe": " starting there in that direction",
-                    "open_url": " for this URL"}.get(kind, "")
+            what = {
+                "tap": " whose node bounds hold the point",
+                "swipe": " starting there in that direction",
+                "open_url": " for this URL",
+            }.get(kind, "")
             return None, f"no {kind} step from {capture}{what} in {SESSION_FILE}"
         best = min(rank for rank, _ in ranked)
         tied = [s for rank, s in ranked if rank == best]
@@ -183,10 +201,17 @@ def parse_windows(xml: str, where: str = "dump.xml") -> list[Node]:
         flags["enabled"] = el.get("enabled", "true") == "true"
         flags["visible"] = el.get("visible-to-user", "true") == "true"
         left, top, right, bottom = (int(v) for v in m.groups())
-        return Node(el.get("class", ""), (left, top, right, bottom), text=el.get("text", ""),
-                    rid=el.get("resource-id", ""), desc=el.get("content-desc", ""),
-                    package=el.get("package", ""), hint=el.get("hint", ""),
-                    children=[build(c) for c in el if c.tag == "node"], **flags)
+        return Node(
+            el.get("class", ""),
+            (left, top, right, bottom),
+            text=el.get("text", ""),
+            rid=el.get("resource-id", ""),
+            desc=el.get("content-desc", ""),
+            package=el.get("package", ""),
+            hint=el.get("hint", ""),
+            children=[build(c) for c in el if c.tag == "node"],
+            **flags,
+        )
 
     return [build(el) for el in root if el.tag == "node"]
 
@@ -235,8 +260,10 @@ def _load_capture(path: Path, app_package: str) -> Capture:
     try:
         with Image.open(io.BytesIO(png)) as img:
             if img.width * img.height > MAX_SCREEN_PIXELS:  # served re-encoded: a bomb would be decoded
-                raise SessionError(f"capture {path.name}: screenshot.png is {img.width}x{img.height}, "
-                                   f"more than {MAX_SCREEN_PIXELS} pixels")
+                raise SessionError(
+                    f"capture {path.name}: screenshot.png is {img.width}x{img.height}, "
+                    f"more than {MAX_SCREEN_PIXELS} pixels"
+                )
             img.verify()
     except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as exc:
         raise SessionError(f"capture {path.name}: screenshot.png is not an image ({exc})") from None
@@ -259,8 +286,13 @@ def _check_action(action: Any, where: str) -> dict[str, Any]:
         x, y = _int(action.get("x"), f"{where}.x"), _int(action.get("y"), f"{where}.y")
         node = action.get("node")
         bounds = node.get("bounds") if isinstance(node, dict) else None
-        if not isinstance(bounds, list) or len(bounds) != 4 or any(type(v) is not int for v in bounds) \
-                or bounds[0] >= bounds[2] or bounds[1] >= bounds[3]:
+        if (
+            not isinstance(bounds, list)
+            or len(bounds) != 4
+            or any(type(v) is not int for v in bounds)
+            or bounds[0] >= bounds[2]
+            or bounds[1] >= bounds[3]
+        ):
             raise SessionError(f"{SESSION_FILE}: {where}.node.bounds: must be [left, top, right, bottom]")
         if not _inside(bounds, x, y):
             raise SessionError(f"{SESSION_FILE}: {where}: the tap point lies outside node.bounds")
@@ -288,12 +320,19 @@ def load_session(directory: str | Path) -> Session:
         raise SessionError(f"{root / SESSION_FILE}: cannot read ({exc.strerror or exc})") from None
     except StrictJSONError as exc:
         raise SessionError(f"{root / SESSION_FILE}: not strict JSON ({exc})") from None
-    if not isinstance(data, dict) or type(data.get("session_format")) is not int \
-            or data["session_format"] != SESSION_FORMAT:
+    if (
+        not isinstance(data, dict)
+        or type(data.get("session_format")) is not int
+        or data["session_format"] != SESSION_FORMAT
+    ):
         raise SessionError(f"{SESSION_FILE}: session_format: must be {SESSION_FORMAT}")
     app = data.get("app")
-    if not isinstance(app, dict) or not isinstance(app.get("package"), str) \
-            or not isinstance(app.get("version_name"), str) or type(app.get("version_code")) is not int:
+    if (
+        not isinstance(app, dict)
+        or not isinstance(app.get("package"), str)
+        or not isinstance(app.get("version_name"), str)
+        or type(app.get("version_code")) is not int
+    ):
         raise SessionError(f"{SESSION_FILE}: app: needs package, version_name and an integer version_code")
     version = AppVersion(app["package"], app["version_name"], app["version_code"])
     captures: dict[str, Capture] = {}
@@ -343,8 +382,10 @@ def _check_conflicts(session: Session) -> None:
     for b in session.steps:
         a = first.setdefault((b.source, *_action_key(b.action)), b)
         if a.to != b.to:
-            raise SessionError(f"{SESSION_FILE}: steps[{a.index}] and steps[{b.index}]: the same "
-                               f"{a.action['kind']} on {a.source} leads to {a.to} and to {b.to}")
+            raise SessionError(
+                f"{SESSION_FILE}: steps[{a.index}] and steps[{b.index}]: the same "
+                f"{a.action['kind']} on {a.source} leads to {a.to} and to {b.to}"
+            )
 
 
 # -------------------------------------------------------------------------------------- playback
@@ -355,8 +396,14 @@ def _utc_now() -> str:
 def _node_info(node: Node | None) -> dict[str, Any] | None:
     if node is None:
         return None
-    return {"text": node.text, "desc": node.desc, "resource_id": node.rid, "class": node.cls,
-            "package": node.package, "bounds": list(node.bounds)}
+    return {
+        "text": node.text,
+        "desc": node.desc,
+        "resource_id": node.rid,
+        "class": node.cls,
+        "package": node.package,
+        "bounds": list(node.bounds),
+    }
 
 
 def _describe(action: dict[str, Any]) -> str:
@@ -381,11 +428,21 @@ class SessionPhone(Phone):
     ``to`` (capture after), ``refused`` (bool), ``reason``; the end adds a ``rehearsal_end`` entry.
     """
 
-    def __init__(self, session: Session, serial: str, transport_id: int, stop_event: threading.Event,
-                 sink: JournalSink | None = None, report_path: str | Path | None = None,
-                 announce: Callable[[str], None] | None = None):
-        cfg = PhoneConfig(serial=serial, app=AppVersion(session.app.package, session.app.version_name,
-                                                        session.app.version_code), catalogue={})
+    def __init__(
+        self,
+        session: Session,
+        serial: str,
+        transport_id: int,
+        stop_event: threading.Event,
+        sink: JournalSink | None = None,
+        report_path: str | Path | None = None,
+        announce: Callable[[str], None] | None = None,
+    ):
+        cfg = PhoneConfig(
+            serial=serial,
+            app=AppVersion(session.app.package, session.app.version_name, session.app.version_code),
+            catalogue={},
+        )
         super().__init__(cfg, transport_id, stop_event, sink)
         self.session = session
         self.capture = session.start
@@ -452,15 +509,25 @@ class SessionPhone(Phone):
     def state(self) -> dict[str, Any]:
         """Snapshot: current capture, steps followed, actions refused, the end (or None), counters."""
         with self.lock:
-            return {"serial": self.serial, "screen": self.capture, "session": str(self.session.directory),
-                    "version_name": self.cfg.app.version_name, "version_code": self.cfg.app.version_code,
-                    "foreground_package": self.current.package, "steps_followed": self.followed,
-                    "actions_refused": self.refused, "ended": self.ended, "counters": dict(self.counters),
-                    "online": self.online, "uia_alive": self.uia_alive}
+            return {
+                "serial": self.serial,
+                "screen": self.capture,
+                "session": str(self.session.directory),
+                "version_name": self.cfg.app.version_name,
+                "version_code": self.cfg.app.version_code,
+                "foreground_package": self.current.package,
+                "steps_followed": self.followed,
+                "actions_refused": self.refused,
+                "ended": self.ended,
+                "counters": dict(self.counters),
+                "online": self.online,
+                "uia_alive": self.uia_alive,
+            }
 
     # ---------------------------------------------------------------- actions
-    def _act(self, action: dict[str, Any], journal_kind: str, point: tuple[int, int] | None = None,
-             **extra: Any) -> dict[str, Any]:
+    def _act(
+        self, action: dict[str, Any], journal_kind: str, point: tuple[int, int] | None = None, **extra: Any
+    ) -> dict[str, Any]:
         """Follow ``action`` or refuse it; journal it either way; returns the journal entry."""
         with self.lock:
             before = self.capture
@@ -482,28 +549,52 @@ class SessionPhone(Phone):
                 self.refused += 1
             texts = [t for n in path for t in (n.text, n.desc)]
             entry = self.journal.record(
-                journal_kind, **extra, screen=before, node=node.summary() if node else None,
-                target=target.summary() if target else None, role="",
-                payment=is_payment_text(*texts), package=node.package if node else self.current.package,
-                effect="step" if step else "refused", session_step=step.index if step else None,
-                to=self.capture, refused=step is None, reason=why or None, dropped=False, applied=step is not None)
+                journal_kind,
+                **extra,
+                screen=before,
+                node=node.summary() if node else None,
+                target=target.summary() if target else None,
+                role="",
+                payment=is_payment_text(*texts),
+                package=node.package if node else self.current.package,
+                effect="step" if step else "refused",
+                session_step=step.index if step else None,
+                to=self.capture,
+                refused=step is None,
+                reason=why or None,
+                dropped=False,
+                applied=step is not None,
+            )
             if step is None and self.ended is None:
                 self._end(before, action, node, target, why, entry["seq"])
             else:
                 self._write_report()
             return entry
 
-    def _end(self, capture: str, action: dict[str, Any], node: Node | None, target: Node | None, why: str,
-             seq: int) -> None:
-        self.ended = {"capture": capture, "action": action, "node": _node_info(node),
-                      "target": _node_info(target), "reason": why, "journal_seq": seq, "at": _utc_now()}
+    def _end(
+        self, capture: str, action: dict[str, Any], node: Node | None, target: Node | None, why: str, seq: int
+    ) -> None:
+        self.ended = {
+            "capture": capture,
+            "action": action,
+            "node": _node_info(node),
+            "target": _node_info(target),
+            "reason": why,
+            "journal_seq": seq,
+            "at": _utc_now(),
+        }
         self.journal.record("rehearsal_end", **self.ended)
         self._write_report()
         n = node
-        where = (f'; node text="{n.text}" desc="{n.desc}" resource-id="{n.rid}" bounds={list(n.bounds)}'
-                 if n is not None else "")
-        line = (f"REHEARSAL ENDED on {self.serial} at capture {capture}: {_describe(action)} ({why}){where}; "
-                f"report {self.report_path}")
+        where = (
+            f'; node text="{n.text}" desc="{n.desc}" resource-id="{n.rid}" bounds={list(n.bounds)}'
+            if n is not None
+            else ""
+        )
+        line = (
+            f"REHEARSAL ENDED on {self.serial} at capture {capture}: {_describe(action)} ({why}){where}; "
+            f"report {self.report_path}"
+        )
         log.warning("%s", line)
         if self._announce is not None:
             self._announce(line)
@@ -511,8 +602,7 @@ class SessionPhone(Phone):
     def tap(self, x: int, y: int, via: str) -> dict[str, Any]:
         self.sleep("tap")
         self.count("taps")
-        entry = self._act({"kind": "tap", "x": x, "y": y}, "tap", (x, y), x=x, y=y, via=via,
-                          goods_id=None)
+        entry = self._act({"kind": "tap", "x": x, "y": y}, "tap", (x, y), x=x, y=y, via=via, goods_id=None)
         return entry
 
     def key(self, key: str | int, via: str) -> str:
@@ -525,11 +615,19 @@ class SessionPhone(Phone):
     def swipe(self, points: list[int], via: str) -> dict[str, Any]:
         self.sleep("tap")
         if len(points) < 4:
-            return {**self._act({"kind": "swipe", "x1": 0, "y1": 0, "x2": 0, "y2": 0}, "swipe", points=points,
-                                via=via, list=None, list_bounds=None), "moved": 0}
+            return {
+                **self._act(
+                    {"kind": "swipe", "x1": 0, "y1": 0, "x2": 0, "y2": 0},
+                    "swipe",
+                    points=points,
+                    via=via,
+                    list=None,
+                    list_bounds=None,
+                ),
+                "moved": 0,
+            }
         action = {"kind": "swipe", "x1": points[0], "y1": points[1], "x2": points[-2], "y2": points[-1]}
-        entry = self._act(action, "swipe", (points[0], points[1]), points=points, via=via, list=None,
-                          list_bounds=None)
+        entry = self._act(action, "swipe", (points[0], points[1]), points=points, via=via, list=None, list_bounds=None)
         # JSON-RPC scrollForward answers whether the list moved: a followed step counts as moved
         return {**entry, "moved": 0 if entry["refused"] else 1}
 
@@ -557,10 +655,17 @@ class SessionPhone(Phone):
     def report(self) -> dict[str, Any]:
         """The rehearsal report (also written to :attr:`report_path`)."""
         with self.lock:
-            return {"report_format": REPORT_FORMAT, "session": str(self.session.directory), "serial": self.serial,
-                    "status": "ended" if self.ended else "running", "capture": self.capture,
-                    "steps_followed": self.followed, "actions_refused": self.refused, "ended": self.ended,
-                    "updated_at": _utc_now()}
+            return {
+                "report_format": REPORT_FORMAT,
+                "session": str(self.session.directory),
+                "serial": self.serial,
+                "status": "ended" if self.ended else "running",
+                "capture": self.capture,
+                "steps_followed": self.followed,
+                "actions_refused": self.refused,
+                "ended": self.ended,
+                "updated_at": _utc_now(),
+            }
 
     def _write_report(self) -> None:
         """Atomic rewrite; a failure is logged, never raised into the adb handler."""

@@ -171,29 +171,38 @@ def _dumpsys(phone: Phone, args: list[str]) -> ShellResult:
             sub = args[1] if len(args) > 1 else "activities"
             if sub == "top":
                 url = _page_url(phone) if pkg == phone.cfg.app.package else ""
-                lines = [f"TASK {pkg} id=57 userId=0",
-                         f"  ACTIVITY {pkg}/{act} 8f3a2b1 pid={phone.pid if pkg == phone.cfg.app.package else 1893}",
-                         "    Local Activity 1c2d3e4 State:",
-                         "      mResumed=true mStopped=false mFinished=false"]
+                lines = [
+                    f"TASK {pkg} id=57 userId=0",
+                    f"  ACTIVITY {pkg}/{act} 8f3a2b1 pid={phone.pid if pkg == phone.cfg.app.package else 1893}",
+                    "    Local Activity 1c2d3e4 State:",
+                    "      mResumed=true mStopped=false mFinished=false",
+                ]
                 if url:
-                    lines.append(f"      mIntent=Intent {{ act=android.intent.action.VIEW dat={url} flg=0x10000000 "
-                                 f"cmp={pkg}/{act} }}")
+                    lines.append(
+                        f"      mIntent=Intent {{ act=android.intent.action.VIEW dat={url} flg=0x10000000 "
+                        f"cmp={pkg}/{act} }}"
+                    )
                 if pkg != "com.android.launcher3":
-                    lines += ["TASK com.android.launcher3 id=1 userId=0",
-                              f"  ACTIVITY {LAUNCHER_ACTIVITY} 2a1b3c4 pid=1893"]
+                    lines += [
+                        "TASK com.android.launcher3 id=1 userId=0",
+                        f"  ACTIVITY {LAUNCHER_ACTIVITY} 2a1b3c4 pid=1893",
+                    ]
                 return _text("\n".join(lines) + "\n")
             return _text(f"  mResumedActivity: ActivityRecord{{7d2e9b0 u0 {pkg}/{act} t57}}\n")
     if what == "package":
         return _dumpsys_package(phone, args[1] if len(args) > 1 else "")
     if what == "display":
-        return _text("DISPLAY MANAGER (dumpsys display)\n  mDefaultViewport= orientation=0 deviceWidth=1080 "
-                     "deviceHeight=2400\n")
+        return _text(
+            "DISPLAY MANAGER (dumpsys display)\n  mDefaultViewport= orientation=0 deviceWidth=1080 deviceHeight=2400\n"
+        )
     if what == "power":
         return _text("POWER MANAGER (dumpsys power)\n  mWakefulness=Awake\n  Display Power: state=ON\n")
     if what == "battery":
-        return _text("Current Battery Service state:\n  AC powered: false\n  USB powered: true\n  level: 80\n"
-                     "  scale: 100\n  status: 2\n  health: 2\n  present: true\n  temperature: 300\n"
-                     "  voltage: 4200\n  technology: Li-ion\n")
+        return _text(
+            "Current Battery Service state:\n  AC powered: false\n  USB powered: true\n  level: 80\n"
+            "  scale: 100\n  status: 2\n  health: 2\n  present: true\n  temperature: 300\n"
+            "  voltage: 4200\n  technology: Li-ion\n"
+        )
     return _text("")
 
 
@@ -219,14 +228,17 @@ def _dumpsys_package(phone: Phone, package: str) -> ShellResult:
             "    pkgFlags=[ HAS_CODE ALLOW_CLEAR_USER_DATA ALLOW_BACKUP ]\n"
         )
 
-    text = ("Activity Resolver Table:\n  Non-Data Actions:\n      android.intent.action.MAIN:\n"
-            f"        5d8a1b2 {app.package}/.ui.activity.MainFrameActivity filter 9a7c3d1\n\n"
-            "Packages:\n" + block(app.version_name, app.version_code, "2025-01-10 09:12:33"))
+    text = (
+        "Activity Resolver Table:\n  Non-Data Actions:\n      android.intent.action.MAIN:\n"
+        f"        5d8a1b2 {app.package}/.ui.activity.MainFrameActivity filter 9a7c3d1\n\n"
+        "Packages:\n" + block(app.version_name, app.version_code, "2025-01-10 09:12:33")
+    )
     with phone.lock:
         for fault in phone.faults.active("duplicate_version", phone.counters, phone.screen):
             # e.g. a staged update or an old copy under "Hidden system packages"
             text += "\nHidden system packages:\n" + block(
-                str(fault.params["version_name"]), int(fault.params["version_code"]), "2024-03-02 18:20:11")
+                str(fault.params["version_name"]), int(fault.params["version_code"]), "2024-03-02 18:20:11"
+            )
     return _text(text)
 
 
@@ -237,9 +249,18 @@ def _pm(phone: Phone, args: list[str]) -> ShellResult:
             return _text(f"package:/data/app/~~Xc9f2QbT==/{args[1]}-3Lq2ZQ==/base.apk\n")
         return _text("", 1)
     if args[:1] == ["list"]:
-        return _text("".join(f"package:{p}\n" for p in (pkg, "com.tencent.mm", "com.eg.android.AlipayGphone",
-                                                       "com.android.settings",
-                                                       "com.android.launcher3")))
+        return _text(
+            "".join(
+                f"package:{p}\n"
+                for p in (
+                    pkg,
+                    "com.tencent.mm",
+                    "com.eg.android.AlipayGphone",
+                    "com.android.settings",
+                    "com.android.launcher3",
+                )
+            )
+        )
     return _text("Success\n")
 
 
@@ -270,8 +291,11 @@ def _am(phone: Phone, args: list[str]) -> ShellResult:
         if url is not None:
             opened = phone.deep_link(url)
             if opened is None:
-                return _text(f"Starting: Intent {{ act={action} dat={url} }}\n"
-                             "Error: Activity not started, unable to resolve Intent\n", 1)
+                return _text(
+                    f"Starting: Intent {{ act={action} dat={url} }}\n"
+                    "Error: Activity not started, unable to resolve Intent\n",
+                    1,
+                )
             return _text(f"Starting: Intent {{ act={action} dat={url} }}\n")
         if component and component.startswith(phone.cfg.app.package + "/"):
             phone.launch_app()
@@ -283,7 +307,7 @@ def _am(phone: Phone, args: list[str]) -> ShellResult:
 
 
 def _monkey(phone: Phone, args: list[str]) -> ShellResult:
-    if "-p" in args and args[args.index("-p") + 1: args.index("-p") + 2] == [phone.cfg.app.package]:
+    if "-p" in args and args[args.index("-p") + 1 : args.index("-p") + 2] == [phone.cfg.app.package]:
         phone.launch_app()
         return _text("Events injected: 1\n")
     return _text("** No activities found to run, monkey aborted.\n", 251)
@@ -324,12 +348,15 @@ def _screencap(phone: Phone, args: list[str]) -> ShellResult:
 
 
 def _ps(phone: Phone, args: list[str]) -> ShellResult:
-    lines = ["USER           PID  PPID     VSZ    RSS WCHAN            ADDR S NAME",
-             "root             1     0 2173292  10460 0                   0 S init",
-             "u0_a93        1893   702 6431044 198220 0                   0 S com.android.launcher3"]
+    lines = [
+        "USER           PID  PPID     VSZ    RSS WCHAN            ADDR S NAME",
+        "root             1     0 2173292  10460 0                   0 S init",
+        "u0_a93        1893   702 6431044 198220 0                   0 S com.android.launcher3",
+    ]
     if phone.app_running():
-        lines.append(f"u0_a234      {phone.pid:>5}   702 9102344 512004 0                   0 S "
-                     f"{phone.cfg.app.package}")
+        lines.append(
+            f"u0_a234      {phone.pid:>5}   702 9102344 512004 0                   0 S {phone.cfg.app.package}"
+        )
     return _text("\n".join(lines) + "\n")
 
 
@@ -359,8 +386,27 @@ def _settings(phone: Phone, args: list[str]) -> ShellResult:
 
 
 _COMMANDS = {
-    "echo": _echo, "md5sum": _md5, "md5": _md5, "getprop": _getprop, "wm": _wm, "dumpsys": _dumpsys,
-    "pm": _pm, "cmd": _ok, "am": _am, "monkey": _monkey, "input": _input, "screencap": _screencap,
-    "ps": _ps, "pidof": _pidof, "app_process": _app_process, "uiautomator": _uiautomator,
-    "settings": _settings, "ime": _ok, "rm": _ok, "mkdir": _ok, "chmod": _ok, "true": _ok, "sleep": _ok,
+    "echo": _echo,
+    "md5sum": _md5,
+    "md5": _md5,
+    "getprop": _getprop,
+    "wm": _wm,
+    "dumpsys": _dumpsys,
+    "pm": _pm,
+    "cmd": _ok,
+    "am": _am,
+    "monkey": _monkey,
+    "input": _input,
+    "screencap": _screencap,
+    "ps": _ps,
+    "pidof": _pidof,
+    "app_process": _app_process,
+    "uiautomator": _uiautomator,
+    "settings": _settings,
+    "ime": _ok,
+    "rm": _ok,
+    "mkdir": _ok,
+    "chmod": _ok,
+    "true": _ok,
+    "sleep": _ok,
 }

@@ -56,9 +56,13 @@ def patch_adb(monkeypatch: Any, port: int, host: str = "127.0.0.1") -> None:
 
 
 @contextmanager
-def running_sim(scenario: Scenario | dict[str, Any] | str | Path | None = None,
-                serials: list[str] | tuple[str, ...] = ("sim-1",), journal_path: str | Path | None = None,
-                set_env: bool = True, **options: Any) -> Iterator[PhoneSim]:
+def running_sim(
+    scenario: Scenario | dict[str, Any] | str | Path | None = None,
+    serials: list[str] | tuple[str, ...] = ("sim-1",),
+    journal_path: str | Path | None = None,
+    set_env: bool = True,
+    **options: Any,
+) -> Iterator[PhoneSim]:
     """An in-process simulator on a free loopback port, adbutils pointed at it, stopped on exit.
     ``options`` go to :class:`PhoneSim` (``session=DIR``, ``record_session=DIR``, ``report_path=``)."""
     sim = PhoneSim(scenario, serials=serials, journal_path=journal_path, **options)
@@ -74,10 +78,13 @@ def running_sim(scenario: Scenario | dict[str, Any] | str | Path | None = None,
 
 
 @contextmanager
-def running_sim_process(scenario: str | Path | dict[str, Any] | None = None,
-                        serials: list[str] | tuple[str, ...] = ("sim-1",),
-                        journal_path: str | Path | None = None, set_env: bool = False,
-                        extra_args: list[str] | None = None) -> Iterator[SimProcess]:
+def running_sim_process(
+    scenario: str | Path | dict[str, Any] | None = None,
+    serials: list[str] | tuple[str, ...] = ("sim-1",),
+    journal_path: str | Path | None = None,
+    set_env: bool = False,
+    extra_args: list[str] | None = None,
+) -> Iterator[SimProcess]:
     """The simulator as a subprocess (``python -m cmbuyer.phonesim.cli``); SIGTERM on exit."""
     proc = SimProcess(scenario, serials=serials, journal_path=journal_path, extra_args=extra_args)
     port = proc.start()

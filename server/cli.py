@@ -84,6 +84,7 @@ def _tx(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
 
 # -- init / migrate / serve / doctor -------------------------------------------------------------
 
+
 def write_env_file(path: Path, values: dict[str, str]) -> None:
     """Write ``values`` as an env file created with mode 0600 (never readable by others)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -104,13 +105,16 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise CliError(f"data dir {data_dir} is not writable ({exc.strerror})", EXIT_SETTINGS) from None
     env_path = data_dir / ENV_FILE_NAME
     if not env_path.exists():
-        write_env_file(env_path, {
-            "CMBUYER_CLAIM_TOKEN_SECRET": secrets.token_bytes(32).hex(),
-            "CMBUYER_SESSION_SECRET": secrets.token_bytes(32).hex(),
-            "CMBUYER_CLAIM_LEASE_TTL": "120",
-            "CMBUYER_AUTHORIZATION_TTL": "3600",
-            "CMBUYER_ALLOWED_APP_VERSIONS": ",".join(DEFAULT_APP_VERSIONS),
-        })
+        write_env_file(
+            env_path,
+            {
+                "CMBUYER_CLAIM_TOKEN_SECRET": secrets.token_bytes(32).hex(),
+                "CMBUYER_SESSION_SECRET": secrets.token_bytes(32).hex(),
+                "CMBUYER_CLAIM_LEASE_TTL": "120",
+                "CMBUYER_AUTHORIZATION_TTL": "3600",
+                "CMBUYER_ALLOWED_APP_VERSIONS": ",".join(DEFAULT_APP_VERSIONS),
+            },
+        )
         created_env = True
     else:
         created_env = False
@@ -145,10 +149,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     try:
         if args.list:
             from cmbuyer.server.store import migrations as mig_store
+
             mig_store.ensure_table(conn)
             applied = mig_store.applied(conn)
-            rows = [{"name": m.name, "applied": m.name in applied,
-                     "checksum_ok": applied.get(m.name, m.checksum) == m.checksum} for m in migrate.available()]
+            rows = [
+                {
+                    "name": m.name,
+                    "applied": m.name in applied,
+                    "checksum_ok": applied.get(m.name, m.checksum) == m.checksum,
+                }
+                for m in migrate.available()
+            ]
             if args.json:
                 _print_json({"migrations": rows})
             else:
@@ -187,15 +198,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         check_schema(settings)
         app = create_app(settings)
-        print(f"cmbuyer-server: serving http://{settings.host}:{settings.port}/ (admin: /login, data dir "
-              f"{settings.data_dir})", file=sys.stderr, flush=True)
+        print(
+            f"cmbuyer-server: serving http://{settings.host}:{settings.port}/ (admin: /login, data dir "
+            f"{settings.data_dir})",
+            file=sys.stderr,
+            flush=True,
+        )
         # Everything built so far (modules, app, routes) lives as long as the process: take it out of the
         # cyclic GC so that a full collection does not walk it — one took ≈ 40–50 ms under load, stalling
         # every request in flight (docs/performance.md). Garbage is collected first, so nothing leaks.
         gc.collect()
         gc.freeze()
-        web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None,
-                    handle_signals=True, shutdown_timeout=5)
+        web.run_app(
+            app,
+            host=settings.host,
+            port=settings.port,
+            print=None,
+            access_log=None,
+            handle_signals=True,
+            shutdown_timeout=5,
+        )
     except StartupRefused as exc:
         raise CliError(f"refusing to start: {exc}", EXIT_STORAGE) from None
     except OSError as exc:
@@ -223,10 +245,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         checks.append(("data_dir", False, exc.strerror or "unreadable"))
     try:
         conn = _open(settings)
-        pragmas = {name: conn.execute(f"PRAGMA {name}").fetchone()[0]
-                   for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")}
-        checks.append(("pragmas", pragmas["journal_mode"] == "wal" and pragmas["synchronous"] == 2
-                       and pragmas["foreign_keys"] == 1, json.dumps(pragmas)))
+        pragmas = {
+            name: conn.execute(f"PRAGMA {name}").fetchone()[0]
+            for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+        }
+        checks.append(
+            (
+                "pragmas",
+                pragmas["journal_mode"] == "wal" and pragmas["synchronous"] == 2 and pragmas["foreign_keys"] == 1,
+                json.dumps(pragmas),
+            )
+        )
         checks.append(("integrity", conn.execute("PRAGMA quick_check").fetchone()[0] == "ok", "quick_check"))
         checks.append(("migrations", True, "current"))
         conn.close()
@@ -270,13 +299,16 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 # -- admin / device / task -----------------------------------------------------------------------
 
+
 def _read_password(args: argparse.Namespace) -> str:
     if args.password_stdin:
         if sys.stdin.isatty():
             import getpass
+
             return getpass.getpass("password (at least 10 characters): ")
         return sys.stdin.readline().rstrip("\n")
     import getpass
+
     first = getpass.getpass("password (at least 10 characters): ")
     if getpass.getpass("again: ") != first:
         raise CliError("passwords differ", EXIT_USAGE)
@@ -292,7 +324,8 @@ def cmd_admin(args: argparse.Namespace) -> int:
             password = _read_password(args)
             admin_id = _tx(conn, lambda c: admin_service.add_admin(c, args.username, password, CLI_ACTOR, now))
             _print_json({"admin_id": admin_id, "username": args.username}) if args.json else print(
-                f"admin {args.username} added")
+                f"admin {args.username} added"
+            )
         elif args.admin_cmd == "passwd":
             password = _read_password(args)
             _tx(conn, lambda c: admin_service.change_password(c, args.username, password, CLI_ACTOR, now))
@@ -300,8 +333,13 @@ def cmd_admin(args: argparse.Namespace) -> int:
         else:
             admins = admin_store.list_all(conn)
             if args.json:
-                _print_json({"admins": [{"username": a.username, "disabled": a.disabled, "created_at": a.created_at}
-                                        for a in admins]})
+                _print_json(
+                    {
+                        "admins": [
+                            {"username": a.username, "disabled": a.disabled, "created_at": a.created_at} for a in admins
+                        ]
+                    }
+                )
             else:
                 for a in admins:
                     print(f"{a.username}\t{'disabled' if a.disabled else 'active'}\t{a.created_at}")
@@ -331,17 +369,27 @@ def cmd_device(args: argparse.Namespace) -> int:
                 print("revoked" if changed else "already revoked")
         elif args.device_cmd == "supervision":
             off = args.mode == "off"
-            changed = _tx(conn, lambda c: device_service.set_supervision(c, args.device_id, off=off,
-                                                                        actor=CLI_ACTOR, now=now))
+            changed = _tx(
+                conn, lambda c: device_service.set_supervision(c, args.device_id, off=off, actor=CLI_ACTOR, now=now)
+            )
             if args.json:
                 _print_json({"device_id": args.device_id, "supervision": args.mode, "changed": changed})
             else:
                 print(f"supervision {args.mode}" + ("" if changed else " (unchanged)"))
         else:
             devices = device_store.list_all(conn)
-            rows = [{"device_id": d.id, "name": d.name, "state": d.state, "created_at": d.created_at,
-                     "last_heartbeat_at": d.last_heartbeat_at, "pdd_version": d.pdd_version,
-                     "app_version_allowed": d.app_version_allowed} for d in devices]
+            rows = [
+                {
+                    "device_id": d.id,
+                    "name": d.name,
+                    "state": d.state,
+                    "created_at": d.created_at,
+                    "last_heartbeat_at": d.last_heartbeat_at,
+                    "pdd_version": d.pdd_version,
+                    "app_version_allowed": d.app_version_allowed,
+                }
+                for d in devices
+            ]
             if args.json:
                 _print_json({"devices": rows})
             else:
@@ -358,8 +406,15 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     settings = _settings(args)
     conn = _open(settings)
     try:
-        report = evidence_gc.collect(conn, settings.evidence_dir, now=time.time(), older_than=args.older_than,
-                                     dry_run=args.dry_run, actor=CLI_ACTOR, at=to_wire(SystemClock().now()))
+        report = evidence_gc.collect(
+            conn,
+            settings.evidence_dir,
+            now=time.time(),
+            older_than=args.older_than,
+            dry_run=args.dry_run,
+            actor=CLI_ACTOR,
+            at=to_wire(SystemClock().now()),
+        )
     except StorageError as exc:
         raise CliError(f"storage error: {exc}", EXIT_STORAGE) from None
     except OSError as exc:
@@ -370,9 +425,11 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         _print_json(report.as_dict())
     else:
         verb = "would remove" if args.dry_run else "removed"
-        print(f"scanned {report.scanned} files: {report.referenced} referenced, {report.too_young} younger than "
-              f"{args.older_than} s; {verb} {report.removed} unreferenced and {report.removed_temporary} "
-              f"temporary ({report.bytes_freed} bytes)")
+        print(
+            f"scanned {report.scanned} files: {report.referenced} referenced, {report.too_young} younger than "
+            f"{args.older_than} s; {verb} {report.removed} unreferenced and {report.removed_temporary} "
+            f"temporary ({report.bytes_freed} bytes)"
+        )
     return EXIT_OK
 
 
@@ -388,9 +445,15 @@ def cmd_task(args: argparse.Namespace) -> int:
     now = SystemClock().now()
     try:
         if args.task_cmd == "add":
-            raw = {"create_key": args.create_key or new_id(), "title": args.title, "product_url": args.url,
-                   "sku_color": args.color, "sku_size": args.size, "quantity": args.quantity,
-                   "max_total_price": args.max_total_price}
+            raw = {
+                "create_key": args.create_key or new_id(),
+                "title": args.title,
+                "product_url": args.url,
+                "sku_color": args.color,
+                "sku_size": args.size,
+                "quantity": args.quantity,
+                "max_total_price": args.max_total_price,
+            }
             try:
                 new = task_service.validate_new_task(raw, settings)
             except DomainError as exc:
@@ -414,11 +477,25 @@ def cmd_task(args: argparse.Namespace) -> int:
         elif args.task_cmd == "list":
             from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
             from cmbuyer.server.store import tasks as task_store
+
             states = [args.state] if args.state else None
             rows = task_store.page(conn, states=states, limit=args.limit)
             if args.json:
-                _print_json({"tasks": [{"task_id": t.id, "state": t.state, "version": t.version, "title": t.title,
-                                        "goods_id": t.goods_id, "created_at": t.created_at} for t in rows]})
+                _print_json(
+                    {
+                        "tasks": [
+                            {
+                                "task_id": t.id,
+                                "state": t.state,
+                                "version": t.version,
+                                "title": t.title,
+                                "goods_id": t.goods_id,
+                                "created_at": t.created_at,
+                            }
+                            for t in rows
+                        ]
+                    }
+                )
             else:
                 print("task id\tstate\tversion\tgoods id\ttitle")
                 for t in rows:
@@ -426,6 +503,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                     print(f"{t.id}\t{t.state} ({label})\tv{t.version}\t{t.goods_id}\t{t.title}")
         else:
             from cmbuyer.server.services import task_view
+
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
             _print_json(view) if args.json else print(json.dumps(view, ensure_ascii=False, indent=2))
     finally:
@@ -437,10 +515,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every command (documented in docs/operations.md)."""
     parser = argparse.ArgumentParser(prog="cmbuyer-server", description="cmbuyer purchasing server")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", default=argparse.SUPPRESS,
-                        help="data directory (default $CMBUYER_DATA_DIR or ./var)")
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print one JSON object")
+    common.add_argument(
+        "--data-dir", default=argparse.SUPPRESS, help="data directory (default $CMBUYER_DATA_DIR or ./var)"
+    )
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
     parser.add_argument("--data-dir", default=None, help="data directory (default $CMBUYER_DATA_DIR or ./var)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -470,17 +548,25 @@ def build_parser() -> argparse.ArgumentParser:
     dsub.add_parser("list", parents=[common])
     q = dsub.add_parser("revoke", parents=[common])
     q.add_argument("device_id")
-    q = dsub.add_parser("supervision", parents=[common],
-                        help="on: the device's first orders per pack wait for a person's approval "
-                             "(CMBUYER_SUPERVISED_ORDERS); off: exempt this device (audited)")
+    q = dsub.add_parser(
+        "supervision",
+        parents=[common],
+        help="on: the device's first orders per pack wait for a person's approval "
+        "(CMBUYER_SUPERVISED_ORDERS); off: exempt this device (audited)",
+    )
     q.add_argument("device_id")
     q.add_argument("mode", choices=("on", "off"))
 
     p = sub.add_parser("evidence", parents=[common], help="evidence file housekeeping")
     esub = p.add_subparsers(dest="evidence_cmd", required=True)
     q = esub.add_parser("gc", parents=[common], help="remove evidence files no asset row refers to")
-    q.add_argument("--older-than", type=_seconds, default=86400, metavar="SECONDS",
-                   help="only files not written for this long (default 86400 = one day)")
+    q.add_argument(
+        "--older-than",
+        type=_seconds,
+        default=86400,
+        metavar="SECONDS",
+        help="only files not written for this long (default 86400 = one day)",
+    )
     q.add_argument("--dry-run", action="store_true", help="report what would be removed, remove nothing")
 
     p = sub.add_parser("task", parents=[common], help="create, start and show tasks (scripting, tests)")
@@ -489,8 +575,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--title", required=True, help="what the purchaser calls it (1–200 characters)")
     q.add_argument("--url", required=True, help="Pinduoduo goods URL with exactly one numeric goods_id")
     q.add_argument("--color", required=True, help="the exact colour option text (compared after NFKC)")
-    q.add_argument("--size", default=None,
-                   help="the exact size option text (compared after NFKC); leave out for goods with one dimension")
+    q.add_argument(
+        "--size",
+        default=None,
+        help="the exact size option text (compared after NFKC); leave out for goods with one dimension",
+    )
     q.add_argument("--quantity", type=int, required=True, help="positive integer ≤ CMBUYER_MAX_QUANTITY")
     q.add_argument("--max-total-price", required=True, help="largest allowed order total, e.g. 30.00 (CNY)")
     q.add_argument("--create-key", default=None, help="idempotency key (UUIDv4); default: a new one")
@@ -509,8 +598,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "init": cmd_init, "migrate": cmd_migrate, "serve": cmd_serve, "doctor": cmd_doctor, "backup": cmd_backup,
-    "admin": cmd_admin, "device": cmd_device, "evidence": cmd_evidence, "task": cmd_task,
+    "init": cmd_init,
+    "migrate": cmd_migrate,
+    "serve": cmd_serve,
+    "doctor": cmd_doctor,
+    "backup": cmd_backup,
+    "admin": cmd_admin,
+    "device": cmd_device,
+    "evidence": cmd_evidence,
+    "task": cmd_task,
 }
 
 

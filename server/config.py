@@ -177,13 +177,14 @@ def _payment_modes(env: Mapping[str, str]) -> tuple[str, ...]:
     # NFKC first, so a full-width comma (微信支付，支付宝) separates too
     modes = tuple(m.strip() for m in normalize_sku(raw).split(",") if m.strip())
     if not modes or not all(len(m) <= PAYMENT_MODE_MAX and not has_control_chars(m) for m in modes):
-        raise SettingsError("CMBUYER_ALLOWED_PAYMENT_MODES must be comma-separated payment mode names"
-                            " such as 微信支付,支付宝 (each at most 32 characters)")
+        raise SettingsError(
+            "CMBUYER_ALLOWED_PAYMENT_MODES must be comma-separated payment mode names"
+            " such as 微信支付,支付宝 (each at most 32 characters)"
+        )
     return modes
 
 
-def load_settings(data_dir: str | os.PathLike[str] | None = None,
-                  environ: Mapping[str, str] | None = None) -> Settings:
+def load_settings(data_dir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Build :class:`Settings` for ``data_dir`` (default ``$CMBUYER_DATA_DIR`` or ``./var``).
 
     Reads ``<data_dir>/cmbuyer.env`` when present; ``environ`` (default ``os.environ``) overrides it.
@@ -233,7 +234,7 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None,
 
     evidence_max_bytes = _int(env, "CMBUYER_EVIDENCE_MAX_BYTES", SPEC_EVIDENCE_MAX_BYTES, 1024, SPEC_EVIDENCE_MAX_BYTES)
     # Per-attempt budgets: one open claim must not be able to fill the disk or the events table.
-    evidence_budget = _int(env, "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", 128 * 1024 * 1024, 1024, 4 * 1024 ** 3)
+    evidence_budget = _int(env, "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", 128 * 1024 * 1024, 1024, 4 * 1024**3)
     if evidence_budget < evidence_max_bytes:
         raise SettingsError("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT must be at least CMBUYER_EVIDENCE_MAX_BYTES")
 
@@ -259,8 +260,9 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None,
         heartbeat_stale_factor=_int(env, "CMBUYER_HEARTBEAT_STALE_FACTOR", 3, 1, 100),
         evidence_max_bytes=evidence_max_bytes,
         evidence_max_side=_int(env, "CMBUYER_EVIDENCE_MAX_SIDE", SPEC_EVIDENCE_MAX_SIDE, 16, SPEC_EVIDENCE_MAX_SIDE),
-        evidence_max_pixels=_int(env, "CMBUYER_EVIDENCE_MAX_PIXELS", SPEC_EVIDENCE_MAX_PIXELS, 256,
-                                 SPEC_EVIDENCE_MAX_PIXELS),
+        evidence_max_pixels=_int(
+            env, "CMBUYER_EVIDENCE_MAX_PIXELS", SPEC_EVIDENCE_MAX_PIXELS, 256, SPEC_EVIDENCE_MAX_PIXELS
+        ),
         evidence_per_attempt=_int(env, "CMBUYER_EVIDENCE_PER_ATTEMPT", 32, 1, 10_000),
         evidence_bytes_per_attempt=evidence_budget,
         events_per_attempt=_int(env, "CMBUYER_EVENTS_PER_ATTEMPT", 1000, 20, 1_000_000),

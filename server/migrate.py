@@ -66,9 +66,7 @@ def split_statements(sql: str) -> list[str]:
             if buffer.strip():
                 statements.append(buffer.strip())
             buffer = ""
-    if buffer.strip() and not all(
-        part.strip().startswith("--") or not part.strip() for part in buffer.splitlines()
-    ):
+    if buffer.strip() and not all(part.strip().startswith("--") or not part.strip() for part in buffer.splitlines()):
         raise MigrationError("migration ends with an incomplete statement")
     return statements
 
@@ -113,6 +111,7 @@ def migrate(conn: sqlite3.Connection, applied_at: str) -> list[str]:
     store.set_foreign_keys(conn, False)
     try:
         for mig in pending:
+
             def job(c: sqlite3.Connection, mig: Migration = mig) -> bool:
                 # `pending` was read before this transaction took the write lock: another `migrate` may have
                 # applied this one meanwhile (a rebuild would run again on the new schema and only then
@@ -124,10 +123,12 @@ def migrate(conn: sqlite3.Connection, applied_at: str) -> list[str]:
                 dangling = store.foreign_key_problems(c)
                 if dangling:
                     where = ", ".join(f"{n} in {child} → {parent}" for (child, parent), n in sorted(dangling.items()))
-                    raise MigrationError(f"migration {mig.name} refused: rows with a dangling foreign key ({where});"
-                                         " nothing was applied")
+                    raise MigrationError(
+                        f"migration {mig.name} refused: rows with a dangling foreign key ({where}); nothing was applied"
+                    )
                 store.record(c, mig.name, mig.checksum, applied_at)
                 return True
+
             try:
                 applied_now = run_in_transaction(conn, job)
             except StorageError as exc:

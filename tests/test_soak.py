@@ -25,10 +25,30 @@ def _run(tmp_path: Path, iterations: str | None) -> subprocess.CompletedProcess[
     env = {k: v for k, v in os.environ.items() if k != "CMBUYER_SOAK_ITERATIONS"}
     if iterations is not None:
         env["CMBUYER_SOAK_ITERATIONS"] = iterations
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-o", "timeout=2",
-                           "-o", "markers=slow", "--rootdir", str(tmp_path), "-p", "no:cacheprovider",
-                           str(tmp_path / "test_probe.py")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tests.conftest",
+            "-o",
+            "timeout=2",
+            "-o",
+            "markers=slow",
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path / "test_probe.py"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_soak_timeout_scales_with_the_iteration_count(tmp_path: Path) -> None:

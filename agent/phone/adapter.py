@@ -142,8 +142,9 @@ STABLE_PAUSES = (0.0, 0.1, 0.2, 0.3)
 class PhoneAdapter:
     """Synchronous adapter for one device serial. Construct with :meth:`connect`."""
 
-    def __init__(self, serial: str, device: Any, u2dev: Any, deadlines: Deadlines | None = None,
-                 app_package: str = APP_PACKAGE) -> None:
+    def __init__(
+        self, serial: str, device: Any, u2dev: Any, deadlines: Deadlines | None = None, app_package: str = APP_PACKAGE
+    ) -> None:
         self.serial = serial
         self._adb = device
         self._u2 = u2dev
@@ -194,14 +195,16 @@ class PhoneAdapter:
             raise PhoneError(f"{what} failed: {type(exc).__name__}") from exc
 
     def shell(self, cmd: list[str], what: str = "shell") -> str:
-        return self._call(lambda: str(self._adb.shell(cmd, timeout=self.deadlines.shell)),
-                          self.deadlines.shell + 1, what)
+        return self._call(
+            lambda: str(self._adb.shell(cmd, timeout=self.deadlines.shell)), self.deadlines.shell + 1, what
+        )
 
     # --- reads --------------------------------------------------------------------------------
     def dump_raw(self) -> str:
         """The raw hierarchy XML via the JSON-RPC ``dumpWindowHierarchy`` (no silent empty-retry)."""
-        return self._call(lambda: str(self._u2.jsonrpc.dumpWindowHierarchy(False, 50) or ""),
-                          self.deadlines.dump, "dump")
+        return self._call(
+            lambda: str(self._u2.jsonrpc.dumpWindowHierarchy(False, 50) or ""), self.deadlines.dump, "dump"
+        )
 
     def dump(self) -> Dump:
         """One fresh validated dump with app nodes (DumpEmpty / DumpInvalid / DumpNoAppNodes)."""
@@ -224,8 +227,9 @@ class PhoneAdapter:
         """Called before every action that may change the screen: later reads need fresh dumps."""
         self._recent = []
 
-    def read_stable(self, reader: Callable[[Dump], T], attempts: int = 6,
-                    pause: float | None = None, *, new_dump: bool = False) -> tuple[T, Dump]:
+    def read_stable(
+        self, reader: Callable[[Dump], T], attempts: int = 6, pause: float | None = None, *, new_dump: bool = False
+    ) -> tuple[T, Dump]:
         """Two consecutive dumps with equal ``reader`` results; returns (value, the later dump).
 
         The last two dumps taken since the last action count (nothing was tapped in between): if
@@ -353,7 +357,9 @@ class PhoneAdapter:
         try:
             call_with_deadline(
                 lambda: self._adb.shell(["input", "tap", str(x), str(y)], timeout=self.deadlines.tap),
-                self.deadlines.tap + 1, "submit tap")
+                self.deadlines.tap + 1,
+                "submit tap",
+            )
         except (PhoneTimeout, Exception) as exc:
             raise SubmitTapUnknown(f"submit tap outcome unknown: {type(exc).__name__}") from exc
 

@@ -45,8 +45,9 @@ PENDING_WORDS: tuple[str, ...] = ("待支付", "待付款")
 _SYSTEM_PACKAGES = frozenset({"", "com.android.systemui", "android"})
 ORDER_SN_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{5,39}", re.ASCII)
 # The only deep links the confirmation may open: a Pinduoduo page with plain query values.
-DEEP_LINK_RE = re.compile(r"pinduoduo://com\.xunmeng\.pinduoduo/[a-z_]{1,40}\.html\?[a-z_]{1,20}=[0-9a-z_]{1,20}",
-                          re.ASCII)
+DEEP_LINK_RE = re.compile(
+    r"pinduoduo://com\.xunmeng\.pinduoduo/[a-z_]{1,40}\.html\?[a-z_]{1,20}=[0-9a-z_]{1,20}", re.ASCII
+)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,6 @@ def foreign_package(dump: Dump, focus: str | None, app_package: str) -> str | No
     return None
 
 
-
 def classify(dump: Dump, focus: str | None, pack: Any) -> Observed:
     """Classify one post-tap dump (rules in the module docstring). ``focus`` is the focused
     window's package from the adapter (None when unreadable); ``pack`` a loaded Pack."""
@@ -94,8 +94,7 @@ def classify(dump: Dump, focus: str | None, pack: Any) -> Observed:
     if paid is not None:
         return Observed("UNKNOWN", "PAYMENT_SUSPECTED", foreign, foreign is None, f"paid state seen: {paid}")
     if foreign in CASHIER_PACKAGES:
-        return Observed("EXTERNAL_PAYMENT_HANDOFF", None, foreign, False,
-                        f"external cashier in front: {foreign}")
+        return Observed("EXTERNAL_PAYMENT_HANDOFF", None, foreign, False, f"external cashier in front: {foreign}")
     if foreign is not None:
         return Observed(None, "NO_KNOWN_SCREEN", foreign, False, f"foreign app in front: {foreign or 'none'}")
     screen = readers.recognize(dump, pack)
@@ -152,18 +151,20 @@ def compile_after_submit(spec: dict[str, Any] | None, evidence_ids: set[str]) ->
     card = conf["order_card"]
     rule = conf["order_list"]
     return AfterSubmit(
-        retention_dialog=P._selector(conf["retention_dialog"]["when"], f"{where}/retention_dialog/when",
-                                     evidence_ids),
+        retention_dialog=P._selector(conf["retention_dialog"]["when"], f"{where}/retention_dialog/when", evidence_ids),
         retention_leave=leave,
         order_list_link=link,
         order_list=P.ScreenRule(
             all=tuple(P._selector(s, f"{where}/order_list/all", evidence_ids) for s in rule["all"]),
-            none=tuple(P._selector(s, f"{where}/order_list/none", evidence_ids) for s in rule.get("none", []))),
+            none=tuple(P._selector(s, f"{where}/order_list/none", evidence_ids) for s in rule.get("none", [])),
+        ),
         order_card=P._selector(card["selector"], f"{where}/order_card/selector", evidence_ids),
         card_title=P._selector(card["title"], f"{where}/order_card/title", evidence_ids) if "title" in card else None,
         card_amount=P._money(card["amount"], f"{where}/order_card/amount", evidence_ids),
-        card_order_sn=(P._selector(card["order_sn"]["selector"], f"{where}/order_card/order_sn", evidence_ids),
-                       P._regex(card["order_sn"]["regex"], f"{where}/order_card/order_sn/regex", "order_sn")),
+        card_order_sn=(
+            P._selector(card["order_sn"]["selector"], f"{where}/order_card/order_sn", evidence_ids),
+            P._regex(card["order_sn"]["regex"], f"{where}/order_card/order_sn/regex", "order_sn"),
+        ),
         card_pending=P._selector(card["pending"], f"{where}/order_card/pending", evidence_ids),
     )
 
@@ -212,10 +213,15 @@ def read_order_cards(dump: Dump, conf: AfterSubmit) -> list[OrderCard]:
     """Every order card on the list (outermost matches only: a card inside a card is one card)."""
     cards = conf.order_card.find(dump)
     outer = [c for c in cards if not any(a in cards for a in c.ancestors())]
-    return [OrderCard(title=_one_text(_inside(c, conf.card_title)) if conf.card_title else None,
-                      amount=_card_amount(c, conf.card_amount), order_sn=_card_order_sn(c, conf.card_order_sn),
-                      pending=bool(_inside(c, conf.card_pending)))
-            for c in outer]
+    return [
+        OrderCard(
+            title=_one_text(_inside(c, conf.card_title)) if conf.card_title else None,
+            amount=_card_amount(c, conf.card_amount),
+            order_sn=_card_order_sn(c, conf.card_order_sn),
+            pending=bool(_inside(c, conf.card_pending)),
+        )
+        for c in outer
+    ]
 
 
 def match_order(cards: list[OrderCard], amount: Decimal | None, title: str | None) -> tuple[str | None, str]:

@@ -107,8 +107,18 @@ class Node:
 
     def signature(self) -> tuple[object, ...]:
         """Everything a reader could depend on; two dumps agree when signatures agree."""
-        return (self.text, self.desc, self.cls, self.package, self.clickable, self.selected,
-                self.checked, self.enabled, self.bounds, self.scrollable)
+        return (
+            self.text,
+            self.desc,
+            self.cls,
+            self.package,
+            self.clickable,
+            self.selected,
+            self.checked,
+            self.enabled,
+            self.bounds,
+            self.scrollable,
+        )
 
     def __repr__(self) -> str:  # short: dumps may hold personal data, keep reprs small
         return f"<Node #{self.order} {self.cls} clickable={self.clickable}>"

@@ -148,6 +148,7 @@ def evidence_stats(data: dict[str, Any], base: Path) -> tuple[tuple[str, int, in
             st = os.stat(os.path.join(base, ev.path)) if not ev.path.startswith("/") else None
         except OSError:
             st = None
-        out.append((ev.path, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino) if st
-                   else (ev.path, -1, -1, -1, -1))
+        out.append(
+            (ev.path, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino) if st else (ev.path, -1, -1, -1, -1)
+        )
     return tuple(out)

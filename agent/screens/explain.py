@@ -48,14 +48,20 @@ STRUCTURE_SHORTLIST = 50
 
 
 def _cut(text: str) -> str:
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
 def node_json(node: Node) -> dict[str, Any]:
     """The parts of a node a person uses to find it on the screenshot (texts cut to MAX_TEXT)."""
     b = node.bounds
-    return {"order": node.order, "bounds": [b.left, b.top, b.right, b.bottom], "class": node.cls,
-            "text": _cut(node.text), "desc": _cut(node.desc), "resource_id": node.resource_id}
+    return {
+        "order": node.order,
+        "bounds": [b.left, b.top, b.right, b.bottom],
+        "class": node.cls,
+        "text": _cut(node.text),
+        "desc": _cut(node.desc),
+        "resource_id": node.resource_id,
+    }
 
 
 def _spec_at(raw: Any, path: tuple[str | int, ...]) -> Any:
@@ -102,8 +108,11 @@ def describe_failure(selector: Selector, name: str, node: Node, depth: int = 0) 
         if node.parent is None or sub is None:
             return "parent constraint failed: the node has no parent"
         reasons = [describe_failure(sub, n, node.parent, depth + 1) for n in sub.failed_constraints(node.parent)]
-        return f"parent constraint failed (parent #{node.parent.order}: {'; '.join(reasons)})" if depth < 2 \
+        return (
+            f"parent constraint failed (parent #{node.parent.order}: {'; '.join(reasons)})"
+            if depth < 2
             else "parent constraint failed"
+        )
     if name == "ancestor":
         return "ancestor constraint failed: no ancestor matches it"
     if name == "has_descendant":
@@ -111,8 +120,7 @@ def describe_failure(selector: Selector, name: str, node: Node, depth: int = 0) 
     if name == "not_has_descendant":
         sub = selector.not_has_descendant
         hit = next((d for d in node.descendants() if sub is not None and sub.matches(d)), None)
-        return ("not_has_descendant constraint failed: descendant "
-                f"#{hit.order if hit is not None else '?'} matches it")
+        return f"not_has_descendant constraint failed: descendant #{hit.order if hit is not None else '?'} matches it"
     return f"{name} constraint failed"
 
 
@@ -120,8 +128,11 @@ def _similarity(selector: Selector, failed: list[str], node: Node) -> float:
     """How near the node's failed text/desc/resource-id are to what the selector asks (0..1 per
     field, difflib ratio against the pattern source): ranks nodes that fail the same constraints."""
     score = 0.0
-    for name, wanted, value in (("text", selector.text, node.text), ("desc", selector.desc, node.desc),
-                                ("resource_id", selector.resource_id, node.resource_id)):
+    for name, wanted, value in (
+        ("text", selector.text, node.text),
+        ("desc", selector.desc, node.desc),
+        ("resource_id", selector.resource_id, node.resource_id),
+    ):
         if name in failed and value:
             source = wanted.pattern if isinstance(wanted, re.Pattern) else str(wanted)
             score += difflib.SequenceMatcher(None, source, normalize(value)).ratio()
@@ -147,15 +158,28 @@ def _closest(dump: Dump, selector: Selector, limit: int) -> list[dict[str, Any]]
         failed = selector.failed_constraints(node)
         scored.append((_weight(failed), -_similarity(selector, failed, node), node.order, node, failed))
     scored.sort(key=lambda item: item[:3])
-    return [{"node": node_json(node), "failed": [describe_failure(selector, name, node) for name in failed]}
-            for *_, node, failed in scored[:limit]]
+    return [
+        {"node": node_json(node), "failed": [describe_failure(selector, name, node) for name in failed]}
+        for *_, node, failed in scored[:limit]
+    ]
 
 
-def explain_selector(dump: Dump, pack: Pack, selector: Selector | None, path: tuple[str | int, ...],
-                     value_regex: re.Pattern[str] | None = None, closest: int = MAX_CLOSEST) -> dict[str, Any]:
+def explain_selector(
+    dump: Dump,
+    pack: Pack,
+    selector: Selector | None,
+    path: tuple[str | int, ...],
+    value_regex: re.Pattern[str] | None = None,
+    closest: int = MAX_CLOSEST,
+) -> dict[str, Any]:
     """One selector: its path and spec, the nodes it matched, or its ``closest`` nearest candidates."""
-    out: dict[str, Any] = {"path": path_str(path), "spec": _without_evidence(_spec_at(pack.raw, path)),
-                           "declared": selector is not None, "match_count": 0, "matched": []}
+    out: dict[str, Any] = {
+        "path": path_str(path),
+        "spec": _without_evidence(_spec_at(pack.raw, path)),
+        "declared": selector is not None,
+        "match_count": 0,
+        "matched": [],
+    }
     if selector is None:
         return out
     matched = selector.find(dump)
@@ -164,8 +188,11 @@ def explain_selector(dump: Dump, pack: Pack, selector: Selector | None, path: tu
     if value_regex is not None:
         out["value_regex"] = value_regex.pattern
         for view, node in zip(out["matched"], matched, strict=False):
-            view["value_regex_full_match"] = [label for label, raw in (("text", node.text), ("desc", node.desc))
-                                              if raw and value_regex.fullmatch(normalize(raw)) is not None]
+            view["value_regex_full_match"] = [
+                label
+                for label, raw in (("text", node.text), ("desc", node.desc))
+                if raw and value_regex.fullmatch(normalize(raw)) is not None
+            ]
     if not matched:
         out["closest"] = _closest(dump, selector, closest)
     return out
@@ -174,8 +201,9 @@ def explain_selector(dump: Dump, pack: Pack, selector: Selector | None, path: tu
 def _reading_selectors(dump: Dump, pack: Pack, screen: str, reader: PanelReader) -> dict[str, list[dict[str, Any]]]:
     base: tuple[str | int, ...] = ("readers", screen)
 
-    def sel(key: tuple[str | int, ...], selector: Selector | None,
-            regex: re.Pattern[str] | None = None) -> dict[str, Any]:
+    def sel(
+        key: tuple[str | int, ...], selector: Selector | None, regex: re.Pattern[str] | None = None
+    ) -> dict[str, Any]:
         return explain_selector(dump, pack, selector, base + key, regex)
 
     options = [sel(("dimension_header",), reader.dimension_header), sel(("option_tile",), reader.option_tile)]
@@ -185,11 +213,21 @@ def _reading_selectors(dump: Dump, pack: Pack, screen: str, reader: PanelReader)
     goods = reader.goods_id
     return {
         "goods_id": [sel(("goods_id", "selector"), goods[0] if goods else None, goods[1] if goods else None)],
-        "unit_price": [sel(("unit_price", "selector"), reader.unit_price.selector if reader.unit_price else None,
-                           reader.unit_price.regex if reader.unit_price else None)],
+        "unit_price": [
+            sel(
+                ("unit_price", "selector"),
+                reader.unit_price.selector if reader.unit_price else None,
+                reader.unit_price.regex if reader.unit_price else None,
+            )
+        ],
         "quantity": [sel(("quantity",), reader.quantity)],
-        "confirm_amount": [sel(("amount", "selector"), reader.amount.selector if reader.amount else None,
-                               reader.amount.regex if reader.amount else None)],
+        "confirm_amount": [
+            sel(
+                ("amount", "selector"),
+                reader.amount.selector if reader.amount else None,
+                reader.amount.regex if reader.amount else None,
+            )
+        ],
         "options": options,
         # selected = the selected option tiles (see options) witnessed by the 已选 label
         "selected": [sel(("sku_label",), reader.sku_label)],
@@ -206,14 +244,22 @@ def explain_dump(dump: Dump, pack: Pack) -> dict[str, Any]:
     screens = []
     for name in pack.recognition_order:
         rule = pack.screens[name]
-        screens.append({
-            "screen": name, "path": path_str(("screens", name)), "matches": rule.matches(dump),
-            "winner": name == screen and name == winner,
-            "all": [explain_selector(dump, pack, s, ("screens", name, "all", i), closest=near)
-                    for i, s in enumerate(rule.all)],
-            "none": [explain_selector(dump, pack, s, ("screens", name, "none", i), closest=near)
-                     for i, s in enumerate(rule.none)],
-        })
+        screens.append(
+            {
+                "screen": name,
+                "path": path_str(("screens", name)),
+                "matches": rule.matches(dump),
+                "winner": name == screen and name == winner,
+                "all": [
+                    explain_selector(dump, pack, s, ("screens", name, "all", i), closest=near)
+                    for i, s in enumerate(rule.all)
+                ],
+                "none": [
+                    explain_selector(dump, pack, s, ("screens", name, "none", i), closest=near)
+                    for i, s in enumerate(rule.none)
+                ],
+            }
+        )
     reader = readers.reader_for(pack, screen)
     readings: list[dict[str, Any]] = []
     if reader is not None:
@@ -221,11 +267,24 @@ def explain_dump(dump: Dump, pack: Pack) -> dict[str, Any]:
             readings.append({"reading": key, "value": result["readings"][key], "selectors": selectors})
     if screen == "confirm_order":
         row = explain_selector(dump, pack, pack.payment.row, ("payment", "row"), pack.payment.mode_regex)
-        readings.append({"reading": "payment_mode", "value": result["readings"]["payment_mode"],
-                         "problems": result["readings"]["payment_problems"], "selectors": [row]})
-    return {"pack": pack.id, "version": f"{pack.version_name} ({pack.version_code})", "screen": screen,
-            "layout": result["layout"], "risk_walls": safety.risk_walls(dump), "screens": screens,
-            "reader": path_str(("readers", screen)) if reader is not None else None, "readings": readings}
+        readings.append(
+            {
+                "reading": "payment_mode",
+                "value": result["readings"]["payment_mode"],
+                "problems": result["readings"]["payment_problems"],
+                "selectors": [row],
+            }
+        )
+    return {
+        "pack": pack.id,
+        "version": f"{pack.version_name} ({pack.version_code})",
+        "screen": screen,
+        "layout": result["layout"],
+        "risk_walls": safety.risk_walls(dump),
+        "screens": screens,
+        "reader": path_str(("readers", screen)) if reader is not None else None,
+        "readings": readings,
+    }
 
 
 def _node_line(node: dict[str, Any]) -> str:
@@ -270,8 +329,11 @@ def render_text(explanation: dict[str, Any]) -> str:
         lines.append(f"risk walls on screen (they win over every rule): {', '.join(e['risk_walls'])}")
     lines.append("screen rules, in recognition order (the first that matches wins):")
     for rule in e["screens"]:
-        verdict = "MATCH (recognized)" if rule["winner"] else ("matches, but a rule before it won"
-                                                               if rule["matches"] else "no match")
+        verdict = (
+            "MATCH (recognized)"
+            if rule["winner"]
+            else ("matches, but a rule before it won" if rule["matches"] else "no match")
+        )
         lines.append(f"  {rule['path']}: {verdict}")
         for sel in rule["all"]:
             lines += _selector_lines(sel, "    ", "all: ")

@@ -39,8 +39,19 @@ from cmbuyer.agent.screens.text import money_str
 
 SYSTEM_PACKAGES = frozenset({"com.android.systemui", ""})
 # The keys of the ``readings`` object, in the order printed (capture's expected.json uses them).
-READING_KEYS = ("goods_id", "unit_price", "quantity", "confirm_amount", "selected", "options",
-                "submit_controls", "payment_controls", "risk_walls", "payment_mode", "payment_problems")
+READING_KEYS = (
+    "goods_id",
+    "unit_price",
+    "quantity",
+    "confirm_amount",
+    "selected",
+    "options",
+    "submit_controls",
+    "payment_controls",
+    "risk_walls",
+    "payment_mode",
+    "payment_problems",
+)
 
 
 def _package(dump: Dump) -> str:
@@ -98,8 +109,9 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
             amount = _safe(readers.read_money, dump, reader.amount)
             # The pack reader and the generic submit-text reader must agree, else null.
             generic = readings["confirm_amount"]
-            readings["confirm_amount"] = (_money(amount) if amount is not None and
-                                          generic in (None, _money(amount)) else None)
+            readings["confirm_amount"] = (
+                _money(amount) if amount is not None and generic in (None, _money(amount)) else None
+            )
         groups = _safe(readers.read_options, dump, reader)
         if groups:
             readings["options"] = {dim: [t.text for t in tiles] for dim, tiles in groups.items()}
@@ -112,8 +124,13 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
     if pack is not None:
         found = pack.layout_on(screen)
         layout = found.id if found is not None else (pack.layouts[0].id if len(pack.layouts) == 1 else None)
-    out = {"screen": screen, "package": _package(dump), "pack": pack.id if pack else None,
-           "layout": layout, "readings": readings}
+    out = {
+        "screen": screen,
+        "package": _package(dump),
+        "pack": pack.id if pack else None,
+        "layout": layout,
+        "readings": readings,
+    }
     if len(recognizing) > 1:
         out["pack_candidates"] = recognizing
     return out

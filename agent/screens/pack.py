@@ -56,8 +56,14 @@ TAP_PROBES: tuple[str, ...] = (
     *safety.PAYMENT_DENYLIST,
     *(f"{w} ¥59" for w in safety.PAYMENT_DENYLIST),
     *(f"使用#{w}，更换支付方式" for w in ("微信支付", "支付宝", "多多支付", "先用后付")),
-    "继续支付，仅¥59", "，仅¥59", "提交订单", "提交订单 ¥29.90", "提交订单¥29.9", "0元下单 ¥29.9",
-    "免密支付", "用多多支付减7.53元",
+    "继续支付，仅¥59",
+    "，仅¥59",
+    "提交订单",
+    "提交订单 ¥29.90",
+    "提交订单¥29.9",
+    "0元下单 ¥29.9",
+    "免密支付",
+    "用多多支付减7.53元",
 )
 # Handoff modes a pack may declare: these words mean the tap itself may pay (phone-facts).
 UNSAFE_MODE_WORDS = ("先用后付", "免密", "余额", "0元")
@@ -114,8 +120,7 @@ class Selector:
         if has is not None:
             checks.append(("has_descendant", lambda n: any(has.matches(d) for d in n.descendants())))
         if has_not is not None:
-            checks.append(("not_has_descendant",
-                           lambda n: not any(has_not.matches(d) for d in n.descendants())))
+            checks.append(("not_has_descendant", lambda n: not any(has_not.matches(d) for d in n.descendants())))
         return tuple(checks)
 
     def matches(self, node: Node) -> bool:
@@ -278,8 +283,9 @@ def _selector(spec: dict[str, Any], where: str, evidence_ids: set[str]) -> Selec
 
 
 def _money(spec: dict[str, Any], where: str, ev: set[str]) -> MoneyReader:
-    return MoneyReader(_selector(spec["selector"], f"{where}/selector", ev),
-                       _regex(spec["regex"], f"{where}/regex", "amount"))
+    return MoneyReader(
+        _selector(spec["selector"], f"{where}/selector", ev), _regex(spec["regex"], f"{where}/regex", "amount")
+    )
 
 
 def _panel(spec: dict[str, Any], where: str, ev: set[str]) -> PanelReader:
@@ -288,23 +294,33 @@ def _panel(spec: dict[str, Any], where: str, ev: set[str]) -> PanelReader:
 
     goods = spec.get("goods_id")
     tile = spec.get("tile_name")
-    tile_name = TileName() if tile is None else TileName(
-        tuple(tile["sources"]),
-        _selector(tile["name_child"], f"{where}/tile_name/name_child", ev) if "name_child" in tile else None)
+    tile_name = (
+        TileName()
+        if tile is None
+        else TileName(
+            tuple(tile["sources"]),
+            _selector(tile["name_child"], f"{where}/tile_name/name_child", ev) if "name_child" in tile else None,
+        )
+    )
     if "name_child" in tile_name.sources and tile_name.name_child is None:
         raise PackError(f"{_jp(where)}.tile_name: uses name_child without a name_child selector")
     return PanelReader(
         tile_name=tile_name,
         dimension_header=sel("dimension_header"),
-        group_terminators=tuple(_selector(t, f"{where}/group_terminators/{i}", ev)
-                                for i, t in enumerate(spec.get("group_terminators", []))),
+        group_terminators=tuple(
+            _selector(t, f"{where}/group_terminators/{i}", ev) for i, t in enumerate(spec.get("group_terminators", []))
+        ),
         option_tile=sel("option_tile"),
         unit_price=_money(spec["unit_price"], f"{where}/unit_price", ev) if "unit_price" in spec else None,
         amount=_money(spec["amount"], f"{where}/amount", ev) if "amount" in spec else None,
         quantity=sel("quantity"),
         sku_label=sel("sku_label"),
-        goods_id=(_selector(goods["selector"], f"{where}/goods_id", ev),
-                  _regex(goods["regex"], f"{where}/goods_id/regex", "goods_id")) if goods else None,
+        goods_id=(
+            _selector(goods["selector"], f"{where}/goods_id", ev),
+            _regex(goods["regex"], f"{where}/goods_id/regex", "goods_id"),
+        )
+        if goods
+        else None,
     )
 
 
@@ -371,8 +387,13 @@ def _layouts(data: dict[str, Any], ev: set[str], readers: dict[str, PanelReader]
         if readers[quantity].quantity is None:
             raise PackError(f"{_jp(where)}: the {quantity} reader lacks quantity")
         confirm = readers["confirm_order"]
-        if confirm.amount is None or confirm.unit_price is None or confirm.quantity is None \
-                or confirm.dimension_header is None or confirm.option_tile is None:
+        if (
+            confirm.amount is None
+            or confirm.unit_price is None
+            or confirm.quantity is None
+            or confirm.dimension_header is None
+            or confirm.option_tile is None
+        ):
             raise PackError(f"{_jp(where)}: the confirm_order reader must read options, unit price, quantity, amount")
         if to_confirm is not None:
             check_tap_selector(to_confirm, f"{where}/to_confirm")
@@ -385,8 +406,9 @@ def _payment(spec: dict[str, Any], ev: set[str]) -> PaymentSpec:
     for mode in modes:
         if any(word in mode for word in UNSAFE_MODE_WORDS):
             raise PackError(f"$.payment.handoff_modes: {mode!r} can pay without a person")
-    return PaymentSpec(_selector(spec["row"], "payment/row", ev),
-                       _regex(spec["mode_regex"], "payment/mode_regex", "mode"), modes)
+    return PaymentSpec(
+        _selector(spec["row"], "payment/row", ev), _regex(spec["mode_regex"], "payment/mode_regex", "mode"), modes
+    )
 
 
 def compile_pack(data: Any) -> Pack:
@@ -421,8 +443,11 @@ def compile_pack(data: Any) -> Pack:
     for name, selector in buy_paths.items():
         check_tap_selector(selector, f"buy_paths/{name}")
     dismissals = tuple(
-        Dismissal(d["id"], _selector(d["when"], f"dismissals/{d['id']}/when", ev),
-                  _selector(d["tap"], f"dismissals/{d['id']}/tap", ev))
+        Dismissal(
+            d["id"],
+            _selector(d["when"], f"dismissals/{d['id']}/when", ev),
+            _selector(d["tap"], f"dismissals/{d['id']}/tap", ev),
+        )
         for d in data["dismissals"]
     )
     for rule in dismissals:

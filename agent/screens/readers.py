@@ -23,8 +23,15 @@ from cmbuyer.agent.screens.pack import MoneyReader, Pack, PanelReader
 from cmbuyer.agent.screens.text import match_amount, normalize
 from cmbuyer.schemas.text import normalize_sku
 
-SCREENS = ("product", "sku_panel", "confirm_order", "order_created", "payment",
-           "security_challenge", "leave_order_dialog")
+SCREENS = (
+    "product",
+    "sku_panel",
+    "confirm_order",
+    "order_created",
+    "payment",
+    "security_challenge",
+    "leave_order_dialog",
+)
 _QUANTITY_RE = re.compile(r"[1-9][0-9]{0,3}", re.ASCII)
 
 
@@ -110,8 +117,9 @@ def _tile_name(tile: Node, reader: PanelReader) -> str:
 
 
 def _sold_out(tile: Node) -> bool:
-    return any(w in normalize(label) for n in (tile, *tile.descendants()) for label in (n.text, n.desc)
-               for w in SOLD_OUT_WORDS)
+    return any(
+        w in normalize(label) for n in (tile, *tile.descendants()) for label in (n.text, n.desc) for w in SOLD_OUT_WORDS
+    )
 
 
 def _option_tile(dimension: str, node: Node, reader: PanelReader) -> OptionTile:
@@ -120,8 +128,12 @@ def _option_tile(dimension: str, node: Node, reader: PanelReader) -> OptionTile:
     if name is not None and _STATUS_RE.fullmatch(name):
         name = None  # a status word fused into the name: never cut it off, the name is unreadable
     return OptionTile(
-        dimension=dimension, text=name, raw=raw,
-        selected=node.selected, enabled=node.enabled, node=node,
+        dimension=dimension,
+        text=name,
+        raw=raw,
+        selected=node.selected,
+        enabled=node.enabled,
+        node=node,
         tap=node.clickable_self_or_ancestor() or node,
         bounds=(node.bounds.left, node.bounds.top, node.bounds.right, node.bounds.bottom),
         sold_out=_sold_out(node),
@@ -152,8 +164,9 @@ def read_groups(dump: Dump, reader: PanelReader) -> dict[str, OptionGroup]:
     def close() -> None:
         if current is not None:
             b = scroll.bounds if scroll is not None else None
-            out[current] = OptionGroup(current, tuple(members), scroll,
-                                       (b.left, b.top, b.right, b.bottom) if b is not None else None)
+            out[current] = OptionGroup(
+                current, tuple(members), scroll, (b.left, b.top, b.right, b.bottom) if b is not None else None
+            )
 
     for node in dump.app_nodes():
         if node.order in headers:
@@ -213,8 +226,9 @@ def read_sku_label(dump: Dump, reader: PanelReader) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def selected_readings(dump: Dump, reader: PanelReader,
-                      groups: dict[str, list[OptionTile]] | None = None) -> dict[str, str | None]:
+def selected_readings(
+    dump: Dump, reader: PanelReader, groups: dict[str, list[OptionTile]] | None = None
+) -> dict[str, str | None]:
     """``{header: selected name or None}`` for every group on screen. None when the group has not
     exactly one selected tile, its name is unreadable, or — when the reader declares the ``已选:``
     label — the label is unreadable or does not name the selected tiles (a second witness)."""

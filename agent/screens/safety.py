@@ -20,17 +20,46 @@ from cmbuyer.agent.screens.text import AMOUNT, normalize, to_money
 
 # design §7.4 list plus the retention dialog's "仅¥" and cashier wording seen in phone-facts.
 PAYMENT_DENYLIST: tuple[str, ...] = (
-    "支付", "付款", "继续支付", "立即支付", "去支付", "确认支付", "更换支付方式", "微信支付",
-    "支付宝", "多多支付", "先用后付", "免密", "收银台", "仅¥", "银行卡", "指纹", "密码",
+    "支付",
+    "付款",
+    "继续支付",
+    "立即支付",
+    "去支付",
+    "确认支付",
+    "更换支付方式",
+    "微信支付",
+    "支付宝",
+    "多多支付",
+    "先用后付",
+    "免密",
+    "收银台",
+    "仅¥",
+    "银行卡",
+    "指纹",
+    "密码",
 )
 # phone-facts "risk walls" plus its "More walls seen" (issue 15 item 8). Real-name walls are matched by
 # their phrases, not by a bare 实名: that word also appears in ordinary goods and service texts
 # (实名制, 实名认证商家), and a wall word on a normal page would stop every task on the phone.
 RISK_WALLS: tuple[str, ...] = (
-    "拖动滑块", "向右滑动", "验证码", "安全验证", "登录拼多多", "请先登录", "操作过于频繁",
-    "稍后再试", "实名认证", "身份验证",
-    "请将正脸置于框内", "账号存在风险", "账户存在风险", "限制部分操作", "提交实名信息", "请完成实名",
-    "上传身份证", "活动太火爆",
+    "拖动滑块",
+    "向右滑动",
+    "验证码",
+    "安全验证",
+    "登录拼多多",
+    "请先登录",
+    "操作过于频繁",
+    "稍后再试",
+    "实名认证",
+    "身份验证",
+    "请将正脸置于框内",
+    "账号存在风险",
+    "账户存在风险",
+    "限制部分操作",
+    "提交实名信息",
+    "请完成实名",
+    "上传身份证",
+    "活动太火爆",
 )
 SUBMIT_TEXT_RE = re.compile(r"提交订单(?: ?¥(?P<amount>" + AMOUNT + r"))?", re.ASCII)
 
@@ -91,8 +120,7 @@ def risk_walls(dump: Dump) -> list[str]:
 
 def submit_nodes(dump: Dump) -> list[Node]:
     """App nodes whose text or desc is exactly the submit text (with or without an amount)."""
-    return [n for n in dump.app_nodes()
-            if any(SUBMIT_TEXT_RE.fullmatch(label) for label in _labels(n) if label)]
+    return [n for n in dump.app_nodes() if any(SUBMIT_TEXT_RE.fullmatch(label) for label in _labels(n) if label)]
 
 
 def submit_controls(dump: Dump) -> list[Node]:
@@ -141,14 +169,18 @@ def unsafe_sheet_words(dump: Dump) -> list[str]:
 
 def unsafe_submit_labels(dump: Dump) -> list[str]:
     """App node labels that look like a submit button that pays (``立即支付 ¥x``, ``0元下单 ¥x`` …)."""
-    return [label for n in dump.app_nodes() for label in _labels(n)
-            if label and UNSAFE_SUBMIT_RE.fullmatch(label)]
+    return [label for n in dump.app_nodes() for label in _labels(n) if label and UNSAFE_SUBMIT_RE.fullmatch(label)]
 
 
 def payment_row_targets(dump: Dump) -> int:
     """Distinct tap targets whose label offers ``更换支付方式`` (one payment row = 1)."""
-    return len({(n.clickable_self_or_ancestor() or n).order for n in dump.app_nodes()
-                if any(PAYMENT_ROW_WORD in label for label in _labels(n))})
+    return len(
+        {
+            (n.clickable_self_or_ancestor() or n).order
+            for n in dump.app_nodes()
+            if any(PAYMENT_ROW_WORD in label for label in _labels(n))
+        }
+    )
 
 
 def update_prompt(dump: Dump) -> bool:

@@ -22,21 +22,24 @@ def _field(value: bytes) -> bytes:
     return struct.pack(">I", len(value)) + value
 
 
-def message(*, device_id: str, task_id: str, authorization_id: str, attempt_id: str, generation: int,
-            nonce: bytes) -> bytes:
+def message(
+    *, device_id: str, task_id: str, authorization_id: str, attempt_id: str, generation: int, nonce: bytes
+) -> bytes:
     """The exact bytes that are MACed. Length prefixes make field boundaries unambiguous, the domain
     tag keeps these MACs from ever colliding with another use of the same key."""
     if len(nonce) != NONCE_BYTES:
         raise ValueError("nonce must be 32 bytes")
-    return b"".join([
-        _field(DOMAIN),
-        _field(device_id.encode("ascii")),
-        _field(task_id.encode("ascii")),
-        _field(authorization_id.encode("ascii")),
-        _field(attempt_id.encode("ascii")),
-        struct.pack(">Q", generation),
-        _field(nonce),
-    ])
+    return b"".join(
+        [
+            _field(DOMAIN),
+            _field(device_id.encode("ascii")),
+            _field(task_id.encode("ascii")),
+            _field(authorization_id.encode("ascii")),
+            _field(attempt_id.encode("ascii")),
+            struct.pack(">Q", generation),
+            _field(nonce),
+        ]
+    )
 
 
 def derive(secret: bytes, **fields: object) -> str:

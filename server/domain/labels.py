@@ -213,15 +213,17 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
 }
 
 # -- supervised first orders, admin side (issue 17; kept in one block so merges stay simple) -------------------
-AUDIT_ACTION_LABELS.update({
-    "approval.approve": "批准提交前的人工确认",
-    "approval.reject": "驳回提交前的人工确认",
-    "supervision.verdict": "记录监督订单的核对结论",
-    "supervision.resupervise": "重新人工监督设备",
-    # written by the device side (services/supervision.py)
-    "approval.request": "设备请求提交前人工确认",
-    "approval.void": "人工确认请求作废",
-})
+AUDIT_ACTION_LABELS.update(
+    {
+        "approval.approve": "批准提交前的人工确认",
+        "approval.reject": "驳回提交前的人工确认",
+        "supervision.verdict": "记录监督订单的核对结论",
+        "supervision.resupervise": "重新人工监督设备",
+        # written by the device side (services/supervision.py)
+        "approval.request": "设备请求提交前人工确认",
+        "approval.void": "人工确认请求作废",
+    }
+)
 
 # the fence's refusal words (services/fence.py check_gates), shown when the readings awaiting approval
 # would not pass the fence; "unreadable" = the readings are not the 8 well-formed values
@@ -273,14 +275,14 @@ def reason_label(code: str | None) -> str:
 # -- vocabulary: the product's terms, explained in plain Chinese (tooltips and the legend) --------------
 GLOSSARY: dict[str, str] = {
     "围栏": "提交围栏：设备点击“提交订单”之前，必须先向服务器取得的一次性许可，每个任务最多一次。"
-            "有了围栏，订单可能已经提交，所以任务不能再重置、取消或重新开始，只能人工核对。",
+    "有了围栏，订单可能已经提交，所以任务不能再重置、取消或重新开始，只能人工核对。",
     "闸门": "设备下单途中的自动核对点。闸门一：选好规格后核对颜色、尺码和单价；闸门二：设好数量后核对数量、单价没变；"
-            "闸门三：在有“提交订单”按钮的页面（确认订单页或下单弹层）再读一遍规格、单价、数量、总价和支付方式，"
-            "总价不超过上限、支付方式只能是跳转到外部付款的方式。任何一项读不到或不符，设备就退出，不会提交。",
+    "闸门三：在有“提交订单”按钮的页面（确认订单页或下单弹层）再读一遍规格、单价、数量、总价和支付方式，"
+    "总价不超过上限、支付方式只能是跳转到外部付款的方式。任何一项读不到或不符，设备就退出，不会提交。",
     "代次": "这个任务第几次被设备领取（每领取一次加一）。用来识别旧领取发来的过期请求。",
     "锁定版本": "点击“开始采购”时锁定的任务版本：设备只按这个版本的商品、规格、数量和价格上限下单。",
     "版本": "任务每变化一次版本号加一。页面上的操作会带上版本号，防止在过期页面上误操作。",
     "租约": "设备领取任务后占用它的期限，设备会不断续期；过期后不会自动转给其他设备，需要人工处理。",
     "人工核对": "设备无法确认订单是否已创建（例如出现安全验证或跳转付款）。请在那台手机的拼多多“待付款”订单中查看，"
-                "再记录“已创建”或“确认未创建”。",
+    "再记录“已创建”或“确认未创建”。",
 }

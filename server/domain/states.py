@@ -122,8 +122,9 @@ ATTEMPT_TRANSITIONS: dict[tuple[AttemptState, str], AttemptState] = {
 }
 
 # States where the fence exists or is past: reset, cancel and restart answer 409 submission_fenced.
-FENCED_TASK_STATES = frozenset({T.SUBMITTING, T.WAITING_PAYMENT, T.PAID, T.RECONCILIATION_REQUIRED,
-                                T.CLOSED_NOT_CREATED})
+FENCED_TASK_STATES = frozenset(
+    {T.SUBMITTING, T.WAITING_PAYMENT, T.PAID, T.RECONCILIATION_REQUIRED, T.CLOSED_NOT_CREATED}
+)
 TERMINAL_TASK_STATES = frozenset({T.PAID, T.CLOSED_NOT_CREATED, T.CANCELLED})
 
 

@@ -33,8 +33,16 @@ APP_KEY_PREFIX = "app:"
 
 # The readings an approval is bound to: exactly the values the fence re-checks (submission_fence.request.json),
 # minus submit_control_match_count (a count of controls, not something a person compares with the task).
-READING_KEYS = ("selected_color", "selected_size", "gate1_unit_price", "gate2_unit_price", "gate3_unit_price",
-                "quantity_read", "confirm_page_amount", "payment_mode")
+READING_KEYS = (
+    "selected_color",
+    "selected_size",
+    "gate1_unit_price",
+    "gate2_unit_price",
+    "gate3_unit_price",
+    "quantity_read",
+    "confirm_page_amount",
+    "payment_mode",
+)
 _MONEY_KEYS = ("gate1_unit_price", "gate2_unit_price", "gate3_unit_price", "confirm_page_amount")
 
 
@@ -76,8 +84,9 @@ def blocks_claims(held: bool) -> bool:
     return held
 
 
-def pack_key_for(claim_pack_id: str | None, heartbeat_pack_id: str | None, version_name: str | None,
-                 version_code: int | None) -> str:
+def pack_key_for(
+    claim_pack_id: str | None, heartbeat_pack_id: str | None, version_name: str | None, version_code: int | None
+) -> str:
     """The pair's ``pack_key`` (contract "Supervision"; migration 0007):
 
     1. the pack id the agent sent in claim-next (``claim_pack_id``), else

@@ -138,8 +138,12 @@ def scan(evidence_dir: Path) -> Iterator[StoredFile]:
                 if not stat.S_ISREG(info.st_mode):  # lstat: links, FIFOs and folders are never reported
                     continue
                 name = entry.name
-                if name.endswith(".png") and _SHA.fullmatch(name[:-4]) and name[:2] == top.name \
-                        and name[2:4] == sub.name:
+                if (
+                    name.endswith(".png")
+                    and _SHA.fullmatch(name[:-4])
+                    and name[:2] == top.name
+                    and name[2:4] == sub.name
+                ):
                     yield StoredFile(entry, name[:-4], info.st_mtime, info.st_size)
                 elif _TEMP.fullmatch(name):
                     yield StoredFile(entry, None, info.st_mtime, info.st_size)

@@ -35,8 +35,24 @@ _TEXT_CHUNKS = frozenset({b"tEXt", b"zTXt", b"iTXt"})
 _ANIMATION_CHUNKS = frozenset({b"acTL", b"fcTL", b"fdAT"})
 _CRITICAL_CHUNKS = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND"})
 # Ancillary chunks the PNG spec allows at most once (a second iCCP etc. means a malformed or crafted file).
-_ONCE_CHUNKS = frozenset({b"cHRM", b"gAMA", b"iCCP", b"sBIT", b"sRGB", b"bKGD", b"hIST", b"tRNS", b"pHYs",
-                          b"tIME", b"eXIf", b"cICP", b"mDCv", b"cLLi"})
+_ONCE_CHUNKS = frozenset(
+    {
+        b"cHRM",
+        b"gAMA",
+        b"iCCP",
+        b"sBIT",
+        b"sRGB",
+        b"bKGD",
+        b"hIST",
+        b"tRNS",
+        b"pHYs",
+        b"tIME",
+        b"eXIf",
+        b"cICP",
+        b"mDCv",
+        b"cLLi",
+    }
+)
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 _DEPTHS = {0: {1, 2, 4, 8, 16}, 2: {8, 16}, 3: {1, 2, 4, 8}, 4: {8, 16}, 6: {8, 16}}
 _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
@@ -84,8 +100,13 @@ def _parse_ihdr(body: bytes, max_side: int, max_pixels: int) -> PngInfo:
     width, height, depth, color, compression, filter_method, interlace = struct.unpack(">IIBBBBB", body)
     if not (1 <= width <= max_side and 1 <= height <= max_side) or width * height > max_pixels:
         raise ImageRejected("dimensions")
-    if color not in _DEPTHS or depth not in _DEPTHS[color] or compression != 0 or filter_method != 0 \
-            or interlace not in (0, 1):
+    if (
+        color not in _DEPTHS
+        or depth not in _DEPTHS[color]
+        or compression != 0
+        or filter_method != 0
+        or interlace not in (0, 1)
+    ):
         raise ImageRejected("ihdr")
     return PngInfo(width, height, depth, color, interlace == 1)
 
@@ -148,8 +169,8 @@ def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[Png
     while True:
         if len(data) - pos < 12:
             raise ImageRejected("truncated")
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        ctype = data[pos + 4:pos + 8]
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        ctype = data[pos + 4 : pos + 8]
         end = pos + 12 + length
         if length > 0x7FFFFFFF or end > len(data):
             raise ImageRejected("truncated")
@@ -163,8 +184,8 @@ def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[Png
             if ctype in seen_once:
                 raise ImageRejected("duplicate_chunk")
             seen_once.add(ctype)
-        body = data[pos + 8:pos + 8 + length]
-        if zlib.crc32(ctype + body) != int.from_bytes(data[end - 4:end], "big"):
+        body = data[pos + 8 : pos + 8 + length]
+        if zlib.crc32(ctype + body) != int.from_bytes(data[end - 4 : end], "big"):
             raise ImageRejected("crc")
         chunks += 1
         if chunks > MAX_CHUNKS:
@@ -248,8 +269,9 @@ def validate_png(data: bytes, *, max_side: int, max_pixels: int) -> PngInfo:
     Raises :class:`ImageRejected` for anything else (see the module docstring for the order).
     """
     info, spans = check_structure(data, max_side=max_side, max_pixels=max_pixels)
-    check_inflated_size(data, spans, raw_size(info.width, info.height, info.bit_depth, info.color_type,
-                                              info.interlaced))
+    check_inflated_size(
+        data, spans, raw_size(info.width, info.height, info.bit_depth, info.color_type, info.interlaced)
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -261,7 +283,16 @@ def validate_png(data: bytes, *, max_side: int, max_pixels: int) -> PngInfo:
                 im.load()
     except ImageRejected:
         raise
-    except (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, MemoryError,
-            Image.DecompressionBombError, Image.DecompressionBombWarning):
+    except (
+        OSError,
+        SyntaxError,
+        ValueError,
+        EOFError,
+        struct.error,
+        zlib.error,
+        MemoryError,
+        Image.DecompressionBombError,
+        Image.DecompressionBombWarning,
+    ):
         raise ImageRejected("decode") from None
     return info

@@ -61,9 +61,17 @@ def _load(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
     return task
 
 
-def _close_before_fence(conn: sqlite3.Connection, task_id: str, expected_version: int,
-                        expected_authorization_id: str | None, use_case: str, reason: str, actor: Actor,
-                        now: datetime, request_id: str | None) -> ActionResult:
+def _close_before_fence(
+    conn: sqlite3.Connection,
+    task_id: str,
+    expected_version: int,
+    expected_authorization_id: str | None,
+    use_case: str,
+    reason: str,
+    actor: Actor,
+    now: datetime,
+    request_id: str | None,
+) -> ActionResult:
     """Shared body of reset-to-draft and cancel (both only before the fence)."""
     task = _load(conn, task_id)
     if TaskState(task.state) in FENCED_TASK_STATES or admin_queries.submission_exists_for_task(conn, task.id):
@@ -79,26 +87,53 @@ def _close_before_fence(conn: sqlite3.Connection, task_id: str, expected_version
     live = auth_store.live_for_task(conn, task.id)
     if live is not None:
         next_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(live.state), "close")
-        if not auth_store.set_state(conn, live.id, expected_state=live.state, new_state=next_auth, at=at,
-                                    reason=reason):
+        if not auth_store.set_state(
+            conn, live.id, expected_state=live.state, new_state=next_auth, at=at, reason=reason
+        ):
             raise _stale()
         closed_auth = live.id
     closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, reason, at)
     if closed_attempt is not None:
         supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
-    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                new_state=new_state, at=at, reason=reason):
+    if not task_store.set_state(
+        conn,
+        task.id,
+        expected_version=task.version,
+        expected_state=task.state,
+        new_state=new_state,
+        at=at,
+        reason=reason,
+    ):
         raise _stale()
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action=f"task.{use_case}",
-                 subject_kind="task", subject_id=task.id, request_id=request_id,
-                 detail={"from": task.state, "to": new_state, "task_version": task.version + 1,
-                         "closed_authorization_id": closed_auth, "closed_attempt_id": closed_attempt})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action=f"task.{use_case}",
+        subject_kind="task",
+        subject_id=task.id,
+        request_id=request_id,
+        detail={
+            "from": task.state,
+            "to": new_state,
+            "task_version": task.version + 1,
+            "closed_authorization_id": closed_auth,
+            "closed_attempt_id": closed_attempt,
+        },
+    )
     return ActionResult(task.id, new_state, task.version + 1)
 
 
-def reset_to_draft(conn: sqlite3.Connection, task_id: str, expected_version: int,
-                   expected_authorization_id: str | None, actor: Actor, now: datetime,
-                   request_id: str | None = None) -> ActionResult:
+def reset_to_draft(
+    conn: sqlite3.Connection,
+    task_id: str,
+    expected_version: int,
+    expected_authorization_id: str | None,
+    actor: Actor,
+    now: datetime,
+    request_id: str | None = None,
+) -> ActionResult:
     """``POST /tasks/{id}/reset-to-draft``: PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → DRAFT.
 
     Closes the live authorization (ACTIVE/CLAIMED → CLOSED, reason RESET) and any OPEN attempt
@@ -106,21 +141,36 @@ def reset_to_draft(conn: sqlite3.Connection, task_id: str, expected_version: int
     authorization (spec 002: reset checks version, authorization id and "no order_submission").
     Raises NotFound, Conflict(``submission_fenced``/``version_conflict``), InvalidTransition.
     """
-    return _close_before_fence(conn, task_id, expected_version, expected_authorization_id, "reset_to_draft",
-                               "RESET", actor, now, request_id)
+    return _close_before_fence(
+        conn, task_id, expected_version, expected_authorization_id, "reset_to_draft", "RESET", actor, now, request_id
+    )
 
 
-def cancel(conn: sqlite3.Connection, task_id: str, expected_version: int, expected_authorization_id: str | None,
-           actor: Actor, now: datetime, request_id: str | None = None) -> ActionResult:
+def cancel(
+    conn: sqlite3.Connection,
+    task_id: str,
+    expected_version: int,
+    expected_authorization_id: str | None,
+    actor: Actor,
+    now: datetime,
+    request_id: str | None = None,
+) -> ActionResult:
     """``POST /tasks/{id}/cancel``: DRAFT|PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → CANCELLED (before
     the fence only), closing the live authorization and any OPEN attempt (reason CANCELLED).
     Errors as :func:`reset_to_draft`."""
-    return _close_before_fence(conn, task_id, expected_version, expected_authorization_id, "cancel",
-                               "CANCELLED", actor, now, request_id)
+    return _close_before_fence(
+        conn, task_id, expected_version, expected_authorization_id, "cancel", "CANCELLED", actor, now, request_id
+    )
 
 
-def mark_paid(conn: sqlite3.Connection, task_id: str, expected_version: int, actor: Actor, now: datetime,
-              request_id: str | None = None) -> ActionResult:
+def mark_paid(
+    conn: sqlite3.Connection,
+    task_id: str,
+    expected_version: int,
+    actor: Actor,
+    now: datetime,
+    request_id: str | None = None,
+) -> ActionResult:
     """``POST /tasks/{id}/mark-paid``: WAITING_PAYMENT → PAID after a person paid in the app.
     Raises NotFound, Conflict(``version_conflict``), InvalidTransition (``invalid_state``)."""
     task = _load(conn, task_id)
@@ -128,12 +178,27 @@ def mark_paid(conn: sqlite3.Connection, task_id: str, expected_version: int, act
         raise _stale()
     new_state = transition(TASK_TRANSITIONS, TaskState(task.state), "mark_paid")
     at = to_wire(now)
-    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                new_state=new_state, at=at, reason="PAID_BY_PERSON"):
+    if not task_store.set_state(
+        conn,
+        task.id,
+        expected_version=task.version,
+        expected_state=task.state,
+        new_state=new_state,
+        at=at,
+        reason="PAID_BY_PERSON",
+    ):
         raise _stale()
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="task.mark_paid",
-                 subject_kind="task", subject_id=task.id, request_id=request_id,
-                 detail={"from": task.state, "to": new_state, "task_version": task.version + 1})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action="task.mark_paid",
+        subject_kind="task",
+        subject_id=task.id,
+        request_id=request_id,
+        detail={"from": task.state, "to": new_state, "task_version": task.version + 1},
+    )
     return ActionResult(task.id, new_state, task.version + 1)
 
 
@@ -153,8 +218,16 @@ def parse_reconcile(raw: dict[str, Any]) -> tuple[str, str, int]:
     return str(outcome), note.strip(), version
 
 
-def reconcile(conn: sqlite3.Connection, submission_id: str, outcome: str, note: str, expected_version: int,
-              actor: Actor, now: datetime, request_id: str | None = None) -> ActionResult:
+def reconcile(
+    conn: sqlite3.Connection,
+    submission_id: str,
+    outcome: str,
+    note: str,
+    expected_version: int,
+    actor: Actor,
+    now: datetime,
+    request_id: str | None = None,
+) -> ActionResult:
     """``POST /order-submissions/{sid}/reconcile``: a person records whether the pending-payment order
     exists. Submission RECONCILIATION_REQUIRED → CREATED (task → WAITING_PAYMENT) or NOT_CREATED
     (task → CLOSED_NOT_CREATED). The authorization ends CONSUMED; an attempt still OPEN is closed
@@ -172,22 +245,46 @@ def reconcile(conn: sqlite3.Connection, submission_id: str, outcome: str, note: 
     new_task = transition(TASK_TRANSITIONS, TaskState(task.state), use_case)
     at = to_wire(now)
     who = f"{actor.kind}:{actor.id}"
-    if not action_store.reconcile_submission(conn, sub["id"], expected_state=sub["state"], new_state=new_sub,
-                                             reconciled_by=who, note=note, at=at):
+    if not action_store.reconcile_submission(
+        conn, sub["id"], expected_state=sub["state"], new_state=new_sub, reconciled_by=who, note=note, at=at
+    ):
         raise _stale()
     authorization = auth_store.get(conn, sub["authorization_id"])
     if authorization is not None and authorization.state == AuthorizationState.FENCED:
         consumed = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState.FENCED, "reconcile")
-        auth_store.set_state(conn, authorization.id, expected_state=authorization.state, new_state=consumed, at=at,
-                             reason="RECONCILED")
+        auth_store.set_state(
+            conn, authorization.id, expected_state=authorization.state, new_state=consumed, at=at, reason="RECONCILED"
+        )
     closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, "RECONCILED", at)
     if closed_attempt is not None:
         supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
-    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                new_state=new_task, at=at, reason=f"RECONCILED_{outcome.upper()}"):
+    if not task_store.set_state(
+        conn,
+        task.id,
+        expected_version=task.version,
+        expected_state=task.state,
+        new_state=new_task,
+        at=at,
+        reason=f"RECONCILED_{outcome.upper()}",
+    ):
         raise _stale()
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="submission.reconcile",
-                 subject_kind="task", subject_id=task.id, request_id=request_id,
-                 detail={"submission_id": sub["id"], "outcome": outcome, "submission_state": new_sub,
-                         "from": task.state, "to": new_task, "task_version": task.version + 1, "note": note})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action="submission.reconcile",
+        subject_kind="task",
+        subject_id=task.id,
+        request_id=request_id,
+        detail={
+            "submission_id": sub["id"],
+            "outcome": outcome,
+            "submission_state": new_sub,
+            "from": task.state,
+            "to": new_task,
+            "task_version": task.version + 1,
+            "note": note,
+        },
+    )
     return ActionResult(task.id, new_task, task.version + 1)

@@ -87,8 +87,9 @@ def _load(conn: sqlite3.Connection, key: str) -> login_throttle.KeyState | None:
     row = session_store.throttle_get(conn, key)
     if row is None:
         return None
-    return login_throttle.KeyState(row.failures, from_wire(row.window_start),
-                                   from_wire(row.locked_until) if row.locked_until else None)
+    return login_throttle.KeyState(
+        row.failures, from_wire(row.window_start), from_wire(row.locked_until) if row.locked_until else None
+    )
 
 
 def _store(conn: sqlite3.Connection, key: str, state: login_throttle.KeyState) -> None:
@@ -116,23 +117,46 @@ def admit_guess(conn: sqlite3.Connection, keys: tuple[str, str], username: str, 
         _store(conn, key, decision.state)
         if decision.backoff_s is not None:
             subject_kind, subject_id = ("admin", username[:64] or "-") if scope == "user" else ("client", key[3:])
-            audit.append(conn, at=at, actor_kind="system", actor_id="login", action="admin.login_locked",
-                         subject_kind=subject_kind, subject_id=subject_id,
-                         detail={"scope": scope, "guesses": decision.state.guesses, "backoff_s": decision.backoff_s,
-                                 "locked_until": to_wire(decision.state.blocked_until)
-                                 if decision.state.blocked_until else None})
+            audit.append(
+                conn,
+                at=at,
+                actor_kind="system",
+                actor_id="login",
+                action="admin.login_locked",
+                subject_kind=subject_kind,
+                subject_id=subject_id,
+                detail={
+                    "scope": scope,
+                    "guesses": decision.state.guesses,
+                    "backoff_s": decision.backoff_s,
+                    "locked_until": to_wire(decision.state.blocked_until) if decision.state.blocked_until else None,
+                },
+            )
     return Admission(True)
 
 
 def record_failure(conn: sqlite3.Connection, username: str, now: datetime) -> None:
     """Audit one failed login (``admin.login_failed``, no password ever). The guess itself was
     already counted by :func:`admit_guess`."""
-    audit.append(conn, at=to_wire(now), actor_kind="system", actor_id="login", action="admin.login_failed",
-                 subject_kind="admin", subject_id=username[:64] or "-")
+    audit.append(
+        conn,
+        at=to_wire(now),
+        actor_kind="system",
+        actor_id="login",
+        action="admin.login_failed",
+        subject_kind="admin",
+        subject_id=username[:64] or "-",
+    )
 
 
-def login(conn: sqlite3.Connection, admin_id: str, keys: tuple[str, str], previous_hash: bytes | None,
-          now: datetime, settings: Settings) -> str:
+def login(
+    conn: sqlite3.Connection,
+    admin_id: str,
+    keys: tuple[str, str],
+    previous_hash: bytes | None,
+    now: datetime,
+    settings: Settings,
+) -> str:
     """Create a new session for ``admin_id`` (password already verified) and return its token.
 
     Revokes ``previous_hash`` (any session id the browser presented at login), clears the user
@@ -153,8 +177,15 @@ def login(conn: sqlite3.Connection, admin_id: str, keys: tuple[str, str], previo
     if address is not None:
         _store(conn, keys[1], login_throttle.undo_guess(address))
     admin = admin_store.by_id(conn, admin_id)
-    audit.append(conn, at=at, actor_kind="admin", actor_id=admin.username if admin else admin_id,
-                 action="admin.login", subject_kind="admin", subject_id=admin_id)
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="admin",
+        actor_id=admin.username if admin else admin_id,
+        action="admin.login",
+        subject_kind="admin",
+        subject_id=admin_id,
+    )
     return token
 
 
@@ -184,8 +215,15 @@ def logout(conn: sqlite3.Connection, session: AdminSession, now: datetime) -> No
     """Revoke the session server-side and write ``admin.logout``."""
     at = to_wire(now)
     if session_store.revoke(conn, session.id_hash, at):
-        audit.append(conn, at=at, actor_kind="admin", actor_id=session.username, action="admin.logout",
-                     subject_kind="admin", subject_id=session.admin_id)
+        audit.append(
+            conn,
+            at=at,
+            actor_kind="admin",
+            actor_id=session.username,
+            action="admin.logout",
+            subject_kind="admin",
+            subject_id=session.admin_id,
+        )
 
 
 def sweep(conn: sqlite3.Connection, now: datetime) -> int:

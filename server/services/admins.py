@@ -47,8 +47,16 @@ def add_admin(conn: sqlite3.Connection, username: str, password: str, actor: Act
     admin_id = new_id()
     at = to_wire(now)
     admin_store.insert(conn, admin_id, username, hash_password(password), at)
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="admin.add",
-                 subject_kind="admin", subject_id=admin_id, detail={"username": username})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action="admin.add",
+        subject_kind="admin",
+        subject_id=admin_id,
+        detail={"username": username},
+    )
     return admin_id
 
 
@@ -59,5 +67,12 @@ def change_password(conn: sqlite3.Connection, username: str, password: str, acto
         raise NotFound("管理员不存在")
     at = to_wire(now)
     admin_store.set_password(conn, admin.id, hash_password(password), at)
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="admin.passwd",
-                 subject_kind="admin", subject_id=admin.id)
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action="admin.passwd",
+        subject_kind="admin",
+        subject_id=admin.id,
+    )

@@ -19,9 +19,17 @@ def claim_not_current() -> Conflict:
     return Conflict("claim is not current", code="claim_not_current")
 
 
-def current_claim(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, token: str, now: datetime,
-                  generation: int | None = None, task_id: str | None = None,
-                  require_lease: bool = True) -> Attempt:
+def current_claim(
+    conn: sqlite3.Connection,
+    *,
+    device_id: str,
+    attempt_id: str,
+    token: str,
+    now: datetime,
+    generation: int | None = None,
+    task_id: str | None = None,
+    require_lease: bool = True,
+) -> Attempt:
     """Return the OPEN attempt held by ``device_id`` whose token matches, or raise ``claim_not_current``.
 
     ``generation``/``task_id`` are checked when given; ``require_lease`` demands
@@ -32,10 +40,14 @@ def current_claim(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, 
     if attempt is None:
         raise claim_not_current()
     token_ok = claim_token.matches(attempt.token_hash, token)
-    ok = (token_ok and attempt.device_id == device_id and attempt.state == "OPEN"
-          and (generation is None or attempt.claim_generation == generation)
-          and (task_id is None or attempt.task_id == task_id)
-          and (not require_lease or attempt.lease_expires_at > to_wire(now)))
+    ok = (
+        token_ok
+        and attempt.device_id == device_id
+        and attempt.state == "OPEN"
+        and (generation is None or attempt.claim_generation == generation)
+        and (task_id is None or attempt.task_id == task_id)
+        and (not require_lease or attempt.lease_expires_at > to_wire(now))
+    )
     if not ok:
         raise claim_not_current()
     return attempt

@@ -77,16 +77,23 @@ class ClaimPolicy:
     supervision: SupervisionPolicy = DEFAULT_SUPERVISION
 
     def __repr__(self) -> str:
-        return (f"ClaimPolicy(lease_ttl={self.lease_ttl}, allowed_app_versions={self.allowed_app_versions!r},"
-                f" supervision={self.supervision!r})")
+        return (
+            f"ClaimPolicy(lease_ttl={self.lease_ttl}, allowed_app_versions={self.allowed_app_versions!r},"
+            f" supervision={self.supervision!r})"
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ClaimPolicy:
         """Build from validated settings; raises SettingsError when the claim-token secret is missing."""
         secret, _ = settings.require_secrets()
-        return cls(secret.reveal(), settings.claim_lease_ttl, settings.allowed_app_versions,
-                   settings.heartbeat_interval, settings.heartbeat_stale_factor,
-                   SupervisionPolicy(settings.supervised_orders))
+        return cls(
+            secret.reveal(),
+            settings.claim_lease_ttl,
+            settings.allowed_app_versions,
+            settings.heartbeat_interval,
+            settings.heartbeat_stale_factor,
+            SupervisionPolicy(settings.supervised_orders),
+        )
 
 
 def claim_requires_manual() -> Conflict:
@@ -107,18 +114,26 @@ def snapshot_matches(task: Task, authorization: Authorization) -> bool:
 def may_claim(gate: DeviceGate, now: datetime, policy: ClaimPolicy) -> bool:
     """The heartbeat gate: fresh (younger than interval × factor), READY, and an allowed app version
     according to the *current* configuration (not the flag stored at heartbeat time)."""
-    return (lease.heartbeat_fresh(gate.last_heartbeat_at, now, policy.heartbeat_interval,
-                                  policy.heartbeat_stale_factor)
-            and gate.reported_state == "READY"
-            and gate.pdd_version is not None and gate.pdd_version in policy.allowed_app_versions)
+    return (
+        lease.heartbeat_fresh(gate.last_heartbeat_at, now, policy.heartbeat_interval, policy.heartbeat_stale_factor)
+        and gate.reported_state == "READY"
+        and gate.pdd_version is not None
+        and gate.pdd_version in policy.allowed_app_versions
+    )
 
 
 def derive_token(attempt: Attempt, secret: bytes) -> str:
     """Rebuild the attempt's claim token and prove it against the stored hash (fail closed: a secret that
     does not reproduce it raises StorageError → 503, never a substitute token)."""
-    token = claim_token.derive(secret, device_id=attempt.device_id, task_id=attempt.task_id,
-                               authorization_id=attempt.authorization_id, attempt_id=attempt.id,
-                               generation=attempt.claim_generation, nonce=attempt.nonce)
+    token = claim_token.derive(
+        secret,
+        device_id=attempt.device_id,
+        task_id=attempt.task_id,
+        authorization_id=attempt.authorization_id,
+        attempt_id=attempt.id,
+        generation=attempt.claim_generation,
+        nonce=attempt.nonce,
+    )
     if not claim_token.matches(attempt.token_hash, token):
         raise StorageError("claim token secret does not reproduce a stored claim")
     return token
@@ -141,8 +156,17 @@ def _replay(conn: sqlite3.Connection, stored: Stored, secret: bytes) -> Stored:
     return Stored(stored.status, _with_token(stored.body, derive_token(attempt, secret)), attempt.id)
 
 
-def _resume(conn: sqlite3.Connection, attempt: Attempt, *, device_id: str, session_id: str, key: str,
-            payload: dict[str, str], now: datetime, policy: ClaimPolicy) -> Stored:
+def _resume(
+    conn: sqlite3.Connection,
+    attempt: Attempt,
+    *,
+    device_id: str,
+    session_id: str,
+    key: str,
+    payload: dict[str, str],
+    now: datetime,
+    policy: ClaimPolicy,
+) -> Stored:
     """Same session, live lease, consistent rows → the same attempt under the new key; else 409."""
     if attempt.session_id != session_id or not lease.is_live(attempt.lease_expires_at, now):
         raise claim_requires_manual()
@@ -150,11 +174,16 @@ def _resume(conn: sqlite3.Connection, attempt: Attempt, *, device_id: str, sessi
     authorization = auth_store.get(conn, attempt.authorization_id)
     if task is None or authorization is None:
         raise claim_requires_manual()
-    consistent_state = ((task.state == TaskState.CLAIMED and task.version == attempt.claimed_task_version)
-                        or (task.state == TaskState.ORDERING and task.version == attempt.claimed_task_version + 1))
-    if not (consistent_state and authorization.state == AuthorizationState.CLAIMED
-            and lease.is_live(authorization.expires_at, now) and snapshot_matches(task, authorization)
-            and authorization.task_version + 1 == attempt.claimed_task_version):
+    consistent_state = (task.state == TaskState.CLAIMED and task.version == attempt.claimed_task_version) or (
+        task.state == TaskState.ORDERING and task.version == attempt.claimed_task_version + 1
+    )
+    if not (
+        consistent_state
+        and authorization.state == AuthorizationState.CLAIMED
+        and lease.is_live(authorization.expires_at, now)
+        and snapshot_matches(task, authorization)
+        and authorization.task_version + 1 == attempt.claimed_task_version
+    ):
         raise claim_requires_manual()
     token = derive_token(attempt, policy.secret)
     at = to_wire(now)
@@ -163,17 +192,32 @@ def _resume(conn: sqlite3.Connection, attempt: Attempt, *, device_id: str, sessi
     body: dict[str, Any] = json.loads(attempt.response_json)
     body["attempt"]["lease_expires_at"] = attempt.lease_expires_at
     body["server_now"] = at
-    idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=body, at=at,
-                         attempt_id=attempt.id)
-    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="claim.resume", subject_kind="task",
-                 subject_id=attempt.task_id, request_id=key, generation=attempt.claim_generation,
-                 detail={"attempt_id": attempt.id, "session_id": session_id,
-                         "lease_expires_at": attempt.lease_expires_at})
+    idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=body, at=at, attempt_id=attempt.id)
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="device",
+        actor_id=device_id,
+        action="claim.resume",
+        subject_kind="task",
+        subject_id=attempt.task_id,
+        request_id=key,
+        generation=attempt.claim_generation,
+        detail={"attempt_id": attempt.id, "session_id": session_id, "lease_expires_at": attempt.lease_expires_at},
+    )
     return Stored(200, _with_token(canonical_json(body), token), attempt.id)
 
 
-def claim_next(conn: sqlite3.Connection, *, device_id: str, session_id: str, claim_request_id: str,
-               now: datetime, policy: ClaimPolicy, pack_id: str | None = None) -> Stored:
+def claim_next(
+    conn: sqlite3.Connection,
+    *,
+    device_id: str,
+    session_id: str,
+    claim_request_id: str,
+    now: datetime,
+    policy: ClaimPolicy,
+    pack_id: str | None = None,
+) -> Stored:
     """Run claim-next for an authenticated device inside the caller's write transaction.
 
     ``pack_id`` is the optional pack id the agent names (issue 17): with the device it keys the supervision
@@ -195,25 +239,51 @@ def claim_next(conn: sqlite3.Connection, *, device_id: str, session_id: str, cla
         raise app_version_not_allowed()
     held = attempt_store.open_for_device(conn, device_id)
     if held is not None:
-        return _resume(conn, held, device_id=device_id, session_id=session_id, key=claim_request_id,
-                       payload=payload, now=now, policy=policy)
+        return _resume(
+            conn,
+            held,
+            device_id=device_id,
+            session_id=session_id,
+            key=claim_request_id,
+            payload=payload,
+            now=now,
+            policy=policy,
+        )
     at = to_wire(now)
     try:
-        pair = supervision_service.for_claim(conn, device_id=device_id, gate=gate, claim_pack_id=pack_id,
-                                             policy=policy.supervision)
+        pair = supervision_service.for_claim(
+            conn, device_id=device_id, gate=gate, claim_pack_id=pack_id, policy=policy.supervision
+        )
     except ValueError:  # no pack id and no app version: no pair to claim for (may_claim makes this unreachable)
         raise app_version_not_allowed() from None
     candidate = None if pair.held else claim_store.next_candidate(conn, at)
     if candidate is None:
-        return idempotency.remember(conn, device_id, claim_request_id, ENDPOINT, payload, status=204, body=None,
-                                    at=at)
-    return _claim(conn, candidate, device_id=device_id, session_id=session_id, key=claim_request_id,
-                  payload=payload, now=now, policy=policy, pair=pair)
+        return idempotency.remember(conn, device_id, claim_request_id, ENDPOINT, payload, status=204, body=None, at=at)
+    return _claim(
+        conn,
+        candidate,
+        device_id=device_id,
+        session_id=session_id,
+        key=claim_request_id,
+        payload=payload,
+        now=now,
+        policy=policy,
+        pair=pair,
+    )
 
 
-def _claim(conn: sqlite3.Connection, candidate: claim_store.Candidate, *, device_id: str, session_id: str, key: str,
-           payload: dict[str, str], now: datetime, policy: ClaimPolicy,
-           pair: supervision_service.ClaimSupervision) -> Stored:
+def _claim(
+    conn: sqlite3.Connection,
+    candidate: claim_store.Candidate,
+    *,
+    device_id: str,
+    session_id: str,
+    key: str,
+    payload: dict[str, str],
+    now: datetime,
+    policy: ClaimPolicy,
+    pair: supervision_service.ClaimSupervision,
+) -> Stored:
     authorization = candidate.authorization
     at = to_wire(now)
     new_auth_state = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "claim")
@@ -222,40 +292,96 @@ def _claim(conn: sqlite3.Connection, candidate: claim_store.Candidate, *, device
     lease_end = to_wire(lease.new_expiry(now, policy.lease_ttl, authorization.expires_at))
     attempt_id = new_id()
     nonce = secrets.token_bytes(claim_token.NONCE_BYTES)
-    token = claim_token.derive(policy.secret, device_id=device_id, task_id=authorization.task_id,
-                               authorization_id=authorization.id, attempt_id=attempt_id,
-                               generation=FIRST_GENERATION, nonce=nonce)
+    token = claim_token.derive(
+        policy.secret,
+        device_id=device_id,
+        task_id=authorization.task_id,
+        authorization_id=authorization.id,
+        attempt_id=attempt_id,
+        generation=FIRST_GENERATION,
+        nonce=nonce,
+    )
     body: dict[str, Any] = {
-        "task": {"id": authorization.task_id, "version": claimed_version,
-                 **{f: getattr(authorization, f) for f in SNAPSHOT_FIELDS}},
-        "authorization": {"id": authorization.id, "task_version": authorization.task_version,
-                          "expires_at": authorization.expires_at},
-        "attempt": {"id": attempt_id, "claim_generation": FIRST_GENERATION, "lease_expires_at": lease_end,
-                    "supervised": pair.supervised},
+        "task": {
+            "id": authorization.task_id,
+            "version": claimed_version,
+            **{f: getattr(authorization, f) for f in SNAPSHOT_FIELDS},
+        },
+        "authorization": {
+            "id": authorization.id,
+            "task_version": authorization.task_version,
+            "expires_at": authorization.expires_at,
+        },
+        "attempt": {
+            "id": attempt_id,
+            "claim_generation": FIRST_GENERATION,
+            "lease_expires_at": lease_end,
+            "supervised": pair.supervised,
+        },
         "server_now": at,
     }
     body_text = canonical_json(body)  # stored (attempt row and request record): never the token
     body["attempt"]["claim_token"] = token
     answer = canonical_json(body)  # what _with_token(body_text, token) gives on every replay
     # Row counts are proven for every step; a miss means the invariants broke → roll back, 503.
-    if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
-                                new_state=new_auth_state, at=at):
+    if not auth_store.set_state(
+        conn, authorization.id, expected_state=authorization.state, new_state=new_auth_state, at=at
+    ):
         raise StorageError("authorization changed under the write lock")
-    if not task_store.set_state(conn, authorization.task_id, expected_version=candidate.task_version,
-                                expected_state=TaskState.PENDING, new_state=new_task_state, at=at):
+    if not task_store.set_state(
+        conn,
+        authorization.task_id,
+        expected_version=candidate.task_version,
+        expected_state=TaskState.PENDING,
+        new_state=new_task_state,
+        at=at,
+    ):
         raise StorageError("task changed under the write lock")
-    attempt_store.insert(conn, Attempt(
-        id=attempt_id, task_id=authorization.task_id, authorization_id=authorization.id, device_id=device_id,
-        session_id=session_id, claim_generation=FIRST_GENERATION, nonce=nonce,
-        token_hash=claim_token.token_hash(token), claimed_task_version=claimed_version, lease_expires_at=lease_end,
-        state=AttemptState.OPEN, close_reason=None, response_json=body_text, next_event_seq=1, created_at=at,
-        closed_at=None, pack_key=pair.pack_key, supervised=int(pair.supervised)))
+    attempt_store.insert(
+        conn,
+        Attempt(
+            id=attempt_id,
+            task_id=authorization.task_id,
+            authorization_id=authorization.id,
+            device_id=device_id,
+            session_id=session_id,
+            claim_generation=FIRST_GENERATION,
+            nonce=nonce,
+            token_hash=claim_token.token_hash(token),
+            claimed_task_version=claimed_version,
+            lease_expires_at=lease_end,
+            state=AttemptState.OPEN,
+            close_reason=None,
+            response_json=body_text,
+            next_event_seq=1,
+            created_at=at,
+            closed_at=None,
+            pack_key=pair.pack_key,
+            supervised=int(pair.supervised),
+        ),
+    )
     supervision_service.record_claim(conn, device_id, pair, at)
-    idempotency.remember_text(conn, device_id, key, ENDPOINT, payload, status=200, text=body_text, at=at,
-                              attempt_id=attempt_id)
-    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="task.claim", subject_kind="task",
-                 subject_id=authorization.task_id, request_id=key, generation=FIRST_GENERATION,
-                 detail={"attempt_id": attempt_id, "authorization_id": authorization.id, "session_id": session_id,
-                         "task_version": claimed_version, "lease_expires_at": lease_end,
-                         "pack_key": pair.pack_key, "supervised": pair.supervised})
+    idempotency.remember_text(
+        conn, device_id, key, ENDPOINT, payload, status=200, text=body_text, at=at, attempt_id=attempt_id
+    )
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="device",
+        actor_id=device_id,
+        action="task.claim",
+        subject_kind="task",
+        subject_id=authorization.task_id,
+        request_id=key,
+        generation=FIRST_GENERATION,
+        detail={
+            "attempt_id": attempt_id,
+            "authorization_id": authorization.id,
+            "session_id": session_id,
+            "task_version": claimed_version,
+            "lease_expires_at": lease_end,
+            "pack_key": pair.pack_key,
+            "supervised": pair.supervised,
+        },
+    )
     return Stored(200, answer, attempt_id)

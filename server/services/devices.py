@@ -49,8 +49,16 @@ def add_device(conn: sqlite3.Connection, name: str, actor: Actor, now: datetime)
     token = secrets.token_bytes(TOKEN_BYTES).hex()
     at = to_wire(now)
     device_store.insert(conn, device_id, name, token_hash(token), at)
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="device.add",
-                 subject_kind="device", subject_id=device_id, detail={"name": name})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action="device.add",
+        subject_kind="device",
+        subject_id=device_id,
+        detail={"name": name},
+    )
     return IssuedDevice(device_id, token)
 
 
@@ -65,8 +73,15 @@ def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: d
     at = to_wire(now)
     changed = device_store.revoke(conn, device_id, at)
     if changed:
-        audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="device.revoke",
-                     subject_kind="device", subject_id=device_id)
+        audit.append(
+            conn,
+            at=at,
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            action="device.revoke",
+            subject_kind="device",
+            subject_id=device_id,
+        )
     return changed
 
 
@@ -82,6 +97,14 @@ def set_supervision(conn: sqlite3.Connection, device_id: str, *, off: bool, acto
         raise NotFound("设备不存在")
     changed = device_store.set_supervision_off(conn, device_id, off)
     if changed:
-        audit.append(conn, at=to_wire(now), actor_kind=actor.kind, actor_id=actor.id, action="device.supervision",
-                     subject_kind="device", subject_id=device_id, detail={"supervision": "off" if off else "on"})
+        audit.append(
+            conn,
+            at=to_wire(now),
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            action="device.supervision",
+            subject_kind="device",
+            subject_id=device_id,
+            detail={"supervision": "off" if off else "on"},
+        )
     return changed

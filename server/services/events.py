@@ -34,6 +34,7 @@ from cmbuyer.server.store import tasks as task_store
 
 ENDPOINT = "events"
 
+
 def check_summary(text: str) -> str:
     """Return ``text`` when it is an acceptable summary, else raise ValidationFailed (→ 400).
 
@@ -51,8 +52,15 @@ def request_payload(task_id: str, body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "task_id": task_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
 
 
-def append_events(conn: sqlite3.Connection, *, device_id: str, task_id: str, body: dict[str, Any],
-                  now: datetime, budget: AttemptBudget) -> Stored:
+def append_events(
+    conn: sqlite3.Connection,
+    *,
+    device_id: str,
+    task_id: str,
+    body: dict[str, Any],
+    now: datetime,
+    budget: AttemptBudget,
+) -> Stored:
     """Append one schema-valid batch; returns the 200 response to send.
 
     Raises DeviceNotActive (→ 401), ValidationFailed (→ 400), Conflict ``idempotency_conflict`` /
@@ -65,13 +73,23 @@ def append_events(conn: sqlite3.Connection, *, device_id: str, task_id: str, bod
     stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
     if stored is not None:
         return stored
-    attempt = current_claim(conn, device_id=device_id, attempt_id=body["attempt_id"], token=body["claim_token"],
-                            now=now, generation=body["claim_generation"], task_id=task_id, require_lease=False)
+    attempt = current_claim(
+        conn,
+        device_id=device_id,
+        attempt_id=body["attempt_id"],
+        token=body["claim_token"],
+        now=now,
+        generation=body["claim_generation"],
+        task_id=task_id,
+        require_lease=False,
+    )
     fenced = submission_store.for_attempt(conn, attempt.id) is not None
     if not fenced and not lease.is_live(attempt.lease_expires_at, now):
         raise claim_not_current()
-    batch = [event_store.NewEvent(e["step"], e["outcome"], e["reason_code"], check_summary(e["summary"]),
-                                  e["occurred_at"]) for e in body["events"]]
+    batch = [
+        event_store.NewEvent(e["step"], e["outcome"], e["reason_code"], check_summary(e["summary"]), e["occurred_at"])
+        for e in body["events"]
+    ]
     if not budget.events_fit(attempt.next_event_seq - 1, len(batch)):  # sequence numbers start at 1
         raise attempt_limit_reached()
     task = task_store.get(conn, task_id)
@@ -83,22 +101,49 @@ def append_events(conn: sqlite3.Connection, *, device_id: str, task_id: str, bod
         if task.version != attempt.claimed_task_version:
             raise claim_not_current()
         new_state = transition(TASK_TRANSITIONS, TaskState.CLAIMED, "first_event")
-        if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                    new_state=new_state, at=at):
+        if not task_store.set_state(
+            conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_state, at=at
+        ):
             raise StorageError("task changed under the write lock")
         version = task.version + 1
-        audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="task.ordering",
-                     subject_kind="task", subject_id=task.id, request_id=key, generation=attempt.claim_generation,
-                     detail={"attempt_id": attempt.id, "task_version": version})
+        audit.append(
+            conn,
+            at=at,
+            actor_kind="device",
+            actor_id=device_id,
+            action="task.ordering",
+            subject_kind="task",
+            subject_id=task.id,
+            request_id=key,
+            generation=attempt.claim_generation,
+            detail={"attempt_id": attempt.id, "task_version": version},
+        )
     elif task.state not in (TaskState.ORDERING, TaskState.SUBMITTING):
         raise claim_not_current()
     first = attempt_store.take_event_seqs(conn, attempt.id, len(batch))
-    event_store.append(conn, task_id=task.id, attempt_id=attempt.id, batch_key=key, first_seq=first,
-                       events=batch, received_at=at)
-    result = {"task_id": task.id, "attempt_id": attempt.id, "accepted": len(batch), "first_seq": first,
-              "last_seq": first + len(batch) - 1, "task_version": version}
-    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="events.append",
-                 subject_kind="attempt", subject_id=attempt.id, request_id=key, generation=attempt.claim_generation,
-                 detail={"first_seq": first, "count": len(batch)})
-    return idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at,
-                                attempt_id=attempt.id)
+    event_store.append(
+        conn, task_id=task.id, attempt_id=attempt.id, batch_key=key, first_seq=first, events=batch, received_at=at
+    )
+    result = {
+        "task_id": task.id,
+        "attempt_id": attempt.id,
+        "accepted": len(batch),
+        "first_seq": first,
+        "last_seq": first + len(batch) - 1,
+        "task_version": version,
+    }
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="device",
+        actor_id=device_id,
+        action="events.append",
+        subject_kind="attempt",
+        subject_id=attempt.id,
+        request_id=key,
+        generation=attempt.claim_generation,
+        detail={"first_seq": first, "count": len(batch)},
+    )
+    return idempotency.remember(
+        conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at, attempt_id=attempt.id
+    )

@@ -58,8 +58,9 @@ class GcReport:
         return asdict(self)
 
 
-def collect(conn: sqlite3.Connection, evidence_dir: Path, *, now: float, older_than: int, dry_run: bool,
-            actor: Actor, at: str) -> GcReport:
+def collect(
+    conn: sqlite3.Connection, evidence_dir: Path, *, now: float, older_than: int, dry_run: bool, actor: Actor, at: str
+) -> GcReport:
     """Remove unreferenced evidence files older than ``older_than`` seconds (``now``: seconds since the
     epoch, UTC, compared with file modification times). ``conn`` is an autocommit connection (the CLI's);
     each chunk gets its own write transaction. ``dry_run`` changes nothing and reports what would go.
@@ -89,7 +90,7 @@ def collect(conn: sqlite3.Connection, evidence_dir: Path, *, now: float, older_t
             run_in_transaction(conn, job)
 
     for start in range(0, len(stored), CHUNK):
-        chunk = stored[start:start + CHUNK]
+        chunk = stored[start : start + CHUNK]
 
         def unreferenced(c: sqlite3.Connection, chunk: list[StoredFile] = chunk) -> None:
             doomed = _unreferenced(c, chunk, cutoff, report)
@@ -97,6 +98,7 @@ def collect(conn: sqlite3.Connection, evidence_dir: Path, *, now: float, older_t
 
         run(unreferenced)
     if stale_temporary:
+
         def temporary(c: sqlite3.Connection) -> None:
             report.removed_temporary += _remove(c, stale_temporary, dry_run, report, actor, at, kind="temporary")
 
@@ -104,8 +106,9 @@ def collect(conn: sqlite3.Connection, evidence_dir: Path, *, now: float, older_t
     return report
 
 
-def _unreferenced(conn: sqlite3.Connection, chunk: list[StoredFile], cutoff: float,
-                  report: GcReport) -> list[StoredFile]:
+def _unreferenced(
+    conn: sqlite3.Connection, chunk: list[StoredFile], cutoff: float, report: GcReport
+) -> list[StoredFile]:
     """The chunk's files no row refers to and that were not written again since the scan."""
     kept = evidence_store.referenced(conn, [f.sha256 for f in chunk if f.sha256 is not None])
     doomed: list[StoredFile] = []
@@ -124,8 +127,16 @@ def _unreferenced(conn: sqlite3.Connection, chunk: list[StoredFile], cutoff: flo
     return doomed
 
 
-def _remove(conn: sqlite3.Connection, doomed: list[StoredFile], dry_run: bool, report: GcReport, actor: Actor,
-            at: str, *, kind: str) -> int:
+def _remove(
+    conn: sqlite3.Connection,
+    doomed: list[StoredFile],
+    dry_run: bool,
+    report: GcReport,
+    actor: Actor,
+    at: str,
+    *,
+    kind: str,
+) -> int:
     """Remove ``doomed`` (inside the caller's write transaction) and audit it; a dry run only counts."""
     if dry_run:
         report.bytes_freed += sum(f.size for f in doomed)
@@ -134,6 +145,14 @@ def _remove(conn: sqlite3.Connection, doomed: list[StoredFile], dry_run: bool, r
     freed = sum(f.size for f in doomed if f.path in gone)
     report.bytes_freed += freed
     if gone:
-        audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="evidence.gc",
-                     subject_kind="evidence", subject_id=kind, detail={"removed": len(gone), "bytes_freed": freed})
+        audit.append(
+            conn,
+            at=at,
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            action="evidence.gc",
+            subject_kind="evidence",
+            subject_id=kind,
+            detail={"removed": len(gone), "bytes_freed": freed},
+        )
     return len(gone)

@@ -57,9 +57,16 @@ class Upload:
 
     def payload(self) -> dict[str, Any]:
         """Idempotency comparison form (task, attempt, metadata and the bytes via their hash)."""
-        return {"task_id": self.task_id, "upload_key": self.upload_key, "attempt_id": self.attempt_id,
-                "kind": self.kind, "privacy_tier": self.privacy_tier, "sha256": self.sha256,
-                "captured_at": self.captured_at, "byte_size": self.byte_size}
+        return {
+            "task_id": self.task_id,
+            "upload_key": self.upload_key,
+            "attempt_id": self.attempt_id,
+            "kind": self.kind,
+            "privacy_tier": self.privacy_tier,
+            "sha256": self.sha256,
+            "captured_at": self.captured_at,
+            "byte_size": self.byte_size,
+        }
 
 
 def _replay(stored: Stored) -> Stored:
@@ -78,8 +85,12 @@ def may_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, budg
     if device_tx.replay_scoped(conn, device_id, upload.upload_key, ENDPOINT, upload.payload()) is not None:
         return True
     attempt = attempt_store.get(conn, upload.attempt_id)
-    if not (attempt is not None and attempt.device_id == device_id and attempt.task_id == upload.task_id
-            and attempt.state == "OPEN"):
+    if not (
+        attempt is not None
+        and attempt.device_id == device_id
+        and attempt.task_id == upload.task_id
+        and attempt.state == "OPEN"
+    ):
         return False
     _check_budget(conn, upload, budget)
     return True
@@ -91,8 +102,15 @@ def _check_budget(conn: sqlite3.Connection, upload: Upload, budget: AttemptBudge
         raise attempt_limit_reached()
 
 
-def record_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, now: datetime,
-                  budget: AttemptBudget, evidence_dir: Path) -> Stored:
+def record_upload(
+    conn: sqlite3.Connection,
+    *,
+    device_id: str,
+    upload: Upload,
+    now: datetime,
+    budget: AttemptBudget,
+    evidence_dir: Path,
+) -> Stored:
     """Record the asset; returns 201 (first) or 200 (replay) with the response body.
 
     Raises DeviceNotActive (→ 401), Conflict ``idempotency_conflict`` / ``claim_not_current`` /
@@ -105,26 +123,59 @@ def record_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, n
     if stored is not None:
         return _replay(stored)
     attempt = attempt_store.get(conn, upload.attempt_id)
-    if attempt is None or attempt.device_id != device_id or attempt.task_id != upload.task_id \
-            or attempt.state != "OPEN":
+    if (
+        attempt is None
+        or attempt.device_id != device_id
+        or attempt.task_id != upload.task_id
+        or attempt.state != "OPEN"
+    ):
         raise claim_not_current()
     _check_budget(conn, upload, budget)  # again under the write lock: uploads may race past may_upload
     if not evidence_files.exists(evidence_dir, upload.sha256):  # evidence gc removes files under this lock
         raise StorageError("evidence file missing")
     at = to_wire(now)
     asset = evidence_store.Asset(
-        id=new_id(), task_id=upload.task_id, attempt_id=attempt.id, device_id=device_id,
-        upload_key=upload.upload_key, kind=upload.kind, privacy_tier=upload.privacy_tier, sha256=upload.sha256,
-        byte_size=upload.byte_size, mime="image/png", width=upload.width, height=upload.height,
-        captured_at=upload.captured_at, created_at=at)
+        id=new_id(),
+        task_id=upload.task_id,
+        attempt_id=attempt.id,
+        device_id=device_id,
+        upload_key=upload.upload_key,
+        kind=upload.kind,
+        privacy_tier=upload.privacy_tier,
+        sha256=upload.sha256,
+        byte_size=upload.byte_size,
+        mime="image/png",
+        width=upload.width,
+        height=upload.height,
+        captured_at=upload.captured_at,
+        created_at=at,
+    )
     evidence_store.insert(conn, asset)
-    body = {"asset_id": asset.id, "task_id": asset.task_id, "attempt_id": asset.attempt_id, "kind": asset.kind,
-            "privacy_tier": asset.privacy_tier, "sha256": asset.sha256, "byte_size": asset.byte_size,
-            "mime": asset.mime, "width": asset.width, "height": asset.height, "captured_at": asset.captured_at}
-    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="evidence.upload",
-                 subject_kind="attempt", subject_id=attempt.id, request_id=upload.upload_key,
-                 generation=attempt.claim_generation,
-                 detail={"asset_id": asset.id, "kind": asset.kind, "sha256": asset.sha256,
-                         "byte_size": asset.byte_size})
-    return idempotency.remember(conn, device_id, upload.upload_key, ENDPOINT, payload, status=201, body=body, at=at,
-                                attempt_id=attempt.id)
+    body = {
+        "asset_id": asset.id,
+        "task_id": asset.task_id,
+        "attempt_id": asset.attempt_id,
+        "kind": asset.kind,
+        "privacy_tier": asset.privacy_tier,
+        "sha256": asset.sha256,
+        "byte_size": asset.byte_size,
+        "mime": asset.mime,
+        "width": asset.width,
+        "height": asset.height,
+        "captured_at": asset.captured_at,
+    }
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="device",
+        actor_id=device_id,
+        action="evidence.upload",
+        subject_kind="attempt",
+        subject_id=attempt.id,
+        request_id=upload.upload_key,
+        generation=attempt.claim_generation,
+        detail={"asset_id": asset.id, "kind": asset.kind, "sha256": asset.sha256, "byte_size": asset.byte_size},
+    )
+    return idempotency.remember(
+        conn, device_id, upload.upload_key, ENDPOINT, payload, status=201, body=body, at=at, attempt_id=attempt.id
+    )

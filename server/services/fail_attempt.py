@@ -68,8 +68,9 @@ def check_asset(conn: sqlite3.Connection, asset_id: str | None, attempt_id: str)
         raise evidence_conflict()
 
 
-def fail_attempt(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any],
-                 now: datetime) -> Stored:
+def fail_attempt(
+    conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any], now: datetime
+) -> Stored:
     """Close the attempt as failed; returns the 200 response. Raises DeviceNotActive (→ 401),
     ValidationFailed (→ 400), Conflict ``idempotency_conflict`` / ``claim_not_current`` /
     ``submission_fenced`` / ``evidence_conflict`` (→ 409)."""
@@ -79,16 +80,27 @@ def fail_attempt(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
     stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
     if stored is not None:
         return stored
-    attempt = current_claim(conn, device_id=device_id, attempt_id=attempt_id, token=body["claim_token"], now=now,
-                            generation=body["claim_generation"], require_lease=False)
+    attempt = current_claim(
+        conn,
+        device_id=device_id,
+        attempt_id=attempt_id,
+        token=body["claim_token"],
+        now=now,
+        generation=body["claim_generation"],
+        require_lease=False,
+    )
     if submission_store.for_attempt_or_authorization(conn, attempt.id, attempt.authorization_id) is not None:
         raise submission_fenced()
     check_asset(conn, body["evidence_asset_id"], attempt.id)
     summary = check_summary(body["summary"])
     task = task_store.get(conn, attempt.task_id)
     authorization = auth_store.get(conn, attempt.authorization_id)
-    if task is None or authorization is None or task.state not in (TaskState.CLAIMED, TaskState.ORDERING) \
-            or authorization.state != AuthorizationState.CLAIMED:
+    if (
+        task is None
+        or authorization is None
+        or task.state not in (TaskState.CLAIMED, TaskState.ORDERING)
+        or authorization.state != AuthorizationState.CLAIMED
+    ):
         raise claim_not_current()
     at = to_wire(now)
     reason: str = body["reason_code"]
@@ -98,19 +110,52 @@ def fail_attempt(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
     if not attempt_store.close(conn, attempt.id, "FAILED", at):
         raise StorageError("attempt changed under the write lock")
     supervision_service.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="FAILED")
-    if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state, new_state=new_auth,
-                                at=at, reason=f"device_fail:{reason}"):
+    if not auth_store.set_state(
+        conn,
+        authorization.id,
+        expected_state=authorization.state,
+        new_state=new_auth,
+        at=at,
+        reason=f"device_fail:{reason}",
+    ):
         raise StorageError("authorization changed under the write lock")
-    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                new_state=new_task, at=at, reason=reason):
+    if not task_store.set_state(
+        conn,
+        task.id,
+        expected_version=task.version,
+        expected_state=task.state,
+        new_state=new_task,
+        at=at,
+        reason=reason,
+    ):
         raise StorageError("task changed under the write lock")
     version = task.version + 1
-    result = {"task_id": task.id, "attempt_id": attempt.id, "task_state": new_task.value, "task_version": version,
-              "reason_code": reason}
-    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="attempt.fail", subject_kind="task",
-                 subject_id=task.id, request_id=key, generation=attempt.claim_generation,
-                 detail={"attempt_id": attempt.id, "authorization_id": authorization.id, "reason_code": reason,
-                         "summary": summary, "evidence_asset_id": body["evidence_asset_id"],
-                         "task_version": version})
-    return idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at,
-                                attempt_id=attempt.id)
+    result = {
+        "task_id": task.id,
+        "attempt_id": attempt.id,
+        "task_state": new_task.value,
+        "task_version": version,
+        "reason_code": reason,
+    }
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="device",
+        actor_id=device_id,
+        action="attempt.fail",
+        subject_kind="task",
+        subject_id=task.id,
+        request_id=key,
+        generation=attempt.claim_generation,
+        detail={
+            "attempt_id": attempt.id,
+            "authorization_id": authorization.id,
+            "reason_code": reason,
+            "summary": summary,
+            "evidence_asset_id": body["evidence_asset_id"],
+            "task_version": version,
+        },
+    )
+    return idempotency.remember(
+        conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at, attempt_id=attempt.id
+    )

@@ -100,8 +100,13 @@ def version_conflict() -> Conflict:
 
 def response_body(submission_id: str, *, first: bool) -> dict[str, Any]:
     """The fence response: the first one permits the click, every replay requires reconciliation."""
-    return {"submission_id": submission_id, "status": SubmissionState.FENCED.value, "click_permitted": first,
-            "reconciliation_required": not first, "submit_text": SUBMIT_TEXT}
+    return {
+        "submission_id": submission_id,
+        "status": SubmissionState.FENCED.value,
+        "click_permitted": first,
+        "reconciliation_required": not first,
+        "submit_text": SUBMIT_TEXT,
+    }
 
 
 def request_payload(attempt_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -131,8 +136,10 @@ def check_gates(body: dict[str, Any], authorization: Authorization, allowed_paym
 
     ``body`` is schema-valid (money strings canonical), so the Decimal conversions cannot fail.
     """
-    if normalize_sku(body["selected_color"]) != authorization.sku_color \
-            or _read_sku(body["selected_size"]) != authorization.sku_size:
+    if (
+        normalize_sku(body["selected_color"]) != authorization.sku_color
+        or _read_sku(body["selected_size"]) != authorization.sku_size
+    ):
         raise FenceRefused("sku_mismatch")
     if body["quantity_read"] != authorization.quantity:
         raise FenceRefused("quantity_mismatch")
@@ -154,8 +161,15 @@ def check_gates(body: dict[str, Any], authorization: Authorization, allowed_paym
         raise FenceRefused("submit_control_count")
 
 
-def create_fence(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any],
-                 now: datetime, allowed_payment_modes: tuple[str, ...]) -> FenceAnswer:
+def create_fence(
+    conn: sqlite3.Connection,
+    *,
+    device_id: str,
+    attempt_id: str,
+    body: dict[str, Any],
+    now: datetime,
+    allowed_payment_modes: tuple[str, ...],
+) -> FenceAnswer:
     """Run the fence for a schema-valid request (see the module docstring for the order);
     ``allowed_payment_modes`` is ``Settings.allowed_payment_modes``."""
     device_tx.begin(conn, device_id)
@@ -164,8 +178,16 @@ def create_fence(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
     stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
     if stored is not None and stored.body is not None:
         return FenceAnswer(stored.status, stored.body, permit=False)
-    attempt = current_claim(conn, device_id=device_id, attempt_id=attempt_id, token=body["claim_token"], now=now,
-                            generation=body["claim_generation"], task_id=body["task_id"], require_lease=True)
+    attempt = current_claim(
+        conn,
+        device_id=device_id,
+        attempt_id=attempt_id,
+        token=body["claim_token"],
+        now=now,
+        generation=body["claim_generation"],
+        task_id=body["task_id"],
+        require_lease=True,
+    )
     if body["authorization_id"] != attempt.authorization_id:
         raise claim_not_current()
     if submission_store.for_attempt_or_authorization(conn, attempt.id, attempt.authorization_id) is not None:
@@ -191,31 +213,74 @@ def create_fence(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, b
     new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "fence")
     at = to_wire(now)
     submission = submission_store.Submission(
-        id=new_id(), task_id=task.id, authorization_id=authorization.id, attempt_id=attempt.id, device_id=device_id,
-        fence_key=key, state=SubmissionState.FENCED.value, selected_color=body["selected_color"],
-        selected_size=body["selected_size"], gate1_unit_price=body["gate1_unit_price"],
-        gate2_unit_price=body["gate2_unit_price"], quantity_read=body["quantity_read"],
+        id=new_id(),
+        task_id=task.id,
+        authorization_id=authorization.id,
+        attempt_id=attempt.id,
+        device_id=device_id,
+        fence_key=key,
+        state=SubmissionState.FENCED.value,
+        selected_color=body["selected_color"],
+        selected_size=body["selected_size"],
+        gate1_unit_price=body["gate1_unit_price"],
+        gate2_unit_price=body["gate2_unit_price"],
+        quantity_read=body["quantity_read"],
         confirm_page_amount=body["confirm_page_amount"],
-        submit_control_match_count=body["submit_control_match_count"], observation=None, result_key=None,
-        evidence_asset_id=None, reconciliation_reason=None, reconciled_by=None, reconciliation_note=None,
-        created_at=at, result_at=None, reconciled_at=None, gate3_unit_price=body["gate3_unit_price"],
-        payment_mode=body["payment_mode"], order_sn=None, observation_reason=None)
+        submit_control_match_count=body["submit_control_match_count"],
+        observation=None,
+        result_key=None,
+        evidence_asset_id=None,
+        reconciliation_reason=None,
+        reconciled_by=None,
+        reconciliation_note=None,
+        created_at=at,
+        result_at=None,
+        reconciled_at=None,
+        gate3_unit_price=body["gate3_unit_price"],
+        payment_mode=body["payment_mode"],
+        order_sn=None,
+        observation_reason=None,
+    )
     submission_store.insert(conn, submission)
-    if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
-                                new_state=new_auth.value, at=at):
+    if not auth_store.set_state(
+        conn, authorization.id, expected_state=authorization.state, new_state=new_auth.value, at=at
+    ):
         raise StorageError("authorization changed under the write lock")
-    if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                new_state=new_task.value, at=at):
+    if not task_store.set_state(
+        conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_task.value, at=at
+    ):
         raise StorageError("task changed under the write lock")
-    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="submission.fence",
-                 subject_kind="task", subject_id=task.id, request_id=key, generation=attempt.claim_generation,
-                 detail={"submission_id": submission.id, "attempt_id": attempt.id,
-                         "authorization_id": authorization.id, "task_version": task.version + 1,
-                         "gate1_unit_price": submission.gate1_unit_price,
-                         "gate3_unit_price": submission.gate3_unit_price,
-                         "confirm_page_amount": submission.confirm_page_amount,
-                         "payment_mode": submission.payment_mode,
-                         "quantity_read": submission.quantity_read})
-    idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200,
-                         body=response_body(submission.id, first=False), at=at, attempt_id=attempt.id)
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="device",
+        actor_id=device_id,
+        action="submission.fence",
+        subject_kind="task",
+        subject_id=task.id,
+        request_id=key,
+        generation=attempt.claim_generation,
+        detail={
+            "submission_id": submission.id,
+            "attempt_id": attempt.id,
+            "authorization_id": authorization.id,
+            "task_version": task.version + 1,
+            "gate1_unit_price": submission.gate1_unit_price,
+            "gate3_unit_price": submission.gate3_unit_price,
+            "confirm_page_amount": submission.confirm_page_amount,
+            "payment_mode": submission.payment_mode,
+            "quantity_read": submission.quantity_read,
+        },
+    )
+    idempotency.remember(
+        conn,
+        device_id,
+        key,
+        ENDPOINT,
+        payload,
+        status=200,
+        body=response_body(submission.id, first=False),
+        at=at,
+        attempt_id=attempt.id,
+    )
     return FenceAnswer(200, canonical_json(response_body(submission.id, first=True)), permit=True)

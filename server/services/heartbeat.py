@@ -32,8 +32,9 @@ def version_allowed(pdd_version: str | None, policy: ClaimPolicy) -> bool:
     return pdd_version is not None and pdd_version in policy.allowed_app_versions
 
 
-def record_heartbeat(conn: sqlite3.Connection, *, device_id: str, body: dict[str, Any], now: datetime,
-                     policy: ClaimPolicy) -> dict[str, Any]:
+def record_heartbeat(
+    conn: sqlite3.Connection, *, device_id: str, body: dict[str, Any], now: datetime, policy: ClaimPolicy
+) -> dict[str, Any]:
     """Store the heartbeat (first statement: the device-ACTIVE check) and return the response body.
 
     Raises :class:`device_tx.DeviceNotActive` (→ 401).
@@ -41,20 +42,45 @@ def record_heartbeat(conn: sqlite3.Connection, *, device_id: str, body: dict[str
     previous = device_tx.begin(conn, device_id)
     at = to_wire(now)
     allowed = version_allowed(body["pdd_version"], policy)
-    facts = {"client_version": body["client_version"], "adb_serial": body["adb_serial"],
-             "android_release": body["android_release"], "pdd_version": body["pdd_version"],
-             "pdd_version_code": body.get("pdd_version_code"), "reported_state": body["state"],
-             "pack_id": body.get("pack_id"), "app_version_allowed": allowed}
-    device_store.record_heartbeat(conn, device_id, at=at, client_version=facts["client_version"],
-                                  adb_serial=facts["adb_serial"], android_release=facts["android_release"],
-                                  pdd_version=facts["pdd_version"], pdd_version_code=facts["pdd_version_code"],
-                                  reported_state=facts["reported_state"], pack_id=facts["pack_id"],
-                                  app_version_allowed=allowed)
+    facts = {
+        "client_version": body["client_version"],
+        "adb_serial": body["adb_serial"],
+        "android_release": body["android_release"],
+        "pdd_version": body["pdd_version"],
+        "pdd_version_code": body.get("pdd_version_code"),
+        "reported_state": body["state"],
+        "pack_id": body.get("pack_id"),
+        "app_version_allowed": allowed,
+    }
+    device_store.record_heartbeat(
+        conn,
+        device_id,
+        at=at,
+        client_version=facts["client_version"],
+        adb_serial=facts["adb_serial"],
+        android_release=facts["android_release"],
+        pdd_version=facts["pdd_version"],
+        pdd_version_code=facts["pdd_version_code"],
+        reported_state=facts["reported_state"],
+        pack_id=facts["pack_id"],
+        app_version_allowed=allowed,
+    )
     before = {name: getattr(previous, name) for name in facts}
     if before != facts:
-        audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="device.heartbeat",
-                     subject_kind="device", subject_id=device_id,
-                     detail={name: value for name, value in facts.items() if before[name] != value})
-    return {"device_id": device_id, "app_version_allowed": allowed, "server_now": at,
-            "heartbeat_interval_seconds": policy.heartbeat_interval,
-            **supervision_service.heartbeat_fields(conn, device_id=device_id, body=body)}
+        audit.append(
+            conn,
+            at=at,
+            actor_kind="device",
+            actor_id=device_id,
+            action="device.heartbeat",
+            subject_kind="device",
+            subject_id=device_id,
+            detail={name: value for name, value in facts.items() if before[name] != value},
+        )
+    return {
+        "device_id": device_id,
+        "app_version_allowed": allowed,
+        "server_now": at,
+        "heartbeat_interval_seconds": policy.heartbeat_interval,
+        **supervision_service.heartbeat_fields(conn, device_id=device_id, body=body),
+    }

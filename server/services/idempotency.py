@@ -23,17 +23,48 @@ class Stored:
     attempt_id: str | None = None
 
 
-def remember(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any, *, status: int,
-             body: Any | None, at: str, attempt_id: str | None = None) -> Stored:
+def remember(
+    conn: sqlite3.Connection,
+    device_id: str,
+    key: str,
+    endpoint: str,
+    payload: Any,
+    *,
+    status: int,
+    body: Any | None,
+    at: str,
+    attempt_id: str | None = None,
+) -> Stored:
     """Store the outcome (in the same transaction as the change) and return it as it will be sent."""
-    return remember_text(conn, device_id, key, endpoint, payload, status=status,
-                         text=None if body is None else canonical_json(body), at=at, attempt_id=attempt_id)
+    return remember_text(
+        conn,
+        device_id,
+        key,
+        endpoint,
+        payload,
+        status=status,
+        text=None if body is None else canonical_json(body),
+        at=at,
+        attempt_id=attempt_id,
+    )
 
 
-def remember_text(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any, *, status: int,
-                  text: str | None, at: str, attempt_id: str | None = None) -> Stored:
+def remember_text(
+    conn: sqlite3.Connection,
+    device_id: str,
+    key: str,
+    endpoint: str,
+    payload: Any,
+    *,
+    status: int,
+    text: str | None,
+    at: str,
+    attempt_id: str | None = None,
+) -> Stored:
     """:func:`remember` for a body the caller has already encoded with ``canonical_json`` (``text``; None
     for 204), so a hot path does not encode the same body twice."""
-    device_requests.insert(conn, device_requests.DeviceRequest(device_id, key, endpoint, payload_hash(payload),
-                                                               status, attempt_id, text, at))
+    device_requests.insert(
+        conn,
+        device_requests.DeviceRequest(device_id, key, endpoint, payload_hash(payload), status, attempt_id, text, at),
+    )
     return Stored(status, text, attempt_id)

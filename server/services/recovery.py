@@ -74,21 +74,45 @@ def _expire_fenced(conn: sqlite3.Connection, now: datetime, at: str) -> tuple[in
             continue
         if new_sub != SubmissionState.RECONCILIATION_REQUIRED:
             raise AssertionError("state table changed")
-        task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                             new_state=new_task.value, at=at, reason=RECONCILIATION_REASON)
+        task_store.set_state(
+            conn,
+            task.id,
+            expected_version=task.version,
+            expected_state=task.state,
+            new_state=new_task.value,
+            at=at,
+            reason=RECONCILIATION_REASON,
+        )
         if authorization.state == AuthorizationState.FENCED:
             new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState.FENCED, use_case)
-            auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
-                                 new_state=new_auth.value, at=at, reason=RECONCILIATION_REASON)
+            auth_store.set_state(
+                conn,
+                authorization.id,
+                expected_state=authorization.state,
+                new_state=new_auth.value,
+                at=at,
+                reason=RECONCILIATION_REASON,
+            )
         if attempt.state == AttemptState.OPEN:
             transition(ATTEMPT_TRANSITIONS, AttemptState.OPEN, "close")
             attempt_store.close(conn, attempt.id, "LEASE_EXPIRED_AFTER_FENCE", at)
-            supervision_service.void_for_attempt(conn, attempt.id, actor=SYSTEM, at=at,
-                                                 why="LEASE_EXPIRED_AFTER_FENCE")
-        audit.append(conn, at=at, actor_kind=SYSTEM.kind, actor_id=SYSTEM.id, action="submission.lease_expired",
-                     subject_kind="task", subject_id=task.id, generation=attempt.claim_generation,
-                     detail={"submission_id": sub.id, "attempt_id": attempt.id,
-                             "lease_expires_at": attempt.lease_expires_at, "task_version": task.version + 1})
+            supervision_service.void_for_attempt(conn, attempt.id, actor=SYSTEM, at=at, why="LEASE_EXPIRED_AFTER_FENCE")
+        audit.append(
+            conn,
+            at=at,
+            actor_kind=SYSTEM.kind,
+            actor_id=SYSTEM.id,
+            action="submission.lease_expired",
+            subject_kind="task",
+            subject_id=task.id,
+            generation=attempt.claim_generation,
+            detail={
+                "submission_id": sub.id,
+                "attempt_id": attempt.id,
+                "lease_expires_at": attempt.lease_expires_at,
+                "task_version": task.version + 1,
+            },
+        )
         changed += 1
     # A full batch in which nothing could change (inconsistent rows left for a person) must not
     # make start-up loop forever: only a full batch that made progress asks for another pass.
@@ -100,20 +124,43 @@ def _expire_authorizations(conn: sqlite3.Connection, at: str) -> tuple[int, bool
     changed = 0
     for authorization in found:
         new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "expire")
-        if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
-                                    new_state=new_auth.value, at=at, reason="authorization_expired"):
+        if not auth_store.set_state(
+            conn,
+            authorization.id,
+            expected_state=authorization.state,
+            new_state=new_auth.value,
+            at=at,
+            reason="authorization_expired",
+        ):
             continue
         task = task_store.get(conn, authorization.task_id)
         task_version = None
         if task is not None and task.state == TaskState.PENDING:
             new_task = transition(TASK_TRANSITIONS, TaskState.PENDING, "authorization_expired")
-            if task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                    new_state=new_task.value, at=at, reason="authorization_expired"):
+            if task_store.set_state(
+                conn,
+                task.id,
+                expected_version=task.version,
+                expected_state=task.state,
+                new_state=new_task.value,
+                at=at,
+                reason="authorization_expired",
+            ):
                 task_version = task.version + 1
-        audit.append(conn, at=at, actor_kind=SYSTEM.kind, actor_id=SYSTEM.id, action="authorization.expire",
-                     subject_kind="task", subject_id=authorization.task_id,
-                     detail={"authorization_id": authorization.id, "expires_at": authorization.expires_at,
-                             "task_version": task_version})
+        audit.append(
+            conn,
+            at=at,
+            actor_kind=SYSTEM.kind,
+            actor_id=SYSTEM.id,
+            action="authorization.expire",
+            subject_kind="task",
+            subject_id=authorization.task_id,
+            detail={
+                "authorization_id": authorization.id,
+                "expires_at": authorization.expires_at,
+                "task_version": task_version,
+            },
+        )
         changed += 1
     # A full batch in which nothing could change (inconsistent rows left for a person) must not
     # make start-up loop forever: only a full batch that made progress asks for another pass.

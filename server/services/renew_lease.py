@@ -31,11 +31,13 @@ from cmbuyer.server.store import tasks as task_store
 ENDPOINT = "lease-renew"
 # The lease of an OPEN attempt may be renewed while its task is still being worked on (before the
 # fence) or waits for the single result after it; any other combination is not a current claim.
-RENEWABLE = frozenset({
-    (TaskState.CLAIMED, AuthorizationState.CLAIMED),
-    (TaskState.ORDERING, AuthorizationState.CLAIMED),
-    (TaskState.SUBMITTING, AuthorizationState.FENCED),
-})
+RENEWABLE = frozenset(
+    {
+        (TaskState.CLAIMED, AuthorizationState.CLAIMED),
+        (TaskState.ORDERING, AuthorizationState.CLAIMED),
+        (TaskState.SUBMITTING, AuthorizationState.FENCED),
+    }
+)
 
 
 def request_payload(task_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -44,8 +46,9 @@ def request_payload(task_id: str, body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "task_id": task_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
 
 
-def renew_lease(conn: sqlite3.Connection, *, device_id: str, task_id: str, body: dict[str, Any], now: datetime,
-                policy: ClaimPolicy) -> Stored:
+def renew_lease(
+    conn: sqlite3.Connection, *, device_id: str, task_id: str, body: dict[str, Any], now: datetime, policy: ClaimPolicy
+) -> Stored:
     """Renew the lease of the device's current claim; returns the 200 response to send.
 
     ``body`` is a schema-valid renew request. Raises :class:`device_tx.DeviceNotActive` (→ 401) or
@@ -57,27 +60,57 @@ def renew_lease(conn: sqlite3.Connection, *, device_id: str, task_id: str, body:
     stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
     if stored is not None:
         return stored
-    attempt = current_claim(conn, device_id=device_id, attempt_id=body["attempt_id"], token=body["claim_token"],
-                            now=now, generation=body["claim_generation"], task_id=task_id, require_lease=True)
+    attempt = current_claim(
+        conn,
+        device_id=device_id,
+        attempt_id=body["attempt_id"],
+        token=body["claim_token"],
+        now=now,
+        generation=body["claim_generation"],
+        task_id=task_id,
+        require_lease=True,
+    )
     if attempt.session_id != body["session_id"] or attempt.lease_expires_at != body["expected_lease_expires_at"]:
         raise claim_not_current()
     task = task_store.get(conn, attempt.task_id)
     authorization = auth_store.get(conn, attempt.authorization_id)
-    if (task is None or authorization is None or (task.state, authorization.state) not in RENEWABLE
-            or not lease.is_live(authorization.expires_at, now) or not snapshot_matches(task, authorization)
-            or task.version < attempt.claimed_task_version):
+    if (
+        task is None
+        or authorization is None
+        or (task.state, authorization.state) not in RENEWABLE
+        or not lease.is_live(authorization.expires_at, now)
+        or not snapshot_matches(task, authorization)
+        or task.version < attempt.claimed_task_version
+    ):
         raise claim_not_current()
     at = to_wire(now)
     new_end = to_wire(lease.new_expiry(now, policy.lease_ttl, authorization.expires_at))
     if not attempt_store.set_lease(conn, attempt.id, expected=attempt.lease_expires_at, new=new_end):
         raise claim_not_current()
-    response = {"task_id": attempt.task_id, "attempt_id": attempt.id, "claim_generation": attempt.claim_generation,
-                "lease_expires_at": new_end, "server_now": at}
-    result = idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=response, at=at,
-                                  attempt_id=attempt.id)
-    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="attempt.lease_renew",
-                 subject_kind="task", subject_id=attempt.task_id, request_id=key,
-                 generation=attempt.claim_generation,
-                 detail={"attempt_id": attempt.id, "previous_lease_expires_at": attempt.lease_expires_at,
-                         "lease_expires_at": new_end})
+    response = {
+        "task_id": attempt.task_id,
+        "attempt_id": attempt.id,
+        "claim_generation": attempt.claim_generation,
+        "lease_expires_at": new_end,
+        "server_now": at,
+    }
+    result = idempotency.remember(
+        conn, device_id, key, ENDPOINT, payload, status=200, body=response, at=at, attempt_id=attempt.id
+    )
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="device",
+        actor_id=device_id,
+        action="attempt.lease_renew",
+        subject_kind="task",
+        subject_id=attempt.task_id,
+        request_id=key,
+        generation=attempt.claim_generation,
+        detail={
+            "attempt_id": attempt.id,
+            "previous_lease_expires_at": attempt.lease_expires_at,
+            "lease_expires_at": new_end,
+        },
+    )
     return result

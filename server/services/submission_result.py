@@ -75,8 +75,7 @@ def not_found() -> NotFound:
 
 def request_payload(submission_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Idempotency comparison form: body + URL submission id, token replaced by its SHA-256 hex."""
-    return {**body, "submission_id": submission_id,
-            "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
+    return {**body, "submission_id": submission_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
 
 
 def use_case_for(observation: str) -> str:
@@ -84,8 +83,9 @@ def use_case_for(observation: str) -> str:
     return "result_submitted" if observation == "SUBMITTED" else "result_needs_reconciliation"
 
 
-def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: str, body: dict[str, Any],
-                  now: datetime) -> Stored:
+def report_result(
+    conn: sqlite3.Connection, *, device_id: str, submission_id: str, body: dict[str, Any], now: datetime
+) -> Stored:
     """Record the observation; returns the 200 response. Raises DeviceNotActive (→ 401), NotFound
     (→ 404), Conflict ``idempotency_conflict`` / ``claim_not_current`` / ``result_conflict`` /
     ``evidence_conflict`` (→ 409)."""
@@ -104,8 +104,10 @@ def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: st
     token_ok = claim_token.matches(attempt.token_hash, body["claim_token"])
     if not (token_ok and body["attempt_id"] == attempt.id and attempt.device_id == device_id):
         raise claim_not_current()
-    if submission.observation is not None or submission.state not in (SubmissionState.FENCED,
-                                                                      SubmissionState.RECONCILIATION_REQUIRED):
+    if submission.observation is not None or submission.state not in (
+        SubmissionState.FENCED,
+        SubmissionState.RECONCILIATION_REQUIRED,
+    ):
         raise result_conflict()
     if not (attempt.state == AttemptState.OPEN or attempt.close_reason == SWEEPER_CLOSE_REASON):
         raise claim_not_current()
@@ -125,35 +127,82 @@ def report_result(conn: sqlite3.Connection, *, device_id: str, submission_id: st
             raise StorageError("submission without its authorization")
         new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "result")
         transition(ATTEMPT_TRANSITIONS, AttemptState(attempt.state), "close")
-        if not submission_store.record_result(conn, submission.id, expected_state=submission.state,
-                                              new_state=new_sub.value, observation=observation, result_key=key,
-                                              evidence_asset_id=body["evidence_asset_id"], at=at, **extras):
+        if not submission_store.record_result(
+            conn,
+            submission.id,
+            expected_state=submission.state,
+            new_state=new_sub.value,
+            observation=observation,
+            result_key=key,
+            evidence_asset_id=body["evidence_asset_id"],
+            at=at,
+            **extras,
+        ):
             raise StorageError("submission changed under the write lock")
-        if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                    new_state=new_task.value, at=at, reason=f"result:{observation}"):
+        if not task_store.set_state(
+            conn,
+            task.id,
+            expected_version=task.version,
+            expected_state=task.state,
+            new_state=new_task.value,
+            at=at,
+            reason=f"result:{observation}",
+        ):
             raise StorageError("task changed under the write lock")
-        if not auth_store.set_state(conn, authorization.id, expected_state=authorization.state,
-                                    new_state=new_auth.value, at=at, reason=f"result:{observation}"):
+        if not auth_store.set_state(
+            conn,
+            authorization.id,
+            expected_state=authorization.state,
+            new_state=new_auth.value,
+            at=at,
+            reason=f"result:{observation}",
+        ):
             raise StorageError("authorization changed under the write lock")
         if not attempt_store.close(conn, attempt.id, "REPORTED", at):
             raise StorageError("attempt changed under the write lock")
-        supervision_service.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at,
-                                             why="REPORTED")
+        supervision_service.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="REPORTED")
         sub_state, task_state, task_version, late = new_sub.value, new_task.value, task.version + 1, False
     else:
         # Late: the sweeper already moved it to RECONCILIATION_REQUIRED. Record, change no state.
-        if not submission_store.record_result(conn, submission.id, expected_state=submission.state,
-                                              new_state=submission.state, observation=observation,
-                                              result_key=key, evidence_asset_id=body["evidence_asset_id"], at=at,
-                                              **extras):
+        if not submission_store.record_result(
+            conn,
+            submission.id,
+            expected_state=submission.state,
+            new_state=submission.state,
+            observation=observation,
+            result_key=key,
+            evidence_asset_id=body["evidence_asset_id"],
+            at=at,
+            **extras,
+        ):
             raise StorageError("submission changed under the write lock")
         sub_state, task_state, task_version, late = submission.state, task.state, task.version, True
-    result = {"submission_id": submission.id, "observation": observation, "submission_status": sub_state,
-              "task_state": task_state, "task_version": task_version}
-    audit.append(conn, at=at, actor_kind="device", actor_id=device_id, action="submission.result",
-                 subject_kind="task", subject_id=task.id, request_id=key, generation=attempt.claim_generation,
-                 detail={"submission_id": submission.id, "observation": observation, "late": late,
-                         "evidence_asset_id": body["evidence_asset_id"], "task_state": task_state,
-                         **{k: v for k, v in extras.items() if v is not None}})
-    return idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at,
-                                attempt_id=attempt.id)
+    result = {
+        "submission_id": submission.id,
+        "observation": observation,
+        "submission_status": sub_state,
+        "task_state": task_state,
+        "task_version": task_version,
+    }
+    audit.append(
+        conn,
+        at=at,
+        actor_kind="device",
+        actor_id=device_id,
+        action="submission.result",
+        subject_kind="task",
+        subject_id=task.id,
+        request_id=key,
+        generation=attempt.claim_generation,
+        detail={
+            "submission_id": submission.id,
+            "observation": observation,
+            "late": late,
+            "evidence_asset_id": body["evidence_asset_id"],
+            "task_state": task_state,
+            **{k: v for k, v in extras.items() if v is not None},
+        },
+    )
+    return idempotency.remember(
+        conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at, attempt_id=attempt.id
+    )

@@ -73,8 +73,9 @@ class ClaimSupervision:
     supervised: bool
 
 
-def for_claim(conn: sqlite3.Connection, *, device_id: str, gate: DeviceGate, claim_pack_id: str | None,
-              policy: SupervisionPolicy) -> ClaimSupervision:
+def for_claim(
+    conn: sqlite3.Connection, *, device_id: str, gate: DeviceGate, claim_pack_id: str | None, policy: SupervisionPolicy
+) -> ClaimSupervision:
     """Decide the pair of a new claim (:func:`rules.pack_key_for`: claim-next ``pack_id`` → the last heartbeat's
     pack id → its app version, all from ``gate``) and read its row (absent = 0 confirmed, not held): one
     primary-key read. A device an admin exempted (``gate.supervision_off``) is never supervised; a held pair
@@ -86,8 +87,9 @@ def for_claim(conn: sqlite3.Connection, *, device_id: str, gate: DeviceGate, cla
     key = rules.pack_key_for(claim_pack_id, gate.pack_id, gate.pdd_version, gate.pdd_version_code)
     pair = store.get_pair(conn, device_id, key)
     confirmed, held = (0, False) if pair is None else (pair.confirmed_orders, pair.held)
-    return ClaimSupervision(key, rules.blocks_claims(held),
-                            rules.is_supervised(policy, confirmed, held, device_off=gate.supervision_off))
+    return ClaimSupervision(
+        key, rules.blocks_claims(held), rules.is_supervised(policy, confirmed, held, device_off=gate.supervision_off)
+    )
 
 
 def record_claim(conn: sqlite3.Connection, device_id: str, decision: ClaimSupervision, at: str) -> None:
@@ -124,13 +126,21 @@ def _void(conn: sqlite3.Connection, approval: store.Approval, *, actor: Actor, a
     new = rules.void(ApprovalState(approval.state))
     if not store.set_approval_state(conn, approval.id, expected_state=approval.state, new_state=new.value):
         raise StorageError("approval request changed under the write lock")
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="approval.void", subject_kind="task",
-                 subject_id=approval.task_id, detail={"approval_id": approval.id, "attempt_id": approval.attempt_id,
-                                                      "from": approval.state, "why": why})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action="approval.void",
+        subject_kind="task",
+        subject_id=approval.task_id,
+        detail={"approval_id": approval.id, "attempt_id": approval.attempt_id, "from": approval.state, "why": why},
+    )
 
 
-def request_approval(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any],
-                     now: datetime) -> Stored:
+def request_approval(
+    conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any], now: datetime
+) -> Stored:
     """``POST /api/v1/purchase-attempts/{aid}/approval`` for a schema-valid body, as one write job.
 
     Order: device ACTIVE → ``approval_key`` replay (same request → the stored answer; reused key →
@@ -154,8 +164,16 @@ def request_approval(conn: sqlite3.Connection, *, device_id: str, attempt_id: st
     stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
     if stored is not None:
         return stored
-    attempt = current_claim(conn, device_id=device_id, attempt_id=attempt_id, token=body["claim_token"], now=now,
-                            generation=body["claim_generation"], task_id=body["task_id"], require_lease=True)
+    attempt = current_claim(
+        conn,
+        device_id=device_id,
+        attempt_id=attempt_id,
+        token=body["claim_token"],
+        now=now,
+        generation=body["claim_generation"],
+        task_id=body["task_id"],
+        require_lease=True,
+    )
     if body["authorization_id"] != attempt.authorization_id:
         raise claim_not_current()
     if submission_store.for_attempt_or_authorization(conn, attempt.id, attempt.authorization_id) is not None:
@@ -163,8 +181,13 @@ def request_approval(conn: sqlite3.Connection, *, device_id: str, attempt_id: st
         raise fail_attempt.submission_fenced()
     task = task_store.get(conn, attempt.task_id)
     authorization = auth_store.get(conn, attempt.authorization_id)
-    if task is None or authorization is None or task.state not in (TaskState.CLAIMED, TaskState.ORDERING) \
-            or authorization.state != AuthorizationState.CLAIMED or not lease.is_live(authorization.expires_at, now):
+    if (
+        task is None
+        or authorization is None
+        or task.state not in (TaskState.CLAIMED, TaskState.ORDERING)
+        or authorization.state != AuthorizationState.CLAIMED
+        or not lease.is_live(authorization.expires_at, now)
+    ):
         raise claim_not_current()
     if not attempt.supervised:
         raise not_supervised()
@@ -180,23 +203,53 @@ def request_approval(conn: sqlite3.Connection, *, device_id: str, attempt_id: st
         if live is not None:
             _void(conn, live, actor=actor, at=at, why="new_readings")
         answer = store.Approval(
-            id=new_id(), attempt_id=attempt.id, task_id=attempt.task_id, device_id=device_id, approval_key=key,
-            readings_json=canonical_json(body["readings"]), readings_hash=readings_hash,
-            screenshot_asset_id=body["screenshot_asset_id"], state=ApprovalState.WAITING.value, decided_by=None,
-            decided_at=None, created_at=at)
+            id=new_id(),
+            attempt_id=attempt.id,
+            task_id=attempt.task_id,
+            device_id=device_id,
+            approval_key=key,
+            readings_json=canonical_json(body["readings"]),
+            readings_hash=readings_hash,
+            screenshot_asset_id=body["screenshot_asset_id"],
+            state=ApprovalState.WAITING.value,
+            decided_by=None,
+            decided_at=None,
+            created_at=at,
+        )
         store.insert_approval(conn, answer)
-        audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="approval.request",
-                     subject_kind="task", subject_id=attempt.task_id, request_id=key,
-                     generation=attempt.claim_generation,
-                     detail={"approval_id": answer.id, "attempt_id": attempt.id,
-                             "screenshot_asset_id": answer.screenshot_asset_id,
-                             "replaced_approval_id": None if live is None else live.id})
-    return idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200,
-                                body=_answer(answer, answer.state, at), at=at, attempt_id=attempt.id)
+        audit.append(
+            conn,
+            at=at,
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            action="approval.request",
+            subject_kind="task",
+            subject_id=attempt.task_id,
+            request_id=key,
+            generation=attempt.claim_generation,
+            detail={
+                "approval_id": answer.id,
+                "attempt_id": attempt.id,
+                "screenshot_asset_id": answer.screenshot_asset_id,
+                "replaced_approval_id": None if live is None else live.id,
+            },
+        )
+    return idempotency.remember(
+        conn,
+        device_id,
+        key,
+        ENDPOINT,
+        payload,
+        status=200,
+        body=_answer(answer, answer.state, at),
+        at=at,
+        attempt_id=attempt.id,
+    )
 
 
-def approval_status(conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any],
-                    now: datetime) -> dict[str, Any]:
+def approval_status(
+    conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any], now: datetime
+) -> dict[str, Any]:
     """``POST /api/v1/purchase-attempts/{aid}/approval/status`` (read-only): the request's current state.
 
     The request must be one of attempt ``attempt_id`` (the URL's), an attempt of this device whose generation
@@ -222,8 +275,11 @@ def require_approval(conn: sqlite3.Connection, attempt: Attempt, fence_body: dic
     if not attempt.supervised:
         return
     live = store.live_approval(conn, attempt.id)
-    if not rules.approval_counts(None if live is None else live.state, None if live is None else live.readings_hash,
-                                 rules.readings_hash(fence_body)):
+    if not rules.approval_counts(
+        None if live is None else live.state,
+        None if live is None else live.readings_hash,
+        rules.readings_hash(fence_body),
+    ):
         raise approval_required()
 
 

@@ -122,10 +122,18 @@ def compare(readings: dict[str, Any], auth: Authorization, allowed_payment_modes
         rows.append(Row(name, "与闸门一相同", _yuan(price), price is not None and price == gates[0]))
     rows += [
         Row("数量", str(auth.quantity), UNREADABLE if quantity is None else str(quantity), quantity == auth.quantity),
-        Row("总价（提交按钮）", f"≤ ¥{cap:.2f}，且不高于 单价 × 数量", _yuan(amount),
-            amount is not None and items is not None and amount <= cap and amount <= items),
-        Row("支付方式", "允许：" + "、".join(allowed_payment_modes), mode or UNREADABLE,
-            mode is not None and normalize_sku(mode).strip() in allowed_payment_modes),
+        Row(
+            "总价（提交按钮）",
+            f"≤ ¥{cap:.2f}，且不高于 单价 × 数量",
+            _yuan(amount),
+            amount is not None and items is not None and amount <= cap and amount <= items,
+        ),
+        Row(
+            "支付方式",
+            "允许：" + "、".join(allowed_payment_modes),
+            mode or UNREADABLE,
+            mode is not None and normalize_sku(mode).strip() in allowed_payment_modes,
+        ),
     ]
     return rows
 
@@ -156,9 +164,13 @@ def task_panel(conn: sqlite3.Connection, task_id: str, settings: Settings) -> di
     any of these does, for the live view)}.
     """
     live = store.live_approval_of_open_attempt(conn, task_id)
-    panel: dict[str, Any] = {"approval": None,
-                             "verdict_submission_id": None, "verdict_right_allowed": False, "verdict": None,
-                             "supervised_submission": False}
+    panel: dict[str, Any] = {
+        "approval": None,
+        "verdict_submission_id": None,
+        "verdict_right_allowed": False,
+        "verdict": None,
+        "supervised_submission": False,
+    }
     if live is not None:
         auth = auth_store.get(conn, live["authorization_id"])
         readings = parse_readings(live["readings_json"])
@@ -166,10 +178,26 @@ def task_panel(conn: sqlite3.Connection, task_id: str, settings: Settings) -> di
         rows = compare(readings, auth, modes) if auth is not None else []
         gates = gate_verdict(readings, auth, modes) if auth is not None else "unreadable"
         panel["approval"] = {
-            **{k: live[k] for k in ("id", "state", "created_at", "attempt_id", "device_id", "pack_key",
-                                    "screenshot_asset_id", "decided_by", "decided_at")},
-            "rows": rows, "mismatches": sum(not r.ok for r in rows), "gates": gates,
-            "gates_label": labels.label(labels.FENCE_REFUSAL_LABELS, gates), "readable": gates != "unreadable"}
+            **{
+                k: live[k]
+                for k in (
+                    "id",
+                    "state",
+                    "created_at",
+                    "attempt_id",
+                    "device_id",
+                    "pack_key",
+                    "screenshot_asset_id",
+                    "decided_by",
+                    "decided_at",
+                )
+            },
+            "rows": rows,
+            "mismatches": sum(not r.ok for r in rows),
+            "gates": gates,
+            "gates_label": labels.label(labels.FENCE_REFUSAL_LABELS, gates),
+            "readable": gates != "unreadable",
+        }
     latest = store.latest_submission_for_task(conn, task_id)
     if latest is not None and latest["supervised"]:
         panel["supervised_submission"] = True
@@ -184,6 +212,7 @@ def task_panel(conn: sqlite3.Connection, task_id: str, settings: Settings) -> di
 
 
 # -- approve / reject ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -208,8 +237,9 @@ def _not_waiting(row: dict[str, Any]) -> rules.ApprovalNotWaiting:
     return rules.ApprovalNotWaiting(f"这个确认请求{why}；未做任何更改。")
 
 
-def decide_approval(conn: sqlite3.Connection, approval_id: str, action: str, actor: Actor, now: datetime,
-                    request_id: str | None = None) -> Decision:
+def decide_approval(
+    conn: sqlite3.Connection, approval_id: str, action: str, actor: Actor, now: datetime, request_id: str | None = None
+) -> Decision:
     """``POST /approvals/{id}/approve|reject``. Order of checks (nothing is written on any refusal):
     unknown/malformed id → NotFound; the same decision already recorded → ``Decision(changed=False)``;
     not WAITING → 409 ``approval_not_waiting``; its attempt no longer OPEN → 409 ``attempt_closed``;
@@ -238,11 +268,25 @@ def decide_approval(conn: sqlite3.Connection, approval_id: str, action: str, act
     who = f"{actor.kind}:{actor.id}"
     if not store.decide_approval(conn, row["id"], new_state=new_state.value, decided_by=who, at=at):
         raise Conflict("确认请求刚刚发生了变化，请刷新后再看；未做任何更改。", code="approval_not_waiting")
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action=AUDIT_DECISION[action],
-                 subject_kind="task", subject_id=row["task_id"], request_id=request_id,
-                 detail={"approval_id": row["id"], "attempt_id": row["attempt_id"], "device_id": row["device_id"],
-                         "pack_key": row["pack_key"], "from": row["state"], "to": new_state.value,
-                         "readings_hash": row["readings_hash"]})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action=AUDIT_DECISION[action],
+        subject_kind="task",
+        subject_id=row["task_id"],
+        request_id=request_id,
+        detail={
+            "approval_id": row["id"],
+            "attempt_id": row["attempt_id"],
+            "device_id": row["device_id"],
+            "pack_key": row["pack_key"],
+            "from": row["state"],
+            "to": new_state.value,
+            "readings_hash": row["readings_hash"],
+        },
+    )
     return Decision(row["id"], row["task_id"], new_state.value, changed=True)
 
 
@@ -252,6 +296,7 @@ AUDIT_RESUPERVISE = "supervision.resupervise"
 
 
 # -- the verdict on a supervised order --------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class VerdictResult:
@@ -283,8 +328,15 @@ def parse_verdict(raw: dict[str, Any]) -> tuple[str, str | None]:
     return VERDICTS[str(verdict)], note
 
 
-def record_verdict(conn: sqlite3.Connection, submission_id: str, verdict: str, note: str | None, actor: Actor,
-                   now: datetime, request_id: str | None = None) -> VerdictResult:
+def record_verdict(
+    conn: sqlite3.Connection,
+    submission_id: str,
+    verdict: str,
+    note: str | None,
+    actor: Actor,
+    now: datetime,
+    request_id: str | None = None,
+) -> VerdictResult:
     """``POST /order-submissions/{sid}/supervision-verdict``. Refusals (nothing written): unknown →
     NotFound; the attempt was not supervised → 409 ``not_supervised``; a verdict exists → 409
     ``verdict_exists``; the submission's state does not allow it (:data:`RIGHT_STATES` for RIGHT — the
@@ -303,15 +355,24 @@ def record_verdict(conn: sqlite3.Connection, submission_id: str, verdict: str, n
     existing = store.verdict(conn, sub["id"])
     if existing is not None:
         word = "核对无误" if existing["verdict"] == "RIGHT" else "有误"
-        raise Conflict(f"这笔订单已由 {existing['admin_id']} 记录为“{word}”，不能再次记录；未做任何更改。",
-                       code="verdict_exists")
+        raise Conflict(
+            f"这笔订单已由 {existing['admin_id']} 记录为“{word}”，不能再次记录；未做任何更改。", code="verdict_exists"
+        )
     allowed = RIGHT_STATES if verdict == "RIGHT" else WRONG_STATES
     if SubmissionState(sub["state"]) not in allowed:
         label = labels.label(labels.SUBMISSION_STATE_LABELS, sub["state"])
         raise Conflict(f"提交状态为“{label}”，现在不能记录这个结论；未做任何更改。", code="invalid_state")
     at = to_wire(now)
-    if not store.insert_verdict(conn, submission_id=sub["id"], device_id=sub["device_id"], pack_key=sub["pack_key"],
-                                verdict=verdict, admin_id=actor.id, note=note, at=at):
+    if not store.insert_verdict(
+        conn,
+        submission_id=sub["id"],
+        device_id=sub["device_id"],
+        pack_key=sub["pack_key"],
+        verdict=verdict,
+        admin_id=actor.id,
+        note=note,
+        at=at,
+    ):
         raise Conflict("这笔订单刚刚被记录了结论，请刷新；未做任何更改。", code="verdict_exists")
     if verdict == "RIGHT":
         store.count_confirmed(conn, sub["device_id"], sub["pack_key"], at)
@@ -319,20 +380,43 @@ def record_verdict(conn: sqlite3.Connection, submission_id: str, verdict: str, n
         reason = f"订单有误（提交 {sub['id'][:8]}，{actor.id}）" + (f"：{note}" if note else "")
         store.hold(conn, sub["device_id"], sub["pack_key"], reason, at)
     pair = store.pair(conn, sub["device_id"], sub["pack_key"]) or {}
-    result = VerdictResult(sub["id"], sub["task_id"], verdict, sub["device_id"], sub["pack_key"],
-                           int(pair.get("confirmed_orders", 0)), bool(pair.get("held", 0)))
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action=AUDIT_VERDICT,
-                 subject_kind="task", subject_id=sub["task_id"], request_id=request_id,
-                 detail={"submission_id": sub["id"], "verdict": verdict, "device_id": sub["device_id"],
-                         "pack_key": sub["pack_key"], "confirmed_orders": result.confirmed_orders,
-                         "held": result.held, "note": note})
+    result = VerdictResult(
+        sub["id"],
+        sub["task_id"],
+        verdict,
+        sub["device_id"],
+        sub["pack_key"],
+        int(pair.get("confirmed_orders", 0)),
+        bool(pair.get("held", 0)),
+    )
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action=AUDIT_VERDICT,
+        subject_kind="task",
+        subject_id=sub["task_id"],
+        request_id=request_id,
+        detail={
+            "submission_id": sub["id"],
+            "verdict": verdict,
+            "device_id": sub["device_id"],
+            "pack_key": sub["pack_key"],
+            "confirmed_orders": result.confirmed_orders,
+            "held": result.held,
+            "note": note,
+        },
+    )
     return result
 
 
 # -- resupervise ------------------------------------------------------------------------------------------
 
-def resupervise(conn: sqlite3.Connection, device_id: str, actor: Actor, now: datetime,
-                request_id: str | None = None) -> int:
+
+def resupervise(
+    conn: sqlite3.Connection, device_id: str, actor: Actor, now: datetime, request_id: str | None = None
+) -> int:
     """``POST /devices/{id}/resupervise``: every pair of the device → 0 confirmed, not held, so its next
     orders are supervised again (e.g. after the phone was set up anew). Returns the number of pairs
     reset; audit ``supervision.resupervise`` on the device with the pairs as they were. NotFound for an
@@ -341,15 +425,27 @@ def resupervise(conn: sqlite3.Connection, device_id: str, actor: Actor, now: dat
         raise NotFound("设备不存在")
     at = to_wire(now)
     before = store.reset_pairs(conn, device_id, at)
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action=AUDIT_RESUPERVISE,
-                 subject_kind="device", subject_id=device_id, request_id=request_id,
-                 detail={"pairs": len(before),
-                         "before": ", ".join(f"{p['pack_key']}={p['confirmed_orders']}{'/held' if p['held'] else ''}"
-                                             for p in before)})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action=AUDIT_RESUPERVISE,
+        subject_kind="device",
+        subject_id=device_id,
+        request_id=request_id,
+        detail={
+            "pairs": len(before),
+            "before": ", ".join(
+                f"{p['pack_key']}={p['confirmed_orders']}{'/held' if p['held'] else ''}" for p in before
+            ),
+        },
+    )
     return len(before)
 
 
 # -- the devices page --------------------------------------------------------------------------------------
+
 
 def device_states(conn: sqlite3.Connection, required: int) -> dict[str, dict[str, Any]]:
     """Per device id: ``{"required": N, "off": N == 0, "exempt": the device's audited exemption
@@ -371,14 +467,20 @@ def device_states(conn: sqlite3.Connection, required: int) -> dict[str, dict[str
         mine = pairs.get(d["id"], [])
         current = next((p for p in mine if p["pack_key"] == key), None)
         confirmed = int(current["confirmed_orders"]) if current else 0
-        out[d["id"]] = {"required": required, "off": required == 0, "exempt": bool(d["supervision_off"]),
-                        "pack_key": key, "confirmed": confirmed,
-                        "done": confirmed >= required, "held": [p for p in mine if p["held"]],
-                        "pairs": len(mine), "waiting": d["id"] in waiting}
+        out[d["id"]] = {
+            "required": required,
+            "off": required == 0,
+            "exempt": bool(d["supervision_off"]),
+            "pack_key": key,
+            "confirmed": confirmed,
+            "done": confirmed >= required,
+            "held": [p for p in mine if p["held"]],
+            "pairs": len(mine),
+            "waiting": d["id"] in waiting,
+        }
     return out
 
 
 def waiting_tasks(conn: sqlite3.Connection, task_ids: list[str]) -> set[str]:
     """The tasks among ``task_ids`` whose OPEN attempt waits for a person (the list badge)."""
     return store.waiting_task_ids(conn, task_ids)
-

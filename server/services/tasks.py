@@ -76,15 +76,36 @@ def create_task(conn: sqlite3.Connection, new: NewTask, actor: Actor, now: datet
             raise Conflict("create_key 已用于另一任务", code="idempotency_conflict")
         return existing, False
     at = to_wire(now)
-    task = task_store.Task(id=new_id(), create_key=new.create_key, create_hash=digest, title=new.title,
-                           product_url=new.product_url, goods_id=new.goods_id, sku_color=new.sku_color,
-                           sku_size=new.sku_size, quantity=new.quantity, max_total_price=new.max_total_price,
-                           state=TaskState.DRAFT, version=1, state_reason=None, created_by=f"{actor.kind}:{actor.id}",
-                           created_at=at, updated_at=at)
+    task = task_store.Task(
+        id=new_id(),
+        create_key=new.create_key,
+        create_hash=digest,
+        title=new.title,
+        product_url=new.product_url,
+        goods_id=new.goods_id,
+        sku_color=new.sku_color,
+        sku_size=new.sku_size,
+        quantity=new.quantity,
+        max_total_price=new.max_total_price,
+        state=TaskState.DRAFT,
+        version=1,
+        state_reason=None,
+        created_by=f"{actor.kind}:{actor.id}",
+        created_at=at,
+        updated_at=at,
+    )
     task_store.insert(conn, task)
-    audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="task.create", subject_kind="task",
-                 subject_id=task.id, request_id=new.create_key,
-                 detail={"goods_id": task.goods_id, "quantity": task.quantity, "max_total_price": task.max_total_price})
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action="task.create",
+        subject_kind="task",
+        subject_id=task.id,
+        request_id=new.create_key,
+        detail={"goods_id": task.goods_id, "quantity": task.quantity, "max_total_price": task.max_total_price},
+    )
     return task, True
 
 
@@ -110,8 +131,14 @@ def parse_start_request(raw: dict[str, Any]) -> tuple[str, list[tuple[str, int]]
     return str(start_key), parsed
 
 
-def start_purchases(conn: sqlite3.Connection, start_key: str, items: list[tuple[str, int]], actor: Actor,
-                    now: datetime, settings: Settings) -> dict[str, Any]:
+def start_purchases(
+    conn: sqlite3.Connection,
+    start_key: str,
+    items: list[tuple[str, int]],
+    actor: Actor,
+    now: datetime,
+    settings: Settings,
+) -> dict[str, Any]:
     """Spec 002 `POST /tasks/start-purchases`: all-or-nothing batch DRAFT → PENDING with one new
     ACTIVE authorization per task (snapshot of the task fields, expiry = now + authorization TTL).
 
@@ -142,19 +169,40 @@ def start_purchases(conn: sqlite3.Connection, start_key: str, items: list[tuple[
             raise Conflict("只有草稿任务可以开始采购", code="version_conflict")
         new_state = transition(TASK_TRANSITIONS, TaskState(task.state), "start_purchase")
         authorization = auth_store.Authorization(
-            id=new_id(), task_id=task.id, task_version=task.version + 1, title=task.title,
-            product_url=task.product_url, goods_id=task.goods_id, sku_color=task.sku_color, sku_size=task.sku_size,
-            quantity=task.quantity, max_total_price=task.max_total_price, state=AuthorizationState.ACTIVE,
-            start_key=start_key, created_by=f"{actor.kind}:{actor.id}", created_at=at, expires_at=expires,
-            closed_at=None, close_reason=None)
-        if not task_store.set_state(conn, task.id, expected_version=task.version, expected_state=task.state,
-                                    new_state=new_state, at=at):
+            id=new_id(),
+            task_id=task.id,
+            task_version=task.version + 1,
+            title=task.title,
+            product_url=task.product_url,
+            goods_id=task.goods_id,
+            sku_color=task.sku_color,
+            sku_size=task.sku_size,
+            quantity=task.quantity,
+            max_total_price=task.max_total_price,
+            state=AuthorizationState.ACTIVE,
+            start_key=start_key,
+            created_by=f"{actor.kind}:{actor.id}",
+            created_at=at,
+            expires_at=expires,
+            closed_at=None,
+            close_reason=None,
+        )
+        if not task_store.set_state(
+            conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_state, at=at
+        ):
             raise Conflict("任务已变化，请刷新后重选", code="version_conflict")
         auth_store.insert(conn, authorization)
-        audit.append(conn, at=at, actor_kind=actor.kind, actor_id=actor.id, action="task.start_purchase",
-                     subject_kind="task", subject_id=task.id, request_id=start_key,
-                     detail={"authorization_id": authorization.id, "expires_at": expires,
-                             "task_version": task.version + 1})
+        audit.append(
+            conn,
+            at=at,
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            action="task.start_purchase",
+            subject_kind="task",
+            subject_id=task.id,
+            request_id=start_key,
+            detail={"authorization_id": authorization.id, "expires_at": expires, "task_version": task.version + 1},
+        )
         out.append({"task_id": task.id, "task_version": task.version + 1, "authorization_id": authorization.id})
     body = {"start_key": start_key, "authorized_count": len(out), "tasks": out, "payment_automated": False}
     auth_store.record_start_request(conn, start_key, f"{actor.kind}:{actor.id}", digest, canonical_json(body), at)

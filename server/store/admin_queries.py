@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 SHORT_KEYWORD_WINDOW = 5000
-_TASK_COLUMNS = ("t.id, t.title, t.goods_id, t.sku_color, t.sku_size, t.quantity, t.max_total_price, t.state,"
-                 " t.version, t.created_at, t.updated_at")
+_TASK_COLUMNS = (
+    "t.id, t.title, t.goods_id, t.sku_color, t.sku_size, t.quantity, t.max_total_price, t.state,"
+    " t.version, t.created_at, t.updated_at"
+)
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,10 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
         args.append(f.keyword)
     elif f.keyword_kind == "digits":
         if len(f.keyword) >= 3:
-            where.append("t.id IN (SELECT id FROM tasks WHERE goods_id = ?"
-                         " UNION SELECT task_id FROM task_search WHERE task_search MATCH ?)")
+            where.append(
+                "t.id IN (SELECT id FROM tasks WHERE goods_id = ?"
+                " UNION SELECT task_id FROM task_search WHERE task_search MATCH ?)"
+            )
             args.extend([f.keyword, fts_phrase(f.keyword)])
         else:
             where.append("t.goods_id = ?")
@@ -84,14 +88,15 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
     where_sql = (" WHERE " + " AND ".join(where)) if where else ""
     if f.keyword_kind == "short":
         # Bounded window: newest SHORT_KEYWORD_WINDOW rows of the other filters, then the substring test.
-        sql = (f"SELECT * FROM (SELECT {_TASK_COLUMNS} FROM tasks t{where_sql}"
-               f" ORDER BY t.created_at {order}, t.id {order} LIMIT ?)"
-               " WHERE instr(title, ?) > 0 OR instr(sku_color, ?) > 0 OR instr(sku_size, ?) > 0"
-               f" ORDER BY created_at {order}, id {order} LIMIT ?")
+        sql = (
+            f"SELECT * FROM (SELECT {_TASK_COLUMNS} FROM tasks t{where_sql}"
+            f" ORDER BY t.created_at {order}, t.id {order} LIMIT ?)"
+            " WHERE instr(title, ?) > 0 OR instr(sku_color, ?) > 0 OR instr(sku_size, ?) > 0"
+            f" ORDER BY created_at {order}, id {order} LIMIT ?"
+        )
         args.extend([SHORT_KEYWORD_WINDOW, f.keyword, f.keyword, f.keyword, limit])
     else:
-        sql = (f"SELECT {_TASK_COLUMNS} FROM tasks t{where_sql}"
-               f" ORDER BY t.created_at {order}, t.id {order} LIMIT ?")
+        sql = f"SELECT {_TASK_COLUMNS} FROM tasks t{where_sql} ORDER BY t.created_at {order}, t.id {order} LIMIT ?"
         args.append(limit)
     rows = [dict(r) for r in conn.execute(sql, args)]
     if f.after is not None:
@@ -164,6 +169,7 @@ def submission_exists_for_task(conn: sqlite3.Connection, task_id: str) -> bool:
 
 def evidence_file_ref(conn: sqlite3.Connection, asset_id: str) -> tuple[str, int] | None:
     """``(sha256, byte_size)`` of a PNG evidence asset, or None."""
-    r = conn.execute("SELECT sha256, byte_size FROM evidence_assets WHERE id = ? AND mime = 'image/png'",
-                     (asset_id,)).fetchone()
+    r = conn.execute(
+        "SELECT sha256, byte_size FROM evidence_assets WHERE id = ? AND mime = 'image/png'", (asset_id,)
+    ).fetchone()
     return None if r is None else (r[0], r[1])

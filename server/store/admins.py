@@ -23,8 +23,10 @@ def _row(r: sqlite3.Row) -> Admin:
 
 def insert(conn: sqlite3.Connection, admin_id: str, username: str, password_hash: str, at: str) -> None:
     """Insert an admin; raises sqlite3.IntegrityError on a duplicate username."""
-    conn.execute("INSERT INTO admins (id, username, password_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
-                 (admin_id, username, password_hash, at, at))
+    conn.execute(
+        "INSERT INTO admins (id, username, password_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+        (admin_id, username, password_hash, at, at),
+    )
 
 
 def by_username(conn: sqlite3.Connection, username: str) -> Admin | None:

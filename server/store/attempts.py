@@ -70,22 +70,28 @@ def open_for_task(conn: sqlite3.Connection, task_id: str) -> Attempt | None:
 
 def set_lease(conn: sqlite3.Connection, attempt_id: str, *, expected: str, new: str) -> bool:
     """CAS the lease end from exactly ``expected`` to ``new`` on an OPEN attempt (spec 002 renew)."""
-    cur = conn.execute("UPDATE attempts SET lease_expires_at = ? WHERE id = ? AND state = 'OPEN'"
-                       " AND lease_expires_at = ?", (new, attempt_id, expected))
+    cur = conn.execute(
+        "UPDATE attempts SET lease_expires_at = ? WHERE id = ? AND state = 'OPEN' AND lease_expires_at = ?",
+        (new, attempt_id, expected),
+    )
     return cur.rowcount == 1
 
 
 def close(conn: sqlite3.Connection, attempt_id: str, reason: str, at: str) -> bool:
     """OPEN → CLOSED with a reason; False when it was not OPEN."""
-    cur = conn.execute("UPDATE attempts SET state = 'CLOSED', close_reason = ?, closed_at = ?"
-                       " WHERE id = ? AND state = 'OPEN'", (reason, at, attempt_id))
+    cur = conn.execute(
+        "UPDATE attempts SET state = 'CLOSED', close_reason = ?, closed_at = ? WHERE id = ? AND state = 'OPEN'",
+        (reason, at, attempt_id),
+    )
     return cur.rowcount == 1
 
 
 def take_event_seqs(conn: sqlite3.Connection, attempt_id: str, count: int) -> int:
     """Reserve ``count`` consecutive event sequence numbers; returns the first."""
-    r = conn.execute("UPDATE attempts SET next_event_seq = next_event_seq + ? WHERE id = ?"
-                     " RETURNING next_event_seq - ?", (count, attempt_id, count)).fetchone()
+    r = conn.execute(
+        "UPDATE attempts SET next_event_seq = next_event_seq + ? WHERE id = ? RETURNING next_event_seq - ?",
+        (count, attempt_id, count),
+    ).fetchone()
     return int(r[0])
 
 

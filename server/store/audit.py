@@ -26,15 +26,34 @@ class AuditRow:
     detail: dict[str, Any]
 
 
-def append(conn: sqlite3.Connection, *, at: str, actor_kind: str, actor_id: str, action: str,
-           subject_kind: str, subject_id: str, request_id: str | None = None,
-           generation: int | None = None, detail: dict[str, Any] | None = None) -> None:
+def append(
+    conn: sqlite3.Connection,
+    *,
+    at: str,
+    actor_kind: str,
+    actor_id: str,
+    action: str,
+    subject_kind: str,
+    subject_id: str,
+    request_id: str | None = None,
+    generation: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
     """Insert one audit row."""
     conn.execute(
         "INSERT INTO audit_log (at, actor_kind, actor_id, action, subject_kind, subject_id, request_id,"
         " generation, detail_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (at, actor_kind, actor_id, action, subject_kind, subject_id, request_id, generation,
-         canonical_json(detail or {})),
+        (
+            at,
+            actor_kind,
+            actor_id,
+            action,
+            subject_kind,
+            subject_id,
+            request_id,
+            generation,
+            canonical_json(detail or {}),
+        ),
     )
 
 
@@ -53,5 +72,15 @@ def all_rows(conn: sqlite3.Connection) -> list[AuditRow]:
 
 
 def _row(r: sqlite3.Row) -> AuditRow:
-    return AuditRow(r["id"], r["at"], r["actor_kind"], r["actor_id"], r["action"], r["subject_kind"],
-                    r["subject_id"], r["request_id"], r["generation"], json.loads(r["detail_json"]))
+    return AuditRow(
+        r["id"],
+        r["at"],
+        r["actor_kind"],
+        r["actor_id"],
+        r["action"],
+        r["subject_kind"],
+        r["subject_id"],
+        r["request_id"],
+        r["generation"],
+        json.loads(r["detail_json"]),
+    )

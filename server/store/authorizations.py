@@ -36,8 +36,10 @@ def _row(r: sqlite3.Row) -> Authorization:
 def insert(conn: sqlite3.Connection, a: Authorization) -> None:
     """Insert an authorization (state ACTIVE by the caller)."""
     fields = list(Authorization.__dataclass_fields__)
-    conn.execute(f"INSERT INTO authorizations ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
-                 tuple(getattr(a, f) for f in fields))
+    conn.execute(
+        f"INSERT INTO authorizations ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
+        tuple(getattr(a, f) for f in fields),
+    )
 
 
 def get(conn: sqlite3.Connection, authorization_id: str) -> Authorization | None:
@@ -48,53 +50,76 @@ def get(conn: sqlite3.Connection, authorization_id: str) -> Authorization | None
 
 def live_for_task(conn: sqlite3.Connection, task_id: str) -> Authorization | None:
     """The task's ACTIVE/CLAIMED/FENCED authorization, if any (at most one by a unique index)."""
-    r = conn.execute("SELECT * FROM authorizations WHERE task_id = ? AND state IN ('ACTIVE','CLAIMED','FENCED')",
-                     (task_id,)).fetchone()
+    r = conn.execute(
+        "SELECT * FROM authorizations WHERE task_id = ? AND state IN ('ACTIVE','CLAIMED','FENCED')", (task_id,)
+    ).fetchone()
     return None if r is None else _row(r)
 
 
 def latest_for_task(conn: sqlite3.Connection, task_id: str) -> Authorization | None:
     """The task's newest authorization in any state, or None."""
-    r = conn.execute("SELECT * FROM authorizations WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
-                     (task_id,)).fetchone()
+    r = conn.execute(
+        "SELECT * FROM authorizations WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1", (task_id,)
+    ).fetchone()
     return None if r is None else _row(r)
 
 
 def for_task(conn: sqlite3.Connection, task_id: str) -> list[Authorization]:
     """Every authorization of a task, oldest first."""
-    return [_row(r) for r in conn.execute(
-        "SELECT * FROM authorizations WHERE task_id = ? ORDER BY created_at, id", (task_id,))]
+    return [
+        _row(r)
+        for r in conn.execute("SELECT * FROM authorizations WHERE task_id = ? ORDER BY created_at, id", (task_id,))
+    ]
 
 
-def set_state(conn: sqlite3.Connection, authorization_id: str, *, expected_state: str, new_state: str,
-              at: str, reason: str | None = None) -> bool:
+def set_state(
+    conn: sqlite3.Connection,
+    authorization_id: str,
+    *,
+    expected_state: str,
+    new_state: str,
+    at: str,
+    reason: str | None = None,
+) -> bool:
     """CAS on state; terminal moves also stamp ``closed_at``/``close_reason``. False when it lost the race."""
     if new_state in ("CLOSED", "EXPIRED", "CONSUMED"):
         cur = conn.execute(
             "UPDATE authorizations SET state = ?, closed_at = ?, close_reason = ? WHERE id = ? AND state = ?",
-            (new_state, at, reason, authorization_id, expected_state))
+            (new_state, at, reason, authorization_id, expected_state),
+        )
     else:  # claim and fence: only the state moves (the leaner statement; claim-next runs it every time)
-        cur = conn.execute("UPDATE authorizations SET state = ? WHERE id = ? AND state = ?",
-                           (new_state, authorization_id, expected_state))
+        cur = conn.execute(
+            "UPDATE authorizations SET state = ? WHERE id = ? AND state = ?",
+            (new_state, authorization_id, expected_state),
+        )
     return cur.rowcount == 1
 
 
 def expired_active(conn: sqlite3.Connection, now: str, limit: int = 500) -> list[Authorization]:
     """ACTIVE authorizations whose expiry is at or before ``now`` (equal = expired, spec 000 §3)."""
-    return [_row(r) for r in conn.execute(
-        "SELECT * FROM authorizations WHERE state = 'ACTIVE' AND expires_at <= ? ORDER BY expires_at LIMIT ?",
-        (now, limit))]
+    return [
+        _row(r)
+        for r in conn.execute(
+            "SELECT * FROM authorizations WHERE state = 'ACTIVE' AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+            (now, limit),
+        )
+    ]
 
 
 def start_request(conn: sqlite3.Connection, start_key: str) -> tuple[str, str] | None:
     """``(request_hash, response_json)`` stored for ``start_key``, or None."""
-    r = conn.execute("SELECT request_hash, response_json FROM start_requests WHERE start_key = ?",
-                     (start_key,)).fetchone()
+    r = conn.execute(
+        "SELECT request_hash, response_json FROM start_requests WHERE start_key = ?", (start_key,)
+    ).fetchone()
     return None if r is None else (r[0], r[1])
 
 
-def record_start_request(conn: sqlite3.Connection, start_key: str, actor: str, request_hash: str,
-                         response_json: str, at: str) -> None:
+def record_start_request(
+    conn: sqlite3.Connection, start_key: str, actor: str, request_hash: str, response_json: str, at: str
+) -> None:
     """Store a successful start-purchases response for replay."""
-    conn.execute("INSERT INTO start_requests (start_key, admin_actor, request_hash, response_json, created_at)"
-                 " VALUES (?, ?, ?, ?, ?)", (start_key, actor, request_hash, response_json, at))
+    conn.execute(
+        "INSERT INTO start_requests (start_key, admin_actor, request_hash, response_json, created_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (start_key, actor, request_hash, response_json, at),
+    )

@@ -37,19 +37,23 @@ def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | Non
         "UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE'"
         " RETURNING last_heartbeat_at, client_version, adb_serial, android_release, pdd_version,"
         " pdd_version_code, reported_state, app_version_allowed, pack_id, supervision_off",
-        (device_id,)).fetchall()
+        (device_id,),
+    ).fetchall()
     if len(rows) != 1:
         return None
     r = rows[0]
     allowed = r[7]
-    return DeviceGate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], None if allowed is None else bool(allowed), r[8],
-                      bool(r[9]))
+    return DeviceGate(
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], None if allowed is None else bool(allowed), r[8], bool(r[9])
+    )
 
 
 def requests_for_key(conn: sqlite3.Connection, request_key: str) -> list[DeviceRequest]:
     """The record stored under ``request_key``, whichever device stored it (primary key: 0 or 1 rows)."""
-    return [DeviceRequest(*(r[k] for k in DeviceRequest.__dataclass_fields__)) for r in conn.execute(
-        "SELECT * FROM device_requests WHERE request_key = ?", (request_key,))]
+    return [
+        DeviceRequest(*(r[k] for k in DeviceRequest.__dataclass_fields__))
+        for r in conn.execute("SELECT * FROM device_requests WHERE request_key = ?", (request_key,))
+    ]
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,9 @@ def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:
         " AND t.title = a.title AND t.product_url = a.product_url AND t.goods_id = a.goods_id"
         " AND t.sku_color = a.sku_color AND t.sku_size IS a.sku_size AND t.quantity = a.quantity"
         " AND t.max_total_price = a.max_total_price"
-        " ORDER BY a.created_at, a.id LIMIT 1", (now,)).fetchone()
+        " ORDER BY a.created_at, a.id LIMIT 1",
+        (now,),
+    ).fetchone()
     if r is None:
         return None
     values = tuple(r)  # positional: the SELECT lists the dataclass fields in order, then the task version
@@ -93,5 +99,7 @@ def attempts_for_secret_check(conn: sqlite3.Connection, newest: int = 3) -> list
     able to rebuild (start-up secret check, spec 000 §2)."""
     rows = conn.execute(
         "SELECT * FROM attempts WHERE state = 'OPEN'"
-        " UNION SELECT * FROM (SELECT * FROM attempts ORDER BY created_at DESC, id DESC LIMIT ?)", (newest,))
+        " UNION SELECT * FROM (SELECT * FROM attempts ORDER BY created_at DESC, id DESC LIMIT ?)",
+        (newest,),
+    )
     return [Attempt(*(r[k] for k in Attempt.__dataclass_fields__)) for r in rows]

@@ -24,7 +24,17 @@ class DeviceRequest:
 
 def insert(conn: sqlite3.Connection, rec: DeviceRequest) -> None:
     """Store a new record (primary key ``request_key``; a key already stored raises IntegrityError)."""
-    conn.execute("INSERT INTO device_requests (device_id, request_key, endpoint, request_hash, status, attempt_id,"
-                 " response_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                 (rec.device_id, rec.request_key, rec.endpoint, rec.request_hash, rec.status, rec.attempt_id,
-                  rec.response_json, rec.created_at))
+    conn.execute(
+        "INSERT INTO device_requests (device_id, request_key, endpoint, request_hash, status, attempt_id,"
+        " response_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            rec.device_id,
+            rec.request_key,
+            rec.endpoint,
+            rec.request_hash,
+            rec.status,
+            rec.attempt_id,
+            rec.response_json,
+            rec.created_at,
+        ),
+    )

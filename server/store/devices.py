@@ -26,16 +26,30 @@ class Device:
     pack_id: str | None  # last reported pack id (识别包), "NO_PACK", or None = unknown (migration 0007)
 
 
-_COLUMNS = ("id, name, state, created_at, revoked_at, last_heartbeat_at, client_version, adb_serial,"
-            " android_release, pdd_version, pdd_version_code, reported_state, app_version_allowed, pack_id")
+_COLUMNS = (
+    "id, name, state, created_at, revoked_at, last_heartbeat_at, client_version, adb_serial,"
+    " android_release, pdd_version, pdd_version_code, reported_state, app_version_allowed, pack_id"
+)
 
 
 def _row(r: sqlite3.Row) -> Device:
     allowed = r["app_version_allowed"]
-    return Device(r["id"], r["name"], r["state"], r["created_at"], r["revoked_at"], r["last_heartbeat_at"],
-                  r["client_version"], r["adb_serial"], r["android_release"], r["pdd_version"],
-                  r["pdd_version_code"], r["reported_state"], None if allowed is None else bool(allowed),
-                  r["pack_id"])
+    return Device(
+        r["id"],
+        r["name"],
+        r["state"],
+        r["created_at"],
+        r["revoked_at"],
+        r["last_heartbeat_at"],
+        r["client_version"],
+        r["adb_serial"],
+        r["android_release"],
+        r["pdd_version"],
+        r["pdd_version_code"],
+        r["reported_state"],
+        None if allowed is None else bool(allowed),
+        r["pack_id"],
+    )
 
 
 def insert(conn: sqlite3.Connection, device_id: str, name: str, token_hash: bytes, at: str) -> None:
@@ -75,34 +89,55 @@ def confirm_active(conn: sqlite3.Connection, device_id: str) -> bool:
     A conditional UPDATE: it takes SQLite's write position and proves the device is still ACTIVE at
     that position (rowcount 1). A revocation committed earlier makes it 0.
     """
-    cur = conn.execute("UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE'",
-                       (device_id,))
+    cur = conn.execute("UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE'", (device_id,))
     return cur.rowcount == 1
 
 
 def revoke(conn: sqlite3.Connection, device_id: str, at: str) -> bool:
     """Mark ACTIVE → REVOKED; returns False when already revoked (idempotent) or unknown."""
-    cur = conn.execute("UPDATE devices SET state = 'REVOKED', revoked_at = ? WHERE id = ? AND state = 'ACTIVE'",
-                       (at, device_id))
+    cur = conn.execute(
+        "UPDATE devices SET state = 'REVOKED', revoked_at = ? WHERE id = ? AND state = 'ACTIVE'", (at, device_id)
+    )
     return cur.rowcount == 1
 
 
 def set_supervision_off(conn: sqlite3.Connection, device_id: str, off: bool) -> bool:
     """Set the per-device supervision exemption (migration 0007); True when the value changed."""
-    cur = conn.execute("UPDATE devices SET supervision_off = ? WHERE id = ? AND supervision_off != ?",
-                       (int(off), device_id, int(off)))
+    cur = conn.execute(
+        "UPDATE devices SET supervision_off = ? WHERE id = ? AND supervision_off != ?", (int(off), device_id, int(off))
+    )
     return cur.rowcount == 1
 
 
-def record_heartbeat(conn: sqlite3.Connection, device_id: str, *, at: str, client_version: str,
-                     adb_serial: str, android_release: str, pdd_version: str | None,
-                     pdd_version_code: int | None, reported_state: str, pack_id: str | None,
-                     app_version_allowed: bool) -> None:
+def record_heartbeat(
+    conn: sqlite3.Connection,
+    device_id: str,
+    *,
+    at: str,
+    client_version: str,
+    adb_serial: str,
+    android_release: str,
+    pdd_version: str | None,
+    pdd_version_code: int | None,
+    reported_state: str,
+    pack_id: str | None,
+    app_version_allowed: bool,
+) -> None:
     """Store the latest heartbeat on the device row (every reported fact replaced, ``pack_id`` None → NULL)."""
     conn.execute(
         "UPDATE devices SET last_heartbeat_at = ?, client_version = ?, adb_serial = ?, android_release = ?,"
         " pdd_version = ?, pdd_version_code = ?, reported_state = ?, pack_id = ?, app_version_allowed = ?"
         " WHERE id = ?",
-        (at, client_version, adb_serial, android_release, pdd_version, pdd_version_code, reported_state, pack_id,
-         int(app_version_allowed), device_id),
+        (
+            at,
+            client_version,
+            adb_serial,
+            android_release,
+            pdd_version,
+            pdd_version_code,
+            reported_state,
+            pack_id,
+            int(app_version_allowed),
+            device_id,
+        ),
     )

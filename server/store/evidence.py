@@ -35,8 +35,10 @@ def _row(r: sqlite3.Row) -> Asset:
 
 def insert(conn: sqlite3.Connection, asset: Asset) -> None:
     """Insert an asset; the composite FK (attempt_id, task_id) proves the attempt belongs to the task."""
-    conn.execute(f"INSERT INTO evidence_assets ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
-                 tuple(getattr(asset, f) for f in _FIELDS))
+    conn.execute(
+        f"INSERT INTO evidence_assets ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
+        tuple(getattr(asset, f) for f in _FIELDS),
+    )
 
 
 def get(conn: sqlite3.Connection, asset_id: str) -> Asset | None:
@@ -50,7 +52,8 @@ def usage_for_attempt(conn: sqlite3.Connection, task_id: str, attempt_id: str) -
     so it reads only this task's rows."""
     files, size = conn.execute(
         "SELECT count(*), coalesce(sum(byte_size), 0) FROM evidence_assets WHERE task_id = ? AND attempt_id = ?",
-        (task_id, attempt_id)).fetchone()
+        (task_id, attempt_id),
+    ).fetchone()
     return int(files), int(size)
 
 
@@ -61,5 +64,6 @@ def referenced(conn: sqlite3.Connection, hashes: list[str]) -> set[str]:
     if len(hashes) > 500:
         raise ValueError("at most 500 hashes per query")
     marks = ", ".join("?" * len(hashes))
-    return {r[0] for r in conn.execute(f"SELECT DISTINCT sha256 FROM evidence_assets WHERE sha256 IN ({marks})",
-                                       hashes)}
+    return {
+        r[0] for r in conn.execute(f"SELECT DISTINCT sha256 FROM evidence_assets WHERE sha256 IN ({marks})", hashes)
+    }

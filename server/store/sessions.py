@@ -40,8 +40,7 @@ class ThrottleRow:
 def insert(conn: sqlite3.Connection, id_hash: bytes, admin_id: str, *, created_at: str, expires_at: str) -> None:
     """Insert a new session (``last_seen_at`` = ``created_at``)."""
     conn.execute(
-        "INSERT INTO admin_sessions (id_hash, admin_id, created_at, last_seen_at, expires_at)"
-        " VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO admin_sessions (id_hash, admin_id, created_at, last_seen_at, expires_at) VALUES (?, ?, ?, ?, ?)",
         (id_hash, admin_id, created_at, created_at, expires_at),
     )
 
@@ -60,14 +59,17 @@ def get(conn: sqlite3.Connection, id_hash: bytes) -> SessionRow | None:
 
 def touch(conn: sqlite3.Connection, id_hash: bytes, at: str) -> None:
     """Move ``last_seen_at`` forward (never backward) on a live session."""
-    conn.execute("UPDATE admin_sessions SET last_seen_at = ? WHERE id_hash = ? AND revoked_at IS NULL"
-                 " AND last_seen_at < ?", (at, id_hash, at))
+    conn.execute(
+        "UPDATE admin_sessions SET last_seen_at = ? WHERE id_hash = ? AND revoked_at IS NULL AND last_seen_at < ?",
+        (at, id_hash, at),
+    )
 
 
 def revoke(conn: sqlite3.Connection, id_hash: bytes, at: str) -> bool:
     """Revoke one session; False when it was unknown or already revoked."""
-    cur = conn.execute("UPDATE admin_sessions SET revoked_at = ? WHERE id_hash = ? AND revoked_at IS NULL",
-                       (at, id_hash))
+    cur = conn.execute(
+        "UPDATE admin_sessions SET revoked_at = ? WHERE id_hash = ? AND revoked_at IS NULL", (at, id_hash)
+    )
     return cur.rowcount == 1
 
 
@@ -83,8 +85,10 @@ def delete_dead(conn: sqlite3.Connection, before: str, limit: int = 500) -> int:
 
 def throttle_get(conn: sqlite3.Connection, key: str) -> ThrottleRow | None:
     """The throttle row of ``key`` or None."""
-    r = conn.execute("SELECT throttle_key, failures, window_start, locked_until FROM admin_login_throttle"
-                     " WHERE throttle_key = ?", (key,)).fetchone()
+    r = conn.execute(
+        "SELECT throttle_key, failures, window_start, locked_until FROM admin_login_throttle WHERE throttle_key = ?",
+        (key,),
+    ).fetchone()
     return None if r is None else ThrottleRow(r[0], r[1], r[2], r[3])
 
 

@@ -51,8 +51,10 @@ def _row(r: sqlite3.Row) -> Submission:
 def insert(conn: sqlite3.Connection, s: Submission) -> None:
     """Insert the fence row. The UNIQUE constraints on authorization_id and attempt_id make a second
     fence for the same authorization or attempt impossible whatever the caller checked before."""
-    conn.execute(f"INSERT INTO order_submissions ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
-                 tuple(getattr(s, f) for f in _FIELDS))
+    conn.execute(
+        f"INSERT INTO order_submissions ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
+        tuple(getattr(s, f) for f in _FIELDS),
+    )
 
 
 def get(conn: sqlite3.Connection, submission_id: str) -> Submission | None:
@@ -63,8 +65,10 @@ def get(conn: sqlite3.Connection, submission_id: str) -> Submission | None:
 
 def for_attempt_or_authorization(conn: sqlite3.Connection, attempt_id: str, authorization_id: str) -> Submission | None:
     """The submission of this attempt or of this authorization (at most one of each), or None."""
-    r = conn.execute("SELECT * FROM order_submissions WHERE attempt_id = ? OR authorization_id = ? LIMIT 1",
-                     (attempt_id, authorization_id)).fetchone()
+    r = conn.execute(
+        "SELECT * FROM order_submissions WHERE attempt_id = ? OR authorization_id = ? LIMIT 1",
+        (attempt_id, authorization_id),
+    ).fetchone()
     return None if r is None else _row(r)
 
 
@@ -74,9 +78,19 @@ def for_attempt(conn: sqlite3.Connection, attempt_id: str) -> Submission | None:
     return None if r is None else _row(r)
 
 
-def record_result(conn: sqlite3.Connection, submission_id: str, *, expected_state: str, new_state: str,
-                  observation: str, result_key: str, evidence_asset_id: str | None, at: str,
-                  order_sn: str | None = None, observation_reason: str | None = None) -> bool:
+def record_result(
+    conn: sqlite3.Connection,
+    submission_id: str,
+    *,
+    expected_state: str,
+    new_state: str,
+    observation: str,
+    result_key: str,
+    evidence_asset_id: str | None,
+    at: str,
+    order_sn: str | None = None,
+    observation_reason: str | None = None,
+) -> bool:
     """CAS: store the one observation of a submission that has none yet (and move its state), with the
     report's optional order number and observation reason.
 
@@ -85,8 +99,18 @@ def record_result(conn: sqlite3.Connection, submission_id: str, *, expected_stat
     cur = conn.execute(
         "UPDATE order_submissions SET state = ?, observation = ?, result_key = ?, evidence_asset_id = ?,"
         " result_at = ?, order_sn = ?, observation_reason = ? WHERE id = ? AND state = ? AND observation IS NULL",
-        (new_state, observation, result_key, evidence_asset_id, at, order_sn, observation_reason, submission_id,
-         expected_state))
+        (
+            new_state,
+            observation,
+            result_key,
+            evidence_asset_id,
+            at,
+            order_sn,
+            observation_reason,
+            submission_id,
+            expected_state,
+        ),
+    )
     return cur.rowcount == 1
 
 
@@ -94,20 +118,29 @@ def mark_reconciliation_required(conn: sqlite3.Connection, submission_id: str, *
     """CAS FENCED → RECONCILIATION_REQUIRED with a reason (sweeper). False when not FENCED."""
     cur = conn.execute(
         "UPDATE order_submissions SET state = 'RECONCILIATION_REQUIRED', reconciliation_reason = ?"
-        " WHERE id = ? AND state = 'FENCED'", (reason, submission_id))
+        " WHERE id = ? AND state = 'FENCED'",
+        (reason, submission_id),
+    )
     return cur.rowcount == 1
 
 
 def fenced_with_expired_lease(conn: sqlite3.Connection, now: str, limit: int = 200) -> list[Submission]:
     """FENCED submissions without a result whose attempt lease ended at or before ``now`` (equal =
     expired, no grace), oldest first."""
-    return [_row(r) for r in conn.execute(
-        "SELECT s.* FROM order_submissions s JOIN attempts a ON a.id = s.attempt_id"
-        " WHERE s.state = 'FENCED' AND s.observation IS NULL AND a.lease_expires_at <= ?"
-        " ORDER BY s.created_at, s.id LIMIT ?", (now, limit))]
+    return [
+        _row(r)
+        for r in conn.execute(
+            "SELECT s.* FROM order_submissions s JOIN attempts a ON a.id = s.attempt_id"
+            " WHERE s.state = 'FENCED' AND s.observation IS NULL AND a.lease_expires_at <= ?"
+            " ORDER BY s.created_at, s.id LIMIT ?",
+            (now, limit),
+        )
+    ]
 
 
 def count_by_authorization(conn: sqlite3.Connection) -> dict[str, int]:
     """``{authorization_id: number of submissions}`` (integrity checks and tests)."""
-    return {r[0]: r[1] for r in conn.execute(
-        "SELECT authorization_id, count(*) FROM order_submissions GROUP BY authorization_id")}
+    return {
+        r[0]: r[1]
+        for r in conn.execute("SELECT authorization_id, count(*) FROM order_submissions GROUP BY authorization_id")
+    }

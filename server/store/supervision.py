@@ -50,35 +50,43 @@ def _approval(r: sqlite3.Row | tuple[object, ...]) -> Approval:
 
 def get_pair(conn: sqlite3.Connection, device_id: str, pack_key: str) -> Pair | None:
     """The pair row (primary key lookup), or None when the pair was never supervised."""
-    r = conn.execute("SELECT device_id, pack_key, confirmed_orders, held, held_reason, updated_at"
-                     " FROM supervision_pairs WHERE device_id = ? AND pack_key = ?", (device_id, pack_key)).fetchone()
+    r = conn.execute(
+        "SELECT device_id, pack_key, confirmed_orders, held, held_reason, updated_at"
+        " FROM supervision_pairs WHERE device_id = ? AND pack_key = ?",
+        (device_id, pack_key),
+    ).fetchone()
     return None if r is None else Pair(r[0], r[1], int(r[2]), bool(r[3]), r[4], r[5])
 
 
 def ensure_pair(conn: sqlite3.Connection, device_id: str, pack_key: str, at: str) -> None:
     """Create the pair row (0 confirmed, not held) if it does not exist yet; an existing row is kept as is."""
-    conn.execute("INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
-                 " VALUES (?, ?, 0, 0, NULL, ?) ON CONFLICT (device_id, pack_key) DO NOTHING",
-                 (device_id, pack_key, at))
+    conn.execute(
+        "INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
+        " VALUES (?, ?, 0, 0, NULL, ?) ON CONFLICT (device_id, pack_key) DO NOTHING",
+        (device_id, pack_key, at),
+    )
 
 
 def put_pair(conn: sqlite3.Connection, pair: Pair) -> None:
     """Insert or overwrite a pair's counters as given (tools and tests set up a pair's history with it; the
     admin verdicts change pairs through their own statements)."""
-    conn.execute("INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
-                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (device_id, pack_key) DO UPDATE SET"
-                 " confirmed_orders = excluded.confirmed_orders, held = excluded.held,"
-                 " held_reason = excluded.held_reason, updated_at = excluded.updated_at",
-                 (pair.device_id, pair.pack_key, pair.confirmed_orders, int(pair.held), pair.held_reason,
-                  pair.updated_at))
+    conn.execute(
+        "INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (device_id, pack_key) DO UPDATE SET"
+        " confirmed_orders = excluded.confirmed_orders, held = excluded.held,"
+        " held_reason = excluded.held_reason, updated_at = excluded.updated_at",
+        (pair.device_id, pair.pack_key, pair.confirmed_orders, int(pair.held), pair.held_reason, pair.updated_at),
+    )
 
 
 def insert_approval(conn: sqlite3.Connection, approval: Approval) -> None:
     """Insert a request. The partial unique index ``approval_requests_one_live_per_attempt`` refuses a second
     WAITING/APPROVED request of an attempt (IntegrityError): the caller voids the old one first."""
     marks = ", ".join("?" * len(_APPROVAL_FIELDS))
-    conn.execute(f"INSERT INTO approval_requests ({_APPROVAL_COLUMNS}) VALUES ({marks})",
-                 tuple(getattr(approval, f) for f in _APPROVAL_FIELDS))
+    conn.execute(
+        f"INSERT INTO approval_requests ({_APPROVAL_COLUMNS}) VALUES ({marks})",
+        tuple(getattr(approval, f) for f in _APPROVAL_FIELDS),
+    )
 
 
 def get_approval(conn: sqlite3.Connection, approval_id: str) -> Approval | None:
@@ -89,8 +97,10 @@ def get_approval(conn: sqlite3.Connection, approval_id: str) -> Approval | None:
 
 def live_approval(conn: sqlite3.Connection, attempt_id: str) -> Approval | None:
     """The attempt's WAITING or APPROVED request (at most one; read through the partial unique index)."""
-    r = conn.execute(f"SELECT {_APPROVAL_COLUMNS} FROM approval_requests WHERE attempt_id = ?"
-                     " AND state IN ('WAITING', 'APPROVED')", (attempt_id,)).fetchone()
+    r = conn.execute(
+        f"SELECT {_APPROVAL_COLUMNS} FROM approval_requests WHERE attempt_id = ? AND state IN ('WAITING', 'APPROVED')",
+        (attempt_id,),
+    ).fetchone()
     return None if r is None else _approval(r)
 
 
@@ -98,17 +108,29 @@ def rejected_approval(conn: sqlite3.Connection, attempt_id: str) -> Approval | N
     """The attempt's first REJECTED request, or None. No index covers it (migration 0007 indexes live and
     waiting requests only); it runs only when a supervised phone asks for approval, over a table that
     holds one or two rows per supervised attempt."""
-    r = conn.execute(f"SELECT {_APPROVAL_COLUMNS} FROM approval_requests WHERE attempt_id = ?"
-                     " AND state = 'REJECTED' ORDER BY created_at, id LIMIT 1", (attempt_id,)).fetchone()
+    r = conn.execute(
+        f"SELECT {_APPROVAL_COLUMNS} FROM approval_requests WHERE attempt_id = ?"
+        " AND state = 'REJECTED' ORDER BY created_at, id LIMIT 1",
+        (attempt_id,),
+    ).fetchone()
     return None if r is None else _approval(r)
 
 
-def set_approval_state(conn: sqlite3.Connection, approval_id: str, *, expected_state: str, new_state: str,
-                       decided_by: str | None = None, decided_at: str | None = None) -> bool:
+def set_approval_state(
+    conn: sqlite3.Connection,
+    approval_id: str,
+    *,
+    expected_state: str,
+    new_state: str,
+    decided_by: str | None = None,
+    decided_at: str | None = None,
+) -> bool:
     """Compare-and-set the state; ``decided_by``/``decided_at`` are written when given (a person's decision)
     and kept otherwise (a decided request keeps who decided when it is voided). False when the request was
     not in ``expected_state``."""
-    cur = conn.execute("UPDATE approval_requests SET state = ?, decided_by = coalesce(?, decided_by),"
-                       " decided_at = coalesce(?, decided_at) WHERE id = ? AND state = ?",
-                       (new_state, decided_by, decided_at, approval_id, expected_state))
+    cur = conn.execute(
+        "UPDATE approval_requests SET state = ?, decided_by = coalesce(?, decided_by),"
+        " decided_at = coalesce(?, decided_at) WHERE id = ? AND state = ?",
+        (new_state, decided_by, decided_at, approval_id, expected_state),
+    )
     return cur.rowcount == 1

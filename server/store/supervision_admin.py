@@ -12,8 +12,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-_APPROVAL_COLUMNS = ("r.id, r.attempt_id, r.task_id, r.device_id, r.approval_key, r.readings_json, r.readings_hash,"
-                     " r.screenshot_asset_id, r.state, r.decided_by, r.decided_at, r.created_at")
+_APPROVAL_COLUMNS = (
+    "r.id, r.attempt_id, r.task_id, r.device_id, r.approval_key, r.readings_json, r.readings_hash,"
+    " r.screenshot_asset_id, r.state, r.decided_by, r.decided_at, r.created_at"
+)
 
 
 def approval(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any] | None:
@@ -21,7 +23,9 @@ def approval(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any] | Non
     ``supervised``; None when unknown."""
     r = conn.execute(
         f"SELECT {_APPROVAL_COLUMNS}, a.state AS attempt_state, a.authorization_id, a.pack_key, a.supervised"
-        " FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id WHERE r.id = ?", (approval_id,)).fetchone()
+        " FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id WHERE r.id = ?",
+        (approval_id,),
+    ).fetchone()
     return None if r is None else dict(r)
 
 
@@ -31,7 +35,9 @@ def live_approval_of_open_attempt(conn: sqlite3.Connection, task_id: str) -> dic
     r = conn.execute(
         f"SELECT {_APPROVAL_COLUMNS}, a.state AS attempt_state, a.authorization_id, a.pack_key, a.supervised"
         " FROM attempts a JOIN approval_requests r ON r.attempt_id = a.id"
-        " WHERE a.task_id = ? AND a.state = 'OPEN' AND r.state IN ('WAITING', 'APPROVED')", (task_id,)).fetchone()
+        " WHERE a.task_id = ? AND a.state = 'OPEN' AND r.state IN ('WAITING', 'APPROVED')",
+        (task_id,),
+    ).fetchone()
     return None if r is None else dict(r)
 
 
@@ -42,7 +48,8 @@ def decide_approval(conn: sqlite3.Connection, approval_id: str, *, new_state: st
         "UPDATE approval_requests SET state = ?, decided_by = ?, decided_at = ?"
         " WHERE id = ? AND state = 'WAITING'"
         " AND EXISTS (SELECT 1 FROM attempts a WHERE a.id = approval_requests.attempt_id AND a.state = 'OPEN')",
-        (new_state, decided_by, at, approval_id))
+        (new_state, decided_by, at, approval_id),
+    )
     return cur.rowcount == 1
 
 
@@ -51,16 +58,25 @@ def waiting_task_ids(conn: sqlite3.Connection, task_ids: list[str]) -> set[str]:
     if not task_ids:
         return set()
     marks = ",".join("?" * len(task_ids))
-    return {r[0] for r in conn.execute(
-        "SELECT r.task_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"
-        f" WHERE r.state = 'WAITING' AND a.state = 'OPEN' AND r.task_id IN ({marks})", task_ids)}
+    return {
+        r[0]
+        for r in conn.execute(
+            "SELECT r.task_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"
+            f" WHERE r.state = 'WAITING' AND a.state = 'OPEN' AND r.task_id IN ({marks})",
+            task_ids,
+        )
+    }
 
 
 def waiting_device_ids(conn: sqlite3.Connection) -> set[str]:
     """Devices whose OPEN attempt has a WAITING approval request (index ``approval_requests_waiting``)."""
-    return {r[0] for r in conn.execute(
-        "SELECT r.device_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"
-        " WHERE r.state = 'WAITING' AND a.state = 'OPEN'")}
+    return {
+        r[0]
+        for r in conn.execute(
+            "SELECT r.device_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"
+            " WHERE r.state = 'WAITING' AND a.state = 'OPEN'"
+        )
+    }
 
 
 def submission_for_verdict(conn: sqlite3.Connection, submission_id: str) -> dict[str, Any] | None:
@@ -69,7 +85,8 @@ def submission_for_verdict(conn: sqlite3.Connection, submission_id: str) -> dict
     r = conn.execute(
         "SELECT s.id, s.task_id, s.attempt_id, s.device_id, s.state, a.supervised, a.pack_key"
         " FROM order_submissions s JOIN attempts a ON a.id = s.attempt_id WHERE s.id = ?",
-        (submission_id,)).fetchone()
+        (submission_id,),
+    ).fetchone()
     return None if r is None else dict(r)
 
 
@@ -79,13 +96,23 @@ def verdict(conn: sqlite3.Connection, submission_id: str) -> dict[str, Any] | No
     return None if r is None else dict(r)
 
 
-def insert_verdict(conn: sqlite3.Connection, *, submission_id: str, device_id: str, pack_key: str, verdict: str,
-                   admin_id: str, note: str | None, at: str) -> bool:
+def insert_verdict(
+    conn: sqlite3.Connection,
+    *,
+    submission_id: str,
+    device_id: str,
+    pack_key: str,
+    verdict: str,
+    admin_id: str,
+    note: str | None,
+    at: str,
+) -> bool:
     """Record the one verdict of a submission; False when one exists already (nothing written)."""
     cur = conn.execute(
         "INSERT INTO supervision_verdicts (submission_id, device_id, pack_key, verdict, admin_id, note, at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (submission_id) DO NOTHING",
-        (submission_id, device_id, pack_key, verdict, admin_id, note, at))
+        (submission_id, device_id, pack_key, verdict, admin_id, note, at),
+    )
     return cur.rowcount == 1
 
 
@@ -95,7 +122,8 @@ def count_confirmed(conn: sqlite3.Connection, device_id: str, pack_key: str, at:
         "INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
         " VALUES (?, ?, 1, 0, NULL, ?) ON CONFLICT (device_id, pack_key)"
         " DO UPDATE SET confirmed_orders = confirmed_orders + 1, updated_at = excluded.updated_at",
-        (device_id, pack_key, at))
+        (device_id, pack_key, at),
+    )
 
 
 def hold(conn: sqlite3.Connection, device_id: str, pack_key: str, reason: str, at: str) -> None:
@@ -104,23 +132,33 @@ def hold(conn: sqlite3.Connection, device_id: str, pack_key: str, reason: str, a
         "INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
         " VALUES (?, ?, 0, 1, ?, ?) ON CONFLICT (device_id, pack_key)"
         " DO UPDATE SET held = 1, held_reason = excluded.held_reason, updated_at = excluded.updated_at",
-        (device_id, pack_key, reason, at))
+        (device_id, pack_key, reason, at),
+    )
 
 
 def pair(conn: sqlite3.Connection, device_id: str, pack_key: str) -> dict[str, Any] | None:
     """One supervision pair row, or None."""
-    r = conn.execute("SELECT * FROM supervision_pairs WHERE device_id = ? AND pack_key = ?",
-                     (device_id, pack_key)).fetchone()
+    r = conn.execute(
+        "SELECT * FROM supervision_pairs WHERE device_id = ? AND pack_key = ?", (device_id, pack_key)
+    ).fetchone()
     return None if r is None else dict(r)
 
 
 def reset_pairs(conn: sqlite3.Connection, device_id: str, at: str) -> list[dict[str, Any]]:
     """Every pair of the device back to confirmed 0, not held; returns the rows as they were before."""
-    before = [dict(r) for r in conn.execute(
-        "SELECT pack_key, confirmed_orders, held, held_reason FROM supervision_pairs WHERE device_id = ?"
-        " ORDER BY pack_key", (device_id,))]
-    conn.execute("UPDATE supervision_pairs SET confirmed_orders = 0, held = 0, held_reason = NULL, updated_at = ?"
-                 " WHERE device_id = ?", (at, device_id))
+    before = [
+        dict(r)
+        for r in conn.execute(
+            "SELECT pack_key, confirmed_orders, held, held_reason FROM supervision_pairs WHERE device_id = ?"
+            " ORDER BY pack_key",
+            (device_id,),
+        )
+    ]
+    conn.execute(
+        "UPDATE supervision_pairs SET confirmed_orders = 0, held = 0, held_reason = NULL, updated_at = ?"
+        " WHERE device_id = ?",
+        (at, device_id),
+    )
     return before
 
 
@@ -132,8 +170,9 @@ def device_exists(conn: sqlite3.Connection, device_id: str) -> bool:
 def devices_for_supervision(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """Every device's ``id, pack_id, pdd_version, pdd_version_code`` (what the pair key is built from) and its
     ``supervision_off`` exemption."""
-    return [dict(r) for r in conn.execute(
-        "SELECT id, pack_id, pdd_version, pdd_version_code, supervision_off FROM devices")]
+    return [
+        dict(r) for r in conn.execute("SELECT id, pack_id, pdd_version, pdd_version_code, supervision_off FROM devices")
+    ]
 
 
 def all_pairs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
@@ -145,5 +184,7 @@ def latest_submission_for_task(conn: sqlite3.Connection, task_id: str) -> dict[s
     """The task's newest order submission (``id, state``) with its attempt's ``supervised``, or None."""
     r = conn.execute(
         "SELECT s.id, s.state, a.supervised FROM order_submissions s JOIN attempts a ON a.id = s.attempt_id"
-        " WHERE s.task_id = ? ORDER BY s.created_at DESC, s.id DESC LIMIT 1", (task_id,)).fetchone()
+        " WHERE s.task_id = ? ORDER BY s.created_at DESC, s.id DESC LIMIT 1",
+        (task_id,),
+    ).fetchone()
     return None if r is None else dict(r)

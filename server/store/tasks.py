@@ -29,9 +29,24 @@ class Task:
 
 
 def _row(r: sqlite3.Row) -> Task:
-    return Task(r["id"], r["create_key"], r["create_hash"], r["title"], r["product_url"], r["goods_id"],
-                r["sku_color"], r["sku_size"], r["quantity"], r["max_total_price"], r["state"], r["version"],
-                r["state_reason"], r["created_by"], r["created_at"], r["updated_at"])
+    return Task(
+        r["id"],
+        r["create_key"],
+        r["create_hash"],
+        r["title"],
+        r["product_url"],
+        r["goods_id"],
+        r["sku_color"],
+        r["sku_size"],
+        r["quantity"],
+        r["max_total_price"],
+        r["state"],
+        r["version"],
+        r["state_reason"],
+        r["created_by"],
+        r["created_at"],
+        r["updated_at"],
+    )
 
 
 def insert(conn: sqlite3.Connection, task: Task) -> None:
@@ -40,9 +55,24 @@ def insert(conn: sqlite3.Connection, task: Task) -> None:
         "INSERT INTO tasks (id, create_key, create_hash, title, product_url, goods_id, sku_color, sku_size,"
         " quantity, max_total_price, state, version, state_reason, created_by, created_at, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (task.id, task.create_key, task.create_hash, task.title, task.product_url, task.goods_id, task.sku_color,
-         task.sku_size, task.quantity, task.max_total_price, task.state, task.version, task.state_reason,
-         task.created_by, task.created_at, task.updated_at),
+        (
+            task.id,
+            task.create_key,
+            task.create_hash,
+            task.title,
+            task.product_url,
+            task.goods_id,
+            task.sku_color,
+            task.sku_size,
+            task.quantity,
+            task.max_total_price,
+            task.state,
+            task.version,
+            task.state_reason,
+            task.created_by,
+            task.created_at,
+            task.updated_at,
+        ),
     )
 
 
@@ -58,8 +88,16 @@ def by_create_key(conn: sqlite3.Connection, create_key: str) -> Task | None:
     return None if r is None else _row(r)
 
 
-def set_state(conn: sqlite3.Connection, task_id: str, *, expected_version: int, expected_state: str,
-              new_state: str, at: str, reason: str | None = None) -> bool:
+def set_state(
+    conn: sqlite3.Connection,
+    task_id: str,
+    *,
+    expected_version: int,
+    expected_state: str,
+    new_state: str,
+    at: str,
+    reason: str | None = None,
+) -> bool:
     """CAS: move the task to ``new_state`` and bump the version when both version and state still match.
 
     Returns False (nothing written) when another writer got there first.
@@ -72,9 +110,16 @@ def set_state(conn: sqlite3.Connection, task_id: str, *, expected_version: int, 
     return cur.rowcount == 1
 
 
-def page(conn: sqlite3.Connection, *, states: list[str] | None = None, keyword: str | None = None,
-         created_from: str | None = None, created_to: str | None = None,
-         before: tuple[str, str] | None = None, limit: int = 50) -> list[Task]:
+def page(
+    conn: sqlite3.Connection,
+    *,
+    states: list[str] | None = None,
+    keyword: str | None = None,
+    created_from: str | None = None,
+    created_to: str | None = None,
+    before: tuple[str, str] | None = None,
+    limit: int = 50,
+) -> list[Task]:
     """A page of tasks, newest first, keyset-paginated on ``(created_at, id)`` (index-backed).
 
     ``keyword`` matches the goods id exactly or a title substring; ``before`` is the last row of the

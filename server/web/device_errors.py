@@ -23,8 +23,9 @@ class DeviceHTTPError(Exception):
 
 def error_response(status: int, code: str) -> web.Response:
     """``{"error": code}`` with the given status (fixed body: no echo of input, token, SQL or path)."""
-    return web.Response(status=status, text=canonical_json({"error": code}), content_type="application/json",
-                        headers=NO_STORE)
+    return web.Response(
+        status=status, text=canonical_json({"error": code}), content_type="application/json", headers=NO_STORE
+    )
 
 
 def unauthorized() -> web.Response:

@@ -73,6 +73,7 @@ def identity_only(raw_headers: tuple[tuple[bytes, bytes], ...]) -> bool:
 
 # -- refused bodies ------------------------------------------------------------------------------------
 
+
 def _body_finished(request: web.BaseRequest) -> bool:
     # aiohttp's is_eof(): the whole body has *arrived* (read or not). A fully arrived, unread body
     # costs nothing more, so only a body still on its way makes the connection close.
@@ -111,8 +112,9 @@ async def close_after(request: web.BaseRequest, response: web.StreamResponse) ->
 
 
 @web.middleware
-async def refusal_middleware(request: web.Request,
-                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def refusal_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """Outermost middleware: any response sent before the body was read to its end closes the
     connection through :func:`close_after` (bounded linger) instead of aiohttp's 10 s drain."""
     try:
@@ -207,8 +209,7 @@ class ConnectionGuard:
         if self._forget(protocol) is None:
             return
         self.closed_by_timeout += 1
-        self._log.log(logging.INFO, "closing a pending connection (no authenticated request within %ss)",
-                      self.timeout)
+        self._log.log(logging.INFO, "closing a pending connection (no authenticated request within %ss)", self.timeout)
         protocol.force_close()
 
 
@@ -259,6 +260,7 @@ def install_connection_guard() -> None:
 
 # -- log storms -----------------------------------------------------------------------------------------
 
+
 class _Throttle:
     """Per-key "at most once per ``interval`` seconds" gate; memory: one entry per distinct key."""
 
@@ -303,8 +305,12 @@ class RateLimitedExceptionHandler:
     counts the repeats in between (accept errors repeat for as long as descriptors are exhausted).
     Install with ``loop.set_exception_handler``."""
 
-    def __init__(self, previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None = None,
-                 logger: logging.Logger = log, interval: float = LOG_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None = None,
+        logger: logging.Logger = log,
+        interval: float = LOG_INTERVAL_S,
+    ) -> None:
         self._previous = previous
         self._logger = logger
         self._throttle = _Throttle(interval)
@@ -317,13 +323,17 @@ class RateLimitedExceptionHandler:
         if isinstance(exc, OSError) and str(context.get("message", "")).startswith("socket.accept()"):
             # Out of descriptors (or kernel memory): asyncio pauses accepting for a second and retries.
             # One line, no traceback — the cause is the limit, not the code (docs/operations.md).
-            self._logger.error("accepting connections failed: %s (descriptor limit %s)%s", exc.strerror,
-                               resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-                               f"; {suppressed} more in the last {self._throttle.interval:.0f}s" if suppressed else "")
+            self._logger.error(
+                "accepting connections failed: %s (descriptor limit %s)%s",
+                exc.strerror,
+                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                f"; {suppressed} more in the last {self._throttle.interval:.0f}s" if suppressed else "",
+            )
             return
         if suppressed:
-            self._logger.error("%d more event-loop errors like the next one in the last %.0fs", suppressed,
-                               self._throttle.interval)
+            self._logger.error(
+                "%d more event-loop errors like the next one in the last %.0fs", suppressed, self._throttle.interval
+            )
         if self._previous is not None:
             self._previous(loop, context)
         else:

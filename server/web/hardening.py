@@ -33,8 +33,9 @@ def harden_error_pages() -> None:
         return
     original = handler_cls.handle_error
 
-    def handle_error(self: Any, request: Any, status: int = 500, exc: BaseException | None = None,
-                     message: str | None = None) -> Any:
+    def handle_error(
+        self: Any, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> Any:
         if isinstance(exc, http_exceptions.ContentEncodingError):
             status = 415
         if 400 <= status < 500 and request.writer.output_size == 0:

@@ -13,6 +13,7 @@ from cmbuyer.server.web.keys import DB
 
 async def healthz(request: web.Request) -> web.Response:
     """200 ``{"status":"ok","sqlite_version":…,"migrations":"current"}``; 503 ``{"status":"unavailable"}``."""
+
     def probe(conn: sqlite3.Connection) -> str:
         pending, problems = migrate.status(conn)
         if pending or problems:
@@ -24,8 +25,9 @@ async def healthz(request: web.Request) -> web.Response:
         version = await request.app[DB].read(probe)
     except (StorageError, migrate.MigrationError):
         return web.json_response({"status": "unavailable"}, status=503)
-    return web.json_response({"status": "ok", "sqlite_version": version, "migrations": "current"},
-                             headers={"Cache-Control": "no-store"})
+    return web.json_response(
+        {"status": "ok", "sqlite_version": version, "migrations": "current"}, headers={"Cache-Control": "no-store"}
+    )
 
 
 def setup(app: web.Application) -> None:

@@ -45,8 +45,7 @@ _CONTENT_TYPE = re.compile(
     re.IGNORECASE,
 )
 _HEADER_NAME = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_DISPOSITION = re.compile(r'form-data((?:[ \t]*;[ \t]*[A-Za-z*]+=(?:"[^"\\\r\n]*"|[^";\s]+))*)[ \t]*',
-                          re.IGNORECASE)
+_DISPOSITION = re.compile(r'form-data((?:[ \t]*;[ \t]*[A-Za-z*]+=(?:"[^"\\\r\n]*"|[^";\s]+))*)[ \t]*', re.IGNORECASE)
 _PARAM = re.compile(r'[ \t]*;[ \t]*([A-Za-z*]+)=("[^"\\\r\n]*"|[^";\s]+)')
 _TEXT_PLAIN = re.compile(r"text/plain(?:[ \t]*;[ \t]*charset=(?:utf-8|\"utf-8\"))?", re.IGNORECASE)
 
@@ -142,7 +141,7 @@ class _Stream:
                 if idx > cap:
                     raise _too_large() if too_large else _bad()
                 out = bytes(self._buf[:idx])
-                del self._buf[:idx + len(delimiter)]
+                del self._buf[: idx + len(delimiter)]
                 return out
             if len(self._buf) > cap + len(delimiter):
                 raise _too_large() if too_large else _bad()
@@ -189,8 +188,9 @@ def _disposition(value: str) -> tuple[str, bool]:
     return name[1:-1], ("filename" in params or "filename*" in params)
 
 
-async def read_form(request: web.Request, *, fields: frozenset[str], file_field: str, file_type: str,
-                    limits: Limits) -> Form:
+async def read_form(
+    request: web.Request, *, fields: frozenset[str], file_field: str, file_type: str, limits: Limits
+) -> Form:
     """Read and check the whole form (see the module docstring). Call only after authentication."""
     boundary = boundary_from(request.raw_headers)
     if request.content_length is not None and request.content_length > limits.max_total:

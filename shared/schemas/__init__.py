@@ -46,9 +46,7 @@ PACK_ID_RE = re.compile(r"[a-z0-9][a-z0-9._+-]{0,63}", re.ASCII)
 # What the heartbeat's pack_id says when the agent has no valid pack for the installed app version: not a pack id.
 NO_PACK = "NO_PACK"
 # Wire time: always UTC 'Z', optional 6-digit fraction (design §4, "Time on the wire").
-UTC_TIME_RE = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{6})?Z", re.ASCII
-)
+UTC_TIME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{6})?Z", re.ASCII)
 
 
 class SchemaError(ValueError):
@@ -115,11 +113,9 @@ _FORMATS.checks("pack-id")(is_pack_id)
 
 @cache
 def _names() -> tuple[str, ...]:
-    return tuple(sorted(
-        p.name.removesuffix(".json")
-        for p in resources.files(__package__).iterdir()
-        if p.name.endswith(".json")
-    ))
+    return tuple(
+        sorted(p.name.removesuffix(".json") for p in resources.files(__package__).iterdir() if p.name.endswith(".json"))
+    )
 
 
 def schema_names() -> list[str]:
@@ -158,10 +154,16 @@ def _validator(name: str) -> Draft202012Validator:
 # to jsonschema, so every error and its path stay exactly as before.
 
 _Check = Callable[[object], bool]
-_FAST_FORMATS: dict[str, _Check] = {"uuid4": is_uuid4, "hex64": is_hex64, "money": _is_positive_money,
-                                    "utc-time": is_utc_time, "pack-id": is_pack_id}
-_OBJECT_KEYS = frozenset({"$schema", "$id", "title", "description", "type", "additionalProperties", "required",
-                          "properties"})
+_FAST_FORMATS: dict[str, _Check] = {
+    "uuid4": is_uuid4,
+    "hex64": is_hex64,
+    "money": _is_positive_money,
+    "utc-time": is_utc_time,
+    "pack-id": is_pack_id,
+}
+_OBJECT_KEYS = frozenset(
+    {"$schema", "$id", "title", "description", "type", "additionalProperties", "required", "properties"}
+)
 _ANNOTATIONS = frozenset({"title", "description", "$comment"})
 
 
@@ -177,25 +179,29 @@ def _resolve_def(schema: dict[str, Any]) -> dict[str, Any] | None:
 
 def _compile_string(d: dict[str, Any]) -> _Check | None:
     lo, hi, fmt = d.get("minLength", 0), d.get("maxLength"), d.get("format")
-    if set(d) - _ANNOTATIONS - {"type", "minLength", "maxLength", "format"} or not isinstance(lo, int) \
-            or not (hi is None or isinstance(hi, int)) or not (fmt is None or fmt in _FAST_FORMATS):
+    if (
+        set(d) - _ANNOTATIONS - {"type", "minLength", "maxLength", "format"}
+        or not isinstance(lo, int)
+        or not (hi is None or isinstance(hi, int))
+        or not (fmt is None or fmt in _FAST_FORMATS)
+    ):
         return None
     check = _FAST_FORMATS[fmt] if fmt is not None else None
 
     def string_ok(v: object) -> bool:
-        return (type(v) is str and lo <= len(v) and (hi is None or len(v) <= hi)
-                and (check is None or check(v)))
+        return type(v) is str and lo <= len(v) and (hi is None or len(v) <= hi) and (check is None or check(v))
+
     return string_ok
 
 
 def _compile_integer(d: dict[str, Any]) -> _Check | None:
     lo, hi = d.get("minimum"), d.get("maximum")
-    if set(d) - _ANNOTATIONS - {"type", "minimum", "maximum"} or not all(
-            b is None or type(b) is int for b in (lo, hi)):
+    if set(d) - _ANNOTATIONS - {"type", "minimum", "maximum"} or not all(b is None or type(b) is int for b in (lo, hi)):
         return None
 
     def integer_ok(v: object) -> bool:
         return type(v) is int and (lo is None or v >= lo) and (hi is None or v <= hi)
+
     return integer_ok
 
 
@@ -208,8 +214,13 @@ def _compile_nullable(d: dict[str, Any]) -> _Check | None:
     """``{"oneOf": [{"$ref": "#/$defs/<simple>"}, {"type": "null"}]}`` (e.g. ``sku_text_or_null``): None, or
     what the simple definition accepts — the two branches can never both match, so ``oneOf`` holds."""
     branches = d.get("oneOf")
-    if set(d) - _ANNOTATIONS != {"oneOf"} or not isinstance(branches, list) or len(branches) != 2 \
-            or branches[1] != {"type": "null"} or not isinstance(branches[0], dict):
+    if (
+        set(d) - _ANNOTATIONS != {"oneOf"}
+        or not isinstance(branches, list)
+        or len(branches) != 2
+        or branches[1] != {"type": "null"}
+        or not isinstance(branches[0], dict)
+    ):
         return None
     ref = branches[0].get("$ref")
     if len(branches[0]) != 1 or not isinstance(ref, str) or not ref.startswith("#/$defs/"):
@@ -224,8 +235,12 @@ def _compile_nullable(d: dict[str, Any]) -> _Check | None:
 
 def _compile_fast(schema: dict[str, Any]) -> _Check | None:
     """An accept-only check for ``schema``, or None when it uses anything beyond the simple subset."""
-    if (set(schema) - _OBJECT_KEYS or schema.get("type") != "object" or schema.get("additionalProperties") is not False
-            or not isinstance(schema.get("properties"), dict)):
+    if (
+        set(schema) - _OBJECT_KEYS
+        or schema.get("type") != "object"
+        or schema.get("additionalProperties") is not False
+        or not isinstance(schema.get("properties"), dict)
+    ):
         return None
     props: dict[str, Any] = schema["properties"]
     required = schema.get("required", [])
@@ -248,6 +263,7 @@ def _compile_fast(schema: dict[str, Any]) -> _Check | None:
             if check is None or not check(value):
                 return False
         return need.issubset(instance)
+
     return object_ok
 
 

@@ -47,8 +47,12 @@ def loads_strict(raw: bytes | str, *, allow_floats: bool = False) -> Any:
             text = raw
         if text.startswith("\ufeff"):
             raise StrictJSONError("byte order mark")
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
-                           parse_float=None if allow_floats else _reject_float)
+        value = json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=None if allow_floats else _reject_float,
+        )
         # Escaped lone surrogates ("\ud800") decode to text that cannot be encoded again.
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except StrictJSONError:

@@ -16,8 +16,11 @@ SUMMARY_MAX = 200
 # What a "short non-sensitive summary" may not contain (spec 002: no XML, addresses, phone numbers,
 # page text or tokens). Checked on the NFKC form, so full-width digits and letters count too.
 # Character references count with or without the ";" (HTML decodes "&#60" and "&lt" without it).
-_MARKUP = re.compile(r"[<>]|&#|&[a-z][a-z0-9]*;|&(?:lt|gt|amp|quot|apos|nbsp)(?![a-z])"
-                     r"|(?<![a-z])hierarchy(?![a-z])|(?<![a-z])xmlns(?![a-z])", re.IGNORECASE)
+_MARKUP = re.compile(
+    r"[<>]|&#|&[a-z][a-z0-9]*;|&(?:lt|gt|amp|quot|apos|nbsp)(?![a-z])"
+    r"|(?<![a-z])hierarchy(?![a-z])|(?<![a-z])xmlns(?![a-z])",
+    re.IGNORECASE,
+)
 # Personal data of the order sheet (issue 18 item 7): phone numbers, addresses, the recipient's name.
 # Phone shapes are matched on the text with every Unicode decimal digit mapped to ASCII. A number only
 # counts when no digit touches it on either side, so a 15-digit order number or goods id that merely
@@ -30,14 +33,19 @@ _PHONES = re.compile(
     # the same with the middle digits masked: 138****5678, 138 **** 5678
     rf"|(?<!\d)1[3-9]\d{_SEP}[*xX×•●]{{3,6}}{_SEP}\d{{4}}(?!\d)"
     # landline with area code: 010-12345678, (0571) 8888 1234
-    rf"|(?<!\d)(?:\(0\d{{2,3}}\)|0\d{{2,3}}){_SEP}\d{{3,4}}{_SEP}\d{{4}}(?!\d)")
+    rf"|(?<!\d)(?:\(0\d{{2,3}}\)|0\d{{2,3}}){_SEP}\d{{3,4}}{_SEP}\d{{4}}(?!\d)"
+)
 # Resident identity card number (18 characters, birth date inside); confirmed by its check digit below.
-_ID_CARD = re.compile(r"(?<![0-9A-Za-z])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}"
-                      r"[\dXx](?![0-9A-Za-z])")
+_ID_CARD = re.compile(
+    r"(?<![0-9A-Za-z])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}"
+    r"[\dXx](?![0-9A-Za-z])"
+)
 _ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _CJK = "\u3400-\u9fff"
-_PROVINCES = ("北京|天津|上海|重庆|河北|山西|辽宁|吉林|黑龙江|江苏|浙江|安徽|福建|江西|山东|河南|湖北|湖南|广东|海南|"
-              "四川|贵州|云南|陕西|甘肃|青海|台湾|内蒙古|广西|西藏|宁夏|新疆|香港|澳门")
+_PROVINCES = (
+    "北京|天津|上海|重庆|河北|山西|辽宁|吉林|黑龙江|江苏|浙江|安徽|福建|江西|山东|河南|湖北|湖南|广东|海南|"
+    "四川|贵州|云南|陕西|甘肃|青海|台湾|内蒙古|广西|西藏|宁夏|新疆|香港|澳门"
+)
 _PERSONAL = re.compile(
     # an address label with something after it: 收货地址 北京市…
     r"(?:收货|收件|详细|配送|联系)地址[\s:：]*\S"
@@ -52,11 +60,11 @@ _PERSONAL = re.compile(
     # the recipient's name: 收货人 张三, 收件人：李四
     rf"|(?:收货人|收件人|联系人)(?:姓名)?[\s:：]*[{_CJK}A-Za-z]"
     # a masked name as the order sheet shows it: 张**, 李*
-    rf"|[{_CJK}]\*{{1,3}}")
+    rf"|[{_CJK}]\*{{1,3}}"
+)
 _RUN = re.compile(r"[A-Za-z0-9+/_=\-]{16,}")
 # "claim_token", "token2", "X-Bearer": an underscore or a digit does not end a word here.
 _SECRET_WORDS = re.compile(r"(?<![a-z])(?:bearer|token|password|passwd|secret)(?![a-z])", re.IGNORECASE)
-
 
 
 def _looks_like_token(norm: str) -> bool:
@@ -72,12 +80,10 @@ def _looks_like_token(norm: str) -> bool:
     return _SECRET_WORDS.search(norm) is not None
 
 
-
 def _looks_like_personal(norm: str) -> bool:
     """A phone number (plain, masked or separated), an identity card number, an address or a
     recipient's name (see :func:`summary_problem`)."""
-    ascii_digits = "".join(str(unicodedata.decimal(ch)) if ch.isdecimal() and not ch.isascii() else ch
-                           for ch in norm)
+    ascii_digits = "".join(str(unicodedata.decimal(ch)) if ch.isdecimal() and not ch.isascii() else ch for ch in norm)
     if _PHONES.search(ascii_digits) or _PERSONAL.search(ascii_digits):
         return True
     for m in _ID_CARD.finditer(ascii_digits):

@@ -49,14 +49,18 @@ def wire(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def supervised_purchase(*, lease_ttl: float = 60.0, authorization_seconds: float = 3600.0,
-                        supervised: bool = True, **task: Any) -> ClaimedPurchase:
+def supervised_purchase(
+    *, lease_ttl: float = 60.0, authorization_seconds: float = 3600.0, supervised: bool = True, **task: Any
+) -> ClaimedPurchase:
     """A claim as claim-next hands it out now: real UTC times, ``attempt.supervised`` as given."""
     base = make_purchase(**task)
     now = datetime.now(UTC)
-    claim = replace(base.claim, lease_expires_at=wire(now + timedelta(seconds=lease_ttl)),
-                    authorization_expires_at=wire(now + timedelta(seconds=authorization_seconds)),
-                    supervised=supervised)
+    claim = replace(
+        base.claim,
+        lease_expires_at=wire(now + timedelta(seconds=lease_ttl)),
+        authorization_expires_at=wire(now + timedelta(seconds=authorization_seconds)),
+        supervised=supervised,
+    )
     return replace(base, claim=claim, server_now=wire(now))
 
 
@@ -93,16 +97,25 @@ class SupervisedApi(FakeApi):
 
     def _owner(self, claim: Claim) -> None:
         current = self.purchase.claim
-        if (claim.attempt_id != current.attempt_id or claim.claim_token != current.claim_token
-                or claim.claim_generation != current.claim_generation or not self.lease_ok):
+        if (
+            claim.attempt_id != current.attempt_id
+            or claim.claim_token != current.claim_token
+            or claim.claim_generation != current.claim_generation
+            or not self.lease_ok
+        ):
             raise ServerRejected(409, "claim_not_current")
 
     def request_approval(self, claim: Claim, proof: SubmissionProof, screenshot_asset_id: str) -> ApprovalStatus:
         self._maybe_down()
-        body = {"approval_key": str(uuid.uuid4()), "task_id": claim.task_id,
-                "authorization_id": claim.authorization_id, "claim_generation": claim.claim_generation,
-                "claim_token": claim.claim_token, "screenshot_asset_id": screenshot_asset_id,
-                "readings": approval_readings(proof)}
+        body = {
+            "approval_key": str(uuid.uuid4()),
+            "task_id": claim.task_id,
+            "authorization_id": claim.authorization_id,
+            "claim_generation": claim.claim_generation,
+            "claim_token": claim.claim_token,
+            "screenshot_asset_id": screenshot_asset_id,
+            "readings": approval_readings(proof),
+        }
         validate("approval.request", body)
         self._owner(claim)
         if not self.purchase.claim.supervised:
@@ -117,16 +130,23 @@ class SupervisedApi(FakeApi):
                         return self._status(approval_id)
                     a["state"] = "VOID"
             approval_id = str(uuid.uuid4())
-            self.approvals[approval_id] = {"attempt_id": claim.attempt_id, "readings": body["readings"],
-                                           "asset": screenshot_asset_id, "state": "WAITING", "decided_at": None}
+            self.approvals[approval_id] = {
+                "attempt_id": claim.attempt_id,
+                "readings": body["readings"],
+                "asset": screenshot_asset_id,
+                "state": "WAITING",
+                "decided_at": None,
+            }
         if self.on_approval_request:
             self.on_approval_request(approval_id)
         return self._status(approval_id)
 
     def approval_status(self, claim: Claim, approval_id: str) -> ApprovalStatus:
         self._maybe_down()
-        validate("approval_status.request", {"approval_id": approval_id, "claim_generation": claim.claim_generation,
-                                             "claim_token": claim.claim_token})
+        validate(
+            "approval_status.request",
+            {"approval_id": approval_id, "claim_generation": claim.claim_generation, "claim_token": claim.claim_token},
+        )
         self._owner(claim)
         if approval_id not in self.approvals or self.approvals[approval_id]["attempt_id"] != claim.attempt_id:
             raise ServerRejected(404, "not_found")
@@ -156,6 +176,7 @@ class SupervisedApi(FakeApi):
             timer = threading.Timer(seconds, self.decide, (state, approval_id))
             timer.daemon = True
             timer.start()
+
         self.on_approval_request = on_request
 
     # --- the fence's extra condition ----------------------------------------------------------------
@@ -163,7 +184,8 @@ class SupervisedApi(FakeApi):
         readings = approval_readings(proof)
         self.fence_bodies.append(readings)
         if self.purchase.claim.supervised and not any(
-                a["attempt_id"] == claim.attempt_id and a["state"] == "APPROVED" and a["readings"] == readings
-                for a in self.approvals.values()):
+            a["attempt_id"] == claim.attempt_id and a["state"] == "APPROVED" and a["readings"] == readings
+            for a in self.approvals.values()
+        ):
             raise ApprovalRequired(409, "approval_required")
         return super().create_submission_fence(claim, proof)

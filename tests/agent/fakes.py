@@ -36,15 +36,30 @@ from cmbuyer.schemas import validate
 
 
 def make_purchase(**task_over: Any) -> ClaimedPurchase:
-    t = {"id": str(uuid.uuid4()), "version": 3, "title": "t", "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
-         "goods_id": "937122477375", "sku_color": "黑色CHA(纯棉)", "sku_size": "M(建议100-115)",
-         "quantity": 2, "max_total_price": Decimal("30.00")}
+    t = {
+        "id": str(uuid.uuid4()),
+        "version": 3,
+        "title": "t",
+        "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
+        "goods_id": "937122477375",
+        "sku_color": "黑色CHA(纯棉)",
+        "sku_size": "M(建议100-115)",
+        "quantity": 2,
+        "max_total_price": Decimal("30.00"),
+    }
     t.update(task_over)
     task = Task(**t)
-    claim = Claim(task_id=task.id, task_version=task.version, authorization_id=str(uuid.uuid4()),
-                  attempt_id=str(uuid.uuid4()), claim_generation=1, claim_token="ab" * 32,
-                  session_id=str(uuid.uuid4()), lease_expires_at="2099-01-01T00:05:00Z",
-                  authorization_expires_at="2099-01-01T01:00:00Z")
+    claim = Claim(
+        task_id=task.id,
+        task_version=task.version,
+        authorization_id=str(uuid.uuid4()),
+        attempt_id=str(uuid.uuid4()),
+        claim_generation=1,
+        claim_token="ab" * 32,
+        session_id=str(uuid.uuid4()),
+        lease_expires_at="2099-01-01T00:05:00Z",
+        authorization_expires_at="2099-01-01T01:00:00Z",
+    )
     return ClaimedPurchase(task=task, claim=claim, server_now="2099-01-01T00:00:00Z")
 
 
@@ -76,9 +91,16 @@ class FakeServer:
 
     def append_events(self, claim: Claim, events: list[TaskEvent]) -> None:
         self._maybe_down()
-        validate("events.request", {"batch_key": str(uuid.uuid4()), "attempt_id": claim.attempt_id,
-                                    "claim_generation": 1, "claim_token": claim.claim_token,
-                                    "events": [e.__dict__ for e in events]})
+        validate(
+            "events.request",
+            {
+                "batch_key": str(uuid.uuid4()),
+                "attempt_id": claim.attempt_id,
+                "claim_generation": 1,
+                "claim_token": claim.claim_token,
+                "events": [e.__dict__ for e in events],
+            },
+        )
         self.events.extend(events)
         if self.task_state == "CLAIMED":
             self.task_state = "ORDERING"
@@ -101,31 +123,46 @@ class FakeServer:
         self._maybe_down()
         key = self.keys.key("fence", claim.attempt_id) if self.keys else "k"
         t = self.purchase.task
-        payload = {"fence_key": key if self.keys else str(uuid.uuid4()), "task_id": claim.task_id,
-                   "expected_task_version": claim.task_version, "authorization_id": claim.authorization_id,
-                   "claim_generation": 1, "claim_token": claim.claim_token,
-                   "selected_color": proof.selected_color, "selected_size": proof.selected_size,
-                   "gate1_unit_price": money_str(proof.gate1_unit_price),
-                   "gate2_unit_price": money_str(proof.gate2_unit_price),
-                   "gate3_unit_price": money_str(proof.gate3_unit_price), "quantity_read": proof.quantity_read,
-                   "confirm_page_amount": money_str(proof.confirm_page_amount),
-                   "submit_control_match_count": proof.submit_control_match_count,
-                   "payment_mode": proof.payment_mode}
+        payload = {
+            "fence_key": key if self.keys else str(uuid.uuid4()),
+            "task_id": claim.task_id,
+            "expected_task_version": claim.task_version,
+            "authorization_id": claim.authorization_id,
+            "claim_generation": 1,
+            "claim_token": claim.claim_token,
+            "selected_color": proof.selected_color,
+            "selected_size": proof.selected_size,
+            "gate1_unit_price": money_str(proof.gate1_unit_price),
+            "gate2_unit_price": money_str(proof.gate2_unit_price),
+            "gate3_unit_price": money_str(proof.gate3_unit_price),
+            "quantity_read": proof.quantity_read,
+            "confirm_page_amount": money_str(proof.confirm_page_amount),
+            "submit_control_match_count": proof.submit_control_match_count,
+            "payment_mode": proof.payment_mode,
+        }
         validate("submission_fence.request", payload)
         # The server's re-check (spec 002 fence, issue 15: on the values read).
-        if (proof.selected_color != t.sku_color or proof.selected_size != t.sku_size
-                or proof.quantity_read != t.quantity
-                or not proof.gate1_unit_price == proof.gate2_unit_price == proof.gate3_unit_price
-                or proof.confirm_page_amount > t.max_total_price
-                or proof.confirm_page_amount > proof.gate1_unit_price * proof.quantity_read
-                or proof.payment_mode not in ("微信支付", "支付宝")
-                or proof.submit_control_match_count != 1):
+        if (
+            proof.selected_color != t.sku_color
+            or proof.selected_size != t.sku_size
+            or proof.quantity_read != t.quantity
+            or not proof.gate1_unit_price == proof.gate2_unit_price == proof.gate3_unit_price
+            or proof.confirm_page_amount > t.max_total_price
+            or proof.confirm_page_amount > proof.gate1_unit_price * proof.quantity_read
+            or proof.payment_mode not in ("微信支付", "支付宝")
+            or proof.submit_control_match_count != 1
+        ):
             raise ServerRejected(409, "fence_refused")
         if key in self.fences:
             body = dict(self.fences[key], click_permitted=False, reconciliation_required=True)
         else:
-            body = {"submission_id": str(uuid.uuid4()), "status": "FENCED", "click_permitted": True,
-                    "reconciliation_required": False, "submit_text": "提交订单"}
+            body = {
+                "submission_id": str(uuid.uuid4()),
+                "status": "FENCED",
+                "click_permitted": True,
+                "reconciliation_required": False,
+                "submit_text": "提交订单",
+            }
             self.fences[key] = body
             self.task_state = "SUBMITTING"
         try:
@@ -135,14 +172,25 @@ class FakeServer:
 
     def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None:
         key = self.keys.key("result", permit.attempt_id) if self.keys else str(uuid.uuid4())
-        self.report_recovered_result(submission_id=permit.submission_id, attempt_id=permit.attempt_id,
-                                     claim_token="ab" * 32, result=result, result_key=key)
+        self.report_recovered_result(
+            submission_id=permit.submission_id,
+            attempt_id=permit.attempt_id,
+            claim_token="ab" * 32,
+            result=result,
+            result_key=key,
+        )
 
-    def report_recovered_result(self, *, submission_id: str, attempt_id: str, claim_token: str,
-                                result: SubmissionResult, result_key: str) -> None:
+    def report_recovered_result(
+        self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
+    ) -> None:
         self._maybe_down()
-        payload = {"result_key": result_key, "attempt_id": attempt_id, "claim_token": claim_token,
-                   "observation": result.observation, "evidence_asset_id": result.evidence_asset_id}
+        payload = {
+            "result_key": result_key,
+            "attempt_id": attempt_id,
+            "claim_token": claim_token,
+            "observation": result.observation,
+            "evidence_asset_id": result.evidence_asset_id,
+        }
         for name in ("order_sn", "observation_reason"):  # optional on the wire: sent only when set
             if getattr(result, name) is not None:
                 payload[name] = getattr(result, name)
@@ -161,8 +209,9 @@ class FakeApi(FakeServer):
     """FakeServer plus what the runner needs: heartbeat and a claim queue (claim-next answers each
     queued purchase once, then 204/None). Records every heartbeat state and claim-next call."""
 
-    def __init__(self, purchases: list[ClaimedPurchase], keys: Any = None, *, allowed: bool = True,
-                 interval: int = 10) -> None:
+    def __init__(
+        self, purchases: list[ClaimedPurchase], keys: Any = None, *, allowed: bool = True, interval: int = 10
+    ) -> None:
         super().__init__(purchases[0] if purchases else make_purchase(), keys)
         self.queue = list(purchases)
         self.allowed = allowed
@@ -174,16 +223,34 @@ class FakeApi(FakeServer):
         self.on_claim: Any = None  # callable(purchase) after a claim is handed out
         self.fail_keys: list[str] = []
 
-    def heartbeat(self, *, adb_serial: str, android_release: str, pdd_version: str | None,
-                  pdd_version_code: int | None, state: str, pack_id: str | None = None) -> dict[str, Any]:
+    def heartbeat(
+        self,
+        *,
+        adb_serial: str,
+        android_release: str,
+        pdd_version: str | None,
+        pdd_version_code: int | None,
+        state: str,
+        pack_id: str | None = None,
+    ) -> dict[str, Any]:
         self._maybe_down()
-        body = {"device_id": str(uuid.uuid4()), "client_version": "0.1.0", "adb_serial": adb_serial,
-                "android_release": android_release, "pdd_version": pdd_version,
-                "pdd_version_code": pdd_version_code, "state": state}
+        body = {
+            "device_id": str(uuid.uuid4()),
+            "client_version": "0.1.0",
+            "adb_serial": adb_serial,
+            "android_release": android_release,
+            "pdd_version": pdd_version,
+            "pdd_version_code": pdd_version_code,
+            "state": state,
+        }
         validate("heartbeat.request", body if pack_id is None else {**body, "pack_id": pack_id})
         self.heartbeat_states.append(state)
-        return {"device_id": str(uuid.uuid4()), "app_version_allowed": self.allowed,
-                "server_now": "2099-01-01T00:00:00Z", "heartbeat_interval_seconds": self.interval}
+        return {
+            "device_id": str(uuid.uuid4()),
+            "app_version_allowed": self.allowed,
+            "server_now": "2099-01-01T00:00:00Z",
+            "heartbeat_interval_seconds": self.interval,
+        }
 
     def claim_next(self, session: Session, *, pack_id: str | None = None) -> ClaimedPurchase | None:
         self._maybe_down()

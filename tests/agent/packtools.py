@@ -66,8 +66,9 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def add_capture_evidence(pack_path: Path, captures_dir: Path, *, prefix: str, source: str,
-                         justify: dict[str, str]) -> list[str]:
+def add_capture_evidence(
+    pack_path: Path, captures_dir: Path, *, prefix: str, source: str, justify: dict[str, str]
+) -> list[str]:
     """Edit the pack file ``pack_path`` as an operator does after a dry run (docs/agent.md "New app
     version runbook", step 6): copy every capture of ``captures_dir`` (its ``dump.xml``,
     ``screenshot.png``, ``meta.json``) to ``evidence/<pack id>/<capture>/`` next to the pack, add one
@@ -88,9 +89,13 @@ def add_capture_evidence(pack_path: Path, captures_dir: Path, *, prefix: str, so
             shutil.copyfile(capture / name, dest / name)
             files[kind] = {"path": f"evidence/{data['id']}/{capture.name}/{name}", "sha256": sha256_file(dest / name)}
         evidence_id = f"{prefix}{capture.name}"
-        data["evidence"][evidence_id] = {"label": f"{meta['label']} ({meta['app_version_name']})",
-                                         "captured_at": meta["captured_at"], "device": meta["device"],
-                                         "source": source, "files": files}
+        data["evidence"][evidence_id] = {
+            "label": f"{meta['label']} ({meta['app_version_name']})",
+            "captured_at": meta["captured_at"],
+            "device": meta["device"],
+            "source": source,
+            "files": files,
+        }
         new_ids.append(evidence_id)
         if screen in justify:
             added.setdefault(justify[screen], []).append(evidence_id)

@@ -63,6 +63,7 @@ class RealServer:
     def init(self) -> RealServer:
         import contextlib
         import io
+
         with contextlib.redirect_stdout(io.StringIO()):
             assert server_cli(["--data-dir", str(self.data_dir), "init", "--json"]) == 0
         self.settings = load_settings(self.data_dir, environ=self._env)
@@ -143,18 +144,37 @@ class RealServer:
     def revoke_device(self, device_id: str) -> None:
         run_in_transaction(self.conn, lambda c: device_service.revoke_device(c, device_id, ACTOR, self.clock.now()))
 
-    def add_task(self, *, goods_id: str = "937122477375", color: str = "黑色CHA(纯棉)",
-                 size: str | None = "M(建议100-115)", quantity: int = 2, max_total_price: str = "30.00",
-                 title: str = "纯棉短袖", start: bool = True) -> TaskRef:
+    def add_task(
+        self,
+        *,
+        goods_id: str = "937122477375",
+        color: str = "黑色CHA(纯棉)",
+        size: str | None = "M(建议100-115)",
+        quantity: int = 2,
+        max_total_price: str = "30.00",
+        title: str = "纯棉短袖",
+        start: bool = True,
+    ) -> TaskRef:
         assert self.settings is not None
-        raw = {"create_key": new_id(), "title": title, "product_url": GOODS_URL.format(goods_id=goods_id),
-               "sku_color": color, "sku_size": size, "quantity": quantity, "max_total_price": max_total_price}
+        raw = {
+            "create_key": new_id(),
+            "title": title,
+            "product_url": GOODS_URL.format(goods_id=goods_id),
+            "sku_color": color,
+            "sku_size": size,
+            "quantity": quantity,
+            "max_total_price": max_total_price,
+        }
         new = task_service.validate_new_task(raw, self.settings)
         task, _ = run_in_transaction(self.conn, lambda c: task_service.create_task(c, new, ACTOR, self.clock.now()))
         if start:
             settings = self.settings
-            run_in_transaction(self.conn, lambda c: task_service.start_purchases(
-                c, new_id(), [(task.id, task.version)], ACTOR, self.clock.now(), settings))
+            run_in_transaction(
+                self.conn,
+                lambda c: task_service.start_purchases(
+                    c, new_id(), [(task.id, task.version)], ACTOR, self.clock.now(), settings
+                ),
+            )
             task = run_in_transaction(self.conn, lambda c: task_service.get_task(c, task.id))
         return TaskRef(task.id, task.version)
 

@@ -65,8 +65,10 @@ class SimPhone:
             return ""
         if args[:2] == ["dumpsys", "package"]:
             name, code = self.version
-            return (f"Packages:\n  Package [com.xunmeng.pinduoduo] (abc):\n    versionCode={code} "
-                    f"minSdk=21 targetSdk=33\n    versionName={name}\n")
+            return (
+                f"Packages:\n  Package [com.xunmeng.pinduoduo] (abc):\n    versionCode={code} "
+                f"minSdk=21 targetSdk=33\n    versionName={name}\n"
+            )
         if args[:2] == ["dumpsys", "window"]:
             pkg = self.focused_package()
             return f"  mCurrentFocus=Window{{8a3f2c1 u0 {pkg}/.Main}}\n"
@@ -96,9 +98,18 @@ class SimPhone:
                 self.tap_hook(role)
             page = self.app.page
             # the same fields as the simulator's journal entries, so tests/tally.py reads both
-            self.taps.append({"kind": "tap", "seq": len(self.taps) + 1, "ts": time.time(), "x": x, "y": y,
-                              "role": role, "text": target.text if target else "",
-                              "goods_id": page.goods_id if page else None})
+            self.taps.append(
+                {
+                    "kind": "tap",
+                    "seq": len(self.taps) + 1,
+                    "ts": time.time(),
+                    "x": x,
+                    "y": y,
+                    "role": role,
+                    "text": target.text if target else "",
+                    "goods_id": page.goods_id if page else None,
+                }
+            )
             if target is not None and target.action:
                 self.app.act(target.action)
         if self.after_tap:

@@ -30,20 +30,29 @@ def _dump(name: str):
     return parse_dump((FX / name).read_text("utf-8"))
 
 
-@pytest.mark.parametrize("name,focus,observation,reason,package", [
-    ("real/after_alipay_cashier.xml", None, "EXTERNAL_PAYMENT_HANDOFF", None, "com.eg.android.AlipayGphone"),
-    ("real/after_wechat_cashier.xml", "com.tencent.mm", "EXTERNAL_PAYMENT_HANDOFF", None, "com.tencent.mm"),
-    # the focus alone names the cashier while the dump still shows the app (a late dump)
-    ("sim/confirm_order.xml", "com.eg.android.AlipayGphone", "EXTERNAL_PAYMENT_HANDOFF", None,
-     "com.eg.android.AlipayGphone"),
-    ("real/after_paid.xml", "com.xunmeng.pinduoduo", "UNKNOWN", "PAYMENT_SUSPECTED", None),
-    ("sim/order_created.xml", "com.xunmeng.pinduoduo", "SUBMITTED", None, None),
-    ("real/security_challenge.xml", None, "SECURITY_CHALLENGE", "SECURITY_CHALLENGE_AFTER_TAP", None),
-    ("sim/confirm_order.xml", "com.xunmeng.pinduoduo", None, "NO_KNOWN_SCREEN", None),
-    ("real/system_only.xml", None, None, "NO_KNOWN_SCREEN", "com.android.launcher3"),
-])
-def test_classify_after_the_tap(name: str, focus: str | None, observation: str | None, reason: str | None,
-                                package: str | None) -> None:
+@pytest.mark.parametrize(
+    "name,focus,observation,reason,package",
+    [
+        ("real/after_alipay_cashier.xml", None, "EXTERNAL_PAYMENT_HANDOFF", None, "com.eg.android.AlipayGphone"),
+        ("real/after_wechat_cashier.xml", "com.tencent.mm", "EXTERNAL_PAYMENT_HANDOFF", None, "com.tencent.mm"),
+        # the focus alone names the cashier while the dump still shows the app (a late dump)
+        (
+            "sim/confirm_order.xml",
+            "com.eg.android.AlipayGphone",
+            "EXTERNAL_PAYMENT_HANDOFF",
+            None,
+            "com.eg.android.AlipayGphone",
+        ),
+        ("real/after_paid.xml", "com.xunmeng.pinduoduo", "UNKNOWN", "PAYMENT_SUSPECTED", None),
+        ("sim/order_created.xml", "com.xunmeng.pinduoduo", "SUBMITTED", None, None),
+        ("real/security_challenge.xml", None, "SECURITY_CHALLENGE", "SECURITY_CHALLENGE_AFTER_TAP", None),
+        ("sim/confirm_order.xml", "com.xunmeng.pinduoduo", None, "NO_KNOWN_SCREEN", None),
+        ("real/system_only.xml", None, None, "NO_KNOWN_SCREEN", "com.android.launcher3"),
+    ],
+)
+def test_classify_after_the_tap(
+    name: str, focus: str | None, observation: str | None, reason: str | None, package: str | None
+) -> None:
     seen = A.classify(_dump(name), focus, _pack())
     assert (seen.observation, seen.reason, seen.package) == (observation, reason, package)
     # a screenshot is allowed only when the app itself is in front
@@ -78,17 +87,25 @@ def test_foreign_dump_is_refused_before_the_tap_and_readable_after_it() -> None:
     assert {n.package for n in phone.dump_any().nodes} == {"com.android.systemui", "com.eg.android.AlipayGphone"}
 
 
-@pytest.mark.parametrize("text,package", [
-    ("  mCurrentFocus=Window{8a3f2c1 u0 com.tencent.mm/com.tencent.mm.plugin.wallet.ui.WalletPayUI}\n",
-     "com.tencent.mm"),
-    ("mCurrentFocus=Window{1 u0 com.xunmeng.pinduoduo/.ui.activity.HomeActivity}\n"
-     "mFocusedApp=ActivityRecord{7d2e9b0 u0 com.xunmeng.pinduoduo/.X t57}\n", "com.xunmeng.pinduoduo"),
-    ("  mCurrentFocus=null\n", None),
-    ("  mCurrentFocus=Window{5f1c2a8 u0 StatusBar}\n", None),
-    ("", None),
-    ("mCurrentFocus=Window{1 u0 com.tencent.mm/.A}\nmCurrentFocus=Window{2 u0 com.xunmeng.pinduoduo/.B}\n", None),
-    ("mCurrentFocus=Window{1 u0 com.tencent.mm/.A}\nmCurrentFocus=null\n", None),
-])
+@pytest.mark.parametrize(
+    "text,package",
+    [
+        (
+            "  mCurrentFocus=Window{8a3f2c1 u0 com.tencent.mm/com.tencent.mm.plugin.wallet.ui.WalletPayUI}\n",
+            "com.tencent.mm",
+        ),
+        (
+            "mCurrentFocus=Window{1 u0 com.xunmeng.pinduoduo/.ui.activity.HomeActivity}\n"
+            "mFocusedApp=ActivityRecord{7d2e9b0 u0 com.xunmeng.pinduoduo/.X t57}\n",
+            "com.xunmeng.pinduoduo",
+        ),
+        ("  mCurrentFocus=null\n", None),
+        ("  mCurrentFocus=Window{5f1c2a8 u0 StatusBar}\n", None),
+        ("", None),
+        ("mCurrentFocus=Window{1 u0 com.tencent.mm/.A}\nmCurrentFocus=Window{2 u0 com.xunmeng.pinduoduo/.B}\n", None),
+        ("mCurrentFocus=Window{1 u0 com.tencent.mm/.A}\nmCurrentFocus=null\n", None),
+    ],
+)
 def test_parse_focused_package(text: str, package: str | None) -> None:
     assert parse_focused_package(text) == package
 
@@ -99,7 +116,9 @@ def test_order_list_cards_and_match() -> None:
     assert A.is_order_list(dump, conf)
     cards = A.read_order_cards(dump, conf)
     assert [(c.amount, c.order_sn, c.pending) for c in cards] == [
-        (Decimal("25.76"), "250101-000000042", True), (Decimal("39.90"), "250101-000000017", True)]
+        (Decimal("25.76"), "250101-000000042", True),
+        (Decimal("39.90"), "250101-000000017", True),
+    ]
     assert A.match_order(cards, Decimal("25.76"), None)[0] == "250101-000000042"
     assert A.match_order(cards, Decimal("39.90"), "whatever")[0] == "250101-000000017"
     assert A.match_order(cards, Decimal("10.00"), None)[0] is None
@@ -116,8 +135,7 @@ def test_ambiguous_or_unreadable_orders_give_no_order_sn() -> None:
     sn, why = A.match_order(A.read_order_cards(same, conf), Decimal("25.76"), None)
     assert sn is None and "ambiguous" in why
     # a card with two different amounts, or a malformed number, is unreadable, never guessed
-    two = parse_dump(xml.replace("¥39.90", "¥25.76").replace(
-        '"实付款" class', '"¥1.00" class', 1))
+    two = parse_dump(xml.replace("¥39.90", "¥25.76").replace('"实付款" class', '"¥1.00" class', 1))
     assert A.read_order_cards(two, conf)[0].amount is None
     bad = parse_dump(xml.replace("订单编号：250101-000000042", "订单编号：12"))
     sn, why = A.match_order(A.read_order_cards(bad, conf), Decimal("25.76"), None)
@@ -156,14 +174,17 @@ def test_retention_dialog_leaves_only_through_a_non_payment_control() -> None:
     assert A.leave_control(dump, _conf_with_leave({"clickable": True})) is None
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda c: c.update(order_list_deep_link="https://evil.example/orders.html?type=1"),
-    lambda c: c.update(order_list_deep_link="pinduoduo://com.xunmeng.pinduoduo/orders.html?type=1;rm"),
-    lambda c: c["order_card"]["order_sn"].update(regex="订单编号：(\\S+)"),
-    lambda c: c["order_card"]["amount"].update(regex="¥(\\d+)"),
-    lambda c: c["retention_dialog"]["leave"].pop("evidence"),
-    lambda c: c["order_card"]["pending"].update(evidence=["no-such-bundle"]),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda c: c.update(order_list_deep_link="https://evil.example/orders.html?type=1"),
+        lambda c: c.update(order_list_deep_link="pinduoduo://com.xunmeng.pinduoduo/orders.html?type=1;rm"),
+        lambda c: c["order_card"]["order_sn"].update(regex="订单编号：(\\S+)"),
+        lambda c: c["order_card"]["amount"].update(regex="¥(\\d+)"),
+        lambda c: c["retention_dialog"]["leave"].pop("evidence"),
+        lambda c: c["order_card"]["pending"].update(evidence=["no-such-bundle"]),
+    ],
+)
 def test_broken_after_submit_sections_are_refused(mutate) -> None:
     raw = copy.deepcopy(_pack().raw)
     mutate(raw["after_submit"]["confirmation"])
@@ -197,9 +218,18 @@ def test_822_simulator_captures_after_the_tap() -> None:
 
 def _journal_at_tapped(tmp_path: Path) -> Journal:
     j = Journal(tmp_path / "j.sqlite3")
-    j.record_claim(attempt_id="a1", task_id="t1", task_version=1, authorization_id="z", claim_generation=1,
-                   claim_token="ab" * 32, session_id="s", lease_expires_at="x", authorization_expires_at="x",
-                   task={})
+    j.record_claim(
+        attempt_id="a1",
+        task_id="t1",
+        task_version=1,
+        authorization_id="z",
+        claim_generation=1,
+        claim_token="ab" * 32,
+        session_id="s",
+        lease_expires_at="x",
+        authorization_expires_at="x",
+        task={},
+    )
     j.record_permit("a1", "sub1")
     j.advance("a1", "TAP_INTENT_RECORDED")
     j.advance("a1", "TAPPED")
@@ -226,13 +256,19 @@ def test_journal_post_tap_records(tmp_path: Path) -> None:
 
 
 def test_the_title_narrows_several_amount_matches_to_one_or_leaves_them_ambiguous() -> None:
-    cards = [A.OrderCard("纯棉短袖", Decimal("25.76"), "sn-000001", True),
-             A.OrderCard("保温杯", Decimal("25.76"), "sn-000002", True),
-             A.OrderCard(None, Decimal("25.76"), "sn-000003", False)]  # not pending: never ours
+    cards = [
+        A.OrderCard("纯棉短袖", Decimal("25.76"), "sn-000001", True),
+        A.OrderCard("保温杯", Decimal("25.76"), "sn-000002", True),
+        A.OrderCard(None, Decimal("25.76"), "sn-000003", False),
+    ]  # not pending: never ours
     assert A.match_order(cards, Decimal("25.76"), "纯棉短袖")[0] == "sn-000001"
     assert A.match_order(cards, Decimal("25.76"), "别的商品")[0] is None
-    assert A.match_order([cards[0], A.OrderCard(None, Decimal("25.76"), "sn-000004", True)],
-                         Decimal("25.76"), "纯棉短袖")[0] == "sn-000001"
+    assert (
+        A.match_order([cards[0], A.OrderCard(None, Decimal("25.76"), "sn-000004", True)], Decimal("25.76"), "纯棉短袖")[
+            0
+        ]
+        == "sn-000001"
+    )
     assert A.match_order(cards, Decimal("25.76"), None)[0] is None
 
 
@@ -243,8 +279,9 @@ class _Sink:
     def __init__(self) -> None:
         self.sent: list[tuple[str, object]] = []
 
-    def report_recovered_result(self, *, submission_id: str, attempt_id: str, claim_token: str,
-                                result: object, result_key: str) -> None:
+    def report_recovered_result(
+        self, *, submission_id: str, attempt_id: str, claim_token: str, result: object, result_key: str
+    ) -> None:
         self.sent.append((result_key, result))
 
 

@@ -40,8 +40,7 @@ from .test_flow_sim import _default
 from .test_kill_restart import AgentProcess, _journal_state, _stop, _wait
 from .test_real_server import Agent, fast_phone, kinds, srv  # noqa: F401  (fixtures)
 
-CASHIERS = [("EXTERNAL_CASHIER_ALIPAY", "com.eg.android.AlipayGphone"),
-            ("EXTERNAL_CASHIER_WECHAT", "com.tencent.mm")]
+CASHIERS = [("EXTERNAL_CASHIER_ALIPAY", "com.eg.android.AlipayGphone"), ("EXTERNAL_CASHIER_WECHAT", "com.tencent.mm")]
 BOTH_VERSIONS = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.22.0"}
 LAYOUTS = [pytest.param("8.17.0", id="8.17.0"), pytest.param("8.22.0", id="8.22.0")]
 
@@ -49,8 +48,9 @@ LAYOUTS = [pytest.param("8.17.0", id="8.17.0"), pytest.param("8.22.0", id="8.22.
 def _scenario(version: str = "8.17.0", **changes: Any) -> dict[str, Any]:
     data = copy.deepcopy(_default())
     if version == "8.22.0":
-        data["app"] = dict(data.get("app") or {}, package="com.xunmeng.pinduoduo", version_name="8.22.0",
-                           version_code=82200)
+        data["app"] = dict(
+            data.get("app") or {}, package="com.xunmeng.pinduoduo", version_name="8.22.0", version_code=82200
+        )
     data.update(changes)
     return data
 
@@ -63,14 +63,16 @@ def _task_page(srv: RealServer, task_id: str) -> str:
     form = opener.open(f"{srv.url}/login", timeout=10).read().decode()
     token = re.search(r'name="csrf_token" value="([0-9a-f]{64})"', form)
     assert token
-    body = urllib.parse.urlencode({"username": ADMIN_USER, "password": ADMIN_PASSWORD,
-                                   "csrf_token": token.group(1)}).encode()
+    body = urllib.parse.urlencode(
+        {"username": ADMIN_USER, "password": ADMIN_PASSWORD, "csrf_token": token.group(1)}
+    ).encode()
     opener.open(f"{srv.url}/login", data=body, timeout=10).read()
     return opener.open(f"{srv.url}/tasks/{task_id}", timeout=10).read().decode()
 
 
-def _run_one(tmp_path: Path, srv: RealServer, scenario: dict[str, Any]) -> tuple[Agent, Any, list[dict[str, Any]],
-                                                                             list[dict[str, Any]], dict[str, Any]]:
+def _run_one(
+    tmp_path: Path, srv: RealServer, scenario: dict[str, Any]
+) -> tuple[Agent, Any, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """One task through one agent run on the simulator: (agent, task, the sim journal, the sim's
     orders, the one submit tap entry — asserted to be exactly one)."""
     creds = srv.add_device()
@@ -99,8 +101,9 @@ def _submission_row(srv: RealServer, task_id: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("version", LAYOUTS)
 @pytest.mark.parametrize("outcome,package", CASHIERS)
-def test_external_cashier_then_read_only_confirmation(tmp_path: Path, fast_phone: None,
-                                                      version: str, outcome: str, package: str) -> None:
+def test_external_cashier_then_read_only_confirmation(
+    tmp_path: Path, fast_phone: None, version: str, outcome: str, package: str
+) -> None:
     with RealServer(tmp_path, env=BOTH_VERSIONS) as srv:
         _cashier_case(tmp_path, srv, version, outcome, package)
 
@@ -109,8 +112,9 @@ def _cashier_case(tmp_path: Path, srv: RealServer, version: str, outcome: str, p
     # the phone: one submit tap, nothing with a payment role, no screenshot of the cashier
     agent, task, entries, orders, submit = _run_one(tmp_path, srv, _scenario(version, outcome=outcome))
     assert_no_foreign_screenshots(entries)
-    assert any(e["kind"] == "dump" and e.get("package") == package for e in entries), \
+    assert any(e["kind"] == "dump" and e.get("package") == package for e in entries), (
         "the cashier was never in front while the agent looked"
+    )
     # after the tap: one BACK, one tap (先去逛逛), one deep link to the order list — nothing else
     later = _after(entries, submit["seq"])
     assert [e["kind"] for e in later if e["kind"] in ("tap", "key", "deep_link")] == ["key", "tap", "deep_link"]
@@ -142,7 +146,8 @@ def _cashier_case(tmp_path: Path, srv: RealServer, version: str, outcome: str, p
 
 
 def test_paid_state_after_the_tap_is_payment_suspected_and_nothing_is_touched(
-        tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+    tmp_path: Path, srv: RealServer, fast_phone: None
+) -> None:
     agent, task, entries, _, submit = _run_one(tmp_path, srv, _scenario(outcome="PAID"))
     assert not [e for e in _after(entries, submit["seq"]) if e["kind"] in ("tap", "key", "deep_link")]
     row = _submission_row(srv, task.id)
@@ -157,8 +162,7 @@ def test_paid_state_after_the_tap_is_payment_suspected_and_nothing_is_touched(
     assert hold is not None and hold.startswith("PAYMENT_SUSPECTED")
 
 
-def test_two_matching_pending_orders_give_no_order_number(tmp_path: Path, srv: RealServer,
-                                                          fast_phone: None) -> None:
+def test_two_matching_pending_orders_give_no_order_number(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
     creds = srv.add_device()
     first = srv.add_task()
     with adbutils_leaks_ignored(), running_sim(_scenario(outcome="EXTERNAL_CASHIER_ALIPAY")) as sim:
@@ -181,9 +185,9 @@ def test_two_matching_pending_orders_give_no_order_number(tmp_path: Path, srv: R
     assert agent.journal.post_tap(second_attempt)["confirm_step"] == "DONE"  # type: ignore[index]
 
 
-def test_confirmation_that_cannot_find_the_order_still_reports(tmp_path: Path, srv: RealServer,
-                                                               fast_phone: None,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_confirmation_that_cannot_find_the_order_still_reports(
+    tmp_path: Path, srv: RealServer, fast_phone: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pack whose order-list link opens nothing on this phone (an operator's mistake, or a link the
     app stopped handling): the confirmation leaves the cashier and the dialog, opens the link, sees
     no list, stops — no order number, nothing else touched, the result reported all the same."""
@@ -192,8 +196,9 @@ def test_confirmation_that_cannot_find_the_order_still_reports(tmp_path: Path, s
     (shipped,) = [p for p in shipped_packs() if p.version_name == "8.17.0"]
     raw = copy.deepcopy(shipped.raw)
     raw["after_submit"]["confirmation"]["order_list_deep_link"] = "pinduoduo://com.xunmeng.pinduoduo/mall.html?type=1"
-    monkeypatch.setattr(runner_module, "resolve",
-                        lambda *a, **k: Resolution(compile_pack(raw), "operator", tmp_path / "pack.json"))
+    monkeypatch.setattr(
+        runner_module, "resolve", lambda *a, **k: Resolution(compile_pack(raw), "operator", tmp_path / "pack.json")
+    )
     agent, task, entries, (order,), submit = _run_one(tmp_path, srv, _scenario(outcome="EXTERNAL_CASHIER_WECHAT"))
     later = _after(entries, submit["seq"])
     assert [e["kind"] for e in later if e["kind"] in ("tap", "key", "deep_link")] == ["key", "tap", "deep_link"]
@@ -210,14 +215,17 @@ def test_confirmation_that_cannot_find_the_order_still_reports(tmp_path: Path, s
 
 
 def test_sigkill_in_the_middle_of_the_confirmation(tmp_path: Path) -> None:
-    with RealServer(tmp_path) as srv, \
-            running_sim(_scenario(outcome="EXTERNAL_CASHIER_ALIPAY"), set_env=False) as sim:
+    with RealServer(tmp_path) as srv, running_sim(_scenario(outcome="EXTERNAL_CASHIER_ALIPAY"), set_env=False) as sim:
         task = srv.add_task()
         agent = AgentProcess(tmp_path, srv, sim.port)
         first = agent.start(pause_after="CONFIRM_STEP")
         try:
-            _wait(lambda: "EXTERNAL_PAYMENT_HANDOFF" in _journal_state(agent.journal).get("observations", []),
-                  first, 60, "the journaled observation")
+            _wait(
+                lambda: "EXTERNAL_PAYMENT_HANDOFF" in _journal_state(agent.journal).get("observations", []),
+                first,
+                60,
+                "the journaled observation",
+            )
             time.sleep(0.5)  # paused right after the first confirmation step was journaled
             j = Journal(agent.journal)
             try:

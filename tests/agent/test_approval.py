@@ -48,6 +48,7 @@ GOODS = "937122477375"
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
     import cmbuyer.agent.capabilities as cap
     import cmbuyer.agent.submit as sub
+
     monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 5.0)
     monkeypatch.setattr(sub, "OBSERVE_SECONDS", 5.0)
     monkeypatch.setenv(approval.ENV_POLL, "0.3")
@@ -69,16 +70,30 @@ class Rig:
 
     def run(self, *, fence_margin: float = 5.0, stop: threading.Event | None = None) -> FlowResult:
         c = self.purchase.claim
-        self.journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=c.task_version,
-                                  authorization_id=c.authorization_id, claim_generation=c.claim_generation,
-                                  claim_token=c.claim_token, session_id=c.session_id,
-                                  lease_expires_at=c.lease_expires_at,
-                                  authorization_expires_at=c.authorization_expires_at, task={})
+        self.journal.record_claim(
+            attempt_id=c.attempt_id,
+            task_id=c.task_id,
+            task_version=c.task_version,
+            authorization_id=c.authorization_id,
+            claim_generation=c.claim_generation,
+            claim_token=c.claim_token,
+            session_id=c.session_id,
+            lease_expires_at=c.lease_expires_at,
+            authorization_expires_at=c.authorization_expires_at,
+            task={},
+        )
         lease = LeaseKeeper(self.api, c, self.purchase.server_now).start()
         version = self.phone.app_version()
         assert version is not None
-        flow = PurchaseFlow(phone=self.phone, pack=pack_for_version(version.name, version.code), sink=self.api,
-                            journal=self.journal, stop=stop, lease=lease, fence_margin=fence_margin)
+        flow = PurchaseFlow(
+            phone=self.phone,
+            pack=pack_for_version(version.name, version.code),
+            sink=self.api,
+            journal=self.journal,
+            stop=stop,
+            lease=lease,
+            fence_margin=fence_margin,
+        )
         try:
             return flow.run(self.purchase)
         finally:
@@ -103,6 +118,7 @@ def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
             r.taps_at_request = r.taps()
             if previous:
                 previous(approval_id)
+
         api.on_approval_request = at_request
         api.on_fence = lambda: setattr(r, "taps_at_fence", r.taps())
         yield r
@@ -111,6 +127,7 @@ def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
 
 def _session() -> Any:
     from cmbuyer.agent.model import Session
+
     return Session("c3a1f1d2-2b7e-4a53-9d3c-0c2b8f1e4a11")
 
 
@@ -121,6 +138,7 @@ def _wire_on_request(r: Rig, fn: Any) -> None:
     def hook(approval_id: str) -> None:
         snapshot(approval_id)
         fn(approval_id)
+
     r.api.on_approval_request = hook
 
 
@@ -145,7 +163,9 @@ def test_waits_then_completes_once_a_person_approves(rig: Rig) -> None:
             while rig.api.status_reads < 3 and time.monotonic() < deadline:  # the phone is really waiting
                 time.sleep(0.05)
             rig.api.decide("APPROVED", approval_id)
+
         threading.Thread(target=run, daemon=True).start()
+
     _wire_on_request(rig, approve_later)
     result = rig.run()
     assert result.outcome == "SUBMITTED", rig.api.fails
@@ -160,8 +180,11 @@ def test_waits_then_completes_once_a_person_approves(rig: Rig) -> None:
     assert rig.api.assets[request["screenshot_asset_id"]] == (rig.purchase.claim.attempt_id, "CONFIRM_PAGE_GATE_3")
     assert request["readings"] == rig.api.fence_bodies[0]
     assert request["readings"]["gate3_unit_price"] == "12.88" and request["readings"]["quantity_read"] == 2
-    assert rig.steps() == [("APPROVAL_REQUEST", "OK", None), ("APPROVAL_WAIT", "STARTED", None),
-                           ("APPROVAL_WAIT", "OK", None)]
+    assert rig.steps() == [
+        ("APPROVAL_REQUEST", "OK", None),
+        ("APPROVAL_WAIT", "STARTED", None),
+        ("APPROVAL_WAIT", "OK", None),
+    ]
     # the approval key was journaled for the request and forgotten after the answer
     assert rig.journal.key_scopes("approval") == []
 
@@ -192,8 +215,12 @@ def test_unsupervised_attempt_goes_straight_to_the_fence(tmp_path: Path) -> None
 
 # --- the screen changes while waiting ---------------------------------------------------------------
 def test_price_change_while_waiting_stops_before_the_fence(rig: Rig) -> None:
-    _wire_on_request(rig, lambda _id: rig.sim.phone("sim-1").inject(
-        "price_change", goods_id=GOODS, price="11.88", options=["黑色CHA(纯棉)", "M(建议100-115)"]))
+    _wire_on_request(
+        rig,
+        lambda _id: rig.sim.phone("sim-1").inject(
+            "price_change", goods_id=GOODS, price="11.88", options=["黑色CHA(纯棉)", "M(建议100-115)"]
+        ),
+    )
     result = rig.run()
     assert (result.outcome, result.reason_code) == ("FAILED", "SCREEN_CHANGED_WHILE_WAITING")
     assert _fenced_count(rig) == 0
@@ -220,9 +247,16 @@ def test_a_voided_approval_stops_before_the_fence(rig: Rig) -> None:
 
 
 # --- the 8.22.0 order sheet: options, stepper and payment row on the screen with the submit control ---------
-ORDER_SHEET = {"scenario": "order_sheet",
-               "purchase": {"goods_id": "710000000001", "sku_color": "黑色", "sku_size": "M", "quantity": 1,
-                            "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=710000000001"}}
+ORDER_SHEET = {
+    "scenario": "order_sheet",
+    "purchase": {
+        "goods_id": "710000000001",
+        "sku_color": "黑色",
+        "sku_size": "M",
+        "quantity": 1,
+        "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=710000000001",
+    },
+}
 
 
 @pytest.mark.parametrize("rig", [ORDER_SHEET], indirect=True)
@@ -298,6 +332,7 @@ def test_the_lease_stays_alive_during_a_long_wait(rig: Rig, monkeypatch: pytest.
 def test_a_refused_renewal_during_the_wait_is_lease_lost(rig: Rig) -> None:
     def refuse_soon(_id: str) -> None:
         threading.Timer(0.5, setattr, (rig.api, "lease_ok", False)).start()
+
     _wire_on_request(rig, refuse_soon)
     result = rig.run(fence_margin=0.5)
     assert (result.outcome, result.reason_code) == ("FAILED", "LEASE_LOST")
@@ -326,7 +361,9 @@ def test_sigterm_while_waiting_stops_without_a_tap(tmp_path: Path) -> None:
                 time.sleep(0.7)
                 seen["sent"] = time.monotonic()
                 os.kill(os.getpid(), signal.SIGTERM)
+
             threading.Thread(target=term, daemon=True).start()
+
         api.on_approval_request = on_request
         old = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
         runner.install_signals()
@@ -351,9 +388,14 @@ def test_settings_from_env() -> None:
     assert approval.ApprovalSettings.from_env({}) == approval.ApprovalSettings(600.0, 3.0)
     s = approval.ApprovalSettings.from_env({approval.ENV_TIMEOUT: "120", approval.ENV_POLL: " 0.5 "})
     assert (s.timeout_seconds, s.poll_seconds) == (120.0, 0.5)
-    for bad in ({approval.ENV_TIMEOUT: "0"}, {approval.ENV_TIMEOUT: "nan"}, {approval.ENV_POLL: "-1"},
-                {approval.ENV_POLL: "3s"}, {approval.ENV_TIMEOUT: "2", approval.ENV_POLL: "3"},
-                {approval.ENV_TIMEOUT: "inf"}):
+    for bad in (
+        {approval.ENV_TIMEOUT: "0"},
+        {approval.ENV_TIMEOUT: "nan"},
+        {approval.ENV_POLL: "-1"},
+        {approval.ENV_POLL: "3s"},
+        {approval.ENV_TIMEOUT: "2", approval.ENV_POLL: "3"},
+        {approval.ENV_TIMEOUT: "inf"},
+    ):
         with pytest.raises(ValueError, match="CMBUYER_AGENT_APPROVAL"):
             approval.ApprovalSettings.from_env(bad)
 
@@ -364,15 +406,29 @@ def test_the_wait_step_cannot_tap() -> None:
     source = Path(approval.__file__).read_text(encoding="utf-8")
     tree = ast.parse(source)
     calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
-    phone_calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call)
-                   and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Attribute)
-                   and n.func.value.attr == "phone"}
+    phone_calls = {
+        n.func.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Attribute)
+        and n.func.value.attr == "phone"
+    }
     assert phone_calls == {"read_stable"}
-    assert not calls & {"tap_node", "tap", "swipe_in_list", "press_back", "dismiss_popups", "back_out",
-                        "submit_tap_once", "open_goods", "wait_for_screen", "wait_for_any"}
+    assert not calls & {
+        "tap_node",
+        "tap",
+        "swipe_in_list",
+        "press_back",
+        "dismiss_popups",
+        "back_out",
+        "submit_tap_once",
+        "open_goods",
+        "wait_for_screen",
+        "wait_for_any",
+    }
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not imported & {"cmbuyer.agent.permit", "cmbuyer.agent.submit", "cmbuyer.agent.client",
-                           "cmbuyer.agent.flow"}
+    assert not imported & {"cmbuyer.agent.permit", "cmbuyer.agent.submit", "cmbuyer.agent.client", "cmbuyer.agent.flow"}
 
 
 def test_unattended_waits_hold_the_phone_after_the_failure_limit() -> None:
@@ -402,8 +458,13 @@ def test_a_status_answer_naming_another_approval_stops_before_the_fence(rig: Rig
 
     def other(claim: Any, approval_id: str) -> Any:
         status = real(claim, approval_id)
-        return dataclasses.replace(status, approval_id=str(uuid.uuid4()), state=state,
-                                   decided_at=status.server_now if state == "APPROVED" else None)
+        return dataclasses.replace(
+            status,
+            approval_id=str(uuid.uuid4()),
+            state=state,
+            decided_at=status.server_now if state == "APPROVED" else None,
+        )
+
     rig.api.approval_status = other  # type: ignore[method-assign]
     result = rig.run()
     assert (result.outcome, result.reason_code) == ("FAILED", "SERVER_UNREACHABLE")

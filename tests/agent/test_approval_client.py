@@ -70,8 +70,12 @@ class _Contract:
         return 404, {"error": "not_found"}
 
     def _answer(self) -> dict[str, Any]:
-        return {"approval_id": self.approval_id, "state": self.state,
-                "decided_at": None if self.state == "WAITING" else NOW, "server_now": NOW}
+        return {
+            "approval_id": self.approval_id,
+            "state": self.state,
+            "decided_at": None if self.state == "WAITING" else NOW,
+            "server_now": NOW,
+        }
 
     def _approval(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if not self.supervised:
@@ -85,15 +89,30 @@ class _Contract:
         return 200, answer
 
     def _claim(self) -> dict[str, Any]:
-        attempt = {"id": str(uuid.uuid4()), "claim_token": TOKEN, "claim_generation": 1,
-                   "lease_expires_at": "2099-01-01T00:02:00Z"}
+        attempt = {
+            "id": str(uuid.uuid4()),
+            "claim_token": TOKEN,
+            "claim_generation": 1,
+            "lease_expires_at": "2099-01-01T00:02:00Z",
+        }
         if self.supervised is not None:
             attempt["supervised"] = self.supervised
-        return {"task": {"id": str(uuid.uuid4()), "version": 2, "title": "t",
-                         "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=1", "goods_id": "1",
-                         "sku_color": "黑色", "sku_size": None, "quantity": 1, "max_total_price": "30.00"},
-                "authorization": {"id": str(uuid.uuid4()), "task_version": 2, "expires_at": "2099-01-01T01:00:00Z"},
-                "attempt": attempt, "server_now": NOW}
+        return {
+            "task": {
+                "id": str(uuid.uuid4()),
+                "version": 2,
+                "title": "t",
+                "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=1",
+                "goods_id": "1",
+                "sku_color": "黑色",
+                "sku_size": None,
+                "quantity": 1,
+                "max_total_price": "30.00",
+            },
+            "authorization": {"id": str(uuid.uuid4()), "task_version": 2, "expires_at": "2099-01-01T01:00:00Z"},
+            "attempt": attempt,
+            "server_now": NOW,
+        }
 
 
 @pytest.fixture
@@ -131,9 +150,17 @@ def _api(url: str, tmp_path: Path) -> tuple[HttpDeviceApi, Journal]:
     return HttpDeviceApi(url, Credentials(str(uuid.uuid4()), "ef" * 32), journal, backoff=0.01), journal
 
 
-PROOF = SubmissionProof(selected_color="黑色", selected_size=None, gate1_unit_price=Decimal("12.88"),
-                        gate2_unit_price=Decimal("12.88"), gate3_unit_price=Decimal("12.88"), quantity_read=1,
-                        confirm_page_amount=Decimal("12.35"), submit_control_match_count=1, payment_mode="微信支付")
+PROOF = SubmissionProof(
+    selected_color="黑色",
+    selected_size=None,
+    gate1_unit_price=Decimal("12.88"),
+    gate2_unit_price=Decimal("12.88"),
+    gate3_unit_price=Decimal("12.88"),
+    quantity_read=1,
+    confirm_page_amount=Decimal("12.35"),
+    submit_control_match_count=1,
+    payment_mode="微信支付",
+)
 ASSET = "0b6e7a53-3c1f-4d47-9a59-0f2f0c4f7c11"
 
 
@@ -162,9 +189,16 @@ def test_approval_request_and_status(server: tuple[_Contract, str], tmp_path: Pa
     assert (status.state, status.approval_id, status.decided_at) == ("WAITING", contract.approval_id, None)
     (first, body1), (second, body2) = contract.requests[-2:]
     assert first == second == f"/api/v1/purchase-attempts/{c.attempt_id}/approval" and body1 == body2
-    assert body1["readings"] == {"selected_color": "黑色", "selected_size": None, "gate1_unit_price": "12.88",
-                                 "gate2_unit_price": "12.88", "gate3_unit_price": "12.88", "quantity_read": 1,
-                                 "confirm_page_amount": "12.35", "payment_mode": "微信支付"}
+    assert body1["readings"] == {
+        "selected_color": "黑色",
+        "selected_size": None,
+        "gate1_unit_price": "12.88",
+        "gate2_unit_price": "12.88",
+        "gate3_unit_price": "12.88",
+        "quantity_read": 1,
+        "confirm_page_amount": "12.35",
+        "payment_mode": "微信支付",
+    }
     assert body1["screenshot_asset_id"] == ASSET and body1["claim_token"] == c.claim_token
     assert journal.key_scopes("approval") == []  # forgotten after the answer
     contract.state = "APPROVED"
@@ -179,8 +213,7 @@ def test_approval_request_and_status(server: tuple[_Contract, str], tmp_path: Pa
     journal.close()
 
 
-def test_a_journaled_key_survives_no_answer_and_is_sent_again(server: tuple[_Contract, str],
-                                                              tmp_path: Path) -> None:
+def test_a_journaled_key_survives_no_answer_and_is_sent_again(server: tuple[_Contract, str], tmp_path: Path) -> None:
     contract, url = server
     api, journal = _api(url, tmp_path)
     claim = api.claim_next(Session(str(uuid.uuid4())))

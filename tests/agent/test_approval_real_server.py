@@ -29,7 +29,8 @@ from .test_real_server import Agent, steps
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("cmbuyer.server.services.supervision_admin") is None
     or importlib.util.find_spec("cmbuyer.server.services.supervision") is None,
-    reason="the server side of issue 17 (approval routes, admin decision) is not on this branch yet")
+    reason="the server side of issue 17 (approval routes, admin decision) is not on this branch yet",
+)
 
 
 @pytest.fixture
@@ -68,8 +69,12 @@ class Person:
                 if row:
                     approval_id = str(row[0])
                     time.sleep(self.after)
-                    run_in_transaction(conn, lambda c, a=approval_id: supervision_admin.decide_approval(
-                        c, a, self.action, Actor("admin", "reviewer"), self.srv.clock.now()))
+                    run_in_transaction(
+                        conn,
+                        lambda c, a=approval_id: supervision_admin.decide_approval(
+                            c, a, self.action, Actor("admin", "reviewer"), self.srv.clock.now()
+                        ),
+                    )
                     self.decided = approval_id
                     return
                 time.sleep(0.1)
@@ -126,8 +131,12 @@ def _verdict(srv: RealServer, task_id: str, verdict: str) -> None:
     from cmbuyer.server.services.common import Actor
 
     submission_id = srv.detail(task_id)["submission"]["id"]
-    run_in_transaction(srv.conn, lambda c: supervision_admin.record_verdict(
-        c, submission_id, verdict.upper(), None, Actor("admin", "reviewer"), srv.clock.now()))
+    run_in_transaction(
+        srv.conn,
+        lambda c: supervision_admin.record_verdict(
+            c, submission_id, verdict.upper(), None, Actor("admin", "reviewer"), srv.clock.now()
+        ),
+    )
 
 
 def test_after_n_right_orders_unsupervised_and_a_wrong_one_stops_the_phone(tmp_path: Path) -> None:
@@ -139,8 +148,7 @@ def test_after_n_right_orders_unsupervised_and_a_wrong_one_stops_the_phone(tmp_p
     from cmbuyer.server.services import supervision_admin
     from cmbuyer.server.services.common import Actor
 
-    with RealServer(tmp_path, env={"CMBUYER_SUPERVISED_ORDERS": "1"}) as srv, adbutils_leaks_ignored(), \
-            running_sim():
+    with RealServer(tmp_path, env={"CMBUYER_SUPERVISED_ORDERS": "1"}) as srv, adbutils_leaks_ignored(), running_sim():
         creds = srv.add_device()
         agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
         first = srv.add_task(quantity=1)
@@ -154,8 +162,10 @@ def test_after_n_right_orders_unsupervised_and_a_wrong_one_stops_the_phone(tmp_p
         assert srv.state(second.id) == "WAITING_PAYMENT" and len(_approval_rows(srv)) == 1
         assert ("APPROVAL_REQUEST", "OK") not in steps(srv.detail(second.id))
 
-        run_in_transaction(srv.conn, lambda c: supervision_admin.resupervise(
-            c, creds.device_id, Actor("admin", "reviewer"), srv.clock.now()))
+        run_in_transaction(
+            srv.conn,
+            lambda c: supervision_admin.resupervise(c, creds.device_id, Actor("admin", "reviewer"), srv.clock.now()),
+        )
         third = srv.add_task(quantity=1)
         Person(srv, "approve", after=0.3)
         assert agent.run_once() == 0

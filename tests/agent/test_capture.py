@@ -66,8 +66,9 @@ def _black(img: Image.Image, box: list[int]) -> bool:
 
 
 @pytest.mark.parametrize("serial", ["sim-1", "sim-2"])
-def test_stored_capture_holds_only_the_app_and_no_personal_data(sim: PhoneSim, tmp_path: Path, serial: str,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_stored_capture_holds_only_the_app_and_no_personal_data(
+    sim: PhoneSim, tmp_path: Path, serial: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     phone = _to_submit_screen(serial)
     raw = phone.dump_raw()
     assert NOTIFICATION_TICKER in raw and "138****5678" in raw  # the phone does show personal data
@@ -101,13 +102,18 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(sim: PhoneSim, t
     proposal = json.loads((out / "expected.proposed.json").read_text(encoding="utf-8"))
     assert main(["inspect", "--dump", str(out / "dump.xml")]) == 0
     inspected = json.loads(capsys.readouterr().out)
-    assert proposal == {"expected_format": 1, "screen": "confirm_order", "readings": inspected["readings"],
-                        "confirmed_by": None}
+    assert proposal == {
+        "expected_format": 1,
+        "screen": "confirm_order",
+        "readings": inspected["readings"],
+        "confirmed_by": None,
+    }
     assert proposal["readings"]["unit_price"] == "12.88" and proposal["readings"]["submit_controls"] == 1
 
 
-def test_capture_never_overwrites_without_force(sim: PhoneSim, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_capture_never_overwrites_without_force(
+    sim: PhoneSim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _to_submit_screen("sim-2")
     out = tmp_path / "cap"
     assert _capture(capsys, "--device", "sim-2", "--label", "one", "--out", str(out))[0] == 0
@@ -125,23 +131,54 @@ def test_capture_never_overwrites_without_force(sim: PhoneSim, tmp_path: Path,
     assert code == 2 and (other / "todo.txt").read_text(encoding="utf-8") == "keep me"
 
 
-def test_expectations_are_recorded_and_bad_keys_refused(sim: PhoneSim, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_expectations_are_recorded_and_bad_keys_refused(
+    sim: PhoneSim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "bad"
-    code, printed = _capture(capsys, "--device", "sim-2", "--label", "x", "--out", str(out),
-                             "--expect", "screen=confirm_order", "price=59.00")
+    code, printed = _capture(
+        capsys,
+        "--device",
+        "sim-2",
+        "--label",
+        "x",
+        "--out",
+        str(out),
+        "--expect",
+        "screen=confirm_order",
+        "price=59.00",
+    )
     assert code == 2 and printed["error"] == "BAD_EXPECT" and "'price'" in printed["detail"]
     assert not out.exists()
     _to_submit_screen("sim-2")
     out = tmp_path / "good"
-    code, _ = _capture(capsys, "--device", "sim-2", "--label", "sheet", "--out", str(out), "--by", "ops-li",
-                       "--expect", "screen=confirm_order", "unit_price=12.88", "quantity=1",
-                       'selected={"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}')
+    code, _ = _capture(
+        capsys,
+        "--device",
+        "sim-2",
+        "--label",
+        "sheet",
+        "--out",
+        str(out),
+        "--by",
+        "ops-li",
+        "--expect",
+        "screen=confirm_order",
+        "unit_price=12.88",
+        "quantity=1",
+        'selected={"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}',
+    )
     assert code == 0
     expected = json.loads((out / "expected.json").read_text(encoding="utf-8"))
-    assert expected == {"expected_format": 1, "screen": "confirm_order", "confirmed_by": "ops-li",
-                        "readings": {"unit_price": "12.88", "quantity": 1,
-                                     "selected": {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}}}
+    assert expected == {
+        "expected_format": 1,
+        "screen": "confirm_order",
+        "confirmed_by": "ops-li",
+        "readings": {
+            "unit_price": "12.88",
+            "quantity": 1,
+            "selected": {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"},
+        },
+    }
     assert not (out / "expected.proposed.json").exists()
     # what the person confirmed is what inspect reads on the stored dump
     readings = inspect_dump(parse_dump((out / "dump.xml").read_bytes()), [pack_for_version("8.22.0", 82200)])
@@ -151,8 +188,14 @@ def test_expectations_are_recorded_and_bad_keys_refused(sim: PhoneSim, tmp_path:
 def test_expect_values_and_expected_files_are_checked(tmp_path: Path) -> None:
     doc = parse_expect(["screen=sku_panel", "unit_price=59", "confirm_amount=null", "payment_problems=[]"], None)
     assert doc["readings"] == {"unit_price": "59.00", "confirm_amount": None, "payment_problems": []}
-    for bad in (["unit_price=59.00"], ["screen=cart"], ["screen=product", "quantity=two"],
-                ["screen=product", "unit_price=-1"], ["screen=product", "selected=[1]"], ["screen"]):
+    for bad in (
+        ["unit_price=59.00"],
+        ["screen=cart"],
+        ["screen=product", "quantity=two"],
+        ["screen=product", "unit_price=-1"],
+        ["screen=product", "selected=[1]"],
+        ["screen"],
+    ):
         with pytest.raises(CaptureError):
             parse_expect(bad, None)
     path = tmp_path / "expected.json"
@@ -162,13 +205,16 @@ def test_expect_values_and_expected_files_are_checked(tmp_path: Path) -> None:
 
 
 def test_reading_keys_are_the_keys_inspect_prints() -> None:
-    dump = parse_dump('<hierarchy rotation="0"><node package="com.xunmeng.pinduoduo" bounds="[0,0][10,10]">'
-                      '<node package="com.xunmeng.pinduoduo" text="x" bounds="[0,0][5,5]"/></node></hierarchy>')
+    dump = parse_dump(
+        '<hierarchy rotation="0"><node package="com.xunmeng.pinduoduo" bounds="[0,0][10,10]">'
+        '<node package="com.xunmeng.pinduoduo" text="x" bounds="[0,0][5,5]"/></node></hierarchy>'
+    )
     assert tuple(inspect_dump(dump, [])["readings"]) == READING_KEYS
 
 
-def test_unreadable_dumps_and_a_foreign_foreground_write_nothing(sim: PhoneSim, tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreadable_dumps_and_a_foreign_foreground_write_nothing(
+    sim: PhoneSim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     phone = PhoneAdapter.connect("sim-1")
     phone.open_goods(GOODS)  # the app in front: only the dump is wrong
     sim.phone("sim-1").inject("empty_dump", times=1)
@@ -191,14 +237,16 @@ def test_unreadable_dumps_and_a_foreign_foreground_write_nothing(sim: PhoneSim, 
 def test_a_phone_number_row_is_scrubbed_without_a_pack() -> None:
     """A new app version has no pack yet: the row showing a phone number is still blanked."""
     sys_ui, app = 'package="com.android.systemui"', 'package="com.xunmeng.pinduoduo"'
-    xml = ('<hierarchy rotation="0">'
-           f'<node {sys_ui} resource-id="com.android.systemui:id/status_bar" bounds="[0,0][1080,96]">'
-           f'<node {sys_ui} text="短信 王小明 13812345678" bounds="[0,0][900,96]"/></node>'
-           f'<node {app} bounds="[0,96][1080,2280]">'
-           f'<node {app} clickable="true" bounds="[0,200][1080,400]">'
-           f'<node {app} text="赵六  186 1234 5678" bounds="[120,220][900,300]"/>'
-           f'<node {app} text="广州市天河区" content-desc="广州市天河区" bounds="[120,300][900,380]"/>'
-           f'</node><node {app} text="¥59" bounds="[100,500][300,560]"/></node></hierarchy>')
+    xml = (
+        '<hierarchy rotation="0">'
+        f'<node {sys_ui} resource-id="com.android.systemui:id/status_bar" bounds="[0,0][1080,96]">'
+        f'<node {sys_ui} text="短信 王小明 13812345678" bounds="[0,0][900,96]"/></node>'
+        f'<node {app} bounds="[0,96][1080,2280]">'
+        f'<node {app} clickable="true" bounds="[0,200][1080,400]">'
+        f'<node {app} text="赵六  186 1234 5678" bounds="[120,220][900,300]"/>'
+        f'<node {app} text="广州市天河区" content-desc="广州市天河区" bounds="[120,300][900,380]"/>'
+        f'</node><node {app} text="¥59" bounds="[100,500][300,560]"/></node></hierarchy>'
+    )
     png = io.BytesIO()
     Image.new("RGB", (540, 1200), (255, 255, 255)).save(png, format="PNG")
     done = scrub(xml, png.getvalue(), None)
@@ -210,8 +258,9 @@ def test_a_phone_number_row_is_scrubbed_without_a_pack() -> None:
     img = Image.open(io.BytesIO(done.png))
     assert _black(img, [0, 100, 540, 200]) and not _black(img, [0, 250, 540, 600])
     # no status bar in the dump (some ROMs hide it from uiautomator): a fixed top band, 4.5 % of the height
-    no_bar = scrub(xml.replace("com.android.systemui:id/status_bar", "com.android.systemui:id/other"),
-                   png.getvalue(), None)
+    no_bar = scrub(
+        xml.replace("com.android.systemui:id/status_bar", "com.android.systemui:id/other"), png.getvalue(), None
+    )
     assert no_bar.report["status_bar"] == "fixed-band"
     assert no_bar.report["blacked_out"][0] == [0, 0, 540, 54]
     assert _black(Image.open(io.BytesIO(no_bar.png)), [0, 0, 540, 54])

@@ -77,9 +77,11 @@ def test_doctor_heartbeats_no_pack(tmp_path: Path, capsys: pytest.CaptureFixture
     assert (row["pdd_version"], row["pack_id"]) == ("8.18.0", "NO_PACK")
 
 
-def test_doctor_without_adb_server(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_without_adb_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import socket
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -111,17 +113,28 @@ def test_capture_writes_an_evidence_bundle(tmp_path: Path, capsys: pytest.Captur
     assert rc == 0 and json.loads(capsys.readouterr().out)["screen"] == "product"
 
 
-def test_journal_command_shows_state_without_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_journal_command_shows_state_without_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cmbuyer.agent.journal import Journal
 
     from .fakes import make_purchase
+
     monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path))
     j = Journal.for_serial("192.168.0.173:5555")
     c = make_purchase().claim
-    j.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3, authorization_id=c.authorization_id,
-                   claim_generation=1, claim_token=c.claim_token, session_id=c.session_id,
-                   lease_expires_at=c.lease_expires_at, authorization_expires_at=c.authorization_expires_at, task={})
+    j.record_claim(
+        attempt_id=c.attempt_id,
+        task_id=c.task_id,
+        task_version=3,
+        authorization_id=c.authorization_id,
+        claim_generation=1,
+        claim_token=c.claim_token,
+        session_id=c.session_id,
+        lease_expires_at=c.lease_expires_at,
+        authorization_expires_at=c.authorization_expires_at,
+        task={},
+    )
     j.set_hold("lease lost")
     assert main(["journal", "--device", "192.168.0.173:5555"]) == 0
     out = capsys.readouterr().out

@@ -109,14 +109,14 @@ def _png() -> bytes:
     return buf.getvalue()
 
 
-def test_reset_during_upload_and_cut_answer_are_retried_with_the_same_key(tmp_path: Path,
-                                                                          srv: RealServer) -> None:
+def test_reset_during_upload_and_cut_answer_are_retried_with_the_same_key(tmp_path: Path, srv: RealServer) -> None:
     creds = srv.add_device()
     task = srv.add_task()
     journal = Journal(tmp_path / "j.sqlite3")
     direct = HttpDeviceApi(srv.url, creds, journal, backoff=0.01)
-    direct.heartbeat(adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700,
-                     state="READY")
+    direct.heartbeat(
+        adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700, state="READY"
+    )
     purchase = direct.claim_next(Session("2f8b5b1c-7d1e-4c7a-9a52-1d2e3f4a5b6c"))
     assert purchase is not None
     proxy = MisbehavingProxy(srv.port, ["upload", "answer"])
@@ -133,16 +133,17 @@ def test_reset_during_upload_and_cut_answer_are_retried_with_the_same_key(tmp_pa
     assert len(evidence) == 1 and ref.sha256 in str(evidence[0])  # stored once
 
 
-def test_resets_forever_end_in_server_unreachable_after_the_bounded_retries(tmp_path: Path,
-                                                                             srv: RealServer) -> None:
+def test_resets_forever_end_in_server_unreachable_after_the_bounded_retries(tmp_path: Path, srv: RealServer) -> None:
     creds = srv.add_device()
     proxy = MisbehavingProxy(srv.port, ["answer"] * 10)
     try:
-        api = HttpDeviceApi(f"http://127.0.0.1:{proxy.port}", creds, Journal(tmp_path / "j.sqlite3"),
-                            backoff=0.01, retries=2)
+        api = HttpDeviceApi(
+            f"http://127.0.0.1:{proxy.port}", creds, Journal(tmp_path / "j.sqlite3"), backoff=0.01, retries=2
+        )
         with pytest.raises(ServerUnreachable):
-            api.heartbeat(adb_serial="sim-1", android_release="13", pdd_version="8.17.0",
-                          pdd_version_code=81700, state="READY")
+            api.heartbeat(
+                adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700, state="READY"
+            )
     finally:
         proxy.close()
     assert len(proxy.requests) == 3  # 1 + retries, then it stops

@@ -19,15 +19,33 @@ from cmbuyer.phonesim import hierarchy
 pytestmark = pytest.mark.slow(seconds_per_iteration=1)  # examples grow with CMBUYER_SOAK_ITERATIONS
 _RAW = os.environ.get("CMBUYER_SOAK_ITERATIONS", "")
 EXAMPLES = max(150, int(_RAW) * 4) if _RAW.isdigit() else 150
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not _RAW,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=not _RAW,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
-_ATTRS = ("text", "content-desc", "class", "package", "resource-id", "clickable", "selected", "checked",
-          "enabled", "focused", "bounds", "index")
+_ATTRS = (
+    "text",
+    "content-desc",
+    "class",
+    "package",
+    "resource-id",
+    "clickable",
+    "selected",
+    "checked",
+    "enabled",
+    "focused",
+    "bounds",
+    "index",
+)
 # Lone surrogates, astral emoji, controls, XML specials and CJK: what a broken serializer emits.
-_CHARS = st.one_of(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
-                   st.sampled_from(["🎉", "🧧", "\x00", "\x1f", "&", "<", ">", '"', "'", "]", "拼", "¥"]),
-                   st.characters())
+_CHARS = st.one_of(
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    st.sampled_from(["🎉", "🧧", "\x00", "\x1f", "&", "<", ">", '"', "'", "]", "拼", "¥"]),
+    st.characters(),
+)
 _TEXT = st.text(_CHARS, max_size=40)
 
 
@@ -44,8 +62,13 @@ def _attr(value: str) -> str:
 
 @st.composite
 def _node_xml(draw: st.DrawFn, depth: int = 0) -> str:
-    attrs = draw(st.dictionaries(st.sampled_from(_ATTRS), _TEXT | st.sampled_from(
-        ["true", "false", "[0,0][1080,2400]", "[-5,3][2,1]", "com.xunmeng.pinduoduo"]), max_size=6))
+    attrs = draw(
+        st.dictionaries(
+            st.sampled_from(_ATTRS),
+            _TEXT | st.sampled_from(["true", "false", "[0,0][1080,2400]", "[-5,3][2,1]", "com.xunmeng.pinduoduo"]),
+            max_size=6,
+        )
+    )
     body = "".join(f' {k}="{_attr(v)}"' for k, v in attrs.items())
     children = draw(st.lists(_node_xml(depth + 1), max_size=3)) if depth < 4 else []
     tag = draw(st.sampled_from(["node", "node", "node", "other"]))
@@ -54,9 +77,16 @@ def _node_xml(draw: st.DrawFn, depth: int = 0) -> str:
 
 @st.composite
 def _hierarchy_xml(draw: st.DrawFn) -> str:
-    head = draw(st.sampled_from(["", "<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>",
-                                 '<?xml version="1.0" encoding="utf-16"?>',
-                                 '<?xml version="1.0" encoding="latin-1"?>']))
+    head = draw(
+        st.sampled_from(
+            [
+                "",
+                "<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>",
+                '<?xml version="1.0" encoding="utf-16"?>',
+                '<?xml version="1.0" encoding="latin-1"?>',
+            ]
+        )
+    )
     nodes = "".join(draw(st.lists(_node_xml(), max_size=4)))
     return f'{head}<hierarchy rotation="{_attr(draw(_TEXT))}">{nodes}</hierarchy>'
 
@@ -91,8 +121,7 @@ def test_mutated_hierarchies(xml: str, cut: int) -> None:
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(st.integers(min_value=MAX_DEPTH - 2, max_value=MAX_DEPTH * 50))
 def test_deep_nesting(depth: int) -> None:
-    xml = ('<hierarchy rotation="0">' + '<node bounds="[0,0][1,1]">' * depth + "</node>" * depth
-           + "</hierarchy>")
+    xml = '<hierarchy rotation="0">' + '<node bounds="[0,0][1,1]">' * depth + "</node>" * depth + "</hierarchy>"
     dump = _ok_or_own_error(xml)
     assert (dump is not None) == (depth <= MAX_DEPTH)
 
@@ -101,8 +130,9 @@ def test_deep_nesting(depth: int) -> None:
 def test_huge_attributes(size: int) -> None:
     """An attribute of up to 9 MB: parsed below the size cap, DUMP_INVALID above it."""
     big = "拼" * (size // 3)
-    xml = (f'<hierarchy rotation="0"><node text="{big}" bounds="[0,0][1,1]"><node bounds="[0,0][1,1]"/>'
-           "</node></hierarchy>")
+    xml = (
+        f'<hierarchy rotation="0"><node text="{big}" bounds="[0,0][1,1]"><node bounds="[0,0][1,1]"/></node></hierarchy>'
+    )
     dump = _ok_or_own_error(xml)
     assert (dump is not None) == (len(xml) <= 8 * 1024 * 1024)
     _ok_or_own_error(xml.encode("utf-8"))
@@ -111,15 +141,18 @@ def test_huge_attributes(size: int) -> None:
 def test_unpaired_surrogate_is_dump_invalid() -> None:
     """The simulator's ``emoji_dump`` fault in ``broken`` mode (the same function) → DUMP_INVALID;
     on main this raised UnicodeEncodeError out of the parser and crashed the agent."""
-    xml = hierarchy.break_emoji('<hierarchy rotation="0"><node text="🎉限时秒杀" bounds="[0,0][9,9]">'
-                                '<node bounds="[0,0][1,1]"/></node></hierarchy>')
+    xml = hierarchy.break_emoji(
+        '<hierarchy rotation="0"><node text="🎉限时秒杀" bounds="[0,0][9,9]">'
+        '<node bounds="[0,0][1,1]"/></node></hierarchy>'
+    )
     with pytest.raises(DumpInvalid) as info:
         parse_dump(xml)
     assert info.value.reason_code == "DUMP_INVALID"
 
 
-@pytest.mark.parametrize("xml", [hierarchy.single_node_dump(),
-                                 '<hierarchy rotation="0"><node package="com.xunmeng.pinduoduo"/></hierarchy>'])
+@pytest.mark.parametrize(
+    "xml", [hierarchy.single_node_dump(), '<hierarchy rotation="0"><node package="com.xunmeng.pinduoduo"/></hierarchy>']
+)
 def test_one_node_dump_is_dump_invalid_not_wrong_package(xml: str) -> None:
     with pytest.raises(DumpInvalid) as info:
         parse_dump(xml).require_app()

@@ -53,14 +53,25 @@ def test_names_the_selector_and_node_behind_the_unit_price(capsys: pytest.Captur
     assert price["value"] == "29.90" == report["inspect"]["readings"]["unit_price"]
     [sel] = price["selectors"]
     assert sel["path"] == "readers.confirm_order.unit_price.selector"
-    assert sel["spec"] == {"class": "android.widget.TextView", "text": ".*¥.*",
-                           "parent": {"has_descendant": {"desc": "商品主图"}}}  # the pack's spec, evidence dropped
+    assert sel["spec"] == {
+        "class": "android.widget.TextView",
+        "text": ".*¥.*",
+        "parent": {"has_descendant": {"desc": "商品主图"}},
+    }  # the pack's spec, evidence dropped
     node = _node_with_text(dump, "最后5件 ¥29.9")
     b = node.bounds
     assert sel["match_count"] == 1
-    assert sel["matched"] == [{"order": node.order, "bounds": [b.left, b.top, b.right, b.bottom],
-                               "class": "android.widget.TextView", "text": "最后5件 ¥29.9", "desc": "",
-                               "resource_id": node.resource_id, "value_regex_full_match": ["text"]}]
+    assert sel["matched"] == [
+        {
+            "order": node.order,
+            "bounds": [b.left, b.top, b.right, b.bottom],
+            "class": "android.widget.TextView",
+            "text": "最后5件 ¥29.9",
+            "desc": "",
+            "resource_id": node.resource_id,
+            "value_regex_full_match": ["text"],
+        }
+    ]
     # the human form says the same in one line
     text = _explain(capsys, dump)
     assert "readers.confirm_order.unit_price.selector {" in text
@@ -114,8 +125,11 @@ def test_screen_rules_in_recognition_order(capsys: pytest.CaptureFixture[str]) -
 def test_class_changed_names_the_failed_constraint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The price node's class changed from TextView to Button: the reading is null and the closest
     candidate is that node, failing only the class constraint."""
-    dump = _changed(tmp_path, r'(text="最后5件 ¥29.9" resource-id="[^"]*" class=")android.widget.TextView',
-                    r"\1android.widget.Button")
+    dump = _changed(
+        tmp_path,
+        r'(text="最后5件 ¥29.9" resource-id="[^"]*" class=")android.widget.TextView',
+        r"\1android.widget.Button",
+    )
     [e] = _explain(capsys, dump, "--json")["explanations"]
     price = _reading(e, "unit_price")
     assert price["value"] is None
@@ -139,8 +153,13 @@ def test_text_regex_and_parent_constraints_named(tmp_path: Path, capsys: pytest.
     assert reasons["最后5件 29.9元"] == ["text regex '.*¥.*' did not full-match '最后5件 29.9元'"]
     parent_failures = [f for failed in reasons.values() for f in failed if f.startswith("parent")]
     assert parent_failures and all(
-        re.fullmatch(r"parent constraint failed \(parent #\d+: has_descendant constraint failed: "
-                     r"no descendant matches it\)", f) for f in parent_failures)
+        re.fullmatch(
+            r"parent constraint failed \(parent #\d+: has_descendant constraint failed: "
+            r"no descendant matches it\)",
+            f,
+        )
+        for f in parent_failures
+    )
 
 
 def test_missing_anchor_is_explained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -192,12 +211,24 @@ def test_bad_input_stays_a_one_line_error(tmp_path: Path, capsys: pytest.Capture
     assert main(["inspect", "--dump", str(tmp_path / "none.xml"), "--explain"]) == 2
     assert json.loads(capsys.readouterr().out)["error"] == "UNREADABLE_FILE"
     (tmp_path / "bad.xml").write_text("<hierarchy>", "utf-8")
-    assert main(["inspect", "--dump", str(tmp_path / "bad.xml"), "--explain", "--pack",
-                 str(Path(__file__).parents[2] / "agent" / "packs" / "pdd-8.22.0-82200.json")]) == 2
+    assert (
+        main(
+            [
+                "inspect",
+                "--dump",
+                str(tmp_path / "bad.xml"),
+                "--explain",
+                "--pack",
+                str(Path(__file__).parents[2] / "agent" / "packs" / "pdd-8.22.0-82200.json"),
+            ]
+        )
+        == 2
+    )
     assert json.loads(capsys.readouterr().out)["error"] == "DUMP_INVALID"
 
 
 # --- the tracing hook never disagrees with matching ---------------------------------------------------
+
 
 def _selectors(sel: Selector) -> Iterator[Selector]:
     yield sel
@@ -209,11 +240,17 @@ def _selectors(sel: Selector) -> Iterator[Selector]:
 def _pack_selectors(pack: Pack) -> Iterator[Selector]:
     tops: list[Selector | None] = [s for rule in pack.screens.values() for s in (*rule.all, *rule.none)]
     for reader in pack.readers.values():
-        tops += [reader.dimension_header, reader.option_tile, reader.quantity, reader.sku_label,
-                 reader.tile_name.name_child, *reader.group_terminators,
-                 reader.unit_price.selector if reader.unit_price else None,
-                 reader.amount.selector if reader.amount else None,
-                 reader.goods_id[0] if reader.goods_id else None]
+        tops += [
+            reader.dimension_header,
+            reader.option_tile,
+            reader.quantity,
+            reader.sku_label,
+            reader.tile_name.name_child,
+            *reader.group_terminators,
+            reader.unit_price.selector if reader.unit_price else None,
+            reader.amount.selector if reader.amount else None,
+            reader.goods_id[0] if reader.goods_id else None,
+        ]
     tops += [pack.payment.row, *pack.controls.values(), *pack.buy_paths.values()]
     for top in tops:
         if top is not None:
@@ -222,8 +259,9 @@ def _pack_selectors(pack: Pack) -> Iterator[Selector]:
 
 @pytest.mark.parametrize("pack", shipped_packs(), ids=lambda p: p.id)
 def test_failed_constraints_agrees_with_matches(pack: Pack) -> None:
-    dumps = [parse_dump(p.read_bytes()) for folder in ("sim822", "sim", "real")
-             for p in sorted((FX / folder).glob("*.xml"))]
+    dumps = [
+        parse_dump(p.read_bytes()) for folder in ("sim822", "sim", "real") for p in sorted((FX / folder).glob("*.xml"))
+    ]
     checked = 0
     for dump in dumps:
         for sel in _pack_selectors(pack):

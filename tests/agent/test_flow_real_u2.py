@@ -21,6 +21,7 @@ from .fakes import FakeServer, make_purchase
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
     import cmbuyer.agent.capabilities as cap
     import cmbuyer.agent.submit as sub
+
     monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 5.0)
     monkeypatch.setattr(sub, "OBSERVE_SECONDS", 5.0)
 
@@ -33,16 +34,22 @@ def test_happy_path_real_uiautomator2(tmp_path: Path) -> None:
         journal = Journal(tmp_path / "j.sqlite3")
         server = FakeServer(purchase, keys=journal)
         c = purchase.claim
-        journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
-                             authorization_id=c.authorization_id, claim_generation=1,
-                             claim_token=c.claim_token, session_id=c.session_id,
-                             lease_expires_at=c.lease_expires_at,
-                             authorization_expires_at=c.authorization_expires_at, task={})
+        journal.record_claim(
+            attempt_id=c.attempt_id,
+            task_id=c.task_id,
+            task_version=3,
+            authorization_id=c.authorization_id,
+            claim_generation=1,
+            claim_token=c.claim_token,
+            session_id=c.session_id,
+            lease_expires_at=c.lease_expires_at,
+            authorization_expires_at=c.authorization_expires_at,
+            task={},
+        )
         flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal)
         result = flow.run(purchase)
         assert result.outcome == "SUBMITTED", server.fails
         sim.journal("sim-1").assert_single_submit_tap()
         sim.journal("sim-1").assert_no_payment_taps()
-        assert [k for k, _ in server.evidence][:3] == ["SKU_PANEL_GATE_1", "QUANTITY_GATE_2",
-                                                       "CONFIRM_PAGE_GATE_3"]
+        assert [k for k, _ in server.evidence][:3] == ["SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3"]
         assert len(sim.phone("sim-1").orders) == 1

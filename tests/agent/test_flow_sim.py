@@ -22,17 +22,25 @@ from .simphone import SimPhone, strip_pkg
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
     import cmbuyer.agent.capabilities as cap
     import cmbuyer.agent.submit as sub
+
     monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
     monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
     monkeypatch.setattr("time.sleep", lambda s: None)
 
 
 def _journal_claim(journal: Journal, purchase) -> None:
-    journal.record_claim(attempt_id=purchase.claim.attempt_id, task_id=purchase.task.id, task_version=3,
-                         authorization_id=purchase.claim.authorization_id, claim_generation=1,
-                         claim_token="ab" * 32, session_id=purchase.claim.session_id,
-                         lease_expires_at=purchase.claim.lease_expires_at,
-                         authorization_expires_at=purchase.claim.authorization_expires_at, task={})
+    journal.record_claim(
+        attempt_id=purchase.claim.attempt_id,
+        task_id=purchase.task.id,
+        task_version=3,
+        authorization_id=purchase.claim.authorization_id,
+        claim_generation=1,
+        claim_token="ab" * 32,
+        session_id=purchase.claim.session_id,
+        lease_expires_at=purchase.claim.lease_expires_at,
+        authorization_expires_at=purchase.claim.authorization_expires_at,
+        task={},
+    )
 
 
 def run_flow(tmp_path: Path, sim: SimPhone, **task: object):
@@ -60,12 +68,15 @@ def test_happy_path_one_submit_tap_three_gate_screenshots(tmp_path: Path) -> Non
     assert len(sim.app.orders) == 1 and sim.app.orders[0].quantity == 2
 
 
-@pytest.mark.parametrize("task,reason", [
-    ({"sku_color": "紫色"}, "SKU_VALUE_MISSING"),
-    ({"max_total_price": Decimal("20.00")}, "PRICE_OVER_CAP"),
-    ({"quantity": 6}, "QUANTITY_CAPPED_BY_STOCK"),
-    ({"goods_id": "999999999999"}, "SCREEN_UNRECOGNIZED"),
-])
+@pytest.mark.parametrize(
+    "task,reason",
+    [
+        ({"sku_color": "紫色"}, "SKU_VALUE_MISSING"),
+        ({"max_total_price": Decimal("20.00")}, "PRICE_OVER_CAP"),
+        ({"quantity": 6}, "QUANTITY_CAPPED_BY_STOCK"),
+        ({"goods_id": "999999999999"}, "SCREEN_UNRECOGNIZED"),
+    ],
+)
 def test_failures_before_fence_never_tap_submit(tmp_path: Path, task: dict, reason: str) -> None:
     sim = SimPhone()
     result, server, _, _ = run_flow(tmp_path, sim, **task)
@@ -88,6 +99,7 @@ def test_price_change_between_gates(tmp_path: Path) -> None:
         if role == "qty_inc":
             for sku in sim.app.goods.skus.values():
                 sku.price = Decimal("13.50")
+
     sim.after_tap = bump
     result, _, _, _ = run_flow(tmp_path, sim)
     assert result.reason_code == "PRICE_CHANGED"
@@ -102,17 +114,21 @@ def test_wrong_goods_id_opened(tmp_path: Path) -> None:
         if cmd[:2] == ["am", "start"]:
             cmd = [*cmd[:-1], cmd[-1].replace("937122477375", "600123456789")]
         return orig(cmd, timeout)
+
     sim.shell = lying  # type: ignore[method-assign]
     result, _, _, _ = run_flow(tmp_path, sim)
     assert result.reason_code == "WRONG_GOODS"
     assert "submit" not in sim.roles()
 
 
-@pytest.mark.parametrize("hook,reason", [
-    (lambda xml, n: '<?xml version="1.0"?><hierarchy rotation="0" />', "DUMP_EMPTY"),
-    (lambda xml, n: xml[: len(xml) // 2], "DUMP_INVALID"),
-    (lambda xml, n: strip_pkg(xml), "WRONG_PACKAGE"),
-])
+@pytest.mark.parametrize(
+    "hook,reason",
+    [
+        (lambda xml, n: '<?xml version="1.0"?><hierarchy rotation="0" />', "DUMP_EMPTY"),
+        (lambda xml, n: xml[: len(xml) // 2], "DUMP_INVALID"),
+        (lambda xml, n: strip_pkg(xml), "WRONG_PACKAGE"),
+    ],
+)
 def test_bad_dumps_stop_safely(tmp_path: Path, hook, reason: str) -> None:
     sim = SimPhone()
     sim.dump_hook = hook
@@ -127,6 +143,7 @@ def test_adb_dropped_during_submit_tap_reports_unknown(tmp_path: Path) -> None:
     def drop(role: str) -> None:
         if role == "submit":
             raise ConnectionResetError("adb gone")
+
     sim.tap_hook = drop
     result, server, journal, purchase = run_flow(tmp_path, sim)
     assert result.outcome == "UNKNOWN"
@@ -172,6 +189,7 @@ def test_server_down_mid_flow_stops_before_fence(tmp_path: Path) -> None:
 def test_generic_tap_refuses_payment_and_submit_nodes() -> None:
     from cmbuyer.agent.errors import PaymentControlBlocked, SubmitControlGuarded
     from cmbuyer.agent.screens.dump import parse_dump
+
     sim = SimPhone()
     sim.app.open_url("pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id=937122477375")
     sim.app.act(("open_sheet", "单独购买"))
@@ -193,6 +211,7 @@ def test_generic_tap_refuses_payment_and_submit_nodes() -> None:
 
 def test_unreachable_adb_server(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -206,4 +225,5 @@ def _default() -> dict:
     from importlib import resources
 
     import yaml
+
     return yaml.safe_load(resources.files("cmbuyer.phonesim").joinpath("scenarios/default.yaml").read_text("utf-8"))

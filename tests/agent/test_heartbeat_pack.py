@@ -56,9 +56,11 @@ def test_idle_heartbeat_follows_the_installed_version(tmp_path: Path) -> None:
         t = threading.Thread(target=agent.runner.run, daemon=True)
         t.start()
         try:
+
             def seen() -> tuple[Any, Any]:
                 row = srv.device_row(creds.device_id)
                 return row.get("reported_state"), row.get("pack_id")
+
             assert _wait_for(seen, ("READY", PACK_8_17)) == ("READY", PACK_8_17)
             sim.version = ("8.18.0", 81800)  # the app updated itself: no pack for it
             assert _wait_for(seen, ("NO_PACK", "NO_PACK")) == ("NO_PACK", "NO_PACK")

@@ -36,15 +36,36 @@ def test_every_wire_reason_code_and_observation_reason_is_classified_once() -> N
     assert set(REASON_SCOPES) == wire, (sorted(wire - set(REASON_SCOPES)), sorted(set(REASON_SCOPES) - wire))
 
 
-@pytest.mark.parametrize("code", ["OUT_OF_STOCK", "PRICE_OVER_CAP", "SKU_VALUE_MISSING", "SKU_DIMENSION_UNNAMED",
-                                  "PRICE_CHANGED", "QUANTITY_CAPPED_BY_STOCK", "TOTAL_ABOVE_ITEMS"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "OUT_OF_STOCK",
+        "PRICE_OVER_CAP",
+        "SKU_VALUE_MISSING",
+        "SKU_DIMENSION_UNNAMED",
+        "PRICE_CHANGED",
+        "QUANTITY_CAPPED_BY_STOCK",
+        "TOTAL_ABOVE_ITEMS",
+    ],
+)
 def test_task_level_codes(code: str) -> None:
     assert scope_of(code) is Scope.TASK
     assert settle(Streaks(), AttemptEnd("FAILED", code, fenced=False), POLICY) == (Streaks(0, 1), None)
 
 
-@pytest.mark.parametrize("code", ["PAYMENT_MODE_UNSAFE", "RISK_WALL", "SECURITY_CHALLENGE", "APP_UPDATE_PROMPT",
-                                  "SCREEN_UNRECOGNIZED", "POPUP_UNHANDLED", "PAYMENT_SUSPECTED", "WRONG_PACKAGE"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "PAYMENT_MODE_UNSAFE",
+        "RISK_WALL",
+        "SECURITY_CHALLENGE",
+        "APP_UPDATE_PROMPT",
+        "SCREEN_UNRECOGNIZED",
+        "POPUP_UNHANDLED",
+        "PAYMENT_SUSPECTED",
+        "WRONG_PACKAGE",
+    ],
+)
 def test_phone_level_codes_hold_at_once(code: str) -> None:
     assert scope_of(code) is Scope.PHONE
     after, hold = settle(Streaks(), AttemptEnd("FAILED", code, fenced=False), POLICY)
@@ -75,10 +96,11 @@ def test_three_consecutive_pre_fence_failures_hold_repeated_failures() -> None:
 
 def test_an_order_or_a_fenced_attempt_ends_the_pre_fence_streak() -> None:
     assert settle(Streaks(1, 2), AttemptEnd("SUBMITTED", None, fenced=True), POLICY) == (Streaks(), None)
-    assert settle(Streaks(1, 2), AttemptEnd("EXTERNAL_PAYMENT_HANDOFF", None, fenced=True), POLICY) == (
-        Streaks(), None)
+    assert settle(Streaks(1, 2), AttemptEnd("EXTERNAL_PAYMENT_HANDOFF", None, fenced=True), POLICY) == (Streaks(), None)
     assert settle(Streaks(0, 2), AttemptEnd("UNKNOWN", "TAP_OUTCOME_UNKNOWN", fenced=True), POLICY) == (
-        Streaks(0, 0), None)
+        Streaks(0, 0),
+        None,
+    )
 
 
 def test_shutdown_neither_counts_nor_breaks_a_streak() -> None:
@@ -105,16 +127,24 @@ def test_limits_are_settings() -> None:
     assert HoldPolicy.from_env({}) == HoldPolicy(2, 3)
     _, hold = settle(Streaks(), AttemptEnd("FAILED", "OUT_OF_STOCK", fenced=False), policy)
     assert hold is not None and hold.startswith("REPEATED_FAILURES")
-    for bad in ({"CMBUYER_AGENT_FAILURE_LIMIT": "0"}, {"CMBUYER_AGENT_CRASH_LOOP_LIMIT": "two"},
-                {"CMBUYER_AGENT_FAILURE_LIMIT": "-1"}):
+    for bad in (
+        {"CMBUYER_AGENT_FAILURE_LIMIT": "0"},
+        {"CMBUYER_AGENT_CRASH_LOOP_LIMIT": "two"},
+        {"CMBUYER_AGENT_FAILURE_LIMIT": "-1"},
+    ):
         with pytest.raises(ValueError):
             HoldPolicy.from_env(bad)
 
 
 def test_cli_refuses_a_bad_limit_before_touching_anything(tmp_path: Path) -> None:
     agent = str(Path(sys.executable).parent / "cmbuyer-agent")
-    out = subprocess.run([agent, "run", "--device", "x", "--failure-limit", "0"], capture_output=True, text=True,
-                         timeout=60, env={"PATH": "/usr/bin:/bin", "CMBUYER_AGENT_STATE_DIR": str(tmp_path)})
+    out = subprocess.run(
+        [agent, "run", "--device", "x", "--failure-limit", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "CMBUYER_AGENT_STATE_DIR": str(tmp_path)},
+    )
     assert out.returncode == 2 and "failure_limit must be an integer >= 1" in out.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -124,6 +154,7 @@ def _decide(end: AttemptEnd, policy: HoldPolicy = POLICY):  # type: ignore[no-un
     def decide(crashes: int, failures: int) -> tuple[int, int, str | None]:
         after, hold = settle(Streaks(crashes, failures), end, policy)
         return after.crashes, after.failures, hold
+
     return decide
 
 
@@ -152,17 +183,27 @@ def test_an_earlier_hold_is_kept(tmp_path: Path) -> None:
 
 # --- risk walls (issue 15 item 8) ----------------------------------------------------------------
 def _app_dump(*texts: str) -> str:
-    nodes = "".join(f'<node text="{t}" package="com.xunmeng.pinduoduo" bounds="[0,{i * 10}][9,{i * 10 + 9}]"/>'
-                    for i, t in enumerate(texts))
-    return (f'<hierarchy rotation="0"><node package="com.xunmeng.pinduoduo" bounds="[0,0][9,99]">{nodes}</node>'
-            "</hierarchy>")
+    nodes = "".join(
+        f'<node text="{t}" package="com.xunmeng.pinduoduo" bounds="[0,{i * 10}][9,{i * 10 + 9}]"/>'
+        for i, t in enumerate(texts)
+    )
+    return (
+        f'<hierarchy rotation="0"><node package="com.xunmeng.pinduoduo" bounds="[0,0][9,99]">{nodes}</node></hierarchy>'
+    )
 
 
-@pytest.mark.parametrize("text,term", [
-    ("请将正脸置于框内", "请将正脸置于框内"), ("您的账号存在风险", "账号存在风险"),
-    ("检测到账户存在风险，已限制部分操作", "账户存在风险"), ("请提交实名信息", "提交实名信息"),
-    ("请完成实名后继续", "请完成实名"), ("上传身份证正反面", "上传身份证"), ("活动太火爆，请稍后", "活动太火爆"),
-])
+@pytest.mark.parametrize(
+    "text,term",
+    [
+        ("请将正脸置于框内", "请将正脸置于框内"),
+        ("您的账号存在风险", "账号存在风险"),
+        ("检测到账户存在风险，已限制部分操作", "账户存在风险"),
+        ("请提交实名信息", "提交实名信息"),
+        ("请完成实名后继续", "请完成实名"),
+        ("上传身份证正反面", "上传身份证"),
+        ("活动太火爆，请稍后", "活动太火爆"),
+    ],
+)
 def test_new_risk_walls(text: str, term: str) -> None:
     assert term in safety.risk_walls(parse_dump(_app_dump("标题", text)))
 

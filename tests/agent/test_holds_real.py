@@ -55,8 +55,9 @@ class LoopingAgent:
         self.journal = Journal(root / "agent-state" / f"{serial}.sqlite3")
         api = HttpDeviceApi(srv.url, self.creds, self.journal, backoff=0.2)
         self.lines: list[str] = []
-        self.runner = Runner(RunnerConfig(serial, poll_seconds=0.1), PhoneAdapter.connect(serial), api,
-                             self.journal, self.lines.append)
+        self.runner = Runner(
+            RunnerConfig(serial, poll_seconds=0.1), PhoneAdapter.connect(serial), api, self.journal, self.lines.append
+        )
         self.result: list[Any] = []
         self._thread = threading.Thread(target=lambda: self.result.append(self.runner.run()), daemon=True)
 
@@ -84,15 +85,20 @@ def _states(srv: RealServer, refs: list[TaskRef]) -> list[str]:
     return [srv.state(r.id) for r in refs]
 
 
-def test_risk_wall_fails_one_task_and_holds_the_phone_not_the_queue(tmp_path: Path, srv: RealServer,
-                                                                   sim: PhoneSim) -> None:
+def test_risk_wall_fails_one_task_and_holds_the_phone_not_the_queue(
+    tmp_path: Path, srv: RealServer, sim: PhoneSim
+) -> None:
     refs = [srv.add_task(quantity=1) for _ in range(10)]
     phone = sim.phone("sim-1")
     phone.inject({"kind": "popup", "popup": "risk_wall", "text": "请将正脸置于框内"})  # on screen from now on
     with LoopingAgent(tmp_path, srv) as agent:
         _until(lambda: "FAILED" in _states(srv, refs), agent, 120, "the first failed task")
-        _until(lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON", agent, 30,
-               "NEEDS_PERSON on the server")
+        _until(
+            lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON",
+            agent,
+            30,
+            "NEEDS_PERSON on the server",
+        )
         time.sleep(2.0)  # the loop keeps polling (20 polls): still nothing claimed
         assert agent.alive()
         claims = agent.runner.claims
@@ -108,21 +114,35 @@ def test_risk_wall_fails_one_task_and_holds_the_phone_not_the_queue(tmp_path: Pa
 
 # Every unsafe payment variant of the order-sheet scenario (phonesim/scenarios/order_sheet.yaml): the
 # phone is the problem, so one task fails with PAYMENT_MODE_UNSAFE and the phone holds itself.
-UNSAFE_PAYMENT_PHONES = ["sim-paylater", "sim-nopw", "sim-balance", "sim-unreadable", "sim-tworows",
-                         "sim-paynow", "sim-confirmpay"]
+UNSAFE_PAYMENT_PHONES = [
+    "sim-paylater",
+    "sim-nopw",
+    "sim-balance",
+    "sim-unreadable",
+    "sim-tworows",
+    "sim-paynow",
+    "sim-confirmpay",
+]
 
 
 @pytest.mark.parametrize("serial", [UNSAFE_PAYMENT_PHONES[0], UNSAFE_PAYMENT_PHONES[3]])
-def test_unsafe_payment_mode_fails_one_task_and_holds_the_phone_not_the_queue(tmp_path: Path, srv: RealServer,
-                                                                             serial: str) -> None:
-    refs = [srv.add_task(goods_id="710000000001", color="黑色", size="L", quantity=1, max_total_price="40.00")
-            for _ in range(10)]
+def test_unsafe_payment_mode_fails_one_task_and_holds_the_phone_not_the_queue(
+    tmp_path: Path, srv: RealServer, serial: str
+) -> None:
+    refs = [
+        srv.add_task(goods_id="710000000001", color="黑色", size="L", quantity=1, max_total_price="40.00")
+        for _ in range(10)
+    ]
     with adbutils_leaks_ignored(), running_sim("order_sheet", serials=(serial,)) as order_sim:
         phone = order_sim.phone(serial)
         with LoopingAgent(tmp_path, srv, serial) as agent:
             _until(lambda: "FAILED" in _states(srv, refs), agent, 120, "the first failed task")
-            _until(lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON", agent, 30,
-                   "NEEDS_PERSON on the server")
+            _until(
+                lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON",
+                agent,
+                30,
+                "NEEDS_PERSON on the server",
+            )
             time.sleep(2.0)  # the loop keeps polling: still nothing claimed
             assert agent.alive()
             claims = agent.runner.claims
@@ -139,8 +159,9 @@ def test_unsafe_payment_mode_fails_one_task_and_holds_the_phone_not_the_queue(tm
         phone.journal.assert_no_payment_taps()
 
 
-def test_broken_emoji_dump_is_a_dump_invalid_stop_and_no_crash_loop(tmp_path: Path, srv: RealServer,
-                                                                    sim: PhoneSim) -> None:
+def test_broken_emoji_dump_is_a_dump_invalid_stop_and_no_crash_loop(
+    tmp_path: Path, srv: RealServer, sim: PhoneSim
+) -> None:
     """On main the first such dump raised UnicodeEncodeError out of the parser: the loop died with the
     task left ORDERING (and each restart burned the next task)."""
     refs = [srv.add_task(quantity=1) for _ in range(5)]
@@ -148,8 +169,12 @@ def test_broken_emoji_dump_is_a_dump_invalid_stop_and_no_crash_loop(tmp_path: Pa
     phone.inject({"kind": "emoji_dump", "mode": "broken", "when": {"on_screen": "sku"}, "times": None})
     with LoopingAgent(tmp_path, srv) as agent:
         _until(lambda: _states(srv, refs).count("FAILED") >= 3, agent, 240, "three failed tasks")
-        _until(lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON", agent, 30,
-               "NEEDS_PERSON on the server")
+        _until(
+            lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON",
+            agent,
+            30,
+            "NEEDS_PERSON on the server",
+        )
         time.sleep(1.5)
         assert agent.alive()
     states = _states(srv, refs)
@@ -180,23 +205,38 @@ def test_crash_loop_breaker_holds_after_two_process_deaths_until_clear_hold(tmp_
         for n in (1, 2):  # SIGKILL with the attempt open (right after the claim is journaled)
             with _agent_process(agent, pause_after="CLAIMED") as proc:
                 want = ["FAILED_REPORTED"] * (n - 1) + ["ACTIVE"]
-                _wait(lambda w=want: _journal_state(agent.journal).get("claims", []) == w,  # type: ignore[misc]
-                      proc, 60, f"claim {n} journaled")
+                _wait(
+                    lambda w=want: _journal_state(agent.journal).get("claims", []) == w,  # type: ignore[misc]
+                    proc,
+                    60,
+                    f"claim {n} journaled",
+                )
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
         device_id = agent.creds_file.read_text().split("device_id=")[1].split()[0]
         with _agent_process(agent) as proc:
-            _wait(lambda: srv.device_row(device_id).get("reported_state") == "NEEDS_PERSON", proc, 60,
-                  "NEEDS_PERSON after the second crash")
+            _wait(
+                lambda: srv.device_row(device_id).get("reported_state") == "NEEDS_PERSON",
+                proc,
+                60,
+                "NEEDS_PERSON after the second crash",
+            )
             time.sleep(1.5)  # polls every 0.2 s: nothing claimed
             assert _states(srv, refs).count("PENDING") == 1
             assert _stop(proc) == 0
-        assert sorted(srv.detail(r.id)["task"]["state_reason"] or "" for r in refs
-                      if srv.state(r.id) == "FAILED") == ["INTERNAL_ERROR", "INTERNAL_ERROR"]
+        assert sorted(srv.detail(r.id)["task"]["state_reason"] or "" for r in refs if srv.state(r.id) == "FAILED") == [
+            "INTERNAL_ERROR",
+            "INTERNAL_ERROR",
+        ]
         assert "HOLD: REPEATED_FAILURES: crash loop" in agent.log.read_text(errors="replace")
 
-        shown = subprocess.run([AGENT, "journal", "--device", "sim-1", "--clear-hold"], env=agent.env,
-                               capture_output=True, text=True, timeout=60)
+        shown = subprocess.run(
+            [AGENT, "journal", "--device", "sim-1", "--clear-hold"],
+            env=agent.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         summary = json.loads(shown.stdout)
         assert shown.returncode == 0 and summary["hold"] is None
         assert summary["streaks"] == {"crashes": 0, "failures": 0}

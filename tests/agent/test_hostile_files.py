@@ -28,8 +28,14 @@ def _cap_memory() -> None:
 
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, preexec_fn=_cap_memory, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            preexec_fn=_cap_memory,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("the command hung (blocked on a FIFO or reading an endless file)")
 
@@ -40,10 +46,12 @@ def _agent(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _resolve_as_run(pack_dir: Path) -> subprocess.CompletedProcess[str]:
     """What ``run`` does each loop: resolve 9.0.0 (90000) with the permission check; prints the error."""
-    code = ("import sys; from pathlib import Path; from cmbuyer.agent.packdir import resolve\n"
-            "from cmbuyer.agent.errors import PackError\n"
-            "try:\n    resolve('9.0.0', 90000, Path(sys.argv[1]), check_permissions=True)\n"
-            "except PackError as exc:\n    print(exc)\n")
+    code = (
+        "import sys; from pathlib import Path; from cmbuyer.agent.packdir import resolve\n"
+        "from cmbuyer.agent.errors import PackError\n"
+        "try:\n    resolve('9.0.0', 90000, Path(sys.argv[1]), check_permissions=True)\n"
+        "except PackError as exc:\n    print(exc)\n"
+    )
     return _python(code, str(pack_dir))
 
 
@@ -110,10 +118,12 @@ def test_pack_test_on_a_non_regular_capture_file_is_an_error_line(kind: str, mem
     name = CAPTURES[0]
     (cap / "dump.xml").write_bytes((FX / f"{name}.xml").read_bytes())
     recorded = json.loads((FX / "captures.json").read_text("utf-8"))[name]
-    (cap / "meta.json").write_text(json.dumps({"capture_format": 1, "label": name, "device": "phonesim",
-                                               **recorded}), "utf-8")
-    (cap / "expected.json").write_text(json.dumps({"expected_format": 1, "screen": "product", "readings": {},
-                                                   "confirmed_by": "t"}), "utf-8")
+    (cap / "meta.json").write_text(
+        json.dumps({"capture_format": 1, "label": name, "device": "phonesim", **recorded}), "utf-8"
+    )
+    (cap / "expected.json").write_text(
+        json.dumps({"expected_format": 1, "screen": "product", "readings": {}, "confirmed_by": "t"}), "utf-8"
+    )
     (cap / member).unlink()
     HOSTILE[kind](cap / member)
     done = _agent("pack", "test", str(PACK), str(tmp_path / "captures"))

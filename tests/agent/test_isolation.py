@@ -45,19 +45,25 @@ def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
 def test_only_allowed_modules_import_permit_and_submit() -> None:
     graph = _graph()
     permit_importers = {m for m, deps in graph.items() if "cmbuyer.agent.permit" in deps}
-    assert permit_importers <= {"cmbuyer.agent.client", "cmbuyer.agent.ports", "cmbuyer.agent.submit",
-                                "cmbuyer.agent.flow"}
+    assert permit_importers <= {
+        "cmbuyer.agent.client",
+        "cmbuyer.agent.ports",
+        "cmbuyer.agent.submit",
+        "cmbuyer.agent.flow",
+    }
     submit_importers = {m for m, deps in graph.items() if "cmbuyer.agent.submit" in deps}
     assert submit_importers == {"cmbuyer.agent.flow"}
 
 
 def test_readers_and_capabilities_cannot_reach_permit_or_submit() -> None:
     graph = _graph()
-    forbidden = {"cmbuyer.agent.permit", "cmbuyer.agent.submit", "cmbuyer.agent.client",
-                 "cmbuyer.agent.flow"}
+    forbidden = {"cmbuyer.agent.permit", "cmbuyer.agent.submit", "cmbuyer.agent.client", "cmbuyer.agent.flow"}
     for mod in graph:
         if mod.startswith(("cmbuyer.agent.screens", "cmbuyer.agent.phone")) or mod in (
-                "cmbuyer.agent.capabilities", "cmbuyer.agent.gates", "cmbuyer.agent.journal"):
+            "cmbuyer.agent.capabilities",
+            "cmbuyer.agent.gates",
+            "cmbuyer.agent.journal",
+        ):
             assert not (_reach(graph, mod) & forbidden), mod
 
 
@@ -68,9 +74,17 @@ def test_dry_run_cannot_reach_a_permit_a_fence_or_the_submit_tap() -> None:
     """The dry run (and the engine and capture code it runs) has no way to a permit: it reaches none of
     the modules that hold one or talk to the server, and never names the fence or the submit tap."""
     graph = _graph()
-    forbidden = {"cmbuyer.agent.permit", "cmbuyer.agent.submit", "cmbuyer.agent.client", "cmbuyer.agent.ports",
-                 "cmbuyer.agent.flow", "cmbuyer.agent.runner", "cmbuyer.agent.outbox", "cmbuyer.agent.recovery",
-                 "cmbuyer.agent.confirm"}
+    forbidden = {
+        "cmbuyer.agent.permit",
+        "cmbuyer.agent.submit",
+        "cmbuyer.agent.client",
+        "cmbuyer.agent.ports",
+        "cmbuyer.agent.flow",
+        "cmbuyer.agent.runner",
+        "cmbuyer.agent.outbox",
+        "cmbuyer.agent.recovery",
+        "cmbuyer.agent.confirm",
+    }
     for mod in DRY_RUN_MODULES:
         assert mod in graph, mod
         assert not (_reach(graph, mod) & forbidden), (mod, _reach(graph, mod) & forbidden)
@@ -78,8 +92,13 @@ def test_dry_run_cannot_reach_a_permit_a_fence_or_the_submit_tap() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute | ast.Name):
                 name = node.attr if isinstance(node, ast.Attribute) else node.id
-                assert name not in ("create_submission_fence", "submit_tap_once", "submit_order_once",
-                                    "SubmissionPermit", "ResultSink"), (mod, name)
+                assert name not in (
+                    "create_submission_fence",
+                    "submit_tap_once",
+                    "submit_order_once",
+                    "SubmissionPermit",
+                    "ResultSink",
+                ), (mod, name)
 
 
 def test_only_submit_calls_the_submit_tap_and_only_adapter_taps() -> None:
@@ -99,10 +118,16 @@ def test_permit_cannot_be_forged_or_built_from_a_replay() -> None:
     import pytest
 
     from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
+
     with pytest.raises(TypeError):
         SubmissionPermit(object(), submission_id="x", attempt_id="y", task_id="z")
-    body = {"submission_id": "f3c9f507-7473-4fa6-8d71-8786c34c6301", "status": "FENCED",
-            "click_permitted": False, "reconciliation_required": True, "submit_text": "提交订单"}
+    body = {
+        "submission_id": "f3c9f507-7473-4fa6-8d71-8786c34c6301",
+        "status": "FENCED",
+        "click_permitted": False,
+        "reconciliation_required": True,
+        "submit_text": "提交订单",
+    }
     with pytest.raises(PermitRefused):
         _from_fence_response(body, attempt_id="a", task_id="t")
     first = dict(body, click_permitted=True, reconciliation_required=False)

@@ -19,10 +19,18 @@ def _journal_with_claim(tmp_path: Path):
     purchase = make_purchase()
     j = Journal(tmp_path / "s.sqlite3")
     c = purchase.claim
-    j.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
-                   authorization_id=c.authorization_id, claim_generation=1, claim_token=c.claim_token,
-                   session_id=c.session_id, lease_expires_at=c.lease_expires_at,
-                   authorization_expires_at=c.authorization_expires_at, task={"goods_id": "1"})
+    j.record_claim(
+        attempt_id=c.attempt_id,
+        task_id=c.task_id,
+        task_version=3,
+        authorization_id=c.authorization_id,
+        claim_generation=1,
+        claim_token=c.claim_token,
+        session_id=c.session_id,
+        lease_expires_at=c.lease_expires_at,
+        authorization_expires_at=c.authorization_expires_at,
+        task={"goods_id": "1"},
+    )
     return j, purchase
 
 
@@ -59,7 +67,7 @@ def test_recovery_after_kill_at_each_phase(tmp_path: Path, phase: str, decided: 
     a = p.claim.attempt_id
     sid = "f3c9f507-7473-4fa6-8d71-8786c34c6301"
     j.record_permit(a, sid)
-    for ph in PHASES[1:PHASES.index(phase) + 1]:
+    for ph in PHASES[1 : PHASES.index(phase) + 1]:
         j.advance(a, ph)
     key = j.record_observation(a, decided, None) if decided else None
     j.close()
@@ -93,7 +101,8 @@ def test_recovery_holds_when_server_refuses(tmp_path: Path) -> None:
 
 
 def test_journal_cli_names_the_state_dir_when_the_journal_is_missing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`journal --clear-hold` in the wrong state dir must not look like success: exit 1 and say where the
     agent's journal lives."""
     from cmbuyer.agent.cli import main

@@ -42,8 +42,7 @@ def _journal_state(path: Path) -> dict[str, Any]:
         return {}
     finally:
         conn.close()
-    return {"claims": [c[0] for c in claims], "phases": [s[0] for s in subs],
-            "observations": [s[1] for s in subs]}
+    return {"claims": [c[0] for c in claims], "phases": [s[0] for s in subs], "observations": [s[1] for s in subs]}
 
 
 def _wait(cond: Any, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
@@ -75,9 +74,23 @@ class AgentProcess:
         if pause_after:
             env["CMBUYER_AGENT_TEST_PAUSE_AFTER"] = pause_after
         with self.log.open("ab") as log:  # the child keeps its own descriptor
-            return subprocess.Popen([AGENT, "run", "--device", "sim-1", "--server", self.url,
-                                     "--credentials-file", str(self.creds_file), "--poll-seconds", "0.2"],
-                                    stdout=log, stderr=subprocess.STDOUT, env=env)
+            return subprocess.Popen(
+                [
+                    AGENT,
+                    "run",
+                    "--device",
+                    "sim-1",
+                    "--server",
+                    self.url,
+                    "--credentials-file",
+                    str(self.creds_file),
+                    "--poll-seconds",
+                    "0.2",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:
@@ -85,31 +98,45 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait(timeout=30)
 
 
-@pytest.mark.parametrize("phase,submit_taps,task_state,observation", [
-    # the server claimed, the journal has nothing yet: the restart re-sends the journaled claim-next key
-    # under its old session, the server replays the same claim and the agent buys it (on main the new
-    # session got claim_requires_manual forever: the phone was blocked until a person acted)
-    ("CLAIM_ANSWERED", 1, "WAITING_PAYMENT", "SUBMITTED"),
-    ("CLAIMED", 0, "FAILED", None),  # before the fence: recovery fails the attempt
-    ("PERMIT_RECEIVED", 0, "RECONCILIATION_REQUIRED", "UNKNOWN"),
-    ("TAP_INTENT_RECORDED", 0, "RECONCILIATION_REQUIRED", "UNKNOWN"),
-    ("TAPPED", 1, "RECONCILIATION_REQUIRED", "UNKNOWN"),
-    ("OBSERVED", 1, "WAITING_PAYMENT", "SUBMITTED"),  # the stored result is re-sent with its key
-    ("RESULT_REPORTED", 1, "WAITING_PAYMENT", "SUBMITTED"),
-])
-def test_sigkill_at_each_journal_phase_then_restart(tmp_path: Path, phase: str, submit_taps: int,
-                                                    task_state: str, observation: str | None) -> None:
+@pytest.mark.parametrize(
+    "phase,submit_taps,task_state,observation",
+    [
+        # the server claimed, the journal has nothing yet: the restart re-sends the journaled claim-next key
+        # under its old session, the server replays the same claim and the agent buys it (on main the new
+        # session got claim_requires_manual forever: the phone was blocked until a person acted)
+        ("CLAIM_ANSWERED", 1, "WAITING_PAYMENT", "SUBMITTED"),
+        ("CLAIMED", 0, "FAILED", None),  # before the fence: recovery fails the attempt
+        ("PERMIT_RECEIVED", 0, "RECONCILIATION_REQUIRED", "UNKNOWN"),
+        ("TAP_INTENT_RECORDED", 0, "RECONCILIATION_REQUIRED", "UNKNOWN"),
+        ("TAPPED", 1, "RECONCILIATION_REQUIRED", "UNKNOWN"),
+        ("OBSERVED", 1, "WAITING_PAYMENT", "SUBMITTED"),  # the stored result is re-sent with its key
+        ("RESULT_REPORTED", 1, "WAITING_PAYMENT", "SUBMITTED"),
+    ],
+)
+def test_sigkill_at_each_journal_phase_then_restart(
+    tmp_path: Path, phase: str, submit_taps: int, task_state: str, observation: str | None
+) -> None:
     with RealServer(tmp_path) as srv, running_sim(set_env=False) as sim:
         task = srv.add_task()
         agent = AgentProcess(tmp_path, srv, sim.port)
         first = agent.start(pause_after=phase)
         try:
             want = "ACTIVE" if phase == "CLAIMED" else None
-            _wait(lambda: srv.state(task.id) == "CLAIMED" if phase == "CLAIM_ANSWERED" else (
-                want in _journal_state(agent.journal).get("claims", [])) if want else (
-                phase in _journal_state(agent.journal).get("phases", []) or (
-                    phase == "OBSERVED" and any(_journal_state(agent.journal).get("observations", [None])))),
-                first, 60, f"journal phase {phase}")
+            _wait(
+                lambda: (
+                    srv.state(task.id) == "CLAIMED"
+                    if phase == "CLAIM_ANSWERED"
+                    else (want in _journal_state(agent.journal).get("claims", []))
+                    if want
+                    else (
+                        phase in _journal_state(agent.journal).get("phases", [])
+                        or (phase == "OBSERVED" and any(_journal_state(agent.journal).get("observations", [None])))
+                    )
+                ),
+                first,
+                60,
+                f"journal phase {phase}",
+            )
             time.sleep(0.3)  # paused: nothing more happens
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=10)
@@ -126,8 +153,12 @@ def test_sigkill_at_each_journal_phase_then_restart(tmp_path: Path, phase: str, 
             _wait(lambda: srv.state(task.id) == task_state, second, 60, f"server state {task_state}")
             # SIGTERM only once the restarted agent is up (its signal handlers are installed
             # before its first heartbeat); with RESULT_REPORTED the state is already final.
-            _wait(lambda: b"heartbeat: state" in agent.log.read_bytes()[log_offset:], second, 60,
-                  "the restarted agent's first heartbeat")
+            _wait(
+                lambda: b"heartbeat: state" in agent.log.read_bytes()[log_offset:],
+                second,
+                60,
+                "the restarted agent's first heartbeat",
+            )
             time.sleep(1.0)  # the restarted agent keeps polling: still no new tap
             assert _stop(second) == 0
         finally:

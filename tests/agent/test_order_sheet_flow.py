@@ -32,8 +32,17 @@ from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
 from .fakes import FakeServer, make_purchase
 
-SWITCH_PHONES = ("sim-balance", "sim-paylater", "sim-nopw", "sim-unreadable", "sim-tworows", "sim-paynow",
-                 "sim-confirmpay", "sim-old", "sim-update")
+SWITCH_PHONES = (
+    "sim-balance",
+    "sim-paylater",
+    "sim-nopw",
+    "sim-unreadable",
+    "sim-tworows",
+    "sim-paynow",
+    "sim-confirmpay",
+    "sim-old",
+    "sim-update",
+)
 PLAIN = tuple(f"os-{i}" for i in range(24))
 _serials = itertools.count()
 
@@ -55,6 +64,7 @@ def sim() -> Iterator[PhoneSim]:
 @pytest.fixture(autouse=True)
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
     import cmbuyer.agent.submit as sub
+
     monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 5.0)
     monkeypatch.setattr(sub, "OBSERVE_SECONDS", 5.0)
 
@@ -71,8 +81,9 @@ class RecordingServer(FakeServer):
         return super().create_submission_fence(claim, proof)
 
 
-def run(tmp_path: Path, sim: PhoneSim, serial: str | None = None,
-        **task: Any) -> tuple[FlowResult, RecordingServer, str]:
+def run(
+    tmp_path: Path, sim: PhoneSim, serial: str | None = None, **task: Any
+) -> tuple[FlowResult, RecordingServer, str]:
     serial = serial or PLAIN[next(_serials)]
     phone = PhoneAdapter.connect(serial)
     task.setdefault("goods_id", "710000000001")
@@ -81,16 +92,25 @@ def run(tmp_path: Path, sim: PhoneSim, serial: str | None = None,
     journal = Journal(tmp_path / f"{serial}.sqlite3")
     server = RecordingServer(purchase, keys=journal)
     c = purchase.claim
-    journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
-                         authorization_id=c.authorization_id, claim_generation=1, claim_token=c.claim_token,
-                         session_id=c.session_id, lease_expires_at=c.lease_expires_at,
-                         authorization_expires_at=c.authorization_expires_at, task={})
+    journal.record_claim(
+        attempt_id=c.attempt_id,
+        task_id=c.task_id,
+        task_version=3,
+        authorization_id=c.authorization_id,
+        claim_generation=1,
+        claim_token=c.claim_token,
+        session_id=c.session_id,
+        lease_expires_at=c.lease_expires_at,
+        authorization_expires_at=c.authorization_expires_at,
+        task={},
+    )
     result = PurchaseFlow(phone=phone, pack=_pack(), sink=server, journal=journal).run(purchase)
     return result, server, serial
 
 
-def assert_stopped_before_fence(result: FlowResult, server: RecordingServer, sim: PhoneSim, serial: str,
-                                reason: str) -> None:
+def assert_stopped_before_fence(
+    result: FlowResult, server: RecordingServer, sim: PhoneSim, serial: str, reason: str
+) -> None:
     assert (result.outcome, result.reason_code, result.tapped) == ("FAILED", reason, False), server.fails
     assert server.proofs == [] and server.fences == {}
     assert [f.reason_code for f in server.fails] == [reason]
@@ -115,20 +135,50 @@ def assert_swipes_inside_lists(sim: PhoneSim, serial: str) -> int:
 
 ORDERS = {
     # two dimensions, 【限定】 tile vs [限定] in the 已选 label, stock-badge price (最后3件 ¥39)
-    "two-dimensions": dict(goods_id="710000000001", sku_color="【限定】雾霾蓝", sku_size="L", quantity=2,
-                           max_total_price=Decimal("80.00"), total="78.00"),
+    "two-dimensions": dict(
+        goods_id="710000000001",
+        sku_color="【限定】雾霾蓝",
+        sku_size="L",
+        quantity=2,
+        max_total_price=Decimal("80.00"),
+        total="78.00",
+    ),
     # one dimension (款式), a tile name with leading spaces, 已选 label decorated with '#', 免拼购买
-    "one-dimension": dict(goods_id="710000000002", sku_color="奶白色+礼盒", sku_size=None, quantity=1,
-                          max_total_price=Decimal("60.00"), total="59.00"),
+    "one-dimension": dict(
+        goods_id="710000000002",
+        sku_color="奶白色+礼盒",
+        sku_size=None,
+        quantity=1,
+        max_total_price=Decimal("60.00"),
+        total="59.00",
+    ),
     # image tiles (颜色分类, name in content-desc + tv_content, stock badges), 即将卖完 ¥118
-    "image-tiles": dict(goods_id="710000000003", sku_color="樱花粉", sku_size=None, quantity=1,
-                        max_total_price=Decimal("200.00"), total="118.00"),
+    "image-tiles": dict(
+        goods_id="710000000003",
+        sku_color="樱花粉",
+        sku_size=None,
+        quantity=1,
+        max_total_price=Decimal("200.00"),
+        total="118.00",
+    ),
     # 色号 header, the wanted tile off-screen to the right: scroll inside the list
-    "scrolled-list": dict(goods_id="710000000004", sku_color="樱桃红#09", sku_size=None, quantity=1,
-                          max_total_price=Decimal("50.00"), total="45.90"),
+    "scrolled-list": dict(
+        goods_id="710000000004",
+        sku_color="樱桃红#09",
+        sku_size=None,
+        quantity=1,
+        max_total_price=Decimal("50.00"),
+        total="45.90",
+    ),
     # preselected tile off-screen when the sheet opens; the wanted one is that preselected tile
-    "preselected-off-screen": dict(goods_id="710000000005", sku_color="星空紫", sku_size=None, quantity=3,
-                                   max_total_price=Decimal("40.00"), total="38.40"),
+    "preselected-off-screen": dict(
+        goods_id="710000000005",
+        sku_color="星空紫",
+        sku_size=None,
+        quantity=3,
+        max_total_price=Decimal("40.00"),
+        total="38.40",
+    ),
 }
 
 
@@ -157,32 +207,41 @@ def test_orders_complete_on_the_order_sheet(tmp_path: Path, sim: PhoneSim, name:
 
 def test_older_layout_bucket_on_the_same_version(tmp_path: Path, sim: PhoneSim) -> None:
     """The same 8.22.0 pack recognizes the SKU-sheet layout (another A/B bucket) by its screens."""
-    result, server, serial = run(tmp_path, sim, "sim-old", sku_color="黑色", sku_size="M", quantity=1,
-                                 max_total_price=Decimal("30.00"))
+    result, server, serial = run(
+        tmp_path, sim, "sim-old", sku_color="黑色", sku_size="M", quantity=1, max_total_price=Decimal("30.00")
+    )
     assert (result.outcome, result.tapped) == ("SUBMITTED", True), server.fails
     sim.journal(serial).assert_single_submit_tap()
     assert server.proofs[0].selected_size == "M" and server.proofs[0].payment_mode == "微信支付"
 
 
-@pytest.mark.parametrize("serial", ["sim-balance", "sim-paylater", "sim-nopw", "sim-unreadable", "sim-tworows",
-                                    "sim-paynow", "sim-confirmpay"])
+@pytest.mark.parametrize(
+    "serial",
+    ["sim-balance", "sim-paylater", "sim-nopw", "sim-unreadable", "sim-tworows", "sim-paynow", "sim-confirmpay"],
+)
 def test_unsafe_payment_modes_stop_before_the_fence(tmp_path: Path, sim: PhoneSim, serial: str) -> None:
-    result, server, _ = run(tmp_path, sim, serial, sku_color="黑色", sku_size="M", quantity=1,
-                            max_total_price=Decimal("30.00"))
+    result, server, _ = run(
+        tmp_path, sim, serial, sku_color="黑色", sku_size="M", quantity=1, max_total_price=Decimal("30.00")
+    )
     assert_stopped_before_fence(result, server, sim, serial, "PAYMENT_MODE_UNSAFE")
     # refused as soon as the sheet opened: no option or quantity tap either
     assert [t["role"] for t in sim.journal(serial).taps()] == ["buy"]
 
 
-@pytest.mark.parametrize(("task", "reason"), [
-    (dict(goods_id="710000000006", sku_color="雾霾蓝色款", sku_size=None), "OUT_OF_STOCK"),  # enabled tile
-    (dict(goods_id="710000000003", sku_color="雾霾蓝色款", sku_size=None), "OUT_OF_STOCK"),  # image tile
-    (dict(goods_id="710000000004", sku_color="不存在的色号#00", sku_size=None), "SKU_VALUE_MISSING"),
-    (dict(goods_id="710000000002", sku_color="经典白", sku_size="M"), "SKU_DIMENSION_UNNAMED"),
-    (dict(goods_id="710000000001", sku_color="黑色", sku_size=None), "SKU_DIMENSION_UNNAMED"),
-    (dict(goods_id="710000000001", sku_color="黑色", sku_size="L", max_total_price=Decimal("29.00")),
-     "PRICE_OVER_CAP"),
-])
+@pytest.mark.parametrize(
+    ("task", "reason"),
+    [
+        (dict(goods_id="710000000006", sku_color="雾霾蓝色款", sku_size=None), "OUT_OF_STOCK"),  # enabled tile
+        (dict(goods_id="710000000003", sku_color="雾霾蓝色款", sku_size=None), "OUT_OF_STOCK"),  # image tile
+        (dict(goods_id="710000000004", sku_color="不存在的色号#00", sku_size=None), "SKU_VALUE_MISSING"),
+        (dict(goods_id="710000000002", sku_color="经典白", sku_size="M"), "SKU_DIMENSION_UNNAMED"),
+        (dict(goods_id="710000000001", sku_color="黑色", sku_size=None), "SKU_DIMENSION_UNNAMED"),
+        (
+            dict(goods_id="710000000001", sku_color="黑色", sku_size="L", max_total_price=Decimal("29.00")),
+            "PRICE_OVER_CAP",
+        ),
+    ],
+)
 def test_task_level_stops(tmp_path: Path, sim: PhoneSim, task: dict[str, Any], reason: str) -> None:
     task.setdefault("quantity", 1)
     task.setdefault("max_total_price", Decimal("500.00"))
@@ -196,8 +255,9 @@ def test_task_level_stops(tmp_path: Path, sim: PhoneSim, task: dict[str, Any], r
 
 
 def test_update_prompt_stops(tmp_path: Path, sim: PhoneSim) -> None:
-    result, server, _ = run(tmp_path, sim, "sim-update", sku_color="黑色", sku_size="M", quantity=1,
-                            max_total_price=Decimal("30.00"))
+    result, server, _ = run(
+        tmp_path, sim, "sim-update", sku_color="黑色", sku_size="M", quantity=1, max_total_price=Decimal("30.00")
+    )
     assert_stopped_before_fence(result, server, sim, "sim-update", "APP_UPDATE_PROMPT")
 
 
@@ -211,8 +271,9 @@ GATE3_NULLS = {
 
 
 @pytest.mark.parametrize("reading", sorted(GATE3_NULLS))
-def test_gate3_each_null_reading_stops_before_the_fence(tmp_path: Path, sim: PhoneSim,
-                                                        monkeypatch: pytest.MonkeyPatch, reading: str) -> None:
+def test_gate3_each_null_reading_stops_before_the_fence(
+    tmp_path: Path, sim: PhoneSim, monkeypatch: pytest.MonkeyPatch, reading: str
+) -> None:
     """Each gate-3 reading made unreadable in turn (the real reader's result with that one value
     nulled) stops before the fence with its own code: no fence request, no submit tap."""
     import dataclasses
@@ -225,8 +286,9 @@ def test_gate3_each_null_reading_stops_before_the_fence(tmp_path: Path, sim: Pho
         return dataclasses.replace(got, gate3=dataclasses.replace(got.gate3, **null(got.gate3)))
 
     monkeypatch.setattr(cap, "confirm_reading", nulled)
-    result, server, serial = run(tmp_path, sim, sku_color="白色", sku_size="L", quantity=1,
-                                 max_total_price=Decimal("30.00"))
+    result, server, serial = run(
+        tmp_path, sim, sku_color="白色", sku_size="L", quantity=1, max_total_price=Decimal("30.00")
+    )
     assert_stopped_before_fence(result, server, sim, serial, reason)
 
 
@@ -281,8 +343,9 @@ def test_unsafe_payment_mode_real_server(tmp_path: Path) -> None:
     assert "FAILURE" in [e["kind"] for e in detail["evidence"]]
 
 
-def test_stop_with_a_foreign_app_in_front_takes_no_failure_screenshot(tmp_path: Path, sim: PhoneSim,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stop_with_a_foreign_app_in_front_takes_no_failure_screenshot(
+    tmp_path: Path, sim: PhoneSim, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Breaker: a stop before the fence while an external app (here the WeChat cashier window) is in
     front must not photograph it. The simulator's BACK always leaves a cashier, a real foreign app may
     not (a chat stack), so back_out is made a no-op here; the stop itself is the payment gate's."""
@@ -295,8 +358,9 @@ def test_stop_with_a_foreign_app_in_front_takes_no_failure_screenshot(tmp_path: 
     monkeypatch.setattr(cap, "check_payment_mode", foreign_then_stop)
     monkeypatch.setattr(cap, "back_out", lambda phone, pack, max_steps=4: None)
     try:
-        result, server, _ = run(tmp_path, sim, serial, sku_color="黑色", sku_size="M", quantity=1,
-                                max_total_price=Decimal("30.00"))
+        result, server, _ = run(
+            tmp_path, sim, serial, sku_color="黑色", sku_size="M", quantity=1, max_total_price=Decimal("30.00")
+        )
     finally:
         sim.phone(serial).app.foreign = None
     assert (result.outcome, result.reason_code) == ("FAILED", "PAYMENT_MODE_UNSAFE")

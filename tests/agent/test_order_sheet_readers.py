@@ -42,28 +42,38 @@ def inspect(text: str) -> dict[str, Any]:
 
 
 # --- normalization: one implementation, trim outer whitespace then NFKC ----------------------------
-@pytest.mark.parametrize(("raw", "norm"), [
-    ("  奶白色+礼盒", "奶白色+礼盒"), ("复古红#999", "复古红#999"), ("Ｍ（建议）", "M(建议)"),
-    ("【限定】奶白色", "【限定】奶白色"), (" a  b ", "a  b"), ("\u3000黑色\u3000", "黑色"),
-])
+@pytest.mark.parametrize(
+    ("raw", "norm"),
+    [
+        ("  奶白色+礼盒", "奶白色+礼盒"),
+        ("复古红#999", "复古红#999"),
+        ("Ｍ（建议）", "M(建议)"),
+        ("【限定】奶白色", "【限定】奶白色"),
+        (" a  b ", "a  b"),
+        ("\u3000黑色\u3000", "黑色"),
+    ],
+)
 def test_normalize_sku_trims_then_nfkc_and_nothing_else(raw: str, norm: str) -> None:
     assert normalize_sku(raw) == norm
     assert readers.sku_name(raw) == norm
 
 
 # --- the 已选 label is a second witness -------------------------------------------------------------
-@pytest.mark.parametrize(("label", "names", "agrees"), [
-    ("已选: #奶白色+礼盒", ["奶白色+礼盒"], True),
-    ("已选: [限定]奶白色", ["【限定】奶白色"], True),
-    ("已选: 黑色 M", ["黑色", "M"], True),
-    ("已选: 复古红#999", ["复古红#999"], True),
-    ("已选: #复古红#999", ["复古红#999"], True),
-    ("已选: 复古红999", ["复古红#999"], False),  # nothing inside a name is ever deleted
-    ("已选: ##奶白色", ["奶白色"], False),  # only ONE leading '#'
-    ("已选: 奶白色礼盒", ["奶白色+礼盒"], False),
-    ("已选: 白色 M", ["黑色", "M"], False),
-    ("请选择 颜色 尺码", ["黑色", "M"], False),
-])
+@pytest.mark.parametrize(
+    ("label", "names", "agrees"),
+    [
+        ("已选: #奶白色+礼盒", ["奶白色+礼盒"], True),
+        ("已选: [限定]奶白色", ["【限定】奶白色"], True),
+        ("已选: 黑色 M", ["黑色", "M"], True),
+        ("已选: 复古红#999", ["复古红#999"], True),
+        ("已选: #复古红#999", ["复古红#999"], True),
+        ("已选: 复古红999", ["复古红#999"], False),  # nothing inside a name is ever deleted
+        ("已选: ##奶白色", ["奶白色"], False),  # only ONE leading '#'
+        ("已选: 奶白色礼盒", ["奶白色+礼盒"], False),
+        ("已选: 白色 M", ["黑色", "M"], False),
+        ("请选择 颜色 尺码", ["黑色", "M"], False),
+    ],
+)
 def test_label_witness(label: str, names: list[str], agrees: bool) -> None:
     assert readers.label_agrees(label, names) is agrees
 
@@ -80,13 +90,16 @@ def test_label_disagreement_nulls_the_reading() -> None:
 
 
 # --- inspect on order-sheet captures -----------------------------------------------------------------
-@pytest.mark.parametrize(("name", "unit", "total", "selected"), [
-    ("sheet_tshirt", "29.90", "29.90", {"颜色": "黑色", "尺码": "M"}),
-    ("sheet_mug", "59.00", "59.00", {"款式": "奶白色+礼盒"}),
-    ("sheet_blanket", "128.00", "128.00", {"颜色分类": "奶咖色"}),
-    ("sheet_lipstick", "39.90", "39.90", {"色号": "复古红#999"}),
-    ("sheet_case", "12.80", "12.80", {"款式": None}),  # the selected tile is off-screen
-])
+@pytest.mark.parametrize(
+    ("name", "unit", "total", "selected"),
+    [
+        ("sheet_tshirt", "29.90", "29.90", {"颜色": "黑色", "尺码": "M"}),
+        ("sheet_mug", "59.00", "59.00", {"款式": "奶白色+礼盒"}),
+        ("sheet_blanket", "128.00", "128.00", {"颜色分类": "奶咖色"}),
+        ("sheet_lipstick", "39.90", "39.90", {"色号": "复古红#999"}),
+        ("sheet_case", "12.80", "12.80", {"款式": None}),  # the selected tile is off-screen
+    ],
+)
 def test_inspect_order_sheet(name: str, unit: str, total: str, selected: dict[str, str | None]) -> None:
     out = inspect(xml(name))
     assert (out["screen"], out["pack"], out["layout"]) == ("confirm_order", "pdd-8.22.0-82200", "order_sheet")
@@ -116,7 +129,8 @@ def test_inspect_cli_with_pack_names_pack_and_layout(capsys: pytest.CaptureFixtu
 
 
 def test_inspect_without_pack_names_every_recognizing_pack_and_reads_by_version(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The 8.17.0 pack recognizes an 8.22.0 order sheet but cannot read its price: without --pack the
     output must say that another pack also recognizes it; --version and a capture bundle's meta.json
     pick the pack of exactly that version."""
@@ -141,14 +155,17 @@ def test_inspect_without_pack_names_every_recognizing_pack_and_reads_by_version(
     assert json.loads(capsys.readouterr().out)["error"] == "NO_SELECTOR_PACK"
 
 
-@pytest.mark.parametrize(("name", "row"), [
-    ("sheet_balance", "使用多多支付余额¥5.05，更换支付方式"),
-    ("sheet_paylater", "使用#先用后付，更换支付方式"),
-    ("sheet_nopw", "使用#多多支付(免密支付)，更换支付方式"),
-    ("sheet_unreadable", None),
-    ("sheet_tworows", None),
-    ("sheet_paynow", "使用#微信支付，更换支付方式"),
-])
+@pytest.mark.parametrize(
+    ("name", "row"),
+    [
+        ("sheet_balance", "使用多多支付余额¥5.05，更换支付方式"),
+        ("sheet_paylater", "使用#先用后付，更换支付方式"),
+        ("sheet_nopw", "使用#多多支付(免密支付)，更换支付方式"),
+        ("sheet_unreadable", None),
+        ("sheet_tworows", None),
+        ("sheet_paynow", "使用#微信支付，更换支付方式"),
+    ],
+)
 def test_unsafe_payment_variants_are_named(name: str, row: str | None) -> None:
     dump = parse_dump(xml(name))
     reading = readers.read_payment(dump, pack822())
@@ -177,29 +194,43 @@ def test_zero_total_is_no_hand_off(total: str) -> None:
 
 
 def _second_submit_bar(text: str, amount: str) -> str:
-    bar = re.search(r'<node index="1" text="" [^>]*bounds="\[540,2136\]\[1056,2268\]"[^>]*><node [^>]*/></node>',
-                    text)
+    bar = re.search(r'<node index="1" text="" [^>]*bounds="\[540,2136\]\[1056,2268\]"[^>]*><node [^>]*/></node>', text)
     assert bar is not None
     twin = bar.group(0).replace("[540,2136][1056,2268]", "[540,1900][1056,1990]").replace("¥39.9", amount)
     return text.replace(bar.group(0), bar.group(0) + twin, 1)
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    # two submit bars with different totals: the total is unreadable (not an exception out of the reader)
-    (lambda t: _second_submit_bar(t, "¥19.9"), "CONFIRM_AMOUNT_UNREADABLE"),
-    # two submit bars with the same total: one control too many
-    (lambda t: _second_submit_bar(t, "¥39.9"), "SUBMIT_CONTROL_COUNT"),
-    # the unit-price node's desc twin disagrees with its text: unreadable, never a pick
-    (lambda t: t.replace('text="¥39.9" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.TextView" '
-                         'package="com.xunmeng.pinduoduo" content-desc=""', 'text="¥39.9" resource-id="com.xunmeng.'
-                         'pinduoduo:id/pdd" class="android.widget.TextView" package="com.xunmeng.pinduoduo" '
-                         'content-desc="¥19.9"'), "UNIT_PRICE_UNREADABLE"),
-    (lambda t: t.replace('text="复古红#999" resource-id', 'text="复古红#999 最后2件" resource-id', 1),
-     "SKU_SELECTION_UNREADABLE"),
-    (lambda t: t.replace('text="1" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.EditText"',
-                         'text="2件" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.EditText"'),
-     "QUANTITY_UNREADABLE"),
-])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        # two submit bars with different totals: the total is unreadable (not an exception out of the reader)
+        (lambda t: _second_submit_bar(t, "¥19.9"), "CONFIRM_AMOUNT_UNREADABLE"),
+        # two submit bars with the same total: one control too many
+        (lambda t: _second_submit_bar(t, "¥39.9"), "SUBMIT_CONTROL_COUNT"),
+        # the unit-price node's desc twin disagrees with its text: unreadable, never a pick
+        (
+            lambda t: t.replace(
+                'text="¥39.9" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.TextView" '
+                'package="com.xunmeng.pinduoduo" content-desc=""',
+                'text="¥39.9" resource-id="com.xunmeng.'
+                'pinduoduo:id/pdd" class="android.widget.TextView" package="com.xunmeng.pinduoduo" '
+                'content-desc="¥19.9"',
+            ),
+            "UNIT_PRICE_UNREADABLE",
+        ),
+        (
+            lambda t: t.replace('text="复古红#999" resource-id', 'text="复古红#999 最后2件" resource-id', 1),
+            "SKU_SELECTION_UNREADABLE",
+        ),
+        (
+            lambda t: t.replace(
+                'text="1" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.EditText"',
+                'text="2件" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.EditText"',
+            ),
+            "QUANTITY_UNREADABLE",
+        ),
+    ],
+)
 def test_gate3_on_hand_changed_sheets_stops_with_its_code(change: Any, reason: str) -> None:
     """Breaker: variations of a simulator sheet (each lambda says what changed) read by the same path
     the flow uses (capabilities.confirm_reading) and judged by gate 3."""
@@ -208,23 +239,35 @@ def test_gate3_on_hand_changed_sheets_stops_with_its_code(change: Any, reason: s
     wanted = {"color": "复古红#999"}
     reading = confirm_reading(parse_dump(text), pack822(), wanted)
     with pytest.raises(FlowStop) as err:
-        gates.gate3(reading.gate3, wanted=wanted, gate1_price=Decimal("39.90"), quantity=1,
-                    max_total=Decimal("100"))
+        gates.gate3(reading.gate3, wanted=wanted, gate1_price=Decimal("39.90"), quantity=1, max_total=Decimal("100"))
     assert err.value.reason_code == reason
 
 
-_LIPSTICK_RED = ('text="复古红#999" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.TextView" '
-                 'package="com.xunmeng.pinduoduo" content-desc=""')
+_LIPSTICK_RED = (
+    'text="复古红#999" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.TextView" '
+    'package="com.xunmeng.pinduoduo" content-desc=""'
+)
 
 
-@pytest.mark.parametrize("change", [
-    # stock ran out after the selection: name truncated with a status, full name kept in content-desc
-    lambda t: t.replace(_LIPSTICK_RED, _LIPSTICK_RED.replace('text="复古红#999"', 'text="复古红... 刚刚抢光"')
-                        .replace('content-desc=""', 'content-desc="复古红#999"'), 1),
-    # the selected tile turned disabled
-    lambda t: t.replace(_LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="true"',
-                        _LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="false"', 1),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        # stock ran out after the selection: name truncated with a status, full name kept in content-desc
+        lambda t: t.replace(
+            _LIPSTICK_RED,
+            _LIPSTICK_RED.replace('text="复古红#999"', 'text="复古红... 刚刚抢光"').replace(
+                'content-desc=""', 'content-desc="复古红#999"'
+            ),
+            1,
+        ),
+        # the selected tile turned disabled
+        lambda t: t.replace(
+            _LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="true"',
+            _LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="false"',
+            1,
+        ),
+    ],
+)
 def test_selected_tile_sold_out_on_the_submit_screen_stops(change: Any) -> None:
     """Breaker: the selected wanted tile reads sold out/disabled on the submit screen; its name still
     equals the task's value, so gate 3 passed it."""
@@ -236,11 +279,21 @@ def test_selected_tile_sold_out_on_the_submit_screen_stops(change: Any) -> None:
 
 
 # --- prices ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("text", "value"), [
-    ("最后3件 ¥69", "69.00"), ("即将卖完 ¥88", "88.00"), ("¥12.88", "12.88"), ("￥12.88", "12.88"),
-    ("仅剩2件 ¥5", "5.00"), ("¥70已拼44件", None), ("¥4162人付款", None), ("¥70已拼44件最后6件", None),
-    ("已售5.2万件 ¥12.88", None), ("¥29.9-39", None),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("最后3件 ¥69", "69.00"),
+        ("即将卖完 ¥88", "88.00"),
+        ("¥12.88", "12.88"),
+        ("￥12.88", "12.88"),
+        ("仅剩2件 ¥5", "5.00"),
+        ("¥70已拼44件", None),
+        ("¥4162人付款", None),
+        ("¥70已拼44件最后6件", None),
+        ("已售5.2万件 ¥12.88", None),
+        ("¥29.9-39", None),
+    ],
+)
 def test_unit_price_regex(text: str, value: str | None) -> None:
     got = match_amount(pack822().readers["confirm_order"].unit_price.regex, text)  # type: ignore[union-attr]
     assert (None if got is None else str(got)) == value
@@ -269,26 +322,34 @@ WANTED = {"color": "黑色", "size": "M"}
 
 
 def g3(**over: Any) -> gates.Gate3Reading:
-    base: dict[str, Any] = dict(selected={"color": "黑色", "size": "M"}, unit_price=Decimal("10.00"), quantity=2,
-                                total=Decimal("20.00"), submit_controls=1)
+    base: dict[str, Any] = dict(
+        selected={"color": "黑色", "size": "M"},
+        unit_price=Decimal("10.00"),
+        quantity=2,
+        total=Decimal("20.00"),
+        submit_controls=1,
+    )
     base.update(over)
     return gates.Gate3Reading(**base)
 
 
-@pytest.mark.parametrize(("reading", "reason"), [
-    (g3(selected={"color": None, "size": "M"}), "SKU_SELECTION_UNREADABLE"),
-    (g3(selected={"color": "黑色", "size": None}), "SKU_SELECTION_UNREADABLE"),
-    (g3(selected={"color": "黑色"}), "SKU_SELECTION_UNREADABLE"),
-    (g3(unit_price=None), "UNIT_PRICE_UNREADABLE"),
-    (g3(quantity=None), "QUANTITY_UNREADABLE"),
-    (g3(total=None), "CONFIRM_AMOUNT_UNREADABLE"),
-    (g3(selected={"color": "白色", "size": "M"}), "SKU_MISMATCH_ON_CONFIRM"),
-    (g3(selected={"color": "黑色", "size": "L"}), "SKU_MISMATCH_ON_CONFIRM"),
-    (g3(quantity=3, total=Decimal("30.00")), "QUANTITY_MISMATCH"),
-    (g3(unit_price=Decimal("9.00"), total=Decimal("18.00")), "PRICE_CHANGED"),
-    (g3(total=Decimal("20.01")), "TOTAL_ABOVE_ITEMS"),
-    (g3(submit_controls=2), "SUBMIT_CONTROL_COUNT"),
-])
+@pytest.mark.parametrize(
+    ("reading", "reason"),
+    [
+        (g3(selected={"color": None, "size": "M"}), "SKU_SELECTION_UNREADABLE"),
+        (g3(selected={"color": "黑色", "size": None}), "SKU_SELECTION_UNREADABLE"),
+        (g3(selected={"color": "黑色"}), "SKU_SELECTION_UNREADABLE"),
+        (g3(unit_price=None), "UNIT_PRICE_UNREADABLE"),
+        (g3(quantity=None), "QUANTITY_UNREADABLE"),
+        (g3(total=None), "CONFIRM_AMOUNT_UNREADABLE"),
+        (g3(selected={"color": "白色", "size": "M"}), "SKU_MISMATCH_ON_CONFIRM"),
+        (g3(selected={"color": "黑色", "size": "L"}), "SKU_MISMATCH_ON_CONFIRM"),
+        (g3(quantity=3, total=Decimal("30.00")), "QUANTITY_MISMATCH"),
+        (g3(unit_price=Decimal("9.00"), total=Decimal("18.00")), "PRICE_CHANGED"),
+        (g3(total=Decimal("20.01")), "TOTAL_ABOVE_ITEMS"),
+        (g3(submit_controls=2), "SUBMIT_CONTROL_COUNT"),
+    ],
+)
 def test_gate3_fails_closed(reading: gates.Gate3Reading, reason: str) -> None:
     with pytest.raises(FlowStop) as err:
         gates.gate3(reading, wanted=WANTED, gate1_price=Decimal("10.00"), quantity=2, max_total=Decimal("25.00"))
@@ -299,8 +360,9 @@ def test_gate3_caps_and_discount() -> None:
     with pytest.raises(FlowStop) as err:
         gates.gate3(g3(), wanted=WANTED, gate1_price=Decimal("10.00"), quantity=2, max_total=Decimal("19.99"))
     assert err.value.reason_code == "PRICE_OVER_CAP"
-    summary = gates.gate3(g3(total=Decimal("17.00")), wanted=WANTED, gate1_price=Decimal("10.00"), quantity=2,
-                          max_total=Decimal("20.00"))
+    summary = gates.gate3(
+        g3(total=Decimal("17.00")), wanted=WANTED, gate1_price=Decimal("10.00"), quantity=2, max_total=Decimal("20.00")
+    )
     assert "discount" in summary
 
 
@@ -317,15 +379,18 @@ def test_gates_1_and_2_fail_closed_on_null() -> None:
         assert err.value.reason_code == reason
 
 
-@pytest.mark.parametrize(("headers", "wanted", "ok"), [
-    (["颜色", "尺码"], {"color": "a", "size": "b"}, True),
-    (["色号"], {"color": "a"}, True),
-    (["款式"], {"color": "a", "size": "b"}, False),  # a named size the sheet does not show
-    (["颜色", "尺码"], {"color": "a"}, False),  # a sheet dimension the task does not name
-    (["颜色", "套餐"], {"color": "a", "size": "b"}, False),  # an unmapped header
-    (["颜色", "款式"], {"color": "a", "size": "b"}, False),  # two colour dimensions
-    (["颜色", "尺码", "规格"], {"color": "a", "size": "b"}, False),  # three dimensions: documented limit
-])
+@pytest.mark.parametrize(
+    ("headers", "wanted", "ok"),
+    [
+        (["颜色", "尺码"], {"color": "a", "size": "b"}, True),
+        (["色号"], {"color": "a"}, True),
+        (["款式"], {"color": "a", "size": "b"}, False),  # a named size the sheet does not show
+        (["颜色", "尺码"], {"color": "a"}, False),  # a sheet dimension the task does not name
+        (["颜色", "套餐"], {"color": "a", "size": "b"}, False),  # an unmapped header
+        (["颜色", "款式"], {"color": "a", "size": "b"}, False),  # two colour dimensions
+        (["颜色", "尺码", "规格"], {"color": "a", "size": "b"}, False),  # three dimensions: documented limit
+    ],
+)
 def test_sku_dimensions(headers: list[str], wanted: dict[str, str], ok: bool) -> None:
     pack = pack822()
     roles = {h: pack.role_of(h) for h in headers}
@@ -342,33 +407,38 @@ def _sel(text: str) -> dict[str, Any]:
     return {"text": text, "evidence": ["sim822-product"]}
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda p: p["dismissals"].append({"id": "pay", "when": _sel("确定放弃吗"), "tap": _sel("继续支付")}),
-    lambda p: p["dismissals"].append({"id": "any", "when": _sel("x"), "tap": _sel(".*")}),
-    lambda p: p["dismissals"].append({"id": "noname", "when": _sel("x"),
-                                      "tap": {"clickable": True, "evidence": ["sim822-product"]}}),
-    lambda p: p["buy_paths"].update(single=_sel("单独购买|提交订单.*")),
-    lambda p: p["buy_paths"].update(group=_sel(".*支付.*")),
-    lambda p: p["layouts"][1].update(to_confirm=_sel("确定|立即支付")),
-    lambda p: p["controls"]["quantity_increase"].update(desc=".*"),
-    lambda p: p["layouts"].append({"id": "web_sheet", "options_screen": "confirm_order",
-                                   "quantity_screen": "confirm_order"}),
-    lambda p: p["layouts"][0].update(options_screen="cashier"),
-    lambda p: p["layouts"].append(dict(p["layouts"][0])),
-    lambda p: p["layouts"][0].update(quantity_screen="sku_panel"),
-    lambda p: p["layouts"][1].pop("to_confirm"),
-    lambda p: p["screens"].update(cashier=p["screens"]["payment"]),
-    lambda p: p["payment"].update(handoff_modes=["微信支付", "先用后付"]),
-    lambda p: p["payment"].update(handoff_modes=["多多支付(免密)"]),
-    lambda p: p["payment"].update(mode_regex="使用(.*)"),
-    lambda p: p["dimension_roles"]["size"].append("颜色"),
-    # breaker: regexes that reach a payment/submit control without matching any fixed probe
-    lambda p: p["dismissals"].append({"id": "pay2", "when": _sel("x"), "tap": _sel("确认支付¥.*")}),
-    lambda p: p["dismissals"].append({"id": "pay3", "when": _sel("x"), "tap": _sel("去支付[0-9]+")}),
-    lambda p: p["dismissals"].append({"id": "sub", "when": _sel("x"), "tap": _sel("提交订单 ¥[0-9.]+起")}),
-    lambda p: p["buy_paths"].update(single=_sel("去付款")),
-    lambda p: p.update(pack_format=1),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda p: p["dismissals"].append({"id": "pay", "when": _sel("确定放弃吗"), "tap": _sel("继续支付")}),
+        lambda p: p["dismissals"].append({"id": "any", "when": _sel("x"), "tap": _sel(".*")}),
+        lambda p: p["dismissals"].append(
+            {"id": "noname", "when": _sel("x"), "tap": {"clickable": True, "evidence": ["sim822-product"]}}
+        ),
+        lambda p: p["buy_paths"].update(single=_sel("单独购买|提交订单.*")),
+        lambda p: p["buy_paths"].update(group=_sel(".*支付.*")),
+        lambda p: p["layouts"][1].update(to_confirm=_sel("确定|立即支付")),
+        lambda p: p["controls"]["quantity_increase"].update(desc=".*"),
+        lambda p: p["layouts"].append(
+            {"id": "web_sheet", "options_screen": "confirm_order", "quantity_screen": "confirm_order"}
+        ),
+        lambda p: p["layouts"][0].update(options_screen="cashier"),
+        lambda p: p["layouts"].append(dict(p["layouts"][0])),
+        lambda p: p["layouts"][0].update(quantity_screen="sku_panel"),
+        lambda p: p["layouts"][1].pop("to_confirm"),
+        lambda p: p["screens"].update(cashier=p["screens"]["payment"]),
+        lambda p: p["payment"].update(handoff_modes=["微信支付", "先用后付"]),
+        lambda p: p["payment"].update(handoff_modes=["多多支付(免密)"]),
+        lambda p: p["payment"].update(mode_regex="使用(.*)"),
+        lambda p: p["dimension_roles"]["size"].append("颜色"),
+        # breaker: regexes that reach a payment/submit control without matching any fixed probe
+        lambda p: p["dismissals"].append({"id": "pay2", "when": _sel("x"), "tap": _sel("确认支付¥.*")}),
+        lambda p: p["dismissals"].append({"id": "pay3", "when": _sel("x"), "tap": _sel("去支付[0-9]+")}),
+        lambda p: p["dismissals"].append({"id": "sub", "when": _sel("x"), "tap": _sel("提交订单 ¥[0-9.]+起")}),
+        lambda p: p["buy_paths"].update(single=_sel("去付款")),
+        lambda p: p.update(pack_format=1),
+    ],
+)
 def test_pack_refused_at_load(mutate: Any) -> None:
     raw = copy.deepcopy(pack822().raw)
     mutate(raw)

@@ -30,6 +30,7 @@ GOODS = "937122477375"
 @pytest.fixture
 def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
     import cmbuyer.agent.phone.adapter as adapter
+
     monkeypatch.setattr(adapter.time, "sleep", lambda s: None)
 
 
@@ -84,6 +85,7 @@ def test_remembered_dumps_that_disagree_or_raise_lead_to_fresh_dumps(no_sleep: N
         if calls["n"] == 1:
             raise FlowStop("not yet", "SCREEN_UNRECOGNIZED")
         return 1
+
     phone.read_stable(picky)
     assert sim.dumps == 5
 
@@ -127,8 +129,7 @@ def test_outbox_sends_in_order_batching_consecutive_events() -> None:
     box.events([TaskEvent("D", "STARTED")])
     sink.gate.set()
     box.drain(5)
-    assert sink.calls == [("events", ["A"]), ("events", ["B", "C"]), ("upload", "SKU_PANEL_GATE_1"),
-                          ("events", ["D"])]
+    assert sink.calls == [("events", ["A"]), ("events", ["B", "C"]), ("upload", "SKU_PANEL_GATE_1"), ("events", ["D"])]
     assert box.close() is None
 
 
@@ -174,11 +175,18 @@ def test_flow_pacing_real_u2(tmp_path: Path) -> None:
         journal = Journal(tmp_path / "j.sqlite3")
         server = _SlowUploads(purchase, keys=journal)
         c = purchase.claim
-        journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
-                             authorization_id=c.authorization_id, claim_generation=1,
-                             claim_token=c.claim_token, session_id=c.session_id,
-                             lease_expires_at=c.lease_expires_at,
-                             authorization_expires_at=c.authorization_expires_at, task={})
+        journal.record_claim(
+            attempt_id=c.attempt_id,
+            task_id=c.task_id,
+            task_version=3,
+            authorization_id=c.authorization_id,
+            claim_generation=1,
+            claim_token=c.claim_token,
+            session_id=c.session_id,
+            lease_expires_at=c.lease_expires_at,
+            authorization_expires_at=c.authorization_expires_at,
+            task={},
+        )
         result = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal).run(purchase)
         assert result.outcome == "SUBMITTED", server.fails
         entries = sim.journal("sim-1").entries()

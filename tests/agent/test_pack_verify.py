@@ -71,8 +71,9 @@ def operator_pack(tmp_path: Path) -> tuple[Path, dict]:
 
 
 @pytest.mark.parametrize("kind", ["dump", "screenshot", "meta"])
-def test_pack_verify_fails_on_one_changed_byte(operator_pack: tuple[Path, dict], kind: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_pack_verify_fails_on_one_changed_byte(
+    operator_pack: tuple[Path, dict], kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path, data = operator_pack
     assert main(["pack", "verify", str(path)]) == 0
     capsys.readouterr()
@@ -86,7 +87,8 @@ def test_pack_verify_fails_on_one_changed_byte(operator_pack: tuple[Path, dict],
 
 
 def test_pack_verify_fails_on_a_missing_file_and_a_symlink_leaving_the_dir(
-        operator_pack: tuple[Path, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    operator_pack: tuple[Path, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path, data = operator_pack
     evidence_path(path.parent, data, "sim822-product", "dump").unlink()
     meta = evidence_path(path.parent, data, "sim822-retention", "meta")
@@ -100,19 +102,23 @@ def test_pack_verify_fails_on_a_missing_file_and_a_symlink_leaving_the_dir(
         "MISSING  sim822-product dump evidence/pdd-8.22.0-82200/sim822-product/dump.xml (no such file)",
         "UNSAFE   sim822-retention meta evidence/pdd-8.22.0-82200/sim822-retention/meta.json (path must be "
         "relative, without '..', and stay inside the pack's directory)",
-        "ops-8.23.0-82300.json: 42 evidence files, 40 ok, 2 failed -> FAILED"]
+        "ops-8.23.0-82300.json: 42 evidence files, 40 ok, 2 failed -> FAILED",
+    ]
 
 
-def test_pack_verify_refuses_an_invalid_pack_in_one_line(operator_pack: tuple[Path, dict],
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_pack_verify_refuses_an_invalid_pack_in_one_line(
+    operator_pack: tuple[Path, dict], capsys: pytest.CaptureFixture[str]
+) -> None:
     path, data = operator_pack
     data["evidence"]["sim822-product"]["files"]["dump"]["path"] = "../outside/dump.xml"
     path.write_text(json.dumps(data), encoding="utf-8")
     assert main(["pack", "verify", str(path)]) == 2
     out = capsys.readouterr()
     assert out.out == ""
-    assert out.err == ("ops-8.23.0-82300.json: $.evidence['sim822-product'].files.dump.path: '../outside/dump.xml' "
-                       "does not match '^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$'\n")
+    assert out.err == (
+        "ops-8.23.0-82300.json: $.evidence['sim822-product'].files.dump.path: '../outside/dump.xml' "
+        "does not match '^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$'\n"
+    )
     assert main(["pack", "verify", str(path.parent / "absent.json")]) == 2
     assert capsys.readouterr().err == "absent.json: $: cannot read the file (No such file or directory)\n"
 
@@ -125,9 +131,13 @@ def test_every_shipped_evidence_file_is_declared_package_data() -> None:
 
     repo = Path(__file__).resolve().parents[2]
     patterns = tomllib.loads((repo / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-data"][
-        "cmbuyer.agent"]
+        "cmbuyer.agent"
+    ]
     root = shipped_pack_dir()
-    files = [PurePosixPath("packs") / f.relative_to(root).as_posix() for f in root.rglob("*")
-             if f.is_file() and f.suffix in (".json", ".xml", ".png")]
+    files = [
+        PurePosixPath("packs") / f.relative_to(root).as_posix()
+        for f in root.rglob("*")
+        if f.is_file() and f.suffix in (".json", ".xml", ".png")
+    ]
     assert len(files) > 60
     assert [f for f in files if not any(f.match(p) for p in patterns)] == []

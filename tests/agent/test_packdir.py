@@ -66,15 +66,17 @@ def test_operator_pack_may_keep_the_shipped_id_of_its_own_version_only(pack_dir:
     found = resolve("8.22.0", 82200, pack_dir, check_permissions=True)
     assert (found.pack.id, found.origin) == ("pdd-8.22.0-82200", "operator")
     write_pack(pack_dir, rebound("8.22.0", "8.30.0", 83000, "pdd-8.17.0-81700"))
-    assert _error(("8.30.0", 83000), pack_dir) == ("pdd-8.17.0-81700.json: $.id: 'pdd-8.17.0-81700' is the id of "
-                                                   "the shipped pack for 8.17.0 (81700)")
+    assert _error(("8.30.0", 83000), pack_dir) == (
+        "pdd-8.17.0-81700.json: $.id: 'pdd-8.17.0-81700' is the id of the shipped pack for 8.17.0 (81700)"
+    )
 
 
 def test_two_operator_packs_for_one_version_are_refused_naming_both(pack_dir: Path) -> None:
     write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300, "a-823"), "a.json")
     write_pack(pack_dir, rebound("8.17.0", "8.23.0", 82300, "b-823"), "b.json")
-    assert _error(("8.23.0", 82300), pack_dir) == ("two operator packs for app version 8.23.0 (82300): a.json, "
-                                                   "b.json (keep one)")
+    assert _error(("8.23.0", 82300), pack_dir) == (
+        "two operator packs for app version 8.23.0 (82300): a.json, b.json (keep one)"
+    )
     # also when the second one is the same version as a shipped pack: no fallback to the shipped one
     write_pack(pack_dir, rebound("8.22.0", "8.22.0", 82200, "c-822"), "c.json")
     write_pack(pack_dir, rebound("8.22.0", "8.22.0", 82200, "d-822"), "d.json")
@@ -93,8 +95,9 @@ def test_group_writable_pack_file_is_refused_for_its_version_only(pack_dir: Path
     path = write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     write_pack(pack_dir, rebound("8.22.0", "8.24.0", 82400))
     path.chmod(0o664)
-    assert _error(("8.23.0", 82300), pack_dir) == ("ops-8.23.0-82300.json: $: the pack file is group- or "
-                                                   "world-writable (mode 0664); run chmod go-w")
+    assert _error(("8.23.0", 82300), pack_dir) == (
+        "ops-8.23.0-82300.json: $: the pack file is group- or world-writable (mode 0664); run chmod go-w"
+    )
     assert resolve_pack("8.24.0", 82400, pack_dir, check_permissions=True).id == "ops-8.24.0-82400"
     # inspect reads files without the trust check
     assert resolve_pack("8.23.0", 82300, pack_dir, check_permissions=False).id == "ops-8.23.0-82300"
@@ -105,16 +108,18 @@ def test_world_writable_pack_dir_refuses_every_version(pack_dir: Path) -> None:
     write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     pack_dir.chmod(0o777)
     for version in (("8.23.0", 82300), ("8.17.0", 81700)):
-        assert _error(version, pack_dir) == (f"operator pack dir {pack_dir}: the pack dir is group- or "
-                                             "world-writable (mode 0777); run chmod go-w")
+        assert _error(version, pack_dir) == (
+            f"operator pack dir {pack_dir}: the pack dir is group- or world-writable (mode 0777); run chmod go-w"
+        )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 def test_pack_file_and_dir_of_another_owner_are_refused(pack_dir: Path) -> None:
     path = write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     os.chown(path, 65534, 65534)  # nobody
-    assert _error(("8.23.0", 82300), pack_dir) == ("ops-8.23.0-82300.json: $: the pack file is owned by uid 65534, "
-                                                   "not by the agent's uid 0")
+    assert _error(("8.23.0", 82300), pack_dir) == (
+        "ops-8.23.0-82300.json: $: the pack file is owned by uid 65534, not by the agent's uid 0"
+    )
     os.chown(path, 0, 0)
     os.chown(pack_dir, 65534, 65534)
     assert "the pack dir is owned by uid 65534" in _error(("8.23.0", 82300), pack_dir)
@@ -123,13 +128,15 @@ def test_pack_file_and_dir_of_another_owner_are_refused(pack_dir: Path) -> None:
 def test_symlinked_pack_file_is_refused(pack_dir: Path, tmp_path: Path) -> None:
     elsewhere = write_pack(make_pack_dir(tmp_path / "elsewhere"), rebound("8.22.0", "8.23.0", 82300))
     (pack_dir / "ops-8.23.0-82300.json").symlink_to(elsewhere)
-    assert _error(("8.23.0", 82300), pack_dir) == ("ops-8.23.0-82300.json: $: the pack file is a symlink (put the "
-                                                   "file itself in the pack dir)")
+    assert _error(("8.23.0", 82300), pack_dir) == (
+        "ops-8.23.0-82300.json: $: the pack file is a symlink (put the file itself in the pack dir)"
+    )
 
 
 def test_missing_pack_dir_is_refused(tmp_path: Path) -> None:
-    assert _error(("8.22.0", 82200), tmp_path / "nope") == (f"operator pack dir {tmp_path / 'nope'}: cannot read "
-                                                            "the pack dir (No such file or directory)")
+    assert _error(("8.22.0", 82200), tmp_path / "nope") == (
+        f"operator pack dir {tmp_path / 'nope'}: cannot read the pack dir (No such file or directory)"
+    )
 
 
 # --- bad packs: one line each, naming the file and the JSON path ---------------------------------
@@ -200,8 +207,10 @@ def test_invalid_json_is_one_line_attributed_by_file_name(pack_dir: Path) -> Non
     path.chmod(0o644)
     text = _error(("8.23.0", 82300), pack_dir)
     # where a hand edit broke it (the strict decoder alone said only "not strict JSON")
-    assert text == ("pdd-8.23.0-82300.json: $: not valid strict JSON (Expecting property name enclosed in double "
-                    "quotes at line 2 column 12)"), text
+    assert text == (
+        "pdd-8.23.0-82300.json: $: not valid strict JSON (Expecting property name enclosed in double "
+        "quotes at line 2 column 12)"
+    ), text
     path.write_text('{"pack_format": 2, "pack_format": 2}', encoding="utf-8")  # JSON, but not strict
     assert _error(("8.23.0", 82300), pack_dir).startswith("pdd-8.23.0-82300.json: $: not valid strict JSON (duplicate")
 
@@ -212,12 +221,15 @@ def test_evidence_missing_or_changed_is_one_line(pack_dir: Path) -> None:
     target = evidence_path(pack_dir, data, "sim822-sheet-mug", "screenshot")
     flip_byte(target)
     text = _error(("8.23.0", 82300), pack_dir)
-    assert text.startswith("ops-8.23.0-82300.json: $.evidence['sim822-sheet-mug'].files.screenshot: evidence mismatch: "
-                           "evidence/pdd-8.22.0-82200/sim822-sheet-mug/screenshot.png (sha256 "), text
+    assert text.startswith(
+        "ops-8.23.0-82300.json: $.evidence['sim822-sheet-mug'].files.screenshot: evidence mismatch: "
+        "evidence/pdd-8.22.0-82200/sim822-sheet-mug/screenshot.png (sha256 "
+    ), text
     target.unlink()
     assert _error(("8.23.0", 82300), pack_dir) == (
         "ops-8.23.0-82300.json: $.evidence['sim822-sheet-mug'].files.screenshot: evidence missing: "
-        "evidence/pdd-8.22.0-82200/sim822-sheet-mug/screenshot.png (no such file)")
+        "evidence/pdd-8.22.0-82200/sim822-sheet-mug/screenshot.png (no such file)"
+    )
 
 
 def test_evidence_symlink_leaving_the_pack_dir_is_refused(pack_dir: Path, tmp_path: Path) -> None:
@@ -232,8 +244,9 @@ def test_evidence_symlink_leaving_the_pack_dir_is_refused(pack_dir: Path, tmp_pa
 
 
 # --- a broken operator pack does not take the others down ----------------------------------------
-def test_broken_pack_affects_only_its_version_and_is_logged_once(pack_dir: Path,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_broken_pack_affects_only_its_version_and_is_logged_once(
+    pack_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     broken = rebound("8.22.0", "8.24.0", 82400)
     broken["layouts"][0]["id"] = "carousel"
@@ -245,8 +258,9 @@ def test_broken_pack_affects_only_its_version_and_is_logged_once(pack_dir: Path,
         assert resolve_pack("8.23.0", 82300, pack_dir, check_permissions=True).id == "ops-8.23.0-82300"
         assert resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True).id == "pdd-8.22.0-82200"
         assert _error(("8.24.0", 82400), pack_dir).startswith("ops-8.24.0-82400.json: $.layouts[0].id: 'carousel'")
-    assert _error(("8.25.0", 82500), pack_dir) == ("no selector pack for app version 8.25.0 (82500); unreadable "
-                                                   "operator pack files: notes.json")
+    assert _error(("8.25.0", 82500), pack_dir) == (
+        "no selector pack for app version 8.25.0 (82500); unreadable operator pack files: notes.json"
+    )
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2, warnings  # once per broken file, however many lookups
     assert {w.split(":")[0] for w in warnings} == {"selector pack refused"}
@@ -268,7 +282,8 @@ def test_the_error_a_lookup_raises_is_not_also_logged(pack_dir: Path, caplog: py
     resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True)  # another version: logged, once
     resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True)
     assert [r.getMessage().split(": ")[:2] for r in caplog.records] == [
-        ["selector pack refused", "ops-8.23.0-82300.json"]]
+        ["selector pack refused", "ops-8.23.0-82300.json"]
+    ]
     caplog.clear()
     pack_dir.chmod(0o777)  # a refused directory: raised to the caller, not logged besides
     assert "world-writable" in _error(("8.22.0", 82200), pack_dir)
@@ -305,13 +320,17 @@ def test_pack_dir_from_flag_then_env(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 # --- CLI: inspect and doctor ---------------------------------------------------------------------
 def test_inspect_reads_with_the_operator_pack_and_prints_a_bad_pack_as_one_line(
-        pack_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pack_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dump = Path(__file__).parent / "fixtures" / "sim822" / "sheet_tshirt.xml"
     write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     assert main(["inspect", "--dump", str(dump), "--version", "8.23.0:82300", "--pack-dir", str(pack_dir)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert (out["pack"], out["screen"], out["readings"]["confirm_amount"]) == ("ops-8.23.0-82300", "confirm_order",
-                                                                             "29.90")
+    assert (out["pack"], out["screen"], out["readings"]["confirm_amount"]) == (
+        "ops-8.23.0-82300",
+        "confirm_order",
+        "29.90",
+    )
     bad = rebound("8.22.0", "8.24.0", 82400)
     _set_options_screen(bad)
     write_pack(pack_dir, bad)
@@ -321,7 +340,8 @@ def test_inspect_reads_with_the_operator_pack_and_prints_a_bad_pack_as_one_line(
     assert json.loads(captured.out) == {
         "error": "NO_SELECTOR_PACK",
         "detail": "ops-8.24.0-82400.json: $.layouts[0].options_screen: 'foo' is not one of "
-                  "['sku_panel', 'confirm_order']"}
+        "['sku_panel', 'confirm_order']",
+    }
 
 
 def _doctor(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, dict[str, Any]]]:
@@ -331,7 +351,8 @@ def _doctor(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, d
 
 
 def test_doctor_says_which_pack_is_in_use_and_reports_broken_packs(
-        pack_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    pack_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Against the simulator on 8.22.0 through the real uiautomator2/adbutils (the server part fails:
     no server is listening — only the pack checks are asserted)."""
     monkeypatch.delenv("CMBUYER_DEVICE_ID", raising=False)
@@ -344,8 +365,10 @@ def test_doctor_says_which_pack_is_in_use_and_reports_broken_packs(
         assert checks["selector packs load"]["ok"] is True
         _, checks = _doctor(["--pack-dir", str(pack_dir)], capsys)
         assert checks["selector pack"] == {
-            "check": "selector pack", "ok": True,
-            "detail": f"site-8.22.0 (operator pack {path}), overrides the shipped pack pdd-8.22.0-82200"}
+            "check": "selector pack",
+            "ok": True,
+            "detail": f"site-8.22.0 (operator pack {path}), overrides the shipped pack pdd-8.22.0-82200",
+        }
         bad = rebound("8.22.0", "8.40.0", 84000)
         _unknown_layout(bad)
         write_pack(pack_dir, bad)
@@ -353,13 +376,16 @@ def test_doctor_says_which_pack_is_in_use_and_reports_broken_packs(
         code, checks = _doctor([], capsys)
         assert code == 1 and checks["selector pack"]["ok"] is True  # the phone's version is unaffected
         assert checks["selector packs load"] == {
-            "check": "selector packs load", "ok": False,
-            "detail": "ops-8.40.0-84000.json: $.layouts[0].id: 'carousel' is not one of ['sku_sheet', 'order_sheet']"}
+            "check": "selector packs load",
+            "ok": False,
+            "detail": "ops-8.40.0-84000.json: $.layouts[0].id: 'carousel' is not one of ['sku_sheet', 'order_sheet']",
+        }
         pack_dir.chmod(0o775)
         _, checks = _doctor([], capsys)
         assert checks["selector pack"]["ok"] is False
-        assert checks["selector pack"]["detail"] == (f"operator pack dir {pack_dir}: the pack dir is group- or "
-                                                     "world-writable (mode 0775); run chmod go-w")
+        assert checks["selector pack"]["detail"] == (
+            f"operator pack dir {pack_dir}: the pack dir is group- or world-writable (mode 0775); run chmod go-w"
+        )
 
 
 def test_scan_lists_operator_and_shipped_files(pack_dir: Path) -> None:
@@ -382,6 +408,7 @@ def test_a_broken_pack_is_not_reloaded_every_loop(pack_dir: Path, monkeypatch: p
     def counting(path: Path, **kw: Any) -> Any:
         loads.append(path)
         return real(path, **kw)
+
     monkeypatch.setattr(packdir, "load_pack_file", counting)
     data = rebound("8.22.0", "8.23.0", 82300)
     path = write_pack(pack_dir, data)

@@ -32,8 +32,7 @@ def _wait(cond: Callable[[], bool], seconds: float) -> bool:
     return cond()
 
 
-def test_broken_pack_dir_heartbeats_no_pack_and_the_repaired_pack_orders(tmp_path: Path,
-                                                                         fast_phone: None) -> None:  # noqa: F811
+def test_broken_pack_dir_heartbeats_no_pack_and_the_repaired_pack_orders(tmp_path: Path, fast_phone: None) -> None:  # noqa: F811
     pack_dir = make_pack_dir(tmp_path / "packs")
     data = rebound("8.17.0", "8.23.0", 82300)
     write_pack(pack_dir, data)
@@ -42,17 +41,22 @@ def test_broken_pack_dir_heartbeats_no_pack_and_the_repaired_pack_orders(tmp_pat
     flip_byte(dump)  # the pack for the phone's version: evidence changed after it was written
     (pack_dir / "notes.json").write_text("{not json", encoding="utf-8")  # a file of no known version
     (pack_dir / "notes.json").chmod(0o644)
-    scenario = _scenario(app={"package": "com.xunmeng.pinduoduo", "version_name": "8.23.0", "version_code": 82300},
-                         layout="sku_sheet")  # the 8.17.0 layout the re-bound pack declares
+    scenario = _scenario(
+        app={"package": "com.xunmeng.pinduoduo", "version_name": "8.23.0", "version_code": 82300}, layout="sku_sheet"
+    )  # the 8.17.0 layout the re-bound pack declares
     env = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.23.0", "CMBUYER_HEARTBEAT_INTERVAL": "1"}
     with RealServer(tmp_path, env=env) as srv, adbutils_leaks_ignored(), running_sim(scenario) as sim:
         creds = srv.add_device()
         task = srv.add_task()
         journal = Journal(tmp_path / "agent-state" / "sim-1.sqlite3")
         lines: list[str] = []
-        runner = Runner(RunnerConfig("sim-1", poll_seconds=0.05, pack_dir=pack_dir),
-                        PhoneAdapter.connect("sim-1"), HttpDeviceApi(srv.url, creds, journal, backoff=0.2),
-                        journal, lines.append)
+        runner = Runner(
+            RunnerConfig("sim-1", poll_seconds=0.05, pack_dir=pack_dir),
+            PhoneAdapter.connect("sim-1"),
+            HttpDeviceApi(srv.url, creds, journal, backoff=0.2),
+            journal,
+            lines.append,
+        )
         ended: list[int] = []
         thread = threading.Thread(target=lambda: ended.append(runner.run()), daemon=True)
         thread.start()
@@ -64,9 +68,11 @@ def test_broken_pack_dir_heartbeats_no_pack_and_the_repaired_pack_orders(tmp_pat
             assert srv.state(task.id) == "PENDING" and runner.claims == 0
             assert [e for e in sim.journal("sim-1").entries() if e["kind"] == "tap"] == []
             said = [line for line in lines if "evidence mismatch" in line]
-            assert said == ["NO_PACK: ops-8.23.0-82300.json: $.evidence['sim-confirm'].files.dump: evidence mismatch: "
-                            f"evidence/pdd-8.17.0-81700/sim-confirm/dump.xml (sha256 {_sha(dump)[:12]}… but the pack "
-                            f"says {_sha_bytes(good)[:12]}…)"], lines  # once, however many loops
+            assert said == [
+                "NO_PACK: ops-8.23.0-82300.json: $.evidence['sim-confirm'].files.dump: evidence mismatch: "
+                f"evidence/pdd-8.17.0-81700/sim-confirm/dump.xml (sha256 {_sha(dump)[:12]}… but the pack "
+                f"says {_sha_bytes(good)[:12]}…)"
+            ], lines  # once, however many loops
 
             dump.write_bytes(good)  # the operator repairs the evidence: no restart
             assert _wait(lambda: srv.state(task.id) == "WAITING_PAYMENT", 90), "\n".join(lines)

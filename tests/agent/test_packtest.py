@@ -31,8 +31,13 @@ OLD_PACK = PACKS / "pdd-8.17.0-81700.json"
 CAPTURES = ("product", "sheet_tshirt", "sheet_mug", "sheet_paylater", "sku_sheet_old", "sku_sheet_old_confirm")
 # What a person reads on the simulator's screens (render_sim_order_sheet.py), independent of the readers.
 SEEN = {
-    "02-sheet_tshirt": {"screen": "confirm_order", "unit_price": "29.90", "quantity": 1,
-                        "confirm_amount": "29.90", "selected": {"颜色": "黑色", "尺码": "M"}},
+    "02-sheet_tshirt": {
+        "screen": "confirm_order",
+        "unit_price": "29.90",
+        "quantity": 1,
+        "confirm_amount": "29.90",
+        "selected": {"颜色": "黑色", "尺码": "M"},
+    },
     "03-sheet_mug": {"screen": "confirm_order", "unit_price": "59.00", "selected": {"款式": "奶白色+礼盒"}},
     "04-sheet_paylater": {"screen": "confirm_order", "payment_mode": "使用#先用后付，更换支付方式"},
     "01-product": {"screen": "product"},
@@ -68,13 +73,16 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         _write(cap / "meta.json", {"capture_format": 1, "label": name, "device": "phonesim", **recorded[name]})
         out = _inspect_cli(cap / "dump.xml")
         assert out["pack"] == "pdd-8.22.0-82200"  # chosen from meta.json's version
-        _write(cap / "expected.json", {"expected_format": 1, "screen": out["screen"],
-                                       "readings": out["readings"], "confirmed_by": "tester"})
+        _write(
+            cap / "expected.json",
+            {"expected_format": 1, "screen": out["screen"], "readings": out["readings"], "confirmed_by": "tester"},
+        )
     for cap_name, seen in SEEN.items():  # the expectations agree with what a person sees
         expected = _read(root / cap_name / "expected.json")
         assert expected["screen"] == seen["screen"]
-        assert {k: expected["readings"][k] for k in seen if k != "screen"} == \
-            {k: v for k, v in seen.items() if k != "screen"}
+        assert {k: expected["readings"][k] for k in seen if k != "screen"} == {
+            k: v for k, v in seen.items() if k != "screen"
+        }
     return root
 
 
@@ -116,21 +124,43 @@ def test_one_capture_dir_itself(captures: Path, capsys: pytest.CaptureFixture[st
     assert (rc, lines[0]) == (0, "PASS 03-sheet_mug")
 
 
-@pytest.mark.parametrize(("capture", "key", "value", "line"), [
-    ("02-sheet_tshirt", "unit_price", "59.00", "FAIL 02-sheet_tshirt unit_price: expected 59.00, read 29.90"),
-    ("03-sheet_mug", "selected", {"款式": "经典白"},
-     'FAIL 03-sheet_mug selected: expected {"款式":"经典白"}, read {"款式":"奶白色+礼盒"}'),
-    ("04-sheet_paylater", "payment_problems", [],
-     "FAIL 04-sheet_paylater payment_problems: expected [], read [\"payment mode does not hand off"),
-    ("04-sheet_paylater", "payment_mode", "使用#微信支付，更换支付方式",
-     "FAIL 04-sheet_paylater payment_mode: expected 使用#微信支付，更换支付方式, read 使用#先用后付，更换支付方式"),
-    ("06-sku_sheet_old_confirm", "payment_controls", ["用多多支付减7.53元"],
-     'FAIL 06-sku_sheet_old_confirm payment_controls: expected ["用多多支付减7.53元"], read ["用多多支付减7.53元",'),
-    ("01-product", "screen", "confirm_order", "FAIL 01-product screen: expected confirm_order, read product"),
-    ("05-sku_sheet_old", "quantity", 2, "FAIL 05-sku_sheet_old quantity: expected 2, read 1"),
-])
+@pytest.mark.parametrize(
+    ("capture", "key", "value", "line"),
+    [
+        ("02-sheet_tshirt", "unit_price", "59.00", "FAIL 02-sheet_tshirt unit_price: expected 59.00, read 29.90"),
+        (
+            "03-sheet_mug",
+            "selected",
+            {"款式": "经典白"},
+            'FAIL 03-sheet_mug selected: expected {"款式":"经典白"}, read {"款式":"奶白色+礼盒"}',
+        ),
+        (
+            "04-sheet_paylater",
+            "payment_problems",
+            [],
+            'FAIL 04-sheet_paylater payment_problems: expected [], read ["payment mode does not hand off',
+        ),
+        (
+            "04-sheet_paylater",
+            "payment_mode",
+            "使用#微信支付，更换支付方式",
+            "FAIL 04-sheet_paylater payment_mode: expected 使用#微信支付，更换支付方式,"
+            " read 使用#先用后付，更换支付方式",
+        ),
+        (
+            "06-sku_sheet_old_confirm",
+            "payment_controls",
+            ["用多多支付减7.53元"],
+            'FAIL 06-sku_sheet_old_confirm payment_controls: expected ["用多多支付减7.53元"],'
+            ' read ["用多多支付减7.53元",',
+        ),
+        ("01-product", "screen", "confirm_order", "FAIL 01-product screen: expected confirm_order, read product"),
+        ("05-sku_sheet_old", "quantity", 2, "FAIL 05-sku_sheet_old quantity: expected 2, read 1"),
+    ],
+)
 def test_one_changed_expectation_fails_naming_capture_and_reading(
-        captures: Path, capsys: pytest.CaptureFixture[str], capture: str, key: str, value: Any, line: str) -> None:
+    captures: Path, capsys: pytest.CaptureFixture[str], capture: str, key: str, value: Any, line: str
+) -> None:
     _edit(captures / capture / "expected.json", **{key: value})
     rc, lines = _run(capsys, str(PACK), str(captures))
     assert rc == 1
@@ -176,7 +206,8 @@ def test_other_app_version_fails(captures: Path, capsys: pytest.CaptureFixture[s
     rc, lines = _run(capsys, str(PACK), str(captures))
     assert rc == 1
     assert [ln for ln in lines if ln.startswith("FAIL ")] == [
-        "FAIL 03-sheet_mug app_version: expected 8.22.0 (82200) as in the pack, read 8.22.0 (82201) in meta.json"]
+        "FAIL 03-sheet_mug app_version: expected 8.22.0 (82200) as in the pack, read 8.22.0 (82201) in meta.json"
+    ]
     # the 8.17.0 pack on 8.22.0 captures: every capture fails on the version, whatever it reads
     rc, lines = _run(capsys, str(OLD_PACK), str(captures))
     assert rc == 1
@@ -193,8 +224,7 @@ def test_unconfirmed_captures_fail_unless_allowed(captures: Path, capsys: pytest
     assert rc == 1
     assert "UNCONFIRMED 03-sheet_mug (expected.proposed.json only)" in lines
     assert "NO_EXPECTATION 01-product" in lines
-    assert lines[-1] == ("FAILED: 6 capture(s) with pack pdd-8.22.0-82200: 4 pass, 1 unconfirmed, "
-                         "1 no expectation")
+    assert lines[-1] == ("FAILED: 6 capture(s) with pack pdd-8.22.0-82200: 4 pass, 1 unconfirmed, 1 no expectation")
     rc, lines = _run(capsys, str(PACK), str(captures), "--allow-unconfirmed")
     assert rc == 0 and lines[-1].startswith("OK:")
 
@@ -207,28 +237,44 @@ def test_json_output(captures: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert report["summary"] == {"PASS": 5, "FAIL": 1, "UNCONFIRMED": 0, "NO_EXPECTATION": 0, "ERROR": 0}
     tshirt = next(r for r in report["results"] if r["capture"] == "02-sheet_tshirt")
     assert tshirt["status"] == "FAIL" and tshirt["screen"] == "confirm_order"
-    assert tshirt["mismatches"] == [{"key": "unit_price", "expected": "59.00", "read": "29.90"},
-                                    {"key": "quantity", "expected": 3, "read": 1}]
+    assert tshirt["mismatches"] == [
+        {"key": "unit_price", "expected": "59.00", "read": "29.90"},
+        {"key": "quantity", "expected": 3, "read": 1},
+    ]
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"{not json", "02-sheet_tshirt/expected.json: not valid strict JSON"),
-    (b'{"expected_format": 1, "screen": "confirm_order", "readings": {"unit_price": 29.9}}',
-     "not valid strict JSON"),  # a float: money is a string
-    (b'{"expected_format": 1, "screen": "confirm_order", "readings": {"unit_price": "29.9"}}',
-     'readings.unit_price must be a money string such as "59.00", or null'),
-    (b'{"expected_format": 1, "screen": "confirm_order", "readings": {"price": "29.90"}}',
-     "readings.price is not a reading inspect prints"),
-    (b'{"expected_format": 1, "screen": "cart", "readings": {}}', "screen must be one of"),
-    (b'{"expected_format": 2, "screen": "confirm_order", "readings": {}}', "expected_format must be 1"),
-    (b'{"expected_format": 1, "screen": "confirm_order", "readings": {}, "note": "x"}', "unknown key 'note'"),
-    (b'{"expected_format": 1, "screen": "confirm_order", "readings": {"selected": ["x"]}}',
-     "readings.selected must be an object"),
-    (b'{"expected_format": 1, "screen": "confirm_order", "readings": {}, "confirmed_by": "a\\nb"}',
-     "confirmed_by must be null or a printable name"),
-])
-def test_invalid_expected_json_is_an_input_error(captures: Path, capsys: pytest.CaptureFixture[str],
-                                                 content: bytes, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "02-sheet_tshirt/expected.json: not valid strict JSON"),
+        (
+            b'{"expected_format": 1, "screen": "confirm_order", "readings": {"unit_price": 29.9}}',
+            "not valid strict JSON",
+        ),  # a float: money is a string
+        (
+            b'{"expected_format": 1, "screen": "confirm_order", "readings": {"unit_price": "29.9"}}',
+            'readings.unit_price must be a money string such as "59.00", or null',
+        ),
+        (
+            b'{"expected_format": 1, "screen": "confirm_order", "readings": {"price": "29.90"}}',
+            "readings.price is not a reading inspect prints",
+        ),
+        (b'{"expected_format": 1, "screen": "cart", "readings": {}}', "screen must be one of"),
+        (b'{"expected_format": 2, "screen": "confirm_order", "readings": {}}', "expected_format must be 1"),
+        (b'{"expected_format": 1, "screen": "confirm_order", "readings": {}, "note": "x"}', "unknown key 'note'"),
+        (
+            b'{"expected_format": 1, "screen": "confirm_order", "readings": {"selected": ["x"]}}',
+            "readings.selected must be an object",
+        ),
+        (
+            b'{"expected_format": 1, "screen": "confirm_order", "readings": {}, "confirmed_by": "a\\nb"}',
+            "confirmed_by must be null or a printable name",
+        ),
+    ],
+)
+def test_invalid_expected_json_is_an_input_error(
+    captures: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
     (captures / "02-sheet_tshirt" / "expected.json").write_bytes(content)
     rc, lines = _run(capsys, str(PACK), str(captures))
     assert rc == 2
@@ -256,8 +302,9 @@ def test_unreadable_dump_and_missing_meta_are_input_errors(captures: Path, capsy
     assert re.fullmatch(r"ERROR 06-sku_sheet_old_confirm: .*/dump\.xml: cannot read \(.+\)", errors[2])
 
 
-def test_bad_arguments_give_one_line_and_exit_2(tmp_path: Path, captures: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_arguments_give_one_line_and_exit_2(
+    tmp_path: Path, captures: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert _run(capsys, str(PACK), str(tmp_path / "nope")) == (2, [f"error: {tmp_path / 'nope'}: not a directory"])
     (tmp_path / "empty").mkdir()
     rc, lines = _run(capsys, str(PACK), str(tmp_path / "empty"))
@@ -275,14 +322,20 @@ def test_bad_arguments_give_one_line_and_exit_2(tmp_path: Path, captures: Path,
 def test_bad_input_never_prints_a_traceback(captures: Path) -> None:
     (captures / "02-sheet_tshirt" / "expected.json").write_bytes(b"\xff\xfe garbage")
     (captures / "03-sheet_mug" / "dump.xml").write_bytes(b"")
-    proc = subprocess.run([sys.executable, "-m", "cmbuyer.agent.cli", "pack", "test", str(PACK), str(captures)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmbuyer.agent.cli", "pack", "test", str(PACK), str(captures)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "ERROR 02-sheet_tshirt:" in proc.stdout and "ERROR 03-sheet_mug:" in proc.stdout
 
 
 # --- pack accept ---------------------------------------------------------------------------------------
+
 
 def _propose(cap: Path) -> dict[str, Any]:
     data = _read(cap / "expected.json")
@@ -292,8 +345,7 @@ def _propose(cap: Path) -> dict[str, Any]:
     return data
 
 
-def test_accept_turns_proposals_into_confirmed_expectations(captures: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_accept_turns_proposals_into_confirmed_expectations(captures: Path, capsys: pytest.CaptureFixture[str]) -> None:
     proposals = {name: _propose(captures / name) for name in ("02-sheet_tshirt", "03-sheet_mug")}
     assert _run(capsys, str(PACK), str(captures))[0] == 1  # unconfirmed
     assert main(["pack", "accept", str(captures), "--by", "张三"]) == 0

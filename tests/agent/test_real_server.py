@@ -73,6 +73,7 @@ def fast_phone(monkeypatch: pytest.MonkeyPatch) -> None:
     import cmbuyer.agent.confirm as conf
     import cmbuyer.agent.phone.adapter as adapter
     import cmbuyer.agent.submit as sub
+
     for mod in (cap, sub, adapter, conf):
         monkeypatch.setattr(mod, "time", shim)
     monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
@@ -84,13 +85,20 @@ def fast_phone(monkeypatch: pytest.MonkeyPatch) -> None:
 class Agent:
     """One agent: journal + real HttpDeviceApi + runner, as ``cmbuyer-agent run`` wires them."""
 
-    def __init__(self, root: Path, srv: RealServer, creds: Credentials, phone: PhoneAdapter,
-                 api_cls: type[HttpDeviceApi] = HttpDeviceApi) -> None:
+    def __init__(
+        self,
+        root: Path,
+        srv: RealServer,
+        creds: Credentials,
+        phone: PhoneAdapter,
+        api_cls: type[HttpDeviceApi] = HttpDeviceApi,
+    ) -> None:
         self.journal = Journal(root / "agent-state" / "sim-1.sqlite3")
         self.api = api_cls(srv.url, creds, self.journal, backoff=0.2)
         self.lines: list[str] = []
-        self.runner = Runner(RunnerConfig("sim-1", poll_seconds=0.05, once=True), phone, self.api,
-                             self.journal, self.lines.append)
+        self.runner = Runner(
+            RunnerConfig("sim-1", poll_seconds=0.05, once=True), phone, self.api, self.journal, self.lines.append
+        )
 
     def run_once(self) -> int:
         return self.runner.run()
@@ -113,8 +121,9 @@ def test_http_device_api_against_the_real_server(tmp_path: Path, srv: RealServer
     creds = srv.add_device()
     journal = Journal(tmp_path / "j.sqlite3")
     api = HttpDeviceApi(srv.url, creds, journal, backoff=0.05)
-    hb = api.heartbeat(adb_serial="sim-1", android_release="13", pdd_version="8.17.0",
-                       pdd_version_code=81700, state="READY")
+    hb = api.heartbeat(
+        adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700, state="READY"
+    )
     assert hb["app_version_allowed"] is True and hb["heartbeat_interval_seconds"] >= 1
     assert srv.device_row(creds.device_id)["reported_state"] == "READY"
     session = Session("0f8b5b1c-7d1e-4c7a-9a52-1d2e3f4a5b6c")
@@ -136,21 +145,31 @@ def test_http_device_api_against_the_real_server(tmp_path: Path, srv: RealServer
 
     png = SimPhone().screenshot()
     import io
+
     buf = io.BytesIO()
     png.save(buf, format="PNG")
     ref = api.upload_screenshot(claim, ScreenshotAsset("SKU_PANEL_GATE_1", buf.getvalue()))
     assert kinds(srv.detail(task.id)) == ["SKU_PANEL_GATE_1"]
 
-    good = SubmissionProof(selected_color="黑色CHA(纯棉)", selected_size="M(建议100-115)",
-                           gate1_unit_price=Decimal("12.88"), gate2_unit_price=Decimal("12.88"),
-                           gate3_unit_price=Decimal("12.88"), quantity_read=2, confirm_page_amount=Decimal("25.76"),
-                           submit_control_match_count=1, payment_mode="微信支付")
+    good = SubmissionProof(
+        selected_color="黑色CHA(纯棉)",
+        selected_size="M(建议100-115)",
+        gate1_unit_price=Decimal("12.88"),
+        gate2_unit_price=Decimal("12.88"),
+        gate3_unit_price=Decimal("12.88"),
+        quantity_read=2,
+        confirm_page_amount=Decimal("25.76"),
+        submit_control_match_count=1,
+        payment_mode="微信支付",
+    )
     # The server re-checks what was read: each of these readings is refused and stores nothing.
-    for refused_reading in (replace(good, confirm_page_amount=Decimal("31.00")),
-                            replace(good, selected_color="白色CHA(纯棉)"),
-                            replace(good, selected_size=None),
-                            replace(good, gate3_unit_price=Decimal("12.87")),
-                            replace(good, payment_mode="先用后付")):
+    for refused_reading in (
+        replace(good, confirm_page_amount=Decimal("31.00")),
+        replace(good, selected_color="白色CHA(纯棉)"),
+        replace(good, selected_size=None),
+        replace(good, gate3_unit_price=Decimal("12.87")),
+        replace(good, payment_mode="先用后付"),
+    ):
         with pytest.raises(ServerRejected) as info:
             api.create_submission_fence(claim, refused_reading)
         assert info.value.status == 409 and info.value.reason_code == "FENCE_REFUSED", refused_reading
@@ -173,15 +192,18 @@ def test_http_device_api_against_the_real_server(tmp_path: Path, srv: RealServer
     assert (detail["submission"]["gate3_unit_price"], detail["submission"]["payment_mode"]) == ("12.88", "微信支付")
 
     with pytest.raises(ServerRejected) as refused:
-        api.report_recovered_result(submission_id=permit.submission_id, attempt_id=claim.attempt_id,
-                                    claim_token=claim.claim_token, result=SubmissionResult("UNKNOWN"),
-                                    result_key="5a0d3c1e-8f4b-4c2a-9e7d-6b5a4c3d2e1f")
+        api.report_recovered_result(
+            submission_id=permit.submission_id,
+            attempt_id=claim.attempt_id,
+            claim_token=claim.claim_token,
+            result=SubmissionResult("UNKNOWN"),
+            result_key="5a0d3c1e-8f4b-4c2a-9e7d-6b5a4c3d2e1f",
+        )
     assert refused.value.error == "result_conflict"  # one observation per submission
 
     bad = HttpDeviceApi(srv.url, Credentials(creds.device_id, "0" * 64), journal, backoff=0.05)
     with pytest.raises(ServerRejected) as unauth:
-        bad.heartbeat(adb_serial="x", android_release="13", pdd_version=None, pdd_version_code=None,
-                      state="PAUSED")
+        bad.heartbeat(adb_serial="x", android_release="13", pdd_version=None, pdd_version_code=None, state="PAUSED")
     assert unauth.value.status == 401
     assert "0" * 64 not in repr(bad)
 
@@ -191,8 +213,7 @@ def test_server_down_then_back_retries_with_the_same_keys(tmp_path: Path, srv: R
     task = srv.add_task()
     journal = Journal(tmp_path / "j.sqlite3")
     api = HttpDeviceApi(srv.url, creds, journal, backoff=0.3, retries=6)
-    api.heartbeat(adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700,
-                  state="READY")
+    api.heartbeat(adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700, state="READY")
     purchase = api.claim_next(Session("1f8b5b1c-7d1e-4c7a-9a52-1d2e3f4a5b6c"))
     assert purchase is not None
     srv.stop()
@@ -204,8 +225,8 @@ def test_server_down_then_back_retries_with_the_same_keys(tmp_path: Path, srv: R
     srv.stop()
     with pytest.raises(ServerUnreachable):
         HttpDeviceApi(srv.url, creds, journal, backoff=0.01, retries=2).heartbeat(
-            adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700,
-            state="READY")
+            adb_serial="sim-1", android_release="13", pdd_version="8.17.0", pdd_version_code=81700, state="READY"
+        )
     srv.start()
 
 
@@ -235,14 +256,18 @@ def test_happy_path_real_u2_real_server(tmp_path: Path, srv: RealServer) -> None
     assert agent.journal.submission(detail["attempts"][0]["id"]).phase == "RESULT_REPORTED"
 
 
-@pytest.mark.parametrize("fault,submit_taps,observation", [
-    # adb link dropped while the submit tap is sent; the tap never reached the screen
-    ({"kind": "drop_connection", "on": "submit_tap", "applied": False}, 0, "UNKNOWN"),
-    # dropped right after the tap landed (the dangerous, realistic case): an order exists
-    ({"kind": "drop_connection", "on": "submit_tap", "applied": True}, 1, "UNKNOWN"),
-])
-def test_adb_dropped_during_or_after_the_submit_tap(tmp_path: Path, srv: RealServer, fault: dict[str, Any],
-                                                    submit_taps: int, observation: str) -> None:
+@pytest.mark.parametrize(
+    "fault,submit_taps,observation",
+    [
+        # adb link dropped while the submit tap is sent; the tap never reached the screen
+        ({"kind": "drop_connection", "on": "submit_tap", "applied": False}, 0, "UNKNOWN"),
+        # dropped right after the tap landed (the dangerous, realistic case): an order exists
+        ({"kind": "drop_connection", "on": "submit_tap", "applied": True}, 1, "UNKNOWN"),
+    ],
+)
+def test_adb_dropped_during_or_after_the_submit_tap(
+    tmp_path: Path, srv: RealServer, fault: dict[str, Any], submit_taps: int, observation: str
+) -> None:
     creds = srv.add_device()
     task = srv.add_task()
     with adbutils_leaks_ignored(), running_sim() as sim:
@@ -269,6 +294,7 @@ def test_adb_dropped_before_the_tap_no_tap_unknown(tmp_path: Path, srv: RealServ
                 permit = super().create_submission_fence(claim, proof)
                 sim.remove_phone("sim-1")  # unplugged: every adb request for it now FAILs
                 return permit
+
         phone_model = sim.phone("sim-1")
         agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), api_cls=Unplug)
         assert agent.run_once() == 0
@@ -362,8 +388,9 @@ def _two_matching_options() -> dict[str, Any]:
     return data
 
 
-def _run_case(tmp_path: Path, srv: RealServer, phone: Rig, api_cls: type[HttpDeviceApi] = HttpDeviceApi,
-              **task: Any) -> tuple[Agent, Any, dict[str, Any]]:
+def _run_case(
+    tmp_path: Path, srv: RealServer, phone: Rig, api_cls: type[HttpDeviceApi] = HttpDeviceApi, **task: Any
+) -> tuple[Agent, Any, dict[str, Any]]:
     creds = srv.add_device()
     ref = srv.add_task(**task)
     agent = Agent(tmp_path, srv, creds, phone.phone, api_cls=api_cls)
@@ -385,33 +412,40 @@ def _assert_failed_before_fence(detail: dict[str, Any], phone: Rig, reason: str)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("task,reason", [
-    ({"color": "紫色"}, "SKU_VALUE_MISSING"),
-    ({"max_total_price": "20.00"}, "PRICE_OVER_CAP"),
-    ({"quantity": 6}, "QUANTITY_CAPPED_BY_STOCK"),
-    ({"goods_id": "999999999999"}, "SCREEN_UNRECOGNIZED"),
-])
-def test_stops_before_the_fence_real_server(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str,
-                                            task: dict[str, Any], reason: str) -> None:
+@pytest.mark.parametrize(
+    "task,reason",
+    [
+        ({"color": "紫色"}, "SKU_VALUE_MISSING"),
+        ({"max_total_price": "20.00"}, "PRICE_OVER_CAP"),
+        ({"quantity": 6}, "QUANTITY_CAPPED_BY_STOCK"),
+        ({"goods_id": "999999999999"}, "SCREEN_UNRECOGNIZED"),
+    ],
+)
+def test_stops_before_the_fence_real_server(
+    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str, task: dict[str, Any], reason: str
+) -> None:
     with rig(transport) as phone:
         _, _, detail = _run_case(tmp_path, srv, phone, **task)
         _assert_failed_before_fence(detail, phone, reason)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_stock_drops_while_the_sku_panel_is_open(tmp_path: Path, srv: RealServer, fast_phone: None,
-                                                 transport: str) -> None:
+def test_stock_drops_while_the_sku_panel_is_open(
+    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str
+) -> None:
     """The stock of the chosen SKU falls to 1 once the SKU panel is open (phonesim ``stock_out``):
     the task's quantity 2 can no longer be set, so the agent stops before the fence."""
+
     def low_stock(sim: SimPhone) -> None:
         def drop(role: str) -> None:
             if sim.app.screen == "sku":
                 for sku in sim.app.goods.skus.values():  # type: ignore[union-attr]
                     sku.stock = 1
+
         sim.after_tap = drop
+
     with rig(transport) as phone:
-        phone.fault({"kind": "stock_out", "goods_id": GOODS_ID, "stock": 1, "when": {"on_screen": "sku"}},
-                    low_stock)
+        phone.fault({"kind": "stock_out", "goods_id": GOODS_ID, "stock": 1, "when": {"on_screen": "sku"}}, low_stock)
         _, _, detail = _run_case(tmp_path, srv, phone)
         _assert_failed_before_fence(detail, phone, "QUANTITY_CAPPED_BY_STOCK")
         if phone.adb:
@@ -419,8 +453,7 @@ def test_stock_drops_while_the_sku_panel_is_open(tmp_path: Path, srv: RealServer
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_two_options_matching_is_ambiguous(tmp_path: Path, srv: RealServer, fast_phone: None,
-                                           transport: str) -> None:
+def test_two_options_matching_is_ambiguous(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str) -> None:
     with rig(transport, _two_matching_options()) as phone:
         _, _, detail = _run_case(tmp_path, srv, phone)
         _assert_failed_before_fence(detail, phone, "SKU_AMBIGUOUS")
@@ -447,13 +480,14 @@ def test_two_submit_controls(tmp_path: Path, srv: RealServer) -> None:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_phone: None,
-                                          transport: str) -> None:
+def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str) -> None:
     def wall(sim: SimPhone) -> None:
         def show(role: str) -> None:
             if sim.app.screen == "confirm" and not sim.app.popups:
                 sim.app.popups.append({"kind": "risk_wall", "text": None})
+
         sim.after_tap = show
+
     with rig(transport) as phone:
         phone.fault({"kind": "popup", "popup": "risk_wall", "when": {"on_screen": "confirm"}}, wall)
         _, _, detail = _run_case(tmp_path, srv, phone)
@@ -467,15 +501,19 @@ def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_
 def test_price_change_between_gates(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str) -> None:
     """The unit price moves from 12.88 to 13.50 after gate 1 read it (model: after the quantity tap;
     simulator: ``price_change`` fault once the confirm page is up, before gate 3)."""
+
     def bump(sim: SimPhone) -> None:
         def after(role: str) -> None:
             if role == "qty_inc":
                 for sku in sim.app.goods.skus.values():  # type: ignore[union-attr]
                     sku.price = Decimal("13.50")
+
         sim.after_tap = after
+
     with rig(transport) as phone:
-        phone.fault({"kind": "price_change", "goods_id": GOODS_ID, "price": "13.50",
-                     "when": {"on_screen": "confirm"}}, bump)
+        phone.fault(
+            {"kind": "price_change", "goods_id": GOODS_ID, "price": "13.50", "when": {"on_screen": "confirm"}}, bump
+        )
         _, _, detail = _run_case(tmp_path, srv, phone)
         _assert_failed_before_fence(detail, phone, "PRICE_CHANGED")
         if phone.adb:
@@ -484,6 +522,7 @@ def test_price_change_between_gates(tmp_path: Path, srv: RealServer, fast_phone:
 
 def _dump_hook(kind: str) -> Callable[[SimPhone], None]:
     """SimPhone's stand-in for the simulator's dump faults (same XML the simulator produces)."""
+
     def setup(sim: SimPhone) -> None:
         def hook(xml: str, n: int) -> str:
             if kind == "empty_dump":
@@ -491,38 +530,51 @@ def _dump_hook(kind: str) -> Callable[[SimPhone], None]:
             if kind == "malformed_dump":
                 return hierarchy.malform(xml)
             pkg = sim.cfg.app.package
-            return hierarchy.render_xml([hierarchy.cut_depth(w, 3) if w.package == pkg else w
-                                         for w in windows(sim.app)])
+            return hierarchy.render_xml(
+                [hierarchy.cut_depth(w, 3) if w.package == pkg else w for w in windows(sim.app)]
+            )
+
         sim.dump_hook = hook
+
     return setup
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("kind,reason", [
-    ("empty_dump", "DUMP_EMPTY"),
-    ("malformed_dump", "DUMP_INVALID"),
-    ("partial_dump", "SCREEN_UNRECOGNIZED"),
-])
-def test_bad_dumps_real_server(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str, kind: str,
-                               reason: str) -> None:
+@pytest.mark.parametrize(
+    "kind,reason",
+    [
+        ("empty_dump", "DUMP_EMPTY"),
+        ("malformed_dump", "DUMP_INVALID"),
+        ("partial_dump", "SCREEN_UNRECOGNIZED"),
+    ],
+)
+def test_bad_dumps_real_server(
+    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str, kind: str, reason: str
+) -> None:
     """Every dump comes back empty / truncated mid-element / cut below depth 3 (``times: null``)."""
     with rig(transport) as phone:
         phone.fault({"kind": kind, "times": None}, _dump_hook(kind))
         agent, _, detail = _run_case(tmp_path, srv, phone)
         assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == reason, (
-            detail["task"], agent.lines)
+            detail["task"],
+            agent.lines,
+        )
         _assert_failed_before_fence(detail, phone, reason)
         if phone.adb:
             assert set(phone.fired()) == {kind}
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("outcome,observation", [
-    ("PAYMENT_HANDOFF", "EXTERNAL_PAYMENT_HANDOFF"),
-    ("SECURITY_CHALLENGE", "SECURITY_CHALLENGE"),
-])
-def test_after_submit_outcomes_go_to_reconciliation(tmp_path: Path, srv: RealServer, fast_phone: None,
-                                                    transport: str, outcome: str, observation: str) -> None:
+@pytest.mark.parametrize(
+    "outcome,observation",
+    [
+        ("PAYMENT_HANDOFF", "EXTERNAL_PAYMENT_HANDOFF"),
+        ("SECURITY_CHALLENGE", "SECURITY_CHALLENGE"),
+    ],
+)
+def test_after_submit_outcomes_go_to_reconciliation(
+    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str, outcome: str, observation: str
+) -> None:
     with rig(transport, _scenario(outcome=outcome)) as phone:
         _, _, detail = _run_case(tmp_path, srv, phone)
         assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
@@ -531,13 +583,15 @@ def test_after_submit_outcomes_go_to_reconciliation(tmp_path: Path, srv: RealSer
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_lease_lost_mid_flow_stops_before_the_fence_and_holds(tmp_path: Path, srv: RealServer,
-                                                              fast_phone: None, transport: str) -> None:
+def test_lease_lost_mid_flow_stops_before_the_fence_and_holds(
+    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str
+) -> None:
     class LeaseRunsOut(HttpDeviceApi):
         def append_events(self, claim: Any, events: list[TaskEvent]) -> None:
             if any((e.step, e.outcome) == ("GATE_2", "STARTED") for e in events):
                 srv.clock.advance(srv.settings.claim_lease_ttl + 1)  # type: ignore[union-attr]
             super().append_events(claim, events)
+
     with rig(transport) as phone:
         agent, _ref, detail = _run_case(tmp_path, srv, phone, api_cls=LeaseRunsOut)
         assert detail["submission"] is None and phone.submit_taps() == 0 and phone.payment_taps() == 0
@@ -558,10 +612,11 @@ def test_lease_lost_mid_flow_stops_before_the_fence_and_holds(tmp_path: Path, sr
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_app_version_without_a_pack_refuses_to_claim(tmp_path: Path, transport: str) -> None:
-    scenario = _scenario(app={"package": "com.xunmeng.pinduoduo", "version_name": "8.18.0",
-                              "version_code": 81800})
-    with RealServer(tmp_path, env={"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.18.0"}) as srv, \
-            rig(transport, scenario) as phone:
+    scenario = _scenario(app={"package": "com.xunmeng.pinduoduo", "version_name": "8.18.0", "version_code": 81800})
+    with (
+        RealServer(tmp_path, env={"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.18.0"}) as srv,
+        rig(transport, scenario) as phone,
+    ):
         creds = srv.add_device()
         task = srv.add_task()
         agent = Agent(tmp_path, srv, creds, phone.phone)
@@ -575,8 +630,7 @@ def test_app_version_without_a_pack_refuses_to_claim(tmp_path: Path, transport: 
 def test_app_updated_under_the_agent_refuses_to_claim(tmp_path: Path) -> None:
     """The installed app changes to 8.18.0 after connect (phonesim ``version_change``), seen by the
     agent's ``dumpsys package`` through the real adbutils: no pack for it → no claim, no tap."""
-    with RealServer(tmp_path, env={"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.18.0"}) as srv, \
-            rig("adb") as phone:
+    with RealServer(tmp_path, env={"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.18.0"}) as srv, rig("adb") as phone:
         assert phone.sim is not None
         phone.sim.phone("sim-1").inject("version_change", version_name="8.18.0", version_code=81800)
         creds = srv.add_device()
@@ -590,8 +644,7 @@ def test_app_updated_under_the_agent_refuses_to_claim(tmp_path: Path) -> None:
         assert srv.state(task.id) == "PENDING" and phone.taps() == 0
 
 
-def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: RealServer,
-                                                         fast_phone: None) -> None:
+def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
     sim = SimPhone()
 
     class Outage(HttpDeviceApi):
@@ -600,6 +653,7 @@ def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: Re
                 srv.stop()
                 threading.Timer(0.8, srv.start).start()
             super().append_events(claim, events)
+
     _, _, detail = _run_case(tmp_path, srv, Rig(sim_phone(sim), model=sim), api_cls=Outage)
     assert detail["task"]["state"] == "WAITING_PAYMENT"
     assert sim.roles().count("submit") == 1
@@ -608,8 +662,9 @@ def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: Re
     assert got.count(("GATE_2", "STARTED")) == 1  # re-sent with its key: stored once
 
 
-def test_fail_undelivered_is_resent_by_recovery_with_the_same_key(tmp_path: Path, srv: RealServer,
-                                                                  fast_phone: None) -> None:
+def test_fail_undelivered_is_resent_by_recovery_with_the_same_key(
+    tmp_path: Path, srv: RealServer, fast_phone: None
+) -> None:
     """Gap fix: the server is down when `fail` is sent → the attempt stays FAIL_PENDING (not
     ABANDONED); the next start's recovery re-sends the stored fail and the task becomes FAILED with
     the original reason."""
@@ -621,6 +676,7 @@ def test_fail_undelivered_is_resent_by_recovery_with_the_same_key(tmp_path: Path
                 self.downed = True
                 srv.stop()
             super().fail_attempt(claim, failure)
+
     creds = srv.add_device()
     ref = srv.add_task(max_total_price="20.00")
     agent = Agent(tmp_path, srv, creds, sim_phone(sim), api_cls=DownAtFail)
@@ -644,9 +700,9 @@ def test_fail_undelivered_is_resent_by_recovery_with_the_same_key(tmp_path: Path
     assert "submit" not in sim.roles()
 
 
-def test_permit_not_journaled_no_tap_reports_unknown_and_stops(tmp_path: Path, srv: RealServer,
-                                                               fast_phone: None,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_permit_not_journaled_no_tap_reports_unknown_and_stops(
+    tmp_path: Path, srv: RealServer, fast_phone: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Gap fix: the journal cannot record PERMIT_RECEIVED → no tap; the server hears UNKNOWN (a
     person reconciles: no order was created) and the agent stops (journal broken → fail closed)."""
     sim = SimPhone()
@@ -656,6 +712,7 @@ def test_permit_not_journaled_no_tap_reports_unknown_and_stops(tmp_path: Path, s
 
     def broken(*a: Any, **k: Any) -> None:
         raise JournalError("journal write failed: OperationalError")
+
     monkeypatch.setattr(agent.journal, "record_permit", broken)
     with pytest.raises(JournalError):
         agent.run_once()
@@ -688,7 +745,9 @@ def test_runner_loop_several_tasks_each_exactly_once(tmp_path: Path, srv: RealSe
     agent.runner.stop.set()
     t.join(10)
     assert [srv.state(r.id) for r in refs] == ["WAITING_PAYMENT"] * n, (
-        [srv.detail(r.id)["task"]["state_reason"] for r in refs], agent.lines[-15:])
+        [srv.detail(r.id)["task"]["state_reason"] for r in refs],
+        agent.lines[-15:],
+    )
     assert sim.roles().count("submit") == n == len(sim.app.orders)
     goods_of = {r.id: g for r, g in zip(refs, goods, strict=True)}
     db = srv.settings.db_path  # type: ignore[union-attr]

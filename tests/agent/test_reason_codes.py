@@ -18,6 +18,14 @@ def test_agent_reason_codes_are_in_the_wire_enum() -> None:
     for path in sorted((ROOT / "agent").rglob("*.py")):
         for code in CODE_RE.findall(path.read_text("utf-8")):
             found.setdefault(code, path.name)
-    assert {"PAYMENT_MODE_UNSAFE", "SKU_DIMENSION_UNNAMED", "SKU_SELECTION_UNREADABLE", "QUANTITY_UNREADABLE",
-            "TOTAL_ABOVE_ITEMS", "APP_UPDATE_PROMPT", "OUT_OF_STOCK", "SKU_VALUE_MISSING"} <= set(found)
+    assert {
+        "PAYMENT_MODE_UNSAFE",
+        "SKU_DIMENSION_UNNAMED",
+        "SKU_SELECTION_UNREADABLE",
+        "QUANTITY_UNREADABLE",
+        "TOTAL_ABOVE_ITEMS",
+        "APP_UPDATE_PROMPT",
+        "OUT_OF_STOCK",
+        "SKU_VALUE_MISSING",
+    } <= set(found)
     assert {c: f for c, f in found.items() if c not in enum} == {}

@@ -33,8 +33,14 @@ from .realserver import RealServer
 from .test_real_server import Agent, fast_phone  # noqa: F401  (fixture)
 
 ENV_822 = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.22.0"}  # `init` allows 8.17.0 only
-TASK = {"goods_id": "710000000001", "color": "白色", "size": "L", "quantity": 2, "max_total_price": "60.00",
-        "title": "纯棉短袖T恤男夏季宽松圆领半袖"}  # default selection is 黑色 M: two tile taps and one "+"
+TASK = {
+    "goods_id": "710000000001",
+    "color": "白色",
+    "size": "L",
+    "quantity": 2,
+    "max_total_price": "60.00",
+    "title": "纯棉短袖T恤男夏季宽松圆领半袖",
+}  # default selection is 黑色 M: two tile taps and one "+"
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +49,11 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     the server and the simulator saw."""
     root = tmp_path_factory.mktemp("record")
     session = root / "session"
-    with RealServer(root, ENV_822) as srv, adbutils_leaks_ignored(), \
-            running_sim("order_sheet", record_session=session) as sim:
+    with (
+        RealServer(root, ENV_822) as srv,
+        adbutils_leaks_ignored(),
+        running_sim("order_sheet", record_session=session) as sim,
+    ):
         creds = srv.add_device()
         task = srv.add_task(**TASK)
         agent = Agent(root, srv, creds, PhoneAdapter.connect("sim-1"))
@@ -86,8 +95,12 @@ def session_copy(recorded: dict[str, Any], tmp_path: Path) -> Iterator[Path]:
     yield dst
 
 
-def test_replay_of_a_recorded_order_completes(session_copy: Path, recorded: dict[str, Any], tmp_path: Path,
-                                              fast_phone: None) -> None:  # noqa: F811
+def test_replay_of_a_recorded_order_completes(
+    session_copy: Path,
+    recorded: dict[str, Any],
+    tmp_path: Path,
+    fast_phone: None,  # noqa: F811
+) -> None:
     detail, entries, phone = _replay(tmp_path, session_copy)
     assert detail["task"]["state"] == recorded["state"]
     sub = detail["submission"]
@@ -97,10 +110,14 @@ def test_replay_of_a_recorded_order_completes(session_copy: Path, recorded: dict
     # the read-only confirmation read the recorded order list
     assert sub["order_sn"] == recorded["order_sn"]
     actions = [e for e in entries if e["kind"] in ("tap", "swipe", "key", "deep_link")]
-    assert actions and all(e["session_step"] is not None and not e["refused"] for e in actions), \
-        [e for e in actions if e["refused"]]
-    submit = [e for e in entries if e["kind"] == "tap" and any(
-        t.startswith("提交订单") for t in (e["target"] or {}).get("texts", []))]
+    assert actions and all(e["session_step"] is not None and not e["refused"] for e in actions), [
+        e for e in actions if e["refused"]
+    ]
+    submit = [
+        e
+        for e in entries
+        if e["kind"] == "tap" and any(t.startswith("提交订单") for t in (e["target"] or {}).get("texts", []))
+    ]
     assert len(submit) == 1
     assert _capture_package(session_copy, submit[0]["to"]) == "com.tencent.mm"  # the recorded transition
     assert payment_taps(entries) == []
@@ -109,8 +126,7 @@ def test_replay_of_a_recorded_order_completes(session_copy: Path, recorded: dict
     assert report["steps_followed"] == len(actions) == phone.followed
 
 
-def test_missing_step_ends_the_rehearsal_with_a_report(session_copy: Path, tmp_path: Path,
-                                                       fast_phone: None) -> None:  # noqa: F811
+def test_missing_step_ends_the_rehearsal_with_a_report(session_copy: Path, tmp_path: Path, fast_phone: None) -> None:  # noqa: F811
     data = _steps(session_copy)
     (white,) = [s for s in data["steps"] if s["action"]["kind"] == "tap" and s["action"]["node"]["text"] == "白色"]
     data["steps"].remove(white)
@@ -133,8 +149,9 @@ def test_missing_step_ends_the_rehearsal_with_a_report(session_copy: Path, tmp_p
     assert before and all(e["session_step"] is not None and not e["refused"] for e in before)
     assert unknown["kind"] == "tap" and unknown["refused"] and unknown["to"] == unknown["screen"] == white["from"]
     assert "no tap step" in unknown["reason"]
-    assert later and all(e["refused"] and e["to"] == white["from"] and e["reason"] == "the rehearsal already ended"
-                         for e in later)
+    assert later and all(
+        e["refused"] and e["to"] == white["from"] and e["reason"] == "the rehearsal already ended" for e in later
+    )
     assert [e["capture"] for e in entries if e["kind"] == "rehearsal_end"] == [white["from"]]
     taps = [e for e in actions if e["kind"] == "tap"]
     assert not any(t.startswith("提交订单") for e in taps for t in (e["target"] or {}).get("texts", []))

@@ -33,6 +33,7 @@ from .simphone import SimPhone
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
     import cmbuyer.agent.capabilities as cap
     import cmbuyer.agent.submit as sub
+
     monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
     monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
     monkeypatch.setattr("cmbuyer.agent.capabilities.time.sleep", lambda s: None)
@@ -46,8 +47,9 @@ def restore_signals() -> Any:
         signal.signal(s, h)
 
 
-def make_runner(tmp_path: Path, api: FakeApi, sim: SimPhone | None = None, *, once: bool = False,
-                poll: float = 0.02) -> tuple[Runner, SimPhone, Journal]:
+def make_runner(
+    tmp_path: Path, api: FakeApi, sim: SimPhone | None = None, *, once: bool = False, poll: float = 0.02
+) -> tuple[Runner, SimPhone, Journal]:
     sim = sim or SimPhone()
     journal = api.keys or Journal(tmp_path / "j.sqlite3")
     phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
@@ -160,10 +162,18 @@ def test_undelivered_fail_blocks_claims_until_resent_with_the_same_key(tmp_path:
     journal = Journal(tmp_path / "j.sqlite3")
     old = make_purchase()
     c = old.claim
-    journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
-                         authorization_id=c.authorization_id, claim_generation=1, claim_token=c.claim_token,
-                         session_id=c.session_id, lease_expires_at=c.lease_expires_at,
-                         authorization_expires_at=c.authorization_expires_at, task={})
+    journal.record_claim(
+        attempt_id=c.attempt_id,
+        task_id=c.task_id,
+        task_version=3,
+        authorization_id=c.authorization_id,
+        claim_generation=1,
+        claim_token=c.claim_token,
+        session_id=c.session_id,
+        lease_expires_at=c.lease_expires_at,
+        authorization_expires_at=c.authorization_expires_at,
+        task={},
+    )
     api = FakeApi([make_purchase()], keys=journal)
     api.down = 1
     send_fail(journal, api, c, AttemptFailure("PRICE_OVER_CAP", "total above cap", None))
@@ -183,14 +193,23 @@ def test_fail_refused_abandons_and_holds(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.sqlite3")
     purchase = make_purchase()
     c = purchase.claim
-    journal.record_claim(attempt_id=c.attempt_id, task_id=c.task_id, task_version=3,
-                         authorization_id=c.authorization_id, claim_generation=1, claim_token=c.claim_token,
-                         session_id=c.session_id, lease_expires_at=c.lease_expires_at,
-                         authorization_expires_at=c.authorization_expires_at, task={})
+    journal.record_claim(
+        attempt_id=c.attempt_id,
+        task_id=c.task_id,
+        task_version=3,
+        authorization_id=c.authorization_id,
+        claim_generation=1,
+        claim_token=c.claim_token,
+        session_id=c.session_id,
+        lease_expires_at=c.lease_expires_at,
+        authorization_expires_at=c.authorization_expires_at,
+        task={},
+    )
 
     class Refusing(FakeApi):
         def fail_attempt(self, claim: Any, failure: Any) -> None:
             raise ServerRejected(409, "claim_not_current")
+
     api = Refusing([], keys=journal)
     send_fail(journal, api, c, AttemptFailure("SHUTDOWN", "stop", None))
     assert journal.claim(c.attempt_id).state == "ABANDONED"
@@ -198,12 +217,10 @@ def test_fail_refused_abandons_and_holds(tmp_path: Path) -> None:
 
 
 # --- signals -----------------------------------------------------------------------------------
-def test_first_sigterm_stops_after_the_current_step_before_the_fence(tmp_path: Path,
-                                                                     restore_signals: Any) -> None:
+def test_first_sigterm_stops_after_the_current_step_before_the_fence(tmp_path: Path, restore_signals: Any) -> None:
     journal = Journal(tmp_path / "j.sqlite3")
     api = FakeApi([make_purchase(), make_purchase()], keys=journal)
-    api.on_event = lambda e: (e.step, e.outcome) == ("SELECT_SKU", "STARTED") and os.kill(os.getpid(),
-                                                                                         signal.SIGTERM)
+    api.on_event = lambda e: (e.step, e.outcome) == ("SELECT_SKU", "STARTED") and os.kill(os.getpid(), signal.SIGTERM)
     runner, sim, _ = make_runner(tmp_path, api)
     runner.install_signals()
     assert runner.run() == 0
@@ -221,6 +238,7 @@ def test_second_signal_outside_the_window_stops_now(tmp_path: Path, restore_sign
         if (e.step, e.outcome) == ("OPEN_SKU_PANEL", "STARTED"):
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGINT)
+
     api.on_event = twice
     runner, sim, _ = make_runner(tmp_path, api)
     runner.install_signals()
@@ -241,13 +259,15 @@ def test_second_signal_outside_the_window_stops_now(tmp_path: Path, restore_sign
 
 
 def test_second_signal_inside_the_window_finishes_tap_and_report_then_exits(
-        tmp_path: Path, restore_signals: Any) -> None:
+    tmp_path: Path, restore_signals: Any
+) -> None:
     journal = Journal(tmp_path / "j.sqlite3")
     api = FakeApi([make_purchase(), make_purchase()], keys=journal)
 
     def signals_at_fence() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)
+
     api.on_fence = signals_at_fence
     runner, sim, _ = make_runner(tmp_path, api)
     runner.install_signals()
@@ -324,6 +344,7 @@ def test_lease_keeper_thread_renews_and_stops() -> None:
     purchase = make_purchase()
     # a 0.6 s lease → renew every 0.2 s
     from dataclasses import replace
+
     claim = replace(purchase.claim, lease_expires_at="2099-01-01T00:00:00.600000Z")
     renewed: list[str] = []
     keeper = LeaseKeeper(src, claim, "2099-01-01T00:00:00Z", on_renewed=lambda c: renewed.append(c.attempt_id))

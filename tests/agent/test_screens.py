@@ -26,14 +26,17 @@ def load(name: str):
     return parse_dump((FX / name).read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("xml,err", [
-    ("", DumpEmpty),
-    ('<?xml version="1.0"?>\r\n<hierarchy rotation="0" />', DumpEmpty),
-    ("<hierarchy><node text='a'", DumpInvalid),
-    ('<!DOCTYPE x [<!ENTITY a "aaaa">]><hierarchy>&a;</hierarchy>', DumpInvalid),
-    ("<root/>", DumpInvalid),
-    ('<hierarchy><node bounds="[0,0][1,x]"/></hierarchy>', DumpInvalid),
-])
+@pytest.mark.parametrize(
+    "xml,err",
+    [
+        ("", DumpEmpty),
+        ('<?xml version="1.0"?>\r\n<hierarchy rotation="0" />', DumpEmpty),
+        ("<hierarchy><node text='a'", DumpInvalid),
+        ('<!DOCTYPE x [<!ENTITY a "aaaa">]><hierarchy>&a;</hierarchy>', DumpInvalid),
+        ("<root/>", DumpInvalid),
+        ('<hierarchy><node bounds="[0,0][1,x]"/></hierarchy>', DumpInvalid),
+    ],
+)
 def test_bad_dumps(xml: str, err: type) -> None:
     with pytest.raises(err):
         parse_dump(xml)
@@ -51,18 +54,32 @@ def test_huge_and_deep_dumps_refused() -> None:
         parse_dump(b"<hierarchy>" + b" " * (9 * 1024 * 1024) + b"</hierarchy>")
 
 
-@pytest.mark.parametrize("text,value", [
-    ("¥269", "269.00"), ("￥12.88", "12.88"), ("最后3件 ¥269", "269.00"), ("提交订单 ¥25.76", "25.76"),
-    ("¥ 12.8", "12.80"), ("已售5.2万件 ¥0.5", "0.50"),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("¥269", "269.00"),
+        ("￥12.88", "12.88"),
+        ("最后3件 ¥269", "269.00"),
+        ("提交订单 ¥25.76", "25.76"),
+        ("¥ 12.8", "12.80"),
+        ("已售5.2万件 ¥0.5", "0.50"),
+    ],
+)
 def test_single_price(text: str, value: str) -> None:
     assert money_str(single_price(text)) == value
 
 
-@pytest.mark.parametrize("text,err", [
-    ("¥12.88 ¥19.90", MoneyAmbiguous), ("无价格", MoneyError), ("¥12.888", MoneyError),
-    ("¥1,234", MoneyError), ("¥012", MoneyError), ("¥", MoneyError),
-])
+@pytest.mark.parametrize(
+    "text,err",
+    [
+        ("¥12.88 ¥19.90", MoneyAmbiguous),
+        ("无价格", MoneyError),
+        ("¥12.888", MoneyError),
+        ("¥1,234", MoneyError),
+        ("¥012", MoneyError),
+        ("¥", MoneyError),
+    ],
+)
 def test_price_errors(text: str, err: type) -> None:
     with pytest.raises(err):
         single_price(text)
@@ -98,19 +115,33 @@ def test_risk_walls_ignore_system_ui() -> None:
 
 
 EXPECTED = {
-    "real/confirm_order.xml": ("confirm_order", {"unit_price": "269.00", "quantity": 1, "confirm_amount": "269.00",
-                                                 "selected": {"款式": "【流砂限定】经典款"}, "submit_controls": 1}),
-    "real/sku_panel.xml": ("sku_panel", {"unit_price": "12.88", "quantity": 2,
-                                         "selected": {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}}),
+    "real/confirm_order.xml": (
+        "confirm_order",
+        {
+            "unit_price": "269.00",
+            "quantity": 1,
+            "confirm_amount": "269.00",
+            "selected": {"款式": "【流砂限定】经典款"},
+            "submit_controls": 1,
+        },
+    ),
+    "real/sku_panel.xml": (
+        "sku_panel",
+        {"unit_price": "12.88", "quantity": 2, "selected": {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}},
+    ),
     "real/product.xml": ("product", {"submit_controls": 0}),
     "real/leave_order_dialog.xml": ("leave_order_dialog", {"payment_controls": ["继续支付", ",仅¥59"]}),
     "real/security_challenge.xml": ("security_challenge", {}),
     "real/system_only.xml": ("unknown", {}),
     "sim/product.xml": ("product", {}),
-    "sim/sku_panel.xml": ("sku_panel", {"unit_price": "12.88", "quantity": 2,
-                                        "selected": {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}}),
-    "sim/confirm_order.xml": ("confirm_order", {"unit_price": "12.88", "quantity": 2, "confirm_amount": "25.76",
-                                                "submit_controls": 1}),
+    "sim/sku_panel.xml": (
+        "sku_panel",
+        {"unit_price": "12.88", "quantity": 2, "selected": {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}},
+    ),
+    "sim/confirm_order.xml": (
+        "confirm_order",
+        {"unit_price": "12.88", "quantity": 2, "confirm_amount": "25.76", "submit_controls": 1},
+    ),
     "sim/order_created.xml": ("order_created", {"submit_controls": 0}),
     "sim/leave_order_dialog.xml": ("leave_order_dialog", {}),
 }
@@ -123,9 +154,19 @@ def test_inspect_readings(name: str) -> None:
     assert out["screen"] == screen
     for key, value in readings.items():
         assert out["readings"][key] == value, key
-    assert set(out["readings"]) == {"goods_id", "unit_price", "quantity", "confirm_amount", "selected",
-                                    "options", "submit_controls", "payment_controls", "risk_walls",
-                                    "payment_mode", "payment_problems"}
+    assert set(out["readings"]) == {
+        "goods_id",
+        "unit_price",
+        "quantity",
+        "confirm_amount",
+        "selected",
+        "options",
+        "submit_controls",
+        "payment_controls",
+        "risk_walls",
+        "payment_mode",
+        "payment_problems",
+    }
 
 
 def test_inspect_cli(capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,13 +183,16 @@ def test_shipped_packs_valid() -> None:
     assert (newer.version_name, newer.version_code) == ("8.22.0", 82200)
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda p: p["app"].update(version_code="81700"),
-    lambda p: p["controls"]["submit"].pop("evidence"),
-    lambda p: p["controls"]["submit"].update(evidence=["no-such-bundle"]),
-    lambda p: p["readers"]["confirm_order"]["amount"].update(regex="提交订单 (\\d+)"),
-    lambda p: p.update(recognition_order=["product", "nonexistent"]),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda p: p["app"].update(version_code="81700"),
+        lambda p: p["controls"]["submit"].pop("evidence"),
+        lambda p: p["controls"]["submit"].update(evidence=["no-such-bundle"]),
+        lambda p: p["readers"]["confirm_order"]["amount"].update(regex="提交订单 (\\d+)"),
+        lambda p: p.update(recognition_order=["product", "nonexistent"]),
+    ],
+)
 def test_broken_packs_refused(mutate) -> None:
     raw = copy.deepcopy(shipped_packs()[0].raw)
     mutate(raw)

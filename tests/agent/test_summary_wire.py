@@ -88,8 +88,11 @@ def test_every_fixed_summary_in_the_agent_passes_the_shared_rule() -> None:
                 if text:
                     found[text] = f"{path.name}:{node.lineno}"
     assert len(found) >= 30, found  # the scan really sees the agent's wordings
-    refused = {text: where for text, where in found.items()
-               if summary_problem(text) is not None and text not in NAMES_THE_DUMP_ROOT}
+    refused = {
+        text: where
+        for text, where in found.items()
+        if summary_problem(text) is not None and text not in NAMES_THE_DUMP_ROOT
+    }
     assert not refused
 
 

@@ -39,8 +39,12 @@ def srv(tmp_path: Path) -> Iterator[RealServer]:
 
 def _tap(phone: Phone, role: str, text: str | None = None) -> None:
     """Tap the centre of the one node with ``role`` (carrying ``text`` itself or below it)."""
-    nodes = [n for root in phone.windows() for n in root.walk()
-             if n.role == role and (text is None or any(m.text == text for m in n.walk()))]
+    nodes = [
+        n
+        for root in phone.windows()
+        for n in root.walk()
+        if n.role == role and (text is None or any(m.text == text for m in n.walk()))
+    ]
     assert len(nodes) == 1, (role, text, len(nodes))
     x, y = nodes[0].center
     phone.tap(x, y, "input_tap")
@@ -68,8 +72,13 @@ def test_the_tally_fails_on_a_rogue_tap_that_orders_le_tasks_cannot_see(tmp_path
         journal = Journal(tmp_path / "agent" / "sim-1.sqlite3")
         api = HttpDeviceApi(srv.url, creds, journal, backoff=0.2)
         for _ in range(2):
-            Runner(RunnerConfig("sim-1", poll_seconds=0.05, once=True), PhoneAdapter.connect("sim-1"), api,
-                   journal, lambda line: None).run()
+            Runner(
+                RunnerConfig("sim-1", poll_seconds=0.05, once=True),
+                PhoneAdapter.connect("sim-1"),
+                api,
+                journal,
+                lambda line: None,
+            ).run()
         assert (srv.state(bought.id), srv.state(stopped.id)) == ("WAITING_PAYMENT", "FAILED")
         phone = sim.phone("sim-1")
 
@@ -80,9 +89,11 @@ def test_the_tally_fails_on_a_rogue_tap_that_orders_le_tasks_cannot_see(tmp_path
 
         rogue_submit(phone, stopped_goods)  # a tap on a task that never reached its fence
         assert sum(order_counts(phone.journal.entries()).values()) <= 2  # the old tally: blind
-        assert check() == [f"task {stopped.id}: 1 submit taps for 0 fenced submissions",
-                           f"task {stopped.id}: a submit tap outside a fence",
-                           f"task {stopped.id}: 1 orders for 0 fenced submissions"]
+        assert check() == [
+            f"task {stopped.id}: 1 submit taps for 0 fenced submissions",
+            f"task {stopped.id}: a submit tap outside a fence",
+            f"task {stopped.id}: 1 orders for 0 fenced submissions",
+        ]
 
         rogue_submit(phone, bought_goods)  # a second tap on the bought task's fence
         assert f"task {bought.id}: 2 submit taps for 1 fenced submissions" in check()
@@ -90,13 +101,13 @@ def test_the_tally_fails_on_a_rogue_tap_that_orders_le_tasks_cannot_see(tmp_path
 
 
 def test_the_tally_refuses_tasks_that_share_a_goods_id() -> None:
-    assert tally([], {"a": "1", "b": "1"}, {}) == ["tasks share a goods id: a double tap could hide behind "
-                                                   "another task"]
+    assert tally([], {"a": "1", "b": "1"}, {}) == [
+        "tasks share a goods id: a double tap could hide behind another task"
+    ]
 
 
 def test_a_tap_before_its_fence_was_granted_is_outside_the_fence() -> None:
     tap = {"seq": 7, "kind": "tap", "role": "submit", "goods_id": "1", "ts": 99.0}
     assert tally([tap], {"a": "1"}, {"a": [100.0]}) == ["task a: a submit tap outside a fence"]
     assert tally([{**tap, "ts": 100.5}], {"a": "1"}, {"a": [100.0]}) == []
-    assert tally([{**tap, "goods_id": "2"}], {"a": "1"}, {"a": [100.0]}) == [
-        "submit tap #7 on goods 2 of no task"]
+    assert tally([{**tap, "goods_id": "2"}], {"a": "1"}, {"a": [100.0]}) == ["submit tap #7 on goods 2 of no task"]

@@ -15,9 +15,11 @@ SCENARIO = Path(__file__).resolve().parents[2] / "demo" / "scenario.yaml"
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
     """A fresh stack on free ports; every child process is stopped at the end of the test."""
-    s = Stack(tmp_path / "data", server_port=free_port(),
-              env={"CMBUYER_CLAIM_LEASE_TTL": "20", "CMBUYER_SWEEP_INTERVAL": "1",
-                   "CMBUYER_SUPERVISED_ORDERS": "0"})
+    s = Stack(
+        tmp_path / "data",
+        server_port=free_port(),
+        env={"CMBUYER_CLAIM_LEASE_TTL": "20", "CMBUYER_SWEEP_INTERVAL": "1", "CMBUYER_SUPERVISED_ORDERS": "0"},
+    )
     s.init()
     try:
         yield s

@@ -16,14 +16,22 @@ from tests.e2e.conftest import SCENARIO
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "demo"
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                       reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)"),
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+        reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)",
+    ),
 ]
 
 
@@ -43,11 +51,15 @@ def test_admin_pages_after_the_demo(stack: Stack) -> None:
     while time.monotonic() < deadline and not all(d["task"]["state"] in SETTLED for d in details.values()):
         time.sleep(0.5)
         details = stack.task_details(specs)
-    assert all(details[s.task_id]["task"]["state"] in s.expect for s in specs), \
-        {s.title: details[s.task_id]["task"]["state"] for s in specs}
+    assert all(details[s.task_id]["task"]["state"] in s.expect for s in specs), {
+        s.title: details[s.task_id]["task"]["state"] for s in specs
+    }
     purchased = next(s for s in specs if details[s.task_id]["task"]["state"] == "WAITING_PAYMENT")
-    gate_ids = [e["id"] for e in details[purchased.task_id]["evidence"]
-                if e["kind"] in ("SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3")]
+    gate_ids = [
+        e["id"]
+        for e in details[purchased.task_id]["evidence"]
+        if e["kind"] in ("SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3")
+    ]
     assert len(gate_ids) == 3
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

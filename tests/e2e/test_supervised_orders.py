@@ -36,15 +36,23 @@ from tests.e2e.conftest import SCENARIO, stop_and_show_logs
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "supervision-e2e"
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 N = 2  # CMBUYER_SUPERVISED_ORDERS here (the default is 3)
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                       reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)"),
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+        reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)",
+    ),
 ]
 
 
@@ -80,12 +88,15 @@ class Run:
     def approvals(self, spec: TaskSpec) -> list[tuple[str, str | None]]:
         """``[(state, decided_by)]`` of the task's approval requests, oldest first (a request still
         APPROVED when its attempt closes becomes VOID and keeps who decided)."""
-        return self.rows("SELECT state, decided_by FROM approval_requests WHERE task_id = ? ORDER BY created_at",
-                         spec.task_id)
+        return self.rows(
+            "SELECT state, decided_by FROM approval_requests WHERE task_id = ? ORDER BY created_at", spec.task_id
+        )
 
     def supervised(self, spec: TaskSpec) -> list[int]:
-        return [r[0] for r in self.rows("SELECT supervised FROM attempts WHERE task_id = ? ORDER BY created_at",
-                                        spec.task_id)]
+        return [
+            r[0]
+            for r in self.rows("SELECT supervised FROM attempts WHERE task_id = ? ORDER BY created_at", spec.task_id)
+        ]
 
     def pair(self) -> tuple[int, int]:
         got = self.rows("SELECT confirmed_orders, held FROM supervision_pairs WHERE device_id = ?", self.device_id)
@@ -165,16 +176,24 @@ def run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     phone, its agent running, and a Chromium page logged in as the admin."""
     from playwright.sync_api import sync_playwright
 
-    stack = Stack(tmp_path / "data", server_port=free_port(),
-                  env={"CMBUYER_CLAIM_LEASE_TTL": "20", "CMBUYER_SWEEP_INTERVAL": "1",
-                       "CMBUYER_HEARTBEAT_INTERVAL": "1", "CMBUYER_SUPERVISED_ORDERS": str(N),
-                       "CMBUYER_AGENT_APPROVAL_POLL_SECONDS": "0.5"})
+    stack = Stack(
+        tmp_path / "data",
+        server_port=free_port(),
+        env={
+            "CMBUYER_CLAIM_LEASE_TTL": "20",
+            "CMBUYER_SWEEP_INTERVAL": "1",
+            "CMBUYER_HEARTBEAT_INTERVAL": "1",
+            "CMBUYER_SUPERVISED_ORDERS": str(N),
+            "CMBUYER_AGENT_APPROVAL_POLL_SECONDS": "0.5",
+        },
+    )
     stack.init()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         problems: list[str] = []
         try:
+
             def start(serial: str) -> Run:
                 stack.start_server()
                 stack.start_sim([serial], SCENARIO)
@@ -244,8 +263,12 @@ def test_reject_screen_change_and_a_wrong_order_holds_the_phone(run: Any) -> Non
     from playwright.sync_api import expect
 
     r: Run = run("sim-2")
-    rejected, switched, wrong, held = (_shirt("驳回的一单"), _shirt("等待时换了支付方式"), _pants("核对有误的一单"),
-                                       _shirt("暂停期间的一单"))
+    rejected, switched, wrong, held = (
+        _shirt("驳回的一单"),
+        _shirt("等待时换了支付方式"),
+        _pants("核对有误的一单"),
+        _shirt("暂停期间的一单"),
+    )
 
     # (b) 驳回 in the drawer: the attempt fails before the fence, no submit tap
     r.stack.create_tasks([rejected])
@@ -287,7 +310,8 @@ def test_reject_screen_change_and_a_wrong_order_holds_the_phone(run: Any) -> Non
     expect(r.page.locator(".notice")).to_contain_text("已重新开始人工监督")
     assert [a[2] for a in r.audit("supervision.resupervise")] == [r.device_id]
     expect(r.page.locator("#device-rows tr", has_text="sim-2").locator(".badge.waiting")).to_have_text(
-        "等待人工确认", timeout=30_000)
+        "等待人工确认", timeout=30_000
+    )
     assert r.supervised(held) == [1] and r.approvals(held) == [("WAITING", None)] and r.pair() == (0, 0)
     r.decide(r.waiting_in_drawer(held), "驳回", "rejected")
     assert r.settled(held) == "FAILED"

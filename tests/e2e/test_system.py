@@ -32,8 +32,9 @@ def wait_settled(stack: Stack, specs: list[TaskSpec], timeout: float = 120.0) ->
     raise AssertionError(f"tasks did not settle in {timeout}s: {states}")
 
 
-def shirt(title: str, quantity: int = 1, color: str = "黑色CHA(纯棉)", size: str = "M(建议100-115)",
-          cap: str = "100.00") -> TaskSpec:
+def shirt(
+    title: str, quantity: int = 1, color: str = "黑色CHA(纯棉)", size: str = "M(建议100-115)", cap: str = "100.00"
+) -> TaskSpec:
     return TaskSpec(title, "937122477375", color, size, quantity, cap)
 
 
@@ -41,8 +42,7 @@ def goods_per_task(stack: Stack, specs: list[TaskSpec]) -> Path:
     """Give each spec its own copy of its goods (tests/tally.py) so the phone's journal names the task
     of every tap; returns the scenario to start the simulator with."""
     out = stack.data_dir / "scenario-goods-per-task.json"
-    for spec, gid in zip(specs, scenario_with_goods_per_task(SCENARIO, out, [s.goods_id for s in specs]),
-                         strict=True):
+    for spec, gid in zip(specs, scenario_with_goods_per_task(SCENARIO, out, [s.goods_id for s in specs]), strict=True):
         spec.goods_id = gid
     return out
 
@@ -118,8 +118,9 @@ def _assert_tally(stack: Stack, specs: list[TaskSpec], details: dict[str, dict])
         state = d["task"]["state"]
         assert state in {"WAITING_PAYMENT", "RECONCILIATION_REQUIRED", "FAILED", "PENDING", "CLAIMED", "ORDERING"}
         if state == "RECONCILIATION_REQUIRED":
-            assert d["submission"] is not None and (d["submission"]["observation"]
-                                                    or d["submission"]["reconciliation_reason"])
+            assert d["submission"] is not None and (
+                d["submission"]["observation"] or d["submission"]["reconciliation_reason"]
+            )
         if state == "FAILED":
             assert d["task"]["state_reason"], "a failed task says why"
     conn = sqlite3.connect(stack.data_dir / "cmbuyer.sqlite3")
@@ -139,8 +140,12 @@ def test_agent_sigkill_at_random_points(stack: Stack) -> None:
     iterations = soak_iterations(3)
     # Two kills mid-attempt would (rightly) trip the crash-loop breaker and hold the phone; this test
     # is about what the kills leave behind, so the breaker's limits are set out of reach here.
-    stack.env.update({"CMBUYER_AGENT_CRASH_LOOP_LIMIT": str(10 * iterations + 10),
-                      "CMBUYER_AGENT_FAILURE_LIMIT": str(10 * iterations + 10)})
+    stack.env.update(
+        {
+            "CMBUYER_AGENT_CRASH_LOOP_LIMIT": str(10 * iterations + 10),
+            "CMBUYER_AGENT_FAILURE_LIMIT": str(10 * iterations + 10),
+        }
+    )
     stack.start_server()
     specs = [shirt(f"k{i}") for i in range(iterations)]
     stack.start_sim(["sim-1"], goods_per_task(stack, specs))
@@ -172,7 +177,12 @@ def test_demo_once(tmp_path) -> None:
     import sys
 
     from demo.stack import free_port
-    result = subprocess.run([sys.executable, "-m", "demo.run", "--once", "--port", str(free_port()),
-                             "--data-dir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=300)
+
+    result = subprocess.run(
+        [sys.executable, "-m", "demo.run", "--once", "--port", str(free_port()), "--data-dir", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "every task reached its expected state" in result.stdout

@@ -39,8 +39,18 @@ PACK_ID = "pdd-8.23.0-82300"
 PACK_FILE = f"{PACK_ID}.json"
 SERIAL = "canary"
 SHIRT = TaskSpec("canary shirt", "937122477375", "黑色CHA(纯棉)", "M(建议100-115)", 2, "30.00")
-ORDER = ("--goods-id", SHIRT.goods_id, "--color", SHIRT.color, "--size", str(SHIRT.size), "--quantity", "2",
-         "--max-total", "30.00")
+ORDER = (
+    "--goods-id",
+    SHIRT.goods_id,
+    "--color",
+    SHIRT.color,
+    "--size",
+    str(SHIRT.size),
+    "--quantity",
+    "2",
+    "--max-total",
+    "30.00",
+)
 OLD_VERSIONS = "8.17.0,8.22.0"
 
 
@@ -64,8 +74,15 @@ class Operator:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def __call__(self, *args: str) -> Ran:
-        done = subprocess.run([str(BIN / "cmbuyer-agent"), *args], cwd=self.home, env=self.stack.agent_env(),
-                              capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [str(BIN / "cmbuyer-agent"), *args],
+            cwd=self.home,
+            env=self.stack.agent_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         return Ran(done.returncode, done.stdout, done.stderr)
 
 
@@ -86,8 +103,11 @@ def _agent_log(stack: Stack) -> str:
 def _device(stack: Stack) -> dict[str, Any]:
     conn = connect_sync(stack.data_dir / "cmbuyer.sqlite3", read_only=True)
     try:
-        cur = conn.execute("SELECT pdd_version, pdd_version_code, reported_state, pack_id, app_version_allowed, "
-                           "last_heartbeat_at FROM devices WHERE name=?", (SERIAL,))
+        cur = conn.execute(
+            "SELECT pdd_version, pdd_version_code, reported_state, pack_id, app_version_allowed, "
+            "last_heartbeat_at FROM devices WHERE name=?",
+            (SERIAL,),
+        )
         cols = [d[0] for d in cur.description]
         return dict(zip(cols, cur.fetchone(), strict=True))
     finally:
@@ -101,8 +121,12 @@ def _task(stack: Stack) -> dict[str, Any]:
 def _heartbeats_pass(stack: Stack, count: int) -> None:
     """Wait until the server has recorded ``count`` further heartbeats (interval 1 s here)."""
     seen = {_device(stack)["last_heartbeat_at"]}
-    _wait(lambda: seen.add(_device(stack)["last_heartbeat_at"]) or len(seen) > count, 15,
-          f"{count} more heartbeats", stack)
+    _wait(
+        lambda: seen.add(_device(stack)["last_heartbeat_at"]) or len(seen) > count,
+        15,
+        f"{count} more heartbeats",
+        stack,
+    )
 
 
 def _taps(stack: Stack) -> list[dict[str, Any]]:
@@ -114,13 +138,20 @@ def canary(tmp_path: Path) -> Any:
     """The stack with the canary phone on 8.23.0, one PENDING task, and the agent running with an empty
     operator pack dir (0700); yields (stack, pack_dir, operator)."""
     data = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
-    data["phones"] = {SERIAL: {"app": {"package": "com.xunmeng.pinduoduo", "version_name": NEW_NAME,
-                                       "version_code": NEW_CODE}}}
+    data["phones"] = {
+        SERIAL: {"app": {"package": "com.xunmeng.pinduoduo", "version_name": NEW_NAME, "version_code": NEW_CODE}}
+    }
     scenario = tmp_path / "canary-scenario.json"
     scenario.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    stack = Stack(tmp_path / "data", server_port=free_port(),
-                  env={"CMBUYER_ALLOWED_APP_VERSIONS": OLD_VERSIONS, "CMBUYER_HEARTBEAT_INTERVAL": "1",
-                       "CMBUYER_SUPERVISED_ORDERS": "0"})
+    stack = Stack(
+        tmp_path / "data",
+        server_port=free_port(),
+        env={
+            "CMBUYER_ALLOWED_APP_VERSIONS": OLD_VERSIONS,
+            "CMBUYER_HEARTBEAT_INTERVAL": "1",
+            "CMBUYER_SUPERVISED_ORDERS": "0",
+        },
+    )
     stack.init()
     pack_dir = tmp_path / "agent-packs"
     pack_dir.mkdir(mode=0o700)
@@ -141,7 +172,11 @@ def _assert_no_pack_and_idle(stack: Stack) -> None:
     _heartbeats_pass(stack, 2)
     row = _device(stack)
     assert (row["pdd_version"], row["pdd_version_code"], row["reported_state"], row["pack_id"]) == (
-        NEW_NAME, NEW_CODE, "NO_PACK", "NO_PACK")
+        NEW_NAME,
+        NEW_CODE,
+        "NO_PACK",
+        "NO_PACK",
+    )
     detail = _task(stack)
     assert detail["task"]["state"] == "PENDING" and detail["attempts"] == []
     assert _taps(stack) == []
@@ -151,17 +186,24 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
     """Runbook steps 2-8 in the operator's folder; returns the proven pack file (work/<id>.json)."""
     # 2. no pack for the new version yet: dry-run refuses, says why
     ran = op("dry-run", "--device", SERIAL, *ORDER, "--out", "captures/canary/dryrun-1")
-    assert (ran.code, json.loads(ran.out)) == (2, {"error": "NO_SELECTOR_PACK",
-                                                   "detail": "no selector pack for app version 8.23.0 (82300)"})
+    assert (ran.code, json.loads(ran.out)) == (
+        2,
+        {"error": "NO_SELECTOR_PACK", "detail": "no selector pack for app version 8.23.0 (82300)"},
+    )
     # 3. candidate pack: the nearest shipped pack (8.22.0) and its evidence copied, bound to 8.23.0
     work = op.home / "work"
     work.mkdir(mode=0o700)
     candidate = rebound("8.22.0", NEW_NAME, NEW_CODE, PACK_ID)
-    candidate["description"] = (f"Pinduoduo {NEW_NAME} ({NEW_CODE}), copied from pdd-8.22.0-82200 by the operator; "
-                                "order sheet proven on the canary's dry-run captures (evidence v823-*), "
-                                "other screens still justified by 8.22.0's simulator captures.")
-    candidate["authored"] = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "by": "张三",
-                             "note": "copied from pdd-8.22.0-82200 for the canary's update"}
+    candidate["description"] = (
+        f"Pinduoduo {NEW_NAME} ({NEW_CODE}), copied from pdd-8.22.0-82200 by the operator; "
+        "order sheet proven on the canary's dry-run captures (evidence v823-*), "
+        "other screens still justified by 8.22.0's simulator captures."
+    )
+    candidate["authored"] = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "by": "张三",
+        "note": "copied from pdd-8.22.0-82200 for the canary's update",
+    }
     pack = write_pack(work, candidate, PACK_FILE)
     assert op("pack", "verify", f"work/{PACK_FILE}").code == 0
     # 4. dry run on the canary with the candidate: every gate, captures + proposed expectations
@@ -173,8 +215,13 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
     ran = op("pack", "accept", "captures/canary/dryrun-1", "--by", "张三")
     assert ran.code == 0 and ran.lines()[-1] == f"accepted {len(summary['capture_names'])} capture(s)", ran
     # 6. the captures become the pack's evidence (files next to the pack, sha256), then verify
-    new_ids = add_capture_evidence(pack, op.home / "captures/canary/dryrun-1", prefix="v823-", source="simulator",
-                                   justify={"product": "sim822-product", "confirm_order": "sim822-sheet-tshirt"})
+    new_ids = add_capture_evidence(
+        pack,
+        op.home / "captures/canary/dryrun-1",
+        prefix="v823-",
+        source="simulator",
+        justify={"product": "sim822-product", "confirm_order": "sim822-sheet-tshirt"},
+    )
     assert new_ids == [f"v823-{name}" for name in summary["capture_names"]]
     ran = op("pack", "verify", f"work/{PACK_FILE}")
     assert ran.code == 0 and ran.lines()[-1] == f"{PACK_FILE}: 54 evidence files, 54 ok, 0 failed -> OK", ran
@@ -184,7 +231,8 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
     ran = op("dry-run", "--device", SERIAL, *ORDER, "--pack-dir", "work", "--out", "captures/canary/dryrun-2")
     assert ran.code == 0 and json.loads(ran.lines()[-1])["result"] == "PASSED", ran
     assert [line.split()[:2] for line in ran.lines()[:-1]] == [
-        [gate, "PASS"] for gate in ("PAYMENT_MODE_AT_OPEN", "GATE_1", "GATE_2", "PAYMENT_MODE", "GATE_3")]
+        [gate, "PASS"] for gate in ("PAYMENT_MODE_AT_OPEN", "GATE_1", "GATE_2", "PAYMENT_MODE", "GATE_3")
+    ]
     journal = stack.phone_journal()
     assert submit_taps(journal) == [] and payment_taps(journal) == [] and order_counts(journal) == {}
     return pack
@@ -253,11 +301,17 @@ def test_an_evidence_byte_changed_after_verify_keeps_the_agent_at_no_pack(canary
     assert len(_taps(stack)) == taps_before and agent.poll() is None
     said = [line for line in _agent_log(stack).splitlines() if "evidence mismatch" in line]
     assert len(said) == 1, said  # once, however many loops
-    assert said[0].split("] ", 1)[1].startswith(
-        f"NO_PACK: {PACK_FILE}: $.evidence['v823-03-confirm_order'].files.dump: evidence mismatch: "
-        f"evidence/{PACK_ID}/03-confirm_order/dump.xml (sha256 "), said
+    assert (
+        said[0]
+        .split("] ", 1)[1]
+        .startswith(
+            f"NO_PACK: {PACK_FILE}: $.evidence['v823-03-confirm_order'].files.dump: evidence mismatch: "
+            f"evidence/{PACK_ID}/03-confirm_order/dump.xml (sha256 "
+        )
+    ), said
     # what the operator sees when checking the installed pack
     ran = op("pack", "verify", str(pack_dir / PACK_FILE))
     assert ran.code == 1 and ran.lines()[-1] == f"{PACK_FILE}: 54 evidence files, 53 ok, 1 failed -> FAILED"
     assert [line.split()[:2] for line in ran.lines() if not line.startswith("OK")][:1] == [
-        ["MISMATCH", "v823-03-confirm_order"]], ran
+        ["MISMATCH", "v823-03-confirm_order"]
+    ], ran

@@ -76,14 +76,17 @@ def test_shell_v2_framing(sim):
     assert data.endswith(b"\x03\x01\x00\x00\x00\x7f")  # exit code 127
 
 
-@pytest.mark.parametrize(("request_bytes", "message"), [
-    (b"host:kill", b"unsupported"),
-    (b"host:track-devices", b"unsupported"),
-    (b"host:tport:serial:ghost", b"device 'ghost' not found"),
-    (b"host-serial:ghost:get-state", b"not found"),
-    (b"sync:", b"unsupported service"),
-    (b"host:tport:any", b"more than one device"),
-])
+@pytest.mark.parametrize(
+    ("request_bytes", "message"),
+    [
+        (b"host:kill", b"unsupported"),
+        (b"host:track-devices", b"unsupported"),
+        (b"host:tport:serial:ghost", b"device 'ghost' not found"),
+        (b"host-serial:ghost:get-state", b"not found"),
+        (b"sync:", b"unsupported service"),
+        (b"host:tport:any", b"more than one device"),
+    ],
+)
 def test_unsupported_or_bad_requests_fail_with_a_message(sim, request_bytes, message):
     with _conn(sim) as s:
         _req(s, request_bytes)

@@ -40,7 +40,10 @@ def test_single_node_partial_and_malformed_dumps(u2dev, phonesim: PhoneSim):
         etree.fromstring(u2dev.dump_hierarchy().encode())
     assert submit_node(u2dev.dump_hierarchy()) is not None  # once only
     assert [e["fault"] for e in phone.journal.entries("fault")] == [
-        "single_node_dump", "partial_dump", "malformed_dump"]
+        "single_node_dump",
+        "partial_dump",
+        "malformed_dump",
+    ]
 
 
 def test_emoji_intact_and_broken(u2dev, phonesim: PhoneSim):
@@ -91,8 +94,12 @@ def test_duplicate_submit_draws_two_real_submit_controls(u2dev, phonesim: PhoneS
 def test_app_version_change_mid_run_and_duplicate_version(u2dev, phonesim: PhoneSim):
     phone = phonesim.phone()
     assert u2dev.app_info(PDD)["versionName"] == "8.17.0"
-    phone.inject("version_change", version_name="8.18.0", version_code=81800,
-                 when={"after_calls": phone.counters["adb_calls"] + 2})
+    phone.inject(
+        "version_change",
+        version_name="8.18.0",
+        version_code=81800,
+        when={"after_calls": phone.counters["adb_calls"] + 2},
+    )
     assert u2dev.app_info(PDD)["versionName"] == "8.17.0"  # pm path + dumpsys package = 2 calls
     assert u2dev.app_info(PDD) == {"versionName": "8.18.0", "versionCode": 81800}
     phone.inject("duplicate_version", version_name="7.99.0", version_code=79900)

@@ -87,8 +87,12 @@ def test_quantity_stepper_is_capped_by_stock(u2dev, phonesim: PhoneSim):
         (dec,) = find(u2dev.dump_hierarchy(), content_desc="减少数量")
         u2dev.click(*center(dec))
     assert find(u2dev.dump_hierarchy(), **{"class": "android.widget.EditText"})[0].get("text") == "1"
-    assert [t["effect"] for t in phonesim.phone().journal.taps(role="qty_inc")] == ["qty", "qty", "qty_capped",
-                                                                                    "qty_capped"]
+    assert [t["effect"] for t in phonesim.phone().journal.taps(role="qty_inc")] == [
+        "qty",
+        "qty",
+        "qty_capped",
+        "qty_capped",
+    ]
 
 
 def test_back_from_confirm_goes_to_product_without_order(u2dev, phonesim: PhoneSim):
@@ -120,11 +124,14 @@ def test_back_on_unpaid_order_shows_retention_dialog(u2dev, phonesim: PhoneSim):
     assert phone.orders[0]["status"] == "pending_payment"
 
 
-@pytest.mark.parametrize(("outcome", "screen", "marker", "orders"), [
-    ("PAYMENT_HANDOFF", "payment", "立即支付", 1),
-    ("SECURITY_CHALLENGE", "challenge", "安全验证", 0),
-    ("BLANK", "blank", None, 1),
-])
+@pytest.mark.parametrize(
+    ("outcome", "screen", "marker", "orders"),
+    [
+        ("PAYMENT_HANDOFF", "payment", "立即支付", 1),
+        ("SECURITY_CHALLENGE", "challenge", "安全验证", 0),
+        ("BLANK", "blank", None, 1),
+    ],
+)
 def test_outcomes_after_submit(phonesim_factory, outcome, screen, marker, orders):
     scen = load_scenario().data
     scen["outcome"] = outcome

@@ -25,8 +25,16 @@ RECYCLER = "androidx.recyclerview.widget.RecyclerView"
 
 def open_sheet(d: Any, goods_id: str, buy: str = "单独购买") -> str:
     """Deep link → buy button → the order sheet's dump."""
-    d.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d",
-             f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}"])
+    d.shell(
+        [
+            "am",
+            "start",
+            "-a",
+            "android.intent.action.VIEW",
+            "-d",
+            f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}",
+        ]
+    )
     tap_text(d, buy)
     return d.dump_hierarchy()
 
@@ -238,8 +246,16 @@ def test_submit_opens_the_foreign_cashier_then_back_retention_and_order_list(d: 
     tap_text(d, "先去逛逛")
     assert phone.state()["screen"] == "product"
 
-    d.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d",
-             "pinduoduo://com.xunmeng.pinduoduo/orders.html?type=1"])
+    d.shell(
+        [
+            "am",
+            "start",
+            "-a",
+            "android.intent.action.VIEW",
+            "-d",
+            "pinduoduo://com.xunmeng.pinduoduo/orders.html?type=1",
+        ]
+    )
     xml = d.dump_hierarchy()
     assert phone.state()["screen"] == "orders"
     assert find(xml, text="待付款") and find(xml, text="纯棉短袖T恤男夏季宽松圆领半袖")
@@ -265,27 +281,36 @@ def test_alipay_cashier_and_continue_pay_returns_to_it(phonesim_factory: Any) ->
     assert phone.state()["screen"] == "cashier_alipay" and phone.journal.taps()[-1]["payment"] is True
 
 
-@pytest.mark.parametrize(("serial", "row_texts", "submit_text"), [
-    ("sim-balance", ["使用多多支付余额¥5.05，更换支付方式"], "提交订单 ¥29.9"),
-    ("sim-paylater", ["使用#先用后付，更换支付方式"], "0元下单 ¥29.9"),
-    ("sim-nopw", ["使用#多多支付(免密支付)，更换支付方式"], "提交订单 ¥29.9"),
-    ("sim-unreadable", [""], "提交订单 ¥29.9"),
-    ("sim-tworows", ["使用#微信支付，更换支付方式", "使用#支付宝，更换支付方式"], "提交订单 ¥29.9"),
-    ("sim-paynow", ["使用#微信支付，更换支付方式"], "立即支付 ¥29.9"),
-    ("sim-confirmpay", ["使用#微信支付，更换支付方式"], "确认支付 ¥29.9"),
-])
+@pytest.mark.parametrize(
+    ("serial", "row_texts", "submit_text"),
+    [
+        ("sim-balance", ["使用多多支付余额¥5.05，更换支付方式"], "提交订单 ¥29.9"),
+        ("sim-paylater", ["使用#先用后付，更换支付方式"], "0元下单 ¥29.9"),
+        ("sim-nopw", ["使用#多多支付(免密支付)，更换支付方式"], "提交订单 ¥29.9"),
+        ("sim-unreadable", [""], "提交订单 ¥29.9"),
+        ("sim-tworows", ["使用#微信支付，更换支付方式", "使用#支付宝，更换支付方式"], "提交订单 ¥29.9"),
+        ("sim-paynow", ["使用#微信支付，更换支付方式"], "立即支付 ¥29.9"),
+        ("sim-confirmpay", ["使用#微信支付，更换支付方式"], "确认支付 ¥29.9"),
+    ],
+)
 def test_payment_switches(phonesim_factory: Any, serial: str, row_texts: list[str], submit_text: str) -> None:
     phonesim_factory(SCENARIO, serials=(serial,))
     d = u2.connect(serial)
     xml = open_sheet(d, TSHIRT)
     image = "android.widget.ImageView"
-    rows = [n for n in find(xml, **{"class": "android.view.ViewGroup", "clickable": "true"})
-            if [c.get("class") for c in n] == [image, image]]
+    rows = [
+        n
+        for n in find(xml, **{"class": "android.view.ViewGroup", "clickable": "true"})
+        if [c.get("class") for c in n] == [image, image]
+    ]
     assert [r.get("text") for r in rows] == row_texts
     if serial == "sim-unreadable":
         assert texts_under(rows[0]) == []  # nothing readable anywhere in the row
-    (submit,) = [n for n in find(xml) if n.get("text", "").endswith("¥29.9")
-                 and n.getparent().get("class") == "android.widget.FrameLayout"]
+    (submit,) = [
+        n
+        for n in find(xml)
+        if n.get("text", "").endswith("¥29.9") and n.getparent().get("class") == "android.widget.FrameLayout"
+    ]
     assert submit.get("text") == submit_text
 
 
@@ -302,12 +327,15 @@ def test_paid_outcome_shows_payment_success(phonesim_factory: Any) -> None:
     assert find(d.dump_hierarchy(), text="暂无相关订单")
 
 
-@pytest.mark.parametrize(("serial", "marker"), [
-    ("sim-update", "发现新版本"),
-    ("sim-face", "请将正脸置于框内"),
-    ("sim-risk", "检测到账户存在风险，已限制部分操作"),
-    ("sim-realname", "提交实名信息"),
-])
+@pytest.mark.parametrize(
+    ("serial", "marker"),
+    [
+        ("sim-update", "发现新版本"),
+        ("sim-face", "请将正脸置于框内"),
+        ("sim-risk", "检测到账户存在风险，已限制部分操作"),
+        ("sim-realname", "提交实名信息"),
+    ],
+)
 def test_update_prompt_and_walls_on_the_product_page(phonesim_factory: Any, serial: str, marker: str) -> None:
     sim = phonesim_factory(SCENARIO, serials=(serial,))
     d = u2.connect(serial)

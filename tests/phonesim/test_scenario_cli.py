@@ -28,16 +28,19 @@ def test_default_scenario():
     assert str(goods.sku({"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}).price) == "12.88"
 
 
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda d: d.pop("catalogue"), "catalogue"),
-    (lambda d: d["catalogue"][0].update(goods_id="abc"), "goods_id"),
-    (lambda d: d["catalogue"][0]["skus"][0].update(price="12.888"), "price"),
-    (lambda d: d["catalogue"][0]["skus"][0].update(options=["紫色", "M(建议100-115)"]), "not an option"),
-    (lambda d: d.update(outcome="REFUNDED"), "outcome"),
-    (lambda d: d.update(faults=[{"kind": "meteor"}]), "faults"),
-    (lambda d: d.update(faults=[{"kind": "price_change"}]), "missing"),
-    (lambda d: d.update(unknown_key=1), "unknown_key"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("catalogue"), "catalogue"),
+        (lambda d: d["catalogue"][0].update(goods_id="abc"), "goods_id"),
+        (lambda d: d["catalogue"][0]["skus"][0].update(price="12.888"), "price"),
+        (lambda d: d["catalogue"][0]["skus"][0].update(options=["紫色", "M(建议100-115)"]), "not an option"),
+        (lambda d: d.update(outcome="REFUNDED"), "outcome"),
+        (lambda d: d.update(faults=[{"kind": "meteor"}]), "faults"),
+        (lambda d: d.update(faults=[{"kind": "price_change"}]), "missing"),
+        (lambda d: d.update(unknown_key=1), "unknown_key"),
+    ],
+)
 def test_invalid_scenarios_are_rejected(mutate, message):
     data = load_scenario().data
     mutate(data)
@@ -87,8 +90,11 @@ def test_subprocess_cli_journal_and_remote_queries(tmp_path):
 
 
 def test_cli_prints_serials_and_stops_on_sigterm():
-    p = subprocess.Popen([sys.executable, "-m", "cmbuyer.phonesim.cli", "--port", "0", "--serial", "a-1",
-                          "--serial", "b-2"], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "cmbuyer.phonesim.cli", "--port", "0", "--serial", "a-1", "--serial", "b-2"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = [p.stdout.readline().strip() for _ in range(4)]
         assert lines[0].startswith("listening 127.0.0.1:")
@@ -105,8 +111,12 @@ def test_cli_prints_serials_and_stops_on_sigterm():
 
 def test_cli_bad_scenario_exits_2(tmp_path):
     (tmp_path / "x.json").write_text("{}", encoding="utf-8")
-    r = subprocess.run([sys.executable, "-m", "cmbuyer.phonesim.cli", "--port", "0", "--scenario",
-                        str(tmp_path / "x.json")], capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "cmbuyer.phonesim.cli", "--port", "0", "--scenario", str(tmp_path / "x.json")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and "catalogue" in r.stderr
 
 

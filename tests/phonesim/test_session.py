@@ -109,7 +109,11 @@ def test_recorder_writes_the_contract_format(recording: dict[str, Any]) -> None:
         assert (meta["app_version_name"], meta["app_version_code"]) == ("8.22.0", 82200)
         assert Image.open(io.BytesIO(png)).size == (1080, 2400)
         assert meta["captured_at"].endswith("Z") and set(meta["scrubbed"]) == {
-            "dropped_packages", "dropped_nodes", "blanked_rows", "blacked_out"}
+            "dropped_packages",
+            "dropped_nodes",
+            "blanked_rows",
+            "blacked_out",
+        }
         package = meta["activity"].split("/")[0]
         # only the window in front is kept: no status bar, navigation bar or launcher behind the app
         assert {n.get("package") for n in _nodes(dump)} == {package}
@@ -230,8 +234,11 @@ def test_tap_matching_takes_the_smallest_bounds_and_prefers_the_capture(session_
     data = json.loads((session_dir / SESSION_FILE).read_text("utf-8"))
     names = sorted(p.name for p in session_dir.iterdir() if p.is_dir())
     tile = data["steps"][4]
-    big = {"from": "*", "action": {"kind": "tap", "x": 5, "y": 5, "node": {"bounds": [0, 0, 1080, 2400]}},
-           "to": names[0]}
+    big = {
+        "from": "*",
+        "action": {"kind": "tap", "x": 5, "y": 5, "node": {"bounds": [0, 0, 1080, 2400]}},
+        "to": names[0],
+    }
     data["steps"].append(big)
     (session_dir / SESSION_FILE).write_text(json.dumps(data), "utf-8")
     session = load_session(session_dir)
@@ -249,21 +256,24 @@ def _edit(session: Path, change: Any) -> None:
     (session / SESSION_FILE).write_text(json.dumps(data), "utf-8")
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda d: d.update(session_format=2), "session_format"),
-    (lambda d: d.update(start="99-nothing"), "start"),
-    (lambda d: d.update(start=["00-launcher"]), "start"),
-    (lambda d: d["steps"][1].update({"from": ["x"]}), r"steps\[1\]\.from"),
-    (lambda d: d["steps"].append("tap"), r"steps\[6\]: must be an object"),
-    (lambda d: d["steps"][1]["action"].update(x="601"), r"steps\[1\]\.action\.x"),
-    (lambda d: d["steps"][1].update(to="99-nothing"), r"steps\[1\]\.to"),
-    (lambda d: d["steps"][1].update({"from": "nope"}), r"steps\[1\]\.from"),
-    (lambda d: d["steps"][1]["action"].update(kind="pinch"), r"steps\[1\]\.action\.kind"),
-    (lambda d: d["steps"][1]["action"]["node"].update(bounds=[0, 0, 1, 1]), "outside node.bounds"),
-    (lambda d: d["steps"][3]["action"].pop("x2"), r"steps\[3\]\.action\.x2"),
-    (lambda d: d["app"].pop("version_code"), "app"),
-    (lambda d: d["steps"].append({**d["steps"][1], "to": d["start"]}), "leads to"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda d: d.update(session_format=2), "session_format"),
+        (lambda d: d.update(start="99-nothing"), "start"),
+        (lambda d: d.update(start=["00-launcher"]), "start"),
+        (lambda d: d["steps"][1].update({"from": ["x"]}), r"steps\[1\]\.from"),
+        (lambda d: d["steps"].append("tap"), r"steps\[6\]: must be an object"),
+        (lambda d: d["steps"][1]["action"].update(x="601"), r"steps\[1\]\.action\.x"),
+        (lambda d: d["steps"][1].update(to="99-nothing"), r"steps\[1\]\.to"),
+        (lambda d: d["steps"][1].update({"from": "nope"}), r"steps\[1\]\.from"),
+        (lambda d: d["steps"][1]["action"].update(kind="pinch"), r"steps\[1\]\.action\.kind"),
+        (lambda d: d["steps"][1]["action"]["node"].update(bounds=[0, 0, 1, 1]), "outside node.bounds"),
+        (lambda d: d["steps"][3]["action"].pop("x2"), r"steps\[3\]\.action\.x2"),
+        (lambda d: d["app"].pop("version_code"), "app"),
+        (lambda d: d["steps"].append({**d["steps"][1], "to": d["start"]}), "leads to"),
+    ],
+)
 def test_bad_sessions_are_refused_with_one_line(session_dir: Path, change: Any, message: str) -> None:
     _edit(session_dir, change)
     with pytest.raises(SessionError, match=message) as err:
@@ -294,8 +304,11 @@ def test_cli_validates_a_session(session_dir: Path, capsys: pytest.CaptureFixtur
 
 
 def test_cli_serves_a_session_and_prints_the_end(session_dir: Path) -> None:
-    p = subprocess.Popen([sys.executable, "-m", "cmbuyer.phonesim.cli", "--port", "0", "--session",
-                          str(session_dir)], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "cmbuyer.phonesim.cli", "--port", "0", "--session", str(session_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         while not lines or lines[-1] != "ready":
@@ -335,14 +348,20 @@ def _validate_in_child(session: Path) -> subprocess.CompletedProcess[str]:
     the test run."""
     code = "import sys; from cmbuyer.phonesim.cli import main; sys.exit(main(sys.argv[1:]))"
     try:
-        return subprocess.run([sys.executable, "-c", code, "--session", str(session), "--validate"],
-                              capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "-c", code, "--session", str(session), "--validate"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("loading the session hung (a FIFO was opened for reading)")
 
 
-@pytest.mark.parametrize("member", ["01-product/dump.xml", "01-product/screenshot.png",
-                                    "01-product/meta.json", SESSION_FILE])
+@pytest.mark.parametrize(
+    "member", ["01-product/dump.xml", "01-product/screenshot.png", "01-product/meta.json", SESSION_FILE]
+)
 def test_a_fifo_in_the_session_is_refused_without_hanging(session_dir: Path, member: str) -> None:
     (session_dir / member).unlink()
     os.mkfifo(session_dir / member)
@@ -365,11 +384,14 @@ def test_a_decompression_bomb_screenshot_is_refused(session_dir: Path) -> None:
         load_session(session_dir)
 
 
-@pytest.mark.parametrize("text,message", [
-    ('{"session_format": 1, "session_format": 2}', "not strict JSON"),
-    ('{"session_format": 1.0}', "not strict JSON"),
-    ('{"session_format": true}', "session_format"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"session_format": 1, "session_format": 2}', "not strict JSON"),
+        ('{"session_format": 1.0}', "not strict JSON"),
+        ('{"session_format": true}', "session_format"),
+    ],
+)
 def test_an_ambiguous_session_file_is_refused(session_dir: Path, text: str, message: str) -> None:
     data = json.loads((session_dir / SESSION_FILE).read_text("utf-8"))
     body = json.dumps({k: v for k, v in data.items() if k != "session_format"})
@@ -382,9 +404,13 @@ def test_a_huge_session_loads_in_linear_time(session_dir: Path) -> None:
     """20 000 steps (a generated file): the conflict check must not compare every pair (2·10^8)."""
     import time
 
-    _edit(session_dir, lambda d: d["steps"].extend(
-        {"from": "*", "action": {"kind": "open_url", "url": f"pinduoduo://x?{i}"}, "to": d["start"]}
-        for i in range(20000)))
+    _edit(
+        session_dir,
+        lambda d: d["steps"].extend(
+            {"from": "*", "action": {"kind": "open_url", "url": f"pinduoduo://x?{i}"}, "to": d["start"]}
+            for i in range(20000)
+        ),
+    )
     started = time.monotonic()
     session = load_session(session_dir)
     assert len(session.steps) == 20006

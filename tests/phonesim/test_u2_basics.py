@@ -49,9 +49,28 @@ def test_dump_hierarchy_structure(u2dev):
     assert {"com.android.systemui", "com.android.launcher3", PDD} <= packages
     first = next(root.iter("node"))
     assert list(first.attrib) == [
-        "index", "text", "resource-id", "class", "package", "content-desc", "checkable", "checked", "clickable",
-        "enabled", "focusable", "focused", "scrollable", "long-clickable", "password", "selected",
-        "visible-to-user", "bounds", "drawing-order", "hint", "display-id"]
+        "index",
+        "text",
+        "resource-id",
+        "class",
+        "package",
+        "content-desc",
+        "checkable",
+        "checked",
+        "clickable",
+        "enabled",
+        "focusable",
+        "focused",
+        "scrollable",
+        "long-clickable",
+        "password",
+        "selected",
+        "visible-to-user",
+        "bounds",
+        "drawing-order",
+        "hint",
+        "display-id",
+    ]
     assert find(xml, text="发起拼单") and find(xml, text="单独购买")
 
 

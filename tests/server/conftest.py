@@ -50,6 +50,7 @@ def settings(data_dir: Path, monkeypatch: pytest.MonkeyPatch, supervised_orders:
     """Settings loaded from the data dir's env file (real environment's CMBUYER_* removed;
     ``CMBUYER_SUPERVISED_ORDERS`` from the ``supervised_orders`` fixture)."""
     import os
+
     for key in list(os.environ):
         if key.startswith("CMBUYER_"):
             monkeypatch.delenv(key)
@@ -95,15 +96,34 @@ def make_task(sync_conn: sqlite3.Connection, clock: ManualClock, settings: Setti
     Returns the task row as stored after the last step.
     """
 
-    def make(*, goods_id: str = "937122477375", color: str = "黑色CHA(纯棉)", size: str | None = "M(建议100-115)",
-             quantity: int = 2, max_total_price: str = "30.00", title: str = "纯棉短袖", start: bool = False) -> Any:
-        raw = {"create_key": new_id(), "title": title, "product_url": GOODS_URL.format(goods_id=goods_id),
-               "sku_color": color, "sku_size": size, "quantity": quantity, "max_total_price": max_total_price}
+    def make(
+        *,
+        goods_id: str = "937122477375",
+        color: str = "黑色CHA(纯棉)",
+        size: str | None = "M(建议100-115)",
+        quantity: int = 2,
+        max_total_price: str = "30.00",
+        title: str = "纯棉短袖",
+        start: bool = False,
+    ) -> Any:
+        raw = {
+            "create_key": new_id(),
+            "title": title,
+            "product_url": GOODS_URL.format(goods_id=goods_id),
+            "sku_color": color,
+            "sku_size": size,
+            "quantity": quantity,
+            "max_total_price": max_total_price,
+        }
         new = task_service.validate_new_task(raw, settings)
         task, _ = run_in_transaction(sync_conn, lambda c: task_service.create_task(c, new, TEST_ACTOR, clock.now()))
         if start:
-            run_in_transaction(sync_conn, lambda c: task_service.start_purchases(
-                c, new_id(), [(task.id, task.version)], TEST_ACTOR, clock.now(), settings))
+            run_in_transaction(
+                sync_conn,
+                lambda c: task_service.start_purchases(
+                    c, new_id(), [(task.id, task.version)], TEST_ACTOR, clock.now(), settings
+                ),
+            )
             task = run_in_transaction(sync_conn, lambda c: task_service.get_task(c, task.id))
         return task
 

@@ -28,8 +28,10 @@ TEMPLATES_DIR = _SERVER_DIR / "templates"
 STATIC_DIR = _SERVER_DIR / "static"
 
 # No inline script or style anywhere, so 'self' is enough; frame-ancestors 'none' forbids framing.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self';"
-       " form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self';"
+    " form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
@@ -45,8 +47,13 @@ SECURITY_HEADERS = {
 
 def make_environment() -> jinja2.Environment:
     """The Jinja2 environment: autoescape on for every template, undefined names are errors."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["bjt"] = beijing_time
     env.filters["audit_value"] = audit_value
     env.globals["state_label"] = lambda s: TASK_STATE_LABELS.get(TaskState(s), s) if s in TaskState.__members__ else s
@@ -76,13 +83,15 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault(name, value)
 
 
-ENCODING_REFUSAL = AdminHTTPError(415, "unsupported_media_type",
-                                  "不接受压缩或编码过的请求体（Content-Encoding 只能是 identity）")
+ENCODING_REFUSAL = AdminHTTPError(
+    415, "unsupported_media_type", "不接受压缩或编码过的请求体（Content-Encoding 只能是 identity）"
+)
 
 
 @web.middleware
-async def _identity_bodies(request: web.Request,
-                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def _identity_bodies(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """The edge's Content-Encoding rule for every non-device route (login included), decided before
     the session lookup and before any body byte; device routes apply it after authentication."""
     if not request.path.startswith("/api/") and not identity_only(request.raw_headers):

@@ -56,13 +56,30 @@ def _safe_next(value: str | None) -> str:
     return value if value and _NEXT.fullmatch(value) else "/tasks"
 
 
-def _login_page(request: web.Request, prelogin: str, *, status: int = 200, error: str = "",
-                username: str = "", next_path: str = "/tasks") -> web.Response:
+def _login_page(
+    request: web.Request,
+    prelogin: str,
+    *,
+    status: int = 200,
+    error: str = "",
+    username: str = "",
+    next_path: str = "/tasks",
+) -> web.Response:
     token = csrf.login_token(request.app[SETTINGS], prelogin)
     notice = NOTICES.get(request.query.get("notice", ""), "")
-    response = render(request, "login.html", {"csrf_token": token, "error": error, "username": username,
-                                              "notice": notice, "next": next_path, "session": None},
-                      status=status)
+    response = render(
+        request,
+        "login.html",
+        {
+            "csrf_token": token,
+            "error": error,
+            "username": username,
+            "notice": notice,
+            "next": next_path,
+            "session": None,
+        },
+        status=status,
+    )
     set_session_cookie(request, response, LOGIN_COOKIE, prelogin, path=LOGIN_PATH)
     return response
 
@@ -104,8 +121,12 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
             next_path = _safe_next(body.one("next"))
         if prelogin is None or len(supplied) != 1 or not csrf.check_login_token(settings, prelogin, supplied[0]):
             raise AdminHTTPError(403, "csrf_failed", "登录表单已过期，请刷新页面后重试")
-        if not isinstance(username, str) or not isinstance(password, str) or not 1 <= len(username) <= 64 \
-                or len(password) > 1024:
+        if (
+            not isinstance(username, str)
+            or not isinstance(password, str)
+            or not 1 <= len(username) <= 64
+            or len(password) > 1024
+        ):
             username, password = str(username or "")[:64], ""
         at = now(request)
         keys = admin_sessions.throttle_keys(username, request.remote or "")
@@ -121,8 +142,9 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
             await db.write(lambda c: admin_sessions.record_failure(c, username, at))
             if body.kind == "json" or wants_json(request):
                 return error_json(request, 401, "login_failed", "用户名或密码错误")
-            return _login_page(request, prelogin, status=401, error="用户名或密码错误", username=username,
-                               next_path=next_path)
+            return _login_page(
+                request, prelogin, status=401, error="用户名或密码错误", username=username, next_path=next_path
+            )
         previous = single_cookie(request, SESSION_COOKIE)
         previous_hash = admin_sessions.token_hash(previous) if previous else None
         admin_id = admin.id

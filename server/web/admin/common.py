@@ -86,12 +86,22 @@ def error_json(request: web.Request, status: int, code: str, message: str, retry
     """Spec 002 admin error body ``{"error":{code,message,retryable,request_id}}``."""
     rid = request_id(request)
     body = {"error": {"code": code, "message": message, "retryable": retryable, "request_id": rid}}
-    return web.json_response(body, status=status, headers={"X-Request-ID": rid, "Cache-Control": "no-store"},
-                             dumps=lambda v: json.dumps(v, ensure_ascii=False))
+    return web.json_response(
+        body,
+        status=status,
+        headers={"X-Request-ID": rid, "Cache-Control": "no-store"},
+        dumps=lambda v: json.dumps(v, ensure_ascii=False),
+    )
 
 
-def render(request: web.Request, template: str, context: dict[str, Any], *, status: int = 200,
-           headers: dict[str, str] | None = None) -> web.Response:
+def render(
+    request: web.Request,
+    template: str,
+    context: dict[str, Any],
+    *,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
     """Render a Jinja2 template (autoescaped) as ``text/html; charset=utf-8``, never cached."""
     text = request.app[JINJA].get_template(template).render(**context)
     out = {"Cache-Control": "no-store"}
@@ -99,13 +109,25 @@ def render(request: web.Request, template: str, context: dict[str, Any], *, stat
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8", headers=out)
 
 
-def error_page(request: web.Request, status: int, code: str, message: str,
-               session: AdminSession | None = None) -> web.Response:
+def error_page(
+    request: web.Request, status: int, code: str, message: str, session: AdminSession | None = None
+) -> web.Response:
     """An HTML error page (status as given) with a link back."""
     rid = request_id(request)
-    return render(request, "error.html", {"status": status, "code": code, "message": message, "request_id": rid,
-                                          "session": session, "csrf_token": _csrf_for(request, session)},
-                  status=status, headers={"X-Request-ID": rid})
+    return render(
+        request,
+        "error.html",
+        {
+            "status": status,
+            "code": code,
+            "message": message,
+            "request_id": rid,
+            "session": session,
+            "csrf_token": _csrf_for(request, session),
+        },
+        status=status,
+        headers={"X-Request-ID": rid},
+    )
 
 
 def refuse(request: web.Request, exc: AdminHTTPError, session: AdminSession | None = None) -> web.Response:
@@ -140,6 +162,7 @@ def csrf_token_for(request: web.Request, session: AdminSession) -> str:
 
 
 # -- cookies and sessions ---------------------------------------------------------------------------
+
 
 def cookie_values(request: web.Request, name: str) -> list[str]:
     """Every value of cookie ``name`` across all ``Cookie`` headers (raw, so duplicates are visible)."""
@@ -178,12 +201,14 @@ async def current_session(request: web.Request) -> AdminSession | None:
     return session
 
 
-def set_session_cookie(request: web.Request, response: web.StreamResponse, name: str, value: str,
-                       path: str = "/") -> None:
+def set_session_cookie(
+    request: web.Request, response: web.StreamResponse, name: str, value: str, path: str = "/"
+) -> None:
     """``HttpOnly; SameSite=Lax; Path=/`` (+ ``Secure`` when configured for HTTPS); no Max-Age, so the
     browser forgets it at exit while the server enforces idle and absolute expiry."""
-    response.set_cookie(name, value, path=path, httponly=True, samesite="Lax",
-                        secure=request.app[SETTINGS].cookie_secure)
+    response.set_cookie(
+        name, value, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].cookie_secure
+    )
 
 
 def clear_cookie(request: web.Request, response: web.StreamResponse, name: str, path: str = "/") -> None:
@@ -192,6 +217,7 @@ def clear_cookie(request: web.Request, response: web.StreamResponse, name: str, 
 
 
 # -- same-origin checks ----------------------------------------------------------------------------
+
 
 def own_origin(request: web.Request) -> str:
     """``scheme://host[:port]`` of this server as the browser addressed it."""
@@ -211,6 +237,7 @@ def same_origin(request: web.Request) -> bool:
 
 
 # -- bodies ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class Body:
@@ -272,8 +299,9 @@ async def read_body(request: web.Request) -> Body:
             return Body("json", json=value)
         text = raw.decode("ascii")
         form: dict[str, list[str]] = {}
-        for key, value in parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict",
-                                    max_num_fields=2000):
+        for key, value in parse_qsl(
+            text, keep_blank_values=True, encoding="utf-8", errors="strict", max_num_fields=2000
+        ):
             form.setdefault(key, []).append(value)
         return Body("form", form=form)
     except (UnicodeError, ValueError, RecursionError):
@@ -294,8 +322,9 @@ def unauthenticated(request: web.Request) -> web.StreamResponse:
     return refuse(request, AdminHTTPError(401, "unauthenticated", "请先登录"))
 
 
-async def _guarded(request: web.Request,
-                   run: Callable[[AdminSession], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def _guarded(
+    request: web.Request, run: Callable[[AdminSession], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """Require a session (401 otherwise), run ``run(session)`` and map its errors to 4xx/503 — never 500."""
     session: AdminSession | None = None
     try:
@@ -313,8 +342,10 @@ async def _guarded(request: web.Request,
 
 def page(handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """Wrap a safe (GET) admin handler: requires a session; maps errors to 4xx/503, never 500."""
+
     async def wrapper(request: web.Request) -> web.StreamResponse:
         return await _guarded(request, lambda session: handler(request, session))
+
     wrapper.__name__ = handler.__name__
     wrapper.__doc__ = handler.__doc__
     return wrapper
@@ -323,6 +354,7 @@ def page(handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamRe
 def action(handler: ActionHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """Wrap an unsafe admin handler: session (401), same-origin (403), body, CSRF token from the form
     field ``csrf_token`` or header ``X-CSRF-Token`` — never the query string — (403), then the handler."""
+
     async def checked(request: web.Request, session: AdminSession) -> web.StreamResponse:
         if not same_origin(request):
             raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
@@ -330,19 +362,20 @@ def action(handler: ActionHandler) -> Callable[[web.Request], Awaitable[web.Stre
         supplied = request.headers.getall("X-CSRF-Token", [])
         form_tokens = body.form.get("csrf_token", []) if body.kind == "form" else []
         candidates = supplied + form_tokens
-        if len(candidates) != 1 or not csrf.check_session_token(request.app[SETTINGS], session.token,
-                                                                  candidates[0]):
+        if len(candidates) != 1 or not csrf.check_session_token(request.app[SETTINGS], session.token, candidates[0]):
             raise AdminHTTPError(403, "csrf_failed", "表单已过期或来源无效，请刷新页面后重试")
         return await handler(request, session, body)
 
     async def wrapper(request: web.Request) -> web.StreamResponse:
         return await _guarded(request, lambda session: checked(request, session))
+
     wrapper.__name__ = handler.__name__
     wrapper.__doc__ = handler.__doc__
     return wrapper
 
 
 # -- template helpers -----------------------------------------------------------------------------
+
 
 def beijing_time(value: str | None) -> str:
     """Canonical UTC text → ``YYYY-MM-DD HH:MM:SS`` in Beijing time (UTC+8, no DST); "" for None."""

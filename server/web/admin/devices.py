@@ -31,8 +31,11 @@ from cmbuyer.server.web.admin.common import (
 )
 from cmbuyer.server.web.keys import DB, SETTINGS
 
-NOTICES = {"revoked": "设备已撤销；它的令牌不再有效。", "already": "设备此前已撤销。",
-           "resupervised": "已重新开始人工监督：这台设备接下来的订单都要先经人工确认。"}
+NOTICES = {
+    "revoked": "设备已撤销；它的令牌不再有效。",
+    "already": "设备此前已撤销。",
+    "resupervised": "已重新开始人工监督：这台设备接下来的订单都要先经人工确认。",
+}
 
 
 @page
@@ -41,18 +44,26 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
     devices = await request.app[DB].read(admin_queries.devices_with_claims)
     settings = request.app[SETTINGS]
     supervision = await request.app[DB].read(
-        lambda c: supervision_admin.device_states(c, supervision_admin.required_orders(settings)))
+        lambda c: supervision_admin.device_states(c, supervision_admin.required_orders(settings))
+    )
     at = now(request)
     stale_after = timedelta(seconds=settings.heartbeat_interval * settings.heartbeat_stale_factor)
     for d in devices:
         beat = d["last_heartbeat_at"]
         d["heartbeat_stale"] = beat is None or at - from_wire(beat) > stale_after
         d["lease_expired"] = bool(d["claim_lease_expires_at"]) and from_wire(d["claim_lease_expires_at"]) <= at
-    return render(request, "devices.html", {
-        "session": session, "csrf_token": csrf_token_for(request, session), "devices": devices,
-        "notice": NOTICES.get(request.query.get("notice", ""), ""), "allowed_versions": settings.allowed_app_versions,
-        "supervision": supervision,
-    })
+    return render(
+        request,
+        "devices.html",
+        {
+            "session": session,
+            "csrf_token": csrf_token_for(request, session),
+            "devices": devices,
+            "notice": NOTICES.get(request.query.get("notice", ""), ""),
+            "allowed_versions": settings.allowed_app_versions,
+            "supervision": supervision,
+        },
+    )
 
 
 @action

@@ -68,11 +68,16 @@ async def get_evidence(request: web.Request) -> web.StreamResponse:
     data = await asyncio.get_running_loop().run_in_executor(None, _read_checked, path, sha256, size)
     if data is None:
         return _empty(404)
-    return web.Response(body=data, headers={
-        **_NO_STORE, "Content-Type": "image/png", "Content-Length": str(len(data)),
-        "Content-Disposition": 'inline; filename="evidence.png"',
-        "Content-Security-Policy": "default-src 'none'; sandbox",
-    })
+    return web.Response(
+        body=data,
+        headers={
+            **_NO_STORE,
+            "Content-Type": "image/png",
+            "Content-Length": str(len(data)),
+            "Content-Disposition": 'inline; filename="evidence.png"',
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+        },
+    )
 
 
 def setup(app: web.Application) -> None:

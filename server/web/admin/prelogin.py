@@ -63,8 +63,11 @@ class PreloginBook:
             return None
         body, mac = raw[:-_MAC], raw[-_MAC:]
         # the decoder skips characters outside the alphabet: only the canonical spelling counts
-        if len(raw) != _NONCE + 4 + _MAC or base64.urlsafe_b64encode(raw).decode("ascii") != value \
-                or not hmac.compare_digest(mac, self._mac(body)):
+        if (
+            len(raw) != _NONCE + 4 + _MAC
+            or base64.urlsafe_b64encode(raw).decode("ascii") != value
+            or not hmac.compare_digest(mac, self._mac(body))
+        ):
             return None
         issued = int.from_bytes(body[_NONCE:], "big")
         if not issued <= now.timestamp() < issued + TTL_S:

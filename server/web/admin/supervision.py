@@ -52,8 +52,9 @@ def _to_task(body: Body, task_id: str, notice: str) -> str:
     return f"/tasks/{task_id}?notice={notice}"
 
 
-async def _refused(request: web.Request, session: AdminSession, body: Body, exc: DomainError | AdminHTTPError,
-                   task_id: str | None) -> web.StreamResponse:
+async def _refused(
+    request: web.Request, session: AdminSession, body: Body, exc: DomainError | AdminHTTPError, task_id: str | None
+) -> web.StreamResponse:
     """A refusal: JSON callers and unknown subjects get the plain error; a form gets its task page again
     with the message (status as the refusal)."""
     refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
@@ -66,17 +67,25 @@ async def _decide(request: web.Request, session: AdminSession, body: Body, kind:
     approval_id = request.match_info["approval_id"]
     at, who, rid = now(request), actor(session), request_id(request)
     try:
-        decision = await request.app[DB].write(
-            lambda c: service.decide_approval(c, approval_id, kind, who, at, rid))
+        decision = await request.app[DB].write(lambda c: service.decide_approval(c, approval_id, kind, who, at, rid))
     except DomainError as exc:
         row = None if exc.status == 404 else await request.app[DB].read(lambda c: store.approval(c, approval_id))
         return await _refused(request, session, body, exc, row["task_id"] if row else None)
     if _json(request, body):
-        return web.json_response({"approval_id": decision.approval_id, "task_id": decision.task_id,
-                                  "state": decision.state, "changed": decision.changed},
-                                 headers={"Cache-Control": "no-store"})
-    notice = ("approved" if kind == "approve" else "rejected") if decision.changed else \
-        ("already_approved" if kind == "approve" else "already_rejected")
+        return web.json_response(
+            {
+                "approval_id": decision.approval_id,
+                "task_id": decision.task_id,
+                "state": decision.state,
+                "changed": decision.changed,
+            },
+            headers={"Cache-Control": "no-store"},
+        )
+    notice = (
+        ("approved" if kind == "approve" else "rejected")
+        if decision.changed
+        else ("already_approved" if kind == "approve" else "already_rejected")
+    )
     return redirect(_to_task(body, decision.task_id, notice))
 
 
@@ -108,10 +117,17 @@ async def supervision_verdict(request: web.Request, session: AdminSession, body:
             sub = await request.app[DB].read(lambda c: store.submission_for_verdict(c, sid))
         return await _refused(request, session, body, exc, sub["task_id"] if sub else None)
     if _json(request, body):
-        return web.json_response({"submission_id": result.submission_id, "verdict": result.verdict,
-                                  "device_id": result.device_id, "pack_key": result.pack_key,
-                                  "confirmed_orders": result.confirmed_orders, "held": result.held},
-                                 headers={"Cache-Control": "no-store"})
+        return web.json_response(
+            {
+                "submission_id": result.submission_id,
+                "verdict": result.verdict,
+                "device_id": result.device_id,
+                "pack_key": result.pack_key,
+                "confirmed_orders": result.confirmed_orders,
+                "held": result.held,
+            },
+            headers={"Cache-Control": "no-store"},
+        )
     return redirect(f"/tasks/{result.task_id}?notice=" + ("verdict_right" if verdict == "RIGHT" else "verdict_wrong"))
 
 
@@ -130,6 +146,7 @@ def setup(app: web.Application) -> None:
     """Register the supervision routes."""
     app.router.add_post("/approvals/{approval_id}/approve", approve, name="admin-approval-approve")
     app.router.add_post("/approvals/{approval_id}/reject", reject, name="admin-approval-reject")
-    app.router.add_post("/order-submissions/{sid}/supervision-verdict", supervision_verdict,
-                        name="admin-supervision-verdict")
+    app.router.add_post(
+        "/order-submissions/{sid}/supervision-verdict", supervision_verdict, name="admin-supervision-verdict"
+    )
     app.router.add_post("/devices/{device_id}/resupervise", resupervise, name="admin-device-resupervise")

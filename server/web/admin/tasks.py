@@ -129,6 +129,7 @@ _VARY = {"Vary": "X-CMBuyer-View, Accept, Sec-Fetch-Site, Origin, Cookie"}
 
 # -- list -----------------------------------------------------------------------------------------------
 
+
 def _day_start_utc(text: str) -> str | None:
     m = _DATE.fullmatch(text)
     if m is None:
@@ -170,7 +171,8 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
         start = _day_start_utc(date_to)
         if start is not None:
             created_to = (datetime.strptime(start, "%Y-%m-%dT%H:%M:%S.%fZ") + timedelta(days=1)).strftime(
-                "%Y-%m-%dT%H:%M:%S.%fZ")
+                "%Y-%m-%dT%H:%M:%S.%fZ"
+            )
     if (date_from and created_from is None) or (date_to and created_to is None):
         problems.append("日期格式应为 YYYY-MM-DD，已忽略")
     before = after = None
@@ -178,10 +180,21 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
         before = (query["before_at"], query["before_id"])
     elif is_utc_time(query.get("after_at", "")) and is_uuid4(query.get("after_id", "")):
         after = (query["after_at"], query["after_id"])
-    f = TaskFilter(states=tuple(dict.fromkeys(states)), keyword=keyword, keyword_kind=kind,
-                   created_from=created_from, created_to=created_to, before=before, after=after)
-    form = {"q": keyword, "state": list(query.getall("state", [])), "from": date_from if created_from else "",
-            "to": date_to if created_to else ""}
+    f = TaskFilter(
+        states=tuple(dict.fromkeys(states)),
+        keyword=keyword,
+        keyword_kind=kind,
+        created_from=created_from,
+        created_to=created_to,
+        before=before,
+        after=after,
+    )
+    form = {
+        "q": keyword,
+        "state": list(query.getall("state", [])),
+        "from": date_from if created_from else "",
+        "to": date_to if created_to else "",
+    }
     return f, form, problems
 
 
@@ -194,9 +207,14 @@ def _list_job(f: TaskFilter) -> Any:
         else:
             rows = rows[:PAGE_SIZE]
         ids = [r["id"] for r in rows]
-        return {"rows": rows, "more": more, "events": admin_queries.latest_events(conn, ids),
-                "claims": admin_queries.open_attempts(conn, ids),
-                "waiting": supervision_admin.waiting_tasks(conn, ids)}
+        return {
+            "rows": rows,
+            "more": more,
+            "events": admin_queries.latest_events(conn, ids),
+            "claims": admin_queries.open_attempts(conn, ids),
+            "waiting": supervision_admin.waiting_tasks(conn, ids),
+        }
+
     return job
 
 
@@ -211,8 +229,7 @@ def _page_links(form: dict[str, Any], f: TaskFilter, data: dict[str, Any]) -> di
     if rows and has_prev:
         prev_link = "/tasks?" + urlencode([*base, ("after_at", rows[0]["created_at"]), ("after_id", rows[0]["id"])])
     if rows and has_next:
-        next_link = "/tasks?" + urlencode([*base, ("before_at", rows[-1]["created_at"]),
-                                           ("before_id", rows[-1]["id"])])
+        next_link = "/tasks?" + urlencode([*base, ("before_at", rows[-1]["created_at"]), ("before_id", rows[-1]["id"])])
     first_link = "/tasks?" + urlencode(base) if (f.before or f.after) else None
     return {"prev": prev_link, "next": next_link, "first": first_link}
 
@@ -221,22 +238,41 @@ def _state_choices() -> list[tuple[str, str]]:
     return [("attention", "需要人工处理"), *((s.value, TASK_STATE_LABELS[s]) for s in TaskState)]
 
 
-async def _render_list(request: web.Request, session: AdminSession, *, status: int = 200, error: str = "",
-                       create_values: dict[str, Any] | None = None, only_rows: bool = False) -> web.Response:
+async def _render_list(
+    request: web.Request,
+    session: AdminSession,
+    *,
+    status: int = 200,
+    error: str = "",
+    create_values: dict[str, Any] | None = None,
+    only_rows: bool = False,
+) -> web.Response:
     f, form, problems = parse_filter(request.query)
     data = await request.app[DB].read(_list_job(f))
     settings = request.app[SETTINGS]
     context = {
-        "session": session, "csrf_token": csrf_token_for(request, session), "rows": data["rows"],
-        "events": data["events"], "claims": data["claims"], "waiting": data["waiting"],
+        "session": session,
+        "csrf_token": csrf_token_for(request, session),
+        "rows": data["rows"],
+        "events": data["events"],
+        "claims": data["claims"],
+        "waiting": data["waiting"],
         "labels": {s.value: TASK_STATE_LABELS[s] for s in TaskState},
-        "links": _page_links(form, f, data), "form": form, "state_choices": _state_choices(),
-        "problems": problems, "error": error, "notice": NOTICES.get(request.query.get("notice", ""), ""),
+        "links": _page_links(form, f, data),
+        "form": form,
+        "state_choices": _state_choices(),
+        "problems": problems,
+        "error": error,
+        "notice": NOTICES.get(request.query.get("notice", ""), ""),
         "notice_count": request.query.get("count", "") if _VERSION.fullmatch(request.query.get("count", "")) else "",
-        "short_keyword": f.keyword_kind == "short", "short_window": SHORT_KEYWORD_WINDOW,
-        "create": create_values or {"create_key": new_id(), "quantity": "1"}, "start_key": new_id(),
-        "start_button": START_BUTTON, "max_quantity": settings.max_quantity,
-        "max_total_price": str(settings.max_total_price), "now": now(request),
+        "short_keyword": f.keyword_kind == "short",
+        "short_window": SHORT_KEYWORD_WINDOW,
+        "create": create_values or {"create_key": new_id(), "quantity": "1"},
+        "start_key": new_id(),
+        "start_button": START_BUTTON,
+        "max_quantity": settings.max_quantity,
+        "max_total_price": str(settings.max_total_price),
+        "now": now(request),
         "live_url": "/tasks" + (f"?{request.query_string}" if request.method == "GET" and request.query_string else ""),
     }
     if only_rows:
@@ -254,9 +290,11 @@ async def list_tasks(request: web.Request, session: AdminSession) -> web.StreamR
 
 # -- create ----------------------------------------------------------------------------------------------
 
+
 def _form_task(body: Body) -> dict[str, Any]:
-    raw: dict[str, Any] = {k: body.one(k, "") for k in ("create_key", "title", "product_url", "sku_color",
-                                                         "sku_size", "max_total_price")}
+    raw: dict[str, Any] = {
+        k: body.one(k, "") for k in ("create_key", "title", "product_url", "sku_color", "sku_size", "max_total_price")
+    }
     quantity = (body.one("quantity", "") or "").strip()
     raw["quantity"] = int(quantity) if _QUANTITY.fullmatch(quantity) else quantity
     # An empty size field means "this goods has no size" (one-dimension goods, docs/admin.md).
@@ -274,8 +312,15 @@ def form_money(field: str, raw: object) -> str:
     return f"{m.group(1)}.{(m.group(2) or '').ljust(2, '0')}"
 
 
-FIELD_LABELS = {"create_key": "表单", "title": "标题", "product_url": "商品链接", "sku_color": "颜色",
-                "sku_size": "尺码", "quantity": "数量", "max_total_price": "最高总价"}
+FIELD_LABELS = {
+    "create_key": "表单",
+    "title": "标题",
+    "product_url": "商品链接",
+    "sku_color": "颜色",
+    "sku_size": "尺码",
+    "quantity": "数量",
+    "max_total_price": "最高总价",
+}
 
 
 @action
@@ -307,12 +352,16 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
             values["create_key"] = new_id()
         return await _render_list(request, session, status=exc.status, error=message, create_values=values)
     if body.kind == "json":
-        return web.json_response({"task_id": task.id, "task_version": task.version, "state": task.state},
-                                 status=201 if created else 200, headers={"Cache-Control": "no-store"})
+        return web.json_response(
+            {"task_id": task.id, "task_version": task.version, "state": task.state},
+            status=201 if created else 200,
+            headers={"Cache-Control": "no-store"},
+        )
     return redirect("/tasks?notice=created")
 
 
 # -- start purchases --------------------------------------------------------------------------------------
+
 
 @action
 async def start_purchases(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
@@ -340,7 +389,8 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
         start_key, parsed = task_service.parse_start_request(raw)
         at, who = now(request), actor(session)
         result = await request.app[DB].write(
-            lambda c: task_service.start_purchases(c, start_key, parsed, who, at, settings))
+            lambda c: task_service.start_purchases(c, start_key, parsed, who, at, settings)
+        )
     except DomainError as exc:
         if body.kind == "json":
             raise
@@ -352,14 +402,18 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
 
 # -- detail --------------------------------------------------------------------------------------------------
 
+
 def _detail_job(task_id: str, at: datetime, settings: Any) -> Any:
     def job(conn: sqlite3.Connection) -> dict[str, Any]:
         view = task_view.task_detail(conn, task_id)
         view["supervision"] = supervision_admin.task_panel(conn, task_id, settings)
-        device_ids = sorted({a["device_id"] for a in view["attempts"]}
-                            | ({view["submission"]["device_id"]} if view["submission"] else set()))
+        device_ids = sorted(
+            {a["device_id"] for a in view["attempts"]}
+            | ({view["submission"]["device_id"]} if view["submission"] else set())
+        )
         view["device_names"] = admin_queries.device_names(conn, device_ids)
         return view
+
     return job
 
 
@@ -372,7 +426,9 @@ def _detail_context(request: web.Request, session: AdminSession, view: dict[str,
         attempt["lease_expired"] = attempt["state"] == "OPEN" and attempt["lease_expires_at"] <= at_text
     sub = view["submission"]
     return {
-        **view, "session": session, "csrf_token": csrf_token_for(request, session),
+        **view,
+        "session": session,
+        "csrf_token": csrf_token_for(request, session),
         "labels": {s.value: TASK_STATE_LABELS[s] for s in TaskState},
         "can_reset": not fenced and (state, "reset_to_draft") in TASK_TRANSITIONS,
         "can_cancel": not fenced and (state, "cancel") in TASK_TRANSITIONS,
@@ -382,18 +438,24 @@ def _detail_context(request: web.Request, session: AdminSession, view: dict[str,
         "latest_authorization_id": view["authorization"]["id"] if view["authorization"] else "",
         "notice": NOTICES.get(request.query.get("notice", ""), ""),
         "stamp": f"{task['version']}:{len(view['events'])}:{len(view['evidence'])}:{task['updated_at']}"
-                 f":{view['supervision']['stamp']}",
+        f":{view['supervision']['stamp']}",
     }
 
 
-async def _render_detail(request: web.Request, session: AdminSession, task_id: str, *, status: int = 200,
-                         error: str = "", drawer: bool = False) -> web.Response:
+async def _render_detail(
+    request: web.Request,
+    session: AdminSession,
+    task_id: str,
+    *,
+    status: int = 200,
+    error: str = "",
+    drawer: bool = False,
+) -> web.Response:
     view = await request.app[DB].read(_detail_job(task_id, now(request), request.app[SETTINGS]))
     context = _detail_context(request, session, view)
     context["error"] = error
     context["drawer"] = drawer
-    return render(request, "_task_detail.html" if drawer else "task_detail.html", context, status=status,
-                  headers=_VARY)
+    return render(request, "_task_detail.html" if drawer else "task_detail.html", context, status=status, headers=_VARY)
 
 
 @page
@@ -408,6 +470,7 @@ async def show_task(request: web.Request, session: AdminSession) -> web.StreamRe
 
 
 # -- actions on one task ---------------------------------------------------------------------------------------
+
 
 def _value(body: Body, name: str) -> Any:
     if body.kind == "json":
@@ -438,8 +501,7 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
             raise AdminHTTPError(404, "not_found", "任务不存在")
         version = _expected_version(body)
         if kind == "mark_paid":
-            result = await request.app[DB].write(
-                lambda c: admin_actions.mark_paid(c, task_id, version, who, at, rid))
+            result = await request.app[DB].write(lambda c: admin_actions.mark_paid(c, task_id, version, who, at, rid))
         else:
             auth_id = _value(body, "authorization_id") or None
             if auth_id is not None and not is_uuid4(auth_id):
@@ -452,8 +514,9 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
             raise refusal from None
         return await _render_detail(request, session, task_id, status=refusal.status, error=refusal.message)
     if body.kind == "json" or wants_json(request):
-        return web.json_response(asdict(result) | {"task_version": result.version},
-                                 headers={"Cache-Control": "no-store"})
+        return web.json_response(
+            asdict(result) | {"task_version": result.version}, headers={"Cache-Control": "no-store"}
+        )
     notice = {"reset": "reset", "cancel": "cancelled", "mark_paid": "paid"}[kind]
     return redirect(_back(body, task_id, notice))
 
@@ -483,13 +546,21 @@ async def reconcile(request: web.Request, session: AdminSession, body: Body) -> 
     sid = request.match_info["sid"]
     at, who, rid = now(request), actor(session), request_id(request)
     try:
-        raw: dict[str, Any] = dict(body.json) if body.kind == "json" else {
-            "outcome": body.one("outcome"), "note": body.one("note"), "expected_task_version": _expected_version(body)}
+        raw: dict[str, Any] = (
+            dict(body.json)
+            if body.kind == "json"
+            else {
+                "outcome": body.one("outcome"),
+                "note": body.one("note"),
+                "expected_task_version": _expected_version(body),
+            }
+        )
         if not is_uuid4(sid):
             raise AdminHTTPError(404, "not_found", "提交记录不存在")
         outcome, note, version = admin_actions.parse_reconcile(raw)
         result = await request.app[DB].write(
-            lambda c: admin_actions.reconcile(c, sid, outcome, note, version, who, at, rid))
+            lambda c: admin_actions.reconcile(c, sid, outcome, note, version, who, at, rid)
+        )
     except (DomainError, AdminHTTPError) as exc:
         refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
         task_id = None
@@ -500,8 +571,9 @@ async def reconcile(request: web.Request, session: AdminSession, body: Body) -> 
             raise refusal from None
         return await _render_detail(request, session, task_id, status=refusal.status, error=refusal.message)
     if body.kind == "json" or wants_json(request):
-        return web.json_response(asdict(result) | {"task_version": result.version},
-                                 headers={"Cache-Control": "no-store"})
+        return web.json_response(
+            asdict(result) | {"task_version": result.version}, headers={"Cache-Control": "no-store"}
+        )
     return redirect(f"/tasks/{result.task_id}?notice=reconciled")
 
 

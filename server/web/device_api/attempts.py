@@ -83,16 +83,26 @@ async def events(request: web.Request, device_id: str) -> web.StreamResponse:
     clock, budget = request.app[CLOCK], request.app[BUDGET]
 
     def job(conn: sqlite3.Connection) -> Stored:
-        return event_service.append_events(conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(),
-                                           budget=budget)
+        return event_service.append_events(
+            conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(), budget=budget
+        )
 
     return _stored(await _write(request, job))
 
 
 def _upload_from(task_id: str, fields: dict[str, str], data: bytes, width: int, height: int) -> evidence_upload.Upload:
-    return evidence_upload.Upload(task_id=task_id, upload_key=fields["upload_key"], attempt_id=fields["attempt_id"],
-                                  kind=fields["kind"], privacy_tier=fields["privacy_tier"], sha256=fields["sha256"],
-                                  captured_at=fields["captured_at"], byte_size=len(data), width=width, height=height)
+    return evidence_upload.Upload(
+        task_id=task_id,
+        upload_key=fields["upload_key"],
+        attempt_id=fields["attempt_id"],
+        kind=fields["kind"],
+        privacy_tier=fields["privacy_tier"],
+        sha256=fields["sha256"],
+        captured_at=fields["captured_at"],
+        byte_size=len(data),
+        width=width,
+        height=height,
+    )
 
 
 async def evidence(request: web.Request, device_id: str) -> web.StreamResponse:
@@ -109,11 +119,15 @@ async def evidence(request: web.Request, device_id: str) -> web.StreamResponse:
 async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     settings, clock = request.app[SETTINGS], request.app[CLOCK]
     task_id = _path_id(request, "task_id")
-    limits = multipart.Limits(max_total=settings.evidence_max_bytes + MULTIPART_OVERHEAD,
-                              max_file_bytes=settings.evidence_max_bytes, stall_timeout=multipart.STALL_TIMEOUT_S,
-                              total_timeout=multipart.TOTAL_TIMEOUT_S)
-    form = await multipart.read_form(request, fields=evidence_upload.META_FIELDS, file_field="file",
-                                     file_type="image/png", limits=limits)
+    limits = multipart.Limits(
+        max_total=settings.evidence_max_bytes + MULTIPART_OVERHEAD,
+        max_file_bytes=settings.evidence_max_bytes,
+        stall_timeout=multipart.STALL_TIMEOUT_S,
+        total_timeout=multipart.TOTAL_TIMEOUT_S,
+    )
+    form = await multipart.read_form(
+        request, fields=evidence_upload.META_FIELDS, file_field="file", file_type="image/png", limits=limits
+    )
     try:
         validate("evidence.request", form.fields)
     except SchemaError:
@@ -121,8 +135,9 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     data = form.file
     async with request.app[PNG_DECODES]:
         try:
-            info = await asyncio.to_thread(validate_png, data, max_side=settings.evidence_max_side,
-                                           max_pixels=settings.evidence_max_pixels)
+            info = await asyncio.to_thread(
+                validate_png, data, max_side=settings.evidence_max_side, max_pixels=settings.evidence_max_pixels
+            )
         except ImageRejected as exc:
             log.info("evidence refused: %s", exc.reason)
             raise DeviceHTTPError(400, "unsupported_image") from None
@@ -133,8 +148,9 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     db, budget = request.app[DB], request.app[BUDGET]
     # one snapshot: a replay whose original commits between the key lookup and the budget count must
     # not be refused (the write job would answer it 200)
-    if not await db.read(lambda conn: evidence_upload.may_upload(conn, device_id=device_id, upload=upload,
-                                                                  budget=budget), snapshot=True):
+    if not await db.read(
+        lambda conn: evidence_upload.may_upload(conn, device_id=device_id, upload=upload, budget=budget), snapshot=True
+    ):
         raise DeviceHTTPError(409, "claim_not_current")
     try:
         await asyncio.to_thread(evidence_files.store, settings.evidence_dir, upload.sha256, data)
@@ -142,8 +158,9 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
         raise StorageError("evidence file could not be stored") from None
 
     def job(conn: sqlite3.Connection) -> Stored:
-        return evidence_upload.record_upload(conn, device_id=device_id, upload=upload, now=clock.now(),
-                                             budget=budget, evidence_dir=settings.evidence_dir)
+        return evidence_upload.record_upload(
+            conn, device_id=device_id, upload=upload, now=clock.now(), budget=budget, evidence_dir=settings.evidence_dir
+        )
 
     return _stored(await _write(request, job))
 
@@ -171,8 +188,9 @@ async def fence(request: web.Request, device_id: str) -> web.StreamResponse:
     clock, modes = request.app[CLOCK], request.app[SETTINGS].allowed_payment_modes
 
     def job(conn: sqlite3.Connection) -> fence_service.FenceAnswer:
-        return fence_service.create_fence(conn, device_id=device_id, attempt_id=attempt_id, body=body,
-                                          now=clock.now(), allowed_payment_modes=modes)
+        return fence_service.create_fence(
+            conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now(), allowed_payment_modes=modes
+        )
 
     try:
         answer = await _write(request, job)
@@ -192,8 +210,9 @@ async def result(request: web.Request, device_id: str) -> web.StreamResponse:
     clock = request.app[CLOCK]
 
     def job(conn: sqlite3.Connection) -> Stored:
-        return result_service.report_result(conn, device_id=device_id, submission_id=submission_id, body=body,
-                                            now=clock.now())
+        return result_service.report_result(
+            conn, device_id=device_id, submission_id=submission_id, body=body, now=clock.now()
+        )
 
     return _stored(await _write(request, job))
 
@@ -203,8 +222,11 @@ async def run_sweep(app: web.Application) -> recovery.SweepReport:
     clock = app[CLOCK]
     report: recovery.SweepReport = await app[DB].write(lambda conn: recovery.sweep(conn, clock.now()))
     if report.submissions_to_reconciliation or report.authorizations_expired:
-        log.info("sweep: %d submission(s) to reconciliation, %d authorization(s) expired",
-                 report.submissions_to_reconciliation, report.authorizations_expired)
+        log.info(
+            "sweep: %d submission(s) to reconciliation, %d authorization(s) expired",
+            report.submissions_to_reconciliation,
+            report.authorizations_expired,
+        )
     return report
 
 
@@ -231,7 +253,10 @@ def setup(app: web.Application) -> None:
     add_device_route(app, "POST", RESULT_PATH, result)
     app[PNG_DECODES] = asyncio.Semaphore(2)
     settings = app[SETTINGS]
-    app[BUDGET] = AttemptBudget(events=settings.events_per_attempt, evidence_files=settings.evidence_per_attempt,
-                                evidence_bytes=settings.evidence_bytes_per_attempt)
+    app[BUDGET] = AttemptBudget(
+        events=settings.events_per_attempt,
+        evidence_files=settings.evidence_per_attempt,
+        evidence_bytes=settings.evidence_bytes_per_attempt,
+    )
     app[STARTUP_CHECKS].append(startup_recovery)
     app[PERIODIC].append(periodic_sweep)

@@ -58,8 +58,7 @@ async def heartbeat(request: web.Request, device_id: str) -> web.StreamResponse:
     clock, policy = request.app[CLOCK], _policy(request.app)
 
     def job(conn: sqlite3.Connection) -> dict[str, Any]:
-        return heartbeat_service.record_heartbeat(conn, device_id=device_id, body=body, now=clock.now(),
-                                                  policy=policy)
+        return heartbeat_service.record_heartbeat(conn, device_id=device_id, body=body, now=clock.now(), policy=policy)
 
     result = await request.app[DB].write(job, short=True)
     return json_response(200, result)
@@ -71,9 +70,15 @@ async def claim_next(request: web.Request, device_id: str) -> web.StreamResponse
     clock, policy = request.app[CLOCK], _policy(request.app)
 
     def job(conn: sqlite3.Connection) -> claim_service.Stored:
-        return claim_service.claim_next(conn, device_id=device_id, session_id=body["session_id"],
-                                        claim_request_id=body["claim_request_id"], now=clock.now(), policy=policy,
-                                        pack_id=body.get("pack_id"))
+        return claim_service.claim_next(
+            conn,
+            device_id=device_id,
+            session_id=body["session_id"],
+            claim_request_id=body["claim_request_id"],
+            now=clock.now(),
+            policy=policy,
+            pack_id=body.get("pack_id"),
+        )
 
     stored = await request.app[DB].write(job, short=True)
     return json_body_response(stored.status, stored.body)
@@ -88,8 +93,9 @@ async def renew(request: web.Request, device_id: str) -> web.StreamResponse:
     clock, policy = request.app[CLOCK], _policy(request.app)
 
     def job(conn: sqlite3.Connection) -> claim_service.Stored:
-        return renew_service.renew_lease(conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(),
-                                         policy=policy)
+        return renew_service.renew_lease(
+            conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(), policy=policy
+        )
 
     stored = await request.app[DB].write(job, short=True)
     return json_body_response(stored.status, stored.body)

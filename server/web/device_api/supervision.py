@@ -44,8 +44,9 @@ async def approval(request: web.Request, device_id: str) -> web.StreamResponse:
     clock = request.app[CLOCK]
 
     def job(conn: sqlite3.Connection) -> Stored:
-        return supervision_service.request_approval(conn, device_id=device_id, attempt_id=attempt_id, body=body,
-                                                    now=clock.now())
+        return supervision_service.request_approval(
+            conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now()
+        )
 
     stored = await request.app[DB].write(job, short=True)
     return json_body_response(stored.status, stored.body)
@@ -58,8 +59,9 @@ async def approval_status(request: web.Request, device_id: str) -> web.StreamRes
     clock = request.app[CLOCK]
 
     def job(conn: sqlite3.Connection) -> dict[str, Any]:
-        return supervision_service.approval_status(conn, device_id=device_id, attempt_id=attempt_id, body=body,
-                                                   now=clock.now())
+        return supervision_service.approval_status(
+            conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now()
+        )
 
     result = await request.app[DB].read(job, snapshot=True)
     return json_response(200, result)
@@ -69,4 +71,3 @@ def setup(app: web.Application) -> None:
     """Register the two approval routes."""
     add_device_route(app, "POST", APPROVAL_PATH, approval)
     add_device_route(app, "POST", STATUS_PATH, approval_status)
-

@@ -20,14 +20,22 @@ from .conftest import ADMIN_PASSWORD, ADMIN_USER
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "admin-browser"
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 # ``pytestmark = BROWSER_MARKS`` in each browser test module
 BROWSER_MARKS = [
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                       reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)"),
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+        reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)",
+    ),
 ]
 
 

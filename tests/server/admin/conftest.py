@@ -37,8 +37,9 @@ def csrf_from(html: str) -> str:
     return m.group(1)
 
 
-def add_admin(conn: sqlite3.Connection, clock: ManualClock, username: str = ADMIN_USER,
-              password_hash: str = _HASH) -> str:
+def add_admin(
+    conn: sqlite3.Connection, clock: ManualClock, username: str = ADMIN_USER, password_hash: str = _HASH
+) -> str:
     """Insert an administrator directly (the hashing path is covered by the foundation tests)."""
     admin_id = new_id()
     run_in_transaction(conn, lambda c: admin_store.insert(c, admin_id, username, password_hash, to_wire(clock.now())))
@@ -55,8 +56,9 @@ async def login(client: Any, username: str = ADMIN_USER, password: str = ADMIN_P
     """Log in through the real form (GET /login for the token, POST /login); returns the POST response."""
     page = await client.get("/login")
     token = csrf_from(await page.text())
-    return await client.post("/login", data={"username": username, "password": password, "csrf_token": token},
-                             allow_redirects=False)
+    return await client.post(
+        "/login", data={"username": username, "password": password, "csrf_token": token}, allow_redirects=False
+    )
 
 
 @dataclass

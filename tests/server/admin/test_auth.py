@@ -73,15 +73,19 @@ async def test_secure_flag_when_configured(aiohttp_client: Any, settings: Any, c
     assert "Secure" in raw_set_cookie(page, "cmbuyer_login")
     pre = set_cookies(page)["cmbuyer_login"].value
     # the test client talks plain HTTP, so it would not send a Secure cookie back: send it by hand
-    resp = await client.post("/login", data={"username": ADMIN_USER, "password": ADMIN_PASSWORD,
-                                             "csrf_token": csrf_from(await page.text())},
-                             headers={"Cookie": f"cmbuyer_login={pre}"}, allow_redirects=False)
+    resp = await client.post(
+        "/login",
+        data={"username": ADMIN_USER, "password": ADMIN_PASSWORD, "csrf_token": csrf_from(await page.text())},
+        headers={"Cookie": f"cmbuyer_login={pre}"},
+        allow_redirects=False,
+    )
     assert resp.status == 303
     assert "Secure" in raw_set_cookie(resp, "cmbuyer_session")
 
 
-async def test_wrong_password_and_unknown_user_are_401_and_audited(server_client: Any, admin: str,
-                                                                    sync_conn: Any) -> None:
+async def test_wrong_password_and_unknown_user_are_401_and_audited(
+    server_client: Any, admin: str, sync_conn: Any
+) -> None:
     resp = await login(server_client, password="wrong password!")
     assert resp.status == 401
     assert "用户名或密码错误" in await resp.text()
@@ -102,19 +106,22 @@ async def test_login_with_a_production_cost_hash(server_client: Any, sync_conn: 
 async def test_login_json_variant(server_client: Any, admin: str) -> None:
     page = await server_client.get("/login")
     token = csrf_from(await page.text())
-    resp = await server_client.post("/login", json={"username": ADMIN_USER, "password": ADMIN_PASSWORD},
-                                    headers={"X-CSRF-Token": token})
+    resp = await server_client.post(
+        "/login", json={"username": ADMIN_USER, "password": ADMIN_PASSWORD}, headers={"X-CSRF-Token": token}
+    )
     assert resp.status == 200 and await resp.json() == {"ok": True}
     server_client.session.cookie_jar.clear()  # login dropped the pre-login cookie: start over
     token = csrf_from(await (await server_client.get("/login")).text())
-    resp = await server_client.post("/login", json={"username": ADMIN_USER, "password": "nope-nope-nope"},
-                                    headers={"X-CSRF-Token": token})
+    resp = await server_client.post(
+        "/login", json={"username": ADMIN_USER, "password": "nope-nope-nope"}, headers={"X-CSRF-Token": token}
+    )
     assert resp.status == 401
     assert (await resp.json())["error"]["code"] == "login_failed"
 
 
-@pytest.mark.parametrize("case", ["missing", "wrong", "no_cookie", "query", "origin_null", "cross_origin",
-                                  "cross_site"])
+@pytest.mark.parametrize(
+    "case", ["missing", "wrong", "no_cookie", "query", "origin_null", "cross_origin", "cross_site"]
+)
 async def test_login_csrf_and_origin(server_client: Any, admin: str, sync_conn: Any, case: str) -> None:
     page = await server_client.get("/login")
     token = csrf_from(await page.text())
@@ -176,8 +183,10 @@ async def test_logout_invalidates_server_side(admin_client: Any, sync_conn: Any)
     token = session_token(client)
     resp = await admin_client.post_form("/logout", {})
     assert resp.status == 303 and resp.headers["Location"].startswith("/login")
-    assert "Max-Age=0" in raw_set_cookie(resp, "cmbuyer_session") or "expires" in raw_set_cookie(
-        resp, "cmbuyer_session").lower()
+    assert (
+        "Max-Age=0" in raw_set_cookie(resp, "cmbuyer_session")
+        or "expires" in raw_set_cookie(resp, "cmbuyer_session").lower()
+    )
     assert (await get_as(client, token)).status == 401  # replaying the old cookie
     assert sync_conn.execute("SELECT count(*) FROM admin_sessions WHERE revoked_at IS NOT NULL").fetchone()[0] == 1
 
@@ -210,8 +219,9 @@ async def test_two_session_cookies_in_one_header_are_refused(admin_client: Any) 
     token = session_token(client)
     assert (await get_as(client, token)).status == 200
     client.session.cookie_jar.clear()
-    resp = await client.get("/tasks", headers={"Cookie": f"cmbuyer_session={token}; cmbuyer_session={token}",
-                                               "Accept": "application/json"})
+    resp = await client.get(
+        "/tasks", headers={"Cookie": f"cmbuyer_session={token}; cmbuyer_session={token}", "Accept": "application/json"}
+    )
     assert resp.status == 401
 
 
@@ -226,16 +236,20 @@ async def test_unauthenticated_navigation_redirects_and_api_gets_401(server_clie
         assert (await server_client.get(path, headers={"Accept": "application/json"})).status == 401
 
 
-async def test_device_bearer_never_works_on_admin_routes(server_client: Any, make_device: Any,
-                                                         make_task: Any) -> None:
+async def test_device_bearer_never_works_on_admin_routes(server_client: Any, make_device: Any, make_task: Any) -> None:
     device = make_device()
     task = make_task()
     headers = {**device.headers(), "Accept": "application/json"}
     assert (await server_client.get("/tasks", headers=headers)).status == 401
     assert (await server_client.get(f"/tasks/{task.id}", headers=headers)).status == 401
-    resp = await server_client.post("/tasks/start-purchases", headers=headers, json={
-        "start_key": "63c9f507-7473-4fa6-8d71-8786c34c6301",
-        "tasks": [{"task_id": task.id, "expected_task_version": 1}]})
+    resp = await server_client.post(
+        "/tasks/start-purchases",
+        headers=headers,
+        json={
+            "start_key": "63c9f507-7473-4fa6-8d71-8786c34c6301",
+            "tasks": [{"task_id": task.id, "expected_task_version": 1}],
+        },
+    )
     assert resp.status == 401
 
 

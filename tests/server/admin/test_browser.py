@@ -22,8 +22,9 @@ from .conftest import ADMIN_PASSWORD, ADMIN_USER
 pytestmark = BROWSER_MARKS
 
 
-async def test_purchaser_flow_in_chromium(aiohttp_server: Any, settings: Any, admin: str, make_device: Any,
-                                          seed: Any, sync_conn: Any, clock: Any) -> None:
+async def test_purchaser_flow_in_chromium(
+    aiohttp_server: Any, settings: Any, admin: str, make_device: Any, seed: Any, sync_conn: Any, clock: Any
+) -> None:
     from playwright.async_api import expect
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -53,8 +54,7 @@ async def test_purchaser_flow_in_chromium(aiohttp_server: Any, settings: Any, ad
         for title, color in (("纯棉短袖 浏览器一", "黑色"), ("加绒卫衣 浏览器二", "藏青")):
             await page.click("details.create summary")
             await page.fill("input[name=title]", title)
-            await page.fill("input[name=product_url]",
-                            "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375")
+            await page.fill("input[name=product_url]", "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375")
             await page.fill("input[name=sku_color]", color)
             await page.fill("input[name=sku_size]", "M")
             await page.fill("input[name=quantity]", "2")

@@ -18,9 +18,9 @@ pytestmark = BROWSER_MARKS
 PACK = "pdd-8.17.0-81700"
 
 
-async def test_pack_column_shows_pack_no_pack_hint_and_unknown(aiohttp_server: Any, aiohttp_client: Any,
-                                                               settings: Any, admin: str, make_device: Any,
-                                                               clock: Any) -> None:
+async def test_pack_column_shows_pack_no_pack_hint_and_unknown(
+    aiohttp_server: Any, aiohttp_client: Any, settings: Any, admin: str, make_device: Any, clock: Any
+) -> None:
     from playwright.async_api import expect
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -28,10 +28,11 @@ async def test_pack_column_shows_pack_no_pack_hint_and_unknown(aiohttp_server: A
     server = await aiohttp_server(create_app(settings))  # real clock
     device_api = await aiohttp_client(server)
     packed, missing, older = make_device("采购机 有包"), make_device("采购机 新版本"), make_device("采购机 旧工具")
-    for dev, extra in ((packed, {"pack_id": PACK, "pdd_version_code": 81700}),
-                       (missing, {"pack_id": "NO_PACK", "state": "NO_PACK", "pdd_version": "9.0.0",
-                                  "pdd_version_code": 90000}),
-                       (older, {"pdd_version": "8.17.0"})):
+    for dev, extra in (
+        (packed, {"pack_id": PACK, "pdd_version_code": 81700}),
+        (missing, {"pack_id": "NO_PACK", "state": "NO_PACK", "pdd_version": "9.0.0", "pdd_version_code": 90000}),
+        (older, {"pdd_version": "8.17.0"}),
+    ):
         status, raw, _ = await post(device_api, HEARTBEAT, dev, heartbeat_body(dev.device_id, **extra))
         assert status == 200, raw
 

@@ -20,9 +20,9 @@ pytestmark = BROWSER_MARKS
 ORDER_SN = "241201-7788990011"
 
 
-async def test_order_number_and_payment_suspected_banner(aiohttp_server: Any, aiohttp_client: Any, settings: Any,
-                                                         admin: str, make_device: Any, clock: Any,
-                                                         sync_conn: Any) -> None:
+async def test_order_number_and_payment_suspected_banner(
+    aiohttp_server: Any, aiohttp_client: Any, settings: Any, admin: str, make_device: Any, clock: Any, sync_conn: Any
+) -> None:
     from playwright.async_api import expect
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -55,12 +55,20 @@ async def test_order_number_and_payment_suspected_banner(aiohttp_server: Any, ai
         # the result with the order number read on 待付款 and a paid state seen after the tap
         claim = await claim_http(device_api, make_device("采购机 B"))
         assert claim.task_id == task_id and claim.sku_size is None
-        status, raw = await post_json(device_api, fence_path(claim.attempt_id), claim.device,
-                                      fence_body(claim, payment_mode="支付宝", confirm_page_amount="25.00"))
+        status, raw = await post_json(
+            device_api,
+            fence_path(claim.attempt_id),
+            claim.device,
+            fence_body(claim, payment_mode="支付宝", confirm_page_amount="25.00"),
+        )
         assert status == 200, raw
         sid = json.loads(raw)["submission_id"]
-        status, raw = await post_json(device_api, result_path(sid), claim.device, result_body(
-            claim, "UNKNOWN", order_sn=ORDER_SN, observation_reason="PAYMENT_SUSPECTED"))
+        status, raw = await post_json(
+            device_api,
+            result_path(sid),
+            claim.device,
+            result_body(claim, "UNKNOWN", order_sn=ORDER_SN, observation_reason="PAYMENT_SUSPECTED"),
+        )
         assert status == 200, raw
 
         await expect(page.locator(f"tr[data-task-id='{task_id}'] .state")).to_have_text("待人工核对")

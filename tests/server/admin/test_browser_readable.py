@@ -14,8 +14,9 @@ from .browser import ARTIFACTS, BROWSER_MARKS, chromium_page, log_in
 pytestmark = BROWSER_MARKS
 
 
-async def test_readable_pages_in_chromium(aiohttp_server: Any, settings: Any, admin: str, make_task: Any,
-                                          make_device: Any, seed: Any, clock: Any) -> None:
+async def test_readable_pages_in_chromium(
+    aiohttp_server: Any, settings: Any, admin: str, make_task: Any, make_device: Any, seed: Any, clock: Any
+) -> None:
     from playwright.async_api import expect
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -25,22 +26,39 @@ async def test_readable_pages_in_chromium(aiohttp_server: Any, settings: Any, ad
     # a task backed out at gate 3, one waiting for a person, one draft
     failed = make_task(title="加绒卫衣 超价", start=True)
     a1 = seed.claim(failed.id, device.device_id, ordering=True)
-    seed.events(failed.id, a1, [("OPEN_PRODUCT", "OK", None, "open product"), ("GATE_1", "OK", None, "gate 1"),
-                                ("GATE_3", "FAILED", "PRICE_OVER_CAP", "gate 3: total over the cap"),
-                                ("BACK_OUT", "OK", "PRICE_OVER_CAP", "backed out before fence")])
+    seed.events(
+        failed.id,
+        a1,
+        [
+            ("OPEN_PRODUCT", "OK", None, "open product"),
+            ("GATE_1", "OK", None, "gate 1"),
+            ("GATE_3", "FAILED", "PRICE_OVER_CAP", "gate 3: total over the cap"),
+            ("BACK_OUT", "OK", "PRICE_OVER_CAP", "backed out before fence"),
+        ],
+    )
     seed.evidence(failed.id, a1, device.device_id, kind="FAILURE")
     seed.fail(failed.id, a1)
     seed._tx(lambda c: c.execute("UPDATE tasks SET state_reason = 'PRICE_OVER_CAP' WHERE id = ?", (failed.id,)))
     recon = make_task(title="纯棉短袖 待核对", start=True)
     a2 = seed.claim(recon.id, device.device_id, ordering=True)
-    seed.events(recon.id, a2, [("OPEN_PRODUCT", "OK", None, "open product"), ("GATE_1", "OK", None, "gate 1"),
-                               ("GATE_2", "OK", None, "gate 2"), ("GATE_3", "OK", None, "gate 3"),
-                               ("FENCE", "OK", None, "fenced"), ("SUBMIT_TAP", "OK", None, "tapped"),
-                               ("OBSERVE_RESULT", "OK", None, "security challenge")])
+    seed.events(
+        recon.id,
+        a2,
+        [
+            ("OPEN_PRODUCT", "OK", None, "open product"),
+            ("GATE_1", "OK", None, "gate 1"),
+            ("GATE_2", "OK", None, "gate 2"),
+            ("GATE_3", "OK", None, "gate 3"),
+            ("FENCE", "OK", None, "fenced"),
+            ("SUBMIT_TAP", "OK", None, "tapped"),
+            ("OBSERVE_RESULT", "OK", None, "security challenge"),
+        ],
+    )
     seed.evidence(recon.id, a2, device.device_id)
     seed.fence(recon.id, a2, device.device_id, observation="SECURITY_CHALLENGE")
-    seed._tx(lambda c: c.execute("UPDATE tasks SET state_reason = 'result:SECURITY_CHALLENGE' WHERE id = ?",
-                                 (recon.id,)))
+    seed._tx(
+        lambda c: c.execute("UPDATE tasks SET state_reason = 'result:SECURITY_CHALLENGE' WHERE id = ?", (recon.id,))
+    )
     make_task(title="草稿 牛仔裤")
 
     base = str(server.make_url("")).rstrip("/")

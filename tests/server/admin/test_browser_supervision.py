@@ -35,9 +35,16 @@ def _state(sync_conn: Any, approval_id: str) -> str:
     return sync_conn.execute("SELECT state FROM approval_requests WHERE id = ?", (approval_id,)).fetchone()[0]
 
 
-async def test_approve_reject_badges_verdicts_and_resupervise(aiohttp_server: Any, settings: Any, admin: str,
-                                                              make_task: Any, make_device: Any, seed: Any,
-                                                              clock: Any, sync_conn: Any) -> None:
+async def test_approve_reject_badges_verdicts_and_resupervise(
+    aiohttp_server: Any,
+    settings: Any,
+    admin: str,
+    make_task: Any,
+    make_device: Any,
+    seed: Any,
+    clock: Any,
+    sync_conn: Any,
+) -> None:
     from playwright.async_api import expect
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -45,8 +52,11 @@ async def test_approve_reject_badges_verdicts_and_resupervise(aiohttp_server: An
     server = await aiohttp_server(create_app(settings))  # before seeding: its start-up check reads claims
     base = str(server.make_url("")).rstrip("/")
     phone_a, phone_b = make_device("采购机 A").device_id, make_device("采购机 B").device_id
-    seed._tx(lambda c: c.execute("UPDATE devices SET pack_id = ?, pdd_version = '8.22.0', pdd_version_code = 82200",
-                                 (PACK_KEY,)))
+    seed._tx(
+        lambda c: c.execute(
+            "UPDATE devices SET pack_id = ?, pdd_version = '8.22.0', pdd_version_code = 82200", (PACK_KEY,)
+        )
+    )
     first = make_task(title="纯棉短袖 监督一", start=True)
     second = make_task(title="纯棉短袖 监督二", start=True)
     a_first = supervised_claim(seed, first.id, phone_a)
@@ -58,8 +68,7 @@ async def test_approve_reject_badges_verdicts_and_resupervise(aiohttp_server: An
         await expect(row.locator(".badge.waiting")).to_have_count(0)
 
         # the phone asks: the badge appears live (polling), without a reload
-        ap_first, asset = approval(seed, first.id, a_first, phone_a,
-                                   values=readings(gate3_unit_price="13.88"))
+        ap_first, asset = approval(seed, first.id, a_first, phone_a, values=readings(gate3_unit_price="13.88"))
         await expect(row.locator(".badge.waiting")).to_have_text("等待人工确认", timeout=8_000)
         await expect(page.locator(f"tr[data-task-id='{second.id}'] .badge.waiting")).to_have_count(0)
 
@@ -73,16 +82,14 @@ async def test_approve_reject_badges_verdicts_and_resupervise(aiohttp_server: An
         await expect(bad).to_have_count(1)
         await expect(bad.locator("th")).to_have_text("闸门三单价")
         await expect(bad.locator("td.read")).to_have_text("¥13.88")
-        assert await bad.locator("td.read").evaluate("e => getComputedStyle(e).backgroundColor") == \
-            "rgb(254, 226, 226)"
+        assert await bad.locator("td.read").evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(254, 226, 226)"
         ok_row = panel.locator("table.compare tr.ok", has_text="颜色")
         await expect(ok_row).to_contain_text("黑色CHA(纯棉)")
         await expect(panel.locator("table.compare tr.ok")).to_have_count(7)
         await expect(panel).to_contain_text("三次读取的单价不一致")
         shot = panel.locator(f"img[src='/evidence/{asset}']")
         await expect(shot).to_be_visible()
-        await page.wait_for_function("img => img.complete && img.naturalWidth === 180",
-                                     arg=await shot.element_handle())
+        await page.wait_for_function("img => img.complete && img.naturalWidth === 180", arg=await shot.element_handle())
         await drawer.screenshot(path=str(ARTIFACTS / "supervision-drawer.png"))
         await panel.get_by_role("button", name="批准", exact=True).click()
         await expect(page).to_have_url(re.compile(r"/tasks\?notice=approved$"))
@@ -128,8 +135,9 @@ async def test_approve_reject_badges_verdicts_and_resupervise(aiohttp_server: An
         await expect(page.locator("section.verdict")).to_contain_text("颜色拿错了")
         held = pair(seed, phone_b)
         assert held["held"] == 1 and "颜色拿错了" in held["held_reason"]
-        verdicts = sync_conn.execute("SELECT submission_id, verdict FROM supervision_verdicts ORDER BY verdict"
-                                     ).fetchall()
+        verdicts = sync_conn.execute(
+            "SELECT submission_id, verdict FROM supervision_verdicts ORDER BY verdict"
+        ).fetchall()
         assert [tuple(v) for v in verdicts] == [(sid_first, "RIGHT"), (sid_third, "WRONG")]
         await page.screenshot(path=str(ARTIFACTS / "supervision-verdict.png"), full_page=True)
 
@@ -141,8 +149,7 @@ async def test_approve_reject_badges_verdicts_and_resupervise(aiohttp_server: An
         await expect(dev_b.locator(".supervision-held")).to_contain_text("颜色拿错了")
         await dev_b.get_by_role("button", name="重新人工监督").click()
         await expect(page.locator(".notice")).to_contain_text("已重新开始人工监督")
-        await expect(page.locator("#device-rows tr", has_text="采购机 B").locator(".supervision-held")
-                     ).to_have_count(0)
+        await expect(page.locator("#device-rows tr", has_text="采购机 B").locator(".supervision-held")).to_have_count(0)
         assert tuple(pair(seed, phone_b)) == (0, 0, None)
         assert tuple(pair(seed, phone_a)) == (1, 0, None)  # only that device
         await page.screenshot(path=str(ARTIFACTS / "supervision-resupervised.png"), full_page=True)

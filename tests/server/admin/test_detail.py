@@ -14,8 +14,9 @@ from .conftest import AdminClient
 DRAWER = {"X-CMBuyer-View": "drawer", "Accept": "text/html"}
 
 
-async def test_full_page_shows_everything(admin_client: AdminClient, make_task: Any, make_device: Any,
-                                          seed: Any, clock: Any) -> None:
+async def test_full_page_shows_everything(
+    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any, clock: Any
+) -> None:
     task = make_task(start=True)
     device = make_device("Pixel-7 采购机")
     attempt = seed.claim(task.id, device.device_id, ordering=True)
@@ -26,15 +27,29 @@ async def test_full_page_shows_everything(admin_client: AdminClient, make_task: 
     assert resp.status == 200
     html = await resp.text()
     assert html.startswith("<!doctype html>")
-    for expected in (task.title, task.goods_id, "待人工核对", "Pixel-7 采购机", "商品页已确认", "GATE_1",
-                     f'src="/evidence/{asset}"', sid, "UNKNOWN", "task.start_purchase", "CONSUMED",
-                     f"/order-submissions/{sid}/reconcile", "已创建待付款订单", "确认未创建"):
+    for expected in (
+        task.title,
+        task.goods_id,
+        "待人工核对",
+        "Pixel-7 采购机",
+        "商品页已确认",
+        "GATE_1",
+        f'src="/evidence/{asset}"',
+        sid,
+        "UNKNOWN",
+        "task.start_purchase",
+        "CONSUMED",
+        f"/order-submissions/{sid}/reconcile",
+        "已创建待付款订单",
+        "确认未创建",
+    ):
         assert expected in html, expected
     assert "重置为草稿" not in html and "取消任务" not in html  # fenced: no reset/cancel offered
 
 
-async def test_lease_expired_needs_a_person(admin_client: AdminClient, make_task: Any, make_device: Any,
-                                            seed: Any, clock: Any) -> None:
+async def test_lease_expired_needs_a_person(
+    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any, clock: Any
+) -> None:
     task = make_task(start=True)
     seed.claim(task.id, make_device().device_id, lease_s=30)
     html = await (await admin_client.client.get(f"/tasks/{task.id}")).text()
@@ -46,8 +61,9 @@ async def test_lease_expired_needs_a_person(admin_client: AdminClient, make_task
 
 async def test_drawer_fragment_for_same_origin_html_request(admin_client: AdminClient, make_task: Any) -> None:
     task = make_task()
-    resp = await admin_client.client.get(f"/tasks/{task.id}", headers={**DRAWER, "Sec-Fetch-Site": "same-origin",
-                                                                         "Sec-Fetch-Mode": "cors"})
+    resp = await admin_client.client.get(
+        f"/tasks/{task.id}", headers={**DRAWER, "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}
+    )
     assert resp.status == 200
     html = await resp.text()
     assert "<html" not in html and html.lstrip().startswith("{#") is False
@@ -56,23 +72,25 @@ async def test_drawer_fragment_for_same_origin_html_request(admin_client: AdminC
     assert resp.headers["Cache-Control"] == "no-store"
 
 
-@pytest.mark.parametrize(("headers", "status"), [
-    ({}, 200),                                                          # navigation → full page
-    ({"X-CMBuyer-View": ""}, 200),                                      # empty view → full page
-    ({"X-CMBuyer-View": "full"}, 400),                                  # other non-empty view
-    ({"X-CMBuyer-View": "Drawer", "Accept": "text/html"}, 400),
-    ({**DRAWER, "Sec-Fetch-Site": "cross-site"}, 403),
-    ({**DRAWER, "Sec-Fetch-Site": "same-site"}, 403),
-    ({**DRAWER, "Sec-Fetch-Site": "none"}, 403),
-    ({**DRAWER, "Origin": "https://evil.example"}, 403),
-    ({**DRAWER, "Origin": "null"}, 403),
-    ({**DRAWER, "Sec-Fetch-Mode": "navigate"}, 403),
-    ({"X-CMBuyer-View": "drawer", "Accept": "application/json"}, 406),
-    ({"X-CMBuyer-View": "drawer", "Accept": "text/html;q=0"}, 406),
-    ({"X-CMBuyer-View": "drawer"}, 406),
-])
-async def test_drawer_rules(admin_client: AdminClient, make_task: Any, headers: dict[str, str],
-                            status: int) -> None:
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 200),  # navigation → full page
+        ({"X-CMBuyer-View": ""}, 200),  # empty view → full page
+        ({"X-CMBuyer-View": "full"}, 400),  # other non-empty view
+        ({"X-CMBuyer-View": "Drawer", "Accept": "text/html"}, 400),
+        ({**DRAWER, "Sec-Fetch-Site": "cross-site"}, 403),
+        ({**DRAWER, "Sec-Fetch-Site": "same-site"}, 403),
+        ({**DRAWER, "Sec-Fetch-Site": "none"}, 403),
+        ({**DRAWER, "Origin": "https://evil.example"}, 403),
+        ({**DRAWER, "Origin": "null"}, 403),
+        ({**DRAWER, "Sec-Fetch-Mode": "navigate"}, 403),
+        ({"X-CMBuyer-View": "drawer", "Accept": "application/json"}, 406),
+        ({"X-CMBuyer-View": "drawer", "Accept": "text/html;q=0"}, 406),
+        ({"X-CMBuyer-View": "drawer"}, 406),
+    ],
+)
+async def test_drawer_rules(admin_client: AdminClient, make_task: Any, headers: dict[str, str], status: int) -> None:
     task = make_task()
     resp = await admin_client.client.get(f"/tasks/{task.id}", headers=headers)
     assert resp.status == status
@@ -92,8 +110,9 @@ async def test_unknown_and_malformed_task_ids(admin_client: AdminClient) -> None
     assert (await admin_client.client.get(f"/tasks/{new_id().upper()}")).status == 404
 
 
-async def test_live_rows_fragment_follows_state_changes(admin_client: AdminClient, make_task: Any, seed: Any,
-                                                        make_device: Any) -> None:
+async def test_live_rows_fragment_follows_state_changes(
+    admin_client: AdminClient, make_task: Any, seed: Any, make_device: Any
+) -> None:
     task = make_task(start=True)
     headers = {"X-CMBuyer-View": "rows", "Accept": "text/html"}
     html = await (await admin_client.client.get("/tasks", headers=headers)).text()
@@ -104,13 +123,16 @@ async def test_live_rows_fragment_follows_state_changes(admin_client: AdminClien
     html = await (await admin_client.client.get("/tasks", headers=headers)).text()
     assert "下单中" in html and "GATE_1" in html and "phone-A" in html
     assert (await admin_client.client.get("/tasks", headers={**headers, "Sec-Fetch-Site": "cross-site"})).status == 403
-    assert (await admin_client.client.get("/tasks", headers={"X-CMBuyer-View": "drawer",
-                                                             "Accept": "text/html"})).status == 400
+    assert (
+        await admin_client.client.get("/tasks", headers={"X-CMBuyer-View": "drawer", "Accept": "text/html"})
+    ).status == 400
 
 
-async def test_live_drawer_stamp_changes_with_progress(admin_client: AdminClient, make_task: Any, seed: Any,
-                                                       make_device: Any) -> None:
+async def test_live_drawer_stamp_changes_with_progress(
+    admin_client: AdminClient, make_task: Any, seed: Any, make_device: Any
+) -> None:
     import re
+
     task = make_task(start=True)
 
     async def stamp() -> str:
@@ -128,13 +150,13 @@ async def test_live_drawer_stamp_changes_with_progress(admin_client: AdminClient
     assert len({s1, s2, s3}) == 3
 
 
-async def test_detail_without_size_and_with_order_number(admin_client: AdminClient, make_task: Any,
-                                                         make_device: Any, seed: Any) -> None:
+async def test_detail_without_size_and_with_order_number(
+    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any
+) -> None:
     task = make_task(size=None, start=True)
     device = make_device()
     attempt = seed.claim(task.id, device.device_id, ordering=True)
-    seed.fence(task.id, attempt, device.device_id, observation="EXTERNAL_PAYMENT_HANDOFF",
-               order_sn="241201-5551234567")
+    seed.fence(task.id, attempt, device.device_id, observation="EXTERNAL_PAYMENT_HANDOFF", order_sn="241201-5551234567")
     html = await (await admin_client.client.get(f"/tasks/{task.id}")).text()
     assert "<dt>尺码</dt><dd><span" in html and ">无</span>" in html and "None" not in html
     for expected in ("241201-5551234567", "订单编号", "支付方式", "微信支付", "闸门三"):
@@ -142,8 +164,9 @@ async def test_detail_without_size_and_with_order_number(admin_client: AdminClie
     assert 'class="alarm"' not in html  # no banner without PAYMENT_SUSPECTED
 
 
-async def test_payment_suspected_banner_in_page_and_drawer(admin_client: AdminClient, make_task: Any,
-                                                          make_device: Any, seed: Any) -> None:
+async def test_payment_suspected_banner_in_page_and_drawer(
+    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any
+) -> None:
     task = make_task(start=True)
     device = make_device()
     attempt = seed.claim(task.id, device.device_id, ordering=True)

@@ -52,8 +52,9 @@ async def test_evidence_401_before_any_lookup(server_client: Any, asset: Any, mo
     assert looked_up == []
 
 
-async def test_evidence_404_cases(admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any,
-                                  settings: Any) -> None:
+async def test_evidence_404_cases(
+    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any, settings: Any
+) -> None:
     get = admin_client.client.get
     for target in (new_id(), "not-a-uuid", new_id().upper(), "..%2F..%2Fcmbuyer.env"):
         resp = await get(f"/evidence/{target}")

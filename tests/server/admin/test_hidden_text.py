@@ -17,9 +17,30 @@ from .conftest import AdminClient
 from .test_tasks import body, form
 
 # Every code point the issue names (plus the other bidi embeddings, BOM, NUL and a line separator).
-HIDDEN = ["\u202e", "\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u2066", "\u2067", "\u2068", "\u2069",
-          "\u202a", "\u202b", "\u202c", "\u202d", "\ufeff", "\u061c", "\u2060", "\u00ad", "\x00", "\x1b",
-          "\u2028", "\U000e0041"]
+HIDDEN = [
+    "\u202e",
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\u200e",
+    "\u200f",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u202d",
+    "\ufeff",
+    "\u061c",
+    "\u2060",
+    "\u00ad",
+    "\x00",
+    "\x1b",
+    "\u2028",
+    "\U000e0041",
+]
 TASK_FIELDS = {"title": "标题", "sku_color": "规格", "sku_size": "规格"}
 
 
@@ -30,13 +51,16 @@ def hide(ch: str) -> str:
 
 def written(conn: sqlite3.Connection) -> tuple[int, int]:
     """(tasks, audit rows): both must stay unchanged by a refused request."""
-    return (conn.execute("SELECT count(*) FROM tasks").fetchone()[0],
-            conn.execute("SELECT count(*) FROM audit_log").fetchone()[0])
+    return (
+        conn.execute("SELECT count(*) FROM tasks").fetchone()[0],
+        conn.execute("SELECT count(*) FROM audit_log").fetchone()[0],
+    )
 
 
 @pytest.mark.parametrize("field", sorted(TASK_FIELDS))
-async def test_task_create_json_refuses_hidden_characters(admin_client: AdminClient, sync_conn: sqlite3.Connection,
-                                                          field: str) -> None:
+async def test_task_create_json_refuses_hidden_characters(
+    admin_client: AdminClient, sync_conn: sqlite3.Connection, field: str
+) -> None:
     before = written(sync_conn)
     for ch in HIDDEN:
         resp = await admin_client.post_json("/tasks", body(create_key=new_id(), **{field: hide(ch)}))
@@ -46,15 +70,17 @@ async def test_task_create_json_refuses_hidden_characters(admin_client: AdminCli
         assert ch not in err["message"]
     # a lone surrogate can only travel as a JSON escape
     raw = json.dumps(body(create_key=new_id(), **{field: "PLACEHOLDER"})).replace("PLACEHOLDER", "a\\ud800b")
-    resp = await admin_client.client.post("/tasks", data=raw.encode(), headers={
-        "Content-Type": "application/json", "X-CSRF-Token": admin_client.csrf})
+    resp = await admin_client.client.post(
+        "/tasks", data=raw.encode(), headers={"Content-Type": "application/json", "X-CSRF-Token": admin_client.csrf}
+    )
     assert resp.status == 400
     assert written(sync_conn) == before
 
 
 @pytest.mark.parametrize("field", sorted(TASK_FIELDS))
-async def test_task_create_form_refuses_hidden_characters(admin_client: AdminClient, sync_conn: sqlite3.Connection,
-                                                          field: str) -> None:
+async def test_task_create_form_refuses_hidden_characters(
+    admin_client: AdminClient, sync_conn: sqlite3.Connection, field: str
+) -> None:
     before = written(sync_conn)
     for ch in HIDDEN:
         resp = await admin_client.post_form("/tasks", form(create_key=new_id(), **{field: hide(ch)}))
@@ -66,11 +92,14 @@ async def test_task_create_form_refuses_hidden_characters(admin_client: AdminCli
 
 async def test_plain_text_still_accepted(admin_client: AdminClient, sync_conn: sqlite3.Connection) -> None:
     """Emoji, CJK punctuation, full-width forms (NFKC'd for SKU values) and spaces stay acceptable."""
-    resp = await admin_client.post_json("/tasks", body(title="🎉 夏季 T恤【限定】 «新款»",
-                                                       sku_color="【限定】黑色 ＸＬ", sku_size="M(建议100-115)"))
+    resp = await admin_client.post_json(
+        "/tasks", body(title="🎉 夏季 T恤【限定】 «新款»", sku_color="【限定】黑色 ＸＬ", sku_size="M(建议100-115)")
+    )
     assert resp.status == 201
     assert tuple(sync_conn.execute("SELECT title, sku_color FROM tasks").fetchone()) == (
-        "🎉 夏季 T恤【限定】 «新款»", "【限定】黑色 XL")
+        "🎉 夏季 T恤【限定】 «新款»",
+        "【限定】黑色 XL",
+    )
 
 
 @pytest.fixture
@@ -89,26 +118,34 @@ def submission(conn: sqlite3.Connection) -> tuple[Any, ...]:
 
 
 async def test_reconcile_note_refuses_hidden_characters_on_both_paths(
-        admin_client: AdminClient, sync_conn: sqlite3.Connection, to_reconcile: tuple[str, int]) -> None:
+    admin_client: AdminClient, sync_conn: sqlite3.Connection, to_reconcile: tuple[str, int]
+) -> None:
     sid, version = to_reconcile
     before, audit_before = submission(sync_conn), written(sync_conn)
     for ch in HIDDEN:
         note = f"已在待付款列表核对{ch}订单存在"
-        resp = await admin_client.post_json(f"/order-submissions/{sid}/reconcile", {
-            "outcome": "created", "note": note, "expected_task_version": version})
+        resp = await admin_client.post_json(
+            f"/order-submissions/{sid}/reconcile",
+            {"outcome": "created", "note": note, "expected_task_version": version},
+        )
         err = (await resp.json())["error"]
         assert resp.status == 400 and f"U+{ord(ch):04X}" in err["message"] and "核对说明" in err["message"]
-        resp = await admin_client.post_form(f"/order-submissions/{sid}/reconcile", {
-            "outcome": "created", "note": note, "expected_task_version": str(version)})
+        resp = await admin_client.post_form(
+            f"/order-submissions/{sid}/reconcile",
+            {"outcome": "created", "note": note, "expected_task_version": str(version)},
+        )
         assert resp.status == 400 and f"U+{ord(ch):04X}" in await resp.text()
     assert submission(sync_conn) == before and written(sync_conn) == audit_before
 
 
 async def test_reconcile_note_keeps_line_breaks_from_a_textarea(
-        admin_client: AdminClient, sync_conn: sqlite3.Connection, to_reconcile: tuple[str, int]) -> None:
+    admin_client: AdminClient, sync_conn: sqlite3.Connection, to_reconcile: tuple[str, int]
+) -> None:
     """A browser submits a textarea's line breaks as CR LF: a multi-line note is plain text."""
     sid, version = to_reconcile
-    resp = await admin_client.post_form(f"/order-submissions/{sid}/reconcile", {
-        "outcome": "created", "note": "第一行\r\n第二行\t备注", "expected_task_version": str(version)})
+    resp = await admin_client.post_form(
+        f"/order-submissions/{sid}/reconcile",
+        {"outcome": "created", "note": "第一行\r\n第二行\t备注", "expected_task_version": str(version)},
+    )
     assert resp.status == 303
     assert submission(sync_conn)[2] == "第一行\r\n第二行\t备注"

@@ -135,15 +135,23 @@ def test_audit_values_in_beijing_time() -> None:
 
 # -- pages ---------------------------------------------------------------------------------------------------
 
-async def test_list_progress_column_in_chinese_with_codes(admin_client: AdminClient, make_task: Any,
-                                                          make_device: Any, seed: Any) -> None:
+
+async def test_list_progress_column_in_chinese_with_codes(
+    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any
+) -> None:
     task = make_task(start=True)
     attempt = seed.claim(task.id, make_device().device_id, ordering=True)
-    seed.events(task.id, attempt, [("GATE_3", "FAILED", "PRICE_OVER_CAP", "gate 3: total over the cap"),
-                                   ("BACK_OUT", "OK", "PRICE_OVER_CAP", "backed out before fence")])
+    seed.events(
+        task.id,
+        attempt,
+        [
+            ("GATE_3", "FAILED", "PRICE_OVER_CAP", "gate 3: total over the cap"),
+            ("BACK_OUT", "OK", "PRICE_OVER_CAP", "backed out before fence"),
+        ],
+    )
     html = await (await admin_client.client.get("/tasks")).text()
-    row = html[html.index(f'data-task-id="{task.id}"'):]
-    row = row[:row.index("</tr>")]
+    row = html[html.index(f'data-task-id="{task.id}"') :]
+    row = row[: row.index("</tr>")]
     assert "退出下单（未提交） · 确认页总价超过上限" in row
     assert 'title="BACK_OUT · OK · PRICE_OVER_CAP"' in row  # the code stays available
     assert ">BACK_OUT" not in row  # not shown as the visible text
@@ -152,23 +160,26 @@ async def test_list_progress_column_in_chinese_with_codes(admin_client: AdminCli
     assert "术语说明" in html and "围栏" in html
 
 
-async def test_detail_in_chinese_with_codes_and_tooltips(admin_client: AdminClient, make_task: Any,
-                                                         make_device: Any, seed: Any) -> None:
+async def test_detail_in_chinese_with_codes_and_tooltips(
+    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any
+) -> None:
     task = make_task(start=True)
     device = make_device("核对机")
     attempt = seed.claim(task.id, device.device_id, ordering=True)
-    seed.events(task.id, attempt, [("OPEN_PRODUCT", "OK", None, "open product"),
-                                   ("OBSERVE_RESULT", "OK", None, "observed")])
+    seed.events(
+        task.id, attempt, [("OPEN_PRODUCT", "OK", None, "open product"), ("OBSERVE_RESULT", "OK", None, "observed")]
+    )
     seed.evidence(task.id, attempt, device.device_id)
     sid = seed.fence(task.id, attempt, device.device_id, observation="SECURITY_CHALLENGE")
-    seed._tx(lambda c: c.execute("UPDATE tasks SET state_reason = 'result:SECURITY_CHALLENGE' WHERE id = ?",
-                                 (task.id,)))
+    seed._tx(
+        lambda c: c.execute("UPDATE tasks SET state_reason = 'result:SECURITY_CHALLENGE' WHERE id = ?", (task.id,))
+    )
     html = await (await admin_client.client.get(f"/tasks/{task.id}")).text()
     # reason, states, timeline, evidence: Chinese label first, code in small grey text
     assert '<span class="coded" title="result:SECURITY_CHALLENGE">提交结果：出现安全验证</span>' in html
     assert '<code class="code">result:SECURITY_CHALLENGE</code>' in html
     assert "待人工核对" in html and "已用完" in html and "CONSUMED" in html  # authorization state
-    assert "已上报提交结果" in html and "REPORTED" in html                 # attempt close reason
+    assert "已上报提交结果" in html and "REPORTED" in html  # attempt close reason
     assert "观察提交结果" in html and "打开商品页" in html and "OBSERVE_RESULT" in html
     assert "闸门一：规格面板" in html and "SKU_PANEL_GATE_1" in html
     assert 'alt="闸门一：规格面板"' in html
@@ -177,22 +188,23 @@ async def test_detail_in_chinese_with_codes_and_tooltips(admin_client: AdminClie
         assert re.search(r'<span class="term" title="[^"]{10,}">' + word + "</span>", html), word
     assert "单价（闸门一/二）" not in html
     # the reconcile form is under 操作, before the authorizations
-    actions = html[html.index("<h3>操作</h3>"):html.index("<h3>授权</h3>")]
+    actions = html[html.index("<h3>操作</h3>") : html.index("<h3>授权</h3>")]
     assert f'action="/order-submissions/{sid}/reconcile"' in actions
     assert "记录核对结果" in actions and "人工调和" not in html
     # ids and the audit trail are collapsed under 技术细节, with Beijing times
-    tech = html[html.index('<details class="tech"'):html.index("</details>", html.index('<details class="tech"'))]
+    tech = html[html.index('<details class="tech"') : html.index("</details>", html.index('<details class="tech"'))]
     assert "<summary>技术细节</summary>" in tech
     assert task.id in tech and sid in tech and attempt in tech
     assert "开始采购" in tech and "task.start_purchase" in tech
     visible = re.sub(r"<[^>]*>", " ", html)
     assert re.search(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z", visible) is None  # no raw UTC text shown
     assert "expires_at=" in tech  # the audit detail's UTC time, shown in Beijing time
-    assert "<dt>任务 id</dt>" not in html[:html.index('<details class="tech"')]
+    assert "<dt>任务 id</dt>" not in html[: html.index('<details class="tech"')]
 
 
-async def test_failed_task_reason_is_the_device_reason_in_chinese(admin_client: AdminClient, make_task: Any,
-                                                                  make_device: Any, seed: Any) -> None:
+async def test_failed_task_reason_is_the_device_reason_in_chinese(
+    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any
+) -> None:
     task = make_task(start=True)
     attempt = seed.claim(task.id, make_device().device_id)
     seed.fail(task.id, attempt)
@@ -204,25 +216,51 @@ async def test_failed_task_reason_is_the_device_reason_in_chinese(admin_client: 
 
 async def test_labels_are_escaped(admin_client: AdminClient, make_task: Any, seed: Any) -> None:
     task = make_task(start=True)
-    seed._tx(lambda c: c.execute("UPDATE tasks SET state_reason = ? WHERE id = ?",
-                                 ('<img src=x onerror=alert(1)>"', task.id)))
+    seed._tx(
+        lambda c: c.execute(
+            "UPDATE tasks SET state_reason = ? WHERE id = ?", ('<img src=x onerror=alert(1)>"', task.id)
+        )
+    )
     html = await (await admin_client.client.get(f"/tasks/{task.id}")).text()
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
 
 
 # -- money in the HTML form vs the APIs ---------------------------------------------------------------------
 
-@pytest.mark.parametrize(("typed", "stored"), [("30", "30.00"), ("30.0", "30.00"), ("30.00", "30.00"),
-                                               ("0.5", "0.50"), ("12.8", "12.80"), ("7", "7.00")])
-async def test_form_accepts_short_money_and_normalizes(admin_client: AdminClient, sync_conn: Any, typed: str,
-                                                       stored: str) -> None:
+
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [("30", "30.00"), ("30.0", "30.00"), ("30.00", "30.00"), ("0.5", "0.50"), ("12.8", "12.80"), ("7", "7.00")],
+)
+async def test_form_accepts_short_money_and_normalizes(
+    admin_client: AdminClient, sync_conn: Any, typed: str, stored: str
+) -> None:
     resp = await admin_client.post_form("/tasks", form(max_total_price=typed))
     assert resp.status == 303, await resp.text()
     assert sync_conn.execute("SELECT max_total_price FROM tasks").fetchone()[0] == stored
 
 
-@pytest.mark.parametrize("typed", ["30.001", "-30", "+30", "30.", ".5", "3e1", " 30", "30 ", "３０", "030",
-                                   "30,00", "", "abc", "1e2.00", "0x1e", "٣٠"])
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "30.001",
+        "-30",
+        "+30",
+        "30.",
+        ".5",
+        "3e1",
+        " 30",
+        "30 ",
+        "３０",
+        "030",
+        "30,00",
+        "",
+        "abc",
+        "1e2.00",
+        "0x1e",
+        "٣٠",
+    ],
+)
 async def test_form_still_refuses_malformed_money(admin_client: AdminClient, sync_conn: Any, typed: str) -> None:
     resp = await admin_client.post_form("/tasks", form(max_total_price=typed, title="保留"))
     assert resp.status == 400
@@ -250,6 +288,7 @@ async def test_form_replay_with_short_money_is_the_same_task(admin_client: Admin
 @pytest.mark.parametrize("value", ["30", "30.0", "30.000", "030.00"])
 async def test_json_api_money_stays_canonical(admin_client: AdminClient, sync_conn: Any, value: str) -> None:
     from .test_tasks import body
+
     resp = await admin_client.post_json("/tasks", body(max_total_price=value))
     assert resp.status == 400
     assert (await resp.json())["error"]["code"] == "invalid_request"
@@ -258,10 +297,23 @@ async def test_json_api_money_stays_canonical(admin_client: AdminClient, sync_co
 
 @pytest.mark.parametrize("value", ["30", "30.0", "12.8"])
 def test_device_api_money_stays_canonical(value: str) -> None:
-    fence = {"fence_key": new_id(), "task_id": new_id(), "expected_task_version": 2, "authorization_id": new_id(),
-             "claim_generation": 1, "claim_token": "a" * 64, "selected_color": "黑色", "selected_size": "M",
-             "gate1_unit_price": "12.88", "gate2_unit_price": "12.88", "gate3_unit_price": "12.88", "quantity_read": 2,
-             "confirm_page_amount": "25.76", "submit_control_match_count": 1, "payment_mode": "微信支付"}
+    fence = {
+        "fence_key": new_id(),
+        "task_id": new_id(),
+        "expected_task_version": 2,
+        "authorization_id": new_id(),
+        "claim_generation": 1,
+        "claim_token": "a" * 64,
+        "selected_color": "黑色",
+        "selected_size": "M",
+        "gate1_unit_price": "12.88",
+        "gate2_unit_price": "12.88",
+        "gate3_unit_price": "12.88",
+        "quantity_read": 2,
+        "confirm_page_amount": "25.76",
+        "submit_control_match_count": 1,
+        "payment_mode": "微信支付",
+    }
     validate("submission_fence.request", fence)
     for field in ("gate1_unit_price", "gate2_unit_price", "gate3_unit_price", "confirm_page_amount"):
         with pytest.raises(SchemaError):

@@ -43,11 +43,16 @@ async def fresh_form(session: aiohttp.ClientSession, url: str) -> Form:
     return Form(cookie, csrf_from(html))
 
 
-async def post_login(session: aiohttp.ClientSession, url: str, form: Form, username: str,
-                     password: str) -> tuple[int, dict[str, str]]:
+async def post_login(
+    session: aiohttp.ClientSession, url: str, form: Form, username: str, password: str
+) -> tuple[int, dict[str, str]]:
     """POST /login with ``form``'s cookie and token; returns (status, headers)."""
-    async with session.post(url, data={"username": username, "password": password, "csrf_token": form.token},
-                            headers={"Cookie": f"cmbuyer_login={form.cookie}"}, allow_redirects=False) as resp:
+    async with session.post(
+        url,
+        data={"username": username, "password": password, "csrf_token": form.token},
+        headers={"Cookie": f"cmbuyer_login={form.cookie}"},
+        allow_redirects=False,
+    ) as resp:
         await resp.read()
         return resp.status, dict(resp.headers)
 
@@ -76,8 +81,13 @@ async def attempt(web: Any, username: str = ADMIN_USER, password: str = WRONG) -
 
 def locked_rows(conn: sqlite3.Connection) -> list[tuple[str, str, dict[str, Any]]]:
     """``(subject_kind, subject_id, detail)`` of every ``admin.login_locked`` audit row, oldest first."""
-    return [(r[0], r[1], json.loads(r[2])) for r in conn.execute(
-        "SELECT subject_kind, subject_id, detail_json FROM audit_log WHERE action = 'admin.login_locked' ORDER BY id")]
+    return [
+        (r[0], r[1], json.loads(r[2]))
+        for r in conn.execute(
+            "SELECT subject_kind, subject_id, detail_json FROM audit_log"
+            " WHERE action = 'admin.login_locked' ORDER BY id"
+        )
+    ]
 
 
 def failed_count(conn: sqlite3.Connection) -> int:
@@ -85,8 +95,9 @@ def failed_count(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM audit_log WHERE action = 'admin.login_failed'").fetchone()[0])
 
 
-async def test_concurrent_burst_checks_only_a_handful(web: Any, admin: str, sync_conn: sqlite3.Connection,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_concurrent_burst_checks_only_a_handful(
+    web: Any, admin: str, sync_conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """100 wrong guesses and the right password at once: at most USER_LIMIT.free passwords are checked,
     every other request is 429 before argon2 runs (today's main checked all 100)."""
     hashed: list[bool] = []
@@ -113,8 +124,9 @@ async def test_concurrent_burst_checks_only_a_handful(web: Any, admin: str, sync
     assert [d["scope"] for _, _, d in locked_rows(sync_conn)] == ["user"]  # the lockout is audited, once
 
 
-async def test_backoff_grows_and_right_password_works_after_it(web: Any, admin: str, clock: Any,
-                                                             sync_conn: sqlite3.Connection) -> None:
+async def test_backoff_grows_and_right_password_works_after_it(
+    web: Any, admin: str, clock: Any, sync_conn: sqlite3.Connection
+) -> None:
     for _ in range(USER_LIMIT.free):
         assert (await attempt(web))[0] == 401
     status, headers = await attempt(web, password=ADMIN_PASSWORD)
@@ -150,8 +162,9 @@ async def test_backoff_is_capped_and_forgotten(web: Any, admin: str, clock: Any)
         assert (await attempt(web))[0] == 401  # a quiet key starts over
 
 
-async def test_per_address_limit_across_usernames(web: Any, admin: str, clock: Any, server_client: Any,
-                                                  sync_conn: sqlite3.Connection) -> None:
+async def test_per_address_limit_across_usernames(
+    web: Any, admin: str, clock: Any, server_client: Any, sync_conn: sqlite3.Connection
+) -> None:
     """One address guessing many usernames hits the address limit; another address is not affected, but
     the per-username limit holds whatever the address."""
     for i in range(ADDRESS_LIMIT.free):
@@ -175,8 +188,9 @@ async def test_per_address_limit_across_usernames(web: Any, admin: str, clock: A
     assert (await attempt(web, password=ADMIN_PASSWORD))[0] == 303
 
 
-async def test_successful_logins_do_not_use_up_the_address(web: Any, admin: str, clock: Any,
-                                                           sync_conn: sqlite3.Connection) -> None:
+async def test_successful_logins_do_not_use_up_the_address(
+    web: Any, admin: str, clock: Any, sync_conn: sqlite3.Connection
+) -> None:
     add_admin(sync_conn, clock, username="second")
     for _ in range(ADDRESS_LIMIT.free + 2):
         assert (await attempt(web, password=ADMIN_PASSWORD))[0] == 303
@@ -187,8 +201,11 @@ async def test_successful_logins_do_not_use_up_the_address(web: Any, admin: str,
 async def test_throttled_json_login(server_client: Any, admin: str) -> None:
     for _ in range(USER_LIMIT.free + 1):
         page = await server_client.get("/login")
-        resp = await server_client.post("/login", json={"username": ADMIN_USER, "password": WRONG},
-                                        headers={"X-CSRF-Token": csrf_from(await page.text())})
+        resp = await server_client.post(
+            "/login",
+            json={"username": ADMIN_USER, "password": WRONG},
+            headers={"X-CSRF-Token": csrf_from(await page.text())},
+        )
     assert resp.status == 429 and resp.headers["Retry-After"] == "2"
     body = await resp.json()
     assert body["error"]["code"] == "login_throttled" and body["error"]["retryable"] is True
@@ -199,19 +216,25 @@ async def test_throttled_json_login(server_client: Any, admin: str) -> None:
 async def test_throttled_form_login_shows_the_form_again(server_client: Any, admin: str) -> None:
     for _ in range(USER_LIMIT.free):
         page = await server_client.get("/login")
-        await server_client.post("/login", data={"username": ADMIN_USER, "password": WRONG,
-                                                 "csrf_token": csrf_from(await page.text())}, allow_redirects=False)
+        await server_client.post(
+            "/login",
+            data={"username": ADMIN_USER, "password": WRONG, "csrf_token": csrf_from(await page.text())},
+            allow_redirects=False,
+        )
     page = await server_client.get("/login")
-    resp = await server_client.post("/login", data={"username": ADMIN_USER, "password": ADMIN_PASSWORD,
-                                                    "csrf_token": csrf_from(await page.text())},
-                                    allow_redirects=False)
+    resp = await server_client.post(
+        "/login",
+        data={"username": ADMIN_USER, "password": ADMIN_PASSWORD, "csrf_token": csrf_from(await page.text())},
+        allow_redirects=False,
+    )
     assert resp.status == 429
     html = await resp.text()
     assert "登录尝试过于频繁" in html and 'name="password"' in html
 
 
-async def test_sweep_forgets_quiet_records_only(web: Any, admin: str, clock: Any,
-                                                sync_conn: sqlite3.Connection) -> None:
+async def test_sweep_forgets_quiet_records_only(
+    web: Any, admin: str, clock: Any, sync_conn: sqlite3.Connection
+) -> None:
     """Guesses at many usernames leave records; the periodic sweep deletes those the rule has forgotten
     (no guess for FORGET_S, no back-off running) and keeps the rest."""
     for i in range(3):

@@ -37,12 +37,15 @@ async def form_with(client: Any, cookie: str | None) -> tuple[str, str]:
 async def post_with(client: Any, cookie: str, token: str, password: str = ADMIN_PASSWORD) -> Any:
     """POST /login with exactly this pre-login cookie and token."""
     client.session.cookie_jar.clear()
-    return await client.post("/login", data={"username": ADMIN_USER, "password": password, "csrf_token": token},
-                             headers={"Cookie": f"cmbuyer_login={cookie}"}, allow_redirects=False)
+    return await client.post(
+        "/login",
+        data={"username": ADMIN_USER, "password": password, "csrf_token": token},
+        headers={"Cookie": f"cmbuyer_login={cookie}"},
+        allow_redirects=False,
+    )
 
 
-async def test_client_chosen_value_is_replaced_and_refused(server_client: Any, admin: str,
-                                                           sync_conn: Any) -> None:
+async def test_client_chosen_value_is_replaced_and_refused(server_client: Any, admin: str, sync_conn: Any) -> None:
     """An attacker picks a well-formed value, loads the form with it to learn its token, and plants the
     pair in a victim's browser: the server never adopts the value, so the pair is useless."""
     chosen = admin_sessions.new_token()
@@ -98,8 +101,9 @@ async def test_expired_value_is_replaced_and_refused(server_client: Any, admin: 
     assert (await form_with(server_client, value))[0] != value
 
 
-async def test_value_from_another_server_process_is_refused(aiohttp_client: Any, settings: Any, clock: Any,
-                                                            server_client: Any, admin: str) -> None:
+async def test_value_from_another_server_process_is_refused(
+    aiohttp_client: Any, settings: Any, clock: Any, server_client: Any, admin: str
+) -> None:
     """A restart (or a second process) has a new key: values issued before are not ours."""
     value, token = await form_with(server_client, None)
     restarted = await aiohttp_client(create_app(settings, clock))

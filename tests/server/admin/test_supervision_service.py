@@ -34,8 +34,10 @@ OPS = Actor("admin", "ops")
 
 def fingerprint(conn: sqlite3.Connection) -> list[Any]:
     """Everything the admin supervision use-cases may write."""
-    return [conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() for table in
-            ("approval_requests", "supervision_pairs", "supervision_verdicts", "attempts", "audit_log")]
+    return [
+        conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+        for table in ("approval_requests", "supervision_pairs", "supervision_verdicts", "attempts", "audit_log")
+    ]
 
 
 def tx(conn: sqlite3.Connection, fn: Any) -> Any:
@@ -54,37 +56,61 @@ def waiting(make_task: Any, make_device: Any, seed: Any) -> dict[str, Any]:
 
 # -- the side-by-side table --------------------------------------------------------------------------------
 
+
 def _auth(conn: sqlite3.Connection, task_id: str) -> Any:
     return auth_store.latest_for_task(conn, task_id)
 
 
-def test_matching_readings_pass_every_row_and_the_fence_gates(waiting: dict[str, Any], sync_conn: Any,
-                                                              settings: Any) -> None:
+def test_matching_readings_pass_every_row_and_the_fence_gates(
+    waiting: dict[str, Any], sync_conn: Any, settings: Any
+) -> None:
     auth = _auth(sync_conn, waiting["task"].id)
     rows = service.compare(readings(), auth, settings.allowed_payment_modes)
-    assert [r.label for r in rows] == ["颜色", "尺码", "闸门一单价", "闸门二单价", "闸门三单价", "数量",
-                                       "总价（提交按钮）", "支付方式"]
+    assert [r.label for r in rows] == [
+        "颜色",
+        "尺码",
+        "闸门一单价",
+        "闸门二单价",
+        "闸门三单价",
+        "数量",
+        "总价（提交按钮）",
+        "支付方式",
+    ]
     assert all(r.ok for r in rows), rows
-    assert [r.read for r in rows] == ["黑色CHA(纯棉)", "M(建议100-115)", "¥12.88", "¥12.88", "¥12.88", "2", "¥25.76",
-                                      "微信支付"]
+    assert [r.read for r in rows] == [
+        "黑色CHA(纯棉)",
+        "M(建议100-115)",
+        "¥12.88",
+        "¥12.88",
+        "¥12.88",
+        "2",
+        "¥25.76",
+        "微信支付",
+    ]
     assert rows[0].task == "黑色CHA(纯棉)" and rows[5].task == "2" and "¥30.00" in rows[6].task
     assert service.gate_verdict(readings(), auth, settings.allowed_payment_modes) is None
 
 
-@pytest.mark.parametrize(("over", "bad", "gate"), [
-    ({"selected_color": "白色"}, {"颜色"}, "sku_mismatch"),
-    ({"selected_size": None}, {"尺码"}, "sku_mismatch"),
-    ({"quantity_read": 3}, {"数量"}, "quantity_mismatch"),
-    ({"gate3_unit_price": "13.88"}, {"闸门三单价"}, "unit_price_changed"),
-    ({"gate1_unit_price": "15.01", "gate2_unit_price": "15.01", "gate3_unit_price": "15.01"},
-     {"闸门一单价"}, "total_over_cap"),
-    ({"confirm_page_amount": "26.76"}, {"总价（提交按钮）"}, "total_above_items"),
-    ({"payment_mode": "先用后付"}, {"支付方式"}, "payment_mode_not_allowed"),
-    ({"confirm_page_amount": "25.00"}, set(), None),  # a discount passes (fence rule)
-])
-def test_mismatches_are_flagged_row_by_row_like_the_fence(waiting: dict[str, Any], sync_conn: Any, settings: Any,
-                                                          over: dict[str, Any], bad: set[str],
-                                                          gate: str | None) -> None:
+@pytest.mark.parametrize(
+    ("over", "bad", "gate"),
+    [
+        ({"selected_color": "白色"}, {"颜色"}, "sku_mismatch"),
+        ({"selected_size": None}, {"尺码"}, "sku_mismatch"),
+        ({"quantity_read": 3}, {"数量"}, "quantity_mismatch"),
+        ({"gate3_unit_price": "13.88"}, {"闸门三单价"}, "unit_price_changed"),
+        (
+            {"gate1_unit_price": "15.01", "gate2_unit_price": "15.01", "gate3_unit_price": "15.01"},
+            {"闸门一单价"},
+            "total_over_cap",
+        ),
+        ({"confirm_page_amount": "26.76"}, {"总价（提交按钮）"}, "total_above_items"),
+        ({"payment_mode": "先用后付"}, {"支付方式"}, "payment_mode_not_allowed"),
+        ({"confirm_page_amount": "25.00"}, set(), None),  # a discount passes (fence rule)
+    ],
+)
+def test_mismatches_are_flagged_row_by_row_like_the_fence(
+    waiting: dict[str, Any], sync_conn: Any, settings: Any, over: dict[str, Any], bad: set[str], gate: str | None
+) -> None:
     auth = _auth(sync_conn, waiting["task"].id)
     values = readings(**over)
     rows = service.compare(values, auth, settings.allowed_payment_modes)
@@ -101,8 +127,9 @@ def test_unreadable_readings_fail_closed(waiting: dict[str, Any], sync_conn: Any
         assert service.gate_verdict(values, auth, settings.allowed_payment_modes) == "unreadable"
 
 
-def test_task_panel_shows_the_waiting_request_then_the_approval(waiting: dict[str, Any], sync_conn: Any,
-                                                                settings: Any, clock: Any) -> None:
+def test_task_panel_shows_the_waiting_request_then_the_approval(
+    waiting: dict[str, Any], sync_conn: Any, settings: Any, clock: Any
+) -> None:
     panel = tx(sync_conn, lambda c: service.task_panel(c, waiting["task"].id, settings))
     ap = panel["approval"]
     assert ap["id"] == waiting["approval"] and ap["state"] == "WAITING" and ap["readable"] and ap["gates"] is None
@@ -117,18 +144,25 @@ def test_task_panel_shows_the_waiting_request_then_the_approval(waiting: dict[st
 
 # -- approve / reject ---------------------------------------------------------------------------------------
 
+
 def test_approve_records_who_and_audits_once(waiting: dict[str, Any], sync_conn: Any, clock: Any) -> None:
     assert tx(sync_conn, lambda c: service.waiting_tasks(c, [waiting["task"].id])) == {waiting["task"].id}
     d = tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], "approve", OPS, clock.now(), "rid-1"))
     assert (d.state, d.changed, d.task_id) == ("APPROVED", True, waiting["task"].id)
-    row = sync_conn.execute("SELECT state, decided_by, decided_at FROM approval_requests WHERE id = ?",
-                            (waiting["approval"],)).fetchone()
+    row = sync_conn.execute(
+        "SELECT state, decided_by, decided_at FROM approval_requests WHERE id = ?", (waiting["approval"],)
+    ).fetchone()
     assert row["state"] == "APPROVED" and row["decided_by"] == "admin:ops" and row["decided_at"]
     audits = sync_conn.execute("SELECT * FROM audit_log WHERE action LIKE 'approval.%'").fetchall()
     assert len(audits) == 1
     a = audits[0]
-    assert (a["actor_kind"], a["actor_id"], a["subject_kind"], a["subject_id"], a["request_id"]) == \
-        ("admin", "ops", "task", waiting["task"].id, "rid-1")
+    assert (a["actor_kind"], a["actor_id"], a["subject_kind"], a["subject_id"], a["request_id"]) == (
+        "admin",
+        "ops",
+        "task",
+        waiting["task"].id,
+        "rid-1",
+    )
     detail = json.loads(a["detail_json"])
     assert detail["approval_id"] == waiting["approval"] and detail["attempt_id"] == waiting["attempt"]
     assert detail["from"] == "WAITING" and detail["to"] == "APPROVED" and detail["pack_key"] == PACK_KEY
@@ -140,24 +174,31 @@ def test_approve_records_who_and_audits_once(waiting: dict[str, Any], sync_conn:
     # the other decision after the fact: refused, nothing written
     with pytest.raises(ApprovalNotWaiting) as exc:
         tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], "reject", OPS, clock.now()))
-    assert exc.value.status == 409 and exc.value.code == "approval_not_waiting" and "已由 admin:ops 已批准" in \
-        exc.value.message
+    assert (
+        exc.value.status == 409
+        and exc.value.code == "approval_not_waiting"
+        and "已由 admin:ops 已批准" in exc.value.message
+    )
     assert fingerprint(sync_conn) == snap
 
 
 def test_reject(waiting: dict[str, Any], sync_conn: Any, clock: Any) -> None:
     d = tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], "reject", OPS, clock.now()))
     assert (d.state, d.changed) == ("REJECTED", True)
-    assert sync_conn.execute("SELECT action FROM audit_log WHERE action LIKE 'approval.%'").fetchall()[0][0] == \
-        "approval.reject"
+    assert (
+        sync_conn.execute("SELECT action FROM audit_log WHERE action LIKE 'approval.%'").fetchall()[0][0]
+        == "approval.reject"
+    )
     # the attempt itself is left to the phone (it fails with REJECTED_BY_REVIEWER before the fence)
     assert sync_conn.execute("SELECT state FROM attempts WHERE id = ?", (waiting["attempt"],)).fetchone()[0] == "OPEN"
 
 
 @pytest.mark.parametrize("action", ["approve", "reject"])
 def test_a_void_request_changes_nothing(waiting: dict[str, Any], sync_conn: Any, clock: Any, action: str) -> None:
-    tx(sync_conn, lambda c: c.execute("UPDATE approval_requests SET state = 'VOID' WHERE id = ?",
-                                      (waiting["approval"],)))
+    tx(
+        sync_conn,
+        lambda c: c.execute("UPDATE approval_requests SET state = 'VOID' WHERE id = ?", (waiting["approval"],)),
+    )
     snap = fingerprint(sync_conn)
     with pytest.raises(ApprovalNotWaiting) as exc:
         tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], action, OPS, clock.now()))
@@ -166,8 +207,9 @@ def test_a_void_request_changes_nothing(waiting: dict[str, Any], sync_conn: Any,
 
 
 @pytest.mark.parametrize("action", ["approve", "reject"])
-def test_a_closed_attempt_changes_nothing(waiting: dict[str, Any], sync_conn: Any, clock: Any, seed: Any,
-                                          action: str) -> None:
+def test_a_closed_attempt_changes_nothing(
+    waiting: dict[str, Any], sync_conn: Any, clock: Any, seed: Any, action: str
+) -> None:
     seed.fail(waiting["task"].id, waiting["attempt"])  # the request was left WAITING (not voided): still refused
     snap = fingerprint(sync_conn)
     with pytest.raises(Conflict) as exc:
@@ -176,8 +218,9 @@ def test_a_closed_attempt_changes_nothing(waiting: dict[str, Any], sync_conn: An
     assert fingerprint(sync_conn) == snap
 
 
-def test_unreadable_readings_can_be_rejected_but_not_approved(make_task: Any, make_device: Any, seed: Any,
-                                                              sync_conn: Any, clock: Any) -> None:
+def test_unreadable_readings_can_be_rejected_but_not_approved(
+    make_task: Any, make_device: Any, seed: Any, sync_conn: Any, clock: Any
+) -> None:
     task = make_task(start=True)
     device = make_device().device_id
     attempt = supervised_claim(seed, task.id, device)
@@ -200,15 +243,18 @@ def test_unknown_or_malformed_approval_ids(sync_conn: Any, clock: Any) -> None:
 
 # -- verdicts ------------------------------------------------------------------------------------------------
 
-def _supervised_order(make_task: Any, seed: Any, device: str, *, observation: str | None = "SUBMITTED",
-                      supervised: bool = True) -> tuple[str, str]:
+
+def _supervised_order(
+    make_task: Any, seed: Any, device: str, *, observation: str | None = "SUBMITTED", supervised: bool = True
+) -> tuple[str, str]:
     task = make_task(start=True)
     attempt = supervised_claim(seed, task.id, device) if supervised else seed.claim(task.id, device, ordering=True)
     return task.id, seed.fence(task.id, attempt, device, observation=observation)
 
 
-def test_right_verdicts_count_towards_n(make_task: Any, make_device: Any, seed: Any, sync_conn: Any,
-                                        clock: Any, settings: Any) -> None:
+def test_right_verdicts_count_towards_n(
+    make_task: Any, make_device: Any, seed: Any, sync_conn: Any, clock: Any, settings: Any
+) -> None:
     device = make_device().device_id
     task_id, sid = _supervised_order(make_task, seed, device)
     panel = tx(sync_conn, lambda c: service.task_panel(c, task_id, settings))
@@ -220,8 +266,13 @@ def test_right_verdicts_count_towards_n(make_task: Any, make_device: Any, seed: 
     second = tx(sync_conn, lambda c: service.record_verdict(c, sid2, "RIGHT", "看过了", OPS, clock.now()))
     assert second.confirmed_orders == 2
     v = sync_conn.execute("SELECT * FROM supervision_verdicts WHERE submission_id = ?", (sid2,)).fetchone()
-    assert (v["verdict"], v["admin_id"], v["note"], v["device_id"], v["pack_key"]) == \
-        ("RIGHT", "ops", "看过了", device, PACK_KEY)
+    assert (v["verdict"], v["admin_id"], v["note"], v["device_id"], v["pack_key"]) == (
+        "RIGHT",
+        "ops",
+        "看过了",
+        device,
+        PACK_KEY,
+    )
     a = sync_conn.execute("SELECT * FROM audit_log WHERE action = 'supervision.verdict' ORDER BY id").fetchall()
     assert len(a) == 2 and a[0]["subject_id"] == task_id and a[0]["request_id"] == "rid-v"
     assert json.loads(a[1]["detail_json"])["confirmed_orders"] == 2
@@ -229,8 +280,9 @@ def test_right_verdicts_count_towards_n(make_task: Any, make_device: Any, seed: 
     assert panel["verdict"]["verdict"] == "RIGHT" and panel["verdict_submission_id"] is None
 
 
-def test_wrong_holds_the_pair_and_one_verdict_per_submission(make_task: Any, make_device: Any, seed: Any,
-                                                             sync_conn: Any, clock: Any) -> None:
+def test_wrong_holds_the_pair_and_one_verdict_per_submission(
+    make_task: Any, make_device: Any, seed: Any, sync_conn: Any, clock: Any
+) -> None:
     device = make_device().device_id
     set_pair(seed, device, 2)
     _, sid = _supervised_order(make_task, seed, device)
@@ -246,15 +298,20 @@ def test_wrong_holds_the_pair_and_one_verdict_per_submission(make_task: Any, mak
     assert fingerprint(sync_conn) == snap
 
 
-def test_verdict_refusals_change_nothing(make_task: Any, make_device: Any, seed: Any, sync_conn: Any,
-                                         clock: Any, settings: Any) -> None:
+def test_verdict_refusals_change_nothing(
+    make_task: Any, make_device: Any, seed: Any, sync_conn: Any, clock: Any, settings: Any
+) -> None:
     device = make_device().device_id
     task_plain, plain = _supervised_order(make_task, seed, device, supervised=False)
     _, unknown = _supervised_order(make_task, seed, device, observation="UNKNOWN")  # → RECONCILIATION_REQUIRED
     task_fenced, fenced = _supervised_order(make_task, seed, device, observation=None)  # no result yet
     snap = fingerprint(sync_conn)
-    cases = [(plain, "RIGHT", "not_supervised"), (fenced, "RIGHT", "invalid_state"), (fenced, "WRONG", "invalid_state"),
-             (unknown, "RIGHT", "invalid_state")]
+    cases = [
+        (plain, "RIGHT", "not_supervised"),
+        (fenced, "RIGHT", "invalid_state"),
+        (fenced, "WRONG", "invalid_state"),
+        (unknown, "RIGHT", "invalid_state"),
+    ]
     for sid, verdict, code in cases:
         with pytest.raises(DomainError) as exc:
             tx(sync_conn, lambda c, s=sid, v=verdict: service.record_verdict(c, s, v, None, OPS, clock.now()))
@@ -269,11 +326,17 @@ def test_verdict_refusals_change_nothing(make_task: Any, make_device: Any, seed:
     assert tx(sync_conn, lambda c: service.record_verdict(c, unknown, "WRONG", None, OPS, clock.now())).held
 
 
-@pytest.mark.parametrize(("raw", "field"), [
-    ({"verdict": "RIGHT"}, "verdict"), ({"verdict": None}, "verdict"), ({}, "verdict"),
-    ({"verdict": "wrong", "note": 5}, "note"), ({"verdict": "wrong", "note": "x" * 501}, "note"),
-    ({"verdict": "wrong", "note": "ok\u202e"}, "note"),
-])
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"verdict": "RIGHT"}, "verdict"),
+        ({"verdict": None}, "verdict"),
+        ({}, "verdict"),
+        ({"verdict": "wrong", "note": 5}, "note"),
+        ({"verdict": "wrong", "note": "x" * 501}, "note"),
+        ({"verdict": "wrong", "note": "ok\u202e"}, "note"),
+    ],
+)
 def test_parse_verdict_refusals(raw: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationFailed) as exc:
         service.parse_verdict(raw)
@@ -287,8 +350,10 @@ def test_parse_verdict() -> None:
 
 # -- resupervise and the devices page ------------------------------------------------------------------------
 
-def test_resupervise_resets_every_pair_of_the_device_only(make_device: Any, seed: Any, sync_conn: Any,
-                                                          clock: Any) -> None:
+
+def test_resupervise_resets_every_pair_of_the_device_only(
+    make_device: Any, seed: Any, sync_conn: Any, clock: Any
+) -> None:
     device, other = make_device("a").device_id, make_device("b").device_id
     set_pair(seed, device, 3)
     set_pair(seed, device, 1, pack_key="app:8.22.0:82200", held_reason="订单有误")
@@ -308,10 +373,20 @@ def test_resupervise_resets_every_pair_of_the_device_only(make_device: Any, seed
 
 def test_device_states(make_task: Any, make_device: Any, seed: Any, sync_conn: Any, clock: Any) -> None:
     pack, app, silent = (make_device(n).device_id for n in ("pack", "app", "silent"))
-    tx(sync_conn, lambda c: c.execute("UPDATE devices SET pack_id = ?, pdd_version = '8.22.0', pdd_version_code = 82200"
-                                      " WHERE id = ?", (PACK_KEY, pack)))
-    tx(sync_conn, lambda c: c.execute("UPDATE devices SET pack_id = 'NO_PACK', pdd_version = '8.22.0',"
-                                      " pdd_version_code = 82200 WHERE id = ?", (app,)))
+    tx(
+        sync_conn,
+        lambda c: c.execute(
+            "UPDATE devices SET pack_id = ?, pdd_version = '8.22.0', pdd_version_code = 82200 WHERE id = ?",
+            (PACK_KEY, pack),
+        ),
+    )
+    tx(
+        sync_conn,
+        lambda c: c.execute(
+            "UPDATE devices SET pack_id = 'NO_PACK', pdd_version = '8.22.0', pdd_version_code = 82200 WHERE id = ?",
+            (app,),
+        ),
+    )
     set_pair(seed, pack, 2)
     set_pair(seed, pack, 0, pack_key="old-pack", held_reason="订单有误（旧包）")
     task = make_task(start=True)

@@ -1,5 +1,6 @@
 """record_verdict must refuse a verdict word other than RIGHT/WRONG at the service boundary (before:
 anything not "RIGHT" was taken as WRONG and held the device–pack pair)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +13,9 @@ from tests.server.admin.test_supervision_service import OPS, _supervised_order, 
 
 
 @pytest.mark.parametrize("verdict", ["right", "wrong", "", "HOLD", None, "RIGHT "])
-def test_unknown_verdict_word_changes_nothing(verdict: Any, make_task: Any, make_device: Any, seed: Any,
-                                              sync_conn: Any, clock: Any) -> None:
+def test_unknown_verdict_word_changes_nothing(
+    verdict: Any, make_task: Any, make_device: Any, seed: Any, sync_conn: Any, clock: Any
+) -> None:
     device = make_device().device_id
     _, sid = _supervised_order(make_task, seed, device)
     snap = fingerprint(sync_conn)

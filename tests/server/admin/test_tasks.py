@@ -24,8 +24,15 @@ def row_ids(html: str) -> list[str]:
 
 
 def form(**over: Any) -> dict[str, str]:
-    base = {"create_key": new_id(), "title": "纯棉短袖", "product_url": URL, "sku_color": "黑色CHA(纯棉)",
-            "sku_size": "M(建议100-115)", "quantity": "2", "max_total_price": "30.00"}
+    base = {
+        "create_key": new_id(),
+        "title": "纯棉短袖",
+        "product_url": URL,
+        "sku_color": "黑色CHA(纯棉)",
+        "sku_size": "M(建议100-115)",
+        "quantity": "2",
+        "max_total_price": "30.00",
+    }
     base.update(over)
     return base
 
@@ -66,13 +73,13 @@ async def test_filters_state_keyword_dates(admin_client: AdminClient, make_task:
     assert await ids("?state=PENDING") == {b.id}
     assert await ids("?state=DRAFT&state=PENDING") == {a.id, b.id, c.id}
     assert await ids("?state=BOGUS") == {a.id, b.id, c.id}  # ignored with a message
-    assert await ids("?q=纯棉短袖") == {a.id}            # trigram index
-    assert await ids("?q=短袖") == {a.id, c.id}          # short keyword: bounded window
-    assert await ids("?q=藏青") == {b.id}                # SKU text is searchable too
-    assert await ids("?q=222222222") == {b.id}           # exact goods id
-    assert await ids(f"?q={c.id}") == {c.id}             # task id
+    assert await ids("?q=纯棉短袖") == {a.id}  # trigram index
+    assert await ids("?q=短袖") == {a.id, c.id}  # short keyword: bounded window
+    assert await ids("?q=藏青") == {b.id}  # SKU text is searchable too
+    assert await ids("?q=222222222") == {b.id}  # exact goods id
+    assert await ids(f"?q={c.id}") == {c.id}  # task id
     assert await ids("?q=不存在的商品") == set()
-    assert await ids('?q=" OR 1') == set()               # FTS syntax is quoted, not interpreted
+    assert await ids('?q=" OR 1') == set()  # FTS syntax is quoted, not interpreted
     day_a = (from_wire(a.created_at) + timedelta(hours=8)).strftime("%Y-%m-%d")
     day_b = (from_wire(b.created_at) + timedelta(hours=8)).strftime("%Y-%m-%d")
     assert await ids(f"?from={day_a}&to={day_a}") == {a.id}
@@ -153,8 +160,9 @@ BAD_FIELDS = [
 
 
 @pytest.mark.parametrize(("field", "value"), BAD_FIELDS)
-async def test_create_json_rejects_bad_fields(admin_client: AdminClient, sync_conn: Any, field: str,
-                                              value: Any) -> None:
+async def test_create_json_rejects_bad_fields(
+    admin_client: AdminClient, sync_conn: Any, field: str, value: Any
+) -> None:
     resp = await admin_client.post_json("/tasks", body(**{field: value}))
     assert resp.status == 400
     err = await resp.json()
@@ -167,8 +175,9 @@ async def test_create_json_rejects_unknown_duplicate_and_float(admin_client: Adm
     assert (await admin_client.post_json("/tasks", {**body(), "extra": 1})).status == 400
     raw = b'{"create_key":"d3c9f507-7473-4fa6-8d71-8786c34c6301","quantity":1.0}'
     for payload in (raw, b'{"a":1,"a":2}', b"[]", b"{} {}", b"\xef\xbb\xbf{}"):
-        resp = await admin_client.client.post("/tasks", data=payload, headers={
-            "Content-Type": "application/json", "X-CSRF-Token": admin_client.csrf})
+        resp = await admin_client.client.post(
+            "/tasks", data=payload, headers={"Content-Type": "application/json", "X-CSRF-Token": admin_client.csrf}
+        )
         assert resp.status == 400, payload
 
 
@@ -181,11 +190,14 @@ async def test_create_form_error_keeps_values_and_names_field(admin_client: Admi
     assert resp.status == 400 and "数量" in await resp.text()
 
 
-async def test_start_purchases_json(admin_client: AdminClient, make_task: Any, sync_conn: Any, clock: Any,
-                                    settings: Any) -> None:
+async def test_start_purchases_json(
+    admin_client: AdminClient, make_task: Any, sync_conn: Any, clock: Any, settings: Any
+) -> None:
     a, b = make_task(), make_task()
-    req = {"start_key": new_id(), "tasks": [{"task_id": a.id, "expected_task_version": 1},
-                                            {"task_id": b.id, "expected_task_version": 1}]}
+    req = {
+        "start_key": new_id(),
+        "tasks": [{"task_id": a.id, "expected_task_version": 1}, {"task_id": b.id, "expected_task_version": 1}],
+    }
     resp = await admin_client.post_json("/tasks/start-purchases", req)
     assert resp.status == 200
     out = await resp.json()
@@ -202,24 +214,38 @@ async def test_start_purchases_json(admin_client: AdminClient, make_task: Any, s
     assert other.status == 409 and (await other.json())["error"]["code"] == "idempotency_conflict"
 
 
-async def test_start_purchases_is_atomic_and_checks_versions(admin_client: AdminClient, make_task: Any,
-                                                             sync_conn: Any) -> None:
+async def test_start_purchases_is_atomic_and_checks_versions(
+    admin_client: AdminClient, make_task: Any, sync_conn: Any
+) -> None:
     a, b = make_task(), make_task(start=True)
-    stale = await admin_client.post_json("/tasks/start-purchases", {"start_key": new_id(), "tasks": [
-        {"task_id": a.id, "expected_task_version": 1}, {"task_id": b.id, "expected_task_version": 1}]})
+    stale = await admin_client.post_json(
+        "/tasks/start-purchases",
+        {
+            "start_key": new_id(),
+            "tasks": [{"task_id": a.id, "expected_task_version": 1}, {"task_id": b.id, "expected_task_version": 1}],
+        },
+    )
     assert stale.status == 409 and (await stale.json())["error"]["code"] == "version_conflict"
-    not_draft = await admin_client.post_json("/tasks/start-purchases", {"start_key": new_id(), "tasks": [
-        {"task_id": a.id, "expected_task_version": 1}, {"task_id": b.id, "expected_task_version": 2}]})
+    not_draft = await admin_client.post_json(
+        "/tasks/start-purchases",
+        {
+            "start_key": new_id(),
+            "tasks": [{"task_id": a.id, "expected_task_version": 1}, {"task_id": b.id, "expected_task_version": 2}],
+        },
+    )
     assert not_draft.status == 409
     assert sync_conn.execute("SELECT state, version FROM tasks WHERE id = ?", (a.id,)).fetchone()[:] == ("DRAFT", 1)
     assert sync_conn.execute("SELECT count(*) FROM authorizations WHERE task_id = ?", (a.id,)).fetchone()[0] == 0
-    unknown = await admin_client.post_json("/tasks/start-purchases", {"start_key": new_id(), "tasks": [
-        {"task_id": new_id(), "expected_task_version": 1}]})
+    unknown = await admin_client.post_json(
+        "/tasks/start-purchases", {"start_key": new_id(), "tasks": [{"task_id": new_id(), "expected_task_version": 1}]}
+    )
     assert unknown.status == 404
-    for bad in ({"start_key": new_id(), "tasks": []},
-                {"start_key": new_id(), "tasks": [{"task_id": a.id, "expected_task_version": 1}] * 2},
-                {"start_key": "x", "tasks": [{"task_id": a.id, "expected_task_version": 1}]},
-                {"start_key": new_id(), "tasks": [{"task_id": a.id, "expected_task_version": "1"}]}):
+    for bad in (
+        {"start_key": new_id(), "tasks": []},
+        {"start_key": new_id(), "tasks": [{"task_id": a.id, "expected_task_version": 1}] * 2},
+        {"start_key": "x", "tasks": [{"task_id": a.id, "expected_task_version": 1}]},
+        {"start_key": new_id(), "tasks": [{"task_id": a.id, "expected_task_version": "1"}]},
+    ):
         assert (await admin_client.post_json("/tasks/start-purchases", bad)).status == 400
 
 
@@ -240,6 +266,7 @@ async def test_start_purchases_form(admin_client: AdminClient, make_task: Any, s
 
 
 # -- one-dimension goods (issue 15 §2): no size is NULL, never an empty string ---------------------------
+
 
 async def test_create_without_size_json_form_and_list(admin_client: AdminClient, sync_conn: Any) -> None:
     resp = await admin_client.post_json("/tasks", body(sku_size=None, title="单规格 JSON"))

@@ -33,8 +33,10 @@ class StorageFault:
 
     async def on(self, table: str, op: str = "INSERT", mode: str = "ABORT") -> None:
         name = f"inject_{table}_{op.lower()}_{len(self._names)}"
-        sql = (f"CREATE TEMP TRIGGER {name} BEFORE {op} ON main.{table}"
-               f" BEGIN SELECT RAISE({mode}, 'injected storage failure'); END")
+        sql = (
+            f"CREATE TEMP TRIGGER {name} BEFORE {op} ON main.{table}"
+            f" BEGIN SELECT RAISE({mode}, 'injected storage failure'); END"
+        )
         await self._db.write(lambda c: c.execute(sql))
         self._names.append(name)
 
@@ -56,6 +58,16 @@ def fault(server_client: Any) -> StorageFault:
 
 def counts(conn: sqlite3.Connection) -> dict[str, int]:
     """Row counts of every table a device request may write."""
-    return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-            for t in ("device_requests", "attempts", "audit_log", "authorizations", "tasks", "events",
-                      "evidence_assets", "order_submissions")}
+    return {
+        t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        for t in (
+            "device_requests",
+            "attempts",
+            "audit_log",
+            "authorizations",
+            "tasks",
+            "events",
+            "evidence_assets",
+            "order_submissions",
+        )
+    }

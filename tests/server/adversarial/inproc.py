@@ -72,8 +72,9 @@ class InProcServer:
         self.loop.close()
         self.loop = None
 
-    def request(self, path: str, headers: dict[str, str], body: bytes,
-                content_type: str = "application/json") -> tuple[int, bytes]:
+    def request(
+        self, path: str, headers: dict[str, str], body: bytes, content_type: str = "application/json"
+    ) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
             conn.request("POST", path, body=body, headers={"Content-Type": content_type, **headers})

@@ -34,9 +34,16 @@ from tests.server.submissions.helpers import (
 )
 
 ZERO = "13c9f507-7473-4fa6-8d71-8786c34c6301"
-ROUTES = [HEARTBEAT, CLAIM_NEXT, f"/api/v1/tasks/{ZERO}/lease/renew", events_path(ZERO),
-          f"/api/v1/tasks/{ZERO}/evidence", f"/api/v1/purchase-attempts/{ZERO}/fail", fence_path(ZERO),
-          result_path(ZERO)]
+ROUTES = [
+    HEARTBEAT,
+    CLAIM_NEXT,
+    f"/api/v1/tasks/{ZERO}/lease/renew",
+    events_path(ZERO),
+    f"/api/v1/tasks/{ZERO}/evidence",
+    f"/api/v1/purchase-attempts/{ZERO}/fail",
+    fence_path(ZERO),
+    result_path(ZERO),
+]
 
 
 async def _raw(port: int, head: bytes) -> bytes:
@@ -54,29 +61,40 @@ async def test_401_before_any_body_byte_on_every_route(server_client: Any, claim
     bad_token = "f" * 64
     for path in ROUTES:
         for expect in (b"", b"Expect: 100-continue\r\n"):
-            head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            head = (
+                (
+                    f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     f"Authorization: Bearer {bad_token}\r\nX-CMBuyer-Device-ID: {claimed.device.device_id}\r\n"
-                    "Content-Length: 1000000000\r\n").encode() + expect + b"\r\n"
+                    "Content-Length: 1000000000\r\n"
+                ).encode()
+                + expect
+                + b"\r\n"
+            )
             answer = await _raw(port, head)  # the body is never sent: a reader would wait forever
             assert answer.startswith(b"HTTP/1.1 401"), (path, answer[:60])
             assert b"100 Continue" not in answer
             assert answer.endswith(b"\r\n\r\n")  # empty body
 
 
-async def test_revoked_mid_flow_is_401_and_nobody_takes_over(server_client: Any, claimed: Claim,
-                                                             sync_conn: sqlite3.Connection, clock: ManualClock,
-                                                             make_device: Callable[..., Any]) -> None:
-    run_in_transaction(sync_conn, lambda c: device_service.revoke_device(c, claimed.device.device_id, TEST_ACTOR,
-                                                                         clock.now()))
+async def test_revoked_mid_flow_is_401_and_nobody_takes_over(
+    server_client: Any,
+    claimed: Claim,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    make_device: Callable[..., Any],
+) -> None:
+    run_in_transaction(
+        sync_conn, lambda c: device_service.revoke_device(c, claimed.device.device_id, TEST_ACTOR, clock.now())
+    )
     before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed))
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert (status, raw) == (401, b"")
     assert fingerprint(sync_conn) == before
     other = make_device("b")
     assert (await post_json(server_client, HEARTBEAT, other, heartbeat_body(other.device_id)))[0] == 200
-    status, _ = await post_json(server_client, CLAIM_NEXT, other,
-                                {"session_id": new_id(), "claim_request_id": new_id()})
+    status, _ = await post_json(
+        server_client, CLAIM_NEXT, other, {"session_id": new_id(), "claim_request_id": new_id()}
+    )
     assert status == 204  # the revoked device's claim is not released to anyone
     row = sync_conn.execute("SELECT state, device_id FROM attempts WHERE id = ?", (claimed.attempt_id,)).fetchone()
     assert tuple(row) == ("OPEN", claimed.device.device_id)
@@ -91,8 +109,7 @@ async def test_event_volume(server_client: Any, claimed: Claim, sync_conn: sqlit
     status, raw = await post_json(server_client, path, claimed.device, {**events_body(claimed), "events": []})
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
     big = events_body(claimed, [event(summary="长" * 200)] * 20)  # > 16 KiB as JSON with \u escapes
-    status, raw = await post_json(server_client, path, claimed.device,
-                                  json.dumps(big, ensure_ascii=True).encode())
+    status, raw = await post_json(server_client, path, claimed.device, json.dumps(big, ensure_ascii=True).encode())
     assert (status, json.loads(raw)) == (413, {"error": "request_too_large"})
     assert fingerprint(sync_conn) == before
     batches = soak_iterations(25)
@@ -103,6 +120,8 @@ async def test_event_volume(server_client: Any, claimed: Claim, sync_conn: sqlit
         answer = json.loads(raw)
         assert (answer["first_seq"], answer["last_seq"]) == (expected_first, expected_first + 19)
         expected_first += 20
-    seqs = [r[0] for r in sync_conn.execute("SELECT seq FROM events WHERE attempt_id = ? ORDER BY seq",
-                                            (claimed.attempt_id,))]
+    seqs = [
+        r[0]
+        for r in sync_conn.execute("SELECT seq FROM events WHERE attempt_id = ? ORDER BY seq", (claimed.attempt_id,))
+    ]
     assert seqs == list(range(1, expected_first))

@@ -45,8 +45,14 @@ RENEW = "/api/v1/tasks/{}/lease/renew"
 
 
 def _renew_body(c: Claim, **over: Any) -> dict[str, Any]:
-    body = {"renew_request_id": new_id(), "session_id": c.session_id, "attempt_id": c.attempt_id,
-            "claim_generation": c.generation, "claim_token": c.token, "expected_lease_expires_at": c.lease_expires_at}
+    body = {
+        "renew_request_id": new_id(),
+        "session_id": c.session_id,
+        "attempt_id": c.attempt_id,
+        "claim_generation": c.generation,
+        "claim_token": c.token,
+        "expected_lease_expires_at": c.lease_expires_at,
+    }
     body.update(over)
     return body
 
@@ -58,8 +64,10 @@ async def _fence(client: Any, c: Claim, **over: Any) -> tuple[int, Any]:
 
 # --- now == lease end ---------------------------------------------------------------------------------
 
-async def test_lease_end_is_expired_for_fence_renew_events(server_client: Any, claimed: Claim, clock: ManualClock,
-                                                           sync_conn: sqlite3.Connection) -> None:
+
+async def test_lease_end_is_expired_for_fence_renew_events(
+    server_client: Any, claimed: Claim, clock: ManualClock, sync_conn: sqlite3.Connection
+) -> None:
     clock.set(claimed.lease_expires_at)
     before = fingerprint(sync_conn)
     assert await _fence(server_client, claimed) == (409, {"error": "claim_not_current"})
@@ -73,9 +81,13 @@ async def test_lease_end_is_expired_for_fence_renew_events(server_client: Any, c
     assert (await _fence(server_client, claimed))[0] == 200
 
 
-async def test_sweeper_at_lease_end_never_reopens_the_fence(server_client: Any, claimed: Claim, clock: ManualClock,
-                                                            make_device: Callable[..., Any],
-                                                            sync_conn: sqlite3.Connection) -> None:
+async def test_sweeper_at_lease_end_never_reopens_the_fence(
+    server_client: Any,
+    claimed: Claim,
+    clock: ManualClock,
+    make_device: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     status, body = await _fence(server_client, claimed)
     assert status == 200 and body["click_permitted"] is True
     lease = sync_conn.execute("SELECT lease_expires_at FROM attempts WHERE id = ?", (claimed.attempt_id,)).fetchone()[0]
@@ -87,8 +99,9 @@ async def test_sweeper_at_lease_end_never_reopens_the_fence(server_client: Any, 
     assert (await _fence(server_client, claimed))[0] == 409
     other = make_device("b")
     await post_json(server_client, "/api/v1/devices/heartbeat", other, heartbeat_body(other.device_id))
-    status, _ = await post_json(server_client, CLAIM_NEXT, other,
-                                {"session_id": new_id(), "claim_request_id": new_id()})
+    status, _ = await post_json(
+        server_client, CLAIM_NEXT, other, {"session_id": new_id(), "claim_request_id": new_id()}
+    )
     assert status == 204
     assert sync_conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 1
     for _ in range(3):  # the sweeper is idempotent and never releases anything
@@ -99,9 +112,14 @@ async def test_sweeper_at_lease_end_never_reopens_the_fence(server_client: Any, 
 
 @pytest.mark.parametrize("fence_first", [True, False])
 @pytest.mark.parametrize("offset_us", [0, -1])
-async def test_sweeper_races_fence_at_exact_lease_end(server_client: Any, claimed: Claim, clock: ManualClock,
-                                                      sync_conn: sqlite3.Connection, fence_first: bool,
-                                                      offset_us: int) -> None:
+async def test_sweeper_races_fence_at_exact_lease_end(
+    server_client: Any,
+    claimed: Claim,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    fence_first: bool,
+    offset_us: int,
+) -> None:
     """Both jobs in one group-committed batch, in both orders, at lease end and 1 µs before it."""
     clock.set(from_wire(claimed.lease_expires_at) + timedelta(microseconds=offset_us))
     db = server_client.server.app[DB]
@@ -109,8 +127,14 @@ async def test_sweeper_races_fence_at_exact_lease_end(server_client: Any, claime
     body = fence_body(claimed)
 
     def fence_job(conn: sqlite3.Connection) -> Any:
-        return fence_service.create_fence(conn, device_id=claimed.device.device_id, attempt_id=claimed.attempt_id,
-                                          body=body, now=now, allowed_payment_modes=DEFAULT_PAYMENT_MODES)
+        return fence_service.create_fence(
+            conn,
+            device_id=claimed.device.device_id,
+            attempt_id=claimed.attempt_id,
+            body=body,
+            now=now,
+            allowed_payment_modes=DEFAULT_PAYMENT_MODES,
+        )
 
     def sweep_job(conn: sqlite3.Connection) -> Any:
         return recovery.sweep(conn, now)
@@ -132,8 +156,9 @@ async def test_sweeper_races_fence_at_exact_lease_end(server_client: Any, claime
 
 
 @pytest.mark.parametrize("result_first", [True, False])
-async def test_sweeper_races_result_at_exact_lease_end(server_client: Any, claimed: Claim, clock: ManualClock,
-                                                       sync_conn: sqlite3.Connection, result_first: bool) -> None:
+async def test_sweeper_races_result_at_exact_lease_end(
+    server_client: Any, claimed: Claim, clock: ManualClock, sync_conn: sqlite3.Connection, result_first: bool
+) -> None:
     status, body = await _fence(server_client, claimed)
     sid = body["submission_id"]
     lease = sync_conn.execute("SELECT lease_expires_at FROM attempts WHERE id = ?", (claimed.attempt_id,)).fetchone()[0]
@@ -143,8 +168,9 @@ async def test_sweeper_races_result_at_exact_lease_end(server_client: Any, claim
     rbody = result_body(claimed, "SUBMITTED")
 
     def result_job(conn: sqlite3.Connection) -> Any:
-        return result_service.report_result(conn, device_id=claimed.device.device_id, submission_id=sid,
-                                            body=rbody, now=now)
+        return result_service.report_result(
+            conn, device_id=claimed.device.device_id, submission_id=sid, body=rbody, now=now
+        )
 
     def sweep_job(conn: sqlite3.Connection) -> Any:
         return recovery.sweep(conn, now)
@@ -170,11 +196,27 @@ async def test_sweeper_races_result_at_exact_lease_end(server_client: Any, claim
 
 # --- path ids -----------------------------------------------------------------------------------------
 
+
 def _noncanonical(good: str) -> list[str]:
-    return [good.upper(), "{" + good + "}", good.replace("-", ""), "urn:uuid:" + good, good + "%0A", good + "%20",
-            "%20" + good, good[:14] + "1" + good[15:], good[:19] + "c" + good[20:], good[:-1], good + "0",
-            "１" + good[1:], good.replace("-", "%2D", 1) + "x", "..", "%2e%2e", "a" * 5000,
-            "00000000-0000-0000-0000-000000000000"]
+    return [
+        good.upper(),
+        "{" + good + "}",
+        good.replace("-", ""),
+        "urn:uuid:" + good,
+        good + "%0A",
+        good + "%20",
+        "%20" + good,
+        good[:14] + "1" + good[15:],
+        good[:19] + "c" + good[20:],
+        good[:-1],
+        good + "0",
+        "１" + good[1:],
+        good.replace("-", "%2D", 1) + "x",
+        "..",
+        "%2e%2e",
+        "a" * 5000,
+        "00000000-0000-0000-0000-000000000000",
+    ]
 
 
 async def test_non_canonical_path_ids(server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection) -> None:
@@ -182,11 +224,13 @@ async def test_non_canonical_path_ids(server_client: Any, claimed: Claim, sync_c
     data = png()
     mp, ctype = multipart(evidence_fields(claimed, data), data)
     for bad in _noncanonical(claimed.task_id):
-        for path, body, expected in ((events_path(bad), events_body(claimed), 400),
-                                     (RENEW.format(bad), _renew_body(claimed), 400),
-                                     (fence_path(bad), fence_body(claimed), 400),
-                                     (fail_path(bad), fail_body(claimed), 400),
-                                     (result_path(bad), result_body(claimed), 404)):
+        for path, body, expected in (
+            (events_path(bad), events_body(claimed), 400),
+            (RENEW.format(bad), _renew_body(claimed), 400),
+            (fence_path(bad), fence_body(claimed), 400),
+            (fail_path(bad), fail_body(claimed), 400),
+            (result_path(bad), result_body(claimed), 404),
+        ):
             status, raw = await post_json(server_client, path, claimed.device, body)
             assert status in (expected, 404), (path, status, raw)  # 404: the router did not match at all
             assert status < 500
@@ -197,8 +241,14 @@ async def test_non_canonical_path_ids(server_client: Any, claimed: Claim, sync_c
 
 # --- URL vs body, crossing attempts/tasks/devices -------------------------------------------------------
 
-async def test_url_and_body_ids_must_agree(server_client: Any, claimed: Claim, make_task: Callable[..., Any],
-                                           make_device: Callable[..., Any], sync_conn: sqlite3.Connection) -> None:
+
+async def test_url_and_body_ids_must_agree(
+    server_client: Any,
+    claimed: Claim,
+    make_task: Callable[..., Any],
+    make_device: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     make_task(start=True)
     other = await claim_http(server_client, make_device("b"))
     before = fingerprint(sync_conn)
@@ -218,9 +268,11 @@ async def test_url_and_body_ids_must_agree(server_client: Any, claimed: Claim, m
         status, raw = await post_json(server_client, path, claimed.device, body)
         assert (status, json.loads(raw)) == (409, conflict), path
     # the other device presenting my attempt with my (stolen) token is still not my device
-    for path, body in ((fence_path(claimed.attempt_id), fence_body(claimed)),
-                       (fail_path(claimed.attempt_id), fail_body(claimed)),
-                       (events_path(claimed.task_id), events_body(claimed))):
+    for path, body in (
+        (fence_path(claimed.attempt_id), fence_body(claimed)),
+        (fail_path(claimed.attempt_id), fail_body(claimed)),
+        (events_path(claimed.task_id), events_body(claimed)),
+    ):
         status, raw = await post_json(server_client, path, other.device, body)
         assert (status, json.loads(raw)) == (409, conflict), path
     data = png()
@@ -232,32 +284,45 @@ async def test_url_and_body_ids_must_agree(server_client: Any, claimed: Claim, m
     _, mine = await _fence(server_client, claimed)
     status, raw = await post_json(server_client, result_path(mine["submission_id"]), other.device, result_body(other))
     assert (status, json.loads(raw)) == (404, {"error": "not_found"})
-    status, raw = await post_json(server_client, result_path(mine["submission_id"]), claimed.device,
-                                  result_body(claimed, attempt_id=other.attempt_id))
+    status, raw = await post_json(
+        server_client,
+        result_path(mine["submission_id"]),
+        claimed.device,
+        result_body(claimed, attempt_id=other.attempt_id),
+    )
     assert (status, json.loads(raw)) == (409, conflict)
 
 
-async def test_one_key_across_endpoints_and_devices(server_client: Any, claimed: Claim,
-                                                    make_device: Callable[..., Any], make_task: Callable[..., Any],
-                                                    sync_conn: sqlite3.Connection) -> None:
+async def test_one_key_across_endpoints_and_devices(
+    server_client: Any,
+    claimed: Claim,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     key = new_id()
-    status, _ = await post_json(server_client, events_path(claimed.task_id), claimed.device,
-                                events_body(claimed, batch_key=key))
+    status, _ = await post_json(
+        server_client, events_path(claimed.task_id), claimed.device, events_body(claimed, batch_key=key)
+    )
     assert status == 200
     before = fingerprint(sync_conn)
     idem = {"error": "idempotency_conflict"}
-    for path, body in ((fence_path(claimed.attempt_id), fence_body(claimed, fence_key=key)),
-                       (fail_path(claimed.attempt_id), fail_body(claimed, fail_key=key)),
-                       (RENEW.format(claimed.task_id), _renew_body(claimed, renew_request_id=key)),
-                       (CLAIM_NEXT, {"session_id": claimed.session_id, "claim_request_id": key})):
+    for path, body in (
+        (fence_path(claimed.attempt_id), fence_body(claimed, fence_key=key)),
+        (fail_path(claimed.attempt_id), fail_body(claimed, fail_key=key)),
+        (RENEW.format(claimed.task_id), _renew_body(claimed, renew_request_id=key)),
+        (CLAIM_NEXT, {"session_id": claimed.session_id, "claim_request_id": key}),
+    ):
         status, raw = await post_json(server_client, path, claimed.device, body)
         assert (status, json.loads(raw)) == (409, idem), path
     make_task(start=True)
     other = await claim_http(server_client, make_device("b"))
     before = fingerprint(sync_conn)
-    for path, body in ((events_path(other.task_id), events_body(other, batch_key=key)),
-                       (fence_path(other.attempt_id), fence_body(other, fence_key=key)),
-                       (CLAIM_NEXT, {"session_id": other.session_id, "claim_request_id": key})):
+    for path, body in (
+        (events_path(other.task_id), events_body(other, batch_key=key)),
+        (fence_path(other.attempt_id), fence_body(other, fence_key=key)),
+        (CLAIM_NEXT, {"session_id": other.session_id, "claim_request_id": key}),
+    ):
         status, raw = await post_json(server_client, path, other.device, body)
         assert (status, json.loads(raw)) == (409, idem), path
     assert fingerprint(sync_conn) == before

@@ -46,7 +46,6 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-
 def _gc_while_locked(settings: Settings, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """Run gc while another connection (as another process's writer would) holds the write lock."""
     other = connect_sync(settings.db_path)
@@ -58,12 +57,14 @@ def _gc_while_locked(settings: Settings, capsys: pytest.CaptureFixture[str]) -> 
         other.close()
     return code, err
 
+
 # --- found by review and fixed (each failed on the first version) ---------------------------------------
 
 
 @pytest.mark.parametrize("depth", ["top", "sub"])
 def test_gc_never_follows_a_symlinked_directory_out_of_the_evidence_tree(
-        settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str], depth: str) -> None:
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str], depth: str
+) -> None:
     """Found: ``files.scan`` tests ``top.is_dir()`` / ``sub.is_dir()``, which follow symlinks, so a
     symlinked ``ab`` or ``ab/cd`` directory is walked and gc unlinks a file that lives outside the
     evidence dir (here: an old, unreferenced-looking copy on another volume). gc must only ever remove
@@ -89,8 +90,9 @@ def test_gc_never_follows_a_symlinked_directory_out_of_the_evidence_tree(
     assert report["removed"] == 0
 
 
-def test_gc_that_fails_on_a_locked_database_has_removed_nothing(settings: Settings, sync_conn: sqlite3.Connection,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_gc_that_fails_on_a_locked_database_has_removed_nothing(
+    settings: Settings, sync_conn: sqlite3.Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Found: stale temporary files are unlinked *before* the audit transaction. When only temporary
     files are found and another process holds the write lock, gc deletes them, then fails to write its
     audit row and exits 4 with ``storage error`` — the operator is told the run failed, yet files are
@@ -121,8 +123,9 @@ def test_evidence_byte_budget_above_range_names_the_variable(tmp_path: Path) -> 
         load_settings(tmp_path, {"CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT": "4294967297"})
 
 
-def test_gc_reference_check_does_not_scan_every_asset_under_the_write_lock(settings: Settings,
-                                                                           sync_conn: sqlite3.Connection) -> None:
+def test_gc_reference_check_does_not_scan_every_asset_under_the_write_lock(
+    settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     """Found: ``evidence_assets`` has no index on ``sha256``, so each chunk's ``referenced()`` query
     (run inside BEGIN IMMEDIATE) is a full table scan. Every old file on disk — referenced ones too — is
     a candidate, so a run does (files / 200) full scans while the server's writer waits: measured here
@@ -142,8 +145,9 @@ def test_gc_reference_check_does_not_scan_every_asset_under_the_write_lock(setti
 # --- regressions that held -------------------------------------------------------------------------
 
 
-def test_gc_on_a_locked_database_with_candidates_deletes_nothing(settings: Settings, sync_conn: sqlite3.Connection,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_gc_on_a_locked_database_with_candidates_deletes_nothing(
+    settings: Settings, sync_conn: sqlite3.Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Another process holds the write lock: gc waits the busy timeout, exits 4 with a one-line message
     that names no path, and has removed neither the orphan nor the stale temporary file."""
     data = padded_to(610)
@@ -159,8 +163,8 @@ def test_gc_on_a_locked_database_with_candidates_deletes_nothing(settings: Setti
 
 
 def test_gc_ignores_everything_outside_the_layout_and_dry_run_touches_nothing(
-        settings: Settings, tmp_path: Path, sync_conn: sqlite3.Connection,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    settings: Settings, tmp_path: Path, sync_conn: sqlite3.Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Uppercase hex names, directories named like a stored or temporary file, a FIFO, a symlink *file*
     named like a stored file (its target outside must survive), hashes at the wrong depth or in the
     wrong folder: all old, none removed. A dry run changes no file, no mtime and writes no audit row."""
@@ -184,8 +188,15 @@ def test_gc_ignores_everything_outside_the_layout_and_dry_run_touches_nothing(
     os.mkfifo(folder / f"{sha[:4]}{'0' * 60}.png")
     (ev / f"{sha}.png").write_bytes(data)  # wrong depth
     (ev / sha[:2] / f"{sha}.png").write_bytes(data)  # wrong depth
-    for p in [upper / f"{sha.upper()}.png", folder / f"{sha[:62].upper()}{sha[62:]}.png", folder / f"{sha}.png",
-              folder / f"{other}.png", folder / ".tmp-dir.png", ev / f"{sha}.png", ev / sha[:2] / f"{sha}.png"]:
+    for p in [
+        upper / f"{sha.upper()}.png",
+        folder / f"{sha[:62].upper()}{sha[62:]}.png",
+        folder / f"{sha}.png",
+        folder / f"{other}.png",
+        folder / ".tmp-dir.png",
+        ev / f"{sha}.png",
+        ev / sha[:2] / f"{sha}.png",
+    ]:
         age_file(p, 30 * DAY)
         odd.append(p)
     orphan_data = padded_to(622)
@@ -203,8 +214,9 @@ def test_gc_ignores_everything_outside_the_layout_and_dry_run_touches_nothing(
     assert all(os.path.lexists(p) for p in odd) and outside.read_bytes() == data
 
 
-def test_gc_on_a_missing_evidence_dir_is_a_no_op(settings: Settings, sync_conn: sqlite3.Connection,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_gc_on_a_missing_evidence_dir_is_a_no_op(
+    settings: Settings, sync_conn: sqlite3.Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
     settings.evidence_dir.rmdir()
     code, report, _ = _gc(settings, capsys)
     assert code == 0 and report["scanned"] == 0 and not settings.evidence_dir.exists()
@@ -212,8 +224,12 @@ def test_gc_on_a_missing_evidence_dir_is_a_no_op(settings: Settings, sync_conn: 
 
 
 async def test_gc_chunks_keep_referenced_files_on_both_sides_of_a_chunk_boundary(
-        server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    server_client: Any,
+    claimed: Claim,
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """450 old files (three chunks); the files sorted 0, 199, 200, 399 and 449 are referenced by rows, the
     rest are orphans in the same chunks. Exactly the orphans go; each chunk's transaction audits what it
     removed (three rows adding up to 445)."""

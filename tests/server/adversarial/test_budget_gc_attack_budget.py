@@ -40,8 +40,9 @@ from tests.server.submissions.helpers import (
 from tests.server.submissions.pngs import padded_to
 
 
-async def test_concurrent_event_batches_and_replays_at_the_cap(server_client: Any, settings: Settings,
-                                                               claimed: Claim, sync_conn: sqlite3.Connection) -> None:
+async def test_concurrent_event_batches_and_replays_at_the_cap(
+    server_client: Any, settings: Settings, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     """15 events held; ten one-event batches race with three replays of the first batch. Exactly five
     fit (seq 16–20, no gap, no duplicate), five get the fixed 409 and write nothing, every replay is
     the original answer byte for byte; the refused keys stay refused on retry."""
@@ -50,15 +51,19 @@ async def test_concurrent_event_batches_and_replays_at_the_cap(server_client: An
     status, raw_first = await post_json(server_client, path, claimed.device, first)
     assert status == 200, raw_first
     singles = [events_body(claimed, [event(summary=f"x {i}")]) for i in range(10)]
-    results = await asyncio.gather(*(post_json(server_client, path, claimed.device, b) for b in singles),
-                                   *(post_json(server_client, path, claimed.device, first) for _ in range(3)))
+    results = await asyncio.gather(
+        *(post_json(server_client, path, claimed.device, b) for b in singles),
+        *(post_json(server_client, path, claimed.device, first) for _ in range(3)),
+    )
     assert results[10:] == [(200, raw_first)] * 3
     ok = [json.loads(r) for s, r in results[:10] if s == 200]
     refused = [body for (s, r), body in zip(results[:10], singles, strict=True) if s != 200]
     assert sorted(o["first_seq"] for o in ok) == [16, 17, 18, 19, 20]
     assert all(s == 200 or (s, json.loads(r)) == (409, LIMIT) for s, r in results[:10])
-    seqs = [r[0] for r in sync_conn.execute("SELECT seq FROM events WHERE attempt_id = ? ORDER BY seq",
-                                            (claimed.attempt_id,))]
+    seqs = [
+        r[0]
+        for r in sync_conn.execute("SELECT seq FROM events WHERE attempt_id = ? ORDER BY seq", (claimed.attempt_id,))
+    ]
     assert seqs == list(range(1, 21))
     assert sync_conn.execute("SELECT count(*) FROM audit_log WHERE action = 'events.append'").fetchone()[0] == 6
     for body in refused:  # a refused batch was never remembered: its retry is judged again, and refused again
@@ -66,8 +71,9 @@ async def test_concurrent_event_batches_and_replays_at_the_cap(server_client: An
         assert (status, json.loads(raw)) == (409, LIMIT)
 
 
-async def test_same_upload_key_racing_for_the_last_slot(server_client: Any, settings: Settings, claimed: Claim,
-                                                        sync_conn: sqlite3.Connection) -> None:
+async def test_same_upload_key_racing_for_the_last_slot(
+    server_client: Any, settings: Settings, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     """Two files held, one slot left. Five copies of one upload (same key, same bytes) and three with the
     same key but other bytes arrive at once: exactly one row and one audit row; the rest are 200 replays
     of the winner or a 409 — never a second row, a second audit row or a 500. A fresh key afterwards
@@ -91,8 +97,12 @@ async def test_same_upload_key_racing_for_the_last_slot(server_client: Any, sett
             assert json.loads(raw) == win_body
         if status == 409:  # attempt_limit_reached comes from the pre-check race (test below)
             assert json.loads(raw) in ({"error": "idempotency_conflict"}, LIMIT)
-    assert sync_conn.execute("SELECT count(*) FROM evidence_assets WHERE attempt_id = ?",
-                             (claimed.attempt_id,)).fetchone()[0] == 3
+    assert (
+        sync_conn.execute(
+            "SELECT count(*) FROM evidence_assets WHERE attempt_id = ?", (claimed.attempt_id,)
+        ).fetchone()[0]
+        == 3
+    )
     assert sync_conn.execute("SELECT count(*) FROM audit_log WHERE action = 'evidence.upload'").fetchone()[0] == 3
     status, raw = await upload_png(server_client, claimed, padded_to(306))
     assert (status, json.loads(raw)) == (409, LIMIT)
@@ -100,8 +110,9 @@ async def test_same_upload_key_racing_for_the_last_slot(server_client: Any, sett
         assert files.exists(settings.evidence_dir, sha)
 
 
-async def test_exhausted_budget_after_the_claim_closed(server_client: Any, settings: Settings, claimed: Claim,
-                                                       sync_conn: sqlite3.Connection) -> None:
+async def test_exhausted_budget_after_the_claim_closed(
+    server_client: Any, settings: Settings, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     """Budget used up, then the attempt fails: a new upload or batch is claim_not_current (the claim check
     comes first), a replay of an accepted upload is still its 200, and nothing is stored."""
     accepted = []
@@ -115,8 +126,9 @@ async def test_exhausted_budget_after_the_claim_closed(server_client: Any, setti
     on_disk = sorted(settings.evidence_dir.rglob("*"))
     status, raw = await upload_png(server_client, claimed, padded_to(400))
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
-    status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device,
-                                  events_body(claimed, [event()]))
+    status, raw = await post_json(
+        server_client, events_path(claimed.task_id), claimed.device, events_body(claimed, [event()])
+    )
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     body, ctype, raw_first = accepted[0]
     assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, raw_first)
@@ -124,8 +136,8 @@ async def test_exhausted_budget_after_the_claim_closed(server_client: Any, setti
 
 
 async def test_precheck_never_refuses_a_pure_replay_whose_original_commits_meanwhile(
-        server_client: Any, settings: Settings, claimed: Claim, clock: ManualClock,
-        sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, settings: Settings, claimed: Claim, clock: ManualClock, sync_conn: sqlite3.Connection
+) -> None:
     """Found: ``may_upload`` runs on the server's reader connections, which are autocommit — its three
     reads (key lookup, attempt, usage) each see a different snapshot. When the original of a retried
     upload (same key, same bytes) takes the attempt's last slot and commits between the key lookup and
@@ -137,17 +149,30 @@ async def test_precheck_never_refuses_a_pure_replay_whose_original_commits_meanw
     for size in (300, 301):
         assert (await upload_png(server_client, claimed, padded_to(size)))[0] == 201
     data = padded_to(302)
-    up = evidence_upload.Upload(task_id=claimed.task_id, upload_key=new_id(), attempt_id=claimed.attempt_id,
-                                kind="FAILURE", privacy_tier="INTERNAL_RAW", sha256=hashlib.sha256(data).hexdigest(),
-                                captured_at="2026-08-04T09:01:00Z", byte_size=len(data), width=16, height=8)
-    budget = AttemptBudget(events=settings.events_per_attempt, evidence_files=settings.evidence_per_attempt,
-                           evidence_bytes=settings.evidence_bytes_per_attempt)
+    up = evidence_upload.Upload(
+        task_id=claimed.task_id,
+        upload_key=new_id(),
+        attempt_id=claimed.attempt_id,
+        kind="FAILURE",
+        privacy_tier="INTERNAL_RAW",
+        sha256=hashlib.sha256(data).hexdigest(),
+        captured_at="2026-08-04T09:01:00Z",
+        byte_size=len(data),
+        width=16,
+        height=8,
+    )
+    budget = AttemptBudget(
+        events=settings.events_per_attempt,
+        evidence_files=settings.evidence_per_attempt,
+        evidence_bytes=settings.evidence_bytes_per_attempt,
+    )
     device = claimed.device.device_id
     files.store(settings.evidence_dir, up.sha256, data)
 
     def record(c: sqlite3.Connection) -> Any:
-        return evidence_upload.record_upload(c, device_id=device, upload=up, now=clock.now(), budget=budget,
-                                             evidence_dir=settings.evidence_dir)
+        return evidence_upload.record_upload(
+            c, device_id=device, upload=up, now=clock.now(), budget=budget, evidence_dir=settings.evidence_dir
+        )
 
     originals: list[Any] = []
 
@@ -160,7 +185,8 @@ async def test_precheck_never_refuses_a_pure_replay_whose_original_commits_meanw
     try:
         # as the server runs it: one read snapshot (Database.read(..., snapshot=True))
         verdict = run_in_read_transaction(
-            reader, lambda c: evidence_upload.may_upload(c, device_id=device, upload=up, budget=budget))
+            reader, lambda c: evidence_upload.may_upload(c, device_id=device, upload=up, budget=budget)
+        )
     except Conflict as exc:
         verdict = exc.code
     finally:

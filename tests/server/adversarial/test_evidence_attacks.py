@@ -43,9 +43,10 @@ def _files(settings: Settings) -> set[Path]:
 
 # --- idempotency keys never leave unreferenced files behind -------------------------------------------
 
-async def test_reused_upload_key_with_other_file_stores_no_file(server_client: Any, claimed: Claim,
-                                                                settings: Settings,
-                                                                sync_conn: sqlite3.Connection) -> None:
+
+async def test_reused_upload_key_with_other_file_stores_no_file(
+    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     first = png(size=(24, 16))
     fields = evidence_fields(claimed, first)
     body, ctype = multipart(fields, first)
@@ -60,8 +61,9 @@ async def test_reused_upload_key_with_other_file_stores_no_file(server_client: A
     assert fingerprint(sync_conn) == before
 
 
-async def test_key_of_another_endpoint_as_upload_key_stores_no_file(server_client: Any, claimed: Claim,
-                                                                    settings: Settings) -> None:
+async def test_key_of_another_endpoint_as_upload_key_stores_no_file(
+    server_client: Any, claimed: Claim, settings: Settings
+) -> None:
     ev = events_body(claimed)
     assert (await post_json(server_client, events_path(claimed.task_id), claimed.device, ev))[0] == 200
     data = png()
@@ -71,8 +73,9 @@ async def test_key_of_another_endpoint_as_upload_key_stores_no_file(server_clien
     assert _files(settings) == set()
 
 
-async def test_closed_claim_reused_key_with_new_file_stores_no_file(server_client: Any, claimed: Claim,
-                                                                    settings: Settings) -> None:
+async def test_closed_claim_reused_key_with_new_file_stores_no_file(
+    server_client: Any, claimed: Claim, settings: Settings
+) -> None:
     data = png()
     fields = evidence_fields(claimed, data)
     body, ctype = multipart(fields, data)
@@ -91,9 +94,14 @@ async def test_closed_claim_reused_key_with_new_file_stores_no_file(server_clien
     assert _files(settings) == files
 
 
-async def test_other_devices_key_and_attempt(server_client: Any, claimed: Claim, make_device: Callable[..., Any],
-                                             make_task: Callable[..., Any], settings: Settings,
-                                             sync_conn: sqlite3.Connection) -> None:
+async def test_other_devices_key_and_attempt(
+    server_client: Any,
+    claimed: Claim,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+) -> None:
     make_task(start=True)
     other = await claim_http(server_client, make_device("b"))
     data = png()
@@ -103,9 +111,11 @@ async def test_other_devices_key_and_attempt(server_client: Any, claimed: Claim,
     files, before = _files(settings), fingerprint(sync_conn)
     other_data = png(size=(30, 30))
     # B reuses A's key for its own attempt; B targets A's attempt/task; B mixes its task with A's attempt.
-    for task_id, attempt_id, key in ((other.task_id, other.attempt_id, fields["upload_key"]),
-                                     (claimed.task_id, claimed.attempt_id, None),
-                                     (other.task_id, claimed.attempt_id, None)):
+    for task_id, attempt_id, key in (
+        (other.task_id, other.attempt_id, fields["upload_key"]),
+        (claimed.task_id, claimed.attempt_id, None),
+        (other.task_id, claimed.attempt_id, None),
+    ):
         over = {"attempt_id": attempt_id, **({"upload_key": key} if key else {})}
         b, ct = multipart(evidence_fields(other, other_data, **over), other_data)
         status, raw = await upload(server_client, other.device, task_id, b, ct)
@@ -115,6 +125,7 @@ async def test_other_devices_key_and_attempt(server_client: Any, claimed: Claim,
 
 
 # --- multipart edge cases -----------------------------------------------------------------------------
+
 
 def _form(c: Claim, data: bytes) -> tuple[bytes, str]:
     return multipart(evidence_fields(c, data), data, boundary=B)
@@ -133,10 +144,20 @@ def _mutations(c: Claim, data: bytes) -> dict[str, tuple[bytes, str, int]]:
         "two_crlf_after_close": (body + b"\r\n", ctype, 400),
         "no_close": (body[: body.rindex(f"--{B}--".encode())], ctype, 400),
         "close_without_dashes": (body.replace(f"--{B}--".encode(), f"--{B}".encode()), ctype, 400),
-        "folded_header": (body.replace(b'Content-Disposition: form-data; name="kind"',
-                                       b'Content-Disposition: form-data;\r\n name="kind"'), ctype, 400),
-        "folded_header_tab": (body.replace(b'Content-Disposition: form-data; name="kind"',
-                                           b'Content-Disposition: form-data;\r\n\tname="kind"'), ctype, 400),
+        "folded_header": (
+            body.replace(
+                b'Content-Disposition: form-data; name="kind"', b'Content-Disposition: form-data;\r\n name="kind"'
+            ),
+            ctype,
+            400,
+        ),
+        "folded_header_tab": (
+            body.replace(
+                b'Content-Disposition: form-data; name="kind"', b'Content-Disposition: form-data;\r\n\tname="kind"'
+            ),
+            ctype,
+            400,
+        ),
         "dup_name_param": (body.replace(b'name="kind"', b'name="kind"; name="sha256"'), ctype, 400),
         "name_star": (body.replace(b'name="kind"', b"name*=UTF-8''kind"), ctype, 400),
         "unquoted_name": (body.replace(b'name="kind"', b"name=kind"), ctype, 400),
@@ -146,19 +167,31 @@ def _mutations(c: Claim, data: bytes) -> dict[str, tuple[bytes, str, int]]:
         "attachment_disposition": (body.replace(b'form-data; name="kind"', b'attachment; name="kind"'), ctype, 400),
         "filename_on_text": (body.replace(b'name="kind"', b'name="kind"; filename="k.txt"'), ctype, 400),
         "unknown_param": (body.replace(b'name="kind"', b'name="kind"; size=3'), ctype, 400),
-        "dup_disposition": (body.replace(b'Content-Disposition: form-data; name="kind"\r\n',
-                                         b'Content-Disposition: form-data; name="kind"\r\n'
-                                         b'Content-Disposition: form-data; name="kind"\r\n'), ctype, 400),
-        "content_length_part": (body.replace(b'Content-Type: image/png\r\n',
-                                             b'Content-Type: image/png\r\nContent-Length: +5\r\n'), ctype, 400),
-        "cte_base64": (body.replace(b'Content-Type: image/png\r\n', b'Content-Type: image/png\r\n'
-                                    b'Content-Transfer-Encoding: base64\r\n'), ctype, 400),
+        "dup_disposition": (
+            body.replace(
+                b'Content-Disposition: form-data; name="kind"\r\n',
+                b'Content-Disposition: form-data; name="kind"\r\nContent-Disposition: form-data; name="kind"\r\n',
+            ),
+            ctype,
+            400,
+        ),
+        "content_length_part": (
+            body.replace(b"Content-Type: image/png\r\n", b"Content-Type: image/png\r\nContent-Length: +5\r\n"),
+            ctype,
+            400,
+        ),
+        "cte_base64": (
+            body.replace(
+                b"Content-Type: image/png\r\n", b"Content-Type: image/png\r\nContent-Transfer-Encoding: base64\r\n"
+            ),
+            ctype,
+            400,
+        ),
         "nul_in_header": (body.replace(b'name="kind"', b'name="kind\x00"'), ctype, 400),
         "non_ascii_header": (body.replace(b'name="kind"', 'name="kïnd"'.encode()), ctype, 400),
         "space_before_colon": (body.replace(b"Content-Disposition:", b"Content-Disposition :"), ctype, 400),
         "png_type_param": (body.replace(b"Content-Type: image/png", b"Content-Type: image/png; x=1"), ctype, 400),
-        "text_type_html": (body.replace(b'name="kind"\r\n', b'name="kind"\r\nContent-Type: text/html\r\n'),
-                           ctype, 400),
+        "text_type_html": (body.replace(b'name="kind"\r\n', b'name="kind"\r\nContent-Type: text/html\r\n'), ctype, 400),
         "boundary_param_twice": (body, f"multipart/form-data; boundary={B}; boundary=x", 415),
         "boundary_with_charset": (body, f"multipart/form-data; boundary={B}; charset=utf-8", 415),
         "boundary_too_long": (body, "multipart/form-data; boundary=" + "a" * 71, 415),
@@ -178,16 +211,19 @@ def _mutations(c: Claim, data: bytes) -> dict[str, tuple[bytes, str, int]]:
     return bad
 
 
-async def test_multipart_edge_cases_are_4xx_and_write_nothing(server_client: Any, claimed: Claim,
-                                                              settings: Settings,
-                                                              sync_conn: sqlite3.Connection) -> None:
+async def test_multipart_edge_cases_are_4xx_and_write_nothing(
+    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     data = png()
     before = fingerprint(sync_conn)
     for name, (body, ctype, expected) in _mutations(claimed, data).items():
         status, raw = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
         assert status == expected, (name, status, raw)
-        assert json.loads(raw) in ({"error": "invalid_request"}, {"error": "unsupported_media_type"},
-                                   {"error": "unsupported_image"}), name
+        assert json.loads(raw) in (
+            {"error": "invalid_request"},
+            {"error": "unsupported_media_type"},
+            {"error": "unsupported_image"},
+        ), name
     assert fingerprint(sync_conn) == before
     assert _files(settings) == set()
     # the untouched form still works (the cases above did not poison anything)
@@ -199,12 +235,14 @@ async def test_quoted_boundary_and_header_case_are_accepted(server_client: Any, 
     data = png()
     body, _ = _form(claimed, data)
     body = body.replace(b"Content-Disposition:", b"content-disposition:").replace(b"Content-Type:", b"CONTENT-TYPE:")
-    status, raw = await upload(server_client, claimed.device, claimed.task_id, body,
-                               f'Multipart/Form-Data; boundary="{B}"')
+    status, raw = await upload(
+        server_client, claimed.device, claimed.task_id, body, f'Multipart/Form-Data; boundary="{B}"'
+    )
     assert status == 201, raw
 
 
 # --- PNG edge cases -----------------------------------------------------------------------------------
+
 
 def _chunk(ctype: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + ctype + body + struct.pack(">I", zlib.crc32(ctype + body))
@@ -213,8 +251,8 @@ def _chunk(ctype: bytes, body: bytes) -> bytes:
 def _split(data: bytes) -> list[tuple[bytes, bytes]]:
     pos, out = 8, []
     while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "big")
-        out.append((data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]))
+        n = int.from_bytes(data[pos : pos + 4], "big")
+        out.append((data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]))
         pos += 12 + n
     return out
 
@@ -247,8 +285,9 @@ def _png_cases() -> dict[str, bytes]:
         "iccp_bomb": _insert_after(base, b"IHDR", [(b"iCCP", b"icc\x00\x00" + _bomb(64 << 20))]),
         "iccp_twice": _insert_after(base, b"IHDR", [(b"iCCP", b"a\x00\x00" + zlib.compress(b"x" * 100))] * 2),
         "ztxt_bomb": _insert_after(base, b"IHDR", [(b"zTXt", b"Comment\x00\x00" + _bomb(64 << 20))]),
-        "itxt_compressed_bomb": _insert_after(base, b"IHDR",
-                                              [(b"iTXt", b"Comment\x00\x01\x00\x00\x00" + _bomb(64 << 20))]),
+        "itxt_compressed_bomb": _insert_after(
+            base, b"IHDR", [(b"iTXt", b"Comment\x00\x01\x00\x00\x00" + _bomb(64 << 20))]
+        ),
         "ztxt_after_idat_bomb": _insert_after(base, b"IDAT", [(b"zTXt", b"Comment\x00\x00" + _bomb(64 << 20))]),
         "many_text_chunks": _insert_after(base, b"IHDR", [(b"tEXt", b"k\x00v")] * 33),
         "huge_ihdr_tiny_idat": _build([(b"IHDR", _ihdr(4096, 4096)), (b"IDAT", idat_tiny), (b"IEND", b"")]),
@@ -261,9 +300,15 @@ def _png_cases() -> dict[str, bytes]:
         "actl_after_idat": _insert_after(base, b"IDAT", [(b"acTL", struct.pack(">II", 1, 0))]),
         "fctl_after_idat": _insert_after(base, b"IDAT", [(b"fcTL", b"\x00" * 26)]),
         "unknown_critical_chunk": _insert_after(base, b"IHDR", [(b"ABCD", b"x")]),
-        "idat_split_by_text": _build([*[c for c in _split(base) if c[0] == b"IHDR"],
-                                      (b"IDAT", _split(base)[1][1][:5]), (b"tEXt", b"k\x00v"),
-                                      (b"IDAT", _split(base)[1][1][5:]), (b"IEND", b"")]),
+        "idat_split_by_text": _build(
+            [
+                *[c for c in _split(base) if c[0] == b"IHDR"],
+                (b"IDAT", _split(base)[1][1][:5]),
+                (b"tEXt", b"k\x00v"),
+                (b"IDAT", _split(base)[1][1][5:]),
+                (b"IEND", b""),
+            ]
+        ),
         "second_ihdr": _insert_after(base, b"IHDR", [(b"IHDR", _ihdr(24, 16))]),
         "plte_for_rgb_garbage": _insert_after(base, b"IHDR", [(b"PLTE", b"\x00\x01")]),
         "no_iend": base[:-12],
@@ -292,8 +337,9 @@ def test_unknown_ancillary_chunk_is_fine() -> None:
     assert validate_png(data, max_side=8192, max_pixels=16_777_216).width == 24
 
 
-async def test_png_edge_cases_over_http(server_client: Any, claimed: Claim, settings: Settings,
-                                        sync_conn: sqlite3.Connection) -> None:
+async def test_png_edge_cases_over_http(
+    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     before = fingerprint(sync_conn)
     for name, data in _png_cases().items():
         if not data or (name.endswith("_bomb") and name != "iccp_bomb"):

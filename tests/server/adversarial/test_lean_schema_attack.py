@@ -77,8 +77,18 @@ from tests.server.submissions.helpers import (
 LEAN = "0005_lean_claim_indexes.sql"
 AT = "2026-08-04T09:00:00.000000Z"
 IDEM = {"error": "idempotency_conflict"}
-TABLES = ("tasks", "authorizations", "attempts", "device_requests", "events", "evidence_assets",
-          "order_submissions", "audit_log", "devices", "start_requests")
+TABLES = (
+    "tasks",
+    "authorizations",
+    "attempts",
+    "device_requests",
+    "events",
+    "evidence_assets",
+    "order_submissions",
+    "audit_log",
+    "devices",
+    "start_requests",
+)
 
 
 def _upto(last: int) -> Callable[[], list[migrate.Migration]]:
@@ -159,6 +169,7 @@ def _unbridge_0007(conn: sqlite3.Connection) -> None:
 
 # --- a realistic database at 0004, driven through the real API ------------------------------------------
 
+
 @dataclasses.dataclass
 class Sent:
     """One accepted device request: what was sent, its first answer and the answer to an identical retry."""
@@ -198,8 +209,9 @@ class Device:
         return raw
 
     async def heartbeat(self) -> None:
-        status, raw = await self._post(HEARTBEAT, json.dumps(heartbeat_body(self.creds.device_id)).encode(),
-                                       "application/json")
+        status, raw = await self._post(
+            HEARTBEAT, json.dumps(heartbeat_body(self.creds.device_id)).encode(), "application/json"
+        )
         assert status == 200, raw
 
     async def claim_next(self, expect: int = 200, session: str | None = None) -> Claim | None:
@@ -216,10 +228,20 @@ class Device:
         c = self.claim
         assert c is not None
         key = new_id()
-        raw = await self.send("renew", key, f"/api/v1/tasks/{c.task_id}/lease/renew",
-                              {"renew_request_id": key, "session_id": c.session_id, "attempt_id": c.attempt_id,
-                               "claim_generation": c.generation, "claim_token": c.token,
-                               "expected_lease_expires_at": c.lease_expires_at}, 200)
+        raw = await self.send(
+            "renew",
+            key,
+            f"/api/v1/tasks/{c.task_id}/lease/renew",
+            {
+                "renew_request_id": key,
+                "session_id": c.session_id,
+                "attempt_id": c.attempt_id,
+                "claim_generation": c.generation,
+                "claim_token": c.token,
+                "expected_lease_expires_at": c.lease_expires_at,
+            },
+            200,
+        )
         self.claim = dataclasses.replace(c, lease_expires_at=json.loads(raw)["lease_expires_at"])
 
     async def events(self) -> None:
@@ -231,15 +253,15 @@ class Device:
         assert self.claim is not None
         data = png(size=size)
         fields = evidence_fields(self.claim, data)
-        raw = await self.send("evidence", fields["upload_key"], evidence_path(self.claim.task_id),
-                              multipart(fields, data), 201)
+        raw = await self.send(
+            "evidence", fields["upload_key"], evidence_path(self.claim.task_id), multipart(fields, data), 201
+        )
         return str(json.loads(raw)["asset_id"])
 
     async def fence(self) -> str:
         assert self.claim is not None
         c = self.claim
-        version = c.task_version + (1 if any(s.endpoint == "events" and s.creds == self.creds for s in self.log)
-                                    else 0)
+        version = c.task_version + (1 if any(s.endpoint == "events" and s.creds == self.creds for s in self.log) else 0)
         body = fence_body(c, expected_task_version=version)
         raw = await self.send("fence", body["fence_key"], fence_path(c.attempt_id), body, 200)
         answer = json.loads(raw)
@@ -259,12 +281,22 @@ class Device:
 
 def _start(conn: sqlite3.Connection, settings: Settings, clock: ManualClock, task_id: str) -> None:
     task = task_service.get_task(conn, task_id)
-    run_in_transaction(conn, lambda c: task_service.start_purchases(
-        c, new_id(), [(task.id, task.version)], TEST_ACTOR, clock.now(), settings))
+    run_in_transaction(
+        conn,
+        lambda c: task_service.start_purchases(
+            c, new_id(), [(task.id, task.version)], TEST_ACTOR, clock.now(), settings
+        ),
+    )
 
 
-async def _fill_0004(aiohttp_client: Any, settings: Settings, clock: ManualClock, conn: sqlite3.Connection,
-                     make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any]) -> list[Sent]:
+async def _fill_0004(
+    aiohttp_client: Any,
+    settings: Settings,
+    clock: ManualClock,
+    conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+) -> list[Sent]:
     """Every device use-case and every admin/sweeper move of an authorization, on a 0004 database."""
     log: list[Sent] = []
     # Today's fence and result write four submission columns that 0006 adds (issue 15). To serve this
@@ -277,6 +309,7 @@ async def _fill_0004(aiohttp_client: Any, settings: Settings, clock: ManualClock
     with _schema_at(4):
         client = await aiohttp_client(create_app(settings, clock))
     try:
+
         def dev(name: str) -> Device:
             return Device(client, make_device(name), log)
 
@@ -302,14 +335,16 @@ async def _fill_0004(aiohttp_client: Any, settings: Settings, clock: ManualClock
         await d.claim_next()
         assert d.claim is not None
         task_d = task_service.get_task(conn, d.claim.task_id)
-        run_in_transaction(conn, lambda x: admin_actions.reset_to_draft(
-            x, task_d.id, task_d.version, None, TEST_ACTOR, clock.now()))
+        run_in_transaction(
+            conn, lambda x: admin_actions.reset_to_draft(x, task_d.id, task_d.version, None, TEST_ACTOR, clock.now())
+        )
         # F: claim, cancelled by a person
         await f.claim_next()
         assert f.claim is not None
         task_f = task_service.get_task(conn, f.claim.task_id)
-        run_in_transaction(conn, lambda x: admin_actions.cancel(
-            x, task_f.id, task_f.version, None, TEST_ACTOR, clock.now()))
+        run_in_transaction(
+            conn, lambda x: admin_actions.cancel(x, task_f.id, task_f.version, None, TEST_ACTOR, clock.now())
+        )
         # G: claim, resume in the same session under a new key, then fail
         await g.claim_next()
         assert g.claim is not None
@@ -328,8 +363,12 @@ async def _fill_0004(aiohttp_client: Any, settings: Settings, clock: ManualClock
         await c.result(sub_c)  # late observation, recorded without a state change
         sub = conn.execute("SELECT task_id FROM order_submissions WHERE id = ?", (sub_c,)).fetchone()
         task_c = task_service.get_task(conn, sub[0])
-        run_in_transaction(conn, lambda x: admin_actions.reconcile(
-            x, sub_c, "created", "seen in the app", task_c.version, TEST_ACTOR, clock.now()))
+        run_in_transaction(
+            conn,
+            lambda x: admin_actions.reconcile(
+                x, sub_c, "created", "seen in the app", task_c.version, TEST_ACTOR, clock.now()
+            ),
+        )
         # the never-claimed authorization expires (ACTIVE → EXPIRED)
         clock.advance(3700)
         run_in_transaction(conn, lambda x: recovery.sweep(x, clock.now()))
@@ -343,8 +382,13 @@ async def _fill_0004(aiohttp_client: Any, settings: Settings, clock: ManualClock
 
 
 async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys(
-        aiohttp_client: Any, settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection,
-        make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any]) -> None:
+    aiohttp_client: Any,
+    settings: Settings,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+) -> None:
     """Data made by every use-case upgrades cleanly; every stored answer replays byte for
     byte on the new schema; each stored key reused by another device is 409 on all seven endpoints."""
     settings = dataclasses.replace(settings, sweep_interval=3600)
@@ -363,8 +407,9 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
     client = await aiohttp_client(create_app(settings, clock))
     # every stored answer, byte for byte, from the new code on the new schema
     for sent in log:
-        resp = await client.post(sent.path, data=sent.data,
-                                 headers={"Content-Type": sent.ctype, **sent.creds.headers()})
+        resp = await client.post(
+            sent.path, data=sent.data, headers={"Content-Type": sent.ctype, **sent.creds.headers()}
+        )
         assert (resp.status, await resp.read()) == sent.replay, sent.endpoint
 
     # a new device with its own claim and fence
@@ -378,10 +423,17 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
     def bodies(key: str) -> list[tuple[str, Any]]:
         return [
             (CLAIM_NEXT, {"session_id": zc.session_id, "claim_request_id": key}),
-            (f"/api/v1/tasks/{zc.task_id}/lease/renew",
-             {"renew_request_id": key, "session_id": zc.session_id, "attempt_id": zc.attempt_id,
-              "claim_generation": zc.generation, "claim_token": zc.token,
-              "expected_lease_expires_at": zc.lease_expires_at}),
+            (
+                f"/api/v1/tasks/{zc.task_id}/lease/renew",
+                {
+                    "renew_request_id": key,
+                    "session_id": zc.session_id,
+                    "attempt_id": zc.attempt_id,
+                    "claim_generation": zc.generation,
+                    "claim_token": zc.token,
+                    "expected_lease_expires_at": zc.lease_expires_at,
+                },
+            ),
             (events_path(zc.task_id), events_body(zc, batch_key=key)),
             (evidence_path(zc.task_id), multipart(evidence_fields(zc, data, upload_key=key), data)),
             (fence_path(zc.attempt_id), fence_body(zc, fence_key=key)),
@@ -405,15 +457,24 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
     asset = await z.evidence(size=(31, 31))
     await z.result(z_sub, asset)
     assert sync_conn.execute("PRAGMA foreign_key_check").fetchall() == []
-    assert sync_conn.execute(
-        "SELECT count(*) FROM authorizations WHERE (closed_at IS NULL) <> (state IN ('ACTIVE','CLAIMED','FENCED'))"
-    ).fetchone()[0] == 0
+    assert (
+        sync_conn.execute(
+            "SELECT count(*) FROM authorizations WHERE (closed_at IS NULL) <> (state IN ('ACTIVE','CLAIMED','FENCED'))"
+        ).fetchone()[0]
+        == 0
+    )
 
 
 # --- composite foreign keys after the rebuild -------------------------------------------------------------
 
-def _claimed_db(settings: Settings, clock: ManualClock, conn: sqlite3.Connection,
-                make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any]) -> dict[str, Any]:
+
+def _claimed_db(
+    settings: Settings,
+    clock: ManualClock,
+    conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+) -> dict[str, Any]:
     """Upgrade to 0005, then one claimed task and one started, unclaimed task (t2) through the real services."""
     from cmbuyer.server.services.claim_next import ClaimPolicy, claim_next
     from cmbuyer.server.services.heartbeat import record_heartbeat
@@ -423,11 +484,18 @@ def _claimed_db(settings: Settings, clock: ManualClock, conn: sqlite3.Connection
     started = [make_task(start=True, goods_id="7100").id, make_task(start=True, goods_id="7101").id]
     creds = make_device("p")
     policy = ClaimPolicy.from_settings(settings)
-    run_in_transaction(conn, lambda c: record_heartbeat(c, device_id=creds.device_id,
-                                                        body=heartbeat_body(creds.device_id), now=clock.now(),
-                                                        policy=policy))
-    stored = run_in_transaction(conn, lambda c: claim_next(c, device_id=creds.device_id, session_id=new_id(),
-                                                           claim_request_id=new_id(), now=clock.now(), policy=policy))
+    run_in_transaction(
+        conn,
+        lambda c: record_heartbeat(
+            c, device_id=creds.device_id, body=heartbeat_body(creds.device_id), now=clock.now(), policy=policy
+        ),
+    )
+    stored = run_in_transaction(
+        conn,
+        lambda c: claim_next(
+            c, device_id=creds.device_id, session_id=new_id(), claim_request_id=new_id(), now=clock.now(), policy=policy
+        ),
+    )
     attempt = dict(conn.execute("SELECT * FROM attempts WHERE id = ?", (stored.attempt_id,)).fetchone())
     t2 = next(t for t in started if t != attempt["task_id"])  # the task that was not claimed
     auth2 = conn.execute("SELECT id FROM authorizations WHERE task_id = ?", (t2,)).fetchone()[0]
@@ -435,8 +503,12 @@ def _claimed_db(settings: Settings, clock: ManualClock, conn: sqlite3.Connection
 
 
 def test_composite_foreign_keys_hold_after_the_rebuild(
-        settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection,
-        make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any]) -> None:
+    settings: Settings,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+) -> None:
     """Events, evidence assets and order submissions whose task is not their attempt's
     task are refused by ``UNIQUE(task_id, id)`` as the parent key, and ``foreign_key_check`` (what the
     runner relies on) finds such a row when foreign keys were off."""
@@ -444,18 +516,28 @@ def test_composite_foreign_keys_hold_after_the_rebuild(
     att, t2 = ctx["attempt"], ctx["t2"]
     sha = "a" * 64
     bad = [
-        ("INSERT INTO events (task_id, attempt_id, seq, batch_key, step, outcome, summary, occurred_at,"
-         " received_at) VALUES (?, ?, 1, 'b', 'OPEN_PRODUCT', 'OK', 'ok', ?, ?)", (t2, att["id"], AT, AT)),
-        ("INSERT INTO evidence_assets (id, task_id, attempt_id, device_id, upload_key, kind, privacy_tier, sha256,"
-         " byte_size, mime, width, height, captured_at, created_at) VALUES (?, ?, ?, ?, ?, 'FAILURE',"
-         " 'INTERNAL_RAW', ?, 1, 'image/png', 1, 1, ?, ?)", (new_id(), t2, att["id"], ctx["device"], new_id(), sha,
-                                                              AT, AT)),
-        ("INSERT INTO order_submissions (id, task_id, authorization_id, attempt_id, device_id, fence_key, state,"
-         " selected_color, selected_size, gate1_unit_price, gate2_unit_price, quantity_read, confirm_page_amount,"
-         " submit_control_match_count, created_at) VALUES (?, ?, ?, ?, ?, ?, 'FENCED', 'c', 's', '1.00', '1.00',"
-         " 1, '1.00', 1, ?)", (new_id(), t2, ctx["auth2"], att["id"], ctx["device"], new_id(), AT)),
-        ("INSERT INTO device_requests VALUES (?, ?, 'events', 'h', 200, ?, '{}', ?)",
-         (ctx["device"], new_id(), new_id(), AT)),
+        (
+            "INSERT INTO events (task_id, attempt_id, seq, batch_key, step, outcome, summary, occurred_at,"
+            " received_at) VALUES (?, ?, 1, 'b', 'OPEN_PRODUCT', 'OK', 'ok', ?, ?)",
+            (t2, att["id"], AT, AT),
+        ),
+        (
+            "INSERT INTO evidence_assets (id, task_id, attempt_id, device_id, upload_key, kind, privacy_tier, sha256,"
+            " byte_size, mime, width, height, captured_at, created_at) VALUES (?, ?, ?, ?, ?, 'FAILURE',"
+            " 'INTERNAL_RAW', ?, 1, 'image/png', 1, 1, ?, ?)",
+            (new_id(), t2, att["id"], ctx["device"], new_id(), sha, AT, AT),
+        ),
+        (
+            "INSERT INTO order_submissions (id, task_id, authorization_id, attempt_id, device_id, fence_key, state,"
+            " selected_color, selected_size, gate1_unit_price, gate2_unit_price, quantity_read, confirm_page_amount,"
+            " submit_control_match_count, created_at) VALUES (?, ?, ?, ?, ?, ?, 'FENCED', 'c', 's', '1.00', '1.00',"
+            " 1, '1.00', 1, ?)",
+            (new_id(), t2, ctx["auth2"], att["id"], ctx["device"], new_id(), AT),
+        ),
+        (
+            "INSERT INTO device_requests VALUES (?, ?, 'events', 'h', 200, ?, '{}', ?)",
+            (ctx["device"], new_id(), new_id(), AT),
+        ),
     ]
     for sql, args in bad:
         sync_conn.execute("BEGIN")
@@ -501,8 +583,14 @@ _CHILD = textwrap.dedent("""
 
 @pytest.mark.parametrize("pause_before", [3, 10, -1], ids=["authorizations-dropped", "attempts-dropped", "all-done"])
 def test_sigkill_inside_the_0005_transaction_leaves_0004_intact(
-        pause_before: int, settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection,
-        make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any], tmp_path: Path) -> None:
+    pause_before: int,
+    settings: Settings,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
     """The runner killed with the old tables dropped (and, for "all-done", every statement
     run, just before the foreign key check and COMMIT) leaves the database at 0004, rows and schema as they
     were; a later ``migrate`` applies 0005."""
@@ -515,10 +603,18 @@ def test_sigkill_inside_the_0005_transaction_leaves_0004_intact(
     _bridge_0007(sync_conn)
     for i in range(2):
         creds = make_device(f"k{i}")
-        run_in_transaction(sync_conn, lambda c, d=creds.device_id: record_heartbeat(
-            c, device_id=d, body=heartbeat_body(d), now=clock.now(), policy=policy))
-        run_in_transaction(sync_conn, lambda c, d=creds.device_id: claim_next(
-            c, device_id=d, session_id=new_id(), claim_request_id=new_id(), now=clock.now(), policy=policy))
+        run_in_transaction(
+            sync_conn,
+            lambda c, d=creds.device_id: record_heartbeat(
+                c, device_id=d, body=heartbeat_body(d), now=clock.now(), policy=policy
+            ),
+        )
+        run_in_transaction(
+            sync_conn,
+            lambda c, d=creds.device_id: claim_next(
+                c, device_id=d, session_id=new_id(), claim_request_id=new_id(), now=clock.now(), policy=policy
+            ),
+        )
     _unbridge_0007(sync_conn)
     rows, schema = _rows(sync_conn), _schema(sync_conn)
     marker = tmp_path / "paused"
@@ -545,7 +641,8 @@ def test_sigkill_inside_the_0005_transaction_leaves_0004_intact(
 
 
 def test_migration_that_cannot_get_the_write_lock_changes_nothing(
-        settings: Settings, sync_conn: sqlite3.Connection, make_task: Callable[..., Any]) -> None:
+    settings: Settings, sync_conn: sqlite3.Connection, make_task: Callable[..., Any]
+) -> None:
     """A server (here: another connection) holding the write lock makes the upgrade fail
     with MigrationError after the busy timeout; nothing changed, foreign keys back on, and it applies once
     the lock is free."""
@@ -569,8 +666,8 @@ def test_migration_that_cannot_get_the_write_lock_changes_nothing(
 
 
 def test_second_migrator_that_lost_the_race_is_a_no_op(
-        settings: Settings, sync_conn: sqlite3.Connection, make_task: Callable[..., Any],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    settings: Settings, sync_conn: sqlite3.Connection, make_task: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two ``cmbuyer-server migrate`` runs started together (a deploy script and a person …): both read 0005
     as pending before either holds the write lock. The loser must find it recorded once it gets the lock
     and do nothing — not rebuild the three tables a second time and then fail on ``schema_migrations``'

@@ -154,8 +154,13 @@ class DeviceApiMachine(RuleBasedStateMachine):
             return
         c = self._claim(i)
         dev = self._other(c.device) if foreign else c.device
-        body = {"batch_key": new_id(), "attempt_id": c.attempt_id, "claim_generation": c.generation,
-                "claim_token": c.token, "events": [event()]}
+        body = {
+            "batch_key": new_id(),
+            "attempt_id": c.attempt_id,
+            "claim_generation": c.generation,
+            "claim_token": c.token,
+            "events": [event()],
+        }
         status, _ = self.post(events_path(c.task_id), dev, body)
         assert status in ((409,) if foreign else (200, 409))
 
@@ -209,16 +214,22 @@ class DeviceApiMachine(RuleBasedStateMachine):
             assert status2 in (200, 409)
             self._note_fence(c, status2, raw2, False)
 
-    @rule(i=st.integers(0, 50), obs=st.sampled_from(["SUBMITTED", "UNKNOWN", "SECURITY_CHALLENGE"]),
-          foreign=MOSTLY_FALSE)
+    @rule(
+        i=st.integers(0, 50), obs=st.sampled_from(["SUBMITTED", "UNKNOWN", "SECURITY_CHALLENGE"]), foreign=MOSTLY_FALSE
+    )
     def result(self, i: int, obs: str, foreign: bool) -> None:
         if not self.submissions:  # no precondition: rule choice must not depend on server state
             return
         sid = sorted(self.submissions)[i % len(self.submissions)]
         c = self.submissions[sid]
         dev = self._other(c.device) if foreign else c.device
-        body = {"result_key": new_id(), "attempt_id": c.attempt_id, "claim_token": c.token, "observation": obs,
-                "evidence_asset_id": None}
+        body = {
+            "result_key": new_id(),
+            "attempt_id": c.attempt_id,
+            "claim_token": c.token,
+            "observation": obs,
+            "evidence_asset_id": None,
+        }
         status, _ = self.post(result_path(sid), dev, body)
         assert status in ((404,) if foreign else (200, 409))
 
@@ -228,8 +239,14 @@ class DeviceApiMachine(RuleBasedStateMachine):
             return
         c = self._claim(i)
         dev = self._other(c.device) if foreign else c.device
-        body = {"fail_key": new_id(), "claim_generation": c.generation, "claim_token": c.token,
-                "reason_code": "SKU_VALUE_MISSING", "summary": "option not found", "evidence_asset_id": None}
+        body = {
+            "fail_key": new_id(),
+            "claim_generation": c.generation,
+            "claim_token": c.token,
+            "reason_code": "SKU_VALUE_MISSING",
+            "summary": "option not found",
+            "evidence_asset_id": None,
+        }
         status, _ = self.post(fail_path(c.attempt_id), dev, body)
         assert status in ((409,) if foreign else (200, 409))
 
@@ -238,9 +255,14 @@ class DeviceApiMachine(RuleBasedStateMachine):
         if not self.claims:  # no precondition: rule choice must not depend on server state
             return
         c = self._claim(i)
-        body = {"renew_request_id": new_id(), "session_id": c.session_id, "attempt_id": c.attempt_id,
-                "claim_generation": c.generation, "claim_token": c.token,
-                "expected_lease_expires_at": c.lease_expires_at}
+        body = {
+            "renew_request_id": new_id(),
+            "session_id": c.session_id,
+            "attempt_id": c.attempt_id,
+            "claim_generation": c.generation,
+            "claim_token": c.token,
+            "expected_lease_expires_at": c.lease_expires_at,
+        }
         status, raw = self.post(RENEW.format(c.task_id), c.device, body)
         assert status in (200, 409)
         if status == 200:
@@ -269,8 +291,9 @@ class DeviceApiMachine(RuleBasedStateMachine):
     def to_lease_end(self, i: int, delta_us: int) -> None:
         if not self.claims:  # no precondition: rule choice must not depend on server state
             return
-        row = self.w.conn.execute("SELECT lease_expires_at FROM attempts WHERE id = ?",
-                                  (self._claim(i).attempt_id,)).fetchone()
+        row = self.w.conn.execute(
+            "SELECT lease_expires_at FROM attempts WHERE id = ?", (self._claim(i).attempt_id,)
+        ).fetchone()
         target = from_wire(row[0]) + timedelta(microseconds=delta_us)
         if target > self.w.clock.now():  # time never goes backwards
             self.w.clock.set(target)
@@ -288,16 +311,23 @@ class DeviceApiMachine(RuleBasedStateMachine):
     @invariant()
     def one_fence_one_attempt_one_open_claim(self) -> None:
         conn = self.w.conn
-        assert conn.execute("SELECT max(n) FROM (SELECT count(*) n FROM order_submissions"
-                            " GROUP BY authorization_id)").fetchone()[0] in (None, 1)
-        assert conn.execute("SELECT max(n) FROM (SELECT count(*) n FROM attempts"
-                            " GROUP BY authorization_id)").fetchone()[0] in (None, 1)
-        assert conn.execute("SELECT max(n) FROM (SELECT count(*) n FROM attempts WHERE state = 'OPEN'"
-                            " GROUP BY device_id)").fetchone()[0] in (None, 1)
+        assert conn.execute(
+            "SELECT max(n) FROM (SELECT count(*) n FROM order_submissions GROUP BY authorization_id)"
+        ).fetchone()[0] in (None, 1)
+        assert conn.execute(
+            "SELECT max(n) FROM (SELECT count(*) n FROM attempts GROUP BY authorization_id)"
+        ).fetchone()[0] in (None, 1)
+        assert conn.execute(
+            "SELECT max(n) FROM (SELECT count(*) n FROM attempts WHERE state = 'OPEN' GROUP BY device_id)"
+        ).fetchone()[0] in (None, 1)
         for auth_id, n in self.w.permits.items():
             assert n == 1
-            assert conn.execute("SELECT count(*) FROM order_submissions WHERE authorization_id = ?",
-                                (auth_id,)).fetchone()[0] == 1
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM order_submissions WHERE authorization_id = ?", (auth_id,)
+                ).fetchone()[0]
+                == 1
+            )
         for attempt_id, device_id in conn.execute("SELECT id, device_id FROM attempts"):
             assert self.w.attempt_device.setdefault(attempt_id, device_id) == device_id
 
@@ -305,21 +335,29 @@ class DeviceApiMachine(RuleBasedStateMachine):
     def states_agree(self) -> None:
         conn = self.w.conn
         for s_state, t_state, a_state, att_state in conn.execute(
-                "SELECT s.state, t.state, a.state, at.state FROM order_submissions s JOIN tasks t ON t.id = s.task_id"
-                " JOIN authorizations a ON a.id = s.authorization_id JOIN attempts at ON at.id = s.attempt_id"):
+            "SELECT s.state, t.state, a.state, at.state FROM order_submissions s JOIN tasks t ON t.id = s.task_id"
+            " JOIN authorizations a ON a.id = s.authorization_id JOIN attempts at ON at.id = s.attempt_id"
+        ):
             assert (s_state, t_state, a_state, att_state) in {
                 ("FENCED", "SUBMITTING", "FENCED", "OPEN"),
                 ("SUBMITTED", "WAITING_PAYMENT", "CONSUMED", "CLOSED"),
                 ("RECONCILIATION_REQUIRED", "RECONCILIATION_REQUIRED", "CONSUMED", "CLOSED"),
             }, (s_state, t_state, a_state, att_state)
         for t_state, a_state in conn.execute(
-                "SELECT t.state, a.state FROM attempts at JOIN tasks t ON t.id = at.task_id"
-                " JOIN authorizations a ON a.id = at.authorization_id WHERE at.state = 'OPEN'"):
-            assert (t_state, a_state) in {("CLAIMED", "CLAIMED"), ("ORDERING", "CLAIMED"),
-                                          ("SUBMITTING", "FENCED")}, (t_state, a_state)
+            "SELECT t.state, a.state FROM attempts at JOIN tasks t ON t.id = at.task_id"
+            " JOIN authorizations a ON a.id = at.authorization_id WHERE at.state = 'OPEN'"
+        ):
+            assert (t_state, a_state) in {("CLAIMED", "CLAIMED"), ("ORDERING", "CLAIMED"), ("SUBMITTING", "FENCED")}, (
+                t_state,
+                a_state,
+            )
         # a task with an attempt is never claimable again (no automatic takeover)
-        assert conn.execute("SELECT count(*) FROM tasks t JOIN attempts at ON at.task_id = t.id"
-                            " WHERE t.state = 'PENDING'").fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM tasks t JOIN attempts at ON at.task_id = t.id WHERE t.state = 'PENDING'"
+            ).fetchone()[0]
+            == 0
+        )
 
     @invariant()
     def expired_leases_stay_expired(self) -> None:
@@ -344,9 +382,14 @@ def _scan_for_tokens(conn: sqlite3.Connection, tokens: set[str]) -> None:
 
 
 @pytest.mark.slow(seconds_per_iteration=10)  # a soak loop: in `make soak`, timeout scaled
-def test_device_api_state_machine(settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection,
-                                  make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any],
-                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_device_api_state_machine(
+    settings: Settings,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
     world = World()
     world.server = InProcServer(settings, clock)
@@ -355,12 +398,20 @@ def test_device_api_state_machine(settings: Settings, clock: ManualClock, sync_c
     world.server.start()
     try:
         DeviceApiMachine.w = world
-        run_state_machine_as_test(DeviceApiMachine, settings=hsettings(
-            max_examples=soak_iterations(30), stateful_step_count=40, deadline=None, derandomize=False,
-            # the world (a real server + DB) outlives each example, so a replayed example would see other
-            # server answers: generate only, never replay or shrink (a failure is reported as it happened)
-            phases=(Phase.generate,), database=None,
-            suppress_health_check=list(HealthCheck)))
+        run_state_machine_as_test(
+            DeviceApiMachine,
+            settings=hsettings(
+                max_examples=soak_iterations(30),
+                stateful_step_count=40,
+                deadline=None,
+                derandomize=False,
+                # the world (a real server + DB) outlives each example, so a replayed example would see other
+                # server answers: generate only, never replay or shrink (a failure is reported as it happened)
+                phases=(Phase.generate,),
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
     finally:
         world.server.stop()
     print(f"permits: {sum(world.permits.values())}; requests: {dict(sorted(world.stats.items()))}")

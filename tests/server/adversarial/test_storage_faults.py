@@ -35,19 +35,30 @@ from tests.server.submissions.helpers import (
     upload,
 )
 
-FAULTS = [("device_requests", "INSERT", "ABORT"), ("device_requests", "INSERT", "ROLLBACK"),
-          ("audit_log", "INSERT", "ABORT"), ("audit_log", "INSERT", "ROLLBACK")]
+FAULTS = [
+    ("device_requests", "INSERT", "ABORT"),
+    ("device_requests", "INSERT", "ROLLBACK"),
+    ("audit_log", "INSERT", "ABORT"),
+    ("audit_log", "INSERT", "ROLLBACK"),
+]
 
 
 async def _fence(client: Any, c: Claim, body: dict[str, Any]) -> tuple[int, bytes]:
     return await post_json(client, fence_path(c.attempt_id), c.device, body)
 
 
-@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("order_submissions", "INSERT", "ABORT"),
-                                           ("tasks", "UPDATE", "ROLLBACK")])
-async def test_fence_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
-                                                         sync_conn: sqlite3.Connection, table: str, op: str,
-                                                         mode: str) -> None:
+@pytest.mark.parametrize(
+    "table,op,mode", [*FAULTS, ("order_submissions", "INSERT", "ABORT"), ("tasks", "UPDATE", "ROLLBACK")]
+)
+async def test_fence_storage_failure_then_retry_same_key(
+    server_client: Any,
+    claimed: Claim,
+    fault: StorageFault,
+    sync_conn: sqlite3.Connection,
+    table: str,
+    op: str,
+    mode: str,
+) -> None:
     body = fence_body(claimed)
     before = fingerprint(sync_conn)
     await fault.on(table, op, mode)
@@ -61,35 +72,53 @@ async def test_fence_storage_failure_then_retry_same_key(server_client: Any, cla
     assert status == 200 and json.loads(raw)["click_permitted"] is False
 
 
-async def test_fence_lost_with_its_batch_is_never_answered(server_client: Any, claimed: Claim,
-                                                           sync_conn: sqlite3.Connection) -> None:
+async def test_fence_lost_with_its_batch_is_never_answered(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     """Group commit: the fence job succeeds in its savepoint, a later job of the same batch makes SQLite
     roll the whole transaction back → the fence caller gets StorageError, never a permit; the retry
     with the same key is then the one and only permit."""
     app = server_client.server.app
     db, clock = app[DB], app[CLOCK]
     await db.write(lambda c: c.execute("CREATE TEMP TABLE boom (x)"))
-    await db.write(lambda c: c.execute(
-        "CREATE TEMP TRIGGER boom_t BEFORE INSERT ON boom BEGIN SELECT RAISE(ROLLBACK, 'boom'); END"))
+    await db.write(
+        lambda c: c.execute(
+            "CREATE TEMP TRIGGER boom_t BEFORE INSERT ON boom BEGIN SELECT RAISE(ROLLBACK, 'boom'); END"
+        )
+    )
     body = fence_body(claimed)
 
     def fence_job(conn: sqlite3.Connection) -> Any:
-        return fence_service.create_fence(conn, device_id=claimed.device.device_id, attempt_id=claimed.attempt_id,
-                                          body=body, now=clock.now(), allowed_payment_modes=DEFAULT_PAYMENT_MODES)
+        return fence_service.create_fence(
+            conn,
+            device_id=claimed.device.device_id,
+            attempt_id=claimed.attempt_id,
+            body=body,
+            now=clock.now(),
+            allowed_payment_modes=DEFAULT_PAYMENT_MODES,
+        )
 
-    results = await asyncio.gather(db.write(fence_job), db.write(lambda c: c.execute("INSERT INTO boom VALUES (1)")),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        db.write(fence_job), db.write(lambda c: c.execute("INSERT INTO boom VALUES (1)")), return_exceptions=True
+    )
     assert all(isinstance(r, StorageError) for r in results), results
     assert sync_conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 0
     status, raw = await _fence(server_client, claimed, body)
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
-@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("order_submissions", "UPDATE", "ABORT"),
-                                           ("attempts", "UPDATE", "ROLLBACK")])
-async def test_result_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
-                                                          sync_conn: sqlite3.Connection, table: str, op: str,
-                                                          mode: str) -> None:
+@pytest.mark.parametrize(
+    "table,op,mode", [*FAULTS, ("order_submissions", "UPDATE", "ABORT"), ("attempts", "UPDATE", "ROLLBACK")]
+)
+async def test_result_storage_failure_then_retry_same_key(
+    server_client: Any,
+    claimed: Claim,
+    fault: StorageFault,
+    sync_conn: sqlite3.Connection,
+    table: str,
+    op: str,
+    mode: str,
+) -> None:
     status, raw = await _fence(server_client, claimed, fence_body(claimed))
     sid = json.loads(raw)["submission_id"]
     body = result_body(claimed, "UNKNOWN")
@@ -104,9 +133,16 @@ async def test_result_storage_failure_then_retry_same_key(server_client: Any, cl
 
 
 @pytest.mark.parametrize("table,op,mode", [*FAULTS, ("evidence_assets", "INSERT", "ABORT")])
-async def test_evidence_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
-                                                            sync_conn: sqlite3.Connection, settings: Settings,
-                                                            table: str, op: str, mode: str) -> None:
+async def test_evidence_storage_failure_then_retry_same_key(
+    server_client: Any,
+    claimed: Claim,
+    fault: StorageFault,
+    sync_conn: sqlite3.Connection,
+    settings: Settings,
+    table: str,
+    op: str,
+    mode: str,
+) -> None:
     data = png()
     fields = evidence_fields(claimed, data)
     body, ctype = multipart(fields, data)
@@ -124,9 +160,9 @@ async def test_evidence_storage_failure_then_retry_same_key(server_client: Any, 
     assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, first)
 
 
-async def test_evidence_file_store_failure_is_503_and_retry_works(server_client: Any, claimed: Claim,
-                                                                   sync_conn: sqlite3.Connection,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_evidence_file_store_failure_is_503_and_retry_works(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cmbuyer.server.evidence import files as evidence_files
 
     real_store = evidence_files.store
@@ -146,9 +182,15 @@ async def test_evidence_file_store_failure_is_503_and_retry_works(server_client:
 
 
 @pytest.mark.parametrize("table,op,mode", [*FAULTS, ("events", "INSERT", "ABORT"), ("tasks", "UPDATE", "ROLLBACK")])
-async def test_events_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
-                                                          sync_conn: sqlite3.Connection, table: str, op: str,
-                                                          mode: str) -> None:
+async def test_events_storage_failure_then_retry_same_key(
+    server_client: Any,
+    claimed: Claim,
+    fault: StorageFault,
+    sync_conn: sqlite3.Connection,
+    table: str,
+    op: str,
+    mode: str,
+) -> None:
     body = events_body(claimed)
     before = fingerprint(sync_conn)
     await fault.on(table, op, mode)
@@ -161,9 +203,15 @@ async def test_events_storage_failure_then_retry_same_key(server_client: Any, cl
 
 
 @pytest.mark.parametrize("table,op,mode", [*FAULTS, ("authorizations", "UPDATE", "ABORT")])
-async def test_fail_storage_failure_then_retry_same_key(server_client: Any, claimed: Claim, fault: StorageFault,
-                                                        sync_conn: sqlite3.Connection, table: str, op: str,
-                                                        mode: str) -> None:
+async def test_fail_storage_failure_then_retry_same_key(
+    server_client: Any,
+    claimed: Claim,
+    fault: StorageFault,
+    sync_conn: sqlite3.Connection,
+    table: str,
+    op: str,
+    mode: str,
+) -> None:
     body = fail_body(claimed)
     before = fingerprint(sync_conn)
     await fault.on(table, op, mode)
@@ -175,16 +223,28 @@ async def test_fail_storage_failure_then_retry_same_key(server_client: Any, clai
     assert await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body) == (200, first)
 
 
-async def test_disk_full_by_max_page_count_is_503_not_500(server_client: Any, claimed: Claim, fault: StorageFault,
-                                                          sync_conn: sqlite3.Connection) -> None:
+async def test_disk_full_by_max_page_count_is_503_not_500(
+    server_client: Any, claimed: Claim, fault: StorageFault, sync_conn: sqlite3.Connection
+) -> None:
     """``PRAGMA max_page_count`` at the current size: requests that need a new page get 503; after the
     limit is lifted the same keys work. Events are appended until the file must grow."""
     await fault.disk_full()
     statuses: set[int] = set()
     sent: list[dict[str, Any]] = []
     for _ in range(400):
-        body = events_body(claimed, events=[{"step": "OPEN_PRODUCT", "outcome": "OK", "reason_code": None,
-                                             "summary": "x" * 200, "occurred_at": "2026-08-04T09:00:01Z"}] * 20)
+        body = events_body(
+            claimed,
+            events=[
+                {
+                    "step": "OPEN_PRODUCT",
+                    "outcome": "OK",
+                    "reason_code": None,
+                    "summary": "x" * 200,
+                    "occurred_at": "2026-08-04T09:00:01Z",
+                }
+            ]
+            * 20,
+        )
         status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device, body)
         statuses.add(status)
         if status == 503:

@@ -37,7 +37,7 @@ BYPASSES = {
     "mongolian_vs_phone": "\u180e".join(["138", "1234", "5678"]),
     "arabic_indic_digits": "١٣٨١٢٣٤٥٦٧٨",
     "math_bold_digits": "𝟏𝟑𝟖𝟏𝟐𝟑𝟒𝟓𝟔𝟕𝟖",
-    "zero_width_token": ZW.join([TOKEN[i:i + 8] for i in range(0, 64, 8)]),
+    "zero_width_token": ZW.join([TOKEN[i : i + 8] for i in range(0, 64, 8)]),
     "zero_width_word": f"t{ZW}oken seen",
     "claim_token_word": "claim_token leaked",
     "token_digit": "token2 here",
@@ -57,9 +57,17 @@ BYPASSES = {
     "lone_surrogate": "a\ud800b",
 }
 
-ACCEPTED = ["option not found", "gate 1 ok", "unit price 12.88 x 2 = 25.76", "tokens are not mentioned",
-            "SKU 黑色CHA(纯棉) M(建议100-115)", "emoji 👨\u200d👩\u200d👧 ok", "Tom & Jerry", "step 3 of 12",
-            "CONFIRM_AMOUNT_UNREADABLE"]
+ACCEPTED = [
+    "option not found",
+    "gate 1 ok",
+    "unit price 12.88 x 2 = 25.76",
+    "tokens are not mentioned",
+    "SKU 黑色CHA(纯棉) M(建议100-115)",
+    "emoji 👨\u200d👩\u200d👧 ok",
+    "Tom & Jerry",
+    "step 3 of 12",
+    "CONFIRM_AMOUNT_UNREADABLE",
+]
 
 
 @pytest.mark.parametrize("name", sorted(BYPASSES))
@@ -73,14 +81,17 @@ def test_plain_summaries_pass(text: str) -> None:
     assert check_summary(text) == text
 
 
-async def test_bypasses_over_http_write_nothing(server_client: Any, claimed: Claim,
-                                                sync_conn: sqlite3.Connection) -> None:
+async def test_bypasses_over_http_write_nothing(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     before = fingerprint(sync_conn)
     for name, text in BYPASSES.items():
         if name == "lone_surrogate":
             continue  # not encodable as UTF-8 JSON; the strict reader covers it
-        for path, body in ((events_path(claimed.task_id), events_body(claimed, [event(summary=text)])),
-                           (fail_path(claimed.attempt_id), fail_body(claimed, summary=text))):
+        for path, body in (
+            (events_path(claimed.task_id), events_body(claimed, [event(summary=text)])),
+            (fail_path(claimed.attempt_id), fail_body(claimed, summary=text)),
+        ):
             status, raw = await post_json(server_client, path, claimed.device, body)
             assert (status, json.loads(raw)) == (400, {"error": "invalid_request"}), (name, path)
     assert fingerprint(sync_conn) == before
@@ -128,11 +139,25 @@ PERSONAL = {
 
 # What must keep passing: prices, quantities, sizes, goods ids, order numbers, dates, reason codes.
 NOT_PERSONAL = [
-    "价格 ¥12.88 超过上限", "unit ¥12.88 × 3 = ¥38.64", "最后5件 ¥59", "M(建议100-115)", "尺码 38号",
-    "goods 937122477375", "goods id 138123456789012", "order 231201-493047618902345",
-    "订单编号：231201493047618902345", "order_sn 190312-4930476189", "amount 1388.00",
-    "2026-08-04 09:00:00", "step 3 of 12", "超出市场价区间", "1号色 已选", "规格 3XL", "qty 2 → 3",
-    "tiles 12, visible 7", "110105194912310021 is not a valid id",  # wrong check digit: not an id number
+    "价格 ¥12.88 超过上限",
+    "unit ¥12.88 × 3 = ¥38.64",
+    "最后5件 ¥59",
+    "M(建议100-115)",
+    "尺码 38号",
+    "goods 937122477375",
+    "goods id 138123456789012",
+    "order 231201-493047618902345",
+    "订单编号：231201493047618902345",
+    "order_sn 190312-4930476189",
+    "amount 1388.00",
+    "2026-08-04 09:00:00",
+    "step 3 of 12",
+    "超出市场价区间",
+    "1号色 已选",
+    "规格 3XL",
+    "qty 2 → 3",
+    "tiles 12, visible 7",
+    "110105194912310021 is not a valid id",  # wrong check digit: not an id number
 ]
 
 
@@ -147,12 +172,15 @@ def test_numbers_that_are_not_personal_pass(text: str) -> None:
     assert check_summary(text) == text
 
 
-async def test_personal_data_over_http_writes_nothing(server_client: Any, claimed: Claim,
-                                                      sync_conn: sqlite3.Connection) -> None:
+async def test_personal_data_over_http_writes_nothing(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     before = fingerprint(sync_conn)
     for name, text in PERSONAL.items():
-        for path, body in ((events_path(claimed.task_id), events_body(claimed, [event(summary=text)])),
-                           (fail_path(claimed.attempt_id), fail_body(claimed, summary=text))):
+        for path, body in (
+            (events_path(claimed.task_id), events_body(claimed, [event(summary=text)])),
+            (fail_path(claimed.attempt_id), fail_body(claimed, summary=text)),
+        ):
             status, raw = await post_json(server_client, path, claimed.device, body)
             assert (status, json.loads(raw)) == (400, {"error": "invalid_request"}), (name, path)
     assert fingerprint(sync_conn) == before

@@ -23,9 +23,13 @@ from ..scratch_db import create_scratch, scratch_database
 
 @pytest.fixture
 async def db(tmp_path: Path) -> Any:
-    async with scratch_database(tmp_path / "rerun.sqlite3", "CREATE TABLE t (tag TEXT NOT NULL)",
-                                "CREATE TABLE u (k TEXT PRIMARY KEY)", "INSERT INTO u VALUES ('taken')",
-                                "CREATE TABLE big (b BLOB)") as database:
+    async with scratch_database(
+        tmp_path / "rerun.sqlite3",
+        "CREATE TABLE t (tag TEXT NOT NULL)",
+        "CREATE TABLE u (k TEXT PRIMARY KEY)",
+        "INSERT INTO u VALUES ('taken')",
+        "CREATE TABLE big (b BLOB)",
+    ) as database:
         yield database
 
 
@@ -41,6 +45,7 @@ def _insert(tag: str) -> Callable[[sqlite3.Connection], str]:
     def job(conn: sqlite3.Connection) -> str:
         conn.execute("INSERT INTO t VALUES (?)", (tag,))
         return tag
+
     return job
 
 
@@ -110,8 +115,12 @@ async def test_job_raising_stop_iteration_does_not_kill_the_writer(tmp_path: Pat
         next(iter([]))
 
     try:
-        out = await asyncio.wait_for(asyncio.gather(database.write(_insert("a"), short=short),
-                                                    database.write(bad, short=short), return_exceptions=True), 2)
+        out = await asyncio.wait_for(
+            asyncio.gather(
+                database.write(_insert("a"), short=short), database.write(bad, short=short), return_exceptions=True
+            ),
+            2,
+        )
         assert out[0] == "a" and isinstance(out[1], Exception)
         assert await asyncio.wait_for(database.write(_insert("c"), short=short), 2) == "c"
         _check_invariant(path, ["a", "x", "c"], [out[0], out[1], "c"])
@@ -125,15 +134,21 @@ async def test_job_raising_stop_iteration_does_not_kill_the_writer(tmp_path: Pat
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, asyncio.CancelledError, SystemExit])
 @pytest.mark.parametrize("short", [False, True])
-async def test_base_exception_in_a_job_fails_only_that_job(db: Database, exc: type[BaseException],
-                                                           short: bool) -> None:
+async def test_base_exception_in_a_job_fails_only_that_job(db: Database, exc: type[BaseException], short: bool) -> None:
     def bad(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO t VALUES ('bad')")
         raise exc()
 
     tags = ["a", "bad", "b"]
-    out = await asyncio.wait_for(asyncio.gather(db.write(_insert("a"), short=short), db.write(bad, short=short),
-                                                db.write(_insert("b"), short=short), return_exceptions=True), 5)
+    out = await asyncio.wait_for(
+        asyncio.gather(
+            db.write(_insert("a"), short=short),
+            db.write(bad, short=short),
+            db.write(_insert("b"), short=short),
+            return_exceptions=True,
+        ),
+        5,
+    )
     assert out[0] == "a" and out[2] == "b" and isinstance(out[1], StorageError)
     _check_invariant(db.path, tags, out)
 
@@ -145,8 +160,13 @@ async def test_failing_job_in_a_mixed_batch(db: Database, order: str) -> None:
         conn.execute("INSERT INTO u VALUES ('taken')")  # IntegrityError mid-job
 
     first_short = order == "short-first"
-    calls = [db.write(_insert("a"), short=first_short), db.write(_insert("b"), short=not first_short),
-             db.write(bad, short=True), db.write(_insert("c"), short=False), db.write(_insert("d"), short=True)]
+    calls = [
+        db.write(_insert("a"), short=first_short),
+        db.write(_insert("b"), short=not first_short),
+        db.write(bad, short=True),
+        db.write(_insert("c"), short=False),
+        db.write(_insert("d"), short=True),
+    ]
     out = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
     assert isinstance(out[2], StorageError) and "taken" not in str(out[2])
     assert [o for i, o in enumerate(out) if i != 2] == ["a", "b", "c", "d"]
@@ -169,8 +189,15 @@ async def test_job_leaving_an_unstepped_select_open_in_a_failing_batch(db: Datab
         conn.execute("INSERT INTO t VALUES ('bad')")
         raise ValueError("rule")
 
-    out = await asyncio.wait_for(asyncio.gather(db.write(reader, short=short), db.write(bad, short=short),
-                                                db.write(_insert("c"), short=short), return_exceptions=True), 5)
+    out = await asyncio.wait_for(
+        asyncio.gather(
+            db.write(reader, short=short),
+            db.write(bad, short=short),
+            db.write(_insert("c"), short=short),
+            return_exceptions=True,
+        ),
+        5,
+    )
     kept.clear()
     _check_invariant(db.path, ["r", "bad", "c"], out)
     assert await asyncio.wait_for(db.write(_insert("z"), short=short), 5) == "z"
@@ -192,10 +219,17 @@ async def test_job_using_its_own_savepoints_in_a_failing_batch(db: Database, sho
     def releases_writer_savepoint(conn: sqlite3.Connection) -> None:
         conn.execute("RELEASE job")  # no such savepoint in pass one; releases the writer's in pass two
 
-    out = await asyncio.wait_for(asyncio.gather(
-        db.write(own_savepoint, short=short), db.write(begins, short=short), db.write(_insert("c"), short=short),
-        db.write(releases_writer_savepoint, short=short), db.write(_insert("d"), short=short),
-        return_exceptions=True), 5)
+    out = await asyncio.wait_for(
+        asyncio.gather(
+            db.write(own_savepoint, short=short),
+            db.write(begins, short=short),
+            db.write(_insert("c"), short=short),
+            db.write(releases_writer_savepoint, short=short),
+            db.write(_insert("d"), short=short),
+            return_exceptions=True,
+        ),
+        5,
+    )
     rows = _committed(db.path)
     # every caller told ok has its rows, nothing is committed for the callers told "failed"
     for tag, answer in zip(["s", None, "c", None, "d"], out, strict=True):
@@ -222,13 +256,26 @@ async def test_disk_full_in_the_optimistic_pass_of_a_batch(db: Database, short: 
         conn.execute("INSERT INTO big SELECT zeroblob(300000) FROM (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3)")
 
     tags = ["a", "huge", "b"]
-    out = await asyncio.wait_for(asyncio.gather(db.write(_insert("a"), short=short), db.write(huge, short=short),
-                                                db.write(_insert("b"), short=short), return_exceptions=True), 5)
+    out = await asyncio.wait_for(
+        asyncio.gather(
+            db.write(_insert("a"), short=short),
+            db.write(huge, short=short),
+            db.write(_insert("b"), short=short),
+            return_exceptions=True,
+        ),
+        5,
+    )
     assert isinstance(out[1], StorageError)
     _check_invariant(db.path, tags, out)
-    out2 = await asyncio.wait_for(asyncio.gather(db.write(_insert("c"), short=short),
-                                                 db.write(huge_multi, short=short),
-                                                 db.write(_insert("d"), short=short), return_exceptions=True), 5)
+    out2 = await asyncio.wait_for(
+        asyncio.gather(
+            db.write(_insert("c"), short=short),
+            db.write(huge_multi, short=short),
+            db.write(_insert("d"), short=short),
+            return_exceptions=True,
+        ),
+        5,
+    )
     assert isinstance(out2[1], StorageError)
     _check_invariant(db.path, ["c", "huge2", "d"], out2)
     await db.write(lambda c: c.execute("PRAGMA max_page_count = 1073741823"))
@@ -264,17 +311,26 @@ async def test_loop_stays_responsive_while_another_process_holds_the_write_lock(
 
 
 @pytest.mark.parametrize("short", [False, True])
-async def test_failing_job_that_opened_a_savepoint_named_like_the_writers_leaves_nothing(db: Database,
-                                                                                       short: bool) -> None:
+async def test_failing_job_that_opened_a_savepoint_named_like_the_writers_leaves_nothing(
+    db: Database, short: bool
+) -> None:
     """The writer's per-job savepoint is called plain ``job``. A failing job that itself opened a savepoint of
     that name makes the writer's ``ROLLBACK TO job`` stop at the job's savepoint: the writes the job made
     before it survive and are committed although its caller was told it failed."""
+
     def bad(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO t VALUES ('bad')")
         conn.execute("SAVEPOINT job")
         raise ValueError("rule")
 
-    out = await asyncio.wait_for(asyncio.gather(db.write(_insert("a"), short=short), db.write(bad, short=short),
-                                                db.write(_insert("b"), short=short), return_exceptions=True), 5)
+    out = await asyncio.wait_for(
+        asyncio.gather(
+            db.write(_insert("a"), short=short),
+            db.write(bad, short=short),
+            db.write(_insert("b"), short=short),
+            return_exceptions=True,
+        ),
+        5,
+    )
     assert isinstance(out[1], ValueError)
     _check_invariant(db.path, ["a", "bad", "b"], out)

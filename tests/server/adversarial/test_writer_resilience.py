@@ -40,8 +40,7 @@ async def test_job_that_ends_the_transaction_does_not_wedge_the_writer(db: Datab
     assert await db.read(_count) == 1
 
 
-async def test_savepoint_failure_fails_the_batch_not_the_writer(db: Database,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_savepoint_failure_fails_the_batch_not_the_writer(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     real = db_module._run_batch
     calls = {"n": 0}
 
@@ -72,8 +71,12 @@ async def test_savepoint_failure_fails_the_batch_not_the_writer(db: Database,
 
     monkeypatch.setattr(db_module, "_run_batch", flaky_batch)
     # a failing job in a batch of several sends the batch to the savepoint pass, whose SAVEPOINT fails
-    out = await asyncio.wait_for(asyncio.gather(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")),
-                                                db.write(refused), return_exceptions=True), 5)
+    out = await asyncio.wait_for(
+        asyncio.gather(
+            db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")), db.write(refused), return_exceptions=True
+        ),
+        5,
+    )
     assert calls["n"] == 1 and all(isinstance(o, StorageError) for o in out)
     await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (2)")), 5)
     assert await db.read(_count) == 1  # neither 99, 1 nor 3 was committed
@@ -88,8 +91,9 @@ async def test_job_ending_the_transaction_in_a_batch_runs_nothing_in_autocommit(
     def later(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO t VALUES (2)")
 
-    out = await asyncio.wait_for(asyncio.gather(db.write(rogue, short=short), db.write(later, short=short),
-                                                return_exceptions=True), 5)
+    out = await asyncio.wait_for(
+        asyncio.gather(db.write(rogue, short=short), db.write(later, short=short), return_exceptions=True), 5
+    )
     assert all(isinstance(o, StorageError) for o in out)
     # the rogue's own COMMIT did persist row 1 (nothing can undo a COMMIT), but 'later' never ran outside
     # a transaction of the writer and nobody was told "ok"
@@ -97,8 +101,9 @@ async def test_job_ending_the_transaction_in_a_batch_runs_nothing_in_autocommit(
     await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (5)"), short=short), 5)
 
 
-async def test_unexpected_exception_in_the_writer_does_not_kill_it(db: Database,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_unexpected_exception_in_the_writer_does_not_kill_it(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = db_module._run_batch
     calls = {"n": 0}
 
@@ -116,7 +121,8 @@ async def test_unexpected_exception_in_the_writer_does_not_kill_it(db: Database,
 
 
 async def test_transaction_left_open_by_a_failed_rollback_does_not_wedge_later_batches(
-        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_rollback = db_module._safe_rollback
     calls = {"n": 0}
 

@@ -36,9 +36,12 @@ CLIENTS = MAX_SHORT_BATCH + 8
 
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
-    return create_scratch(tmp_path / "load.sqlite", "CREATE TABLE t (k TEXT NOT NULL, b BLOB)",
-                          "CREATE TABLE flag (id INTEGER PRIMARY KEY, revoked INTEGER NOT NULL)",
-                          "INSERT INTO flag VALUES (1, 0)")
+    return create_scratch(
+        tmp_path / "load.sqlite",
+        "CREATE TABLE t (k TEXT NOT NULL, b BLOB)",
+        "CREATE TABLE flag (id INTEGER PRIMARY KEY, revoked INTEGER NOT NULL)",
+        "INSERT INTO flag VALUES (1, 0)",
+    )
 
 
 @pytest.fixture
@@ -64,6 +67,7 @@ def _insert(key: str, blob: int = 0) -> Any:
     def job(conn: sqlite3.Connection) -> str:
         conn.execute("INSERT INTO t VALUES (?, randomblob(?))", (key, blob))
         return key
+
     return job
 
 
@@ -95,6 +99,7 @@ def _split(results: list[Any]) -> tuple[set[str], int]:
 
 
 # --- (c) the CLI must be able to take the write lock while the server is busy -------------------------
+
 
 async def test_another_process_gets_the_write_lock_under_sustained_load(db: Database, path: Path) -> None:
     """Failed against the pipelining writer (``_chain_begin``): every COMMIT was followed, in the same
@@ -160,11 +165,15 @@ async def test_another_process_gets_the_write_lock_under_sustained_load(db: Data
 
 # --- (a)/(b)/(c) job failures and SQLite rollbacks under load ------------------------------------------
 
+
 async def test_failures_under_load_commit_exactly_the_acknowledged_writes(db: Database, path: Path) -> None:
     # SQLite itself rolls back the whole transaction for these keys (as on SQLITE_FULL/IOERR)
-    await db.write(lambda c: c.execute(
-        "CREATE TEMP TRIGGER boom BEFORE INSERT ON main.t WHEN NEW.k LIKE 'rb-%'"
-        " BEGIN SELECT RAISE(ROLLBACK, 'injected'); END"))
+    await db.write(
+        lambda c: c.execute(
+            "CREATE TEMP TRIGGER boom BEFORE INSERT ON main.t WHEN NEW.k LIKE 'rb-%'"
+            " BEGIN SELECT RAISE(ROLLBACK, 'injected'); END"
+        )
+    )
 
     def job(key: str) -> Any:
         def run(conn: sqlite3.Connection) -> str:
@@ -174,6 +183,7 @@ async def test_failures_under_load_commit_exactly_the_acknowledged_writes(db: Da
             if key.startswith("sql-"):
                 conn.execute("INSERT INTO flag VALUES (1, 0)")  # IntegrityError after a write of its own
             return key
+
         return run
 
     def key(i: int, n: int) -> str:
@@ -225,8 +235,10 @@ async def test_job_ending_the_transaction_under_load_does_not_wedge_the_writer(d
 
 # --- (b) another process takes the lock between two batches -------------------------------------------
 
+
 async def test_lock_taken_right_after_a_commit_delays_but_never_loses_writes(
-        db: Database, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db: Database, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     other = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
     grabbed = threading.Event()
 
@@ -241,7 +253,8 @@ async def test_lock_taken_right_after_a_commit_delays_but_never_loses_writes(
     try:
         started = time.monotonic()
         results = await asyncio.wait_for(
-            asyncio.gather(*(db.write(_insert(f"k{i}"), short=True) for i in range(3 * CLIENTS))), 5)
+            asyncio.gather(*(db.write(_insert(f"k{i}"), short=True) for i in range(3 * CLIENTS))), 5
+        )
         assert grabbed.is_set()
         assert time.monotonic() - started >= 0.25  # the next batch waited for the CLI, then went on
         assert set(results) == {f"k{i}" for i in range(3 * CLIENTS)}
@@ -255,8 +268,10 @@ async def test_lock_taken_right_after_a_commit_delays_but_never_loses_writes(
 
 # --- (d) revocation linearization ----------------------------------------------------------------------
 
+
 async def test_a_commit_by_another_connection_between_batches_is_seen_by_every_later_job(
-        db: Database, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db: Database, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     other = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
     seq: dict[str, Any] = {"n": 0, "revoked_at": None}
     seen: list[tuple[int, int]] = []
@@ -275,6 +290,7 @@ async def test_a_commit_by_another_connection_between_batches_is_seen_by_every_l
                 raise PermissionError("revoked")
             conn.execute("INSERT INTO t VALUES (?, NULL)", (f"claim{i}",))
             return i
+
         return run
 
     async def client(i: int) -> list[Any]:
@@ -299,8 +315,8 @@ async def test_a_commit_by_another_connection_between_batches_is_seen_by_every_l
 
 # --- (b) close() right after a COMMIT, with jobs still queued -----------------------------------------
 
-async def test_close_right_after_a_commit_under_load(db: Database, path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+
+async def test_close_right_after_a_commit_under_load(db: Database, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     loop = asyncio.get_running_loop()
     closed: list[asyncio.Future[None]] = []
     commits = {"n": 0}
@@ -313,6 +329,7 @@ async def test_close_right_after_a_commit_under_load(db: Database, path: Path,
 
             def start() -> None:
                 asyncio.ensure_future(db.close()).add_done_callback(lambda t: fut.set_result(None))
+
             loop.call_soon_threadsafe(start)
 
     _after_commit(monkeypatch, close_soon)
@@ -326,8 +343,7 @@ async def test_close_right_after_a_commit_under_load(db: Database, path: Path,
                 out.append(exc)
         return out
 
-    results = [r for rs in await asyncio.wait_for(
-        asyncio.gather(*(client(i) for i in range(CLIENTS))), 5) for r in rs]
+    results = [r for rs in await asyncio.wait_for(asyncio.gather(*(client(i) for i in range(CLIENTS))), 5) for r in rs]
     assert closed
     await asyncio.wait_for(closed[0], 5)
     ok, failed = _split(results)
@@ -339,9 +355,13 @@ async def test_close_right_after_a_commit_under_load(db: Database, path: Path,
 
 # --- (e) the WAL starts over --------------------------------------------------------------------------
 
+
 async def _burst(db: Database, n: int, blob: int = 0, prefix: str = "b") -> list[str]:
-    return list(await asyncio.wait_for(
-        asyncio.gather(*(db.write(_insert(f"{prefix}{i}", blob), short=True) for i in range(n))), 5))
+    return list(
+        await asyncio.wait_for(
+            asyncio.gather(*(db.write(_insert(f"{prefix}{i}", blob), short=True) for i in range(n))), 5
+        )
+    )
 
 
 async def test_wal_starts_over_under_a_long_stream_of_short_writes(db: Database, path: Path) -> None:
@@ -360,6 +380,7 @@ async def test_wal_starts_over_under_a_long_stream_of_short_writes(db: Database,
 
 
 # --- canonical_json past orjson's nesting limit (254 levels) -----------------------------------------
+
 
 @pytest.mark.parametrize("depth", [254, 255, 256, 400])
 def test_canonical_json_deeper_than_orjson_allows(depth: int) -> None:

@@ -28,8 +28,14 @@ def renew_path(task_id: str) -> str:
 
 
 def heartbeat_body(device_id: str, **over: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"device_id": device_id, "client_version": "0.1.0", "adb_serial": "192.168.0.173:5555",
-                            "android_release": "16", "pdd_version": "8.17.0", "state": "READY"}
+    body: dict[str, Any] = {
+        "device_id": device_id,
+        "client_version": "0.1.0",
+        "adb_serial": "192.168.0.173:5555",
+        "android_release": "16",
+        "pdd_version": "8.17.0",
+        "state": "READY",
+    }
     body.update(over)
     return body
 
@@ -67,9 +73,14 @@ class Claimed:
         return str(self.body["attempt"]["lease_expires_at"])
 
     def renew_body(self, session_id: str, **over: Any) -> dict[str, Any]:
-        body = {"renew_request_id": new_id(), "session_id": session_id, "attempt_id": self.attempt_id,
-                "claim_generation": self.body["attempt"]["claim_generation"], "claim_token": self.token,
-                "expected_lease_expires_at": self.lease}
+        body = {
+            "renew_request_id": new_id(),
+            "session_id": session_id,
+            "attempt_id": self.attempt_id,
+            "claim_generation": self.body["attempt"]["claim_generation"],
+            "claim_token": self.token,
+            "expected_lease_expires_at": self.lease,
+        }
         body.update(over)
         return body
 
@@ -80,14 +91,19 @@ def policy(settings: Any) -> ClaimPolicy:
 
 
 @pytest.fixture
-def ready_device(make_device: Callable[..., DeviceCreds], sync_conn: sqlite3.Connection, clock: ManualClock,
-                 policy: ClaimPolicy) -> Callable[..., DeviceCreds]:
+def ready_device(
+    make_device: Callable[..., DeviceCreds], sync_conn: sqlite3.Connection, clock: ManualClock, policy: ClaimPolicy
+) -> Callable[..., DeviceCreds]:
     """A new ACTIVE device whose latest heartbeat (at the clock's now) is READY with an allowed version."""
 
     def make(name: str = "phone") -> DeviceCreds:
         creds = make_device(name)
-        run_in_transaction(sync_conn, lambda c: record_heartbeat(
-            c, device_id=creds.device_id, body=heartbeat_body(creds.device_id), now=clock.now(), policy=policy))
+        run_in_transaction(
+            sync_conn,
+            lambda c: record_heartbeat(
+                c, device_id=creds.device_id, body=heartbeat_body(creds.device_id), now=clock.now(), policy=policy
+            ),
+        )
         return creds
 
     return make

@@ -31,8 +31,12 @@ def main(argv: list[str]) -> int:
         for device_id in devices:
             while True:
                 try:
-                    stored = run_in_transaction(conn, lambda c, d=device_id: claim_service.claim_next(
-                        c, device_id=d, session_id=sessions[d], claim_request_id=new_id(), now=now, policy=policy))
+                    stored = run_in_transaction(
+                        conn,
+                        lambda c, d=device_id: claim_service.claim_next(
+                            c, device_id=d, session_id=sessions[d], claim_request_id=new_id(), now=now, policy=policy
+                        ),
+                    )
                 except StorageError:
                     continue  # busy beyond busy_timeout: retry with a new key (nothing was written)
                 except DomainError as exc:

@@ -77,21 +77,30 @@ def header_rows(dev: DeviceCreds, other: DeviceCreds, revoked: DeviceCreds) -> l
 @pytest.fixture
 def three(ready_device: Maker, sync_conn: sqlite3.Connection, clock: ManualClock) -> tuple[DeviceCreds, ...]:
     dev, other, revoked = ready_device("dev"), ready_device("other"), ready_device("revoked")
-    run_in_transaction(sync_conn, lambda c: device_service.revoke_device(c, revoked.device_id, Actor("cli", "t"),
-                                                                         clock.now()))
+    run_in_transaction(
+        sync_conn, lambda c: device_service.revoke_device(c, revoked.device_id, Actor("cli", "t"), clock.now())
+    )
     return dev, other, revoked
 
 
 async def test_every_bad_header_row_is_the_same_empty_401_and_writes_nothing(
-        server_client: Any, three: tuple[DeviceCreds, ...], make_task: Maker, sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, three: tuple[DeviceCreds, ...], make_task: Maker, sync_conn: sqlite3.Connection
+) -> None:
     dev, other, revoked = three
     make_task(start=True)
     before = fingerprint(sync_conn)
-    bodies = {CLAIM: {"session_id": new_id(), "claim_request_id": new_id()},
-              HEARTBEAT: heartbeat_body(dev.device_id),
-              renew_path(new_id()): {"renew_request_id": new_id(), "session_id": new_id(), "attempt_id": new_id(),
-                                     "claim_generation": 1, "claim_token": HEX,
-                                     "expected_lease_expires_at": "2026-08-04T09:02:00.000000Z"}}
+    bodies = {
+        CLAIM: {"session_id": new_id(), "claim_request_id": new_id()},
+        HEARTBEAT: heartbeat_body(dev.device_id),
+        renew_path(new_id()): {
+            "renew_request_id": new_id(),
+            "session_id": new_id(),
+            "attempt_id": new_id(),
+            "claim_generation": 1,
+            "claim_token": HEX,
+            "expected_lease_expires_at": "2026-08-04T09:02:00.000000Z",
+        },
+    }
     for name, hdrs in header_rows(dev, other, revoked):
         for path, body in bodies.items():
             # a wrong Content-Type too: authentication answers first
@@ -107,10 +116,15 @@ async def test_every_bad_header_row_is_the_same_empty_401_and_writes_nothing(
 @pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
 async def test_scheme_is_case_insensitive(server_client: Any, ready_device: Maker, scheme: str) -> None:
     dev = ready_device()
-    resp = await server_client.post(CLAIM, data=json.dumps({"session_id": new_id(), "claim_request_id": new_id()}),
-                                    headers={"Content-Type": "application/json",
-                                             "Authorization": f"{scheme} {dev.token}",
-                                             "X-CMBuyer-Device-ID": dev.device_id})
+    resp = await server_client.post(
+        CLAIM,
+        data=json.dumps({"session_id": new_id(), "claim_request_id": new_id()}),
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"{scheme} {dev.token}",
+            "X-CMBuyer-Device-ID": dev.device_id,
+        },
+    )
     assert resp.status == 204
 
 
@@ -118,15 +132,28 @@ def test_parse_credentials_refuses_raw_bytes_an_http_client_cannot_send() -> Non
     did = new_id().encode()
     good = ((b"Authorization", b"Bearer " + HEX.encode()), (b"X-CMBuyer-Device-ID", did))
     assert parse_credentials(good) is not None
-    for bad_auth in (b"Bearer " + HEX.encode() + b"\n", b"Bearer " + HEX.encode()[:-1] + b"\xe9",
-                     b"Bearer " + HEX.encode()[:-1] + b"\x00", b"Bearer\xa0" + HEX.encode()):
+    for bad_auth in (
+        b"Bearer " + HEX.encode() + b"\n",
+        b"Bearer " + HEX.encode()[:-1] + b"\xe9",
+        b"Bearer " + HEX.encode()[:-1] + b"\x00",
+        b"Bearer\xa0" + HEX.encode(),
+    ):
         assert parse_credentials(((b"Authorization", bad_auth), (b"X-CMBuyer-Device-ID", did))) is None
-    assert parse_credentials(((b"Authorization", b"Bearer " + HEX.encode()), (b"X-CMBuyer-Device-ID", did + b"\n"))) \
+    assert (
+        parse_credentials(((b"Authorization", b"Bearer " + HEX.encode()), (b"X-CMBuyer-Device-ID", did + b"\n")))
         is None
+    )
 
 
-@given(st.lists(st.tuples(st.sampled_from([b"Authorization", b"authorization", b"X-CMBuyer-Device-ID", b"X-Other"]),
-                          st.binary(max_size=120)), max_size=4))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([b"Authorization", b"authorization", b"X-CMBuyer-Device-ID", b"X-Other"]),
+            st.binary(max_size=120),
+        ),
+        max_size=4,
+    )
+)
 @hsettings(max_examples=300)
 def test_parse_credentials_never_raises_and_only_accepts_the_exact_form(headers: list[tuple[bytes, bytes]]) -> None:
     result = parse_credentials(tuple(headers))
@@ -136,7 +163,8 @@ def test_parse_credentials_never_raises_and_only_accepts_the_exact_form(headers:
 
 
 async def test_storage_failure_during_authentication_is_an_empty_503(
-        server_client: Any, ready_device: Maker, monkeypatch: pytest.MonkeyPatch) -> None:
+    server_client: Any, ready_device: Maker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dev = ready_device()
     from cmbuyer.server.web import device_auth
 
@@ -169,15 +197,21 @@ async def _raw(client: Any, head: bytes, body: bytes = b"", wait_for: float = 3.
 
 
 def _head(creds_headers: dict[str, str], extra: str = "", length: int = 1_000_000) -> bytes:
-    lines = [f"POST {CLAIM} HTTP/1.1", "Host: localhost", "Content-Type: application/json",
-             f"Content-Length: {length}", *(f"{k}: {v}" for k, v in creds_headers.items())]
+    lines = [
+        f"POST {CLAIM} HTTP/1.1",
+        "Host: localhost",
+        "Content-Type: application/json",
+        f"Content-Length: {length}",
+        *(f"{k}: {v}" for k, v in creds_headers.items()),
+    ]
     if extra:
         lines.append(extra)
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
 async def test_401_before_any_body_byte_also_with_expect_100_continue(
-        server_client: Any, ready_device: Maker, sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, ready_device: Maker, sync_conn: sqlite3.Connection
+) -> None:
     dev = ready_device()
     bad = {"Authorization": f"Bearer {HEX}", "X-CMBuyer-Device-ID": dev.device_id}
     before = fingerprint(sync_conn)
@@ -207,8 +241,13 @@ JSON_ROWS: list[tuple[str, dict[str, str], Any, int, str]] = [
     ("no_content_type", {"Content-Type": ""}, _valid_claim(), 415, "unsupported_media_type"),
     ("text_plain", {"Content-Type": "text/plain"}, _valid_claim(), 415, "unsupported_media_type"),
     ("latin1", {"Content-Type": "application/json; charset=latin-1"}, _valid_claim(), 415, "unsupported_media_type"),
-    ("unknown_charset", {"Content-Type": "application/json; charset=klingon"}, _valid_claim(), 415,
-     "unsupported_media_type"),
+    (
+        "unknown_charset",
+        {"Content-Type": "application/json; charset=klingon"},
+        _valid_claim(),
+        415,
+        "unsupported_media_type",
+    ),
     ("cap_plus_one", {}, _padded(4097), 413, "request_too_large"),
     ("empty", {}, b"", 400, "invalid_request"),
     ("null", {}, b"null", 400, "invalid_request"),
@@ -222,8 +261,14 @@ JSON_ROWS: list[tuple[str, dict[str, str], Any, int, str]] = [
     ("invalid_utf8", {}, b'{"session_id": "\xff", "claim_request_id": "x"}', 400, "invalid_request"),
     ("raw_control", {}, b'{"session_id": "a\x01b", "claim_request_id": "x"}', 400, "invalid_request"),
     ("lone_surrogate", {}, b'{"session_id": "\\ud800", "claim_request_id": "x"}', 400, "invalid_request"),
-    ("duplicate_key", {}, b'{"session_id": "%b", "session_id": "%b", "claim_request_id": "%b"}'
-     % (new_id().encode(), new_id().encode(), new_id().encode()), 400, "invalid_request"),
+    (
+        "duplicate_key",
+        {},
+        b'{"session_id": "%b", "session_id": "%b", "claim_request_id": "%b"}'
+        % (new_id().encode(), new_id().encode(), new_id().encode()),
+        400,
+        "invalid_request",
+    ),
     ("unknown_key", {}, {**_valid_claim(), "device_id": new_id()}, 400, "invalid_request"),
     ("missing_key", {}, {"session_id": new_id()}, 400, "invalid_request"),
     ("nan", {}, b'{"session_id": NaN, "claim_request_id": "x"}', 400, "invalid_request"),
@@ -231,21 +276,41 @@ JSON_ROWS: list[tuple[str, dict[str, str], Any, int, str]] = [
     ("minus_zero", {}, b'{"session_id": -0, "claim_request_id": "x"}', 400, "invalid_request"),
     ("1e400", {}, b'{"session_id": 1e400, "claim_request_id": "x"}', 400, "invalid_request"),
     ("5000_digits", {}, b'{"session_id": ' + b"9" * 3000 + b', "claim_request_id": "x"}', 400, "invalid_request"),
-    ("deep", {}, b'{"session_id": ' + b"[" * 1500 + b"]" * 1500 + b', "claim_request_id": "x"}', 400,
-     "invalid_request"),
+    (
+        "deep",
+        {},
+        b'{"session_id": ' + b"[" * 1500 + b"]" * 1500 + b', "claim_request_id": "x"}',
+        400,
+        "invalid_request",
+    ),
     ("number_for_string", {}, {"session_id": 1, "claim_request_id": new_id()}, 400, "invalid_request"),
     ("true_for_string", {}, {"session_id": True, "claim_request_id": new_id()}, 400, "invalid_request"),
-    ("trailing_newline_uuid", {}, {"session_id": new_id() + "\n", "claim_request_id": new_id()}, 400,
-     "invalid_request"),
-    *((f"uuid_{name}", {}, {"session_id": fn(new_id()), "claim_request_id": new_id()}, 400, "invalid_request")
-      for name, fn in UUID_VARIANTS.items()),
+    (
+        "trailing_newline_uuid",
+        {},
+        {"session_id": new_id() + "\n", "claim_request_id": new_id()},
+        400,
+        "invalid_request",
+    ),
+    *(
+        (f"uuid_{name}", {}, {"session_id": fn(new_id()), "claim_request_id": new_id()}, 400, "invalid_request")
+        for name, fn in UUID_VARIANTS.items()
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "extra", "body", "status", "code"), JSON_ROWS, ids=[r[0] for r in JSON_ROWS])
-async def test_json_body_rows(server_client: Any, ready_device: Maker, make_task: Maker,
-                              sync_conn: sqlite3.Connection, name: str, extra: dict[str, str], body: Any,
-                              status: int, code: str) -> None:
+async def test_json_body_rows(
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    sync_conn: sqlite3.Connection,
+    name: str,
+    extra: dict[str, str],
+    body: Any,
+    status: int,
+    code: str,
+) -> None:
     make_task(start=True)
     dev = ready_device()
     before = fingerprint(sync_conn)
@@ -262,13 +327,15 @@ async def test_exactly_the_cap_is_accepted(server_client: Any, ready_device: Mak
     dev = ready_device()
     body = _padded(4096)
     assert len(body) == 4096
-    resp = await server_client.post(CLAIM, data=body, headers={"Content-Type": "application/json; charset=utf-8",
-                                                                **dev.headers()})
+    resp = await server_client.post(
+        CLAIM, data=body, headers={"Content-Type": "application/json; charset=utf-8", **dev.headers()}
+    )
     assert resp.status == 204
 
 
-async def test_chunked_body_over_the_cap_is_413(server_client: Any, ready_device: Maker,
-                                                sync_conn: sqlite3.Connection) -> None:
+async def test_chunked_body_over_the_cap_is_413(
+    server_client: Any, ready_device: Maker, sync_conn: sqlite3.Connection
+) -> None:
     dev = ready_device()
     before = fingerprint(sync_conn)
 
@@ -276,14 +343,14 @@ async def test_chunked_body_over_the_cap_is_413(server_client: Any, ready_device
         for _ in range(100):
             yield b" " * 1000
 
-    resp = await server_client.post(CLAIM, data=chunks(), headers={"Content-Type": "application/json",
-                                                                    **dev.headers()})
+    resp = await server_client.post(CLAIM, data=chunks(), headers={"Content-Type": "application/json", **dev.headers()})
     assert (resp.status, await resp.read()) == (413, b'{"error":"request_too_large"}')
     assert fingerprint(sync_conn) == before
 
 
-async def test_declared_length_mismatch(server_client: Any, ready_device: Maker, sync_conn: sqlite3.Connection,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_declared_length_mismatch(
+    server_client: Any, ready_device: Maker, sync_conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dev = ready_device()
     before = fingerprint(sync_conn)
     body = json.dumps(_valid_claim()).encode()
@@ -305,43 +372,75 @@ RENEW_ROWS: list[tuple[str, dict[str, Any]]] = [
     ("generation_zero", {"claim_generation": 0}),
     ("token_upper", {"claim_token": HEX.upper()}),
     ("token_63", {"claim_token": HEX[:63]}),
-    *((f"time_{n}", {"expected_lease_expires_at": t}) for n, t in [
-        ("offset", "2026-08-04T09:02:00+00:00"), ("lower_t", "2026-08-04t09:02:00Z"),
-        ("lower_z", "2026-08-04T09:02:00z"), ("space", "2026-08-04 09:02:00Z"), ("no_offset", "2026-08-04T09:02:00"),
-        ("other_offset", "2026-08-04T11:02:00+02:00"), ("24h", "2026-08-04T24:00:00Z"),
-        ("leap", "2026-08-04T23:59:60Z"), ("bad_date", "2026-02-30T09:02:00Z"),
-        ("nine_digits", "2026-08-04T09:02:00.000000000Z"), ("fullwidth", "２026-08-04T09:02:00Z"),
-        ("newline", "2026-08-04T09:02:00Z\n")]),
+    *(
+        (f"time_{n}", {"expected_lease_expires_at": t})
+        for n, t in [
+            ("offset", "2026-08-04T09:02:00+00:00"),
+            ("lower_t", "2026-08-04t09:02:00Z"),
+            ("lower_z", "2026-08-04T09:02:00z"),
+            ("space", "2026-08-04 09:02:00Z"),
+            ("no_offset", "2026-08-04T09:02:00"),
+            ("other_offset", "2026-08-04T11:02:00+02:00"),
+            ("24h", "2026-08-04T24:00:00Z"),
+            ("leap", "2026-08-04T23:59:60Z"),
+            ("bad_date", "2026-02-30T09:02:00Z"),
+            ("nine_digits", "2026-08-04T09:02:00.000000000Z"),
+            ("fullwidth", "２026-08-04T09:02:00Z"),
+            ("newline", "2026-08-04T09:02:00Z\n"),
+        ]
+    ),
     *((f"attempt_{name}", {"attempt_id": fn(new_id())}) for name, fn in UUID_VARIANTS.items()),
 ]
 
 
 @pytest.mark.parametrize(("name", "change"), RENEW_ROWS, ids=[r[0] for r in RENEW_ROWS])
-async def test_renew_body_rows(server_client: Any, ready_device: Maker, make_task: Maker,
-                               sync_conn: sqlite3.Connection, name: str, change: dict[str, Any]) -> None:
+async def test_renew_body_rows(
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    sync_conn: sqlite3.Connection,
+    name: str,
+    change: dict[str, Any],
+) -> None:
     make_task(start=True)
     dev = ready_device()
     session = new_id()
     got = await claim_ok(server_client, dev, session)
     before = fingerprint(sync_conn)
-    resp = await server_client.post(renew_path(got.task_id), data=json.dumps(got.renew_body(session, **change)),
-                                    headers={"Content-Type": "application/json", **dev.headers()})
+    resp = await server_client.post(
+        renew_path(got.task_id),
+        data=json.dumps(got.renew_body(session, **change)),
+        headers={"Content-Type": "application/json", **dev.headers()},
+    )
     assert (resp.status, await resp.read()) == (400, b'{"error":"invalid_request"}')
     assert fingerprint(sync_conn) == before
     assert isinstance(got, Claimed)
 
 
-@pytest.mark.parametrize("change", [{"device_id": "other"}, {"pdd_version_code": True}, {"pdd_version_code": 1.0},
-                                    {"state": "ready"}, {"adb_serial": ""}, {"client_version": " 0.1"},
-                                    {"extra": 1}])
-async def test_heartbeat_body_rows(server_client: Any, ready_device: Maker, sync_conn: sqlite3.Connection,
-                                   change: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"device_id": "other"},
+        {"pdd_version_code": True},
+        {"pdd_version_code": 1.0},
+        {"state": "ready"},
+        {"adb_serial": ""},
+        {"client_version": " 0.1"},
+        {"extra": 1},
+    ],
+)
+async def test_heartbeat_body_rows(
+    server_client: Any, ready_device: Maker, sync_conn: sqlite3.Connection, change: dict[str, Any]
+) -> None:
     dev = ready_device()
     if change.get("device_id") == "other":
         change = {"device_id": new_id()}  # the body may only describe the authenticated device
     before = fingerprint(sync_conn)
-    resp = await server_client.post(HEARTBEAT, data=json.dumps({**heartbeat_body(dev.device_id), **change}),
-                                    headers={"Content-Type": "application/json", **dev.headers()})
+    resp = await server_client.post(
+        HEARTBEAT,
+        data=json.dumps({**heartbeat_body(dev.device_id), **change}),
+        headers={"Content-Type": "application/json", **dev.headers()},
+    )
     assert (resp.status, await resp.read()) == (400, b'{"error":"invalid_request"}')
     assert fingerprint(sync_conn) == before
 

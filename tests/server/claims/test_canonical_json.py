@@ -39,13 +39,16 @@ def test_same_text_as_the_reference_encoder(value: Any) -> None:
     assert canonical_json(value) == reference(value)
 
 
-@pytest.mark.parametrize("value", [
-    {"big": 2**64, "neg": -(2**63) - 1, "edge": [2**63 - 1, -(2**63)]},  # beyond 64 bits: the fallback
-    {"lone": "\ud800x"},  # a lone surrogate: orjson refuses, the reference keeps it
-    {1: "int key", 2: {3: None}},  # non-str keys: the reference turns them into strings
-    {"ctl": "\x00\x08\x09\x0a\x0c\x0d\x1f\x7f\u2028\u2029\"\\/"},
-    {"z": 1, "a": 2, "é": 3, "中": 4, "\U0001f600": 5, "A": 6},  # code-point key order
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"big": 2**64, "neg": -(2**63) - 1, "edge": [2**63 - 1, -(2**63)]},  # beyond 64 bits: the fallback
+        {"lone": "\ud800x"},  # a lone surrogate: orjson refuses, the reference keeps it
+        {1: "int key", 2: {3: None}},  # non-str keys: the reference turns them into strings
+        {"ctl": '\x00\x08\x09\x0a\x0c\x0d\x1f\x7f\u2028\u2029"\\/'},
+        {"z": 1, "a": 2, "é": 3, "中": 4, "\U0001f600": 5, "A": 6},  # code-point key order
+    ],
+)
 def test_edge_values_match(value: Any) -> None:
     assert canonical_json(value) == reference(value)
 

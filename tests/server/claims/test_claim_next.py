@@ -26,31 +26,51 @@ Maker = Callable[..., Any]
 
 
 def counts(conn: sqlite3.Connection) -> tuple[int, int]:
-    return (conn.execute("SELECT count(*) FROM attempts").fetchone()[0],
-            conn.execute("SELECT count(*) FROM device_requests").fetchone()[0])
+    return (
+        conn.execute("SELECT count(*) FROM attempts").fetchone()[0],
+        conn.execute("SELECT count(*) FROM device_requests").fetchone()[0],
+    )
 
 
 async def test_claim_returns_the_snapshot_and_moves_task_and_authorization(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        clock: ManualClock, settings: Settings) -> None:
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    settings: Settings,
+) -> None:
     task = make_task(start=True)
     dev = ready_device()
     session = new_id()
     got = await claim_ok(server_client, dev, session)
     validate("claim_next.response", got.body)
-    assert got.body["task"] == {"id": task.id, "version": task.version + 1, "title": task.title,
-                                "product_url": task.product_url, "goods_id": task.goods_id,
-                                "sku_color": task.sku_color, "sku_size": task.sku_size, "quantity": task.quantity,
-                                "max_total_price": task.max_total_price}
+    assert got.body["task"] == {
+        "id": task.id,
+        "version": task.version + 1,
+        "title": task.title,
+        "product_url": task.product_url,
+        "goods_id": task.goods_id,
+        "sku_color": task.sku_color,
+        "sku_size": task.sku_size,
+        "quantity": task.quantity,
+        "max_total_price": task.max_total_price,
+    }
     assert got.body["authorization"]["task_version"] == task.version
     assert got.body["attempt"]["claim_generation"] == 1
     assert got.body["server_now"] == to_wire(clock.now())
     assert got.lease == to_wire(clock.now() + timedelta(seconds=settings.claim_lease_ttl))
     assert set(got.body) == {"task", "authorization", "attempt", "server_now"}  # no script/selector/permit
     assert tuple(sync_conn.execute("SELECT state, version FROM tasks WHERE id = ?", (task.id,)).fetchone()) == (
-        "CLAIMED", task.version + 1)
-    assert sync_conn.execute("SELECT state FROM authorizations WHERE id = ?",
-                             (got.body["authorization"]["id"],)).fetchone()[0] == "CLAIMED"
+        "CLAIMED",
+        task.version + 1,
+    )
+    assert (
+        sync_conn.execute(
+            "SELECT state FROM authorizations WHERE id = ?", (got.body["authorization"]["id"],)
+        ).fetchone()[0]
+        == "CLAIMED"
+    )
     attempt = sync_conn.execute("SELECT * FROM attempts").fetchone()
     assert attempt["device_id"] == dev.device_id and attempt["session_id"] == session
     assert attempt["claimed_task_version"] == task.version + 1 and attempt["state"] == "OPEN"
@@ -60,7 +80,8 @@ async def test_claim_returns_the_snapshot_and_moves_task_and_authorization(
 
 
 async def test_empty_is_204_persisted_and_replays_even_after_a_task_appears(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
+) -> None:
     dev = ready_device()
     session, key = new_id(), new_id()
     status, raw = await claim(server_client, dev, session, key)
@@ -75,8 +96,14 @@ async def test_empty_is_204_persisted_and_replays_even_after_a_task_appears(
 
 
 async def test_same_key_replays_byte_identical_also_after_restart(
-        aiohttp_client: Any, server_client: Any, ready_device: Maker, make_task: Maker, settings: Settings,
-        clock: ManualClock, sync_conn: sqlite3.Connection) -> None:
+    aiohttp_client: Any,
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    settings: Settings,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+) -> None:
     task = make_task(start=True)
     dev = ready_device()
     session, key = new_id(), new_id()
@@ -93,7 +120,8 @@ async def test_same_key_replays_byte_identical_also_after_restart(
 
 
 async def test_same_key_other_payload_or_other_device_is_idempotency_conflict_and_writes_nothing(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
+) -> None:
     make_task(start=True)
     make_task(start=True, goods_id="111")
     a, b = ready_device("a"), ready_device("b")
@@ -107,7 +135,8 @@ async def test_same_key_other_payload_or_other_device_is_idempotency_conflict_an
 
 
 async def test_refused_request_stores_nothing_so_a_corrected_retry_with_the_same_key_works(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
+) -> None:
     make_task(start=True)
     dev = ready_device()
     key, session = new_id(), new_id()
@@ -120,14 +149,21 @@ async def test_refused_request_stores_nothing_so_a_corrected_retry_with_the_same
 
 
 async def test_ineligible_tasks_are_never_claimed(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
+) -> None:
     make_task(start=False)  # DRAFT: no authorization
     edited = make_task(start=True, goods_id="222")
     sync_conn.execute("UPDATE tasks SET sku_size = 'L' WHERE id = ?", (edited.id,))  # snapshot mismatch
     bumped = make_task(start=True, goods_id="333")
     sync_conn.execute("UPDATE tasks SET version = version + 1 WHERE id = ?", (bumped.id,))  # version mismatch
-    for field, value in (("quantity", 3), ("max_total_price", "31.00"), ("sku_color", "白色"), ("title", "x"),
-                         ("goods_id", "4440"), ("product_url", "https://mobile.yangkeduo.com/goods.html?goods_id=1")):
+    for field, value in (
+        ("quantity", 3),
+        ("max_total_price", "31.00"),
+        ("sku_color", "白色"),
+        ("title", "x"),
+        ("goods_id", "4440"),
+        ("product_url", "https://mobile.yangkeduo.com/goods.html?goods_id=1"),
+    ):
         t = make_task(start=True, goods_id="444")
         sync_conn.execute(f"UPDATE tasks SET {field} = ? WHERE id = ?", (value, t.id))
     closed = make_task(start=True, goods_id="555")
@@ -143,8 +179,13 @@ async def test_ineligible_tasks_are_never_claimed(
 
 
 async def test_authorization_expiry_boundary_is_exclusive_and_caps_the_lease(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        clock: ManualClock, policy: claim_service.ClaimPolicy) -> None:
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+) -> None:
     task = make_task(start=True)
     expires = sync_conn.execute("SELECT expires_at FROM authorizations WHERE task_id = ?", (task.id,)).fetchone()[0]
     dev = ready_device()
@@ -158,7 +199,8 @@ async def test_authorization_expiry_boundary_is_exclusive_and_caps_the_lease(
 
 
 async def test_stable_order_oldest_authorization_first(
-        server_client: Any, ready_device: Maker, make_task: Maker, clock: ManualClock) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, clock: ManualClock
+) -> None:
     tasks = []
     for i in range(4):
         tasks.append(make_task(start=True, goods_id=f"9{i}"))
@@ -171,8 +213,12 @@ async def test_stable_order_oldest_authorization_first(
 
 
 async def test_failure_mid_transaction_rolls_back_everything(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    sync_conn: sqlite3.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     make_task(start=True)
     dev = ready_device()
     before = fingerprint(sync_conn)
@@ -189,8 +235,8 @@ async def test_failure_mid_transaction_rolls_back_everything(
 
 
 async def test_open_claim_same_session_resumes_the_same_attempt_with_the_current_lease(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        clock: ManualClock) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     make_task(start=True)
     make_task(start=True, goods_id="777")
     dev = ready_device()
@@ -198,8 +244,9 @@ async def test_open_claim_same_session_resumes_the_same_attempt_with_the_current
     first = await claim_ok(server_client, dev, session)
     clock.advance(10)
     sync_conn.execute("UPDATE devices SET last_heartbeat_at = ?", (to_wire(clock.now()),))
-    status, raw, _ = await post(server_client, f"/api/v1/tasks/{first.task_id}/lease/renew", dev,
-                                first.renew_body(session))
+    status, raw, _ = await post(
+        server_client, f"/api/v1/tasks/{first.task_id}/lease/renew", dev, first.renew_body(session)
+    )
     assert status == 200
     renewed = json.loads(raw)["lease_expires_at"]
     key = new_id()
@@ -213,8 +260,8 @@ async def test_open_claim_same_session_resumes_the_same_attempt_with_the_current
 
 
 async def test_open_claim_other_session_expired_lease_or_odd_state_needs_a_person(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        clock: ManualClock) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     make_task(start=True)
     make_task(start=True, goods_id="888")
     dev = ready_device()
@@ -247,9 +294,16 @@ async def test_open_claim_other_session_expired_lease_or_odd_state_needs_a_perso
 
 
 @pytest.mark.parametrize("change", ["missing", "stale", "not_ready", "version", "null_version"])
-async def test_heartbeat_gate(server_client: Any, make_device: Maker, ready_device: Maker, make_task: Maker,
-                              sync_conn: sqlite3.Connection, clock: ManualClock, settings: Settings,
-                              change: str) -> None:
+async def test_heartbeat_gate(
+    server_client: Any,
+    make_device: Maker,
+    ready_device: Maker,
+    make_task: Maker,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    settings: Settings,
+    change: str,
+) -> None:
     make_task(start=True)
     dev = make_device() if change == "missing" else ready_device()
     if change == "stale":
@@ -269,16 +323,19 @@ async def test_heartbeat_gate(server_client: Any, make_device: Maker, ready_devi
 
 
 async def test_heartbeat_gate_uses_the_current_configuration(
-        aiohttp_client: Any, ready_device: Maker, make_task: Maker, settings: Settings, clock: ManualClock) -> None:
+    aiohttp_client: Any, ready_device: Maker, make_task: Maker, settings: Settings, clock: ManualClock
+) -> None:
     from dataclasses import replace
+
     make_task(start=True)
     dev = ready_device()  # reported 8.17.0 while it was allowed
     client = await aiohttp_client(create_app(replace(settings, allowed_app_versions=("9.0.0",)), clock))
     assert (await claim(client, dev, new_id()))[0] == 409
 
 
-async def test_two_devices_racing_for_one_task(server_client: Any, ready_device: Maker, make_task: Maker,
-                                               sync_conn: sqlite3.Connection) -> None:
+async def test_two_devices_racing_for_one_task(
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
+) -> None:
     make_task(start=True)
     a, b = ready_device("a"), ready_device("b")
     results = await asyncio.gather(claim(server_client, a, new_id()), claim(server_client, b, new_id()))
@@ -286,8 +343,9 @@ async def test_two_devices_racing_for_one_task(server_client: Any, ready_device:
     assert sync_conn.execute("SELECT count(*) FROM attempts").fetchone()[0] == 1
 
 
-async def test_n_devices_m_tasks_each_task_at_most_once(server_client: Any, ready_device: Maker,
-                                                        make_task: Maker, sync_conn: sqlite3.Connection) -> None:
+async def test_n_devices_m_tasks_each_task_at_most_once(
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
+) -> None:
     tasks = {make_task(start=True, goods_id=f"5{i}").id for i in range(7)}
     devices = [ready_device(f"d{i}") for i in range(16)]
     sessions = {d.device_id: new_id() for d in devices}
@@ -310,4 +368,3 @@ async def test_error_bodies_leak_nothing(server_client: Any, ready_device: Maker
     assert status == 409
     for secret_ish in (task.id, got.token, got.attempt_id, "SELECT", "sqlite", "/"):
         assert secret_ish.encode() not in raw
-

@@ -22,27 +22,44 @@ from tests.server.claims.conftest import HEARTBEAT, heartbeat_body, post
 Maker = Callable[..., Any]
 
 
-@pytest.mark.parametrize(("version", "allowed"), [("8.17.0", True), ("8.17.1", False), (None, False),
-                                                  ("8.17.0 ", False)])  # exact names only
-async def test_heartbeat_records_and_answers(server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection,
-                                             clock: ManualClock, version: str | None, allowed: bool) -> None:
+@pytest.mark.parametrize(
+    ("version", "allowed"), [("8.17.0", True), ("8.17.1", False), (None, False), ("8.17.0 ", False)]
+)  # exact names only
+async def test_heartbeat_records_and_answers(
+    server_client: Any,
+    make_device: Maker,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    version: str | None,
+    allowed: bool,
+) -> None:
     dev = make_device()
     body = heartbeat_body(dev.device_id, pdd_version=version, pdd_version_code=81700, state="BUSY")
     status, raw, _ = await post(server_client, HEARTBEAT, dev, body)
     assert status == 200
     answer = json.loads(raw)
     validate("heartbeat.response", answer)
-    assert answer == {"device_id": dev.device_id, "app_version_allowed": allowed, "server_now": to_wire(clock.now()),
-                      "heartbeat_interval_seconds": 10}
+    assert answer == {
+        "device_id": dev.device_id,
+        "app_version_allowed": allowed,
+        "server_now": to_wire(clock.now()),
+        "heartbeat_interval_seconds": 10,
+    }
     row = device_store.get(sync_conn, dev.device_id)
     assert row is not None
-    assert (row.last_heartbeat_at, row.pdd_version, row.pdd_version_code, row.reported_state,
-            row.app_version_allowed, row.adb_serial) == (to_wire(clock.now()), version, 81700, "BUSY", allowed,
-                                                         "192.168.0.173:5555")
+    assert (
+        row.last_heartbeat_at,
+        row.pdd_version,
+        row.pdd_version_code,
+        row.reported_state,
+        row.app_version_allowed,
+        row.adb_serial,
+    ) == (to_wire(clock.now()), version, 81700, "BUSY", allowed, "192.168.0.173:5555")
 
 
-async def test_audit_only_when_a_reported_fact_changes(server_client: Any, make_device: Maker,
-                                                       sync_conn: sqlite3.Connection, clock: ManualClock) -> None:
+async def test_audit_only_when_a_reported_fact_changes(
+    server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     dev = make_device()
     for _ in range(3):
         assert (await post(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id)))[0] == 200
@@ -51,13 +68,16 @@ async def test_audit_only_when_a_reported_fact_changes(server_client: Any, make_
     rows = [r for r in audit.for_subject(sync_conn, "device", dev.device_id) if r.action == "device.heartbeat"]
     assert len(rows) == 2
     assert rows[-1].detail == {"reported_state": "PAUSED"}
-    assert sync_conn.execute("SELECT last_heartbeat_at FROM devices WHERE id = ?",
-                             (dev.device_id,)).fetchone()[0] == to_wire(clock.now())
+    assert sync_conn.execute("SELECT last_heartbeat_at FROM devices WHERE id = ?", (dev.device_id,)).fetchone()[
+        0
+    ] == to_wire(clock.now())
 
 
-async def test_revoked_device_heartbeat_is_401(server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection,
-                                               clock: ManualClock) -> None:
+async def test_revoked_device_heartbeat_is_401(
+    server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     dev = make_device()
-    run_in_transaction(sync_conn, lambda c: device_service.revoke_device(c, dev.device_id, Actor("cli", "t"),
-                                                                         clock.now()))
+    run_in_transaction(
+        sync_conn, lambda c: device_service.revoke_device(c, dev.device_id, Actor("cli", "t"), clock.now())
+    )
     assert (await post(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id)))[:2] == (401, b"")

@@ -27,13 +27,17 @@ def _pack_id(conn: sqlite3.Connection, device_id: str) -> str | None:
     return row.pack_id
 
 
-async def test_pack_id_no_pack_and_absent_are_stored_as_reported(server_client: Any, make_device: Maker,
-                                                                 sync_conn: sqlite3.Connection,
-                                                                 clock: ManualClock) -> None:
+async def test_pack_id_no_pack_and_absent_are_stored_as_reported(
+    server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     dev = make_device()
     assert _pack_id(sync_conn, dev.device_id) is None  # never heartbeated: unknown
-    for sent, stored in ((PACK, PACK), ("NO_PACK", "NO_PACK"), ("my-pack_8.22.0+fix.2", "my-pack_8.22.0+fix.2"),
-                         (None, None)):  # None: an agent older than issue 16 leaves the field out
+    for sent, stored in (
+        (PACK, PACK),
+        ("NO_PACK", "NO_PACK"),
+        ("my-pack_8.22.0+fix.2", "my-pack_8.22.0+fix.2"),
+        (None, None),
+    ):  # None: an agent older than issue 16 leaves the field out
         body = heartbeat_body(dev.device_id) if sent is None else heartbeat_body(dev.device_id, pack_id=sent)
         status, raw, _ = await post(server_client, HEARTBEAT, dev, body)
         assert status == 200, raw
@@ -42,11 +46,14 @@ async def test_pack_id_no_pack_and_absent_are_stored_as_reported(server_client: 
         clock.advance(10)
 
 
-async def test_a_pack_change_is_audited_once(server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection,
-                                             clock: ManualClock) -> None:
+async def test_a_pack_change_is_audited_once(
+    server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     dev = make_device()
-    bodies = [heartbeat_body(dev.device_id, pack_id=PACK)] * 3 + [heartbeat_body(dev.device_id, pack_id="NO_PACK"),
-                                                                  heartbeat_body(dev.device_id)]
+    bodies = [heartbeat_body(dev.device_id, pack_id=PACK)] * 3 + [
+        heartbeat_body(dev.device_id, pack_id="NO_PACK"),
+        heartbeat_body(dev.device_id),
+    ]
     for body in bodies:
         assert (await post(server_client, HEARTBEAT, dev, body))[0] == 200
         clock.advance(10)
@@ -57,10 +64,30 @@ async def test_a_pack_change_is_audited_once(server_client: Any, make_device: Ma
     assert details[1:] == [{"pack_id": "NO_PACK"}, {"pack_id": None}]
 
 
-@pytest.mark.parametrize("bad", ["", "no pack", "NO_PACK ", "No_Pack", "Pdd-8.17.0", "-pdd", ".pdd", "pdd/8.17.0",
-                                 "pdd\n", "pdd-８", "x" * 65, None, 0, True, ["pdd"], {"id": "pdd"}])
-async def test_a_bad_pack_id_is_refused_and_changes_nothing(server_client: Any, make_device: Maker,
-                                                            sync_conn: sqlite3.Connection, bad: Any) -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "no pack",
+        "NO_PACK ",
+        "No_Pack",
+        "Pdd-8.17.0",
+        "-pdd",
+        ".pdd",
+        "pdd/8.17.0",
+        "pdd\n",
+        "pdd-８",
+        "x" * 65,
+        None,
+        0,
+        True,
+        ["pdd"],
+        {"id": "pdd"},
+    ],
+)
+async def test_a_bad_pack_id_is_refused_and_changes_nothing(
+    server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection, bad: Any
+) -> None:
     dev = make_device()
     assert (await post(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id, pack_id=PACK)))[0] == 200
     before = fingerprint(sync_conn)

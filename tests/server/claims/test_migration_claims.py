@@ -22,13 +22,22 @@ Maker = Callable[..., Any]
 
 
 def _claim(conn: sqlite3.Connection, device_id: str, clock: ManualClock, policy: claim_service.ClaimPolicy) -> Any:
-    return run_in_transaction(conn, lambda c: claim_service.claim_next(
-        c, device_id=device_id, session_id=new_id(), claim_request_id=new_id(), now=clock.now(), policy=policy))
+    return run_in_transaction(
+        conn,
+        lambda c: claim_service.claim_next(
+            c, device_id=device_id, session_id=new_id(), claim_request_id=new_id(), now=clock.now(), policy=policy
+        ),
+    )
 
 
-def test_reopen_keeps_claims_and_constraints_hold(ready_device: Maker, make_task: Maker, settings: Settings,
-                                                  sync_conn: sqlite3.Connection, clock: ManualClock,
-                                                  policy: claim_service.ClaimPolicy) -> None:
+def test_reopen_keeps_claims_and_constraints_hold(
+    ready_device: Maker,
+    make_task: Maker,
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+) -> None:
     make_task(start=True)
     make_task(start=True, goods_id="2")
     dev = ready_device()
@@ -42,24 +51,38 @@ def test_reopen_keeps_claims_and_constraints_hold(ready_device: Maker, make_task
         row = dict(conn.execute("SELECT * FROM attempts").fetchone())
         # the authorization (and task) that was *not* claimed: both were started at the same instant, so
         # which one came first depends on the id tie-break
-        auth2, t2_id = conn.execute("SELECT id, task_id FROM authorizations WHERE id <> ?",
-                                    (row["authorization_id"],)).fetchone()
+        auth2, t2_id = conn.execute(
+            "SELECT id, task_id FROM authorizations WHERE id <> ?", (row["authorization_id"],)
+        ).fetchone()
 
         def insert(**over: Any) -> None:
             values = {**row, "id": new_id(), "token_hash": bytes(32 - 1) + b"\x07", **over}
             cols = ", ".join(values)
-            conn.execute(f"INSERT INTO attempts ({cols}) VALUES ({', '.join('?' * len(values))})",
-                         tuple(values.values()))
+            conn.execute(
+                f"INSERT INTO attempts ({cols}) VALUES ({', '.join('?' * len(values))})", tuple(values.values())
+            )
 
         cases: list[dict[str, Any]] = [
             {},  # second attempt for the same authorization (UNIQUE authorization_id)
             {"authorization_id": auth2},  # another OPEN claim of the same device (partial unique index)
-            {"authorization_id": auth2, "state": "CLOSED", "close_reason": "FAILED",
-             "closed_at": row["created_at"], "task_id": row["task_id"]},  # auth of another task (composite FK)
+            {
+                "authorization_id": auth2,
+                "state": "CLOSED",
+                "close_reason": "FAILED",
+                "closed_at": row["created_at"],
+                "task_id": row["task_id"],
+            },  # auth of another task (composite FK)
             {"authorization_id": new_id()},  # unknown authorization (FK)
             {"device_id": new_id(), "authorization_id": auth2, "task_id": t2_id},  # unknown device (FK)
-            {"authorization_id": auth2, "task_id": t2_id, "device_id": row["device_id"], "nonce": b"\x00" * 31,
-             "state": "CLOSED", "close_reason": "FAILED", "closed_at": row["created_at"]},  # 31-byte nonce
+            {
+                "authorization_id": auth2,
+                "task_id": t2_id,
+                "device_id": row["device_id"],
+                "nonce": b"\x00" * 31,
+                "state": "CLOSED",
+                "close_reason": "FAILED",
+                "closed_at": row["created_at"],
+            },  # 31-byte nonce
             {"authorization_id": auth2, "task_id": t2_id, "state": "CLOSED"},  # CLOSED without reason/time
         ]
         for over in cases:
@@ -69,12 +92,15 @@ def test_reopen_keeps_claims_and_constraints_hold(ready_device: Maker, make_task
             conn.execute("ROLLBACK")
         # a CLOSED attempt of the same device for another authorization is fine (the index is partial)
         conn.execute("BEGIN")
-        insert(authorization_id=auth2, task_id=t2_id, state="CLOSED", close_reason="FAILED",
-               closed_at=row["created_at"])
+        insert(
+            authorization_id=auth2, task_id=t2_id, state="CLOSED", close_reason="FAILED", closed_at=row["created_at"]
+        )
         conn.execute("ROLLBACK")
         with pytest.raises(sqlite3.IntegrityError):  # request records point at real attempts
-            conn.execute("INSERT INTO device_requests VALUES (?, ?, 'claim-next', 'h', 200, ?, '{}', 'x')",
-                         (row["device_id"], new_id(), new_id()))
+            conn.execute(
+                "INSERT INTO device_requests VALUES (?, ?, 'claim-next', 'h', 200, ?, '{}', 'x')",
+                (row["device_id"], new_id(), new_id()),
+            )
     finally:
         conn.close()
 

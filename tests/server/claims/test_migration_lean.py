@@ -46,8 +46,11 @@ LATER_COLUMNS = (("devices", "pack_id", "TEXT"),)
 
 def add_later_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     """Add the :data:`LATER_COLUMNS` the schema lacks; returns the ``(table, column)`` pairs added."""
-    added = [(table, column, decl) for table, column, decl in LATER_COLUMNS
-             if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}]
+    added = [
+        (table, column, decl)
+        for table, column, decl in LATER_COLUMNS
+        if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+    ]
     for table, column, decl in added:
         conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
     return [(table, column) for table, column, _ in added]
@@ -82,17 +85,28 @@ def old_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.
 
 def _claim(conn: sqlite3.Connection, claim: Claim, clock: ManualClock, policy: claim_service.ClaimPolicy) -> Any:
     with later_columns(conn):
-        return run_in_transaction(conn, lambda c: claim_service.claim_next(
-            c, device_id=claim.device_id, session_id=claim.session_id, claim_request_id=claim.key, now=clock.now(),
-            policy=policy))
+        return run_in_transaction(
+            conn,
+            lambda c: claim_service.claim_next(
+                c,
+                device_id=claim.device_id,
+                session_id=claim.session_id,
+                claim_request_id=claim.key,
+                now=clock.now(),
+                policy=policy,
+            ),
+        )
 
 
-def _heartbeat(conn: sqlite3.Connection, device_id: str, clock: ManualClock,
-               policy: claim_service.ClaimPolicy) -> None:
+def _heartbeat(conn: sqlite3.Connection, device_id: str, clock: ManualClock, policy: claim_service.ClaimPolicy) -> None:
     """A READY heartbeat with an allowed version (the claim-next gate), through today's service."""
     with later_columns(conn):
-        run_in_transaction(conn, lambda c: record_heartbeat(
-            c, device_id=device_id, body=heartbeat_body(device_id), now=clock.now(), policy=policy))
+        run_in_transaction(
+            conn,
+            lambda c: record_heartbeat(
+                c, device_id=device_id, body=heartbeat_body(device_id), now=clock.now(), policy=policy
+            ),
+        )
 
 
 def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection) -> None:
@@ -101,24 +115,38 @@ def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection) -> None:
     The search index is not copied (``dst``'s own trigger fills it from the task rows) nor is the migrations
     ledger; integer row ids (the audit trail's) are given anew. Foreign keys are checked at COMMIT, so the
     table order does not matter."""
-    tables = [r[0] for r in dst.execute(
-        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        " AND name NOT LIKE 'task_search%' AND name <> 'schema_migrations' ORDER BY rowid")]
+    tables = [
+        r[0]
+        for r in dst.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            " AND name NOT LIKE 'task_search%' AND name <> 'schema_migrations' ORDER BY rowid"
+        )
+    ]
     dst.execute("BEGIN IMMEDIATE")
     dst.execute("PRAGMA defer_foreign_keys = ON")
     for table in tables:
         have = {r[1] for r in src.execute(f"PRAGMA table_info('{table}')")}
-        columns = [r[1] for r in dst.execute(f"PRAGMA table_info('{table}')")
-                   if r[1] in have and not (r[5] and r[2].upper() == "INTEGER")]
+        columns = [
+            r[1]
+            for r in dst.execute(f"PRAGMA table_info('{table}')")
+            if r[1] in have and not (r[5] and r[2].upper() == "INTEGER")
+        ]
         names = ", ".join(columns)
         rows = src.execute(f"SELECT {names} FROM {table} ORDER BY rowid").fetchall()
-        dst.executemany(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})",
-                        [tuple(r) for r in rows])
+        dst.executemany(
+            f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})", [tuple(r) for r in rows]
+        )
     dst.execute("COMMIT")
 
 
-def _seed(conn: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
-          tasks: int, claims: int) -> list[Claim]:
+def _seed(
+    conn: sqlite3.Connection,
+    settings: Settings,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+    tasks: int,
+    claims: int,
+) -> list[Claim]:
     """``tasks`` started tasks and ``claims`` devices that each claimed one (through the real services).
 
     Today's services write today's columns, so the rows are made on a scratch database at the current schema
@@ -134,13 +162,25 @@ def _seed(conn: sqlite3.Connection, settings: Settings, clock: ManualClock, poli
     return out
 
 
-def _seed_current(conn: sqlite3.Connection, settings: Settings, clock: ManualClock,
-                  policy: claim_service.ClaimPolicy, tasks: int, claims: int) -> list[Claim]:
+def _seed_current(
+    conn: sqlite3.Connection,
+    settings: Settings,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+    tasks: int,
+    claims: int,
+) -> list[Claim]:
     ids = []
     for i in range(tasks):
-        raw = {"create_key": new_id(), "title": f"t{i}", "sku_color": "黑色", "sku_size": "M", "quantity": 1,
-               "product_url": f"https://mobile.yangkeduo.com/goods.html?goods_id={1000 + i}",
-               "max_total_price": "30.00"}
+        raw = {
+            "create_key": new_id(),
+            "title": f"t{i}",
+            "sku_color": "黑色",
+            "sku_size": "M",
+            "quantity": 1,
+            "product_url": f"https://mobile.yangkeduo.com/goods.html?goods_id={1000 + i}",
+            "max_total_price": "30.00",
+        }
         new = task_service.validate_new_task(raw, settings)
         task, _ = run_in_transaction(conn, lambda c, n=new: task_service.create_task(c, n, ACTOR, clock.now()))
         ids.append((task.id, task.version))
@@ -158,18 +198,26 @@ def _seed_current(conn: sqlite3.Connection, settings: Settings, clock: ManualClo
 
 
 def _rows(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
-    return {t: sorted(tuple(r) for r in conn.execute(f"SELECT * FROM {t}"))
-            for t in ("authorizations", "attempts", "device_requests", "tasks", "audit_log")}
+    return {
+        t: sorted(tuple(r) for r in conn.execute(f"SELECT * FROM {t}"))
+        for t in ("authorizations", "attempts", "device_requests", "tasks", "audit_log")
+    }
 
 
 def _indexes(conn: sqlite3.Connection, table: str) -> dict[str, tuple[str, ...]]:
-    return {r[1]: tuple(c[2] for c in conn.execute(f"PRAGMA index_info('{r[1]}')"))
-            for r in conn.execute(f"PRAGMA index_list('{table}')")}
+    return {
+        r[1]: tuple(c[2] for c in conn.execute(f"PRAGMA index_info('{r[1]}')"))
+        for r in conn.execute(f"PRAGMA index_list('{table}')")
+    }
 
 
 def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
-        old_db: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    old_db: sqlite3.Connection,
+    settings: Settings,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     claims = _seed(old_db, settings, clock, policy, tasks=6, claims=4)
     before = _rows(old_db)
     assert _migrate_to(old_db, 5, monkeypatch) == [LEAN]
@@ -184,8 +232,11 @@ def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
     live = old_db.execute("SELECT sql FROM sqlite_schema WHERE name = 'authorizations_one_live'").fetchone()[0]
     assert live.endswith("WHERE closed_at IS NULL")
     assert _indexes(old_db, "attempts") == {
-        "attempts_one_open_per_device": ("device_id",), "sqlite_autoindex_attempts_1": ("id",),
-        "sqlite_autoindex_attempts_2": ("authorization_id",), "sqlite_autoindex_attempts_3": ("task_id", "id")}
+        "attempts_one_open_per_device": ("device_id",),
+        "sqlite_autoindex_attempts_1": ("id",),
+        "sqlite_autoindex_attempts_2": ("authorization_id",),
+        "sqlite_autoindex_attempts_3": ("task_id", "id"),
+    }
     assert _indexes(old_db, "device_requests") == {"sqlite_autoindex_device_requests_1": ("request_key",)}
     migrate.migrate(old_db, AT)  # today's services need today's schema for the rest
     # every claim replays byte for byte (same token rebuilt), and the rest of the queue is still claimable
@@ -198,36 +249,51 @@ def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
     assert old_db.execute("SELECT count(*) FROM authorizations WHERE state = 'ACTIVE'").fetchone()[0] == 0
 
 
-def _one_claim(conn: sqlite3.Connection, settings: Settings, clock: ManualClock,
-               policy: claim_service.ClaimPolicy) -> dict[str, Any]:
+def _one_claim(
+    conn: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy
+) -> dict[str, Any]:
     _seed(conn, settings, clock, policy, tasks=2, claims=1)
     return dict(conn.execute("SELECT * FROM attempts").fetchone())
 
 
-def test_new_constraints_hold(settings: Settings, sync_conn: sqlite3.Connection, clock: ManualClock,
-                              policy: claim_service.ClaimPolicy) -> None:
+def test_new_constraints_hold(
+    settings: Settings, sync_conn: sqlite3.Connection, clock: ManualClock, policy: claim_service.ClaimPolicy
+) -> None:
     attempt = _one_claim(sync_conn, settings, clock, policy)
     second = run_in_transaction(sync_conn, lambda c: device_service.add_device(c, "second", ACTOR, clock.now()))
-    claimed = dict(sync_conn.execute("SELECT * FROM authorizations WHERE id = ?",
-                                     (attempt["authorization_id"],)).fetchone())
-    other = dict(sync_conn.execute("SELECT * FROM authorizations WHERE id <> ?",
-                                   (attempt["authorization_id"],)).fetchone())
+    claimed = dict(
+        sync_conn.execute("SELECT * FROM authorizations WHERE id = ?", (attempt["authorization_id"],)).fetchone()
+    )
+    other = dict(
+        sync_conn.execute("SELECT * FROM authorizations WHERE id <> ?", (attempt["authorization_id"],)).fetchone()
+    )
     bad_statements: list[tuple[str, tuple[Any, ...], str]] = [
         # a terminal state without closed_at, and a live one with it (the CHECK behind authorizations_one_live)
         ("UPDATE authorizations SET state = 'EXPIRED' WHERE id = ?", (other["id"],), "CHECK"),
         ("UPDATE authorizations SET state = 'CONSUMED', close_reason = 'x' WHERE id = ?", (other["id"],), "CHECK"),
         ("UPDATE authorizations SET closed_at = ? WHERE id = ?", (AT, other["id"]), "CHECK"),
         # a second live authorization for a task
-        ("INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id, sku_color,"
-         " sku_size, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at, expires_at, NULL, NULL"
-         " FROM authorizations WHERE id = ?", (new_id(), claimed["id"]), "UNIQUE.*authorizations.task_id"),
+        (
+            "INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id, sku_color,"
+            " sku_size, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at, expires_at, NULL, NULL"
+            " FROM authorizations WHERE id = ?",
+            (new_id(), claimed["id"]),
+            "UNIQUE.*authorizations.task_id",
+        ),
         # a request key already stored by another device
-        ("INSERT INTO device_requests SELECT ?, request_key, endpoint, request_hash, status, NULL, NULL, created_at"
-         " FROM device_requests", (second.device_id,), "UNIQUE.*device_requests.request_key"),
+        (
+            "INSERT INTO device_requests SELECT ?, request_key, endpoint, request_hash, status, NULL, NULL, created_at"
+            " FROM device_requests",
+            (second.device_id,),
+            "UNIQUE.*device_requests.request_key",
+        ),
         # an event for the attempt under another task (the (attempt_id, task_id) key now UNIQUE(task_id, id))
-        ("INSERT INTO events (task_id, attempt_id, seq, batch_key, step, outcome, summary, occurred_at, received_at)"
-         " VALUES (?, ?, 1, ?, 'open_app', 'ok', '', ?, ?)", (other["task_id"], attempt["id"], new_id(), AT, AT),
-         "FOREIGN KEY"),
+        (
+            "INSERT INTO events (task_id, attempt_id, seq, batch_key, step, outcome, summary, occurred_at, received_at)"
+            " VALUES (?, ?, 1, ?, 'open_app', 'ok', '', ?, ?)",
+            (other["task_id"], attempt["id"], new_id(), AT, AT),
+            "FOREIGN KEY",
+        ),
     ]
     for sql, args, why in bad_statements:
         sync_conn.execute("BEGIN")
@@ -236,11 +302,15 @@ def test_new_constraints_hold(settings: Settings, sync_conn: sqlite3.Connection,
         sync_conn.execute("ROLLBACK")
     # closing the live one frees the task for a new live authorization (the index is partial)
     sync_conn.execute("BEGIN")
-    sync_conn.execute("UPDATE authorizations SET state = 'CLOSED', closed_at = ?, close_reason = 'x' WHERE id = ?",
-                      (AT, other["id"]))
-    sync_conn.execute("INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id,"
-                      " sku_color, sku_size, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at,"
-                      " expires_at, NULL, NULL FROM authorizations WHERE id = ?", (new_id(), other["id"]))
+    sync_conn.execute(
+        "UPDATE authorizations SET state = 'CLOSED', closed_at = ?, close_reason = 'x' WHERE id = ?", (AT, other["id"])
+    )
+    sync_conn.execute(
+        "INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id,"
+        " sku_color, sku_size, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at,"
+        " expires_at, NULL, NULL FROM authorizations WHERE id = ?",
+        (new_id(), other["id"]),
+    )
     sync_conn.execute("ROLLBACK")
 
 
@@ -256,28 +326,40 @@ def _refused(conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch, match: s
 
 
 def test_upgrade_refuses_a_terminal_authorization_without_closed_at(
-        old_db: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    old_db: sqlite3.Connection,
+    settings: Settings,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _seed(old_db, settings, clock, policy, tasks=2, claims=0)
     old_db.execute("UPDATE authorizations SET state = 'EXPIRED' WHERE rowid = (SELECT min(rowid) FROM authorizations)")
     _refused(old_db, monkeypatch, "0005.*CHECK constraint failed")
 
 
 def test_upgrade_refuses_a_request_key_stored_for_two_devices(
-        old_db: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    old_db: sqlite3.Connection,
+    settings: Settings,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     claims = _seed(old_db, settings, clock, policy, tasks=3, claims=2)
-    old_db.execute("UPDATE device_requests SET request_key = ? WHERE device_id = ?",
-                   (claims[0].key, claims[1].device_id))
+    old_db.execute(
+        "UPDATE device_requests SET request_key = ? WHERE device_id = ?", (claims[0].key, claims[1].device_id)
+    )
     _refused(old_db, monkeypatch, "0005.*UNIQUE constraint failed")
 
 
-def test_upgrade_refuses_a_dangling_reference(old_db: sqlite3.Connection, settings: Settings, clock: ManualClock,
-                                              policy: claim_service.ClaimPolicy,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_upgrade_refuses_a_dangling_reference(
+    old_db: sqlite3.Connection,
+    settings: Settings,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _seed(old_db, settings, clock, policy, tasks=2, claims=1)
     old_db.execute("PRAGMA foreign_keys = OFF")  # how such a row could only have got there
     old_db.execute("UPDATE device_requests SET attempt_id = ?", (new_id(),))
     old_db.execute("PRAGMA foreign_keys = ON")
     _refused(old_db, monkeypatch, "0005.*dangling foreign key.*1 in device_requests → attempts")
-

@@ -29,11 +29,13 @@ from tests.server.claims.test_migration_lean import ACTOR, AT, Claim, _claim, _m
 ORDER_SHEET = "0006_one_dimension_sku_and_order_sheet.sql"
 TABLES = ("tasks", "authorizations", "evidence_assets", "order_submissions", "attempts", "task_search")
 # the columns every rebuilt table had before 0006, in their old order
-OLD_SUBMISSION_COLUMNS = ("id, task_id, authorization_id, attempt_id, device_id, fence_key, state, selected_color,"
-                          " selected_size, gate1_unit_price, gate2_unit_price, quantity_read, confirm_page_amount,"
-                          " submit_control_match_count, observation, result_key, evidence_asset_id,"
-                          " reconciliation_reason, reconciled_by, reconciliation_note, created_at, result_at,"
-                          " reconciled_at")
+OLD_SUBMISSION_COLUMNS = (
+    "id, task_id, authorization_id, attempt_id, device_id, fence_key, state, selected_color,"
+    " selected_size, gate1_unit_price, gate2_unit_price, quantity_read, confirm_page_amount,"
+    " submit_control_match_count, observation, result_key, evidence_asset_id,"
+    " reconciliation_reason, reconciled_by, reconciliation_note, created_at, result_at,"
+    " reconciled_at"
+)
 
 
 @pytest.fixture
@@ -45,10 +47,13 @@ def db_0005(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3
 
 
 def _rows(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
-    out = {t: sorted(tuple(r) for r in conn.execute(f"SELECT * FROM {t}"))
-           for t in ("tasks", "authorizations", "evidence_assets", "attempts", "task_search")}
-    out["order_submissions"] = sorted(tuple(r) for r in conn.execute(
-        f"SELECT {OLD_SUBMISSION_COLUMNS} FROM order_submissions"))
+    out = {
+        t: sorted(tuple(r) for r in conn.execute(f"SELECT * FROM {t}"))
+        for t in ("tasks", "authorizations", "evidence_assets", "attempts", "task_search")
+    }
+    out["order_submissions"] = sorted(
+        tuple(r) for r in conn.execute(f"SELECT {OLD_SUBMISSION_COLUMNS} FROM order_submissions")
+    )
     return out
 
 
@@ -58,24 +63,34 @@ def _schema_objects(conn: sqlite3.Connection) -> set[tuple[str, str]]:
 
 def _fence_raw(conn: sqlite3.Connection, claim: Claim) -> str:
     """A FENCED submission with a FAILURE screenshot, written with the 0005 columns only."""
-    att = conn.execute("SELECT id, task_id, authorization_id FROM attempts WHERE device_id = ?",
-                       (claim.device_id,)).fetchone()
+    att = conn.execute(
+        "SELECT id, task_id, authorization_id FROM attempts WHERE device_id = ?", (claim.device_id,)
+    ).fetchone()
     asset = new_id()
-    conn.execute("INSERT INTO evidence_assets (id, task_id, attempt_id, device_id, upload_key, kind, privacy_tier,"
-                 " sha256, byte_size, mime, width, height, captured_at, created_at) VALUES (?, ?, ?, ?, ?,"
-                 " 'CONFIRM_PAGE_GATE_3', 'INTERNAL_RAW', ?, 10, 'image/png', 4, 4, ?, ?)",
-                 (asset, att[1], att[0], claim.device_id, new_id(), "b" * 64, AT, AT))
+    conn.execute(
+        "INSERT INTO evidence_assets (id, task_id, attempt_id, device_id, upload_key, kind, privacy_tier,"
+        " sha256, byte_size, mime, width, height, captured_at, created_at) VALUES (?, ?, ?, ?, ?,"
+        " 'CONFIRM_PAGE_GATE_3', 'INTERNAL_RAW', ?, 10, 'image/png', 4, 4, ?, ?)",
+        (asset, att[1], att[0], claim.device_id, new_id(), "b" * 64, AT, AT),
+    )
     sid = new_id()
-    conn.execute("INSERT INTO order_submissions (id, task_id, authorization_id, attempt_id, device_id, fence_key,"
-                 " state, selected_color, selected_size, gate1_unit_price, gate2_unit_price, quantity_read,"
-                 " confirm_page_amount, submit_control_match_count, evidence_asset_id, created_at)"
-                 " VALUES (?, ?, ?, ?, ?, ?, 'FENCED', '黑色', 'M', '12.88', '12.88', 1, '12.88', 1, ?, ?)",
-                 (sid, att[1], att[2], att[0], claim.device_id, new_id(), asset, AT))
+    conn.execute(
+        "INSERT INTO order_submissions (id, task_id, authorization_id, attempt_id, device_id, fence_key,"
+        " state, selected_color, selected_size, gate1_unit_price, gate2_unit_price, quantity_read,"
+        " confirm_page_amount, submit_control_match_count, evidence_asset_id, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, 'FENCED', '黑色', 'M', '12.88', '12.88', 1, '12.88', 1, ?, ?)",
+        (sid, att[1], att[2], att[0], claim.device_id, new_id(), asset, AT),
+    )
     return sid
 
 
-def test_upgrade_keeps_rows_and_objects(db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock,
-                                        policy: claim_service.ClaimPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_upgrade_keeps_rows_and_objects(
+    db_0005: sqlite3.Connection,
+    settings: Settings,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     claims = _seed(db_0005, settings, clock, policy, tasks=5, claims=2)
     sid = _fence_raw(db_0005, claims[0])
     rows, objects = _rows(db_0005), _schema_objects(db_0005)
@@ -88,8 +103,10 @@ def test_upgrade_keeps_rows_and_objects(db_0005: sqlite3.Connection, settings: S
     # the later migrations only add (0007: columns and tables); the rest of this test runs on the current schema
     assert migrate.migrate(db_0005, AT) == ["0007_pack_id_and_supervision.sql"]
     migrate.check_current(db_0005)
-    new_columns = db_0005.execute("SELECT gate3_unit_price, payment_mode, order_sn, observation_reason"
-                                  " FROM order_submissions WHERE id = ?", (sid,)).fetchone()
+    new_columns = db_0005.execute(
+        "SELECT gate3_unit_price, payment_mode, order_sn, observation_reason FROM order_submissions WHERE id = ?",
+        (sid,),
+    ).fetchone()
     assert tuple(new_columns) == (None, None, None, None)
     with pytest.raises(sqlite3.IntegrityError, match="permanent"):
         db_0005.execute("DELETE FROM order_submissions")
@@ -97,17 +114,28 @@ def test_upgrade_keeps_rows_and_objects(db_0005: sqlite3.Connection, settings: S
     for claim in claims:
         assert _claim(db_0005, claim, clock, policy).body == claim.body
     issued = run_in_transaction(db_0005, lambda c: device_service.add_device(c, "after", ACTOR, clock.now()))
-    run_in_transaction(db_0005, lambda c: record_heartbeat(c, device_id=issued.device_id,
-                                                           body=heartbeat_body(issued.device_id),
-                                                           now=clock.now(), policy=policy))
+    run_in_transaction(
+        db_0005,
+        lambda c: record_heartbeat(
+            c, device_id=issued.device_id, body=heartbeat_body(issued.device_id), now=clock.now(), policy=policy
+        ),
+    )
     assert _claim(db_0005, Claim(issued.device_id, new_id(), new_id(), None), clock, policy).status == 200
 
 
 def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
-        db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy) -> None:
+    db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy
+) -> None:
     migrate.migrate(db_0005, AT)
-    raw = {"create_key": new_id(), "title": "单规格口红", "sku_color": "#01 正红色", "sku_size": None, "quantity": 1,
-           "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=4242", "max_total_price": "30.00"}
+    raw = {
+        "create_key": new_id(),
+        "title": "单规格口红",
+        "sku_color": "#01 正红色",
+        "sku_size": None,
+        "quantity": 1,
+        "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=4242",
+        "max_total_price": "30.00",
+    }
     new = task_service.validate_new_task(raw, settings)
     task, _ = run_in_transaction(db_0005, lambda c: task_service.create_task(c, new, ACTOR, clock.now()))
     assert task.sku_size is None
@@ -115,30 +143,39 @@ def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
     assert db_0005.execute("SELECT sku FROM task_search WHERE task_id = ?", (task.id,)).fetchone()[0] == "#01 正红色"
     found = admin_queries.task_page(db_0005, admin_queries.TaskFilter(keyword="正红色", keyword_kind="text"), 10)
     assert [t["id"] for t in found] == [task.id]
-    run_in_transaction(db_0005, lambda c: task_service.start_purchases(c, new_id(), [(task.id, task.version)], ACTOR,
-                                                                      clock.now(), settings))
+    run_in_transaction(
+        db_0005,
+        lambda c: task_service.start_purchases(c, new_id(), [(task.id, task.version)], ACTOR, clock.now(), settings),
+    )
     assert db_0005.execute("SELECT sku_size FROM authorizations WHERE task_id = ?", (task.id,)).fetchone()[0] is None
     issued = run_in_transaction(db_0005, lambda c: device_service.add_device(c, "p", ACTOR, clock.now()))
-    run_in_transaction(db_0005, lambda c: record_heartbeat(c, device_id=issued.device_id,
-                                                           body=heartbeat_body(issued.device_id),
-                                                           now=clock.now(), policy=policy))
+    run_in_transaction(
+        db_0005,
+        lambda c: record_heartbeat(
+            c, device_id=issued.device_id, body=heartbeat_body(issued.device_id), now=clock.now(), policy=policy
+        ),
+    )
     stored = _claim(db_0005, Claim(issued.device_id, new_id(), new_id(), None), clock, policy)
     assert stored.status == 200 and '"sku_size":null' in stored.body
     validate("claim_next.response", json.loads(stored.body))  # the wire allows the null
 
 
-def test_after_upgrade_constraints(db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock,
-                                   policy: claim_service.ClaimPolicy) -> None:
+def test_after_upgrade_constraints(
+    db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy
+) -> None:
     claims = _seed(db_0005, settings, clock, policy, tasks=1, claims=1)
     _fence_raw(db_0005, claims[0])
     migrate.migrate(db_0005, AT)
     att = db_0005.execute("SELECT id, task_id FROM attempts WHERE device_id = ?", (claims[0].device_id,)).fetchone()
 
     def evidence(kind: str) -> None:
-        db_0005.execute("INSERT INTO evidence_assets (id, task_id, attempt_id, device_id, upload_key, kind,"
-                        " privacy_tier, sha256, byte_size, mime, width, height, captured_at, created_at) VALUES"
-                        " (?, ?, ?, ?, ?, ?, 'INTERNAL_RAW', ?, 10, 'image/png', 4, 4, ?, ?)",
-                        (new_id(), att[1], att[0], claims[0].device_id, new_id(), kind, "c" * 64, AT, AT))
+        db_0005.execute(
+            "INSERT INTO evidence_assets (id, task_id, attempt_id, device_id, upload_key, kind,"
+            " privacy_tier, sha256, byte_size, mime, width, height, captured_at, created_at) VALUES"
+            " (?, ?, ?, ?, ?, ?, 'INTERNAL_RAW', ?, 10, 'image/png', 4, 4, ?, ?)",
+            (new_id(), att[1], att[0], claims[0].device_id, new_id(), kind, "c" * 64, AT, AT),
+        )
+
     evidence("ORDER_CONFIRMATION")
     bad: list[tuple[str, tuple[Any, ...]]] = [
         ("UPDATE tasks SET sku_size = ''", ()),

@@ -22,15 +22,27 @@ WORKER = Path(__file__).with_name("proc_worker.py")
 
 
 @pytest.mark.slow(seconds_per_iteration=5)  # a soak loop: in `make soak`, timeout scaled
-def test_processes_racing_on_one_db_file(ready_device: Maker, make_task: Maker, settings: Settings,
-                                         sync_conn: sqlite3.Connection, clock: ManualClock, tmp_path: Path) -> None:
+def test_processes_racing_on_one_db_file(
+    ready_device: Maker,
+    make_task: Maker,
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    tmp_path: Path,
+) -> None:
     iterations = int(os.environ.get("CMBUYER_SOAK_ITERATIONS", "1"))
     for _ in range(iterations):
         _one_race(ready_device, make_task, settings, sync_conn, clock, tmp_path)
 
 
-def _one_race(ready_device: Maker, make_task: Maker, settings: Settings, sync_conn: sqlite3.Connection,
-              clock: ManualClock, tmp_path: Path) -> None:
+def _one_race(
+    ready_device: Maker,
+    make_task: Maker,
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    tmp_path: Path,
+) -> None:
     start_tasks = sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
     tasks = {make_task(start=True, goods_id=f"{start_tasks + i + 1}").id for i in range(12)}
     procs_n, per_proc = 3, 6
@@ -38,9 +50,22 @@ def _one_race(ready_device: Maker, make_task: Maker, settings: Settings, sync_co
     go = tmp_path / f"go-{start_tasks}"
     secret = settings.claim_token_secret
     assert secret is not None
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(settings.db_path), secret.reveal().hex(),
-                               to_wire(clock.now()), str(go), *group], stdout=subprocess.PIPE, text=True)
-             for group in devices]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                str(settings.db_path),
+                secret.reveal().hex(),
+                to_wire(clock.now()),
+                str(go),
+                *group,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for group in devices
+    ]
     go.touch()
     results = []
     for p in procs:
@@ -56,7 +81,8 @@ def _one_race(ready_device: Maker, make_task: Maker, settings: Settings, sync_co
     won = [t for t in first_round.values() if t is not None]
     assert len(won) == len(set(won)) == len(tasks) and set(won) == tasks
     marks = ",".join("?" * len(tasks))
-    rows = sync_conn.execute(f"SELECT task_id, device_id FROM attempts WHERE state = 'OPEN' AND task_id IN ({marks})",
-                             tuple(tasks)).fetchall()
+    rows = sync_conn.execute(
+        f"SELECT task_id, device_id FROM attempts WHERE state = 'OPEN' AND task_id IN ({marks})", tuple(tasks)
+    ).fetchall()
     assert len(rows) == len(tasks) and len({r[1] for r in rows}) == len(tasks)
     assert sync_conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

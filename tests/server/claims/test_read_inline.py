@@ -17,9 +17,11 @@ from ..scratch_db import scratch_database
 
 @pytest.fixture
 async def db(tmp_path: Path) -> Any:
-    async with scratch_database(tmp_path / "r.sqlite3",
-                                "CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT",
-                                "INSERT INTO counter VALUES (1, 0)") as database:
+    async with scratch_database(
+        tmp_path / "r.sqlite3",
+        "CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT",
+        "INSERT INTO counter VALUES (1, 0)",
+    ) as database:
         yield database
 
 

@@ -39,14 +39,22 @@ async def renew(client: Any, creds: DeviceCreds, task_id: str, body: dict[str, A
 
 
 def business_state(conn: sqlite3.Connection) -> list[Any]:
-    return [tuple(r) for r in conn.execute(
-        "SELECT t.state, t.version, a.state, x.state, x.claim_generation, x.token_hash, x.nonce"
-        " FROM attempts x JOIN tasks t ON t.id = x.task_id JOIN authorizations a ON a.id = x.authorization_id")]
+    return [
+        tuple(r)
+        for r in conn.execute(
+            "SELECT t.state, t.version, a.state, x.state, x.claim_generation, x.token_hash, x.nonce"
+            " FROM attempts x JOIN tasks t ON t.id = x.task_id JOIN authorizations a ON a.id = x.authorization_id"
+        )
+    ]
 
 
 async def test_renew_extends_to_now_plus_ttl_and_changes_nothing_else(
-        server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock, settings: Settings,
-        sync_conn: sqlite3.Connection) -> None:
+    server_client: Any,
+    held: tuple[DeviceCreds, str, Claimed],
+    clock: ManualClock,
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+) -> None:
     dev, session, got = held
     before = business_state(sync_conn)
     clock.advance(30)
@@ -54,9 +62,13 @@ async def test_renew_extends_to_now_plus_ttl_and_changes_nothing_else(
     assert status == 200
     body = json.loads(raw)
     validate("lease_renew.response", body)
-    assert body == {"task_id": got.task_id, "attempt_id": got.attempt_id, "claim_generation": 1,
-                    "lease_expires_at": to_wire(clock.now() + timedelta(seconds=settings.claim_lease_ttl)),
-                    "server_now": to_wire(clock.now())}
+    assert body == {
+        "task_id": got.task_id,
+        "attempt_id": got.attempt_id,
+        "claim_generation": 1,
+        "lease_expires_at": to_wire(clock.now() + timedelta(seconds=settings.claim_lease_ttl)),
+        "server_now": to_wire(clock.now()),
+    }
     assert "claim_token" not in raw.decode()
     assert business_state(sync_conn) == before  # token, generation, versions, states unchanged
     assert sync_conn.execute("SELECT lease_expires_at FROM attempts").fetchone()[0] == body["lease_expires_at"]
@@ -65,28 +77,29 @@ async def test_renew_extends_to_now_plus_ttl_and_changes_nothing_else(
 
 
 async def test_new_lease_is_capped_at_the_authorization_expiry(
-        server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock) -> None:
+    server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock
+) -> None:
     dev, session, got = held
     expires = got.body["authorization"]["expires_at"]
     lease = got.lease
     while True:  # walk the lease up to just before the authorization expiry
         clock.set(from_wire(lease) - timedelta(seconds=1))
-        status, raw = await renew(server_client, dev, got.task_id, got.renew_body(session,
-                                                                                  expected_lease_expires_at=lease))
+        status, raw = await renew(
+            server_client, dev, got.task_id, got.renew_body(session, expected_lease_expires_at=lease)
+        )
         assert status == 200
         lease = json.loads(raw)["lease_expires_at"]
         if lease == expires:
             break
         assert lease < expires
     clock.set(from_wire(expires) - timedelta(microseconds=1))
-    status, raw = await renew(server_client, dev, got.task_id, got.renew_body(session,
-                                                                              expected_lease_expires_at=lease))
+    status, raw = await renew(server_client, dev, got.task_id, got.renew_body(session, expected_lease_expires_at=lease))
     assert status == 200 and json.loads(raw)["lease_expires_at"] == expires  # capped, never beyond
 
 
 async def test_lease_equal_to_now_is_expired_and_never_revived(
-        server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock,
-        sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock, sync_conn: sqlite3.Connection
+) -> None:
     dev, session, got = held
     clock.set(from_wire(got.lease) - timedelta(microseconds=1))
     status, raw = await renew(server_client, dev, got.task_id, got.renew_body(session))
@@ -94,19 +107,23 @@ async def test_lease_equal_to_now_is_expired_and_never_revived(
     lease = json.loads(raw)["lease_expires_at"]
     clock.set(lease)  # exactly at the end
     before = fingerprint(sync_conn)
-    assert await renew(server_client, dev, got.task_id, got.renew_body(session, expected_lease_expires_at=lease)) \
+    assert (
+        await renew(server_client, dev, got.task_id, got.renew_body(session, expected_lease_expires_at=lease))
         == NOT_CURRENT
+    )
     clock.advance(-60)  # even a clock that steps back does not revive … (the row is unchanged)
     clock.advance(60 + 3600)
-    assert await renew(server_client, dev, got.task_id, got.renew_body(session, expected_lease_expires_at=lease)) \
+    assert (
+        await renew(server_client, dev, got.task_id, got.renew_body(session, expected_lease_expires_at=lease))
         == NOT_CURRENT
+    )
     assert fingerprint(sync_conn) == before
     assert sync_conn.execute("SELECT state FROM attempts").fetchone()[0] == "OPEN"  # no automatic close
 
 
 async def test_authorization_expiry_equal_to_now_refuses_renewal(
-        server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock,
-        sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock, sync_conn: sqlite3.Connection
+) -> None:
     dev, session, got = held
     clock.advance(1)  # the lease is still live; the authorization row ends exactly now
     sync_conn.execute("UPDATE authorizations SET expires_at = ?", (to_wire(clock.now()),))
@@ -114,21 +131,27 @@ async def test_authorization_expiry_equal_to_now_refuses_renewal(
 
 
 @pytest.mark.parametrize("expected", ["twin", "earlier", "later"])
-async def test_cas_needs_the_exact_stored_text(server_client: Any, held: tuple[DeviceCreds, str, Claimed],
-                                               sync_conn: sqlite3.Connection, expected: str) -> None:
+async def test_cas_needs_the_exact_stored_text(
+    server_client: Any, held: tuple[DeviceCreds, str, Claimed], sync_conn: sqlite3.Connection, expected: str
+) -> None:
     dev, session, got = held
-    value = {"twin": got.lease.replace(".000000Z", "Z"),
-             "earlier": to_wire(from_wire(got.lease) - timedelta(microseconds=1)),
-             "later": to_wire(from_wire(got.lease) + timedelta(seconds=1))}[expected]
+    value = {
+        "twin": got.lease.replace(".000000Z", "Z"),
+        "earlier": to_wire(from_wire(got.lease) - timedelta(microseconds=1)),
+        "later": to_wire(from_wire(got.lease) + timedelta(seconds=1)),
+    }[expected]
     assert value != got.lease
     before = fingerprint(sync_conn)
-    assert await renew(server_client, dev, got.task_id, got.renew_body(session, expected_lease_expires_at=value)) \
+    assert (
+        await renew(server_client, dev, got.task_id, got.renew_body(session, expected_lease_expires_at=value))
         == NOT_CURRENT
+    )
     assert fingerprint(sync_conn) == before
 
 
-async def test_replay_and_same_key_other_body(server_client: Any, held: tuple[DeviceCreds, str, Claimed],
-                                              clock: ManualClock, sync_conn: sqlite3.Connection) -> None:
+async def test_replay_and_same_key_other_body(
+    server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock, sync_conn: sqlite3.Connection
+) -> None:
     dev, session, got = held
     body = got.renew_body(session)
     clock.advance(5)
@@ -141,14 +164,16 @@ async def test_replay_and_same_key_other_body(server_client: Any, held: tuple[De
     before = fingerprint(sync_conn)
     other = dict(body, expected_lease_expires_at=lease_after)
     assert await renew(server_client, dev, got.task_id, other) == (409, b'{"error":"idempotency_conflict"}')
-    status, raw, _ = await post(server_client, CLAIM, dev, {"session_id": session,
-                                                            "claim_request_id": body["renew_request_id"]})
+    status, raw, _ = await post(
+        server_client, CLAIM, dev, {"session_id": session, "claim_request_id": body["renew_request_id"]}
+    )
     assert (status, raw) == (409, b'{"error":"idempotency_conflict"}')  # same key on another endpoint
     assert fingerprint(sync_conn) == before
 
 
-async def test_out_of_order_and_concurrent_renewals(server_client: Any, held: tuple[DeviceCreds, str, Claimed],
-                                                    clock: ManualClock) -> None:
+async def test_out_of_order_and_concurrent_renewals(
+    server_client: Any, held: tuple[DeviceCreds, str, Claimed], clock: ManualClock
+) -> None:
     dev, session, got = held
     clock.advance(1)
     bodies = [got.renew_body(session) for _ in range(6)]
@@ -163,8 +188,9 @@ async def test_out_of_order_and_concurrent_renewals(server_client: Any, held: tu
 
 
 @pytest.mark.parametrize("wrong", ["device", "attempt", "generation", "token", "other_token", "session", "task"])
-async def test_every_claim_field_must_match(server_client: Any, ready_device: Maker, make_task: Maker,
-                                            sync_conn: sqlite3.Connection, wrong: str) -> None:
+async def test_every_claim_field_must_match(
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, wrong: str
+) -> None:
     make_task(start=True)
     make_task(start=True, goods_id="42")
     a, b = ready_device("a"), ready_device("b")
@@ -193,8 +219,9 @@ async def test_every_claim_field_must_match(server_client: Any, ready_device: Ma
     assert fingerprint(sync_conn) == before
 
 
-async def test_odd_business_state_is_not_current(server_client: Any, held: tuple[DeviceCreds, str, Claimed],
-                                                 sync_conn: sqlite3.Connection) -> None:
+async def test_odd_business_state_is_not_current(
+    server_client: Any, held: tuple[DeviceCreds, str, Claimed], sync_conn: sqlite3.Connection
+) -> None:
     dev, session, got = held
     sync_conn.execute("UPDATE tasks SET sku_color = 'other'")  # source snapshot drift → fail closed
     assert await renew(server_client, dev, got.task_id, got.renew_body(session)) == NOT_CURRENT

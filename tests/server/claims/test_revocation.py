@@ -30,8 +30,13 @@ def revoke(conn: sqlite3.Connection, device_id: str, clock: ManualClock) -> None
 
 
 async def test_revocation_committed_after_authentication_but_before_the_claim_transaction(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     make_task(start=True)
     dev = ready_device()
     db = server_client.server.app[DB]
@@ -43,16 +48,23 @@ async def test_revocation_committed_after_authentication_but_before_the_claim_tr
 
     monkeypatch.setattr(db, "write", revoke_then_write)
     before = fingerprint(sync_conn)
-    status, raw, resp = await post(server_client, "/api/v1/tasks/claim-next", dev,
-                                   {"session_id": new_id(), "claim_request_id": new_id()})
+    status, raw, resp = await post(
+        server_client, "/api/v1/tasks/claim-next", dev, {"session_id": new_id(), "claim_request_id": new_id()}
+    )
     assert (status, raw, resp.headers["WWW-Authenticate"]) == (401, b"", "Bearer")
     after = fingerprint(sync_conn)
     assert after["attempts"] == [] and after["device_requests"] == [] and after["tasks"] == before["tasks"]
 
 
 async def test_revocation_holding_the_write_lock_while_a_claim_waits(
-        server_client: Any, ready_device: Maker, make_task: Maker, settings: Settings, clock: ManualClock,
-        sync_conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    settings: Settings,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     make_task(start=True)
     dev = ready_device()
     db = server_client.server.app[DB]
@@ -80,8 +92,8 @@ async def test_revocation_holding_the_write_lock_while_a_claim_waits(
 
 
 async def test_claim_committed_first_stays_after_revocation(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        clock: ManualClock) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     make_task(start=True)
     dev = ready_device()
     other = ready_device("other")
@@ -101,15 +113,21 @@ async def test_claim_committed_first_stays_after_revocation(
     assert row[0] == "OPEN"
 
 
-def test_service_level_both_orders(ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-                                   clock: ManualClock, policy: claim_service.ClaimPolicy) -> None:
+def test_service_level_both_orders(
+    ready_device: Maker,
+    make_task: Maker,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    policy: claim_service.ClaimPolicy,
+) -> None:
     make_task(start=True)
     make_task(start=True, goods_id="12")
     a, b = ready_device("a"), ready_device("b")
 
     def job(device_id: str) -> Callable[[sqlite3.Connection], Any]:
-        return lambda c: claim_service.claim_next(c, device_id=device_id, session_id=new_id(),
-                                                  claim_request_id=new_id(), now=clock.now(), policy=policy)
+        return lambda c: claim_service.claim_next(
+            c, device_id=device_id, session_id=new_id(), claim_request_id=new_id(), now=clock.now(), policy=policy
+        )
 
     revoke(sync_conn, a.device_id, clock)
     before = fingerprint(sync_conn)

@@ -32,19 +32,47 @@ def test_the_hot_device_schemas_have_a_fast_path() -> None:
 
 
 uuids = st.builds(lambda: str(uuid.uuid4()))
-uuid_like = st.one_of(uuids, uuids.map(str.upper), uuids.map(lambda u: u[:14] + "1" + u[15:]),
-                      uuids.map(lambda u: u + "\n"), uuids.map(lambda u: u[:35]))
+uuid_like = st.one_of(
+    uuids,
+    uuids.map(str.upper),
+    uuids.map(lambda u: u[:14] + "1" + u[15:]),
+    uuids.map(lambda u: u + "\n"),
+    uuids.map(lambda u: u[:35]),
+)
 hex64 = st.text("0123456789abcdef", min_size=63, max_size=65)
-times = st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.000000Z", "2026-02-30T00:00:00Z",
-                         "2026-01-01T24:00:00Z", "2026-01-01T00:00:00+00:00", "2026-01-01t00:00:00z",
-                         "2026-01-01T00:00:00.000Z", "２026-01-01T00:00:00Z"])
+times = st.sampled_from(
+    [
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:00:00.000000Z",
+        "2026-02-30T00:00:00Z",
+        "2026-01-01T24:00:00Z",
+        "2026-01-01T00:00:00+00:00",
+        "2026-01-01t00:00:00z",
+        "2026-01-01T00:00:00.000Z",
+        "２026-01-01T00:00:00Z",
+    ]
+)
 money = st.sampled_from(["0.00", "0.01", "30.00", "012.00", "1.5", "999999999.99", "1000000000.00", "-1.00"])
-numbers = st.one_of(st.integers(-3, 3), st.integers(999_990, 1_000_010), st.integers(2_147_483_640, 2_147_483_660),
-                    st.integers(), st.sampled_from([True, False, 1.0, 2.5, float("nan")]))
-junk = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True), st.lists(st.integers(), max_size=2),
-                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
-texts = st.one_of(st.text(max_size=3), st.text(min_size=60, max_size=70), st.text(min_size=195, max_size=210),
-                  st.text(min_size=508, max_size=516))
+numbers = st.one_of(
+    st.integers(-3, 3),
+    st.integers(999_990, 1_000_010),
+    st.integers(2_147_483_640, 2_147_483_660),
+    st.integers(),
+    st.sampled_from([True, False, 1.0, 2.5, float("nan")]),
+)
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+texts = st.one_of(
+    st.text(max_size=3),
+    st.text(min_size=60, max_size=70),
+    st.text(min_size=195, max_size=210),
+    st.text(min_size=508, max_size=516),
+)
 strings = st.one_of(uuid_like, hex64, times, money, texts)
 values = st.one_of(strings, strings.map(Str), numbers, junk)
 
@@ -86,8 +114,10 @@ def instances(draw: st.DrawFn, name: str) -> Any:
         else:
             obj[key] = draw(values)
     elif mode == "random":
-        obj = {key: draw(st.one_of(values, _valid_value(name, key)))
-               for key in draw(st.lists(st.sampled_from(props), unique=True))}
+        obj = {
+            key: draw(st.one_of(values, _valid_value(name, key)))
+            for key in draw(st.lists(st.sampled_from(props), unique=True))
+        }
         if draw(st.booleans()):
             obj[draw(st.sampled_from(["extra", 1, Str(props[0])]))] = draw(values)
     return draw(st.sampled_from([obj] * 6 + [[obj], None, Str("x")]))
@@ -114,17 +144,27 @@ def test_fast_accept_implies_jsonschema_accepts(name: str, data: st.DataObject) 
 
 def test_fast_path_accepts_real_requests() -> None:
     claim = {"session_id": str(uuid.uuid4()), "claim_request_id": str(uuid.uuid4())}
-    renew = {"renew_request_id": str(uuid.uuid4()), "session_id": str(uuid.uuid4()), "attempt_id": str(uuid.uuid4()),
-             "claim_generation": 1, "claim_token": "ab" * 32,
-             "expected_lease_expires_at": "2026-01-01T00:00:00.000001Z"}
+    renew = {
+        "renew_request_id": str(uuid.uuid4()),
+        "session_id": str(uuid.uuid4()),
+        "attempt_id": str(uuid.uuid4()),
+        "claim_generation": 1,
+        "claim_token": "ab" * 32,
+        "expected_lease_expires_at": "2026-01-01T00:00:00.000001Z",
+    }
     claim_fast, renew_fast = schemas._fast("claim_next.request"), schemas._fast("lease_renew.request")
     assert claim_fast is not None and renew_fast is not None
     assert claim_fast(claim) and renew_fast(renew)
     # and leaves the unusual-but-valid and the invalid to jsonschema
     assert not renew_fast({**renew, "claim_generation": 1.0})
     validate("lease_renew.request", {**renew, "claim_generation": 1.0})  # jsonschema: 1.0 is an integer
-    for bad in ({**renew, "claim_generation": True}, {**renew, "claim_generation": 0}, {**renew, "x": 1},
-                {**claim, "session_id": claim["session_id"].upper()}, {"session_id": claim["session_id"]}):
+    for bad in (
+        {**renew, "claim_generation": True},
+        {**renew, "claim_generation": 0},
+        {**renew, "x": 1},
+        {**claim, "session_id": claim["session_id"].upper()},
+        {"session_id": claim["session_id"]},
+    ):
         name = "lease_renew.request" if "attempt_id" in bad else "claim_next.request"
         assert not schemas._fast(name)(bad)  # type: ignore[misc]
         with pytest.raises(SchemaError):
@@ -133,11 +173,23 @@ def test_fast_path_accepts_real_requests() -> None:
 
 def test_fast_path_takes_nullable_fields() -> None:
     # the fence body (issue 15): selected_size is a sku_text or null; both forms stay on the fast path
-    fence = {"fence_key": str(uuid.uuid4()), "task_id": str(uuid.uuid4()), "expected_task_version": 3,
-             "authorization_id": str(uuid.uuid4()), "claim_generation": 1, "claim_token": "ab" * 32,
-             "selected_color": "黑色", "selected_size": None, "gate1_unit_price": "12.88",
-             "gate2_unit_price": "12.88", "gate3_unit_price": "12.88", "quantity_read": 2,
-             "confirm_page_amount": "25.76", "submit_control_match_count": 1, "payment_mode": "微信支付"}
+    fence = {
+        "fence_key": str(uuid.uuid4()),
+        "task_id": str(uuid.uuid4()),
+        "expected_task_version": 3,
+        "authorization_id": str(uuid.uuid4()),
+        "claim_generation": 1,
+        "claim_token": "ab" * 32,
+        "selected_color": "黑色",
+        "selected_size": None,
+        "gate1_unit_price": "12.88",
+        "gate2_unit_price": "12.88",
+        "gate3_unit_price": "12.88",
+        "quantity_read": 2,
+        "confirm_page_amount": "25.76",
+        "submit_control_match_count": 1,
+        "payment_mode": "微信支付",
+    }
     fast = schemas._fast("submission_fence.request")
     assert fast is not None
     assert fast(fence) and fast({**fence, "selected_size": "M"})

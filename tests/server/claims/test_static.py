@@ -12,25 +12,38 @@ from aiohttp import web
 from cmbuyer.server.web.device_api import claims
 
 ROOT = Path(__file__).resolve().parents[3]
-MODULES = ["server/web/device_api/claims.py", "server/services/claim_next.py", "server/services/renew_lease.py",
-           "server/services/heartbeat.py", "server/services/claim_secret.py", "server/services/device_tx.py",
-           "server/domain/lease.py", "server/store/claims.py"]
-FORBIDDEN = re.compile(r"click_permitted|uiautomator|adbutils|xpath|selector|coordinat|payment|pay_|提交订单|支付",
-                       re.IGNORECASE)
+MODULES = [
+    "server/web/device_api/claims.py",
+    "server/services/claim_next.py",
+    "server/services/renew_lease.py",
+    "server/services/heartbeat.py",
+    "server/services/claim_secret.py",
+    "server/services/device_tx.py",
+    "server/domain/lease.py",
+    "server/store/claims.py",
+]
+FORBIDDEN = re.compile(
+    r"click_permitted|uiautomator|adbutils|xpath|selector|coordinat|payment|pay_|提交订单|支付", re.IGNORECASE
+)
 
 
 def test_routes_of_this_group() -> None:
     app = web.Application()
     from cmbuyer.server.app import PERIODIC, STARTUP_CHECKS
+
     app[STARTUP_CHECKS] = []
     app[PERIODIC] = []
     from cmbuyer.server.config import Settings
     from cmbuyer.server.web.keys import SETTINGS
+
     app[SETTINGS] = Settings(data_dir=Path("x"), db_path=Path("x/db"))
     claims.setup(app)
     routes = sorted((r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None)
-    assert routes == [("POST", "/api/v1/devices/heartbeat"), ("POST", "/api/v1/tasks/claim-next"),
-                      ("POST", "/api/v1/tasks/{task_id}/lease/renew")]
+    assert routes == [
+        ("POST", "/api/v1/devices/heartbeat"),
+        ("POST", "/api/v1/tasks/claim-next"),
+        ("POST", "/api/v1/tasks/{task_id}/lease/renew"),
+    ]
     assert app[STARTUP_CHECKS] == [claims.check_claim_secret]
 
 

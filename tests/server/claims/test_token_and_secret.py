@@ -29,8 +29,14 @@ from cmbuyer.server.services.common import new_id
 from tests.server.claims.conftest import claim, claim_ok, post, renew_path
 
 Maker = Callable[..., Any]
-FIELDS = {"device_id": "d" * 36, "task_id": "t" * 36, "authorization_id": "a" * 36, "attempt_id": "x" * 36,
-          "generation": 1, "nonce": b"\x01" * 32}
+FIELDS = {
+    "device_id": "d" * 36,
+    "task_id": "t" * 36,
+    "authorization_id": "a" * 36,
+    "attempt_id": "x" * 36,
+    "generation": 1,
+    "nonce": b"\x01" * 32,
+}
 
 
 def test_message_is_versioned_domain_separated_and_length_prefixed() -> None:
@@ -46,16 +52,26 @@ def test_message_is_versioned_domain_separated_and_length_prefixed() -> None:
     shifted = dict(FIELDS, device_id="d" * 35, task_id="d" + "t" * 36)
     assert claim_token.message(**shifted) != msg  # type: ignore[arg-type]
     # every bound field matters, and so does the key
-    for name, other in (("device_id", "e" * 36), ("task_id", "u" * 36), ("authorization_id", "b" * 36),
-                        ("attempt_id", "y" * 36), ("generation", 2), ("nonce", b"\x02" * 32)):
+    for name, other in (
+        ("device_id", "e" * 36),
+        ("task_id", "u" * 36),
+        ("authorization_id", "b" * 36),
+        ("attempt_id", "y" * 36),
+        ("generation", 2),
+        ("nonce", b"\x02" * 32),
+    ):
         assert claim_token.derive(key, **dict(FIELDS, **{name: other})) != token
     assert claim_token.derive(secrets.token_bytes(32), **FIELDS) != token
     with pytest.raises(ValueError):
         claim_token.message(**dict(FIELDS, nonce=b"\x01" * 31))  # type: ignore[arg-type]
 
 
-@given(st.text(min_size=0, max_size=8, alphabet="ab-"), st.text(min_size=0, max_size=8, alphabet="ab-"),
-       st.text(min_size=0, max_size=8, alphabet="ab-"), st.text(min_size=0, max_size=8, alphabet="ab-"))
+@given(
+    st.text(min_size=0, max_size=8, alphabet="ab-"),
+    st.text(min_size=0, max_size=8, alphabet="ab-"),
+    st.text(min_size=0, max_size=8, alphabet="ab-"),
+    st.text(min_size=0, max_size=8, alphabet="ab-"),
+)
 def test_framing_is_injective(d1: str, t1: str, d2: str, t2: str) -> None:
     m1 = claim_token.message(**dict(FIELDS, device_id=d1, task_id=t1))  # type: ignore[arg-type]
     m2 = claim_token.message(**dict(FIELDS, device_id=d2, task_id=t2))  # type: ignore[arg-type]
@@ -63,8 +79,8 @@ def test_framing_is_injective(d1: str, t1: str, d2: str, t2: str) -> None:
 
 
 async def test_nonces_random_tokens_distinct_and_no_plaintext_in_the_database(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        settings: Settings) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, settings: Settings
+) -> None:
     for i in range(12):
         make_task(start=True, goods_id=f"7{i}")
     tokens = []
@@ -88,8 +104,13 @@ async def test_nonces_random_tokens_distinct_and_no_plaintext_in_the_database(
 
 
 async def test_wrong_or_missing_secret_refuses_start_up_and_the_right_one_rebuilds_the_token(
-        aiohttp_client: Any, server_client: Any, ready_device: Maker, make_task: Maker, settings: Settings,
-        clock: ManualClock) -> None:
+    aiohttp_client: Any,
+    server_client: Any,
+    ready_device: Maker,
+    make_task: Maker,
+    settings: Settings,
+    clock: ManualClock,
+) -> None:
     make_task(start=True)
     dev = ready_device()
     session, key = new_id(), new_id()
@@ -110,8 +131,8 @@ def test_secret_check_covers_open_claims_beyond_the_newest(sync_conn: sqlite3.Co
 
 
 async def test_secret_check_refuses_a_mismatching_open_claim(
-        server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection,
-        policy: Any) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, policy: Any
+) -> None:
     make_task(start=True)
     await claim_ok(server_client, ready_device(), new_id())
     assert verify_secret(sync_conn, policy.secret) == 1
@@ -120,7 +141,8 @@ async def test_secret_check_refuses_a_mismatching_open_claim(
 
 
 async def test_token_comparison_is_constant_time_and_always_runs(
-        server_client: Any, ready_device: Maker, make_task: Maker, monkeypatch: pytest.MonkeyPatch) -> None:
+    server_client: Any, ready_device: Maker, make_task: Maker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     make_task(start=True)
     a, b = ready_device("a"), ready_device("b")
     session = new_id()

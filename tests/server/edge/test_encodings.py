@@ -28,11 +28,24 @@ def _no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
     assert not bad, [r.getMessage() for r in bad]
 
 
-@pytest.mark.parametrize(("values", "ok"), [
-    ([], True), ([b"identity"], True), ([b" IDENTITY "], True), ([b"identity", b"identity"], True),
-    ([b"gzip"], False), ([b"deflate"], False), ([b"br"], False), ([b"zstd"], False), ([b""], False),
-    ([b"identity, gzip"], False), ([b"identity", b"gzip"], False), ([b"x-gzip"], False), ([b"identity;q=1"], False),
-])
+@pytest.mark.parametrize(
+    ("values", "ok"),
+    [
+        ([], True),
+        ([b"identity"], True),
+        ([b" IDENTITY "], True),
+        ([b"identity", b"identity"], True),
+        ([b"gzip"], False),
+        ([b"deflate"], False),
+        ([b"br"], False),
+        ([b"zstd"], False),
+        ([b""], False),
+        ([b"identity, gzip"], False),
+        ([b"identity", b"gzip"], False),
+        ([b"x-gzip"], False),
+        ([b"identity;q=1"], False),
+    ],
+)
 def test_identity_only_table(values: list[bytes], ok: bool) -> None:
     from cmbuyer.server.web.edge import identity_only  # imported here so the file runs against old code
 
@@ -40,12 +53,14 @@ def test_identity_only_table(values: list[bytes], ok: bool) -> None:
     assert identity_only(headers) is ok
 
 
-async def test_login_with_gzip_header_and_plain_body_is_415(server_client: Any,
-                                                             caplog: pytest.LogCaptureFixture) -> None:
+async def test_login_with_gzip_header_and_plain_body_is_415(
+    server_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     body = b"username=ops&password=x&csrf_token=y"
-    answer = await exchange(server_client, request("POST", "/login", {"Content-Type": FORM,
-                                                                     "Content-Encoding": "gzip"}, body))
+    answer = await exchange(
+        server_client, request("POST", "/login", {"Content-Type": FORM, "Content-Encoding": "gzip"}, body)
+    )
     assert answer.status == 415
     _no_tracebacks(caplog)
 
@@ -53,28 +68,31 @@ async def test_login_with_gzip_header_and_plain_body_is_415(server_client: Any,
 async def test_login_with_a_real_gzip_body_is_not_decompressed(server_client: Any) -> None:
     body = gzip.compress(b"username=ops&password=x&csrf_token=y")
     for encoding in ("gzip", "deflate", "br", "GZIP", "identity, gzip"):
-        answer = await exchange(server_client, request("POST", "/login", {"Content-Type": FORM,
-                                                                         "Content-Encoding": encoding}, body))
+        answer = await exchange(
+            server_client, request("POST", "/login", {"Content-Type": FORM, "Content-Encoding": encoding}, body)
+        )
         assert answer.status == 415, encoding
 
 
-async def test_gzip_bomb_is_refused_before_any_decompression(server_client: Any,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+async def test_gzip_bomb_is_refused_before_any_decompression(
+    server_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     packer = zlib.compressobj(9, zlib.DEFLATED, 31)
     zeros = bytes(1 << 20)
     bomb = b"".join(packer.compress(zeros) for _ in range(256)) + packer.flush()  # 256 MiB inflated
     started = time.monotonic()
-    answer = await exchange(server_client, request("POST", "/login", {"Content-Type": FORM,
-                                                                     "Content-Encoding": "gzip"}, bomb))
+    answer = await exchange(
+        server_client, request("POST", "/login", {"Content-Type": FORM, "Content-Encoding": "gzip"}, bomb)
+    )
     assert answer.status == 415
     assert time.monotonic() - started < 3.0
     _no_tracebacks(caplog)
 
 
-async def test_device_route_gzip_header_is_415_after_authentication(server_client: Any,
-                                                                     make_device: Callable[..., Any],
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+async def test_device_route_gzip_header_is_415_after_authentication(
+    server_client: Any, make_device: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     dev = make_device()
     plain = json.dumps(heartbeat_body(dev.device_id)).encode()
@@ -91,23 +109,39 @@ async def test_device_route_gzip_header_is_415_after_authentication(server_clien
     _no_tracebacks(caplog)
 
 
-async def test_device_expect_continue_with_gzip_gets_415_and_no_100(server_client: Any,
-                                                                     make_device: Callable[..., Any]) -> None:
+async def test_device_expect_continue_with_gzip_gets_415_and_no_100(
+    server_client: Any, make_device: Callable[..., Any]
+) -> None:
     dev = make_device()
-    head = request("POST", HEARTBEAT, {**dev.headers(), "Content-Type": "application/json",
-                                       "Content-Encoding": "gzip", "Expect": "100-continue",
-                                       "Content-Length": "100"})
+    head = request(
+        "POST",
+        HEARTBEAT,
+        {
+            **dev.headers(),
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+            "Expect": "100-continue",
+            "Content-Length": "100",
+        },
+    )
     answer = await exchange(server_client, head)
     assert answer.status == 415
     assert json.loads(answer.body) == {"error": "unsupported_media_type"}
 
 
-async def test_admin_post_with_gzip_is_415_and_changes_nothing(admin_client: Any, sync_conn: Any,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+async def test_admin_post_with_gzip_is_415_and_changes_nothing(
+    admin_client: Any, sync_conn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     before = sync_conn.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
-    form = {"title": "t", "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=1",
-            "sku_color": "黑", "sku_size": "M", "quantity": "1", "max_total_price": "10"}
+    form = {
+        "title": "t",
+        "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=1",
+        "sku_color": "黑",
+        "sku_size": "M",
+        "quantity": "1",
+        "max_total_price": "10",
+    }
     resp = await admin_client.post_form("/tasks", form, headers={"Content-Encoding": "gzip"})
     assert resp.status == 415
     resp = await admin_client.post_json("/tasks", {"title": "t"}, headers={"Content-Encoding": "deflate"})

@@ -70,8 +70,7 @@ class _Collect(logging.Handler):
         self.sink.append(record)
 
 
-def _send(port: int, method: str, path: str, headers: list[tuple[str, str]], body: bytes
-          ) -> tuple[int | None, float]:
+def _send(port: int, method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> tuple[int | None, float]:
     """One request on a fresh connection; ``(status or None if the server closed first, seconds)``."""
     head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
     started = time.monotonic()
@@ -97,8 +96,9 @@ def _send(port: int, method: str, path: str, headers: list[tuple[str, str]], bod
     return status, time.monotonic() - started
 
 
-def _http(port: int, method: str, path: str, headers: dict[str, str], body: bytes = b""
-          ) -> tuple[int, dict[str, list[str]], bytes]:
+def _http(
+    port: int, method: str, path: str, headers: dict[str, str], body: bytes = b""
+) -> tuple[int, dict[str, list[str]], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         conn.request(method, path, body=body, headers=headers)
@@ -123,8 +123,13 @@ def _cookie_header(cookies: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def target(settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection, make_device: Callable[..., Any],
-           make_task: Callable[..., Any]) -> Iterator[Target]:
+def target(
+    settings: Settings,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+) -> Iterator[Target]:
     add_admin(sync_conn, clock)
     dev = make_device()
     task = make_task(start=True)
@@ -137,30 +142,47 @@ def target(settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection
     try:
         port = server.port
         auth = {**dev.headers(), "Content-Type": "application/json"}
-        status, _, _ = _http(port, "POST", "/api/v1/devices/heartbeat", auth,
-                             json.dumps(heartbeat_body(dev.device_id)).encode())
+        status, _, _ = _http(
+            port, "POST", "/api/v1/devices/heartbeat", auth, json.dumps(heartbeat_body(dev.device_id)).encode()
+        )
         assert status == 200
-        status, _, raw = _http(port, "POST", "/api/v1/tasks/claim-next", auth,
-                               json.dumps({"session_id": str(uuid.uuid4()),
-                                           "claim_request_id": str(uuid.uuid4())}).encode())
+        status, _, raw = _http(
+            port,
+            "POST",
+            "/api/v1/tasks/claim-next",
+            auth,
+            json.dumps({"session_id": str(uuid.uuid4()), "claim_request_id": str(uuid.uuid4())}).encode(),
+        )
         assert status == 200, raw
         attempt_id = json.loads(raw)["attempt"]["id"]
         cookies: dict[str, str] = {}
         status, headers, raw = _http(port, "GET", "/login", {})
         _cookies(headers, cookies)
-        form = (f"username={ADMIN_USER}&password={ADMIN_PASSWORD.replace(' ', '+')}"
-                f"&csrf_token={csrf_from(raw.decode())}").encode()
-        status, headers, _ = _http(port, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded",
-                                                            "Cookie": _cookie_header(cookies)}, form)
+        form = (
+            f"username={ADMIN_USER}&password={ADMIN_PASSWORD.replace(' ', '+')}&csrf_token={csrf_from(raw.decode())}"
+        ).encode()
+        status, headers, _ = _http(
+            port,
+            "POST",
+            "/login",
+            {"Content-Type": "application/x-www-form-urlencoded", "Cookie": _cookie_header(cookies)},
+            form,
+        )
         assert status == 303
         _cookies(headers, cookies)
         status, _, raw = _http(port, "GET", "/tasks", {"Cookie": _cookie_header(cookies)})
         assert status == 200
         assert server.app is not None
-        routes = sorted({(r.method, r.resource.canonical) for r in server.app.router.routes()
-                         if r.resource is not None and r.method != "HEAD"})
-        yield Target(server, dev.device_id, dev.token, task.id, attempt_id, cookies, csrf_from(raw.decode()),
-                     routes, records)
+        routes = sorted(
+            {
+                (r.method, r.resource.canonical)
+                for r in server.app.router.routes()
+                if r.resource is not None and r.method != "HEAD"
+            }
+        )
+        yield Target(
+            server, dev.device_id, dev.token, task.id, attempt_id, cookies, csrf_from(raw.decode()), routes, records
+        )
     finally:
         root.removeHandler(handler)
         server.stop()
@@ -170,18 +192,48 @@ def target(settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection
 
 JUNK_IDS = ["x", "0", "%2e%2e%2f", "%00", "a" * 300, "00000000-0000-0000-0000-000000000000", "%E4%B8%AD"]
 ENCODINGS = ["gzip", "deflate", "br", "zstd", "identity", "", "gzip, identity", "x-custom", "IDENTITY"]
-CONTENT_TYPES = ["application/json", "application/json; charset=latin-1", "application/x-www-form-urlencoded",
-                 "multipart/form-data; boundary=b", "multipart/form-data", "text/plain", "", "*/*",
-                 "application/json;charset=utf-8;charset=utf-8", "image/png"]
-ACCEPTS = ["text/html;q=.", "text/html;q=1e9", "text/html;q=0", "*/*", "", "application/json", ";;,",
-           "text/html;charset=utf-8;charset=utf-8", "text/html;q=0.5, application/json;q=x"]
+CONTENT_TYPES = [
+    "application/json",
+    "application/json; charset=latin-1",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=b",
+    "multipart/form-data",
+    "text/plain",
+    "",
+    "*/*",
+    "application/json;charset=utf-8;charset=utf-8",
+    "image/png",
+]
+ACCEPTS = [
+    "text/html;q=.",
+    "text/html;q=1e9",
+    "text/html;q=0",
+    "*/*",
+    "",
+    "application/json",
+    ";;,",
+    "text/html;charset=utf-8;charset=utf-8",
+    "text/html;q=0.5, application/json;q=x",
+]
 VIEWS = ["drawer", "rows", "", "Drawer", "full", "drawer, rows"]
 ORIGINS = ["null", "http://evil.example", "http://127.0.0.1", ""]
-EXTRA = [("Expect", "100-continue"), ("Expect", "202-accepted"), ("Sec-Fetch-Site", "cross-site"),
-         ("Sec-Fetch-Mode", "navigate"), ("Authorization", "Bearer " + "f" * 64), ("Authorization", "Basic x"),
-         ("X-CMBuyer-Device-ID", str(uuid.uuid4())), ("Cookie", "cmbuyer_session=" + "0" * 64),
-         ("Cookie", "cmbuyer_session=a; cmbuyer_session=b"), ("X-CSRF-Token", "0" * 64), ("X-Long", "v" * 9000),
-         ("Range", "bytes=0-1"), ("If-None-Match", "*"), ("Connection", "close"), ("Upgrade", "websocket")]
+EXTRA = [
+    ("Expect", "100-continue"),
+    ("Expect", "202-accepted"),
+    ("Sec-Fetch-Site", "cross-site"),
+    ("Sec-Fetch-Mode", "navigate"),
+    ("Authorization", "Bearer " + "f" * 64),
+    ("Authorization", "Basic x"),
+    ("X-CMBuyer-Device-ID", str(uuid.uuid4())),
+    ("Cookie", "cmbuyer_session=" + "0" * 64),
+    ("Cookie", "cmbuyer_session=a; cmbuyer_session=b"),
+    ("X-CSRF-Token", "0" * 64),
+    ("X-Long", "v" * 9000),
+    ("Range", "bytes=0-1"),
+    ("If-None-Match", "*"),
+    ("Connection", "close"),
+    ("Upgrade", "websocket"),
+]
 
 
 def _json_bodies(t: Target) -> list[bytes]:
@@ -190,18 +242,31 @@ def _json_bodies(t: Target) -> list[bytes]:
         heartbeat_body(t.device_id),
         {"session_id": uid, "claim_request_id": uid},
         {"attempt_id": t.attempt_id, "events": [{"step": "OPEN_PRODUCT", "outcome": "OK"}]},
-        {"title": "t", "quantity": 1}, {"items": [{"id": t.task_id, "version": 1}]}, [], "x", None,
+        {"title": "t", "quantity": 1},
+        {"items": [{"id": t.task_id, "version": 1}]},
+        [],
+        "x",
+        None,
     ]
     return [json.dumps(s).encode() for s in samples]
 
 
 def _multipart(t: Target) -> bytes:
     data = png("RGB", (4, 4))
-    parts = [f'--b\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-             for k, v in (("upload_key", str(uuid.uuid4())), ("attempt_id", t.attempt_id),
-                          ("kind", "SKU_PANEL_GATE_1"), ("privacy_tier", "INTERNAL_RAW"), ("sha256", "0" * 64))]
-    parts.append(b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n'
-                 b"Content-Type: image/png\r\n\r\n" + data + b"\r\n--b--\r\n")
+    parts = [
+        f'--b\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in (
+            ("upload_key", str(uuid.uuid4())),
+            ("attempt_id", t.attempt_id),
+            ("kind", "SKU_PANEL_GATE_1"),
+            ("privacy_tier", "INTERNAL_RAW"),
+            ("sha256", "0" * 64),
+        )
+    ]
+    parts.append(
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n'
+        b"Content-Type: image/png\r\n\r\n" + data + b"\r\n--b--\r\n"
+    )
     return b"".join(parts)
 
 
@@ -237,8 +302,17 @@ def fuzzed_request(draw: st.DrawFn, t: Target) -> tuple[str, str, list[tuple[str
         body = gzip.compress(draw(st.sampled_from(_json_bodies(t))))
         headers += [("Content-Type", "application/json"), ("Content-Encoding", "gzip")]
     elif kind == "form":
-        body = draw(st.sampled_from([b"title=a&quantity=1", b"csrf_token=" + t.csrf.encode(),
-                                     b"a=%ff%fe&b", b"=" * 100, b"task_ids=" + t.task_id.encode()]))
+        body = draw(
+            st.sampled_from(
+                [
+                    b"title=a&quantity=1",
+                    b"csrf_token=" + t.csrf.encode(),
+                    b"a=%ff%fe&b",
+                    b"=" * 100,
+                    b"task_ids=" + t.task_id.encode(),
+                ]
+            )
+        )
         headers.append(("Content-Type", "application/x-www-form-urlencoded"))
     elif kind == "multipart":
         body = _multipart(t)
@@ -248,8 +322,9 @@ def fuzzed_request(draw: st.DrawFn, t: Target) -> tuple[str, str, list[tuple[str
     else:
         body = b""
     for _ in range(draw(st.integers(0, 4))):
-        mutation = draw(st.sampled_from(["encoding", "ctype", "accept", "view", "origin", "extra", "dup", "drop",
-                                         "flip"]))
+        mutation = draw(
+            st.sampled_from(["encoding", "ctype", "accept", "view", "origin", "extra", "dup", "drop", "flip"])
+        )
         if mutation == "encoding":
             headers.append(("Content-Encoding", draw(st.sampled_from(ENCODINGS))))
         elif mutation == "ctype":
@@ -268,7 +343,7 @@ def fuzzed_request(draw: st.DrawFn, t: Target) -> tuple[str, str, list[tuple[str
             headers.pop(draw(st.integers(0, len(headers) - 1)))
         elif mutation == "flip" and body:
             at = draw(st.integers(0, len(body) - 1))
-            body = body[:at] + bytes([body[at] ^ draw(st.integers(1, 255))]) + body[at + 1:]
+            body = body[:at] + bytes([body[at] ^ draw(st.integers(1, 255))]) + body[at + 1 :]
     if draw(st.integers(0, 5)) == 0 and method != "GET":
         headers.append(("Transfer-Encoding", "chunked"))
         body = (b"%x\r\n" % len(body) + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
@@ -281,8 +356,12 @@ def fuzzed_request(draw: st.DrawFn, t: Target) -> tuple[str, str, list[tuple[str
 def test_fuzzed_requests_never_5xx_slow_or_traceback(target: Target) -> None:
     sent: list[int] = []  # statuses (0: closed before an answer)
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(st.lists(fuzzed_request(target), min_size=REQUESTS_PER_EXAMPLE, max_size=REQUESTS_PER_EXAMPLE))
     def run(requests: list[tuple[str, str, list[tuple[str, str]], bytes]]) -> None:
         target.records.clear()  # each example is judged by its own log lines
@@ -293,8 +372,11 @@ def test_fuzzed_requests_never_5xx_slow_or_traceback(target: Target) -> None:
             assert took < ANSWER_WITHIN_S, (took, method, path, headers, body[:200])
         # a connection's last steps (linger, close) run after its answer: let them finish, then judge
         time.sleep(0.05)
-        bad = [f"{r.getMessage()} {r.exc_info[1]!r}" if r.exc_info else r.getMessage() for r in target.records
-               if r.exc_info or r.levelno >= logging.ERROR]
+        bad = [
+            f"{r.getMessage()} {r.exc_info[1]!r}" if r.exc_info else r.getMessage()
+            for r in target.records
+            if r.exc_info or r.levelno >= logging.ERROR
+        ]
         assert not bad, bad
 
     run()

@@ -16,8 +16,10 @@ from cmbuyer.server.web.edge import RateLimitedExceptionHandler, RateLimitedLog
 
 
 def _accept_error() -> dict[str, Any]:
-    return {"message": "socket.accept() out of system resource",
-            "exception": OSError(errno.EMFILE, "Too many open files")}
+    return {
+        "message": "socket.accept() out of system resource",
+        "exception": OSError(errno.EMFILE, "Too many open files"),
+    }
 
 
 def test_accept_errors_are_one_line_each_interval_without_traceback(caplog: pytest.LogCaptureFixture) -> None:
@@ -36,8 +38,9 @@ def test_accept_errors_are_one_line_each_interval_without_traceback(caplog: pyte
 def test_other_errors_reach_the_previous_handler_once_then_count(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="test.storm")
     seen: list[dict[str, Any]] = []
-    handler = RateLimitedExceptionHandler(lambda loop, ctx: seen.append(ctx), logging.getLogger("test.storm"),
-                                          interval=0.05)
+    handler = RateLimitedExceptionHandler(
+        lambda loop, ctx: seen.append(ctx), logging.getLogger("test.storm"), interval=0.05
+    )
     loop = asyncio.new_event_loop()
     try:
         for _ in range(500):
@@ -59,5 +62,4 @@ def test_rate_limited_log_counts_swallowed_lines(caplog: pytest.LogCaptureFixtur
         limited.log(logging.WARNING, "closing %s", "x")
     time.sleep(0.06)
     limited.log(logging.WARNING, "closing %s", "x")
-    assert [r.getMessage() for r in caplog.records] == [
-        "closing x", "closing x (and 99 more like this in the last 0s)"]
+    assert [r.getMessage() for r in caplog.records] == ["closing x", "closing x (and 99 more like this in the last 0s)"]

@@ -23,8 +23,8 @@ from cmbuyer.server.web.admin import common as admin_common
 from tests.server.claims.conftest import CLAIM, HEARTBEAT, heartbeat_body, post
 from tests.server.edge.conftest import RawAnswer, address, read_answer, request, soak_scale
 
-CUT_WITHIN_S = 4.0          # LINGER_S (1 s) plus generous slack for a loaded 2-core VM
-SENT_BOUND = 64 * 1024 ** 2  # socket buffers on loopback hold a few MiB; draining for 10 s is GiBs
+CUT_WITHIN_S = 4.0  # LINGER_S (1 s) plus generous slack for a loaded 2-core VM
+SENT_BOUND = 64 * 1024**2  # socket buffers on loopback hold a few MiB; draining for 10 s is GiBs
 CHUNK = b"%x\r\n" % 65536 + b"x" * 65536 + b"\r\n"
 STREAMS = soak_scale(1, 8)  # read at import: the settings fixture removes CMBUYER_* variables
 
@@ -78,11 +78,14 @@ def _cut(result: Streamed) -> None:
 
 
 @pytest.mark.slow
-async def test_unauthenticated_chunked_stream_gets_401_then_is_cut(server_client: Any,
-                                                                   make_device: Callable[..., Any]) -> None:
+async def test_unauthenticated_chunked_stream_gets_401_then_is_cut(
+    server_client: Any, make_device: Callable[..., Any]
+) -> None:
     dev = make_device()
-    storm = [asyncio.create_task(stream_forever(server_client, CLAIM, {"Content-Type": "application/json"}))
-             for _ in range(STREAMS)]
+    storm = [
+        asyncio.create_task(stream_forever(server_client, CLAIM, {"Content-Type": "application/json"}))
+        for _ in range(STREAMS)
+    ]
     await asyncio.sleep(0.2)
     started = time.monotonic()
     status, _, _ = await post(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id))
@@ -97,8 +100,7 @@ async def test_unauthenticated_chunked_stream_gets_401_then_is_cut(server_client
         _cut(result)
 
 
-async def test_oversized_device_body_gets_413_then_is_cut(server_client: Any,
-                                                          make_device: Callable[..., Any]) -> None:
+async def test_oversized_device_body_gets_413_then_is_cut(server_client: Any, make_device: Callable[..., Any]) -> None:
     dev = make_device()
     result = await stream_forever(server_client, HEARTBEAT, {**dev.headers(), "Content-Type": "application/json"})
     assert result.answer is not None and result.answer.status == 413
@@ -113,11 +115,18 @@ async def test_oversized_login_body_gets_413_then_is_cut(server_client: Any) -> 
 
 
 async def test_login_body_that_never_ends_is_refused_after_the_body_time_limit(
-        server_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    server_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(admin_common, "BODY_READ_TIMEOUT_S", 0.5, raising=False)  # absent before the fix
     reader, writer = await asyncio.open_connection(*address(server_client))
-    writer.write(request("POST", "/login", {"Content-Type": "application/x-www-form-urlencoded",
-                                            "Content-Length": "1000"}, b"username=o"))
+    writer.write(
+        request(
+            "POST",
+            "/login",
+            {"Content-Type": "application/x-www-form-urlencoded", "Content-Length": "1000"},
+            b"username=o",
+        )
+    )
     started = time.monotonic()
     try:
         answer = await read_answer(reader, within=5.0)
@@ -128,7 +137,8 @@ async def test_login_body_that_never_ends_is_refused_after_the_body_time_limit(
 
 
 async def test_a_refusal_before_the_body_arrived_closes_a_keep_alive_connection(
-        server_client: Any, make_device: Callable[..., Any]) -> None:
+    server_client: Any, make_device: Callable[..., Any]
+) -> None:
     dev = make_device()
     body = json.dumps(heartbeat_body(dev.device_id)).encode()
     reader, writer = await asyncio.open_connection(*address(server_client))
@@ -137,8 +147,7 @@ async def test_a_refusal_before_the_body_arrived_closes_a_keep_alive_connection(
             writer.write(request("POST", HEARTBEAT, {**dev.headers(), "Content-Type": "application/json"}, body))
             assert (await read_answer(reader)).status == 200
         # no credentials, and a body that has not fully arrived when the 401 is sent
-        writer.write(request("POST", HEARTBEAT, {"Content-Type": "application/json", "Content-Length": "100000"},
-                             body))
+        writer.write(request("POST", HEARTBEAT, {"Content-Type": "application/json", "Content-Length": "100000"}, body))
         answer = await read_answer(reader)
         assert answer.status == 401 and answer.headers["connection"].lower() == "close"
         async with asyncio.timeout(CUT_WITHIN_S):

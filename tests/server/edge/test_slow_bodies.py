@@ -77,12 +77,14 @@ def _close_all(writers: list[asyncio.StreamWriter]) -> None:
 
 # -- the guard in-process (small caps) --------------------------------------------------------------
 
+
 @pytest.fixture
 async def small_caps_client(aiohttp_client: Any, settings: Settings, clock: Any) -> Any:
     from cmbuyer.server.app import create_app
 
-    tight = dataclasses.replace(settings, pending_connections_per_address=4, pending_connections_max=8,
-                                pending_connection_timeout=1)
+    tight = dataclasses.replace(
+        settings, pending_connections_per_address=4, pending_connections_max=8, pending_connection_timeout=1
+    )
     return await aiohttp_client(create_app(tight, clock))
 
 
@@ -97,7 +99,8 @@ async def _is_closed(reader: asyncio.StreamReader, within: float) -> bool:
 
 
 async def test_pending_connections_are_capped_but_authenticated_keep_alive_ones_never(
-        small_caps_client: Any, make_device: Callable[..., Any]) -> None:
+    small_caps_client: Any, make_device: Callable[..., Any]
+) -> None:
     host, port = address(small_caps_client)
     dev = make_device()
     phones = []
@@ -127,6 +130,7 @@ async def test_pending_connections_are_capped_but_authenticated_keep_alive_ones_
 
 # -- the outage: the real server process out of descriptors --------------------------------------------
 
+
 @pytest.fixture
 def server_process(data_dir: Path, settings: Settings, tmp_path: Path) -> Iterator[tuple[int, Path, int]]:
     """``cmbuyer-server serve`` with RLIMIT_NOFILE lowered so the slow connections can exhaust it;
@@ -145,8 +149,9 @@ def server_process(data_dir: Path, settings: Settings, tmp_path: Path) -> Iterat
 
     exe = Path(sys.executable).with_name("cmbuyer-server")
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([str(exe), "--data-dir", str(data_dir), "serve"], stdout=log, stderr=log,
-                                env=env, preexec_fn=lower_limit)
+        proc = subprocess.Popen(
+            [str(exe), "--data-dir", str(data_dir), "serve"], stdout=log, stderr=log, env=env, preexec_fn=lower_limit
+        )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -169,7 +174,8 @@ def server_process(data_dir: Path, settings: Settings, tmp_path: Path) -> Iterat
 
 @pytest.mark.slow
 async def test_slow_bodies_beyond_the_descriptor_limit_do_not_stop_heartbeats(
-        server_process: tuple[int, Path, int], make_device: Callable[..., Any]) -> None:
+    server_process: tuple[int, Path, int], make_device: Callable[..., Any]
+) -> None:
     port, log_path, conns = server_process
     host = "127.0.0.1"
     dev = make_device()
@@ -177,8 +183,9 @@ async def test_slow_bodies_beyond_the_descriptor_limit_do_not_stop_heartbeats(
     kept_writer.write(_heartbeat_bytes(dev))
     assert (await read_answer(kept_reader)).status == 200
 
-    head = request("POST", "/login", {"Content-Type": "application/x-www-form-urlencoded",
-                                      "Content-Length": "10000000"}, b"")
+    head = request(
+        "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded", "Content-Length": "10000000"}, b""
+    )
     slow = await _open_slow(host, port, conns, head)
     stop = asyncio.Event()
     trickle = asyncio.create_task(_trickle(slow, stop))

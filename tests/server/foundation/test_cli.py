@@ -17,10 +17,20 @@ CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")
 URL = "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375"
 
 
-def cli(data_dir: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), *args],
-                          input=stdin, capture_output=True, text=True, timeout=60, env={**CLEAN_ENV, **(env or {})})
+def cli(
+    data_dir: Path,
+    *args: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**CLEAN_ENV, **(env or {})},
+    )
 
 
 def cli_json(data_dir: Path, *args: str, stdin: str | None = None) -> dict:
@@ -45,10 +55,12 @@ def test_device_token_is_shown_once_and_only_its_hash_is_stored(ddir: Path) -> N
     listing = cli(ddir, "device", "list", "--json")
     assert token not in listing.stdout and device_id in listing.stdout
     import hashlib
+
     digest = hashlib.sha256(bytes.fromhex(token)).digest()
     raw = b"".join(p.read_bytes() for p in ddir.iterdir() if p.is_file() and p.name.startswith("cmbuyer.sqlite3"))
     assert token.encode() not in raw and bytes.fromhex(token) not in raw
     import sqlite3
+
     conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
     assert conn.execute("SELECT token_hash FROM devices WHERE id = ?", (device_id,)).fetchone()[0] == digest
     audit_text = json.dumps(conn.execute("SELECT * FROM audit_log").fetchall())
@@ -72,6 +84,7 @@ def test_device_supervision_exemption_is_audited_and_idempotent(ddir: Path) -> N
     assert cli(ddir, "device", "supervision", "00000000-0000-4000-8000-000000000000", "off").returncode == 1
     assert cli(ddir, "device", "supervision", device_id, "maybe").returncode == 2
     import sqlite3
+
     conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
     assert conn.execute("SELECT supervision_off FROM devices WHERE id = ?", (device_id,)).fetchone()[0] == 0
     rows = conn.execute("SELECT detail_json FROM audit_log WHERE action = 'device.supervision' ORDER BY id").fetchall()
@@ -80,8 +93,23 @@ def test_device_supervision_exemption_is_audited_and_idempotent(ddir: Path) -> N
 
 
 def test_task_add_start_show(ddir: Path) -> None:
-    created = cli_json(ddir, "task", "add", "--title", "纯棉短袖", "--url", URL, "--color", "黑色CHA(纯棉)",
-                       "--size", "M(建议100-115)", "--quantity", "2", "--max-total-price", "30.00")
+    created = cli_json(
+        ddir,
+        "task",
+        "add",
+        "--title",
+        "纯棉短袖",
+        "--url",
+        URL,
+        "--color",
+        "黑色CHA(纯棉)",
+        "--size",
+        "M(建议100-115)",
+        "--quantity",
+        "2",
+        "--max-total-price",
+        "30.00",
+    )
     assert created["version"] == 1
     started = cli_json(ddir, "task", "start", created["task_id"])
     assert started["payment_automated"] is False and started["authorized_count"] == 1
@@ -94,24 +122,89 @@ def test_task_add_start_show(ddir: Path) -> None:
 
 def test_task_add_without_size(ddir: Path) -> None:
     # one-dimension goods: --size left out → no size (null), the colour alone names the option
-    created = cli_json(ddir, "task", "add", "--title", "口红", "--url", URL, "--color", "#01 正红色",
-                       "--quantity", "1", "--max-total-price", "30.00")
+    created = cli_json(
+        ddir,
+        "task",
+        "add",
+        "--title",
+        "口红",
+        "--url",
+        URL,
+        "--color",
+        "#01 正红色",
+        "--quantity",
+        "1",
+        "--max-total-price",
+        "30.00",
+    )
     cli_json(ddir, "task", "start", created["task_id"])
     shown = cli_json(ddir, "task", "show", created["task_id"])
     assert shown["task"]["sku_size"] is None and shown["authorization"]["sku_size"] is None
-    empty = cli(ddir, "task", "add", "--title", "t", "--url", URL, "--color", "a", "--size", "", "--quantity", "1",
-                "--max-total-price", "1.00")
+    empty = cli(
+        ddir,
+        "task",
+        "add",
+        "--title",
+        "t",
+        "--url",
+        URL,
+        "--color",
+        "a",
+        "--size",
+        "",
+        "--quantity",
+        "1",
+        "--max-total-price",
+        "1.00",
+    )
     assert empty.returncode == 1 and "规格为空" in empty.stderr  # an empty --size is a mistake, not "none"
 
 
-@pytest.mark.parametrize(("args", "code"), [
-    (("task", "add", "--title", "t", "--url", "https://evil.example/goods.html?goods_id=1", "--color", "a",
-      "--size", "b", "--quantity", "1", "--max-total-price", "1.00"), 1),
-    (("task", "add", "--title", "t", "--url", URL, "--color", "a", "--size", "b", "--quantity", "1",
-      "--max-total-price", "1.0"), 1),
-    (("task", "show", "not-a-uuid"), 1),
-    (("no-such-command",), 2),
-])
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (
+            (
+                "task",
+                "add",
+                "--title",
+                "t",
+                "--url",
+                "https://evil.example/goods.html?goods_id=1",
+                "--color",
+                "a",
+                "--size",
+                "b",
+                "--quantity",
+                "1",
+                "--max-total-price",
+                "1.00",
+            ),
+            1,
+        ),
+        (
+            (
+                "task",
+                "add",
+                "--title",
+                "t",
+                "--url",
+                URL,
+                "--color",
+                "a",
+                "--size",
+                "b",
+                "--quantity",
+                "1",
+                "--max-total-price",
+                "1.0",
+            ),
+            1,
+        ),
+        (("task", "show", "not-a-uuid"), 1),
+        (("no-such-command",), 2),
+    ],
+)
 def test_exit_codes(ddir: Path, args: tuple[str, ...], code: int) -> None:
     assert cli(ddir, *args).returncode == code
 
@@ -156,8 +249,12 @@ def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
     issued = cli_json(ddir, "device", "add", "--name", "p")
     for _ in range(2):  # restarting on the same data dir works
         port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(ddir), "serve",
-                                 "--port", str(port)], env=CLEAN_ENV, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(ddir), "serve", "--port", str(port)],
+            env=CLEAN_ENV,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             health = _wait_health(port, proc)
             assert health["status"] == "ok" and health["migrations"] == "current"
@@ -166,6 +263,7 @@ def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
             _, err = proc.communicate(timeout=30)
         assert issued["token"] not in err
     import sqlite3
+
     conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
     conn.execute("UPDATE schema_migrations SET checksum = 'tampered' WHERE name = '0001_foundation.sql'")
     conn.commit()
@@ -179,6 +277,7 @@ def test_backup_with_vacuum_into(ddir: Path, tmp_path: Path) -> None:
     out = cli_json(ddir, "backup", "--to", str(tmp_path / "b.sqlite3"))
     assert out["integrity_ok"] is True
     import sqlite3
+
     conn = sqlite3.connect(tmp_path / "b.sqlite3")
     assert conn.execute("SELECT count(*) FROM devices").fetchone()[0] == 1
     conn.close()
@@ -188,8 +287,25 @@ def test_backup_with_vacuum_into(ddir: Path, tmp_path: Path) -> None:
 def test_task_list_filters_by_state(ddir: Path) -> None:
     ids = []
     for _ in range(2):
-        ids.append(cli_json(ddir, "task", "add", "--title", "t", "--url", URL, "--color", "a", "--size", "b",
-                            "--quantity", "1", "--max-total-price", "9.00")["task_id"])
+        ids.append(
+            cli_json(
+                ddir,
+                "task",
+                "add",
+                "--title",
+                "t",
+                "--url",
+                URL,
+                "--color",
+                "a",
+                "--size",
+                "b",
+                "--quantity",
+                "1",
+                "--max-total-price",
+                "9.00",
+            )["task_id"]
+        )
     cli_json(ddir, "task", "start", ids[0])
     assert [t["task_id"] for t in cli_json(ddir, "task", "list", "--state", "PENDING")["tasks"]] == [ids[0]]
     assert {t["task_id"] for t in cli_json(ddir, "task", "list")["tasks"]} == set(ids)

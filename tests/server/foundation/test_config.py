@@ -40,27 +40,29 @@ def test_env_file_is_read_and_environment_overrides_it(tmp_path: Path) -> None:
     assert (s.port, s.claim_lease_ttl) == (9001, 30)
 
 
-@pytest.mark.parametrize(("env", "variable"), [
-    ({"CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 31}, "CMBUYER_CLAIM_TOKEN_SECRET"),
-    ({"CMBUYER_CLAIM_TOKEN_SECRET": "AB" * 32}, "CMBUYER_CLAIM_TOKEN_SECRET"),
-    ({"CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 32 + "\n"}, "CMBUYER_CLAIM_TOKEN_SECRET"),
-    ({"CMBUYER_SESSION_SECRET": "zz" * 32}, "CMBUYER_SESSION_SECRET"),
-    ({"CMBUYER_SESSION_SECRET": "ab" * 32}, "CMBUYER_SESSION_SECRET"),
-    ({"CMBUYER_CLAIM_LEASE_TTL": "3600"}, "CMBUYER_CLAIM_LEASE_TTL"),
-    ({"CMBUYER_CLAIM_LEASE_TTL": "0"}, "CMBUYER_CLAIM_LEASE_TTL"),
-    ({"CMBUYER_CLAIM_LEASE_TTL": "-5"}, "CMBUYER_CLAIM_LEASE_TTL"),
-    ({"CMBUYER_PORT": "70000"}, "CMBUYER_PORT"),
-    ({"CMBUYER_MAX_TOTAL_PRICE": "12.8"}, "CMBUYER_MAX_TOTAL_PRICE"),
-    ({"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,<x>"}, "CMBUYER_ALLOWED_APP_VERSIONS"),
-    ({"CMBUYER_ALLOWED_PAYMENT_MODES": " , "}, "CMBUYER_ALLOWED_PAYMENT_MODES"),
-    ({"CMBUYER_ALLOWED_PAYMENT_MODES": "微信支付," + "支" * 33}, "CMBUYER_ALLOWED_PAYMENT_MODES"),
-    ({"CMBUYER_ALLOWED_PAYMENT_MODES": "微信支付,支付\x07宝"},
-     "CMBUYER_ALLOWED_PAYMENT_MODES"),
-    ({"CMBUYER_EVIDENCE_MAX_BYTES": str(20 * 1024 * 1024)}, "CMBUYER_EVIDENCE_MAX_BYTES"),
-    ({"CMBUYER_PENDING_CONNECTIONS_MAX": "7"}, "CMBUYER_PENDING_CONNECTIONS_MAX"),
-    ({"CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS": "0"}, "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS"),
-    ({"CMBUYER_PENDING_CONNECTION_TIMEOUT": "0"}, "CMBUYER_PENDING_CONNECTION_TIMEOUT"),
-])
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 31}, "CMBUYER_CLAIM_TOKEN_SECRET"),
+        ({"CMBUYER_CLAIM_TOKEN_SECRET": "AB" * 32}, "CMBUYER_CLAIM_TOKEN_SECRET"),
+        ({"CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 32 + "\n"}, "CMBUYER_CLAIM_TOKEN_SECRET"),
+        ({"CMBUYER_SESSION_SECRET": "zz" * 32}, "CMBUYER_SESSION_SECRET"),
+        ({"CMBUYER_SESSION_SECRET": "ab" * 32}, "CMBUYER_SESSION_SECRET"),
+        ({"CMBUYER_CLAIM_LEASE_TTL": "3600"}, "CMBUYER_CLAIM_LEASE_TTL"),
+        ({"CMBUYER_CLAIM_LEASE_TTL": "0"}, "CMBUYER_CLAIM_LEASE_TTL"),
+        ({"CMBUYER_CLAIM_LEASE_TTL": "-5"}, "CMBUYER_CLAIM_LEASE_TTL"),
+        ({"CMBUYER_PORT": "70000"}, "CMBUYER_PORT"),
+        ({"CMBUYER_MAX_TOTAL_PRICE": "12.8"}, "CMBUYER_MAX_TOTAL_PRICE"),
+        ({"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,<x>"}, "CMBUYER_ALLOWED_APP_VERSIONS"),
+        ({"CMBUYER_ALLOWED_PAYMENT_MODES": " , "}, "CMBUYER_ALLOWED_PAYMENT_MODES"),
+        ({"CMBUYER_ALLOWED_PAYMENT_MODES": "微信支付," + "支" * 33}, "CMBUYER_ALLOWED_PAYMENT_MODES"),
+        ({"CMBUYER_ALLOWED_PAYMENT_MODES": "微信支付,支付\x07宝"}, "CMBUYER_ALLOWED_PAYMENT_MODES"),
+        ({"CMBUYER_EVIDENCE_MAX_BYTES": str(20 * 1024 * 1024)}, "CMBUYER_EVIDENCE_MAX_BYTES"),
+        ({"CMBUYER_PENDING_CONNECTIONS_MAX": "7"}, "CMBUYER_PENDING_CONNECTIONS_MAX"),
+        ({"CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS": "0"}, "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS"),
+        ({"CMBUYER_PENDING_CONNECTION_TIMEOUT": "0"}, "CMBUYER_PENDING_CONNECTION_TIMEOUT"),
+    ],
+)
 def test_bad_values_name_the_variable(tmp_path: Path, env: dict[str, str], variable: str) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(tmp_path, environ={**GOOD, **env})
@@ -71,16 +73,24 @@ def test_bad_values_name_the_variable(tmp_path: Path, env: dict[str, str], varia
 
 def _serve(data_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
-    return subprocess.run([sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), "serve",
-                           "--port", "0"], env={**clean, **env}, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), "serve", "--port", "0"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize(("env", "variable"), [
-    ({"CMBUYER_SESSION_SECRET": "cd" * 32}, "CMBUYER_CLAIM_TOKEN_SECRET"),  # missing
-    ({**GOOD, "CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 16}, "CMBUYER_CLAIM_TOKEN_SECRET"),  # short
-    ({**GOOD, "CMBUYER_CLAIM_TOKEN_SECRET": "AB" * 32}, "CMBUYER_CLAIM_TOKEN_SECRET"),  # uppercase
-    ({**GOOD, "CMBUYER_CLAIM_LEASE_TTL": "4000"}, "CMBUYER_CLAIM_LEASE_TTL"),  # TTL >= authorization TTL
-])
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"CMBUYER_SESSION_SECRET": "cd" * 32}, "CMBUYER_CLAIM_TOKEN_SECRET"),  # missing
+        ({**GOOD, "CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 16}, "CMBUYER_CLAIM_TOKEN_SECRET"),  # short
+        ({**GOOD, "CMBUYER_CLAIM_TOKEN_SECRET": "AB" * 32}, "CMBUYER_CLAIM_TOKEN_SECRET"),  # uppercase
+        ({**GOOD, "CMBUYER_CLAIM_LEASE_TTL": "4000"}, "CMBUYER_CLAIM_LEASE_TTL"),  # TTL >= authorization TTL
+    ],
+)
 def test_serve_refuses_bad_settings_with_one_line(tmp_path: Path, env: dict[str, str], variable: str) -> None:
     result = _serve(tmp_path, env)
     assert result.returncode == 3
@@ -98,8 +108,13 @@ def test_init_refuses_an_unwritable_data_dir(tmp_path: Path) -> None:
         else:
             target = blocked / "data"
         clean = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
-        result = subprocess.run([sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(target), "init"],
-                                env=clean, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(target), "init"],
+            env=clean,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         blocked.chmod(0o700)
     assert result.returncode == 3

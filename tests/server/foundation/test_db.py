@@ -17,22 +17,36 @@ from ..scratch_db import scratch_database
 
 @pytest.fixture
 async def db(tmp_path: Path):
-    async with scratch_database(tmp_path / "t.sqlite3",
-                                "CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT",
-                                "INSERT INTO counter VALUES (1, 0)",
-                                "CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL) STRICT") as database:
+    async with scratch_database(
+        tmp_path / "t.sqlite3",
+        "CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT",
+        "INSERT INTO counter VALUES (1, 0)",
+        "CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL) STRICT",
+    ) as database:
         yield database
 
 
 async def test_pragmas_read_back_as_set(db: Database) -> None:
     def read(conn: sqlite3.Connection) -> dict[str, object]:
-        return {name: conn.execute(f"PRAGMA {name}").fetchone()[0]
-                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "query_only")}
+        return {
+            name: conn.execute(f"PRAGMA {name}").fetchone()[0]
+            for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "query_only")
+        }
 
-    assert await db.write(read) == {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1,
-                                    "busy_timeout": 5000, "query_only": 0}
-    assert await db.read(read) == {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1,
-                                   "busy_timeout": 5000, "query_only": 1}
+    assert await db.write(read) == {
+        "journal_mode": "wal",
+        "synchronous": 2,
+        "foreign_keys": 1,
+        "busy_timeout": 5000,
+        "query_only": 0,
+    }
+    assert await db.read(read) == {
+        "journal_mode": "wal",
+        "synchronous": 2,
+        "foreign_keys": 1,
+        "busy_timeout": 5000,
+        "query_only": 1,
+    }
 
 
 async def test_every_write_runs_in_begin_immediate(db: Database) -> None:
@@ -44,7 +58,7 @@ async def test_every_write_runs_in_begin_immediate(db: Database) -> None:
     begin = joined.index("BEGIN IMMEDIATE")
     # optimistic pass: no savepoint when nothing fails (savepoints only on the second pass)
     assert "UPDATE COUNTER SET N = N + 1" in joined[begin + 1]
-    assert "COMMIT" in joined[begin + 2:]
+    assert "COMMIT" in joined[begin + 2 :]
     assert not any(s in ("BEGIN", "BEGIN DEFERRED") for s in joined)
     assert not any(s.startswith("SAVEPOINT") for s in joined)
 
@@ -61,6 +75,7 @@ async def test_concurrent_writers_never_interleave(db: Database) -> None:
             conn.execute("UPDATE counter SET n = ? WHERE id = 1", (n + 1,))
             trace.append((i, "end"))
             return n + 1
+
         return run
 
     results = await asyncio.gather(*(db.write(job(i)) for i in range(200)))
@@ -130,9 +145,11 @@ async def test_a_lone_failing_job_runs_once_and_leaves_nothing(db: Database) -> 
 
 
 async def test_sqlite_error_in_a_job_is_a_storage_error_without_sql_text(db: Database) -> None:
-    out = await asyncio.gather(db.write(lambda c: c.execute("UPDATE counter SET n = 5")),
-                               db.write(lambda c: c.execute("INSERT INTO no_such_table VALUES (1)")),
-                               return_exceptions=True)
+    out = await asyncio.gather(
+        db.write(lambda c: c.execute("UPDATE counter SET n = 5")),
+        db.write(lambda c: c.execute("INSERT INTO no_such_table VALUES (1)")),
+        return_exceptions=True,
+    )
     assert out[0] is not None and not isinstance(out[0], BaseException)
     assert isinstance(out[1], StorageError) and "no_such_table" not in str(out[1])
     assert await db.read(lambda c: c.execute("SELECT n FROM counter").fetchone()[0]) == 5
@@ -177,7 +194,8 @@ async def test_closed_database_raises_storage_error(tmp_path: Path) -> None:
 
 
 async def test_short_jobs_run_on_the_loop_thread_between_begin_and_commit_on_the_connection_thread(
-        db: Database) -> None:
+    db: Database,
+) -> None:
     statements: list[tuple[str, int]] = []
     job_threads: set[int] = set()
 
@@ -204,8 +222,13 @@ async def test_short_and_long_jobs_share_the_same_guarantees(db: Database) -> No
         conn.execute("INSERT INTO rows (payload) VALUES (x'02')")
         raise ValueError("business rule")
 
-    out = await asyncio.gather(db.write(good, short=True), db.write(bad, short=True), db.write(good),
-                               db.write(good, short=True), return_exceptions=True)
+    out = await asyncio.gather(
+        db.write(good, short=True),
+        db.write(bad, short=True),
+        db.write(good),
+        db.write(good, short=True),
+        return_exceptions=True,
+    )
     assert [type(o).__name__ for o in out] == ["NoneType", "ValueError", "NoneType", "NoneType"]
     assert await db.read(lambda c: [r[0] for r in c.execute("SELECT payload FROM rows")]) == [b"\x01"] * 3
 
@@ -233,6 +256,7 @@ async def test_snapshot_read_sees_one_commit_for_all_its_statements(db: Database
     the second statement, a snapshot read does not (and leaves no transaction open behind it)."""
     other = connect_sync(db.path)
     try:
+
         def job(conn: sqlite3.Connection) -> tuple[int, int, bool]:
             first = conn.execute("SELECT n FROM counter").fetchone()[0]
             other.execute("UPDATE counter SET n = n + 1")  # autocommit: committed at once

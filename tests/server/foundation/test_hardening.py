@@ -29,6 +29,7 @@ def test_log_redaction_covers_messages_and_tracebacks() -> None:
         raise ValueError(f"bad token {token}")
     except ValueError:
         import sys
+
         record = logging.LogRecord("t", logging.ERROR, __file__, 1, "got Bearer %s", (token,), sys.exc_info())
     assert RedactingFilter().filter(record)
     text = logging.Formatter().format(record)

@@ -52,14 +52,18 @@ def test_pending_migration_refuses_start(settings: Settings, sync_conn: sqlite3.
 
 def test_missing_database_refuses_start(tmp_path: Path, settings: Settings) -> None:
     from dataclasses import replace
+
     with pytest.raises(StartupRefused, match="does not exist"):
         check_schema(replace(settings, db_path=tmp_path / "absent.sqlite3"))
 
 
 def test_failed_migration_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     good = migrate.available()
-    broken = migrate.Migration(len(good) + 1, f"{len(good) + 1:04d}_broken.sql",
-                               "CREATE TABLE half_done (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n")
+    broken = migrate.Migration(
+        len(good) + 1,
+        f"{len(good) + 1:04d}_broken.sql",
+        "CREATE TABLE half_done (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n",
+    )
     monkeypatch.setattr(migrate, "available", lambda: [*good, broken])
     conn = connect_sync(tmp_path / "m.sqlite3")
     with pytest.raises(migrate.MigrationError, match="broken"):
@@ -71,7 +75,9 @@ def test_failed_migration_leaves_nothing_behind(tmp_path: Path, monkeypatch: pyt
 
 
 def test_split_statements_keeps_triggers_whole() -> None:
-    sql = ("CREATE TABLE a (x INTEGER);\nCREATE TRIGGER t BEFORE DELETE ON a\nBEGIN\n"
-           "    SELECT RAISE(ABORT, 'no; really');\nEND;\n-- trailing comment\n")
+    sql = (
+        "CREATE TABLE a (x INTEGER);\nCREATE TRIGGER t BEFORE DELETE ON a\nBEGIN\n"
+        "    SELECT RAISE(ABORT, 'no; really');\nEND;\n-- trailing comment\n"
+    )
     parts = migrate.split_statements(sql)
     assert len(parts) == 2 and parts[1].startswith("CREATE TRIGGER") and parts[1].endswith("END;")

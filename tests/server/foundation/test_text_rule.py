@@ -18,15 +18,51 @@ from cmbuyer.schemas.text import BIDI_CONTROLS, text_problem
 from .test_cli import URL, cli, cli_json
 
 REFUSED = {
-    "rlo": "价格\u202e88.21", "lre": "\u202aa", "rle": "\u202ba", "pdf": "a\u202c", "lro": "\u202da",
-    "lri": "\u2066a\u2069", "rli": "\u2067a", "fsi": "\u2068a", "lrm": "a\u200e", "rlm": "a\u200f",
-    "alm": "a\u061c", "zwsp": "黑\u200b色", "zwnj": "黑\u200c色", "zwj": "黑\u200d色", "word_joiner": "a\u2060b",
-    "bom": "\ufeffM", "soft_hyphen": "a\u00adb", "tag_char": "a\U000e0041", "nul": "a\x00", "esc": "\x1b[31m",
-    "del": "a\x7f", "c1": "a\x85", "tab": "a\tb", "newline": "a\nb", "cr": "a\rb", "line_sep": "a\u2028b",
-    "para_sep": "a\u2029b", "lone_surrogate": "a\ud800", "low_surrogate": "\udc00",
+    "rlo": "价格\u202e88.21",
+    "lre": "\u202aa",
+    "rle": "\u202ba",
+    "pdf": "a\u202c",
+    "lro": "\u202da",
+    "lri": "\u2066a\u2069",
+    "rli": "\u2067a",
+    "fsi": "\u2068a",
+    "lrm": "a\u200e",
+    "rlm": "a\u200f",
+    "alm": "a\u061c",
+    "zwsp": "黑\u200b色",
+    "zwnj": "黑\u200c色",
+    "zwj": "黑\u200d色",
+    "word_joiner": "a\u2060b",
+    "bom": "\ufeffM",
+    "soft_hyphen": "a\u00adb",
+    "tag_char": "a\U000e0041",
+    "nul": "a\x00",
+    "esc": "\x1b[31m",
+    "del": "a\x7f",
+    "c1": "a\x85",
+    "tab": "a\tb",
+    "newline": "a\nb",
+    "cr": "a\rb",
+    "line_sep": "a\u2028b",
+    "para_sep": "a\u2029b",
+    "lone_surrogate": "a\ud800",
+    "low_surrogate": "\udc00",
 }
-ACCEPTED = ["纯棉短袖", "黑色CHA(纯棉)", "M(建议100-115)", "【限定】黑色", "🎉 T恤", "👍🏽", "Ａ　全角",
-            "a b", "«新款»", "é", "e\u0301", "ﾊﾝｶｸ", "🇨🇳"]
+ACCEPTED = [
+    "纯棉短袖",
+    "黑色CHA(纯棉)",
+    "M(建议100-115)",
+    "【限定】黑色",
+    "🎉 T恤",
+    "👍🏽",
+    "Ａ　全角",
+    "a b",
+    "«新款»",
+    "é",
+    "e\u0301",
+    "ﾊﾝｶｸ",
+    "🇨🇳",
+]
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -59,8 +95,10 @@ def test_accepted_text_has_no_control_or_format_character(value: str) -> None:
 def _tables(data_dir: Path) -> tuple[int, int, int]:
     conn = sqlite3.connect(data_dir / "cmbuyer.sqlite3")
     try:
-        return tuple(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[return-value]
-                     for t in ("tasks", "devices", "audit_log"))
+        return tuple(
+            conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[return-value]
+            for t in ("tasks", "devices", "audit_log")
+        )
     finally:
         conn.close()
 
@@ -75,8 +113,12 @@ def ddir(tmp_path: Path) -> Path:
 
 def test_cli_refuses_hidden_characters_in_every_text(ddir: Path) -> None:
     base = {"--title": "纯棉短袖", "--color": "黑色", "--size": "M"}
-    cases = [("--title", "\u202e", "标题"), ("--color", "\u200b", "规格"), ("--size", "\u2066", "规格"),
-             ("--title", "\ufeff", "标题")]
+    cases = [
+        ("--title", "\u202e", "标题"),
+        ("--color", "\u200b", "规格"),
+        ("--size", "\u2066", "规格"),
+        ("--title", "\ufeff", "标题"),
+    ]
     before = _tables(ddir)
     for flag, ch, what in cases:
         values = {**base, flag: f"纯棉{ch}短袖"}

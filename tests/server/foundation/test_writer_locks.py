@@ -22,8 +22,9 @@ PAYLOAD = 2048
 @pytest.fixture
 async def db(tmp_path: Path):
     async with scratch_database(
-            tmp_path / "w.sqlite3",
-            "CREATE TABLE rows (id INTEGER PRIMARY KEY, k INTEGER NOT NULL, payload BLOB NOT NULL) STRICT") as database:
+        tmp_path / "w.sqlite3",
+        "CREATE TABLE rows (id INTEGER PRIMARY KEY, k INTEGER NOT NULL, payload BLOB NOT NULL) STRICT",
+    ) as database:
         yield database
 
 
@@ -31,6 +32,7 @@ def _insert(k: int):
     def job(conn: sqlite3.Connection) -> int:
         conn.execute("INSERT INTO rows (k, payload) VALUES (?, ?)", (k, os.urandom(PAYLOAD)))
         return k
+
     return job
 
 
@@ -43,8 +45,9 @@ def _other(db: Database) -> sqlite3.Connection:
 async def test_an_idle_writer_holds_no_write_lock(db: Database) -> None:
     # bursts of concurrent short writes …
     for burst in range(5):
-        assert await asyncio.gather(*(db.write(_insert(burst * 100 + i), short=True) for i in range(40))) == \
-            [burst * 100 + i for i in range(40)]
+        assert await asyncio.gather(*(db.write(_insert(burst * 100 + i), short=True) for i in range(40))) == [
+            burst * 100 + i for i in range(40)
+        ]
     # … but once the queue is empty no transaction stays open: another process may write at once
     other = _other(db)
     try:

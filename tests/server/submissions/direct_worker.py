@@ -15,8 +15,9 @@ from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services.fence import create_fence
 
 
-def fence_many(db_path: str, device_id: str, attempt_id: str, body: dict[str, Any], count: int,
-               fresh_keys: bool, start_at: float) -> list[tuple[bool, str]]:
+def fence_many(
+    db_path: str, device_id: str, attempt_id: str, body: dict[str, Any], count: int, fresh_keys: bool, start_at: float
+) -> list[tuple[bool, str]]:
     conn = connect_sync(Path(db_path))
     out: list[tuple[bool, str]] = []
     while time.time() < start_at:
@@ -25,9 +26,17 @@ def fence_many(db_path: str, device_id: str, attempt_id: str, body: dict[str, An
         for _ in range(count):
             b = dict(body, fence_key=str(uuid.uuid4())) if fresh_keys else body
             try:
-                answer = run_in_transaction(conn, lambda c, b=b: create_fence(  # type: ignore[misc]
-                    c, device_id=device_id, attempt_id=attempt_id, body=b, now=SystemClock().now(),
-                    allowed_payment_modes=DEFAULT_PAYMENT_MODES))
+                answer = run_in_transaction(
+                    conn,
+                    lambda c, b=b: create_fence(  # type: ignore[misc]
+                        c,
+                        device_id=device_id,
+                        attempt_id=attempt_id,
+                        body=b,
+                        now=SystemClock().now(),
+                        allowed_payment_modes=DEFAULT_PAYMENT_MODES,
+                    ),
+                )
                 out.append((answer.permit, answer.body))
             except DomainError as exc:
                 out.append((False, exc.code))

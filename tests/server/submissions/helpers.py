@@ -50,8 +50,15 @@ def result_path(submission_id: str) -> str:
 
 
 def heartbeat_body(device_id: str) -> dict[str, Any]:
-    return {"device_id": device_id, "client_version": "0.1.0", "adb_serial": "192.168.0.173:5555",
-            "android_release": "16", "pdd_version": "8.17.0", "pdd_version_code": 81700, "state": "READY"}
+    return {
+        "device_id": device_id,
+        "client_version": "0.1.0",
+        "adb_serial": "192.168.0.173:5555",
+        "android_release": "16",
+        "pdd_version": "8.17.0",
+        "pdd_version_code": 81700,
+        "state": "READY",
+    }
 
 
 @dataclass(frozen=True)
@@ -75,9 +82,21 @@ class Claim:
     @classmethod
     def from_body(cls, device: DeviceCreds, session_id: str, body: dict[str, Any]) -> Claim:
         t, a, att = body["task"], body["authorization"], body["attempt"]
-        return cls(device, session_id, t["id"], t["version"], a["id"], att["id"], att["claim_token"],
-                   att["claim_generation"], att["lease_expires_at"], t["quantity"], t["max_total_price"],
-                   t["sku_color"], t["sku_size"])
+        return cls(
+            device,
+            session_id,
+            t["id"],
+            t["version"],
+            a["id"],
+            att["id"],
+            att["claim_token"],
+            att["claim_generation"],
+            att["lease_expires_at"],
+            t["quantity"],
+            t["max_total_price"],
+            t["sku_color"],
+            t["sku_size"],
+        )
 
 
 async def post_json(client: Any, path: str, creds: DeviceCreds | None, body: Any) -> tuple[int, bytes]:
@@ -100,12 +119,19 @@ async def claim_http(client: Any, creds: DeviceCreds) -> Claim:
 def claim_direct(conn: sqlite3.Connection, settings: Settings, now: datetime, creds: DeviceCreds) -> Claim:
     """The same claim through the real services on a sync connection (multi-process tests)."""
     policy = ClaimPolicy.from_settings(settings)
-    run_in_transaction(conn, lambda c: record_heartbeat(c, device_id=creds.device_id,
-                                                        body=heartbeat_body(creds.device_id), now=now,
-                                                        policy=policy))
+    run_in_transaction(
+        conn,
+        lambda c: record_heartbeat(
+            c, device_id=creds.device_id, body=heartbeat_body(creds.device_id), now=now, policy=policy
+        ),
+    )
     session = new_id()
-    stored = run_in_transaction(conn, lambda c: claim_service.claim_next(
-        c, device_id=creds.device_id, session_id=session, claim_request_id=new_id(), now=now, policy=policy))
+    stored = run_in_transaction(
+        conn,
+        lambda c: claim_service.claim_next(
+            c, device_id=creds.device_id, session_id=session, claim_request_id=new_id(), now=now, policy=policy
+        ),
+    )
     assert stored.status == 200 and stored.body is not None
     return Claim.from_body(creds, session, json.loads(stored.body))
 
@@ -113,38 +139,69 @@ def claim_direct(conn: sqlite3.Connection, settings: Settings, now: datetime, cr
 def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
     """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00, paid by 微信支付)."""
     body: dict[str, Any] = {
-        "fence_key": new_id(), "task_id": c.task_id, "expected_task_version": c.task_version,
-        "authorization_id": c.authorization_id, "claim_generation": c.generation, "claim_token": c.token,
-        "selected_color": c.sku_color, "selected_size": c.sku_size, "gate1_unit_price": "12.88",
-        "gate2_unit_price": "12.88", "gate3_unit_price": "12.88", "quantity_read": c.quantity,
-        "confirm_page_amount": "25.76", "submit_control_match_count": 1, "payment_mode": "微信支付"}
+        "fence_key": new_id(),
+        "task_id": c.task_id,
+        "expected_task_version": c.task_version,
+        "authorization_id": c.authorization_id,
+        "claim_generation": c.generation,
+        "claim_token": c.token,
+        "selected_color": c.sku_color,
+        "selected_size": c.sku_size,
+        "gate1_unit_price": "12.88",
+        "gate2_unit_price": "12.88",
+        "gate3_unit_price": "12.88",
+        "quantity_read": c.quantity,
+        "confirm_page_amount": "25.76",
+        "submit_control_match_count": 1,
+        "payment_mode": "微信支付",
+    }
     body.update(over)
     return body
 
 
-def event(step: str = "OPEN_PRODUCT", outcome: str = "OK", reason: str | None = None, summary: str = "ok",
-          at: str = "2026-08-04T09:00:01Z") -> dict[str, Any]:
+def event(
+    step: str = "OPEN_PRODUCT",
+    outcome: str = "OK",
+    reason: str | None = None,
+    summary: str = "ok",
+    at: str = "2026-08-04T09:00:01Z",
+) -> dict[str, Any]:
     return {"step": step, "outcome": outcome, "reason_code": reason, "summary": summary, "occurred_at": at}
 
 
 def events_body(c: Claim, events: list[dict[str, Any]] | None = None, **over: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"batch_key": new_id(), "attempt_id": c.attempt_id, "claim_generation": c.generation,
-                            "claim_token": c.token, "events": events or [event()]}
+    body: dict[str, Any] = {
+        "batch_key": new_id(),
+        "attempt_id": c.attempt_id,
+        "claim_generation": c.generation,
+        "claim_token": c.token,
+        "events": events or [event()],
+    }
     body.update(over)
     return body
 
 
 def fail_body(c: Claim, **over: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"fail_key": new_id(), "claim_generation": c.generation, "claim_token": c.token,
-                            "reason_code": "SKU_VALUE_MISSING", "summary": "option not found",
-                            "evidence_asset_id": None}
+    body: dict[str, Any] = {
+        "fail_key": new_id(),
+        "claim_generation": c.generation,
+        "claim_token": c.token,
+        "reason_code": "SKU_VALUE_MISSING",
+        "summary": "option not found",
+        "evidence_asset_id": None,
+    }
     body.update(over)
     return body
 
 
 def result_body(c: Claim, observation: str = "SUBMITTED", **over: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"result_key": new_id(), "attempt_id": c.attempt_id, "claim_token": c.token,
-                            "observation": observation, "evidence_asset_id": None}
+    body: dict[str, Any] = {
+        "result_key": new_id(),
+        "attempt_id": c.attempt_id,
+        "claim_token": c.token,
+        "observation": observation,
+        "evidence_asset_id": None,
+    }
     body.update(over)
     return body
 
@@ -168,42 +225,69 @@ def png(mode: str = "RGB", size: tuple[int, int] = (24, 16), **save: Any) -> byt
 def evidence_fields(c: Claim, data: bytes, **over: str) -> dict[str, str]:
     import hashlib
 
-    fields = {"upload_key": new_id(), "attempt_id": c.attempt_id, "kind": "SKU_PANEL_GATE_1",
-              "privacy_tier": "INTERNAL_RAW", "sha256": hashlib.sha256(data).hexdigest(),
-              "captured_at": "2026-08-04T09:01:00Z"}
+    fields = {
+        "upload_key": new_id(),
+        "attempt_id": c.attempt_id,
+        "kind": "SKU_PANEL_GATE_1",
+        "privacy_tier": "INTERNAL_RAW",
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "captured_at": "2026-08-04T09:01:00Z",
+    }
     fields.update(over)
     return fields
 
 
-def multipart(fields: dict[str, str], file: bytes | None, *, boundary: str = "cmbuyer-test-boundary",
-              file_headers: str = "Content-Type: image/png\r\n", file_name: str = "file",
-              extra: bytes = b"", closing: bytes = b"--\r\n") -> tuple[bytes, str]:
+def multipart(
+    fields: dict[str, str],
+    file: bytes | None,
+    *,
+    boundary: str = "cmbuyer-test-boundary",
+    file_headers: str = "Content-Type: image/png\r\n",
+    file_name: str = "file",
+    extra: bytes = b"",
+    closing: bytes = b"--\r\n",
+) -> tuple[bytes, str]:
     """A multipart/form-data body like the agent's (metadata parts, then the file part)."""
     parts: list[bytes] = []
     for name, value in fields.items():
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
-                     + value.encode() + b"\r\n")
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode() + value.encode() + b"\r\n"
+        )
     parts.append(extra)
     if file is not None:
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{file_name}"; filename="s.png"\r\n'
-                     f"{file_headers}\r\n".encode() + file + b"\r\n")
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{file_name}"; filename="s.png"\r\n'
+            f"{file_headers}\r\n".encode()
+            + file
+            + b"\r\n"
+        )
     parts.append(f"--{boundary}".encode() + closing)
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
-async def upload(client: Any, creds: DeviceCreds | None, task_id: str, body: bytes, content_type: str,
-                 **headers: str) -> tuple[int, bytes]:
+async def upload(
+    client: Any, creds: DeviceCreds | None, task_id: str, body: bytes, content_type: str, **headers: str
+) -> tuple[int, bytes]:
     hdrs = {"Content-Type": content_type, **(creds.headers() if creds else {}), **headers}
-    resp = await client.post(evidence_path(task_id), data=io.BytesIO(body) if len(body) > 1 << 20 else body,
-                             headers=hdrs)
+    resp = await client.post(
+        evidence_path(task_id), data=io.BytesIO(body) if len(body) > 1 << 20 else body, headers=hdrs
+    )
     return resp.status, await resp.read()
 
 
 def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
     """Every table a device request may change (compare before/after a refused request)."""
     out: dict[str, Any] = {}
-    for table in ("device_requests", "attempts", "audit_log", "authorizations", "tasks", "events",
-                  "evidence_assets", "order_submissions"):
+    for table in (
+        "device_requests",
+        "attempts",
+        "audit_log",
+        "authorizations",
+        "tasks",
+        "events",
+        "evidence_assets",
+        "order_submissions",
+    ):
         out[table] = [tuple(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
     # write_seq is bumped by every authenticated write's first statement (rolled back on refusal)
     out["devices"] = [tuple(r) for r in conn.execute("SELECT * FROM devices ORDER BY id")]

@@ -43,8 +43,12 @@ class LiveServer:
         env["CMBUYER_SUPERVISED_ORDERS"] = "0"  # these fence tests predate supervised first orders (issue 17)
         exe = str(Path(sys.executable).parent / "cmbuyer-server")
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([exe, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port)],
-                                         stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(
+                [exe, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -79,8 +83,9 @@ class LiveServer:
         raise RuntimeError("no VmHWM")
 
 
-def request(server: LiveServer, method: str, path: str, creds: DeviceCreds | None, body: Any,
-            timeout: float = 10.0) -> tuple[int, bytes]:
+def request(
+    server: LiveServer, method: str, path: str, creds: DeviceCreds | None, body: Any, timeout: float = 10.0
+) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
     try:
         headers = {"Content-Type": "application/json", **(creds.headers() if creds else {})}

@@ -18,18 +18,37 @@ def ihdr(width: int, height: int, depth: int = 8, color: int = 2, interlace: int
     return chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, interlace))
 
 
-def build(width: int = 16, height: int = 8, depth: int = 8, color: int = 2, interlace: int = 0, *,
-          raw: bytes | None = None, idat: bytes | None = None, before_idat: bytes = b"", after_iend: bytes = b"",
-          iend: bool = True, header: bytes | None = None, idat_parts: int = 1) -> bytes:
+def build(
+    width: int = 16,
+    height: int = 8,
+    depth: int = 8,
+    color: int = 2,
+    interlace: int = 0,
+    *,
+    raw: bytes | None = None,
+    idat: bytes | None = None,
+    before_idat: bytes = b"",
+    after_iend: bytes = b"",
+    iend: bool = True,
+    header: bytes | None = None,
+    idat_parts: int = 1,
+) -> bytes:
     """A PNG with all-zero (filter 0) pixel rows unless ``raw``/``idat`` say otherwise."""
     if raw is None and idat is None:
         raw = bytes(raw_size(width, height, depth, color, bool(interlace)))
     data = idat if idat is not None else zlib.compress(raw or b"", 9)
     step = max(1, -(-len(data) // idat_parts))
-    idats = b"".join(chunk(b"IDAT", data[i:i + step]) for i in range(0, len(data), step))
+    idats = b"".join(chunk(b"IDAT", data[i : i + step]) for i in range(0, len(data), step))
     plte = chunk(b"PLTE", bytes(range(6))) if color == 3 else b""
-    return (PNG_MAGIC + (header if header is not None else ihdr(width, height, depth, color, interlace))
-            + plte + before_idat + idats + (chunk(b"IEND", b"") if iend else b"") + after_iend)
+    return (
+        PNG_MAGIC
+        + (header if header is not None else ihdr(width, height, depth, color, interlace))
+        + plte
+        + before_idat
+        + idats
+        + (chunk(b"IEND", b"") if iend else b"")
+        + after_iend
+    )
 
 
 def padded_to(size: int) -> bytes:

@@ -38,8 +38,12 @@ def worker(plan: dict[str, Any], out: Any, lock: threading.Lock, seed: int) -> N
             resp = conn.getresponse()
             raw = resp.read()
             errors = 0
-            line = {"path": req["path"], "status": resp.status, "body": raw.decode("utf-8", "replace"),
-                    "fence_key": body["fence_key"]}
+            line = {
+                "path": req["path"],
+                "status": resp.status,
+                "body": raw.decode("utf-8", "replace"),
+                "fence_key": body["fence_key"],
+            }
         except (OSError, http.client.HTTPException) as exc:
             errors += 1
             line = {"path": req["path"], "error": type(exc).__name__}
@@ -60,8 +64,10 @@ def main() -> int:
     with open(sys.argv[2], "a", encoding="utf-8") as out:
         while time.time() < plan["start_at"]:
             time.sleep(0.001)
-        threads = [threading.Thread(target=worker, args=(plan, out, lock, i + plan.get("seed", 0) * 1000))
-                   for i in range(plan["threads"])]
+        threads = [
+            threading.Thread(target=worker, args=(plan, out, lock, i + plan.get("seed", 0) * 1000))
+            for i in range(plan["threads"])
+        ]
         for t in threads:
             t.start()
         for t in threads:

@@ -43,8 +43,9 @@ async def _upload(client: Any, claimed: Claim, data: bytes, **over: str) -> tupl
     return status, raw, body, ctype
 
 
-async def test_events_up_to_the_budget_then_409_and_nothing_written(server_client: Any, claimed: Claim,
-                                                                    sync_conn: sqlite3.Connection) -> None:
+async def test_events_up_to_the_budget_then_409_and_nothing_written(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     first = events_body(claimed, [event(summary=f"step {i}") for i in range(15)])
     status, raw_first = await post_json(server_client, events_path(claimed.task_id), claimed.device, first)
     assert status == 200, raw_first
@@ -65,13 +66,14 @@ async def test_events_up_to_the_budget_then_409_and_nothing_written(server_clien
     assert (status, json.loads(raw)) == (409, LIMIT)
     # what was accepted before the budget ran out still replays byte for byte
     assert await post_json(server_client, events_path(claimed.task_id), claimed.device, first) == (200, raw_first)
-    assert sync_conn.execute("SELECT count(*) FROM events WHERE attempt_id = ?",
-                             (claimed.attempt_id,)).fetchone()[0] == 20
+    assert (
+        sync_conn.execute("SELECT count(*) FROM events WHERE attempt_id = ?", (claimed.attempt_id,)).fetchone()[0] == 20
+    )
 
 
-async def test_evidence_file_budget_refuses_before_the_file_is_stored(server_client: Any, claimed: Claim,
-                                                                      settings: Settings,
-                                                                      sync_conn: sqlite3.Connection) -> None:
+async def test_evidence_file_budget_refuses_before_the_file_is_stored(
+    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     accepted = []
     for size in (300, 301, 302):
         status, raw, body, ctype = await _upload(server_client, claimed, padded_to(size))
@@ -87,8 +89,9 @@ async def test_evidence_file_budget_refuses_before_the_file_is_stored(server_cli
     assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, raw)
 
 
-async def test_evidence_byte_budget(server_client: Any, claimed: Claim, settings: Settings,
-                                    sync_conn: sqlite3.Connection) -> None:
+async def test_evidence_byte_budget(
+    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     assert (await _upload(server_client, claimed, padded_to(2000)))[0] == 201
     assert (await _upload(server_client, claimed, padded_to(1900)))[0] == 201
     files, before = _files(settings), fingerprint(sync_conn)
@@ -98,16 +101,21 @@ async def test_evidence_byte_budget(server_client: Any, claimed: Claim, settings
     assert (await _upload(server_client, claimed, padded_to(100)))[0] == 201  # 4,000 exactly still fits
 
 
-async def test_concurrent_uploads_never_pass_the_budget(server_client: Any, claimed: Claim,
-                                                        sync_conn: sqlite3.Connection) -> None:
+async def test_concurrent_uploads_never_pass_the_budget(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     """Eight uploads race past the read-only pre-check; the check inside the write transaction lets exactly
     as many in as the budget allows."""
     results = await asyncio.gather(*(_upload(server_client, claimed, padded_to(400 + i)) for i in range(8)))
     statuses = sorted(r[0] for r in results)
     assert statuses == [201, 201, 201] + [409] * 5
     assert all(json.loads(r[1]) == LIMIT for r in results if r[0] == 409)
-    assert sync_conn.execute("SELECT count(*) FROM evidence_assets WHERE attempt_id = ?",
-                             (claimed.attempt_id,)).fetchone()[0] == 3
+    assert (
+        sync_conn.execute(
+            "SELECT count(*) FROM evidence_assets WHERE attempt_id = ?", (claimed.attempt_id,)
+        ).fetchone()[0]
+        == 3
+    )
 
 
 def test_budget_rule_boundaries() -> None:
@@ -117,13 +125,18 @@ def test_budget_rule_boundaries() -> None:
     assert not budget.evidence_fits(3, 0, 1)
 
 
-@pytest.mark.parametrize("env, name", [
-    ({"CMBUYER_EVENTS_PER_ATTEMPT": "19"}, "CMBUYER_EVENTS_PER_ATTEMPT"),
-    ({"CMBUYER_EVIDENCE_PER_ATTEMPT": "0"}, "CMBUYER_EVIDENCE_PER_ATTEMPT"),
-    ({"CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT": "x"}, "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT"),
-    ({"CMBUYER_EVIDENCE_MAX_BYTES": "5000", "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT": "4999"},
-     "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT"),
-])
+@pytest.mark.parametrize(
+    "env, name",
+    [
+        ({"CMBUYER_EVENTS_PER_ATTEMPT": "19"}, "CMBUYER_EVENTS_PER_ATTEMPT"),
+        ({"CMBUYER_EVIDENCE_PER_ATTEMPT": "0"}, "CMBUYER_EVIDENCE_PER_ATTEMPT"),
+        ({"CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT": "x"}, "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT"),
+        (
+            {"CMBUYER_EVIDENCE_MAX_BYTES": "5000", "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT": "4999"},
+            "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT",
+        ),
+    ],
+)
 def test_bad_budget_settings_stop_start_up(tmp_path: Path, env: dict[str, str], name: str) -> None:
     with pytest.raises(SettingsError, match=name):
         load_settings(tmp_path, env)

@@ -27,45 +27,80 @@ from tests.server.submissions.helpers import (
 )
 
 
-async def test_first_batch_moves_to_ordering_and_numbers_events(server_client: Any, claimed: Claim,
-                                                                sync_conn: sqlite3.Connection) -> None:
+async def test_first_batch_moves_to_ordering_and_numbers_events(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     body = events_body(claimed, [event("OPEN_PRODUCT", "STARTED"), event("OPEN_PRODUCT", "OK")])
     status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device, body)
     assert status == 200, raw
     first = json.loads(raw)
-    assert first == {"task_id": claimed.task_id, "attempt_id": claimed.attempt_id, "accepted": 2, "first_seq": 1,
-                     "last_seq": 2, "task_version": claimed.task_version + 1}
+    assert first == {
+        "task_id": claimed.task_id,
+        "attempt_id": claimed.attempt_id,
+        "accepted": 2,
+        "first_seq": 1,
+        "last_seq": 2,
+        "task_version": claimed.task_version + 1,
+    }
     assert tuple(task_row(sync_conn, claimed.task_id)[k] for k in ("state", "version")) == (
-        "ORDERING", claimed.task_version + 1)
+        "ORDERING",
+        claimed.task_version + 1,
+    )
     # replay: byte-identical, nothing appended
     status, raw2 = await post_json(server_client, events_path(claimed.task_id), claimed.device, body)
     assert (status, raw2) == (200, raw)
     # next batch continues the sequence; version unchanged
-    status, raw3 = await post_json(server_client, events_path(claimed.task_id), claimed.device,
-                                   events_body(claimed, [event("GATE_1", "FAILED", "PRICE_CHANGED", "price moved")]))
+    status, raw3 = await post_json(
+        server_client,
+        events_path(claimed.task_id),
+        claimed.device,
+        events_body(claimed, [event("GATE_1", "FAILED", "PRICE_CHANGED", "price moved")]),
+    )
     assert json.loads(raw3)["first_seq"] == 3 and json.loads(raw3)["task_version"] == claimed.task_version + 1
     assert sync_conn.execute("SELECT count(*) FROM events").fetchone()[0] == 3
     # same key, other payload
-    status, raw4 = await post_json(server_client, events_path(claimed.task_id), claimed.device,
-                                   {**body, "events": [event("GATE_2")]})
+    status, raw4 = await post_json(
+        server_client, events_path(claimed.task_id), claimed.device, {**body, "events": [event("GATE_2")]}
+    )
     assert (status, json.loads(raw4)) == (409, {"error": "idempotency_conflict"})
 
 
-@pytest.mark.parametrize("summary", [
-    "<node text='x'/>", "a &lt;b&gt;", "call 13812345678", "tel 138 1234 5678", "电话１３８１２３４５６７８",
-    "token 0123456789abcdef0123", "Bearer abc", "key=ab12cd34ef56ab12cd34ef56ab", "x" * 201, "line\nbreak",
-])
-async def test_sensitive_summaries_refused(server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection,
-                                           summary: str) -> None:
+@pytest.mark.parametrize(
+    "summary",
+    [
+        "<node text='x'/>",
+        "a &lt;b&gt;",
+        "call 13812345678",
+        "tel 138 1234 5678",
+        "电话１３８１２３４５６７８",
+        "token 0123456789abcdef0123",
+        "Bearer abc",
+        "key=ab12cd34ef56ab12cd34ef56ab",
+        "x" * 201,
+        "line\nbreak",
+    ],
+)
+async def test_sensitive_summaries_refused(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, summary: str
+) -> None:
     before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device,
-                                  events_body(claimed, [event(summary=summary)]))
+    status, raw = await post_json(
+        server_client, events_path(claimed.task_id), claimed.device, events_body(claimed, [event(summary=summary)])
+    )
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
     assert fingerprint(sync_conn) == before
 
 
-@pytest.mark.parametrize("summary", ["", "price 12.88 then 12.98", "CONFIRM_AMOUNT_UNREADABLE after 2 dumps",
-                                     "DumpEmpty", "规格面板未找到选项 M(建议100-115)"])
+@pytest.mark.parametrize(
+    "summary",
+    [
+        "",
+        "price 12.88 then 12.98",
+        "CONFIRM_AMOUNT_UNREADABLE after 2 dumps",
+        "DumpEmpty",
+        "规格面板未找到选项 M(建议100-115)",
+    ],
+)
 def test_plain_summaries_pass(summary: str) -> None:
     assert check_summary(summary) == summary
 
@@ -76,13 +111,19 @@ def test_summary_rule_rejects_phone_forms() -> None:
             check_summary(bad)
 
 
-async def test_events_need_current_claim(server_client: Any, claimed: Claim, clock: ManualClock,
-                                         sync_conn: sqlite3.Connection, make_device: Callable[..., Any]) -> None:
+async def test_events_need_current_claim(
+    server_client: Any,
+    claimed: Claim,
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., Any],
+) -> None:
     other = make_device("other")
     before = fingerprint(sync_conn)
     for change in ({"claim_token": "1" * 64}, {"claim_generation": 2}):
-        status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device,
-                                      events_body(claimed, **change))
+        status, raw = await post_json(
+            server_client, events_path(claimed.task_id), claimed.device, events_body(claimed, **change)
+        )
         assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     status, raw = await post_json(server_client, events_path(claimed.task_id), other, events_body(claimed))
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
@@ -92,25 +133,36 @@ async def test_events_need_current_claim(server_client: Any, claimed: Claim, clo
     assert fingerprint(sync_conn) == before
 
 
-async def test_post_fence_events_accepted_after_lease_expiry(server_client: Any, claimed: Claim,
-                                                             clock: ManualClock) -> None:
+async def test_post_fence_events_accepted_after_lease_expiry(
+    server_client: Any, claimed: Claim, clock: ManualClock
+) -> None:
     status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert status == 200
     clock.set(from_wire(claimed.lease_expires_at))
     clock.advance(5)
-    status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device,
-                                  events_body(claimed, [event("SUBMIT_TAP"), event("OBSERVE_RESULT")]))
+    status, raw = await post_json(
+        server_client,
+        events_path(claimed.task_id),
+        claimed.device,
+        events_body(claimed, [event("SUBMIT_TAP"), event("OBSERVE_RESULT")]),
+    )
     assert status == 200, raw
     assert json.loads(raw)["task_version"] == claimed.task_version + 1  # SUBMITTING, unchanged
 
 
-async def test_fail_closes_everything_and_replays(server_client: Any, claimed: Claim,
-                                                  sync_conn: sqlite3.Connection) -> None:
+async def test_fail_closes_everything_and_replays(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     body = fail_body(claimed)
     status, raw = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body)
     assert status == 200, raw
-    assert json.loads(raw) == {"task_id": claimed.task_id, "attempt_id": claimed.attempt_id, "task_state": "FAILED",
-                               "task_version": claimed.task_version + 1, "reason_code": "SKU_VALUE_MISSING"}
+    assert json.loads(raw) == {
+        "task_id": claimed.task_id,
+        "attempt_id": claimed.attempt_id,
+        "task_state": "FAILED",
+        "task_version": claimed.task_version + 1,
+        "reason_code": "SKU_VALUE_MISSING",
+    }
     task = task_row(sync_conn, claimed.task_id)
     assert (task["state"], task["state_reason"]) == ("FAILED", "SKU_VALUE_MISSING")
     att = sync_conn.execute("SELECT state, close_reason FROM attempts WHERE id = ?", (claimed.attempt_id,)).fetchone()
@@ -122,8 +174,7 @@ async def test_fail_closes_everything_and_replays(server_client: Any, claimed: C
     # claim is closed now: a new key is refused, and so is a fence
     status, raw3 = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, fail_body(claimed))
     assert (status, json.loads(raw3)) == (409, {"error": "claim_not_current"})
-    status, raw4 = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                   fence_body(claimed))
+    status, raw4 = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert status == 409 and b"click_permitted" not in raw4
 
 
@@ -136,13 +187,22 @@ async def test_fail_refused_once_fenced(server_client: Any, claimed: Claim, sync
     assert fingerprint(sync_conn) == before
 
 
-async def test_fail_after_lease_expiry_allowed_and_bad_asset_refused(server_client: Any, claimed: Claim,
-                                                                     clock: ManualClock) -> None:
-    status, raw = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device,
-                                  fail_body(claimed, evidence_asset_id="63c9f507-7473-4fa6-8d71-8786c34c6301"))
+async def test_fail_after_lease_expiry_allowed_and_bad_asset_refused(
+    server_client: Any, claimed: Claim, clock: ManualClock
+) -> None:
+    status, raw = await post_json(
+        server_client,
+        fail_path(claimed.attempt_id),
+        claimed.device,
+        fail_body(claimed, evidence_asset_id="63c9f507-7473-4fa6-8d71-8786c34c6301"),
+    )
     assert (status, json.loads(raw)) == (409, {"error": "evidence_conflict"})
     clock.set(from_wire(claimed.lease_expires_at))
     clock.advance(60)
-    status, raw = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device,
-                                  fail_body(claimed, reason_code="LEASE_LOST", summary="lease lost"))
+    status, raw = await post_json(
+        server_client,
+        fail_path(claimed.attempt_id),
+        claimed.device,
+        fail_body(claimed, reason_code="LEASE_LOST", summary="lease lost"),
+    )
     assert status == 200 and json.loads(raw)["task_state"] == "FAILED"

@@ -37,18 +37,28 @@ def _stored_files(settings: Settings) -> list[Path]:
     return sorted(p for p in settings.evidence_dir.rglob("*") if p.is_file())
 
 
-async def test_upload_201_then_replay_200_and_bytes_kept(server_client: Any, claimed: Claim, settings: Settings,
-                                                         sync_conn: sqlite3.Connection) -> None:
+async def test_upload_201_then_replay_200_and_bytes_kept(
+    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     data = build(40, 30, 16, 6, interlace=1)  # 16-bit RGBA, interlaced
     fields = evidence_fields(claimed, data)
     body, ctype = multipart(fields, data)
     status, raw = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
     assert status == 201, raw
     first = json.loads(raw)
-    assert first == {"asset_id": first["asset_id"], "task_id": claimed.task_id, "attempt_id": claimed.attempt_id,
-                     "kind": "SKU_PANEL_GATE_1", "privacy_tier": "INTERNAL_RAW", "sha256": fields["sha256"],
-                     "byte_size": len(data), "mime": "image/png", "width": 40, "height": 30,
-                     "captured_at": "2026-08-04T09:01:00Z"}
+    assert first == {
+        "asset_id": first["asset_id"],
+        "task_id": claimed.task_id,
+        "attempt_id": claimed.attempt_id,
+        "kind": "SKU_PANEL_GATE_1",
+        "privacy_tier": "INTERNAL_RAW",
+        "sha256": fields["sha256"],
+        "byte_size": len(data),
+        "mime": "image/png",
+        "width": 40,
+        "height": 30,
+        "captured_at": "2026-08-04T09:01:00Z",
+    }
     path = files.path_for(settings.evidence_dir, fields["sha256"])
     assert path.read_bytes() == data
     assert path.relative_to(settings.evidence_dir).parts[:2] == (fields["sha256"][:2], fields["sha256"][2:4])
@@ -65,19 +75,33 @@ async def test_upload_201_then_replay_200_and_bytes_kept(server_client: Any, cla
     assert b"s.png" not in raw and str(settings.evidence_dir).encode() not in raw
 
 
-@pytest.mark.parametrize("kind", ["SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3",
-                                  "POST_SUBMIT_OBSERVATION", "FAILURE"])
+@pytest.mark.parametrize(
+    "kind", ["SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3", "POST_SUBMIT_OBSERVATION", "FAILURE"]
+)
 async def test_every_kind_accepted(server_client: Any, claimed: Claim, kind: str) -> None:
     data = png("L", (10, 10))
     body, ctype = multipart(evidence_fields(claimed, data, kind=kind), data)
     assert (await upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
 
 
-@pytest.mark.parametrize("data", [png("RGB"), png("RGBA"), png("P"), png("L"), png("I;16"),
-                                  build(11, 9, 16, 0), build(11, 9, 16, 2), build(11, 9, 16, 6),
-                                  build(11, 9, 8, 2, 1), build(8192, 2048, 8, 0)])
-async def test_accepted_pngs_stored_byte_identical(server_client: Any, claimed: Claim, settings: Settings,
-                                                   data: bytes) -> None:
+@pytest.mark.parametrize(
+    "data",
+    [
+        png("RGB"),
+        png("RGBA"),
+        png("P"),
+        png("L"),
+        png("I;16"),
+        build(11, 9, 16, 0),
+        build(11, 9, 16, 2),
+        build(11, 9, 16, 6),
+        build(11, 9, 8, 2, 1),
+        build(8192, 2048, 8, 0),
+    ],
+)
+async def test_accepted_pngs_stored_byte_identical(
+    server_client: Any, claimed: Claim, settings: Settings, data: bytes
+) -> None:
     fields = evidence_fields(claimed, data)
     body, ctype = multipart(fields, data)
     status, raw = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
@@ -85,10 +109,14 @@ async def test_accepted_pngs_stored_byte_identical(server_client: Any, claimed: 
     assert files.read(settings.evidence_dir, fields["sha256"]) == data
 
 
-async def test_device_a_cannot_upload_to_device_b_attempt(server_client: Any, claimed: Claim,
-                                                          make_device: Callable[..., Any],
-                                                          make_task: Callable[..., Any],
-                                                          settings: Settings, sync_conn: sqlite3.Connection) -> None:
+async def test_device_a_cannot_upload_to_device_b_attempt(
+    server_client: Any,
+    claimed: Claim,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+) -> None:
     make_task(start=True, goods_id="937122477376")
     other = await claim_http(server_client, make_device("phone-b"))
     before = fingerprint(sync_conn)
@@ -111,8 +139,12 @@ async def test_closed_claim_replays_old_key_refuses_new(server_client: Any, clai
     body, ctype = multipart(evidence_fields(claimed, data, kind="FAILURE"), data)
     status, raw = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
     assert status == 201
-    status, _ = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device,
-                                fail_body(claimed, evidence_asset_id=json.loads(raw)["asset_id"]))
+    status, _ = await post_json(
+        server_client,
+        fail_path(claimed.attempt_id),
+        claimed.device,
+        fail_body(claimed, evidence_asset_id=json.loads(raw)["asset_id"]),
+    )
     assert status == 200
     assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, raw)
     body2, ctype2 = multipart(evidence_fields(claimed, data, kind="FAILURE"), data)
@@ -132,30 +164,46 @@ def _cases(c: Claim) -> dict[str, tuple[bytes, str, int, str]]:
         "empty boundary": (ok_body, "multipart/form-data; boundary="),
         "boundary 71 chars": (ok_body, "multipart/form-data; boundary=" + "a" * 71),
         "extra content-type param": (ok_body, ok_type + "; charset=utf-8"),
-        "boundary never closed": (ok_body[:-(len(b) + 6)], ok_type),
+        "boundary never closed": (ok_body[: -(len(b) + 6)], ok_type),
         "missing final --": (multipart(f, data, closing=b"\r\n")[0], ok_type),
         "epilogue garbage": (ok_body + b"garbage", ok_type),
         "preamble": (b"preamble\r\n" + ok_body, ok_type),
         "zero file parts": (multipart(f, None)[0], ok_type),
-        "two file parts": (multipart(f, data, extra=multipart({}, data)[0][:-len(b) - 6])[0], ok_type),
+        "two file parts": (multipart(f, data, extra=multipart({}, data)[0][: -len(b) - 6])[0], ok_type),
         "wrong file field name": (multipart(f, data, file_name="image")[0], ok_type),
         "unknown metadata field": (multipart({**f, "note": "x"}, data)[0], ok_type),
-        "duplicate metadata field": (multipart(f, data, extra=f'--{b}\r\nContent-Disposition: form-data; '
-                                               f'name="kind"\r\n\r\nFAILURE\r\n'.encode())[0], ok_type),
+        "duplicate metadata field": (
+            multipart(
+                f, data, extra=f'--{b}\r\nContent-Disposition: form-data; name="kind"\r\n\r\nFAILURE\r\n'.encode()
+            )[0],
+            ok_type,
+        ),
         "missing field": (multipart(fields_without, data)[0], ok_type),
-        "file not image/png": (multipart(f, data, file_headers="Content-Type: application/octet-stream\r\n")[0],
-                               ok_type),
+        "file not image/png": (
+            multipart(f, data, file_headers="Content-Type: application/octet-stream\r\n")[0],
+            ok_type,
+        ),
         "file without content-type": (multipart(f, data, file_headers="")[0], ok_type),
-        "transfer-encoding base64": (multipart(f, data, file_headers="Content-Type: image/png\r\n"
-                                               "Content-Transfer-Encoding: base64\r\n")[0], ok_type),
-        "content-encoding gzip": (multipart(f, data, file_headers="Content-Type: image/png\r\n"
-                                            "Content-Encoding: gzip\r\n")[0], ok_type),
-        "nested multipart": (multipart(f, data, file_headers="Content-Type: multipart/mixed; boundary=x\r\n")[0],
-                             ok_type),
-        "part content-length +5": (multipart(f, data, file_headers="Content-Type: image/png\r\n"
-                                             "Content-Length: +5\r\n")[0], ok_type),
-        "thousands of part headers": (multipart(f, data, file_headers="Content-Type: image/png\r\n"
-                                                + "X-A: b\r\n" * 5000)[0], ok_type),
+        "transfer-encoding base64": (
+            multipart(f, data, file_headers="Content-Type: image/png\r\nContent-Transfer-Encoding: base64\r\n")[0],
+            ok_type,
+        ),
+        "content-encoding gzip": (
+            multipart(f, data, file_headers="Content-Type: image/png\r\nContent-Encoding: gzip\r\n")[0],
+            ok_type,
+        ),
+        "nested multipart": (
+            multipart(f, data, file_headers="Content-Type: multipart/mixed; boundary=x\r\n")[0],
+            ok_type,
+        ),
+        "part content-length +5": (
+            multipart(f, data, file_headers="Content-Type: image/png\r\nContent-Length: +5\r\n")[0],
+            ok_type,
+        ),
+        "thousands of part headers": (
+            multipart(f, data, file_headers="Content-Type: image/png\r\n" + "X-A: b\r\n" * 5000)[0],
+            ok_type,
+        ),
         "obs-fold header": (multipart(f, data, file_headers="Content-Type:\r\n image/png\r\n")[0], ok_type),
         "sha uppercase": (multipart({**f, "sha256": f["sha256"].upper()}, data)[0], ok_type),
         "sha wrong length": (multipart({**f, "sha256": f["sha256"][:-1]}, data)[0], ok_type),
@@ -169,20 +217,28 @@ def _cases(c: Claim) -> dict[str, tuple[bytes, str, int, str]]:
         "metadata field 5 MiB": (multipart({**f, "kind": "K" * (5 * MiB)}, data)[0], ok_type),
         "file 10 MiB + 1": (multipart(f, padded_to(10 * MiB + 1))[0], ok_type),
         "gif bytes": (multipart({**f, "sha256": hashlib.sha256(b"GIF89a").hexdigest()}, b"GIF89a")[0], ok_type),
-        "trailing bytes after IEND": (multipart({**f, "sha256": hashlib.sha256(data + b"x").hexdigest()},
-                                                data + b"x")[0], ok_type),
+        "trailing bytes after IEND": (
+            multipart({**f, "sha256": hashlib.sha256(data + b"x").hexdigest()}, data + b"x")[0],
+            ok_type,
+        ),
     }
-    expected = {"not multipart": (415, "unsupported_media_type"), "no boundary": (415, "unsupported_media_type"),
-                "empty boundary": (415, "unsupported_media_type"),
-                "boundary 71 chars": (415, "unsupported_media_type"),
-                "extra content-type param": (415, "unsupported_media_type"),
-                "metadata field 5 MiB": (413, "request_too_large"), "file 10 MiB + 1": (413, "request_too_large"),
-                "gif bytes": (400, "unsupported_image"), "trailing bytes after IEND": (400, "unsupported_image")}
+    expected = {
+        "not multipart": (415, "unsupported_media_type"),
+        "no boundary": (415, "unsupported_media_type"),
+        "empty boundary": (415, "unsupported_media_type"),
+        "boundary 71 chars": (415, "unsupported_media_type"),
+        "extra content-type param": (415, "unsupported_media_type"),
+        "metadata field 5 MiB": (413, "request_too_large"),
+        "file 10 MiB + 1": (413, "request_too_large"),
+        "gif bytes": (400, "unsupported_image"),
+        "trailing bytes after IEND": (400, "unsupported_image"),
+    }
     return {k: (v[0], v[1], *expected.get(k, (400, "invalid_request"))) for k, v in cases.items()}
 
 
-async def test_bad_multipart_rows_refused_nothing_written(server_client: Any, claimed: Claim, settings: Settings,
-                                                          sync_conn: sqlite3.Connection) -> None:
+async def test_bad_multipart_rows_refused_nothing_written(
+    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     before = fingerprint(sync_conn)
     for label, (body, ctype, want_status, want_code) in _cases(claimed).items():
         status, raw = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
@@ -221,8 +277,9 @@ async def test_bad_task_path_and_no_credentials(server_client: Any, claimed: Cla
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
 
 
-async def test_chunked_upload_and_stalled_client(server_client: Any, claimed: Claim,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_chunked_upload_and_stalled_client(
+    server_client: Any, claimed: Claim, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import asyncio
 
     data = png("RGB", (30, 30))
@@ -230,10 +287,11 @@ async def test_chunked_upload_and_stalled_client(server_client: Any, claimed: Cl
 
     async def chunks() -> Any:
         for i in range(0, len(body), 100):
-            yield body[i:i + 100]
+            yield body[i : i + 100]
 
-    resp = await server_client.post(evidence_path(claimed.task_id), data=chunks(),
-                                    headers={"Content-Type": ctype, **claimed.device.headers()})
+    resp = await server_client.post(
+        evidence_path(claimed.task_id), data=chunks(), headers={"Content-Type": ctype, **claimed.device.headers()}
+    )
     assert resp.status == 201
     monkeypatch.setattr(multipart_module, "STALL_TIMEOUT_S", 0.3)
     body2, _ = multipart(evidence_fields(claimed, data), data)
@@ -244,8 +302,9 @@ async def test_chunked_upload_and_stalled_client(server_client: Any, claimed: Cl
         yield body2[200:]
 
     try:
-        resp = await server_client.post(evidence_path(claimed.task_id), data=stalls(),
-                                        headers={"Content-Type": ctype, **claimed.device.headers()})
+        resp = await server_client.post(
+            evidence_path(claimed.task_id), data=stalls(), headers={"Content-Type": ctype, **claimed.device.headers()}
+        )
         assert (resp.status, await resp.json()) == (400, {"error": "invalid_request"})
     except Exception as exc:  # the server may close while the client is still sending
         assert "Connection" in type(exc).__name__ or "Disconnected" in type(exc).__name__, exc

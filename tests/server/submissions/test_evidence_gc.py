@@ -43,9 +43,13 @@ def _gc(settings: Settings, capsys: pytest.CaptureFixture[str], *extra: str) -> 
     return report
 
 
-async def test_gc_removes_only_old_unreferenced_files(server_client: Any, claimed: Claim, settings: Settings,
-                                                      sync_conn: sqlite3.Connection,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+async def test_gc_removes_only_old_unreferenced_files(
+    server_client: Any,
+    claimed: Claim,
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     referenced = padded_to(300)
     assert (await upload_png(server_client, claimed, referenced))[0] == 201
     kept_path = files.path_for(settings.evidence_dir, hashlib.sha256(referenced).hexdigest())
@@ -70,15 +74,25 @@ async def test_gc_removes_only_old_unreferenced_files(server_client: Any, claime
 
     audit_before = sync_conn.execute("SELECT max(id) FROM audit_log").fetchone()[0]
     report = _gc(settings, capsys)
-    assert report == {"scanned": 5, "referenced": 1, "too_young": 2, "removed": 1, "removed_temporary": 1,
-                      "bytes_freed": len(orphan) + len(b"half a file"), "dry_run": False}
+    assert report == {
+        "scanned": 5,
+        "referenced": 1,
+        "too_young": 2,
+        "removed": 1,
+        "removed_temporary": 1,
+        "bytes_freed": len(orphan) + len(b"half a file"),
+        "dry_run": False,
+    }
     assert not orphan_path.exists() and not stale_tmp.exists()
     assert kept_path.read_bytes() == referenced and young_path.exists() and fresh_tmp.exists()
     assert all(p.exists() for p in strangers)
-    rows = sync_conn.execute("SELECT actor_kind, action, subject_id, detail_json FROM audit_log WHERE id > ?"
-                             " ORDER BY id", (audit_before,)).fetchall()
+    rows = sync_conn.execute(
+        "SELECT actor_kind, action, subject_id, detail_json FROM audit_log WHERE id > ? ORDER BY id", (audit_before,)
+    ).fetchall()
     assert [(r[0], r[1], r[2], json.loads(r[3])["removed"]) for r in rows] == [
-        ("cli", "evidence.gc", "unreferenced", 1), ("cli", "evidence.gc", "temporary", 1)]
+        ("cli", "evidence.gc", "unreferenced", 1),
+        ("cli", "evidence.gc", "temporary", 1),
+    ]
 
     # nothing left to do: a second run removes nothing and writes no audit row
     again = _gc(settings, capsys)
@@ -90,23 +104,49 @@ async def test_gc_removes_only_old_unreferenced_files(server_client: Any, claime
     assert orphan_path.read_bytes() == orphan
 
 
-async def test_upload_whose_file_vanished_gets_503_and_writes_nothing(claimed: Claim, settings: Settings,
-                                                                      sync_conn: sqlite3.Connection) -> None:
+async def test_upload_whose_file_vanished_gets_503_and_writes_nothing(
+    claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     data = padded_to(310)
     sha = hashlib.sha256(data).hexdigest()
-    up = evidence_upload.Upload(task_id=claimed.task_id, upload_key=new_id(), attempt_id=claimed.attempt_id,
-                                kind="FAILURE", privacy_tier="INTERNAL_RAW", sha256=sha,
-                                captured_at="2026-08-04T09:01:00Z", byte_size=len(data), width=16, height=8)
+    up = evidence_upload.Upload(
+        task_id=claimed.task_id,
+        upload_key=new_id(),
+        attempt_id=claimed.attempt_id,
+        kind="FAILURE",
+        privacy_tier="INTERNAL_RAW",
+        sha256=sha,
+        captured_at="2026-08-04T09:01:00Z",
+        byte_size=len(data),
+        width=16,
+        height=8,
+    )
     before = fingerprint(sync_conn)
     with pytest.raises(StorageError):
-        run_in_transaction(sync_conn, lambda c: evidence_upload.record_upload(
-            c, device_id=claimed.device.device_id, upload=up, now=ManualClock().now(), budget=BUDGET,
-            evidence_dir=settings.evidence_dir))
+        run_in_transaction(
+            sync_conn,
+            lambda c: evidence_upload.record_upload(
+                c,
+                device_id=claimed.device.device_id,
+                upload=up,
+                now=ManualClock().now(),
+                budget=BUDGET,
+                evidence_dir=settings.evidence_dir,
+            ),
+        )
     assert fingerprint(sync_conn) == before
     files.store(settings.evidence_dir, sha, data)
-    stored = run_in_transaction(sync_conn, lambda c: evidence_upload.record_upload(
-        c, device_id=claimed.device.device_id, upload=up, now=ManualClock().now(), budget=BUDGET,
-        evidence_dir=settings.evidence_dir))
+    stored = run_in_transaction(
+        sync_conn,
+        lambda c: evidence_upload.record_upload(
+            c,
+            device_id=claimed.device.device_id,
+            upload=up,
+            now=ManualClock().now(),
+            budget=BUDGET,
+            evidence_dir=settings.evidence_dir,
+        ),
+    )
     assert stored.status == 201
 
 
@@ -127,8 +167,12 @@ def test_bad_older_than_is_a_usage_error(settings: Settings, value: str) -> None
 
 
 async def test_gc_racing_uploads_of_the_same_bytes_never_leaves_a_row_without_its_file(
-        server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    server_client: Any,
+    claimed: Claim,
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Each round: an old orphan file, then an upload of exactly those bytes and a gc run at once. Whatever
     the order, a 201 means the file is in place, a 503 wrote nothing — and every row's file exists."""
     import asyncio
@@ -140,7 +184,8 @@ async def test_gc_racing_uploads_of_the_same_bytes_never_leaves_a_row_without_it
         body, ctype = multipart(evidence_fields(claimed, data), data)
         (status, _), _ = await asyncio.gather(
             upload(server_client, claimed.device, claimed.task_id, body, ctype),
-            asyncio.to_thread(cli_main, ["--data-dir", str(settings.data_dir), "evidence", "gc", "--json"]))
+            asyncio.to_thread(cli_main, ["--data-dir", str(settings.data_dir), "evidence", "gc", "--json"]),
+        )
         rows = sync_conn.execute("SELECT count(*) FROM evidence_assets WHERE sha256 = ?", (sha,)).fetchone()[0]
         assert (status, rows) in ((201, 1), (503, 0))
         for (stored_sha,) in sync_conn.execute("SELECT sha256 FROM evidence_assets"):

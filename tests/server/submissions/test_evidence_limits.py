@@ -32,8 +32,10 @@ def live(data_dir: Path, settings: Settings) -> Iterator[LiveServer]:
 
 def _head(task_id: str, creds: DeviceCreds | None, extra: str) -> bytes:
     auth = "".join(f"{k}: {v}\r\n" for k, v in (creds.headers() if creds else {}).items())
-    return (f"POST {evidence_path(task_id)} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}"
-            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n{extra}\r\n").encode()
+    return (
+        f"POST {evidence_path(task_id)} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n{extra}\r\n"
+    ).encode()
 
 
 def _read_response(sock: socket.socket) -> bytes:
@@ -87,20 +89,22 @@ def _stream(live: LiveServer, creds: DeviceCreds, first: bytes, filler: bytes, t
     return response[0] if response else b""
 
 
-def test_memory_bounded_for_huge_field_stream_and_headers(live: LiveServer,
-                                                          make_device: Callable[..., Any]) -> None:
+def test_memory_bounded_for_huge_field_stream_and_headers(live: LiveServer, make_device: Callable[..., Any]) -> None:
     creds = make_device()
     base = live.peak_rss_kib()
     field = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="upload_key"\r\n\r\n'.encode()
     resp = _stream(live, creds, field, b"k" * MiB, 50 * MiB)
     assert resp.startswith(b"HTTP/1.1 413"), resp
     assert live.peak_rss_kib() - base < 8 * 1024  # a 50 MiB field never got buffered
-    headers = (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n'.encode()
-               + b"".join(f"X-H{i}: v\r\n".encode() for i in range(10_000)))
+    headers = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n'.encode() + b"".join(
+        f"X-H{i}: v\r\n".encode() for i in range(10_000)
+    )
     resp = _stream(live, creds, headers, b"", 0)
     assert resp.startswith(b"HTTP/1.1 400"), resp
-    file_part = (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n'
-                 "Content-Type: image/png\r\n\r\n").encode()
+    file_part = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n'
+        "Content-Type: image/png\r\n\r\n"
+    ).encode()
     resp = _stream(live, creds, file_part, b"\x89PNG" * (MiB // 4), 50 * MiB)
     assert resp.startswith(b"HTTP/1.1 413"), resp
     # at most the 10 MiB cap (+ copies of it) was ever held, never the 50 MiB stream

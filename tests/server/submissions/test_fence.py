@@ -30,8 +30,9 @@ from tests.server.submissions.helpers import (
 )
 
 
-async def test_first_fence_permits_then_replay_never(server_client: Any, claimed: Claim,
-                                                     sync_conn: sqlite3.Connection) -> None:
+async def test_first_fence_permits_then_replay_never(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     body = fence_body(claimed)
     status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, body)
     assert status == 200, raw
@@ -48,27 +49,31 @@ async def test_first_fence_permits_then_replay_never(server_client: Any, claimed
         replay = json.loads(raw2)
         assert replay == {**first, "click_permitted": False, "reconciliation_required": True}
     # a new key for the same attempt/authorization: never a permit
-    status, raw3 = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                   fence_body(claimed))
+    status, raw3 = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert (status, json.loads(raw3)) == (409, {"error": "submission_fenced"})
     # same key, different payload
-    status, raw4 = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                   {**body, "confirm_page_amount": "25.75"})
+    status, raw4 = await post_json(
+        server_client, fence_path(claimed.attempt_id), claimed.device, {**body, "confirm_page_amount": "25.75"}
+    )
     assert (status, json.loads(raw4)) == (409, {"error": "idempotency_conflict"})
     assert sync_conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 1
     actions = [r[0] for r in sync_conn.execute("SELECT action FROM audit_log WHERE action = 'submission.fence'")]
     assert actions == ["submission.fence"]
 
 
-async def test_fence_after_first_event_from_ordering(server_client: Any, claimed: Claim,
-                                                     sync_conn: sqlite3.Connection) -> None:
+async def test_fence_after_first_event_from_ordering(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device, events_body(claimed))
     assert status == 200, raw
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed))
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert (status, json.loads(raw)["error"]) == (409, "version_conflict")
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed, expected_task_version=claimed.task_version + 1))
+    status, raw = await post_json(
+        server_client,
+        fence_path(claimed.attempt_id),
+        claimed.device,
+        fence_body(claimed, expected_task_version=claimed.task_version + 1),
+    )
     assert status == 200 and json.loads(raw)["click_permitted"] is True
     assert task_row(sync_conn, claimed.task_id)["version"] == claimed.task_version + 2
 
@@ -76,15 +81,20 @@ async def test_fence_after_first_event_from_ordering(server_client: Any, claimed
 async def test_fullwidth_letters_equal_ascii_after_nfkc(server_client: Any, claimed: Claim) -> None:
     # "黑色CHA(纯棉)" with full-width Ｃ Ｈ Ａ and full-width parentheses: NFKC makes them equal.
     color = "黑色ＣＨＡ（纯棉）"
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed, selected_color=color))
+    status, raw = await post_json(
+        server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed, selected_color=color)
+    )
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
 async def test_outer_whitespace_of_a_read_name_is_trimmed(server_client: Any, claimed: Claim) -> None:
     # real option tiles carry leading spaces ("  奶白色+礼盒"): normalize_sku trims them, on both sides
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed, selected_color="  " + claimed.sku_color))
+    status, raw = await post_json(
+        server_client,
+        fence_path(claimed.attempt_id),
+        claimed.device,
+        fence_body(claimed, selected_color="  " + claimed.sku_color),
+    )
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
@@ -97,8 +107,12 @@ def _mutations(c: Claim) -> dict[str, dict[str, Any]]:
         "older version": {"expected_task_version": c.task_version - 1},
         "wrong task": {"task_id": new_id()},
         "wrong authorization": {"authorization_id": new_id()},
-        "price over cap by 0.01 (computed)": {"gate1_unit_price": "15.01", "gate2_unit_price": "15.01",
-                                              "gate3_unit_price": "15.01", "confirm_page_amount": "30.00"},
+        "price over cap by 0.01 (computed)": {
+            "gate1_unit_price": "15.01",
+            "gate2_unit_price": "15.01",
+            "gate3_unit_price": "15.01",
+            "confirm_page_amount": "30.00",
+        },
         "confirm amount over cap by 0.01": {"confirm_page_amount": "30.01"},
         "unequal gate prices": {"gate2_unit_price": "12.89"},
         "gate 3 price differs": {"gate3_unit_price": "12.87"},
@@ -120,19 +134,30 @@ def _mutations(c: Claim) -> dict[str, dict[str, Any]]:
     }
 
 
-async def test_each_single_mismatch_refused_nothing_written(server_client: Any, claimed: Claim,
-                                                            sync_conn: sqlite3.Connection) -> None:
+async def test_each_single_mismatch_refused_nothing_written(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     before = fingerprint(sync_conn)
     for label, change in _mutations(claimed).items():
-        status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                      fence_body(claimed, **change))
+        status, raw = await post_json(
+            server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed, **change)
+        )
         assert status == 409, (label, status, raw)
         assert b"click_permitted" not in raw, label
         assert fingerprint(sync_conn) == before, label
     # exactly at the cap is fine: 15.00 × 2 = 30.00
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed, gate1_unit_price="15.00", gate2_unit_price="15.00",
-                                             gate3_unit_price="15.00", confirm_page_amount="30.00"))
+    status, raw = await post_json(
+        server_client,
+        fence_path(claimed.attempt_id),
+        claimed.device,
+        fence_body(
+            claimed,
+            gate1_unit_price="15.00",
+            gate2_unit_price="15.00",
+            gate3_unit_price="15.00",
+            confirm_page_amount="30.00",
+        ),
+    )
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
@@ -159,31 +184,42 @@ GATE_TABLE: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("detail", "change"), GATE_TABLE, ids=[f"{d}:{sorted(c.items())}" for d, c in GATE_TABLE])
-async def test_gate_refusal_table(server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection,
-                                  detail: str, change: dict[str, Any]) -> None:
+async def test_gate_refusal_table(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, detail: str, change: dict[str, Any]
+) -> None:
     before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed, **change))
+    status, raw = await post_json(
+        server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed, **change)
+    )
     assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": detail})
     assert fingerprint(sync_conn) == before  # nothing written: no submission, no state change, no record
 
 
-async def test_gate_reading_passes_with_a_discount_and_allowed_modes(server_client: Any, claimed: Claim,
-                                                                     sync_conn: sqlite3.Connection) -> None:
+async def test_gate_reading_passes_with_a_discount_and_allowed_modes(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     # A total below unit × quantity (a discount) is allowed; 支付宝 is the other default mode; the read
     # values (not the task's) are what the submission keeps.
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed, confirm_page_amount="18.23", payment_mode="支付宝",
-                                             selected_color="黑色ＣＨＡ（纯棉）"))
+    status, raw = await post_json(
+        server_client,
+        fence_path(claimed.attempt_id),
+        claimed.device,
+        fence_body(claimed, confirm_page_amount="18.23", payment_mode="支付宝", selected_color="黑色ＣＨＡ（纯棉）"),
+    )
     assert status == 200 and json.loads(raw)["click_permitted"] is True
-    row = sync_conn.execute("SELECT selected_color, gate3_unit_price, payment_mode, confirm_page_amount"
-                            " FROM order_submissions").fetchone()
+    row = sync_conn.execute(
+        "SELECT selected_color, gate3_unit_price, payment_mode, confirm_page_amount FROM order_submissions"
+    ).fetchone()
     assert tuple(row) == ("黑色ＣＨＡ（纯棉）", "12.88", "支付宝", "18.23")
 
 
-async def test_payment_mode_allow_list_is_a_setting(aiohttp_client: Any, settings: Settings, clock: ManualClock,
-                                                    make_task: Callable[..., Any],
-                                                    make_device: Callable[..., Any]) -> None:
+async def test_payment_mode_allow_list_is_a_setting(
+    aiohttp_client: Any,
+    settings: Settings,
+    clock: ManualClock,
+    make_task: Callable[..., Any],
+    make_device: Callable[..., Any],
+) -> None:
     from cmbuyer.server.app import create_app
 
     client = await aiohttp_client(create_app(replace(settings, allowed_payment_modes=("支付宝",)), clock))
@@ -195,50 +231,52 @@ async def test_payment_mode_allow_list_is_a_setting(aiohttp_client: Any, setting
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
-async def test_task_without_size_fences_only_without_a_size_read(server_client: Any, make_task: Callable[..., Any],
-                                                                  make_device: Callable[..., Any],
-                                                                  sync_conn: sqlite3.Connection) -> None:
+async def test_task_without_size_fences_only_without_a_size_read(
+    server_client: Any, make_task: Callable[..., Any], make_device: Callable[..., Any], sync_conn: sqlite3.Connection
+) -> None:
     make_task(size=None, start=True)
     c = await claim_http(server_client, make_device())
     assert c.sku_size is None  # claim-next carries the null
     before = fingerprint(sync_conn)
     for read in ("M(建议100-115)", "均码"):
-        status, raw = await post_json(server_client, fence_path(c.attempt_id), c.device,
-                                      fence_body(c, selected_size=read))
+        status, raw = await post_json(
+            server_client, fence_path(c.attempt_id), c.device, fence_body(c, selected_size=read)
+        )
         assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": "sku_mismatch"}), read
         assert fingerprint(sync_conn) == before
     status, raw = await post_json(server_client, fence_path(c.attempt_id), c.device, fence_body(c))
     assert status == 200 and json.loads(raw)["click_permitted"] is True
-    row = sync_conn.execute("SELECT selected_size FROM order_submissions WHERE attempt_id = ?",
-                            (c.attempt_id,)).fetchone()
+    row = sync_conn.execute(
+        "SELECT selected_size FROM order_submissions WHERE attempt_id = ?", (c.attempt_id,)
+    ).fetchone()
     assert row[0] is None
 
 
-async def test_expired_lease_refused_also_exactly_at_expiry(server_client: Any, claimed: Claim,
-                                                            clock: ManualClock, sync_conn: sqlite3.Connection) -> None:
+async def test_expired_lease_refused_also_exactly_at_expiry(
+    server_client: Any, claimed: Claim, clock: ManualClock, sync_conn: sqlite3.Connection
+) -> None:
     before = fingerprint(sync_conn)
     clock.set(from_wire(claimed.lease_expires_at))  # now == lease end: expired (no grace)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed))
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     clock.advance(3600)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed))
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert status == 409
     assert fingerprint(sync_conn) == before
 
 
-async def test_lease_one_microsecond_before_expiry_is_accepted(server_client: Any, claimed: Claim,
-                                                               clock: ManualClock) -> None:
+async def test_lease_one_microsecond_before_expiry_is_accepted(
+    server_client: Any, claimed: Claim, clock: ManualClock
+) -> None:
     clock.set(from_wire(claimed.lease_expires_at))
     clock.advance(-0.000001)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed))
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
-async def test_expired_authorization_refused(server_client: Any, claimed: Claim,
-                                             sync_conn: sqlite3.Connection, clock: ManualClock) -> None:
+async def test_expired_authorization_refused(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     # Make the authorization end now while the lease would still run (defense in depth: the lease is
     # normally capped by the authorization).
     end = "2026-08-04T09:01:00.000000Z"
@@ -246,57 +284,69 @@ async def test_expired_authorization_refused(server_client: Any, claimed: Claim,
     sync_conn.execute("UPDATE authorizations SET expires_at = ? WHERE id = ?", (end, claimed.authorization_id))
     clock.set(end)  # exactly at the authorization's expiry: expired
     before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed))
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": "authorization_expired"})
     assert fingerprint(sync_conn) == before
 
 
-async def test_revoked_device_gets_empty_401(server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection,
-                                             clock: ManualClock) -> None:
-    run_in_transaction(sync_conn, lambda c: device_service.revoke_device(c, claimed.device.device_id, TEST_ACTOR,
-                                                                         clock.now()))
+async def test_revoked_device_gets_empty_401(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
+    run_in_transaction(
+        sync_conn, lambda c: device_service.revoke_device(c, claimed.device.device_id, TEST_ACTOR, clock.now())
+    )
     before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed))
+    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
     assert (status, raw) == (401, b"")
     assert fingerprint(sync_conn) == before
 
 
-async def test_second_attempt_of_same_authorization_refused(server_client: Any, claimed: Claim,
-                                                            make_device: Callable[..., Any],
-                                                            make_task: Callable[..., Any],
-                                                            sync_conn: sqlite3.Connection) -> None:
+async def test_second_attempt_of_same_authorization_refused(
+    server_client: Any,
+    claimed: Claim,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     """Another device's attempt cannot fence this authorization, and this authorization cannot get a
     second attempt (attempts.authorization_id is UNIQUE)."""
     make_task(start=True, goods_id="937122477376")
     other = await claim_http(server_client, make_device("phone-2"))
     before = fingerprint(sync_conn)
     # other attempt, this authorization
-    status, raw = await post_json(server_client, fence_path(other.attempt_id), other.device,
-                                  fence_body(other, authorization_id=claimed.authorization_id))
+    status, raw = await post_json(
+        server_client,
+        fence_path(other.attempt_id),
+        other.device,
+        fence_body(other, authorization_id=claimed.authorization_id),
+    )
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     # this attempt, fenced by the other device's credentials/token
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), other.device,
-                                  fence_body(claimed, claim_token=other.token))
+    status, raw = await post_json(
+        server_client, fence_path(claimed.attempt_id), other.device, fence_body(claimed, claim_token=other.token)
+    )
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     assert fingerprint(sync_conn) == before
     with pytest.raises(sqlite3.IntegrityError):
-        sync_conn.execute("INSERT INTO attempts SELECT ?, task_id, authorization_id, device_id, session_id,"
-                          " claim_generation, nonce, randomblob(32), claimed_task_version, lease_expires_at,"
-                          " 'CLOSED', 'FAILED', response_json, 1, created_at, created_at, NULL, 0"
-                          " FROM attempts WHERE id = ?",
-                          (new_id(), claimed.attempt_id))
+        sync_conn.execute(
+            "INSERT INTO attempts SELECT ?, task_id, authorization_id, device_id, session_id,"
+            " claim_generation, nonce, randomblob(32), claimed_task_version, lease_expires_at,"
+            " 'CLOSED', 'FAILED', response_json, 1, created_at, created_at, NULL, 0"
+            " FROM attempts WHERE id = ?",
+            (new_id(), claimed.attempt_id),
+        )
 
 
 async def test_fence_bad_json_and_path(server_client: Any, claimed: Claim) -> None:
     status, raw = await post_json(server_client, fence_path("not-a-uuid"), claimed.device, fence_body(claimed))
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed, gate1_unit_price=12.88))
+    status, raw = await post_json(
+        server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed, gate1_unit_price=12.88)
+    )
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device,
-                                  fence_body(claimed, quantity_read=True))
+    status, raw = await post_json(
+        server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed, quantity_read=True)
+    )
     assert status == 400
     status, raw = await post_json(server_client, fence_path(claimed.attempt_id), None, fence_body(claimed))
     assert (status, raw) == (401, b"")

@@ -60,9 +60,9 @@ def _submissions(db: Path) -> list[sqlite3.Row]:
         conn.close()
 
 
-def test_fifty_concurrent_fences_one_permit(live: LiveServer, make_device: Callable[..., Any],
-                                            make_task: Callable[..., Any], settings: Settings,
-                                            tmp_path: Path) -> None:
+def test_fifty_concurrent_fences_one_permit(
+    live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any], settings: Settings, tmp_path: Path
+) -> None:
     make_task(start=True)  # the fixture clock's start time is in the past for the live server: re-date
     conn = sqlite3.connect(settings.db_path)
     far = "2999-01-01T00:00:00.000000Z"
@@ -75,8 +75,18 @@ def test_fifty_concurrent_fences_one_permit(live: LiveServer, make_device: Calla
     start = time.time() + 1.5
     same = {"path": fence_path(c.attempt_id), "headers": headers, "body": body, "fresh_key": False}
     fresh = {**same, "fresh_key": True}
-    plans = [{"port": live.port, "threads": 10, "seconds": 30, "start_at": start, "once": True, "seed": i,
-              "requests": [same if i < 3 else fresh]} for i in range(5)]
+    plans = [
+        {
+            "port": live.port,
+            "threads": 10,
+            "seconds": 30,
+            "start_at": start,
+            "once": True,
+            "seed": i,
+            "requests": [same if i < 3 else fresh],
+        }
+        for i in range(5)
+    ]
     lines = run_storm(plans, tmp_path)
     assert len(lines) == 50 and not [x for x in lines if "error" in x]
     permits = [x for x in lines if x["status"] == 200 and json.loads(x["body"])["click_permitted"]]
@@ -86,15 +96,19 @@ def test_fifty_concurrent_fences_one_permit(live: LiveServer, make_device: Calla
         parsed = json.loads(x["body"])
         if x is permits[0]:
             continue
-        assert (x["status"] == 200 and parsed["click_permitted"] is False and parsed["reconciliation_required"]
-                and parsed["submission_id"] == sid) or (x["status"] == 409 and parsed == {"error": "submission_fenced"})
+        assert (
+            x["status"] == 200
+            and parsed["click_permitted"] is False
+            and parsed["reconciliation_required"]
+            and parsed["submission_id"] == sid
+        ) or (x["status"] == 409 and parsed == {"error": "submission_fenced"})
     subs = _submissions(settings.db_path)
     assert len(subs) == 1 and subs[0]["id"] == sid
 
 
-def test_fence_job_from_several_processes_one_permit(make_device: Callable[..., Any],
-                                                     make_task: Callable[..., Any], settings: Settings,
-                                                     sync_conn: sqlite3.Connection) -> None:
+def test_fence_job_from_several_processes_one_permit(
+    make_device: Callable[..., Any], make_task: Callable[..., Any], settings: Settings, sync_conn: sqlite3.Connection
+) -> None:
     make_task(start=True)
     sync_conn.execute("UPDATE authorizations SET expires_at = ?", ("2999-01-01T00:00:00.000000Z",))
     c = claim_direct(sync_conn, settings, SystemClock().now(), make_device())
@@ -102,11 +116,19 @@ def test_fence_job_from_several_processes_one_permit(make_device: Callable[..., 
     start = time.time() + 1.0
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(6) as pool:
-        jobs = [pool.apply_async(direct_worker.fence_many, (str(settings.db_path), c.device.device_id, c.attempt_id,
-                                                            body, 8, i % 2 == 0, start)) for i in range(6)]
+        jobs = [
+            pool.apply_async(
+                direct_worker.fence_many,
+                (str(settings.db_path), c.device.device_id, c.attempt_id, body, 8, i % 2 == 0, start),
+            )
+            for i in range(6)
+        ]
         results = [r for job in jobs for r in job.get(120)]
     assert sum(1 for permit, _ in results if permit) == 1
-    others = {text if not text.startswith("{") else json.loads(text)["reconciliation_required"]
-              for permit, text in results if not permit}
+    others = {
+        text if not text.startswith("{") else json.loads(text)["reconciliation_required"]
+        for permit, text in results
+        if not permit
+    }
     assert others <= {True, "submission_fenced", "storage"}
     assert sync_conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 1

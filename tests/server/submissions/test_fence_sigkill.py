@@ -76,8 +76,9 @@ def _kill_after(live: LiveServer, out_dir: Path, answers: int) -> None:
     live.kill9()
 
 
-def _new_claims(live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any],
-                settings: Settings, round_no: int) -> list[Claim]:
+def _new_claims(
+    live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any], settings: Settings, round_no: int
+) -> list[Claim]:
     for i in range(TASKS):
         make_task(start=True, goods_id=str(937122400000 + round_no * 1000 + i))
     conn = sqlite3.connect(settings.db_path)
@@ -88,8 +89,9 @@ def _new_claims(live: LiveServer, make_device: Callable[..., Any], make_task: Ca
 
 
 @pytest.mark.slow(seconds_per_iteration=15)  # a soak loop: in `make soak`, timeout scaled
-def test_sigkill_during_fence_storm(live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any],
-                                   settings: Settings, tmp_path: Path) -> None:
+def test_sigkill_during_fence_storm(
+    live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any], settings: Settings, tmp_path: Path
+) -> None:
     permits: dict[str, list[str]] = {}
     claims: list[Claim] = []
     rnd = random.Random(4)
@@ -101,12 +103,22 @@ def test_sigkill_during_fence_storm(live: LiveServer, make_device: Callable[...,
         permits.update({c.attempt_id: [] for c in fresh})
         requests = _requests(claims)
         start = time.time() + 1.0
-        plans = [{"port": live.port, "threads": 8, "seconds": 2.0 if final else 8.0, "start_at": start,
-                  "seed": round_no * 10 + i, "requests": requests} for i in range(4)]
+        plans = [
+            {
+                "port": live.port,
+                "threads": 8,
+                "seconds": 2.0 if final else 8.0,
+                "start_at": start,
+                "seed": round_no * 10 + i,
+                "requests": requests,
+            }
+            for i in range(4)
+        ]
         killer = None
         if not final:
-            killer = threading.Thread(target=_kill_after, args=(live, tmp_path / f"round{round_no}",
-                                                                rnd.randint(5, 3 * TASKS)))
+            killer = threading.Thread(
+                target=_kill_after, args=(live, tmp_path / f"round{round_no}", rnd.randint(5, 3 * TASKS))
+            )
             killer.start()
         lines = run_storm(plans, tmp_path / f"round{round_no}")
         if killer is not None:
@@ -126,5 +138,7 @@ def test_sigkill_during_fence_storm(live: LiveServer, make_device: Callable[...,
             live.start()  # restart on the same data dir (start-up recovery runs first)
     by_attempt = _check_db(settings.db_path, permits)
     assert sum(len(v) for v in permits.values()) <= len(by_attempt) <= len(claims)
-    print(f"permits seen: {sum(len(v) for v in permits.values())}, fenced: {len(by_attempt)}, "
-          f"unfenced at a kill: {killed_mid_storm}")
+    print(
+        f"permits seen: {sum(len(v) for v in permits.values())}, fenced: {len(by_attempt)}, "
+        f"unfenced at a kill: {killed_mid_storm}"
+    )

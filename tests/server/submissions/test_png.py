@@ -43,8 +43,7 @@ def test_exactly_8192_by_2048_accepted() -> None:
     assert check(build(8192, 2048, 8, 0)) == (8192, 2048)
 
 
-@pytest.mark.parametrize(("w", "h"), [(8193, 1), (1, 8193), (0, 5), (5, 0), (2**31 - 1, 1), (4097, 4097),
-                                      (8192, 2049)])
+@pytest.mark.parametrize(("w", "h"), [(8193, 1), (1, 8193), (0, 5), (5, 0), (2**31 - 1, 1), (4097, 4097), (8192, 2049)])
 def test_oversized_headers_refused_before_decoding(w: int, h: int) -> None:
     # The IDAT is garbage: if anything were decoded first the reason would differ.
     assert reason(build(header=ihdr(w, h), idat=b"garbage")) == "dimensions"
@@ -56,11 +55,19 @@ def _other_format(fmt: str) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("data", [
-    _other_format("GIF"), _other_format("JPEG"), _other_format("WEBP"), b"8BPS\x00\x01" + bytes(40),
-    b'<svg xmlns="http://www.w3.org/2000/svg"/>', b"<!doctype html><html></html>", b"",
-    png().replace(b"\r\n", b"\n", 1),  # signature mangled by line-ending conversion
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        _other_format("GIF"),
+        _other_format("JPEG"),
+        _other_format("WEBP"),
+        b"8BPS\x00\x01" + bytes(40),
+        b'<svg xmlns="http://www.w3.org/2000/svg"/>',
+        b"<!doctype html><html></html>",
+        b"",
+        png().replace(b"\r\n", b"\n", 1),  # signature mangled by line-ending conversion
+    ],
+)
 def test_other_formats_refused(data: bytes) -> None:
     assert reason(data) == "signature"
 
@@ -98,7 +105,7 @@ def test_zlib_bomb_refused_without_inflating_everything() -> None:
 @given(st.binary(max_size=400), st.integers(min_value=0, max_value=300))
 def test_mutated_pngs_never_crash(noise: bytes, at: int) -> None:
     base = build(9, 5)
-    data = base[:at] + noise + base[at + len(noise):]
+    data = base[:at] + noise + base[at + len(noise) :]
     try:
         check(data)
     except ImageRejected:

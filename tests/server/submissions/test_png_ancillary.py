@@ -57,14 +57,17 @@ def test_compressed_itxt_bomb_refused_and_budget_is_shared() -> None:
     assert validate_png(build(before_idat=chunk(b"zTXt", b"a\0\0" + half)), max_side=SIDE, max_pixels=PIXELS)
 
 
-@pytest.mark.parametrize(("ctype", "body", "why"), [
-    (b"zTXt", b"no separator", "ancillary_layout"),
-    (b"zTXt", b"k\0\x01" + zlib.compress(b"x"), "ancillary_layout"),     # compression method 1
-    (b"zTXt", b"k\0\0not zlib", "ancillary_zlib"),
-    (b"zTXt", b"k\0\0" + zlib.compress(b"x" * 100)[:-6], "ancillary_zlib"),  # truncated stream
-    (b"iCCP", b"\0\0" + zlib.compress(b"x"), "ancillary_layout"),         # empty profile name
-    (b"iTXt", b"k\0\x02\0\0\0", "ancillary_layout"),
-])
+@pytest.mark.parametrize(
+    ("ctype", "body", "why"),
+    [
+        (b"zTXt", b"no separator", "ancillary_layout"),
+        (b"zTXt", b"k\0\x01" + zlib.compress(b"x"), "ancillary_layout"),  # compression method 1
+        (b"zTXt", b"k\0\0not zlib", "ancillary_zlib"),
+        (b"zTXt", b"k\0\0" + zlib.compress(b"x" * 100)[:-6], "ancillary_zlib"),  # truncated stream
+        (b"iCCP", b"\0\0" + zlib.compress(b"x"), "ancillary_layout"),  # empty profile name
+        (b"iTXt", b"k\0\x02\0\0\0", "ancillary_layout"),
+    ],
+)
 def test_malformed_compressed_chunks_refused(ctype: bytes, body: bytes, why: str) -> None:
     assert reason(build(before_idat=chunk(ctype, body))) == why
 
@@ -78,8 +81,9 @@ def test_ordinary_profile_and_compressed_text_accepted() -> None:
     assert validate_png(out.getvalue(), max_side=SIDE, max_pixels=PIXELS).width == 8
 
 
-async def test_upload_with_an_iccp_bomb_is_400_unsupported_image_with_bounded_memory(server_client: Any,
-                                                                                     claimed: Any) -> None:
+async def test_upload_with_an_iccp_bomb_is_400_unsupported_image_with_bounded_memory(
+    server_client: Any, claimed: Any
+) -> None:
     data = build(before_idat=chunk(b"iCCP", b"icc\0\0" + _bomb(256 << 20)))  # ~256 KiB file → 256 MiB
     tracemalloc.start()
     try:

@@ -29,10 +29,12 @@ from tests.server.submissions.helpers import (
     task_row,
 )
 
-STATES = {"SUBMITTED": ("SUBMITTED", "WAITING_PAYMENT"),
-          "EXTERNAL_PAYMENT_HANDOFF": ("RECONCILIATION_REQUIRED", "RECONCILIATION_REQUIRED"),
-          "SECURITY_CHALLENGE": ("RECONCILIATION_REQUIRED", "RECONCILIATION_REQUIRED"),
-          "UNKNOWN": ("RECONCILIATION_REQUIRED", "RECONCILIATION_REQUIRED")}
+STATES = {
+    "SUBMITTED": ("SUBMITTED", "WAITING_PAYMENT"),
+    "EXTERNAL_PAYMENT_HANDOFF": ("RECONCILIATION_REQUIRED", "RECONCILIATION_REQUIRED"),
+    "SECURITY_CHALLENGE": ("RECONCILIATION_REQUIRED", "RECONCILIATION_REQUIRED"),
+    "UNKNOWN": ("RECONCILIATION_REQUIRED", "RECONCILIATION_REQUIRED"),
+}
 
 
 async def _fenced(client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> tuple[Claim, str]:
@@ -44,23 +46,35 @@ async def _fenced(client: Any, make_device: Callable[..., Any], make_task: Calla
 
 
 @pytest.mark.parametrize("observation", sorted(STATES))
-async def test_every_observation_maps_to_its_state(server_client: Any, make_device: Callable[..., Any],
-                                                   make_task: Callable[..., Any], sync_conn: sqlite3.Connection,
-                                                   observation: str) -> None:
+async def test_every_observation_maps_to_its_state(
+    server_client: Any,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+    observation: str,
+) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     body = result_body(c, observation)
     status, raw = await post_json(server_client, result_path(sid), c.device, body)
     assert status == 200, raw
     sub_state, task_state = STATES[observation]
-    assert json.loads(raw) == {"submission_id": sid, "observation": observation, "submission_status": sub_state,
-                               "task_state": task_state, "task_version": c.task_version + 2}
+    assert json.loads(raw) == {
+        "submission_id": sid,
+        "observation": observation,
+        "submission_status": sub_state,
+        "task_state": task_state,
+        "task_version": c.task_version + 2,
+    }
     assert task_row(sync_conn, c.task_id)["state"] == task_state
     row = sync_conn.execute("SELECT state, observation FROM order_submissions WHERE id = ?", (sid,)).fetchone()
     assert tuple(row) == (sub_state, observation)
-    assert sync_conn.execute("SELECT state FROM authorizations WHERE id = ?",
-                             (c.authorization_id,)).fetchone()[0] == "CONSUMED"
-    assert tuple(sync_conn.execute("SELECT state, close_reason FROM attempts WHERE id = ?",
-                                   (c.attempt_id,)).fetchone()) == ("CLOSED", "REPORTED")
+    assert (
+        sync_conn.execute("SELECT state FROM authorizations WHERE id = ?", (c.authorization_id,)).fetchone()[0]
+        == "CONSUMED"
+    )
+    assert tuple(
+        sync_conn.execute("SELECT state, close_reason FROM attempts WHERE id = ?", (c.attempt_id,)).fetchone()
+    ) == ("CLOSED", "REPORTED")
     # replay → same body; another key → 409 result_conflict
     status, raw2 = await post_json(server_client, result_path(sid), c.device, body)
     assert (status, raw2) == (200, raw)
@@ -73,10 +87,9 @@ async def test_every_observation_maps_to_its_state(server_client: Any, make_devi
     assert fingerprint(sync_conn) == before
 
 
-async def test_result_unknown_or_foreign_submission_does_not_leak(server_client: Any,
-                                                                  make_device: Callable[..., Any],
-                                                                  make_task: Callable[..., Any],
-                                                                  sync_conn: sqlite3.Connection) -> None:
+async def test_result_unknown_or_foreign_submission_does_not_leak(
+    server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any], sync_conn: sqlite3.Connection
+) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     stranger = make_device("stranger")
     before = fingerprint(sync_conn)
@@ -87,17 +100,20 @@ async def test_result_unknown_or_foreign_submission_does_not_leak(server_client:
     wrong_token = await post_json(server_client, result_path(sid), c.device, result_body(c, claim_token="2" * 64))
     wrong_attempt = await post_json(server_client, result_path(sid), c.device, result_body(c, attempt_id=new_id()))
     assert wrong_token == wrong_attempt == (409, b'{"error":"claim_not_current"}')
-    bad_asset = await post_json(server_client, result_path(sid), c.device,
-                                result_body(c, evidence_asset_id=new_id()))
+    bad_asset = await post_json(server_client, result_path(sid), c.device, result_body(c, evidence_asset_id=new_id()))
     assert bad_asset == (409, b'{"error":"evidence_conflict"}')
     retry = await post_json(server_client, result_path(sid), c.device, result_body(c, observation="RETRY"))
     assert retry[0] == 400
     assert fingerprint(sync_conn) == before
 
 
-async def test_sweeper_moves_expired_fence_to_reconciliation(server_client: Any, make_device: Callable[..., Any],
-                                                             make_task: Callable[..., Any], clock: ManualClock,
-                                                             sync_conn: sqlite3.Connection) -> None:
+async def test_sweeper_moves_expired_fence_to_reconciliation(
+    server_client: Any,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     app = server_client.server.app
     clock.set(from_wire(c.lease_expires_at))
@@ -109,11 +125,13 @@ async def test_sweeper_moves_expired_fence_to_reconciliation(server_client: Any,
     assert report.submissions_to_reconciliation == 1
     task = task_row(sync_conn, c.task_id)
     assert (task["state"], task["version"]) == ("RECONCILIATION_REQUIRED", c.task_version + 2)
-    sub = sync_conn.execute("SELECT state, reconciliation_reason FROM order_submissions WHERE id = ?",
-                            (sid,)).fetchone()
+    sub = sync_conn.execute(
+        "SELECT state, reconciliation_reason FROM order_submissions WHERE id = ?", (sid,)
+    ).fetchone()
     assert tuple(sub) == ("RECONCILIATION_REQUIRED", "LEASE_EXPIRED_NO_RESULT")
-    assert tuple(sync_conn.execute("SELECT state, close_reason FROM attempts WHERE id = ?", (c.attempt_id,))
-                 .fetchone()) == ("CLOSED", "LEASE_EXPIRED_AFTER_FENCE")
+    assert tuple(
+        sync_conn.execute("SELECT state, close_reason FROM attempts WHERE id = ?", (c.attempt_id,)).fetchone()
+    ) == ("CLOSED", "LEASE_EXPIRED_AFTER_FENCE")
     assert (await run_sweep(app)).submissions_to_reconciliation == 0  # idempotent
     # a late result is recorded but changes no state
     status, raw = await post_json(server_client, result_path(sid), c.device, result_body(c, "SUBMITTED"))
@@ -125,15 +143,15 @@ async def test_sweeper_moves_expired_fence_to_reconciliation(server_client: Any,
     # never claimable again: the device (and any other) gets nothing
     for dev in (c.device, make_device("late")):
         await post_json(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id))
-        status, _ = await post_json(server_client, CLAIM_NEXT, dev, {"session_id": new_id(),
-                                                                     "claim_request_id": new_id()})
+        status, _ = await post_json(
+            server_client, CLAIM_NEXT, dev, {"session_id": new_id(), "claim_request_id": new_id()}
+        )
         assert status == 204
 
 
-async def test_result_after_lease_expiry_before_sweep_is_accepted(server_client: Any,
-                                                                  make_device: Callable[..., Any],
-                                                                  make_task: Callable[..., Any],
-                                                                  clock: ManualClock) -> None:
+async def test_result_after_lease_expiry_before_sweep_is_accepted(
+    server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any], clock: ManualClock
+) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     clock.set(from_wire(c.lease_expires_at))
     clock.advance(30)
@@ -141,9 +159,13 @@ async def test_result_after_lease_expiry_before_sweep_is_accepted(server_client:
     assert status == 200 and json.loads(raw)["task_state"] == "WAITING_PAYMENT"
 
 
-async def test_pending_task_with_expired_authorization_expires(server_client: Any, make_task: Callable[..., Any],
-                                                               clock: ManualClock, settings: Settings,
-                                                               sync_conn: sqlite3.Connection) -> None:
+async def test_pending_task_with_expired_authorization_expires(
+    server_client: Any,
+    make_task: Callable[..., Any],
+    clock: ManualClock,
+    settings: Settings,
+    sync_conn: sqlite3.Connection,
+) -> None:
     task = make_task(start=True)
     clock.advance(settings.authorization_ttl - 1)
     await run_sweep(server_client.server.app)
@@ -156,9 +178,14 @@ async def test_pending_task_with_expired_authorization_expires(server_client: An
     assert auth_state == "EXPIRED"
 
 
-async def test_claim_expired_before_fence_is_left_alone(server_client: Any, make_device: Callable[..., Any],
-                                                        make_task: Callable[..., Any], clock: ManualClock,
-                                                        sync_conn: sqlite3.Connection, settings: Settings) -> None:
+async def test_claim_expired_before_fence_is_left_alone(
+    server_client: Any,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+    settings: Settings,
+) -> None:
     make_task(start=True)
     c = await claim_http(server_client, make_device())
     before = fingerprint(sync_conn)
@@ -168,14 +195,20 @@ async def test_claim_expired_before_fence_is_left_alone(server_client: Any, make
     assert task_row(sync_conn, c.task_id)["state"] == "CLAIMED"
     other = make_device("other")
     await post_json(server_client, HEARTBEAT, other, heartbeat_body(other.device_id))
-    status, _ = await post_json(server_client, CLAIM_NEXT, other, {"session_id": new_id(),
-                                                                   "claim_request_id": new_id()})
+    status, _ = await post_json(
+        server_client, CLAIM_NEXT, other, {"session_id": new_id(), "claim_request_id": new_id()}
+    )
     assert status == 204
 
 
-async def test_startup_recovery_runs_before_serving(aiohttp_client: Any, settings: Settings, clock: ManualClock,
-                                                    make_device: Callable[..., Any], make_task: Callable[..., Any],
-                                                    sync_conn: sqlite3.Connection) -> None:
+async def test_startup_recovery_runs_before_serving(
+    aiohttp_client: Any,
+    settings: Settings,
+    clock: ManualClock,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     """Fence, stop the server, let the lease run out, start a new app: the first thing it does is the
     recovery, so the task is RECONCILIATION_REQUIRED before any device request is served."""
     first = await aiohttp_client(create_app(settings, clock))
@@ -186,6 +219,7 @@ async def test_startup_recovery_runs_before_serving(aiohttp_client: Any, setting
     assert task_row(sync_conn, c.task_id)["state"] == "RECONCILIATION_REQUIRED"
     status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
     assert status == 409 and b"click_permitted" not in raw
-    actions = [r[0] for r in sync_conn.execute("SELECT action FROM audit_log WHERE subject_id = ? ORDER BY id",
-                                               (c.task_id,))]
+    actions = [
+        r[0] for r in sync_conn.execute("SELECT action FROM audit_log WHERE subject_id = ? ORDER BY id", (c.task_id,))
+    ]
     assert actions[-1] == "submission.lease_expired" and "submission.fence" in actions

@@ -35,21 +35,24 @@ async def _fenced(client: Any, make_device: Callable[..., Any], make_task: Calla
 
 
 def _extras(conn: sqlite3.Connection, sid: str) -> tuple[Any, ...]:
-    return tuple(conn.execute("SELECT state, observation, order_sn, observation_reason FROM order_submissions"
-                              " WHERE id = ?", (sid,)).fetchone())
+    return tuple(
+        conn.execute(
+            "SELECT state, observation, order_sn, observation_reason FROM order_submissions WHERE id = ?", (sid,)
+        ).fetchone()
+    )
 
 
-async def test_order_number_is_stored_with_a_handoff(server_client: Any, make_device: Callable[..., Any],
-                                                     make_task: Callable[..., Any],
-                                                     sync_conn: sqlite3.Connection) -> None:
+async def test_order_number_is_stored_with_a_handoff(
+    server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any], sync_conn: sqlite3.Connection
+) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     body = result_body(c, "EXTERNAL_PAYMENT_HANDOFF", order_sn="241201-0987654321")
     status, raw = await post_json(server_client, result_path(sid), c.device, body)
     assert status == 200, raw
-    assert _extras(sync_conn, sid) == ("RECONCILIATION_REQUIRED", "EXTERNAL_PAYMENT_HANDOFF", "241201-0987654321",
-                                       None)
-    audit = json.loads(sync_conn.execute("SELECT detail_json FROM audit_log WHERE action = 'submission.result'")
-                       .fetchone()[0])
+    assert _extras(sync_conn, sid) == ("RECONCILIATION_REQUIRED", "EXTERNAL_PAYMENT_HANDOFF", "241201-0987654321", None)
+    audit = json.loads(
+        sync_conn.execute("SELECT detail_json FROM audit_log WHERE action = 'submission.result'").fetchone()[0]
+    )
     assert audit["order_sn"] == "241201-0987654321" and "observation_reason" not in audit
     # the same key with another order number is a different request
     before = fingerprint(sync_conn)
@@ -58,46 +61,60 @@ async def test_order_number_is_stored_with_a_handoff(server_client: Any, make_de
     assert fingerprint(sync_conn) == before
 
 
-async def test_payment_suspected_is_stored_and_changes_no_state(server_client: Any, make_device: Callable[..., Any],
-                                                                make_task: Callable[..., Any],
-                                                                sync_conn: sqlite3.Connection) -> None:
+async def test_payment_suspected_is_stored_and_changes_no_state(
+    server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any], sync_conn: sqlite3.Connection
+) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
-    status, raw = await post_json(server_client, result_path(sid), c.device,
-                                  result_body(c, "UNKNOWN", observation_reason="PAYMENT_SUSPECTED"))
+    status, raw = await post_json(
+        server_client, result_path(sid), c.device, result_body(c, "UNKNOWN", observation_reason="PAYMENT_SUSPECTED")
+    )
     assert status == 200, raw
     # the observation alone decides the state: UNKNOWN → a person reconciles, as without the reason
     assert json.loads(raw)["task_state"] == "RECONCILIATION_REQUIRED"
     assert _extras(sync_conn, sid) == ("RECONCILIATION_REQUIRED", "UNKNOWN", None, "PAYMENT_SUSPECTED")
 
 
-async def test_late_result_keeps_its_order_number(server_client: Any, make_device: Callable[..., Any],
-                                                  make_task: Callable[..., Any], clock: ManualClock,
-                                                  sync_conn: sqlite3.Connection) -> None:
+async def test_late_result_keeps_its_order_number(
+    server_client: Any,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    clock: ManualClock,
+    sync_conn: sqlite3.Connection,
+) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     clock.set(from_wire(c.lease_expires_at))
     assert (await run_sweep(server_client.server.app)).submissions_to_reconciliation == 1
-    status, raw = await post_json(server_client, result_path(sid), c.device,
-                                  result_body(c, "SUBMITTED", order_sn="ABC123456"))
+    status, raw = await post_json(
+        server_client, result_path(sid), c.device, result_body(c, "SUBMITTED", order_sn="ABC123456")
+    )
     assert status == 200, raw
     assert _extras(sync_conn, sid) == ("RECONCILIATION_REQUIRED", "SUBMITTED", "ABC123456", None)
     assert task_row(sync_conn, c.task_id)["state"] == "RECONCILIATION_REQUIRED"
 
 
-@pytest.mark.parametrize("change", [
-    {"order_sn": "12345"},  # too short
-    {"order_sn": "-12345678"},  # must start with a letter or digit
-    {"order_sn": "2412 01234567"},
-    {"order_sn": "２４１２０１２３４５６７"},  # full-width digits are not the wire form
-    {"order_sn": "1" * 41},
-    {"order_sn": None},  # optional means absent, not null
-    {"order_sn": 241201234567},
-    {"observation_reason": "PAID"},
-    {"observation_reason": None},
-    {"observation_reason": "payment_suspected"},
-], ids=lambda c: repr(c))
-async def test_bad_extras_refused_nothing_written(server_client: Any, make_device: Callable[..., Any],
-                                                  make_task: Callable[..., Any], sync_conn: sqlite3.Connection,
-                                                  change: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"order_sn": "12345"},  # too short
+        {"order_sn": "-12345678"},  # must start with a letter or digit
+        {"order_sn": "2412 01234567"},
+        {"order_sn": "２４１２０１２３４５６７"},  # full-width digits are not the wire form
+        {"order_sn": "1" * 41},
+        {"order_sn": None},  # optional means absent, not null
+        {"order_sn": 241201234567},
+        {"observation_reason": "PAID"},
+        {"observation_reason": None},
+        {"observation_reason": "payment_suspected"},
+    ],
+    ids=lambda c: repr(c),
+)
+async def test_bad_extras_refused_nothing_written(
+    server_client: Any,
+    make_device: Callable[..., Any],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+    change: dict[str, Any],
+) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     before = fingerprint(sync_conn)
     status, raw = await post_json(server_client, result_path(sid), c.device, result_body(c, **change))

@@ -30,7 +30,7 @@ CAUSES: dict[str, str] = {
     "fence": "`POST /api/v1/purchase-attempts/{aid}/submission-fence`, first success (device)",
     "result_submitted": "`POST /api/v1/order-submissions/{sid}/result` with `SUBMITTED` (device)",
     "result_needs_reconciliation": "`POST /api/v1/order-submissions/{sid}/result` with `EXTERNAL_PAYMENT_HANDOFF`, "
-                                   "`SECURITY_CHALLENGE` or `UNKNOWN` (device)",
+    "`SECURITY_CHALLENGE` or `UNKNOWN` (device)",
     "result": "`POST /api/v1/order-submissions/{sid}/result`, any observation (device)",
     "lease_expired_after_fence": "sweeper / start-up recovery: fenced, lease ended (≤ now), no result (system)",
     "reconcile_created": "`POST /order-submissions/{sid}/reconcile` — order was created (admin)",
@@ -46,12 +46,16 @@ CAUSES: dict[str, str] = {
     "approve": "批准 in the task drawer: `POST /approvals/{approval_id}/approve` (admin)",
     "reject": "驳回 in the task drawer: `POST /approvals/{approval_id}/reject` (admin)",
     "void": "its attempt closed (fail, reset, cancel, result, reconcile, sweeper), or the phone asked again with "
-            "other readings (`POST /api/v1/purchase-attempts/{aid}/approval`)",
+    "other readings (`POST /api/v1/purchase-attempts/{aid}/approval`)",
 }
 
-MACHINES = [("Task", TASK_TRANSITIONS), ("Authorization", AUTHORIZATION_TRANSITIONS),
-            ("Order submission", SUBMISSION_TRANSITIONS), ("Attempt (claim)", ATTEMPT_TRANSITIONS),
-            ("Approval request (issue 17; `server/domain/supervision.py`)", APPROVAL_TRANSITIONS)]
+MACHINES = [
+    ("Task", TASK_TRANSITIONS),
+    ("Authorization", AUTHORIZATION_TRANSITIONS),
+    ("Order submission", SUBMISSION_TRANSITIONS),
+    ("Attempt (claim)", ATTEMPT_TRANSITIONS),
+    ("Approval request (issue 17; `server/domain/supervision.py`)", APPROVAL_TRANSITIONS),
+]
 
 
 def render() -> str:

@@ -16,8 +16,16 @@ from tests.server.submissions import helpers as submission_helpers
 from tests.server.submissions.helpers import Claim, png, post_json, upload_png
 
 AT = "2026-08-04T09:00:30.000000Z"
-READINGS_KEYS = ("selected_color", "selected_size", "gate1_unit_price", "gate2_unit_price", "gate3_unit_price",
-                 "quantity_read", "confirm_page_amount", "payment_mode")
+READINGS_KEYS = (
+    "selected_color",
+    "selected_size",
+    "gate1_unit_price",
+    "gate2_unit_price",
+    "gate3_unit_price",
+    "quantity_read",
+    "confirm_page_amount",
+    "payment_mode",
+)
 
 
 def approval_path(attempt_id: str) -> str:
@@ -34,9 +42,15 @@ def readings_of(fence: dict[str, Any]) -> dict[str, Any]:
 
 
 def approval_body(c: Claim, screenshot_asset_id: str, readings: dict[str, Any], **over: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"approval_key": new_id(), "task_id": c.task_id, "authorization_id": c.authorization_id,
-                            "claim_generation": c.generation, "claim_token": c.token,
-                            "screenshot_asset_id": screenshot_asset_id, "readings": readings}
+    body: dict[str, Any] = {
+        "approval_key": new_id(),
+        "task_id": c.task_id,
+        "authorization_id": c.authorization_id,
+        "claim_generation": c.generation,
+        "claim_token": c.token,
+        "screenshot_asset_id": screenshot_asset_id,
+        "readings": readings,
+    }
     body.update(over)
     return body
 
@@ -63,18 +77,30 @@ async def status_of(client: Any, c: Claim, approval_id: str, **over: Any) -> tup
 
 def person_decides(conn: sqlite3.Connection, approval_id: str, action: str = "approve") -> None:
     """What the admin side does on 批准/驳回: the domain's transition, then the compare-and-set in the store."""
+
     def job(c: sqlite3.Connection) -> None:
         current = store.get_approval(c, approval_id)
         assert current is not None
         new = decide(ApprovalState(current.state), action)  # type: ignore[arg-type]
-        assert store.set_approval_state(c, approval_id, expected_state=current.state, new_state=new.value,
-                                        decided_by="admin:reviewer", decided_at=AT)
+        assert store.set_approval_state(
+            c,
+            approval_id,
+            expected_state=current.state,
+            new_state=new.value,
+            decided_by="admin:reviewer",
+            decided_at=AT,
+        )
+
     run_in_transaction(conn, job)
 
 
 def put_pair(conn: sqlite3.Connection, device_id: str, pack_key: str, confirmed: int, held: bool = False) -> None:
-    run_in_transaction(conn, lambda c: store.put_pair(c, store.Pair(
-        device_id, pack_key, confirmed, held, "marked wrong" if held else None, AT)))
+    run_in_transaction(
+        conn,
+        lambda c: store.put_pair(
+            c, store.Pair(device_id, pack_key, confirmed, held, "marked wrong" if held else None, AT)
+        ),
+    )
 
 
 def approval_row(conn: sqlite3.Connection, approval_id: str) -> store.Approval:

@@ -36,8 +36,9 @@ async def shot(server_client: Any, claimed: Claim) -> str:
     return await gate3_screenshot(server_client, claimed)
 
 
-async def test_create_replay_and_conflict(server_client: Any, claimed: Claim, shot: str,
-                                          sync_conn: sqlite3.Connection) -> None:
+async def test_create_replay_and_conflict(
+    server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection
+) -> None:
     readings = readings_of(fence_body(claimed))
     body = approval_body(claimed, shot, readings)
     status, answer, raw = await ask(server_client, claimed, body)
@@ -46,10 +47,15 @@ async def test_create_replay_and_conflict(server_client: Any, claimed: Claim, sh
     assert answer["state"] == "WAITING" and answer["decided_at"] is None
     row = approval_row(sync_conn, answer["approval_id"])
     assert (row.attempt_id, row.task_id, row.device_id, row.screenshot_asset_id) == (
-        claimed.attempt_id, claimed.task_id, claimed.device.device_id, shot)
+        claimed.attempt_id,
+        claimed.task_id,
+        claimed.device.device_id,
+        shot,
+    )
     assert row.readings_hash == readings_hash(readings) and json.loads(row.readings_json) == readings
-    audit = sync_conn.execute("SELECT actor_kind, actor_id, detail_json FROM audit_log"
-                              " WHERE action = 'approval.request'").fetchall()
+    audit = sync_conn.execute(
+        "SELECT actor_kind, actor_id, detail_json FROM audit_log WHERE action = 'approval.request'"
+    ).fetchall()
     assert len(audit) == 1 and tuple(audit[0][:2]) == ("device", claimed.device.device_id)
     assert json.loads(audit[0][2])["approval_id"] == answer["approval_id"]
     # same key, same body → the stored answer byte for byte (also after a person decided: poll status for news)
@@ -63,7 +69,8 @@ async def test_create_replay_and_conflict(server_client: Any, claimed: Claim, sh
 
 
 async def test_new_readings_void_the_old_request_same_readings_answer_it(
-        server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection
+) -> None:
     readings = readings_of(fence_body(claimed))
     _, first, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings))
     # an agent asking again (new key) with the same readings gets the same request, nothing new is stored
@@ -72,7 +79,10 @@ async def test_new_readings_void_the_old_request_same_readings_answer_it(
     person_decides(sync_conn, first["approval_id"])
     _, approved, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings))
     assert (approved["approval_id"], approved["state"], approved["decided_at"]) == (
-        first["approval_id"], "APPROVED", "2026-08-04T09:00:30.000000Z")
+        first["approval_id"],
+        "APPROVED",
+        "2026-08-04T09:00:30.000000Z",
+    )
     # other readings → the approved one becomes VOID (keeping who decided), a new one WAITS
     changed = {**readings, "gate3_unit_price": "12.87"}
     _, second, _ = await ask(server_client, claimed, approval_body(claimed, shot, changed))
@@ -84,8 +94,9 @@ async def test_new_readings_void_the_old_request_same_readings_answer_it(
     assert [json.loads(v[0])["why"] for v in voids] == ["new_readings"]
 
 
-async def test_a_rejection_stands_for_the_attempt(server_client: Any, claimed: Claim, shot: str,
-                                                  sync_conn: sqlite3.Connection) -> None:
+async def test_a_rejection_stands_for_the_attempt(
+    server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection
+) -> None:
     readings = readings_of(fence_body(claimed))
     _, first, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings))
     person_decides(sync_conn, first["approval_id"], "reject")
@@ -95,8 +106,14 @@ async def test_a_rejection_stands_for_the_attempt(server_client: Any, claimed: C
     assert sync_conn.execute("SELECT count(*) FROM approval_requests").fetchone()[0] == 1
 
 
-async def test_status_route(server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection,
-                            make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any]) -> None:
+async def test_status_route(
+    server_client: Any,
+    claimed: Claim,
+    shot: str,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+) -> None:
     _, created, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings_of(fence_body(claimed))))
     approval_id = created["approval_id"]
     status, answer = await status_of(server_client, claimed, approval_id)
@@ -111,34 +128,51 @@ async def test_status_route(server_client: Any, claimed: Claim, shot: str, sync_
     await status_of(server_client, claimed, approval_id)
     assert fingerprint(sync_conn) == after_decision and after_decision["device_requests"] == before["device_requests"]
     assert await status_of(server_client, claimed, approval_id, claim_token="0" * 64) == (
-        409, {"error": "claim_not_current"})
+        409,
+        {"error": "claim_not_current"},
+    )
     assert await status_of(server_client, claimed, approval_id, claim_generation=2) == (
-        409, {"error": "claim_not_current"})
+        409,
+        {"error": "claim_not_current"},
+    )
     assert await status_of(server_client, claimed, new_id()) == (404, {"error": "not_found"})
     # another device — even with its own valid claim — and another attempt's URL look like an unknown id
     make_task(start=True, goods_id="555")
     other = await claim_http(server_client, make_device("phone-2"))
-    status, raw = await post_json(server_client, status_path(claimed.attempt_id), other.device,
-                                  {"approval_id": approval_id, "claim_generation": 1, "claim_token": other.token})
+    status, raw = await post_json(
+        server_client,
+        status_path(claimed.attempt_id),
+        other.device,
+        {"approval_id": approval_id, "claim_generation": 1, "claim_token": other.token},
+    )
     assert (status, json.loads(raw)) == (404, {"error": "not_found"})
-    status, raw = await post_json(server_client, status_path(other.attempt_id), claimed.device,
-                                  {"approval_id": approval_id, "claim_generation": 1, "claim_token": claimed.token})
+    status, raw = await post_json(
+        server_client,
+        status_path(other.attempt_id),
+        claimed.device,
+        {"approval_id": approval_id, "claim_generation": 1, "claim_token": claimed.token},
+    )
     assert (status, json.loads(raw)) == (404, {"error": "not_found"})
 
 
 @pytest.mark.parametrize("supervised_orders", ["0"])
 async def test_not_supervised(server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection) -> None:
     before = fingerprint(sync_conn)
-    status, answer, _ = await ask(server_client, claimed,
-                                  approval_body(claimed, shot, readings_of(fence_body(claimed))))
+    status, answer, _ = await ask(
+        server_client, claimed, approval_body(claimed, shot, readings_of(fence_body(claimed)))
+    )
     assert (status, answer) == (409, {"error": "not_supervised"})
     assert fingerprint(sync_conn) == before
 
 
-async def test_screenshot_must_be_this_attempts_gate3(server_client: Any, claimed: Claim, shot: str,
-                                                      sync_conn: sqlite3.Connection,
-                                                      make_device: Callable[..., DeviceCreds],
-                                                      make_task: Callable[..., Any]) -> None:
+async def test_screenshot_must_be_this_attempts_gate3(
+    server_client: Any,
+    claimed: Claim,
+    shot: str,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+) -> None:
     make_task(start=True, goods_id="556")
     other = await claim_http(server_client, make_device("phone-2"))
     foreign = await gate3_screenshot(server_client, other)
@@ -157,16 +191,22 @@ async def test_screenshot_must_be_this_attempts_gate3(server_client: Any, claime
         before = fingerprint(sync_conn)
 
 
-async def test_claim_checks_like_the_fence(server_client: Any, claimed: Claim, shot: str,
-                                           sync_conn: sqlite3.Connection, clock: ManualClock) -> None:
+async def test_claim_checks_like_the_fence(
+    server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection, clock: ManualClock
+) -> None:
     readings = readings_of(fence_body(claimed))
     before = fingerprint(sync_conn)
-    for over in ({"claim_token": "f" * 64}, {"claim_generation": 2}, {"task_id": new_id()},
-                 {"authorization_id": new_id()}):
+    for over in (
+        {"claim_token": "f" * 64},
+        {"claim_generation": 2},
+        {"task_id": new_id()},
+        {"authorization_id": new_id()},
+    ):
         status, answer, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings, **over))
         assert (status, answer) == (409, {"error": "claim_not_current"}), over
-    status, raw = await post_json(server_client, approval_path(new_id()), claimed.device,
-                                  approval_body(claimed, shot, readings))
+    status, raw = await post_json(
+        server_client, approval_path(new_id()), claimed.device, approval_body(claimed, shot, readings)
+    )
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     clock.set(from_wire(claimed.lease_expires_at))  # a lease ending exactly now has ended
     status, answer, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings))
@@ -174,23 +214,27 @@ async def test_claim_checks_like_the_fence(server_client: Any, claimed: Claim, s
     assert fingerprint(sync_conn) == before
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda b: {**b, "extra": 1},
-    lambda b: {k: v for k, v in b.items() if k != "readings"},
-    lambda b: {**b, "readings": {**b["readings"], "extra": "x"}},
-    lambda b: {**b, "readings": {k: v for k, v in b["readings"].items() if k != "payment_mode"}},
-    lambda b: {**b, "readings": {**b["readings"], "gate1_unit_price": "12.8"}},
-    lambda b: {**b, "readings": {**b["readings"], "gate1_unit_price": 12.88}},
-    lambda b: {**b, "readings": {**b["readings"], "quantity_read": True}},
-    lambda b: {**b, "readings": {**b["readings"], "selected_color": ""}},
-    lambda b: {**b, "readings": {**b["readings"], "selected_color": "   "}},
-    lambda b: {**b, "readings": {**b["readings"], "payment_mode": "x" * 33}},
-    lambda b: {**b, "readings": []},
-    lambda b: {**b, "approval_key": "not-a-uuid"},
-    lambda b: {**b, "screenshot_asset_id": None},
-])
-async def test_bad_bodies_are_400_nothing_written(server_client: Any, claimed: Claim, shot: str,
-                                                  sync_conn: sqlite3.Connection, mutate: Any) -> None:
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: {**b, "extra": 1},
+        lambda b: {k: v for k, v in b.items() if k != "readings"},
+        lambda b: {**b, "readings": {**b["readings"], "extra": "x"}},
+        lambda b: {**b, "readings": {k: v for k, v in b["readings"].items() if k != "payment_mode"}},
+        lambda b: {**b, "readings": {**b["readings"], "gate1_unit_price": "12.8"}},
+        lambda b: {**b, "readings": {**b["readings"], "gate1_unit_price": 12.88}},
+        lambda b: {**b, "readings": {**b["readings"], "quantity_read": True}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_color": ""}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_color": "   "}},
+        lambda b: {**b, "readings": {**b["readings"], "payment_mode": "x" * 33}},
+        lambda b: {**b, "readings": []},
+        lambda b: {**b, "approval_key": "not-a-uuid"},
+        lambda b: {**b, "screenshot_asset_id": None},
+    ],
+)
+async def test_bad_bodies_are_400_nothing_written(
+    server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection, mutate: Any
+) -> None:
     before = fingerprint(sync_conn)
     body = mutate(approval_body(claimed, shot, readings_of(fence_body(claimed))))
     status, answer, _ = await ask(server_client, claimed, body)
@@ -204,15 +248,22 @@ async def test_edge_cases_of_the_routes(server_client: Any, claimed: Claim, shot
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
     status, raw = await post_json(server_client, approval_path(claimed.attempt_id), None, body)
     assert (status, raw) == (401, b"")
-    status, raw = await post_json(server_client, approval_path(claimed.attempt_id), claimed.device,
-                                  b'{"approval_key": 1, "approval_key": 2}')
+    status, raw = await post_json(
+        server_client, approval_path(claimed.attempt_id), claimed.device, b'{"approval_key": 1, "approval_key": 2}'
+    )
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
     status, raw = await post_json(server_client, approval_path(claimed.attempt_id), claimed.device, b"x" * 5000)
     assert (status, json.loads(raw)) == (413, {"error": "request_too_large"})
-    resp = await server_client.post(approval_path(claimed.attempt_id), data=json.dumps(body),
-                                    headers={**claimed.device.headers(), "Content-Type": "text/plain"})
+    resp = await server_client.post(
+        approval_path(claimed.attempt_id),
+        data=json.dumps(body),
+        headers={**claimed.device.headers(), "Content-Type": "text/plain"},
+    )
     assert (resp.status, await resp.json()) == (415, {"error": "unsupported_media_type"})
-    status, raw = await post_json(server_client, status_path(claimed.attempt_id), claimed.device,
-                                  {"approval_id": new_id(), "claim_generation": 1, "claim_token": claimed.token,
-                                   "extra": True})
+    status, raw = await post_json(
+        server_client,
+        status_path(claimed.attempt_id),
+        claimed.device,
+        {"approval_id": new_id(), "claim_generation": 1, "claim_token": claimed.token, "extra": True},
+    )
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})

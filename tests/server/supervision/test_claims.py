@@ -21,8 +21,9 @@ from tests.server.supervision.helpers import put_pair
 APP_KEY = "app:8.17.0:81700"  # the version submissions.helpers.heartbeat_body reports
 
 
-async def _claim(client: Any, creds: DeviceCreds, *, heartbeat_pack: str | None = None,
-                 **extra: Any) -> tuple[int, bytes, dict[str, Any]]:
+async def _claim(
+    client: Any, creds: DeviceCreds, *, heartbeat_pack: str | None = None, **extra: Any
+) -> tuple[int, bytes, dict[str, Any]]:
     """A READY heartbeat (naming ``heartbeat_pack`` when given), then claim-next with ``extra`` fields."""
     beat = heartbeat_body(creds.device_id)
     if heartbeat_pack is not None:
@@ -39,9 +40,12 @@ def _attempt(conn: sqlite3.Connection, attempt_id: str) -> tuple[str | None, int
     return row[0], row[1]
 
 
-async def test_new_pair_is_supervised_and_gets_a_row(server_client: Any, make_device: Callable[..., DeviceCreds],
-                                                     make_task: Callable[..., Any],
-                                                     sync_conn: sqlite3.Connection) -> None:
+async def test_new_pair_is_supervised_and_gets_a_row(
+    server_client: Any,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     make_task(start=True)
     dev = make_device()
     status, raw, _ = await _claim(server_client, dev)
@@ -56,10 +60,12 @@ async def test_new_pair_is_supervised_and_gets_a_row(server_client: Any, make_de
     assert json.loads(audit)["pack_key"] == APP_KEY and json.loads(audit)["supervised"] is True
 
 
-async def test_pack_key_order_claim_then_heartbeat_then_app(server_client: Any,
-                                                            make_device: Callable[..., DeviceCreds],
-                                                            make_task: Callable[..., Any],
-                                                            sync_conn: sqlite3.Connection) -> None:
+async def test_pack_key_order_claim_then_heartbeat_then_app(
+    server_client: Any,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     for goods in ("11", "12", "13"):
         make_task(start=True, goods_id=goods)
     named, reported, none = make_device("named"), make_device("reported"), make_device("none")
@@ -75,8 +81,12 @@ async def test_pack_key_order_claim_then_heartbeat_then_app(server_client: Any,
 
 
 @pytest.mark.parametrize("supervised_orders", ["0"])
-async def test_off_means_unsupervised(server_client: Any, make_device: Callable[..., DeviceCreds],
-                                      make_task: Callable[..., Any], sync_conn: sqlite3.Connection) -> None:
+async def test_off_means_unsupervised(
+    server_client: Any,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     make_task(start=True)
     dev = make_device()
     status, raw, _ = await _claim(server_client, dev)
@@ -87,9 +97,12 @@ async def test_off_means_unsupervised(server_client: Any, make_device: Callable[
     assert store.get_pair(sync_conn, dev.device_id, APP_KEY) is None  # no pair row for unsupervised claims
 
 
-async def test_confirmed_pairs_run_unsupervised_until_n(server_client: Any, make_device: Callable[..., DeviceCreds],
-                                                        make_task: Callable[..., Any],
-                                                        sync_conn: sqlite3.Connection) -> None:
+async def test_confirmed_pairs_run_unsupervised_until_n(
+    server_client: Any,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     make_task(start=True, goods_id="21")
     make_task(start=True, goods_id="22")
     two, three = make_device("two"), make_device("three")
@@ -100,8 +113,10 @@ async def test_confirmed_pairs_run_unsupervised_until_n(server_client: Any, make
     status, raw, _ = await _claim(server_client, three)
     assert status == 200 and json.loads(raw)["attempt"]["supervised"] is False
     # another pack of the same device is a new pair: supervised again
-    sync_conn.execute("UPDATE attempts SET state = 'CLOSED', close_reason = 'FAILED', closed_at = created_at"
-                      " WHERE device_id = ?", (three.device_id,))
+    sync_conn.execute(
+        "UPDATE attempts SET state = 'CLOSED', close_reason = 'FAILED', closed_at = created_at WHERE device_id = ?",
+        (three.device_id,),
+    )
     make_task(start=True, goods_id="23")
     status, raw, _ = await _claim(server_client, three, pack_id="pdd-8.17.0-new")
     assert status == 200 and json.loads(raw)["attempt"]["supervised"] is True
@@ -109,8 +124,11 @@ async def test_confirmed_pairs_run_unsupervised_until_n(server_client: Any, make
 
 @pytest.mark.parametrize("supervised_orders", ["3", "0"])
 async def test_held_pair_claims_nothing_and_the_heartbeat_says_why(
-        server_client: Any, make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any],
-        sync_conn: sqlite3.Connection) -> None:
+    server_client: Any,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+) -> None:
     """Held blocks also with supervision off: turning it off does not clear a person's "wrong"."""
     make_task(start=True)
     dev = make_device()
@@ -137,8 +155,9 @@ async def test_held_pair_claims_nothing_and_the_heartbeat_says_why(
     assert status == 200, raw
 
 
-async def test_claim_replay_is_byte_identical(server_client: Any, make_device: Callable[..., DeviceCreds],
-                                              make_task: Callable[..., Any]) -> None:
+async def test_claim_replay_is_byte_identical(
+    server_client: Any, make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any]
+) -> None:
     make_task(start=True)
     dev = make_device()
     status, raw, body = await _claim(server_client, dev, pack_id="pdd-8.17.0")
@@ -151,14 +170,19 @@ async def test_claim_replay_is_byte_identical(server_client: Any, make_device: C
 
 
 @pytest.mark.parametrize("pack_id", ["", "Pdd", "pdd 8", "-pdd", "x" * 65, 7, None, "NO_PACK", "pdd\n"])
-async def test_bad_pack_id_is_400_nothing_written(server_client: Any, make_device: Callable[..., DeviceCreds],
-                                                  make_task: Callable[..., Any], sync_conn: sqlite3.Connection,
-                                                  pack_id: object) -> None:
+async def test_bad_pack_id_is_400_nothing_written(
+    server_client: Any,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+    pack_id: object,
+) -> None:
     make_task(start=True)
     dev = make_device()
     await post_json(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id))
-    status, raw = await post_json(server_client, CLAIM_NEXT, dev, {"session_id": new_id(),
-                                                                   "claim_request_id": new_id(), "pack_id": pack_id})
+    status, raw = await post_json(
+        server_client, CLAIM_NEXT, dev, {"session_id": new_id(), "claim_request_id": new_id(), "pack_id": pack_id}
+    )
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
     assert sync_conn.execute("SELECT count(*) FROM attempts").fetchone()[0] == 0
 
@@ -174,19 +198,34 @@ def test_setting_values(tmp_path: Any) -> None:
 
 def test_supervised_is_optional_in_the_claim_answer() -> None:
     """The response schema lets ``supervised`` be absent (attempts claimed before issue 17 resume without it)."""
-    answer = {"task": {"id": new_id(), "version": 2, "title": "t", "product_url": "u", "goods_id": "1",
-                       "sku_color": "c", "sku_size": None, "quantity": 1, "max_total_price": "1.00"},
-              "authorization": {"id": new_id(), "task_version": 1, "expires_at": "2026-08-04T10:00:00Z"},
-              "attempt": {"id": new_id(), "claim_token": "0" * 64, "claim_generation": 1,
-                          "lease_expires_at": "2026-08-04T09:02:00Z"},
-              "server_now": "2026-08-04T09:00:00Z"}
+    answer = {
+        "task": {
+            "id": new_id(),
+            "version": 2,
+            "title": "t",
+            "product_url": "u",
+            "goods_id": "1",
+            "sku_color": "c",
+            "sku_size": None,
+            "quantity": 1,
+            "max_total_price": "1.00",
+        },
+        "authorization": {"id": new_id(), "task_version": 1, "expires_at": "2026-08-04T10:00:00Z"},
+        "attempt": {
+            "id": new_id(),
+            "claim_token": "0" * 64,
+            "claim_generation": 1,
+            "lease_expires_at": "2026-08-04T09:02:00Z",
+        },
+        "server_now": "2026-08-04T09:00:00Z",
+    }
     validate("claim_next.response", answer)
     validate("claim_next.response", {**answer, "attempt": {**answer["attempt"], "supervised": False}})
 
 
-async def test_heartbeat_hold_follows_the_reported_pack(server_client: Any,
-                                                        make_device: Callable[..., DeviceCreds],
-                                                        sync_conn: sqlite3.Connection) -> None:
+async def test_heartbeat_hold_follows_the_reported_pack(
+    server_client: Any, make_device: Callable[..., DeviceCreds], sync_conn: sqlite3.Connection
+) -> None:
     """The heartbeat's own ``pack_id`` names the pair; NO_PACK or none → the app version's pair."""
     dev = make_device()
     put_pair(sync_conn, dev.device_id, "pdd-8.17.0", confirmed=0, held=True)
@@ -208,8 +247,12 @@ async def test_heartbeat_hold_follows_the_reported_pack(server_client: Any,
 
 
 async def test_exempted_device_is_not_supervised_but_a_hold_stands(
-        server_client: Any, make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any],
-        sync_conn: sqlite3.Connection, clock: Any) -> None:
+    server_client: Any,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+    sync_conn: sqlite3.Connection,
+    clock: Any,
+) -> None:
     """``cmbuyer-server device supervision DEVICE off`` (the lead's CLI service) exempts the device."""
     from cmbuyer.server.db import run_in_transaction
     from cmbuyer.server.services import devices as device_service
@@ -219,8 +262,12 @@ async def test_exempted_device_is_not_supervised_but_a_hold_stands(
     make_task(start=True, goods_id="32")
     free, held = make_device("free"), make_device("held")
     for dev in (free, held):
-        run_in_transaction(sync_conn, lambda c, d=dev: device_service.set_supervision(
-            c, d.device_id, off=True, actor=TEST_ACTOR, now=clock.now()))
+        run_in_transaction(
+            sync_conn,
+            lambda c, d=dev: device_service.set_supervision(
+                c, d.device_id, off=True, actor=TEST_ACTOR, now=clock.now()
+            ),
+        )
     status, raw, _ = await _claim(server_client, free)
     assert status == 200 and json.loads(raw)["attempt"]["supervised"] is False
     assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"]) == (APP_KEY, 0)

@@ -19,9 +19,16 @@ from cmbuyer.server.domain.supervision import (
     void,
 )
 
-READINGS = {"selected_color": "红色", "selected_size": "XL", "gate1_unit_price": "12.80",
-            "gate2_unit_price": "12.80", "gate3_unit_price": "12.80", "quantity_read": 2,
-            "confirm_page_amount": "25.60", "payment_mode": "微信支付"}
+READINGS = {
+    "selected_color": "红色",
+    "selected_size": "XL",
+    "gate1_unit_price": "12.80",
+    "gate2_unit_price": "12.80",
+    "gate3_unit_price": "12.80",
+    "quantity_read": 2,
+    "confirm_page_amount": "25.60",
+    "payment_mode": "微信支付",
+}
 
 
 def test_policy_and_is_supervised() -> None:
@@ -52,21 +59,45 @@ def test_pack_key_order() -> None:
 
 
 def test_canonical_readings_follow_the_fence_normalization() -> None:
-    wide = {**READINGS, "selected_color": " 红色 ", "selected_size": "ＸＬ", "payment_mode": "微信支付\u3000",
-            "fence_key": "ignored", "submit_control_match_count": 1}
+    wide = {
+        **READINGS,
+        "selected_color": " 红色 ",
+        "selected_size": "ＸＬ",
+        "payment_mode": "微信支付\u3000",
+        "fence_key": "ignored",
+        "submit_control_match_count": 1,
+    }
     assert canonical_readings(wide) == READINGS
     assert readings_hash(wide) == readings_hash(READINGS)
     assert len(readings_hash(READINGS)) == 64
     assert canonical_readings({**READINGS, "selected_size": None})["selected_size"] is None
-    for key, other in (("gate3_unit_price", "12.81"), ("quantity_read", 3), ("selected_size", None),
-                       ("payment_mode", "支付宝"), ("confirm_page_amount", "25.59"), ("selected_color", "蓝色")):
+    for key, other in (
+        ("gate3_unit_price", "12.81"),
+        ("quantity_read", 3),
+        ("selected_size", None),
+        ("payment_mode", "支付宝"),
+        ("confirm_page_amount", "25.59"),
+        ("selected_color", "蓝色"),
+    ):
         assert readings_hash({**READINGS, key: other}) != readings_hash(READINGS), key
 
 
-@pytest.mark.parametrize("key,value", [
-    ("selected_color", None), ("selected_color", " "), ("selected_size", 3), ("selected_size", ""),
-    ("gate1_unit_price", "12.8"), ("gate2_unit_price", 12.8), ("confirm_page_amount", "012.80"),
-    ("quantity_read", True), ("quantity_read", "2"), ("quantity_read", 0), ("payment_mode", 1)])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("selected_color", None),
+        ("selected_color", " "),
+        ("selected_size", 3),
+        ("selected_size", ""),
+        ("gate1_unit_price", "12.8"),
+        ("gate2_unit_price", 12.8),
+        ("confirm_page_amount", "012.80"),
+        ("quantity_read", True),
+        ("quantity_read", "2"),
+        ("quantity_read", 0),
+        ("payment_mode", 1),
+    ],
+)
 def test_malformed_readings_fail_closed(key: str, value: object) -> None:
     with pytest.raises(ValidationFailed) as err:
         canonical_readings({**READINGS, key: value})

@@ -59,7 +59,8 @@ async def _fence(client: Any, c: Claim, body: dict[str, Any]) -> tuple[int, Any]
 
 
 async def test_without_approval_409_nothing_written_then_the_same_key_goes_through(
-        server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection) -> None:
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     body = fence_body(claimed)
     before = fingerprint(sync_conn)
     status, answer = await _fence(server_client, claimed, body)
@@ -79,8 +80,9 @@ async def test_without_approval_409_nothing_written_then_the_same_key_goes_throu
     assert sync_conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 1
 
 
-async def test_approved_readings_permit_even_in_another_spelling(server_client: Any, claimed: Claim,
-                                                                 sync_conn: sqlite3.Connection) -> None:
+async def test_approved_readings_permit_even_in_another_spelling(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     body = fence_body(claimed)
     # the fence compares NFKC and trimmed names: the approval is bound to that comparison form
     await _approved(server_client, sync_conn, claimed, {**readings_of(body), "payment_mode": " 微信支付"})
@@ -88,10 +90,13 @@ async def test_approved_readings_permit_even_in_another_spelling(server_client: 
     assert status == 200 and answer["click_permitted"] is True
 
 
-@pytest.mark.parametrize("key,stale", [("gate3_unit_price", "12.87"), ("confirm_page_amount", "25.75"),
-                                       ("payment_mode", "支付宝"), ("quantity_read", 1)])
-async def test_stale_readings_do_not_count(server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection,
-                                           key: str, stale: Any) -> None:
+@pytest.mark.parametrize(
+    "key,stale",
+    [("gate3_unit_price", "12.87"), ("confirm_page_amount", "25.75"), ("payment_mode", "支付宝"), ("quantity_read", 1)],
+)
+async def test_stale_readings_do_not_count(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, key: str, stale: Any
+) -> None:
     body = fence_body(claimed)
     await _approved(server_client, sync_conn, claimed, {**readings_of(body), key: stale})
     before = fingerprint(sync_conn)
@@ -99,10 +104,13 @@ async def test_stale_readings_do_not_count(server_client: Any, claimed: Claim, s
     assert fingerprint(sync_conn) == before
 
 
-async def test_approval_of_another_attempt_does_not_count(server_client: Any, claimed: Claim,
-                                                          sync_conn: sqlite3.Connection,
-                                                          make_device: Callable[..., DeviceCreds],
-                                                          make_task: Callable[..., Any]) -> None:
+async def test_approval_of_another_attempt_does_not_count(
+    server_client: Any,
+    claimed: Claim,
+    sync_conn: sqlite3.Connection,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+) -> None:
     make_task(start=True, goods_id="937122477376")  # the same SKU, quantity and prices: the same readings
     other = await claim_http(server_client, make_device("phone-2"))
     body = fence_body(claimed)
@@ -126,11 +134,16 @@ async def test_unsupervised_attempt_needs_no_approval(server_client: Any, claime
     assert status == 200 and answer["click_permitted"] is True
 
 
-async def test_failing_the_attempt_voids_its_approval(server_client: Any, claimed: Claim,
-                                                      sync_conn: sqlite3.Connection) -> None:
+async def test_failing_the_attempt_voids_its_approval(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+) -> None:
     approval_id = await _approved(server_client, sync_conn, claimed, readings_of(fence_body(claimed)))
-    status, raw = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device,
-                                  fail_body(claimed, reason_code="REJECTED_BY_REVIEWER"))
+    status, raw = await post_json(
+        server_client,
+        fail_path(claimed.attempt_id),
+        claimed.device,
+        fail_body(claimed, reason_code="REJECTED_BY_REVIEWER"),
+    )
     assert status == 200, raw
     row = approval_row(sync_conn, approval_id)
     assert (row.state, row.decided_by) == ("VOID", "admin:reviewer")  # who approved stays on record
@@ -139,37 +152,47 @@ async def test_failing_the_attempt_voids_its_approval(server_client: Any, claime
     void = sync_conn.execute("SELECT actor_kind, detail_json FROM audit_log WHERE action = 'approval.void'").fetchone()
     assert void[0] == "device" and json.loads(void[1])["why"] == "FAILED"
     # a closed attempt cannot ask again nor fence
-    shot_free = approval_body(claimed, approval_row(sync_conn, approval_id).screenshot_asset_id,
-                              readings_of(fence_body(claimed)))
+    shot_free = approval_body(
+        claimed, approval_row(sync_conn, approval_id).screenshot_asset_id, readings_of(fence_body(claimed))
+    )
     assert (await ask(server_client, claimed, shot_free))[:2] == (409, {"error": "claim_not_current"})
     assert await _fence(server_client, claimed, fence_body(claimed)) == (409, {"error": "claim_not_current"})
 
 
 @pytest.mark.parametrize("action", ["reset_to_draft", "cancel"])
-async def test_admin_reset_and_cancel_void_a_waiting_request(server_client: Any, claimed: Claim,
-                                                             sync_conn: sqlite3.Connection, clock: ManualClock,
-                                                             action: str) -> None:
+async def test_admin_reset_and_cancel_void_a_waiting_request(
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, clock: ManualClock, action: str
+) -> None:
     shot = await gate3_screenshot(server_client, claimed)
     _, waiting, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings_of(fence_body(claimed))))
     version = sync_conn.execute("SELECT version FROM tasks WHERE id = ?", (claimed.task_id,)).fetchone()[0]
-    run_in_transaction(sync_conn, lambda c: getattr(admin_actions, action)(
-        c, claimed.task_id, version, None, Actor("admin", "boss"), clock.now()))
+    run_in_transaction(
+        sync_conn,
+        lambda c: getattr(admin_actions, action)(
+            c, claimed.task_id, version, None, Actor("admin", "boss"), clock.now()
+        ),
+    )
     row = approval_row(sync_conn, waiting["approval_id"])
     assert (row.state, row.decided_by, row.decided_at) == ("VOID", None, None)
     void = sync_conn.execute("SELECT actor_kind, actor_id FROM audit_log WHERE action = 'approval.void'").fetchone()
     assert tuple(void) == ("admin", "boss")
 
 
-async def test_result_and_sweeper_void_the_used_approval(server_client: Any, claimed: Claim,
-                                                         sync_conn: sqlite3.Connection, clock: ManualClock,
-                                                         make_device: Callable[..., DeviceCreds],
-                                                         make_task: Callable[..., Any]) -> None:
+async def test_result_and_sweeper_void_the_used_approval(
+    server_client: Any,
+    claimed: Claim,
+    sync_conn: sqlite3.Connection,
+    clock: ManualClock,
+    make_device: Callable[..., DeviceCreds],
+    make_task: Callable[..., Any],
+) -> None:
     approval_id = await _approved(server_client, sync_conn, claimed, readings_of(fence_body(claimed)))
     status, answer = await _fence(server_client, claimed, fence_body(claimed))
     assert status == 200
     assert approval_row(sync_conn, approval_id).state == "APPROVED"  # the fence itself leaves it as it is
-    status, raw = await post_json(server_client, result_path(answer["submission_id"]), claimed.device,
-                                  result_body(claimed))
+    status, raw = await post_json(
+        server_client, result_path(answer["submission_id"]), claimed.device, result_body(claimed)
+    )
     assert status == 200, raw
     assert approval_row(sync_conn, approval_id).state == "VOID"
     # the sweeper closes a fenced attempt whose lease ran out without a result
@@ -180,6 +203,7 @@ async def test_result_and_sweeper_void_the_used_approval(server_client: Any, cla
     now = from_wire(late.lease_expires_at) + timedelta(seconds=1)
     run_in_transaction(sync_conn, lambda c: recovery.sweep(c, now))
     assert approval_row(sync_conn, late_id).state == "VOID"
-    void = sync_conn.execute("SELECT actor_kind, detail_json FROM audit_log WHERE action = 'approval.void'"
-                             " ORDER BY id DESC").fetchone()
+    void = sync_conn.execute(
+        "SELECT actor_kind, detail_json FROM audit_log WHERE action = 'approval.void' ORDER BY id DESC"
+    ).fetchone()
     assert void[0] == "system" and json.loads(void[1])["why"] == "LEASE_EXPIRED_AFTER_FENCE"
