@@ -73,6 +73,9 @@ ENV = {
     "CMBUYER_CLAIM_LEASE_TTL": "600",
     "CMBUYER_AUTHORIZATION_TTL": "86400",
     "CMBUYER_LOG_LEVEL": "WARNING",
+    # Every simulated device connects from 127.0.0.1, so the per-address cap on pending connections
+    # (issue 18; real phones each have their own address) would evict the 128-client level's sockets.
+    "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS": "4096",
 }
 
 
