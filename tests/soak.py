@@ -27,6 +27,13 @@ def soak_iterations(default: int) -> int:
     return configured() or default
 
 
+def soak_scale(default: int, soak: int) -> int:
+    """``default`` normally; ``soak`` (or the configured count, if larger) when a count above 1 is
+    configured, as by ``make soak`` (for loops whose small default is too small for a soak run)."""
+    n = configured()
+    return default if n is None or n <= 1 else max(soak, n)
+
+
 def timeout_for(base: float, seconds_per_iteration: float) -> float:
     """Time limit in seconds of a slow test: ``base`` plus its per-iteration allowance times the
     configured count (``base`` alone when no count is configured: the small default run)."""

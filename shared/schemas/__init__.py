@@ -149,7 +149,7 @@ def _validator(name: str) -> Draft202012Validator:
 # of a device request's CPU (docs/performance.md). For schemas made only of the simplest keywords (a
 # closed object of required/optional string and integer fields, reached through ``common.json`` refs) a
 # plain-Python check is compiled once. It may only *accept*: when it says "valid" the instance is valid
-# under jsonschema too (tests/server/claims/test_schema_fast_path.py checks this with Hypothesis); any
+# under jsonschema too (tests/shared/test_schema_fast_path.py checks this with Hypothesis); any
 # other outcome — invalid, or merely unusual types such as bool, float, str subclasses — falls through
 # to jsonschema, so every error and its path stay exactly as before.
 

@@ -24,7 +24,7 @@ def canonical_json(value: Any) -> str:
 
     The text is exactly ``json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``
     for every value made of dict (str keys), list, str, int, bool and None — everything the strict reader
-    lets in (no floats) and every body we build; ``tests/server/claims/test_canonical_json.py`` proves it.
+    lets in (no floats) and every body we build; ``tests/shared/test_canonical_json.py`` proves it.
     Values orjson refuses (integers beyond 64 bits, lone surrogates, non-str keys, nesting deeper than 254,
     datetimes, dataclasses) go to the reference encoder, which raises TypeError for what it cannot hold, as
     before. Not in our data, and different from the reference: floats get orjson's shortest round-trip

@@ -24,7 +24,7 @@ ADMIN_USER = "ops"
 ADMIN_PASSWORD = "correct horse battery"  # test-only credential of a throwaway database
 # argon2 is deliberately slow. Tests store a hash made with minimal cost parameters (verification
 # reads the parameters from the hash itself, so the production verify path still runs); the
-# production parameters are exercised by the foundation tests and by one test here.
+# production parameters are exercised by tests/server/test_cli.py and by one test here.
 _HASH = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1).hash(ADMIN_PASSWORD)
 PRODUCTION_HASH_FN = hash_password
 _CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]{64})"')
@@ -40,7 +40,7 @@ def csrf_from(html: str) -> str:
 def add_admin(
     conn: sqlite3.Connection, clock: ManualClock, username: str = ADMIN_USER, password_hash: str = _HASH
 ) -> str:
-    """Insert an administrator directly (the hashing path is covered by the foundation tests)."""
+    """Insert an administrator directly (the hashing path is covered by tests/server/test_cli.py)."""
     admin_id = new_id()
     run_in_transaction(conn, lambda c: admin_store.insert(c, admin_id, username, password_hash, to_wire(clock.now())))
     return admin_id

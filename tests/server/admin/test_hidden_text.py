@@ -1,7 +1,7 @@
 """Bidi and invisible characters (issue 18 item 8) are refused in every text a person reads or a gate
 compares — task title, colour, size, reconciliation note — on the admin form and the JSON API, with a
 Chinese error naming the code point, and nothing is written. The CLI paths and device names:
-tests/server/foundation/test_cli.py; the rule itself: tests/server/foundation/test_text_rule.py."""
+tests/server/test_cli.py; the rule itself: tests/shared/test_text_rule.py."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ async def post_login(
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     """The burst below opens 101 login connections from one address at once: more than the edge's
-    per-address cap on unauthenticated connections (64, tests/server/edge), which would close the
+    per-address cap on unauthenticated connections (64, tests/server/web), which would close the
     oldest before the throttle is reached. That cap is its own defence; here it is raised so that every
     guess reaches the throttle this module is about."""
     return dataclasses.replace(settings, pending_connections_per_address=256)

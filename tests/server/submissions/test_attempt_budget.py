@@ -15,6 +15,7 @@ import pytest
 from cmbuyer.schemas import validate
 from cmbuyer.server.config import Settings, SettingsError, load_settings
 from cmbuyer.server.domain.limits import AttemptBudget
+from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     ATTEMPT_LIMIT as LIMIT,
 )
@@ -30,7 +31,6 @@ from tests.server.submissions.helpers import (
     small_budget_settings,  # noqa: F401 (the small-budget ``settings`` fixture)
     upload,
 )
-from tests.server.submissions.pngs import padded_to
 
 
 def _files(settings: Settings) -> list[Path]:

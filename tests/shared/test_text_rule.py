@@ -14,8 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cmbuyer.schemas.text import BIDI_CONTROLS, text_problem
-
-from .test_cli import URL, cli, cli_json
+from tests.server.test_cli import URL, cli, cli_json
 
 REFUSED = {
     "rlo": "价格\u202e88.21",

@@ -29,7 +29,7 @@ from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.server import db as db_module
 from cmbuyer.server.db import BUSY_TIMEOUT_MS, MAX_SHORT_BATCH, Database, StorageError
 
-from ..scratch_db import create_scratch
+from .scratch_db import create_scratch
 
 CLIENTS = MAX_SHORT_BATCH + 8
 

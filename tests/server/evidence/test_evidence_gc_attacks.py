@@ -2,7 +2,7 @@
 and the budget settings (server/config.py): real SQLite file, real aiohttp app, the real CLI entry
 point. Tests marked "Found:" failed on the first version of these features (fixed since); the others
 are regressions the other tests do not cover (odd trees, chunk boundaries, a locked database, a missing
-evidence dir). The budget races are in test_budget_gc_attack_budget.py (it needs small budgets for every
+evidence dir). The budget races are in tests/server/submissions/test_attempt_budget_attacks.py (it needs small budgets for every
 test)."""
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from cmbuyer.server.config import Settings, SettingsError, load_settings
 from cmbuyer.server.db import connect_sync
 from cmbuyer.server.evidence import files
 from cmbuyer.server.store import evidence as evidence_store
+from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     Claim,
     age_file,
     upload_png,
 )
-from tests.server.submissions.pngs import padded_to
 
 DAY = 86400
 

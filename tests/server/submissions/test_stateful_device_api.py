@@ -38,9 +38,8 @@ from hypothesis.stateful import (
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.services.common import new_id
-from tests.server.adversarial.conftest import soak_iterations
-from tests.server.adversarial.inproc import InProcServer
 from tests.server.conftest import DeviceCreds
+from tests.server.inproc import InProcServer
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     HEARTBEAT,
@@ -56,6 +55,7 @@ from tests.server.submissions.helpers import (
     png,
     result_path,
 )
+from tests.soak import soak_iterations
 
 RENEW = "/api/v1/tasks/{}/lease/renew"
 DOCUMENTED = {200, 201, 204, 400, 404, 409}

@@ -16,7 +16,6 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services.common import new_id
-from tests.server.adversarial.conftest import soak_iterations
 from tests.server.conftest import TEST_ACTOR
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
@@ -32,6 +31,7 @@ from tests.server.submissions.helpers import (
     post_json,
     result_path,
 )
+from tests.soak import soak_iterations
 
 ZERO = "13c9f507-7473-4fa6-8d71-8786c34c6301"
 ROUTES = [

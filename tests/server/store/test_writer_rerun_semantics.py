@@ -18,7 +18,7 @@ import pytest
 
 from cmbuyer.server.db import Database, StorageError, connect_sync
 
-from ..scratch_db import create_scratch, scratch_database
+from .scratch_db import create_scratch, scratch_database
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image, PngImagePlugin
 
 from cmbuyer.server.evidence.png import MAX_ANCILLARY_INFLATED, ImageRejected, validate_png
+from tests.server.evidence.pngs import build, chunk
 from tests.server.submissions.helpers import upload_png
-from tests.server.submissions.pngs import build, chunk
 
 SIDE, PIXELS = 8192, 16_777_216
 

@@ -15,6 +15,7 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.web import multipart as multipart_module
+from tests.server.evidence.pngs import build, padded_to
 from tests.server.submissions.helpers import (
     Claim,
     claim_http,
@@ -28,7 +29,6 @@ from tests.server.submissions.helpers import (
     post_json,
     upload,
 )
-from tests.server.submissions.pngs import build, padded_to
 
 MiB = 1024 * 1024
 

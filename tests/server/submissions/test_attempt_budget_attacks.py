@@ -20,6 +20,7 @@ from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.services.common import new_id
+from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     ATTEMPT_LIMIT as LIMIT,
 )
@@ -37,7 +38,6 @@ from tests.server.submissions.helpers import (
     upload,
     upload_png,
 )
-from tests.server.submissions.pngs import padded_to
 
 
 async def test_concurrent_event_batches_and_replays_at_the_cap(

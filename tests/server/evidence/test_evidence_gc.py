@@ -21,6 +21,7 @@ from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.services.common import new_id
+from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     Claim,
     age_file,
@@ -30,7 +31,6 @@ from tests.server.submissions.helpers import (
     upload,
     upload_png,
 )
-from tests.server.submissions.pngs import padded_to
 
 DAY = 86400
 BUDGET = AttemptBudget(events=1000, evidence_files=32, evidence_bytes=128 << 20)

@@ -28,7 +28,8 @@ import pytest
 
 from cmbuyer.server.config import Settings
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body
-from tests.server.edge.conftest import address, read_answer, request, soak_scale
+from tests.server.web.conftest import address, read_answer, request
+from tests.soak import soak_scale
 
 ANSWER_WITHIN_S = 2.0
 LOG_BOUND = 256 * 1024

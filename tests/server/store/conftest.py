@@ -1,21 +1,17 @@
-"""Fixtures for the adversarial tests: a claimed attempt through the real HTTP API, storage-fault
-injection through the DB writer (``PRAGMA max_page_count``), and the soak iteration count."""
+"""Fixtures of the storage tests (server/db.py, server/migrate.py, migrations/, server/store/):
+storage-fault injection through the DB writer (TEMP triggers, ``PRAGMA max_page_count``), a row count
+of every table a device request may write, and the claim fixtures of tests/server/claims that the
+migration tests seed with."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.web.keys import DB
-
-
-def soak_iterations(default: int) -> int:
-    """Loop counts come from ``CMBUYER_SOAK_ITERATIONS`` (small default so the folder stays fast)."""
-    raw = os.environ.get("CMBUYER_SOAK_ITERATIONS")
-    return max(1, int(raw)) if raw else default
+from tests.server.claims.conftest import policy, ready_device  # noqa: F401 — fixtures reused here
 
 
 class StorageFault:

@@ -1,24 +1,15 @@
-"""Fixtures of the HTTP-edge tests (server/web/edge.py): raw-socket exchanges with the real aiohttp
-server of tests/server/conftest.py, the admin login fixtures of tests/server/admin, and the soak
-scale. Raw sockets because the client libraries refuse or rewrite exactly the requests under test
+"""Fixtures of the HTTP-edge tests (server/web/: edge.py, device_auth.py, hardening.py): raw-socket
+exchanges with the real aiohttp server of tests/server/conftest.py and the admin login fixtures of
+tests/server/admin. Raw sockets because the client libraries refuse or rewrite exactly the requests under test
 (bogus Content-Encoding, bodies streamed after the answer, half-sent headers)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from tests.server.admin.conftest import admin, admin_client  # noqa: F401 — fixtures reused here
-
-
-def soak_scale(default: int, soak: int) -> int:
-    """``default`` normally; ``soak`` (or more) when CMBUYER_SOAK_ITERATIONS is set as by `make soak`."""
-    raw = os.environ.get("CMBUYER_SOAK_ITERATIONS")
-    if not raw or int(raw) <= 1:
-        return default
-    return max(soak, int(raw))
 
 
 @dataclass

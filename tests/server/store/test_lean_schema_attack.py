@@ -52,8 +52,8 @@ from cmbuyer.server.store import admin_queries, views
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import claims as claim_store
-from tests.server.claims.test_migration_lean import add_later_columns
 from tests.server.conftest import TEST_ACTOR, DeviceCreds
+from tests.server.store.test_migration_lean import add_later_columns
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     HEARTBEAT,
@@ -107,7 +107,7 @@ def _schema_at(last: int) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _code_at_0005() -> Iterator[None]:
     """This module attacks 0005 and the runner: the code knows migrations 1..5 only. Later ones (0006
-    rebuilds other tables) have their own tests (tests/server/claims/test_migration_order_sheet.py)."""
+    rebuilds other tables) have their own tests (tests/server/store/test_migration_order_sheet.py)."""
     with _schema_at(5):
         yield
 

@@ -24,7 +24,7 @@ from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.store import admin_queries
 from tests.server.claims.conftest import heartbeat_body
-from tests.server.claims.test_migration_lean import ACTOR, AT, Claim, _claim, _migrate_to, _seed
+from tests.server.store.test_migration_lean import ACTOR, AT, Claim, _claim, _migrate_to, _seed
 
 ORDER_SHEET = "0006_one_dimension_sku_and_order_sheet.sql"
 TABLES = ("tasks", "authorizations", "evidence_assets", "order_submissions", "attempts", "task_search")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body, post
-from tests.server.edge.conftest import exchange, request
+from tests.server.web.conftest import exchange, request
 
 FORM = "application/x-www-form-urlencoded"
 

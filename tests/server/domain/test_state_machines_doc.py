@@ -2,7 +2,7 @@
 markers must equal the file's text, and every use-case must name the request that causes it.
 
 Regenerate after changing states.py:
-``CMBUYER_REGEN_DOCS=1 pytest tests/server/submissions/test_state_machines_doc.py``.
+``CMBUYER_REGEN_DOCS=1 pytest tests/server/domain/test_state_machines_doc.py``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ import pytest
 
 from cmbuyer.server.web.admin import common as admin_common
 from tests.server.claims.conftest import CLAIM, HEARTBEAT, heartbeat_body, post
-from tests.server.edge.conftest import RawAnswer, address, read_answer, request, soak_scale
+from tests.server.web.conftest import RawAnswer, address, read_answer, request
+from tests.soak import soak_scale
 
 CUT_WITHIN_S = 4.0  # LINGER_S (1 s) plus generous slack for a loaded 2-core VM
 SENT_BOUND = 64 * 1024**2  # socket buffers on loopback hold a few MiB; draining for 10 s is GiBs

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from cmbuyer.server.evidence.png import ImageRejected, validate_png
+from tests.server.evidence.pngs import build, chunk, ihdr
 from tests.server.submissions.helpers import png
-from tests.server.submissions.pngs import build, chunk, ihdr
 
 SIDE, PIXELS = 8192, 16_777_216
 

@@ -1,6 +1,6 @@
 """The writer and other processes' locks (design §5): an idle writer holds no write lock, and writes queued
 behind another process's lock wait for it and then commit exactly once — on a real SQLite file.
-(Sustained-load cases: tests/server/adversarial/test_writer_under_load.py.)
+(Sustained-load cases: tests/server/store/test_writer_under_load.py.)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from cmbuyer.server.db import Database
 
-from ..scratch_db import scratch_database
+from .scratch_db import scratch_database
 
 PAYLOAD = 2048
 

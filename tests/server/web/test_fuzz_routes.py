@@ -1,7 +1,7 @@
 """Header and body fuzzing of every device and admin route over real HTTP (issue 18 acceptance).
 
 The real app (real SQLite file, ManualClock) is served on a loopback port from a background thread
-(tests/server/adversarial/inproc.py) so synchronous Hypothesis can drive it through raw sockets —
+(tests/server/inproc.py) so synchronous Hypothesis can drive it through raw sockets —
 raw, because client libraries normalise exactly the headers being mutated. Each example sends five
 requests: a route from the app's own router (so new routes are fuzzed without editing this file),
 its path parameters filled with real ids, random UUIDs or junk, credentials that are valid most of
@@ -35,10 +35,10 @@ from hypothesis import strategies as st
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from tests.server.admin.conftest import ADMIN_PASSWORD, ADMIN_USER, add_admin, csrf_from
-from tests.server.adversarial.inproc import InProcServer
 from tests.server.claims.conftest import heartbeat_body
-from tests.server.edge.conftest import soak_scale
+from tests.server.inproc import InProcServer
 from tests.server.submissions.helpers import png
+from tests.soak import soak_scale
 
 REQUESTS_PER_EXAMPLE = 5
 EXAMPLES = soak_scale(40, 2000)  # 200 requests by default, 10,000 under `make soak`

@@ -16,7 +16,7 @@ from cmbuyer.server.config import DEFAULT_PAYMENT_MODES, Settings
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.web.keys import CLOCK, DB
-from tests.server.adversarial.conftest import StorageFault, counts
+from tests.server.store.conftest import StorageFault, counts
 from tests.server.submissions.helpers import (
     Claim,
     events_body,

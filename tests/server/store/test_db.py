@@ -12,7 +12,7 @@ import pytest
 
 from cmbuyer.server.db import Database, StorageError, connect_sync
 
-from ..scratch_db import scratch_database
+from .scratch_db import scratch_database
 
 
 @pytest.fixture

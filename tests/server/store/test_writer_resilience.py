@@ -15,7 +15,7 @@ import pytest
 from cmbuyer.server import db as db_module
 from cmbuyer.server.db import Database, StorageError
 
-from ..scratch_db import scratch_database
+from .scratch_db import scratch_database
 
 
 @pytest.fixture
