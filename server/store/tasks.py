@@ -1,9 +1,14 @@
-"""SQL for tasks. Version checks are part of each UPDATE (compare-and-set on ``version``)."""
+"""SQL for tasks. Version checks are part of each UPDATE (compare-and-set on ``version``); the state
+changes only through :func:`set_state`."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+
+from cmbuyer.server.domain.states import TASK_TRANSITIONS, StateChanges
+
+_CHANGES = StateChanges("task", TASK_TRANSITIONS)
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,11 @@ def set_state(
 ) -> bool:
     """CAS: move the task to ``new_state`` and bump the version when both version and state still match.
 
-    Returns False (nothing written) when another writer got there first.
+    Returns False (nothing written) when another writer got there first. Raises
+    :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) when no use-case of
+    ``TASK_TRANSITIONS`` moves ``expected_state`` to ``new_state``.
     """
+    _CHANGES.check(expected_state, new_state)
     cur = conn.execute(
         "UPDATE tasks SET state = ?, version = version + 1, state_reason = ?, updated_at = ?"
         " WHERE id = ? AND version = ? AND state = ?",
