@@ -207,11 +207,3 @@ def fenced_with_expired_lease(conn: sqlite3.Connection, now: str, limit: int = 2
             (now, limit),
         )
     ]
-
-
-def count_by_authorization(conn: sqlite3.Connection) -> dict[str, int]:
-    """``{authorization_id: number of submissions}`` (integrity checks and tests)."""
-    return {
-        r[0]: r[1]
-        for r in conn.execute("SELECT authorization_id, count(*) FROM order_submissions GROUP BY authorization_id")
-    }

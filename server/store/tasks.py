@@ -33,7 +33,8 @@ class Task:
     updated_at: str
 
 
-def _row(r: sqlite3.Row) -> Task:
+def from_row(r: sqlite3.Row) -> Task:
+    """A ``tasks`` row (``SELECT *``) as a :class:`Task`."""
     return Task(
         r["id"],
         r["create_key"],
@@ -84,13 +85,13 @@ def insert(conn: sqlite3.Connection, task: Task) -> None:
 def get(conn: sqlite3.Connection, task_id: str) -> Task | None:
     """One task by id, or None."""
     r = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
-    return None if r is None else _row(r)
+    return None if r is None else from_row(r)
 
 
 def by_create_key(conn: sqlite3.Connection, create_key: str) -> Task | None:
     """The task created with ``create_key``, or None."""
     r = conn.execute("SELECT * FROM tasks WHERE create_key = ?", (create_key,)).fetchone()
-    return None if r is None else _row(r)
+    return None if r is None else from_row(r)
 
 
 def set_state(
@@ -116,48 +117,3 @@ def set_state(
         (new_state, reason, at, task_id, expected_version, expected_state),
     )
     return cur.rowcount == 1
-
-
-def page(
-    conn: sqlite3.Connection,
-    *,
-    states: list[str] | None = None,
-    keyword: str | None = None,
-    created_from: str | None = None,
-    created_to: str | None = None,
-    before: tuple[str, str] | None = None,
-    limit: int = 50,
-) -> list[Task]:
-    """A page of tasks, newest first, keyset-paginated on ``(created_at, id)`` (index-backed).
-
-    ``keyword`` matches the goods id exactly or a title substring; ``before`` is the last row of the
-    previous page.
-    """
-    where: list[str] = []
-    args: list[object] = []
-    if states:
-        where.append(f"state IN ({','.join('?' * len(states))})")
-        args.extend(states)
-    if keyword:
-        where.append("(goods_id = ? OR instr(title, ?) > 0 OR id = ?)")
-        args.extend([keyword, keyword, keyword])
-    if created_from:
-        where.append("created_at >= ?")
-        args.append(created_from)
-    if created_to:
-        where.append("created_at < ?")
-        args.append(created_to)
-    if before:
-        where.append("(created_at, id) < (?, ?)")
-        args.extend(before)
-    sql = "SELECT * FROM tasks"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-    args.append(limit)
-    return [_row(r) for r in conn.execute(sql, args)]
-
-
-def count_by_state(conn: sqlite3.Connection) -> dict[str, int]:
-    """``{state: count}`` over all tasks."""
-    return {r[0]: r[1] for r in conn.execute("SELECT state, count(*) FROM tasks GROUP BY state")}
