@@ -476,7 +476,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 print(f"{body['authorized_count']} task(s) started; payment is never automated")
         elif args.task_cmd == "list":
             from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
-            from cmbuyer.server.store import tasks as task_store
+            from cmbuyer.server.store.queries import tasks as task_store
 
             states = [args.state] if args.state else None
             rows = task_store.page(conn, states=states, limit=args.limit)

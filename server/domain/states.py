@@ -1,12 +1,15 @@
-"""State machines of tasks, authorizations, attempts and order submissions (design §3).
+"""State machines of tasks, authorizations, attempts, order submissions and devices (design §3).
 
 Each machine is a table ``{(from_state, use_case): to_state}``; :func:`transition` is the only way the
 services compute a new state, and docs/state-machines.md is checked against these tables by a test.
-Terminal states are reachable only through their own use-case — there is no generic "set state".
+Terminal states are reachable only through their own use-case. The store writes a state only through
+each module's compare-and-set ``set_state``, which refuses a ``(from, to)`` pair that no use-case of the
+machine produces (:class:`StateChanges`, :class:`StateChangeNotAllowed`) before any SQL runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import TypeVar
 
@@ -74,6 +77,13 @@ class SubmissionState(StrEnum):
     NOT_CREATED = "NOT_CREATED"
 
 
+class DeviceState(StrEnum):
+    """Device lifecycle (migration 0001 ``devices.state``): enrolled ACTIVE, revoked for good."""
+
+    ACTIVE = "ACTIVE"
+    REVOKED = "REVOKED"
+
+
 T = TaskState
 TASK_TRANSITIONS: dict[tuple[TaskState, str], TaskState] = {
     (T.DRAFT, "start_purchase"): T.PENDING,
@@ -121,6 +131,11 @@ ATTEMPT_TRANSITIONS: dict[tuple[AttemptState, str], AttemptState] = {
     (AttemptState.OPEN, "close"): AttemptState.CLOSED,
 }
 
+# Revocation is final: a revoked device never authenticates again; a new enrollment is a new device id.
+DEVICE_TRANSITIONS: dict[tuple[DeviceState, str], DeviceState] = {
+    (DeviceState.ACTIVE, "revoke"): DeviceState.REVOKED,
+}
+
 # States where the fence exists or is past: reset, cancel and restart answer 409 submission_fenced.
 FENCED_TASK_STATES = frozenset(
     {T.SUBMITTING, T.WAITING_PAYMENT, T.PAID, T.RECONCILIATION_REQUIRED, T.CLOSED_NOT_CREATED}
@@ -137,3 +152,27 @@ def transition(table: dict[tuple[StateT, str], StateT], state: StateT, use_case:
         return table[(state, use_case)]
     except KeyError:
         raise InvalidTransition(f"{use_case} is not allowed in state {state}") from None
+
+
+class StateChangeNotAllowed(InvalidTransition):
+    """A compare-and-set asked the store for a ``(from, to)`` pair that no use-case of the machine produces
+    (409 ``invalid_state``). Only a caller that skipped :func:`transition` can cause it; nothing is written."""
+
+
+class StateChanges:
+    """The ``(from, to)`` pairs one transition table allows, for the store's ``set_state`` guards.
+
+    ``machine`` names the machine in the error message (e.g. ``"task"``); ``table`` is one of the
+    ``*_TRANSITIONS`` tables. States compare as their string values, so plain ``str`` arguments work.
+    """
+
+    __slots__ = ("machine", "pairs")
+
+    def __init__(self, machine: str, table: Mapping[tuple[StateT, str], StateT]) -> None:
+        self.machine = machine
+        self.pairs: frozenset[tuple[str, str]] = frozenset((str(src), str(dst)) for (src, _), dst in table.items())
+
+    def check(self, expected: str, new: str) -> None:
+        """Return when some use-case moves ``expected`` to ``new``; raise :class:`StateChangeNotAllowed` otherwise."""
+        if (expected, new) not in self.pairs:
+            raise StateChangeNotAllowed(f"{self.machine}: {expected} -> {new} is not a transition of its state machine")

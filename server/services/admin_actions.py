@@ -32,10 +32,12 @@ from cmbuyer.server.domain.states import (
 )
 from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.common import Actor
-from cmbuyer.server.store import admin_actions as action_store
-from cmbuyer.server.store import admin_queries, audit
+from cmbuyer.server.store import attempts as attempt_store
+from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.store.queries import admin as admin_queries
 
 NOTE_MAX = 500
 RECONCILE_OUTCOMES = {"created": "reconcile_created", "not_created": "reconcile_not_created"}
@@ -92,7 +94,7 @@ def _close_before_fence(
         ):
             raise _stale()
         closed_auth = live.id
-    closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, reason, at)
+    closed_attempt = attempt_store.close_open_for_task(conn, task.id, reason, at)
     if closed_attempt is not None:
         supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
     if not task_store.set_state(
@@ -245,7 +247,7 @@ def reconcile(
     new_task = transition(TASK_TRANSITIONS, TaskState(task.state), use_case)
     at = to_wire(now)
     who = f"{actor.kind}:{actor.id}"
-    if not action_store.reconcile_submission(
+    if not submission_store.reconcile(
         conn, sub["id"], expected_state=sub["state"], new_state=new_sub, reconciled_by=who, note=note, at=at
     ):
         raise _stale()
@@ -255,7 +257,7 @@ def reconcile(
         auth_store.set_state(
             conn, authorization.id, expected_state=authorization.state, new_state=consumed, at=at, reason="RECONCILED"
         )
-    closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, "RECONCILED", at)
+    closed_attempt = attempt_store.close_open_for_task(conn, task.id, "RECONCILED", at)
     if closed_attempt is not None:
         supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
     if not task_store.set_state(

@@ -12,7 +12,7 @@ Order inside the transaction (each step only after the previous one):
    ``claim_requires_manual``. Never a second attempt, never a transfer;
 5. the supervision pair (issue 17, :func:`supervision.for_claim`): held → EMPTY, persisted; otherwise it
    decides whether the new attempt is supervised;
-6. the oldest claimable authorization (:func:`claim_store.next_candidate`); none → EMPTY, persisted;
+6. the oldest claimable authorization (:func:`auth_store.next_candidate`); none → EMPTY, persisted;
 7. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
    ACTIVE→CLAIMED, task PENDING→CLAIMED with version + 1.
 
@@ -50,11 +50,10 @@ from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
-from cmbuyer.server.store import claims as claim_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.attempts import Attempt
 from cmbuyer.server.store.authorizations import Authorization
-from cmbuyer.server.store.claims import DeviceGate
+from cmbuyer.server.store.devices import DeviceGate
 from cmbuyer.server.store.tasks import Task
 
 ENDPOINT = "claim-next"
@@ -256,7 +255,7 @@ def claim_next(
         )
     except ValueError:  # no pack id and no app version: no pair to claim for (may_claim makes this unreachable)
         raise app_version_not_allowed() from None
-    candidate = None if pair.held else claim_store.next_candidate(conn, at)
+    candidate = None if pair.held else auth_store.next_candidate(conn, at)
     if candidate is None:
         return idempotency.remember(conn, device_id, claim_request_id, ENDPOINT, payload, status=204, body=None, at=at)
     return _claim(
@@ -274,7 +273,7 @@ def claim_next(
 
 def _claim(
     conn: sqlite3.Connection,
-    candidate: claim_store.Candidate,
+    candidate: auth_store.Candidate,
     *,
     device_id: str,
     session_id: str,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from cmbuyer.server.domain import claim_token
-from cmbuyer.server.store import claims as claim_store
+from cmbuyer.server.store import attempts as attempt_store
 
 
 class SecretMismatch(Exception):
@@ -18,7 +18,7 @@ class SecretMismatch(Exception):
 def verify_secret(conn: sqlite3.Connection, secret: bytes) -> int:
     """Return how many claims were checked; raise :class:`SecretMismatch` on the first mismatch."""
     checked = 0
-    for attempt in claim_store.attempts_for_secret_check(conn):
+    for attempt in attempt_store.for_secret_check(conn):
         token = claim_token.derive(
             secret,
             device_id=attempt.device_id,

@@ -19,8 +19,8 @@ from typing import Any
 from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.services.common import payload_hash
 from cmbuyer.server.services.idempotency import Stored
-from cmbuyer.server.store import claims as claim_store
-from cmbuyer.server.store.claims import DeviceGate
+from cmbuyer.server.store import device_requests, devices
+from cmbuyer.server.store.devices import DeviceGate
 
 
 class DeviceNotActive(Exception):
@@ -32,7 +32,7 @@ def begin(conn: sqlite3.Connection, device_id: str) -> DeviceGate:
 
     Raises :class:`DeviceNotActive` when the UPDATE matched no row.
     """
-    gate = claim_store.confirm_active(conn, device_id)
+    gate = devices.confirm_active(conn, device_id)
     if gate is None:
         raise DeviceNotActive()
     return gate
@@ -50,7 +50,7 @@ def replay_scoped(conn: sqlite3.Connection, device_id: str, key: str, endpoint: 
     payload with a different canonical hash. One indexed statement.
     """
     own: Stored | None = None
-    for rec in claim_store.requests_for_key(conn, key):
+    for rec in device_requests.for_key(conn, key):
         if rec.device_id != device_id or rec.endpoint != endpoint or rec.request_hash != payload_hash(payload):
             raise idempotency_conflict()
         own = Stored(rec.status, rec.response_json, rec.attempt_id)

@@ -39,7 +39,7 @@ from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import supervision as store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.attempts import Attempt
-from cmbuyer.server.store.claims import DeviceGate
+from cmbuyer.server.store.devices import DeviceGate
 
 ENDPOINT = "approval"
 SCREENSHOT_KIND = "CONFIRM_PAGE_GATE_3"
@@ -124,7 +124,7 @@ def _check_screenshot(conn: sqlite3.Connection, asset_id: str, attempt: Attempt)
 
 def _void(conn: sqlite3.Connection, approval: store.Approval, *, actor: Actor, at: str, why: str) -> None:
     new = rules.void(ApprovalState(approval.state))
-    if not store.set_approval_state(conn, approval.id, expected_state=approval.state, new_state=new.value):
+    if not store.set_state(conn, approval.id, expected_state=approval.state, new_state=new.value):
         raise StorageError("approval request changed under the write lock")
     audit.append(
         conn,

@@ -40,8 +40,9 @@ from cmbuyer.server.services.common import Actor
 from cmbuyer.server.services.fence import FenceRefused, check_gates
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
-from cmbuyer.server.store import supervision_admin as store
+from cmbuyer.server.store import supervision as supervision_store
 from cmbuyer.server.store.authorizations import Authorization
+from cmbuyer.server.store.queries import supervision as store
 
 NOTE_MAX = 500
 DECISIONS = ("approve", "reject")
@@ -266,7 +267,15 @@ def decide_approval(
     new_state = rules.decide(rules.ApprovalState(row["state"]), "approve" if action == "approve" else "reject")
     at = to_wire(now)
     who = f"{actor.kind}:{actor.id}"
-    if not store.decide_approval(conn, row["id"], new_state=new_state.value, decided_by=who, at=at):
+    if not supervision_store.set_state(
+        conn,
+        row["id"],
+        expected_state=row["state"],
+        new_state=new_state.value,
+        decided_by=who,
+        decided_at=at,
+        while_attempt_open=True,
+    ):
         raise Conflict("确认请求刚刚发生了变化，请刷新后再看；未做任何更改。", code="approval_not_waiting")
     audit.append(
         conn,
@@ -363,7 +372,7 @@ def record_verdict(
         label = labels.label(labels.SUBMISSION_STATE_LABELS, sub["state"])
         raise Conflict(f"提交状态为“{label}”，现在不能记录这个结论；未做任何更改。", code="invalid_state")
     at = to_wire(now)
-    if not store.insert_verdict(
+    if not supervision_store.insert_verdict(
         conn,
         submission_id=sub["id"],
         device_id=sub["device_id"],
@@ -375,10 +384,10 @@ def record_verdict(
     ):
         raise Conflict("这笔订单刚刚被记录了结论，请刷新；未做任何更改。", code="verdict_exists")
     if verdict == "RIGHT":
-        store.count_confirmed(conn, sub["device_id"], sub["pack_key"], at)
+        supervision_store.count_confirmed(conn, sub["device_id"], sub["pack_key"], at)
     else:
         reason = f"订单有误（提交 {sub['id'][:8]}，{actor.id}）" + (f"：{note}" if note else "")
-        store.hold(conn, sub["device_id"], sub["pack_key"], reason, at)
+        supervision_store.hold(conn, sub["device_id"], sub["pack_key"], reason, at)
     pair = store.pair(conn, sub["device_id"], sub["pack_key"]) or {}
     result = VerdictResult(
         sub["id"],
@@ -424,7 +433,7 @@ def resupervise(
     if not is_uuid4(device_id) or not store.device_exists(conn, device_id):
         raise NotFound("设备不存在")
     at = to_wire(now)
-    before = store.reset_pairs(conn, device_id, at)
+    before = supervision_store.reset_pairs(conn, device_id, at)
     audit.append(
         conn,
         at=at,

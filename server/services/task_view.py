@@ -8,8 +8,9 @@ from typing import Any
 
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
 from cmbuyer.server.services.tasks import get_task
-from cmbuyer.server.store import audit, views
+from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store.queries import task_view as views
 
 
 def task_detail(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:

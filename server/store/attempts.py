@@ -1,10 +1,18 @@
-"""SQL for attempts (each carries its claim: device, session, generation, nonce, token hash, lease)."""
+"""SQL for attempts (each carries its claim: device, session, generation, nonce, token hash, lease).
+
+The state changes only through :func:`set_state` (OPEN → CLOSED is the one transition; :func:`close`
+and :func:`close_open_for_task` are its named uses), so the statement that closes an attempt exists once.
+"""
 
 from __future__ import annotations
 
 import operator
 import sqlite3
 from dataclasses import dataclass
+
+from cmbuyer.server.domain.states import ATTEMPT_TRANSITIONS, AttemptState, StateChanges
+
+_CHANGES = StateChanges("attempt", ATTEMPT_TRANSITIONS)
 
 
 @dataclass(frozen=True)
@@ -77,13 +85,38 @@ def set_lease(conn: sqlite3.Connection, attempt_id: str, *, expected: str, new: 
     return cur.rowcount == 1
 
 
-def close(conn: sqlite3.Connection, attempt_id: str, reason: str, at: str) -> bool:
-    """OPEN → CLOSED with a reason; False when it was not OPEN."""
+def set_state(
+    conn: sqlite3.Connection, attempt_id: str, *, expected_state: str, new_state: str, reason: str, at: str
+) -> bool:
+    """CAS ``expected_state`` → ``new_state``, stamping ``close_reason``/``closed_at`` (migration 0002: a
+    CLOSED attempt has both). False when the attempt was not in ``expected_state`` (nothing written).
+
+    Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) for a pair no
+    use-case of ``ATTEMPT_TRANSITIONS`` produces.
+    """
+    _CHANGES.check(expected_state, new_state)
     cur = conn.execute(
-        "UPDATE attempts SET state = 'CLOSED', close_reason = ?, closed_at = ? WHERE id = ? AND state = 'OPEN'",
-        (reason, at, attempt_id),
+        "UPDATE attempts SET state = ?, close_reason = ?, closed_at = ? WHERE id = ? AND state = ?",
+        (new_state, reason, at, attempt_id, expected_state),
     )
     return cur.rowcount == 1
+
+
+def close(conn: sqlite3.Connection, attempt_id: str, reason: str, at: str) -> bool:
+    """OPEN → CLOSED with a reason (through :func:`set_state`); False when it was not OPEN."""
+    return set_state(
+        conn, attempt_id, expected_state=AttemptState.OPEN, new_state=AttemptState.CLOSED, reason=reason, at=at
+    )
+
+
+def close_open_for_task(conn: sqlite3.Connection, task_id: str, reason: str, at: str) -> str | None:
+    """Close the task's OPEN attempt (claim) with ``reason`` (admin reset, cancel, reconcile); returns its id,
+    or None when none was open (nothing written)."""
+    attempt = open_for_task(conn, task_id)
+    if attempt is None:
+        return None
+    close(conn, attempt.id, reason, at)
+    return attempt.id
 
 
 def take_event_seqs(conn: sqlite3.Connection, attempt_id: str, count: int) -> int:
@@ -95,6 +128,12 @@ def take_event_seqs(conn: sqlite3.Connection, attempt_id: str, count: int) -> in
     return int(r[0])
 
 
-def sample_for_secret_check(conn: sqlite3.Connection, limit: int = 3) -> list[Attempt]:
-    """A few attempts (newest first) to prove the configured secret reproduces their token hashes."""
-    return [_row(r) for r in conn.execute("SELECT * FROM attempts ORDER BY created_at DESC LIMIT ?", (limit,))]
+def for_secret_check(conn: sqlite3.Connection, newest: int = 3) -> list[Attempt]:
+    """Every OPEN attempt plus the ``newest`` others: the claims whose tokens a restarted server must be
+    able to rebuild (start-up secret check, spec 000 §2)."""
+    rows = conn.execute(
+        "SELECT * FROM attempts WHERE state = 'OPEN'"
+        " UNION SELECT * FROM (SELECT * FROM attempts ORDER BY created_at DESC, id DESC LIMIT ?)",
+        (newest,),
+    )
+    return [_row(r) for r in rows]

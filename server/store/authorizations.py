@@ -5,6 +5,12 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from cmbuyer.server.domain.states import AUTHORIZATION_TRANSITIONS, AuthorizationState, StateChanges
+
+_CHANGES = StateChanges("authorization", AUTHORIZATION_TRANSITIONS)
+# Moves into these states stamp closed_at/close_reason (migration 0005: closed_at IS NULL exactly while live).
+_TERMINAL = frozenset({AuthorizationState.CLOSED, AuthorizationState.EXPIRED, AuthorizationState.CONSUMED})
+
 
 @dataclass(frozen=True)
 class Authorization:
@@ -81,8 +87,11 @@ def set_state(
     at: str,
     reason: str | None = None,
 ) -> bool:
-    """CAS on state; terminal moves also stamp ``closed_at``/``close_reason``. False when it lost the race."""
-    if new_state in ("CLOSED", "EXPIRED", "CONSUMED"):
+    """CAS on state; terminal moves also stamp ``closed_at``/``close_reason``. False when it lost the race
+    (nothing written). Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing
+    written) for a pair no use-case of ``AUTHORIZATION_TRANSITIONS`` produces."""
+    _CHANGES.check(expected_state, new_state)
+    if new_state in _TERMINAL:
         cur = conn.execute(
             "UPDATE authorizations SET state = ?, closed_at = ?, close_reason = ? WHERE id = ? AND state = ?",
             (new_state, at, reason, authorization_id, expected_state),
@@ -104,6 +113,44 @@ def expired_active(conn: sqlite3.Connection, now: str, limit: int = 500) -> list
             (now, limit),
         )
     ]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A claimable authorization and the current version of its task (equal to the snapshot's)."""
+
+    authorization: Authorization
+    task_version: int
+
+
+_AUTH_COLUMNS = ", ".join(f"a.{f}" for f in Authorization.__dataclass_fields__)
+
+
+def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:
+    """The oldest claimable authorization (spec 000 §5): ACTIVE, ``expires_at > now`` (strict), its task
+    PENDING at exactly the snapshot's version, and every snapshot field equal to the task's current
+    field. Rows whose snapshot no longer matches are skipped (fail closed), never claimed. ``sku_size`` is
+    compared with ``IS``: a task without a size (NULL, migration 0006) matches a snapshot without one.
+
+    Order: ``authorizations.created_at, id`` — stable. ``INDEXED BY`` pins the walk to the partial index
+    ``authorizations_active`` (already in that order, so the first matching row ends the search);
+    without it the planner prefers ``tasks_state_created`` plus a sort of every PENDING task, which
+    measured ~7 ms instead of ~0.01 ms at 2,000 pending tasks.
+    """
+    r = conn.execute(
+        f"SELECT {_AUTH_COLUMNS}, t.version AS current_task_version"
+        " FROM authorizations a INDEXED BY authorizations_active JOIN tasks t ON t.id = a.task_id"
+        " WHERE a.state = 'ACTIVE' AND a.expires_at > ? AND t.state = 'PENDING' AND t.version = a.task_version"
+        " AND t.title = a.title AND t.product_url = a.product_url AND t.goods_id = a.goods_id"
+        " AND t.sku_color = a.sku_color AND t.sku_size IS a.sku_size AND t.quantity = a.quantity"
+        " AND t.max_total_price = a.max_total_price"
+        " ORDER BY a.created_at, a.id LIMIT 1",
+        (now,),
+    ).fetchone()
+    if r is None:
+        return None
+    values = tuple(r)  # positional: the SELECT lists the dataclass fields in order, then the task version
+    return Candidate(Authorization(*values[:-1]), int(values[-1]))
 
 
 def start_request(conn: sqlite3.Connection, start_key: str) -> tuple[str, str] | None:

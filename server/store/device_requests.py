@@ -22,6 +22,15 @@ class DeviceRequest:
     created_at: str
 
 
+def _row(r: sqlite3.Row) -> DeviceRequest:
+    return DeviceRequest(*(r[k] for k in DeviceRequest.__dataclass_fields__))
+
+
+def for_key(conn: sqlite3.Connection, request_key: str) -> list[DeviceRequest]:
+    """The record stored under ``request_key``, whichever device stored it (primary key: 0 or 1 rows)."""
+    return [_row(r) for r in conn.execute("SELECT * FROM device_requests WHERE request_key = ?", (request_key,))]
+
+
 def insert(conn: sqlite3.Connection, rec: DeviceRequest) -> None:
     """Store a new record (primary key ``request_key``; a key already stored raises IntegrityError)."""
     conn.execute(

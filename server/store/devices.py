@@ -1,9 +1,14 @@
-"""SQL for devices (identity, revocation, heartbeat record)."""
+"""SQL for devices (identity, revocation, heartbeat record). The state changes only through
+:func:`set_state` (ACTIVE → REVOKED, ``DEVICE_TRANSITIONS``)."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+
+from cmbuyer.server.domain.states import DEVICE_TRANSITIONS, DeviceState, StateChanges
+
+_CHANGES = StateChanges("device", DEVICE_TRANSITIONS)
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,22 @@ class Device:
     reported_state: str | None
     app_version_allowed: bool | None
     pack_id: str | None  # last reported pack id (识别包), "NO_PACK", or None = unknown (migration 0007)
+
+
+@dataclass(frozen=True)
+class DeviceGate:
+    """The device's latest heartbeat as seen at the write position (returned by :func:`confirm_active`)."""
+
+    last_heartbeat_at: str | None
+    client_version: str | None
+    adb_serial: str | None
+    android_release: str | None
+    pdd_version: str | None
+    pdd_version_code: int | None
+    reported_state: str | None
+    app_version_allowed: bool | None
+    pack_id: str | None  # reported pack id, "NO_PACK", or None = not reported (migration 0007)
+    supervision_off: bool = False  # an admin exempted the device from supervision (migration 0007)
 
 
 _COLUMNS = (
@@ -55,8 +76,8 @@ def _row(r: sqlite3.Row) -> Device:
 def insert(conn: sqlite3.Connection, device_id: str, name: str, token_hash: bytes, at: str) -> None:
     """Insert an ACTIVE device with the SHA-256 of its token."""
     conn.execute(
-        "INSERT INTO devices (id, name, token_hash, state, created_at) VALUES (?, ?, ?, 'ACTIVE', ?)",
-        (device_id, name, token_hash, at),
+        "INSERT INTO devices (id, name, token_hash, state, created_at) VALUES (?, ?, ?, ?, ?)",
+        (device_id, name, token_hash, DeviceState.ACTIVE, at),
     )
 
 
@@ -83,22 +104,47 @@ def authenticate(conn: sqlite3.Connection, device_id: str, token_hash: bytes) ->
     return r is not None
 
 
-def confirm_active(conn: sqlite3.Connection, device_id: str) -> bool:
+def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | None:
     """The first business statement of every device write transaction (design §2.5, spec 000 §5).
 
     A conditional UPDATE: it takes SQLite's write position and proves the device is still ACTIVE at
-    that position (rowcount 1). A revocation committed earlier makes it 0.
+    that position, returning the heartbeat columns in the same statement. None means the device is not
+    ACTIVE (revoked or unknown) at this position (rowcount 0): a revocation committed earlier.
     """
-    cur = conn.execute("UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE'", (device_id,))
+    rows = conn.execute(
+        "UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE'"
+        " RETURNING last_heartbeat_at, client_version, adb_serial, android_release, pdd_version,"
+        " pdd_version_code, reported_state, app_version_allowed, pack_id, supervision_off",
+        (device_id,),
+    ).fetchall()
+    if len(rows) != 1:
+        return None
+    r = rows[0]
+    allowed = r[7]
+    return DeviceGate(
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], None if allowed is None else bool(allowed), r[8], bool(r[9])
+    )
+
+
+def set_state(conn: sqlite3.Connection, device_id: str, *, expected_state: str, new_state: str, at: str) -> bool:
+    """CAS ``expected_state`` → ``new_state``; a move to REVOKED stamps ``revoked_at`` (migration 0001: set
+    exactly when REVOKED). False when the device is unknown or not in ``expected_state`` (nothing written).
+
+    Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) for a pair no
+    use-case of ``DEVICE_TRANSITIONS`` produces.
+    """
+    _CHANGES.check(expected_state, new_state)
+    revoked_at = at if new_state == DeviceState.REVOKED else None
+    cur = conn.execute(
+        "UPDATE devices SET state = ?, revoked_at = ? WHERE id = ? AND state = ?",
+        (new_state, revoked_at, device_id, expected_state),
+    )
     return cur.rowcount == 1
 
 
 def revoke(conn: sqlite3.Connection, device_id: str, at: str) -> bool:
-    """Mark ACTIVE → REVOKED; returns False when already revoked (idempotent) or unknown."""
-    cur = conn.execute(
-        "UPDATE devices SET state = 'REVOKED', revoked_at = ? WHERE id = ? AND state = 'ACTIVE'", (at, device_id)
-    )
-    return cur.rowcount == 1
+    """ACTIVE → REVOKED (through :func:`set_state`); False when already revoked (idempotent) or unknown."""
+    return set_state(conn, device_id, expected_state=DeviceState.ACTIVE, new_state=DeviceState.REVOKED, at=at)
 
 
 def set_supervision_off(conn: sqlite3.Connection, device_id: str, off: bool) -> bool:

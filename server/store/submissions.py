@@ -1,10 +1,14 @@
 """SQL for order submissions — the one-time fence rows (unique per authorization and per attempt,
-never deleted; see migration 0002)."""
+never deleted; see migration 0002). The state changes only through :func:`set_state`."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+
+from cmbuyer.server.domain.states import SUBMISSION_TRANSITIONS, StateChanges, SubmissionState
+
+_CHANGES = StateChanges("order submission", SUBMISSION_TRANSITIONS)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,42 @@ def for_attempt(conn: sqlite3.Connection, attempt_id: str) -> Submission | None:
     return None if r is None else _row(r)
 
 
+def set_state(
+    conn: sqlite3.Connection,
+    submission_id: str,
+    *,
+    expected_state: str,
+    new_state: str,
+    reconciliation_reason: str | None = None,
+    reconciled_by: str | None = None,
+    reconciliation_note: str | None = None,
+    reconciled_at: str | None = None,
+) -> bool:
+    """CAS ``expected_state`` → ``new_state``; each stamp column is written when given and kept otherwise
+    (the sweeper gives ``reconciliation_reason``; a person's reconciliation gives who, note and when).
+    False when the submission was not in ``expected_state`` (nothing written).
+
+    Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) for a pair no
+    use-case of ``SUBMISSION_TRANSITIONS`` produces.
+    """
+    _CHANGES.check(expected_state, new_state)
+    cur = conn.execute(
+        "UPDATE order_submissions SET state = ?, reconciliation_reason = coalesce(?, reconciliation_reason),"
+        " reconciled_by = coalesce(?, reconciled_by), reconciliation_note = coalesce(?, reconciliation_note),"
+        " reconciled_at = coalesce(?, reconciled_at) WHERE id = ? AND state = ?",
+        (
+            new_state,
+            reconciliation_reason,
+            reconciled_by,
+            reconciliation_note,
+            reconciled_at,
+            submission_id,
+            expected_state,
+        ),
+    )
+    return cur.rowcount == 1
+
+
 def record_result(
     conn: sqlite3.Connection,
     submission_id: str,
@@ -91,16 +131,19 @@ def record_result(
     order_sn: str | None = None,
     observation_reason: str | None = None,
 ) -> bool:
-    """CAS: store the one observation of a submission that has none yet (and move its state), with the
-    report's optional order number and observation reason.
+    """CAS: store the one observation of a submission that has none yet, with the report's optional order
+    number and observation reason, and move its state to ``new_state`` through :func:`set_state` (a late
+    result gives ``new_state == expected_state``: recorded, no state change).
 
-    False when the state changed or a result already exists (nothing written).
+    False when the state changed or a result already exists (nothing written). Raises like
+    :func:`set_state` for a pair the machine does not allow.
     """
+    if new_state != expected_state:
+        _CHANGES.check(expected_state, new_state)  # refuse before anything is written
     cur = conn.execute(
-        "UPDATE order_submissions SET state = ?, observation = ?, result_key = ?, evidence_asset_id = ?,"
+        "UPDATE order_submissions SET observation = ?, result_key = ?, evidence_asset_id = ?,"
         " result_at = ?, order_sn = ?, observation_reason = ? WHERE id = ? AND state = ? AND observation IS NULL",
         (
-            new_state,
             observation,
             result_key,
             evidence_asset_id,
@@ -111,17 +154,45 @@ def record_result(
             expected_state,
         ),
     )
-    return cur.rowcount == 1
+    if cur.rowcount != 1:
+        return False
+    return new_state == expected_state or set_state(
+        conn, submission_id, expected_state=expected_state, new_state=new_state
+    )
 
 
 def mark_reconciliation_required(conn: sqlite3.Connection, submission_id: str, *, reason: str) -> bool:
-    """CAS FENCED → RECONCILIATION_REQUIRED with a reason (sweeper). False when not FENCED."""
-    cur = conn.execute(
-        "UPDATE order_submissions SET state = 'RECONCILIATION_REQUIRED', reconciliation_reason = ?"
-        " WHERE id = ? AND state = 'FENCED'",
-        (reason, submission_id),
+    """FENCED → RECONCILIATION_REQUIRED with a reason (sweeper; through :func:`set_state`). False when not FENCED."""
+    return set_state(
+        conn,
+        submission_id,
+        expected_state=SubmissionState.FENCED,
+        new_state=SubmissionState.RECONCILIATION_REQUIRED,
+        reconciliation_reason=reason,
     )
-    return cur.rowcount == 1
+
+
+def reconcile(
+    conn: sqlite3.Connection,
+    submission_id: str,
+    *,
+    expected_state: str,
+    new_state: str,
+    reconciled_by: str,
+    note: str,
+    at: str,
+) -> bool:
+    """A person's reconciliation: CAS ``expected_state`` → ``new_state`` (through :func:`set_state`) and stamp
+    who, when and the note. False when the submission changed meanwhile (nothing written)."""
+    return set_state(
+        conn,
+        submission_id,
+        expected_state=expected_state,
+        new_state=new_state,
+        reconciled_by=reconciled_by,
+        reconciliation_note=note,
+        reconciled_at=at,
+    )
 
 
 def fenced_with_expired_lease(conn: sqlite3.Connection, now: str, limit: int = 200) -> list[Submission]:
@@ -136,11 +207,3 @@ def fenced_with_expired_lease(conn: sqlite3.Connection, now: str, limit: int = 2
             (now, limit),
         )
     ]
-
-
-def count_by_authorization(conn: sqlite3.Connection) -> dict[str, int]:
-    """``{authorization_id: number of submissions}`` (integrity checks and tests)."""
-    return {
-        r[0]: r[1]
-        for r in conn.execute("SELECT authorization_id, count(*) FROM order_submissions GROUP BY authorization_id")
-    }

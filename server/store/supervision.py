@@ -1,12 +1,19 @@
-"""SQL for supervised first orders, device side (issue 17; migration 0007): supervision pairs as claim-next
-and the heartbeat read them, and approval requests as the phone creates and polls them. The admin side's SQL
-(approve/reject, verdicts, resupervise) lives in ``supervision_admin``. Every function runs inside the
-caller's transaction (or read snapshot) and decides nothing."""
+"""SQL for supervised first orders (issue 17; migration 0007): supervision pairs, approval requests and
+verdicts — what the phone creates and polls, claim-next and the heartbeat read, and what a person's
+approve/reject, verdict and resupervise write. The admin pages' read models live in
+``store/queries/supervision.py``. Every function runs inside the caller's transaction (or read snapshot)
+and decides nothing; an approval request's state changes only through :func:`set_state`."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
+
+from cmbuyer.server.domain.states import StateChanges
+from cmbuyer.server.domain.supervision import APPROVAL_TRANSITIONS
+
+_CHANGES = StateChanges("approval request", APPROVAL_TRANSITIONS)
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,7 @@ def rejected_approval(conn: sqlite3.Connection, attempt_id: str) -> Approval | N
     return None if r is None else _approval(r)
 
 
-def set_approval_state(
+def set_state(
     conn: sqlite3.Connection,
     approval_id: str,
     *,
@@ -124,13 +131,83 @@ def set_approval_state(
     new_state: str,
     decided_by: str | None = None,
     decided_at: str | None = None,
+    while_attempt_open: bool = False,
 ) -> bool:
     """Compare-and-set the state; ``decided_by``/``decided_at`` are written when given (a person's decision)
-    and kept otherwise (a decided request keeps who decided when it is voided). False when the request was
-    not in ``expected_state``."""
+    and kept otherwise (a decided request keeps who decided when it is voided). With ``while_attempt_open``
+    the change also needs the request's attempt still OPEN (a person's approve/reject). False when the
+    request was not in ``expected_state`` or its attempt had closed (nothing written).
+
+    Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) for a pair no
+    use-case of ``APPROVAL_TRANSITIONS`` produces.
+    """
+    _CHANGES.check(expected_state, new_state)
+    attempt_open = (
+        " AND EXISTS (SELECT 1 FROM attempts a WHERE a.id = approval_requests.attempt_id AND a.state = 'OPEN')"
+        if while_attempt_open
+        else ""
+    )
     cur = conn.execute(
         "UPDATE approval_requests SET state = ?, decided_by = coalesce(?, decided_by),"
-        " decided_at = coalesce(?, decided_at) WHERE id = ? AND state = ?",
+        " decided_at = coalesce(?, decided_at) WHERE id = ? AND state = ?" + attempt_open,
         (new_state, decided_by, decided_at, approval_id, expected_state),
     )
     return cur.rowcount == 1
+
+
+def insert_verdict(
+    conn: sqlite3.Connection,
+    *,
+    submission_id: str,
+    device_id: str,
+    pack_key: str,
+    verdict: str,
+    admin_id: str,
+    note: str | None,
+    at: str,
+) -> bool:
+    """Record the one verdict of a submission; False when one exists already (nothing written)."""
+    cur = conn.execute(
+        "INSERT INTO supervision_verdicts (submission_id, device_id, pack_key, verdict, admin_id, note, at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (submission_id) DO NOTHING",
+        (submission_id, device_id, pack_key, verdict, admin_id, note, at),
+    )
+    return cur.rowcount == 1
+
+
+def count_confirmed(conn: sqlite3.Connection, device_id: str, pack_key: str, at: str) -> None:
+    """One more confirmed-right order for the pair (the row is created at 1 when the pair has none)."""
+    conn.execute(
+        "INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
+        " VALUES (?, ?, 1, 0, NULL, ?) ON CONFLICT (device_id, pack_key)"
+        " DO UPDATE SET confirmed_orders = confirmed_orders + 1, updated_at = excluded.updated_at",
+        (device_id, pack_key, at),
+    )
+
+
+def hold(conn: sqlite3.Connection, device_id: str, pack_key: str, reason: str, at: str) -> None:
+    """Put the pair on hold with ``reason`` (created held when the pair has no row); the count is kept."""
+    conn.execute(
+        "INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
+        " VALUES (?, ?, 0, 1, ?, ?) ON CONFLICT (device_id, pack_key)"
+        " DO UPDATE SET held = 1, held_reason = excluded.held_reason, updated_at = excluded.updated_at",
+        (device_id, pack_key, reason, at),
+    )
+
+
+def reset_pairs(conn: sqlite3.Connection, device_id: str, at: str) -> list[dict[str, Any]]:
+    """Every pair of the device back to confirmed 0, not held; returns the rows as they were before."""
+    before = [
+        dict(r)
+        for r in conn.execute(
+            "SELECT pack_key, confirmed_orders, held, held_reason FROM supervision_pairs WHERE device_id = ?"
+            " ORDER BY pack_key",
+            (device_id,),
+        )
+    ]
+    conn.execute(
+        "UPDATE supervision_pairs SET confirmed_orders = 0, held = 0, held_reason = NULL, updated_at = ?"
+        " WHERE device_id = ?",
+        (at, device_id),
+    )
+    return before

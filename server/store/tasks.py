@@ -1,9 +1,14 @@
-"""SQL for tasks. Version checks are part of each UPDATE (compare-and-set on ``version``)."""
+"""SQL for tasks. Version checks are part of each UPDATE (compare-and-set on ``version``); the state
+changes only through :func:`set_state`."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+
+from cmbuyer.server.domain.states import TASK_TRANSITIONS, StateChanges
+
+_CHANGES = StateChanges("task", TASK_TRANSITIONS)
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,8 @@ class Task:
     updated_at: str
 
 
-def _row(r: sqlite3.Row) -> Task:
+def from_row(r: sqlite3.Row) -> Task:
+    """A ``tasks`` row (``SELECT *``) as a :class:`Task`."""
     return Task(
         r["id"],
         r["create_key"],
@@ -79,13 +85,13 @@ def insert(conn: sqlite3.Connection, task: Task) -> None:
 def get(conn: sqlite3.Connection, task_id: str) -> Task | None:
     """One task by id, or None."""
     r = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
-    return None if r is None else _row(r)
+    return None if r is None else from_row(r)
 
 
 def by_create_key(conn: sqlite3.Connection, create_key: str) -> Task | None:
     """The task created with ``create_key``, or None."""
     r = conn.execute("SELECT * FROM tasks WHERE create_key = ?", (create_key,)).fetchone()
-    return None if r is None else _row(r)
+    return None if r is None else from_row(r)
 
 
 def set_state(
@@ -100,56 +106,14 @@ def set_state(
 ) -> bool:
     """CAS: move the task to ``new_state`` and bump the version when both version and state still match.
 
-    Returns False (nothing written) when another writer got there first.
+    Returns False (nothing written) when another writer got there first. Raises
+    :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) when no use-case of
+    ``TASK_TRANSITIONS`` moves ``expected_state`` to ``new_state``.
     """
+    _CHANGES.check(expected_state, new_state)
     cur = conn.execute(
         "UPDATE tasks SET state = ?, version = version + 1, state_reason = ?, updated_at = ?"
         " WHERE id = ? AND version = ? AND state = ?",
         (new_state, reason, at, task_id, expected_version, expected_state),
     )
     return cur.rowcount == 1
-
-
-def page(
-    conn: sqlite3.Connection,
-    *,
-    states: list[str] | None = None,
-    keyword: str | None = None,
-    created_from: str | None = None,
-    created_to: str | None = None,
-    before: tuple[str, str] | None = None,
-    limit: int = 50,
-) -> list[Task]:
-    """A page of tasks, newest first, keyset-paginated on ``(created_at, id)`` (index-backed).
-
-    ``keyword`` matches the goods id exactly or a title substring; ``before`` is the last row of the
-    previous page.
-    """
-    where: list[str] = []
-    args: list[object] = []
-    if states:
-        where.append(f"state IN ({','.join('?' * len(states))})")
-        args.extend(states)
-    if keyword:
-        where.append("(goods_id = ? OR instr(title, ?) > 0 OR id = ?)")
-        args.extend([keyword, keyword, keyword])
-    if created_from:
-        where.append("created_at >= ?")
-        args.append(created_from)
-    if created_to:
-        where.append("created_at < ?")
-        args.append(created_to)
-    if before:
-        where.append("(created_at, id) < (?, ?)")
-        args.extend(before)
-    sql = "SELECT * FROM tasks"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-    args.append(limit)
-    return [_row(r) for r in conn.execute(sql, args)]
-
-
-def count_by_state(conn: sqlite3.Connection) -> dict[str, int]:
-    """``{state: count}`` over all tasks."""
-    return {r[0]: r[1] for r in conn.execute("SELECT state, count(*) FROM tasks GROUP BY state")}

@@ -16,7 +16,7 @@ from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import supervision_admin
 from cmbuyer.server.services.admin_sessions import AdminSession
-from cmbuyer.server.store import admin_queries
+from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.web.admin.common import (
     AdminHTTPError,
     Body,

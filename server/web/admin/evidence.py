@@ -17,7 +17,7 @@ from aiohttp import web
 
 from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.server.db import StorageError
-from cmbuyer.server.store import admin_queries
+from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.web.admin.common import STORAGE_REFUSAL, current_session, refuse, request_id
 from cmbuyer.server.web.keys import DB, SETTINGS
 

@@ -20,7 +20,7 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import supervision_admin as service
 from cmbuyer.server.services.admin_sessions import AdminSession
-from cmbuyer.server.store import supervision_admin as store
+from cmbuyer.server.store.queries import supervision as store
 from cmbuyer.server.web.admin.common import (
     AdminHTTPError,
     Body,

@@ -28,8 +28,8 @@ from cmbuyer.server.services import admin_actions, supervision_admin, task_view
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.services.common import new_id
-from cmbuyer.server.store import admin_queries
-from cmbuyer.server.store.admin_queries import SHORT_KEYWORD_WINDOW, TaskFilter
+from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.store.queries.admin import SHORT_KEYWORD_WINDOW, TaskFilter
 from cmbuyer.server.web.admin.common import (
     BEIJING,
     VIEW_HEADER,

@@ -37,7 +37,7 @@ async def test_evidence_served_with_safe_headers(admin_client: AdminClient, asse
 
 
 async def test_evidence_401_before_any_lookup(server_client: Any, asset: Any, monkeypatch: Any) -> None:
-    from cmbuyer.server.store import admin_queries
+    from cmbuyer.server.store.queries import admin as admin_queries
 
     looked_up: list[str] = []
     real = admin_queries.evidence_file_ref

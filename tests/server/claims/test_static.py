@@ -20,7 +20,11 @@ MODULES = [
     "server/services/claim_secret.py",
     "server/services/device_tx.py",
     "server/domain/lease.py",
-    "server/store/claims.py",
+    # the claim layer's SQL (store/claims.py until issue 19 folded it into the aggregates it reads/writes)
+    "server/store/devices.py",
+    "server/store/device_requests.py",
+    "server/store/authorizations.py",
+    "server/store/attempts.py",
 ]
 FORBIDDEN = re.compile(
     r"click_permitted|uiautomator|adbutils|xpath|selector|coordinat|payment|pay_|提交订单|支付", re.IGNORECASE

@@ -13,6 +13,7 @@ from pathlib import Path
 from cmbuyer.server.domain.states import (
     ATTEMPT_TRANSITIONS,
     AUTHORIZATION_TRANSITIONS,
+    DEVICE_TRANSITIONS,
     SUBMISSION_TRANSITIONS,
     TASK_TRANSITIONS,
 )
@@ -45,6 +46,7 @@ CAUSES: dict[str, str] = {
     "cancel": "`POST /tasks/{id}/cancel` (admin; refused once a submission exists)",
     "approve": "批准 in the task drawer: `POST /approvals/{approval_id}/approve` (admin)",
     "reject": "驳回 in the task drawer: `POST /approvals/{approval_id}/reject` (admin)",
+    "revoke": "`POST /devices/{id}/revoke` (admin; `cmbuyer-server device revoke`)",
     "void": "its attempt closed (fail, reset, cancel, result, reconcile, sweeper), or the phone asked again with "
     "other readings (`POST /api/v1/purchase-attempts/{aid}/approval`)",
 }
@@ -55,6 +57,7 @@ MACHINES = [
     ("Order submission", SUBMISSION_TRANSITIONS),
     ("Attempt (claim)", ATTEMPT_TRANSITIONS),
     ("Approval request (issue 17; `server/domain/supervision.py`)", APPROVAL_TRANSITIONS),
+    ("Device", DEVICE_TRANSITIONS),
 ]
 
 

@@ -47,11 +47,11 @@ from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import admin_actions, recovery
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.common import new_id
-from cmbuyer.server.store import admin_actions as admin_action_store
-from cmbuyer.server.store import admin_queries, views
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import authorizations as auth_store
-from cmbuyer.server.store import claims as claim_store
+from cmbuyer.server.store import device_requests as device_request_store
+from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.store.queries import task_view as views
 from tests.server.conftest import TEST_ACTOR, DeviceCreds
 from tests.server.store.test_migration_lean import add_later_columns
 from tests.server.submissions.helpers import (
@@ -706,10 +706,10 @@ def test_lookups_by_task_and_key_stay_indexed(settings: Settings, sync_conn: sql
     traced: list[str] = []
     sync_conn.set_trace_callback(traced.append)
     tid = new_id()
-    claim_store.requests_for_key(sync_conn, new_id())
+    device_request_store.for_key(sync_conn, new_id())
     attempt_store.open_for_task(sync_conn, tid)
     attempt_store.get(sync_conn, tid)
-    admin_action_store.close_open_attempt_of_task(sync_conn, tid, "RESET", AT)
+    attempt_store.close_open_for_task(sync_conn, tid, "RESET", AT)
     views.attempts_for_task(sync_conn, tid)
     admin_queries.open_attempts(sync_conn, [tid, new_id()])
     auth_store.live_for_task(sync_conn, tid)

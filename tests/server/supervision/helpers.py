@@ -82,7 +82,7 @@ def person_decides(conn: sqlite3.Connection, approval_id: str, action: str = "ap
         current = store.get_approval(c, approval_id)
         assert current is not None
         new = decide(ApprovalState(current.state), action)  # type: ignore[arg-type]
-        assert store.set_approval_state(
+        assert store.set_state(
             c,
             approval_id,
             expected_state=current.state,

@@ -1,10 +1,9 @@
-"""SQL of the admin side of supervised first orders (issue 17; migration 0007): the approval request a
-person decides in the task drawer, the verdict on a supervised order, the device–pack pairs shown and
-reset on the devices page, and the "等待人工确认" badges.
+"""Read models of the admin side of supervised first orders (issue 17; migration 0007): the approval
+request a person decides in the task drawer, the verdict on a supervised order, the device–pack pairs
+shown on the devices page, and the "等待人工确认" badges. The writes behind them live in
+``store/supervision.py``.
 
-Writes are compare-and-set (a lost race writes nothing and reports False) and run inside the caller's
-transaction (services/supervision_admin.py). Reads return plain dicts of stored columns; never claim
-tokens or hashes of secrets.
+Reads return plain dicts of stored columns; never claim tokens or hashes of secrets.
 """
 
 from __future__ import annotations
@@ -39,18 +38,6 @@ def live_approval_of_open_attempt(conn: sqlite3.Connection, task_id: str) -> dic
         (task_id,),
     ).fetchone()
     return None if r is None else dict(r)
-
-
-def decide_approval(conn: sqlite3.Connection, approval_id: str, *, new_state: str, decided_by: str, at: str) -> bool:
-    """CAS WAITING → ``new_state`` (APPROVED/REJECTED) with who and when, only while the request's attempt is
-    still OPEN. False when either changed meanwhile (nothing written)."""
-    cur = conn.execute(
-        "UPDATE approval_requests SET state = ?, decided_by = ?, decided_at = ?"
-        " WHERE id = ? AND state = 'WAITING'"
-        " AND EXISTS (SELECT 1 FROM attempts a WHERE a.id = approval_requests.attempt_id AND a.state = 'OPEN')",
-        (new_state, decided_by, at, approval_id),
-    )
-    return cur.rowcount == 1
 
 
 def waiting_task_ids(conn: sqlite3.Connection, task_ids: list[str]) -> set[str]:
@@ -96,70 +83,12 @@ def verdict(conn: sqlite3.Connection, submission_id: str) -> dict[str, Any] | No
     return None if r is None else dict(r)
 
 
-def insert_verdict(
-    conn: sqlite3.Connection,
-    *,
-    submission_id: str,
-    device_id: str,
-    pack_key: str,
-    verdict: str,
-    admin_id: str,
-    note: str | None,
-    at: str,
-) -> bool:
-    """Record the one verdict of a submission; False when one exists already (nothing written)."""
-    cur = conn.execute(
-        "INSERT INTO supervision_verdicts (submission_id, device_id, pack_key, verdict, admin_id, note, at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (submission_id) DO NOTHING",
-        (submission_id, device_id, pack_key, verdict, admin_id, note, at),
-    )
-    return cur.rowcount == 1
-
-
-def count_confirmed(conn: sqlite3.Connection, device_id: str, pack_key: str, at: str) -> None:
-    """One more confirmed-right order for the pair (the row is created at 1 when the pair has none)."""
-    conn.execute(
-        "INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
-        " VALUES (?, ?, 1, 0, NULL, ?) ON CONFLICT (device_id, pack_key)"
-        " DO UPDATE SET confirmed_orders = confirmed_orders + 1, updated_at = excluded.updated_at",
-        (device_id, pack_key, at),
-    )
-
-
-def hold(conn: sqlite3.Connection, device_id: str, pack_key: str, reason: str, at: str) -> None:
-    """Put the pair on hold with ``reason`` (created held when the pair has no row); the count is kept."""
-    conn.execute(
-        "INSERT INTO supervision_pairs (device_id, pack_key, confirmed_orders, held, held_reason, updated_at)"
-        " VALUES (?, ?, 0, 1, ?, ?) ON CONFLICT (device_id, pack_key)"
-        " DO UPDATE SET held = 1, held_reason = excluded.held_reason, updated_at = excluded.updated_at",
-        (device_id, pack_key, reason, at),
-    )
-
-
 def pair(conn: sqlite3.Connection, device_id: str, pack_key: str) -> dict[str, Any] | None:
     """One supervision pair row, or None."""
     r = conn.execute(
         "SELECT * FROM supervision_pairs WHERE device_id = ? AND pack_key = ?", (device_id, pack_key)
     ).fetchone()
     return None if r is None else dict(r)
-
-
-def reset_pairs(conn: sqlite3.Connection, device_id: str, at: str) -> list[dict[str, Any]]:
-    """Every pair of the device back to confirmed 0, not held; returns the rows as they were before."""
-    before = [
-        dict(r)
-        for r in conn.execute(
-            "SELECT pack_key, confirmed_orders, held, held_reason FROM supervision_pairs WHERE device_id = ?"
-            " ORDER BY pack_key",
-            (device_id,),
-        )
-    ]
-    conn.execute(
-        "UPDATE supervision_pairs SET confirmed_orders = 0, held = 0, held_reason = NULL, updated_at = ?"
-        " WHERE device_id = ?",
-        (at, device_id),
-    )
-    return before
 
 
 def device_exists(conn: sqlite3.Connection, device_id: str) -> bool:
