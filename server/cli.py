@@ -182,7 +182,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from cmbuyer.server.app import StartupRefused, check_schema, create_app
+    from cmbuyer.server.app import create_app
+    from cmbuyer.server.lifecycle import StartupRefused, check_schema
     from cmbuyer.server.logs import setup_logging
 
     if args.host:
