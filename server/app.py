@@ -1,61 +1,28 @@
-"""The aiohttp application factory (``create_app``) and start-up order (design §2.7).
+"""The aiohttp application factory (``create_app``): the app's state, its route groups and its lifespan.
 
-Start-up: open the database, refuse a schema that is not current, verify the claim-token secret
-against existing claims, run recovery (expiry sweep) — and only then serve. Each route group module
-has a ``setup(app)``; start-up checks and periodic steps register themselves in
-``app[STARTUP_CHECKS]`` and ``app[PERIODIC]``.
+What runs before serving (schema check, database, claim-secret check, recovery) and while serving (the
+sweeps) is listed, in order, in :mod:`cmbuyer.server.lifecycle`; this module only builds the app and hands
+it :func:`cmbuyer.server.lifecycle.lifespan`. Each route group module has a ``setup(app)`` that registers
+routes and nothing else.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-
 from aiohttp import web
 
-from cmbuyer.server import migrate
+from cmbuyer.server import lifecycle
 from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings
-from cmbuyer.server.db import Database, connect_sync
+from cmbuyer.server.db import Database
 from cmbuyer.server.web import admin, device_api, health
-from cmbuyer.server.web.edge import (
-    GUARD,
-    ConnectionGuard,
-    RateLimitedExceptionHandler,
-    install_connection_guard,
-    refusal_middleware,
-)
+from cmbuyer.server.web.edge import GUARD, ConnectionGuard, install_connection_guard, refusal_middleware
 from cmbuyer.server.web.hardening import harden_error_pages
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
-log = logging.getLogger("cmbuyer.server")
-
-StartupCheck = Callable[[web.Application], Awaitable[None]]
-STARTUP_CHECKS = web.AppKey("startup_checks", list)
-PERIODIC = web.AppKey("periodic", list)
-
-
-class StartupRefused(Exception):
-    """The server must not start (schema, secret or recovery problem); the message is one line."""
-
-
-def check_schema(settings: Settings) -> None:
-    """Raise StartupRefused unless the DB file exists and its migrations match the code exactly."""
-    if not settings.db_path.exists():
-        raise StartupRefused(f"database {settings.db_path} does not exist; run `cmbuyer-server init`")
-    conn = connect_sync(settings.db_path)
-    try:
-        migrate.check_current(conn)
-    except migrate.MigrationError as exc:
-        raise StartupRefused(str(exc)) from None
-    finally:
-        conn.close()
-
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
-    """Build the application. Raises StartupRefused (from the startup hook) when it must not serve.
+    """Build the application. Starting it raises :class:`~cmbuyer.server.lifecycle.StartupRefused` (from
+    the lifespan) when it must not serve.
 
     ``clock`` defaults to the system clock; tests inject a ManualClock.
     """
@@ -68,43 +35,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[DB] = Database(settings.db_path)
-    app[STARTUP_CHECKS] = []
-    app[PERIODIC] = []
     health.setup(app)
     admin.setup(app)
     device_api.setup(app)
-    app.cleanup_ctx.append(_lifecycle)
+    app.cleanup_ctx.append(lifecycle.lifespan)
     return app
-
-
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    check_schema(settings)
-    db = app[DB]
-    await db.open()
-    tasks: list[asyncio.Task[None]] = []
-    loop = asyncio.get_running_loop()
-    previous_handler = loop.get_exception_handler()
-    loop.set_exception_handler(RateLimitedExceptionHandler(previous_handler))
-    try:
-        for check in app[STARTUP_CHECKS]:
-            await check(app)
-        for step in app[PERIODIC]:
-            tasks.append(asyncio.create_task(_every(step, app, settings.sweep_interval)))
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        loop.set_exception_handler(previous_handler)
-        await db.close()
-
-
-async def _every(step: Callable[[web.Application], Awaitable[None]], app: web.Application, seconds: int) -> None:
-    while True:
-        await asyncio.sleep(seconds)
-        try:
-            await step(app)
-        except Exception:  # a failed sweep must not kill the loop; it is retried next period
-            log.exception("periodic step %s failed", getattr(step, "__name__", step))

@@ -34,6 +34,7 @@ from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import devices as device_store
+from cmbuyer.server.store.queries import ops as ops_queries
 
 EXIT_OK, EXIT_RULE, EXIT_USAGE, EXIT_SETTINGS, EXIT_STORAGE = 0, 1, 2, 3, 4
 T = TypeVar("T")
@@ -182,7 +183,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from cmbuyer.server.app import StartupRefused, check_schema, create_app
+    from cmbuyer.server.app import create_app
+    from cmbuyer.server.lifecycle import StartupRefused, check_schema
     from cmbuyer.server.logs import setup_logging
 
     if args.host:
@@ -245,10 +247,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         checks.append(("data_dir", False, exc.strerror or "unreadable"))
     try:
         conn = _open(settings)
-        pragmas = {
-            name: conn.execute(f"PRAGMA {name}").fetchone()[0]
-            for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
-        }
+        pragmas = ops_queries.pragmas(conn, ("journal_mode", "synchronous", "foreign_keys", "busy_timeout"))
         checks.append(
             (
                 "pragmas",
@@ -256,7 +255,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 json.dumps(pragmas),
             )
         )
-        checks.append(("integrity", conn.execute("PRAGMA quick_check").fetchone()[0] == "ok", "quick_check"))
+        checks.append(("integrity", ops_queries.quick_check_ok(conn), "quick_check"))
         checks.append(("migrations", True, "current"))
         conn.close()
     except CliError as exc:
@@ -279,7 +278,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     try:
         # VACUUM INTO writes a consistent, compacted copy while the server keeps running (WAL readers
         # are not blocked); the copy is a normal database file that `serve` can open after a restore.
-        conn.execute("VACUUM INTO ?", (str(target),))
+        ops_queries.vacuum_into(conn, target)
     except sqlite3.Error as exc:
         raise CliError(f"backup failed ({exc.__class__.__name__})", EXIT_STORAGE) from None
     finally:
@@ -287,7 +286,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     os.chmod(target, 0o600)
     check = sqlite3.connect(target)
     try:
-        ok = check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        ok = ops_queries.integrity_check_ok(check)
     finally:
         check.close()
     if args.json:

@@ -1,6 +1,6 @@
 """Expiry sweeper and start-up recovery (design §2.7, spec 001 "recovery before dispatch").
 
-The same job runs at start-up — registered in ``app[STARTUP_CHECKS]``, so it completes before any
+The same job runs at start-up — a start-up step of ``lifecycle.py``, so it completes before any
 device route serves — and then every ``settings.sweep_interval`` seconds. Each pass is one write job
 (a bounded batch; the start-up run repeats until nothing is left):
 

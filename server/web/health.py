@@ -8,6 +8,7 @@ from aiohttp import web
 
 from cmbuyer.server import migrate
 from cmbuyer.server.db import StorageError
+from cmbuyer.server.store.queries import health as health_queries
 from cmbuyer.server.web.keys import DB
 
 
@@ -18,8 +19,7 @@ async def healthz(request: web.Request) -> web.Response:
         pending, problems = migrate.status(conn)
         if pending or problems:
             raise StorageError("schema not current")
-        row = conn.execute("SELECT sqlite_version()").fetchone()
-        return str(row[0])
+        return health_queries.sqlite_version(conn)
 
     try:
         version = await request.app[DB].read(probe)

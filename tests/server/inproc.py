@@ -15,7 +15,7 @@ from aiohttp import web
 from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
-from cmbuyer.server.web.device_api.attempts import run_sweep
+from cmbuyer.server.lifecycle import run_sweep
 
 
 class InProcServer:

@@ -17,11 +17,9 @@ from aiohttp import web
 
 from cmbuyer.server.domain import labels
 from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
-from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.web.admin import auth, devices, evidence, supervision, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
 from cmbuyer.server.web.edge import identity_only
-from cmbuyer.server.web.keys import CLOCK, DB
 
 _SERVER_DIR = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = _SERVER_DIR / "templates"
@@ -103,15 +101,9 @@ async def _home(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther("/tasks")
 
 
-async def _sweep_sessions(app: web.Application) -> None:
-    at = app[CLOCK].now()
-    await app[DB].write(lambda c: admin_sessions.sweep(c, at))
-
-
 def setup(app: web.Application) -> None:
-    """Register the admin routes, static files, security headers and the session sweep."""
-    from cmbuyer.server.app import PERIODIC
-
+    """Register the admin routes, static files and security headers (the session sweep is a periodic job of
+    :mod:`cmbuyer.server.lifecycle`)."""
     app[JINJA] = make_environment()
     app.on_response_prepare.append(_security_headers)
     app.middlewares.append(_identity_bodies)
@@ -122,4 +114,3 @@ def setup(app: web.Application) -> None:
     devices.setup(app)
     supervision.setup(app)
     app.router.add_static("/static", STATIC_DIR, name="admin-static")
-    app[PERIODIC].append(_sweep_sessions)

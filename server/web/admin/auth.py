@@ -106,6 +106,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
     db = request.app[DB]
     prelogin: str | None = None
     retry_after = 0
+    response: web.StreamResponse
     try:
         if not same_origin(request):
             raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
@@ -159,7 +160,6 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         return response
     except StorageError:
         return refuse(request, STORAGE_REFUSAL)
-    response: web.StreamResponse
     if body.kind == "json":
         response = web.json_response({"ok": True}, headers={"Cache-Control": "no-store"})
     else:

@@ -1,5 +1,16 @@
-"""The device API of spec 002 (§二 设备侧接口): every route authenticates first (device_auth), reads its
-body with the strict reader (jsonbody) and runs one use-case transaction."""
+"""The device API of spec 002 (§二 设备侧接口), one module per URL resource: every route authenticates
+first (device_auth), reads its body with the strict reader (jsonbody) and runs one use-case transaction.
+
+- :mod:`.heartbeat` — ``/devices/heartbeat``;
+- :mod:`.claims` — ``/tasks/claim-next``, ``/tasks/{id}/lease/renew``;
+- :mod:`.task_reports` — ``/tasks/{id}/events``, ``/tasks/{id}/evidence``;
+- :mod:`.attempts` — ``/purchase-attempts/{aid}/fail``;
+- :mod:`.submissions` — ``/purchase-attempts/{aid}/submission-fence``, ``/order-submissions/{sid}/result``;
+- :mod:`.supervision` — ``/purchase-attempts/{aid}/approval`` and ``…/approval/status``;
+- :mod:`.common` — the request helpers they share and the state built from the settings.
+
+No route module registers start-up checks or periodic jobs: :mod:`cmbuyer.server.lifecycle` lists them.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +18,21 @@ from aiohttp import web
 
 
 def setup(app: web.Application) -> None:
-    """Register every device route group."""
-    from cmbuyer.server.web.device_api import attempts, claims, supervision
+    """Build the device API's state from the settings and register every device route group."""
+    from cmbuyer.server.web.device_api import (
+        attempts,
+        claims,
+        common,
+        heartbeat,
+        submissions,
+        supervision,
+        task_reports,
+    )
 
+    common.setup_state(app)
+    heartbeat.setup(app)
     claims.setup(app)
+    task_reports.setup(app)
     attempts.setup(app)
+    submissions.setup(app)
     supervision.setup(app)

@@ -17,29 +17,21 @@ from typing import Any
 
 from aiohttp import web
 
-from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.services import supervision as supervision_service
 from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.web.device_api.common import BODY_CAP, path_id, stored_response, write
 from cmbuyer.server.web.device_auth import add_device_route
-from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response
+from cmbuyer.server.web.device_errors import json_response
 from cmbuyer.server.web.jsonbody import read_json
 from cmbuyer.server.web.keys import CLOCK, DB
 
 APPROVAL_PATH = "/api/v1/purchase-attempts/{attempt_id}/approval"
 STATUS_PATH = "/api/v1/purchase-attempts/{attempt_id}/approval/status"
-BODY_CAP = 4096
-
-
-def _attempt_id(request: web.Request) -> str:
-    value = request.match_info["attempt_id"]
-    if not is_uuid4(value):
-        raise DeviceHTTPError(400, "invalid_request")
-    return value
 
 
 async def approval(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST …/approval`` → 200 approval.response (first answer or its byte-identical replay)."""
-    attempt_id = _attempt_id(request)
+    attempt_id = path_id(request, "attempt_id")
     body = await read_json(request, "approval.request", BODY_CAP)
     clock = request.app[CLOCK]
 
@@ -48,13 +40,12 @@ async def approval(request: web.Request, device_id: str) -> web.StreamResponse:
             conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now()
         )
 
-    stored = await request.app[DB].write(job, short=True)
-    return json_body_response(stored.status, stored.body)
+    return stored_response(await write(request, job))
 
 
 async def approval_status(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST …/approval/status`` → 200 approval.response; 404 when the request is not one of this attempt."""
-    attempt_id = _attempt_id(request)
+    attempt_id = path_id(request, "attempt_id")
     body = await read_json(request, "approval_status.request", BODY_CAP)
     clock = request.app[CLOCK]
 

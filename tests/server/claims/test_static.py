@@ -9,11 +9,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from cmbuyer.server.web.device_api import claims
+from cmbuyer.server import lifecycle
+from cmbuyer.server.web.device_api import claims, heartbeat
 
 ROOT = Path(__file__).resolve().parents[3]
 MODULES = [
     "server/web/device_api/claims.py",
+    "server/web/device_api/heartbeat.py",
     "server/services/claim_next.py",
     "server/services/renew_lease.py",
     "server/services/heartbeat.py",
@@ -33,14 +35,11 @@ FORBIDDEN = re.compile(
 
 def test_routes_of_this_group() -> None:
     app = web.Application()
-    from cmbuyer.server.app import PERIODIC, STARTUP_CHECKS
-
-    app[STARTUP_CHECKS] = []
-    app[PERIODIC] = []
     from cmbuyer.server.config import Settings
     from cmbuyer.server.web.keys import SETTINGS
 
     app[SETTINGS] = Settings(data_dir=Path("x"), db_path=Path("x/db"))
+    heartbeat.setup(app)
     claims.setup(app)
     routes = sorted((r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None)
     assert routes == [
@@ -48,7 +47,10 @@ def test_routes_of_this_group() -> None:
         ("POST", "/api/v1/tasks/claim-next"),
         ("POST", "/api/v1/tasks/{task_id}/lease/renew"),
     ]
-    assert app[STARTUP_CHECKS] == [claims.check_claim_secret]
+    # the claim-token secret check is a start-up step of the lifecycle, run before recovery and serving
+    steps = lifecycle.STARTUP_STEPS
+    assert lifecycle.check_claim_secret in steps
+    assert steps.index(lifecycle.check_claim_secret) < steps.index(lifecycle.recover)
 
 
 def test_no_forbidden_capability_in_the_claim_layer() -> None:

@@ -19,10 +19,11 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cmbuyer.server.app import StartupRefused, create_app
+from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Secret, Settings
 from cmbuyer.server.domain import claim_token
+from cmbuyer.server.lifecycle import StartupRefused
 from cmbuyer.server.services import claim_check
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.services.common import new_id

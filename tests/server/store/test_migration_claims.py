@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from cmbuyer.server import migrate
-from cmbuyer.server.app import StartupRefused, check_schema
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.lifecycle import StartupRefused, check_schema
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services.common import new_id
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from cmbuyer.server import migrate
-from cmbuyer.server.app import StartupRefused, check_schema
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync
+from cmbuyer.server.lifecycle import StartupRefused, check_schema
 
 
 def test_fresh_database_is_current_with_constraints(settings: Settings, sync_conn: sqlite3.Connection) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
-from cmbuyer.server.web.device_api.attempts import run_sweep
+from cmbuyer.server.lifecycle import run_sweep
 from tests.server.submissions.helpers import (
     Claim,
     claim_http,
