@@ -30,12 +30,12 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.common import Actor
 from cmbuyer.server.store import admin_actions as action_store
 from cmbuyer.server.store import admin_queries, audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import supervision as supervision_tx
+from cmbuyer.server.tx.common import Actor
 
 NOTE_MAX = 500
 RECONCILE_OUTCOMES = {"created": "reconcile_created", "not_created": "reconcile_not_created"}
@@ -94,7 +94,7 @@ def _close_before_fence(
         closed_auth = live.id
     closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, reason, at)
     if closed_attempt is not None:
-        supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
+        supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
     if not task_store.set_state(
         conn,
         task.id,
@@ -257,7 +257,7 @@ def reconcile(
         )
     closed_attempt = action_store.close_open_attempt_of_task(conn, task.id, "RECONCILED", at)
     if closed_attempt is not None:
-        supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
+        supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
     if not task_store.set_state(
         conn,
         task.id,

@@ -22,6 +22,7 @@ from aiohttp import web
 from cmbuyer.schemas import SchemaError, is_uuid4, validate
 from cmbuyer.server.app import PERIODIC, STARTUP_CHECKS, StartupRefused
 from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.fence import FenceRefused
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files as evidence_files
 from cmbuyer.server.evidence.png import ImageRejected, validate_png
@@ -30,8 +31,7 @@ from cmbuyer.server.services import evidence_upload, recovery
 from cmbuyer.server.services import fail_attempt as fail_service
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services import submission_result as result_service
-from cmbuyer.server.services.fence import FenceRefused
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web import multipart
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.device_errors import (

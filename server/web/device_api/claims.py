@@ -22,10 +22,10 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.app import STARTUP_CHECKS, StartupRefused
 from cmbuyer.server.config import SettingsError
 from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import heartbeat as heartbeat_service
 from cmbuyer.server.services import renew_lease as renew_service
-from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response
 from cmbuyer.server.web.jsonbody import read_json

@@ -18,7 +18,8 @@ MODULES = [
     "server/services/renew_lease.py",
     "server/services/heartbeat.py",
     "server/services/claim_secret.py",
-    "server/services/device_tx.py",
+    "server/tx/device_tx.py",
+    "server/domain/claims.py",
     "server/domain/lease.py",
     "server/store/claims.py",
 ]

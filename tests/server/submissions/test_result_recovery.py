@@ -12,7 +12,7 @@ import pytest
 from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.config import Settings
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web.device_api.attempts import run_sweep
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,

@@ -17,10 +17,10 @@ import sqlite3
 from typing import Any
 
 from cmbuyer.server.domain.errors import Conflict
-from cmbuyer.server.services.common import payload_hash
-from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import claims as claim_store
 from cmbuyer.server.store.claims import DeviceGate
+from cmbuyer.server.tx.common import payload_hash
+from cmbuyer.server.tx.idempotency import Stored
 
 
 class DeviceNotActive(Exception):
