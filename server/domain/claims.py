@@ -9,6 +9,8 @@ clock reads — rows and times come in as arguments.
 - :func:`may_claim` — the heartbeat gate of claim-next (fresh, READY, an allowed app version);
 - :func:`claim_is_current` — the "is this the current claim?" predicate of renew, events, fail, the
   approval request and the fence;
+- :func:`task_at_claim`, :func:`in_progress_before_fence`, :func:`may_resume`, :func:`renewable` — whether
+  the task and authorization behind a claim are still where the claim left them;
 - the fixed 409s of the claim paths (:func:`claim_not_current`, :func:`claim_requires_manual`,
   :func:`app_version_not_allowed`).
 
@@ -29,6 +31,15 @@ from cmbuyer.server.domain.supervision import DEFAULT_SUPERVISED_ORDERS, Supervi
 
 # The task fields an authorization freezes at start-purchases; claim, renew and the fence compare them.
 SNAPSHOT_FIELDS = ("title", "product_url", "goods_id", "sku_color", "sku_size", "quantity", "max_total_price")
+# The lease of an OPEN attempt may be renewed while its task is still being worked on (before the
+# fence) or waits for the single result after it; any other combination is not a current claim.
+RENEWABLE = frozenset(
+    {
+        (TaskState.CLAIMED, AuthorizationState.CLAIMED),
+        (TaskState.ORDERING, AuthorizationState.CLAIMED),
+        (TaskState.SUBMITTING, AuthorizationState.FENCED),
+    }
+)
 # frozen, so one shared default is safe
 DEFAULT_SUPERVISION = SupervisionPolicy(DEFAULT_SUPERVISED_ORDERS)
 
@@ -70,6 +81,17 @@ class AuthorizationRow(Snapshot, Protocol):
     def task_version(self) -> int: ...
     @property
     def expires_at(self) -> str: ...
+
+
+class ResumableClaim(Protocol):
+    """An attempt as :func:`may_resume` reads it."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def lease_expires_at(self) -> str: ...
+    @property
+    def claimed_task_version(self) -> int: ...
 
 
 class HeartbeatFacts(Protocol):
@@ -231,4 +253,49 @@ def claim_is_current(
         and (generation is None or attempt.claim_generation == generation)
         and (task_id is None or attempt.task_id == task_id)
         and (not require_lease or lease.is_live(attempt.lease_expires_at, now))
+    )
+
+
+def task_at_claim(task: TaskRow, claimed_task_version: int) -> bool:
+    """True when the task is where a claim at ``claimed_task_version`` left it: CLAIMED at that version, or
+    ORDERING one version later (the attempt's first event batch moved it, spec 002)."""
+    return (task.state == TaskState.CLAIMED and task.version == claimed_task_version) or (
+        task.state == TaskState.ORDERING and task.version == claimed_task_version + 1
+    )
+
+
+def in_progress_before_fence(task: TaskRow, authorization: AuthorizationRow) -> bool:
+    """True while a claim is worked on and not yet fenced: task CLAIMED or ORDERING, authorization CLAIMED
+    (fail and the approval request need it; the lease is each caller's own question)."""
+    return task.state in (TaskState.CLAIMED, TaskState.ORDERING) and authorization.state == AuthorizationState.CLAIMED
+
+
+def may_resume(
+    attempt: ResumableClaim, task: TaskRow, authorization: AuthorizationRow, *, session_id: str, now: datetime
+) -> bool:
+    """claim-next's resume rule for the device's open claim (spec 002): the same agent session, the lease and
+    the authorization both strictly later than ``now``, the task where the claim left it
+    (:func:`task_at_claim`), the authorization CLAIMED with an unchanged snapshot, and the claim made at the
+    version right after the snapshot's. False means ``409 claim_requires_manual``: never a second attempt,
+    never a transfer."""
+    return (
+        attempt.session_id == session_id
+        and lease.is_live(attempt.lease_expires_at, now)
+        and task_at_claim(task, attempt.claimed_task_version)
+        and authorization.state == AuthorizationState.CLAIMED
+        and lease.is_live(authorization.expires_at, now)
+        and snapshot_matches(task, authorization)
+        and authorization.task_version + 1 == attempt.claimed_task_version
+    )
+
+
+def renewable(task: TaskRow, authorization: AuthorizationRow, claimed_task_version: int, now: datetime) -> bool:
+    """The renew rule for a current claim (spec 000 §7): task and authorization in a :data:`RENEWABLE` pair,
+    the authorization strictly later than ``now`` (nothing expired is revived), its snapshot unchanged, and
+    the task not behind the claim's version."""
+    return (
+        (task.state, authorization.state) in RENEWABLE
+        and lease.is_live(authorization.expires_at, now)
+        and snapshot_matches(task, authorization)
+        and task.version >= claimed_task_version
     )

@@ -5,7 +5,9 @@
   ``cmbuyer.schemas.summary`` so the agent applies exactly the same one before sending);
 - :func:`may_attach` — a new evidence asset goes to an OPEN attempt of the URL's task held by this device;
 - :func:`check_asset` — an evidence asset id named by a fail or a result report is one of the attempt's;
-- :func:`check_screenshot` — the screenshot of an approval request is the attempt's gate-3 screenshot.
+- :func:`check_screenshot` — the screenshot of an approval request is the attempt's gate-3 screenshot;
+- :func:`awaits_result`, :func:`may_report_result`, :func:`result_use_case` — the one observation after
+  the tap (docs/api.md "result").
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from typing import Protocol
 
 from cmbuyer.schemas.summary import summary_problem
 from cmbuyer.server.domain.errors import Conflict, DomainError, ValidationFailed
-from cmbuyer.server.domain.states import AttemptState
+from cmbuyer.server.domain.states import AttemptState, SubmissionState
 
 # The evidence kind an approval request must show: the screen holding the submit control (issue 17).
 SCREENSHOT_KIND = "CONFIRM_PAGE_GATE_3"
+# The attempt close reason of the expiry sweeper (services/recovery.py): a fenced attempt whose lease ran
+# out without a result. Its late observation is still recorded.
+SWEEPER_CLOSE_REASON = "LEASE_EXPIRED_AFTER_FENCE"
 
 
 class AssetRow(Protocol):
@@ -38,6 +43,24 @@ class AttemptRow(Protocol):
     def task_id(self) -> str: ...
     @property
     def state(self) -> str: ...
+
+
+class ReportingAttempt(Protocol):
+    """An attempt as :func:`may_report_result` reads it."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def close_reason(self) -> str | None: ...
+
+
+class ResultSlot(Protocol):
+    """A submission as :func:`awaits_result` reads it."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def observation(self) -> str | None: ...
 
 
 class ScreenshotRefused(DomainError):
@@ -91,3 +114,24 @@ def check_screenshot(asset: AssetRow | None, attempt_id: str) -> None:
     ``attempt_id``; raises :class:`ScreenshotRefused` (422)."""
     if asset is None or asset.attempt_id != attempt_id or asset.kind != SCREENSHOT_KIND:
         raise ScreenshotRefused("screenshot_asset_id is not a gate-3 screenshot of this attempt")
+
+
+def awaits_result(submission: ResultSlot) -> bool:
+    """True while the submission may still take its one observation: none recorded yet, and FENCED or put
+    to RECONCILIATION_REQUIRED by the sweeper (not yet settled by a person). False → ``409 result_conflict``."""
+    return submission.observation is None and submission.state in (
+        SubmissionState.FENCED,
+        SubmissionState.RECONCILIATION_REQUIRED,
+    )
+
+
+def may_report_result(attempt: ReportingAttempt) -> bool:
+    """True when the fenced attempt may report: still OPEN, or closed by the sweeper
+    (:data:`SWEEPER_CLOSE_REASON`). The lease is not required: the observation is worth having late."""
+    return attempt.state == AttemptState.OPEN or attempt.close_reason == SWEEPER_CLOSE_REASON
+
+
+def result_use_case(observation: str) -> str:
+    """The state-machine use-case of an observation: ``SUBMITTED`` → ``result_submitted``; anything else
+    needs a person → ``result_needs_reconciliation`` (docs/state-machines.md)."""
+    return "result_submitted" if observation == "SUBMITTED" else "result_needs_reconciliation"

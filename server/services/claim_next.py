@@ -37,7 +37,7 @@ from cmbuyer.server.domain.claims import (
     app_version_not_allowed,
     claim_requires_manual,
     may_claim,
-    snapshot_matches,
+    may_resume,
 )
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
@@ -107,22 +107,16 @@ def _resume(
     now: datetime,
     policy: ClaimPolicy,
 ) -> Stored:
-    """Same session, live lease, consistent rows → the same attempt under the new key; else 409."""
+    """Same session, live lease, consistent rows (:func:`~cmbuyer.server.domain.claims.may_resume`) → the
+    same attempt under the new key; else 409."""
     if attempt.session_id != session_id or not lease.is_live(attempt.lease_expires_at, now):
-        raise claim_requires_manual()
+        raise claim_requires_manual()  # the cheap half of may_resume first: no reads for a new session
     task = task_store.get(conn, attempt.task_id)
     authorization = auth_store.get(conn, attempt.authorization_id)
-    if task is None or authorization is None:
-        raise claim_requires_manual()
-    consistent_state = (task.state == TaskState.CLAIMED and task.version == attempt.claimed_task_version) or (
-        task.state == TaskState.ORDERING and task.version == attempt.claimed_task_version + 1
-    )
-    if not (
-        consistent_state
-        and authorization.state == AuthorizationState.CLAIMED
-        and lease.is_live(authorization.expires_at, now)
-        and snapshot_matches(task, authorization)
-        and authorization.task_version + 1 == attempt.claimed_task_version
+    if (
+        task is None
+        or authorization is None
+        or not may_resume(attempt, task, authorization, session_id=session_id, now=now)
     ):
         raise claim_requires_manual()
     token = derive_token(attempt, policy.secret)

@@ -20,7 +20,7 @@ from typing import Any
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import lease
-from cmbuyer.server.domain.claims import claim_not_current
+from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
 from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
 from cmbuyer.server.domain.reports import check_summary
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState, transition
@@ -87,7 +87,7 @@ def append_events(
     at = to_wire(now)
     version = task.version
     if task.state == TaskState.CLAIMED:
-        if task.version != attempt.claimed_task_version:
+        if not task_at_claim(task, attempt.claimed_task_version):
             raise claim_not_current()
         new_state = transition(TASK_TRANSITIONS, TaskState.CLAIMED, "first_event")
         if not task_store.set_state(

@@ -17,7 +17,7 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain.claims import claim_not_current
+from cmbuyer.server.domain.claims import claim_not_current, in_progress_before_fence
 from cmbuyer.server.domain.fence import submission_fenced
 from cmbuyer.server.domain.reports import check_asset, check_summary
 from cmbuyer.server.domain.states import (
@@ -77,12 +77,7 @@ def fail_attempt(
     summary = check_summary(body["summary"])
     task = task_store.get(conn, attempt.task_id)
     authorization = auth_store.get(conn, attempt.authorization_id)
-    if (
-        task is None
-        or authorization is None
-        or task.state not in (TaskState.CLAIMED, TaskState.ORDERING)
-        or authorization.state != AuthorizationState.CLAIMED
-    ):
+    if task is None or authorization is None or not in_progress_before_fence(task, authorization):
         raise claim_not_current()
     at = to_wire(now)
     reason: str = body["reason_code"]

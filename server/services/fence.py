@@ -47,7 +47,7 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain.claims import claim_not_current
+from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
 from cmbuyer.server.domain.fence import check_authorization, check_gates, submission_fenced, version_conflict
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
@@ -133,9 +133,8 @@ def create_fence(
         raise claim_not_current()
     if task.version != body["expected_task_version"]:
         raise version_conflict()
-    new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "fence")
-    expected_version = attempt.claimed_task_version + (1 if task.state == TaskState.ORDERING else 0)
-    if task.version != expected_version:
+    new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "fence")  # CLAIMED or ORDERING, else 409
+    if not task_at_claim(task, attempt.claimed_task_version):
         raise claim_not_current()
     check_authorization(authorization, task, now)
     check_gates(body, authorization, allowed_payment_modes)

@@ -37,7 +37,7 @@ from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import claim_token
 from cmbuyer.server.domain.claims import claim_not_current
 from cmbuyer.server.domain.errors import Conflict, NotFound
-from cmbuyer.server.domain.reports import check_asset
+from cmbuyer.server.domain.reports import awaits_result, check_asset, may_report_result, result_use_case
 from cmbuyer.server.domain.states import (
     ATTEMPT_TRANSITIONS,
     AUTHORIZATION_TRANSITIONS,
@@ -61,7 +61,6 @@ from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "submission-result"
-SWEEPER_CLOSE_REASON = "LEASE_EXPIRED_AFTER_FENCE"
 
 
 def result_conflict() -> Conflict:
@@ -77,11 +76,6 @@ def not_found() -> NotFound:
 def request_payload(submission_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Idempotency comparison form: body + URL submission id, token replaced by its SHA-256 hex."""
     return idempotency.claim_request_form(body, submission_id=submission_id)
-
-
-def use_case_for(observation: str) -> str:
-    """The state-machine use-case of an observation (SUBMITTED or anything needing a person)."""
-    return "result_submitted" if observation == "SUBMITTED" else "result_needs_reconciliation"
 
 
 def report_result(
@@ -105,12 +99,9 @@ def report_result(
     token_ok = claim_token.matches(attempt.token_hash, body["claim_token"])
     if not (token_ok and body["attempt_id"] == attempt.id and attempt.device_id == device_id):
         raise claim_not_current()
-    if submission.observation is not None or submission.state not in (
-        SubmissionState.FENCED,
-        SubmissionState.RECONCILIATION_REQUIRED,
-    ):
+    if not awaits_result(submission):
         raise result_conflict()
-    if not (attempt.state == AttemptState.OPEN or attempt.close_reason == SWEEPER_CLOSE_REASON):
+    if not may_report_result(attempt):
         raise claim_not_current()
     asset_id: str | None = body["evidence_asset_id"]
     check_asset(asset_id, None if asset_id is None else evidence_store.get(conn, asset_id), attempt.id)
@@ -121,7 +112,7 @@ def report_result(
     if task is None:
         raise StorageError("submission without its task")
     if submission.state == SubmissionState.FENCED:
-        use_case = use_case_for(observation)
+        use_case = result_use_case(observation)
         new_sub = transition(SUBMISSION_TRANSITIONS, SubmissionState.FENCED, use_case)
         new_task = transition(TASK_TRANSITIONS, TaskState(task.state), use_case)
         authorization = auth_store.get(conn, submission.authorization_id)

@@ -19,11 +19,10 @@ from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain import supervision as rules
-from cmbuyer.server.domain.claims import claim_not_current
+from cmbuyer.server.domain.claims import claim_not_current, in_progress_before_fence
 from cmbuyer.server.domain.errors import Conflict, NotFound
 from cmbuyer.server.domain.fence import submission_fenced
 from cmbuyer.server.domain.reports import check_screenshot
-from cmbuyer.server.domain.states import AuthorizationState, TaskState
 from cmbuyer.server.domain.supervision import ApprovalState
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
@@ -95,8 +94,7 @@ def request_approval(
     if (
         task is None
         or authorization is None
-        or task.state not in (TaskState.CLAIMED, TaskState.ORDERING)
-        or authorization.state != AuthorizationState.CLAIMED
+        or not in_progress_before_fence(task, authorization)
         or not lease.is_live(authorization.expires_at, now)
     ):
         raise claim_not_current()
