@@ -40,7 +40,7 @@ lint: setup ## ruff on everything, mypy --strict on the domain/store/service lay
 	@# mypy cannot follow setuptools' editable finder, so lint through a symlink tree of the cmbuyer.* names
 	@mkdir -p build/typecheck/cmbuyer && touch build/typecheck/cmbuyer/__init__.py
 	@ln -sfn ../../../server build/typecheck/cmbuyer/server && ln -sfn ../../../shared/schemas build/typecheck/cmbuyer/schemas
-	MYPYPATH=build/typecheck $(BIN)/mypy -p cmbuyer.server.domain -p cmbuyer.server.store -p cmbuyer.server.services
+	MYPYPATH=build/typecheck $(BIN)/mypy -p cmbuyer.server.domain -p cmbuyer.server.store -p cmbuyer.server.services -p cmbuyer.server.tx
 
 serve: setup ## run the server on the data dir DATA_DIR (default ./var), initializing it first
 	@test -f $(DATA_DIR)/cmbuyer.env || $(BIN)/cmbuyer-server --data-dir $(DATA_DIR) init

@@ -24,7 +24,7 @@ from typing import Any
 
 from cmbuyer.phonesim.journal import read_journal
 from cmbuyer.server.db import connect_sync
-from cmbuyer.server.services import task_view
+from cmbuyer.server.web.admin import task_view
 
 BIN = Path(sys.executable).parent
 SETTLED = frozenset(

@@ -31,10 +31,10 @@ from cmbuyer.server.services import admins as admin_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import evidence_gc
 from cmbuyer.server.services import tasks as task_service
-from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import ops as ops_queries
+from cmbuyer.server.tx.common import Actor, new_id
 
 EXIT_OK, EXIT_RULE, EXIT_USAGE, EXIT_SETTINGS, EXIT_STORAGE = 0, 1, 2, 3, 4
 T = TypeVar("T")
@@ -474,8 +474,9 @@ def cmd_task(args: argparse.Namespace) -> int:
             else:
                 print(f"{body['authorized_count']} task(s) started; payment is never automated")
         elif args.task_cmd == "list":
-            from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
+            from cmbuyer.server.domain.states import TaskState
             from cmbuyer.server.store.queries import tasks as task_store
+            from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 
             states = [args.state] if args.state else None
             rows = task_store.page(conn, states=states, limit=args.limit)
@@ -501,7 +502,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                     label = TASK_STATE_LABELS[TaskState(t.state)]
                     print(f"{t.id}\t{t.state} ({label})\tv{t.version}\t{t.goods_id}\t{t.title}")
         else:
-            from cmbuyer.server.services import task_view
+            from cmbuyer.server.web.admin import task_view
 
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
             _print_json(view) if args.json else print(json.dumps(view, ensure_ascii=False, indent=2))

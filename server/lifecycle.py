@@ -35,8 +35,8 @@ from aiohttp import web
 from cmbuyer.server import migrate
 from cmbuyer.server.config import Settings, SettingsError
 from cmbuyer.server.db import StorageError, connect_sync
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import admin_sessions, recovery
-from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.web.edge import RateLimitedExceptionHandler
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS

@@ -17,7 +17,7 @@ from cmbuyer.server.domain.errors import InvalidTransition
 
 
 class TaskState(StrEnum):
-    """Task lifecycle; the Chinese display name is :data:`TASK_STATE_LABELS`."""
+    """Task lifecycle; the Chinese display names are ``TASK_STATE_LABELS`` in ``web/admin/labels.py``."""
 
     DRAFT = "DRAFT"
     PENDING = "PENDING"
@@ -31,22 +31,6 @@ class TaskState(StrEnum):
     FAILED = "FAILED"
     EXPIRED = "EXPIRED"
     CANCELLED = "CANCELLED"
-
-
-TASK_STATE_LABELS: dict[TaskState, str] = {
-    TaskState.DRAFT: "草稿",
-    TaskState.PENDING: "待领取",
-    TaskState.CLAIMED: "已领取",
-    TaskState.ORDERING: "下单中",
-    TaskState.SUBMITTING: "提交中",
-    TaskState.WAITING_PAYMENT: "待付款",
-    TaskState.PAID: "已付款",
-    TaskState.RECONCILIATION_REQUIRED: "待人工核对",
-    TaskState.CLOSED_NOT_CREATED: "确认未创建",
-    TaskState.FAILED: "失败",
-    TaskState.EXPIRED: "授权过期",
-    TaskState.CANCELLED: "已取消",
-}
 
 
 class AuthorizationState(StrEnum):

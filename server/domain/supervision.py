@@ -115,7 +115,7 @@ def _bad(key: str) -> ValidationFailed:
 
 def canonical_readings(values: Mapping[str, Any]) -> dict[str, Any]:
     """The 8 readings (:data:`READING_KEYS`) in the form the fence compares them (``check_gates`` in
-    server/services/fence.py): colour and size ``normalize_sku`` (trimmed, NFKC; size ``None`` stays
+    server/domain/fence.py): colour and size ``normalize_sku`` (trimmed, NFKC; size ``None`` stays
     ``None``), payment mode NFKC then trimmed, money strings canonical (``12.80``) and kept as text,
     quantity a JSON integer. Other keys of ``values`` (a whole fence body) are ignored.
 

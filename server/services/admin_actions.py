@@ -30,14 +30,14 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.common import Actor
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.tx import supervision as supervision_tx
+from cmbuyer.server.tx.common import Actor
 
 NOTE_MAX = 500
 RECONCILE_OUTCOMES = {"created": "reconcile_created", "not_created": "reconcile_not_created"}
@@ -96,7 +96,7 @@ def _close_before_fence(
         closed_auth = live.id
     closed_attempt = attempt_store.close_open_for_task(conn, task.id, reason, at)
     if closed_attempt is not None:
-        supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
+        supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
     if not task_store.set_state(
         conn,
         task.id,
@@ -259,7 +259,7 @@ def reconcile(
         )
     closed_attempt = attempt_store.close_open_for_task(conn, task.id, "RECONCILED", at)
     if closed_attempt is not None:
-        supervision_service.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
+        supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
     if not task_store.set_state(
         conn,
         task.id,

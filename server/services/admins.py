@@ -11,9 +11,9 @@ from argon2.exceptions import InvalidHashError, VerificationError
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
-from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import audit
+from cmbuyer.server.tx.common import Actor, new_id
 
 _HASHER = PasswordHasher()
 _USERNAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}", re.ASCII)

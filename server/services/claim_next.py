@@ -6,11 +6,11 @@ Order inside the transaction (each step only after the previous one):
 2. idempotency lookup of ``claim_request_id`` — same request → the stored result byte for byte
    (200 with the same token rebuilt by HMAC, or the persisted EMPTY 204); reused key → 409;
 3. defense in depth: the device's latest heartbeat must be fresh, READY and report an allowed
-   Pinduoduo version, else 409 ``app_version_not_allowed``;
+   Pinduoduo version (:func:`~cmbuyer.server.domain.claims.may_claim`), else 409 ``app_version_not_allowed``;
 4. the device's open claim, if any: same session + live lease + consistent task/authorization →
    the same attempt again (recorded under the new key); anything else → 409
    ``claim_requires_manual``. Never a second attempt, never a transfer;
-5. the supervision pair (issue 17, :func:`supervision.for_claim`): held → EMPTY, persisted; otherwise it
+5. the supervision pair (issue 17, :func:`supervision_tx.for_claim`): held → EMPTY, persisted; otherwise it
    decides whether the new attempt is supervised;
 6. the oldest claimable authorization (:func:`auth_store.next_candidate`); none → EMPTY, persisted;
 7. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
@@ -25,15 +25,20 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.config import Settings
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import claim_token, lease
-from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.claims import (
+    SNAPSHOT_FIELDS,
+    ClaimPolicy,
+    app_version_not_allowed,
+    claim_requires_manual,
+    may_claim,
+    may_resume,
+)
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -42,83 +47,18 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.domain.supervision import DEFAULT_SUPERVISED_ORDERS, SupervisionPolicy
-from cmbuyer.server.services import device_tx, idempotency
-from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.common import canonical_json, new_id
-from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.attempts import Attempt
-from cmbuyer.server.store.authorizations import Authorization
-from cmbuyer.server.store.devices import DeviceGate
-from cmbuyer.server.store.tasks import Task
+from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import supervision as supervision_tx
+from cmbuyer.server.tx.common import canonical_json, new_id
+from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "claim-next"
 FIRST_GENERATION = 1
-# frozen, so one shared default is safe
-DEFAULT_SUPERVISION = SupervisionPolicy(DEFAULT_SUPERVISED_ORDERS)
-SNAPSHOT_FIELDS = ("title", "product_url", "goods_id", "sku_color", "sku_size", "quantity", "max_total_price")
-
-
-@dataclass(frozen=True)
-class ClaimPolicy:
-    """What the claim/renew/heartbeat jobs need from the settings (secret bytes kept out of ``repr``)."""
-
-    secret: bytes
-    lease_ttl: int
-    allowed_app_versions: tuple[str, ...]
-    heartbeat_interval: int
-    heartbeat_stale_factor: int
-    # CMBUYER_SUPERVISED_ORDERS (issue 17); built without settings it keeps the default: supervised, not off
-    supervision: SupervisionPolicy = DEFAULT_SUPERVISION
-
-    def __repr__(self) -> str:
-        return (
-            f"ClaimPolicy(lease_ttl={self.lease_ttl}, allowed_app_versions={self.allowed_app_versions!r},"
-            f" supervision={self.supervision!r})"
-        )
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ClaimPolicy:
-        """Build from validated settings; raises SettingsError when the claim-token secret is missing."""
-        secret, _ = settings.require_secrets()
-        return cls(
-            secret.reveal(),
-            settings.claim_lease_ttl,
-            settings.allowed_app_versions,
-            settings.heartbeat_interval,
-            settings.heartbeat_stale_factor,
-            SupervisionPolicy(settings.supervised_orders),
-        )
-
-
-def claim_requires_manual() -> Conflict:
-    """The fixed 409 for an open claim that cannot simply be resumed (spec 002)."""
-    return Conflict("the device holds a claim that needs a person", code="claim_requires_manual")
-
-
-def app_version_not_allowed() -> Conflict:
-    """The fixed 409 when the device's heartbeat does not allow claiming."""
-    return Conflict("heartbeat missing, stale, not READY or app version not allowed", code="app_version_not_allowed")
-
-
-def snapshot_matches(task: Task, authorization: Authorization) -> bool:
-    """True when every field frozen in the authorization still equals the task's current field."""
-    return all(getattr(task, f) == getattr(authorization, f) for f in SNAPSHOT_FIELDS)
-
-
-def may_claim(gate: DeviceGate, now: datetime, policy: ClaimPolicy) -> bool:
-    """The heartbeat gate: fresh (younger than interval × factor), READY, and an allowed app version
-    according to the *current* configuration (not the flag stored at heartbeat time)."""
-    return (
-        lease.heartbeat_fresh(gate.last_heartbeat_at, now, policy.heartbeat_interval, policy.heartbeat_stale_factor)
-        and gate.reported_state == "READY"
-        and gate.pdd_version is not None
-        and gate.pdd_version in policy.allowed_app_versions
-    )
 
 
 def derive_token(attempt: Attempt, secret: bytes) -> str:
@@ -166,22 +106,16 @@ def _resume(
     now: datetime,
     policy: ClaimPolicy,
 ) -> Stored:
-    """Same session, live lease, consistent rows → the same attempt under the new key; else 409."""
+    """Same session, live lease, consistent rows (:func:`~cmbuyer.server.domain.claims.may_resume`) → the
+    same attempt under the new key; else 409."""
     if attempt.session_id != session_id or not lease.is_live(attempt.lease_expires_at, now):
-        raise claim_requires_manual()
+        raise claim_requires_manual()  # the cheap half of may_resume first: no reads for a new session
     task = task_store.get(conn, attempt.task_id)
     authorization = auth_store.get(conn, attempt.authorization_id)
-    if task is None or authorization is None:
-        raise claim_requires_manual()
-    consistent_state = (task.state == TaskState.CLAIMED and task.version == attempt.claimed_task_version) or (
-        task.state == TaskState.ORDERING and task.version == attempt.claimed_task_version + 1
-    )
-    if not (
-        consistent_state
-        and authorization.state == AuthorizationState.CLAIMED
-        and lease.is_live(authorization.expires_at, now)
-        and snapshot_matches(task, authorization)
-        and authorization.task_version + 1 == attempt.claimed_task_version
+    if (
+        task is None
+        or authorization is None
+        or not may_resume(attempt, task, authorization, session_id=session_id, now=now)
     ):
         raise claim_requires_manual()
     token = derive_token(attempt, policy.secret)
@@ -250,7 +184,7 @@ def claim_next(
         )
     at = to_wire(now)
     try:
-        pair = supervision_service.for_claim(
+        pair = supervision_tx.for_claim(
             conn, device_id=device_id, gate=gate, claim_pack_id=pack_id, policy=policy.supervision
         )
     except ValueError:  # no pack id and no app version: no pair to claim for (may_claim makes this unreachable)
@@ -281,7 +215,7 @@ def _claim(
     payload: dict[str, str],
     now: datetime,
     policy: ClaimPolicy,
-    pair: supervision_service.ClaimSupervision,
+    pair: supervision_tx.ClaimSupervision,
 ) -> Stored:
     authorization = candidate.authorization
     at = to_wire(now)
@@ -359,7 +293,7 @@ def _claim(
             supervised=int(pair.supervised),
         ),
     )
-    supervision_service.record_claim(conn, device_id, pair, at)
+    supervision_tx.record_claim(conn, device_id, pair, at)
     idempotency.remember_text(
         conn, device_id, key, ENDPOINT, payload, status=200, text=body_text, at=at, attempt_id=attempt_id
     )

@@ -12,9 +12,9 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import values
 from cmbuyer.server.domain.errors import NotFound, ValidationFailed
-from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
+from cmbuyer.server.tx.common import Actor, new_id
 
 TOKEN_BYTES = 32
 

@@ -5,9 +5,10 @@ the stored answer byte for byte, nothing appended twice) → the claim must be c
 of the URL's task held by this device with this generation and token, and a lease strictly later than
 now — *except* once the attempt holds a submission (after the fence), when an OPEN attempt is enough
 so the agent can still log ``SUBMIT_TAP``/``OBSERVE_RESULT`` before its result closes the attempt →
-every summary passes :func:`check_summary` → the batch fits the attempt's event budget
-(:class:`~cmbuyer.server.domain.limits.AttemptBudget`) → consecutive per-attempt sequence numbers → the first
-accepted batch of a CLAIMED task moves it to ORDERING (version + 1) → request record + audit row.
+every summary passes :func:`~cmbuyer.server.domain.reports.check_summary` → the batch fits the
+attempt's event budget (:class:`~cmbuyer.server.domain.limits.AttemptBudget`) → consecutive per-attempt
+sequence numbers → the first accepted batch of a CLAIMED task moves it to ORDERING (version + 1) →
+request record + audit row.
 """
 
 from __future__ import annotations
@@ -16,40 +17,28 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from cmbuyer.schemas.summary import summary_problem
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain import claim_token, lease
-from cmbuyer.server.domain.errors import ValidationFailed
+from cmbuyer.server.domain import lease
+from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
 from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
+from cmbuyer.server.domain.reports import check_summary
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState, transition
-from cmbuyer.server.services import device_tx, idempotency
-from cmbuyer.server.services.claim_check import claim_not_current, current_claim
-from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import events as event_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx.claim_check import current_claim
+from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "events"
 
 
-def check_summary(text: str) -> str:
-    """Return ``text`` when it is an acceptable summary, else raise ValidationFailed (→ 400).
-
-    The rule itself lives in ``cmbuyer.schemas.summary`` so the agent applies exactly the same one
-    before sending (a refused wording would otherwise lose an event or a fail report).
-    """
-    problem = summary_problem(text)
-    if problem is not None:
-        raise ValidationFailed("summary", problem)
-    return text
-
-
 def request_payload(task_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Idempotency comparison form: body + URL task id, token replaced by its SHA-256 hex."""
-    return {**body, "task_id": task_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
+    return idempotency.claim_request_form(body, task_id=task_id)
 
 
 def append_events(
@@ -98,7 +87,7 @@ def append_events(
     at = to_wire(now)
     version = task.version
     if task.state == TaskState.CLAIMED:
-        if task.version != attempt.claimed_task_version:
+        if not task_at_claim(task, attempt.claimed_task_version):
             raise claim_not_current()
         new_state = transition(TASK_TRANSITIONS, TaskState.CLAIMED, "first_event")
         if not task_store.set_state(

@@ -12,7 +12,7 @@ Why this never removes a file a row needs:
 - candidates are re-checked and removed in chunks, each inside a write transaction (``BEGIN
   IMMEDIATE``; the check uses the ``evidence_sha256`` index, so the lock is held briefly). The upload's
   write job needs the same lock and first checks that its file is still in place
-  (:func:`cmbuyer.server.services.evidence_upload.record_upload`). Either its row committed first — then
+  (``record_upload`` in ``services/evidence_upload.py``). Either its row committed first — then
   the file is referenced and kept — or the file was removed first — then the upload answers 503 and
   writes nothing, and the agent's retry with the same key stores the file again;
 - asset rows are never deleted, so a referenced file stays referenced;
@@ -34,9 +34,9 @@ from pathlib import Path
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.evidence import files
 from cmbuyer.server.evidence.files import StoredFile
-from cmbuyer.server.services.common import Actor
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import evidence as evidence_store
+from cmbuyer.server.tx.common import Actor
 
 CHUNK = 200  # files re-checked and removed per write transaction: bounds how long the server's writer waits
 

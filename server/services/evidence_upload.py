@@ -26,15 +26,16 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.claims import claim_not_current
 from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
+from cmbuyer.server.domain.reports import may_attach
 from cmbuyer.server.evidence import files as evidence_files
-from cmbuyer.server.services import device_tx, idempotency
-from cmbuyer.server.services.claim_check import claim_not_current
-from cmbuyer.server.services.common import new_id
-from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import evidence as evidence_store
+from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx.common import new_id
+from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "evidence"
 META_FIELDS = frozenset({"upload_key", "attempt_id", "kind", "privacy_tier", "sha256", "captured_at"})
@@ -85,12 +86,7 @@ def may_upload(conn: sqlite3.Connection, *, device_id: str, upload: Upload, budg
     if device_tx.replay_scoped(conn, device_id, upload.upload_key, ENDPOINT, upload.payload()) is not None:
         return True
     attempt = attempt_store.get(conn, upload.attempt_id)
-    if not (
-        attempt is not None
-        and attempt.device_id == device_id
-        and attempt.task_id == upload.task_id
-        and attempt.state == "OPEN"
-    ):
+    if not may_attach(attempt, device_id=device_id, task_id=upload.task_id):
         return False
     _check_budget(conn, upload, budget)
     return True
@@ -123,12 +119,7 @@ def record_upload(
     if stored is not None:
         return _replay(stored)
     attempt = attempt_store.get(conn, upload.attempt_id)
-    if (
-        attempt is None
-        or attempt.device_id != device_id
-        or attempt.task_id != upload.task_id
-        or attempt.state != "OPEN"
-    ):
+    if attempt is None or not may_attach(attempt, device_id=device_id, task_id=upload.task_id):
         raise claim_not_current()
     _check_budget(conn, upload, budget)  # again under the write lock: uploads may race past may_upload
     if not evidence_files.exists(evidence_dir, upload.sha256):  # evidence gc removes files under this lock

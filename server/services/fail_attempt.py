@@ -17,8 +17,9 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain import claim_token
-from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.claims import claim_not_current, in_progress_before_fence
+from cmbuyer.server.domain.fence import submission_fenced
+from cmbuyer.server.domain.reports import check_asset, check_summary
 from cmbuyer.server.domain.states import (
     ATTEMPT_TRANSITIONS,
     AUTHORIZATION_TRANSITIONS,
@@ -28,44 +29,24 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.services import device_tx, idempotency
-from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.claim_check import claim_not_current, current_claim
-from cmbuyer.server.services.common import Actor
-from cmbuyer.server.services.events import check_summary
-from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import evidence as evidence_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import supervision as supervision_tx
+from cmbuyer.server.tx.claim_check import current_claim
+from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "fail"
 
 
-def submission_fenced() -> Conflict:
-    """The fixed 409 once a submission exists for the attempt/authorization."""
-    return Conflict("a submission fence exists", code="submission_fenced")
-
-
-def evidence_conflict() -> Conflict:
-    """The fixed 409 for an evidence asset id that is unknown or belongs to another attempt."""
-    return Conflict("evidence asset does not belong to this attempt", code="evidence_conflict")
-
-
 def request_payload(attempt_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Idempotency comparison form: body + URL attempt id, token replaced by its SHA-256 hex."""
-    return {**body, "attempt_id": attempt_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
-
-
-def check_asset(conn: sqlite3.Connection, asset_id: str | None, attempt_id: str) -> None:
-    """An optional asset id must name an asset of ``attempt_id`` (else ``409 evidence_conflict``)."""
-    if asset_id is None:
-        return
-    asset = evidence_store.get(conn, asset_id)
-    if asset is None or asset.attempt_id != attempt_id:
-        raise evidence_conflict()
+    return idempotency.claim_request_form(body, attempt_id=attempt_id)
 
 
 def fail_attempt(
@@ -91,16 +72,12 @@ def fail_attempt(
     )
     if submission_store.for_attempt_or_authorization(conn, attempt.id, attempt.authorization_id) is not None:
         raise submission_fenced()
-    check_asset(conn, body["evidence_asset_id"], attempt.id)
+    asset_id: str | None = body["evidence_asset_id"]
+    check_asset(asset_id, None if asset_id is None else evidence_store.get(conn, asset_id), attempt.id)
     summary = check_summary(body["summary"])
     task = task_store.get(conn, attempt.task_id)
     authorization = auth_store.get(conn, attempt.authorization_id)
-    if (
-        task is None
-        or authorization is None
-        or task.state not in (TaskState.CLAIMED, TaskState.ORDERING)
-        or authorization.state != AuthorizationState.CLAIMED
-    ):
+    if task is None or authorization is None or not in_progress_before_fence(task, authorization):
         raise claim_not_current()
     at = to_wire(now)
     reason: str = body["reason_code"]
@@ -109,7 +86,7 @@ def fail_attempt(
     new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "device_fail")
     if not attempt_store.close(conn, attempt.id, "FAILED", at):
         raise StorageError("attempt changed under the write lock")
-    supervision_service.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="FAILED")
+    supervision_tx.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="FAILED")
     if not auth_store.set_state(
         conn,
         authorization.id,

@@ -26,12 +26,14 @@ Order inside the job (any failure raises, nothing is written, never a permit):
 4. no submission yet for this attempt or authorization (``409 submission_fenced``);
 5. task version equals ``expected_task_version`` (``409 version_conflict``) and the task is CLAIMED or
    ORDERING at the claim's version (``409 invalid_state`` / ``claim_not_current``);
-6. authorization CLAIMED (not yet consumed), strictly unexpired, snapshot equal to the task's fields;
+6. authorization CLAIMED (not yet consumed), strictly unexpired, snapshot equal to the task's fields
+   (:func:`cmbuyer.server.domain.fence.check_authorization`);
 7. the gates, re-checked on the values the agent READ on the screen (``409 fence_refused`` with a
-   ``detail`` word, see :func:`check_gates`): colour and size as read, quantity read, the three unit
-   prices, the total read from ``提交订单 ¥<total>``, the payment mode read beside it, the number of
-   submit controls; then, for an attempt supervised at claim time (issue 17), a person's approval of
-   exactly these readings (``409 approval_required``, :func:`supervision.require_approval`);
+   ``detail`` word, see :func:`cmbuyer.server.domain.fence.check_gates`): colour and size as read,
+   quantity read, the three unit prices, the total read from ``提交订单 ¥<total>``, the payment mode
+   read beside it, the number of submit controls; then, for an attempt supervised at claim time
+   (issue 17), a person's approval of exactly these readings (``409 approval_required``,
+   :func:`cmbuyer.server.tx.supervision.require_approval`);
 8. insert the submission (FENCED), authorization CLAIMED → FENCED, task → SUBMITTING (version + 1),
    audit row, replay record.
 """
@@ -41,14 +43,12 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
-from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain import claim_token, lease
-from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
+from cmbuyer.server.domain.fence import check_authorization, check_gates, submission_fenced, version_conflict
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -57,30 +57,17 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.services import device_tx, idempotency
-from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.claim_check import claim_not_current, current_claim
-from cmbuyer.server.services.claim_next import snapshot_matches
-from cmbuyer.server.services.common import canonical_json, new_id
-from cmbuyer.server.services.fail_attempt import submission_fenced
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
-from cmbuyer.server.store.authorizations import Authorization
+from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import supervision as supervision_tx
+from cmbuyer.server.tx.claim_check import current_claim
+from cmbuyer.server.tx.common import canonical_json, new_id
 
 ENDPOINT = "submission-fence"
 SUBMIT_TEXT = "提交订单"
-
-
-class FenceRefused(Conflict):
-    """``409 {"error":"fence_refused","detail":<word>}``: a gate or authorization check failed."""
-
-    code = "fence_refused"
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(f"fence refused: {detail}")
-        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -91,11 +78,6 @@ class FenceAnswer:
     status: int
     body: str
     permit: bool
-
-
-def version_conflict() -> Conflict:
-    """The fixed 409 when ``expected_task_version`` is not the task's version."""
-    return Conflict("task version changed", code="version_conflict")
 
 
 def response_body(submission_id: str, *, first: bool) -> dict[str, Any]:
@@ -111,54 +93,7 @@ def response_body(submission_id: str, *, first: bool) -> dict[str, Any]:
 
 def request_payload(attempt_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Idempotency comparison form: body + URL attempt id, token replaced by its SHA-256 hex."""
-    return {**body, "attempt_id": attempt_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
-
-
-def _read_sku(value: str | None) -> str | None:
-    return None if value is None else normalize_sku(value)
-
-
-def check_gates(body: dict[str, Any], authorization: Authorization, allowed_payment_modes: tuple[str, ...]) -> None:
-    """Step 7 (pure): raise :class:`FenceRefused` naming the first failed gate, in this order
-    (docs/api.md "Fence refusals"; issue 15 §5):
-
-    - ``sku_mismatch``: NFKC(``selected_color``) ≠ the snapshot's colour, or ``selected_size`` ≠ the
-      snapshot's size — a size read where the task has none, or none read where it has one, included
-      (``None`` equals only ``None``);
-    - ``quantity_mismatch``: ``quantity_read`` ≠ the snapshot's quantity;
-    - ``unit_price_changed``: gate-1, gate-2 and gate-3 unit prices not all equal;
-    - ``total_over_cap``: unit price × quantity > ``max_total_price``;
-    - ``confirm_amount_over_cap``: ``confirm_page_amount`` (the total on the submit control) > the cap;
-    - ``total_above_items``: that total > unit price × quantity (fees were added; a discount is allowed);
-    - ``payment_mode_not_allowed``: NFKC(trimmed ``payment_mode``) not in ``allowed_payment_modes``
-      (CMBUYER_ALLOWED_PAYMENT_MODES, stored NFKC);
-    - ``submit_control_count``: not exactly one submit control.
-
-    ``body`` is schema-valid (money strings canonical), so the Decimal conversions cannot fail.
-    """
-    if (
-        normalize_sku(body["selected_color"]) != authorization.sku_color
-        or _read_sku(body["selected_size"]) != authorization.sku_size
-    ):
-        raise FenceRefused("sku_mismatch")
-    if body["quantity_read"] != authorization.quantity:
-        raise FenceRefused("quantity_mismatch")
-    gate1 = Decimal(body["gate1_unit_price"])
-    if not gate1 == Decimal(body["gate2_unit_price"]) == Decimal(body["gate3_unit_price"]):
-        raise FenceRefused("unit_price_changed")
-    cap = Decimal(authorization.max_total_price)
-    items = gate1 * authorization.quantity
-    if items > cap:
-        raise FenceRefused("total_over_cap")
-    amount = Decimal(body["confirm_page_amount"])
-    if amount > cap:
-        raise FenceRefused("confirm_amount_over_cap")
-    if amount > items:
-        raise FenceRefused("total_above_items")
-    if normalize_sku(body["payment_mode"]).strip() not in allowed_payment_modes:
-        raise FenceRefused("payment_mode_not_allowed")
-    if body["submit_control_match_count"] != 1:
-        raise FenceRefused("submit_control_count")
+    return idempotency.claim_request_form(body, attempt_id=attempt_id)
 
 
 def create_fence(
@@ -198,18 +133,12 @@ def create_fence(
         raise claim_not_current()
     if task.version != body["expected_task_version"]:
         raise version_conflict()
-    new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "fence")
-    expected_version = attempt.claimed_task_version + (1 if task.state == TaskState.ORDERING else 0)
-    if task.version != expected_version:
+    new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "fence")  # CLAIMED or ORDERING, else 409
+    if not task_at_claim(task, attempt.claimed_task_version):
         raise claim_not_current()
-    if authorization.state != AuthorizationState.CLAIMED:
-        raise FenceRefused("authorization_not_claimed")
-    if not lease.is_live(authorization.expires_at, now):
-        raise FenceRefused("authorization_expired")
-    if not snapshot_matches(task, authorization):
-        raise FenceRefused("snapshot_mismatch")
+    check_authorization(authorization, task, now)
     check_gates(body, authorization, allowed_payment_modes)
-    supervision_service.require_approval(conn, attempt, body)
+    supervision_tx.require_approval(conn, attempt, body)
     new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "fence")
     at = to_wire(now)
     submission = submission_store.Submission(

@@ -20,16 +20,11 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.services import device_tx
-from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.claim_next import ClaimPolicy
+from cmbuyer.server.domain.claims import ClaimPolicy, version_allowed
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
-
-
-def version_allowed(pdd_version: str | None, policy: ClaimPolicy) -> bool:
-    """Exact match of the reported version name against ``CMBUYER_ALLOWED_APP_VERSIONS``."""
-    return pdd_version is not None and pdd_version in policy.allowed_app_versions
+from cmbuyer.server.tx import device_tx
+from cmbuyer.server.tx import supervision as supervision_tx
 
 
 def record_heartbeat(
@@ -41,7 +36,7 @@ def record_heartbeat(
     """
     previous = device_tx.begin(conn, device_id)
     at = to_wire(now)
-    allowed = version_allowed(body["pdd_version"], policy)
+    allowed = version_allowed(body["pdd_version"], policy.allowed_app_versions)
     facts = {
         "client_version": body["client_version"],
         "adb_serial": body["adb_serial"],
@@ -82,5 +77,5 @@ def record_heartbeat(
         "app_version_allowed": allowed,
         "server_now": at,
         "heartbeat_interval_seconds": policy.heartbeat_interval,
-        **supervision_service.heartbeat_fields(conn, device_id=device_id, body=body),
+        **supervision_tx.heartbeat_fields(conn, device_id=device_id, body=body),
     }

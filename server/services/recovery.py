@@ -34,13 +34,13 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.common import SYSTEM
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import supervision as supervision_tx
+from cmbuyer.server.tx.common import SYSTEM
 
 BATCH = 200
 RECONCILIATION_REASON = "LEASE_EXPIRED_NO_RESULT"
@@ -96,7 +96,7 @@ def _expire_fenced(conn: sqlite3.Connection, now: datetime, at: str) -> tuple[in
         if attempt.state == AttemptState.OPEN:
             transition(ATTEMPT_TRANSITIONS, AttemptState.OPEN, "close")
             attempt_store.close(conn, attempt.id, "LEASE_EXPIRED_AFTER_FENCE", at)
-            supervision_service.void_for_attempt(conn, attempt.id, actor=SYSTEM, at=at, why="LEASE_EXPIRED_AFTER_FENCE")
+            supervision_tx.void_for_attempt(conn, attempt.id, actor=SYSTEM, at=at, why="LEASE_EXPIRED_AFTER_FENCE")
         audit.append(
             conn,
             at=at,

@@ -17,33 +17,23 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.domain import claim_token, lease
-from cmbuyer.server.domain.states import AuthorizationState, TaskState
-from cmbuyer.server.services import device_tx, idempotency
-from cmbuyer.server.services.claim_check import claim_not_current, current_claim
-from cmbuyer.server.services.claim_next import ClaimPolicy, snapshot_matches
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.domain import lease
+from cmbuyer.server.domain.claims import ClaimPolicy, claim_not_current, renewable
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx.claim_check import current_claim
+from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "lease-renew"
-# The lease of an OPEN attempt may be renewed while its task is still being worked on (before the
-# fence) or waits for the single result after it; any other combination is not a current claim.
-RENEWABLE = frozenset(
-    {
-        (TaskState.CLAIMED, AuthorizationState.CLAIMED),
-        (TaskState.ORDERING, AuthorizationState.CLAIMED),
-        (TaskState.SUBMITTING, AuthorizationState.FENCED),
-    }
-)
 
 
 def request_payload(task_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """The idempotency comparison form: the body plus the URL's task id, with the token replaced by its
     SHA-256 (so even the request hash is not derived from the plain token)."""
-    return {**body, "task_id": task_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
+    return idempotency.claim_request_form(body, task_id=task_id)
 
 
 def renew_lease(
@@ -74,14 +64,7 @@ def renew_lease(
         raise claim_not_current()
     task = task_store.get(conn, attempt.task_id)
     authorization = auth_store.get(conn, attempt.authorization_id)
-    if (
-        task is None
-        or authorization is None
-        or (task.state, authorization.state) not in RENEWABLE
-        or not lease.is_live(authorization.expires_at, now)
-        or not snapshot_matches(task, authorization)
-        or task.version < attempt.claimed_task_version
-    ):
+    if task is None or authorization is None or not renewable(task, authorization, attempt.claimed_task_version, now):
         raise claim_not_current()
     at = to_wire(now)
     new_end = to_wire(lease.new_expiry(now, policy.lease_ttl, authorization.expires_at))

@@ -35,7 +35,9 @@ from typing import Any
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import claim_token
+from cmbuyer.server.domain.claims import claim_not_current
 from cmbuyer.server.domain.errors import Conflict, NotFound
+from cmbuyer.server.domain.reports import awaits_result, check_asset, may_report_result, result_use_case
 from cmbuyer.server.domain.states import (
     ATTEMPT_TRANSITIONS,
     AUTHORIZATION_TRANSITIONS,
@@ -47,20 +49,18 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.services import device_tx, idempotency
-from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.claim_check import claim_not_current
-from cmbuyer.server.services.common import Actor
-from cmbuyer.server.services.fail_attempt import check_asset
-from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store import evidence as evidence_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import supervision as supervision_tx
+from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "submission-result"
-SWEEPER_CLOSE_REASON = "LEASE_EXPIRED_AFTER_FENCE"
 
 
 def result_conflict() -> Conflict:
@@ -75,12 +75,7 @@ def not_found() -> NotFound:
 
 def request_payload(submission_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Idempotency comparison form: body + URL submission id, token replaced by its SHA-256 hex."""
-    return {**body, "submission_id": submission_id, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
-
-
-def use_case_for(observation: str) -> str:
-    """The state-machine use-case of an observation (SUBMITTED or anything needing a person)."""
-    return "result_submitted" if observation == "SUBMITTED" else "result_needs_reconciliation"
+    return idempotency.claim_request_form(body, submission_id=submission_id)
 
 
 def report_result(
@@ -104,14 +99,12 @@ def report_result(
     token_ok = claim_token.matches(attempt.token_hash, body["claim_token"])
     if not (token_ok and body["attempt_id"] == attempt.id and attempt.device_id == device_id):
         raise claim_not_current()
-    if submission.observation is not None or submission.state not in (
-        SubmissionState.FENCED,
-        SubmissionState.RECONCILIATION_REQUIRED,
-    ):
+    if not awaits_result(submission):
         raise result_conflict()
-    if not (attempt.state == AttemptState.OPEN or attempt.close_reason == SWEEPER_CLOSE_REASON):
+    if not may_report_result(attempt):
         raise claim_not_current()
-    check_asset(conn, body["evidence_asset_id"], attempt.id)
+    asset_id: str | None = body["evidence_asset_id"]
+    check_asset(asset_id, None if asset_id is None else evidence_store.get(conn, asset_id), attempt.id)
     observation: str = body["observation"]
     extras = {"order_sn": body.get("order_sn"), "observation_reason": body.get("observation_reason")}
     at = to_wire(now)
@@ -119,7 +112,7 @@ def report_result(
     if task is None:
         raise StorageError("submission without its task")
     if submission.state == SubmissionState.FENCED:
-        use_case = use_case_for(observation)
+        use_case = result_use_case(observation)
         new_sub = transition(SUBMISSION_TRANSITIONS, SubmissionState.FENCED, use_case)
         new_task = transition(TASK_TRANSITIONS, TaskState(task.state), use_case)
         authorization = auth_store.get(conn, submission.authorization_id)
@@ -160,7 +153,7 @@ def report_result(
             raise StorageError("authorization changed under the write lock")
         if not attempt_store.close(conn, attempt.id, "REPORTED", at):
             raise StorageError("attempt changed under the write lock")
-        supervision_service.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="REPORTED")
+        supervision_tx.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="REPORTED")
         sub_state, task_state, task_version, late = new_sub.value, new_task.value, task.version + 1, False
     else:
         # Late: the sweeper already moved it to RECONCILIATION_REQUIRED. Record, change no state.

@@ -15,7 +15,7 @@ Use-cases, each one synchronous job inside one write transaction with its audit 
 
 Read models for the pages: :func:`task_panel` (the drawer's side-by-side table, screenshot, buttons,
 verdict) and :func:`device_states` (the devices page column). The side-by-side highlighting applies
-the fence's own rule (:func:`cmbuyer.server.services.fence.check_gates`) one value at a time for
+the fence's own rule (:func:`cmbuyer.server.domain.fence.check_gates`) one value at a time for
 display; the authoritative answer the page also shows is ``check_gates`` itself on the readings.
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -32,17 +33,17 @@ from cmbuyer.schemas import MONEY_RE, is_uuid4
 from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.config import Settings
-from cmbuyer.server.domain import labels, values
 from cmbuyer.server.domain import supervision as rules
+from cmbuyer.server.domain import values
 from cmbuyer.server.domain.errors import Conflict, DomainError, NotFound, ValidationFailed
+from cmbuyer.server.domain.fence import FenceRefused, check_gates
 from cmbuyer.server.domain.states import SubmissionState
-from cmbuyer.server.services.common import Actor
-from cmbuyer.server.services.fence import FenceRefused, check_gates
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import supervision as supervision_store
 from cmbuyer.server.store.authorizations import Authorization
 from cmbuyer.server.store.queries import supervision as store
+from cmbuyer.server.tx.common import Actor
 
 NOTE_MAX = 500
 DECISIONS = ("approve", "reject")
@@ -159,7 +160,8 @@ def task_panel(conn: sqlite3.Connection, task_id: str, settings: Settings) -> di
 
     ``{"approval": None | {"id", "state", "created_at", "attempt_id", "device_id", "pack_key",
     "screenshot_asset_id", "decided_by", "decided_at", "rows": [Row], "mismatches": int,
-    "gates": None | word, "gates_label": str, "readable": bool}`` (the live request of the OPEN attempt),
+    "gates": None | word, "readable": bool}`` (the live request of the OPEN attempt; the page shows
+    ``gates`` with its Chinese label, ``web/admin/labels.py``),
     ``"verdict_submission_id": sid | None`` (a verdict can be given now),
     ``"verdict": None | row``, ``"supervised_submission": bool``, ``"stamp": str`` (changes whenever
     any of these does, for the live view)}.
@@ -196,7 +198,6 @@ def task_panel(conn: sqlite3.Connection, task_id: str, settings: Settings) -> di
             "rows": rows,
             "mismatches": sum(not r.ok for r in rows),
             "gates": gates,
-            "gates_label": labels.label(labels.FENCE_REFUSAL_LABELS, gates),
             "readable": gates != "unreadable",
         }
     latest = store.latest_submission_for_task(conn, task_id)
@@ -345,6 +346,8 @@ def record_verdict(
     actor: Actor,
     now: datetime,
     request_id: str | None = None,
+    *,
+    state_label: Callable[[str], str] = str,
 ) -> VerdictResult:
     """``POST /order-submissions/{sid}/supervision-verdict``. Refusals (nothing written): unknown →
     NotFound; the attempt was not supervised → 409 ``not_supervised``; a verdict exists → 409
@@ -353,7 +356,9 @@ def record_verdict(
     the pair of the attempt's ``(device_id, pack_key)``: RIGHT → ``confirmed_orders`` + 1, WRONG → held
     with a reason naming the submission and the note; audit ``supervision.verdict`` on the task.
     A ``verdict`` other than ``"RIGHT"``/``"WRONG"`` → ValidationFailed("verdict"), nothing read or
-    written (callers other than the admin route — CLI, scripts — must not turn a typo into a hold)."""
+    written (callers other than the admin route — CLI, scripts — must not turn a typo into a hold).
+    ``state_label`` names a submission state in the ``invalid_state`` message (the admin route passes the
+    Chinese label of ``web/admin/labels.py``; the default shows the code)."""
     if verdict not in VERDICTS.values():
         raise ValidationFailed("verdict", "请选择“核对无误”或“有误”")
     sub = store.submission_for_verdict(conn, submission_id) if is_uuid4(submission_id) else None
@@ -369,7 +374,7 @@ def record_verdict(
         )
     allowed = RIGHT_STATES if verdict == "RIGHT" else WRONG_STATES
     if SubmissionState(sub["state"]) not in allowed:
-        label = labels.label(labels.SUBMISSION_STATE_LABELS, sub["state"])
+        label = state_label(sub["state"])
         raise Conflict(f"提交状态为“{label}”，现在不能记录这个结论；未做任何更改。", code="invalid_state")
     at = to_wire(now)
     if not supervision_store.insert_verdict(

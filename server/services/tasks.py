@@ -20,10 +20,10 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.services.common import Actor, canonical_json, new_id, payload_hash
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx.common import Actor, canonical_json, new_id, payload_hash
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """SQL for device idempotency records (design §4: a key belongs to the device that first used it; endpoint
 stored). ``request_key`` is the primary key: the same key from another device is refused before anything is
-stored (``services.device_tx.replay_scoped``), so it is unique across devices."""
+stored (``tx.device_tx.replay_scoped``), so it is unique across devices."""
 
 from __future__ import annotations
 

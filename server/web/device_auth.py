@@ -23,8 +23,8 @@ from aiohttp import hdrs, web
 
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.errors import DomainError
-from cmbuyer.server.services.device_tx import DeviceNotActive
 from cmbuyer.server.store import devices as device_store
+from cmbuyer.server.tx.device_tx import DeviceNotActive
 from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response, unauthorized, unavailable
 from cmbuyer.server.web.edge import close_after, identity_only, prove
 from cmbuyer.server.web.keys import DB

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cmbuyer.server.services.common import canonical_json
+from cmbuyer.server.tx.common import canonical_json
 
 NO_STORE = {"Cache-Control": "no-store"}
 

@@ -30,9 +30,9 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services import task_view
 from cmbuyer.server.services import tasks as task_service
-from cmbuyer.server.services.common import Actor, new_id
+from cmbuyer.server.tx.common import Actor, new_id
+from cmbuyer.server.web.admin import task_view
 
 ACTOR = Actor("cli", "agent-tests")
 GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"

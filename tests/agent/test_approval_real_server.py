@@ -58,7 +58,7 @@ class Person:
     def _run(self) -> None:
         from cmbuyer.server.db import connect_sync, run_in_transaction
         from cmbuyer.server.services import supervision_admin
-        from cmbuyer.server.services.common import Actor
+        from cmbuyer.server.tx.common import Actor
 
         assert self.srv.settings is not None
         conn = connect_sync(self.srv.settings.db_path)
@@ -128,7 +128,7 @@ def test_rejected_first_order_fails_before_the_fence_without_a_tap(tmp_path: Pat
 def _verdict(srv: RealServer, task_id: str, verdict: str) -> None:
     from cmbuyer.server.db import run_in_transaction
     from cmbuyer.server.services import supervision_admin
-    from cmbuyer.server.services.common import Actor
+    from cmbuyer.server.tx.common import Actor
 
     submission_id = srv.detail(task_id)["submission"]["id"]
     run_in_transaction(
@@ -146,7 +146,7 @@ def test_after_n_right_orders_unsupervised_and_a_wrong_one_stops_the_phone(tmp_p
     from cmbuyer.agent.model import Session
     from cmbuyer.server.db import run_in_transaction
     from cmbuyer.server.services import supervision_admin
-    from cmbuyer.server.services.common import Actor
+    from cmbuyer.server.tx.common import Actor
 
     with RealServer(tmp_path, env={"CMBUYER_SUPERVISED_ORDERS": "1"}) as srv, adbutils_leaks_ignored(), running_sim():
         creds = srv.add_device()

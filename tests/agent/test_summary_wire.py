@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from cmbuyer.agent.client import wire_summary
 from cmbuyer.server.domain.errors import ValidationFailed
-from cmbuyer.server.services.events import check_summary
+from cmbuyer.server.domain.reports import check_summary
 
 FALLBACK = "步骤失败"
 

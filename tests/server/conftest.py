@@ -18,7 +18,7 @@ from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import tasks as task_service
-from cmbuyer.server.services.common import Actor, new_id
+from cmbuyer.server.tx.common import Actor, new_id
 
 TEST_ACTOR = Actor("cli", "pytest")
 GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cmbuyer.schemas.canonical import canonical_json
-from cmbuyer.server.services.common import payload_hash
+from cmbuyer.server.tx.common import payload_hash
 
 
 def reference(value: Any) -> str:

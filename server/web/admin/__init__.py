@@ -15,9 +15,8 @@ from pathlib import Path
 import jinja2
 from aiohttp import web
 
-from cmbuyer.server.domain import labels
-from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
-from cmbuyer.server.web.admin import auth, devices, evidence, supervision, tasks
+from cmbuyer.server.domain.states import TaskState
+from cmbuyer.server.web.admin import auth, devices, evidence, labels, supervision, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
 from cmbuyer.server.web.edge import identity_only
 
@@ -54,8 +53,10 @@ def make_environment() -> jinja2.Environment:
     )
     env.filters["bjt"] = beijing_time
     env.filters["audit_value"] = audit_value
-    env.globals["state_label"] = lambda s: TASK_STATE_LABELS.get(TaskState(s), s) if s in TaskState.__members__ else s
-    # Chinese display labels (domain/labels.py); unknown codes fall back to the code itself.
+    env.globals["state_label"] = lambda s: (
+        labels.TASK_STATE_LABELS.get(TaskState(s), s) if s in TaskState.__members__ else s
+    )
+    # Chinese display labels (web/admin/labels.py); unknown codes fall back to the code itself.
     env.globals.update(
         step_label=lambda c: labels.label(labels.STEP_LABELS, c),
         outcome_label=lambda c: labels.label(labels.OUTCOME_LABELS, c),
@@ -68,6 +69,7 @@ def make_environment() -> jinja2.Environment:
         attempt_state_label=lambda c: labels.label(labels.ATTEMPT_STATE_LABELS, c),
         submission_state_label=lambda c: labels.label(labels.SUBMISSION_STATE_LABELS, c),
         audit_action_label=lambda c: labels.label(labels.AUDIT_ACTION_LABELS, c),
+        fence_refusal_label=lambda c: labels.label(labels.FENCE_REFUSAL_LABELS, c),
         reason_label=labels.reason_label,
         glossary=labels.GLOSSARY,
     )

@@ -27,7 +27,7 @@ from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
-from cmbuyer.server.services.common import Actor
+from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.web.admin import csrf
 from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS

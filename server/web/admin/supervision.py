@@ -32,6 +32,7 @@ from cmbuyer.server.web.admin.common import (
     request_id,
     wants_json,
 )
+from cmbuyer.server.web.admin.labels import submission_state_label
 
 # a refused form gets the task page again, rendered exactly as GET /tasks/{id} does
 from cmbuyer.server.web.admin.tasks import _render_detail as render_task
@@ -110,7 +111,9 @@ async def supervision_verdict(request: web.Request, session: AdminSession, body:
     at, who, rid = now(request), actor(session), request_id(request)
     try:
         verdict, note = service.parse_verdict({"verdict": _field(body, "verdict"), "note": _field(body, "note")})
-        result = await request.app[DB].write(lambda c: service.record_verdict(c, sid, verdict, note, who, at, rid))
+        result = await request.app[DB].write(
+            lambda c: service.record_verdict(c, sid, verdict, note, who, at, rid, state_label=submission_state_label)
+        )
     except (DomainError, AdminHTTPError) as exc:
         sub = None
         if exc.status != 404 and is_uuid4(sid):

@@ -23,13 +23,14 @@ from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
-from cmbuyer.server.domain.states import TASK_STATE_LABELS, TASK_TRANSITIONS, TaskState
-from cmbuyer.server.services import admin_actions, supervision_admin, task_view
+from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState
+from cmbuyer.server.services import admin_actions, supervision_admin
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.admin_sessions import AdminSession
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.store.queries.admin import SHORT_KEYWORD_WINDOW, TaskFilter
+from cmbuyer.server.tx.common import new_id
+from cmbuyer.server.web.admin import task_view
 from cmbuyer.server.web.admin.common import (
     BEIJING,
     VIEW_HEADER,
@@ -47,6 +48,7 @@ from cmbuyer.server.web.admin.common import (
     same_origin,
     wants_json,
 )
+from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 from cmbuyer.server.web.keys import DB, SETTINGS
 
 PAGE_SIZE = 50

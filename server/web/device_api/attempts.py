@@ -15,7 +15,7 @@ import sqlite3
 from aiohttp import web
 
 from cmbuyer.server.services import fail_attempt as fail_service
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_api.common import BODY_CAP, path_id, stored_response, write
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.jsonbody import read_json

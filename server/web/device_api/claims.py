@@ -19,7 +19,7 @@ from aiohttp import web
 
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import renew_lease as renew_service
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_api.common import BODY_CAP, claim_policy, path_id, stored_response, write
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.jsonbody import read_json

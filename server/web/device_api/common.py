@@ -18,9 +18,9 @@ from aiohttp import web
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.config import SettingsError
 from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.domain.limits import AttemptBudget
-from cmbuyer.server.services.claim_next import ClaimPolicy
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response
 from cmbuyer.server.web.keys import DB, SETTINGS
 

@@ -17,10 +17,10 @@ import sqlite3
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
+from cmbuyer.server.domain.fence import FenceRefused
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services import submission_result as result_service
-from cmbuyer.server.services.fence import FenceRefused
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_api.common import BODY_CAP, path_id, stored_response, write
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response

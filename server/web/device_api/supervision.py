@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_api.common import BODY_CAP, path_id, stored_response, write
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.device_errors import json_response

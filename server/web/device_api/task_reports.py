@@ -25,7 +25,7 @@ from cmbuyer.server.evidence import files as evidence_files
 from cmbuyer.server.evidence.png import ImageRejected, validate_png
 from cmbuyer.server.services import events as event_service
 from cmbuyer.server.services import evidence_upload
-from cmbuyer.server.services.idempotency import Stored
+from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web import multipart
 from cmbuyer.server.web.device_api.common import BUDGET, path_id, stored_response, write
 from cmbuyer.server.web.device_auth import add_device_route

@@ -15,8 +15,8 @@ from argon2 import PasswordHasher
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services.admins import hash_password
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import admins as admin_store
+from cmbuyer.server.tx.common import new_id
 
 from .seed import Seeder
 

@@ -22,7 +22,7 @@ from PIL import Image
 
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.db import run_in_transaction
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 
 
 def png_bytes(color: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (24, 48)) -> bytes:

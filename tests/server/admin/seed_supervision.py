@@ -17,7 +17,7 @@ import pytest
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.supervision import readings_hash
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 
 from .seed import Seeder, png_bytes
 

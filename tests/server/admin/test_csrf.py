@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 
 from .conftest import ADMIN_PASSWORD, ADMIN_USER, AdminClient, csrf_from
 

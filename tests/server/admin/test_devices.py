@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 
 from .conftest import AdminClient
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 
 from .conftest import AdminClient
 from .seed import png_bytes

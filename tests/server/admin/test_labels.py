@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 
 from cmbuyer.schemas import SchemaError, validate
-from cmbuyer.server.domain import labels
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.domain.states import (
-    TASK_STATE_LABELS,
     AttemptState,
     AuthorizationState,
     SubmissionState,
     TaskState,
 )
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
+from cmbuyer.server.web.admin import labels
 from cmbuyer.server.web.admin.common import audit_value
+from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 from cmbuyer.server.web.admin.tasks import form_money
 
 from .conftest import AdminClient
@@ -79,9 +79,9 @@ def test_every_state_and_close_reason_has_a_chinese_label() -> None:
 
 
 def _service_reasons() -> set[str]:
-    """Every literal ``reason=`` / close reason the services write, and every audit action."""
+    """Every literal ``reason=`` / close reason the services (and their shared tx/ helpers) write."""
     found: set[str] = set()
-    for path in (ROOT / "server" / "services").glob("*.py"):
+    for path in [*(ROOT / "server" / "services").glob("*.py"), *(ROOT / "server" / "tx").glob("*.py")]:
         text = path.read_text(encoding="utf-8")
         found |= set(re.findall(r'reason="([A-Za-z_]+)"', text))
         found |= set(re.findall(r'_REASON = "([A-Za-z_]+)"', text))
@@ -109,7 +109,7 @@ def test_every_state_reason_written_by_the_services_has_a_label() -> None:
 
 def test_every_audit_action_written_by_the_services_has_a_label() -> None:
     actions: set[str] = set()
-    for path in (ROOT / "server" / "services").glob("*.py"):
+    for path in [*(ROOT / "server" / "services").glob("*.py"), *(ROOT / "server" / "tx").glob("*.py")]:
         actions |= set(re.findall(r'action="([a-z_.]+)"', path.read_text(encoding="utf-8")))
     actions |= {"task.reset_to_draft", "task.cancel"}  # action=f"task.{use_case}"
     missing = sorted(a for a in actions if a not in labels.AUDIT_ACTION_LABELS)

@@ -16,8 +16,8 @@ from cmbuyer.server.domain.errors import Conflict, DomainError, NotFound, Valida
 from cmbuyer.server.domain.supervision import ApprovalNotWaiting
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import supervision_admin as service
-from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.tx.common import Actor, new_id
 
 from .seed_supervision import (
     PACK_KEY,
@@ -413,8 +413,8 @@ def test_audit_actions_and_gate_refusals_have_chinese_labels() -> None:
     import inspect
     import re
 
-    from cmbuyer.server.domain import labels
-    from cmbuyer.server.services.fence import check_gates
+    from cmbuyer.server.domain.fence import check_gates
+    from cmbuyer.server.web.admin import labels
 
     for action in (*service.AUDIT_DECISION.values(), service.AUDIT_VERDICT, service.AUDIT_RESUPERVISE):
         assert action in labels.AUDIT_ACTION_LABELS, action

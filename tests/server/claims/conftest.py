@@ -14,9 +14,9 @@ import pytest
 
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.db import run_in_transaction
-from cmbuyer.server.services.claim_next import ClaimPolicy
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services.heartbeat import record_heartbeat
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds
 
 CLAIM = "/api/v1/tasks/claim-next"

@@ -13,7 +13,7 @@ from cmbuyer.server.clock import from_wire
 from cmbuyer.server.db import StorageError, connect_sync, run_in_transaction
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import claim_next as claim_service
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 
 
 def main(argv: list[str]) -> int:

@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services.common import Actor, new_id
+from cmbuyer.server.tx.common import Actor, new_id
 from cmbuyer.server.web import jsonbody
 from cmbuyer.server.web.device_auth import parse_credentials
 from cmbuyer.server.web.device_errors import DeviceHTTPError

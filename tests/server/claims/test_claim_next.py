@@ -18,8 +18,8 @@ from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.services import claim_next as claim_service
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import audit
+from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import CLAIM, claim, claim_ok, fingerprint, post
 
 Maker = Callable[..., Any]

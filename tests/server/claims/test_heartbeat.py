@@ -14,9 +14,9 @@ from cmbuyer.schemas import validate
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services.common import Actor
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
+from cmbuyer.server.tx.common import Actor
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body, post
 
 Maker = Callable[..., Any]

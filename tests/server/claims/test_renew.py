@@ -16,8 +16,8 @@ import pytest
 from cmbuyer.schemas import validate
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import audit
+from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import CLAIM, Claimed, claim_ok, fingerprint, post, renew_path
 from tests.server.conftest import DeviceCreds
 

@@ -16,8 +16,8 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services.common import Actor, new_id
-from cmbuyer.server.services.device_tx import DeviceNotActive
+from cmbuyer.server.tx.common import Actor, new_id
+from cmbuyer.server.tx.device_tx import DeviceNotActive
 from cmbuyer.server.web.keys import DB
 from tests.server.claims.conftest import claim, claim_ok, fingerprint, post, renew_path
 

@@ -20,7 +20,8 @@ MODULES = [
     "server/services/renew_lease.py",
     "server/services/heartbeat.py",
     "server/services/claim_secret.py",
-    "server/services/device_tx.py",
+    "server/tx/device_tx.py",
+    "server/domain/claims.py",
     "server/domain/lease.py",
     # the claim layer's SQL (store/claims.py until issue 19 folded it into the aggregates it reads/writes)
     "server/store/devices.py",

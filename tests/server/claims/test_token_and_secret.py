@@ -23,10 +23,10 @@ from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Secret, Settings
 from cmbuyer.server.domain import claim_token
+from cmbuyer.server.domain import claims as claim_check
 from cmbuyer.server.lifecycle import StartupRefused
-from cmbuyer.server.services import claim_check
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import claim, claim_ok, post, renew_path
 
 Maker = Callable[..., Any]

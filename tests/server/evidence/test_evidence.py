@@ -13,7 +13,7 @@ import pytest
 
 from cmbuyer.server.config import Settings
 from cmbuyer.server.evidence import files
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web import multipart as multipart_module
 from tests.server.evidence.pngs import build, padded_to
 from tests.server.submissions.helpers import (

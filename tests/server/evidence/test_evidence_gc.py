@@ -20,7 +20,7 @@ from cmbuyer.server.db import StorageError, run_in_transaction
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     Claim,

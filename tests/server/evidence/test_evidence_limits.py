@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.server.config import Settings
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import evidence_path
 from tests.server.submissions.live import LiveServer

@@ -46,12 +46,12 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import admin_actions, recovery
 from cmbuyer.server.services import tasks as task_service
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import device_requests as device_request_store
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.store.queries import task_view as views
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import TEST_ACTOR, DeviceCreds
 from tests.server.store.test_migration_lean import add_later_columns
 from tests.server.submissions.helpers import (
@@ -476,7 +476,8 @@ def _claimed_db(
     make_task: Callable[..., Any],
 ) -> dict[str, Any]:
     """Upgrade to 0005, then one claimed task and one started, unclaimed task (t2) through the real services."""
-    from cmbuyer.server.services.claim_next import ClaimPolicy, claim_next
+    from cmbuyer.server.domain.claims import ClaimPolicy
+    from cmbuyer.server.services.claim_next import claim_next
     from cmbuyer.server.services.heartbeat import record_heartbeat
 
     assert migrate.migrate(conn, AT) == [LEAN]
@@ -594,7 +595,8 @@ def test_sigkill_inside_the_0005_transaction_leaves_0004_intact(
     """The runner killed with the old tables dropped (and, for "all-done", every statement
     run, just before the foreign key check and COMMIT) leaves the database at 0004, rows and schema as they
     were; a later ``migrate`` applies 0005."""
-    from cmbuyer.server.services.claim_next import ClaimPolicy, claim_next
+    from cmbuyer.server.domain.claims import ClaimPolicy
+    from cmbuyer.server.services.claim_next import claim_next
     from cmbuyer.server.services.heartbeat import record_heartbeat
 
     for i in range(3):

@@ -16,7 +16,7 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.lifecycle import StartupRefused, check_schema
 from cmbuyer.server.services import claim_next as claim_service
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 
 Maker = Callable[..., Any]
 

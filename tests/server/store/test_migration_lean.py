@@ -21,8 +21,8 @@ from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import tasks as task_service
-from cmbuyer.server.services.common import Actor, new_id
 from cmbuyer.server.services.heartbeat import record_heartbeat
+from cmbuyer.server.tx.common import Actor, new_id
 from tests.server.claims.conftest import heartbeat_body
 
 ACTOR = Actor("cli", "test")

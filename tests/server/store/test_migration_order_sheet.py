@@ -20,9 +20,9 @@ from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import tasks as task_service
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import heartbeat_body
 from tests.server.store.test_migration_lean import ACTOR, AT, Claim, _claim, _migrate_to, _seed
 

@@ -24,9 +24,9 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.errors import InvalidTransition
 from cmbuyer.server.domain.states import StateChangeNotAllowed
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.fence import create_fence
 from cmbuyer.server.store import attempts, authorizations, devices, evidence, submissions, supervision, tasks
+from cmbuyer.server.tx.common import new_id
 from tests.server.submissions.helpers import claim_direct, fence_body
 
 AT = "2026-08-04T09:30:00.000Z"

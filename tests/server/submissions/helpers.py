@@ -19,10 +19,10 @@ from PIL import Image
 
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import claim_next as claim_service
-from cmbuyer.server.services.claim_next import ClaimPolicy
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.heartbeat import record_heartbeat
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds
 
 HEARTBEAT = "/api/v1/devices/heartbeat"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import CLAIM_NEXT, HEARTBEAT, Claim, heartbeat_body
 

@@ -18,7 +18,7 @@ from cmbuyer.server.config import DEFAULT_PAYMENT_MODES
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services import recovery
 from cmbuyer.server.services import submission_result as result_service
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web.keys import DB
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,

@@ -11,7 +11,7 @@ import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.domain.errors import ValidationFailed
-from cmbuyer.server.services.events import check_summary
+from cmbuyer.server.domain.reports import check_summary
 from tests.server.submissions.helpers import (
     Claim,
     event,

@@ -15,7 +15,7 @@ from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import TEST_ACTOR
 from tests.server.submissions.helpers import (
     Claim,

@@ -13,7 +13,7 @@ from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.lifecycle import run_sweep
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     HEARTBEAT,

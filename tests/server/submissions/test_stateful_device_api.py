@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds
 from tests.server.inproc import InProcServer
 from tests.server.submissions.helpers import (

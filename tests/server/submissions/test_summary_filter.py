@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.server.domain.errors import ValidationFailed
-from cmbuyer.server.services.events import check_summary
+from cmbuyer.server.domain.reports import check_summary
 from tests.server.submissions.helpers import (
     Claim,
     event,

@@ -10,8 +10,8 @@ from typing import Any
 
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.supervision import ApprovalState, decide
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import supervision as store
+from cmbuyer.server.tx.common import new_id
 from tests.server.submissions import helpers as submission_helpers
 from tests.server.submissions.helpers import Claim, png, post_json, upload_png
 

@@ -13,7 +13,7 @@ import pytest
 from cmbuyer.schemas import validate
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.domain.supervision import readings_hash
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import Claim, claim_http, fence_body, post_json
 from tests.server.supervision.helpers import (

@@ -12,8 +12,8 @@ import pytest
 
 from cmbuyer.schemas import validate
 from cmbuyer.server.config import SettingsError, load_settings
-from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import supervision as store
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import CLAIM_NEXT, HEARTBEAT, heartbeat_body, post_json
 from tests.server.supervision.helpers import put_pair

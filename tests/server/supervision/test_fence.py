@@ -16,7 +16,7 @@ from cmbuyer.schemas import validate
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import admin_actions, recovery
-from cmbuyer.server.services.common import Actor
+from cmbuyer.server.tx.common import Actor
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import (
     Claim,

@@ -15,7 +15,7 @@ import pytest
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services.common import new_id
+from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import TEST_ACTOR
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,

@@ -1,4 +1,5 @@
-"""The task detail model shared by ``task show --json`` and the admin detail page/drawer."""
+"""The task detail model shared by ``task show --json`` and the admin detail page/drawer (a display model:
+it carries the task state's Chinese label, so it lives with the labels in the admin web layer)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import sqlite3
 from dataclasses import asdict
 from typing import Any
 
-from cmbuyer.server.domain.states import TASK_STATE_LABELS, TaskState
+from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.services.tasks import get_task
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store.queries import task_view as views
+from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 
 
 def task_detail(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:

@@ -17,10 +17,10 @@ import sqlite3
 from typing import Any
 
 from cmbuyer.server.domain.errors import Conflict
-from cmbuyer.server.services.common import payload_hash
-from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import device_requests, devices
 from cmbuyer.server.store.devices import DeviceGate
+from cmbuyer.server.tx.common import payload_hash
+from cmbuyer.server.tx.idempotency import Stored
 
 
 class DeviceNotActive(Exception):

@@ -1,6 +1,6 @@
 """Device idempotency records (design §4): same key + same canonical payload on the same endpoint replays the
 stored status and body byte for byte; anything else with that key is ``409 idempotency_conflict`` (the
-lookup is :func:`cmbuyer.server.services.device_tx.replay_scoped`; this module stores the outcomes).
+lookup is :func:`cmbuyer.server.tx.device_tx.replay_scoped`; this module stores the outcomes).
 A request that failed validation or a rule stores nothing (its job raised, so its savepoint rolled
 back), so a corrected retry with the same key is processed normally."""
 
@@ -10,8 +10,16 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from cmbuyer.server.services.common import canonical_json, payload_hash
+from cmbuyer.server.domain import claim_token
 from cmbuyer.server.store import device_requests
+from cmbuyer.server.tx.common import canonical_json, payload_hash
+
+
+def claim_request_form(body: dict[str, Any], **url_ids: str) -> dict[str, Any]:
+    """The idempotency comparison form of a request that carries a claim token: the body plus the URL's
+    ids (``attempt_id=…``, ``task_id=…``, ``submission_id=…``), with ``claim_token`` replaced by its SHA-256
+    hex — so even the stored request hash is not derived from the plain token."""
+    return {**body, **url_ids, "claim_token": claim_token.token_hash(body["claim_token"]).hex()}
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,34 @@
-"""Chinese display labels for the codes the admin pages show (pure data, no I/O).
+"""Chinese display labels for the codes the admin pages (and the CLI's task views) show (pure data, no I/O).
 
-The wire and database keep their English codes (spec 002, migrations); people read these labels, with
-the code next to them in small grey text so operators and developers can still search for it.
-``tests/server/admin/test_labels.py`` checks that every enum value of ``shared/schemas/common.json``
-and every state/close reason of the migrations and ``domain/states.py`` has a label here, so a new code
-cannot reach the page untranslated. Unknown values fall back to the raw code (never an error).
+The wire and database keep their English codes (spec 002, migrations); the domain keeps the state names
+(:mod:`cmbuyer.server.domain.states`). People read these labels, with the code next to them in small grey
+text so operators and developers can still search for it. ``tests/server/admin/test_labels.py`` checks
+that every enum value of ``shared/schemas/common.json`` and every state/close reason of the migrations and
+``domain/states.py`` has a label here, so a new code cannot reach the page untranslated. Unknown values
+fall back to the raw code (never an error).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+from cmbuyer.server.domain.states import TaskState
+
+# -- task states (domain/states.py TaskState) -----------------------------------------------------------
+TASK_STATE_LABELS: dict[TaskState, str] = {
+    TaskState.DRAFT: "草稿",
+    TaskState.PENDING: "待领取",
+    TaskState.CLAIMED: "已领取",
+    TaskState.ORDERING: "下单中",
+    TaskState.SUBMITTING: "提交中",
+    TaskState.WAITING_PAYMENT: "待付款",
+    TaskState.PAID: "已付款",
+    TaskState.RECONCILIATION_REQUIRED: "待人工核对",
+    TaskState.CLOSED_NOT_CREATED: "确认未创建",
+    TaskState.FAILED: "失败",
+    TaskState.EXPIRED: "授权过期",
+    TaskState.CANCELLED: "已取消",
+}
 
 # -- device step events (common.json "step") ------------------------------------------------------------
 STEP_LABELS: dict[str, str] = {
@@ -219,13 +238,13 @@ AUDIT_ACTION_LABELS.update(
         "approval.reject": "驳回提交前的人工确认",
         "supervision.verdict": "记录监督订单的核对结论",
         "supervision.resupervise": "重新人工监督设备",
-        # written by the device side (services/supervision.py)
+        # written by the device side (services/supervision.py, tx/supervision.py)
         "approval.request": "设备请求提交前人工确认",
         "approval.void": "人工确认请求作废",
     }
 )
 
-# the fence's refusal words (services/fence.py check_gates), shown when the readings awaiting approval
+# the fence's refusal words (domain/fence.py check_gates), shown when the readings awaiting approval
 # would not pass the fence; "unreadable" = the readings are not the 8 well-formed values
 FENCE_REFUSAL_LABELS: dict[str, str] = {
     "sku_mismatch": "规格与任务不符",
@@ -250,6 +269,11 @@ def label(table: Mapping[str, str], code: str | None) -> str:
     if not code:
         return ""
     return table.get(code, code)
+
+
+def submission_state_label(code: str) -> str:
+    """The label of an order submission state (:data:`SUBMISSION_STATE_LABELS`; the code when unknown)."""
+    return label(SUBMISSION_STATE_LABELS, code)
 
 
 def reason_label(code: str | None) -> str:

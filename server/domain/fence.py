@@ -1,0 +1,107 @@
+"""The fence's rules (docs/api.md "submission-fence" and "Fence refusals"; issue 15 §5). Pure: no I/O.
+
+The fence service (``services/fence.py``) loads the rows, asks here, and writes. The admin supervision
+panel (``services/supervision_admin.py``) asks :func:`check_gates` too, to show whether readings awaiting
+approval would pass — one rule, two readers.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Protocol
+
+from cmbuyer.schemas.text import normalize_sku
+from cmbuyer.server.domain import lease
+from cmbuyer.server.domain.claims import Snapshot, snapshot_matches
+from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.states import AuthorizationState
+
+
+class FenceRefused(Conflict):
+    """``409 {"error":"fence_refused","detail":<word>}``: a gate or authorization check failed."""
+
+    code = "fence_refused"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"fence refused: {detail}")
+        self.detail = detail
+
+
+class FencedAuthorization(Snapshot, Protocol):
+    """An authorization as the fence reads it (``expires_at`` is wire text)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def expires_at(self) -> str: ...
+
+
+def submission_fenced() -> Conflict:
+    """The fixed 409 once a submission exists for the attempt/authorization (after the fence only the
+    result may speak)."""
+    return Conflict("a submission fence exists", code="submission_fenced")
+
+
+def version_conflict() -> Conflict:
+    """The fixed 409 when ``expected_task_version`` is not the task's version."""
+    return Conflict("task version changed", code="version_conflict")
+
+
+def check_authorization(authorization: FencedAuthorization, task: Snapshot, now: datetime) -> None:
+    """Step 6 of the fence: raise :class:`FenceRefused` ``authorization_not_claimed`` (not CLAIMED: not
+    yet claimed or already consumed), ``authorization_expired`` (``expires_at`` not strictly later than
+    ``now``) or ``snapshot_mismatch`` (a frozen field no longer equals the task's), in that order."""
+    if authorization.state != AuthorizationState.CLAIMED:
+        raise FenceRefused("authorization_not_claimed")
+    if not lease.is_live(authorization.expires_at, now):
+        raise FenceRefused("authorization_expired")
+    if not snapshot_matches(task, authorization):
+        raise FenceRefused("snapshot_mismatch")
+
+
+def _read_sku(value: str | None) -> str | None:
+    return None if value is None else normalize_sku(value)
+
+
+def check_gates(body: dict[str, Any], authorization: Snapshot, allowed_payment_modes: tuple[str, ...]) -> None:
+    """Step 7 (pure): raise :class:`FenceRefused` naming the first failed gate, in this order
+    (docs/api.md "Fence refusals"; issue 15 §5):
+
+    - ``sku_mismatch``: NFKC(``selected_color``) ≠ the snapshot's colour, or ``selected_size`` ≠ the
+      snapshot's size — a size read where the task has none, or none read where it has one, included
+      (``None`` equals only ``None``);
+    - ``quantity_mismatch``: ``quantity_read`` ≠ the snapshot's quantity;
+    - ``unit_price_changed``: gate-1, gate-2 and gate-3 unit prices not all equal;
+    - ``total_over_cap``: unit price × quantity > ``max_total_price``;
+    - ``confirm_amount_over_cap``: ``confirm_page_amount`` (the total on the submit control) > the cap;
+    - ``total_above_items``: that total > unit price × quantity (fees were added; a discount is allowed);
+    - ``payment_mode_not_allowed``: NFKC(trimmed ``payment_mode``) not in ``allowed_payment_modes``
+      (CMBUYER_ALLOWED_PAYMENT_MODES, stored NFKC);
+    - ``submit_control_count``: not exactly one submit control.
+
+    ``body`` is schema-valid (money strings canonical), so the Decimal conversions cannot fail.
+    """
+    if (
+        normalize_sku(body["selected_color"]) != authorization.sku_color
+        or _read_sku(body["selected_size"]) != authorization.sku_size
+    ):
+        raise FenceRefused("sku_mismatch")
+    if body["quantity_read"] != authorization.quantity:
+        raise FenceRefused("quantity_mismatch")
+    gate1 = Decimal(body["gate1_unit_price"])
+    if not gate1 == Decimal(body["gate2_unit_price"]) == Decimal(body["gate3_unit_price"]):
+        raise FenceRefused("unit_price_changed")
+    cap = Decimal(authorization.max_total_price)
+    items = gate1 * authorization.quantity
+    if items > cap:
+        raise FenceRefused("total_over_cap")
+    amount = Decimal(body["confirm_page_amount"])
+    if amount > cap:
+        raise FenceRefused("confirm_amount_over_cap")
+    if amount > items:
+        raise FenceRefused("total_above_items")
+    if normalize_sku(body["payment_mode"]).strip() not in allowed_payment_modes:
+        raise FenceRefused("payment_mode_not_allowed")
+    if body["submit_control_match_count"] != 1:
+        raise FenceRefused("submit_control_count")
