@@ -1,0 +1,166 @@
+"""The server's layering rule, checked on the static import graph and on call sites with ast over
+server/**/*.py (the server's counterpart of tests/agent/test_isolation.py; docs/architecture.md states
+the rule in prose):
+
+- ``domain`` imports only ``domain`` and ``cmbuyer.schemas`` (pure rules: no I/O, no store);
+- ``store`` imports no ``services``, ``tx``, ``web``, ``lifecycle`` or ``app``;
+- ``tx`` (shared transaction helpers) imports no ``services``, ``web``, ``lifecycle`` or ``app``;
+- ``services`` import no ``web``, ``lifecycle`` or ``app`` and never another service;
+- ``web`` imports no ``app`` and no ``lifecycle`` (app.py builds the app and calls lifecycle);
+- no ``.execute(`` call outside ``store/``, ``db.py`` and ``migrate.py`` (SQL lives in the store).
+
+Each rule is also run against a synthetic server tree that breaks it, so the scanner is shown to fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SERVER = Path(__file__).resolve().parents[2] / "server"
+ROOT = "cmbuyer.server"
+
+
+def _module(server: Path, path: Path) -> str:
+    rel = path.relative_to(server).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join([ROOT, *parts])
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> list[list[str]]:
+    """The absolute names each import statement of one module brings in, a list per statement (the
+    module first, then ``module.name`` for each imported name); relative imports are resolved
+    against ``module``."""
+    statements: list[list[str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                # A package's own name is its first level; a module's is its parent.
+                drop = node.level - 1 if is_package else node.level
+                anchor = anchor[: len(anchor) - drop] if drop else anchor
+                base = ".".join([*anchor, base]) if base else ".".join(anchor)
+            statements.append([base, *(f"{base}.{a.name}" for a in node.names)])
+        elif isinstance(node, ast.Import):
+            statements.extend([a.name] for a in node.names)
+    return statements
+
+
+def _layer(module: str) -> str:
+    """``cmbuyer.server.services.fence`` → ``services``; ``cmbuyer.server.app`` → ``app``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else ""
+
+
+def _service(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[3] if len(parts) > 3 and parts[2] == "services" else None
+
+
+def _executes(tree: ast.AST) -> int:
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "execute"
+    )
+
+
+FORBIDDEN = {
+    "store": {"services", "tx", "web", "lifecycle", "app"},
+    "tx": {"services", "web", "lifecycle", "app"},
+    "services": {"web", "lifecycle", "app"},
+    "web": {"app", "lifecycle"},
+}
+SQL_HOMES = {"store", "db", "migrate"}
+
+
+def _breach(module: str, layer: str, dep: str) -> str | None:
+    """What importing ``dep`` from ``module`` (in ``layer``) breaks, or None."""
+    if dep.startswith(ROOT + "."):
+        target = _layer(dep)
+        if layer == "domain" and target != "domain":
+            return f"domain imports {dep}"
+        if target in FORBIDDEN.get(layer, set()):
+            return f"{layer} imports {dep}"
+        if layer == "services" and target == "services":
+            own, other = _service(module), _service(dep)
+            if other is not None and other != own:
+                return f"service imports service {dep}"
+    elif layer == "domain" and dep.startswith("cmbuyer.") and not dep.startswith("cmbuyer.schemas"):
+        return f"domain imports {dep}"
+    return None
+
+
+def violations(server: Path) -> list[str]:
+    """Every breach of the layering rule in the tree ``server`` (laid out like ``cmbuyer.server``),
+    as sorted ``"<module>: <what>"`` lines; empty when the tree keeps the rule."""
+    found: list[str] = []
+    for path in sorted(server.rglob("*.py")):
+        module = _module(server, path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        layer = _layer(module)
+        for names in _imports(tree, module, path.name == "__init__.py"):
+            # One line per import statement: its first name that breaks a rule.
+            breach = next((b for b in (_breach(module, layer, dep) for dep in names) if b), None)
+            if breach:
+                found.append(f"{module}: {breach}")
+        if layer not in SQL_HOMES and _executes(tree):
+            found.append(f"{module}: .execute( outside the store")
+    return sorted(set(found))
+
+
+def test_the_server_keeps_its_layers() -> None:
+    assert violations(SERVER) == []
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    server = tmp_path / "server"
+    for rel, text in files.items():
+        path = server / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in [path.parent, *path.parent.parents]:
+            if parent == server.parent:
+                break
+            (parent / "__init__.py").touch()
+        path.write_text(text, encoding="utf-8")
+    return server
+
+
+CLEAN = {
+    "domain/rules.py": "from cmbuyer.schemas import text\nfrom cmbuyer.server.domain import states\n",
+    "store/tasks.py": "from cmbuyer.server.domain import states\ndef get(conn):\n    return conn.execute('x')\n",
+    "tx/common.py": "from cmbuyer.server.store import tasks\n",
+    "services/fence.py": (
+        "from cmbuyer.server.tx import common\nfrom cmbuyer.server.domain import rules\nfrom . import fence\n"
+    ),
+    "web/routes.py": "from cmbuyer.server.services import fence\n",
+    "lifecycle.py": "from cmbuyer.server.web import routes\n",
+    "app.py": "from cmbuyer.server import lifecycle\n",
+    "db.py": "def q(conn):\n    conn.execute('x')\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("rel", "text", "expected"),
+    [
+        ("domain/bad.py", "from cmbuyer.server.store import tasks\n", "domain imports cmbuyer.server.store"),
+        ("domain/bad.py", "import cmbuyer.agent.flow\n", "domain imports cmbuyer.agent.flow"),
+        ("domain/bad.py", "from ..store import tasks\n", "domain imports cmbuyer.server.store"),
+        ("store/bad.py", "from cmbuyer.server.services import fence\n", "store imports cmbuyer.server.services"),
+        ("store/bad.py", "from cmbuyer.server.tx import common\n", "store imports cmbuyer.server.tx"),
+        ("tx/bad.py", "from cmbuyer.server.services.fence import x\n", "tx imports cmbuyer.server.services.fence"),
+        ("services/claim.py", "from cmbuyer.server.services.fence import x\n", "service imports service"),
+        ("services/claim.py", "from .fence import x\n", "service imports service cmbuyer.server.services.fence"),
+        ("services/claim.py", "from cmbuyer.server.web import routes\n", "services imports cmbuyer.server.web"),
+        ("web/bad.py", "from cmbuyer.server import app\n", "web imports cmbuyer.server.app"),
+        ("web/bad.py", "from cmbuyer.server.lifecycle import run\n", "web imports cmbuyer.server.lifecycle"),
+        ("health.py", "def f(conn):\n    conn.execute('select 1')\n", "health: .execute( outside the store"),
+    ],
+)
+def test_each_rule_catches_a_synthetic_breach(tmp_path: Path, rel: str, text: str, expected: str) -> None:
+    assert violations(_tree(tmp_path, CLEAN)) == []
+    found = violations(_tree(tmp_path, {**CLEAN, rel: text}))
+    assert len(found) == 1 and expected in found[0], found
