@@ -19,6 +19,7 @@ from cmbuyer.server import migrate
 from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import Database, connect_sync
+from cmbuyer.server.domain.errors import StartupRefused as StartupRefused  # its home; importers keep this name
 from cmbuyer.server.web import admin, device_api, health
 from cmbuyer.server.web.edge import (
     GUARD,
@@ -35,10 +36,6 @@ log = logging.getLogger("cmbuyer.server")
 StartupCheck = Callable[[web.Application], Awaitable[None]]
 STARTUP_CHECKS = web.AppKey("startup_checks", list)
 PERIODIC = web.AppKey("periodic", list)
-
-
-class StartupRefused(Exception):
-    """The server must not start (schema, secret or recovery problem); the message is one line."""
 
 
 def check_schema(settings: Settings) -> None:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.errors import CmbuyerError, Conflict
 from cmbuyer.server.services.common import payload_hash
 from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.store import claims as claim_store
 from cmbuyer.server.store.claims import DeviceGate
 
 
-class DeviceNotActive(Exception):
+class DeviceNotActive(CmbuyerError):
     """The device was revoked (or is unknown) at the write position: answer the empty 401."""
 
 

@@ -48,6 +48,7 @@ from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import claim_token, lease
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
@@ -76,7 +77,7 @@ SUBMIT_TEXT = "提交订单"
 class FenceRefused(Conflict):
     """``409 {"error":"fence_refused","detail":<word>}``: a gate or authorization check failed."""
 
-    code = "fence_refused"
+    code = Code.FENCE_REFUSED
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"fence refused: {detail}")

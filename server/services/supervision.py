@@ -24,6 +24,7 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain import supervision as rules
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, DomainError, NotFound
 from cmbuyer.server.domain.states import AuthorizationState, TaskState
 from cmbuyer.server.domain.supervision import ApprovalState, SupervisionPolicy
@@ -49,7 +50,7 @@ class ScreenshotRefused(DomainError):
     """``422 approval_screenshot_invalid``: ``screenshot_asset_id`` is not a ``CONFIRM_PAGE_GATE_3`` evidence
     asset of this attempt (unknown, another attempt's, or another kind)."""
 
-    code = "approval_screenshot_invalid"
+    code = Code.APPROVAL_SCREENSHOT_INVALID
     status = 422
 
 

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from cmbuyer.schemas.strictjson import loads_strict
 from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain.errors import DomainError
+from cmbuyer.server.domain.errors import CmbuyerError, DomainError
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.services.common import Actor
@@ -44,7 +44,7 @@ _UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?
 _JSON_TYPE = re.compile(r"application/json(?:\s*;\s*charset=\"?utf-8\"?)?", re.I | re.ASCII)
 
 
-class AdminHTTPError(Exception):
+class AdminHTTPError(CmbuyerError):
     """A refusal with a status, a stable code (docs/api.md) and a Chinese message for people."""
 
     def __init__(self, status: int, code: str, message: str, *, retryable: bool = False) -> None:
