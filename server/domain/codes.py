@@ -119,9 +119,3 @@ STATUS: Final[Mapping[Code, int]] = MappingProxyType({code: status for code, (st
 DEVICE_CODES: Final[frozenset[Code]] = frozenset(c for c, (_, who) in _CATALOGUE.items() if _D in who)
 #: The codes of ``admin_error.response.json`` (admin web JSON bodies and error pages).
 ADMIN_CODES: Final[frozenset[Code]] = frozenset(c for c, (_, who) in _CATALOGUE.items() if _A in who)
-
-
-def status_of(code: Code | str) -> int:
-    """The HTTP status of ``code`` (e.g. ``409`` for ``"version_conflict"``); ValueError for a string that
-    is not a catalogue code."""
-    return STATUS[Code(code)]

@@ -21,7 +21,7 @@ import pytest
 import cmbuyer.server
 from cmbuyer.schemas import enum_values
 from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain.codes import ADMIN_CODES, DEVICE_CODES, STATUS, Code, status_of
+from cmbuyer.server.domain.codes import ADMIN_CODES, DEVICE_CODES, STATUS, Code
 from cmbuyer.server.domain.errors import (
     BrokenInvariant,
     CmbuyerError,
@@ -79,9 +79,9 @@ def test_admin_codes_are_the_admin_error_schema_enum() -> None:
 def test_every_code_has_one_status_and_an_audience() -> None:
     assert set(STATUS) == set(Code)
     assert all(400 <= status <= 599 for status in STATUS.values())
-    assert status_of("version_conflict") == 409 and status_of(Code.STORAGE_UNAVAILABLE) == 503
+    assert STATUS[Code("version_conflict")] == 409 and STATUS[Code.STORAGE_UNAVAILABLE] == 503
     with pytest.raises(ValueError):
-        status_of("conflict")  # not a catalogue code
+        Code("conflict")  # not a catalogue code
     # a code nobody on the wire hears is a command-line refusal (exit 1 with "<code>: <message>")
     assert set(Code) - DEVICE_CODES - ADMIN_CODES == {Code.USERNAME_TAKEN}
 
