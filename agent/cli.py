@@ -27,7 +27,7 @@ from typing import Any
 from cmbuyer.agent import __version__
 from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
-from cmbuyer.agent.errors import AgentError, PackError
+from cmbuyer.agent.errors import AgentError, ExitCode, PackError
 from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
 from cmbuyer.agent.packdir import add_pack_dir_argument, all_packs, pack_dir_from, resolve, resolve_pack, scan
@@ -142,21 +142,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         dump = parse_dump(raw)
     except PackError as exc:  # the full one line (file and JSON path), not the 200-char summary
         print(json.dumps({"error": exc.reason_code, "detail": str(exc)}, ensure_ascii=False))
-        return 2
+        return ExitCode.USAGE
     except AgentError as exc:
         print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
-        return 2
+        return ExitCode.USAGE
     except OSError as exc:
         print(
             json.dumps(
                 {"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump} ({exc.strerror})"}, ensure_ascii=False
             )
         )
-        return 2
+        return ExitCode.USAGE
     result = inspect_dump(dump, packs)
     if not args.explain:
         print(json.dumps(result, ensure_ascii=False))
-        return 0
+        return ExitCode.OK
     from cmbuyer.agent.screens.explain import explain_dump, render_text
 
     # explain the pack inspect read with; when none recognized the dump, every candidate says why
@@ -175,7 +175,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 "explained (pass --pack or --version to choose)\n"
             )
         print("\n\n".join(render_text(e) for e in explanations))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_journal(args: argparse.Namespace) -> int:
@@ -194,7 +194,7 @@ def cmd_journal(args: argparse.Namespace) -> int:
                 }
             )
         )
-        return 1
+        return ExitCode.FAILED
     try:
         j = Journal(path)
         if args.clear_hold:
@@ -202,8 +202,8 @@ def cmd_journal(args: argparse.Namespace) -> int:
         print(json.dumps(j.summary(), ensure_ascii=False, indent=2))
     except JournalError as exc:
         print(json.dumps({"error": str(exc)}))
-        return 2
-    return 0
+        return ExitCode.USAGE
+    return ExitCode.OK
 
 
 def _connect(serial: str) -> Any:
@@ -268,7 +268,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except (CredentialsError, AgentError) as exc:
         check("server", False, str(exc))
     print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
-    return 0 if all(c["ok"] for c in checks) else 1
+    return ExitCode.OK if all(c["ok"] for c in checks) else ExitCode.FAILED
 
 
 class _NoKeys:
@@ -283,7 +283,7 @@ class _NoKeys:
 
 def _error(code: str, detail: str) -> int:
     print(json.dumps({"error": code, "detail": detail}, ensure_ascii=False))
-    return 2
+    return ExitCode.USAGE
 
 
 def _capture_pack(version: Any, pack_dir: Path | None) -> tuple[Pack | None, str | None]:
@@ -364,7 +364,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     except CaptureError as exc:
         return _error("CAPTURE_REFUSED", str(exc))
     print(json.dumps({"bundle": str(out), **meta, **({"no_pack": no_pack} if no_pack else {})}, ensure_ascii=False))
-    return 0
+    return ExitCode.OK
 
 
 def _dry_run_order(args: argparse.Namespace) -> Any:
@@ -423,7 +423,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         result = run_dry(phone, pack, version, order, out=out, buy_path=buy_path, progress=progress)
     except KeyboardInterrupt:  # run_dry backed out and wrote what it had on the way out
         progress("interrupted")
-        return 130
+        return ExitCode.INTERRUPTED
     except (AgentError, OSError) as exc:
         return _error(getattr(exc, "reason_code", "WRITE_FAILED"), str(exc)[:200])
     for line in result.lines:
@@ -441,19 +441,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         ApprovalSettings.from_env()  # a bad value stops the start, not a supervised order at gate 3
     except ValueError as exc:
         progress(f"settings: {exc}")
-        return 2
+        return ExitCode.USAGE
     try:
         creds = load_credentials(args.credentials_file)
     except CredentialsError as exc:
         progress(f"credentials: {exc}")
-        return 2
+        return ExitCode.USAGE
     server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
     try:
         journal = Journal.for_serial(args.device)
         phone = _connect(args.device)
     except (AgentError, JournalError) as exc:
         progress(f"cannot start: {exc}")
-        return 2
+        return ExitCode.USAGE
     from cmbuyer.agent.journal import PAUSE_ENV
 
     if os.environ.get(PAUSE_ENV):
@@ -473,13 +473,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return runner.run()
     except StopNow:
         progress("stopped now (second signal)")
-        return 130
+        return ExitCode.INTERRUPTED
     except AgentError as exc:
         progress(f"stopped: {exc.reason_code} {exc.summary}")
-        return 1
+        return ExitCode.FAILED
     except JournalError as exc:
         progress(f"stopped: the journal failed ({exc}); fix the state dir before restarting")
-        return 2
+        return ExitCode.USAGE
 
 
 def cmd_pack_verify(args: argparse.Namespace) -> int:
@@ -491,10 +491,10 @@ def cmd_pack_verify(args: argparse.Namespace) -> int:
         compile_pack(data)
     except OSError as exc:
         print(f"{path.name}: $: cannot read the file ({exc.strerror or exc.__class__.__name__})", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except PackError as exc:
         print(f"{path.name}: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     results = check_evidence(data, path.parent)
     for result in results:
         print(result.line())
@@ -503,7 +503,7 @@ def cmd_pack_verify(args: argparse.Namespace) -> int:
         f"{path.name}: {len(results)} evidence files, {len(results) - bad} ok, {bad} failed"
         f" -> {'FAILED' if bad else 'OK'}"
     )
-    return 1 if bad else 0
+    return ExitCode.FAILED if bad else ExitCode.OK
 
 
 def add_pack_commands(sub: Any) -> Any:

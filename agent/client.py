@@ -34,6 +34,7 @@ from cmbuyer.agent.errors import (
     ServerError,
     ServerRejected,
     ServerUnreachable,
+    by_server_code,
 )
 from cmbuyer.agent.model import (
     ApprovalStatus,
@@ -58,13 +59,15 @@ from cmbuyer.schemas.summary import summary_problem
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 1024 * 1024
-# 4xx codes that have their own error class (the rest are plain ServerRejected)
-_TYPED_REJECTIONS: dict[str, type[ServerRejected]] = {
-    "claim_requires_manual": ClaimRequiresManual,
-    "app_version_not_allowed": AppVersionNotAllowed,
-    "approval_required": ApprovalRequired,
-    "not_supervised": NotSupervised,
-}
+# 4xx codes that have their own error class (the rest are plain ServerRejected); codes of the schema's enum
+_TYPED_REJECTIONS: dict[str, type[ServerRejected]] = by_server_code(
+    {
+        "claim_requires_manual": ClaimRequiresManual,
+        "app_version_not_allowed": AppVersionNotAllowed,
+        "approval_required": ApprovalRequired,
+        "not_supervised": NotSupervised,
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ stored capture; a difference (e.g. scrubbing removed something a reader needs) i
 (``READINGS_DISAGREE``). Whatever happens, the order sheet is left as a failed flow leaves it
 (system BACK, :func:`cmbuyer.agent.capabilities.back_out`).
 
-Exit codes: 0 every gate passed; 1 the flow stopped (its reason code is printed) or readings
-disagree; 2 usage, phone or pack errors before the flow, or the phone failing during it.
+Exit codes (:class:`~cmbuyer.agent.errors.ExitCode`): 0 every gate passed; 1 the flow stopped (its reason
+code is printed) or readings disagree; 2 usage, phone or pack errors before the flow, or the phone failing
+during it.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from cmbuyer.agent.capture import (
     scrub,
     write_capture,
 )
-from cmbuyer.agent.errors import AgentError, ShutdownRequested
+from cmbuyer.agent.errors import AgentError, ExitCode, ShutdownRequested
 from cmbuyer.agent.packdir import resolve_pack
 from cmbuyer.agent.phone.adapter import AppVersion, PhoneAdapter
 from cmbuyer.agent.prefence import GATE_STEPS, PrefenceEngine, PrefenceOrder
@@ -286,7 +287,7 @@ def compare(read: dict[str, Any], readings: dict[str, Any], pack: Pack) -> list[
 
 @dataclass(frozen=True)
 class DryRunResult:
-    exit_code: int
+    exit_code: ExitCode
     lines: list[str]
     summary: dict[str, Any]
 
@@ -341,12 +342,12 @@ def run_dry(
         recorder.detach()
     lines = _verdict_lines(observer.verdicts)
     if failure is not None:
-        code = 2 if failure.reason_code in PHONE_FAILURES else 1
+        code = ExitCode.USAGE if failure.reason_code in PHONE_FAILURES else ExitCode.FAILED
         result, reason = "STOPPED", failure.reason_code
     elif observer.disagreements:
-        code, result, reason = 1, "READINGS_DISAGREE", "READINGS_DISAGREE"
+        code, result, reason = ExitCode.FAILED, "READINGS_DISAGREE", "READINGS_DISAGREE"
     else:
-        code, result, reason = 0, "PASSED", None
+        code, result, reason = ExitCode.OK, "PASSED", None
     summary: dict[str, Any] = {
         "result": result,
         "reason_code": reason,

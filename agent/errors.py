@@ -2,9 +2,32 @@
 
 The reason code is what goes on the wire (``fail``/events); ``summary`` is a short, non-sensitive
 English phrase (never page text, tokens, addresses — spec 002 "事件与证据").
+
+Also here: the server's device error codes as the agent knows them (:data:`SERVER_CODES`, read from
+``device_error.response.json`` — the enum the server's own catalogue is checked against) and what each
+refusal means for the flow; and :class:`ExitCode`, the exit status of every ``cmbuyer-agent`` command.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import IntEnum
+from typing import TypeVar
+
+from cmbuyer.schemas import enum_values
+
+T = TypeVar("T")
+
+
+class ExitCode(IntEnum):
+    """Exit status of every ``cmbuyer-agent`` command (docs/agent.md "Exit codes"). The numbers are fixed:
+    systemd units and scripts key on them."""
+
+    OK = 0
+    FAILED = 1  # the command ran and found a failure: a stop, a failed check, a changed file, a FAIL
+    USAGE = 2  # it could not run: arguments, settings, credentials, unreadable input, a pack that does not load
+    IDLE = 3  # ``run --once`` with nothing it may claim with (no selector pack, app missing)
+    INTERRUPTED = 130  # stopped by a second signal / Ctrl-C (128 + SIGINT)
 
 
 class AgentError(Exception):
@@ -146,19 +169,39 @@ class ServerRejected(ServerError):
         self.reason_code = _REJECTION_REASONS.get(error or "", "INTERNAL_ERROR")
 
 
-_REJECTION_REASONS = {
-    "fence_refused": "FENCE_REFUSED",
-    "submission_fenced": "FENCE_REFUSED",
-    "version_conflict": "FENCE_REFUSED",
-    "invalid_state": "FENCE_REFUSED",
-    "claim_not_current": "LEASE_LOST",
-    "claim_requires_manual": "LEASE_LOST",
-    "app_version_not_allowed": "APP_VERSION_UNSUPPORTED",
-    # issue 17: the fence of a supervised attempt without a matching APPROVED approval; nothing written
-    "approval_required": "FENCE_REFUSED",
-    # the claim said "supervised" and the approval route says it is not: a disagreement, never a guess
-    "not_supervised": "INTERNAL_ERROR",
-}
+# --- the server's refusals ---------------------------------------------------------------------
+#: Every device error code the server may answer ``{"error": code}`` with: the enum of
+#: ``device_error.response.json`` (the server's catalogue, server/domain/codes.py, is tested against it).
+SERVER_CODES: frozenset[str] = frozenset(enum_values("device_error.response", "/properties/error/enum"))
+
+
+def by_server_code(table: Mapping[str, T]) -> dict[str, T]:
+    """``table`` keyed by device error codes, each checked against :data:`SERVER_CODES` at import: a
+    code the schema does not list (a typo, a renamed code) stops the agent from starting instead of
+    turning that refusal into INTERNAL_ERROR later. Raises ValueError naming the unknown codes."""
+    unknown = sorted(set(table) - SERVER_CODES)
+    if unknown:
+        raise ValueError(f"not codes of device_error.response.json: {', '.join(unknown)}")
+    return dict(table)
+
+
+# the reason code a final 4xx stops the flow with; a code not listed here (or a newer server's code the
+# schema does not list yet) is INTERNAL_ERROR
+_REJECTION_REASONS = by_server_code(
+    {
+        "fence_refused": "FENCE_REFUSED",
+        "submission_fenced": "FENCE_REFUSED",
+        "version_conflict": "FENCE_REFUSED",
+        "invalid_state": "FENCE_REFUSED",
+        "claim_not_current": "LEASE_LOST",
+        "claim_requires_manual": "LEASE_LOST",
+        "app_version_not_allowed": "APP_VERSION_UNSUPPORTED",
+        # issue 17: the fence of a supervised attempt without a matching APPROVED approval; nothing written
+        "approval_required": "FENCE_REFUSED",
+        # the claim said "supervised" and the approval route says it is not: a disagreement, never a guess
+        "not_supervised": "INTERNAL_ERROR",
+    }
+)
 
 
 class ClaimRequiresManual(ServerRejected):

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent.errors import AgentError, PackError
+from cmbuyer.agent.errors import AgentError, ExitCode, PackError
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import Pack, load_pack
@@ -333,12 +333,12 @@ def exit_status(results: list[CaptureResult], allow_unconfirmed: bool) -> int:
     """2 on any ERROR, 1 on any FAIL (or unconfirmed/no expectation unless allowed), else 0."""
     statuses = {r.status for r in results}
     if "ERROR" in statuses:
-        return 2
+        return ExitCode.USAGE
     if "FAIL" in statuses:
-        return 1
+        return ExitCode.FAILED
     if not allow_unconfirmed and statuses & {"UNCONFIRMED", "NO_EXPECTATION"}:
-        return 1
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def _summary(results: list[CaptureResult]) -> dict[str, int]:
@@ -350,7 +350,7 @@ def _summary(results: list[CaptureResult]) -> dict[str, int]:
 
 def _fail(as_json: bool, message: str) -> int:
     print(json.dumps({"error": message}, ensure_ascii=False) if as_json else f"error: {message}")
-    return 2
+    return ExitCode.USAGE
 
 
 def cmd_pack_test(args: argparse.Namespace) -> int:
@@ -435,7 +435,7 @@ def cmd_pack_accept(args: argparse.Namespace) -> int:
         plan = plan_accept(Path(args.capture), by, args.force)
     except CaptureInputError as exc:
         print(f"error: {exc}")
-        return 2
+        return ExitCode.USAGE
     for capture, expectation in plan:
         readings = " ".join(f"{k}={_show(v)}" for k, v in expectation.readings.items())
         print(f"accept {capture.name}: screen={expectation.screen} {readings} (confirmed_by {_show(by)})")
@@ -443,7 +443,7 @@ def cmd_pack_accept(args: argparse.Namespace) -> int:
         _write_atomic(capture / EXPECTED, expectation.to_json())
         (capture / PROPOSED).unlink()
     print(f"accepted {len(plan)} capture(s)")
-    return 0
+    return ExitCode.OK
 
 
 def add_pack_test_commands(pack_subparsers: Any) -> None:

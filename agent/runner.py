@@ -38,7 +38,7 @@ from types import FrameType
 from typing import Any
 
 from cmbuyer.agent.client import HttpDeviceApi
-from cmbuyer.agent.errors import AgentError, AppVersionNotAllowed, ClaimRequiresManual, PackError
+from cmbuyer.agent.errors import AgentError, AppVersionNotAllowed, ClaimRequiresManual, ExitCode, PackError
 from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.holds import AttemptEnd, HoldPolicy, Streaks, settle
 from cmbuyer.agent.journal import Journal
@@ -261,7 +261,7 @@ class Runner:
                 ran = self._claim_and_run(status.pack)
                 if ran:
                     if self.cfg.once:
-                        return 0
+                        return ExitCode.OK
                     clear = self._recover()
                     continue
             elif self.cfg.once and state in ("NO_PACK", "APP_MISSING") and self._hb_state == state:
@@ -269,9 +269,9 @@ class Runner:
                     self.progress(
                         f"no selector pack for app version {status.version_name} ({status.version_code}): not claiming"
                     )
-                return 3
+                return ExitCode.IDLE
             self.stop.wait(self.cfg.poll_seconds)
-        return 0
+        return ExitCode.OK
 
     def _claim_and_run(self, pack: Pack) -> bool:
         try:

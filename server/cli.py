@@ -1,7 +1,7 @@
 """``cmbuyer-server`` command line (issue 2 CLI contract; exit codes in docs/operations.md).
 
-Exit codes: 0 ok · 1 refused by a business rule (conflict, not found, invalid input) · 2 usage error
-· 3 bad settings · 4 storage or schema problem (database unreachable, migrations not current).
+Exit codes (:class:`Exit`): 0 ok · 1 refused by a business rule (conflict, not found, invalid input) · 2 usage
+error · 3 bad settings · 4 storage or schema problem (database unreachable, migrations not current).
 Every command takes ``--data-dir`` (default ``$CMBUYER_DATA_DIR`` or ``./var``) and reads
 ``<data-dir>/cmbuyer.env`` when present; real environment variables override it.
 """
@@ -18,14 +18,15 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
+from enum import IntEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cmbuyer.server import migrate
 from cmbuyer.server.clock import SystemClock, to_wire
-from cmbuyer.server.config import DEFAULT_APP_VERSIONS, ENV_FILE_NAME, Settings, SettingsError, load_settings
-from cmbuyer.server.db import StorageError, connect_sync, run_in_transaction
-from cmbuyer.server.domain.errors import DomainError
+from cmbuyer.server.config import DEFAULT_APP_VERSIONS, ENV_FILE_NAME, Settings, load_settings
+from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.domain.errors import CmbuyerError, DomainError, SettingsError, StartupRefused, Unavailable
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.services import admins as admin_service
 from cmbuyer.server.services import devices as device_service
@@ -36,15 +37,25 @@ from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import ops as ops_queries
 from cmbuyer.server.tx.common import Actor, new_id
 
-EXIT_OK, EXIT_RULE, EXIT_USAGE, EXIT_SETTINGS, EXIT_STORAGE = 0, 1, 2, 3, 4
+
+class Exit(IntEnum):
+    """Exit status of every command (docs/operations.md "Exit codes")."""
+
+    OK = 0  # done
+    RULE = 1  # refused by a business rule (conflict, not found, invalid input), or a check failed
+    USAGE = 2  # usage error (argparse exits 2 too)
+    SETTINGS = 3  # bad setting, data dir not writable, address cannot be listened on
+    STORAGE = 4  # storage or schema problem (database unreachable, migrations not current)
+
+
 T = TypeVar("T")
 CLI_ACTOR = Actor("cli", os.environ.get("USER", "operator"))
 
 
-class CliError(Exception):
+class CliError(CmbuyerError):
     """A failure with its exit code; ``str`` is the one-line message printed to stderr."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: Exit) -> None:
         super().__init__(message)
         self.code = code
 
@@ -57,30 +68,30 @@ def _settings(args: argparse.Namespace) -> Settings:
     try:
         return load_settings(args.data_dir)
     except SettingsError as exc:
-        raise CliError(str(exc), EXIT_SETTINGS) from None
+        raise CliError(str(exc), Exit.SETTINGS) from None
 
 
 def _open(settings: Settings, *, check: bool = True) -> sqlite3.Connection:
     if not settings.db_path.exists():
-        raise CliError(f"database {settings.db_path} does not exist; run `cmbuyer-server init`", EXIT_STORAGE)
+        raise CliError(f"database {settings.db_path} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
     try:
         conn = connect_sync(settings.db_path)
         if check:
             migrate.check_current(conn)
     except migrate.MigrationError as exc:
-        raise CliError(str(exc), EXIT_STORAGE) from None
+        raise CliError(str(exc), Exit.STORAGE) from None
     except sqlite3.Error:
-        raise CliError("cannot open the database", EXIT_STORAGE) from None
+        raise CliError("cannot open the database", Exit.STORAGE) from None
     return conn
 
 
 def _tx(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
     try:
         return run_in_transaction(conn, job)
-    except StorageError as exc:
-        raise CliError(f"storage error: {exc}", EXIT_STORAGE) from None
+    except Unavailable as exc:
+        raise CliError(f"storage error: {exc}", Exit.STORAGE) from None
     except DomainError as exc:
-        raise CliError(f"{exc.code}: {exc.message}", EXIT_RULE) from None
+        raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
 
 
 # -- init / migrate / serve / doctor -------------------------------------------------------------
@@ -103,7 +114,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise CliError(f"data dir {data_dir} is not writable ({exc.strerror})", EXIT_SETTINGS) from None
+        raise CliError(f"data dir {data_dir} is not writable ({exc.strerror})", Exit.SETTINGS) from None
     env_path = data_dir / ENV_FILE_NAME
     if not env_path.exists():
         write_env_file(
@@ -126,7 +137,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     try:
         applied = migrate.migrate(conn, to_wire(SystemClock().now()))
     except migrate.MigrationError as exc:
-        raise CliError(str(exc), EXIT_STORAGE) from None
+        raise CliError(str(exc), Exit.STORAGE) from None
     finally:
         conn.close()
     if args.json:
@@ -139,13 +150,13 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"  cmbuyer-server --data-dir {data_dir} admin add --username admin --password-stdin")
         print(f"  cmbuyer-server --data-dir {data_dir} device add --name phone-1")
         print(f"  cmbuyer-server --data-dir {data_dir} serve")
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not settings.db_path.parent.is_dir():
-        raise CliError(f"directory {settings.db_path.parent} does not exist; run `cmbuyer-server init`", EXIT_STORAGE)
+        raise CliError(f"directory {settings.db_path.parent} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
     conn = connect_sync(settings.db_path)
     try:
         if args.list:
@@ -167,24 +178,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 for row in rows:
                     mark = "applied" if row["applied"] else "pending"
                     print(f"{row['name']}  {mark}{'' if row['checksum_ok'] else '  CHECKSUM MISMATCH'}")
-            return EXIT_OK
+            return Exit.OK
         done = migrate.migrate(conn, to_wire(SystemClock().now()))
     except migrate.MigrationError as exc:
-        raise CliError(str(exc), EXIT_STORAGE) from None
+        raise CliError(str(exc), Exit.STORAGE) from None
     finally:
         conn.close()
     if args.json:
         _print_json({"migrations_applied": done})
     else:
         print(f"{len(done)} migration(s) applied" + (": " + ", ".join(done) if done else ""))
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from cmbuyer.server.app import create_app
-    from cmbuyer.server.lifecycle import StartupRefused, check_schema
+    from cmbuyer.server.lifecycle import check_schema
     from cmbuyer.server.logs import setup_logging
 
     if args.host:
@@ -195,7 +206,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings.require_secrets()
     except SettingsError as exc:
-        raise CliError(str(exc), EXIT_SETTINGS) from None
+        raise CliError(str(exc), Exit.SETTINGS) from None
     setup_logging(settings.log_format, settings.log_level)
     try:
         check_schema(settings)
@@ -221,10 +232,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             shutdown_timeout=5,
         )
     except StartupRefused as exc:
-        raise CliError(f"refusing to start: {exc}", EXIT_STORAGE) from None
+        raise CliError(f"refusing to start: {exc}", Exit.STORAGE) from None
     except OSError as exc:
-        raise CliError(f"cannot listen on {settings.host}:{settings.port} ({exc.strerror})", EXIT_SETTINGS) from None
-    return EXIT_OK
+        raise CliError(f"cannot listen on {settings.host}:{settings.port} ({exc.strerror})", Exit.SETTINGS) from None
+    return Exit.OK
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -266,21 +277,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         for name, passed, detail in checks:
             print(f"{'ok  ' if passed else 'FAIL'} {name}: {detail}")
-    return EXIT_OK if ok else EXIT_RULE
+    return Exit.OK if ok else Exit.RULE
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
     settings = _settings(args)
     target = Path(args.to)
     if target.exists():
-        raise CliError(f"{target} exists; backups never overwrite", EXIT_USAGE)
+        raise CliError(f"{target} exists; backups never overwrite", Exit.USAGE)
     conn = _open(settings, check=False)
     try:
         # VACUUM INTO writes a consistent, compacted copy while the server keeps running (WAL readers
         # are not blocked); the copy is a normal database file that `serve` can open after a restore.
         ops_queries.vacuum_into(conn, target)
     except sqlite3.Error as exc:
-        raise CliError(f"backup failed ({exc.__class__.__name__})", EXIT_STORAGE) from None
+        raise CliError(f"backup failed ({exc.__class__.__name__})", Exit.STORAGE) from None
     finally:
         conn.close()
     os.chmod(target, 0o600)
@@ -293,7 +304,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         _print_json({"backup": str(target), "integrity_ok": ok, "bytes": target.stat().st_size})
     else:
         print(f"backup written to {target} ({target.stat().st_size} bytes, integrity {'ok' if ok else 'FAILED'})")
-    return EXIT_OK if ok else EXIT_STORAGE
+    return Exit.OK if ok else Exit.STORAGE
 
 
 # -- admin / device / task -----------------------------------------------------------------------
@@ -310,7 +321,7 @@ def _read_password(args: argparse.Namespace) -> str:
 
     first = getpass.getpass("password (at least 10 characters): ")
     if getpass.getpass("again: ") != first:
-        raise CliError("passwords differ", EXIT_USAGE)
+        raise CliError("passwords differ", Exit.USAGE)
     return first
 
 
@@ -344,7 +355,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
                     print(f"{a.username}\t{'disabled' if a.disabled else 'active'}\t{a.created_at}")
     finally:
         conn.close()
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_device(args: argparse.Namespace) -> int:
@@ -397,7 +408,7 @@ def cmd_device(args: argparse.Namespace) -> int:
                     print(f"{r['device_id']}\t{r['name']}\t{r['state']}\t{r['last_heartbeat_at'] or '-'}")
     finally:
         conn.close()
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
@@ -414,10 +425,10 @@ def cmd_evidence(args: argparse.Namespace) -> int:
             actor=CLI_ACTOR,
             at=to_wire(SystemClock().now()),
         )
-    except StorageError as exc:
-        raise CliError(f"storage error: {exc}", EXIT_STORAGE) from None
+    except Unavailable as exc:
+        raise CliError(f"storage error: {exc}", Exit.STORAGE) from None
     except OSError as exc:
-        raise CliError(f"evidence store I/O error ({exc.strerror})", EXIT_STORAGE) from None
+        raise CliError(f"evidence store I/O error ({exc.strerror})", Exit.STORAGE) from None
     finally:
         conn.close()
     if args.json:
@@ -429,7 +440,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
             f"{args.older_than} s; {verb} {report.removed} unreferenced and {report.removed_temporary} "
             f"temporary ({report.bytes_freed} bytes)"
         )
-    return EXIT_OK
+    return Exit.OK
 
 
 def _seconds(text: str) -> int:
@@ -456,7 +467,7 @@ def cmd_task(args: argparse.Namespace) -> int:
             try:
                 new = task_service.validate_new_task(raw, settings)
             except DomainError as exc:
-                raise CliError(f"{exc.code}: {exc.message}", EXIT_RULE) from None
+                raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
             task, _created = _tx(conn, lambda c: task_service.create_task(c, new, CLI_ACTOR, now))
             if args.json:
                 _print_json({"task_id": task.id, "version": task.version})
@@ -508,7 +519,7 @@ def cmd_task(args: argparse.Namespace) -> int:
             _print_json(view) if args.json else print(json.dumps(view, ensure_ascii=False, indent=2))
     finally:
         conn.close()
-    return EXIT_OK
+    return Exit.OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -620,10 +631,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except SettingsError as exc:
         print(f"cmbuyer-server: {exc}", file=sys.stderr)
-        return EXIT_SETTINGS
-    except (StorageError, sqlite3.Error) as exc:
+        return Exit.SETTINGS
+    except (Unavailable, sqlite3.Error) as exc:
         print(f"cmbuyer-server: storage error ({exc.__class__.__name__})", file=sys.stderr)
-        return EXIT_STORAGE
+        return Exit.STORAGE
 
 
 if __name__ == "__main__":

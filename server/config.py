@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cmbuyer.schemas import MONEY_RE
 from cmbuyer.schemas.text import has_control_chars, normalize_sku
+from cmbuyer.server.domain.errors import SettingsError as SettingsError  # its home; importers keep this name
 
 ENV_FILE_NAME = "cmbuyer.env"
 DEFAULT_DATA_DIR = Path("var")
@@ -34,10 +35,6 @@ DEFAULT_APP_VERSIONS = ("8.17.0", "8.22.0")
 # Modes that hand the payment to another app where a person must confirm (issue 15 §6).
 DEFAULT_PAYMENT_MODES = ("微信支付", "支付宝")
 PAYMENT_MODE_MAX = 32  # common.json "payment_mode" maxLength
-
-
-class SettingsError(ValueError):
-    """A setting is missing or invalid; ``str(err)`` is one line that names the variable."""
 
 
 class Secret:

@@ -45,6 +45,8 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from cmbuyer.server.domain.errors import Unavailable
+
 log = logging.getLogger("cmbuyer.db")
 
 T = TypeVar("T")
@@ -63,7 +65,7 @@ _SAVEPOINT = "cmbuyer_writer_job"
 CLOSE_GRACE_S = BUSY_TIMEOUT_MS / 1000 + 5
 
 
-class StorageError(Exception):
+class StorageError(Unavailable):
     """The database could not serve a request (I/O, lock timeout, full disk, closed connection).
 
     Carries no SQL, path or parameter text, so it is safe to log; the HTTP edge maps it to 503.

@@ -4,7 +4,7 @@ Start-up (:data:`STARTUP_STEPS`, run in this order; the first that raises stops 
 
 1. :func:`check_schema_current` — the database file exists and its migrations match the code exactly.
    It runs before the database is opened because opening would create a missing file;
-2. :func:`open_database` — the writer and the readers (``StorageError`` when it cannot);
+2. :func:`open_database` — the writer and the readers (``Unavailable`` when it cannot);
 3. :func:`check_claim_secret` — the configured claim-token secret rebuilds every existing claim (fail
    closed: a wrong secret would answer every resumed claim with a token the phone cannot match);
 4. :func:`recover` — the expiry sweep until nothing is left, so a fenced submission whose lease ran out
@@ -34,8 +34,10 @@ from aiohttp import web
 
 from cmbuyer.server import migrate
 from cmbuyer.server.config import Settings, SettingsError
-from cmbuyer.server.db import StorageError, connect_sync
+from cmbuyer.server.db import connect_sync
 from cmbuyer.server.domain.claims import ClaimPolicy
+from cmbuyer.server.domain.errors import StartupRefused as StartupRefused  # its home; importers keep this name
+from cmbuyer.server.domain.errors import Unavailable
 from cmbuyer.server.services import admin_sessions, recovery
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.web.edge import RateLimitedExceptionHandler
@@ -46,10 +48,6 @@ sweep_log = logging.getLogger("cmbuyer.server.attempts")  # the name sweep lines
 
 StartupStep = Callable[[web.Application], Awaitable[None]]
 PeriodicJob = Callable[[web.Application], Awaitable[None]]
-
-
-class StartupRefused(Exception):
-    """The server must not start (schema, secret or recovery problem); the message is one line."""
 
 
 # -- start-up -----------------------------------------------------------------------------------------
@@ -77,7 +75,7 @@ async def check_schema_current(app: web.Application) -> None:
 
 
 async def open_database(app: web.Application) -> None:
-    """Start-up step 2: open ``app[DB]`` (writer task and readers). Raises ``StorageError``."""
+    """Start-up step 2: open ``app[DB]`` (writer task and readers). Raises ``Unavailable``."""
     await app[DB].open()
 
 
@@ -94,7 +92,7 @@ async def check_claim_secret(app: web.Application) -> None:
         await app[DB].read(lambda conn: verify_secret(conn, policy.secret))
     except SecretMismatch as exc:
         raise StartupRefused(str(exc)) from None
-    except StorageError:
+    except Unavailable:
         raise StartupRefused("cannot read existing claims to verify CMBUYER_CLAIM_TOKEN_SECRET") from None
 
 
@@ -105,7 +103,7 @@ async def recover(app: web.Application) -> None:
     try:
         while (await run_sweep(app)).more:
             pass
-    except StorageError:
+    except Unavailable:
         raise StartupRefused("start-up recovery could not complete (storage error)") from None
 
 
@@ -114,7 +112,7 @@ STARTUP_STEPS: tuple[StartupStep, ...] = (check_schema_current, open_database, c
 
 async def run_startup(app: web.Application, steps: Sequence[StartupStep] | None = None) -> None:
     """Run ``steps`` (default :data:`STARTUP_STEPS`, looked up at call time) one after the other; the first
-    exception (:class:`StartupRefused`, or ``StorageError`` from opening the database) stops start-up and
+    exception (:class:`StartupRefused`, or ``Unavailable`` from opening the database) stops start-up and
     propagates unchanged."""
     for step in STARTUP_STEPS if steps is None else steps:
         await step(app)
@@ -126,7 +124,7 @@ async def run_startup(app: web.Application, steps: Sequence[StartupStep] | None 
 async def run_sweep(app: web.Application) -> recovery.SweepReport:
     """One expiry-sweep pass through the writer; returns what it changed (``more``: run again).
 
-    Raises ``StorageError`` when the write job fails."""
+    Raises ``Unavailable`` when the write job fails."""
     clock = app[CLOCK]
     report: recovery.SweepReport = await app[DB].write(lambda conn: recovery.sweep(conn, clock.now()))
     if report.submissions_to_reconciliation or report.authorizations_expired:

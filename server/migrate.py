@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from importlib import resources
 
 from cmbuyer.server.db import StorageError, run_in_transaction
+from cmbuyer.server.domain.errors import CmbuyerError
 from cmbuyer.server.store import migrations as store
 
 _NAME = re.compile(r"([0-9]{4})_[a-z0-9_]+\.sql", re.ASCII)
 
 
-class MigrationError(Exception):
+class MigrationError(CmbuyerError):
     """The database and the code disagree about the schema; the message says how (one line)."""
 
 

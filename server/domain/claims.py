@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Protocol
 
 from cmbuyer.server.domain import claim_token, lease
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.domain.states import AttemptState, AuthorizationState, TaskState
 from cmbuyer.server.domain.supervision import DEFAULT_SUPERVISED_ORDERS, SupervisionPolicy
@@ -179,17 +180,17 @@ class ClaimPolicy:
 
 def claim_not_current() -> Conflict:
     """The fixed 409 of spec 002 for any claim mismatch (never says which part failed)."""
-    return Conflict("claim is not current", code="claim_not_current")
+    return Conflict("claim is not current", code=Code.CLAIM_NOT_CURRENT)
 
 
 def claim_requires_manual() -> Conflict:
     """The fixed 409 for an open claim that cannot simply be resumed (spec 002)."""
-    return Conflict("the device holds a claim that needs a person", code="claim_requires_manual")
+    return Conflict("the device holds a claim that needs a person", code=Code.CLAIM_REQUIRES_MANUAL)
 
 
 def app_version_not_allowed() -> Conflict:
     """The fixed 409 when the device's heartbeat does not allow claiming."""
-    return Conflict("heartbeat missing, stale, not READY or app version not allowed", code="app_version_not_allowed")
+    return Conflict("heartbeat missing, stale, not READY or app version not allowed", code=Code.APP_VERSION_NOT_ALLOWED)
 
 
 def snapshot_matches(task: Snapshot, authorization: Snapshot) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.domain import lease
 from cmbuyer.server.domain.claims import Snapshot, snapshot_matches
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.domain.states import AuthorizationState
 
@@ -21,7 +22,7 @@ from cmbuyer.server.domain.states import AuthorizationState
 class FenceRefused(Conflict):
     """``409 {"error":"fence_refused","detail":<word>}``: a gate or authorization check failed."""
 
-    code = "fence_refused"
+    code = Code.FENCE_REFUSED
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"fence refused: {detail}")
@@ -40,12 +41,12 @@ class FencedAuthorization(Snapshot, Protocol):
 def submission_fenced() -> Conflict:
     """The fixed 409 once a submission exists for the attempt/authorization (after the fence only the
     result may speak)."""
-    return Conflict("a submission fence exists", code="submission_fenced")
+    return Conflict("a submission fence exists", code=Code.SUBMISSION_FENCED)
 
 
 def version_conflict() -> Conflict:
     """The fixed 409 when ``expected_task_version`` is not the task's version."""
-    return Conflict("task version changed", code="version_conflict")
+    return Conflict("task version changed", code=Code.VERSION_CONFLICT)
 
 
 def check_authorization(authorization: FencedAuthorization, task: Snapshot, now: datetime) -> None:

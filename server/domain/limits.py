@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
 
 
@@ -34,4 +35,4 @@ class AttemptBudget:
 
 def attempt_limit_reached() -> Conflict:
     """The fixed 409 when a write would take an attempt past its budget (docs/api.md)."""
-    return Conflict("the attempt has used its budget of events or evidence", code="attempt_limit_reached")
+    return Conflict("the attempt has used its budget of events or evidence", code=Code.ATTEMPT_LIMIT_REACHED)

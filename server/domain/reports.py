@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from cmbuyer.schemas.summary import summary_problem
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, DomainError, ValidationFailed
 from cmbuyer.server.domain.states import AttemptState, SubmissionState
 
@@ -67,7 +68,7 @@ class ScreenshotRefused(DomainError):
     """``422 approval_screenshot_invalid``: ``screenshot_asset_id`` is not a ``CONFIRM_PAGE_GATE_3`` evidence
     asset of this attempt (unknown, another attempt's, or another kind)."""
 
-    code = "approval_screenshot_invalid"
+    code = Code.APPROVAL_SCREENSHOT_INVALID
     status = 422
 
 
@@ -85,7 +86,7 @@ def check_summary(text: str) -> str:
 
 def evidence_conflict() -> Conflict:
     """The fixed 409 for an evidence asset id that is unknown or belongs to another attempt."""
-    return Conflict("evidence asset does not belong to this attempt", code="evidence_conflict")
+    return Conflict("evidence asset does not belong to this attempt", code=Code.EVIDENCE_CONFLICT)
 
 
 def may_attach(attempt: AttemptRow | None, *, device_id: str, task_id: str) -> bool:

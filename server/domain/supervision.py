@@ -23,6 +23,7 @@ from typing import Any, Literal
 from cmbuyer.schemas import MONEY_RE, NO_PACK, PACK_ID_RE
 from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.schemas.text import normalize_sku
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import InvalidTransition, ValidationFailed
 
 DEFAULT_SUPERVISED_ORDERS = 3
@@ -179,7 +180,7 @@ class ApprovalNotWaiting(InvalidTransition):
     """409 ``approval_not_waiting``: approve/reject of a request that is no longer WAITING (already
     decided, or voided because the attempt closed or the phone re-read the screen)."""
 
-    code = "approval_not_waiting"
+    code = Code.APPROVAL_NOT_WAITING
 
 
 def decide(current: ApprovalState, action: Literal["approve", "reject"]) -> ApprovalState:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from cmbuyer.server.domain.errors import CmbuyerError
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MAX_CHUNKS = 50_000
 MAX_TEXT_CHUNKS = 32
@@ -58,7 +60,7 @@ _DEPTHS = {0: {1, 2, 4, 8, 16}, 2: {8, 16}, 3: {1, 2, 4, 8}, 4: {8, 16}, 6: {8, 
 _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
 
 
-class ImageRejected(ValueError):
+class ImageRejected(CmbuyerError, ValueError):
     """The bytes are not an acceptable PNG. ``reason`` is a short fixed word for logs/tests (the HTTP
     answer is always ``400 {"error":"unsupported_image"}``)."""
 

@@ -19,6 +19,7 @@ from typing import Any
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import values
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
@@ -53,7 +54,7 @@ class ActionResult:
 
 
 def _stale() -> Conflict:
-    return Conflict("任务已变化，请刷新后重试", code="version_conflict")
+    return Conflict("任务已变化，请刷新后重试", code=Code.VERSION_CONFLICT)
 
 
 def _load(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
@@ -77,7 +78,7 @@ def _close_before_fence(
     """Shared body of reset-to-draft and cancel (both only before the fence)."""
     task = _load(conn, task_id)
     if TaskState(task.state) in FENCED_TASK_STATES or admin_queries.submission_exists_for_task(conn, task.id):
-        raise Conflict("该任务已取得提交围栏，只能人工核对", code="submission_fenced")
+        raise Conflict("该任务已取得提交围栏，只能人工核对", code=Code.SUBMISSION_FENCED)
     if task.version != expected_version:
         raise _stale()
     latest = auth_store.latest_for_task(conn, task.id)

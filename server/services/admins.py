@@ -10,6 +10,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
 from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import audit
@@ -43,7 +44,7 @@ def add_admin(conn: sqlite3.Connection, username: str, password: str, actor: Act
     if not _USERNAME.fullmatch(username or ""):
         raise ValidationFailed("username", "用户名为 1–64 个字母、数字或 _.@-")
     if admin_store.by_username(conn, username) is not None:
-        raise Conflict("用户名已存在", code="username_taken")
+        raise Conflict("用户名已存在", code=Code.USERNAME_TAKEN)
     admin_id = new_id()
     at = to_wire(now)
     admin_store.insert(conn, admin_id, username, hash_password(password), at)

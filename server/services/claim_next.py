@@ -29,7 +29,6 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain.claims import (
     SNAPSHOT_FIELDS,
@@ -39,6 +38,7 @@ from cmbuyer.server.domain.claims import (
     may_claim,
     may_resume,
 )
+from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -63,7 +63,7 @@ FIRST_GENERATION = 1
 
 def derive_token(attempt: Attempt, secret: bytes) -> str:
     """Rebuild the attempt's claim token and prove it against the stored hash (fail closed: a secret that
-    does not reproduce it raises StorageError → 503, never a substitute token)."""
+    does not reproduce it raises Unavailable → 503, never a substitute token)."""
     token = claim_token.derive(
         secret,
         device_id=attempt.device_id,
@@ -74,7 +74,7 @@ def derive_token(attempt: Attempt, secret: bytes) -> str:
         nonce=attempt.nonce,
     )
     if not claim_token.matches(attempt.token_hash, token):
-        raise StorageError("claim token secret does not reproduce a stored claim")
+        raise BrokenInvariant("claim token secret does not reproduce a stored claim")
     return token
 
 
@@ -91,7 +91,7 @@ def _replay(conn: sqlite3.Connection, stored: Stored, secret: bytes) -> Stored:
         return stored  # the persisted EMPTY
     attempt = attempt_store.get(conn, stored.attempt_id) if stored.attempt_id else None
     if attempt is None:
-        raise StorageError("stored claim response without its attempt")
+        raise BrokenInvariant("stored claim response without its attempt")
     return Stored(stored.status, _with_token(stored.body, derive_token(attempt, secret)), attempt.id)
 
 
@@ -159,7 +159,7 @@ def claim_next(
 
     Returns the response to send (200 body with token, or 204 EMPTY). Raises
     :class:`device_tx.DeviceNotActive` (→ 401), Conflict ``idempotency_conflict`` /
-    ``app_version_not_allowed`` / ``claim_requires_manual`` (→ 409), StorageError (→ 503).
+    ``app_version_not_allowed`` / ``claim_requires_manual`` (→ 409), Unavailable (→ 503).
     """
     gate = device_tx.begin(conn, device_id)
     payload = {"claim_request_id": claim_request_id, "session_id": session_id}
@@ -260,7 +260,7 @@ def _claim(
     if not auth_store.set_state(
         conn, authorization.id, expected_state=authorization.state, new_state=new_auth_state, at=at
     ):
-        raise StorageError("authorization changed under the write lock")
+        raise BrokenInvariant("authorization changed under the write lock")
     if not task_store.set_state(
         conn,
         authorization.task_id,
@@ -269,7 +269,7 @@ def _claim(
         new_state=new_task_state,
         at=at,
     ):
-        raise StorageError("task changed under the write lock")
+        raise BrokenInvariant("task changed under the write lock")
     attempt_store.insert(
         conn,
         Attempt(

@@ -8,10 +8,11 @@ from __future__ import annotations
 import sqlite3
 
 from cmbuyer.server.domain import claim_token
+from cmbuyer.server.domain.errors import CmbuyerError
 from cmbuyer.server.store import attempts as attempt_store
 
 
-class SecretMismatch(Exception):
+class SecretMismatch(CmbuyerError):
     """The secret does not reproduce an existing claim (or is missing); the message is one line."""
 
 

@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import lease
 from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
+from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
 from cmbuyer.server.domain.reports import check_summary
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState, transition
@@ -93,7 +93,7 @@ def append_events(
         if not task_store.set_state(
             conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_state, at=at
         ):
-            raise StorageError("task changed under the write lock")
+            raise BrokenInvariant("task changed under the write lock")
         version = task.version + 1
         audit.append(
             conn,

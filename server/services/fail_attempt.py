@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.claims import claim_not_current, in_progress_before_fence
+from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.fence import submission_fenced
 from cmbuyer.server.domain.reports import check_asset, check_summary
 from cmbuyer.server.domain.states import (
@@ -85,7 +85,7 @@ def fail_attempt(
     new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "close")
     new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "device_fail")
     if not attempt_store.close(conn, attempt.id, "FAILED", at):
-        raise StorageError("attempt changed under the write lock")
+        raise BrokenInvariant("attempt changed under the write lock")
     supervision_tx.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="FAILED")
     if not auth_store.set_state(
         conn,
@@ -95,7 +95,7 @@ def fail_attempt(
         at=at,
         reason=f"device_fail:{reason}",
     ):
-        raise StorageError("authorization changed under the write lock")
+        raise BrokenInvariant("authorization changed under the write lock")
     if not task_store.set_state(
         conn,
         task.id,
@@ -105,7 +105,7 @@ def fail_attempt(
         at=at,
         reason=reason,
     ):
-        raise StorageError("task changed under the write lock")
+        raise BrokenInvariant("task changed under the write lock")
     version = task.version + 1
     result = {
         "task_id": task.id,

@@ -46,8 +46,8 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
+from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.fence import check_authorization, check_gates, submission_fenced, version_conflict
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
@@ -174,11 +174,11 @@ def create_fence(
     if not auth_store.set_state(
         conn, authorization.id, expected_state=authorization.state, new_state=new_auth.value, at=at
     ):
-        raise StorageError("authorization changed under the write lock")
+        raise BrokenInvariant("authorization changed under the write lock")
     if not task_store.set_state(
         conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_task.value, at=at
     ):
-        raise StorageError("task changed under the write lock")
+        raise BrokenInvariant("task changed under the write lock")
     audit.append(
         conn,
         at=at,

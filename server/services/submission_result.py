@@ -33,10 +33,10 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import claim_token
 from cmbuyer.server.domain.claims import claim_not_current
-from cmbuyer.server.domain.errors import Conflict, NotFound
+from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import BrokenInvariant, Conflict, NotFound
 from cmbuyer.server.domain.reports import awaits_result, check_asset, may_report_result, result_use_case
 from cmbuyer.server.domain.states import (
     ATTEMPT_TRANSITIONS,
@@ -65,12 +65,12 @@ ENDPOINT = "submission-result"
 
 def result_conflict() -> Conflict:
     """The fixed 409 when the submission already has its one result (or a person settled it)."""
-    return Conflict("the submission already has a result", code="result_conflict")
+    return Conflict("the submission already has a result", code=Code.RESULT_CONFLICT)
 
 
 def not_found() -> NotFound:
     """The fixed 404 for an unknown submission *or* one fenced by another device."""
-    return NotFound("not found", code="not_found")
+    return NotFound("not found", code=Code.NOT_FOUND)
 
 
 def request_payload(submission_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def report_result(
         raise not_found()
     attempt = attempt_store.get(conn, submission.attempt_id)
     if attempt is None:
-        raise StorageError("submission without its attempt")
+        raise BrokenInvariant("submission without its attempt")
     token_ok = claim_token.matches(attempt.token_hash, body["claim_token"])
     if not (token_ok and body["attempt_id"] == attempt.id and attempt.device_id == device_id):
         raise claim_not_current()
@@ -110,14 +110,14 @@ def report_result(
     at = to_wire(now)
     task = task_store.get(conn, submission.task_id)
     if task is None:
-        raise StorageError("submission without its task")
+        raise BrokenInvariant("submission without its task")
     if submission.state == SubmissionState.FENCED:
         use_case = result_use_case(observation)
         new_sub = transition(SUBMISSION_TRANSITIONS, SubmissionState.FENCED, use_case)
         new_task = transition(TASK_TRANSITIONS, TaskState(task.state), use_case)
         authorization = auth_store.get(conn, submission.authorization_id)
         if authorization is None:
-            raise StorageError("submission without its authorization")
+            raise BrokenInvariant("submission without its authorization")
         new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "result")
         transition(ATTEMPT_TRANSITIONS, AttemptState(attempt.state), "close")
         if not submission_store.record_result(
@@ -131,7 +131,7 @@ def report_result(
             at=at,
             **extras,
         ):
-            raise StorageError("submission changed under the write lock")
+            raise BrokenInvariant("submission changed under the write lock")
         if not task_store.set_state(
             conn,
             task.id,
@@ -141,7 +141,7 @@ def report_result(
             at=at,
             reason=f"result:{observation}",
         ):
-            raise StorageError("task changed under the write lock")
+            raise BrokenInvariant("task changed under the write lock")
         if not auth_store.set_state(
             conn,
             authorization.id,
@@ -150,9 +150,9 @@ def report_result(
             at=at,
             reason=f"result:{observation}",
         ):
-            raise StorageError("authorization changed under the write lock")
+            raise BrokenInvariant("authorization changed under the write lock")
         if not attempt_store.close(conn, attempt.id, "REPORTED", at):
-            raise StorageError("attempt changed under the write lock")
+            raise BrokenInvariant("attempt changed under the write lock")
         supervision_tx.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="REPORTED")
         sub_state, task_state, task_version, late = new_sub.value, new_task.value, task.version + 1, False
     else:
@@ -168,7 +168,7 @@ def report_result(
             at=at,
             **extras,
         ):
-            raise StorageError("submission changed under the write lock")
+            raise BrokenInvariant("submission changed under the write lock")
         sub_state, task_state, task_version, late = submission.state, task.state, task.version, True
     result = {
         "submission_id": submission.id,

@@ -20,6 +20,7 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain import supervision as rules
 from cmbuyer.server.domain.claims import claim_not_current, in_progress_before_fence
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound
 from cmbuyer.server.domain.fence import submission_fenced
 from cmbuyer.server.domain.reports import check_screenshot
@@ -42,7 +43,7 @@ ENDPOINT = "approval"
 
 def not_supervised() -> Conflict:
     """The fixed 409 for an approval request on an attempt that was not supervised at claim time."""
-    return Conflict("the attempt is not supervised", code="not_supervised")
+    return Conflict("the attempt is not supervised", code=Code.NOT_SUPERVISED)
 
 
 def _answer(approval: store.Approval, state: str, at: str) -> dict[str, Any]:

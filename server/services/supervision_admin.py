@@ -35,6 +35,7 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain import supervision as rules
 from cmbuyer.server.domain import values
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, DomainError, NotFound, ValidationFailed
 from cmbuyer.server.domain.fence import FenceRefused, check_gates
 from cmbuyer.server.domain.states import SubmissionState
@@ -259,12 +260,14 @@ def decide_approval(
     if row["state"] != rules.ApprovalState.WAITING:
         raise _not_waiting(row)
     if row["attempt_state"] != "OPEN":
-        raise Conflict("这次尝试已结束，确认请求不再有效；未做任何更改。", code="attempt_closed")
+        raise Conflict("这次尝试已结束，确认请求不再有效；未做任何更改。", code=Code.ATTEMPT_CLOSED)
     if action == "approve":
         try:
             rules.canonical_readings(parse_readings(row["readings_json"]))
         except DomainError:
-            raise Conflict("手机读取的数值不完整或无法识别，不能批准，只能驳回。", code="readings_unreadable") from None
+            raise Conflict(
+                "手机读取的数值不完整或无法识别，不能批准，只能驳回。", code=Code.READINGS_UNREADABLE
+            ) from None
     new_state = rules.decide(rules.ApprovalState(row["state"]), "approve" if action == "approve" else "reject")
     at = to_wire(now)
     who = f"{actor.kind}:{actor.id}"
@@ -277,7 +280,7 @@ def decide_approval(
         decided_at=at,
         while_attempt_open=True,
     ):
-        raise Conflict("确认请求刚刚发生了变化，请刷新后再看；未做任何更改。", code="approval_not_waiting")
+        raise Conflict("确认请求刚刚发生了变化，请刷新后再看；未做任何更改。", code=Code.APPROVAL_NOT_WAITING)
     audit.append(
         conn,
         at=at,
@@ -365,17 +368,18 @@ def record_verdict(
     if sub is None:
         raise NotFound("提交记录不存在")
     if not sub["supervised"] or not sub["pack_key"]:
-        raise Conflict("这笔订单不在人工监督中，无需核对结论。", code="not_supervised")
+        raise Conflict("这笔订单不在人工监督中，无需核对结论。", code=Code.NOT_SUPERVISED)
     existing = store.verdict(conn, sub["id"])
     if existing is not None:
         word = "核对无误" if existing["verdict"] == "RIGHT" else "有误"
         raise Conflict(
-            f"这笔订单已由 {existing['admin_id']} 记录为“{word}”，不能再次记录；未做任何更改。", code="verdict_exists"
+            f"这笔订单已由 {existing['admin_id']} 记录为“{word}”，不能再次记录；未做任何更改。",
+            code=Code.VERDICT_EXISTS,
         )
     allowed = RIGHT_STATES if verdict == "RIGHT" else WRONG_STATES
     if SubmissionState(sub["state"]) not in allowed:
         label = state_label(sub["state"])
-        raise Conflict(f"提交状态为“{label}”，现在不能记录这个结论；未做任何更改。", code="invalid_state")
+        raise Conflict(f"提交状态为“{label}”，现在不能记录这个结论；未做任何更改。", code=Code.INVALID_STATE)
     at = to_wire(now)
     if not supervision_store.insert_verdict(
         conn,
@@ -387,7 +391,7 @@ def record_verdict(
         note=note,
         at=at,
     ):
-        raise Conflict("这笔订单刚刚被记录了结论，请刷新；未做任何更改。", code="verdict_exists")
+        raise Conflict("这笔订单刚刚被记录了结论，请刷新；未做任何更改。", code=Code.VERDICT_EXISTS)
     if verdict == "RIGHT":
         supervision_store.count_confirmed(conn, sub["device_id"], sub["pack_key"], at)
     else:

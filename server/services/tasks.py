@@ -12,6 +12,7 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain import values
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
 from cmbuyer.server.domain.states import (
     FENCED_TASK_STATES,
@@ -73,7 +74,7 @@ def create_task(conn: sqlite3.Connection, new: NewTask, actor: Actor, now: datet
     existing = task_store.by_create_key(conn, new.create_key)
     if existing is not None:
         if existing.create_hash != digest:
-            raise Conflict("create_key 已用于另一任务", code="idempotency_conflict")
+            raise Conflict("create_key 已用于另一任务", code=Code.IDEMPOTENCY_CONFLICT)
         return existing, False
     at = to_wire(now)
     task = task_store.Task(
@@ -151,7 +152,7 @@ def start_purchases(
     stored = auth_store.start_request(conn, start_key)
     if stored is not None:
         if stored[0] != digest:
-            raise Conflict("start_key 已用于另一批任务", code="idempotency_conflict")
+            raise Conflict("start_key 已用于另一批任务", code=Code.IDEMPOTENCY_CONFLICT)
         replay: dict[str, Any] = json.loads(stored[1])
         return replay
     at = to_wire(now)
@@ -162,11 +163,11 @@ def start_purchases(
         if task is None:
             raise NotFound("任务不存在")
         if task.version != expected:
-            raise Conflict("任务已变化，请刷新后重选", code="version_conflict")
+            raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
         if task.state != TaskState.DRAFT:
             if task.state in FENCED_TASK_STATES:
-                raise Conflict("任务已有提交围栏", code="submission_fenced")
-            raise Conflict("只有草稿任务可以开始采购", code="version_conflict")
+                raise Conflict("任务已有提交围栏", code=Code.SUBMISSION_FENCED)
+            raise Conflict("只有草稿任务可以开始采购", code=Code.VERSION_CONFLICT)
         new_state = transition(TASK_TRANSITIONS, TaskState(task.state), "start_purchase")
         authorization = auth_store.Authorization(
             id=new_id(),
@@ -190,7 +191,7 @@ def start_purchases(
         if not task_store.set_state(
             conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_state, at=at
         ):
-            raise Conflict("任务已变化，请刷新后重选", code="version_conflict")
+            raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
         auth_store.insert(conn, authorization)
         audit.append(
             conn,

@@ -16,14 +16,15 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import CmbuyerError, Conflict
 from cmbuyer.server.store import device_requests, devices
 from cmbuyer.server.store.devices import DeviceGate
 from cmbuyer.server.tx.common import payload_hash
 from cmbuyer.server.tx.idempotency import Stored
 
 
-class DeviceNotActive(Exception):
+class DeviceNotActive(CmbuyerError):
     """The device was revoked (or is unknown) at the write position: answer the empty 401."""
 
 
@@ -40,7 +41,7 @@ def begin(conn: sqlite3.Connection, device_id: str) -> DeviceGate:
 
 def idempotency_conflict() -> Conflict:
     """The fixed 409 for a key reused with another payload, endpoint or device."""
-    return Conflict("idempotency key reused with a different request", code="idempotency_conflict")
+    return Conflict("idempotency key reused with a different request", code=Code.IDEMPOTENCY_CONFLICT)
 
 
 def replay_scoped(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any) -> Stored | None:

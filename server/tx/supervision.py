@@ -16,9 +16,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain import supervision as rules
-from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import BrokenInvariant, Conflict
 from cmbuyer.server.domain.supervision import ApprovalState, SupervisionPolicy
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import supervision as store
@@ -29,7 +29,7 @@ from cmbuyer.server.tx.common import Actor
 
 def approval_required() -> Conflict:
     """The fixed 409 of the fence for a supervised attempt without a matching APPROVED request."""
-    return Conflict("a person's approval of these readings is required", code="approval_required")
+    return Conflict("a person's approval of these readings is required", code=Code.APPROVAL_REQUIRED)
 
 
 @dataclass(frozen=True)
@@ -98,10 +98,10 @@ def require_approval(conn: sqlite3.Connection, attempt: Attempt, fence_body: dic
 
 def void(conn: sqlite3.Connection, approval: store.Approval, *, actor: Actor, at: str, why: str) -> None:
     """Make ``approval`` (WAITING or APPROVED) VOID and write its ``approval.void`` audit row; raises
-    StorageError (→ 503) when the row changed under the write lock."""
+    Unavailable (→ 503) when the row changed under the write lock."""
     new = rules.void(ApprovalState(approval.state))
     if not store.set_state(conn, approval.id, expected_state=approval.state, new_state=new.value):
-        raise StorageError("approval request changed under the write lock")
+        raise BrokenInvariant("approval request changed under the write lock")
     audit.append(
         conn,
         at=at,

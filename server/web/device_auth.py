@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
-from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain.errors import DomainError
+from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import DomainError, Unavailable
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx.device_tx import DeviceNotActive
 from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response, unauthorized, unavailable
@@ -75,7 +75,7 @@ async def authenticate(request: web.Request) -> web.Response | None:
 
     try:
         ok = await request.app[DB].read_inline(lookup)  # one indexed lookup: no thread hop
-    except StorageError:
+    except Unavailable:
         return unavailable()
     if not ok:
         return unauthorized()
@@ -89,7 +89,7 @@ def encoding_refusal(request: web.Request) -> web.Response | None:
     (the edge rule, :func:`cmbuyer.server.web.edge.identity_only`); checked after authentication."""
     if identity_only(request.raw_headers):
         return None
-    return error_response(415, "unsupported_media_type")
+    return error_response(415, Code.UNSUPPORTED_MEDIA_TYPE)
 
 
 async def expect_handler(request: web.Request) -> web.Response | None:
@@ -111,7 +111,7 @@ async def expect_handler(request: web.Request) -> web.Response | None:
 def device_route(handler: DeviceHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """Wrap ``handler(request, device_id)`` so it only runs for an authenticated device, and map its
     errors: DeviceNotActive → the empty 401, DeviceHTTPError / DomainError → ``{"error": code}`` with
-    their status, StorageError → 503."""
+    their status, Unavailable → 503."""
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         # The body is never read for a refusal here; the edge middleware answers, then closes after
@@ -129,7 +129,7 @@ def device_route(handler: DeviceHandler) -> Callable[[web.Request], Awaitable[we
             return error_response(exc.status, exc.code)
         except DomainError as exc:
             return error_response(exc.status, exc.code)
-        except StorageError:
+        except Unavailable:
             return unavailable()
 
     guarded.__name__ = getattr(handler, "__name__", "device_handler")

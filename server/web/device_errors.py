@@ -7,12 +7,13 @@ from typing import Any
 
 from aiohttp import web
 
+from cmbuyer.server.domain.errors import CmbuyerError
 from cmbuyer.server.tx.common import canonical_json
 
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-class DeviceHTTPError(Exception):
+class DeviceHTTPError(CmbuyerError):
     """Raise from a device handler to answer ``status`` with ``{"error": code}``."""
 
     def __init__(self, status: int, code: str) -> None:

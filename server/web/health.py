@@ -8,6 +8,7 @@ from aiohttp import web
 
 from cmbuyer.server import migrate
 from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.errors import Unavailable
 from cmbuyer.server.store.queries import health as health_queries
 from cmbuyer.server.web.keys import DB
 
@@ -23,7 +24,7 @@ async def healthz(request: web.Request) -> web.Response:
 
     try:
         version = await request.app[DB].read(probe)
-    except (StorageError, migrate.MigrationError):
+    except (Unavailable, migrate.MigrationError):
         return web.json_response({"status": "unavailable"}, status=503)
     return web.json_response(
         {"status": "ok", "sqlite_version": version, "migrations": "current"}, headers={"Cache-Control": "no-store"}

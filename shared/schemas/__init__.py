@@ -27,6 +27,7 @@ from referencing import Registry, Resource
 
 __all__ = [
     "SchemaError",
+    "enum_values",
     "is_hex64",
     "is_money",
     "is_pack_id",
@@ -127,6 +128,30 @@ def _load(name: str) -> dict[str, Any]:
     text = resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
+
+
+@cache
+def enum_values(name: str, pointer: str) -> tuple[str, ...]:
+    """The ``enum`` list at JSON pointer ``pointer`` of schema ``name``, in the schema's order — e.g.
+    ``enum_values("device_error.response", "/properties/error/enum")`` gives every device error code.
+
+    The one source both sides read a closed list from (the server's error catalogue is checked against
+    it, the agent maps the server's codes through it). Raises ``KeyError`` for an unknown schema name or
+    a pointer that does not lead to a list of strings."""
+    if name not in _names() or (pointer and not pointer.startswith("/")):
+        raise KeyError(f"{name}.json{pointer}")
+    node: Any = _load(name)
+    for part in pointer.split("/")[1:]:
+        key = part.replace("~1", "/").replace("~0", "~")  # RFC 6901 escapes
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        elif isinstance(node, dict) and key in node:
+            node = node[key]
+        else:
+            raise KeyError(f"{name}.json{pointer}")
+    if not isinstance(node, list) or not all(isinstance(v, str) for v in node):
+        raise KeyError(f"{name}.json{pointer} is not a list of strings")
+    return tuple(node)
 
 
 @cache

@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 from aiohttp import web
 
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.web.admin import auth, devices, evidence, labels, supervision, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
@@ -84,7 +85,7 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 
 ENCODING_REFUSAL = AdminHTTPError(
-    415, "unsupported_media_type", "不接受压缩或编码过的请求体（Content-Encoding 只能是 identity）"
+    415, Code.UNSUPPORTED_MEDIA_TYPE, "不接受压缩或编码过的请求体（Content-Encoding 只能是 identity）"
 )
 
 

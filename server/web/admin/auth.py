@@ -18,7 +18,8 @@ import re
 
 from aiohttp import web
 
-from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import Unavailable
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.services.admins import verify_password
@@ -109,7 +110,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
     response: web.StreamResponse
     try:
         if not same_origin(request):
-            raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
+            raise AdminHTTPError(403, Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
         prelogin = _own_prelogin(request)
         body: Body = await read_body(request)
         if body.kind == "json":
@@ -121,7 +122,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
             supplied = request.headers.getall("X-CSRF-Token", []) + body.form.get("csrf_token", [])
             next_path = _safe_next(body.one("next"))
         if prelogin is None or len(supplied) != 1 or not csrf.check_login_token(settings, prelogin, supplied[0]):
-            raise AdminHTTPError(403, "csrf_failed", "登录表单已过期，请刷新页面后重试")
+            raise AdminHTTPError(403, Code.CSRF_FAILED, "登录表单已过期，请刷新页面后重试")
         if (
             not isinstance(username, str)
             or not isinstance(password, str)
@@ -135,14 +136,14 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         admission = await db.write(lambda c: admin_sessions.admit_guess(c, keys, username, at))
         if not admission.admitted:
             retry_after = admission.retry_after_s
-            raise AdminHTTPError(429, "login_throttled", throttled_message(retry_after), retryable=True)
+            raise AdminHTTPError(429, Code.LOGIN_THROTTLED, throttled_message(retry_after), retryable=True)
         admin = await db.read(lambda c: admin_store.by_username(c, username)) if username else None
         stored = admin.password_hash if admin is not None and not admin.disabled else None
         ok = await asyncio.get_running_loop().run_in_executor(None, verify_password, stored, password)
         if not ok or admin is None:
             await db.write(lambda c: admin_sessions.record_failure(c, username, at))
             if body.kind == "json" or wants_json(request):
-                return error_json(request, 401, "login_failed", "用户名或密码错误")
+                return error_json(request, 401, Code.LOGIN_FAILED, "用户名或密码错误")
             return _login_page(
                 request, prelogin, status=401, error="用户名或密码错误", username=username, next_path=next_path
             )
@@ -158,7 +159,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         if retry_after:
             response.headers["Retry-After"] = str(retry_after)
         return response
-    except StorageError:
+    except Unavailable:
         return refuse(request, STORAGE_REFUSAL)
     if body.kind == "json":
         response = web.json_response({"ok": True}, headers={"Cache-Control": "no-store"})

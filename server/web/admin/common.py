@@ -23,8 +23,8 @@ import jinja2
 from aiohttp import web
 
 from cmbuyer.schemas.strictjson import loads_strict
-from cmbuyer.server.db import StorageError
-from cmbuyer.server.domain.errors import DomainError
+from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import CmbuyerError, DomainError, Unavailable
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.tx.common import Actor
@@ -44,7 +44,7 @@ _UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?
 _JSON_TYPE = re.compile(r"application/json(?:\s*;\s*charset=\"?utf-8\"?)?", re.I | re.ASCII)
 
 
-class AdminHTTPError(Exception):
+class AdminHTTPError(CmbuyerError):
     """A refusal with a status, a stable code (docs/api.md) and a Chinese message for people."""
 
     def __init__(self, status: int, code: str, message: str, *, retryable: bool = False) -> None:
@@ -147,7 +147,7 @@ def domain_refusal(exc: DomainError) -> AdminHTTPError:
     return AdminHTTPError(exc.status, exc.code, exc.message)
 
 
-STORAGE_REFUSAL = AdminHTTPError(503, "storage_unavailable", "数据库暂时不可用，请稍后再试", retryable=True)
+STORAGE_REFUSAL = AdminHTTPError(503, Code.STORAGE_UNAVAILABLE, "数据库暂时不可用，请稍后再试", retryable=True)
 
 
 def _csrf_for(request: web.Request, session: AdminSession | None) -> str:
@@ -254,7 +254,7 @@ class Body:
         if not values:
             return default
         if len(values) != 1:
-            raise AdminHTTPError(400, "invalid_request", f"字段 {name} 重复")
+            raise AdminHTTPError(400, Code.INVALID_REQUEST, f"字段 {name} 重复")
         return values[0]
 
 
@@ -269,9 +269,9 @@ async def _read_capped(request: web.Request) -> bytes:
                     break
                 raw += chunk
     except TimeoutError:
-        raise AdminHTTPError(400, "invalid_request", "请求体发送过慢，已放弃") from None
+        raise AdminHTTPError(400, Code.INVALID_REQUEST, "请求体发送过慢，已放弃") from None
     except (ConnectionError, asyncio.IncompleteReadError, web.HTTPException):
-        raise AdminHTTPError(400, "invalid_request", "请求格式错误") from None
+        raise AdminHTTPError(400, Code.INVALID_REQUEST, "请求格式错误") from None
     return raw
 
 
@@ -285,12 +285,12 @@ async def read_body(request: web.Request) -> Body:
     if not (is_form or is_json):
         if request.content_length in (None, 0) and not request.body_exists:
             return Body("form")
-        raise AdminHTTPError(415, "unsupported_media_type", "只接受表单或 JSON 请求")
+        raise AdminHTTPError(415, Code.UNSUPPORTED_MEDIA_TYPE, "只接受表单或 JSON 请求")
     if request.content_length is not None and request.content_length > BODY_CAP:
-        raise AdminHTTPError(413, "request_too_large", "请求过大")
+        raise AdminHTTPError(413, Code.REQUEST_TOO_LARGE, "请求过大")
     raw = await _read_capped(request)
     if len(raw) > BODY_CAP:
-        raise AdminHTTPError(413, "request_too_large", "请求过大")
+        raise AdminHTTPError(413, Code.REQUEST_TOO_LARGE, "请求过大")
     try:
         if is_json:
             value = loads_strict(raw)
@@ -305,7 +305,7 @@ async def read_body(request: web.Request) -> Body:
             form.setdefault(key, []).append(value)
         return Body("form", form=form)
     except (UnicodeError, ValueError, RecursionError):
-        raise AdminHTTPError(400, "invalid_request", "请求格式错误") from None
+        raise AdminHTTPError(400, Code.INVALID_REQUEST, "请求格式错误") from None
 
 
 # -- handler wrappers -------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ def unauthenticated(request: web.Request) -> web.StreamResponse:
     accept = request.headers.get("Accept", "")
     if request.method == "GET" and "text/html" in accept and not request.headers.get(VIEW_HEADER):
         raise web.HTTPSeeOther("/login")
-    return refuse(request, AdminHTTPError(401, "unauthenticated", "请先登录"))
+    return refuse(request, AdminHTTPError(401, Code.UNAUTHENTICATED, "请先登录"))
 
 
 async def _guarded(
@@ -336,7 +336,7 @@ async def _guarded(
         return refuse(request, exc, session)
     except DomainError as exc:
         return refuse(request, domain_refusal(exc), session)
-    except StorageError:
+    except Unavailable:
         return refuse(request, STORAGE_REFUSAL, session)
 
 
@@ -357,13 +357,13 @@ def action(handler: ActionHandler) -> Callable[[web.Request], Awaitable[web.Stre
 
     async def checked(request: web.Request, session: AdminSession) -> web.StreamResponse:
         if not same_origin(request):
-            raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
+            raise AdminHTTPError(403, Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
         body = await read_body(request)
         supplied = request.headers.getall("X-CSRF-Token", [])
         form_tokens = body.form.get("csrf_token", []) if body.kind == "form" else []
         candidates = supplied + form_tokens
         if len(candidates) != 1 or not csrf.check_session_token(request.app[SETTINGS], session.token, candidates[0]):
-            raise AdminHTTPError(403, "csrf_failed", "表单已过期或来源无效，请刷新页面后重试")
+            raise AdminHTTPError(403, Code.CSRF_FAILED, "表单已过期或来源无效，请刷新页面后重试")
         return await handler(request, session, body)
 
     async def wrapper(request: web.Request) -> web.StreamResponse:

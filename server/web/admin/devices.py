@@ -12,6 +12,7 @@ from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import from_wire
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import supervision_admin
@@ -71,7 +72,7 @@ async def revoke_device(request: web.Request, session: AdminSession, body: Body)
     """``POST /devices/{id}/revoke`` with ``confirm=revoke``: revoke (idempotent); 404 unknown device."""
     device_id = request.match_info["device_id"]
     if not is_uuid4(device_id):
-        raise AdminHTTPError(404, "not_found", "设备不存在")
+        raise AdminHTTPError(404, Code.NOT_FOUND, "设备不存在")
     confirm = body.json.get("confirm") if body.kind == "json" else body.one("confirm")
     if confirm != "revoke":
         raise ValidationFailed("confirm", "请勾选确认后再撤销设备")

@@ -16,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 
 from cmbuyer.schemas import is_hex64, is_uuid4
-from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.errors import Unavailable
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.web.admin.common import STORAGE_REFUSAL, current_session, refuse, request_id
 from cmbuyer.server.web.keys import DB, SETTINGS
@@ -48,7 +48,7 @@ async def get_evidence(request: web.Request) -> web.StreamResponse:
     """Serve one evidence PNG (rules in the module docstring)."""
     try:
         session = await current_session(request)
-    except StorageError:
+    except Unavailable:
         return refuse(request, STORAGE_REFUSAL)
     if session is None:
         response = _empty(401)
@@ -59,7 +59,7 @@ async def get_evidence(request: web.Request) -> web.StreamResponse:
         return _empty(404)
     try:
         ref = await request.app[DB].read(lambda c: admin_queries.evidence_file_ref(c, asset_id))
-    except StorageError:
+    except Unavailable:
         return _empty(503)
     if ref is None or not is_hex64(ref[0]):
         return _empty(404)

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState
 from cmbuyer.server.services import admin_actions, supervision_admin
@@ -118,11 +119,11 @@ def fragment_allowed(request: web.Request, expected: str) -> bool:
     if not values or values == [""]:
         return False
     if len(values) != 1 or values[0] != expected:
-        raise AdminHTTPError(400, "invalid_view", "不支持的视图")
+        raise AdminHTTPError(400, Code.INVALID_VIEW, "不支持的视图")
     if not same_origin(request) or request.headers.get("Sec-Fetch-Mode") == "navigate":
-        raise AdminHTTPError(403, "cross_site_request", "拒绝跨站请求")
+        raise AdminHTTPError(403, Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
     if not _accepts_html(request):
-        raise AdminHTTPError(406, "not_acceptable", "片段只以 HTML 提供")
+        raise AdminHTTPError(406, Code.NOT_ACCEPTABLE, "片段只以 HTML 提供")
     return True
 
 
@@ -350,7 +351,7 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
         field = getattr(exc, "field", "")
         message = f"{FIELD_LABELS.get(field, '')}：{exc.message}" if field in FIELD_LABELS else exc.message
         values = {k: "" if raw.get(k) is None else raw[k] for k in FIELD_LABELS}
-        if exc.code == "idempotency_conflict":
+        if exc.code == Code.IDEMPOTENCY_CONFLICT:
             values["create_key"] = new_id()
         return await _render_list(request, session, status=exc.status, error=message, create_values=values)
     if body.kind == "json":
@@ -467,7 +468,7 @@ async def show_task(request: web.Request, session: AdminSession) -> web.StreamRe
     drawer = fragment_allowed(request, "drawer")
     task_id = request.match_info["task_id"]
     if not is_uuid4(task_id):
-        raise AdminHTTPError(404, "not_found", "任务不存在")
+        raise AdminHTTPError(404, Code.NOT_FOUND, "任务不存在")
     return await _render_detail(request, session, task_id, drawer=drawer)
 
 
@@ -500,7 +501,7 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
     at, who, rid = now(request), actor(session), request_id(request)
     try:
         if not is_uuid4(task_id):
-            raise AdminHTTPError(404, "not_found", "任务不存在")
+            raise AdminHTTPError(404, Code.NOT_FOUND, "任务不存在")
         version = _expected_version(body)
         if kind == "mark_paid":
             result = await request.app[DB].write(lambda c: admin_actions.mark_paid(c, task_id, version, who, at, rid))
@@ -558,7 +559,7 @@ async def reconcile(request: web.Request, session: AdminSession, body: Body) -> 
             }
         )
         if not is_uuid4(sid):
-            raise AdminHTTPError(404, "not_found", "提交记录不存在")
+            raise AdminHTTPError(404, Code.NOT_FOUND, "提交记录不存在")
         outcome, note, version = admin_actions.parse_reconcile(raw)
         result = await request.app[DB].write(
             lambda c: admin_actions.reconcile(c, sid, outcome, note, version, who, at, rid)

@@ -17,8 +17,9 @@ from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.config import SettingsError
-from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.claims import ClaimPolicy
+from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response
@@ -37,7 +38,7 @@ def path_id(request: web.Request, name: str) -> str:
     """The UUIDv4 path parameter ``name``; raises ``DeviceHTTPError(400, "invalid_request")`` otherwise."""
     value = request.match_info[name]
     if not is_uuid4(value):
-        raise DeviceHTTPError(400, "invalid_request")
+        raise DeviceHTTPError(400, Code.INVALID_REQUEST)
     return value
 
 
@@ -45,7 +46,7 @@ async def write(request: web.Request, job: Callable[[sqlite3.Connection], T]) ->
     """Run one write job through the group-committed writer and return its value (answered after COMMIT).
 
     Every device job is short — one attempt's rows by index, at most 20 events — so it may run on the
-    loop thread. Raises :class:`StorageError` on storage failure (503)."""
+    loop thread. Raises :class:`Unavailable` on storage failure (503)."""
     return await request.app[DB].write(job, short=True)
 
 
@@ -55,14 +56,14 @@ def stored_response(stored: Stored) -> web.Response:
 
 
 def claim_policy(app: web.Application) -> ClaimPolicy:
-    """The claim policy built at set-up; raises :class:`StorageError` (503) when the claim-token secret is
+    """The claim policy built at set-up; raises :class:`Unavailable` (503) when the claim-token secret is
     not configured (the start-up check refuses to serve in that case, so only a test app gets here)."""
     policy = app.get(POLICY)
     if policy is None:
         try:
             policy = ClaimPolicy.from_settings(app[SETTINGS])
         except SettingsError:
-            raise StorageError("claim token secret is not configured") from None
+            raise BrokenInvariant("claim token secret is not configured") from None
     return policy
 
 

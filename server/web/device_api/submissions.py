@@ -17,6 +17,7 @@ import sqlite3
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.fence import FenceRefused
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services import submission_result as result_service
@@ -57,7 +58,7 @@ async def result(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/order-submissions/{sid}/result`` → 200 submission_result.response."""
     submission_id = request.match_info["submission_id"]
     if not is_uuid4(submission_id):
-        raise DeviceHTTPError(404, "not_found")
+        raise DeviceHTTPError(404, Code.NOT_FOUND)
     body = await read_json(request, "submission_result.request", BODY_CAP)
     clock = request.app[CLOCK]
 

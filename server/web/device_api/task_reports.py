@@ -21,6 +21,7 @@ from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, validate
 from cmbuyer.server.db import StorageError
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.evidence import files as evidence_files
 from cmbuyer.server.evidence.png import ImageRejected, validate_png
 from cmbuyer.server.services import events as event_service
@@ -98,7 +99,7 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     try:
         validate("evidence.request", form.fields)
     except SchemaError:
-        raise DeviceHTTPError(400, "invalid_request") from None
+        raise DeviceHTTPError(400, Code.INVALID_REQUEST) from None
     data = form.file
     async with request.app[PNG_DECODES]:
         try:
@@ -107,10 +108,10 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
             )
         except ImageRejected as exc:
             log.info("evidence refused: %s", exc.reason)
-            raise DeviceHTTPError(400, "unsupported_image") from None
+            raise DeviceHTTPError(400, Code.UNSUPPORTED_IMAGE) from None
         digest = await asyncio.to_thread(_sha256, data)
     if digest != form.fields["sha256"]:
-        raise DeviceHTTPError(400, "invalid_request")
+        raise DeviceHTTPError(400, Code.INVALID_REQUEST)
     upload = _upload_from(task_id, form.fields, data, info.width, info.height)
     db, budget = request.app[DB], request.app[BUDGET]
     # one snapshot: a replay whose original commits between the key lookup and the budget count must
@@ -118,7 +119,7 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     if not await db.read(
         lambda conn: evidence_upload.may_upload(conn, device_id=device_id, upload=upload, budget=budget), snapshot=True
     ):
-        raise DeviceHTTPError(409, "claim_not_current")
+        raise DeviceHTTPError(409, Code.CLAIM_NOT_CURRENT)
     try:
         await asyncio.to_thread(evidence_files.store, settings.evidence_dir, upload.sha256, data)
     except OSError:
