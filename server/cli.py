@@ -9,6 +9,7 @@ Every command takes ``--data-dir`` (default ``$CMBUYER_DATA_DIR`` or ``./var``) 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -466,7 +467,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         elif args.task_cmd == "start":
             items: list[tuple[str, int]] = []
             for task_id in args.task_ids:
-                task = _tx(conn, lambda c, t=task_id: task_service.get_task(c, t))
+                task = _tx(conn, functools.partial(task_service.get_task, task_id=task_id))
                 items.append((task.id, task.version))
             start_key = args.start_key or new_id()
             body = _tx(conn, lambda c: task_service.start_purchases(c, start_key, items, CLI_ACTOR, now, settings))

@@ -10,4 +10,4 @@ from cmbuyer.server.db import Database
 
 SETTINGS = web.AppKey("settings", Settings)
 DB = web.AppKey("db", Database)
-CLOCK = web.AppKey("clock", Clock)  # type: ignore[type-abstract]
+CLOCK = web.AppKey("clock", Clock)

@@ -159,7 +159,6 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         return response
     except StorageError:
         return refuse(request, STORAGE_REFUSAL)
-    response: web.StreamResponse
     if body.kind == "json":
         response = web.json_response({"ok": True}, headers={"Cache-Control": "no-store"})
     else:

@@ -27,6 +27,7 @@ from cmbuyer.server.services import heartbeat as heartbeat_service
 from cmbuyer.server.services import renew_lease as renew_service
 from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
+from cmbuyer.server.services.idempotency import Stored
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response
 from cmbuyer.server.web.jsonbody import read_json
@@ -69,7 +70,7 @@ async def claim_next(request: web.Request, device_id: str) -> web.StreamResponse
     body = await read_json(request, "claim_next.request", BODY_CAP)
     clock, policy = request.app[CLOCK], _policy(request.app)
 
-    def job(conn: sqlite3.Connection) -> claim_service.Stored:
+    def job(conn: sqlite3.Connection) -> Stored:
         return claim_service.claim_next(
             conn,
             device_id=device_id,
@@ -92,7 +93,7 @@ async def renew(request: web.Request, device_id: str) -> web.StreamResponse:
     body = await read_json(request, "lease_renew.request", BODY_CAP)
     clock, policy = request.app[CLOCK], _policy(request.app)
 
-    def job(conn: sqlite3.Connection) -> claim_service.Stored:
+    def job(conn: sqlite3.Connection) -> Stored:
         return renew_service.renew_lease(
             conn, device_id=device_id, task_id=task_id, body=body, now=clock.now(), policy=policy
         )
