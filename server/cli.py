@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from cmbuyer.server import migrate
 from cmbuyer.server.clock import SystemClock, to_wire
-from cmbuyer.server.config import DEFAULT_APP_VERSIONS, ENV_FILE_NAME, Settings, SettingsError, load_settings
+from cmbuyer.server.config import ENV_FILE_NAME, Settings, SettingsError, env_file_defaults, load_settings
 from cmbuyer.server.db import StorageError, connect_sync, run_in_transaction
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.domain.states import TaskState
@@ -111,9 +111,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             {
                 "CMBUYER_CLAIM_TOKEN_SECRET": secrets.token_bytes(32).hex(),
                 "CMBUYER_SESSION_SECRET": secrets.token_bytes(32).hex(),
-                "CMBUYER_CLAIM_LEASE_TTL": "120",
-                "CMBUYER_AUTHORIZATION_TTL": "3600",
-                "CMBUYER_ALLOWED_APP_VERSIONS": ",".join(DEFAULT_APP_VERSIONS),
+                **env_file_defaults(),
             },
         )
         created_env = True

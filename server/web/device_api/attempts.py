@@ -24,7 +24,7 @@ from cmbuyer.server.app import PERIODIC, STARTUP_CHECKS, StartupRefused
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files as evidence_files
-from cmbuyer.server.evidence.png import ImageRejected, validate_png
+from cmbuyer.server.evidence.png import ImageRejected, validate_evidence
 from cmbuyer.server.services import events as event_service
 from cmbuyer.server.services import evidence_upload, recovery
 from cmbuyer.server.services import fail_attempt as fail_service
@@ -52,7 +52,6 @@ FENCE_PATH = "/api/v1/purchase-attempts/{attempt_id}/submission-fence"
 RESULT_PATH = "/api/v1/order-submissions/{submission_id}/result"
 BODY_CAP = 4096
 EVENTS_BODY_CAP = 16384  # up to 20 events of ≤ 200-character summaries
-MULTIPART_OVERHEAD = 16 * 1024  # boundaries, part headers and the six metadata values
 # At most this many PNG decodes at once: each may hold one decoded image (≤ 16 Mpx) in memory.
 PNG_DECODES = web.AppKey("png_decodes", asyncio.Semaphore)
 # The per-attempt caps from the settings, built once at set-up (settings do not change while serving).
@@ -119,14 +118,13 @@ async def evidence(request: web.Request, device_id: str) -> web.StreamResponse:
 async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     settings, clock = request.app[SETTINGS], request.app[CLOCK]
     task_id = _path_id(request, "task_id")
-    limits = multipart.Limits(
-        max_total=settings.evidence_max_bytes + MULTIPART_OVERHEAD,
-        max_file_bytes=settings.evidence_max_bytes,
-        stall_timeout=multipart.STALL_TIMEOUT_S,
-        total_timeout=multipart.TOTAL_TIMEOUT_S,
-    )
+    limits = settings.evidence_limits
     form = await multipart.read_form(
-        request, fields=evidence_upload.META_FIELDS, file_field="file", file_type="image/png", limits=limits
+        request,
+        fields=evidence_upload.META_FIELDS,
+        file_field="file",
+        file_type="image/png",
+        limits=multipart.Limits.for_evidence(limits),
     )
     try:
         validate("evidence.request", form.fields)
@@ -135,9 +133,7 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     data = form.file
     async with request.app[PNG_DECODES]:
         try:
-            info = await asyncio.to_thread(
-                validate_png, data, max_side=settings.evidence_max_side, max_pixels=settings.evidence_max_pixels
-            )
+            info = await asyncio.to_thread(validate_evidence, data, limits)
         except ImageRejected as exc:
             log.info("evidence refused: %s", exc.reason)
             raise DeviceHTTPError(400, "unsupported_image") from None
