@@ -75,7 +75,13 @@ class Limits:
     def for_evidence(cls, limits: EvidenceLimits) -> Limits:
         """The caps of an evidence upload: the body at most ``limits.request_cap``, the file at most
         ``limits.max_bytes`` (server/domain/evidence_limits.py)."""
-        return cls(max_total=limits.request_cap, max_file_bytes=limits.max_bytes)
+        # the timeouts are read here, per call, not bound as the class defaults were at import (tests shorten them)
+        return cls(
+            max_total=limits.request_cap,
+            max_file_bytes=limits.max_bytes,
+            stall_timeout=STALL_TIMEOUT_S,
+            total_timeout=TOTAL_TIMEOUT_S,
+        )
 
 
 @dataclass
