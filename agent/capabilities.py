@@ -12,6 +12,8 @@ the node a tap aims at comes from a stable read that includes that node.
 
 from __future__ import annotations
 
+import functools
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -285,7 +287,7 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, screen: str, want
         dump, node = _stable_control(phone, selector, control, "QUANTITY_MISMATCH")
         phone.tap_node(dump, node)
         before = current
-        after, _ = _read_until(phone, lambda d: _quantity(d, reader), lambda q, b=before: q != b)
+        after, _ = _read_until(phone, lambda d: _quantity(d, reader), functools.partial(operator.ne, before))
         if after is None:
             raise FlowStop("quantity not readable", "QUANTITY_UNREADABLE")
         if after == current:

@@ -243,9 +243,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except AgentError as exc:
         check("phone", False, exc.summary)
         version = None
-    found = scan(pack_dir, check_permissions=True)
-    problems = ([f"{pack_dir}: {found.dir_error}"] if found.dir_error else []) + [str(f.error) for f in found.broken()]
-    usable = ", ".join(f.describe() for f in (*found.operator, *found.shipped) if f.pack is not None)
+    scanned = scan(pack_dir, check_permissions=True)
+    problems = [f"{pack_dir}: {scanned.dir_error}"] if scanned.dir_error else []
+    problems += [str(f.error) for f in scanned.broken()]
+    usable = ", ".join(f.describe() for f in (*scanned.operator, *scanned.shipped) if f.pack is not None)
     check(
         "selector packs load",
         not problems,
@@ -454,10 +455,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (AgentError, JournalError) as exc:
         progress(f"cannot start: {exc}")
         return ExitCode.USAGE
-    from cmbuyer.agent.journal import PAUSE_ENV
-
-    if os.environ.get(PAUSE_ENV):
-        progress(f"WARNING: {PAUSE_ENV} is set (crash-test hook): the agent will pause at that phase")
     api = HttpDeviceApi(server, creds, journal)
     pack_dir = pack_dir_from(args.pack_dir)
     progress(f"operator pack dir: {pack_dir}" if pack_dir else "operator pack dir: not set (shipped packs only)")

@@ -153,7 +153,7 @@ class SessionRecorder:
             self._pending = None
             return
         step: dict[str, Any] = {
-            "from": "*" if action["kind"] == "open_url" else before.name,  # type: ignore[union-attr]
+            "from": "*" if action["kind"] == "open_url" or before is None else before.name,
             "action": dict(action),
         }
         if node is not None:
@@ -250,7 +250,7 @@ class DryRunObserver:
 
 
 def _describe(read: dict[str, Any]) -> str:
-    parts = []
+    parts: list[str] = []
     for key, value in read.items():
         if isinstance(value, dict):
             parts.extend(f"{role}={v}" for role, v in value.items())

@@ -152,12 +152,13 @@ class PurchaseFlow:
             # Gate 3 passed, its screenshot is queued, the proof (values read on the screen) is final;
             # nothing has asked the server for anything yet.
             if claim.supervised:  # issue 17: a person approves these readings first (agent/approval.py)
+                assert self._outbox is not None  # run() opened it for this purchase
                 approval.wait_for_approval(
                     approval.WaitContext(
                         phone=self.phone,
                         pack=self.pack,
                         api=self.sink,
-                        outbox=self._outbox,  # type: ignore[arg-type]
+                        outbox=self._outbox,
                         stop=self.stop,
                         lease=self.lease,
                         event=lambda *e: self._event(claim, *e),

@@ -69,8 +69,10 @@ CREATE TABLE IF NOT EXISTS pending_fails (
     attempt_id TEXT PRIMARY KEY REFERENCES claims(attempt_id), reason_code TEXT NOT NULL,
     summary TEXT NOT NULL, evidence_asset_id TEXT, created_at TEXT NOT NULL);
 """
-PAUSE_ENV = "CMBUYER_AGENT_TEST_PAUSE_AFTER"
-PAUSE_POINTS = (
+# The points at which :attr:`Journal.commit_hook` is called, each right after its write is committed
+# (``CLAIM_ANSWERED``: the server's claim arrived, nothing journaled yet; ``CONFIRM_STEP``: a step of the
+# read-only confirmation is journaled, not yet done). Crash tests stop the process at one of them.
+COMMIT_POINTS = (
     "CLAIM_ANSWERED",
     "CLAIMED",
     "PERMIT_RECEIVED",
@@ -80,20 +82,7 @@ PAUSE_POINTS = (
     "CONFIRM_STEP",
     "RESULT_REPORTED",
 )
-
-
-def _pause_point(name: str) -> None:
-    """Crash-test hook: with ``CMBUYER_AGENT_TEST_PAUSE_AFTER=<name>`` the process stops moving right
-    after ``<name>`` is committed, so a test can SIGKILL it at exactly that journal phase (see
-    tests/agent/test_kill_restart.py). It only ever *pauses*; never set it in production."""
-    if os.environ.get(PAUSE_ENV) == name:
-        import sys
-        import time
-
-        sys.stderr.write(f"test pause after {name}\n")
-        sys.stderr.flush()
-        while True:
-            time.sleep(3600)
+CommitHook = Callable[[str], None]
 
 
 def _now() -> str:
@@ -148,10 +137,17 @@ _SUBMISSION_COLUMNS = (
 
 
 class Journal:
-    """The journal of one device. Not shared between threads (one agent process per serial)."""
+    """The journal of one device. Not shared between threads (one agent process per serial).
 
-    def __init__(self, path: Path) -> None:
+    ``commit_hook`` (None in production) is called with the name of each :data:`COMMIT_POINTS` entry
+    right after that point is committed, on the thread that wrote it; tests/agent/pausing_agent.py sets
+    one that never returns, so tests/agent/test_kill_restart.py can SIGKILL the agent at exactly that
+    journal phase.
+    """
+
+    def __init__(self, path: Path, *, commit_hook: CommitHook | None = None) -> None:
         self.path = path
+        self.commit_hook = commit_hook
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -169,6 +165,10 @@ class Journal:
     @classmethod
     def for_serial(cls, serial: str, state_dir: Path | None = None) -> Journal:
         return cls(journal_path(serial, state_dir))
+
+    def _committed(self, point: str) -> None:
+        if self.commit_hook is not None:
+            self.commit_hook(point)
 
     def close(self) -> None:
         self._db.close()
@@ -241,7 +241,7 @@ class Journal:
         authorization_expires_at: str,
         task: dict[str, Any],
     ) -> None:
-        _pause_point("CLAIM_ANSWERED")  # the server claimed, nothing journaled yet (crash tests)
+        self._committed("CLAIM_ANSWERED")  # the server claimed, nothing journaled yet
         now = _now()
         with self._tx() as db:
             db.execute(
@@ -266,7 +266,7 @@ class Journal:
             # Journaled claim ⇔ its claim-next key forgotten, in one transaction: a key left behind
             # would make the next start replay a claim that recovery has already settled.
             db.execute("DELETE FROM idem_keys WHERE purpose='claim_request' AND scope=?", (session_id,))
-        _pause_point("CLAIMED")
+        self._committed("CLAIMED")
 
     def update_lease(self, attempt_id: str, lease_expires_at: str) -> None:
         with self._tx() as db:
@@ -321,7 +321,7 @@ class Journal:
                 (attempt_id, submission_id, "PERMIT_RECEIVED", _now()),
             )
             db.execute("UPDATE claims SET state='FENCED', updated_at=? WHERE attempt_id=?", (_now(), attempt_id))
-        _pause_point("PERMIT_RECEIVED")
+        self._committed("PERMIT_RECEIVED")
 
     def record_fence_without_permit(self, attempt_id: str, submission_id: str) -> str:
         """The fence answered with a replay (click_permitted=false): a submission exists on the
@@ -359,7 +359,7 @@ class Journal:
             if not step_ok and not (phase == "RESULT_REPORTED" and current < PHASES.index(phase)):
                 raise JournalError(f"illegal phase move {row[0]} -> {phase}")
             db.execute("UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?", (phase, _now(), attempt_id))
-        _pause_point(phase)
+        self._committed(phase)
 
     def record_observation(
         self,
@@ -390,7 +390,7 @@ class Journal:
                     "updated_at) VALUES (?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
                     (attempt_id, reason, foreground_package, _now()),
                 )
-        _pause_point("OBSERVED")
+        self._committed("OBSERVED")
         return key
 
     def _unreported_post_tap(self, db: sqlite3.Connection, attempt_id: str) -> None:
@@ -412,7 +412,7 @@ class Journal:
             db.execute(
                 "UPDATE post_tap SET confirm_step=?, updated_at=? WHERE attempt_id=?", (step, _now(), attempt_id)
             )
-        _pause_point("CONFIRM_STEP")
+        self._committed("CONFIRM_STEP")
 
     def record_confirmation(
         self, attempt_id: str, order_sn: str | None, asset_id: str | None, *, read: bool = True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from cmbuyer.agent.errors import AgentError, FlowStop, LeaseLost, ServerRejected
@@ -34,13 +35,13 @@ class LeaseKeeper:
         claim: Claim,
         server_now: str,
         *,
-        on_renewed: object = None,
-        clock: object = time.monotonic,
+        on_renewed: Callable[[Claim], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._source = source
-        self._clock = clock  # type: ignore[assignment]
+        self._clock = clock
         self.claim = claim
-        now = self._clock()  # type: ignore[operator]
+        now = self._clock()
         ttl = max(0.0, lease_seconds(claim.lease_expires_at, server_now))
         self.ttl = ttl
         self._ends_at: float = now + ttl
@@ -57,12 +58,12 @@ class LeaseKeeper:
 
     def remaining(self) -> float:
         with self._lock:
-            return self._ends_at - self._clock()  # type: ignore[operator,no-any-return]
+            return self._ends_at - self._clock()
 
     @property
     def lost(self) -> bool:
         with self._lock:
-            return self._lost or self._ends_at <= self._clock()  # type: ignore[operator]
+            return self._lost or self._ends_at <= self._clock()
 
     def ensure(self, margin: float) -> None:
         """Before the fence: raise LeaseLost / FlowStop(LEASE_TOO_SHORT)."""
@@ -72,7 +73,7 @@ class LeaseKeeper:
             raise FlowStop("lease ends before the fence could be used", "LEASE_TOO_SHORT")
 
     def renew_once(self) -> None:
-        sent_at = self._clock()  # type: ignore[operator]
+        sent_at = self._clock()
         try:
             lease = self._source.renew_lease(self.claim)
         except ServerRejected as exc:

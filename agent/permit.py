@@ -29,6 +29,9 @@ class SubmissionPermit:
     """One-time permission for one submission. Immutable; ``repr`` shows ids only."""
 
     __slots__ = ("_attempt_id", "_submission_id", "_task_id")
+    _attempt_id: str
+    _submission_id: str
+    _task_id: str
 
     def __init__(self, capability: object, *, submission_id: str, attempt_id: str, task_id: str) -> None:
         if capability is not _CAPABILITY:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from cmbuyer.agent.model import (
+    ApprovalStatus,
     AssetRef,
     AttemptFailure,
     Claim,
@@ -30,6 +31,9 @@ class TaskSource(Protocol):
 
 
 class ResultSink(Protocol):
+    """What the flow reports to. The approval pair is used only for a supervised claim (issue 17,
+    :class:`cmbuyer.agent.approval.ApprovalApi`)."""
+
     def append_events(self, claim: Claim, events: list[TaskEvent]) -> None: ...
 
     def upload_screenshot(self, claim: Claim, asset: ScreenshotAsset) -> AssetRef: ...
@@ -43,6 +47,10 @@ class ResultSink(Protocol):
     def report_recovered_result(
         self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
     ) -> None: ...
+
+    def request_approval(self, claim: Claim, proof: SubmissionProof, screenshot_asset_id: str) -> ApprovalStatus: ...
+
+    def approval_status(self, claim: Claim, approval_id: str) -> ApprovalStatus: ...
 
 
 class KeyStore(Protocol):

@@ -145,14 +145,17 @@ class PrefenceEngine:
         )
         self.observer.checkpoint()
         # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
+        color = g3.selected["color"]
+        # gate3 above refused any reading that was missing
+        assert color is not None and g3.unit_price is not None and g3.quantity is not None and g3.total is not None
         proof = SubmissionProof(
-            selected_color=g3.selected["color"],  # type: ignore[arg-type]
+            selected_color=color,
             selected_size=g3.selected.get("size"),
             gate1_unit_price=price1,
             gate2_unit_price=price2,
-            gate3_unit_price=g3.unit_price,  # type: ignore[arg-type]
-            quantity_read=g3.quantity,  # type: ignore[arg-type]
-            confirm_page_amount=g3.total,  # type: ignore[arg-type]
+            gate3_unit_price=g3.unit_price,
+            quantity_read=g3.quantity,
+            confirm_page_amount=g3.total,
             submit_control_match_count=g3.submit_controls,
             payment_mode=mode,
         )

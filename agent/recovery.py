@@ -68,7 +68,7 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
         journal.advance(sub.attempt_id, "RESULT_REPORTED")
         notes.append(f"reported {observation} for submission {sub.submission_id} (no new tap)")
     for row in [*journal.claims("FAIL_PENDING"), *journal.claims("ACTIVE")]:
-        claim = Claim(
+        held = Claim(
             task_id=row.task_id,
             task_version=row.task_version,
             authorization_id=row.authorization_id,
@@ -79,7 +79,7 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
             lease_expires_at=row.lease_expires_at,
             authorization_expires_at=row.authorization_expires_at,
         )
-        notes.append(send_fail(journal, sink, claim, AttemptFailure("INTERNAL_ERROR", RESTART_SUMMARY)))
+        notes.append(send_fail(journal, sink, held, AttemptFailure("INTERNAL_ERROR", RESTART_SUMMARY)))
     return notes
 
 

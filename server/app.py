@@ -28,7 +28,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     """
     harden_error_pages()
     install_connection_guard()
-    app = web.Application(client_max_size=settings.evidence_max_bytes + 64 * 1024, middlewares=[refusal_middleware])
+    app = web.Application(client_max_size=settings.evidence_limits.request_cap, middlewares=[refusal_middleware])
     app[GUARD] = ConnectionGuard(
         settings.pending_connections_max, settings.pending_connections_per_address, settings.pending_connection_timeout
     )

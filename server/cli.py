@@ -9,6 +9,7 @@ Every command takes ``--data-dir`` (default ``$CMBUYER_DATA_DIR`` or ``./var``) 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 
 from cmbuyer.server import migrate
 from cmbuyer.server.clock import SystemClock, to_wire
-from cmbuyer.server.config import DEFAULT_APP_VERSIONS, ENV_FILE_NAME, Settings, load_settings
+from cmbuyer.server.config import ENV_FILE_NAME, Settings, env_file_defaults, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.domain.errors import CmbuyerError, DomainError, SettingsError, StartupRefused, Unavailable
 from cmbuyer.server.domain.states import TaskState
@@ -122,9 +123,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             {
                 "CMBUYER_CLAIM_TOKEN_SECRET": secrets.token_bytes(32).hex(),
                 "CMBUYER_SESSION_SECRET": secrets.token_bytes(32).hex(),
-                "CMBUYER_CLAIM_LEASE_TTL": "120",
-                "CMBUYER_AUTHORIZATION_TTL": "3600",
-                "CMBUYER_ALLOWED_APP_VERSIONS": ",".join(DEFAULT_APP_VERSIONS),
+                **env_file_defaults(),
             },
         )
         created_env = True
@@ -476,7 +475,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         elif args.task_cmd == "start":
             items: list[tuple[str, int]] = []
             for task_id in args.task_ids:
-                task = _tx(conn, lambda c, t=task_id: task_service.get_task(c, t))
+                task = _tx(conn, functools.partial(task_service.get_task, task_id=task_id))
                 items.append((task.id, task.version))
             start_key = args.start_key or new_id()
             body = _tx(conn, lambda c: task_service.start_purchases(c, start_key, items, CLI_ACTOR, now, settings))

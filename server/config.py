@@ -1,22 +1,33 @@
 """Settings: one frozen object built once from ``CMBUYER_*`` variables (design §6).
 
 Sources, later wins: built-in defaults < ``<data dir>/cmbuyer.env`` (written by ``cmbuyer-server
-init``) < the real environment. Every value is validated here; a bad one raises
-:class:`SettingsError` whose message is one line naming the variable and never echoing a secret.
+init``) < the real environment. Every setting is one row of :data:`SETTINGS_TABLE` (attribute,
+variable, default, bounds, meaning): the :class:`Settings` defaults, the parsing in
+:func:`load_settings` and the README's settings table (:func:`settings_markdown`, checked by
+tests/server/foundation/test_config.py) all come from it. Every value is validated here; a bad one
+raises :class:`SettingsError` whose message is one line naming the variable and never echoing a secret.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 from cmbuyer.schemas import MONEY_RE
 from cmbuyer.schemas.text import has_control_chars, normalize_sku
 from cmbuyer.server.domain.errors import SettingsError as SettingsError  # its home; importers keep this name
+from cmbuyer.server.domain.evidence_limits import (
+    SPEC_EVIDENCE_MAX_BYTES,
+    SPEC_EVIDENCE_MAX_PIXELS,
+    SPEC_EVIDENCE_MAX_SIDE,
+    EvidenceLimits,
+)
+from cmbuyer.server.domain.supervision import DEFAULT_SUPERVISED_ORDERS
 
 ENV_FILE_NAME = "cmbuyer.env"
 DEFAULT_DATA_DIR = Path("var")
@@ -24,13 +35,10 @@ _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _INT = re.compile(r"[0-9]{1,12}", re.ASCII)  # every setting also has its own range
 _VERSION_NAME = re.compile(r"[0-9A-Za-z._-]{1,32}", re.ASCII)
 _HOST = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}", re.ASCII)
+MiB = 1024 * 1024
 
-# Fixed by spec 002 (证据): a configured limit may be tighter, never looser.
-SPEC_EVIDENCE_MAX_BYTES = 10 * 1024 * 1024
-SPEC_EVIDENCE_MAX_SIDE = 8192
-SPEC_EVIDENCE_MAX_PIXELS = 16_777_216
-
-# The Pinduoduo versions the simulator's two layouts model (sku sheet; order sheet — issue 15).
+# The Pinduoduo versions of the shipped selector packs (agent/packs/*.json: the simulator's two layouts,
+# sku sheet and order sheet — issue 15); test_config.py keeps this equal to the packs' version names.
 DEFAULT_APP_VERSIONS = ("8.17.0", "8.22.0")
 # Modes that hand the payment to another app where a person must confirm (issue 15 §6).
 DEFAULT_PAYMENT_MODES = ("微信支付", "支付宝")
@@ -61,9 +69,300 @@ class Secret:
         return hash(self._value)
 
 
+# -- the settings table ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: the :class:`Settings` attribute ``name``, its variable ``env``, its ``default`` (typed
+    as the attribute), ``doc`` (the README's meaning column), ``parse`` (raw text → value, raises
+    :class:`SettingsError`; None for the data dir and DB path, which :func:`load_settings` reads itself),
+    inclusive integer bounds ``low``/``high``, ``shown`` (the README's default cell when the default is
+    not a value one could write, e.g. ``(init)`` for a secret) and ``blank_is_default`` (False: an empty
+    value is parsed, not defaulted).
+    """
+
+    name: str
+    env: str
+    default: Any
+    doc: str
+    parse: Callable[[str, Setting], Any] | None = None
+    low: int | None = None
+    high: int | None = None
+    shown: str | None = None
+    blank_is_default: bool = True
+
+    def read(self, env: Mapping[str, str]) -> Any:
+        """The value from ``env`` (absent, or empty when ``blank_is_default``: the default)."""
+        raw = env.get(self.env)
+        if raw is None or (raw == "" and self.blank_is_default) or self.parse is None:
+            return self.default
+        return self.parse(raw, self)
+
+
+def _int(raw: str, row: Setting) -> int:
+    assert row.low is not None and row.high is not None
+    if not _INT.fullmatch(raw) or not row.low <= int(raw) <= row.high:
+        raise SettingsError(f"{row.env} must be an integer from {row.low} to {row.high}")
+    return int(raw)
+
+
+def _bool(raw: str, row: Setting) -> bool:
+    if raw not in ("0", "1", "true", "false"):
+        raise SettingsError(f"{row.env} must be one of 0, 1, true, false")
+    return raw in ("1", "true")
+
+
+def _secret(raw: str, row: Setting) -> Secret:
+    if not _HEX64.fullmatch(raw):
+        raise SettingsError(f"{row.env} must be exactly 64 lowercase hex characters (32 random bytes)")
+    return Secret(bytes.fromhex(raw))
+
+
+def _host(raw: str, row: Setting) -> str:
+    if not _HOST.fullmatch(raw):
+        raise SettingsError(f"{row.env} must be an IP address or host name")
+    return raw
+
+
+def _money(raw: str, row: Setting) -> Decimal:
+    try:
+        value = Decimal(raw) if MONEY_RE.fullmatch(raw) else None
+    except InvalidOperation:
+        value = None
+    if value is None or value <= 0:
+        raise SettingsError(f"{row.env} must be a canonical amount such as {row.default}")
+    return value
+
+
+def _versions(raw: str, row: Setting) -> tuple[str, ...]:
+    """Comma-separated version names; an empty value allows no version at all."""
+    versions = tuple(v.strip() for v in raw.split(",") if v.strip())
+    if not all(_VERSION_NAME.fullmatch(v) for v in versions):
+        raise SettingsError(f"{row.env} must be comma-separated version names like {row.default[0]}")
+    return versions
+
+
+def _payment_modes(raw: str, row: Setting) -> tuple[str, ...]:
+    """Comma-separated mode names as the payment row shows them, stored NFKC (the fence compares the NFKC
+    form of what was read). An empty list is refused rather than read as "refuse every fence": a server
+    that can never permit a tap is a setting mistake, said at start-up."""
+    # NFKC first, so a full-width comma (微信支付，支付宝) separates too
+    modes = tuple(m.strip() for m in normalize_sku(raw).split(",") if m.strip())
+    if not modes or not all(len(m) <= PAYMENT_MODE_MAX and not has_control_chars(m) for m in modes):
+        raise SettingsError(
+            f"{row.env} must be comma-separated payment mode names"
+            f" such as {','.join(row.default)} (each at most {PAYMENT_MODE_MAX} characters)"
+        )
+    return modes
+
+
+def _log_format(raw: str, row: Setting) -> str:
+    if raw not in ("text", "json"):
+        raise SettingsError(f"{row.env} must be text or json")
+    return raw
+
+
+def _log_level(raw: str, row: Setting) -> str:
+    level = raw.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise SettingsError(f"{row.env} must be DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
+def _ranged(name: str, env: str, default: int, low: int, high: int, doc: str, shown: str | None = None) -> Setting:
+    return Setting(name, env, default, doc, _int, low, high, shown)
+
+
+# In the README's order. Evidence limits may only be tightened: their upper bound is the protocol's value.
+SETTINGS_TABLE: tuple[Setting, ...] = (
+    Setting(
+        "data_dir",
+        "CMBUYER_DATA_DIR",
+        DEFAULT_DATA_DIR,
+        "data dir (DB, env file, evidence); also `--data-dir`",
+        shown="`./var`",
+    ),
+    Setting("db_path", "CMBUYER_DB_PATH", None, "SQLite database file", shown="`<data dir>/cmbuyer.sqlite3`"),
+    Setting("host", "CMBUYER_HOST", "127.0.0.1", "bind address (`serve --host`)", _host),
+    _ranged("port", "CMBUYER_PORT", 8080, 0, 65535, "bind port (`serve --port`)"),
+    Setting(
+        "claim_token_secret",
+        "CMBUYER_CLAIM_TOKEN_SECRET",
+        None,
+        "64 lowercase hex; HMAC key of claim tokens",
+        _secret,
+        shown="(init)",
+    ),
+    Setting(
+        "session_secret",
+        "CMBUYER_SESSION_SECRET",
+        None,
+        "64 lowercase hex, different from the claim-token secret; admin sessions / CSRF",
+        _secret,
+        shown="(init)",
+    ),
+    _ranged(
+        "claim_lease_ttl",
+        "CMBUYER_CLAIM_LEASE_TTL",
+        120,
+        1,
+        86400,
+        "claim lease, seconds; strictly shorter than the authorization TTL",
+    ),
+    _ranged(
+        "authorization_ttl",
+        "CMBUYER_AUTHORIZATION_TTL",
+        3600,
+        2,
+        30 * 86400,
+        "one-time authorization lifetime, seconds",
+    ),
+    _ranged("max_quantity", "CMBUYER_MAX_QUANTITY", 99, 1, 999, "largest quantity a task may ask for"),
+    Setting(
+        "max_total_price",
+        "CMBUYER_MAX_TOTAL_PRICE",
+        Decimal("5000.00"),
+        "largest max total price a task may carry (CNY, a canonical amount)",
+        _money,
+    ),
+    Setting(
+        "allowed_app_versions",
+        "CMBUYER_ALLOWED_APP_VERSIONS",
+        DEFAULT_APP_VERSIONS,
+        "comma-separated Pinduoduo versionNames agents may work on (default: the shipped selector packs'"
+        " versions; empty: none)",
+        _versions,
+        blank_is_default=False,
+    ),
+    Setting(
+        "allowed_payment_modes",
+        "CMBUYER_ALLOWED_PAYMENT_MODES",
+        DEFAULT_PAYMENT_MODES,
+        "payment modes the fence accepts as read beside the submit control (exact, after NFKC; a full-width"
+        " comma separates too); anything else is refused with `payment_mode_not_allowed`. Only list modes"
+        " that hand the payment to another app where a person must confirm",
+        _payment_modes,
+    ),
+    _ranged(
+        "heartbeat_interval",
+        "CMBUYER_HEARTBEAT_INTERVAL",
+        10,
+        1,
+        3600,
+        "seconds between agent heartbeats; a heartbeat older than interval × stale factor blocks claims",
+    ),
+    _ranged("heartbeat_stale_factor", "CMBUYER_HEARTBEAT_STALE_FACTOR", 3, 1, 100, "see `CMBUYER_HEARTBEAT_INTERVAL`"),
+    _ranged(
+        "evidence_max_bytes",
+        "CMBUYER_EVIDENCE_MAX_BYTES",
+        SPEC_EVIDENCE_MAX_BYTES,
+        1024,
+        SPEC_EVIDENCE_MAX_BYTES,
+        "largest evidence PNG, bytes (may only be tightened)",
+    ),
+    _ranged(
+        "evidence_max_side",
+        "CMBUYER_EVIDENCE_MAX_SIDE",
+        SPEC_EVIDENCE_MAX_SIDE,
+        16,
+        SPEC_EVIDENCE_MAX_SIDE,
+        "largest evidence width and height, pixels (may only be tightened)",
+    ),
+    _ranged(
+        "evidence_max_pixels",
+        "CMBUYER_EVIDENCE_MAX_PIXELS",
+        SPEC_EVIDENCE_MAX_PIXELS,
+        256,
+        SPEC_EVIDENCE_MAX_PIXELS,
+        "largest evidence width × height (may only be tightened)",
+    ),
+    _ranged(
+        "evidence_per_attempt", "CMBUYER_EVIDENCE_PER_ATTEMPT", 32, 1, 10_000, "evidence files one attempt may store"
+    ),
+    # Per-attempt budgets: one open claim must not be able to fill the disk or the events table.
+    _ranged(
+        "evidence_bytes_per_attempt",
+        "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT",
+        128 * MiB,
+        1024,
+        4 * 1024**3,
+        "evidence bytes one attempt may store (at least `CMBUYER_EVIDENCE_MAX_BYTES`)",
+    ),
+    _ranged("events_per_attempt", "CMBUYER_EVENTS_PER_ATTEMPT", 1000, 20, 1_000_000, "events one attempt may store"),
+    _ranged("sweep_interval", "CMBUYER_SWEEP_INTERVAL", 5, 1, 3600, "seconds between expiry/recovery sweeps"),
+    _ranged(
+        "session_idle_ttl",
+        "CMBUYER_SESSION_IDLE_TTL",
+        1800,
+        60,
+        86400,
+        "admin session idle expiry, seconds (at most the absolute TTL)",
+    ),
+    _ranged(
+        "session_absolute_ttl",
+        "CMBUYER_SESSION_ABSOLUTE_TTL",
+        43200,
+        60,
+        30 * 86400,
+        "admin session absolute expiry, seconds",
+    ),
+    Setting(
+        "cookie_secure",
+        "CMBUYER_COOKIE_SECURE",
+        False,
+        "set `1` behind HTTPS (adds `Secure` to the session cookie); `0`, `1`, `false` or `true`",
+        _bool,
+    ),
+    _ranged(
+        "pending_connections_max",
+        "CMBUYER_PENDING_CONNECTIONS_MAX",
+        512,
+        8,
+        1_000_000,
+        'connections not yet authenticated, in total (docs/api.md "The HTTP edge")',
+    ),
+    _ranged(
+        "pending_connections_per_address",
+        "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS",
+        64,
+        1,
+        1_000_000,
+        "connections not yet authenticated, per client address",
+    ),
+    _ranged(
+        "pending_connection_timeout",
+        "CMBUYER_PENDING_CONNECTION_TIMEOUT",
+        15,
+        1,
+        3600,
+        "seconds a connection may stay unauthenticated",
+    ),
+    Setting("log_format", "CMBUYER_LOG_FORMAT", "text", "`text`, or `json` for JSON lines", _log_format),
+    Setting("log_level", "CMBUYER_LOG_LEVEL", "INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`", _log_level),
+    _ranged(
+        "supervised_orders",
+        "CMBUYER_SUPERVISED_ORDERS",
+        DEFAULT_SUPERVISED_ORDERS,
+        0,
+        1000,
+        "orders a device–pack pair must have confirmed right before it buys without a person's approval"
+        " (issue 17); `0` = off",
+    ),
+)
+SETTINGS_BY_NAME: dict[str, Setting] = {row.name: row for row in SETTINGS_TABLE}
+# The settings `cmbuyer-server init` writes into a new env file with their defaults (for an operator to edit).
+ENV_FILE_SETTINGS = ("claim_lease_ttl", "authorization_ttl", "allowed_app_versions")
+
+
+def _default(name: str) -> Any:
+    return SETTINGS_BY_NAME[name].default
+
+
 @dataclass(frozen=True)
 class Settings:
     """Validated configuration. Durations are integer seconds; sizes are bytes; money is ``Decimal`` (CNY).
+    Every default is the one in :data:`SETTINGS_TABLE`.
 
     Invariants: ``claim_lease_ttl < authorization_ttl`` (spec 000 §3);
     ``evidence_bytes_per_attempt >= evidence_max_bytes`` (one largest file always fits a fresh attempt).
@@ -71,42 +370,47 @@ class Settings:
 
     data_dir: Path
     db_path: Path
-    host: str = "127.0.0.1"
-    port: int = 8080
-    claim_token_secret: Secret | None = field(default=None, repr=True)
-    session_secret: Secret | None = field(default=None, repr=True)
-    claim_lease_ttl: int = 120
-    authorization_ttl: int = 3600
-    max_quantity: int = 99
-    max_total_price: Decimal = Decimal("5000.00")
-    allowed_app_versions: tuple[str, ...] = DEFAULT_APP_VERSIONS
+    host: str = _default("host")
+    port: int = _default("port")
+    claim_token_secret: Secret | None = field(default=_default("claim_token_secret"), repr=True)
+    session_secret: Secret | None = field(default=_default("session_secret"), repr=True)
+    claim_lease_ttl: int = _default("claim_lease_ttl")
+    authorization_ttl: int = _default("authorization_ttl")
+    max_quantity: int = _default("max_quantity")
+    max_total_price: Decimal = _default("max_total_price")  # noqa: RUF009  (a Decimal is immutable: safe to share)
+    allowed_app_versions: tuple[str, ...] = _default("allowed_app_versions")
     # payment modes the fence accepts as read beside the submit control (NFKC, exact; issue 15)
-    allowed_payment_modes: tuple[str, ...] = DEFAULT_PAYMENT_MODES
-    heartbeat_interval: int = 10
-    heartbeat_stale_factor: int = 3
-    evidence_max_bytes: int = SPEC_EVIDENCE_MAX_BYTES
-    evidence_max_side: int = SPEC_EVIDENCE_MAX_SIDE
-    evidence_max_pixels: int = SPEC_EVIDENCE_MAX_PIXELS
-    evidence_per_attempt: int = 32
-    evidence_bytes_per_attempt: int = 128 * 1024 * 1024
-    events_per_attempt: int = 1000
-    sweep_interval: int = 5
-    session_idle_ttl: int = 1800
-    session_absolute_ttl: int = 43200
-    cookie_secure: bool = False
-    pending_connections_max: int = 512
-    pending_connections_per_address: int = 64
-    pending_connection_timeout: int = 15
-    log_format: str = "text"
-    log_level: str = "INFO"
+    allowed_payment_modes: tuple[str, ...] = _default("allowed_payment_modes")
+    heartbeat_interval: int = _default("heartbeat_interval")
+    heartbeat_stale_factor: int = _default("heartbeat_stale_factor")
+    evidence_max_bytes: int = _default("evidence_max_bytes")
+    evidence_max_side: int = _default("evidence_max_side")
+    evidence_max_pixels: int = _default("evidence_max_pixels")
+    evidence_per_attempt: int = _default("evidence_per_attempt")
+    evidence_bytes_per_attempt: int = _default("evidence_bytes_per_attempt")
+    events_per_attempt: int = _default("events_per_attempt")
+    sweep_interval: int = _default("sweep_interval")
+    session_idle_ttl: int = _default("session_idle_ttl")
+    session_absolute_ttl: int = _default("session_absolute_ttl")
+    cookie_secure: bool = _default("cookie_secure")
+    pending_connections_max: int = _default("pending_connections_max")
+    pending_connections_per_address: int = _default("pending_connections_per_address")
+    pending_connection_timeout: int = _default("pending_connection_timeout")
+    log_format: str = _default("log_format")
+    log_level: str = _default("log_level")
     # confirmed-right orders a device–pack pair needs before it runs without a person's approval; 0 = off
-    # (issue 17; CMBUYER_SUPERVISED_ORDERS)
-    supervised_orders: int = 3
+    # (issue 17)
+    supervised_orders: int = _default("supervised_orders")
 
     @property
     def evidence_dir(self) -> Path:
         """Where evidence PNGs live (``ab/cd/<sha256>.png`` below it; design §5)."""
         return self.data_dir / "evidence"
+
+    @property
+    def evidence_limits(self) -> EvidenceLimits:
+        """The evidence limits (server/domain/evidence_limits.py) these settings configure."""
+        return EvidenceLimits(self.evidence_max_bytes, self.evidence_max_side, self.evidence_max_pixels)
 
     def require_secrets(self) -> tuple[Secret, Secret]:
         """Return ``(claim_token_secret, session_secret)`` or raise :class:`SettingsError`."""
@@ -137,48 +441,16 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
-def _secret(env: Mapping[str, str], name: str) -> Secret | None:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return None
-    if not _HEX64.fullmatch(raw):
-        raise SettingsError(f"{name} must be exactly 64 lowercase hex characters (32 random bytes)")
-    return Secret(bytes.fromhex(raw))
-
-
-def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    if not _INT.fullmatch(raw) or not low <= int(raw) <= high:
-        raise SettingsError(f"{name} must be an integer from {low} to {high}")
-    return int(raw)
-
-
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw not in ("0", "1", "true", "false"):
-        raise SettingsError(f"{name} must be one of 0, 1, true, false")
-    return raw in ("1", "true")
-
-
-def _payment_modes(env: Mapping[str, str]) -> tuple[str, ...]:
-    """``CMBUYER_ALLOWED_PAYMENT_MODES``: comma-separated mode names as the payment row shows them, stored
-    NFKC (the fence compares the NFKC form of what was read). An empty list is refused rather than read as
-    "refuse every fence": a server that can never permit a tap is a setting mistake, said at start-up."""
-    raw = env.get("CMBUYER_ALLOWED_PAYMENT_MODES")
-    if raw is None or raw == "":
-        return DEFAULT_PAYMENT_MODES
-    # NFKC first, so a full-width comma (微信支付，支付宝) separates too
-    modes = tuple(m.strip() for m in normalize_sku(raw).split(",") if m.strip())
-    if not modes or not all(len(m) <= PAYMENT_MODE_MAX and not has_control_chars(m) for m in modes):
-        raise SettingsError(
-            "CMBUYER_ALLOWED_PAYMENT_MODES must be comma-separated payment mode names"
-            " such as 微信支付,支付宝 (each at most 32 characters)"
-        )
-    return modes
+def _check_together(s: Settings) -> None:
+    """The invariants that tie two settings together (see :class:`Settings`)."""
+    if s.claim_lease_ttl >= s.authorization_ttl:
+        raise SettingsError("CMBUYER_CLAIM_LEASE_TTL must be strictly shorter than CMBUYER_AUTHORIZATION_TTL")
+    if s.claim_token_secret is not None and s.claim_token_secret == s.session_secret:
+        raise SettingsError("CMBUYER_SESSION_SECRET must differ from CMBUYER_CLAIM_TOKEN_SECRET")
+    if s.evidence_bytes_per_attempt < s.evidence_max_bytes:
+        raise SettingsError("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT must be at least CMBUYER_EVIDENCE_MAX_BYTES")
+    if s.session_idle_ttl > s.session_absolute_ttl:
+        raise SettingsError("CMBUYER_SESSION_IDLE_TTL must not exceed CMBUYER_SESSION_ABSOLUTE_TTL")
 
 
 def load_settings(data_dir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -190,87 +462,35 @@ def load_settings(data_dir: str | os.PathLike[str] | None = None, environ: Mappi
     real = dict(os.environ if environ is None else environ)
     base = Path(data_dir if data_dir is not None else real.get("CMBUYER_DATA_DIR") or DEFAULT_DATA_DIR)
     env = {**read_env_file(base / ENV_FILE_NAME), **{k: v for k, v in real.items() if k.startswith("CMBUYER_")}}
-
     db_raw = env.get("CMBUYER_DB_PATH") or ""
-    db_path = Path(db_raw) if db_raw else base / "cmbuyer.sqlite3"
-    host = env.get("CMBUYER_HOST") or "127.0.0.1"
-    if not _HOST.fullmatch(host):
-        raise SettingsError("CMBUYER_HOST must be an IP address or host name")
-    port = _int(env, "CMBUYER_PORT", 8080, 0, 65535)
+    values = {row.name: row.read(env) for row in SETTINGS_TABLE if row.parse is not None}
+    settings = Settings(data_dir=base, db_path=Path(db_raw) if db_raw else base / "cmbuyer.sqlite3", **values)
+    _check_together(settings)
+    return settings
 
-    lease_ttl = _int(env, "CMBUYER_CLAIM_LEASE_TTL", 120, 1, 86400)
-    auth_ttl = _int(env, "CMBUYER_AUTHORIZATION_TTL", 3600, 2, 30 * 86400)
-    if lease_ttl >= auth_ttl:
-        raise SettingsError("CMBUYER_CLAIM_LEASE_TTL must be strictly shorter than CMBUYER_AUTHORIZATION_TTL")
 
-    price_raw = env.get("CMBUYER_MAX_TOTAL_PRICE") or "5000.00"
-    try:
-        max_price = Decimal(price_raw) if MONEY_RE.fullmatch(price_raw) else None
-    except InvalidOperation:
-        max_price = None
-    if max_price is None or max_price <= 0:
-        raise SettingsError("CMBUYER_MAX_TOTAL_PRICE must be a canonical amount such as 5000.00")
+def default_text(row: Setting) -> str:
+    """``row.default`` as a variable's value is written (``8.17.0,8.22.0``, ``0`` for False)."""
+    value = row.default
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return "" if value is None else str(value)
 
-    versions_raw = env.get("CMBUYER_ALLOWED_APP_VERSIONS", ",".join(DEFAULT_APP_VERSIONS))
-    versions = tuple(v.strip() for v in versions_raw.split(",") if v.strip())
-    if not all(_VERSION_NAME.fullmatch(v) for v in versions):
-        raise SettingsError("CMBUYER_ALLOWED_APP_VERSIONS must be comma-separated version names like 8.17.0")
-    payment_modes = _payment_modes(env)
 
-    log_format = env.get("CMBUYER_LOG_FORMAT") or "text"
-    if log_format not in ("text", "json"):
-        raise SettingsError("CMBUYER_LOG_FORMAT must be text or json")
-    log_level = (env.get("CMBUYER_LOG_LEVEL") or "INFO").upper()
-    if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise SettingsError("CMBUYER_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR")
+def env_file_defaults() -> dict[str, str]:
+    """``{variable: default text}`` of :data:`ENV_FILE_SETTINGS`, for a new ``cmbuyer.env``."""
+    return {SETTINGS_BY_NAME[name].env: default_text(SETTINGS_BY_NAME[name]) for name in ENV_FILE_SETTINGS}
 
-    claim_secret = _secret(env, "CMBUYER_CLAIM_TOKEN_SECRET")
-    session_secret = _secret(env, "CMBUYER_SESSION_SECRET")
-    if claim_secret is not None and claim_secret == session_secret:
-        raise SettingsError("CMBUYER_SESSION_SECRET must differ from CMBUYER_CLAIM_TOKEN_SECRET")
 
-    evidence_max_bytes = _int(env, "CMBUYER_EVIDENCE_MAX_BYTES", SPEC_EVIDENCE_MAX_BYTES, 1024, SPEC_EVIDENCE_MAX_BYTES)
-    # Per-attempt budgets: one open claim must not be able to fill the disk or the events table.
-    evidence_budget = _int(env, "CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT", 128 * 1024 * 1024, 1024, 4 * 1024**3)
-    if evidence_budget < evidence_max_bytes:
-        raise SettingsError("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT must be at least CMBUYER_EVIDENCE_MAX_BYTES")
-
-    idle = _int(env, "CMBUYER_SESSION_IDLE_TTL", 1800, 60, 86400)
-    absolute = _int(env, "CMBUYER_SESSION_ABSOLUTE_TTL", 43200, 60, 30 * 86400)
-    if idle > absolute:
-        raise SettingsError("CMBUYER_SESSION_IDLE_TTL must not exceed CMBUYER_SESSION_ABSOLUTE_TTL")
-
-    return Settings(
-        data_dir=base,
-        db_path=db_path,
-        host=host,
-        port=port,
-        claim_token_secret=claim_secret,
-        session_secret=session_secret,
-        claim_lease_ttl=lease_ttl,
-        authorization_ttl=auth_ttl,
-        max_quantity=_int(env, "CMBUYER_MAX_QUANTITY", 99, 1, 999),
-        max_total_price=max_price,
-        allowed_app_versions=versions,
-        allowed_payment_modes=payment_modes,
-        heartbeat_interval=_int(env, "CMBUYER_HEARTBEAT_INTERVAL", 10, 1, 3600),
-        heartbeat_stale_factor=_int(env, "CMBUYER_HEARTBEAT_STALE_FACTOR", 3, 1, 100),
-        evidence_max_bytes=evidence_max_bytes,
-        evidence_max_side=_int(env, "CMBUYER_EVIDENCE_MAX_SIDE", SPEC_EVIDENCE_MAX_SIDE, 16, SPEC_EVIDENCE_MAX_SIDE),
-        evidence_max_pixels=_int(
-            env, "CMBUYER_EVIDENCE_MAX_PIXELS", SPEC_EVIDENCE_MAX_PIXELS, 256, SPEC_EVIDENCE_MAX_PIXELS
-        ),
-        evidence_per_attempt=_int(env, "CMBUYER_EVIDENCE_PER_ATTEMPT", 32, 1, 10_000),
-        evidence_bytes_per_attempt=evidence_budget,
-        events_per_attempt=_int(env, "CMBUYER_EVENTS_PER_ATTEMPT", 1000, 20, 1_000_000),
-        sweep_interval=_int(env, "CMBUYER_SWEEP_INTERVAL", 5, 1, 3600),
-        session_idle_ttl=idle,
-        session_absolute_ttl=absolute,
-        cookie_secure=_bool(env, "CMBUYER_COOKIE_SECURE", False),
-        pending_connections_max=_int(env, "CMBUYER_PENDING_CONNECTIONS_MAX", 512, 8, 1_000_000),
-        pending_connections_per_address=_int(env, "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS", 64, 1, 1_000_000),
-        pending_connection_timeout=_int(env, "CMBUYER_PENDING_CONNECTION_TIMEOUT", 15, 1, 3600),
-        log_format=log_format,
-        log_level=log_level,
-        supervised_orders=_int(env, "CMBUYER_SUPERVISED_ORDERS", 3, 0, 1000),
-    )
+def settings_markdown() -> str:
+    """The README's settings table (Markdown), one row per :data:`SETTINGS_TABLE` entry."""
+    lines = ["| variable | default | allowed | meaning |", "|---|---|---|---|"]
+    for row in SETTINGS_TABLE:
+        default = row.shown if row.shown is not None else f"`{default_text(row)}`"
+        if "bytes" in row.name and row.default % MiB == 0:
+            default += f" ({row.default // MiB} MiB)"
+        allowed = f"{row.low}–{row.high}" if row.low is not None else ""
+        lines.append(f"| `{row.env}` | {default} | {allowed} | {row.doc} |")
+    return "\n".join(lines) + "\n"

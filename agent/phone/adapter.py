@@ -428,7 +428,8 @@ def parse_focused_package(dumpsys_window: str) -> str | None:
         return None
     if len(lines) != len(_FOCUS_RE.findall(dumpsys_window)):
         return None  # some focus line names no app window (e.g. null on another display)
-    return found.pop()
+    package: str = found.pop()
+    return package
 
 
 class _Unset:

@@ -19,14 +19,15 @@ T = TypeVar("T")
 def call_with_deadline(fn: Callable[[], T], seconds: float, what: str) -> T:
     """Run ``fn()`` in a daemon thread; return its result, re-raise its exception, or raise
     PhoneTimeout(what) after ``seconds``."""
-    box: dict[str, object] = {}
+    value: list[T] = []
+    error: list[BaseException] = []
     done = threading.Event()
 
     def run() -> None:
         try:
-            box["value"] = fn()
+            value.append(fn())
         except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
+            error.append(exc)
         finally:
             done.set()
 
@@ -34,6 +35,6 @@ def call_with_deadline(fn: Callable[[], T], seconds: float, what: str) -> T:
     worker.start()
     if not done.wait(seconds):
         raise PhoneTimeout(f"{what} exceeded {seconds:.1f}s")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]  # type: ignore[return-value]
+    if error:
+        raise error[0]
+    return value[0]

@@ -249,7 +249,7 @@ def leave_control(dump: Dump, conf: AfterSubmit) -> Node | None:
     node or carries (itself, its tap target or anything inside) a payment-denylist word — so a
     pack that named ``继续支付`` or ``，仅¥x`` could never have it chosen here (the adapter checks
     the denylist again before the tap)."""
-    found = conf.retention_leave.find(dump)
+    found: list[Node] = conf.retention_leave.find(dump)
     if len(found) != 1:
         return None
     node = found[0]

@@ -122,9 +122,9 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
         readings["payment_problems"] = list(payment.problems)
     layout = None
     if pack is not None:
-        found = pack.layout_on(screen)
-        layout = found.id if found is not None else (pack.layouts[0].id if len(pack.layouts) == 1 else None)
-    out = {
+        on_screen = pack.layout_on(screen)
+        layout = on_screen.id if on_screen is not None else (pack.layouts[0].id if len(pack.layouts) == 1 else None)
+    out: dict[str, Any] = {
         "screen": screen,
         "package": _package(dump),
         "pack": pack.id if pack else None,

@@ -362,7 +362,7 @@ def _literal_hit(pattern: re.Pattern[str] | None) -> str | None:
 
 
 def _layouts(data: dict[str, Any], ev: set[str], readers: dict[str, PanelReader]) -> tuple[Layout, ...]:
-    out = []
+    out: list[Layout] = []
     seen_screens: set[str] = set()
     for spec in data["layouts"]:
         lid, options, quantity = spec["id"], spec["options_screen"], spec["quantity_screen"]

@@ -297,9 +297,10 @@ def read_goods_id(dump: Dump, reader: PanelReader) -> str | None:
     return next(iter(found), None)
 
 
-def selected_values(groups: dict[str, list[OptionTile]]) -> dict[str, str]:
-    """``{dimension: text}`` for dimensions with exactly one selected tile."""
-    out: dict[str, str] = {}
+def selected_values(groups: dict[str, list[OptionTile]]) -> dict[str, str | None]:
+    """``{dimension: text}`` for dimensions with exactly one selected tile (``text`` None when that
+    tile's name is unreadable, as in :class:`OptionTile`)."""
+    out: dict[str, str | None] = {}
     for dim, tiles in groups.items():
         chosen = [t for t in tiles if t.selected]
         if len(chosen) == 1:

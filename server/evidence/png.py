@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from cmbuyer.server.domain.errors import CmbuyerError
+from cmbuyer.server.domain.evidence_limits import EvidenceLimits
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MAX_CHUNKS = 50_000
@@ -298,3 +299,10 @@ def validate_png(data: bytes, *, max_side: int, max_pixels: int) -> PngInfo:
     ):
         raise ImageRejected("decode") from None
     return info
+
+
+def validate_evidence(data: bytes, limits: EvidenceLimits) -> PngInfo:
+    """:func:`validate_png` within the evidence limits' ``max_side`` and ``max_pixels`` (the upload's
+    byte size was already capped by the multipart reader at ``limits.max_bytes``). Raises
+    :class:`ImageRejected`."""
+    return validate_png(data, max_side=limits.max_side, max_pixels=limits.max_pixels)

@@ -6,7 +6,9 @@ text body that repeats the parser's message — and that message quotes the offe
 On a device route those bytes may hold a claim token or a Bearer token, and spec 002 forbids echoing
 them. aiohttp offers no hook for these pages, so :func:`harden_error_pages` wraps the method once
 so that a 4xx carries only its reason phrase. 5xx pages are already fixed texts (no traceback unless
-debug mode, which we never enable).
+debug mode, which we never enable). The wrapped method is private: pyproject.toml bounds aiohttp below
+its next minor release and tests/server/foundation/test_aiohttp_internals.py pins what the wrapper
+relies on (the method's signature, the writer's ``output_size``).
 
 A Content-Encoding the parser itself cannot decode (``br``, ``zstd`` without their optional
 libraries) fails in the parser, before routing and before any body byte reaches a handler; it gets

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.evidence_limits import EvidenceLimits
 from cmbuyer.server.web.device_errors import DeviceHTTPError
 from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S
 
@@ -61,7 +62,8 @@ def _too_large() -> DeviceHTTPError:
 
 @dataclass(frozen=True)
 class Limits:
-    """Hard caps of one form."""
+    """Hard caps of one form: bytes of the whole body, of the file, of one text field and of one
+    part's headers; seconds of one stalled read and of the whole body."""
 
     max_total: int
     max_file_bytes: int
@@ -69,6 +71,18 @@ class Limits:
     max_header_bytes: int = 1024
     stall_timeout: float = STALL_TIMEOUT_S
     total_timeout: float = TOTAL_TIMEOUT_S
+
+    @classmethod
+    def for_evidence(cls, limits: EvidenceLimits) -> Limits:
+        """The caps of an evidence upload: the body at most ``limits.request_cap``, the file at most
+        ``limits.max_bytes`` (server/domain/evidence_limits.py)."""
+        # the timeouts are read here, per call, not bound as the class defaults were at import (tests shorten them)
+        return cls(
+            max_total=limits.request_cap,
+            max_file_bytes=limits.max_bytes,
+            stall_timeout=STALL_TIMEOUT_S,
+            total_timeout=TOTAL_TIMEOUT_S,
+        )
 
 
 @dataclass

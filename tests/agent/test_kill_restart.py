@@ -1,14 +1,16 @@
 """SIGKILL the real `cmbuyer-agent run` process at each journal phase, restart it, and check that the
 phone never sees a second submit tap and the server ends in the right state.
 
-Processes: the agent is a real subprocess (the installed `cmbuyer-agent` entry point, credentials
-file, ANDROID_ADB_SERVER_PORT, CMBUYER_AGENT_STATE_DIR — exactly what tests/e2e and the demo run);
+Processes: the agent is a real subprocess (`cmbuyer.agent.cli.main` with a credentials file,
+ANDROID_ADB_SERVER_PORT, CMBUYER_AGENT_STATE_DIR — exactly what tests/e2e and the demo run; the restart
+is the installed `cmbuyer-agent` entry point itself);
 the server is the real app on a loopback port (tests/agent/realserver.py) and the phone is the
 simulator's real adb server, both in the test process so the test can read their state directly.
 
-Kill points: ``CMBUYER_AGENT_TEST_PAUSE_AFTER=<phase>`` makes the agent stop moving right after that
-phase is committed to its journal (agent/journal.py); the test waits until the journal file shows it,
-then sends SIGKILL from outside. ``OBSERVED`` = the result is decided and journaled but not reported.
+Kill points: the first run starts through tests/agent/pausing_agent.py, which gives the agent's journal
+a ``commit_hook`` that stops the process right after ``<phase>`` is committed (agent/journal.py
+``COMMIT_POINTS``); the test waits until the journal file shows it, then sends SIGKILL from outside.
+``OBSERVED`` = the result is decided and journaled but not reported.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import pytest
 
 from cmbuyer.phonesim.testing import running_sim
 
+from .pausing_agent import PAUSE_MARK
 from .realserver import RealServer
 
 AGENT = str(Path(sys.executable).parent / "cmbuyer-agent")
+PAUSING_AGENT = [sys.executable, str(Path(__file__).with_name("pausing_agent.py"))]
 
 
 def _journal_state(path: Path) -> dict[str, Any]:
@@ -70,13 +74,11 @@ class AgentProcess:
         self.log = tmp / "agent.log"
 
     def start(self, pause_after: str | None = None) -> subprocess.Popen[bytes]:
-        env = dict(self.env)
-        if pause_after:
-            env["CMBUYER_AGENT_TEST_PAUSE_AFTER"] = pause_after
+        launcher = [*PAUSING_AGENT, pause_after] if pause_after else [AGENT]
         with self.log.open("ab") as log:  # the child keeps its own descriptor
             return subprocess.Popen(
                 [
-                    AGENT,
+                    *launcher,
                     "run",
                     "--device",
                     "sim-1",
@@ -89,7 +91,7 @@ class AgentProcess:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=self.env,
             )
 
 
@@ -138,6 +140,7 @@ def test_sigkill_at_each_journal_phase_then_restart(
                 f"journal phase {phase}",
             )
             time.sleep(0.3)  # paused: nothing more happens
+            assert f"{PAUSE_MARK} {phase}" in agent.log.read_text("utf-8", "replace")  # the hook, not luck
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=10)
         finally:

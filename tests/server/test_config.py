@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from cmbuyer.server.config import SettingsError, load_settings
+from cmbuyer.server.config import (
+    DEFAULT_APP_VERSIONS,
+    SETTINGS_BY_NAME,
+    SETTINGS_TABLE,
+    Settings,
+    SettingsError,
+    default_text,
+    env_file_defaults,
+    load_settings,
+    settings_markdown,
+)
+from cmbuyer.server.domain.evidence_limits import MULTIPART_OVERHEAD, EvidenceLimits
+from cmbuyer.server.web import multipart
+
+ROOT = Path(__file__).resolve().parents[3]
 
 GOOD = {"CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 32, "CMBUYER_SESSION_SECRET": "cd" * 32}
 
@@ -120,3 +136,86 @@ def test_init_refuses_an_unwritable_data_dir(tmp_path: Path) -> None:
     assert result.returncode == 3
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not writable" in lines[0]
+
+
+# -- one table: defaults, bounds, README (issue 19) -------------------------------------------------------
+
+
+def test_every_setting_is_one_table_row_and_its_default_is_the_rows() -> None:
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    assert set(fields) == set(SETTINGS_BY_NAME)
+    assert len(SETTINGS_BY_NAME) == len(SETTINGS_TABLE)
+    assert len({row.env for row in SETTINGS_TABLE}) == len(SETTINGS_TABLE)
+    for row in SETTINGS_TABLE:
+        if row.parse is None:  # data dir and DB path: required fields, read by load_settings itself
+            assert fields[row.name].default is dataclasses.MISSING, row.name
+        else:
+            assert fields[row.name].default == row.default, row.name
+
+
+def test_defaults_are_what_an_empty_environment_loads(tmp_path: Path) -> None:
+    s = load_settings(tmp_path, environ={})
+    for row in SETTINGS_TABLE:
+        if row.parse is not None:
+            assert getattr(s, row.name) == row.default, row.name
+    assert s.data_dir == tmp_path
+
+
+def test_every_default_is_inside_its_bounds_and_reads_back_as_itself() -> None:
+    for row in SETTINGS_TABLE:
+        if row.low is not None:
+            assert row.high is not None and row.low <= row.default <= row.high, row.name
+        if row.parse is not None and row.default is not None:
+            assert row.parse(default_text(row), row) == row.default, row.name
+
+
+def test_bounds_are_enforced_at_both_ends(tmp_path: Path) -> None:
+    for row in SETTINGS_TABLE:
+        if row.low is None or row.high is None:
+            continue
+        for bad in (row.low - 1, row.high + 1):
+            with pytest.raises(SettingsError) as err:
+                load_settings(tmp_path, environ={row.env: str(bad)})
+            assert row.env in str(err.value)
+
+
+def test_readme_settings_table_is_generated_from_the_table() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    begin = readme.index("| variable | default | allowed | meaning |")
+    end = readme.index("<!-- end of settings table -->")
+    assert readme[begin:end] == settings_markdown(), (
+        "README's settings table is stale; paste the output of: .venv/bin/python -c "
+        "'from cmbuyer.server.config import settings_markdown; print(settings_markdown(), end=\"\")'"
+    )
+
+
+def test_default_app_versions_are_the_shipped_packs_versions() -> None:
+    """The supported app versions live in the packs (agent/packs/*.json) and the one setting."""
+    packs = [json.loads(p.read_text(encoding="utf-8"))["app"] for p in (ROOT / "agent" / "packs").glob("*.json")]
+    shipped = tuple(app["version_name"] for app in sorted(packs, key=lambda app: app["version_code"]))
+    assert DEFAULT_APP_VERSIONS == shipped
+
+
+def test_init_writes_the_tables_defaults() -> None:
+    assert env_file_defaults() == {
+        "CMBUYER_CLAIM_LEASE_TTL": "120",
+        "CMBUYER_AUTHORIZATION_TTL": "3600",
+        "CMBUYER_ALLOWED_APP_VERSIONS": ",".join(DEFAULT_APP_VERSIONS),
+    }
+
+
+def test_one_evidence_limits_object_feeds_the_request_cap_the_multipart_reader_and_the_png_check(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "CMBUYER_EVIDENCE_MAX_BYTES": "2048",
+        "CMBUYER_EVIDENCE_MAX_SIDE": "64",
+        "CMBUYER_EVIDENCE_MAX_PIXELS": "512",
+    }
+    limits = load_settings(tmp_path, environ=env).evidence_limits
+    assert limits == EvidenceLimits(max_bytes=2048, max_side=64, max_pixels=512)
+    assert limits.request_cap == 2048 + MULTIPART_OVERHEAD == 2048 + 16 * 1024
+    caps = multipart.Limits.for_evidence(limits)
+    assert (caps.max_total, caps.max_file_bytes) == (limits.request_cap, 2048)
+    assert EvidenceLimits() == load_settings(tmp_path, environ={}).evidence_limits  # defaults: the protocol's
+    assert EvidenceLimits().max_bytes == 10 * 1024 * 1024

@@ -23,7 +23,7 @@ from cmbuyer.schemas import SchemaError, validate
 from cmbuyer.server.db import StorageError
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.evidence import files as evidence_files
-from cmbuyer.server.evidence.png import ImageRejected, validate_png
+from cmbuyer.server.evidence.png import ImageRejected, validate_evidence
 from cmbuyer.server.services import events as event_service
 from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.tx.idempotency import Stored
@@ -39,7 +39,6 @@ log = logging.getLogger("cmbuyer.server.attempts")  # the name these lines have 
 EVENTS_PATH = "/api/v1/tasks/{task_id}/events"
 EVIDENCE_PATH = "/api/v1/tasks/{task_id}/evidence"
 EVENTS_BODY_CAP = 16384  # up to 20 events of ≤ 200-character summaries
-MULTIPART_OVERHEAD = 16 * 1024  # boundaries, part headers and the six metadata values
 # At most this many PNG decodes at once: each may hold one decoded image (≤ 16 Mpx) in memory.
 PNG_DECODES = web.AppKey("png_decodes", asyncio.Semaphore)
 
@@ -87,14 +86,13 @@ async def evidence(request: web.Request, device_id: str) -> web.StreamResponse:
 async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     settings, clock = request.app[SETTINGS], request.app[CLOCK]
     task_id = path_id(request, "task_id")
-    limits = multipart.Limits(
-        max_total=settings.evidence_max_bytes + MULTIPART_OVERHEAD,
-        max_file_bytes=settings.evidence_max_bytes,
-        stall_timeout=multipart.STALL_TIMEOUT_S,
-        total_timeout=multipart.TOTAL_TIMEOUT_S,
-    )
+    limits = settings.evidence_limits
     form = await multipart.read_form(
-        request, fields=evidence_upload.META_FIELDS, file_field="file", file_type="image/png", limits=limits
+        request,
+        fields=evidence_upload.META_FIELDS,
+        file_field="file",
+        file_type="image/png",
+        limits=multipart.Limits.for_evidence(limits),
     )
     try:
         validate("evidence.request", form.fields)
@@ -103,9 +101,7 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     data = form.file
     async with request.app[PNG_DECODES]:
         try:
-            info = await asyncio.to_thread(
-                validate_png, data, max_side=settings.evidence_max_side, max_pixels=settings.evidence_max_pixels
-            )
+            info = await asyncio.to_thread(validate_evidence, data, limits)
         except ImageRejected as exc:
             log.info("evidence refused: %s", exc.reason)
             raise DeviceHTTPError(400, Code.UNSUPPORTED_IMAGE) from None
