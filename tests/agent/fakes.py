@@ -141,7 +141,7 @@ class FakeServer:
             "payment_mode": proof.payment_mode,
         }
         validate("submission_fence.request", payload)
-        # The server's re-check (spec 002 fence, issue 15: on the values read).
+        # The server's re-check (docs/api.md "Fence refusals", issue 15: on the values read).
         if (
             proof.selected_color != t.sku_color
             or proof.selected_size != t.sku_size

@@ -74,7 +74,7 @@ class DeviceCreds:
     token: str
 
     def headers(self) -> dict[str, str]:
-        """The two authentication headers of spec 002."""
+        """The two authentication headers (docs/api.md "Device authentication")."""
         return {"Authorization": f"Bearer {self.token}", "X-CMBuyer-Device-ID": self.device_id}
 
 

@@ -1,4 +1,4 @@
-"""claim-next (spec 000 §5–§6, spec 002): eligibility, snapshot match, stable order, rollback,
+"""claim-next (docs/api.md "POST /api/v1/tasks/claim-next"): eligibility, snapshot match, stable order, rollback,
 idempotent success/EMPTY/conflict (also after a restart), one open claim per device, same-session
 resume, the heartbeat gate, and the exact authorization-expiry boundary."""
 
@@ -270,7 +270,7 @@ async def test_open_claim_other_session_expired_lease_or_odd_state_needs_a_perso
     manual = (409, b'{"error":"claim_requires_manual"}')
     before = fingerprint(sync_conn)
     assert await claim(server_client, dev, new_id()) == manual  # other session
-    # ORDERING is resumable only at exactly claimed version + 1 (spec 002)
+    # ORDERING is resumable only at exactly claimed version + 1 (docs/api.md "POST /api/v1/tasks/claim-next")
     sync_conn.execute("UPDATE tasks SET state = 'ORDERING', version = version + 1 WHERE id = ?", (first.task_id,))
     assert (await claim_ok(server_client, dev, session)).attempt_id == first.attempt_id
     sync_conn.execute("UPDATE tasks SET version = version + 1 WHERE id = ?", (first.task_id,))

@@ -1,5 +1,6 @@
-"""Heartbeat (spec 002): records what the phone host reports, answers app_version_allowed from
-CMBUYER_ALLOWED_APP_VERSIONS and the server time; audit rows only when a reported fact changes."""
+"""Heartbeat (docs/api.md "POST /api/v1/devices/heartbeat"): records what the phone host reports, answers
+app_version_allowed from CMBUYER_ALLOWED_APP_VERSIONS and the server time; audit rows only when a reported fact
+changes."""
 
 from __future__ import annotations
 

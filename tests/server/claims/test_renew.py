@@ -1,5 +1,5 @@
-"""Lease renew (spec 000 §7, spec 002): CAS on the exact lease text, every claim field must match, cap at
-the authorization expiry, equal time = expired (no grace, no revival), replay / conflict by
+"""Lease renew (docs/api.md "POST /api/v1/tasks/{task_id}/lease/renew"): CAS on the exact lease text, every claim field
+must match, cap at the authorization expiry, equal time = expired (no grace, no revival), replay / conflict by
 renew_request_id, out-of-order and concurrent renewals, and no change to business state."""
 
 from __future__ import annotations

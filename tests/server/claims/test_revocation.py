@@ -1,6 +1,6 @@
-"""Revocation linearized with claims (spec 000 §8): a revocation committed first makes a later
-claim/renew fail with the empty 401 even when authentication had already passed; a claim committed
-first stays (no automatic release, no takeover)."""
+"""Revocation linearized with claims (docs/api.md "Device authentication", "Linearization with revocation"): a
+revocation committed first makes a later claim/renew fail with the empty 401 even when authentication had already
+passed; a claim committed first stays (no automatic release, no takeover)."""
 
 from __future__ import annotations
 

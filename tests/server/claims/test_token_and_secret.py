@@ -1,4 +1,4 @@
-"""Claim tokens (spec 000 §2): versioned, domain-separated HMAC; random nonces; only nonce + SHA-256 of
+"""Claim tokens (docs/api.md "Start-up"): versioned, domain-separated HMAC; random nonces; only nonce + SHA-256 of
 the token in SQLite; the same token after a restart; a wrong or missing secret refuses start-up; the
 comparison is constant-time and always runs."""
 

@@ -1,4 +1,5 @@
-"""Evidence upload over real HTTP (spec 002 截图; bad-inputs "Multipart evidence" and "PNG content")."""
+"""Evidence upload over real HTTP (docs/api.md "POST /api/v1/tasks/{id}/evidence"; bad-inputs "Multipart evidence" and
+"PNG content")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Migrations 0002 and 0005 as the claim layer uses them (spec 000 验收: upgrade/reopen, FK, unique, partial index,
-refusal of an upgrade over unattributable facts and of a "downgrade" of a database with claim facts)."""
+"""Migrations 0002 and 0005 as the claim layer uses them (the claim migrations' acceptance: upgrade/reopen, FK, unique,
+partial index, refusal of an upgrade over unattributable facts and of a "downgrade" of a database with claim facts)."""
 
 from __future__ import annotations
 

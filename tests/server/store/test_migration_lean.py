@@ -1,6 +1,6 @@
 """Migration 0005 (lean claim indexes): an upgrade from 0004 keeps every row and every claim replay, the
 constraints it replaces still hold on the new schema, and rows that break the new ones — or a dangling
-reference — refuse the upgrade and leave the database as it was (spec 000 验收: migration upgrade/reopen,
+reference — refuse the upgrade and leave the database as it was (the claim migrations' acceptance: upgrade/reopen,
 FK / unique / partial index, refusal over existing facts)."""
 
 from __future__ import annotations

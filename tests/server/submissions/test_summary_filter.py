@@ -1,5 +1,5 @@
-"""Summary filter bypasses (spec 002: no phone numbers, markup, page text or tokens in event/fail
-summaries): full-width digits, zero-width characters, bidi controls, HTML entities without ``;``,
+"""Summary filter bypasses (docs/api.md "POST /api/v1/tasks/{id}/events": no phone numbers, markup, page text or tokens
+in event/fail summaries): full-width digits, zero-width characters, bidi controls, HTML entities without ``;``,
 secret words glued to identifiers. Refused summaries are ``400 invalid_request`` and write nothing —
 so no token or phone number can reach the events table or an audit row through them."""
 
