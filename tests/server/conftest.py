@@ -139,6 +139,18 @@ async def server_client(aiohttp_client: Any, settings: Settings, clock: ManualCl
 
 
 @pytest.fixture
+def live(data_dir: Path, settings: Settings) -> Iterator[Any]:
+    """A real ``cmbuyer-server serve`` process on this data dir, started before and stopped after the test
+    (tests.server.submissions.live.LiveServer; ``settings`` first clears the environment it inherits)."""
+    from tests.server.submissions.live import LiveServer
+
+    server = LiveServer(data_dir)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 async def claimed(server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> Any:
     """A started task claimed over the real HTTP API by a fresh device (tests.server.submissions.helpers.Claim)."""
     from tests.server.submissions.helpers import claim_http

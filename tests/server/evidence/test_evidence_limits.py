@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-
-from cmbuyer.server.config import Settings
 from cmbuyer.server.services.common import new_id
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import evidence_path
@@ -20,14 +16,6 @@ from tests.server.submissions.live import LiveServer
 
 MiB = 1024 * 1024
 BOUNDARY = "cmbuyer-limit-test"
-
-
-@pytest.fixture
-def live(data_dir: Path, settings: Settings) -> Iterator[LiveServer]:
-    server = LiveServer(data_dir)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _head(task_id: str, creds: DeviceCreds | None, extra: str) -> bytes:

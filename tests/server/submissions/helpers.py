@@ -20,10 +20,11 @@ from PIL import Image
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import claim_next as claim_service
+from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.heartbeat import record_heartbeat
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import TEST_ACTOR, DeviceCreds
 
 HEARTBEAT = "/api/v1/devices/heartbeat"
 CLAIM_NEXT = "/api/v1/tasks/claim-next"
@@ -134,6 +135,20 @@ def claim_direct(conn: sqlite3.Connection, settings: Settings, now: datetime, cr
     )
     assert stored.status == 200 and stored.body is not None
     return Claim.from_body(creds, session, json.loads(stored.body))
+
+
+def renew_body(c: Claim, **over: Any) -> dict[str, Any]:
+    """A lease-renew body for this claim's current lease (fields overridable)."""
+    body = {
+        "renew_request_id": new_id(),
+        "session_id": c.session_id,
+        "attempt_id": c.attempt_id,
+        "claim_generation": c.generation,
+        "claim_token": c.token,
+        "expected_lease_expires_at": c.lease_expires_at,
+    }
+    body.update(over)
+    return body
 
 
 def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
@@ -275,23 +290,36 @@ async def upload(
     return resp.status, await resp.read()
 
 
+# Every table a device request may write (besides ``devices.write_seq``).
+DEVICE_WRITTEN_TABLES = (
+    "device_requests",
+    "attempts",
+    "audit_log",
+    "authorizations",
+    "tasks",
+    "events",
+    "evidence_assets",
+    "order_submissions",
+)
+
+
 def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
     """Every table a device request may change (compare before/after a refused request)."""
     out: dict[str, Any] = {}
-    for table in (
-        "device_requests",
-        "attempts",
-        "audit_log",
-        "authorizations",
-        "tasks",
-        "events",
-        "evidence_assets",
-        "order_submissions",
-    ):
+    for table in DEVICE_WRITTEN_TABLES:
         out[table] = [tuple(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
     # write_seq is bumped by every authenticated write's first statement (rolled back on refusal)
     out["devices"] = [tuple(r) for r in conn.execute("SELECT * FROM devices ORDER BY id")]
     return out
+
+
+async def assert_fence_refused_after_revocation(client: Any, c: Claim, conn: sqlite3.Connection, now: datetime) -> None:
+    """Revoke the claim's device (the CLI's use-case); its fence is then the empty 401 and writes nothing."""
+    run_in_transaction(conn, lambda tx: device_service.revoke_device(tx, c.device.device_id, TEST_ACTOR, now))
+    before = fingerprint(conn)
+    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
+    assert (status, raw) == (401, b"")
+    assert fingerprint(conn) == before
 
 
 def task_row(conn: sqlite3.Connection, task_id: str) -> sqlite3.Row:

@@ -13,12 +13,10 @@ import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.config import Settings
-from cmbuyer.server.db import run_in_transaction
-from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services.common import new_id
-from tests.server.conftest import TEST_ACTOR
 from tests.server.submissions.helpers import (
     Claim,
+    assert_fence_refused_after_revocation,
     claim_http,
     events_body,
     events_path,
@@ -292,13 +290,7 @@ async def test_expired_authorization_refused(
 async def test_revoked_device_gets_empty_401(
     server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, clock: ManualClock
 ) -> None:
-    run_in_transaction(
-        sync_conn, lambda c: device_service.revoke_device(c, claimed.device.device_id, TEST_ACTOR, clock.now())
-    )
-    before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
-    assert (status, raw) == (401, b"")
-    assert fingerprint(sync_conn) == before
+    await assert_fence_refused_after_revocation(server_client, claimed, sync_conn, clock.now())
 
 
 async def test_second_attempt_of_same_authorization_refused(

@@ -10,11 +10,9 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from cmbuyer.server.clock import SystemClock
 from cmbuyer.server.config import Settings
@@ -23,14 +21,6 @@ from tests.server.submissions.helpers import claim_direct, fence_body, fence_pat
 from tests.server.submissions.live import LiveServer, claim_live
 
 STORM = Path(__file__).with_name("storm_client.py")
-
-
-@pytest.fixture
-def live(data_dir: Path, settings: Settings) -> Iterator[LiveServer]:
-    server = LiveServer(data_dir)
-    server.start()
-    yield server
-    server.stop()
 
 
 def run_storm(plans: list[dict[str, Any]], tmp: Path) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,6 @@ from tests.server.submissions.test_fence_concurrency import run_storm
 
 ROUNDS = int(os.environ.get("CMBUYER_SOAK_ITERATIONS", "1"))
 TASKS = 40
-
-
-@pytest.fixture
-def live(data_dir: Path, settings: Settings) -> Iterator[LiveServer]:
-    server = LiveServer(data_dir)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _requests(claims: list[Claim]) -> list[dict[str, Any]]:

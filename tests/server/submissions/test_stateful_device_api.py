@@ -53,6 +53,7 @@ from tests.server.submissions.helpers import (
     heartbeat_body,
     multipart,
     png,
+    renew_body,
     result_path,
 )
 from tests.soak import soak_iterations
@@ -255,15 +256,7 @@ class DeviceApiMachine(RuleBasedStateMachine):
         if not self.claims:  # no precondition: rule choice must not depend on server state
             return
         c = self._claim(i)
-        body = {
-            "renew_request_id": new_id(),
-            "session_id": c.session_id,
-            "attempt_id": c.attempt_id,
-            "claim_generation": c.generation,
-            "claim_token": c.token,
-            "expected_lease_expires_at": c.lease_expires_at,
-        }
-        status, raw = self.post(RENEW.format(c.task_id), c.device, body)
+        status, raw = self.post(RENEW.format(c.task_id), c.device, renew_body(c))
         assert status in (200, 409)
         if status == 200:
             new_lease = json.loads(raw)["lease_expires_at"]
