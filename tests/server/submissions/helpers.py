@@ -4,6 +4,7 @@ multipart builders, and a fingerprint of every table a device request may write.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -21,6 +22,7 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.services.heartbeat import record_heartbeat
@@ -250,6 +252,22 @@ def evidence_fields(c: Claim, data: bytes, **over: str) -> dict[str, str]:
     }
     fields.update(over)
     return fields
+
+
+def direct_upload(c: Claim, data: bytes, kind: str = "FAILURE") -> evidence_upload.Upload:
+    """The validated upload the evidence route hands to the service, for a 16×8 PNG (evidence.pngs.padded_to)."""
+    return evidence_upload.Upload(
+        task_id=c.task_id,
+        upload_key=new_id(),
+        attempt_id=c.attempt_id,
+        kind=kind,
+        privacy_tier="INTERNAL_RAW",
+        sha256=hashlib.sha256(data).hexdigest(),
+        captured_at="2026-08-04T09:01:00Z",
+        byte_size=len(data),
+        width=16,
+        height=8,
+    )
 
 
 def multipart(
