@@ -141,16 +141,14 @@ def claim_direct(conn: sqlite3.Connection, settings: Settings, now: datetime, cr
 
 def renew_body(c: Claim, **over: Any) -> dict[str, Any]:
     """A lease-renew body for this claim's current lease (fields overridable)."""
-    body = {
+    return {
         "renew_request_id": new_id(),
         "session_id": c.session_id,
         "attempt_id": c.attempt_id,
         "claim_generation": c.generation,
         "claim_token": c.token,
         "expected_lease_expires_at": c.lease_expires_at,
-    }
-    body.update(over)
-    return body
+    } | over
 
 
 def fence_body(c: Claim, **over: Any) -> dict[str, Any]:

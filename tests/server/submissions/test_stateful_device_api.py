@@ -47,6 +47,7 @@ from tests.server.submissions.helpers import (
     event,
     events_path,
     evidence_fields,
+    fail_body,
     fail_path,
     fence_body,
     fence_path,
@@ -240,15 +241,7 @@ class DeviceApiMachine(RuleBasedStateMachine):
             return
         c = self._claim(i)
         dev = self._other(c.device) if foreign else c.device
-        body = {
-            "fail_key": new_id(),
-            "claim_generation": c.generation,
-            "claim_token": c.token,
-            "reason_code": "SKU_VALUE_MISSING",
-            "summary": "option not found",
-            "evidence_asset_id": None,
-        }
-        status, _ = self.post(fail_path(c.attempt_id), dev, body)
+        status, _ = self.post(fail_path(c.attempt_id), dev, fail_body(c))
         assert status in ((409,) if foreign else (200, 409))
 
     @rule(i=st.integers(0, 50))
