@@ -66,6 +66,10 @@ def sync_conn(settings: Settings) -> Iterator[sqlite3.Connection]:
     conn.close()
 
 
+# Types of the factory fixtures (make_task, make_device, ready_device, …) in test signatures.
+Maker = Callable[..., Any]
+
+
 @dataclass(frozen=True)
 class DeviceCreds:
     """A device id and its token (test-only; tokens are generated fresh per test, never fixtures)."""
@@ -76,6 +80,9 @@ class DeviceCreds:
     def headers(self) -> dict[str, str]:
         """The two authentication headers (docs/api.md "Device authentication")."""
         return {"Authorization": f"Bearer {self.token}", "X-CMBuyer-Device-ID": self.device_id}
+
+
+DeviceMaker = Callable[..., DeviceCreds]
 
 
 @pytest.fixture

@@ -18,10 +18,7 @@ URL = "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375"
 
 
 def cli(
-    data_dir: Path,
-    *args: str,
-    stdin: str | None = None,
-    env: dict[str, str] | None = None,
+    data_dir: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), *args],

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -18,11 +17,11 @@ from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.services import claim_next as claim_service
+from cmbuyer.server.services.claim_next import ClaimPolicy
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import audit
 from tests.server.claims.conftest import CLAIM, claim, claim_ok, fingerprint, post
-
-Maker = Callable[..., Any]
+from tests.server.conftest import Maker
 
 
 def counts(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -184,7 +183,7 @@ async def test_authorization_expiry_boundary_is_exclusive_and_caps_the_lease(
     make_task: Maker,
     sync_conn: sqlite3.Connection,
     clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    policy: ClaimPolicy,
 ) -> None:
     task = make_task(start=True)
     expires = sync_conn.execute("SELECT expires_at FROM authorizations WHERE task_id = ?", (task.id,)).fetchone()[0]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,8 +18,7 @@ from cmbuyer.server.services.common import Actor
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body, post
-
-Maker = Callable[..., Any]
+from tests.server.conftest import Maker
 
 
 @pytest.mark.parametrize(

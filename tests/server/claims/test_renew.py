@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,9 +18,8 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.store import audit
 from tests.server.claims.conftest import CLAIM, Claimed, claim_ok, fingerprint, post, renew_path
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceCreds, Maker
 
-Maker = Callable[..., Any]
 NOT_CURRENT = (409, b'{"error":"claim_not_current"}')
 
 

@@ -9,7 +9,6 @@ import hmac
 import json
 import secrets
 import sqlite3
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ from cmbuyer.server.services import claim_check
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.services.common import new_id
 from tests.server.claims.conftest import claim, claim_ok, post, renew_path
+from tests.server.conftest import Maker
 
-Maker = Callable[..., Any]
 FIELDS = {
     "device_id": "d" * 36,
     "task_id": "t" * 36,

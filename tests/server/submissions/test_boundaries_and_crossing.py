@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +19,7 @@ from cmbuyer.server.services import recovery
 from cmbuyer.server.services import submission_result as result_service
 from cmbuyer.server.services.common import new_id
 from cmbuyer.server.web.keys import DB
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     Claim,
@@ -70,11 +70,7 @@ async def test_lease_end_is_expired_for_fence_renew_events(
 
 
 async def test_sweeper_at_lease_end_never_reopens_the_fence(
-    server_client: Any,
-    claimed: Claim,
-    clock: ManualClock,
-    make_device: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, claimed: Claim, clock: ManualClock, make_device: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     status, body = await _fence(server_client, claimed)
     assert status == 200 and body["click_permitted"] is True
@@ -231,11 +227,7 @@ async def test_non_canonical_path_ids(server_client: Any, claimed: Claim, sync_c
 
 
 async def test_url_and_body_ids_must_agree(
-    server_client: Any,
-    claimed: Claim,
-    make_task: Callable[..., Any],
-    make_device: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, claimed: Claim, make_task: Maker, make_device: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(start=True)
     other = await claim_http(server_client, make_device("b"))
@@ -282,11 +274,7 @@ async def test_url_and_body_ids_must_agree(
 
 
 async def test_one_key_across_endpoints_and_devices(
-    server_client: Any,
-    claimed: Claim,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, claimed: Claim, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     key = new_id()
     status, _ = await post_json(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.services.common import new_id
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     Claim,
     assert_fence_refused_after_revocation,
@@ -212,11 +212,7 @@ async def test_gate_reading_passes_with_a_discount_and_allowed_modes(
 
 
 async def test_payment_mode_allow_list_is_a_setting(
-    aiohttp_client: Any,
-    settings: Settings,
-    clock: ManualClock,
-    make_task: Callable[..., Any],
-    make_device: Callable[..., Any],
+    aiohttp_client: Any, settings: Settings, clock: ManualClock, make_task: Maker, make_device: Maker
 ) -> None:
     from cmbuyer.server.app import create_app
 
@@ -230,7 +226,7 @@ async def test_payment_mode_allow_list_is_a_setting(
 
 
 async def test_task_without_size_fences_only_without_a_size_read(
-    server_client: Any, make_task: Callable[..., Any], make_device: Callable[..., Any], sync_conn: sqlite3.Connection
+    server_client: Any, make_task: Maker, make_device: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(size=None, start=True)
     c = await claim_http(server_client, make_device())
@@ -294,11 +290,7 @@ async def test_revoked_device_gets_empty_401(
 
 
 async def test_second_attempt_of_same_authorization_refused(
-    server_client: Any,
-    claimed: Claim,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, claimed: Claim, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     """Another device's attempt cannot fence this authorization, and this authorization cannot get a
     second attempt (attempts.authorization_id is UNIQUE)."""

@@ -19,7 +19,6 @@ import json
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -38,7 +37,7 @@ from hypothesis.stateful import (
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.services.common import new_id
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceCreds, DeviceMaker, Maker
 from tests.server.inproc import InProcServer
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
@@ -72,8 +71,8 @@ class World:
     server: InProcServer
     conn: sqlite3.Connection
     clock: ManualClock
-    make_device: Callable[..., DeviceCreds]
-    make_task: Callable[..., Any]
+    make_device: DeviceMaker
+    make_task: Maker
     permits: Counter[str]
     tokens: set[str]
     attempt_device: dict[str, str]
@@ -372,8 +371,8 @@ def test_device_api_state_machine(
     settings: Settings,
     clock: ManualClock,
     sync_conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    make_device: DeviceMaker,
+    make_task: Maker,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)

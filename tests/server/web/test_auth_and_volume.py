@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.services.common import new_id
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     HEARTBEAT,
@@ -74,11 +74,7 @@ async def test_401_before_any_body_byte_on_every_route(server_client: Any, claim
 
 
 async def test_revoked_mid_flow_is_401_and_nobody_takes_over(
-    server_client: Any,
-    claimed: Claim,
-    sync_conn: sqlite3.Connection,
-    clock: ManualClock,
-    make_device: Callable[..., Any],
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, clock: ManualClock, make_device: Maker
 ) -> None:
     await assert_fence_refused_after_revocation(server_client, claimed, sync_conn, clock.now())
     other = make_device("b")
