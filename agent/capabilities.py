@@ -1,4 +1,4 @@
-"""Phone capability layer (spec 002 §三 真机能力分层): each function does one step, verifies it,
+"""Phone capability layer (docs/architecture.md "Agent"): each function does one step, verifies it,
 and raises :class:`FlowStop` (with a wire reason code) instead of guessing.
 
 None of these can tap the submit control (the adapter's generic tap refuses it) and this module

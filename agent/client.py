@@ -1,4 +1,5 @@
-"""HttpDeviceApi: the only module that speaks HTTP (TaskSource + ResultSink over spec 002 §二).
+"""HttpDeviceApi: the only module that speaks HTTP (TaskSource + ResultSink over the device API, docs/api.md
+"Device API I" and "Device API II").
 
 - Auth headers: ``Authorization: Bearer <token>`` + ``X-CMBuyer-Device-ID``; the token is never
   logged and never in ``repr``.

@@ -1,7 +1,7 @@
 """Typed agent errors; each carries a fixed reason code from ``common.json#/$defs/reason_code``.
 
 The reason code is what goes on the wire (``fail``/events); ``summary`` is a short, non-sensitive
-English phrase (never page text, tokens, addresses — spec 002 "事件与证据").
+English phrase (never page text, tokens, addresses — docs/api.md "POST /api/v1/tasks/{id}/events").
 
 Also here: the server's device error codes as the agent knows them (:data:`SERVER_CODES`, read from
 ``device_error.response.json`` — the enum the server's own catalogue is checked against) and what each
@@ -121,7 +121,7 @@ class PaymentControlBlocked(PhoneError):
 
 
 class SubmitControlGuarded(PhoneError):
-    """A generic tap aimed at the submit control; only ``submit.py`` may tap it (spec 002 §三)."""
+    """A generic tap aimed at the submit control; only ``submit.py`` may tap it (docs/architecture.md "Agent")."""
 
     reason_code = "INTERNAL_ERROR"
 
@@ -205,7 +205,7 @@ _REJECTION_REASONS = by_server_code(
 
 
 class ClaimRequiresManual(ServerRejected):
-    """409 claim_requires_manual: stop claiming until a person acts (spec 002 claim-next)."""
+    """409 claim_requires_manual: stop claiming until a person acts (docs/api.md "POST /api/v1/tasks/claim-next")."""
 
 
 class AppVersionNotAllowed(ServerRejected):

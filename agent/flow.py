@@ -1,4 +1,4 @@
-"""The purchase flow orchestrator (design §7.1, spec 002 §三 SinglePassPurchaseFlow).
+"""The purchase flow orchestrator (design §7.1, docs/agent.md "The run loop").
 
 claim → open product → buy button (the pack's buy path) → the layout is recognized from the sheet that
 opens (SKU sheet or order sheet) → select options (scrolling inside their lists) → gate 1 (+screenshot)
@@ -109,7 +109,8 @@ class PurchaseFlow:
 
     def _evidence(self, claim: Claim, kind: str) -> str | None:
         """Upload a screenshot taken only while the app itself is in front (a stop can leave a
-        foreign app, e.g. a cashier, in front: spec 002 refuses photographing it) → asset id or None."""
+        foreign app, e.g. a cashier, in front: the evidence rules (docs/api.md "POST /api/v1/tasks/{id}/evidence")
+        refuse photographing it) → asset id or None."""
         png = self.phone.app_screenshot_png()
         if png is None:
             return None

@@ -1,4 +1,4 @@
-"""Local journal: one SQLite file per device serial (design §7.2, spec 001 "intent before effect").
+"""Local journal: one SQLite file per device serial (design §7.2, intent before effect: docs/agent.md "Journal").
 
 Location: ``$CMBUYER_AGENT_STATE_DIR/<serial>.sqlite3`` (default ``./var/agent``); the serial is
 made filesystem-safe (``192.168.0.173:5555`` → ``192.168.0.173_5555``). File mode 0600: it holds

@@ -1,4 +1,4 @@
-"""Lease keeper (design §4/§7.1, spec 000): renew on the agent's own monotonic clock.
+"""Lease keeper (design §4/§7.1, docs/agent.md "The run loop"): renew on the agent's own monotonic clock.
 
 At claim time we learn ``lease_expires_at`` and ``server_now``; the lease ends, on our monotonic
 clock, at ``t0 + (lease_expires_at - server_now)`` where ``t0`` is when the response arrived (a

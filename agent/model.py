@@ -1,4 +1,4 @@
-"""Value types shared by the flow, the journal and the TaskSource/ResultSink ports (spec 002 §三).
+"""Value types shared by the flow, the journal and the TaskSource/ResultSink ports (docs/architecture.md "Agent").
 
 Money is ``Decimal``; times on the wire are strings; tokens are hidden from ``repr``.
 """
@@ -106,7 +106,7 @@ class AttemptFailure:
 @dataclass(frozen=True)
 class SubmissionProof:
     """What the gates READ on the screen, sent to submission-fence so the server can re-check and refuse
-    (spec 002, issue 15 §5; docs/api.md "Fence request"). Never the task's own values.
+    (issue 15 §5; docs/api.md "Fence request"). Never the task's own values.
 
     ``selected_size`` is None only when the task names no size; ``gate3_unit_price`` is the unit price on
     the screen that holds the submit control; ``confirm_page_amount`` the total from ``提交订单 ¥<total>``;

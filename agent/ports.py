@@ -1,4 +1,4 @@
-"""TaskSource / ResultSink protocols (spec 002 §三). The flow depends on these, never on HTTP.
+"""TaskSource / ResultSink protocols (docs/architecture.md "Agent"). The flow depends on these, never on HTTP.
 
 The one implementation is :class:`cmbuyer.agent.client.HttpDeviceApi`; tests use in-process fakes
 that enforce the same rules.

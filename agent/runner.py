@@ -2,7 +2,7 @@
 
 Loop, until a stop is requested:
 
-1. **Recovery before dispatch** (spec 001): anything the journal still owes the server — a
+1. **Recovery before dispatch** (docs/agent.md "The run loop"): anything the journal still owes the server — a
    submission without ``RESULT_REPORTED``, an attempt left open before the fence, a ``fail`` that was
    not delivered — is settled first (:func:`cmbuyer.agent.recovery.recover`). While anything is still
    owed (server down) the agent does not claim; it retries every poll.

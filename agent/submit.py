@@ -1,4 +1,4 @@
-"""submit_order_once: the ONLY code that taps 提交订单 (spec 002 §三, design §2.1–2.2).
+"""submit_order_once: the ONLY code that taps 提交订单 (docs/architecture.md "Agent", design §2.1–2.2).
 
 Takes an unforgeable :class:`SubmissionPermit`. Order of effects:
 1. the flow journaled PERMIT_RECEIVED when the permit arrived;

@@ -184,7 +184,8 @@ def foreign_screenshots(
 def assert_no_foreign_screenshots(
     entries: Iterable[Entry], app_package: str = PDD_PACKAGE, serial: str | None = None
 ) -> None:
-    """Spec 002 refuses screenshots of external payment pages: none taken while one was in front."""
+    """The evidence rules (docs/api.md "POST /api/v1/tasks/{id}/evidence") refuse screenshots of external payment pages:
+    none taken while one was in front."""
     found = foreign_screenshots(list(entries), app_package=app_package, serial=serial)
     assert not found, f"screenshots while a foreign app was in front: {found}"
 

@@ -2,7 +2,7 @@
 
 Times are aware ``datetime`` in UTC. On the wire and in SQLite they are the canonical string
 ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (always six fraction digits, so string order is time order and the
-lease CAS of spec 002 can compare the exact text).
+lease renew CAS (docs/api.md "POST /api/v1/tasks/{task_id}/lease/renew") can compare the exact text).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Sources, later wins: built-in defaults < ``<data dir>/cmbuyer.env`` (written by 
 init``) < the real environment. Every setting is one row of :data:`SETTINGS_TABLE` (attribute,
 variable, default, bounds, meaning): the :class:`Settings` defaults, the parsing in
 :func:`load_settings` and the README's settings table (:func:`settings_markdown`, checked by
-tests/server/foundation/test_config.py) all come from it. Every value is validated here; a bad one
+tests/server/test_config.py) all come from it. Every value is validated here; a bad one
 raises :class:`SettingsError` whose message is one line naming the variable and never echoing a secret.
 """
 
@@ -364,7 +364,7 @@ class Settings:
     """Validated configuration. Durations are integer seconds; sizes are bytes; money is ``Decimal`` (CNY).
     Every default is the one in :data:`SETTINGS_TABLE`.
 
-    Invariants: ``claim_lease_ttl < authorization_ttl`` (spec 000 §3);
+    Invariants: ``claim_lease_ttl < authorization_ttl`` (README.md "Configuration");
     ``evidence_bytes_per_attempt >= evidence_max_bytes`` (one largest file always fits a fresh attempt).
     """
 

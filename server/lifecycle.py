@@ -8,8 +8,8 @@ Start-up (:data:`STARTUP_STEPS`, run in this order; the first that raises stops 
 3. :func:`check_claim_secret` — the configured claim-token secret rebuilds every existing claim (fail
    closed: a wrong secret would answer every resumed claim with a token the phone cannot match);
 4. :func:`recover` — the expiry sweep until nothing is left, so a fenced submission whose lease ran out
-   while the server was down is in reconciliation before any device route serves (spec 001 "recovery
-   before dispatch").
+   while the server was down is in reconciliation before any device route serves (recovery before dispatch: docs/api.md
+   "Expiry and recovery").
 
 Then the periodic jobs (:data:`PERIODIC_JOBS`), each every ``settings.sweep_interval`` seconds:
 :func:`sweep_admin_sessions` (ended admin sessions and forgotten login throttles) and

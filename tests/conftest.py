@@ -11,6 +11,21 @@ import pytest
 
 from tests.soak import DEFAULT_SECONDS_PER_ITERATION, timeout_for
 
+# Helper modules whose asserts are part of the tests get pytest's assertion rewriting, like test
+# modules and conftest files (detailed failure messages). Must run before they are first imported.
+pytest.register_assert_rewrite(
+    "tests.agent.fake_approval",
+    "tests.agent.fakes",
+    "tests.agent.realserver",
+    "tests.phonesim.helpers",
+    "tests.server.admin.seed",
+    "tests.server.evidence.pngs",
+    "tests.server.inproc",
+    "tests.server.submissions.helpers",
+    "tests.server.submissions.live",
+    "tests.server.supervision.helpers",
+)
+
 # Keep tests away from a developer's real data dir.
 os.environ.pop("CMBUYER_DATA_DIR", None)
 

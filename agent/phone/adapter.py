@@ -389,9 +389,9 @@ class PhoneAdapter:
             return dump, None
 
     def app_screenshot_png(self) -> bytes | None:
-        """PNG bytes of the screen, taken only while the app itself is focused (spec 002 refuses
-        screenshots of external payment pages): the focus is read before and after the capture;
-        anything else — a foreign window, an unreadable focus, a failed capture — gives None, and a
+        """PNG bytes of the screen, taken only while the app itself is focused (the evidence rules (docs/api.md
+        "POST /api/v1/tasks/{id}/evidence") refuse screenshots of external payment pages): the focus is read before and
+        after the capture; anything else — a foreign window, an unreadable focus, a failed capture — gives None, and a
         capture made while the focus changed is dropped."""
         try:
             if self.focused_package() != self.app_package:

@@ -1,4 +1,4 @@
-"""Screen recognition and readers driven by a selector pack (design §7.4/§7.5, spec 002 §三).
+"""Screen recognition and readers driven by a selector pack (design §7.4/§7.5, docs/architecture.md "Agent").
 
 These are pure functions over a parsed :class:`Dump`. They never tap and never import the submit
 or permit modules (checked by tests/agent/test_isolation.py).

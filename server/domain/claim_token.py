@@ -1,5 +1,5 @@
-"""Claim tokens (spec 000 §2, spec 002 claim-next): proof that a request comes from the holder of one
-attempt's claim — never a permission to submit.
+"""Claim tokens (docs/api.md "Start-up", "POST /api/v1/tasks/claim-next"): proof that a request comes from the holder of
+one attempt's claim — never a permission to submit.
 
 ``token = HMAC-SHA256(claim_token_secret, message)`` as 64 lowercase hex, where ``message`` is a
 versioned, domain-separated, length-prefixed encoding of device / task / authorization / attempt /

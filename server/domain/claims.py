@@ -1,5 +1,5 @@
-"""Claim rules (spec 000 §5–§7, docs/api.md "claim-next" and "lease renew"). Pure: no I/O, no SQL, no
-clock reads — rows and times come in as arguments.
+"""Claim rules (docs/api.md "POST /api/v1/tasks/claim-next"–§7, docs/api.md "claim-next" and "lease renew"). Pure: no
+I/O, no SQL, no clock reads — rows and times come in as arguments.
 
 - :class:`ClaimPolicy` — what the claim, renew and heartbeat jobs need from the settings;
 - :func:`claimable` — the eligibility of an authorization and its task. ``store.authorizations.next_candidate``
@@ -179,7 +179,8 @@ class ClaimPolicy:
 
 
 def claim_not_current() -> Conflict:
-    """The fixed 409 of spec 002 for any claim mismatch (never says which part failed)."""
+    """The fixed 409 for any claim mismatch (docs/api.md "Status and error codes of these routes"; never says which part
+    failed)."""
     return Conflict("claim is not current", code=Code.CLAIM_NOT_CURRENT)
 
 
@@ -200,9 +201,9 @@ def snapshot_matches(task: Snapshot, authorization: Snapshot) -> bool:
 
 
 def claimable(authorization: AuthorizationRow, task: TaskRow, now: datetime) -> bool:
-    """The eligibility of an authorization for claim-next (spec 000 §5): ACTIVE, ``expires_at`` strictly
-    later than ``now`` (equal = expired), its task PENDING at exactly the snapshot's version, and every
-    snapshot field equal to the task's (a drifted snapshot is skipped, never claimed: fail closed).
+    """The eligibility of an authorization for claim-next (docs/api.md "POST /api/v1/tasks/claim-next"): ACTIVE,
+    ``expires_at`` strictly later than ``now`` (equal = expired), its task PENDING at exactly the snapshot's version,
+    and every snapshot field equal to the task's (a drifted snapshot is skipped, never claimed: fail closed).
 
     The SQL twin is ``store.authorizations.next_candidate``'s ``WHERE``, which also picks the oldest such row.
     """
@@ -291,9 +292,9 @@ def may_resume(
 
 
 def renewable(task: TaskRow, authorization: AuthorizationRow, claimed_task_version: int, now: datetime) -> bool:
-    """The renew rule for a current claim (spec 000 §7): task and authorization in a :data:`RENEWABLE` pair,
-    the authorization strictly later than ``now`` (nothing expired is revived), its snapshot unchanged, and
-    the task not behind the claim's version."""
+    """The renew rule for a current claim (docs/api.md "lease/renew"): task and authorization in a
+    :data:`RENEWABLE` pair, the authorization strictly later than ``now`` (nothing expired is revived), its
+    snapshot unchanged, and the task not behind the claim's version."""
     return (
         (task.state, authorization.state) in RENEWABLE
         and lease.is_live(authorization.expires_at, now)

@@ -4,7 +4,7 @@ A code is a stable word a client may key on (the agent does: ``agent/errors.py``
 once, here, as a :class:`Code` member. The device API answers ``{"error": code}``
 (``shared/schemas/device_error.response.json``), the admin web ``{"error": {"code": …}}``
 (``shared/schemas/admin_error.response.json``); both schemas list their codes in an ``enum`` that
-``tests/server/foundation/test_error_catalogue.py`` proves equal to :data:`DEVICE_CODES` and
+``tests/server/domain/test_error_catalogue.py`` proves equal to :data:`DEVICE_CODES` and
 :data:`ADMIN_CODES`. What each code means for the caller is documented in docs/api.md (device API) and
 docs/admin.md (admin web).
 

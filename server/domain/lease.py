@@ -1,4 +1,4 @@
-"""Lease and freshness arithmetic (spec 000 §3 and §7, spec 002 renew). Pure functions, no I/O.
+"""Lease and freshness arithmetic (docs/api.md "POST /api/v1/tasks/{task_id}/lease/renew"). Pure functions, no I/O.
 
 Rules:
 

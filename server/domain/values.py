@@ -1,4 +1,4 @@
-"""Validation of task fields (spec 002 文本和金额校验, `POST /tasks`). Pure functions.
+"""Validation of task fields (docs/api.md "Conventions"; docs/admin.md "Routes", `POST /tasks`). Pure functions.
 
 Each ``parse_*`` returns the canonical value or raises :class:`ValidationFailed` naming the field.
 """

@@ -1,4 +1,5 @@
-"""Strict PNG validation for evidence uploads (spec 002: magic, full decode, size limits, no APNG).
+"""Strict PNG validation for evidence uploads (docs/api.md "POST /api/v1/tasks/{id}/evidence": magic, full decode, size
+limits, no APNG).
 
 Order matters (bad-inputs "PNG content"): the chunk structure is walked first without decoding —
 signature, IHDR first with sane fields, **the header's width/height checked against the limits

@@ -1,4 +1,4 @@
-"""Human use-cases on tasks after start-purchases (spec 002 围栏前重置与围栏后调和; design §3).
+"""Human use-cases on tasks after start-purchases (docs/admin.md "Human actions"; design §3).
 
 Each function is one synchronous job run inside one write transaction (``Database.write``); it
 checks the expected task version, computes the new states only through
@@ -141,7 +141,7 @@ def reset_to_draft(
 
     Closes the live authorization (ACTIVE/CLAIMED → CLOSED, reason RESET) and any OPEN attempt
     (close_reason RESET). ``expected_authorization_id``, when given, must be the task's newest
-    authorization (spec 002: reset checks version, authorization id and "no order_submission").
+    authorization (docs/admin.md "Human actions": reset checks version, authorization id and "no order_submission").
     Raises NotFound, Conflict(``submission_fenced``/``version_conflict``), InvalidTransition.
     """
     return _close_before_fence(

@@ -1,4 +1,4 @@
-"""Admin login sessions and failed-login throttling (spec 002 身份; issue 5 "Login/logout").
+"""Admin login sessions and failed-login throttling (docs/admin.md "Identity and sessions"; issue 5 "Login/logout").
 
 * A session id is 32 random bytes (256 bits) sent as URL-safe base64 in the cookie; the database
   keeps only SHA-256 of those bytes.

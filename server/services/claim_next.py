@@ -1,4 +1,4 @@
-"""``POST /api/v1/tasks/claim-next`` as one write-transaction job (spec 000 §5–§6, spec 002).
+"""``POST /api/v1/tasks/claim-next`` as one write-transaction job (docs/api.md).
 
 Order inside the transaction (each step only after the previous one):
 

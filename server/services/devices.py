@@ -1,4 +1,4 @@
-"""Device identity use-cases: issue a token (shown once), list, revoke (spec 002 身份)."""
+"""Device identity use-cases: issue a token (shown once), list, revoke (docs/api.md "Device authentication")."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class IssuedDevice:
 
 
 def token_hash(token_hex: str) -> bytes:
-    """SHA-256 of the token's 32 raw bytes (what the DB stores; spec 002: 32-byte BLOB)."""
+    """SHA-256 of the token's 32 raw bytes (what the DB stores; docs/api.md "Device authentication": a 32-byte BLOB)."""
     return hashlib.sha256(bytes.fromhex(token_hex)).digest()
 
 
@@ -66,7 +66,8 @@ def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: d
     """Revoke a device (idempotent; returns True when this call revoked it). NotFound when unknown.
 
     Linearized with claims through the write lock: a revocation committed first makes later device
-    requests fail; a claim committed first stays (no automatic release; spec 000 §8).
+    requests fail; a claim committed first stays (no automatic release; docs/api.md "Device authentication",
+    "Linearization with revocation").
     """
     if not is_uuid4(device_id) or device_store.get(conn, device_id) is None:
         raise NotFound("设备不存在")

@@ -1,4 +1,4 @@
-"""``POST /api/v1/tasks/{id}/evidence`` — the database half (spec 002 截图).
+"""``POST /api/v1/tasks/{id}/evidence`` — the database half (docs/api.md).
 
 The web layer has already authenticated the device, read the multipart form within its caps,
 validated the six metadata fields, fully validated the PNG, checked the declared SHA-256 and durably
@@ -71,7 +71,8 @@ class Upload:
 
 
 def _replay(stored: Stored) -> Stored:
-    # First success is 201; every replay of it is 200 with the same body (spec 002).
+    # First success is 201; every replay of it is 200 with the same body (docs/api.md
+    # "POST /api/v1/tasks/{id}/evidence").
     return Stored(200, stored.body, stored.attempt_id)
 
 

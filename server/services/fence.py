@@ -1,4 +1,4 @@
-"""``POST /api/v1/purchase-attempts/{aid}/submission-fence`` — the one-time fence (spec 002, design §2.1).
+"""``POST /api/v1/purchase-attempts/{aid}/submission-fence`` — the one-time fence (docs/api.md, design §2.1).
 
 Whatever happens (replays, races, crashes, restarts, expired leases) at most one ``click_permitted:
 true`` is ever issued per authorization. The argument:

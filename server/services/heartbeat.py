@@ -1,4 +1,4 @@
-"""``POST /api/v1/devices/heartbeat`` (spec 002; design §7.1): record what the phone host reports and
+"""``POST /api/v1/devices/heartbeat`` (docs/api.md; design §7.1): record what the phone host reports and
 answer whether its Pinduoduo version is allowed, with the server's time.
 
 The body's ``device_id`` must be the authenticated device (checked by the route before any write).

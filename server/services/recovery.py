@@ -1,4 +1,4 @@
-"""Expiry sweeper and start-up recovery (design §2.7, spec 001 "recovery before dispatch").
+"""Expiry sweeper and start-up recovery (design §2.7, recovery before dispatch: docs/api.md "Expiry and recovery").
 
 The same job runs at start-up — a start-up step of ``lifecycle.py``, so it completes before any
 device route serves — and then every ``settings.sweep_interval`` seconds. Each pass is one write job
@@ -10,7 +10,7 @@ device route serves — and then every ``settings.sweep_interval`` seconds. Each
 - an ACTIVE authorization (never claimed) whose expiry is at or before now → EXPIRED, its PENDING
   task → EXPIRED (version + 1);
 - a claim whose lease expired *before* the fence is left exactly as it is: the task shows "lease
-  expired — needs a person"; it is never released to another device (spec 000 §8).
+  expired — needs a person"; it is never released to another device (docs/api.md "Expiry and recovery").
 
 Every change writes its audit row (actor ``system``) in the same transaction.
 """

@@ -1,4 +1,4 @@
-"""``POST /api/v1/tasks/{id}/lease/renew`` as one write-transaction job (spec 000 §7, spec 002).
+"""``POST /api/v1/tasks/{id}/lease/renew`` as one write-transaction job (docs/api.md).
 
 Order: conditional "device still ACTIVE" UPDATE → idempotency lookup of ``renew_request_id`` (same
 request → the stored answer, no second CAS) → the claim must be current: the OPEN attempt of the URL's

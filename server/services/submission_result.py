@@ -1,4 +1,4 @@
-"""``POST /api/v1/order-submissions/{sid}/result`` — the single observation after the tap (spec 002).
+"""``POST /api/v1/order-submissions/{sid}/result`` — the single observation after the tap (docs/api.md).
 
 Order: conditional "device still ACTIVE" UPDATE → idempotency lookup of ``result_key`` (same request →
 the stored answer) → the submission must exist *and* have been fenced by this device, else ``404

@@ -29,7 +29,8 @@ from cmbuyer.server.tx.common import Actor, canonical_json, new_id, payload_hash
 
 @dataclass(frozen=True)
 class NewTask:
-    """Validated input of ``POST /tasks`` (spec 002): canonical URL, goods id, NFKC SKU, Decimal price."""
+    """Validated input of ``POST /tasks`` (docs/api.md "Conventions"): canonical URL, goods id, NFKC SKU, Decimal
+    price."""
 
     create_key: str
     title: str
@@ -44,7 +45,8 @@ class NewTask:
 def validate_new_task(raw: dict[str, Any], settings: Settings) -> NewTask:
     """Validate a create request (JSON or form, already decoded to ``str``/``int``).
 
-    Raises ValidationFailed naming the first bad field (spec 002 `POST /tasks`, 文本和金额校验).
+    Raises ValidationFailed naming the first bad field (docs/admin.md "Routes", `POST /tasks`; docs/api.md
+    "Conventions").
     """
     create_key = raw.get("create_key")
     if not is_uuid4(create_key):
@@ -140,7 +142,7 @@ def start_purchases(
     now: datetime,
     settings: Settings,
 ) -> dict[str, Any]:
-    """Spec 002 `POST /tasks/start-purchases`: all-or-nothing batch DRAFT → PENDING with one new
+    """`POST /tasks/start-purchases` (docs/admin.md "Routes"): all-or-nothing batch DRAFT → PENDING with one new
     ACTIVE authorization per task (snapshot of the task fields, expiry = now + authorization TTL).
 
     Returns the response body (``payment_automated`` is always False). Same ``start_key`` + same set

@@ -77,7 +77,8 @@ def open_for_task(conn: sqlite3.Connection, task_id: str) -> Attempt | None:
 
 
 def set_lease(conn: sqlite3.Connection, attempt_id: str, *, expected: str, new: str) -> bool:
-    """CAS the lease end from exactly ``expected`` to ``new`` on an OPEN attempt (spec 002 renew)."""
+    """CAS the lease end from exactly ``expected`` to ``new`` on an OPEN attempt (docs/api.md
+    "POST /api/v1/tasks/{task_id}/lease/renew")."""
     cur = conn.execute(
         "UPDATE attempts SET lease_expires_at = ? WHERE id = ? AND state = 'OPEN' AND lease_expires_at = ?",
         (new, attempt_id, expected),
@@ -130,7 +131,7 @@ def take_event_seqs(conn: sqlite3.Connection, attempt_id: str, count: int) -> in
 
 def for_secret_check(conn: sqlite3.Connection, newest: int = 3) -> list[Attempt]:
     """Every OPEN attempt plus the ``newest`` others: the claims whose tokens a restarted server must be
-    able to rebuild (start-up secret check, spec 000 §2)."""
+    able to rebuild (start-up secret check, docs/api.md "Start-up")."""
     rows = conn.execute(
         "SELECT * FROM attempts WHERE state = 'OPEN'"
         " UNION SELECT * FROM (SELECT * FROM attempts ORDER BY created_at DESC, id DESC LIMIT ?)",

@@ -105,7 +105,8 @@ def set_state(
 
 
 def expired_active(conn: sqlite3.Connection, now: str, limit: int = 500) -> list[Authorization]:
-    """ACTIVE authorizations whose expiry is at or before ``now`` (equal = expired, spec 000 §3)."""
+    """ACTIVE authorizations whose expiry is at or before ``now`` (equal = expired, docs/api.md
+    "Expiry and recovery")."""
     return [
         _row(r)
         for r in conn.execute(
@@ -127,8 +128,8 @@ _AUTH_COLUMNS = ", ".join(f"a.{f}" for f in Authorization.__dataclass_fields__)
 
 
 def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:
-    """The oldest claimable authorization (spec 000 §5): ACTIVE, ``expires_at > now`` (strict), its task
-    PENDING at exactly the snapshot's version, and every snapshot field equal to the task's current
+    """The oldest claimable authorization (docs/api.md "POST /api/v1/tasks/claim-next"): ACTIVE, ``expires_at > now``
+    (strict), its task PENDING at exactly the snapshot's version, and every snapshot field equal to the task's current
     field. Rows whose snapshot no longer matches are skipped (fail closed), never claimed. ``sku_size`` is
     compared with ``IS``: a task without a size (NULL, migration 0006) matches a snapshot without one.
 

@@ -93,7 +93,8 @@ def list_all(conn: sqlite3.Connection) -> list[Device]:
 
 
 def authenticate(conn: sqlite3.Connection, device_id: str, token_hash: bytes) -> bool:
-    """True when an ACTIVE device has this id and token hash (spec 002 身份: per request, no cache).
+    """True when an ACTIVE device has this id and token hash (docs/api.md "Device authentication": per request, no
+    cache).
 
     The lookup is by the token hash (a unique index); the id is then compared in SQL, so timing does
     not depend on how much of a guessed token is right.
@@ -105,7 +106,8 @@ def authenticate(conn: sqlite3.Connection, device_id: str, token_hash: bytes) ->
 
 
 def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | None:
-    """The first business statement of every device write transaction (design §2.5, spec 000 §5).
+    """The first business statement of every device write transaction (design §2.5, docs/api.md "Device authentication",
+    "Linearization with revocation").
 
     A conditional UPDATE: it takes SQLite's write position and proves the device is still ACTIVE at
     that position, returning the heartbeat columns in the same statement. None means the device is not

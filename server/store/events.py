@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class NewEvent:
-    """One validated event of a batch (spec 002 事件: fixed step/outcome/reason_code + short summary)."""
+    """One validated event of a batch (docs/api.md "POST /api/v1/tasks/{id}/events": fixed step/outcome/reason_code +
+    short summary)."""
 
     step: str
     outcome: str

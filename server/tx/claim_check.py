@@ -1,8 +1,8 @@
 """Load the attempt a device request names and prove it is the current claim — the step renew, events,
 fail, the approval request and the fence share. The rule itself is
-:func:`cmbuyer.server.domain.claims.claim_is_current` (spec 002: original device / attempt / generation /
-token must all match; the lease must be strictly later than the server's now — equal means expired, no
-grace)."""
+:func:`cmbuyer.server.domain.claims.claim_is_current` (docs/api.md "POST /api/v1/tasks/{task_id}/lease/renew": original
+device / attempt / generation / token must all match; the lease must be strictly later than the server's now — equal
+means expired, no grace)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The opening of every device write transaction (design §2.5, spec 000 §5 and §8).
+"""The opening of every device write transaction (design §2.5, docs/api.md "Device authentication",
+"Linearization with revocation").
 
 1. :func:`begin` — the transaction's first business statement: a conditional UPDATE that takes
    SQLite's write position and proves the device is still ACTIVE there (rowcount 1). A revocation

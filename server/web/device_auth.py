@@ -1,4 +1,4 @@
-"""Device authentication for ``/api/v1/*`` (spec 002 身份; design §4).
+"""Device authentication for ``/api/v1/*`` (docs/api.md "Device authentication"; design §4).
 
 Rules: ``Authorization: Bearer <64 lowercase hex>`` and ``X-CMBuyer-Device-ID: <lowercase UUIDv4>``,
 each present exactly once in the *raw* headers (a proxy's comma-merged value is refused too); the
@@ -123,7 +123,7 @@ def device_route(handler: DeviceHandler) -> Callable[[web.Request], Awaitable[we
             return await handler(request, request[DEVICE_ID_KEY])
         except DeviceNotActive:
             # revoked between authentication and the transaction's first statement: the same
-            # empty 401 as any other authentication failure (spec 002 身份)
+            # empty 401 as any other authentication failure (docs/api.md "Device authentication")
             return unauthorized()
         except DeviceHTTPError as exc:
             return error_response(exc.status, exc.code)

@@ -30,7 +30,7 @@ aiohttp has no hook for connection accounting, so :func:`install_connection_guar
 :mod:`.hardening` does for error pages); the wrapper finds the guard through the application that
 the server serves and does nothing for applications without one. These are private internals (as is
 ``RequestHandler._lingering_time``): pyproject.toml bounds aiohttp below its next minor release and
-tests/server/foundation/test_aiohttp_internals.py fails when they change.
+tests/server/web/test_aiohttp_internals.py fails when they change.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 When aiohttp cannot parse a request (bad request line, bad header, a body shorter than its
 Content-Length followed by pipelined bytes …) it answers from ``RequestHandler.handle_error`` with a
 text body that repeats the parser's message — and that message quotes the offending request bytes.
-On a device route those bytes may hold a claim token or a Bearer token, and spec 002 forbids echoing
-them. aiohttp offers no hook for these pages, so :func:`harden_error_pages` wraps the method once
+On a device route those bytes may hold a claim token or a Bearer token, and the API (docs/api.md "Request bodies")
+forbids echoing them. aiohttp offers no hook for these pages, so :func:`harden_error_pages` wraps the method once
 so that a 4xx carries only its reason phrase. 5xx pages are already fixed texts (no traceback unless
 debug mode, which we never enable). The wrapped method is private: pyproject.toml bounds aiohttp below
-its next minor release and tests/server/foundation/test_aiohttp_internals.py pins what the wrapper
+its next minor release and tests/server/web/test_aiohttp_internals.py pins what the wrapper
 relies on (the method's signature, the writer's ``output_size``).
 
 A Content-Encoding the parser itself cannot decode (``br``, ``zstd`` without their optional

@@ -1,4 +1,4 @@
-"""Wire schemas shared by the server and the agent (spec 002 is the authority).
+"""Wire schemas shared by the server and the agent (docs/api.md is the authority).
 
 Every request and response body of the device API has one JSON Schema file here
 (``<message>.request.json`` / ``<message>.response.json``); ``common.json`` holds the shared

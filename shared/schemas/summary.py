@@ -1,5 +1,5 @@
-"""The "short non-sensitive summary" rule of events and fail reports (spec 002 事件与证据: no XML,
-addresses, phone numbers, page text or tokens), shared by the server (which refuses such a summary
+"""The "short non-sensitive summary" rule of events and fail reports (docs/api.md "POST /api/v1/tasks/{id}/events": no
+XML, addresses, phone numbers, page text or tokens), shared by the server (which refuses such a summary
 with 400) and the agent (which replaces such a wording with a fixed phrase before sending)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ __all__ = ["SUMMARY_MAX", "summary_problem"]
 
 SUMMARY_MAX = 200
 
-# What a "short non-sensitive summary" may not contain (spec 002: no XML, addresses, phone numbers,
-# page text or tokens). Checked on the NFKC form, so full-width digits and letters count too.
+# What a "short non-sensitive summary" may not contain (docs/api.md "POST /api/v1/tasks/{id}/events": no XML, addresses,
+# phone numbers, page text or tokens). Checked on the NFKC form, so full-width digits and letters count too.
 # Character references count with or without the ";" (HTML decodes "&#60" and "&lt" without it).
 _MARKUP = re.compile(
     r"[<>]|&#|&[a-z][a-z0-9]*;|&(?:lt|gt|amp|quot|apos|nbsp)(?![a-z])"

@@ -1,4 +1,4 @@
-"""Text rules both sides share: the one normalization of SKU values (design §7.5, spec 002 文本和金额校验)
+"""Text rules both sides share: the one normalization of SKU values (design §7.5, docs/api.md "Conventions")
 and the one check of text a person reads or a gate compares (:func:`text_problem`, issue 18 item 8).
 
 SKU rule (issue 15 §3, docs/agent.md "SKU names", docs/api.md): trim outer whitespace, then Unicode

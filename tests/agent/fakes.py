@@ -17,6 +17,7 @@ from typing import Any
 
 from cmbuyer.agent.client import FenceReplayed
 from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import (
     AssetRef,
     AttemptFailure,
@@ -61,6 +62,31 @@ def make_purchase(**task_over: Any) -> ClaimedPurchase:
         authorization_expires_at="2099-01-01T01:00:00Z",
     )
     return ClaimedPurchase(task=task, claim=claim, server_now="2099-01-01T00:00:00Z")
+
+
+_CLAIM_FIELDS = (
+    "attempt_id",
+    "task_id",
+    "authorization_id",
+    "claim_token",
+    "session_id",
+    "lease_expires_at",
+    "authorization_expires_at",
+)
+
+
+def journal_claim(
+    journal: Journal,
+    claim: Claim,
+    *,
+    task_version: int = 3,
+    claim_generation: int = 1,
+    task: dict[str, Any] | None = None,
+) -> None:
+    """Record ``claim`` in ``journal`` as the runner does when claim-next answers (the defaults are
+    what :func:`make_purchase` issues: task version 3, generation 1)."""
+    fields = {name: getattr(claim, name) for name in _CLAIM_FIELDS}
+    journal.record_claim(**fields, task_version=task_version, claim_generation=claim_generation, task=task or {})
 
 
 class FakeServer:
@@ -141,7 +167,7 @@ class FakeServer:
             "payment_mode": proof.payment_mode,
         }
         validate("submission_fence.request", payload)
-        # The server's re-check (spec 002 fence, issue 15: on the values read).
+        # The server's re-check (docs/api.md "Fence refusals", issue 15: on the values read).
         if (
             proof.selected_color != t.sku_color
             or proof.selected_size != t.sku_size

@@ -40,6 +40,7 @@ from cmbuyer.phonesim.testing import running_sim
 from tests.soak import configured
 
 from .fake_approval import SupervisedApi, supervised_purchase
+from .fakes import journal_claim
 
 GOODS = "937122477375"
 
@@ -70,18 +71,7 @@ class Rig:
 
     def run(self, *, fence_margin: float = 5.0, stop: threading.Event | None = None) -> FlowResult:
         c = self.purchase.claim
-        self.journal.record_claim(
-            attempt_id=c.attempt_id,
-            task_id=c.task_id,
-            task_version=c.task_version,
-            authorization_id=c.authorization_id,
-            claim_generation=c.claim_generation,
-            claim_token=c.claim_token,
-            session_id=c.session_id,
-            lease_expires_at=c.lease_expires_at,
-            authorization_expires_at=c.authorization_expires_at,
-            task={},
-        )
+        journal_claim(self.journal, c, task_version=c.task_version, claim_generation=c.claim_generation)
         lease = LeaseKeeper(self.api, c, self.purchase.server_now).start()
         version = self.phone.app_version()
         assert version is not None

@@ -25,7 +25,7 @@ import pytest
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import ApprovalRequired, NotSupervised, ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal
-from cmbuyer.agent.model import Session, SubmissionProof
+from cmbuyer.agent.model import Claim, Session, SubmissionProof
 from cmbuyer.schemas import SchemaError, validate
 
 from .fake_approval import supervised_purchase
@@ -150,6 +150,15 @@ def _api(url: str, tmp_path: Path) -> tuple[HttpDeviceApi, Journal]:
     return HttpDeviceApi(url, Credentials(str(uuid.uuid4()), "ef" * 32), journal, backoff=0.01), journal
 
 
+def _claimed(server: tuple[_Contract, str], tmp_path: Path) -> tuple[_Contract, HttpDeviceApi, Journal, Claim]:
+    """The contract server, a client with its journal, and the claim of one claim-next."""
+    contract, url = server
+    api, journal = _api(url, tmp_path)
+    claim = api.claim_next(Session(str(uuid.uuid4())))
+    assert claim is not None
+    return contract, api, journal, claim.claim
+
+
 PROOF = SubmissionProof(
     selected_color="黑色",
     selected_size=None,
@@ -179,11 +188,7 @@ def test_claim_next_sends_the_pack_and_reads_supervised(server: tuple[_Contract,
 
 
 def test_approval_request_and_status(server: tuple[_Contract, str], tmp_path: Path) -> None:
-    contract, url = server
-    api, journal = _api(url, tmp_path)
-    claim = api.claim_next(Session(str(uuid.uuid4())))
-    assert claim is not None
-    c = claim.claim
+    contract, api, journal, c = _claimed(server, tmp_path)
     contract.fail_next = 1  # the first answer is a 503: the retry must carry the same key and body
     status = api.request_approval(c, PROOF, ASSET)
     assert (status.state, status.approval_id, status.decided_at) == ("WAITING", contract.approval_id, None)
@@ -214,11 +219,7 @@ def test_approval_request_and_status(server: tuple[_Contract, str], tmp_path: Pa
 
 
 def test_a_journaled_key_survives_no_answer_and_is_sent_again(server: tuple[_Contract, str], tmp_path: Path) -> None:
-    contract, url = server
-    api, journal = _api(url, tmp_path)
-    claim = api.claim_next(Session(str(uuid.uuid4())))
-    assert claim is not None
-    c = claim.claim
+    contract, api, journal, c = _claimed(server, tmp_path)
     contract.fail_next = api.retries + 1  # no answer at all
     with pytest.raises(ServerUnreachable):
         api.request_approval(c, PROOF, ASSET)

@@ -118,23 +118,12 @@ def test_journal_command_shows_state_without_tokens(
 ) -> None:
     from cmbuyer.agent.journal import Journal
 
-    from .fakes import make_purchase
+    from .fakes import journal_claim, make_purchase
 
     monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path))
     j = Journal.for_serial("192.168.0.173:5555")
     c = make_purchase().claim
-    j.record_claim(
-        attempt_id=c.attempt_id,
-        task_id=c.task_id,
-        task_version=3,
-        authorization_id=c.authorization_id,
-        claim_generation=1,
-        claim_token=c.claim_token,
-        session_id=c.session_id,
-        lease_expires_at=c.lease_expires_at,
-        authorization_expires_at=c.authorization_expires_at,
-        task={},
-    )
+    journal_claim(j, c)
     j.set_hold("lease lost")
     assert main(["journal", "--device", "192.168.0.173:5555"]) == 0
     out = capsys.readouterr().out

@@ -14,7 +14,7 @@ from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
-from .fakes import FakeServer, make_purchase
+from .fakes import FakeServer, journal_claim, make_purchase
 
 
 @pytest.fixture(autouse=True)
@@ -34,18 +34,7 @@ def test_happy_path_real_uiautomator2(tmp_path: Path) -> None:
         journal = Journal(tmp_path / "j.sqlite3")
         server = FakeServer(purchase, keys=journal)
         c = purchase.claim
-        journal.record_claim(
-            attempt_id=c.attempt_id,
-            task_id=c.task_id,
-            task_version=3,
-            authorization_id=c.authorization_id,
-            claim_generation=1,
-            claim_token=c.claim_token,
-            session_id=c.session_id,
-            lease_expires_at=c.lease_expires_at,
-            authorization_expires_at=c.authorization_expires_at,
-            task={},
-        )
+        journal_claim(journal, c)
         flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal)
         result = flow.run(purchase)
         assert result.outcome == "SUBMITTED", server.fails

@@ -85,6 +85,17 @@ def _states(srv: RealServer, refs: list[TaskRef]) -> list[str]:
     return [srv.state(r.id) for r in refs]
 
 
+def _until_one_failed_and_the_phone_holds(srv: RealServer, refs: list[TaskRef], agent: LoopingAgent) -> None:
+    """Wait for the first FAILED task, then for the phone to report NEEDS_PERSON (its hold) to the server."""
+    _until(lambda: "FAILED" in _states(srv, refs), agent, 120, "the first failed task")
+    _until(
+        lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON",
+        agent,
+        30,
+        "NEEDS_PERSON on the server",
+    )
+
+
 def test_risk_wall_fails_one_task_and_holds_the_phone_not_the_queue(
     tmp_path: Path, srv: RealServer, sim: PhoneSim
 ) -> None:
@@ -92,13 +103,7 @@ def test_risk_wall_fails_one_task_and_holds_the_phone_not_the_queue(
     phone = sim.phone("sim-1")
     phone.inject({"kind": "popup", "popup": "risk_wall", "text": "请将正脸置于框内"})  # on screen from now on
     with LoopingAgent(tmp_path, srv) as agent:
-        _until(lambda: "FAILED" in _states(srv, refs), agent, 120, "the first failed task")
-        _until(
-            lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON",
-            agent,
-            30,
-            "NEEDS_PERSON on the server",
-        )
+        _until_one_failed_and_the_phone_holds(srv, refs, agent)
         time.sleep(2.0)  # the loop keeps polling (20 polls): still nothing claimed
         assert agent.alive()
         claims = agent.runner.claims
@@ -136,13 +141,7 @@ def test_unsafe_payment_mode_fails_one_task_and_holds_the_phone_not_the_queue(
     with adbutils_leaks_ignored(), running_sim("order_sheet", serials=(serial,)) as order_sim:
         phone = order_sim.phone(serial)
         with LoopingAgent(tmp_path, srv, serial) as agent:
-            _until(lambda: "FAILED" in _states(srv, refs), agent, 120, "the first failed task")
-            _until(
-                lambda: srv.device_row(agent.creds.device_id)["reported_state"] == "NEEDS_PERSON",
-                agent,
-                30,
-                "NEEDS_PERSON on the server",
-            )
+            _until_one_failed_and_the_phone_holds(srv, refs, agent)
             time.sleep(2.0)  # the loop keeps polling: still nothing claimed
             assert agent.alive()
             claims = agent.runner.claims

@@ -1,5 +1,5 @@
-"""Capability isolation (spec 002 §三, T-103 rule generalized), checked on the static import graph
-and on call sites, with ast over agent/*.py."""
+"""Capability isolation (docs/architecture.md "Agent"; the T-103 rule of spec 002 §三, generalized), checked on the
+static import graph and on call sites, with ast over agent/*.py."""
 
 from __future__ import annotations
 

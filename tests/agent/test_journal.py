@@ -12,25 +12,14 @@ import pytest
 from cmbuyer.agent.journal import PHASES, Journal, JournalError
 from cmbuyer.agent.recovery import recover
 
-from .fakes import FakeServer, make_purchase
+from .fakes import FakeServer, journal_claim, make_purchase
 
 
 def _journal_with_claim(tmp_path: Path):
     purchase = make_purchase()
     j = Journal(tmp_path / "s.sqlite3")
     c = purchase.claim
-    j.record_claim(
-        attempt_id=c.attempt_id,
-        task_id=c.task_id,
-        task_version=3,
-        authorization_id=c.authorization_id,
-        claim_generation=1,
-        claim_token=c.claim_token,
-        session_id=c.session_id,
-        lease_expires_at=c.lease_expires_at,
-        authorization_expires_at=c.authorization_expires_at,
-        task={"goods_id": "1"},
-    )
+    journal_claim(j, c, task={"goods_id": "1"})
     return j, purchase
 
 

@@ -30,7 +30,7 @@ from cmbuyer.phonesim.journal import swipes
 from cmbuyer.phonesim.scenario import load_scenario
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
-from .fakes import FakeServer, make_purchase
+from .fakes import FakeServer, journal_claim, make_purchase
 
 SWITCH_PHONES = (
     "sim-balance",
@@ -92,18 +92,7 @@ def run(
     journal = Journal(tmp_path / f"{serial}.sqlite3")
     server = RecordingServer(purchase, keys=journal)
     c = purchase.claim
-    journal.record_claim(
-        attempt_id=c.attempt_id,
-        task_id=c.task_id,
-        task_version=3,
-        authorization_id=c.authorization_id,
-        claim_generation=1,
-        claim_token=c.claim_token,
-        session_id=c.session_id,
-        lease_expires_at=c.lease_expires_at,
-        authorization_expires_at=c.authorization_expires_at,
-        task={},
-    )
+    journal_claim(journal, c)
     result = PurchaseFlow(phone=phone, pack=_pack(), sink=server, journal=journal).run(purchase)
     return result, server, serial
 

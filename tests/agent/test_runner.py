@@ -25,7 +25,7 @@ from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.recovery import send_fail
 from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
 
-from .fakes import FakeApi, make_purchase
+from .fakes import FakeApi, journal_claim, make_purchase
 from .simphone import SimPhone
 
 
@@ -162,18 +162,7 @@ def test_undelivered_fail_blocks_claims_until_resent_with_the_same_key(tmp_path:
     journal = Journal(tmp_path / "j.sqlite3")
     old = make_purchase()
     c = old.claim
-    journal.record_claim(
-        attempt_id=c.attempt_id,
-        task_id=c.task_id,
-        task_version=3,
-        authorization_id=c.authorization_id,
-        claim_generation=1,
-        claim_token=c.claim_token,
-        session_id=c.session_id,
-        lease_expires_at=c.lease_expires_at,
-        authorization_expires_at=c.authorization_expires_at,
-        task={},
-    )
+    journal_claim(journal, c)
     api = FakeApi([make_purchase()], keys=journal)
     api.down = 1
     send_fail(journal, api, c, AttemptFailure("PRICE_OVER_CAP", "total above cap", None))
@@ -193,18 +182,7 @@ def test_fail_refused_abandons_and_holds(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.sqlite3")
     purchase = make_purchase()
     c = purchase.claim
-    journal.record_claim(
-        attempt_id=c.attempt_id,
-        task_id=c.task_id,
-        task_version=3,
-        authorization_id=c.authorization_id,
-        claim_generation=1,
-        claim_token=c.claim_token,
-        session_id=c.session_id,
-        lease_expires_at=c.lease_expires_at,
-        authorization_expires_at=c.authorization_expires_at,
-        task={},
-    )
+    journal_claim(journal, c)
 
     class Refusing(FakeApi):
         def fail_attempt(self, claim: Any, failure: Any) -> None:

@@ -4,35 +4,18 @@ the gate screenshots the simulated phone produced (the images load, served by /e
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
 from demo.run import demo_tasks
 from demo.stack import SETTLED, Stack
+from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
 from tests.e2e.conftest import SCENARIO
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "demo"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+ARTIFACTS = ARTIFACTS_ROOT / "demo"
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-        reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)",
-    ),
-]
+pytestmark = [pytest.mark.e2e, *BROWSER_MARKS]
 
 
 def test_admin_pages_after_the_demo(stack: Stack) -> None:

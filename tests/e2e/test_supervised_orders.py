@@ -19,7 +19,6 @@ Screenshots go to ``test-artifacts/supervision-e2e/``.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -32,28 +31,13 @@ from cmbuyer.phonesim.journal import order_counts, payment_taps, submit_taps
 from cmbuyer.phonesim.process import remote_inject
 from cmbuyer.server.db import connect_sync
 from demo.stack import SETTLED, Stack, TaskSpec, free_port
+from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
 from tests.e2e.conftest import SCENARIO, stop_and_show_logs
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "supervision-e2e"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+ARTIFACTS = ARTIFACTS_ROOT / "supervision-e2e"
 N = 2  # CMBUYER_SUPERVISED_ORDERS here (the default is 3)
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-        reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)",
-    ),
-]
+pytestmark = [pytest.mark.e2e, *BROWSER_MARKS]
 
 
 def _shirt(title: str) -> TaskSpec:

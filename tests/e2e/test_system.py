@@ -70,12 +70,7 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
     stack.start_server()
     specs = [shirt(f"t{i}", color=["黑色CHA(纯棉)", "白色CHA(纯棉)"][i % 2]) for i in range(8)]
     specs += [TaskSpec(f"pants{i}", "700000000002", "黑色", "L", 1, "100.00") for i in range(2)]
-    stack.start_sim(["sim-1", "sim-2"], goods_per_task(stack, specs))
-    for serial in ("sim-1", "sim-2"):
-        stack.add_device(serial)
-    stack.create_tasks(specs)
-    for serial in ("sim-1", "sim-2"):
-        stack.start_agent(serial)
+    _two_phones_working_on(stack, specs)
     details = wait_settled(stack, specs, timeout=240)
     assert all(d["task"]["state"] == "WAITING_PAYMENT" for d in details.values())
     journal = stack.phone_journal()
@@ -90,18 +85,24 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
 def test_server_restart_mid_run(stack: Stack) -> None:
     stack.start_server()
     specs = [shirt(f"r{i}") for i in range(6)]
-    stack.start_sim(["sim-1", "sim-2"], goods_per_task(stack, specs))
-    for serial in ("sim-1", "sim-2"):
-        stack.add_device(serial)
-    stack.create_tasks(specs)
-    for serial in ("sim-1", "sim-2"):
-        stack.start_agent(serial)
+    _two_phones_working_on(stack, specs)
     time.sleep(1.5)
     stack.kill_server()
     time.sleep(1.0)
     stack.start_server()
     details = wait_settled(stack, specs, timeout=240)
     _assert_tally(stack, specs, details)
+
+
+def _two_phones_working_on(stack: Stack, specs: list[TaskSpec]) -> None:
+    """Simulated phones sim-1 and sim-2 (each task on its own goods), both registered, the tasks created,
+    then one agent per phone started."""
+    stack.start_sim(["sim-1", "sim-2"], goods_per_task(stack, specs))
+    for serial in ("sim-1", "sim-2"):
+        stack.add_device(serial)
+    stack.create_tasks(specs)
+    for serial in ("sim-1", "sim-2"):
+        stack.start_agent(serial)
 
 
 def _assert_tally(stack: Stack, specs: list[TaskSpec], details: dict[str, dict]) -> None:

@@ -25,16 +25,8 @@ RECYCLER = "androidx.recyclerview.widget.RecyclerView"
 
 def open_sheet(d: Any, goods_id: str, buy: str = "单独购买") -> str:
     """Deep link → buy button → the order sheet's dump."""
-    d.shell(
-        [
-            "am",
-            "start",
-            "-a",
-            "android.intent.action.VIEW",
-            "-d",
-            f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}",
-        ]
-    )
+    url = f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}"
+    d.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d", url])
     tap_text(d, buy)
     return d.dump_hierarchy()
 
@@ -246,16 +238,8 @@ def test_submit_opens_the_foreign_cashier_then_back_retention_and_order_list(d: 
     tap_text(d, "先去逛逛")
     assert phone.state()["screen"] == "product"
 
-    d.shell(
-        [
-            "am",
-            "start",
-            "-a",
-            "android.intent.action.VIEW",
-            "-d",
-            "pinduoduo://com.xunmeng.pinduoduo/orders.html?type=1",
-        ]
-    )
+    url = "pinduoduo://com.xunmeng.pinduoduo/orders.html?type=1"
+    d.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d", url])
     xml = d.dump_hierarchy()
     assert phone.state()["screen"] == "orders"
     assert find(xml, text="待付款") and find(xml, text="纯棉短袖T恤男夏季宽松圆领半袖")

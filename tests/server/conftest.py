@@ -66,6 +66,10 @@ def sync_conn(settings: Settings) -> Iterator[sqlite3.Connection]:
     conn.close()
 
 
+# Types of the factory fixtures (make_task, make_device, ready_device, …) in test signatures.
+Maker = Callable[..., Any]
+
+
 @dataclass(frozen=True)
 class DeviceCreds:
     """A device id and its token (test-only; tokens are generated fresh per test, never fixtures)."""
@@ -74,8 +78,11 @@ class DeviceCreds:
     token: str
 
     def headers(self) -> dict[str, str]:
-        """The two authentication headers of spec 002."""
+        """The two authentication headers (docs/api.md "Device authentication")."""
         return {"Authorization": f"Bearer {self.token}", "X-CMBuyer-Device-ID": self.device_id}
+
+
+DeviceMaker = Callable[..., DeviceCreds]
 
 
 @pytest.fixture
@@ -136,6 +143,18 @@ async def server_client(aiohttp_client: Any, settings: Settings, clock: ManualCl
     from cmbuyer.server.app import create_app
 
     return await aiohttp_client(create_app(settings, clock))
+
+
+@pytest.fixture
+def live(data_dir: Path, settings: Settings) -> Iterator[Any]:
+    """A real ``cmbuyer-server serve`` process on this data dir, started before and stopped after the test
+    (tests.server.submissions.live.LiveServer; ``settings`` first clears the environment it inherits)."""
+    from tests.server.submissions.live import LiveServer
+
+    server = LiveServer(data_dir)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -18,10 +18,7 @@ URL = "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375"
 
 
 def cli(
-    data_dir: Path,
-    *args: str,
-    stdin: str | None = None,
-    env: dict[str, str] | None = None,
+    data_dir: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), *args],
@@ -37,6 +34,34 @@ def cli_json(data_dir: Path, *args: str, stdin: str | None = None) -> dict:
     result = cli(data_dir, *args, "--json", stdin=stdin)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def task_add(
+    title: str = "t",
+    *,
+    url: str = URL,
+    color: str = "a",
+    size: str | None = "b",
+    quantity: str = "1",
+    price: str = "1.00",
+) -> tuple[str, ...]:
+    """The arguments of ``task add`` (``size=None`` leaves ``--size`` out: one-dimension goods)."""
+    sized = ("--size", size) if size is not None else ()
+    return (
+        "task",
+        "add",
+        "--title",
+        title,
+        "--url",
+        url,
+        "--color",
+        color,
+        *sized,
+        "--quantity",
+        quantity,
+        "--max-total-price",
+        price,
+    )
 
 
 @pytest.fixture
@@ -94,21 +119,7 @@ def test_device_supervision_exemption_is_audited_and_idempotent(ddir: Path) -> N
 
 def test_task_add_start_show(ddir: Path) -> None:
     created = cli_json(
-        ddir,
-        "task",
-        "add",
-        "--title",
-        "纯棉短袖",
-        "--url",
-        URL,
-        "--color",
-        "黑色CHA(纯棉)",
-        "--size",
-        "M(建议100-115)",
-        "--quantity",
-        "2",
-        "--max-total-price",
-        "30.00",
+        ddir, *task_add("纯棉短袖", color="黑色CHA(纯棉)", size="M(建议100-115)", quantity="2", price="30.00")
     )
     assert created["version"] == 1
     started = cli_json(ddir, "task", "start", created["task_id"])
@@ -122,41 +133,11 @@ def test_task_add_start_show(ddir: Path) -> None:
 
 def test_task_add_without_size(ddir: Path) -> None:
     # one-dimension goods: --size left out → no size (null), the colour alone names the option
-    created = cli_json(
-        ddir,
-        "task",
-        "add",
-        "--title",
-        "口红",
-        "--url",
-        URL,
-        "--color",
-        "#01 正红色",
-        "--quantity",
-        "1",
-        "--max-total-price",
-        "30.00",
-    )
+    created = cli_json(ddir, *task_add("口红", color="#01 正红色", size=None, price="30.00"))
     cli_json(ddir, "task", "start", created["task_id"])
     shown = cli_json(ddir, "task", "show", created["task_id"])
     assert shown["task"]["sku_size"] is None and shown["authorization"]["sku_size"] is None
-    empty = cli(
-        ddir,
-        "task",
-        "add",
-        "--title",
-        "t",
-        "--url",
-        URL,
-        "--color",
-        "a",
-        "--size",
-        "",
-        "--quantity",
-        "1",
-        "--max-total-price",
-        "1.00",
-    )
+    empty = cli(ddir, *task_add(size=""))
     assert empty.returncode == 1 and "规格为空" in empty.stderr  # an empty --size is a mistake, not "none"
 
 
@@ -164,41 +145,11 @@ def test_task_add_without_size(ddir: Path) -> None:
     ("args", "code"),
     [
         (
-            (
-                "task",
-                "add",
-                "--title",
-                "t",
-                "--url",
-                "https://evil.example/goods.html?goods_id=1",
-                "--color",
-                "a",
-                "--size",
-                "b",
-                "--quantity",
-                "1",
-                "--max-total-price",
-                "1.00",
-            ),
+            task_add(url="https://evil.example/goods.html?goods_id=1"),
             1,
         ),
         (
-            (
-                "task",
-                "add",
-                "--title",
-                "t",
-                "--url",
-                URL,
-                "--color",
-                "a",
-                "--size",
-                "b",
-                "--quantity",
-                "1",
-                "--max-total-price",
-                "1.0",
-            ),
+            task_add(price="1.0"),
             1,
         ),
         (("task", "show", "not-a-uuid"), 1),
@@ -287,25 +238,7 @@ def test_backup_with_vacuum_into(ddir: Path, tmp_path: Path) -> None:
 def test_task_list_filters_by_state(ddir: Path) -> None:
     ids = []
     for _ in range(2):
-        ids.append(
-            cli_json(
-                ddir,
-                "task",
-                "add",
-                "--title",
-                "t",
-                "--url",
-                URL,
-                "--color",
-                "a",
-                "--size",
-                "b",
-                "--quantity",
-                "1",
-                "--max-total-price",
-                "9.00",
-            )["task_id"]
-        )
+        ids.append(cli_json(ddir, *task_add(price="9.00"))["task_id"])
     cli_json(ddir, "task", "start", ids[0])
     assert [t["task_id"] for t in cli_json(ddir, "task", "list", "--state", "PENDING")["tasks"]] == [ids[0]]
     assert {t["task_id"] for t in cli_json(ddir, "task", "list")["tasks"]} == set(ids)

@@ -1,4 +1,4 @@
-"""The admin web pages (spec 002 一、管理端接口 and 身份; issue 5).
+"""The admin web pages (docs/admin.md "Routes", "Identity and sessions"; issue 5).
 
 Server-rendered Jinja2 (autoescaped), local CSS/JS only under ``/static``, one module per route
 group: :mod:`.auth` (login/logout), :mod:`.tasks` (table, create, start, detail, actions),

@@ -1,4 +1,4 @@
-"""``GET/POST /login`` and ``POST /logout`` (spec 002 一、管理端接口 / 身份).
+"""``GET/POST /login`` and ``POST /logout`` (docs/admin.md "Routes", "Identity and sessions").
 
 Login form fields: ``username``, ``password``, ``csrf_token``. The CSRF token before login is bound
 to the pre-login cookie (``cmbuyer_login``, path ``/login``), whose values only this server issues

@@ -1,6 +1,6 @@
 """Plumbing shared by every admin route group: errors, request ids, body reading, rendering,
 session lookup and the ``page`` / ``action`` wrappers that put authentication, same-origin checks
-and CSRF in front of every handler (spec 002 身份; issue 5).
+and CSRF in front of every handler (docs/admin.md "Identity and sessions"; issue 5).
 
 Order on an unsafe request: session (401) → Origin / Sec-Fetch-Site (403) → Content-Type and size
 (415/413) → CSRF token (403) → handler. Nothing business-related runs before all of them passed.
@@ -83,7 +83,8 @@ def wants_json(request: web.Request) -> bool:
 
 
 def error_json(request: web.Request, status: int, code: str, message: str, retryable: bool = False) -> web.Response:
-    """Spec 002 admin error body ``{"error":{code,message,retryable,request_id}}``."""
+    """The admin error body (docs/admin.md "Error codes of the admin routes")
+    ``{"error":{code,message,retryable,request_id}}``."""
     rid = request_id(request)
     body = {"error": {"code": code, "message": message, "retryable": retryable, "request_id": rid}}
     return web.json_response(

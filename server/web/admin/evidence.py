@@ -1,4 +1,4 @@
-"""``GET /evidence/{asset_id}`` (spec 002): internal screenshots for logged-in admins only.
+"""``GET /evidence/{asset_id}`` (docs/admin.md "Evidence"): internal screenshots for logged-in admins only.
 
 Order of checks: no valid session → 401 before any lookup (existence never leaks); malformed id,
 unknown id, missing/unreadable file, or a file whose SHA-256 no longer matches its row → empty 404.

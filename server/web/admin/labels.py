@@ -1,6 +1,6 @@
 """Chinese display labels for the codes the admin pages (and the CLI's task views) show (pure data, no I/O).
 
-The wire and database keep their English codes (spec 002, migrations); the domain keeps the state names
+The wire and database keep their English codes (docs/api.md "Conventions", migrations); the domain keeps the state names
 (:mod:`cmbuyer.server.domain.states`). People read these labels, with the code next to them in small grey
 text so operators and developers can still search for it. ``tests/server/admin/test_labels.py`` checks
 that every enum value of ``shared/schemas/common.json`` and every state/close reason of the migrations and

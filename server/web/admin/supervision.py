@@ -7,7 +7,7 @@
 
 All behind the usual session → same-origin → body → CSRF wrapper (:func:`common.action`). Forms get a
 303 to the page they came from; a refusal re-renders the task page with the Chinese message and the
-real 4xx status (nothing changed); JSON callers get spec 002 bodies.
+real 4xx status (nothing changed); JSON callers get the error bodies of docs/admin.md "Error codes of the admin routes".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Task routes of the admin pages (spec 002 一、管理端接口):
+"""Task routes of the admin pages (docs/admin.md "Routes"):
 
 ``GET /tasks`` (table + filters + keyset pages; ``X-CMBuyer-View: rows`` answers just the rows for the
 live view), ``POST /tasks`` (create DRAFT, form or JSON), ``POST /tasks/start-purchases``,
@@ -7,7 +7,8 @@ live view), ``POST /tasks`` (create DRAFT, form or JSON), ``POST /tasks/start-pu
 ``POST /order-submissions/{sid}/reconcile``.
 
 Form submissions answer 303 to a page (POST/redirect/GET) on success and re-render the page with a
-Chinese message and the real 4xx status on refusal; JSON callers get spec 002 bodies.
+Chinese message and the real 4xx status on refusal; JSON callers get the error bodies of docs/admin.md
+"Error codes of the admin routes".
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def _accepts_html(request: web.Request) -> bool:
 
 
 def fragment_allowed(request: web.Request, expected: str) -> bool:
-    """Decide full page (False) or fragment (True) for ``X-CMBuyer-View`` (spec 002 GET /tasks/{id}).
+    """Decide full page (False) or fragment (True) for ``X-CMBuyer-View`` (docs/admin.md "Detail page and drawer").
 
     No header or an empty one → full page. The expected view → fragment, but only for a same-origin
     request (:func:`same_origin`) that accepts ``text/html``; anything else raises 400 (another view
@@ -328,7 +329,7 @@ FIELD_LABELS = {
 
 @action
 async def create_task(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
-    """``POST /tasks``: create a DRAFT (spec 002). JSON: 201 ``{"task_id","task_version","state"}``
+    """``POST /tasks``: create a DRAFT (docs/admin.md "Routes"). JSON: 201 ``{"task_id","task_version","state"}``
     (200 on a ``create_key`` replay); form: 303 to the list. 400 ``invalid_request`` names the field;
     409 ``idempotency_conflict`` for a reused key with other fields."""
     settings = request.app[SETTINGS]
@@ -368,7 +369,7 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
 
 @action
 async def start_purchases(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
-    """``POST /tasks/start-purchases`` (spec 002): JSON body per ``start_purchases.request``; the form
+    """``POST /tasks/start-purchases`` (docs/admin.md "Routes"): JSON body per ``start_purchases.request``; the form
     sends ``start_key`` and repeated ``task`` = ``<task_id>:<expected_task_version>``. All-or-nothing;
     the JSON answer always carries ``payment_automated: false``."""
     settings = request.app[SETTINGS]
@@ -464,7 +465,8 @@ async def _render_detail(
 @page
 async def show_task(request: web.Request, session: AdminSession) -> web.StreamResponse:
     """``GET /tasks/{id}``: the full page, or the drawer fragment when ``X-CMBuyer-View: drawer`` is
-    sent same-origin with an Accept that includes text/html (spec 002). 404 for unknown/malformed ids."""
+    sent same-origin with an Accept that includes text/html (docs/admin.md "Detail page and drawer"). 404 for
+    unknown/malformed ids."""
     drawer = fragment_allowed(request, "drawer")
     task_id = request.match_info["task_id"]
     if not is_uuid4(task_id):

@@ -1,4 +1,4 @@
-"""The device API of spec 002 (§二 设备侧接口), one module per URL resource: every route authenticates
+"""The device API (docs/api.md "Device API I", "Device API II"), one module per URL resource: every route authenticates
 first (device_auth), reads its body with the strict reader (jsonbody) and runs one use-case transaction.
 
 - :mod:`.heartbeat` — ``/devices/heartbeat``;

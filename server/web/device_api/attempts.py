@@ -1,5 +1,5 @@
-"""Device route of issue 4 (spec 002 §二): ``POST /api/v1/purchase-attempts/{aid}/fail`` — the phone gives
-up an attempt before the fence.
+"""Device route of issue 4 (docs/api.md "Device API I", "Device API II"): ``POST /api/v1/purchase-attempts/{aid}/fail``
+— the phone gives up an attempt before the fence.
 
 The handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before any
 body byte), checks its path id (400), reads its body with the strict JSON reader (4096-byte cap) and runs

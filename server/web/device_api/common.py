@@ -27,7 +27,7 @@ from cmbuyer.server.web.keys import DB, SETTINGS
 
 T = TypeVar("T")
 
-BODY_CAP = 4096  # spec 002: every device JSON body is capped at 4096 bytes unless its route says otherwise
+BODY_CAP = 4096  # every device JSON body is capped at 4096 bytes unless its route says otherwise (docs/api.md)
 
 POLICY = web.AppKey("claim_policy", ClaimPolicy)
 # The per-attempt caps from the settings, built once at set-up.

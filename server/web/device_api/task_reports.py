@@ -1,5 +1,5 @@
-"""Device routes of issue 4 (spec 002 §二 事件与证据): what a phone reports about its task — events and
-evidence uploads.
+"""Device routes of issue 4 (docs/api.md "Device API II", events and evidence): what a phone reports
+about its task — events and evidence uploads.
 
 Each handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before
 Content-Type parsing and any body byte, ``Expect: 100-continue`` included), checks its path id, reads its

@@ -2,41 +2,23 @@
 Playwright for Python): where Chromium and the screenshots live, the skip rules, a page that records
 script errors, and the login through the real /login form.
 
-Browser tests are skipped only when /usr/bin/chromium is missing *and* ``CI`` is unset; in CI they must run.
+Chromium's path, launch arguments and the skip rule: tests/browser.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
 
 from .conftest import ADMIN_PASSWORD, ADMIN_USER
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "admin-browser"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+__all__ = ["ARTIFACTS", "BROWSER_MARKS", "CHROMIUM", "LAUNCH_ARGS", "chromium_page", "log_in"]
 
-# ``pytestmark = BROWSER_MARKS`` in each browser test module
-BROWSER_MARKS = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-        reason="needs Debian chromium at /usr/bin/chromium (required when CI is set)",
-    ),
-]
+ARTIFACTS = ARTIFACTS_ROOT / "admin-browser"
 
 
 async def log_in(page: Any, base: str) -> None:

@@ -1,5 +1,5 @@
-"""Login, logout and sessions (spec 002 身份; bad-inputs "Admin pages"). Throttling: test_login_throttle.py;
-the pre-login cookie: test_prelogin.py."""
+"""Login, logout and sessions (docs/admin.md "Identity and sessions"; bad-inputs "Admin pages"). Throttling:
+test_login_throttle.py; the pre-login cookie: test_prelogin.py."""
 
 from __future__ import annotations
 

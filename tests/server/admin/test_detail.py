@@ -1,5 +1,5 @@
-"""GET /tasks/{id}: full page vs drawer fragment (spec 002 rules), what the detail shows, and the
-live-view fragments."""
+"""GET /tasks/{id}: full page vs drawer fragment (docs/admin.md "Detail page and drawer"), what the detail shows, and
+the live-view fragments."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GET /evidence/{asset_id} access rules (spec 002)."""
+"""GET /evidence/{asset_id} access rules (docs/admin.md "Evidence")."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceCreds, DeviceMaker
 
 CLAIM = "/api/v1/tasks/claim-next"
 HEARTBEAT = "/api/v1/devices/heartbeat"
@@ -92,7 +92,7 @@ def policy(settings: Any) -> ClaimPolicy:
 
 @pytest.fixture
 def ready_device(
-    make_device: Callable[..., DeviceCreds], sync_conn: sqlite3.Connection, clock: ManualClock, policy: ClaimPolicy
+    make_device: DeviceMaker, sync_conn: sqlite3.Connection, clock: ManualClock, policy: ClaimPolicy
 ) -> Callable[..., DeviceCreds]:
     """A new ACTIVE device whose latest heartbeat (at the clock's now) is READY with an allowed version."""
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cmbuyer.server.clock import from_wire
 from cmbuyer.server.db import StorageError, connect_sync, run_in_transaction
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.tx.common import new_id
@@ -18,7 +19,7 @@ from cmbuyer.server.tx.common import new_id
 
 def main(argv: list[str]) -> int:
     db, secret_hex, now_text, go_file, *devices = argv
-    policy = claim_service.ClaimPolicy(bytes.fromhex(secret_hex), 120, ("8.17.0",), 10, 3)
+    policy = ClaimPolicy(bytes.fromhex(secret_hex), 120, ("8.17.0",), 10, 3)
     now = from_wire(now_text)
     conn = connect_sync(Path(db))
     deadline = time.monotonic() + 30

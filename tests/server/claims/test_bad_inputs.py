@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,9 +25,8 @@ from cmbuyer.server.web import jsonbody
 from cmbuyer.server.web.device_auth import parse_credentials
 from cmbuyer.server.web.device_errors import DeviceHTTPError
 from tests.server.claims.conftest import CLAIM, HEARTBEAT, Claimed, claim_ok, fingerprint, heartbeat_body, renew_path
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceCreds, Maker
 
-Maker = Callable[..., Any]
 HEX = "0123456789abcdef" * 4
 UUID_VARIANTS = {
     "uppercase": lambda u: u.upper(),

@@ -1,4 +1,4 @@
-"""claim-next (spec 000 §5–§6, spec 002): eligibility, snapshot match, stable order, rollback,
+"""claim-next (docs/api.md "POST /api/v1/tasks/claim-next"): eligibility, snapshot match, stable order, rollback,
 idempotent success/EMPTY/conflict (also after a restart), one open claim per device, same-session
 resume, the heartbeat gate, and the exact authorization-expiry boundary."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -17,12 +16,12 @@ from cmbuyer.schemas import validate
 from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.store import audit
 from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import CLAIM, claim, claim_ok, fingerprint, post
-
-Maker = Callable[..., Any]
+from tests.server.conftest import Maker
 
 
 def counts(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -184,7 +183,7 @@ async def test_authorization_expiry_boundary_is_exclusive_and_caps_the_lease(
     make_task: Maker,
     sync_conn: sqlite3.Connection,
     clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    policy: ClaimPolicy,
 ) -> None:
     task = make_task(start=True)
     expires = sync_conn.execute("SELECT expires_at FROM authorizations WHERE task_id = ?", (task.id,)).fetchone()[0]
@@ -270,7 +269,7 @@ async def test_open_claim_other_session_expired_lease_or_odd_state_needs_a_perso
     manual = (409, b'{"error":"claim_requires_manual"}')
     before = fingerprint(sync_conn)
     assert await claim(server_client, dev, new_id()) == manual  # other session
-    # ORDERING is resumable only at exactly claimed version + 1 (spec 002)
+    # ORDERING is resumable only at exactly claimed version + 1 (docs/api.md "POST /api/v1/tasks/claim-next")
     sync_conn.execute("UPDATE tasks SET state = 'ORDERING', version = version + 1 WHERE id = ?", (first.task_id,))
     assert (await claim_ok(server_client, dev, session)).attempt_id == first.attempt_id
     sync_conn.execute("UPDATE tasks SET version = version + 1 WHERE id = ?", (first.task_id,))

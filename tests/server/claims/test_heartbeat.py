@@ -1,11 +1,11 @@
-"""Heartbeat (spec 002): records what the phone host reports, answers app_version_allowed from
-CMBUYER_ALLOWED_APP_VERSIONS and the server time; audit rows only when a reported fact changes."""
+"""Heartbeat (docs/api.md "POST /api/v1/devices/heartbeat"): records what the phone host reports, answers
+app_version_allowed from CMBUYER_ALLOWED_APP_VERSIONS and the server time; audit rows only when a reported fact
+changes."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,8 +18,7 @@ from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx.common import Actor
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body, post
-
-Maker = Callable[..., Any]
+from tests.server.conftest import Maker
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,8 +15,8 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
 from tests.server.claims.conftest import HEARTBEAT, fingerprint, heartbeat_body, post
+from tests.server.conftest import Maker
 
-Maker = Callable[..., Any]
 PACK = "pdd-8.17.0-81700"
 
 

@@ -8,16 +8,14 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.config import Settings
+from tests.server.conftest import Maker
 
-Maker = Callable[..., Any]
 WORKER = Path(__file__).with_name("proc_worker.py")
 
 

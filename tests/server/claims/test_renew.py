@@ -1,5 +1,5 @@
-"""Lease renew (spec 000 §7, spec 002): CAS on the exact lease text, every claim field must match, cap at
-the authorization expiry, equal time = expired (no grace, no revival), replay / conflict by
+"""Lease renew (docs/api.md "POST /api/v1/tasks/{task_id}/lease/renew"): CAS on the exact lease text, every claim field
+must match, cap at the authorization expiry, equal time = expired (no grace, no revival), replay / conflict by
 renew_request_id, out-of-order and concurrent renewals, and no change to business state."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,9 +18,8 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.store import audit
 from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import CLAIM, Claimed, claim_ok, fingerprint, post, renew_path
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceCreds, Maker
 
-Maker = Callable[..., Any]
 NOT_CURRENT = (409, b'{"error":"claim_not_current"}')
 
 

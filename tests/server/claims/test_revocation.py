@@ -1,6 +1,6 @@
-"""Revocation linearized with claims (spec 000 §8): a revocation committed first makes a later
-claim/renew fail with the empty 401 even when authentication had already passed; a claim committed
-first stays (no automatic release, no takeover)."""
+"""Revocation linearized with claims (docs/api.md "Device authentication", "Linearization with revocation"): a
+revocation committed first makes a later claim/renew fail with the empty 401 even when authentication had already
+passed; a claim committed first stays (no automatic release, no takeover)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ import pytest
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.tx.common import Actor, new_id
 from cmbuyer.server.tx.device_tx import DeviceNotActive
 from cmbuyer.server.web.keys import DB
 from tests.server.claims.conftest import claim, claim_ok, fingerprint, post, renew_path
+from tests.server.conftest import Maker
 
-Maker = Callable[..., Any]
 CLI = Actor("cli", "pytest")
 
 
@@ -114,11 +115,7 @@ async def test_claim_committed_first_stays_after_revocation(
 
 
 def test_service_level_both_orders(
-    ready_device: Maker,
-    make_task: Maker,
-    sync_conn: sqlite3.Connection,
-    clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, clock: ManualClock, policy: ClaimPolicy
 ) -> None:
     make_task(start=True)
     make_task(start=True, goods_id="12")

@@ -1,4 +1,4 @@
-"""Static checks (spec 000 验收): this issue adds only heartbeat, claim-next and renew; the claim layer has
+"""Static checks (docs/api.md "Device API I"): this issue adds only heartbeat, claim-next and renew; the claim layer has
 no event, fence, submit, payment or page-automation capability, and its answers carry no action script,
 selector, coordinates or click permission."""
 

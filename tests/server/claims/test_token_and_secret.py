@@ -1,4 +1,4 @@
-"""Claim tokens (spec 000 §2): versioned, domain-separated HMAC; random nonces; only nonce + SHA-256 of
+"""Claim tokens (docs/api.md "Start-up"): versioned, domain-separated HMAC; random nonces; only nonce + SHA-256 of
 the token in SQLite; the same token after a restart; a wrong or missing secret refuses start-up; the
 comparison is constant-time and always runs."""
 
@@ -9,7 +9,6 @@ import hmac
 import json
 import secrets
 import sqlite3
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,8 @@ from cmbuyer.server.lifecycle import StartupRefused
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import claim, claim_ok, post, renew_path
+from tests.server.conftest import Maker
 
-Maker = Callable[..., Any]
 FIELDS = {
     "device_id": "d" * 36,
     "task_id": "t" * 36,

@@ -1,11 +1,11 @@
-"""Evidence upload over real HTTP (spec 002 截图; bad-inputs "Multipart evidence" and "PNG content")."""
+"""Evidence upload over real HTTP (docs/api.md "POST /api/v1/tasks/{id}/evidence"; bad-inputs "Multipart evidence" and
+"PNG content")."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.evidence import files
 from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web import multipart as multipart_module
+from tests.server.conftest import Maker
 from tests.server.evidence.pngs import build, padded_to
 from tests.server.submissions.helpers import (
     Claim,
@@ -112,8 +113,8 @@ async def test_accepted_pngs_stored_byte_identical(
 async def test_device_a_cannot_upload_to_device_b_attempt(
     server_client: Any,
     claimed: Claim,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
+    make_device: Maker,
+    make_task: Maker,
     settings: Settings,
     sync_conn: sqlite3.Connection,
 ) -> None:

@@ -10,7 +10,6 @@ import json
 import sqlite3
 import struct
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 
 from cmbuyer.server.config import Settings
 from cmbuyer.server.evidence.png import ImageRejected, validate_png
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     Claim,
     claim_http,
@@ -97,8 +97,8 @@ async def test_closed_claim_reused_key_with_new_file_stores_no_file(
 async def test_other_devices_key_and_attempt(
     server_client: Any,
     claimed: Claim,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
+    make_device: Maker,
+    make_task: Maker,
     settings: Settings,
     sync_conn: sqlite3.Connection,
 ) -> None:

@@ -20,11 +20,11 @@ from cmbuyer.server.db import StorageError, run_in_transaction
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
-from cmbuyer.server.tx.common import new_id
 from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     Claim,
     age_file,
+    direct_upload,
     evidence_fields,
     fingerprint,
     multipart,
@@ -109,21 +109,10 @@ async def test_upload_whose_file_vanished_gets_503_and_writes_nothing(
 ) -> None:
     data = padded_to(310)
     sha = hashlib.sha256(data).hexdigest()
-    up = evidence_upload.Upload(
-        task_id=claimed.task_id,
-        upload_key=new_id(),
-        attempt_id=claimed.attempt_id,
-        kind="FAILURE",
-        privacy_tier="INTERNAL_RAW",
-        sha256=sha,
-        captured_at="2026-08-04T09:01:00Z",
-        byte_size=len(data),
-        width=16,
-        height=8,
-    )
-    before = fingerprint(sync_conn)
-    with pytest.raises(StorageError):
-        run_in_transaction(
+    up = direct_upload(claimed, data)
+
+    def record() -> Any:
+        return run_in_transaction(
             sync_conn,
             lambda c: evidence_upload.record_upload(
                 c,
@@ -134,19 +123,13 @@ async def test_upload_whose_file_vanished_gets_503_and_writes_nothing(
                 evidence_dir=settings.evidence_dir,
             ),
         )
+
+    before = fingerprint(sync_conn)
+    with pytest.raises(StorageError):
+        record()
     assert fingerprint(sync_conn) == before
     files.store(settings.evidence_dir, sha, data)
-    stored = run_in_transaction(
-        sync_conn,
-        lambda c: evidence_upload.record_upload(
-            c,
-            device_id=claimed.device.device_id,
-            upload=up,
-            now=ManualClock().now(),
-            budget=BUDGET,
-            evidence_dir=settings.evidence_dir,
-        ),
-    )
+    stored = record()
     assert stored.status == 201
 
 

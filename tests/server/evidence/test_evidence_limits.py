@@ -6,28 +6,14 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
-import pytest
-
-from cmbuyer.server.config import Settings
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceCreds, Maker
 from tests.server.submissions.helpers import evidence_path
 from tests.server.submissions.live import LiveServer
 
 MiB = 1024 * 1024
 BOUNDARY = "cmbuyer-limit-test"
-
-
-@pytest.fixture
-def live(data_dir: Path, settings: Settings) -> Iterator[LiveServer]:
-    server = LiveServer(data_dir)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _head(task_id: str, creds: DeviceCreds | None, extra: str) -> bytes:
@@ -89,7 +75,7 @@ def _stream(live: LiveServer, creds: DeviceCreds, first: bytes, filler: bytes, t
     return response[0] if response else b""
 
 
-def test_memory_bounded_for_huge_field_stream_and_headers(live: LiveServer, make_device: Callable[..., Any]) -> None:
+def test_memory_bounded_for_huge_field_stream_and_headers(live: LiveServer, make_device: Maker) -> None:
     creds = make_device()
     base = live.peak_rss_kib()
     field = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="upload_key"\r\n\r\n'.encode()

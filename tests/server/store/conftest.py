@@ -12,6 +12,7 @@ import pytest
 
 from cmbuyer.server.web.keys import DB
 from tests.server.claims.conftest import policy, ready_device  # noqa: F401 — fixtures reused here
+from tests.server.submissions.helpers import DEVICE_WRITTEN_TABLES
 
 
 class StorageFault:
@@ -54,16 +55,4 @@ def fault(server_client: Any) -> StorageFault:
 
 def counts(conn: sqlite3.Connection) -> dict[str, int]:
     """Row counts of every table a device request may write."""
-    return {
-        t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-        for t in (
-            "device_requests",
-            "attempts",
-            "audit_log",
-            "authorizations",
-            "tasks",
-            "events",
-            "evidence_assets",
-            "order_submissions",
-        )
-    }
+    return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in DEVICE_WRITTEN_TABLES}

@@ -52,7 +52,7 @@ from cmbuyer.server.store import device_requests as device_request_store
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.store.queries import task_view as views
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import TEST_ACTOR, DeviceCreds
+from tests.server.conftest import TEST_ACTOR, DeviceCreds, DeviceMaker, Maker
 from tests.server.store.test_migration_lean import add_later_columns
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
@@ -294,8 +294,8 @@ async def _fill_0004(
     settings: Settings,
     clock: ManualClock,
     conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    make_device: DeviceMaker,
+    make_task: Maker,
 ) -> list[Sent]:
     """Every device use-case and every admin/sweeper move of an authorization, on a 0004 database."""
     log: list[Sent] = []
@@ -386,8 +386,8 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
     settings: Settings,
     clock: ManualClock,
     sync_conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    make_device: DeviceMaker,
+    make_task: Maker,
 ) -> None:
     """Data made by every use-case upgrades cleanly; every stored answer replays byte for
     byte on the new schema; each stored key reused by another device is 409 on all seven endpoints."""
@@ -469,11 +469,7 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
 
 
 def _claimed_db(
-    settings: Settings,
-    clock: ManualClock,
-    conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    settings: Settings, clock: ManualClock, conn: sqlite3.Connection, make_device: DeviceMaker, make_task: Maker
 ) -> dict[str, Any]:
     """Upgrade to 0005, then one claimed task and one started, unclaimed task (t2) through the real services."""
     from cmbuyer.server.domain.claims import ClaimPolicy
@@ -504,11 +500,7 @@ def _claimed_db(
 
 
 def test_composite_foreign_keys_hold_after_the_rebuild(
-    settings: Settings,
-    clock: ManualClock,
-    sync_conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection, make_device: DeviceMaker, make_task: Maker
 ) -> None:
     """Events, evidence assets and order submissions whose task is not their attempt's
     task are refused by ``UNIQUE(task_id, id)`` as the parent key, and ``foreign_key_check`` (what the
@@ -588,8 +580,8 @@ def test_sigkill_inside_the_0005_transaction_leaves_0004_intact(
     settings: Settings,
     clock: ManualClock,
     sync_conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    make_device: DeviceMaker,
+    make_task: Maker,
     tmp_path: Path,
 ) -> None:
     """The runner killed with the old tables dropped (and, for "all-done", every statement
@@ -643,7 +635,7 @@ def test_sigkill_inside_the_0005_transaction_leaves_0004_intact(
 
 
 def test_migration_that_cannot_get_the_write_lock_changes_nothing(
-    settings: Settings, sync_conn: sqlite3.Connection, make_task: Callable[..., Any]
+    settings: Settings, sync_conn: sqlite3.Connection, make_task: Maker
 ) -> None:
     """A server (here: another connection) holding the write lock makes the upgrade fail
     with MigrationError after the busy timeout; nothing changed, foreign keys back on, and it applies once
@@ -668,7 +660,7 @@ def test_migration_that_cannot_get_the_write_lock_changes_nothing(
 
 
 def test_second_migrator_that_lost_the_race_is_a_no_op(
-    settings: Settings, sync_conn: sqlite3.Connection, make_task: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    settings: Settings, sync_conn: sqlite3.Connection, make_task: Maker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two ``cmbuyer-server migrate`` runs started together (a deploy script and a person …): both read 0005
     as pending before either holds the write lock. The loser must find it recorded once it gets the lock

@@ -1,10 +1,9 @@
-"""Migrations 0002 and 0005 as the claim layer uses them (spec 000 验收: upgrade/reopen, FK, unique, partial index,
-refusal of an upgrade over unattributable facts and of a "downgrade" of a database with claim facts)."""
+"""Migrations 0002 and 0005 as the claim layer uses them (the claim migrations' acceptance: upgrade/reopen, FK, unique,
+partial index, refusal of an upgrade over unattributable facts and of a "downgrade" of a database with claim facts)."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +13,14 @@ from cmbuyer.server import migrate
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.lifecycle import StartupRefused, check_schema
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.tx.common import new_id
+from tests.server.conftest import Maker
 
-Maker = Callable[..., Any]
 
-
-def _claim(conn: sqlite3.Connection, device_id: str, clock: ManualClock, policy: claim_service.ClaimPolicy) -> Any:
+def _claim(conn: sqlite3.Connection, device_id: str, clock: ManualClock, policy: ClaimPolicy) -> Any:
     return run_in_transaction(
         conn,
         lambda c: claim_service.claim_next(
@@ -36,7 +35,7 @@ def test_reopen_keeps_claims_and_constraints_hold(
     settings: Settings,
     sync_conn: sqlite3.Connection,
     clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    policy: ClaimPolicy,
 ) -> None:
     make_task(start=True)
     make_task(start=True, goods_id="2")

@@ -1,6 +1,6 @@
 """Migration 0005 (lean claim indexes): an upgrade from 0004 keeps every row and every claim replay, the
 constraints it replaces still hold on the new schema, and rows that break the new ones — or a dangling
-reference — refuse the upgrade and leave the database as it was (spec 000 验收: migration upgrade/reopen,
+reference — refuse the upgrade and leave the database as it was (the claim migrations' acceptance: upgrade/reopen,
 FK / unique / partial index, refusal over existing facts)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from cmbuyer.server import migrate
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import tasks as task_service
@@ -83,7 +84,7 @@ def old_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.
     conn.close()
 
 
-def _claim(conn: sqlite3.Connection, claim: Claim, clock: ManualClock, policy: claim_service.ClaimPolicy) -> Any:
+def _claim(conn: sqlite3.Connection, claim: Claim, clock: ManualClock, policy: ClaimPolicy) -> Any:
     with later_columns(conn):
         return run_in_transaction(
             conn,
@@ -98,7 +99,7 @@ def _claim(conn: sqlite3.Connection, claim: Claim, clock: ManualClock, policy: c
         )
 
 
-def _heartbeat(conn: sqlite3.Connection, device_id: str, clock: ManualClock, policy: claim_service.ClaimPolicy) -> None:
+def _heartbeat(conn: sqlite3.Connection, device_id: str, clock: ManualClock, policy: ClaimPolicy) -> None:
     """A READY heartbeat with an allowed version (the claim-next gate), through today's service."""
     with later_columns(conn):
         run_in_transaction(
@@ -140,12 +141,7 @@ def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection) -> None:
 
 
 def _seed(
-    conn: sqlite3.Connection,
-    settings: Settings,
-    clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
-    tasks: int,
-    claims: int,
+    conn: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: ClaimPolicy, tasks: int, claims: int
 ) -> list[Claim]:
     """``tasks`` started tasks and ``claims`` devices that each claimed one (through the real services).
 
@@ -163,12 +159,7 @@ def _seed(
 
 
 def _seed_current(
-    conn: sqlite3.Connection,
-    settings: Settings,
-    clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
-    tasks: int,
-    claims: int,
+    conn: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: ClaimPolicy, tasks: int, claims: int
 ) -> list[Claim]:
     ids = []
     for i in range(tasks):
@@ -215,7 +206,7 @@ def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
     old_db: sqlite3.Connection,
     settings: Settings,
     clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    policy: ClaimPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     claims = _seed(old_db, settings, clock, policy, tasks=6, claims=4)
@@ -249,15 +240,13 @@ def test_upgrade_keeps_rows_replays_and_drops_only_the_redundant_indexes(
     assert old_db.execute("SELECT count(*) FROM authorizations WHERE state = 'ACTIVE'").fetchone()[0] == 0
 
 
-def _one_claim(
-    conn: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy
-) -> dict[str, Any]:
+def _one_claim(conn: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: ClaimPolicy) -> dict[str, Any]:
     _seed(conn, settings, clock, policy, tasks=2, claims=1)
     return dict(conn.execute("SELECT * FROM attempts").fetchone())
 
 
 def test_new_constraints_hold(
-    settings: Settings, sync_conn: sqlite3.Connection, clock: ManualClock, policy: claim_service.ClaimPolicy
+    settings: Settings, sync_conn: sqlite3.Connection, clock: ManualClock, policy: ClaimPolicy
 ) -> None:
     attempt = _one_claim(sync_conn, settings, clock, policy)
     second = run_in_transaction(sync_conn, lambda c: device_service.add_device(c, "second", ACTOR, clock.now()))
@@ -329,7 +318,7 @@ def test_upgrade_refuses_a_terminal_authorization_without_closed_at(
     old_db: sqlite3.Connection,
     settings: Settings,
     clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    policy: ClaimPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _seed(old_db, settings, clock, policy, tasks=2, claims=0)
@@ -341,7 +330,7 @@ def test_upgrade_refuses_a_request_key_stored_for_two_devices(
     old_db: sqlite3.Connection,
     settings: Settings,
     clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    policy: ClaimPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     claims = _seed(old_db, settings, clock, policy, tasks=3, claims=2)
@@ -355,7 +344,7 @@ def test_upgrade_refuses_a_dangling_reference(
     old_db: sqlite3.Connection,
     settings: Settings,
     clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    policy: ClaimPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _seed(old_db, settings, clock, policy, tasks=2, claims=1)

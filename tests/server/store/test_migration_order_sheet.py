@@ -17,7 +17,7 @@ from cmbuyer.server import migrate
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
-from cmbuyer.server.services import claim_next as claim_service
+from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.heartbeat import record_heartbeat
@@ -88,7 +88,7 @@ def test_upgrade_keeps_rows_and_objects(
     db_0005: sqlite3.Connection,
     settings: Settings,
     clock: ManualClock,
-    policy: claim_service.ClaimPolicy,
+    policy: ClaimPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     claims = _seed(db_0005, settings, clock, policy, tasks=5, claims=2)
@@ -124,7 +124,7 @@ def test_upgrade_keeps_rows_and_objects(
 
 
 def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
-    db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy
+    db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: ClaimPolicy
 ) -> None:
     migrate.migrate(db_0005, AT)
     raw = {
@@ -161,7 +161,7 @@ def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
 
 
 def test_after_upgrade_constraints(
-    db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: claim_service.ClaimPolicy
+    db_0005: sqlite3.Connection, settings: Settings, clock: ManualClock, policy: ClaimPolicy
 ) -> None:
     claims = _seed(db_0005, settings, clock, policy, tasks=1, claims=1)
     _fence_raw(db_0005, claims[0])

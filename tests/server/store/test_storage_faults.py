@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,8 @@ from tests.server.submissions.helpers import (
     upload,
 )
 
-FAULTS = [
+Fault = tuple[str, str, str]  # (table, op, mode) of StorageFault.on
+FAULTS: list[Fault] = [
     ("device_requests", "INSERT", "ABORT"),
     ("device_requests", "INSERT", "ROLLBACK"),
     ("audit_log", "INSERT", "ABORT"),
@@ -43,30 +45,41 @@ FAULTS = [
 ]
 
 
+def faults(*extra: Fault) -> pytest.MarkDecorator:
+    """Parametrize ``case`` with FAULTS and ``extra`` (test ids ``table-op-mode``)."""
+    return pytest.mark.parametrize("case", [*FAULTS, *extra], ids="-".join)
+
+
+async def refused_then_retried(
+    fault: StorageFault,
+    conn: sqlite3.Connection,
+    case: Fault,
+    send: Callable[[], Awaitable[tuple[int, bytes]]],
+    tries: int = 1,
+) -> tuple[int, bytes]:
+    """With ``case`` injected, ``send()`` answers an empty 503 (each of ``tries`` times) and nothing is
+    half-written; then the fault is lifted and the answer of one more ``send()`` is returned."""
+    before = fingerprint(conn)
+    await fault.on(*case)
+    for _ in range(tries):
+        assert await send() == (503, b"")
+    assert fingerprint(conn) == before  # nothing half-written (no row refers to a file whose row failed)
+    await fault.off()
+    return await send()
+
+
 async def _fence(client: Any, c: Claim, body: dict[str, Any]) -> tuple[int, bytes]:
     return await post_json(client, fence_path(c.attempt_id), c.device, body)
 
 
-@pytest.mark.parametrize(
-    "table,op,mode", [*FAULTS, ("order_submissions", "INSERT", "ABORT"), ("tasks", "UPDATE", "ROLLBACK")]
-)
+@faults(("order_submissions", "INSERT", "ABORT"), ("tasks", "UPDATE", "ROLLBACK"))
 async def test_fence_storage_failure_then_retry_same_key(
-    server_client: Any,
-    claimed: Claim,
-    fault: StorageFault,
-    sync_conn: sqlite3.Connection,
-    table: str,
-    op: str,
-    mode: str,
+    server_client: Any, claimed: Claim, fault: StorageFault, sync_conn: sqlite3.Connection, case: Fault
 ) -> None:
     body = fence_body(claimed)
-    before = fingerprint(sync_conn)
-    await fault.on(table, op, mode)
-    assert await _fence(server_client, claimed, body) == (503, b"")
-    assert await _fence(server_client, claimed, body) == (503, b"")
-    assert fingerprint(sync_conn) == before  # nothing half-written
-    await fault.off()
-    status, raw = await _fence(server_client, claimed, body)
+    status, raw = await refused_then_retried(
+        fault, sync_conn, case, lambda: _fence(server_client, claimed, body), tries=2
+    )
     assert status == 200 and json.loads(raw)["click_permitted"] is True  # the first *committed* answer
     status, raw = await _fence(server_client, claimed, body)
     assert status == 200 and json.loads(raw)["click_permitted"] is False
@@ -107,57 +120,45 @@ async def test_fence_lost_with_its_batch_is_never_answered(
     assert status == 200 and json.loads(raw)["click_permitted"] is True
 
 
-@pytest.mark.parametrize(
-    "table,op,mode", [*FAULTS, ("order_submissions", "UPDATE", "ABORT"), ("attempts", "UPDATE", "ROLLBACK")]
-)
+@faults(("order_submissions", "UPDATE", "ABORT"), ("attempts", "UPDATE", "ROLLBACK"))
 async def test_result_storage_failure_then_retry_same_key(
-    server_client: Any,
-    claimed: Claim,
-    fault: StorageFault,
-    sync_conn: sqlite3.Connection,
-    table: str,
-    op: str,
-    mode: str,
+    server_client: Any, claimed: Claim, fault: StorageFault, sync_conn: sqlite3.Connection, case: Fault
 ) -> None:
     status, raw = await _fence(server_client, claimed, fence_body(claimed))
     sid = json.loads(raw)["submission_id"]
     body = result_body(claimed, "UNKNOWN")
-    before = fingerprint(sync_conn)
-    await fault.on(table, op, mode)
-    assert await post_json(server_client, result_path(sid), claimed.device, body) == (503, b"")
-    assert fingerprint(sync_conn) == before
-    await fault.off()
-    status, first = await post_json(server_client, result_path(sid), claimed.device, body)
+
+    def send() -> Awaitable[tuple[int, bytes]]:
+        return post_json(server_client, result_path(sid), claimed.device, body)
+
+    status, first = await refused_then_retried(fault, sync_conn, case, send)
     assert status == 200, first
-    assert await post_json(server_client, result_path(sid), claimed.device, body) == (200, first)
+    assert await send() == (200, first)
 
 
-@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("evidence_assets", "INSERT", "ABORT")])
+@faults(("evidence_assets", "INSERT", "ABORT"))
 async def test_evidence_storage_failure_then_retry_same_key(
     server_client: Any,
     claimed: Claim,
     fault: StorageFault,
     sync_conn: sqlite3.Connection,
     settings: Settings,
-    table: str,
-    op: str,
-    mode: str,
+    case: Fault,
 ) -> None:
     data = png()
     fields = evidence_fields(claimed, data)
     body, ctype = multipart(fields, data)
-    before = fingerprint(sync_conn)
-    await fault.on(table, op, mode)
-    assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (503, b"")
-    assert fingerprint(sync_conn) == before  # the stored file (if any) is referenced by no row
-    await fault.off()
-    status, first = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
+
+    def send() -> Awaitable[tuple[int, bytes]]:
+        return upload(server_client, claimed.device, claimed.task_id, body, ctype)
+
+    status, first = await refused_then_retried(fault, sync_conn, case, send)
     assert status == 201, first
     asset = json.loads(first)
     row = sync_conn.execute("SELECT sha256 FROM evidence_assets WHERE id = ?", (asset["asset_id"],)).fetchone()
     path = Path(settings.evidence_dir) / row[0][:2] / row[0][2:4] / f"{row[0]}.png"
     assert path.read_bytes() == data  # every row points at its complete file
-    assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, first)
+    assert await send() == (200, first)
 
 
 async def test_evidence_file_store_failure_is_503_and_retry_works(
@@ -181,46 +182,32 @@ async def test_evidence_file_store_failure_is_503_and_retry_works(
     assert status == 201
 
 
-@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("events", "INSERT", "ABORT"), ("tasks", "UPDATE", "ROLLBACK")])
+@faults(("events", "INSERT", "ABORT"), ("tasks", "UPDATE", "ROLLBACK"))
 async def test_events_storage_failure_then_retry_same_key(
-    server_client: Any,
-    claimed: Claim,
-    fault: StorageFault,
-    sync_conn: sqlite3.Connection,
-    table: str,
-    op: str,
-    mode: str,
+    server_client: Any, claimed: Claim, fault: StorageFault, sync_conn: sqlite3.Connection, case: Fault
 ) -> None:
     body = events_body(claimed)
-    before = fingerprint(sync_conn)
-    await fault.on(table, op, mode)
-    assert await post_json(server_client, events_path(claimed.task_id), claimed.device, body) == (503, b"")
-    assert fingerprint(sync_conn) == before
-    await fault.off()
-    status, first = await post_json(server_client, events_path(claimed.task_id), claimed.device, body)
+
+    def send() -> Awaitable[tuple[int, bytes]]:
+        return post_json(server_client, events_path(claimed.task_id), claimed.device, body)
+
+    status, first = await refused_then_retried(fault, sync_conn, case, send)
     assert status == 200 and json.loads(first)["first_seq"] == 1
-    assert await post_json(server_client, events_path(claimed.task_id), claimed.device, body) == (200, first)
+    assert await send() == (200, first)
 
 
-@pytest.mark.parametrize("table,op,mode", [*FAULTS, ("authorizations", "UPDATE", "ABORT")])
+@faults(("authorizations", "UPDATE", "ABORT"))
 async def test_fail_storage_failure_then_retry_same_key(
-    server_client: Any,
-    claimed: Claim,
-    fault: StorageFault,
-    sync_conn: sqlite3.Connection,
-    table: str,
-    op: str,
-    mode: str,
+    server_client: Any, claimed: Claim, fault: StorageFault, sync_conn: sqlite3.Connection, case: Fault
 ) -> None:
     body = fail_body(claimed)
-    before = fingerprint(sync_conn)
-    await fault.on(table, op, mode)
-    assert await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body) == (503, b"")
-    assert fingerprint(sync_conn) == before
-    await fault.off()
-    status, first = await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body)
+
+    def send() -> Awaitable[tuple[int, bytes]]:
+        return post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body)
+
+    status, first = await refused_then_retried(fault, sync_conn, case, send)
     assert status == 200, first
-    assert await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body) == (200, first)
+    assert await send() == (200, first)
 
 
 async def test_disk_full_by_max_page_count_is_503_not_500(

@@ -98,6 +98,13 @@ async def test_close_during_a_long_batch_never_commits_for_a_caller_told_it_fail
     _check_invariant(db.path, ["b"], out)
 
 
+async def batch(db: Database, *jobs: Callable[[sqlite3.Connection], Any], short: bool, within: float) -> list[Any]:
+    """Queue ``jobs`` on the writer at once (one group-committed batch) and gather every caller's answer
+    or exception, within ``within`` seconds."""
+    calls = [db.write(job, short=short) for job in jobs]
+    return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), within)
+
+
 # -- exceptions the writer must survive ----------------------------------------------------------------------
 
 
@@ -115,12 +122,7 @@ async def test_job_raising_stop_iteration_does_not_kill_the_writer(tmp_path: Pat
         next(iter([]))
 
     try:
-        out = await asyncio.wait_for(
-            asyncio.gather(
-                database.write(_insert("a"), short=short), database.write(bad, short=short), return_exceptions=True
-            ),
-            2,
-        )
+        out = await batch(database, _insert("a"), bad, short=short, within=2)
         assert out[0] == "a" and isinstance(out[1], Exception)
         assert await asyncio.wait_for(database.write(_insert("c"), short=short), 2) == "c"
         _check_invariant(path, ["a", "x", "c"], [out[0], out[1], "c"])
@@ -140,15 +142,7 @@ async def test_base_exception_in_a_job_fails_only_that_job(db: Database, exc: ty
         raise exc()
 
     tags = ["a", "bad", "b"]
-    out = await asyncio.wait_for(
-        asyncio.gather(
-            db.write(_insert("a"), short=short),
-            db.write(bad, short=short),
-            db.write(_insert("b"), short=short),
-            return_exceptions=True,
-        ),
-        5,
-    )
+    out = await batch(db, _insert("a"), bad, _insert("b"), short=short, within=5)
     assert out[0] == "a" and out[2] == "b" and isinstance(out[1], StorageError)
     _check_invariant(db.path, tags, out)
 
@@ -189,15 +183,7 @@ async def test_job_leaving_an_unstepped_select_open_in_a_failing_batch(db: Datab
         conn.execute("INSERT INTO t VALUES ('bad')")
         raise ValueError("rule")
 
-    out = await asyncio.wait_for(
-        asyncio.gather(
-            db.write(reader, short=short),
-            db.write(bad, short=short),
-            db.write(_insert("c"), short=short),
-            return_exceptions=True,
-        ),
-        5,
-    )
+    out = await batch(db, reader, bad, _insert("c"), short=short, within=5)
     kept.clear()
     _check_invariant(db.path, ["r", "bad", "c"], out)
     assert await asyncio.wait_for(db.write(_insert("z"), short=short), 5) == "z"
@@ -219,16 +205,8 @@ async def test_job_using_its_own_savepoints_in_a_failing_batch(db: Database, sho
     def releases_writer_savepoint(conn: sqlite3.Connection) -> None:
         conn.execute("RELEASE job")  # no such savepoint in pass one; releases the writer's in pass two
 
-    out = await asyncio.wait_for(
-        asyncio.gather(
-            db.write(own_savepoint, short=short),
-            db.write(begins, short=short),
-            db.write(_insert("c"), short=short),
-            db.write(releases_writer_savepoint, short=short),
-            db.write(_insert("d"), short=short),
-            return_exceptions=True,
-        ),
-        5,
+    out = await batch(
+        db, own_savepoint, begins, _insert("c"), releases_writer_savepoint, _insert("d"), short=short, within=5
     )
     rows = _committed(db.path)
     # every caller told ok has its rows, nothing is committed for the callers told "failed"
@@ -256,26 +234,10 @@ async def test_disk_full_in_the_optimistic_pass_of_a_batch(db: Database, short: 
         conn.execute("INSERT INTO big SELECT zeroblob(300000) FROM (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3)")
 
     tags = ["a", "huge", "b"]
-    out = await asyncio.wait_for(
-        asyncio.gather(
-            db.write(_insert("a"), short=short),
-            db.write(huge, short=short),
-            db.write(_insert("b"), short=short),
-            return_exceptions=True,
-        ),
-        5,
-    )
+    out = await batch(db, _insert("a"), huge, _insert("b"), short=short, within=5)
     assert isinstance(out[1], StorageError)
     _check_invariant(db.path, tags, out)
-    out2 = await asyncio.wait_for(
-        asyncio.gather(
-            db.write(_insert("c"), short=short),
-            db.write(huge_multi, short=short),
-            db.write(_insert("d"), short=short),
-            return_exceptions=True,
-        ),
-        5,
-    )
+    out2 = await batch(db, _insert("c"), huge_multi, _insert("d"), short=short, within=5)
     assert isinstance(out2[1], StorageError)
     _check_invariant(db.path, ["c", "huge2", "d"], out2)
     await db.write(lambda c: c.execute("PRAGMA max_page_count = 1073741823"))
@@ -323,14 +285,6 @@ async def test_failing_job_that_opened_a_savepoint_named_like_the_writers_leaves
         conn.execute("SAVEPOINT job")
         raise ValueError("rule")
 
-    out = await asyncio.wait_for(
-        asyncio.gather(
-            db.write(_insert("a"), short=short),
-            db.write(bad, short=short),
-            db.write(_insert("b"), short=short),
-            return_exceptions=True,
-        ),
-        5,
-    )
+    out = await batch(db, _insert("a"), bad, _insert("b"), short=short, within=5)
     assert isinstance(out[1], ValueError)
     _check_invariant(db.path, ["a", "bad", "b"], out)

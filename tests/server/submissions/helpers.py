@@ -4,6 +4,7 @@ multipart builders, and a fingerprint of every table a device request may write.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -21,9 +22,11 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import claim_next as claim_service
+from cmbuyer.server.services import devices as device_service
+from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import TEST_ACTOR, DeviceCreds
 
 HEARTBEAT = "/api/v1/devices/heartbeat"
 CLAIM_NEXT = "/api/v1/tasks/claim-next"
@@ -136,6 +139,18 @@ def claim_direct(conn: sqlite3.Connection, settings: Settings, now: datetime, cr
     return Claim.from_body(creds, session, json.loads(stored.body))
 
 
+def renew_body(c: Claim, **over: Any) -> dict[str, Any]:
+    """A lease-renew body for this claim's current lease (fields overridable)."""
+    return {
+        "renew_request_id": new_id(),
+        "session_id": c.session_id,
+        "attempt_id": c.attempt_id,
+        "claim_generation": c.generation,
+        "claim_token": c.token,
+        "expected_lease_expires_at": c.lease_expires_at,
+    } | over
+
+
 def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
     """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00, paid by 微信支付)."""
     body: dict[str, Any] = {
@@ -237,6 +252,22 @@ def evidence_fields(c: Claim, data: bytes, **over: str) -> dict[str, str]:
     return fields
 
 
+def direct_upload(c: Claim, data: bytes, kind: str = "FAILURE") -> evidence_upload.Upload:
+    """The validated upload the evidence route hands to the service, for a 16×8 PNG (evidence.pngs.padded_to)."""
+    return evidence_upload.Upload(
+        task_id=c.task_id,
+        upload_key=new_id(),
+        attempt_id=c.attempt_id,
+        kind=kind,
+        privacy_tier="INTERNAL_RAW",
+        sha256=hashlib.sha256(data).hexdigest(),
+        captured_at="2026-08-04T09:01:00Z",
+        byte_size=len(data),
+        width=16,
+        height=8,
+    )
+
+
 def multipart(
     fields: dict[str, str],
     file: bytes | None,
@@ -275,23 +306,36 @@ async def upload(
     return resp.status, await resp.read()
 
 
+# Every table a device request may write (besides ``devices.write_seq``).
+DEVICE_WRITTEN_TABLES = (
+    "device_requests",
+    "attempts",
+    "audit_log",
+    "authorizations",
+    "tasks",
+    "events",
+    "evidence_assets",
+    "order_submissions",
+)
+
+
 def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
     """Every table a device request may change (compare before/after a refused request)."""
     out: dict[str, Any] = {}
-    for table in (
-        "device_requests",
-        "attempts",
-        "audit_log",
-        "authorizations",
-        "tasks",
-        "events",
-        "evidence_assets",
-        "order_submissions",
-    ):
+    for table in DEVICE_WRITTEN_TABLES:
         out[table] = [tuple(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
     # write_seq is bumped by every authenticated write's first statement (rolled back on refusal)
     out["devices"] = [tuple(r) for r in conn.execute("SELECT * FROM devices ORDER BY id")]
     return out
+
+
+async def assert_fence_refused_after_revocation(client: Any, c: Claim, conn: sqlite3.Connection, now: datetime) -> None:
+    """Revoke the claim's device (the CLI's use-case); its fence is then the empty 401 and writes nothing."""
+    run_in_transaction(conn, lambda tx: device_service.revoke_device(tx, c.device.device_id, TEST_ACTOR, now))
+    before = fingerprint(conn)
+    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
+    assert (status, raw) == (401, b"")
+    assert fingerprint(conn) == before
 
 
 def task_row(conn: sqlite3.Connection, task_id: str) -> sqlite3.Row:

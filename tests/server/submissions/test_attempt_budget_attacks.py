@@ -7,7 +7,6 @@ and one found by review and fixed: the evidence pre-check could refuse a pure re
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import sqlite3
 from typing import Any
@@ -19,13 +18,13 @@ from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
-from cmbuyer.server.tx.common import new_id
 from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     ATTEMPT_LIMIT as LIMIT,
 )
 from tests.server.submissions.helpers import (
     Claim,
+    direct_upload,
     event,
     events_body,
     events_path,
@@ -149,18 +148,7 @@ async def test_precheck_never_refuses_a_pure_replay_whose_original_commits_meanw
     for size in (300, 301):
         assert (await upload_png(server_client, claimed, padded_to(size)))[0] == 201
     data = padded_to(302)
-    up = evidence_upload.Upload(
-        task_id=claimed.task_id,
-        upload_key=new_id(),
-        attempt_id=claimed.attempt_id,
-        kind="FAILURE",
-        privacy_tier="INTERNAL_RAW",
-        sha256=hashlib.sha256(data).hexdigest(),
-        captured_at="2026-08-04T09:01:00Z",
-        byte_size=len(data),
-        width=16,
-        height=8,
-    )
+    up = direct_upload(claimed, data)
     budget = AttemptBudget(
         events=settings.events_per_attempt,
         evidence_files=settings.evidence_per_attempt,

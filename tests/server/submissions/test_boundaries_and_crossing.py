@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +19,7 @@ from cmbuyer.server.services import recovery
 from cmbuyer.server.services import submission_result as result_service
 from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web.keys import DB
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     Claim,
@@ -36,25 +36,13 @@ from tests.server.submissions.helpers import (
     multipart,
     png,
     post_json,
+    renew_body,
     result_body,
     result_path,
     upload,
 )
 
 RENEW = "/api/v1/tasks/{}/lease/renew"
-
-
-def _renew_body(c: Claim, **over: Any) -> dict[str, Any]:
-    body = {
-        "renew_request_id": new_id(),
-        "session_id": c.session_id,
-        "attempt_id": c.attempt_id,
-        "claim_generation": c.generation,
-        "claim_token": c.token,
-        "expected_lease_expires_at": c.lease_expires_at,
-    }
-    body.update(over)
-    return body
 
 
 async def _fence(client: Any, c: Claim, **over: Any) -> tuple[int, Any]:
@@ -71,7 +59,7 @@ async def test_lease_end_is_expired_for_fence_renew_events(
     clock.set(claimed.lease_expires_at)
     before = fingerprint(sync_conn)
     assert await _fence(server_client, claimed) == (409, {"error": "claim_not_current"})
-    status, raw = await post_json(server_client, RENEW.format(claimed.task_id), claimed.device, _renew_body(claimed))
+    status, raw = await post_json(server_client, RENEW.format(claimed.task_id), claimed.device, renew_body(claimed))
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device, events_body(claimed))
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
@@ -82,11 +70,7 @@ async def test_lease_end_is_expired_for_fence_renew_events(
 
 
 async def test_sweeper_at_lease_end_never_reopens_the_fence(
-    server_client: Any,
-    claimed: Claim,
-    clock: ManualClock,
-    make_device: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, claimed: Claim, clock: ManualClock, make_device: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     status, body = await _fence(server_client, claimed)
     assert status == 200 and body["click_permitted"] is True
@@ -226,7 +210,7 @@ async def test_non_canonical_path_ids(server_client: Any, claimed: Claim, sync_c
     for bad in _noncanonical(claimed.task_id):
         for path, body, expected in (
             (events_path(bad), events_body(claimed), 400),
-            (RENEW.format(bad), _renew_body(claimed), 400),
+            (RENEW.format(bad), renew_body(claimed), 400),
             (fence_path(bad), fence_body(claimed), 400),
             (fail_path(bad), fail_body(claimed), 400),
             (result_path(bad), result_body(claimed), 404),
@@ -243,11 +227,7 @@ async def test_non_canonical_path_ids(server_client: Any, claimed: Claim, sync_c
 
 
 async def test_url_and_body_ids_must_agree(
-    server_client: Any,
-    claimed: Claim,
-    make_task: Callable[..., Any],
-    make_device: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, claimed: Claim, make_task: Maker, make_device: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(start=True)
     other = await claim_http(server_client, make_device("b"))
@@ -256,7 +236,7 @@ async def test_url_and_body_ids_must_agree(
     cases = [
         (events_path(other.task_id), events_body(claimed)),  # my attempt, other task in URL
         (events_path(claimed.task_id), events_body(claimed, attempt_id=other.attempt_id)),
-        (RENEW.format(other.task_id), _renew_body(claimed)),
+        (RENEW.format(other.task_id), renew_body(claimed)),
         (fence_path(claimed.attempt_id), fence_body(claimed, task_id=other.task_id)),
         (fence_path(claimed.attempt_id), fence_body(claimed, authorization_id=other.authorization_id)),
         (fence_path(other.attempt_id), fence_body(claimed)),  # other device's attempt, my token
@@ -294,11 +274,7 @@ async def test_url_and_body_ids_must_agree(
 
 
 async def test_one_key_across_endpoints_and_devices(
-    server_client: Any,
-    claimed: Claim,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, claimed: Claim, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     key = new_id()
     status, _ = await post_json(
@@ -310,7 +286,7 @@ async def test_one_key_across_endpoints_and_devices(
     for path, body in (
         (fence_path(claimed.attempt_id), fence_body(claimed, fence_key=key)),
         (fail_path(claimed.attempt_id), fail_body(claimed, fail_key=key)),
-        (RENEW.format(claimed.task_id), _renew_body(claimed, renew_request_id=key)),
+        (RENEW.format(claimed.task_id), renew_body(claimed, renew_request_id=key)),
         (CLAIM_NEXT, {"session_id": claimed.session_id, "claim_request_id": key}),
     ):
         status, raw = await post_json(server_client, path, claimed.device, body)

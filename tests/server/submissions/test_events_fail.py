@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.domain.reports import check_summary
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     Claim,
     event,
@@ -112,11 +112,7 @@ def test_summary_rule_rejects_phone_forms() -> None:
 
 
 async def test_events_need_current_claim(
-    server_client: Any,
-    claimed: Claim,
-    clock: ManualClock,
-    sync_conn: sqlite3.Connection,
-    make_device: Callable[..., Any],
+    server_client: Any, claimed: Claim, clock: ManualClock, sync_conn: sqlite3.Connection, make_device: Maker
 ) -> None:
     other = make_device("other")
     before = fingerprint(sync_conn)

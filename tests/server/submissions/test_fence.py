@@ -1,11 +1,10 @@
-"""Submission fence (spec 002, issue 4): the first response permits the click, replays never do, and
-every single mismatch is refused with nothing written."""
+"""Submission fence (docs/api.md "POST /api/v1/purchase-attempts/{aid}/submission-fence", issue 4): the first response
+permits the click, replays never do, and every single mismatch is refused with nothing written."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -13,12 +12,11 @@ import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.config import Settings
-from cmbuyer.server.db import run_in_transaction
-from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import TEST_ACTOR
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     Claim,
+    assert_fence_refused_after_revocation,
     claim_http,
     events_body,
     events_path,
@@ -214,11 +212,7 @@ async def test_gate_reading_passes_with_a_discount_and_allowed_modes(
 
 
 async def test_payment_mode_allow_list_is_a_setting(
-    aiohttp_client: Any,
-    settings: Settings,
-    clock: ManualClock,
-    make_task: Callable[..., Any],
-    make_device: Callable[..., Any],
+    aiohttp_client: Any, settings: Settings, clock: ManualClock, make_task: Maker, make_device: Maker
 ) -> None:
     from cmbuyer.server.app import create_app
 
@@ -232,7 +226,7 @@ async def test_payment_mode_allow_list_is_a_setting(
 
 
 async def test_task_without_size_fences_only_without_a_size_read(
-    server_client: Any, make_task: Callable[..., Any], make_device: Callable[..., Any], sync_conn: sqlite3.Connection
+    server_client: Any, make_task: Maker, make_device: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(size=None, start=True)
     c = await claim_http(server_client, make_device())
@@ -292,21 +286,11 @@ async def test_expired_authorization_refused(
 async def test_revoked_device_gets_empty_401(
     server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, clock: ManualClock
 ) -> None:
-    run_in_transaction(
-        sync_conn, lambda c: device_service.revoke_device(c, claimed.device.device_id, TEST_ACTOR, clock.now())
-    )
-    before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
-    assert (status, raw) == (401, b"")
-    assert fingerprint(sync_conn) == before
+    await assert_fence_refused_after_revocation(server_client, claimed, sync_conn, clock.now())
 
 
 async def test_second_attempt_of_same_authorization_refused(
-    server_client: Any,
-    claimed: Claim,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, claimed: Claim, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     """Another device's attempt cannot fence this authorization, and this authorization cannot get a
     second attempt (attempts.authorization_id is UNIQUE)."""

@@ -10,27 +10,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from cmbuyer.server.clock import SystemClock
 from cmbuyer.server.config import Settings
+from tests.server.conftest import Maker
 from tests.server.submissions import direct_worker
 from tests.server.submissions.helpers import claim_direct, fence_body, fence_path
 from tests.server.submissions.live import LiveServer, claim_live
 
 STORM = Path(__file__).with_name("storm_client.py")
-
-
-@pytest.fixture
-def live(data_dir: Path, settings: Settings) -> Iterator[LiveServer]:
-    server = LiveServer(data_dir)
-    server.start()
-    yield server
-    server.stop()
 
 
 def run_storm(plans: list[dict[str, Any]], tmp: Path) -> list[dict[str, Any]]:
@@ -61,7 +51,7 @@ def _submissions(db: Path) -> list[sqlite3.Row]:
 
 
 def test_fifty_concurrent_fences_one_permit(
-    live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any], settings: Settings, tmp_path: Path
+    live: LiveServer, make_device: Maker, make_task: Maker, settings: Settings, tmp_path: Path
 ) -> None:
     make_task(start=True)  # the fixture clock's start time is in the past for the live server: re-date
     conn = sqlite3.connect(settings.db_path)
@@ -107,7 +97,7 @@ def test_fifty_concurrent_fences_one_permit(
 
 
 def test_fence_job_from_several_processes_one_permit(
-    make_device: Callable[..., Any], make_task: Callable[..., Any], settings: Settings, sync_conn: sqlite3.Connection
+    make_device: Maker, make_task: Maker, settings: Settings, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(start=True)
     sync_conn.execute("UPDATE authorizations SET expires_at = ?", ("2999-01-01T00:00:00.000000Z",))

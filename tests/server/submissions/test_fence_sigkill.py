@@ -12,27 +12,19 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.config import Settings
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import Claim, fence_body, fence_path
 from tests.server.submissions.live import LiveServer, claim_live
 from tests.server.submissions.test_fence_concurrency import run_storm
 
 ROUNDS = int(os.environ.get("CMBUYER_SOAK_ITERATIONS", "1"))
 TASKS = 40
-
-
-@pytest.fixture
-def live(data_dir: Path, settings: Settings) -> Iterator[LiveServer]:
-    server = LiveServer(data_dir)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _requests(claims: list[Claim]) -> list[dict[str, Any]]:
@@ -77,7 +69,7 @@ def _kill_after(live: LiveServer, out_dir: Path, answers: int) -> None:
 
 
 def _new_claims(
-    live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any], settings: Settings, round_no: int
+    live: LiveServer, make_device: Maker, make_task: Maker, settings: Settings, round_no: int
 ) -> list[Claim]:
     for i in range(TASKS):
         make_task(start=True, goods_id=str(937122400000 + round_no * 1000 + i))
@@ -90,7 +82,7 @@ def _new_claims(
 
 @pytest.mark.slow(seconds_per_iteration=15)  # a soak loop: in `make soak`, timeout scaled
 def test_sigkill_during_fence_storm(
-    live: LiveServer, make_device: Callable[..., Any], make_task: Callable[..., Any], settings: Settings, tmp_path: Path
+    live: LiveServer, make_device: Maker, make_task: Maker, settings: Settings, tmp_path: Path
 ) -> None:
     permits: dict[str, list[str]] = {}
     claims: list[Claim] = []

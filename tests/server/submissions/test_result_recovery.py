@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.lifecycle import run_sweep
 from cmbuyer.server.tx.common import new_id
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     HEARTBEAT,
@@ -37,7 +37,7 @@ STATES = {
 }
 
 
-async def _fenced(client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> tuple[Claim, str]:
+async def _fenced(client: Any, make_device: Maker, make_task: Maker) -> tuple[Claim, str]:
     make_task(start=True)
     c = await claim_http(client, make_device())
     status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
@@ -47,11 +47,7 @@ async def _fenced(client: Any, make_device: Callable[..., Any], make_task: Calla
 
 @pytest.mark.parametrize("observation", sorted(STATES))
 async def test_every_observation_maps_to_its_state(
-    server_client: Any,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
-    observation: str,
+    server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, observation: str
 ) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     body = result_body(c, observation)
@@ -88,7 +84,7 @@ async def test_every_observation_maps_to_its_state(
 
 
 async def test_result_unknown_or_foreign_submission_does_not_leak(
-    server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any], sync_conn: sqlite3.Connection
+    server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     stranger = make_device("stranger")
@@ -108,11 +104,7 @@ async def test_result_unknown_or_foreign_submission_does_not_leak(
 
 
 async def test_sweeper_moves_expired_fence_to_reconciliation(
-    server_client: Any,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
-    clock: ManualClock,
-    sync_conn: sqlite3.Connection,
+    server_client: Any, make_device: Maker, make_task: Maker, clock: ManualClock, sync_conn: sqlite3.Connection
 ) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     app = server_client.server.app
@@ -150,7 +142,7 @@ async def test_sweeper_moves_expired_fence_to_reconciliation(
 
 
 async def test_result_after_lease_expiry_before_sweep_is_accepted(
-    server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any], clock: ManualClock
+    server_client: Any, make_device: Maker, make_task: Maker, clock: ManualClock
 ) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     clock.set(from_wire(c.lease_expires_at))
@@ -160,11 +152,7 @@ async def test_result_after_lease_expiry_before_sweep_is_accepted(
 
 
 async def test_pending_task_with_expired_authorization_expires(
-    server_client: Any,
-    make_task: Callable[..., Any],
-    clock: ManualClock,
-    settings: Settings,
-    sync_conn: sqlite3.Connection,
+    server_client: Any, make_task: Maker, clock: ManualClock, settings: Settings, sync_conn: sqlite3.Connection
 ) -> None:
     task = make_task(start=True)
     clock.advance(settings.authorization_ttl - 1)
@@ -180,8 +168,8 @@ async def test_pending_task_with_expired_authorization_expires(
 
 async def test_claim_expired_before_fence_is_left_alone(
     server_client: Any,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
+    make_device: Maker,
+    make_task: Maker,
     clock: ManualClock,
     sync_conn: sqlite3.Connection,
     settings: Settings,
@@ -205,8 +193,8 @@ async def test_startup_recovery_runs_before_serving(
     aiohttp_client: Any,
     settings: Settings,
     clock: ManualClock,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
+    make_device: Maker,
+    make_task: Maker,
     sync_conn: sqlite3.Connection,
 ) -> None:
     """Fence, stop the server, let the lease run out, start a new app: the first thing it does is the

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.lifecycle import run_sweep
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     Claim,
     claim_http,
@@ -26,7 +26,7 @@ from tests.server.submissions.helpers import (
 )
 
 
-async def _fenced(client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]) -> tuple[Claim, str]:
+async def _fenced(client: Any, make_device: Maker, make_task: Maker) -> tuple[Claim, str]:
     make_task(start=True)
     c = await claim_http(client, make_device())
     status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
@@ -43,7 +43,7 @@ def _extras(conn: sqlite3.Connection, sid: str) -> tuple[Any, ...]:
 
 
 async def test_order_number_is_stored_with_a_handoff(
-    server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any], sync_conn: sqlite3.Connection
+    server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     body = result_body(c, "EXTERNAL_PAYMENT_HANDOFF", order_sn="241201-0987654321")
@@ -62,7 +62,7 @@ async def test_order_number_is_stored_with_a_handoff(
 
 
 async def test_payment_suspected_is_stored_and_changes_no_state(
-    server_client: Any, make_device: Callable[..., Any], make_task: Callable[..., Any], sync_conn: sqlite3.Connection
+    server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     status, raw = await post_json(
@@ -75,11 +75,7 @@ async def test_payment_suspected_is_stored_and_changes_no_state(
 
 
 async def test_late_result_keeps_its_order_number(
-    server_client: Any,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
-    clock: ManualClock,
-    sync_conn: sqlite3.Connection,
+    server_client: Any, make_device: Maker, make_task: Maker, clock: ManualClock, sync_conn: sqlite3.Connection
 ) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     clock.set(from_wire(c.lease_expires_at))
@@ -109,11 +105,7 @@ async def test_late_result_keeps_its_order_number(
     ids=lambda c: repr(c),
 )
 async def test_bad_extras_refused_nothing_written(
-    server_client: Any,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
-    change: dict[str, Any],
+    server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, change: dict[str, Any]
 ) -> None:
     c, sid = await _fenced(server_client, make_device, make_task)
     before = fingerprint(sync_conn)

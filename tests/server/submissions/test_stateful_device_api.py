@@ -19,7 +19,6 @@ import json
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -38,7 +37,7 @@ from hypothesis.stateful import (
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceCreds, DeviceMaker, Maker
 from tests.server.inproc import InProcServer
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
@@ -47,12 +46,14 @@ from tests.server.submissions.helpers import (
     event,
     events_path,
     evidence_fields,
+    fail_body,
     fail_path,
     fence_body,
     fence_path,
     heartbeat_body,
     multipart,
     png,
+    renew_body,
     result_path,
 )
 from tests.soak import soak_iterations
@@ -70,8 +71,8 @@ class World:
     server: InProcServer
     conn: sqlite3.Connection
     clock: ManualClock
-    make_device: Callable[..., DeviceCreds]
-    make_task: Callable[..., Any]
+    make_device: DeviceMaker
+    make_task: Maker
     permits: Counter[str]
     tokens: set[str]
     attempt_device: dict[str, str]
@@ -239,15 +240,7 @@ class DeviceApiMachine(RuleBasedStateMachine):
             return
         c = self._claim(i)
         dev = self._other(c.device) if foreign else c.device
-        body = {
-            "fail_key": new_id(),
-            "claim_generation": c.generation,
-            "claim_token": c.token,
-            "reason_code": "SKU_VALUE_MISSING",
-            "summary": "option not found",
-            "evidence_asset_id": None,
-        }
-        status, _ = self.post(fail_path(c.attempt_id), dev, body)
+        status, _ = self.post(fail_path(c.attempt_id), dev, fail_body(c))
         assert status in ((409,) if foreign else (200, 409))
 
     @rule(i=st.integers(0, 50))
@@ -255,15 +248,7 @@ class DeviceApiMachine(RuleBasedStateMachine):
         if not self.claims:  # no precondition: rule choice must not depend on server state
             return
         c = self._claim(i)
-        body = {
-            "renew_request_id": new_id(),
-            "session_id": c.session_id,
-            "attempt_id": c.attempt_id,
-            "claim_generation": c.generation,
-            "claim_token": c.token,
-            "expected_lease_expires_at": c.lease_expires_at,
-        }
-        status, raw = self.post(RENEW.format(c.task_id), c.device, body)
+        status, raw = self.post(RENEW.format(c.task_id), c.device, renew_body(c))
         assert status in (200, 409)
         if status == 200:
             new_lease = json.loads(raw)["lease_expires_at"]
@@ -386,8 +371,8 @@ def test_device_api_state_machine(
     settings: Settings,
     clock: ManualClock,
     sync_conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    make_device: DeviceMaker,
+    make_task: Maker,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from cmbuyer.schemas import validate
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.domain.supervision import readings_hash
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceMaker, Maker
 from tests.server.submissions.helpers import Claim, claim_http, fence_body, post_json
 from tests.server.supervision.helpers import (
     approval_body,
@@ -111,8 +110,8 @@ async def test_status_route(
     claimed: Claim,
     shot: str,
     sync_conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    make_device: DeviceMaker,
+    make_task: Maker,
 ) -> None:
     _, created, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings_of(fence_body(claimed))))
     approval_id = created["approval_id"]
@@ -170,8 +169,8 @@ async def test_screenshot_must_be_this_attempts_gate3(
     claimed: Claim,
     shot: str,
     sync_conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    make_device: DeviceMaker,
+    make_task: Maker,
 ) -> None:
     make_task(start=True, goods_id="556")
     other = await claim_http(server_client, make_device("phone-2"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from cmbuyer.schemas import validate
 from cmbuyer.server.config import SettingsError, load_settings
 from cmbuyer.server.store import supervision as store
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceCreds, DeviceMaker, Maker
 from tests.server.submissions.helpers import CLAIM_NEXT, HEARTBEAT, heartbeat_body, post_json
 from tests.server.supervision.helpers import put_pair
 
@@ -41,10 +40,7 @@ def _attempt(conn: sqlite3.Connection, attempt_id: str) -> tuple[str | None, int
 
 
 async def test_new_pair_is_supervised_and_gets_a_row(
-    server_client: Any,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(start=True)
     dev = make_device()
@@ -61,10 +57,7 @@ async def test_new_pair_is_supervised_and_gets_a_row(
 
 
 async def test_pack_key_order_claim_then_heartbeat_then_app(
-    server_client: Any,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     for goods in ("11", "12", "13"):
         make_task(start=True, goods_id=goods)
@@ -82,10 +75,7 @@ async def test_pack_key_order_claim_then_heartbeat_then_app(
 
 @pytest.mark.parametrize("supervised_orders", ["0"])
 async def test_off_means_unsupervised(
-    server_client: Any,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(start=True)
     dev = make_device()
@@ -98,10 +88,7 @@ async def test_off_means_unsupervised(
 
 
 async def test_confirmed_pairs_run_unsupervised_until_n(
-    server_client: Any,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(start=True, goods_id="21")
     make_task(start=True, goods_id="22")
@@ -124,10 +111,7 @@ async def test_confirmed_pairs_run_unsupervised_until_n(
 
 @pytest.mark.parametrize("supervised_orders", ["3", "0"])
 async def test_held_pair_claims_nothing_and_the_heartbeat_says_why(
-    server_client: Any,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
+    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     """Held blocks also with supervision off: turning it off does not clear a person's "wrong"."""
     make_task(start=True)
@@ -155,9 +139,7 @@ async def test_held_pair_claims_nothing_and_the_heartbeat_says_why(
     assert status == 200, raw
 
 
-async def test_claim_replay_is_byte_identical(
-    server_client: Any, make_device: Callable[..., DeviceCreds], make_task: Callable[..., Any]
-) -> None:
+async def test_claim_replay_is_byte_identical(server_client: Any, make_device: DeviceMaker, make_task: Maker) -> None:
     make_task(start=True)
     dev = make_device()
     status, raw, body = await _claim(server_client, dev, pack_id="pdd-8.17.0")
@@ -171,11 +153,7 @@ async def test_claim_replay_is_byte_identical(
 
 @pytest.mark.parametrize("pack_id", ["", "Pdd", "pdd 8", "-pdd", "x" * 65, 7, None, "NO_PACK", "pdd\n"])
 async def test_bad_pack_id_is_400_nothing_written(
-    server_client: Any,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
-    pack_id: object,
+    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection, pack_id: object
 ) -> None:
     make_task(start=True)
     dev = make_device()
@@ -224,7 +202,7 @@ def test_supervised_is_optional_in_the_claim_answer() -> None:
 
 
 async def test_heartbeat_hold_follows_the_reported_pack(
-    server_client: Any, make_device: Callable[..., DeviceCreds], sync_conn: sqlite3.Connection
+    server_client: Any, make_device: DeviceMaker, sync_conn: sqlite3.Connection
 ) -> None:
     """The heartbeat's own ``pack_id`` names the pair; NO_PACK or none → the app version's pair."""
     dev = make_device()
@@ -247,11 +225,7 @@ async def test_heartbeat_hold_follows_the_reported_pack(
 
 
 async def test_exempted_device_is_not_supervised_but_a_hold_stands(
-    server_client: Any,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
-    sync_conn: sqlite3.Connection,
-    clock: Any,
+    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection, clock: Any
 ) -> None:
     """``cmbuyer-server device supervision DEVICE off`` (the lead's CLI service) exempts the device."""
     from cmbuyer.server.db import run_in_transaction

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +16,7 @@ from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services import admin_actions, recovery
 from cmbuyer.server.tx.common import Actor
-from tests.server.conftest import DeviceCreds
+from tests.server.conftest import DeviceMaker, Maker
 from tests.server.submissions.helpers import (
     Claim,
     claim_http,
@@ -105,11 +104,7 @@ async def test_stale_readings_do_not_count(
 
 
 async def test_approval_of_another_attempt_does_not_count(
-    server_client: Any,
-    claimed: Claim,
-    sync_conn: sqlite3.Connection,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, make_device: DeviceMaker, make_task: Maker
 ) -> None:
     make_task(start=True, goods_id="937122477376")  # the same SKU, quantity and prices: the same readings
     other = await claim_http(server_client, make_device("phone-2"))
@@ -183,8 +178,8 @@ async def test_result_and_sweeper_void_the_used_approval(
     claimed: Claim,
     sync_conn: sqlite3.Connection,
     clock: ManualClock,
-    make_device: Callable[..., DeviceCreds],
-    make_task: Callable[..., Any],
+    make_device: DeviceMaker,
+    make_task: Maker,
 ) -> None:
     approval_id = await _approved(server_client, sync_conn, claimed, readings_of(fence_body(claimed)))
     status, answer = await _fence(server_client, claimed, fence_body(claimed))

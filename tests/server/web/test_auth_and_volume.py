@@ -7,24 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.clock import ManualClock
-from cmbuyer.server.db import run_in_transaction
-from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import TEST_ACTOR
+from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     HEARTBEAT,
     Claim,
+    assert_fence_refused_after_revocation,
     event,
     events_body,
     events_path,
-    fence_body,
     fence_path,
     fingerprint,
     heartbeat_body,
@@ -77,19 +74,9 @@ async def test_401_before_any_body_byte_on_every_route(server_client: Any, claim
 
 
 async def test_revoked_mid_flow_is_401_and_nobody_takes_over(
-    server_client: Any,
-    claimed: Claim,
-    sync_conn: sqlite3.Connection,
-    clock: ManualClock,
-    make_device: Callable[..., Any],
+    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, clock: ManualClock, make_device: Maker
 ) -> None:
-    run_in_transaction(
-        sync_conn, lambda c: device_service.revoke_device(c, claimed.device.device_id, TEST_ACTOR, clock.now())
-    )
-    before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
-    assert (status, raw) == (401, b"")
-    assert fingerprint(sync_conn) == before
+    await assert_fence_refused_after_revocation(server_client, claimed, sync_conn, clock.now())
     other = make_device("b")
     assert (await post_json(server_client, HEARTBEAT, other, heartbeat_body(other.device_id)))[0] == 200
     status, _ = await post_json(

@@ -12,12 +12,12 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body, post
+from tests.server.conftest import Maker
 from tests.server.web.conftest import exchange, request
 
 FORM = "application/x-www-form-urlencoded"
@@ -91,7 +91,7 @@ async def test_gzip_bomb_is_refused_before_any_decompression(
 
 
 async def test_device_route_gzip_header_is_415_after_authentication(
-    server_client: Any, make_device: Callable[..., Any], caplog: pytest.LogCaptureFixture
+    server_client: Any, make_device: Maker, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     dev = make_device()
@@ -109,9 +109,7 @@ async def test_device_route_gzip_header_is_415_after_authentication(
     _no_tracebacks(caplog)
 
 
-async def test_device_expect_continue_with_gzip_gets_415_and_no_100(
-    server_client: Any, make_device: Callable[..., Any]
-) -> None:
+async def test_device_expect_continue_with_gzip_gets_415_and_no_100(server_client: Any, make_device: Maker) -> None:
     dev = make_device()
     head = request(
         "POST",

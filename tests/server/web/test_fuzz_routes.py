@@ -24,7 +24,7 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from tests.server.admin.conftest import ADMIN_PASSWORD, ADMIN_USER, add_admin, csrf_from
 from tests.server.claims.conftest import heartbeat_body
+from tests.server.conftest import Maker
 from tests.server.inproc import InProcServer
 from tests.server.submissions.helpers import png
 from tests.soak import soak_scale
@@ -124,11 +125,7 @@ def _cookie_header(cookies: dict[str, str]) -> str:
 
 @pytest.fixture
 def target(
-    settings: Settings,
-    clock: ManualClock,
-    sync_conn: sqlite3.Connection,
-    make_device: Callable[..., Any],
-    make_task: Callable[..., Any],
+    settings: Settings, clock: ManualClock, sync_conn: sqlite3.Connection, make_device: Maker, make_task: Maker
 ) -> Iterator[Target]:
     add_admin(sync_conn, clock)
     dev = make_device()

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 
 from cmbuyer.server.web.admin import common as admin_common
 from tests.server.claims.conftest import CLAIM, HEARTBEAT, heartbeat_body, post
+from tests.server.conftest import Maker
 from tests.server.web.conftest import RawAnswer, address, read_answer, request
 from tests.soak import soak_scale
 
@@ -79,9 +79,7 @@ def _cut(result: Streamed) -> None:
 
 
 @pytest.mark.slow
-async def test_unauthenticated_chunked_stream_gets_401_then_is_cut(
-    server_client: Any, make_device: Callable[..., Any]
-) -> None:
+async def test_unauthenticated_chunked_stream_gets_401_then_is_cut(server_client: Any, make_device: Maker) -> None:
     dev = make_device()
     storm = [
         asyncio.create_task(stream_forever(server_client, CLAIM, {"Content-Type": "application/json"}))
@@ -101,7 +99,7 @@ async def test_unauthenticated_chunked_stream_gets_401_then_is_cut(
         _cut(result)
 
 
-async def test_oversized_device_body_gets_413_then_is_cut(server_client: Any, make_device: Callable[..., Any]) -> None:
+async def test_oversized_device_body_gets_413_then_is_cut(server_client: Any, make_device: Maker) -> None:
     dev = make_device()
     result = await stream_forever(server_client, HEARTBEAT, {**dev.headers(), "Content-Type": "application/json"})
     assert result.answer is not None and result.answer.status == 413
@@ -138,7 +136,7 @@ async def test_login_body_that_never_ends_is_refused_after_the_body_time_limit(
 
 
 async def test_a_refusal_before_the_body_arrived_closes_a_keep_alive_connection(
-    server_client: Any, make_device: Callable[..., Any]
+    server_client: Any, make_device: Maker
 ) -> None:
     dev = make_device()
     body = json.dumps(heartbeat_body(dev.device_id)).encode()

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import pytest
 
 from cmbuyer.server.config import Settings
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body
+from tests.server.conftest import Maker
 from tests.server.web.conftest import address, read_answer, request
 from tests.soak import soak_scale
 
@@ -100,7 +101,7 @@ async def _is_closed(reader: asyncio.StreamReader, within: float) -> bool:
 
 
 async def test_pending_connections_are_capped_but_authenticated_keep_alive_ones_never(
-    small_caps_client: Any, make_device: Callable[..., Any]
+    small_caps_client: Any, make_device: Maker
 ) -> None:
     host, port = address(small_caps_client)
     dev = make_device()
@@ -175,7 +176,7 @@ def server_process(data_dir: Path, settings: Settings, tmp_path: Path) -> Iterat
 
 @pytest.mark.slow
 async def test_slow_bodies_beyond_the_descriptor_limit_do_not_stop_heartbeats(
-    server_process: tuple[int, Path, int], make_device: Callable[..., Any]
+    server_process: tuple[int, Path, int], make_device: Maker
 ) -> None:
     port, log_path, conns = server_process
     host = "127.0.0.1"
