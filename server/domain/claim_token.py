@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+from typing import Protocol
 
 DOMAIN = b"cmbuyer/claim-token/v1"
 NONCE_BYTES = 32
@@ -45,6 +46,42 @@ def message(
 def derive(secret: bytes, **fields: object) -> str:
     """64-lowercase-hex token for the claim described by ``fields`` (see :func:`message`)."""
     return hmac.new(secret, message(**fields), hashlib.sha256).hexdigest()  # type: ignore[arg-type]
+
+
+class StoredClaim(Protocol):
+    """What an attempt row keeps of its claim (``store.attempts.Attempt``): the token's fields, the nonce
+    and the token hash, never the token."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def device_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def authorization_id(self) -> str: ...
+    @property
+    def claim_generation(self) -> int: ...
+    @property
+    def nonce(self) -> bytes: ...
+    @property
+    def token_hash(self) -> bytes: ...
+
+
+def rebuilt(secret: bytes, claim: StoredClaim) -> str | None:
+    """The token of a stored ``claim`` derived again with ``secret``, or None when it does not hash to the
+    stored ``token_hash`` (the secret is not the one that issued it: callers fail closed, never a
+    substitute token — spec 000 §2)."""
+    token = derive(
+        secret,
+        device_id=claim.device_id,
+        task_id=claim.task_id,
+        authorization_id=claim.authorization_id,
+        attempt_id=claim.id,
+        generation=claim.claim_generation,
+        nonce=claim.nonce,
+    )
+    return token if matches(claim.token_hash, token) else None
 
 
 def token_hash(token_hex: str) -> bytes:

@@ -226,7 +226,7 @@ async def test_failure_mid_transaction_rolls_back_everything(
     def broken_audit(*_a: Any, **_k: Any) -> None:
         raise sqlite3.OperationalError("disk I/O error")  # the last statement of the claim fails
 
-    monkeypatch.setattr(claim_service.audit, "append", broken_audit)
+    monkeypatch.setattr(audit, "append", broken_audit)  # the store module every audit row goes through
     status, raw, _ = await post(server_client, CLAIM, dev, {"session_id": new_id(), "claim_request_id": new_id()})
     assert (status, raw) == (503, b"")
     assert fingerprint(sync_conn) == before  # no attempt, no request record, task still PENDING
