@@ -111,10 +111,9 @@ def _resume(
     body["server_now"] = at
     req.remember(body, at=at, attempt_id=attempt.id)
     req.audit(
+        attempt,
+        "claim.resume",
         at=at,
-        action="claim.resume",
-        subject_id=attempt.task_id,
-        generation=attempt.claim_generation,
         detail={"attempt_id": attempt.id, "session_id": session_id, "lease_expires_at": attempt.lease_expires_at},
     )
     return Stored(200, _with_token(canonical_json(body), token), attempt.id)
@@ -225,36 +224,33 @@ def _claim(
         at=at,
     ):
         raise BrokenInvariant("task changed under the write lock")
-    attempt_store.insert(
-        conn,
-        Attempt(
-            id=attempt_id,
-            task_id=authorization.task_id,
-            authorization_id=authorization.id,
-            device_id=device_id,
-            session_id=session_id,
-            claim_generation=FIRST_GENERATION,
-            nonce=nonce,
-            token_hash=claim_token.token_hash(token),
-            claimed_task_version=claimed_version,
-            lease_expires_at=lease_end,
-            state=AttemptState.OPEN,
-            close_reason=None,
-            response_json=body_text,
-            next_event_seq=1,
-            created_at=at,
-            closed_at=None,
-            pack_key=pair.pack_key,
-            supervised=int(pair.supervised),
-        ),
+    attempt = Attempt(
+        id=attempt_id,
+        task_id=authorization.task_id,
+        authorization_id=authorization.id,
+        device_id=device_id,
+        session_id=session_id,
+        claim_generation=FIRST_GENERATION,
+        nonce=nonce,
+        token_hash=claim_token.token_hash(token),
+        claimed_task_version=claimed_version,
+        lease_expires_at=lease_end,
+        state=AttemptState.OPEN,
+        close_reason=None,
+        response_json=body_text,
+        next_event_seq=1,
+        created_at=at,
+        closed_at=None,
+        pack_key=pair.pack_key,
+        supervised=int(pair.supervised),
     )
+    attempt_store.insert(conn, attempt)
     supervision_tx.record_claim(conn, device_id, pair, at)
-    req.remember_text(body_text, at=at, attempt_id=attempt_id)
+    req.remember_text(body_text, at=at, attempt_id=attempt.id)
     req.audit(
+        attempt,
+        "task.claim",
         at=at,
-        action="task.claim",
-        subject_id=authorization.task_id,
-        generation=FIRST_GENERATION,
         detail={
             "attempt_id": attempt_id,
             "authorization_id": authorization.id,

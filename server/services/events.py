@@ -80,10 +80,9 @@ def append_events(
             raise claim_not_current()
         version = move_task(conn, task, transition(TASK_TRANSITIONS, TaskState.CLAIMED, "first_event"), at=at)
         req.audit(
+            attempt,
+            "task.ordering",
             at=at,
-            action="task.ordering",
-            subject_id=task.id,
-            generation=attempt.claim_generation,
             detail={"attempt_id": attempt.id, "task_version": version},
         )
     elif task.state not in (TaskState.ORDERING, TaskState.SUBMITTING):
@@ -101,11 +100,10 @@ def append_events(
         "task_version": version,
     }
     req.audit(
+        attempt,
+        "events.append",
         at=at,
-        action="events.append",
-        subject_kind="attempt",
-        subject_id=attempt.id,
-        generation=attempt.claim_generation,
+        subject="attempt",
         detail={"first_seq": first, "count": len(batch)},
     )
     return req.remember(result, at=at, attempt_id=attempt.id)

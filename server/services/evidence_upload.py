@@ -154,11 +154,10 @@ def record_upload(
         "captured_at": asset.captured_at,
     }
     req.audit(
+        attempt,
+        "evidence.upload",
         at=at,
-        action="evidence.upload",
-        subject_kind="attempt",
-        subject_id=attempt.id,
-        generation=attempt.claim_generation,
+        subject="attempt",
         detail={"asset_id": asset.id, "kind": asset.kind, "sha256": asset.sha256, "byte_size": asset.byte_size},
     )
     return req.remember(body, at=at, attempt_id=attempt.id, status=201)

@@ -77,10 +77,9 @@ def fail_attempt(
         "reason_code": reason,
     }
     req.audit(
+        attempt,
+        "attempt.fail",
         at=at,
-        action="attempt.fail",
-        subject_id=task.id,
-        generation=attempt.claim_generation,
         detail={
             "attempt_id": attempt.id,
             "authorization_id": authorization.id,

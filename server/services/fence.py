@@ -155,10 +155,9 @@ def create_fence(
     move_authorization(conn, authorization, new_auth.value, at=at)
     move_task(conn, task, new_task.value, at=at)
     req.audit(
+        attempt,
+        "submission.fence",
         at=at,
-        action="submission.fence",
-        subject_id=task.id,
-        generation=attempt.claim_generation,
         detail={
             "submission_id": submission.id,
             "attempt_id": attempt.id,

@@ -66,10 +66,9 @@ def renew_lease(
     }
     result = req.remember(response, at=at, attempt_id=attempt.id)
     req.audit(
+        attempt,
+        "attempt.lease_renew",
         at=at,
-        action="attempt.lease_renew",
-        subject_id=attempt.task_id,
-        generation=attempt.claim_generation,
         detail={
             "attempt_id": attempt.id,
             "previous_lease_expires_at": attempt.lease_expires_at,

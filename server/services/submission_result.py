@@ -164,10 +164,9 @@ def report_result(
         "task_version": task_version,
     }
     req.audit(
+        attempt,
+        "submission.result",
         at=at,
-        action="submission.result",
-        subject_id=task.id,
-        generation=attempt.claim_generation,
         detail={
             "submission_id": submission.id,
             "observation": observation,

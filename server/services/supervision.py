@@ -107,10 +107,9 @@ def request_approval(
         )
         store.insert_approval(conn, answer)
         req.audit(
+            attempt,
+            "approval.request",
             at=at,
-            action="approval.request",
-            subject_id=attempt.task_id,
-            generation=attempt.claim_generation,
             detail={
                 "approval_id": answer.id,
                 "attempt_id": attempt.id,

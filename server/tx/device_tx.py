@@ -115,27 +115,20 @@ class DeviceWrite:
             require_lease=require_lease,
         )
 
-    def audit(
-        self,
-        *,
-        at: str,
-        action: str,
-        subject_id: str,
-        generation: int,
-        detail: dict[str, Any],
-        subject_kind: str = "task",
-    ) -> None:
-        """Append the request's audit row: actor this device, ``request_id`` the request's key."""
+    def audit(self, attempt: Attempt, action: str, *, at: str, detail: dict[str, Any], subject: str = "task") -> None:
+        """Append the request's audit row about the claim ``attempt``: actor this device, ``request_id`` the
+        request's key, ``generation`` the claim's; the subject is the attempt's task, or with
+        ``subject="attempt"`` the attempt itself."""
         audit.append(
             self.conn,
             at=at,
             actor_kind=self.actor.kind,
             actor_id=self.actor.id,
             action=action,
-            subject_kind=subject_kind,
-            subject_id=subject_id,
+            subject_kind=subject,
+            subject_id=attempt.task_id if subject == "task" else attempt.id,
             request_id=self.key,
-            generation=generation,
+            generation=attempt.claim_generation,
             detail=detail,
         )
 
