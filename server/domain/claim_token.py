@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from typing import Protocol
+
+from cmbuyer.server.domain.rows import StoredClaim
 
 DOMAIN = b"cmbuyer/claim-token/v1"
 NONCE_BYTES = 32
@@ -46,26 +47,6 @@ def message(
 def derive(secret: bytes, **fields: object) -> str:
     """64-lowercase-hex token for the claim described by ``fields`` (see :func:`message`)."""
     return hmac.new(secret, message(**fields), hashlib.sha256).hexdigest()  # type: ignore[arg-type]
-
-
-class StoredClaim(Protocol):
-    """What an attempt row keeps of its claim (``store.attempts.Attempt``): the token's fields, the nonce
-    and the token hash, never the token."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def device_id(self) -> str: ...
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def authorization_id(self) -> str: ...
-    @property
-    def claim_generation(self) -> int: ...
-    @property
-    def nonce(self) -> bytes: ...
-    @property
-    def token_hash(self) -> bytes: ...
 
 
 def rebuilt(secret: bytes, claim: StoredClaim) -> str | None:

@@ -14,7 +14,7 @@ clock reads — rows and times come in as arguments.
 - the fixed 409s of the claim paths (:func:`claim_not_current`, :func:`claim_requires_manual`,
   :func:`app_version_not_allowed`).
 
-The row arguments are typed by the :class:`typing.Protocol` classes below (the store's dataclasses
+The row arguments are typed by the protocols of :mod:`cmbuyer.server.domain.rows` (the store's dataclasses
 satisfy them), so this module needs nothing from the store.
 """
 
@@ -27,6 +27,7 @@ from typing import Protocol
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.rows import AuthorizationRow, ClaimRow, ResumableClaim, Snapshot, TaskRow
 from cmbuyer.server.domain.states import AttemptState, AuthorizationState, TaskState
 from cmbuyer.server.domain.supervision import DEFAULT_SUPERVISED_ORDERS, SupervisionPolicy
 
@@ -45,56 +46,6 @@ RENEWABLE = frozenset(
 DEFAULT_SUPERVISION = SupervisionPolicy(DEFAULT_SUPERVISED_ORDERS)
 
 
-class Snapshot(Protocol):
-    """The :data:`SNAPSHOT_FIELDS` of a task or of the authorization that froze them."""
-
-    @property
-    def title(self) -> str: ...
-    @property
-    def product_url(self) -> str: ...
-    @property
-    def goods_id(self) -> str: ...
-    @property
-    def sku_color(self) -> str: ...
-    @property
-    def sku_size(self) -> str | None: ...
-    @property
-    def quantity(self) -> int: ...
-    @property
-    def max_total_price(self) -> str: ...
-
-
-class TaskRow(Snapshot, Protocol):
-    """A task as :func:`claimable` reads it."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def version(self) -> int: ...
-
-
-class AuthorizationRow(Snapshot, Protocol):
-    """An authorization as :func:`claimable` reads it (``expires_at`` is wire text)."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def task_version(self) -> int: ...
-    @property
-    def expires_at(self) -> str: ...
-
-
-class ResumableClaim(Protocol):
-    """An attempt as :func:`may_resume` reads it."""
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def lease_expires_at(self) -> str: ...
-    @property
-    def claimed_task_version(self) -> int: ...
-
-
 class HeartbeatFacts(Protocol):
     """The device's latest heartbeat as the claim gate reads it (``store.devices.DeviceGate``)."""
 
@@ -104,23 +55,6 @@ class HeartbeatFacts(Protocol):
     def reported_state(self) -> str | None: ...
     @property
     def pdd_version(self) -> str | None: ...
-
-
-class ClaimRow(Protocol):
-    """An attempt (its claim) as :func:`claim_is_current` reads it."""
-
-    @property
-    def device_id(self) -> str: ...
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def claim_generation(self) -> int: ...
-    @property
-    def token_hash(self) -> bytes: ...
-    @property
-    def lease_expires_at(self) -> str: ...
 
 
 class _Secret(Protocol):
