@@ -64,6 +64,45 @@ def _load(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
     return task
 
 
+def _move(
+    conn: sqlite3.Connection,
+    task: task_store.Task,
+    new_state: str,
+    *,
+    action: str,
+    reason: str,
+    actor: Actor,
+    at: str,
+    request_id: str | None,
+    detail: dict[str, Any],
+) -> ActionResult:
+    """The last step of every action here: move ``task`` (as read: its version and state) to ``new_state``
+    with ``reason`` — a miss is ``409 version_conflict`` — and write the action's audit row, whose detail
+    always names ``from``, ``to`` and the new ``task_version`` besides ``detail``."""
+    if not task_store.set_state(
+        conn,
+        task.id,
+        expected_version=task.version,
+        expected_state=task.state,
+        new_state=new_state,
+        at=at,
+        reason=reason,
+    ):
+        raise _stale()
+    audit.append(
+        conn,
+        at=at,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        action=action,
+        subject_kind="task",
+        subject_id=task.id,
+        request_id=request_id,
+        detail={"from": task.state, "to": new_state, "task_version": task.version + 1, **detail},
+    )
+    return ActionResult(task.id, new_state, task.version + 1)
+
+
 def _close_before_fence(
     conn: sqlite3.Connection,
     task_id: str,
@@ -98,34 +137,17 @@ def _close_before_fence(
     closed_attempt = attempt_store.close_open_for_task(conn, task.id, reason, at)
     if closed_attempt is not None:
         supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
-    if not task_store.set_state(
+    return _move(
         conn,
-        task.id,
-        expected_version=task.version,
-        expected_state=task.state,
-        new_state=new_state,
-        at=at,
-        reason=reason,
-    ):
-        raise _stale()
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
+        task,
+        new_state,
         action=f"task.{use_case}",
-        subject_kind="task",
-        subject_id=task.id,
+        reason=reason,
+        actor=actor,
+        at=at,
         request_id=request_id,
-        detail={
-            "from": task.state,
-            "to": new_state,
-            "task_version": task.version + 1,
-            "closed_authorization_id": closed_auth,
-            "closed_attempt_id": closed_attempt,
-        },
+        detail={"closed_authorization_id": closed_auth, "closed_attempt_id": closed_attempt},
     )
-    return ActionResult(task.id, new_state, task.version + 1)
 
 
 def reset_to_draft(
@@ -181,28 +203,17 @@ def mark_paid(
         raise _stale()
     new_state = transition(TASK_TRANSITIONS, TaskState(task.state), "mark_paid")
     at = to_wire(now)
-    if not task_store.set_state(
+    return _move(
         conn,
-        task.id,
-        expected_version=task.version,
-        expected_state=task.state,
-        new_state=new_state,
-        at=at,
-        reason="PAID_BY_PERSON",
-    ):
-        raise _stale()
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
+        task,
+        new_state,
         action="task.mark_paid",
-        subject_kind="task",
-        subject_id=task.id,
+        reason="PAID_BY_PERSON",
+        actor=actor,
+        at=at,
         request_id=request_id,
-        detail={"from": task.state, "to": new_state, "task_version": task.version + 1},
+        detail={},
     )
-    return ActionResult(task.id, new_state, task.version + 1)
 
 
 def parse_reconcile(raw: dict[str, Any]) -> tuple[str, str, int]:
@@ -261,33 +272,14 @@ def reconcile(
     closed_attempt = attempt_store.close_open_for_task(conn, task.id, "RECONCILED", at)
     if closed_attempt is not None:
         supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
-    if not task_store.set_state(
+    return _move(
         conn,
-        task.id,
-        expected_version=task.version,
-        expected_state=task.state,
-        new_state=new_task,
-        at=at,
-        reason=f"RECONCILED_{outcome.upper()}",
-    ):
-        raise _stale()
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
+        task,
+        new_task,
         action="submission.reconcile",
-        subject_kind="task",
-        subject_id=task.id,
+        reason=f"RECONCILED_{outcome.upper()}",
+        actor=actor,
+        at=at,
         request_id=request_id,
-        detail={
-            "submission_id": sub["id"],
-            "outcome": outcome,
-            "submission_state": new_sub,
-            "from": task.state,
-            "to": new_task,
-            "task_version": task.version + 1,
-            "note": note,
-        },
+        detail={"submission_id": sub["id"], "outcome": outcome, "submission_state": new_sub, "note": note},
     )
-    return ActionResult(task.id, new_task, task.version + 1)
