@@ -32,11 +32,11 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.common import Actor
 
@@ -89,14 +89,13 @@ def _move(
         reason=reason,
     ):
         raise _stale()
-    audit.append(
+    audit_tx.record(
         conn,
+        actor,
+        action,
+        "task",
+        task.id,
         at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action=action,
-        subject_kind="task",
-        subject_id=task.id,
         request_id=request_id,
         detail={"from": task.state, "to": new_state, "task_version": task.version + 1, **detail},
     )

@@ -35,10 +35,10 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.common import SYSTEM
 
@@ -97,14 +97,13 @@ def _expire_fenced(conn: sqlite3.Connection, now: datetime, at: str) -> tuple[in
             transition(ATTEMPT_TRANSITIONS, AttemptState.OPEN, "close")
             attempt_store.close(conn, attempt.id, "LEASE_EXPIRED_AFTER_FENCE", at)
             supervision_tx.void_for_attempt(conn, attempt.id, actor=SYSTEM, at=at, why="LEASE_EXPIRED_AFTER_FENCE")
-        audit.append(
+        audit_tx.record(
             conn,
+            SYSTEM,
+            "submission.lease_expired",
+            "task",
+            task.id,
             at=at,
-            actor_kind=SYSTEM.kind,
-            actor_id=SYSTEM.id,
-            action="submission.lease_expired",
-            subject_kind="task",
-            subject_id=task.id,
             generation=attempt.claim_generation,
             detail={
                 "submission_id": sub.id,
@@ -147,14 +146,13 @@ def _expire_authorizations(conn: sqlite3.Connection, at: str) -> tuple[int, bool
                 reason="authorization_expired",
             ):
                 task_version = task.version + 1
-        audit.append(
+        audit_tx.record(
             conn,
+            SYSTEM,
+            "authorization.expire",
+            "task",
+            authorization.task_id,
             at=at,
-            actor_kind=SYSTEM.kind,
-            actor_id=SYSTEM.id,
-            action="authorization.expire",
-            subject_kind="task",
-            subject_id=authorization.task_id,
             detail={
                 "authorization_id": authorization.id,
                 "expires_at": authorization.expires_at,

@@ -24,9 +24,10 @@ from typing import Any
 
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import CmbuyerError, Conflict
-from cmbuyer.server.store import audit, device_requests, devices
+from cmbuyer.server.store import device_requests, devices
 from cmbuyer.server.store.attempts import Attempt
 from cmbuyer.server.store.devices import DeviceGate
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import idempotency
 from cmbuyer.server.tx.claim_check import current_claim
 from cmbuyer.server.tx.common import Actor, canonical_json, payload_hash
@@ -119,14 +120,13 @@ class DeviceWrite:
         """Append the request's audit row about the claim ``attempt``: actor this device, ``request_id`` the
         request's key, ``generation`` the claim's; the subject is the attempt's task, or with
         ``subject="attempt"`` the attempt itself."""
-        audit.append(
+        audit_tx.record(
             self.conn,
+            self.actor,
+            action,
+            subject,
+            attempt.task_id if subject == "task" else attempt.id,
             at=at,
-            actor_kind=self.actor.kind,
-            actor_id=self.actor.id,
-            action=action,
-            subject_kind=subject,
-            subject_id=attempt.task_id if subject == "task" else attempt.id,
             request_id=self.key,
             generation=attempt.claim_generation,
             detail=detail,
