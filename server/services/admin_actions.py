@@ -39,6 +39,7 @@ from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.moves import set_authorization_state, set_task_state
 
 NOTE_MAX = 500
 RECONCILE_OUTCOMES = {"created": "reconcile_created", "not_created": "reconcile_not_created"}
@@ -79,15 +80,7 @@ def _move(
     """The last step of every action here: move ``task`` (as read: its version and state) to ``new_state``
     with ``reason`` — a miss is ``409 version_conflict`` — and write the action's audit row, whose detail
     always names ``from``, ``to`` and the new ``task_version`` besides ``detail``."""
-    if not task_store.set_state(
-        conn,
-        task.id,
-        expected_version=task.version,
-        expected_state=task.state,
-        new_state=new_state,
-        at=at,
-        reason=reason,
-    ):
+    if not set_task_state(conn, task, new_state, at=at, reason=reason):
         raise _stale()
     audit_tx.record(
         conn,
@@ -128,9 +121,7 @@ def _close_before_fence(
     live = auth_store.live_for_task(conn, task.id)
     if live is not None:
         next_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(live.state), "close")
-        if not auth_store.set_state(
-            conn, live.id, expected_state=live.state, new_state=next_auth, at=at, reason=reason
-        ):
+        if not set_authorization_state(conn, live, next_auth, at=at, reason=reason):
             raise _stale()
         closed_auth = live.id
     closed_attempt = attempt_store.close_open_for_task(conn, task.id, reason, at)
@@ -265,9 +256,7 @@ def reconcile(
     authorization = auth_store.get(conn, sub["authorization_id"])
     if authorization is not None and authorization.state == AuthorizationState.FENCED:
         consumed = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState.FENCED, "reconcile")
-        auth_store.set_state(
-            conn, authorization.id, expected_state=authorization.state, new_state=consumed, at=at, reason="RECONCILED"
-        )
+        set_authorization_state(conn, authorization, consumed, at=at, reason="RECONCILED")
     closed_attempt = attempt_store.close_open_for_task(conn, task.id, "RECONCILED", at)
     if closed_attempt is not None:
         supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
