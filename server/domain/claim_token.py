@@ -14,6 +14,8 @@ import hashlib
 import hmac
 import struct
 
+from cmbuyer.server.domain.rows import StoredClaim
+
 DOMAIN = b"cmbuyer/claim-token/v1"
 NONCE_BYTES = 32
 
@@ -45,6 +47,22 @@ def message(
 def derive(secret: bytes, **fields: object) -> str:
     """64-lowercase-hex token for the claim described by ``fields`` (see :func:`message`)."""
     return hmac.new(secret, message(**fields), hashlib.sha256).hexdigest()  # type: ignore[arg-type]
+
+
+def rebuilt(secret: bytes, claim: StoredClaim) -> str | None:
+    """The token of a stored ``claim`` derived again with ``secret``, or None when it does not hash to the
+    stored ``token_hash`` (the secret is not the one that issued it: callers fail closed, never a
+    substitute token — docs/api.md "Start-up")."""
+    token = derive(
+        secret,
+        device_id=claim.device_id,
+        task_id=claim.task_id,
+        authorization_id=claim.authorization_id,
+        attempt_id=claim.id,
+        generation=claim.claim_generation,
+        nonce=claim.nonce,
+    )
+    return token if matches(claim.token_hash, token) else None
 
 
 def token_hash(token_hex: str) -> bytes:

@@ -14,7 +14,7 @@ I/O, no SQL, no clock reads — rows and times come in as arguments.
 - the fixed 409s of the claim paths (:func:`claim_not_current`, :func:`claim_requires_manual`,
   :func:`app_version_not_allowed`).
 
-The row arguments are typed by the :class:`typing.Protocol` classes below (the store's dataclasses
+The row arguments are typed by the protocols of :mod:`cmbuyer.server.domain.rows` (the store's dataclasses
 satisfy them), so this module needs nothing from the store.
 """
 
@@ -27,6 +27,7 @@ from typing import Protocol
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.rows import AuthorizationRow, ClaimRow, ResumableClaim, Snapshot, TaskRow
 from cmbuyer.server.domain.states import AttemptState, AuthorizationState, TaskState
 from cmbuyer.server.domain.supervision import DEFAULT_SUPERVISED_ORDERS, SupervisionPolicy
 
@@ -45,56 +46,6 @@ RENEWABLE = frozenset(
 DEFAULT_SUPERVISION = SupervisionPolicy(DEFAULT_SUPERVISED_ORDERS)
 
 
-class Snapshot(Protocol):
-    """The :data:`SNAPSHOT_FIELDS` of a task or of the authorization that froze them."""
-
-    @property
-    def title(self) -> str: ...
-    @property
-    def product_url(self) -> str: ...
-    @property
-    def goods_id(self) -> str: ...
-    @property
-    def sku_color(self) -> str: ...
-    @property
-    def sku_size(self) -> str | None: ...
-    @property
-    def quantity(self) -> int: ...
-    @property
-    def max_total_price(self) -> str: ...
-
-
-class TaskRow(Snapshot, Protocol):
-    """A task as :func:`claimable` reads it."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def version(self) -> int: ...
-
-
-class AuthorizationRow(Snapshot, Protocol):
-    """An authorization as :func:`claimable` reads it (``expires_at`` is wire text)."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def task_version(self) -> int: ...
-    @property
-    def expires_at(self) -> str: ...
-
-
-class ResumableClaim(Protocol):
-    """An attempt as :func:`may_resume` reads it."""
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def lease_expires_at(self) -> str: ...
-    @property
-    def claimed_task_version(self) -> int: ...
-
-
 class HeartbeatFacts(Protocol):
     """The device's latest heartbeat as the claim gate reads it (``store.devices.DeviceGate``)."""
 
@@ -104,23 +55,6 @@ class HeartbeatFacts(Protocol):
     def reported_state(self) -> str | None: ...
     @property
     def pdd_version(self) -> str | None: ...
-
-
-class ClaimRow(Protocol):
-    """An attempt (its claim) as :func:`claim_is_current` reads it."""
-
-    @property
-    def device_id(self) -> str: ...
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def claim_generation(self) -> int: ...
-    @property
-    def token_hash(self) -> bytes: ...
-    @property
-    def lease_expires_at(self) -> str: ...
 
 
 class _Secret(Protocol):
@@ -185,7 +119,7 @@ def claim_not_current() -> Conflict:
 
 
 def claim_requires_manual() -> Conflict:
-    """The fixed 409 for an open claim that cannot simply be resumed (spec 002)."""
+    """The fixed 409 for an open claim that cannot simply be resumed (docs/api.md "claim-next")."""
     return Conflict("the device holds a claim that needs a person", code=Code.CLAIM_REQUIRES_MANUAL)
 
 
@@ -245,7 +179,7 @@ def claim_is_current(
 
     ``generation``/``task_id`` are checked when given; ``require_lease`` demands ``lease_expires_at > now``
     (strict: equal means expired, no grace). The token comparison is constant-time and always runs, so
-    timing does not reveal which field was wrong (spec 002).
+    timing does not reveal which field was wrong (docs/api.md).
     """
     token_ok = claim_token.matches(attempt.token_hash, token)
     return (
@@ -260,7 +194,7 @@ def claim_is_current(
 
 def task_at_claim(task: TaskRow, claimed_task_version: int) -> bool:
     """True when the task is where a claim at ``claimed_task_version`` left it: CLAIMED at that version, or
-    ORDERING one version later (the attempt's first event batch moved it, spec 002)."""
+    ORDERING one version later (the attempt's first event batch moved it, docs/api.md)."""
     return (task.state == TaskState.CLAIMED and task.version == claimed_task_version) or (
         task.state == TaskState.ORDERING and task.version == claimed_task_version + 1
     )
@@ -275,7 +209,7 @@ def in_progress_before_fence(task: TaskRow, authorization: AuthorizationRow) -> 
 def may_resume(
     attempt: ResumableClaim, task: TaskRow, authorization: AuthorizationRow, *, session_id: str, now: datetime
 ) -> bool:
-    """claim-next's resume rule for the device's open claim (spec 002): the same agent session, the lease and
+    """claim-next's resume rule for the device's open claim (docs/api.md): the same agent session, the lease and
     the authorization both strictly later than ``now``, the task where the claim left it
     (:func:`task_at_claim`), the authorization CLAIMED with an unchanged snapshot, and the claim made at the
     version right after the snapshot's. False means ``409 claim_requires_manual``: never a second attempt,

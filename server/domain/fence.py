@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
 from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.domain import lease
-from cmbuyer.server.domain.claims import Snapshot, snapshot_matches
+from cmbuyer.server.domain.claims import snapshot_matches
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.rows import FencedAuthorization, Snapshot
 from cmbuyer.server.domain.states import AuthorizationState
 
 
@@ -27,15 +28,6 @@ class FenceRefused(Conflict):
     def __init__(self, detail: str) -> None:
         super().__init__(f"fence refused: {detail}")
         self.detail = detail
-
-
-class FencedAuthorization(Snapshot, Protocol):
-    """An authorization as the fence reads it (``expires_at`` is wire text)."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def expires_at(self) -> str: ...
 
 
 def submission_fenced() -> Conflict:

@@ -12,11 +12,10 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from cmbuyer.schemas.summary import summary_problem
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, DomainError, ValidationFailed
+from cmbuyer.server.domain.rows import AssetRow, AttemptRow, ReportingAttempt, ResultSlot
 from cmbuyer.server.domain.states import AttemptState, SubmissionState
 
 # The evidence kind an approval request must show: the screen holding the submit control (issue 17).
@@ -24,44 +23,6 @@ SCREENSHOT_KIND = "CONFIRM_PAGE_GATE_3"
 # The attempt close reason of the expiry sweeper (services/recovery.py): a fenced attempt whose lease ran
 # out without a result. Its late observation is still recorded.
 SWEEPER_CLOSE_REASON = "LEASE_EXPIRED_AFTER_FENCE"
-
-
-class AssetRow(Protocol):
-    """An evidence asset as these rules read it (``store.evidence.Asset``)."""
-
-    @property
-    def attempt_id(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-
-
-class AttemptRow(Protocol):
-    """An attempt as :func:`may_attach` reads it (``store.attempts.Attempt``)."""
-
-    @property
-    def device_id(self) -> str: ...
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-
-
-class ReportingAttempt(Protocol):
-    """An attempt as :func:`may_report_result` reads it."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def close_reason(self) -> str | None: ...
-
-
-class ResultSlot(Protocol):
-    """A submission as :func:`awaits_result` reads it."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def observation(self) -> str | None: ...
 
 
 class ScreenshotRefused(DomainError):

@@ -32,13 +32,14 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.moves import set_authorization_state, set_task_state
 
 NOTE_MAX = 500
 RECONCILE_OUTCOMES = {"created": "reconcile_created", "not_created": "reconcile_not_created"}
@@ -62,6 +63,36 @@ def _load(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
     if task is None:
         raise NotFound("任务不存在")
     return task
+
+
+def _move(
+    conn: sqlite3.Connection,
+    task: task_store.Task,
+    new_state: str,
+    *,
+    action: str,
+    reason: str,
+    actor: Actor,
+    at: str,
+    request_id: str | None,
+    detail: dict[str, Any],
+) -> ActionResult:
+    """The last step of every action here: move ``task`` (as read: its version and state) to ``new_state``
+    with ``reason`` — a miss is ``409 version_conflict`` — and write the action's audit row, whose detail
+    always names ``from``, ``to`` and the new ``task_version`` besides ``detail``."""
+    if not set_task_state(conn, task, new_state, at=at, reason=reason):
+        raise _stale()
+    audit_tx.record(
+        conn,
+        actor,
+        action,
+        "task",
+        task.id,
+        at=at,
+        request_id=request_id,
+        detail={"from": task.state, "to": new_state, "task_version": task.version + 1, **detail},
+    )
+    return ActionResult(task.id, new_state, task.version + 1)
 
 
 def _close_before_fence(
@@ -90,42 +121,23 @@ def _close_before_fence(
     live = auth_store.live_for_task(conn, task.id)
     if live is not None:
         next_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(live.state), "close")
-        if not auth_store.set_state(
-            conn, live.id, expected_state=live.state, new_state=next_auth, at=at, reason=reason
-        ):
+        if not set_authorization_state(conn, live, next_auth, at=at, reason=reason):
             raise _stale()
         closed_auth = live.id
     closed_attempt = attempt_store.close_open_for_task(conn, task.id, reason, at)
     if closed_attempt is not None:
         supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why=reason)
-    if not task_store.set_state(
+    return _move(
         conn,
-        task.id,
-        expected_version=task.version,
-        expected_state=task.state,
-        new_state=new_state,
-        at=at,
-        reason=reason,
-    ):
-        raise _stale()
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
+        task,
+        new_state,
         action=f"task.{use_case}",
-        subject_kind="task",
-        subject_id=task.id,
+        reason=reason,
+        actor=actor,
+        at=at,
         request_id=request_id,
-        detail={
-            "from": task.state,
-            "to": new_state,
-            "task_version": task.version + 1,
-            "closed_authorization_id": closed_auth,
-            "closed_attempt_id": closed_attempt,
-        },
+        detail={"closed_authorization_id": closed_auth, "closed_attempt_id": closed_attempt},
     )
-    return ActionResult(task.id, new_state, task.version + 1)
 
 
 def reset_to_draft(
@@ -181,28 +193,17 @@ def mark_paid(
         raise _stale()
     new_state = transition(TASK_TRANSITIONS, TaskState(task.state), "mark_paid")
     at = to_wire(now)
-    if not task_store.set_state(
+    return _move(
         conn,
-        task.id,
-        expected_version=task.version,
-        expected_state=task.state,
-        new_state=new_state,
-        at=at,
-        reason="PAID_BY_PERSON",
-    ):
-        raise _stale()
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
+        task,
+        new_state,
         action="task.mark_paid",
-        subject_kind="task",
-        subject_id=task.id,
+        reason="PAID_BY_PERSON",
+        actor=actor,
+        at=at,
         request_id=request_id,
-        detail={"from": task.state, "to": new_state, "task_version": task.version + 1},
+        detail={},
     )
-    return ActionResult(task.id, new_state, task.version + 1)
 
 
 def parse_reconcile(raw: dict[str, Any]) -> tuple[str, str, int]:
@@ -255,39 +256,18 @@ def reconcile(
     authorization = auth_store.get(conn, sub["authorization_id"])
     if authorization is not None and authorization.state == AuthorizationState.FENCED:
         consumed = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState.FENCED, "reconcile")
-        auth_store.set_state(
-            conn, authorization.id, expected_state=authorization.state, new_state=consumed, at=at, reason="RECONCILED"
-        )
+        set_authorization_state(conn, authorization, consumed, at=at, reason="RECONCILED")
     closed_attempt = attempt_store.close_open_for_task(conn, task.id, "RECONCILED", at)
     if closed_attempt is not None:
         supervision_tx.void_for_attempt(conn, closed_attempt, actor=actor, at=at, why="RECONCILED")
-    if not task_store.set_state(
+    return _move(
         conn,
-        task.id,
-        expected_version=task.version,
-        expected_state=task.state,
-        new_state=new_task,
-        at=at,
-        reason=f"RECONCILED_{outcome.upper()}",
-    ):
-        raise _stale()
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
+        task,
+        new_task,
         action="submission.reconcile",
-        subject_kind="task",
-        subject_id=task.id,
+        reason=f"RECONCILED_{outcome.upper()}",
+        actor=actor,
+        at=at,
         request_id=request_id,
-        detail={
-            "submission_id": sub["id"],
-            "outcome": outcome,
-            "submission_state": new_sub,
-            "from": task.state,
-            "to": new_task,
-            "task_version": task.version + 1,
-            "note": note,
-        },
+        detail={"submission_id": sub["id"], "outcome": outcome, "submission_state": new_sub, "note": note},
     )
-    return ActionResult(task.id, new_task, task.version + 1)

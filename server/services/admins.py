@@ -13,7 +13,7 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
 from cmbuyer.server.store import admins as admin_store
-from cmbuyer.server.store import audit
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor, new_id
 
 _HASHER = PasswordHasher()
@@ -48,16 +48,7 @@ def add_admin(conn: sqlite3.Connection, username: str, password: str, actor: Act
     admin_id = new_id()
     at = to_wire(now)
     admin_store.insert(conn, admin_id, username, hash_password(password), at)
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action="admin.add",
-        subject_kind="admin",
-        subject_id=admin_id,
-        detail={"username": username},
-    )
+    audit_tx.record(conn, actor, "admin.add", "admin", admin_id, at=at, detail={"username": username})
     return admin_id
 
 
@@ -68,12 +59,4 @@ def change_password(conn: sqlite3.Connection, username: str, password: str, acto
         raise NotFound("管理员不存在")
     at = to_wire(now)
     admin_store.set_password(conn, admin.id, hash_password(password), at)
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action="admin.passwd",
-        subject_kind="admin",
-        subject_id=admin.id,
-    )
+    audit_tx.record(conn, actor, "admin.passwd", "admin", admin.id, at=at)

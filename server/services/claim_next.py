@@ -48,14 +48,14 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.attempts import Attempt
-from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.common import canonical_json, new_id
 from cmbuyer.server.tx.idempotency import Stored
+from cmbuyer.server.tx.moves import move_authorization
 
 ENDPOINT = "claim-next"
 FIRST_GENERATION = 1
@@ -64,16 +64,8 @@ FIRST_GENERATION = 1
 def derive_token(attempt: Attempt, secret: bytes) -> str:
     """Rebuild the attempt's claim token and prove it against the stored hash (fail closed: a secret that
     does not reproduce it raises Unavailable → 503, never a substitute token)."""
-    token = claim_token.derive(
-        secret,
-        device_id=attempt.device_id,
-        task_id=attempt.task_id,
-        authorization_id=attempt.authorization_id,
-        attempt_id=attempt.id,
-        generation=attempt.claim_generation,
-        nonce=attempt.nonce,
-    )
-    if not claim_token.matches(attempt.token_hash, token):
+    token = claim_token.rebuilt(secret, attempt)
+    if token is None:
         raise BrokenInvariant("claim token secret does not reproduce a stored claim")
     return token
 
@@ -96,22 +88,14 @@ def _replay(conn: sqlite3.Connection, stored: Stored, secret: bytes) -> Stored:
 
 
 def _resume(
-    conn: sqlite3.Connection,
-    attempt: Attempt,
-    *,
-    device_id: str,
-    session_id: str,
-    key: str,
-    payload: dict[str, str],
-    now: datetime,
-    policy: ClaimPolicy,
+    req: device_tx.DeviceWrite, attempt: Attempt, *, session_id: str, now: datetime, policy: ClaimPolicy
 ) -> Stored:
     """Same session, live lease, consistent rows (:func:`~cmbuyer.server.domain.claims.may_resume`) → the
     same attempt under the new key; else 409."""
     if attempt.session_id != session_id or not lease.is_live(attempt.lease_expires_at, now):
         raise claim_requires_manual()  # the cheap half of may_resume first: no reads for a new session
-    task = task_store.get(conn, attempt.task_id)
-    authorization = auth_store.get(conn, attempt.authorization_id)
+    task = task_store.get(req.conn, attempt.task_id)
+    authorization = auth_store.get(req.conn, attempt.authorization_id)
     if (
         task is None
         or authorization is None
@@ -125,17 +109,11 @@ def _resume(
     body: dict[str, Any] = json.loads(attempt.response_json)
     body["attempt"]["lease_expires_at"] = attempt.lease_expires_at
     body["server_now"] = at
-    idempotency.remember(conn, device_id, key, ENDPOINT, payload, status=200, body=body, at=at, attempt_id=attempt.id)
-    audit.append(
-        conn,
+    req.remember(body, at=at, attempt_id=attempt.id)
+    req.audit(
+        attempt,
+        "claim.resume",
         at=at,
-        actor_kind="device",
-        actor_id=device_id,
-        action="claim.resume",
-        subject_kind="task",
-        subject_id=attempt.task_id,
-        request_id=key,
-        generation=attempt.claim_generation,
         detail={"attempt_id": attempt.id, "session_id": session_id, "lease_expires_at": attempt.lease_expires_at},
     )
     return Stored(200, _with_token(canonical_json(body), token), attempt.id)
@@ -161,62 +139,41 @@ def claim_next(
     :class:`device_tx.DeviceNotActive` (→ 401), Conflict ``idempotency_conflict`` /
     ``app_version_not_allowed`` / ``claim_requires_manual`` (→ 409), Unavailable (→ 503).
     """
-    gate = device_tx.begin(conn, device_id)
     payload = {"claim_request_id": claim_request_id, "session_id": session_id}
     if pack_id is not None:  # absent → the same comparison form (and stored hashes) as before issue 17
         payload["pack_id"] = pack_id
-    stored = device_tx.replay_scoped(conn, device_id, claim_request_id, ENDPOINT, payload)
+    req = device_tx.open_write(conn, device_id, key=claim_request_id, endpoint=ENDPOINT, payload=payload)
+    stored = req.replay()
     if stored is not None:
         return _replay(conn, stored, policy.secret)
-    if not may_claim(gate, now, policy):
+    if not may_claim(req.gate, now, policy):
         raise app_version_not_allowed()
     held = attempt_store.open_for_device(conn, device_id)
     if held is not None:
-        return _resume(
-            conn,
-            held,
-            device_id=device_id,
-            session_id=session_id,
-            key=claim_request_id,
-            payload=payload,
-            now=now,
-            policy=policy,
-        )
+        return _resume(req, held, session_id=session_id, now=now, policy=policy)
     at = to_wire(now)
     try:
         pair = supervision_tx.for_claim(
-            conn, device_id=device_id, gate=gate, claim_pack_id=pack_id, policy=policy.supervision
+            conn, device_id=device_id, gate=req.gate, claim_pack_id=pack_id, policy=policy.supervision
         )
     except ValueError:  # no pack id and no app version: no pair to claim for (may_claim makes this unreachable)
         raise app_version_not_allowed() from None
     candidate = None if pair.held else auth_store.next_candidate(conn, at)
     if candidate is None:
-        return idempotency.remember(conn, device_id, claim_request_id, ENDPOINT, payload, status=204, body=None, at=at)
-    return _claim(
-        conn,
-        candidate,
-        device_id=device_id,
-        session_id=session_id,
-        key=claim_request_id,
-        payload=payload,
-        now=now,
-        policy=policy,
-        pair=pair,
-    )
+        return req.remember(None, at=at, status=204)
+    return _claim(req, candidate, session_id=session_id, now=now, policy=policy, pair=pair)
 
 
 def _claim(
-    conn: sqlite3.Connection,
+    req: device_tx.DeviceWrite,
     candidate: auth_store.Candidate,
     *,
-    device_id: str,
     session_id: str,
-    key: str,
-    payload: dict[str, str],
     now: datetime,
     policy: ClaimPolicy,
     pair: supervision_tx.ClaimSupervision,
 ) -> Stored:
+    conn, device_id = req.conn, req.device_id
     authorization = candidate.authorization
     at = to_wire(now)
     new_auth_state = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "claim")
@@ -257,10 +214,7 @@ def _claim(
     body["attempt"]["claim_token"] = token
     answer = canonical_json(body)  # what _with_token(body_text, token) gives on every replay
     # Row counts are proven for every step; a miss means the invariants broke → roll back, 503.
-    if not auth_store.set_state(
-        conn, authorization.id, expected_state=authorization.state, new_state=new_auth_state, at=at
-    ):
-        raise BrokenInvariant("authorization changed under the write lock")
+    move_authorization(conn, authorization, new_auth_state, at=at)
     if not task_store.set_state(
         conn,
         authorization.task_id,
@@ -270,43 +224,33 @@ def _claim(
         at=at,
     ):
         raise BrokenInvariant("task changed under the write lock")
-    attempt_store.insert(
-        conn,
-        Attempt(
-            id=attempt_id,
-            task_id=authorization.task_id,
-            authorization_id=authorization.id,
-            device_id=device_id,
-            session_id=session_id,
-            claim_generation=FIRST_GENERATION,
-            nonce=nonce,
-            token_hash=claim_token.token_hash(token),
-            claimed_task_version=claimed_version,
-            lease_expires_at=lease_end,
-            state=AttemptState.OPEN,
-            close_reason=None,
-            response_json=body_text,
-            next_event_seq=1,
-            created_at=at,
-            closed_at=None,
-            pack_key=pair.pack_key,
-            supervised=int(pair.supervised),
-        ),
+    attempt = Attempt(
+        id=attempt_id,
+        task_id=authorization.task_id,
+        authorization_id=authorization.id,
+        device_id=device_id,
+        session_id=session_id,
+        claim_generation=FIRST_GENERATION,
+        nonce=nonce,
+        token_hash=claim_token.token_hash(token),
+        claimed_task_version=claimed_version,
+        lease_expires_at=lease_end,
+        state=AttemptState.OPEN,
+        close_reason=None,
+        response_json=body_text,
+        next_event_seq=1,
+        created_at=at,
+        closed_at=None,
+        pack_key=pair.pack_key,
+        supervised=int(pair.supervised),
     )
+    attempt_store.insert(conn, attempt)
     supervision_tx.record_claim(conn, device_id, pair, at)
-    idempotency.remember_text(
-        conn, device_id, key, ENDPOINT, payload, status=200, text=body_text, at=at, attempt_id=attempt_id
-    )
-    audit.append(
-        conn,
+    req.remember_text(body_text, at=at, attempt_id=attempt.id)
+    req.audit(
+        attempt,
+        "task.claim",
         at=at,
-        actor_kind="device",
-        actor_id=device_id,
-        action="task.claim",
-        subject_kind="task",
-        subject_id=authorization.task_id,
-        request_id=key,
-        generation=FIRST_GENERATION,
         detail={
             "attempt_id": attempt_id,
             "authorization_id": authorization.id,

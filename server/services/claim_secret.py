@@ -20,16 +20,7 @@ def verify_secret(conn: sqlite3.Connection, secret: bytes) -> int:
     """Return how many claims were checked; raise :class:`SecretMismatch` on the first mismatch."""
     checked = 0
     for attempt in attempt_store.for_secret_check(conn):
-        token = claim_token.derive(
-            secret,
-            device_id=attempt.device_id,
-            task_id=attempt.task_id,
-            authorization_id=attempt.authorization_id,
-            attempt_id=attempt.id,
-            generation=attempt.claim_generation,
-            nonce=attempt.nonce,
-        )
-        if not claim_token.matches(attempt.token_hash, token):
+        if claim_token.rebuilt(secret, attempt) is None:
             raise SecretMismatch("CMBUYER_CLAIM_TOKEN_SECRET does not reproduce the tokens of existing claims")
         checked += 1
     return checked

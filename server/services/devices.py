@@ -12,8 +12,8 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import values
 from cmbuyer.server.domain.errors import NotFound, ValidationFailed
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor, new_id
 
 TOKEN_BYTES = 32
@@ -49,16 +49,7 @@ def add_device(conn: sqlite3.Connection, name: str, actor: Actor, now: datetime)
     token = secrets.token_bytes(TOKEN_BYTES).hex()
     at = to_wire(now)
     device_store.insert(conn, device_id, name, token_hash(token), at)
-    audit.append(
-        conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action="device.add",
-        subject_kind="device",
-        subject_id=device_id,
-        detail={"name": name},
-    )
+    audit_tx.record(conn, actor, "device.add", "device", device_id, at=at, detail={"name": name})
     return IssuedDevice(device_id, token)
 
 
@@ -74,15 +65,7 @@ def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: d
     at = to_wire(now)
     changed = device_store.revoke(conn, device_id, at)
     if changed:
-        audit.append(
-            conn,
-            at=at,
-            actor_kind=actor.kind,
-            actor_id=actor.id,
-            action="device.revoke",
-            subject_kind="device",
-            subject_id=device_id,
-        )
+        audit_tx.record(conn, actor, "device.revoke", "device", device_id, at=at)
     return changed
 
 
@@ -98,14 +81,13 @@ def set_supervision(conn: sqlite3.Connection, device_id: str, *, off: bool, acto
         raise NotFound("设备不存在")
     changed = device_store.set_supervision_off(conn, device_id, off)
     if changed:
-        audit.append(
+        audit_tx.record(
             conn,
+            actor,
+            "device.supervision",
+            "device",
+            device_id,
             at=to_wire(now),
-            actor_kind=actor.kind,
-            actor_id=actor.id,
-            action="device.supervision",
-            subject_kind="device",
-            subject_id=device_id,
             detail={"supervision": "off" if off else "on"},
         )
     return changed

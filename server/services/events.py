@@ -20,18 +20,16 @@ from typing import Any
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import lease
 from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
-from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
 from cmbuyer.server.domain.reports import check_summary
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState, transition
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import events as event_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import device_tx, idempotency
-from cmbuyer.server.tx.claim_check import current_claim
 from cmbuyer.server.tx.idempotency import Stored
+from cmbuyer.server.tx.moves import move_task
 
 ENDPOINT = "events"
 
@@ -56,22 +54,13 @@ def append_events(
     ``claim_not_current`` / ``attempt_limit_reached`` (→ 409). A replay is answered before the budget is
     looked at, so a batch accepted just under the cap still replays.
     """
-    device_tx.begin(conn, device_id)
-    key: str = body["batch_key"]
-    payload = request_payload(task_id, body)
-    stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
+    req = device_tx.open_write(
+        conn, device_id, key=body["batch_key"], endpoint=ENDPOINT, payload=request_payload(task_id, body)
+    )
+    stored = req.replay()
     if stored is not None:
         return stored
-    attempt = current_claim(
-        conn,
-        device_id=device_id,
-        attempt_id=body["attempt_id"],
-        token=body["claim_token"],
-        now=now,
-        generation=body["claim_generation"],
-        task_id=task_id,
-        require_lease=False,
-    )
+    attempt = req.claim(body, attempt_id=body["attempt_id"], now=now, task_id=task_id, require_lease=False)
     fenced = submission_store.for_attempt(conn, attempt.id) is not None
     if not fenced and not lease.is_live(attempt.lease_expires_at, now):
         raise claim_not_current()
@@ -89,29 +78,18 @@ def append_events(
     if task.state == TaskState.CLAIMED:
         if not task_at_claim(task, attempt.claimed_task_version):
             raise claim_not_current()
-        new_state = transition(TASK_TRANSITIONS, TaskState.CLAIMED, "first_event")
-        if not task_store.set_state(
-            conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_state, at=at
-        ):
-            raise BrokenInvariant("task changed under the write lock")
-        version = task.version + 1
-        audit.append(
-            conn,
+        version = move_task(conn, task, transition(TASK_TRANSITIONS, TaskState.CLAIMED, "first_event"), at=at)
+        req.audit(
+            attempt,
+            "task.ordering",
             at=at,
-            actor_kind="device",
-            actor_id=device_id,
-            action="task.ordering",
-            subject_kind="task",
-            subject_id=task.id,
-            request_id=key,
-            generation=attempt.claim_generation,
             detail={"attempt_id": attempt.id, "task_version": version},
         )
     elif task.state not in (TaskState.ORDERING, TaskState.SUBMITTING):
         raise claim_not_current()
     first = attempt_store.take_event_seqs(conn, attempt.id, len(batch))
     event_store.append(
-        conn, task_id=task.id, attempt_id=attempt.id, batch_key=key, first_seq=first, events=batch, received_at=at
+        conn, task_id=task.id, attempt_id=attempt.id, batch_key=req.key, first_seq=first, events=batch, received_at=at
     )
     result = {
         "task_id": task.id,
@@ -121,18 +99,11 @@ def append_events(
         "last_seq": first + len(batch) - 1,
         "task_version": version,
     }
-    audit.append(
-        conn,
+    req.audit(
+        attempt,
+        "events.append",
         at=at,
-        actor_kind="device",
-        actor_id=device_id,
-        action="events.append",
-        subject_kind="attempt",
-        subject_id=attempt.id,
-        request_id=key,
-        generation=attempt.claim_generation,
+        subject="attempt",
         detail={"first_seq": first, "count": len(batch)},
     )
-    return idempotency.remember(
-        conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at, attempt_id=attempt.id
-    )
+    return req.remember(result, at=at, attempt_id=attempt.id)

@@ -34,8 +34,8 @@ from pathlib import Path
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.evidence import files
 from cmbuyer.server.evidence.files import StoredFile
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import evidence as evidence_store
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor
 
 CHUNK = 200  # files re-checked and removed per write transaction: bounds how long the server's writer waits
@@ -145,14 +145,7 @@ def _remove(
     freed = sum(f.size for f in doomed if f.path in gone)
     report.bytes_freed += freed
     if gone:
-        audit.append(
-            conn,
-            at=at,
-            actor_kind=actor.kind,
-            actor_id=actor.id,
-            action="evidence.gc",
-            subject_kind="evidence",
-            subject_id=kind,
-            detail={"removed": len(gone), "bytes_freed": freed},
+        audit_tx.record(
+            conn, actor, "evidence.gc", "evidence", kind, at=at, detail={"removed": len(gone), "bytes_freed": freed}
         )
     return len(gone)

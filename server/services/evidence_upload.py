@@ -31,9 +31,8 @@ from cmbuyer.server.domain.limits import AttemptBudget, attempt_limit_reached
 from cmbuyer.server.domain.reports import may_attach
 from cmbuyer.server.evidence import files as evidence_files
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import evidence as evidence_store
-from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.tx.idempotency import Stored
 
@@ -114,9 +113,8 @@ def record_upload(
     ``attempt_limit_reached`` (→ 409), StorageError (→ 503) when the stored file is no longer in place
     (removed by ``evidence gc`` between the store and this job: the device retries with the same key).
     """
-    device_tx.begin(conn, device_id)
-    payload = upload.payload()
-    stored = device_tx.replay_scoped(conn, device_id, upload.upload_key, ENDPOINT, payload)
+    req = device_tx.open_write(conn, device_id, key=upload.upload_key, endpoint=ENDPOINT, payload=upload.payload())
+    stored = req.replay()
     if stored is not None:
         return _replay(stored)
     attempt = attempt_store.get(conn, upload.attempt_id)
@@ -156,18 +154,11 @@ def record_upload(
         "height": asset.height,
         "captured_at": asset.captured_at,
     }
-    audit.append(
-        conn,
+    req.audit(
+        attempt,
+        "evidence.upload",
         at=at,
-        actor_kind="device",
-        actor_id=device_id,
-        action="evidence.upload",
-        subject_kind="attempt",
-        subject_id=attempt.id,
-        request_id=upload.upload_key,
-        generation=attempt.claim_generation,
+        subject="attempt",
         detail={"asset_id": asset.id, "kind": asset.kind, "sha256": asset.sha256, "byte_size": asset.byte_size},
     )
-    return idempotency.remember(
-        conn, device_id, upload.upload_key, ENDPOINT, payload, status=201, body=body, at=at, attempt_id=attempt.id
-    )
+    return req.remember(body, at=at, attempt_id=attempt.id, status=201)

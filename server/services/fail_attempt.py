@@ -17,8 +17,6 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.claims import claim_not_current, in_progress_before_fence
-from cmbuyer.server.domain.errors import BrokenInvariant
-from cmbuyer.server.domain.fence import submission_fenced
 from cmbuyer.server.domain.reports import check_asset, check_summary
 from cmbuyer.server.domain.states import (
     ATTEMPT_TRANSITIONS,
@@ -29,17 +27,11 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
-from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import evidence as evidence_store
-from cmbuyer.server.store import submissions as submission_store
-from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import device_tx, idempotency
-from cmbuyer.server.tx import supervision as supervision_tx
-from cmbuyer.server.tx.claim_check import current_claim
-from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.claim_check import check_unfenced, claim_rows
 from cmbuyer.server.tx.idempotency import Stored
+from cmbuyer.server.tx.moves import close_attempt, move_authorization, move_task
 
 ENDPOINT = "fail"
 
@@ -55,58 +47,28 @@ def fail_attempt(
     """Close the attempt as failed; returns the 200 response. Raises DeviceNotActive (→ 401),
     ValidationFailed (→ 400), Conflict ``idempotency_conflict`` / ``claim_not_current`` /
     ``submission_fenced`` / ``evidence_conflict`` (→ 409)."""
-    device_tx.begin(conn, device_id)
-    key: str = body["fail_key"]
-    payload = request_payload(attempt_id, body)
-    stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
+    req = device_tx.open_write(
+        conn, device_id, key=body["fail_key"], endpoint=ENDPOINT, payload=request_payload(attempt_id, body)
+    )
+    stored = req.replay()
     if stored is not None:
         return stored
-    attempt = current_claim(
-        conn,
-        device_id=device_id,
-        attempt_id=attempt_id,
-        token=body["claim_token"],
-        now=now,
-        generation=body["claim_generation"],
-        require_lease=False,
-    )
-    if submission_store.for_attempt_or_authorization(conn, attempt.id, attempt.authorization_id) is not None:
-        raise submission_fenced()
+    attempt = req.claim(body, attempt_id=attempt_id, now=now, require_lease=False)
+    check_unfenced(conn, attempt)
     asset_id: str | None = body["evidence_asset_id"]
     check_asset(asset_id, None if asset_id is None else evidence_store.get(conn, asset_id), attempt.id)
     summary = check_summary(body["summary"])
-    task = task_store.get(conn, attempt.task_id)
-    authorization = auth_store.get(conn, attempt.authorization_id)
-    if task is None or authorization is None or not in_progress_before_fence(task, authorization):
+    task, authorization = claim_rows(conn, attempt)
+    if not in_progress_before_fence(task, authorization):
         raise claim_not_current()
     at = to_wire(now)
     reason: str = body["reason_code"]
     transition(ATTEMPT_TRANSITIONS, AttemptState(attempt.state), "close")
     new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "close")
     new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "device_fail")
-    if not attempt_store.close(conn, attempt.id, "FAILED", at):
-        raise BrokenInvariant("attempt changed under the write lock")
-    supervision_tx.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="FAILED")
-    if not auth_store.set_state(
-        conn,
-        authorization.id,
-        expected_state=authorization.state,
-        new_state=new_auth,
-        at=at,
-        reason=f"device_fail:{reason}",
-    ):
-        raise BrokenInvariant("authorization changed under the write lock")
-    if not task_store.set_state(
-        conn,
-        task.id,
-        expected_version=task.version,
-        expected_state=task.state,
-        new_state=new_task,
-        at=at,
-        reason=reason,
-    ):
-        raise BrokenInvariant("task changed under the write lock")
-    version = task.version + 1
+    close_attempt(conn, attempt.id, "FAILED", actor=req.actor, at=at)
+    move_authorization(conn, authorization, new_auth, at=at, reason=f"device_fail:{reason}")
+    version = move_task(conn, task, new_task, at=at, reason=reason)
     result = {
         "task_id": task.id,
         "attempt_id": attempt.id,
@@ -114,16 +76,10 @@ def fail_attempt(
         "task_version": version,
         "reason_code": reason,
     }
-    audit.append(
-        conn,
+    req.audit(
+        attempt,
+        "attempt.fail",
         at=at,
-        actor_kind="device",
-        actor_id=device_id,
-        action="attempt.fail",
-        subject_kind="task",
-        subject_id=task.id,
-        request_id=key,
-        generation=attempt.claim_generation,
         detail={
             "attempt_id": attempt.id,
             "authorization_id": authorization.id,
@@ -133,6 +89,4 @@ def fail_attempt(
             "task_version": version,
         },
     )
-    return idempotency.remember(
-        conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at, attempt_id=attempt.id
-    )
+    return req.remember(result, at=at, attempt_id=attempt.id)

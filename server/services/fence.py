@@ -47,8 +47,7 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
-from cmbuyer.server.domain.errors import BrokenInvariant
-from cmbuyer.server.domain.fence import check_authorization, check_gates, submission_fenced, version_conflict
+from cmbuyer.server.domain.fence import check_authorization, check_gates, version_conflict
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -57,14 +56,12 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.store import audit
-from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import submissions as submission_store
-from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import device_tx, idempotency
 from cmbuyer.server.tx import supervision as supervision_tx
-from cmbuyer.server.tx.claim_check import current_claim
+from cmbuyer.server.tx.claim_check import claim_rows, unfenced_claim
 from cmbuyer.server.tx.common import canonical_json, new_id
+from cmbuyer.server.tx.moves import move_authorization, move_task
 
 ENDPOINT = "submission-fence"
 SUBMIT_TEXT = "提交订单"
@@ -107,30 +104,14 @@ def create_fence(
 ) -> FenceAnswer:
     """Run the fence for a schema-valid request (see the module docstring for the order);
     ``allowed_payment_modes`` is ``Settings.allowed_payment_modes``."""
-    device_tx.begin(conn, device_id)
-    key: str = body["fence_key"]
-    payload = request_payload(attempt_id, body)
-    stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
+    req = device_tx.open_write(
+        conn, device_id, key=body["fence_key"], endpoint=ENDPOINT, payload=request_payload(attempt_id, body)
+    )
+    stored = req.replay()
     if stored is not None and stored.body is not None:
         return FenceAnswer(stored.status, stored.body, permit=False)
-    attempt = current_claim(
-        conn,
-        device_id=device_id,
-        attempt_id=attempt_id,
-        token=body["claim_token"],
-        now=now,
-        generation=body["claim_generation"],
-        task_id=body["task_id"],
-        require_lease=True,
-    )
-    if body["authorization_id"] != attempt.authorization_id:
-        raise claim_not_current()
-    if submission_store.for_attempt_or_authorization(conn, attempt.id, attempt.authorization_id) is not None:
-        raise submission_fenced()
-    task = task_store.get(conn, attempt.task_id)
-    authorization = auth_store.get(conn, attempt.authorization_id)
-    if task is None or authorization is None:
-        raise claim_not_current()
+    attempt = unfenced_claim(conn, device_id=device_id, attempt_id=attempt_id, body=body, now=now)
+    task, authorization = claim_rows(conn, attempt)
     if task.version != body["expected_task_version"]:
         raise version_conflict()
     new_task = transition(TASK_TRANSITIONS, TaskState(task.state), "fence")  # CLAIMED or ORDERING, else 409
@@ -147,7 +128,7 @@ def create_fence(
         authorization_id=authorization.id,
         attempt_id=attempt.id,
         device_id=device_id,
-        fence_key=key,
+        fence_key=req.key,
         state=SubmissionState.FENCED.value,
         selected_color=body["selected_color"],
         selected_size=body["selected_size"],
@@ -171,24 +152,12 @@ def create_fence(
         observation_reason=None,
     )
     submission_store.insert(conn, submission)
-    if not auth_store.set_state(
-        conn, authorization.id, expected_state=authorization.state, new_state=new_auth.value, at=at
-    ):
-        raise BrokenInvariant("authorization changed under the write lock")
-    if not task_store.set_state(
-        conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_task.value, at=at
-    ):
-        raise BrokenInvariant("task changed under the write lock")
-    audit.append(
-        conn,
+    move_authorization(conn, authorization, new_auth.value, at=at)
+    move_task(conn, task, new_task.value, at=at)
+    req.audit(
+        attempt,
+        "submission.fence",
         at=at,
-        actor_kind="device",
-        actor_id=device_id,
-        action="submission.fence",
-        subject_kind="task",
-        subject_id=task.id,
-        request_id=key,
-        generation=attempt.claim_generation,
         detail={
             "submission_id": submission.id,
             "attempt_id": attempt.id,
@@ -201,15 +170,5 @@ def create_fence(
             "quantity_read": submission.quantity_read,
         },
     )
-    idempotency.remember(
-        conn,
-        device_id,
-        key,
-        ENDPOINT,
-        payload,
-        status=200,
-        body=response_body(submission.id, first=False),
-        at=at,
-        attempt_id=attempt.id,
-    )
+    req.remember(response_body(submission.id, first=False), at=at, attempt_id=attempt.id)
     return FenceAnswer(200, canonical_json(response_body(submission.id, first=True)), permit=True)

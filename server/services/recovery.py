@@ -35,12 +35,13 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.common import SYSTEM
+from cmbuyer.server.tx.moves import set_authorization_state, set_task_state
 
 BATCH = 200
 RECONCILIATION_REASON = "LEASE_EXPIRED_NO_RESULT"
@@ -74,37 +75,21 @@ def _expire_fenced(conn: sqlite3.Connection, now: datetime, at: str) -> tuple[in
             continue
         if new_sub != SubmissionState.RECONCILIATION_REQUIRED:
             raise AssertionError("state table changed")
-        task_store.set_state(
-            conn,
-            task.id,
-            expected_version=task.version,
-            expected_state=task.state,
-            new_state=new_task.value,
-            at=at,
-            reason=RECONCILIATION_REASON,
-        )
+        set_task_state(conn, task, new_task.value, at=at, reason=RECONCILIATION_REASON)
         if authorization.state == AuthorizationState.FENCED:
             new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState.FENCED, use_case)
-            auth_store.set_state(
-                conn,
-                authorization.id,
-                expected_state=authorization.state,
-                new_state=new_auth.value,
-                at=at,
-                reason=RECONCILIATION_REASON,
-            )
+            set_authorization_state(conn, authorization, new_auth.value, at=at, reason=RECONCILIATION_REASON)
         if attempt.state == AttemptState.OPEN:
             transition(ATTEMPT_TRANSITIONS, AttemptState.OPEN, "close")
             attempt_store.close(conn, attempt.id, "LEASE_EXPIRED_AFTER_FENCE", at)
             supervision_tx.void_for_attempt(conn, attempt.id, actor=SYSTEM, at=at, why="LEASE_EXPIRED_AFTER_FENCE")
-        audit.append(
+        audit_tx.record(
             conn,
+            SYSTEM,
+            "submission.lease_expired",
+            "task",
+            task.id,
             at=at,
-            actor_kind=SYSTEM.kind,
-            actor_id=SYSTEM.id,
-            action="submission.lease_expired",
-            subject_kind="task",
-            subject_id=task.id,
             generation=attempt.claim_generation,
             detail={
                 "submission_id": sub.id,
@@ -124,37 +109,21 @@ def _expire_authorizations(conn: sqlite3.Connection, at: str) -> tuple[int, bool
     changed = 0
     for authorization in found:
         new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "expire")
-        if not auth_store.set_state(
-            conn,
-            authorization.id,
-            expected_state=authorization.state,
-            new_state=new_auth.value,
-            at=at,
-            reason="authorization_expired",
-        ):
+        if not set_authorization_state(conn, authorization, new_auth.value, at=at, reason="authorization_expired"):
             continue
         task = task_store.get(conn, authorization.task_id)
         task_version = None
         if task is not None and task.state == TaskState.PENDING:
             new_task = transition(TASK_TRANSITIONS, TaskState.PENDING, "authorization_expired")
-            if task_store.set_state(
-                conn,
-                task.id,
-                expected_version=task.version,
-                expected_state=task.state,
-                new_state=new_task.value,
-                at=at,
-                reason="authorization_expired",
-            ):
+            if set_task_state(conn, task, new_task.value, at=at, reason="authorization_expired"):
                 task_version = task.version + 1
-        audit.append(
+        audit_tx.record(
             conn,
+            SYSTEM,
+            "authorization.expire",
+            "task",
+            authorization.task_id,
             at=at,
-            actor_kind=SYSTEM.kind,
-            actor_id=SYSTEM.id,
-            action="authorization.expire",
-            subject_kind="task",
-            subject_id=authorization.task_id,
             detail={
                 "authorization_id": authorization.id,
                 "expires_at": authorization.expires_at,

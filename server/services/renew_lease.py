@@ -20,11 +20,8 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import lease
 from cmbuyer.server.domain.claims import ClaimPolicy, claim_not_current, renewable
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
-from cmbuyer.server.store import authorizations as auth_store
-from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import device_tx, idempotency
-from cmbuyer.server.tx.claim_check import current_claim
+from cmbuyer.server.tx.claim_check import claim_rows
 from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "lease-renew"
@@ -44,27 +41,17 @@ def renew_lease(
     ``body`` is a schema-valid renew request. Raises :class:`device_tx.DeviceNotActive` (→ 401) or
     Conflict ``idempotency_conflict`` / ``claim_not_current`` (→ 409).
     """
-    device_tx.begin(conn, device_id)
-    key: str = body["renew_request_id"]
-    payload = request_payload(task_id, body)
-    stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
+    req = device_tx.open_write(
+        conn, device_id, key=body["renew_request_id"], endpoint=ENDPOINT, payload=request_payload(task_id, body)
+    )
+    stored = req.replay()
     if stored is not None:
         return stored
-    attempt = current_claim(
-        conn,
-        device_id=device_id,
-        attempt_id=body["attempt_id"],
-        token=body["claim_token"],
-        now=now,
-        generation=body["claim_generation"],
-        task_id=task_id,
-        require_lease=True,
-    )
+    attempt = req.claim(body, attempt_id=body["attempt_id"], now=now, task_id=task_id, require_lease=True)
     if attempt.session_id != body["session_id"] or attempt.lease_expires_at != body["expected_lease_expires_at"]:
         raise claim_not_current()
-    task = task_store.get(conn, attempt.task_id)
-    authorization = auth_store.get(conn, attempt.authorization_id)
-    if task is None or authorization is None or not renewable(task, authorization, attempt.claimed_task_version, now):
+    task, authorization = claim_rows(conn, attempt)
+    if not renewable(task, authorization, attempt.claimed_task_version, now):
         raise claim_not_current()
     at = to_wire(now)
     new_end = to_wire(lease.new_expiry(now, policy.lease_ttl, authorization.expires_at))
@@ -77,19 +64,11 @@ def renew_lease(
         "lease_expires_at": new_end,
         "server_now": at,
     }
-    result = idempotency.remember(
-        conn, device_id, key, ENDPOINT, payload, status=200, body=response, at=at, attempt_id=attempt.id
-    )
-    audit.append(
-        conn,
+    result = req.remember(response, at=at, attempt_id=attempt.id)
+    req.audit(
+        attempt,
+        "attempt.lease_renew",
         at=at,
-        actor_kind="device",
-        actor_id=device_id,
-        action="attempt.lease_renew",
-        subject_kind="task",
-        subject_id=attempt.task_id,
-        request_id=key,
-        generation=attempt.claim_generation,
         detail={
             "attempt_id": attempt.id,
             "previous_lease_expires_at": attempt.lease_expires_at,

@@ -50,15 +50,13 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import evidence as evidence_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import device_tx, idempotency
-from cmbuyer.server.tx import supervision as supervision_tx
-from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.tx.idempotency import Stored
+from cmbuyer.server.tx.moves import close_attempt, move_authorization, move_task
 
 ENDPOINT = "submission-result"
 
@@ -78,16 +76,46 @@ def request_payload(submission_id: str, body: dict[str, Any]) -> dict[str, Any]:
     return idempotency.claim_request_form(body, submission_id=submission_id)
 
 
+def _extras(body: dict[str, Any]) -> dict[str, Any]:
+    # stored as reported in both cases; they change no state (see the module docstring)
+    return {"order_sn": body.get("order_sn"), "observation_reason": body.get("observation_reason")}
+
+
+def _record(
+    conn: sqlite3.Connection,
+    submission: submission_store.Submission,
+    new_state: str,
+    *,
+    key: str,
+    body: dict[str, Any],
+    at: str,
+) -> None:
+    """Record the one observation (and asset, extras) on ``submission`` as read, moving it to ``new_state``
+    (its own state for a late result); a miss means the row changed under the write lock (→ 503)."""
+    if not submission_store.record_result(
+        conn,
+        submission.id,
+        expected_state=submission.state,
+        new_state=new_state,
+        observation=body["observation"],
+        result_key=key,
+        evidence_asset_id=body["evidence_asset_id"],
+        at=at,
+        **_extras(body),
+    ):
+        raise BrokenInvariant("submission changed under the write lock")
+
+
 def report_result(
     conn: sqlite3.Connection, *, device_id: str, submission_id: str, body: dict[str, Any], now: datetime
 ) -> Stored:
     """Record the observation; returns the 200 response. Raises DeviceNotActive (→ 401), NotFound
     (→ 404), Conflict ``idempotency_conflict`` / ``claim_not_current`` / ``result_conflict`` /
     ``evidence_conflict`` (→ 409)."""
-    device_tx.begin(conn, device_id)
-    key: str = body["result_key"]
-    payload = request_payload(submission_id, body)
-    stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
+    req = device_tx.open_write(
+        conn, device_id, key=body["result_key"], endpoint=ENDPOINT, payload=request_payload(submission_id, body)
+    )
+    stored = req.replay()
     if stored is not None:
         return stored
     submission = submission_store.get(conn, submission_id)
@@ -106,7 +134,6 @@ def report_result(
     asset_id: str | None = body["evidence_asset_id"]
     check_asset(asset_id, None if asset_id is None else evidence_store.get(conn, asset_id), attempt.id)
     observation: str = body["observation"]
-    extras = {"order_sn": body.get("order_sn"), "observation_reason": body.get("observation_reason")}
     at = to_wire(now)
     task = task_store.get(conn, submission.task_id)
     if task is None:
@@ -120,55 +147,14 @@ def report_result(
             raise BrokenInvariant("submission without its authorization")
         new_auth = transition(AUTHORIZATION_TRANSITIONS, AuthorizationState(authorization.state), "result")
         transition(ATTEMPT_TRANSITIONS, AttemptState(attempt.state), "close")
-        if not submission_store.record_result(
-            conn,
-            submission.id,
-            expected_state=submission.state,
-            new_state=new_sub.value,
-            observation=observation,
-            result_key=key,
-            evidence_asset_id=body["evidence_asset_id"],
-            at=at,
-            **extras,
-        ):
-            raise BrokenInvariant("submission changed under the write lock")
-        if not task_store.set_state(
-            conn,
-            task.id,
-            expected_version=task.version,
-            expected_state=task.state,
-            new_state=new_task.value,
-            at=at,
-            reason=f"result:{observation}",
-        ):
-            raise BrokenInvariant("task changed under the write lock")
-        if not auth_store.set_state(
-            conn,
-            authorization.id,
-            expected_state=authorization.state,
-            new_state=new_auth.value,
-            at=at,
-            reason=f"result:{observation}",
-        ):
-            raise BrokenInvariant("authorization changed under the write lock")
-        if not attempt_store.close(conn, attempt.id, "REPORTED", at):
-            raise BrokenInvariant("attempt changed under the write lock")
-        supervision_tx.void_for_attempt(conn, attempt.id, actor=Actor("device", device_id), at=at, why="REPORTED")
+        _record(conn, submission, new_sub.value, key=req.key, body=body, at=at)
+        move_task(conn, task, new_task.value, at=at, reason=f"result:{observation}")
+        move_authorization(conn, authorization, new_auth.value, at=at, reason=f"result:{observation}")
+        close_attempt(conn, attempt.id, "REPORTED", actor=req.actor, at=at)
         sub_state, task_state, task_version, late = new_sub.value, new_task.value, task.version + 1, False
     else:
         # Late: the sweeper already moved it to RECONCILIATION_REQUIRED. Record, change no state.
-        if not submission_store.record_result(
-            conn,
-            submission.id,
-            expected_state=submission.state,
-            new_state=submission.state,
-            observation=observation,
-            result_key=key,
-            evidence_asset_id=body["evidence_asset_id"],
-            at=at,
-            **extras,
-        ):
-            raise BrokenInvariant("submission changed under the write lock")
+        _record(conn, submission, submission.state, key=req.key, body=body, at=at)
         sub_state, task_state, task_version, late = submission.state, task.state, task.version, True
     result = {
         "submission_id": submission.id,
@@ -177,25 +163,17 @@ def report_result(
         "task_state": task_state,
         "task_version": task_version,
     }
-    audit.append(
-        conn,
+    req.audit(
+        attempt,
+        "submission.result",
         at=at,
-        actor_kind="device",
-        actor_id=device_id,
-        action="submission.result",
-        subject_kind="task",
-        subject_id=task.id,
-        request_id=key,
-        generation=attempt.claim_generation,
         detail={
             "submission_id": submission.id,
             "observation": observation,
             "late": late,
             "evidence_asset_id": body["evidence_asset_id"],
             "task_state": task_state,
-            **{k: v for k, v in extras.items() if v is not None},
+            **{k: v for k, v in _extras(body).items() if v is not None},
         },
     )
-    return idempotency.remember(
-        conn, device_id, key, ENDPOINT, payload, status=200, body=result, at=at, attempt_id=attempt.id
-    )
+    return req.remember(result, at=at, attempt_id=attempt.id)

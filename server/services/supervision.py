@@ -22,19 +22,14 @@ from cmbuyer.server.domain import supervision as rules
 from cmbuyer.server.domain.claims import claim_not_current, in_progress_before_fence
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound
-from cmbuyer.server.domain.fence import submission_fenced
 from cmbuyer.server.domain.reports import check_screenshot
 from cmbuyer.server.domain.supervision import ApprovalState
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.store import audit
-from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import evidence as evidence_store
-from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import supervision as store
-from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import device_tx, idempotency
-from cmbuyer.server.tx.claim_check import current_claim
-from cmbuyer.server.tx.common import Actor, new_id
+from cmbuyer.server.tx.claim_check import claim_rows, unfenced_claim
+from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.tx.supervision import void
 
@@ -70,54 +65,38 @@ def request_approval(
     The answer is stored under the key and replays byte for byte (the state *at that time*: poll the status
     route for news).
     """
-    device_tx.begin(conn, device_id)
-    key: str = body["approval_key"]
-    payload = idempotency.claim_request_form(body, attempt_id=attempt_id)  # the same form as fail and the fence
-    stored = device_tx.replay_scoped(conn, device_id, key, ENDPOINT, payload)
+    req = device_tx.open_write(
+        conn,
+        device_id,
+        key=body["approval_key"],
+        endpoint=ENDPOINT,
+        payload=idempotency.claim_request_form(body, attempt_id=attempt_id),  # the same form as fail and the fence
+    )
+    stored = req.replay()
     if stored is not None:
         return stored
-    attempt = current_claim(
-        conn,
-        device_id=device_id,
-        attempt_id=attempt_id,
-        token=body["claim_token"],
-        now=now,
-        generation=body["claim_generation"],
-        task_id=body["task_id"],
-        require_lease=True,
-    )
-    if body["authorization_id"] != attempt.authorization_id:
-        raise claim_not_current()
-    if submission_store.for_attempt_or_authorization(conn, attempt.id, attempt.authorization_id) is not None:
-        raise submission_fenced()
-    task = task_store.get(conn, attempt.task_id)
-    authorization = auth_store.get(conn, attempt.authorization_id)
-    if (
-        task is None
-        or authorization is None
-        or not in_progress_before_fence(task, authorization)
-        or not lease.is_live(authorization.expires_at, now)
-    ):
+    attempt = unfenced_claim(conn, device_id=device_id, attempt_id=attempt_id, body=body, now=now)
+    task, authorization = claim_rows(conn, attempt)
+    if not in_progress_before_fence(task, authorization) or not lease.is_live(authorization.expires_at, now):
         raise claim_not_current()
     if not attempt.supervised:
         raise not_supervised()
     readings_hash = rules.readings_hash(body["readings"])
     check_screenshot(evidence_store.get(conn, body["screenshot_asset_id"]), attempt.id)
     at = to_wire(now)
-    actor = Actor("device", device_id)
     answer = store.rejected_approval(conn, attempt.id)
     live = store.live_approval(conn, attempt.id)
     if answer is None and live is not None and live.readings_hash == readings_hash:
         answer = live
     if answer is None:
         if live is not None:
-            void(conn, live, actor=actor, at=at, why="new_readings")
+            void(conn, live, actor=req.actor, at=at, why="new_readings")
         answer = store.Approval(
             id=new_id(),
             attempt_id=attempt.id,
             task_id=attempt.task_id,
             device_id=device_id,
-            approval_key=key,
+            approval_key=req.key,
             readings_json=canonical_json(body["readings"]),
             readings_hash=readings_hash,
             screenshot_asset_id=body["screenshot_asset_id"],
@@ -127,16 +106,10 @@ def request_approval(
             created_at=at,
         )
         store.insert_approval(conn, answer)
-        audit.append(
-            conn,
+        req.audit(
+            attempt,
+            "approval.request",
             at=at,
-            actor_kind=actor.kind,
-            actor_id=actor.id,
-            action="approval.request",
-            subject_kind="task",
-            subject_id=attempt.task_id,
-            request_id=key,
-            generation=attempt.claim_generation,
             detail={
                 "approval_id": answer.id,
                 "attempt_id": attempt.id,
@@ -144,17 +117,7 @@ def request_approval(
                 "replaced_approval_id": None if live is None else live.id,
             },
         )
-    return idempotency.remember(
-        conn,
-        device_id,
-        key,
-        ENDPOINT,
-        payload,
-        status=200,
-        body=_answer(answer, answer.state, at),
-        at=at,
-        attempt_id=attempt.id,
-    )
+    return req.remember(_answer(answer, answer.state, at), at=at, attempt_id=attempt.id)
 
 
 def approval_status(

@@ -39,11 +39,11 @@ from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, DomainError, NotFound, ValidationFailed
 from cmbuyer.server.domain.fence import FenceRefused, check_gates
 from cmbuyer.server.domain.states import SubmissionState
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import supervision as supervision_store
 from cmbuyer.server.store.authorizations import Authorization
 from cmbuyer.server.store.queries import supervision as store
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor
 
 NOTE_MAX = 500
@@ -281,14 +281,13 @@ def decide_approval(
         while_attempt_open=True,
     ):
         raise Conflict("确认请求刚刚发生了变化，请刷新后再看；未做任何更改。", code=Code.APPROVAL_NOT_WAITING)
-    audit.append(
+    audit_tx.record(
         conn,
+        actor,
+        AUDIT_DECISION[action],
+        "task",
+        row["task_id"],
         at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action=AUDIT_DECISION[action],
-        subject_kind="task",
-        subject_id=row["task_id"],
         request_id=request_id,
         detail={
             "approval_id": row["id"],
@@ -407,14 +406,13 @@ def record_verdict(
         int(pair.get("confirmed_orders", 0)),
         bool(pair.get("held", 0)),
     )
-    audit.append(
+    audit_tx.record(
         conn,
+        actor,
+        AUDIT_VERDICT,
+        "task",
+        sub["task_id"],
         at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action=AUDIT_VERDICT,
-        subject_kind="task",
-        subject_id=sub["task_id"],
         request_id=request_id,
         detail={
             "submission_id": sub["id"],
@@ -443,14 +441,13 @@ def resupervise(
         raise NotFound("设备不存在")
     at = to_wire(now)
     before = supervision_store.reset_pairs(conn, device_id, at)
-    audit.append(
+    audit_tx.record(
         conn,
+        actor,
+        AUDIT_RESUPERVISE,
+        "device",
+        device_id,
         at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action=AUDIT_RESUPERVISE,
-        subject_kind="device",
-        subject_id=device_id,
         request_id=request_id,
         detail={
             "pairs": len(before),

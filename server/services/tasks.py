@@ -21,9 +21,9 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor, canonical_json, new_id, payload_hash
 
 
@@ -98,14 +98,13 @@ def create_task(conn: sqlite3.Connection, new: NewTask, actor: Actor, now: datet
         updated_at=at,
     )
     task_store.insert(conn, task)
-    audit.append(
+    audit_tx.record(
         conn,
+        actor,
+        "task.create",
+        "task",
+        task.id,
         at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action="task.create",
-        subject_kind="task",
-        subject_id=task.id,
         request_id=new.create_key,
         detail={"goods_id": task.goods_id, "quantity": task.quantity, "max_total_price": task.max_total_price},
     )
@@ -195,14 +194,13 @@ def start_purchases(
         ):
             raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
         auth_store.insert(conn, authorization)
-        audit.append(
+        audit_tx.record(
             conn,
+            actor,
+            "task.start_purchase",
+            "task",
+            task.id,
             at=at,
-            actor_kind=actor.kind,
-            actor_id=actor.id,
-            action="task.start_purchase",
-            subject_kind="task",
-            subject_id=task.id,
             request_id=start_key,
             detail={"authorization_id": authorization.id, "expires_at": expires, "task_version": task.version + 1},
         )

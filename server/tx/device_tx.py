@@ -10,18 +10,28 @@
    used it and remembers its endpoint; the same key used by another device, on another endpoint or with
    another payload is ``409 idempotency_conflict``. Nothing is stored for a refused request, which is why
    ``device_requests`` can key its rows by the request key alone (migration 0005).
+
+:func:`open_write` runs step 1 and returns a :class:`DeviceWrite`, which names the request (device, key,
+endpoint, comparison payload) once for the steps every idempotent device write repeats: the replay
+lookup, the current-claim check, the audit row and the stored answer.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import CmbuyerError, Conflict
 from cmbuyer.server.store import device_requests, devices
+from cmbuyer.server.store.attempts import Attempt
 from cmbuyer.server.store.devices import DeviceGate
-from cmbuyer.server.tx.common import payload_hash
+from cmbuyer.server.tx import audit as audit_tx
+from cmbuyer.server.tx import idempotency
+from cmbuyer.server.tx.claim_check import current_claim
+from cmbuyer.server.tx.common import Actor, canonical_json, payload_hash
 from cmbuyer.server.tx.idempotency import Stored
 
 
@@ -57,3 +67,97 @@ def replay_scoped(conn: sqlite3.Connection, device_id: str, key: str, endpoint: 
             raise idempotency_conflict()
         own = Stored(rec.status, rec.response_json, rec.attempt_id)
     return own
+
+
+@dataclass(frozen=True)
+class DeviceWrite:
+    """One idempotent device write inside its transaction, after :func:`begin` (see :func:`open_write`).
+
+    ``key`` is the request's idempotency key (``batch_key``, ``fence_key`` …), ``endpoint`` the endpoint
+    name stored with it and ``payload`` the comparison form (design §4); ``gate`` is what :func:`begin`
+    returned (the device's latest heartbeat facts).
+    """
+
+    conn: sqlite3.Connection
+    device_id: str
+    key: str
+    endpoint: str
+    payload: Any
+    gate: DeviceGate
+
+    @property
+    def actor(self) -> Actor:
+        """The device as the actor of this request's audit rows and voided approvals."""
+        return Actor("device", self.device_id)
+
+    def replay(self) -> Stored | None:
+        """:func:`replay_scoped` for this request: the stored answer of the same request, None for a new key;
+        raises ``409 idempotency_conflict`` for a key reused otherwise."""
+        return replay_scoped(self.conn, self.device_id, self.key, self.endpoint, self.payload)
+
+    def claim(
+        self,
+        body: dict[str, Any],
+        *,
+        attempt_id: str,
+        now: datetime,
+        task_id: str | None = None,
+        require_lease: bool,
+    ) -> Attempt:
+        """This device's current claim named by ``attempt_id`` and the body's ``claim_token`` and
+        ``claim_generation`` (:func:`cmbuyer.server.tx.claim_check.current_claim`, docs/api.md); raises
+        ``409 claim_not_current``."""
+        return current_claim(
+            self.conn,
+            device_id=self.device_id,
+            attempt_id=attempt_id,
+            body=body,
+            now=now,
+            task_id=task_id,
+            require_lease=require_lease,
+        )
+
+    def audit(self, attempt: Attempt, action: str, *, at: str, detail: dict[str, Any], subject: str = "task") -> None:
+        """Append the request's audit row about the claim ``attempt``: actor this device, ``request_id`` the
+        request's key, ``generation`` the claim's; the subject is the attempt's task, or with
+        ``subject="attempt"`` the attempt itself."""
+        audit_tx.record(
+            self.conn,
+            self.actor,
+            action,
+            subject,
+            attempt.task_id if subject == "task" else attempt.id,
+            at=at,
+            request_id=self.key,
+            generation=attempt.claim_generation,
+            detail=detail,
+        )
+
+    def remember(self, body: Any | None, *, at: str, attempt_id: str | None = None, status: int = 200) -> Stored:
+        """Store the answer ``body`` (None is a 204) under the request's key and return it as it will be
+        sent, encoded with ``canonical_json`` (:func:`cmbuyer.server.tx.idempotency.remember`)."""
+        return self.remember_text(
+            None if body is None else canonical_json(body), at=at, attempt_id=attempt_id, status=status
+        )
+
+    def remember_text(self, text: str | None, *, at: str, attempt_id: str | None = None, status: int = 200) -> Stored:
+        """:meth:`remember` for a body the caller has already encoded with ``canonical_json``."""
+        return idempotency.remember(
+            self.conn,
+            self.device_id,
+            self.key,
+            self.endpoint,
+            self.payload,
+            status=status,
+            text=text,
+            at=at,
+            attempt_id=attempt_id,
+        )
+
+
+def open_write(conn: sqlite3.Connection, device_id: str, *, key: str, endpoint: str, payload: Any) -> DeviceWrite:
+    """:func:`begin` (the first statement of the transaction), then the request as a :class:`DeviceWrite`.
+
+    Raises :class:`DeviceNotActive` (→ empty 401). The caller looks up the replay next (:meth:`DeviceWrite.replay`).
+    """
+    return DeviceWrite(conn, device_id, key, endpoint, payload, begin(conn, device_id))

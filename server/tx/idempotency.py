@@ -12,7 +12,7 @@ from typing import Any
 
 from cmbuyer.server.domain import claim_token
 from cmbuyer.server.store import device_requests
-from cmbuyer.server.tx.common import canonical_json, payload_hash
+from cmbuyer.server.tx.common import payload_hash
 
 
 def claim_request_form(body: dict[str, Any], **url_ids: str) -> dict[str, Any]:
@@ -39,38 +39,15 @@ def remember(
     payload: Any,
     *,
     status: int,
-    body: Any | None,
-    at: str,
-    attempt_id: str | None = None,
-) -> Stored:
-    """Store the outcome (in the same transaction as the change) and return it as it will be sent."""
-    return remember_text(
-        conn,
-        device_id,
-        key,
-        endpoint,
-        payload,
-        status=status,
-        text=None if body is None else canonical_json(body),
-        at=at,
-        attempt_id=attempt_id,
-    )
-
-
-def remember_text(
-    conn: sqlite3.Connection,
-    device_id: str,
-    key: str,
-    endpoint: str,
-    payload: Any,
-    *,
-    status: int,
     text: str | None,
     at: str,
     attempt_id: str | None = None,
 ) -> Stored:
-    """:func:`remember` for a body the caller has already encoded with ``canonical_json`` (``text``; None
-    for 204), so a hot path does not encode the same body twice."""
+    """Store the outcome (in the same transaction as the change) and return it as it will be sent.
+
+    ``text`` is the body already encoded with ``canonical_json`` (None for 204): the caller encodes, so a
+    hot path does not encode the same body twice (:meth:`cmbuyer.server.tx.device_tx.DeviceWrite.remember`
+    encodes a dict body)."""
     device_requests.insert(
         conn,
         device_requests.DeviceRequest(device_id, key, endpoint, payload_hash(payload), status, attempt_id, text, at),

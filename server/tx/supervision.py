@@ -20,10 +20,10 @@ from cmbuyer.server.domain import supervision as rules
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import BrokenInvariant, Conflict
 from cmbuyer.server.domain.supervision import ApprovalState, SupervisionPolicy
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import supervision as store
 from cmbuyer.server.store.attempts import Attempt
 from cmbuyer.server.store.devices import DeviceGate
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor
 
 
@@ -102,14 +102,13 @@ def void(conn: sqlite3.Connection, approval: store.Approval, *, actor: Actor, at
     new = rules.void(ApprovalState(approval.state))
     if not store.set_state(conn, approval.id, expected_state=approval.state, new_state=new.value):
         raise BrokenInvariant("approval request changed under the write lock")
-    audit.append(
+    audit_tx.record(
         conn,
+        actor,
+        "approval.void",
+        "task",
+        approval.task_id,
         at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action="approval.void",
-        subject_kind="task",
-        subject_id=approval.task_id,
         detail={"approval_id": approval.id, "attempt_id": approval.attempt_id, "from": approval.state, "why": why},
     )
 

@@ -17,7 +17,6 @@ from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock, from_wire, to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain.claims import ClaimPolicy
-from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.store import audit
 from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import CLAIM, claim, claim_ok, fingerprint, post
@@ -225,7 +224,7 @@ async def test_failure_mid_transaction_rolls_back_everything(
     def broken_audit(*_a: Any, **_k: Any) -> None:
         raise sqlite3.OperationalError("disk I/O error")  # the last statement of the claim fails
 
-    monkeypatch.setattr(claim_service.audit, "append", broken_audit)
+    monkeypatch.setattr(audit, "append", broken_audit)  # the store module every audit row goes through
     status, raw, _ = await post(server_client, CLAIM, dev, {"session_id": new_id(), "claim_request_id": new_id()})
     assert (status, raw) == (503, b"")
     assert fingerprint(sync_conn) == before  # no attempt, no request record, task still PENDING
