@@ -25,7 +25,7 @@ from cmbuyer.server.config import (
 from cmbuyer.server.domain.evidence_limits import MULTIPART_OVERHEAD, EvidenceLimits
 from cmbuyer.server.web import multipart
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = {"CMBUYER_CLAIM_TOKEN_SECRET": "ab" * 32, "CMBUYER_SESSION_SECRET": "cd" * 32}
 

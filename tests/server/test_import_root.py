@@ -7,7 +7,7 @@ import ast
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 IMPORT_ROOT = ROOT / "typecheck" / "cmbuyer"
 
 

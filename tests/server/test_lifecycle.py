@@ -20,7 +20,7 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.lifecycle import StartupRefused, StartupStep
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _recording(steps: Sequence[StartupStep], seen: list[str]) -> tuple[StartupStep, ...]:
