@@ -19,8 +19,8 @@ import sqlite3
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import closing
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -98,6 +98,19 @@ def _open(settings: Settings, *, check: bool = True) -> sqlite3.Connection:
     return conn
 
 
+@contextmanager
+def _migrations(settings: Settings) -> Iterator[sqlite3.Connection]:
+    """A connection for migration work (no schema check: it may not be current yet), closed on the way
+    out; a :class:`~cmbuyer.server.migrate.MigrationError` inside becomes exit 4 with its message."""
+    conn = connect_sync(settings.db_path)
+    try:
+        yield conn
+    except migrate.MigrationError as exc:
+        raise CliError(str(exc), Exit.STORAGE) from None
+    finally:
+        conn.close()
+
+
 def _tx(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
     try:
         return run_in_transaction(conn, job)
@@ -144,13 +157,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     settings = _settings(args)
     settings.require_secrets()
     (settings.evidence_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    conn = connect_sync(settings.db_path)
-    try:
+    with _migrations(settings) as conn:
         applied = migrate.migrate(conn, to_wire(SystemClock().now()))
-    except migrate.MigrationError as exc:
-        raise CliError(str(exc), Exit.STORAGE) from None
-    finally:
-        conn.close()
     _report(
         args,
         {"data_dir": str(data_dir), "env_file_created": created_env, "migrations_applied": applied},
@@ -171,8 +179,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not settings.db_path.parent.is_dir():
         raise CliError(f"directory {settings.db_path.parent} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
-    conn = connect_sync(settings.db_path)
-    try:
+    with _migrations(settings) as conn:
         if args.list:
             from cmbuyer.server.store import migrations as mig_store
 
@@ -197,10 +204,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             )
             return Exit.OK
         done = migrate.migrate(conn, to_wire(SystemClock().now()))
-    except migrate.MigrationError as exc:
-        raise CliError(str(exc), Exit.STORAGE) from None
-    finally:
-        conn.close()
     _report(
         args,
         {"migrations_applied": done},

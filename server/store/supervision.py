@@ -49,6 +49,7 @@ class Approval:
 
 
 _APPROVALS = Table("approval_requests", Approval)
+APPROVAL_FIELDS = _APPROVALS.fields  # the columns of approval_requests, in order (read models select them too)
 _APPROVAL_COLUMNS = _APPROVALS.columns
 _approval = _APPROVALS.row
 

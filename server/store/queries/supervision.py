@@ -12,10 +12,13 @@ import sqlite3
 from typing import Any
 
 from cmbuyer.server.store._sql import marks, one_dict
+from cmbuyer.server.store.supervision import APPROVAL_FIELDS
 
-_APPROVAL_COLUMNS = (
-    "r.id, r.attempt_id, r.task_id, r.device_id, r.approval_key, r.readings_json, r.readings_hash,"
-    " r.screenshot_asset_id, r.state, r.decided_by, r.decided_at, r.created_at"
+# every approval_requests column (r) and what the admin decisions need of its attempt (a)
+_APPROVAL_WITH_ATTEMPT = (
+    "SELECT "
+    + ", ".join(f"r.{f}" for f in APPROVAL_FIELDS)
+    + ", a.state AS attempt_state, a.authorization_id, a.pack_key, a.supervised"
 )
 
 
@@ -24,8 +27,7 @@ def approval(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any] | Non
     ``supervised``; None when unknown."""
     return one_dict(
         conn,
-        f"SELECT {_APPROVAL_COLUMNS}, a.state AS attempt_state, a.authorization_id, a.pack_key, a.supervised"
-        " FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id WHERE r.id = ?",
+        _APPROVAL_WITH_ATTEMPT + " FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id WHERE r.id = ?",
         (approval_id,),
     )
 
@@ -35,8 +37,7 @@ def live_approval_of_open_attempt(conn: sqlite3.Connection, task_id: str) -> dic
     unique index and at most one OPEN attempt per task), joined like :func:`approval`; None otherwise."""
     return one_dict(
         conn,
-        f"SELECT {_APPROVAL_COLUMNS}, a.state AS attempt_state, a.authorization_id, a.pack_key, a.supervised"
-        " FROM attempts a JOIN approval_requests r ON r.attempt_id = a.id"
+        _APPROVAL_WITH_ATTEMPT + " FROM attempts a JOIN approval_requests r ON r.attempt_id = a.id"
         " WHERE a.task_id = ? AND a.state = 'OPEN' AND r.state IN ('WAITING', 'APPROVED')",
         (task_id,),
     )
