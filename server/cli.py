@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import itertools
 import json
 import os
 import secrets
@@ -18,7 +19,8 @@ import sqlite3
 import stat
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,6 +67,16 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, ensure_ascii=False, sort_keys=True))
 
 
+def _report(args: argparse.Namespace, obj: Any, lines: Iterable[str]) -> None:
+    """A command's result: ``obj`` as one JSON object with ``--json``, else ``lines`` for a person (taken
+    only then, so a generator may build them)."""
+    if args.json:
+        _print_json(obj)
+    else:
+        for line in lines:
+            print(line)
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     try:
         return load_settings(args.data_dir)
@@ -84,6 +96,19 @@ def _open(settings: Settings, *, check: bool = True) -> sqlite3.Connection:
     except sqlite3.Error:
         raise CliError("cannot open the database", Exit.STORAGE) from None
     return conn
+
+
+@contextmanager
+def _migrations(settings: Settings) -> Iterator[sqlite3.Connection]:
+    """A connection for migration work (no schema check: it may not be current yet), closed on the way
+    out; a :class:`~cmbuyer.server.migrate.MigrationError` inside becomes exit 4 with its message."""
+    conn = connect_sync(settings.db_path)
+    try:
+        yield conn
+    except migrate.MigrationError as exc:
+        raise CliError(str(exc), Exit.STORAGE) from None
+    finally:
+        conn.close()
 
 
 def _tx(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
@@ -132,23 +157,21 @@ def cmd_init(args: argparse.Namespace) -> int:
     settings = _settings(args)
     settings.require_secrets()
     (settings.evidence_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    conn = connect_sync(settings.db_path)
-    try:
+    with _migrations(settings) as conn:
         applied = migrate.migrate(conn, to_wire(SystemClock().now()))
-    except migrate.MigrationError as exc:
-        raise CliError(str(exc), Exit.STORAGE) from None
-    finally:
-        conn.close()
-    if args.json:
-        _print_json({"data_dir": str(data_dir), "env_file_created": created_env, "migrations_applied": applied})
-    else:
-        print(f"data dir:   {data_dir}")
-        print(f"env file:   {env_path} ({'created with fresh secrets' if created_env else 'kept'})")
-        print(f"database:   {settings.db_path} ({len(applied)} migration(s) applied)")
-        print("next steps:")
-        print(f"  cmbuyer-server --data-dir {data_dir} admin add --username admin --password-stdin")
-        print(f"  cmbuyer-server --data-dir {data_dir} device add --name phone-1")
-        print(f"  cmbuyer-server --data-dir {data_dir} serve")
+    _report(
+        args,
+        {"data_dir": str(data_dir), "env_file_created": created_env, "migrations_applied": applied},
+        [
+            f"data dir:   {data_dir}",
+            f"env file:   {env_path} ({'created with fresh secrets' if created_env else 'kept'})",
+            f"database:   {settings.db_path} ({len(applied)} migration(s) applied)",
+            "next steps:",
+            f"  cmbuyer-server --data-dir {data_dir} admin add --username admin --password-stdin",
+            f"  cmbuyer-server --data-dir {data_dir} device add --name phone-1",
+            f"  cmbuyer-server --data-dir {data_dir} serve",
+        ],
+    )
     return Exit.OK
 
 
@@ -156,8 +179,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not settings.db_path.parent.is_dir():
         raise CliError(f"directory {settings.db_path.parent} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
-    conn = connect_sync(settings.db_path)
-    try:
+    with _migrations(settings) as conn:
         if args.list:
             from cmbuyer.server.store import migrations as mig_store
 
@@ -171,22 +193,22 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 }
                 for m in migrate.available()
             ]
-            if args.json:
-                _print_json({"migrations": rows})
-            else:
-                for row in rows:
-                    mark = "applied" if row["applied"] else "pending"
-                    print(f"{row['name']}  {mark}{'' if row['checksum_ok'] else '  CHECKSUM MISMATCH'}")
+            _report(
+                args,
+                {"migrations": rows},
+                (
+                    f"{row['name']}  {'applied' if row['applied'] else 'pending'}"
+                    f"{'' if row['checksum_ok'] else '  CHECKSUM MISMATCH'}"
+                    for row in rows
+                ),
+            )
             return Exit.OK
         done = migrate.migrate(conn, to_wire(SystemClock().now()))
-    except migrate.MigrationError as exc:
-        raise CliError(str(exc), Exit.STORAGE) from None
-    finally:
-        conn.close()
-    if args.json:
-        _print_json({"migrations_applied": done})
-    else:
-        print(f"{len(done)} migration(s) applied" + (": " + ", ".join(done) if done else ""))
+    _report(
+        args,
+        {"migrations_applied": done},
+        [f"{len(done)} migration(s) applied" + (": " + ", ".join(done) if done else "")],
+    )
     return Exit.OK
 
 
@@ -271,11 +293,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except CliError as exc:
         checks.append(("database", False, str(exc)))
     ok = all(passed for _, passed, _ in checks)
-    if args.json:
-        _print_json({"ok": ok, "checks": [{"name": n, "ok": p, "detail": d} for n, p, d in checks]})
-    else:
-        for name, passed, detail in checks:
-            print(f"{'ok  ' if passed else 'FAIL'} {name}: {detail}")
+    _report(
+        args,
+        {"ok": ok, "checks": [{"name": n, "ok": p, "detail": d} for n, p, d in checks]},
+        (f"{'ok  ' if passed else 'FAIL'} {name}: {detail}" for name, passed, detail in checks),
+    )
     return Exit.OK if ok else Exit.RULE
 
 
@@ -299,10 +321,12 @@ def cmd_backup(args: argparse.Namespace) -> int:
         ok = ops_queries.integrity_check_ok(check)
     finally:
         check.close()
-    if args.json:
-        _print_json({"backup": str(target), "integrity_ok": ok, "bytes": target.stat().st_size})
-    else:
-        print(f"backup written to {target} ({target.stat().st_size} bytes, integrity {'ok' if ok else 'FAILED'})")
+    size = target.stat().st_size
+    _report(
+        args,
+        {"backup": str(target), "integrity_ok": ok, "bytes": size},
+        [f"backup written to {target} ({size} bytes, integrity {'ok' if ok else 'FAILED'})"],
+    )
     return Exit.OK if ok else Exit.STORAGE
 
 
@@ -326,67 +350,63 @@ def _read_password(args: argparse.Namespace) -> str:
 
 def cmd_admin(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    conn = _open(settings)
-    now = SystemClock().now()
-    try:
+    with closing(_open(settings)) as conn:
+        now = SystemClock().now()
         if args.admin_cmd == "add":
             password = _read_password(args)
             admin_id = _tx(conn, lambda c: admin_service.add_admin(c, args.username, password, CLI_ACTOR, now))
-            _print_json({"admin_id": admin_id, "username": args.username}) if args.json else print(
-                f"admin {args.username} added"
-            )
+            _report(args, {"admin_id": admin_id, "username": args.username}, [f"admin {args.username} added"])
         elif args.admin_cmd == "passwd":
             password = _read_password(args)
             _tx(conn, lambda c: admin_service.change_password(c, args.username, password, CLI_ACTOR, now))
-            _print_json({"username": args.username}) if args.json else print("password changed")
+            _report(args, {"username": args.username}, ["password changed"])
         else:
             admins = admin_store.list_all(conn)
-            if args.json:
-                _print_json(
-                    {
-                        "admins": [
-                            {"username": a.username, "disabled": a.disabled, "created_at": a.created_at} for a in admins
-                        ]
-                    }
-                )
-            else:
-                for a in admins:
-                    print(f"{a.username}\t{'disabled' if a.disabled else 'active'}\t{a.created_at}")
-    finally:
-        conn.close()
+            _report(
+                args,
+                {
+                    "admins": [
+                        {"username": a.username, "disabled": a.disabled, "created_at": a.created_at} for a in admins
+                    ]
+                },
+                (f"{a.username}\t{'disabled' if a.disabled else 'active'}\t{a.created_at}" for a in admins),
+            )
     return Exit.OK
 
 
 def cmd_device(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    conn = _open(settings)
-    now = SystemClock().now()
-    try:
+    with closing(_open(settings)) as conn:
+        now = SystemClock().now()
         if args.device_cmd == "add":
             issued = _tx(conn, lambda c: device_service.add_device(c, args.name, CLI_ACTOR, now))
-            if args.json:
-                _print_json({"device_id": issued.device_id, "token": issued.token})
-            else:
-                print(f"device id: {issued.device_id}")
-                print(f"token:     {issued.token}")
-                print("The token is shown only this once; store it on the phone host (mode 0600).")
+            _report(
+                args,
+                {"device_id": issued.device_id, "token": issued.token},
+                [
+                    f"device id: {issued.device_id}",
+                    f"token:     {issued.token}",
+                    "The token is shown only this once; store it on the phone host (mode 0600).",
+                ],
+            )
         elif args.device_cmd == "revoke":
             changed = _tx(conn, lambda c: device_service.revoke_device(c, args.device_id, CLI_ACTOR, now))
-            if args.json:
-                _print_json({"device_id": args.device_id, "revoked": True, "changed": changed})
-            else:
-                print("revoked" if changed else "already revoked")
+            _report(
+                args,
+                {"device_id": args.device_id, "revoked": True, "changed": changed},
+                ["revoked" if changed else "already revoked"],
+            )
         elif args.device_cmd == "supervision":
             off = args.mode == "off"
             changed = _tx(
                 conn, lambda c: device_service.set_supervision(c, args.device_id, off=off, actor=CLI_ACTOR, now=now)
             )
-            if args.json:
-                _print_json({"device_id": args.device_id, "supervision": args.mode, "changed": changed})
-            else:
-                print(f"supervision {args.mode}" + ("" if changed else " (unchanged)"))
+            _report(
+                args,
+                {"device_id": args.device_id, "supervision": args.mode, "changed": changed},
+                [f"supervision {args.mode}" + ("" if changed else " (unchanged)")],
+            )
         else:
-            devices = device_store.list_all(conn)
             rows = [
                 {
                     "device_id": d.id,
@@ -397,16 +417,16 @@ def cmd_device(args: argparse.Namespace) -> int:
                     "pdd_version": d.pdd_version,
                     "app_version_allowed": d.app_version_allowed,
                 }
-                for d in devices
+                for d in device_store.list_all(conn)
             ]
-            if args.json:
-                _print_json({"devices": rows})
-            else:
-                print("device id\tname\tstate\tlast heartbeat (UTC)")
-                for r in rows:
-                    print(f"{r['device_id']}\t{r['name']}\t{r['state']}\t{r['last_heartbeat_at'] or '-'}")
-    finally:
-        conn.close()
+            _report(
+                args,
+                {"devices": rows},
+                [
+                    "device id\tname\tstate\tlast heartbeat (UTC)",
+                    *(f"{r['device_id']}\t{r['name']}\t{r['state']}\t{r['last_heartbeat_at'] or '-'}" for r in rows),
+                ],
+            )
     return Exit.OK
 
 
@@ -430,15 +450,16 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         raise CliError(f"evidence store I/O error ({exc.strerror})", Exit.STORAGE) from None
     finally:
         conn.close()
-    if args.json:
-        _print_json(report.as_dict())
-    else:
-        verb = "would remove" if args.dry_run else "removed"
-        print(
+    verb = "would remove" if args.dry_run else "removed"
+    _report(
+        args,
+        report.as_dict(),
+        [
             f"scanned {report.scanned} files: {report.referenced} referenced, {report.too_young} younger than "
             f"{args.older_than} s; {verb} {report.removed} unreferenced and {report.removed_temporary} "
             f"temporary ({report.bytes_freed} bytes)"
-        )
+        ],
+    )
     return Exit.OK
 
 
@@ -450,9 +471,8 @@ def _seconds(text: str) -> int:
 
 def cmd_task(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    conn = _open(settings)
-    now = SystemClock().now()
-    try:
+    with closing(_open(settings)) as conn:
+        now = SystemClock().now()
         if args.task_cmd == "add":
             raw = {
                 "create_key": args.create_key or new_id(),
@@ -468,10 +488,11 @@ def cmd_task(args: argparse.Namespace) -> int:
             except DomainError as exc:
                 raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
             task, _created = _tx(conn, lambda c: task_service.create_task(c, new, CLI_ACTOR, now))
-            if args.json:
-                _print_json({"task_id": task.id, "version": task.version})
-            else:
-                print(f"task {task.id} created (DRAFT, version {task.version})")
+            _report(
+                args,
+                {"task_id": task.id, "version": task.version},
+                [f"task {task.id} created (DRAFT, version {task.version})"],
+            )
         elif args.task_cmd == "start":
             items: list[tuple[str, int]] = []
             for task_id in args.task_ids:
@@ -479,10 +500,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 items.append((task.id, task.version))
             start_key = args.start_key or new_id()
             body = _tx(conn, lambda c: task_service.start_purchases(c, start_key, items, CLI_ACTOR, now, settings))
-            if args.json:
-                _print_json(body)
-            else:
-                print(f"{body['authorized_count']} task(s) started; payment is never automated")
+            _report(args, body, [f"{body['authorized_count']} task(s) started; payment is never automated"])
         elif args.task_cmd == "list":
             from cmbuyer.server.domain.states import TaskState
             from cmbuyer.server.store.queries import tasks as task_store
@@ -490,34 +508,34 @@ def cmd_task(args: argparse.Namespace) -> int:
 
             states = [args.state] if args.state else None
             rows = task_store.page(conn, states=states, limit=args.limit)
-            if args.json:
-                _print_json(
-                    {
-                        "tasks": [
-                            {
-                                "task_id": t.id,
-                                "state": t.state,
-                                "version": t.version,
-                                "title": t.title,
-                                "goods_id": t.goods_id,
-                                "created_at": t.created_at,
-                            }
-                            for t in rows
-                        ]
-                    }
-                )
-            else:
-                print("task id\tstate\tversion\tgoods id\ttitle")
-                for t in rows:
-                    label = TASK_STATE_LABELS[TaskState(t.state)]
-                    print(f"{t.id}\t{t.state} ({label})\tv{t.version}\t{t.goods_id}\t{t.title}")
+            tasks = [
+                {
+                    "task_id": t.id,
+                    "state": t.state,
+                    "version": t.version,
+                    "title": t.title,
+                    "goods_id": t.goods_id,
+                    "created_at": t.created_at,
+                }
+                for t in rows
+            ]
+            _report(
+                args,
+                {"tasks": tasks},
+                itertools.chain(  # the labels are looked up for the text only
+                    ["task id\tstate\tversion\tgoods id\ttitle"],
+                    (
+                        f"{t.id}\t{t.state} ({TASK_STATE_LABELS[TaskState(t.state)]})"
+                        f"\tv{t.version}\t{t.goods_id}\t{t.title}"
+                        for t in rows
+                    ),
+                ),
+            )
         else:
             from cmbuyer.server.web.admin import task_view
 
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
-            _print_json(view) if args.json else print(json.dumps(view, ensure_ascii=False, indent=2))
-    finally:
-        conn.close()
+            _report(args, view, [json.dumps(view, ensure_ascii=False, indent=2)])
     return Exit.OK
 
 

@@ -133,26 +133,43 @@ def _compressed_part(ctype: bytes, body: bytes) -> bytes | None:
     return rest[1:]
 
 
+class _BoundedInflate:
+    """A zlib stream inflated one piece (≤ :data:`_INFLATE_PIECE` bytes of output) at a time, the output
+    counted and discarded: past ``limit`` bytes in all it raises ``ImageRejected(too_large)``, so a
+    decompression bomb costs at most ``limit`` bytes of work and one piece of memory."""
+
+    def __init__(self, limit: int, too_large: str) -> None:
+        self.inflater = zlib.decompressobj()
+        self.produced = 0
+        self._limit = limit
+        self._too_large = too_large
+
+    def piece(self, data: bytes) -> bytes:
+        """Inflate one piece of ``data`` (``b""``: what the inflater still holds); returns the output.
+        The input it could not take yet is ``self.inflater.unconsumed_tail``. Raises ``zlib.error``."""
+        out = self.inflater.decompress(data, _INFLATE_PIECE)
+        self.produced += len(out)
+        if self.produced > self._limit:
+            raise ImageRejected(self._too_large)
+        return out
+
+
 def _inflate_ancillary(stream: bytes, budget: int) -> int:
     """Inflate ``stream`` in bounded pieces; returns the bytes it produced. More than ``budget`` →
     ImageRejected("ancillary_too_large"); a broken or unfinished stream → ImageRejected("ancillary_zlib")."""
-    inflater = zlib.decompressobj()
-    produced = 0
+    inflate = _BoundedInflate(budget, "ancillary_too_large")
     pending = stream
     try:
         while True:
-            out = inflater.decompress(pending, _INFLATE_PIECE)
-            produced += len(out)
-            if produced > budget:
-                raise ImageRejected("ancillary_too_large")
-            pending = inflater.unconsumed_tail
-            if inflater.eof or (not pending and not out):
+            out = inflate.piece(pending)
+            pending = inflate.inflater.unconsumed_tail
+            if inflate.inflater.eof or (not pending and not out):
                 break
     except zlib.error:
         raise ImageRejected("ancillary_zlib") from None
-    if not inflater.eof:
+    if not inflate.inflater.eof:
         raise ImageRejected("ancillary_zlib")
-    return produced
+    return inflate.produced
 
 
 def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[PngInfo, list[tuple[int, int]]]:
@@ -239,31 +256,23 @@ def check_structure(data: bytes, *, max_side: int, max_pixels: int) -> tuple[Png
 def check_inflated_size(data: bytes, spans: list[tuple[int, int]], expected: int) -> None:
     """Inflate the IDAT stream in bounded pieces (discarding output); it must yield exactly
     ``expected`` bytes, end cleanly and carry nothing after its end. Raises ImageRejected."""
-    inflater = zlib.decompressobj()
-    produced = 0
+    inflate = _BoundedInflate(expected, "inflates_past_size")
+    inflater = inflate.inflater
     try:
         for start, end in spans:
             pending = data[start:end]
             while pending:
-                out = inflater.decompress(pending, _INFLATE_PIECE)
-                produced += len(out)
-                if produced > expected:
-                    raise ImageRejected("inflates_past_size")
+                inflate.piece(pending)
                 pending = inflater.unconsumed_tail
                 if inflater.eof:
                     if pending or inflater.unused_data:
                         raise ImageRejected("idat_trailing_data")
                     break
-        while not inflater.eof:
-            out = inflater.decompress(b"", _INFLATE_PIECE)
-            if not out:
-                break
-            produced += len(out)
-            if produced > expected:
-                raise ImageRejected("inflates_past_size")
+        while not inflater.eof and inflate.piece(b""):
+            pass  # drain what the inflater still holds, piece by piece
     except zlib.error:
         raise ImageRejected("zlib") from None
-    if not inflater.eof or produced != expected:
+    if not inflater.eof or inflate.produced != expected:
         raise ImageRejected("idat_truncated")
 
 

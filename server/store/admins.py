@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from cmbuyer.server.store._sql import one
+
 
 @dataclass(frozen=True)
 class Admin:
@@ -31,14 +33,12 @@ def insert(conn: sqlite3.Connection, admin_id: str, username: str, password_hash
 
 def by_username(conn: sqlite3.Connection, username: str) -> Admin | None:
     """The admin with this username, or None."""
-    r = conn.execute("SELECT * FROM admins WHERE username = ?", (username,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM admins WHERE username = ?", (username,), _row)
 
 
 def by_id(conn: sqlite3.Connection, admin_id: str) -> Admin | None:
     """The admin with this id, or None."""
-    r = conn.execute("SELECT * FROM admins WHERE id = ?", (admin_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM admins WHERE id = ?", (admin_id,), _row)
 
 
 def set_password(conn: sqlite3.Connection, admin_id: str, password_hash: str, at: str) -> None:

@@ -6,11 +6,11 @@ and :func:`close_open_for_task` are its named uses), so the statement that close
 
 from __future__ import annotations
 
-import operator
 import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import ATTEMPT_TRANSITIONS, AttemptState, StateChanges
+from cmbuyer.server.store._sql import Table, compare_and_set, one
 
 _CHANGES = StateChanges("attempt", ATTEMPT_TRANSITIONS)
 
@@ -44,36 +44,28 @@ class Attempt:
         return f"Attempt(id={self.id!r}, task_id={self.task_id!r}, state={self.state!r})"
 
 
-_FIELDS = list(Attempt.__dataclass_fields__)
-_INSERT = f"INSERT INTO attempts ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})"
-_VALUES = operator.attrgetter(*_FIELDS)  # the row tuple in column order, built in C
-
-
-def _row(r: sqlite3.Row) -> Attempt:
-    return Attempt(*(r[k] for k in _FIELDS))
+_TABLE = Table("attempts", Attempt)
+_row = _TABLE.row
 
 
 def insert(conn: sqlite3.Connection, a: Attempt) -> None:
     """Insert a new OPEN attempt (unique per authorization; one OPEN per device — both by index)."""
-    conn.execute(_INSERT, _VALUES(a))
+    _TABLE.insert(conn, a)
 
 
 def get(conn: sqlite3.Connection, attempt_id: str) -> Attempt | None:
     """One attempt by id, or None."""
-    r = conn.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM attempts WHERE id = ?", (attempt_id,), _row)
 
 
 def open_for_device(conn: sqlite3.Connection, device_id: str) -> Attempt | None:
     """The device's OPEN attempt (at most one, by a partial unique index), or None."""
-    r = conn.execute("SELECT * FROM attempts WHERE device_id = ? AND state = 'OPEN'", (device_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM attempts WHERE device_id = ? AND state = 'OPEN'", (device_id,), _row)
 
 
 def open_for_task(conn: sqlite3.Connection, task_id: str) -> Attempt | None:
     """The task's OPEN attempt, or None."""
-    r = conn.execute("SELECT * FROM attempts WHERE task_id = ? AND state = 'OPEN'", (task_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM attempts WHERE task_id = ? AND state = 'OPEN'", (task_id,), _row)
 
 
 def set_lease(conn: sqlite3.Connection, attempt_id: str, *, expected: str, new: str) -> bool:
@@ -95,12 +87,16 @@ def set_state(
     Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) for a pair no
     use-case of ``ATTEMPT_TRANSITIONS`` produces.
     """
-    _CHANGES.check(expected_state, new_state)
-    cur = conn.execute(
-        "UPDATE attempts SET state = ?, close_reason = ?, closed_at = ? WHERE id = ? AND state = ?",
-        (new_state, reason, at, attempt_id, expected_state),
+    return compare_and_set(
+        conn,
+        _CHANGES,
+        "attempts",
+        attempt_id,
+        expected_state=expected_state,
+        new_state=new_state,
+        also="close_reason = ?, closed_at = ?",
+        also_params=(reason, at),
     )
-    return cur.rowcount == 1
 
 
 def close(conn: sqlite3.Connection, attempt_id: str, reason: str, at: str) -> bool:

@@ -6,6 +6,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import AUTHORIZATION_TRANSITIONS, AuthorizationState, StateChanges
+from cmbuyer.server.store._sql import Table, compare_and_set, one
 
 _CHANGES = StateChanges("authorization", AUTHORIZATION_TRANSITIONS)
 # Moves into these states stamp closed_at/close_reason (migration 0005: closed_at IS NULL exactly while live).
@@ -35,39 +36,38 @@ class Authorization:
     close_reason: str | None
 
 
-def _row(r: sqlite3.Row) -> Authorization:
-    return Authorization(*(r[k] for k in Authorization.__dataclass_fields__))
+_TABLE = Table("authorizations", Authorization)
+_row = _TABLE.row
 
 
 def insert(conn: sqlite3.Connection, a: Authorization) -> None:
     """Insert an authorization (state ACTIVE by the caller)."""
-    fields = list(Authorization.__dataclass_fields__)
-    conn.execute(
-        f"INSERT INTO authorizations ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
-        tuple(getattr(a, f) for f in fields),
-    )
+    _TABLE.insert(conn, a)
 
 
 def get(conn: sqlite3.Connection, authorization_id: str) -> Authorization | None:
     """One authorization by id, or None."""
-    r = conn.execute("SELECT * FROM authorizations WHERE id = ?", (authorization_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM authorizations WHERE id = ?", (authorization_id,), _row)
 
 
 def live_for_task(conn: sqlite3.Connection, task_id: str) -> Authorization | None:
     """The task's ACTIVE/CLAIMED/FENCED authorization, if any (at most one by a unique index)."""
-    r = conn.execute(
-        "SELECT * FROM authorizations WHERE task_id = ? AND state IN ('ACTIVE','CLAIMED','FENCED')", (task_id,)
-    ).fetchone()
-    return None if r is None else _row(r)
+    return one(
+        conn,
+        "SELECT * FROM authorizations WHERE task_id = ? AND state IN ('ACTIVE','CLAIMED','FENCED')",
+        (task_id,),
+        _row,
+    )
 
 
 def latest_for_task(conn: sqlite3.Connection, task_id: str) -> Authorization | None:
     """The task's newest authorization in any state, or None."""
-    r = conn.execute(
-        "SELECT * FROM authorizations WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1", (task_id,)
-    ).fetchone()
-    return None if r is None else _row(r)
+    return one(
+        conn,
+        "SELECT * FROM authorizations WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+        (task_id,),
+        _row,
+    )
 
 
 def for_task(conn: sqlite3.Connection, task_id: str) -> list[Authorization]:
@@ -90,18 +90,18 @@ def set_state(
     """CAS on state; terminal moves also stamp ``closed_at``/``close_reason``. False when it lost the race
     (nothing written). Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing
     written) for a pair no use-case of ``AUTHORIZATION_TRANSITIONS`` produces."""
-    _CHANGES.check(expected_state, new_state)
-    if new_state in _TERMINAL:
-        cur = conn.execute(
-            "UPDATE authorizations SET state = ?, closed_at = ?, close_reason = ? WHERE id = ? AND state = ?",
-            (new_state, at, reason, authorization_id, expected_state),
-        )
-    else:  # claim and fence: only the state moves (the leaner statement; claim-next runs it every time)
-        cur = conn.execute(
-            "UPDATE authorizations SET state = ? WHERE id = ? AND state = ?",
-            (new_state, authorization_id, expected_state),
-        )
-    return cur.rowcount == 1
+    # claim and fence move only the state (the leaner statement; claim-next runs it every time)
+    terminal = new_state in _TERMINAL
+    return compare_and_set(
+        conn,
+        _CHANGES,
+        "authorizations",
+        authorization_id,
+        expected_state=expected_state,
+        new_state=new_state,
+        also="closed_at = ?, close_reason = ?" if terminal else "",
+        also_params=(at, reason) if terminal else (),
+    )
 
 
 def expired_active(conn: sqlite3.Connection, now: str, limit: int = 500) -> list[Authorization]:
@@ -124,7 +124,7 @@ class Candidate:
     task_version: int
 
 
-_AUTH_COLUMNS = ", ".join(f"a.{f}" for f in Authorization.__dataclass_fields__)
+_AUTH_COLUMNS = ", ".join(f"a.{f}" for f in _TABLE.fields)
 
 
 def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:

@@ -7,6 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import DEVICE_TRANSITIONS, DeviceState, StateChanges
+from cmbuyer.server.store._sql import compare_and_set, one
 
 _CHANGES = StateChanges("device", DEVICE_TRANSITIONS)
 
@@ -83,8 +84,7 @@ def insert(conn: sqlite3.Connection, device_id: str, name: str, token_hash: byte
 
 def get(conn: sqlite3.Connection, device_id: str) -> Device | None:
     """One device by id, or None."""
-    r = conn.execute(f"SELECT {_COLUMNS} FROM devices WHERE id = ?", (device_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, f"SELECT {_COLUMNS} FROM devices WHERE id = ?", (device_id,), _row)
 
 
 def list_all(conn: sqlite3.Connection) -> list[Device]:
@@ -135,13 +135,17 @@ def set_state(conn: sqlite3.Connection, device_id: str, *, expected_state: str, 
     Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) for a pair no
     use-case of ``DEVICE_TRANSITIONS`` produces.
     """
-    _CHANGES.check(expected_state, new_state)
     revoked_at = at if new_state == DeviceState.REVOKED else None
-    cur = conn.execute(
-        "UPDATE devices SET state = ?, revoked_at = ? WHERE id = ? AND state = ?",
-        (new_state, revoked_at, device_id, expected_state),
+    return compare_and_set(
+        conn,
+        _CHANGES,
+        "devices",
+        device_id,
+        expected_state=expected_state,
+        new_state=new_state,
+        also="revoked_at = ?",
+        also_params=(revoked_at,),
     )
-    return cur.rowcount == 1
 
 
 def revoke(conn: sqlite3.Connection, device_id: str, at: str) -> bool:

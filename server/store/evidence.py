@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from cmbuyer.server.store._sql import Table, marks, one
+
 
 @dataclass(frozen=True)
 class Asset:
@@ -26,25 +28,17 @@ class Asset:
     created_at: str
 
 
-_FIELDS = list(Asset.__dataclass_fields__)
-
-
-def _row(r: sqlite3.Row) -> Asset:
-    return Asset(*(r[k] for k in _FIELDS))
+_TABLE = Table("evidence_assets", Asset)
 
 
 def insert(conn: sqlite3.Connection, asset: Asset) -> None:
     """Insert an asset; the composite FK (attempt_id, task_id) proves the attempt belongs to the task."""
-    conn.execute(
-        f"INSERT INTO evidence_assets ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
-        tuple(getattr(asset, f) for f in _FIELDS),
-    )
+    _TABLE.insert(conn, asset)
 
 
 def get(conn: sqlite3.Connection, asset_id: str) -> Asset | None:
     """One asset by id, or None."""
-    r = conn.execute("SELECT * FROM evidence_assets WHERE id = ?", (asset_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM evidence_assets WHERE id = ?", (asset_id,), _TABLE.row)
 
 
 def usage_for_attempt(conn: sqlite3.Connection, task_id: str, attempt_id: str) -> tuple[int, int]:
@@ -63,7 +57,7 @@ def referenced(conn: sqlite3.Connection, hashes: list[str]) -> set[str]:
         return set()
     if len(hashes) > 500:
         raise ValueError("at most 500 hashes per query")
-    marks = ", ".join("?" * len(hashes))
     return {
-        r[0] for r in conn.execute(f"SELECT DISTINCT sha256 FROM evidence_assets WHERE sha256 IN ({marks})", hashes)
+        r[0]
+        for r in conn.execute(f"SELECT DISTINCT sha256 FROM evidence_assets WHERE sha256 IN ({marks(hashes)})", hashes)
     }

@@ -7,6 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import SUBMISSION_TRANSITIONS, StateChanges, SubmissionState
+from cmbuyer.server.store._sql import Table, compare_and_set, one
 
 _CHANGES = StateChanges("order submission", SUBMISSION_TRANSITIONS)
 
@@ -45,41 +46,34 @@ class Submission:
     observation_reason: str | None
 
 
-_FIELDS = list(Submission.__dataclass_fields__)
-
-
-def _row(r: sqlite3.Row) -> Submission:
-    return Submission(*(r[k] for k in _FIELDS))
+_TABLE = Table("order_submissions", Submission)
+_row = _TABLE.row
 
 
 def insert(conn: sqlite3.Connection, s: Submission) -> None:
     """Insert the fence row. The UNIQUE constraints on authorization_id and attempt_id make a second
     fence for the same authorization or attempt impossible whatever the caller checked before."""
-    conn.execute(
-        f"INSERT INTO order_submissions ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
-        tuple(getattr(s, f) for f in _FIELDS),
-    )
+    _TABLE.insert(conn, s)
 
 
 def get(conn: sqlite3.Connection, submission_id: str) -> Submission | None:
     """One submission by id, or None."""
-    r = conn.execute("SELECT * FROM order_submissions WHERE id = ?", (submission_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM order_submissions WHERE id = ?", (submission_id,), _row)
 
 
 def for_attempt_or_authorization(conn: sqlite3.Connection, attempt_id: str, authorization_id: str) -> Submission | None:
     """The submission of this attempt or of this authorization (at most one of each), or None."""
-    r = conn.execute(
+    return one(
+        conn,
         "SELECT * FROM order_submissions WHERE attempt_id = ? OR authorization_id = ? LIMIT 1",
         (attempt_id, authorization_id),
-    ).fetchone()
-    return None if r is None else _row(r)
+        _row,
+    )
 
 
 def for_attempt(conn: sqlite3.Connection, attempt_id: str) -> Submission | None:
     """The attempt's submission, or None."""
-    r = conn.execute("SELECT * FROM order_submissions WHERE attempt_id = ?", (attempt_id,)).fetchone()
-    return None if r is None else _row(r)
+    return one(conn, "SELECT * FROM order_submissions WHERE attempt_id = ?", (attempt_id,), _row)
 
 
 def set_state(
@@ -100,22 +94,17 @@ def set_state(
     Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) for a pair no
     use-case of ``SUBMISSION_TRANSITIONS`` produces.
     """
-    _CHANGES.check(expected_state, new_state)
-    cur = conn.execute(
-        "UPDATE order_submissions SET state = ?, reconciliation_reason = coalesce(?, reconciliation_reason),"
-        " reconciled_by = coalesce(?, reconciled_by), reconciliation_note = coalesce(?, reconciliation_note),"
-        " reconciled_at = coalesce(?, reconciled_at) WHERE id = ? AND state = ?",
-        (
-            new_state,
-            reconciliation_reason,
-            reconciled_by,
-            reconciliation_note,
-            reconciled_at,
-            submission_id,
-            expected_state,
-        ),
+    return compare_and_set(
+        conn,
+        _CHANGES,
+        "order_submissions",
+        submission_id,
+        expected_state=expected_state,
+        new_state=new_state,
+        also="reconciliation_reason = coalesce(?, reconciliation_reason), reconciled_by = coalesce(?, reconciled_by),"
+        " reconciliation_note = coalesce(?, reconciliation_note), reconciled_at = coalesce(?, reconciled_at)",
+        also_params=(reconciliation_reason, reconciled_by, reconciliation_note, reconciled_at),
     )
-    return cur.rowcount == 1
 
 
 def record_result(

@@ -12,6 +12,7 @@ from typing import Any
 
 from cmbuyer.server.domain.states import StateChanges
 from cmbuyer.server.domain.supervision import APPROVAL_TRANSITIONS
+from cmbuyer.server.store._sql import Table, compare_and_set, one
 
 _CHANGES = StateChanges("approval request", APPROVAL_TRANSITIONS)
 
@@ -47,12 +48,10 @@ class Approval:
     created_at: str
 
 
-_APPROVAL_FIELDS = list(Approval.__dataclass_fields__)
-_APPROVAL_COLUMNS = ", ".join(_APPROVAL_FIELDS)
-
-
-def _approval(r: sqlite3.Row | tuple[object, ...]) -> Approval:
-    return Approval(*tuple(r))  # SELECT lists the dataclass fields in order
+_APPROVALS = Table("approval_requests", Approval)
+APPROVAL_FIELDS = _APPROVALS.fields  # the columns of approval_requests, in order (read models select them too)
+_APPROVAL_COLUMNS = _APPROVALS.columns
+_approval = _APPROVALS.row
 
 
 def get_pair(conn: sqlite3.Connection, device_id: str, pack_key: str) -> Pair | None:
@@ -89,38 +88,38 @@ def put_pair(conn: sqlite3.Connection, pair: Pair) -> None:
 def insert_approval(conn: sqlite3.Connection, approval: Approval) -> None:
     """Insert a request. The partial unique index ``approval_requests_one_live_per_attempt`` refuses a second
     WAITING/APPROVED request of an attempt (IntegrityError): the caller voids the old one first."""
-    marks = ", ".join("?" * len(_APPROVAL_FIELDS))
-    conn.execute(
-        f"INSERT INTO approval_requests ({_APPROVAL_COLUMNS}) VALUES ({marks})",
-        tuple(getattr(approval, f) for f in _APPROVAL_FIELDS),
-    )
+    _APPROVALS.insert(conn, approval)
 
 
 def get_approval(conn: sqlite3.Connection, approval_id: str) -> Approval | None:
     """One request by id, or None."""
-    r = conn.execute(f"SELECT {_APPROVAL_COLUMNS} FROM approval_requests WHERE id = ?", (approval_id,)).fetchone()
-    return None if r is None else _approval(r)
+    return one(conn, f"SELECT {_APPROVAL_COLUMNS} FROM approval_requests WHERE id = ?", (approval_id,), _approval)
 
 
 def live_approval(conn: sqlite3.Connection, attempt_id: str) -> Approval | None:
     """The attempt's WAITING or APPROVED request (at most one; read through the partial unique index)."""
-    r = conn.execute(
+    return one(
+        conn,
         f"SELECT {_APPROVAL_COLUMNS} FROM approval_requests WHERE attempt_id = ? AND state IN ('WAITING', 'APPROVED')",
         (attempt_id,),
-    ).fetchone()
-    return None if r is None else _approval(r)
+        _approval,
+    )
 
 
 def rejected_approval(conn: sqlite3.Connection, attempt_id: str) -> Approval | None:
     """The attempt's first REJECTED request, or None. No index covers it (migration 0007 indexes live and
     waiting requests only); it runs only when a supervised phone asks for approval, over a table that
     holds one or two rows per supervised attempt."""
-    r = conn.execute(
+    return one(
+        conn,
         f"SELECT {_APPROVAL_COLUMNS} FROM approval_requests WHERE attempt_id = ?"
         " AND state = 'REJECTED' ORDER BY created_at, id LIMIT 1",
         (attempt_id,),
-    ).fetchone()
-    return None if r is None else _approval(r)
+        _approval,
+    )
+
+
+_ATTEMPT_OPEN = "EXISTS (SELECT 1 FROM attempts a WHERE a.id = approval_requests.attempt_id AND a.state = 'OPEN')"
 
 
 def set_state(
@@ -141,18 +140,17 @@ def set_state(
     Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) for a pair no
     use-case of ``APPROVAL_TRANSITIONS`` produces.
     """
-    _CHANGES.check(expected_state, new_state)
-    attempt_open = (
-        " AND EXISTS (SELECT 1 FROM attempts a WHERE a.id = approval_requests.attempt_id AND a.state = 'OPEN')"
-        if while_attempt_open
-        else ""
+    return compare_and_set(
+        conn,
+        _CHANGES,
+        "approval_requests",
+        approval_id,
+        expected_state=expected_state,
+        new_state=new_state,
+        also="decided_by = coalesce(?, decided_by), decided_at = coalesce(?, decided_at)",
+        also_params=(decided_by, decided_at),
+        where=_ATTEMPT_OPEN if while_attempt_open else "",
     )
-    cur = conn.execute(
-        "UPDATE approval_requests SET state = ?, decided_by = coalesce(?, decided_by),"
-        " decided_at = coalesce(?, decided_at) WHERE id = ? AND state = ?" + attempt_open,
-        (new_state, decided_by, decided_at, approval_id, expected_state),
-    )
-    return cur.rowcount == 1
 
 
 def insert_verdict(

@@ -7,6 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, StateChanges
+from cmbuyer.server.store._sql import Table, compare_and_set, one
 
 _CHANGES = StateChanges("task", TASK_TRANSITIONS)
 
@@ -33,65 +34,27 @@ class Task:
     updated_at: str
 
 
+_TABLE = Table("tasks", Task)
+
+
 def from_row(r: sqlite3.Row) -> Task:
     """A ``tasks`` row (``SELECT *``) as a :class:`Task`."""
-    return Task(
-        r["id"],
-        r["create_key"],
-        r["create_hash"],
-        r["title"],
-        r["product_url"],
-        r["goods_id"],
-        r["sku_color"],
-        r["sku_size"],
-        r["quantity"],
-        r["max_total_price"],
-        r["state"],
-        r["version"],
-        r["state_reason"],
-        r["created_by"],
-        r["created_at"],
-        r["updated_at"],
-    )
+    return _TABLE.row(r)
 
 
 def insert(conn: sqlite3.Connection, task: Task) -> None:
     """Insert a new task row (state DRAFT, version 1 by the caller)."""
-    conn.execute(
-        "INSERT INTO tasks (id, create_key, create_hash, title, product_url, goods_id, sku_color, sku_size,"
-        " quantity, max_total_price, state, version, state_reason, created_by, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            task.id,
-            task.create_key,
-            task.create_hash,
-            task.title,
-            task.product_url,
-            task.goods_id,
-            task.sku_color,
-            task.sku_size,
-            task.quantity,
-            task.max_total_price,
-            task.state,
-            task.version,
-            task.state_reason,
-            task.created_by,
-            task.created_at,
-            task.updated_at,
-        ),
-    )
+    _TABLE.insert(conn, task)
 
 
 def get(conn: sqlite3.Connection, task_id: str) -> Task | None:
     """One task by id, or None."""
-    r = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
-    return None if r is None else from_row(r)
+    return one(conn, "SELECT * FROM tasks WHERE id = ?", (task_id,), from_row)
 
 
 def by_create_key(conn: sqlite3.Connection, create_key: str) -> Task | None:
     """The task created with ``create_key``, or None."""
-    r = conn.execute("SELECT * FROM tasks WHERE create_key = ?", (create_key,)).fetchone()
-    return None if r is None else from_row(r)
+    return one(conn, "SELECT * FROM tasks WHERE create_key = ?", (create_key,), from_row)
 
 
 def set_state(
@@ -110,10 +73,15 @@ def set_state(
     :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) when no use-case of
     ``TASK_TRANSITIONS`` moves ``expected_state`` to ``new_state``.
     """
-    _CHANGES.check(expected_state, new_state)
-    cur = conn.execute(
-        "UPDATE tasks SET state = ?, version = version + 1, state_reason = ?, updated_at = ?"
-        " WHERE id = ? AND version = ? AND state = ?",
-        (new_state, reason, at, task_id, expected_version, expected_state),
+    return compare_and_set(
+        conn,
+        _CHANGES,
+        "tasks",
+        task_id,
+        expected_state=expected_state,
+        new_state=new_state,
+        also="version = version + 1, state_reason = ?, updated_at = ?",
+        also_params=(reason, at),
+        where="version = ?",
+        where_params=(expected_version,),
     )
-    return cur.rowcount == 1

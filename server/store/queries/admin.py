@@ -17,6 +17,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from cmbuyer.server.store._sql import marks, one_dict
+
 SHORT_KEYWORD_WINDOW = 5000
 _TASK_COLUMNS = (
     "t.id, t.title, t.goods_id, t.sku_color, t.sku_size, t.quantity, t.max_total_price, t.state,"
@@ -109,30 +111,32 @@ def fts_phrase(keyword: str) -> str:
     return '"' + keyword.replace('"', '""') + '"'
 
 
-def latest_events(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """``{task_id: {step, outcome, reason_code, occurred_at}}`` of each task's newest event (index ``events_task``)."""
+def _by_task(conn: sqlite3.Connection, sql: str, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``{task_id: row}`` of ``sql`` for ``task_ids`` (``{marks}`` in ``sql`` takes their ``IN`` list); the
+    rows are keyed by their ``task_id`` column, so ``sql`` yields at most one row per task."""
     if not task_ids:
         return {}
-    marks = ",".join("?" * len(task_ids))
-    rows = conn.execute(
+    return {r["task_id"]: dict(r) for r in conn.execute(sql.format(marks=marks(task_ids)), task_ids)}
+
+
+def latest_events(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``{task_id: {step, outcome, reason_code, occurred_at}}`` of each task's newest event (index ``events_task``)."""
+    return _by_task(
+        conn,
         "SELECT e.task_id, e.step, e.outcome, e.reason_code, e.occurred_at FROM events e"
-        f" WHERE e.id IN (SELECT max(id) FROM events WHERE task_id IN ({marks}) GROUP BY task_id)",
+        " WHERE e.id IN (SELECT max(id) FROM events WHERE task_id IN ({marks}) GROUP BY task_id)",
         task_ids,
     )
-    return {r["task_id"]: dict(r) for r in rows}
 
 
 def open_attempts(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, dict[str, Any]]:
     """``{task_id: {device_id, device_name, lease_expires_at}}`` for tasks with an OPEN attempt."""
-    if not task_ids:
-        return {}
-    marks = ",".join("?" * len(task_ids))
-    rows = conn.execute(
+    return _by_task(
+        conn,
         "SELECT a.task_id, a.device_id, d.name AS device_name, a.lease_expires_at FROM attempts a"
-        f" JOIN devices d ON d.id = a.device_id WHERE a.state = 'OPEN' AND a.task_id IN ({marks})",
+        " JOIN devices d ON d.id = a.device_id WHERE a.state = 'OPEN' AND a.task_id IN ({marks})",
         task_ids,
     )
-    return {r["task_id"]: dict(r) for r in rows}
 
 
 def devices_with_claims(conn: sqlite3.Connection) -> list[dict[str, Any]]:
@@ -152,14 +156,14 @@ def device_names(conn: sqlite3.Connection, device_ids: list[str]) -> dict[str, s
     """``{device_id: name}`` for the given ids."""
     if not device_ids:
         return {}
-    marks = ",".join("?" * len(device_ids))
-    return {r[0]: r[1] for r in conn.execute(f"SELECT id, name FROM devices WHERE id IN ({marks})", device_ids)}
+    return {
+        r[0]: r[1] for r in conn.execute(f"SELECT id, name FROM devices WHERE id IN ({marks(device_ids)})", device_ids)
+    }
 
 
 def submission(conn: sqlite3.Connection, submission_id: str) -> dict[str, Any] | None:
     """One order submission row as a dict, or None."""
-    r = conn.execute("SELECT * FROM order_submissions WHERE id = ?", (submission_id,)).fetchone()
-    return None if r is None else dict(r)
+    return one_dict(conn, "SELECT * FROM order_submissions WHERE id = ?", (submission_id,))
 
 
 def submission_exists_for_task(conn: sqlite3.Connection, task_id: str) -> bool:

@@ -11,45 +11,47 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-_APPROVAL_COLUMNS = (
-    "r.id, r.attempt_id, r.task_id, r.device_id, r.approval_key, r.readings_json, r.readings_hash,"
-    " r.screenshot_asset_id, r.state, r.decided_by, r.decided_at, r.created_at"
+from cmbuyer.server.store._sql import marks, one_dict
+from cmbuyer.server.store.supervision import APPROVAL_FIELDS
+
+# every approval_requests column (r) and what the admin decisions need of its attempt (a)
+_APPROVAL_WITH_ATTEMPT = (
+    "SELECT "
+    + ", ".join(f"r.{f}" for f in APPROVAL_FIELDS)
+    + ", a.state AS attempt_state, a.authorization_id, a.pack_key, a.supervised"
 )
 
 
 def approval(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any] | None:
     """One approval request with its attempt's ``attempt_state``, ``authorization_id``, ``pack_key`` and
     ``supervised``; None when unknown."""
-    r = conn.execute(
-        f"SELECT {_APPROVAL_COLUMNS}, a.state AS attempt_state, a.authorization_id, a.pack_key, a.supervised"
-        " FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id WHERE r.id = ?",
+    return one_dict(
+        conn,
+        _APPROVAL_WITH_ATTEMPT + " FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id WHERE r.id = ?",
         (approval_id,),
-    ).fetchone()
-    return None if r is None else dict(r)
+    )
 
 
 def live_approval_of_open_attempt(conn: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
     """The WAITING or APPROVED request of the task's OPEN attempt (at most one: migration 0007's partial
     unique index and at most one OPEN attempt per task), joined like :func:`approval`; None otherwise."""
-    r = conn.execute(
-        f"SELECT {_APPROVAL_COLUMNS}, a.state AS attempt_state, a.authorization_id, a.pack_key, a.supervised"
-        " FROM attempts a JOIN approval_requests r ON r.attempt_id = a.id"
+    return one_dict(
+        conn,
+        _APPROVAL_WITH_ATTEMPT + " FROM attempts a JOIN approval_requests r ON r.attempt_id = a.id"
         " WHERE a.task_id = ? AND a.state = 'OPEN' AND r.state IN ('WAITING', 'APPROVED')",
         (task_id,),
-    ).fetchone()
-    return None if r is None else dict(r)
+    )
 
 
 def waiting_task_ids(conn: sqlite3.Connection, task_ids: list[str]) -> set[str]:
     """Those of ``task_ids`` whose OPEN attempt has a WAITING approval request (the list badge)."""
     if not task_ids:
         return set()
-    marks = ",".join("?" * len(task_ids))
     return {
         r[0]
         for r in conn.execute(
             "SELECT r.task_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"
-            f" WHERE r.state = 'WAITING' AND a.state = 'OPEN' AND r.task_id IN ({marks})",
+            f" WHERE r.state = 'WAITING' AND a.state = 'OPEN' AND r.task_id IN ({marks(task_ids)})",
             task_ids,
         )
     }
@@ -69,26 +71,26 @@ def waiting_device_ids(conn: sqlite3.Connection) -> set[str]:
 def submission_for_verdict(conn: sqlite3.Connection, submission_id: str) -> dict[str, Any] | None:
     """The submission's ``id, task_id, attempt_id, device_id, state`` with its attempt's ``supervised`` and
     ``pack_key``; None when unknown."""
-    r = conn.execute(
+    return one_dict(
+        conn,
         "SELECT s.id, s.task_id, s.attempt_id, s.device_id, s.state, a.supervised, a.pack_key"
         " FROM order_submissions s JOIN attempts a ON a.id = s.attempt_id WHERE s.id = ?",
         (submission_id,),
-    ).fetchone()
-    return None if r is None else dict(r)
+    )
 
 
 def verdict(conn: sqlite3.Connection, submission_id: str) -> dict[str, Any] | None:
     """The verdict recorded on a submission, or None."""
-    r = conn.execute("SELECT * FROM supervision_verdicts WHERE submission_id = ?", (submission_id,)).fetchone()
-    return None if r is None else dict(r)
+    return one_dict(conn, "SELECT * FROM supervision_verdicts WHERE submission_id = ?", (submission_id,))
 
 
 def pair(conn: sqlite3.Connection, device_id: str, pack_key: str) -> dict[str, Any] | None:
     """One supervision pair row, or None."""
-    r = conn.execute(
-        "SELECT * FROM supervision_pairs WHERE device_id = ? AND pack_key = ?", (device_id, pack_key)
-    ).fetchone()
-    return None if r is None else dict(r)
+    return one_dict(
+        conn,
+        "SELECT * FROM supervision_pairs WHERE device_id = ? AND pack_key = ?",
+        (device_id, pack_key),
+    )
 
 
 def device_exists(conn: sqlite3.Connection, device_id: str) -> bool:
@@ -111,9 +113,9 @@ def all_pairs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 def latest_submission_for_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
     """The task's newest order submission (``id, state``) with its attempt's ``supervised``, or None."""
-    r = conn.execute(
+    return one_dict(
+        conn,
         "SELECT s.id, s.state, a.supervised FROM order_submissions s JOIN attempts a ON a.id = s.attempt_id"
         " WHERE s.task_id = ? ORDER BY s.created_at DESC, s.id DESC LIMIT 1",
         (task_id,),
-    ).fetchone()
-    return None if r is None else dict(r)
+    )

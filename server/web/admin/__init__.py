@@ -9,6 +9,7 @@ grants nothing there and device Bearer credentials grant nothing here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -58,22 +59,8 @@ def make_environment() -> jinja2.Environment:
         labels.TASK_STATE_LABELS.get(TaskState(s), s) if s in TaskState.__members__ else s
     )
     # Chinese display labels (web/admin/labels.py); unknown codes fall back to the code itself.
-    env.globals.update(
-        step_label=lambda c: labels.label(labels.STEP_LABELS, c),
-        outcome_label=lambda c: labels.label(labels.OUTCOME_LABELS, c),
-        reason_code_label=lambda c: labels.label(labels.REASON_CODE_LABELS, c),
-        observation_label=lambda c: labels.label(labels.OBSERVATION_LABELS, c),
-        observation_reason_label=lambda c: labels.label(labels.OBSERVATION_REASON_LABELS, c),
-        evidence_label=lambda c: labels.label(labels.EVIDENCE_KIND_LABELS, c),
-        device_state_label=lambda c: labels.label(labels.DEVICE_STATE_LABELS, c),
-        authorization_state_label=lambda c: labels.label(labels.AUTHORIZATION_STATE_LABELS, c),
-        attempt_state_label=lambda c: labels.label(labels.ATTEMPT_STATE_LABELS, c),
-        submission_state_label=lambda c: labels.label(labels.SUBMISSION_STATE_LABELS, c),
-        audit_action_label=lambda c: labels.label(labels.AUDIT_ACTION_LABELS, c),
-        fence_refusal_label=lambda c: labels.label(labels.FENCE_REFUSAL_LABELS, c),
-        reason_label=labels.reason_label,
-        glossary=labels.GLOSSARY,
-    )
+    env.globals.update({name: functools.partial(labels.label, table) for name, table in labels.TEMPLATE_LABELS.items()})
+    env.globals.update(reason_label=labels.reason_label, glossary=labels.GLOSSARY)
     return env
 
 

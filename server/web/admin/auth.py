@@ -34,6 +34,7 @@ from cmbuyer.server.web.admin.common import (
     action,
     clear_cookie,
     error_json,
+    json_answer,
     now,
     read_body,
     redirect,
@@ -162,7 +163,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
     except Unavailable:
         return refuse(request, STORAGE_REFUSAL)
     if body.kind == "json":
-        response = web.json_response({"ok": True}, headers={"Cache-Control": "no-store"})
+        response = json_answer({"ok": True})
     else:
         response = redirect(next_path)
     set_session_cookie(request, response, SESSION_COOKIE, token)
@@ -185,7 +186,7 @@ async def logout(request: web.Request, session: AdminSession, body: Body) -> web
     await request.app[DB].write(lambda c: admin_sessions.logout(c, session, at))
     response: web.StreamResponse
     if body.kind == "json" or wants_json(request):
-        response = web.json_response({"ok": True}, headers={"Cache-Control": "no-store"})
+        response = json_answer({"ok": True})
     else:
         response = redirect("/login?notice=logged_out")
     clear_cookie(request, response, SESSION_COOKIE)

@@ -13,7 +13,7 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -80,6 +80,12 @@ def wants_json(request: web.Request) -> bool:
         return True
     accept = request.headers.get("Accept", "")
     return "application/json" in accept and "text/html" not in accept
+
+
+def json_answer(payload: Mapping[str, Any], status: int = 200) -> web.Response:
+    """A JSON caller's answer to an admin action: ``payload`` with ``Cache-Control: no-store`` (the answer
+    describes one write; a cache must never replay it)."""
+    return web.json_response(payload, status=status, headers={"Cache-Control": "no-store"})
 
 
 def error_json(request: web.Request, status: int, code: str, message: str, retryable: bool = False) -> web.Response:

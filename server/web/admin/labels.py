@@ -264,6 +264,23 @@ _PREFIXES: dict[str, tuple[str, Mapping[str, str]]] = {
 }
 
 
+# The template globals that label a code through :func:`label`: the global's name → its table.
+TEMPLATE_LABELS: dict[str, Mapping[str, str]] = {
+    "step_label": STEP_LABELS,
+    "outcome_label": OUTCOME_LABELS,
+    "reason_code_label": REASON_CODE_LABELS,
+    "observation_label": OBSERVATION_LABELS,
+    "observation_reason_label": OBSERVATION_REASON_LABELS,
+    "evidence_label": EVIDENCE_KIND_LABELS,
+    "device_state_label": DEVICE_STATE_LABELS,
+    "authorization_state_label": AUTHORIZATION_STATE_LABELS,
+    "attempt_state_label": ATTEMPT_STATE_LABELS,
+    "submission_state_label": SUBMISSION_STATE_LABELS,
+    "audit_action_label": AUDIT_ACTION_LABELS,
+    "fence_refusal_label": FENCE_REFUSAL_LABELS,
+}
+
+
 def label(table: Mapping[str, str], code: str | None) -> str:
     """The label of ``code`` in ``table``; the raw code when unknown, "" for None/empty."""
     if not code:

@@ -27,6 +27,7 @@ from cmbuyer.server.web.admin.common import (
     action,
     actor,
     domain_refusal,
+    json_answer,
     now,
     redirect,
     request_id,
@@ -45,6 +46,11 @@ def _json(request: web.Request, body: Body) -> bool:
 
 def _field(body: Body, name: str) -> Any:
     return body.json.get(name) if body.kind == "json" else body.one(name)
+
+
+def _answer(request: web.Request, body: Body, payload: dict[str, Any], location: str) -> web.Response:
+    """JSON callers get ``payload``; a form gets a 303 to ``location``."""
+    return json_answer(payload) if _json(request, body) else redirect(location)
 
 
 def _to_task(body: Body, task_id: str, notice: str) -> str:
@@ -72,22 +78,18 @@ async def _decide(request: web.Request, session: AdminSession, body: Body, kind:
     except DomainError as exc:
         row = None if exc.status == 404 else await request.app[DB].read(lambda c: store.approval(c, approval_id))
         return await _refused(request, session, body, exc, row["task_id"] if row else None)
-    if _json(request, body):
-        return web.json_response(
-            {
-                "approval_id": decision.approval_id,
-                "task_id": decision.task_id,
-                "state": decision.state,
-                "changed": decision.changed,
-            },
-            headers={"Cache-Control": "no-store"},
-        )
     notice = (
         ("approved" if kind == "approve" else "rejected")
         if decision.changed
         else ("already_approved" if kind == "approve" else "already_rejected")
     )
-    return redirect(_to_task(body, decision.task_id, notice))
+    payload = {
+        "approval_id": decision.approval_id,
+        "task_id": decision.task_id,
+        "state": decision.state,
+        "changed": decision.changed,
+    }
+    return _answer(request, body, payload, _to_task(body, decision.task_id, notice))
 
 
 @action
@@ -119,19 +121,16 @@ async def supervision_verdict(request: web.Request, session: AdminSession, body:
         if exc.status != 404 and is_uuid4(sid):
             sub = await request.app[DB].read(lambda c: store.submission_for_verdict(c, sid))
         return await _refused(request, session, body, exc, sub["task_id"] if sub else None)
-    if _json(request, body):
-        return web.json_response(
-            {
-                "submission_id": result.submission_id,
-                "verdict": result.verdict,
-                "device_id": result.device_id,
-                "pack_key": result.pack_key,
-                "confirmed_orders": result.confirmed_orders,
-                "held": result.held,
-            },
-            headers={"Cache-Control": "no-store"},
-        )
-    return redirect(f"/tasks/{result.task_id}?notice=" + ("verdict_right" if verdict == "RIGHT" else "verdict_wrong"))
+    payload = {
+        "submission_id": result.submission_id,
+        "verdict": result.verdict,
+        "device_id": result.device_id,
+        "pack_key": result.pack_key,
+        "confirmed_orders": result.confirmed_orders,
+        "held": result.held,
+    }
+    notice = "verdict_right" if verdict == "RIGHT" else "verdict_wrong"
+    return _answer(request, body, payload, f"/tasks/{result.task_id}?notice={notice}")
 
 
 @action
@@ -140,9 +139,7 @@ async def resupervise(request: web.Request, session: AdminSession, body: Body) -
     device_id = request.match_info["device_id"]
     at, who, rid = now(request), actor(session), request_id(request)
     pairs = await request.app[DB].write(lambda c: service.resupervise(c, device_id, who, at, rid))
-    if _json(request, body):
-        return web.json_response({"device_id": device_id, "pairs_reset": pairs}, headers={"Cache-Control": "no-store"})
-    return redirect("/devices?notice=resupervised")
+    return _answer(request, body, {"device_id": device_id, "pairs_reset": pairs}, "/devices?notice=resupervised")
 
 
 def setup(app: web.Application) -> None:

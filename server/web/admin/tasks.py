@@ -42,6 +42,7 @@ from cmbuyer.server.web.admin.common import (
     actor,
     csrf_token_for,
     domain_refusal,
+    json_answer,
     now,
     page,
     redirect,
@@ -356,10 +357,9 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
             values["create_key"] = new_id()
         return await _render_list(request, session, status=exc.status, error=message, create_values=values)
     if body.kind == "json":
-        return web.json_response(
+        return json_answer(
             {"task_id": task.id, "task_version": task.version, "state": task.state},
             status=201 if created else 200,
-            headers={"Cache-Control": "no-store"},
         )
     return redirect("/tasks?notice=created")
 
@@ -400,7 +400,7 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
             raise
         return await _render_list(request, session, status=exc.status, error=exc.message)
     if body.kind == "json":
-        return web.json_response(result, headers={"Cache-Control": "no-store"})
+        return json_answer(result)
     return redirect(f"/tasks?notice=started&count={int(result['authorized_count'])}")
 
 
@@ -519,9 +519,7 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
             raise refusal from None
         return await _render_detail(request, session, task_id, status=refusal.status, error=refusal.message)
     if body.kind == "json" or wants_json(request):
-        return web.json_response(
-            asdict(result) | {"task_version": result.version}, headers={"Cache-Control": "no-store"}
-        )
+        return json_answer(asdict(result) | {"task_version": result.version})
     notice = {"reset": "reset", "cancel": "cancelled", "mark_paid": "paid"}[kind]
     return redirect(_back(body, task_id, notice))
 
@@ -576,9 +574,7 @@ async def reconcile(request: web.Request, session: AdminSession, body: Body) -> 
             raise refusal from None
         return await _render_detail(request, session, task_id, status=refusal.status, error=refusal.message)
     if body.kind == "json" or wants_json(request):
-        return web.json_response(
-            asdict(result) | {"task_version": result.version}, headers={"Cache-Control": "no-store"}
-        )
+        return json_answer(asdict(result) | {"task_version": result.version})
     return redirect(f"/tasks/{result.task_id}?notice=reconciled")
 
 

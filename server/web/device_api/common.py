@@ -1,6 +1,7 @@
-"""Request helpers every device route shares: the path-id check, the one write job per request, the
-stored-answer response, the 4096-byte body cap — and the device API's state built once from the
-settings (the claim policy and the per-attempt budget; settings do not change while serving).
+"""Request helpers every device route shares: the path-id check, the job of an attempt route, the one
+write job per request, the stored-answer response, the 4096-byte body cap — and the device API's state
+built once from the settings (the claim policy and the per-attempt budget; settings do not change while
+serving).
 
 A route module imports from here and from :mod:`cmbuyer.server.web.device_auth`,
 :mod:`~cmbuyer.server.web.jsonbody` and :mod:`~cmbuyer.server.web.device_errors`; it never registers
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from typing import TypeVar
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -23,9 +25,11 @@ from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response
-from cmbuyer.server.web.keys import DB, SETTINGS
+from cmbuyer.server.web.jsonbody import read_json
+from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 BODY_CAP = 4096  # every device JSON body is capped at 4096 bytes unless its route says otherwise (docs/api.md)
 
@@ -40,6 +44,32 @@ def path_id(request: web.Request, name: str) -> str:
     if not is_uuid4(value):
         raise DeviceHTTPError(400, Code.INVALID_REQUEST)
     return value
+
+
+class AttemptService(Protocol[T_co]):
+    """A service of a ``/api/v1/purchase-attempts/{attempt_id}/…`` route: one job over the device, the
+    attempt, the schema-valid body and the server time."""
+
+    def __call__(
+        self, conn: sqlite3.Connection, *, device_id: str, attempt_id: str, body: dict[str, Any], now: datetime
+    ) -> T_co: ...
+
+
+async def attempt_job(
+    request: web.Request, device_id: str, schema: str, service: AttemptService[T]
+) -> Callable[[sqlite3.Connection], T]:
+    """The job of an attempt route (spec 002 §二): checks the ``attempt_id`` path parameter (400
+    ``invalid_request``) before reading the body with the strict reader against ``schema`` (4096-byte
+    cap; 415/413/400), then returns the job that runs ``service``. The job reads the server time itself,
+    at its transaction's position (not when the request arrived)."""
+    attempt_id = path_id(request, "attempt_id")
+    body = await read_json(request, schema, BODY_CAP)
+    clock = request.app[CLOCK]
+
+    def job(conn: sqlite3.Connection) -> T:
+        return service(conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now())
+
+    return job
 
 
 async def write(request: web.Request, job: Callable[[sqlite3.Connection], T]) -> T:

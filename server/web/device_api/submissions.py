@@ -11,6 +11,7 @@ sweeper's (:func:`cmbuyer.server.lifecycle.run_sweep`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 
@@ -22,7 +23,7 @@ from cmbuyer.server.domain.fence import FenceRefused
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services import submission_result as result_service
 from cmbuyer.server.tx.idempotency import Stored
-from cmbuyer.server.web.device_api.common import BODY_CAP, path_id, stored_response, write
+from cmbuyer.server.web.device_api.common import BODY_CAP, attempt_job, stored_response, write
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response, json_response
 from cmbuyer.server.web.jsonbody import read_json
@@ -36,21 +37,15 @@ RESULT_PATH = "/api/v1/order-submissions/{submission_id}/result"
 
 async def fence(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/purchase-attempts/{aid}/submission-fence`` → 200 (first: permit; replay: none)."""
-    attempt_id = path_id(request, "attempt_id")
-    body = await read_json(request, "submission_fence.request", BODY_CAP)
-    clock, modes = request.app[CLOCK], request.app[SETTINGS].allowed_payment_modes
-
-    def job(conn: sqlite3.Connection) -> fence_service.FenceAnswer:
-        return fence_service.create_fence(
-            conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now(), allowed_payment_modes=modes
-        )
-
+    modes = request.app[SETTINGS].allowed_payment_modes
+    service = functools.partial(fence_service.create_fence, allowed_payment_modes=modes)
+    job = await attempt_job(request, device_id, "submission_fence.request", service)
     try:
         answer = await write(request, job)
     except FenceRefused as exc:
         return json_response(409, {"error": exc.code, "detail": exc.detail})
     if answer.permit:
-        log.info("submission fence granted for attempt %s", attempt_id)
+        log.info("submission fence granted for attempt %s", request.match_info["attempt_id"])  # checked above
     return json_body_response(answer.status, answer.body)
 
 

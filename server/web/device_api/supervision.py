@@ -12,18 +12,13 @@ read the body with the strict JSON reader (4096 bytes) and its schema.
 
 from __future__ import annotations
 
-import sqlite3
-from typing import Any
-
 from aiohttp import web
 
 from cmbuyer.server.services import supervision as supervision_service
-from cmbuyer.server.tx.idempotency import Stored
-from cmbuyer.server.web.device_api.common import BODY_CAP, path_id, stored_response, write
+from cmbuyer.server.web.device_api.common import attempt_job, stored_response, write
 from cmbuyer.server.web.device_auth import add_device_route
 from cmbuyer.server.web.device_errors import json_response
-from cmbuyer.server.web.jsonbody import read_json
-from cmbuyer.server.web.keys import CLOCK, DB
+from cmbuyer.server.web.keys import DB
 
 APPROVAL_PATH = "/api/v1/purchase-attempts/{attempt_id}/approval"
 STATUS_PATH = "/api/v1/purchase-attempts/{attempt_id}/approval/status"
@@ -31,29 +26,13 @@ STATUS_PATH = "/api/v1/purchase-attempts/{attempt_id}/approval/status"
 
 async def approval(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST …/approval`` → 200 approval.response (first answer or its byte-identical replay)."""
-    attempt_id = path_id(request, "attempt_id")
-    body = await read_json(request, "approval.request", BODY_CAP)
-    clock = request.app[CLOCK]
-
-    def job(conn: sqlite3.Connection) -> Stored:
-        return supervision_service.request_approval(
-            conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now()
-        )
-
+    job = await attempt_job(request, device_id, "approval.request", supervision_service.request_approval)
     return stored_response(await write(request, job))
 
 
 async def approval_status(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST …/approval/status`` → 200 approval.response; 404 when the request is not one of this attempt."""
-    attempt_id = path_id(request, "attempt_id")
-    body = await read_json(request, "approval_status.request", BODY_CAP)
-    clock = request.app[CLOCK]
-
-    def job(conn: sqlite3.Connection) -> dict[str, Any]:
-        return supervision_service.approval_status(
-            conn, device_id=device_id, attempt_id=attempt_id, body=body, now=clock.now()
-        )
-
+    job = await attempt_job(request, device_id, "approval_status.request", supervision_service.approval_status)
     result = await request.app[DB].read(job, snapshot=True)
     return json_response(200, result)
 

@@ -2,13 +2,17 @@
 
 Every state change goes through one compare-and-set ``set_state`` per stateful store module, which checks
 the ``(expected, new)`` pair against the transition tables (server/domain/states.py,
-docs/state-machines.md). This test reads the store's source (``ast``, no import) and fails on:
+docs/state-machines.md). The UPDATE itself is built once, by ``compare_and_set`` in ``store/_sql.py``
+(:data:`HELPER`); each ``set_state`` calls it with its module's extra assignments (``also=``). This test
+reads the store's source (``ast``, no import) and fails on:
 
 - ``literal``: an UPDATE whose ``SET`` assigns ``state`` anything but a bound parameter (``state = 'X'``,
-  ``state = CASE …``, ``state = other_column``), or an INSERT that puts a quoted literal in a ``state``
-  column;
-- ``outside set_state``: an UPDATE assigning ``state`` in a function not named ``set_state``;
-- ``no compare-and-set``: a ``set_state`` UPDATE without ``state = ?`` after its ``SET`` (the expected state).
+  ``state = CASE …``, ``state = other_column``, ``state = {interpolated}``), an INSERT that puts a quoted
+  literal in a ``state`` column, or a call of the helper whose ``also=`` assigns ``state`` again;
+- ``outside set_state``: an UPDATE assigning ``state``, or a call of the helper, in a function not named
+  ``set_state`` (the helper's own statement, in :data:`HELPER`'s file and function, excepted);
+- ``no compare-and-set``: a ``set_state`` (or helper) UPDATE without ``state = ?`` after its ``SET`` (the
+  expected state).
 
 ``test_scanner_catches_a_synthetic_module`` proves each check fires on a module written to ``tmp_path``.
 """
@@ -24,9 +28,11 @@ from pathlib import Path
 import cmbuyer.server.store
 
 STORE = Path(cmbuyer.server.store.__file__).resolve().parent
+# The one function that may hold the state-writing UPDATE besides a set_state: (file under the store, name).
+HELPER = ("_sql.py", "compare_and_set")
 
 _UPDATE = re.compile(
-    r"\bUPDATE\b(?:\s+(?!SET\b)[\w.\"]+)?\s+SET\b(?P<set>.*?)(?=\bWHERE\b|\bRETURNING\b|\bFROM\b|$)",
+    r"\bUPDATE\b(?:\s+(?!SET\b)[\w.\"{}]+)?\s+SET\b(?P<set>.*?)(?=\bWHERE\b|\bRETURNING\b|\bFROM\b|$)",
     re.IGNORECASE | re.DOTALL,
 )
 _INSERT = re.compile(
@@ -84,6 +90,36 @@ def _column(name: str) -> str:
     return name.strip().strip('"').rsplit(".", 1)[-1].strip('"').lower()
 
 
+def _helper_calls(tree: ast.AST) -> Iterator[tuple[ast.Call, str]]:
+    """Every call of the helper (``compare_and_set(…)`` or ``module.compare_and_set(…)``) with the name of
+    the innermost enclosing function."""
+
+    def walk(node: ast.AST, function: str) -> Iterator[tuple[ast.Call, str]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield from walk(child, child.name)
+                continue
+            if isinstance(child, ast.Call):
+                func = child.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name == HELPER[1]:
+                    yield child, function
+            yield from walk(child, function)
+
+    yield from walk(tree, "<module>")
+
+
+def _assigns_state(set_clause: str) -> list[str]:
+    """The expressions ``set_clause`` assigns to ``state``. An f-string placeholder (``{}``) is opaque SQL:
+    it counts as an item of its own, so ``state = ?{}`` assigns a parameter and ``state = {}`` does not."""
+    found = []
+    for assignment in _split_top_level(set_clause.replace("{}", ",{}")):
+        target, eq, expr = assignment.partition("=")
+        if eq and _column(target) == "state":
+            found.append(expr)
+    return found
+
+
 def _strings(tree: ast.AST) -> Iterator[tuple[str, int, str]]:
     """Every string constant (f-string parts joined, placeholders as ``{}``) with its line and the name of
     the innermost enclosing function ("<module>" at top level)."""
@@ -114,14 +150,11 @@ def scan(root: Path) -> tuple[list[Violation], list[StateWrite]]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for text, line, function in _strings(tree):
             for m in _UPDATE.finditer(text):
-                for assignment in _split_top_level(m.group("set")):
-                    target, eq, expr = assignment.partition("=")
-                    if not eq or _column(target) != "state":
-                        continue
+                for expr in _assigns_state(m.group("set")):
                     writes.append(StateWrite(rel, function))
                     if not _PARAM.match(expr):
                         violations.append(Violation(rel, line, function, "literal", text))
-                    if function != "set_state":
+                    if function != "set_state" and (rel, function) != HELPER:
                         violations.append(Violation(rel, line, function, "outside set_state", text))
                     elif not _CAS.search(text, m.end("set")):
                         violations.append(Violation(rel, line, function, "no compare-and-set", text))
@@ -132,6 +165,14 @@ def scan(root: Path) -> tuple[list[Violation], list[StateWrite]]:
                     value = vals[cols.index("state")].strip()
                     if value.startswith("'"):
                         violations.append(Violation(rel, line, function, "literal", text))
+        for call, function in _helper_calls(tree):
+            writes.append(StateWrite(rel, function))
+            if function != "set_state":
+                violations.append(Violation(rel, call.lineno, function, "outside set_state", ast.unparse(call)))
+            also = [k.value for k in call.keywords if k.arg == "also"]
+            for fragment, line, _ in (s for value in also for s in _strings(ast.Expression(value))):
+                if _assigns_state(fragment):
+                    violations.append(Violation(rel, line, function, "literal", fragment))
     return violations, writes
 
 
@@ -143,15 +184,14 @@ def test_store_has_no_state_literal_and_only_set_state_writes_state() -> None:
 def test_every_stateful_store_module_writes_state_in_set_state() -> None:
     """Not vacuous: the scanner finds the state writes of the real store, one ``set_state`` per module."""
     _, writes = scan(STORE)
-    assert {w.function for w in writes} == {"set_state"}
-    assert sorted(w.path for w in writes) == [
-        "attempts.py",
-        "authorizations.py",
-        "authorizations.py",  # terminal moves stamp closed_at in a second statement of the same function
-        "devices.py",
-        "submissions.py",
-        "supervision.py",
-        "tasks.py",
+    assert sorted((w.path, w.function) for w in writes) == [
+        HELPER,  # the one UPDATE, built for every module
+        ("attempts.py", "set_state"),
+        ("authorizations.py", "set_state"),
+        ("devices.py", "set_state"),
+        ("submissions.py", "set_state"),
+        ("supervision.py", "set_state"),
+        ("tasks.py", "set_state"),
     ]
 
 
@@ -222,13 +262,59 @@ def add(conn: sqlite3.Connection, did: str, state: str) -> None:
 """
 
 
+# A helper that interpolates the state, and callers that misuse the real helper's name.
+SYNTHETIC_HELPER = """
+import sqlite3
+
+
+def compare_and_set(conn: sqlite3.Connection, table: str, row_id: str, new: str, expected: str, also: str) -> bool:
+    cur = conn.execute(f"UPDATE {table} SET state = {new!r}{also} WHERE id = ? AND state = ?", (row_id, expected))
+    return cur.rowcount == 1
+"""
+
+SYNTHETIC_CALLERS = """
+import sqlite3
+
+from cmbuyer.server.store import _sql
+from cmbuyer.server.store._sql import compare_and_set
+
+
+def reopen(conn: sqlite3.Connection, aid: str) -> bool:
+    return compare_and_set(conn, CHANGES, "attempts", aid, expected_state="CLOSED", new_state="OPEN")
+
+
+def set_state(conn: sqlite3.Connection, sid: str, expected: str, new: str) -> bool:
+    return _sql.compare_and_set(
+        conn, CHANGES, "order_submissions", sid, expected_state=expected, new_state=new,
+        also="note = coalesce(?, note), " + "state = 'FENCED'", also_params=("n",),
+    )
+"""
+
+CLEAN_CALLER = """
+import sqlite3
+
+from cmbuyer.server.store._sql import compare_and_set
+
+
+def set_state(conn: sqlite3.Connection, aid: str, expected: str, new: str, at: str, closing: bool) -> bool:
+    return compare_and_set(
+        conn, CHANGES, "attempts", aid, expected_state=expected, new_state=new,
+        also="closed_at = ?, close_reason = coalesce(?, close_reason)" if closing else "", also_params=(at, None),
+    )
+"""
+
+
 def test_scanner_catches_a_synthetic_module(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text(SYNTHETIC, encoding="utf-8")
+    (tmp_path / HELPER[0]).write_text(SYNTHETIC_HELPER, encoding="utf-8")
+    (tmp_path / "callers.py").write_text(SYNTHETIC_CALLERS, encoding="utf-8")
     (tmp_path / "queries").mkdir()
     (tmp_path / "queries" / "clean.py").write_text(CLEAN, encoding="utf-8")
+    (tmp_path / "queries" / "clean_caller.py").write_text(CLEAN_CALLER, encoding="utf-8")
     violations, writes = scan(tmp_path)
     found = sorted((v.path, v.function, v.rule) for v in violations)
     assert found == [
+        ("_sql.py", "compare_and_set", "literal"),  # state = {new!r}: interpolated, not a bound parameter
         ("bad.py", "add", "literal"),
         ("bad.py", "bump", "outside set_state"),
         ("bad.py", "close_all", "literal"),
@@ -240,6 +326,10 @@ def test_scanner_catches_a_synthetic_module(tmp_path: Path) -> None:
         ("bad.py", "set_state_blind", "outside set_state"),
         ("bad.py", "upsert", "literal"),
         ("bad.py", "upsert", "outside set_state"),
+        ("callers.py", "reopen", "outside set_state"),  # the helper called outside set_state
+        ("callers.py", "set_state", "literal"),  # also= assigns state a second time, as a literal
     ]
-    assert ("queries/clean.py", "set_state") in {(w.path, w.function) for w in writes}
+    assert {("queries/clean.py", "set_state"), ("queries/clean_caller.py", "set_state")} <= {
+        (w.path, w.function) for w in writes
+    }
     assert not [v for v in violations if v.path.startswith("queries/")]

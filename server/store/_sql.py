@@ -1,0 +1,96 @@
+"""Statement helpers the store modules share: a dataclass stored as one row (:class:`Table`), the
+"one row or None" lookup (:func:`one`, :func:`one_dict`), the ``IN (?, …)`` list (:func:`marks`) and the
+one compare-and-set state write (:func:`compare_and_set`).
+
+Private to ``server/store/``: the modules call these inside the caller's transaction, like their own SQL.
+``compare_and_set`` is the only function that writes a ``state`` column, and only a module's ``set_state``
+calls it (tests/server/store/test_state_literals.py reads the source and fails otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from cmbuyer.server.domain.states import StateChanges
+
+T = TypeVar("T")
+
+
+class Table(Generic[T]):
+    """A frozen dataclass kept as one row of ``name``: one column per field, named and ordered as the
+    fields (at least two). ``columns`` is the field list for a ``SELECT``; :meth:`row` builds the dataclass
+    from a ``sqlite3.Row`` by column name; :meth:`insert` writes one."""
+
+    def __init__(self, name: str, cls: type[T]) -> None:
+        self.fields: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        if len(self.fields) < 2:
+            raise ValueError("a table row has at least two fields")  # attrgetter returns a tuple only then
+        self.columns = ", ".join(self.fields)
+        self._make: Callable[..., T] = cls
+        self._insert = f"INSERT INTO {name} ({self.columns}) VALUES ({', '.join('?' * len(self.fields))})"
+        self._values = operator.attrgetter(*self.fields)  # the row tuple in column order, built in C
+
+    def row(self, r: sqlite3.Row) -> T:
+        """The dataclass of a row that has every field as a column (``SELECT *`` or ``SELECT columns``)."""
+        return self._make(*(r[k] for k in self.fields))
+
+    def insert(self, conn: sqlite3.Connection, item: T) -> None:
+        """Insert ``item`` as a new row; constraint failures raise ``sqlite3.IntegrityError``."""
+        conn.execute(self._insert, self._values(item))
+
+
+def one(conn: sqlite3.Connection, sql: str, params: Sequence[object], make: Callable[[sqlite3.Row], T]) -> T | None:
+    """The first row of ``sql`` built by ``make``, or None when there is none."""
+    r = conn.execute(sql, params).fetchone()
+    return None if r is None else make(r)
+
+
+def _as_dict(r: sqlite3.Row) -> dict[str, Any]:
+    return dict(r)
+
+
+def one_dict(conn: sqlite3.Connection, sql: str, params: Sequence[object]) -> dict[str, Any] | None:
+    """The first row of ``sql`` as a plain dict of its columns (the read models' shape), or None."""
+    return one(conn, sql, params, _as_dict)
+
+
+def marks(values: Sequence[object]) -> str:
+    """``?,?,…`` — one bound parameter per value, for ``IN (…)`` (the caller returns early on no values)."""
+    return ",".join("?" * len(values))
+
+
+def compare_and_set(
+    conn: sqlite3.Connection,
+    changes: StateChanges,
+    table: str,
+    row_id: str,
+    *,
+    expected_state: str,
+    new_state: str,
+    also: str = "",
+    also_params: Sequence[object] = (),
+    where: str = "",
+    where_params: Sequence[object] = (),
+) -> bool:
+    """The one state write of the store: an UPDATE of row ``row_id`` of ``table`` that sets the state to
+    ``new_state`` only while it is ``expected_state`` — both bound parameters, never literals.
+
+    ``also`` are the module's extra assignments (stamps such as ``closed_at = ?``, parameters
+    ``also_params``), ``where`` its extra condition (a version or a joined row; ``where_params``). Returns
+    True when the row changed, False when it was not in ``expected_state`` or ``where`` did not hold
+    (another writer got there first; nothing written).
+
+    Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) when no use-case
+    of ``changes`` moves ``expected_state`` to ``new_state`` (docs/state-machines.md).
+    """
+    changes.check(expected_state, new_state)  # refuse before any SQL runs
+    cur = conn.execute(
+        f"UPDATE {table} SET state = ?{', ' + also if also else ''}"
+        f" WHERE id = ? AND state = ?{' AND ' + where if where else ''}",
+        (new_state, *also_params, row_id, expected_state, *where_params),
+    )
+    return cur.rowcount == 1
