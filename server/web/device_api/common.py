@@ -58,8 +58,8 @@ class AttemptService(Protocol[T_co]):
 async def attempt_job(
     request: web.Request, device_id: str, schema: str, service: AttemptService[T]
 ) -> Callable[[sqlite3.Connection], T]:
-    """The job of an attempt route (spec 002 §二): checks the ``attempt_id`` path parameter (400
-    ``invalid_request``) before reading the body with the strict reader against ``schema`` (4096-byte
+    """The job of an attempt route (docs/api.md "Device API I", "Device API II"): checks the ``attempt_id`` path
+    parameter (400 ``invalid_request``) before reading the body with the strict reader against ``schema`` (4096-byte
     cap; 415/413/400), then returns the job that runs ``service``. The job reads the server time itself,
     at its transaction's position (not when the request arrived)."""
     attempt_id = path_id(request, "attempt_id")
