@@ -134,20 +134,14 @@ async def test_status_route(
     )
     assert await status_of(server_client, claimed, new_id()) == (404, {"error": "not_found"})
     # another device — even with its own valid claim — and another attempt's URL look like an unknown id
-    status, raw = await post_json(
-        server_client,
-        status_path(claimed.attempt_id),
-        other_claimed.device,
-        {"approval_id": approval_id, "claim_generation": 1, "claim_token": other_claimed.token},
-    )
-    assert (status, json.loads(raw)) == (404, {"error": "not_found"})
-    status, raw = await post_json(
-        server_client,
-        status_path(other_claimed.attempt_id),
-        claimed.device,
-        {"approval_id": approval_id, "claim_generation": 1, "claim_token": claimed.token},
-    )
-    assert (status, json.loads(raw)) == (404, {"error": "not_found"})
+    for url_of, sender in ((claimed, other_claimed), (other_claimed, claimed)):
+        status, raw = await post_json(
+            server_client,
+            status_path(url_of.attempt_id),
+            sender.device,
+            {"approval_id": approval_id, "claim_generation": 1, "claim_token": sender.token},
+        )
+        assert (status, json.loads(raw)) == (404, {"error": "not_found"}), sender.device.device_id
 
 
 @pytest.mark.parametrize("supervised_orders", ["0"])
