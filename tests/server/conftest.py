@@ -4,6 +4,7 @@ same service code the CLI uses."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -96,45 +97,48 @@ def make_device(sync_conn: sqlite3.Connection, clock: ManualClock) -> Callable[.
     return make
 
 
+def create_task(
+    conn: sqlite3.Connection,
+    settings: Settings,
+    clock: ManualClock,
+    *,
+    actor: Actor = TEST_ACTOR,
+    goods_id: str = "937122477375",
+    color: str = "黑色CHA(纯棉)",
+    size: str | None = "M(建议100-115)",
+    quantity: int = 2,
+    max_total_price: str = "30.00",
+    title: str = "纯棉短袖",
+    start: bool = False,
+) -> Any:
+    """Create a DRAFT task through the CLI's task service on ``conn`` (and with ``start=True`` start it:
+    PENDING + ACTIVE authorization). Returns the task row as stored after the last step."""
+    raw = {
+        "create_key": new_id(),
+        "title": title,
+        "product_url": GOODS_URL.format(goods_id=goods_id),
+        "sku_color": color,
+        "sku_size": size,
+        "quantity": quantity,
+        "max_total_price": max_total_price,
+    }
+    new = task_service.validate_new_task(raw, settings)
+    task, _ = run_in_transaction(conn, lambda c: task_service.create_task(c, new, actor, clock.now()))
+    if start:
+        run_in_transaction(
+            conn,
+            lambda c: task_service.start_purchases(
+                c, new_id(), [(task.id, task.version)], actor, clock.now(), settings
+            ),
+        )
+        task = run_in_transaction(conn, lambda c: task_service.get_task(c, task.id))
+    return task
+
+
 @pytest.fixture
 def make_task(sync_conn: sqlite3.Connection, clock: ManualClock, settings: Settings) -> Callable[..., Any]:
-    """Create a DRAFT task (and with ``start=True`` start it: PENDING + ACTIVE authorization).
-
-    Returns the task row as stored after the last step.
-    """
-
-    def make(
-        *,
-        goods_id: str = "937122477375",
-        color: str = "黑色CHA(纯棉)",
-        size: str | None = "M(建议100-115)",
-        quantity: int = 2,
-        max_total_price: str = "30.00",
-        title: str = "纯棉短袖",
-        start: bool = False,
-    ) -> Any:
-        raw = {
-            "create_key": new_id(),
-            "title": title,
-            "product_url": GOODS_URL.format(goods_id=goods_id),
-            "sku_color": color,
-            "sku_size": size,
-            "quantity": quantity,
-            "max_total_price": max_total_price,
-        }
-        new = task_service.validate_new_task(raw, settings)
-        task, _ = run_in_transaction(sync_conn, lambda c: task_service.create_task(c, new, TEST_ACTOR, clock.now()))
-        if start:
-            run_in_transaction(
-                sync_conn,
-                lambda c: task_service.start_purchases(
-                    c, new_id(), [(task.id, task.version)], TEST_ACTOR, clock.now(), settings
-                ),
-            )
-            task = run_in_transaction(sync_conn, lambda c: task_service.get_task(c, task.id))
-        return task
-
-    return make
+    """:func:`create_task` on the test's connection, clock and settings (a DRAFT task; ``start=True`` starts it)."""
+    return functools.partial(create_task, sync_conn, settings, clock)
 
 
 @pytest.fixture

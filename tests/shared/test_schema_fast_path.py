@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from cmbuyer import schemas
 from cmbuyer.schemas import SchemaError, validate
+from tests.device_bodies import fence_request
 
 FAST = [name for name in schemas.schema_names() if schemas._fast(name) is not None]
 DEVICE_HOT_PATH = ["claim_next.request", "lease_renew.request"]
@@ -173,23 +174,7 @@ def test_fast_path_accepts_real_requests() -> None:
 
 def test_fast_path_takes_nullable_fields() -> None:
     # the fence body (issue 15): selected_size is a sku_text or null; both forms stay on the fast path
-    fence = {
-        "fence_key": str(uuid.uuid4()),
-        "task_id": str(uuid.uuid4()),
-        "expected_task_version": 3,
-        "authorization_id": str(uuid.uuid4()),
-        "claim_generation": 1,
-        "claim_token": "ab" * 32,
-        "selected_color": "黑色",
-        "selected_size": None,
-        "gate1_unit_price": "12.88",
-        "gate2_unit_price": "12.88",
-        "gate3_unit_price": "12.88",
-        "quantity_read": 2,
-        "confirm_page_amount": "25.76",
-        "submit_control_match_count": 1,
-        "payment_mode": "微信支付",
-    }
+    fence = fence_request(expected_task_version=3, claim_token="ab" * 32, selected_size=None)
     fast = schemas._fast("submission_fence.request")
     assert fast is not None
     assert fast(fence) and fast({**fence, "selected_size": "M"})

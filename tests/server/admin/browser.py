@@ -16,7 +16,7 @@ from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
 
 from .conftest import ADMIN_PASSWORD, ADMIN_USER
 
-__all__ = ["ARTIFACTS", "BROWSER_MARKS", "CHROMIUM", "LAUNCH_ARGS", "chromium_page", "log_in"]
+__all__ = ["ARTIFACTS", "BROWSER_MARKS", "CHROMIUM", "LAUNCH_ARGS", "chromium_page", "create_draft", "log_in"]
 
 ARTIFACTS = ARTIFACTS_ROOT / "admin-browser"
 
@@ -34,6 +34,17 @@ async def log_in(page: Any, base: str) -> None:
     await page.fill("input[name=password]", ADMIN_PASSWORD)
     await page.click("button:has-text('登录')")
     await expect(page).to_have_url(re.compile(r"/tasks$"))
+
+
+async def create_draft(page: Any, fields: dict[str, str]) -> None:
+    """Fill the task list's open create form (``fields``: input name → value) and submit it; returns once
+    the page says the draft was created."""
+    from playwright.async_api import expect
+
+    for name, value in fields.items():
+        await page.fill(f"input[name={name}]", value)
+    await page.click("button:has-text('创建草稿')")
+    await expect(page.locator(".notice")).to_contain_text("已创建草稿任务")
 
 
 @asynccontextmanager

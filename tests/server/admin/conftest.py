@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.services.admins import hash_password
 from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.tx.common import new_id
+from tests.server.conftest import DeviceMaker, Maker
 
 from .seed import Seeder
 
@@ -94,3 +96,20 @@ async def admin_client(server_client: Any, admin: str) -> AdminClient:
 def seed(sync_conn: sqlite3.Connection, clock: ManualClock, settings: Any) -> Seeder:
     """Direct-SQL seeding of device-side rows (attempts, submissions, events, evidence)."""
     return Seeder(sync_conn, clock, settings)
+
+
+FencedTask = Callable[..., tuple[Any, str]]
+
+
+@pytest.fixture
+def fenced_task(make_task: Maker, make_device: DeviceMaker, seed: Seeder) -> FencedTask:
+    """``fenced_task(observation=None)``: a started task claimed by a new device and fenced through
+    :meth:`Seeder.fence` (with ``observation``, also reported); returns the task and the submission id."""
+
+    def make(observation: str | None = None) -> tuple[Any, str]:
+        task = make_task(start=True)
+        device = make_device()
+        attempt = seed.claim(task.id, device.device_id)
+        return task, seed.fence(task.id, attempt, device.device_id, observation=observation)
+
+    return make

@@ -9,7 +9,7 @@ import pytest
 from cmbuyer.schemas import validate
 from cmbuyer.server.tx.common import new_id
 
-from .conftest import AdminClient
+from .conftest import AdminClient, FencedTask
 
 
 def state(conn: Any, task_id: str) -> tuple[str, int]:
@@ -100,17 +100,12 @@ async def test_cancel_from_draft_and_pending(admin_client: AdminClient, make_tas
 @pytest.mark.parametrize("observation", [None, "SUBMITTED", "UNKNOWN"])
 async def test_reset_and_cancel_after_fence_are_submission_fenced(
     admin_client: AdminClient,
-    make_task: Any,
-    make_device: Any,
-    seed: Any,
+    fenced_task: FencedTask,
     sync_conn: Any,
     path: str,
     observation: str | None,
 ) -> None:
-    task = make_task(start=True)
-    device = make_device()
-    attempt = seed.claim(task.id, device.device_id)
-    seed.fence(task.id, attempt, device.device_id, observation=observation)
+    task, _ = fenced_task(observation=observation)
     before = state(sync_conn, task.id)
     resp = await admin_client.post_json(f"/tasks/{task.id}/{path}", {"expected_task_version": before[1]})
     assert await conflict_code(resp) == "submission_fenced"
@@ -169,18 +164,13 @@ async def test_action_input_errors(admin_client: AdminClient, make_task: Any) ->
 )
 async def test_reconcile(
     admin_client: AdminClient,
-    make_task: Any,
-    make_device: Any,
-    seed: Any,
+    fenced_task: FencedTask,
     sync_conn: Any,
     outcome: str,
     task_state: str,
     sub_state: str,
 ) -> None:
-    task = make_task(start=True)
-    device = make_device()
-    attempt = seed.claim(task.id, device.device_id)
-    sid = seed.fence(task.id, attempt, device.device_id, observation="EXTERNAL_PAYMENT_HANDOFF")
+    task, sid = fenced_task(observation="EXTERNAL_PAYMENT_HANDOFF")
     _, version = state(sync_conn, task.id)
     resp = await admin_client.post_form(
         f"/order-submissions/{sid}/reconcile",
@@ -205,13 +195,10 @@ async def test_reconcile(
 
 
 async def test_reconcile_while_fenced_closes_open_attempt(
-    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any, sync_conn: Any
+    admin_client: AdminClient, fenced_task: FencedTask, sync_conn: Any
 ) -> None:
     """A submission that recovery moved to RECONCILIATION_REQUIRED while the attempt was still open."""
-    task = make_task(start=True)
-    device = make_device()
-    attempt = seed.claim(task.id, device.device_id)
-    sid = seed.fence(task.id, attempt, device.device_id)
+    task, sid = fenced_task()
     resp = await admin_client.post_json(
         f"/order-submissions/{sid}/reconcile",
         {"outcome": "created", "note": "n", "expected_task_version": state(sync_conn, task.id)[1]},
@@ -233,12 +220,9 @@ async def test_reconcile_while_fenced_closes_open_attempt(
 
 
 async def test_reconcile_conflicts_and_errors(
-    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any, sync_conn: Any
+    admin_client: AdminClient, fenced_task: FencedTask, sync_conn: Any
 ) -> None:
-    task = make_task(start=True)
-    device = make_device()
-    attempt = seed.claim(task.id, device.device_id)
-    sid = seed.fence(task.id, attempt, device.device_id, observation="UNKNOWN")
+    task, sid = fenced_task(observation="UNKNOWN")
     _, version = state(sync_conn, task.id)
     stale = await admin_client.post_json(
         f"/order-submissions/{sid}/reconcile", {"outcome": "created", "note": "n", "expected_task_version": version - 1}
@@ -263,13 +247,8 @@ async def test_reconcile_conflicts_and_errors(
     assert state(sync_conn, task.id) == ("RECONCILIATION_REQUIRED", version)
 
 
-async def test_mark_paid(
-    admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any, sync_conn: Any
-) -> None:
-    task = make_task(start=True)
-    device = make_device()
-    attempt = seed.claim(task.id, device.device_id)
-    seed.fence(task.id, attempt, device.device_id, observation="SUBMITTED")
+async def test_mark_paid(admin_client: AdminClient, fenced_task: FencedTask, sync_conn: Any) -> None:
+    task, _ = fenced_task(observation="SUBMITTED")
     _, version = state(sync_conn, task.id)
     html = await (await admin_client.client.get(f"/tasks/{task.id}")).text()
     assert "标记已付款" in html

@@ -16,7 +16,7 @@ from typing import Any
 
 from cmbuyer.server.app import create_app
 
-from .browser import ARTIFACTS, BROWSER_MARKS, chromium_page
+from .browser import ARTIFACTS, BROWSER_MARKS, chromium_page, create_draft
 from .conftest import ADMIN_PASSWORD, ADMIN_USER
 
 pytestmark = BROWSER_MARKS
@@ -53,14 +53,17 @@ async def test_purchaser_flow_in_chromium(
         # create two tasks through the form
         for title, color in (("纯棉短袖 浏览器一", "黑色"), ("加绒卫衣 浏览器二", "藏青")):
             await page.click("details.create summary")
-            await page.fill("input[name=title]", title)
-            await page.fill("input[name=product_url]", "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375")
-            await page.fill("input[name=sku_color]", color)
-            await page.fill("input[name=sku_size]", "M")
-            await page.fill("input[name=quantity]", "2")
-            await page.fill("input[name=max_total_price]", "30.00")
-            await page.click("button:has-text('创建草稿')")
-            await expect(page.locator(".notice")).to_contain_text("已创建草稿任务")
+            await create_draft(
+                page,
+                {
+                    "title": title,
+                    "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
+                    "sku_color": color,
+                    "sku_size": "M",
+                    "quantity": "2",
+                    "max_total_price": "30.00",
+                },
+            )
         rows = page.locator("#task-rows tr[data-task-id]")
         await expect(rows).to_have_count(2)
         await expect(page.locator("#task-rows .state")).to_have_text(["草稿", "草稿"])

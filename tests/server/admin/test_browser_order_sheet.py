@@ -13,7 +13,7 @@ from typing import Any
 from cmbuyer.server.app import create_app
 from tests.server.submissions.helpers import claim_http, fence_body, fence_path, post_json, result_body, result_path
 
-from .browser import ARTIFACTS, BROWSER_MARKS, chromium_page, log_in
+from .browser import ARTIFACTS, BROWSER_MARKS, chromium_page, create_draft, log_in
 
 pytestmark = BROWSER_MARKS
 
@@ -36,13 +36,16 @@ async def test_order_number_and_payment_suspected_banner(
         # a one-dimension task: the size field is left empty
         await page.click("details.create summary")
         await expect(page.locator("details.create")).to_contain_text("留空 = 无尺码")
-        await page.fill("input[name=title]", "口红 单规格")
-        await page.fill("input[name=product_url]", "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375")
-        await page.fill("input[name=sku_color]", "#01 正红色")
-        await page.fill("input[name=quantity]", "2")
-        await page.fill("input[name=max_total_price]", "30.00")
-        await page.click("button:has-text('创建草稿')")
-        await expect(page.locator(".notice")).to_contain_text("已创建草稿任务")
+        await create_draft(
+            page,
+            {
+                "title": "口红 单规格",
+                "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
+                "sku_color": "#01 正红色",
+                "quantity": "2",
+                "max_total_price": "30.00",
+            },
+        )
         row = page.locator("#task-rows tr[data-task-id]")
         await expect(row).to_have_count(1)
         await expect(row).to_contain_text("#01 正红色 / —")

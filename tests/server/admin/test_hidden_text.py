@@ -13,7 +13,7 @@ import pytest
 
 from cmbuyer.server.tx.common import new_id
 
-from .conftest import AdminClient
+from .conftest import AdminClient, FencedTask
 from .test_tasks import body, form
 
 # Every code point the issue names (plus the other bidi embeddings, BOM, NUL and a line separator).
@@ -103,12 +103,9 @@ async def test_plain_text_still_accepted(admin_client: AdminClient, sync_conn: s
 
 
 @pytest.fixture
-def to_reconcile(make_task: Any, make_device: Any, seed: Any, sync_conn: sqlite3.Connection) -> tuple[str, int]:
+def to_reconcile(fenced_task: FencedTask, sync_conn: sqlite3.Connection) -> tuple[str, int]:
     """A submission waiting for a person (RECONCILIATION_REQUIRED) and its task version."""
-    task = make_task(start=True)
-    device = make_device()
-    attempt = seed.claim(task.id, device.device_id)
-    sid = seed.fence(task.id, attempt, device.device_id, observation="EXTERNAL_PAYMENT_HANDOFF")
+    task, sid = fenced_task(observation="EXTERNAL_PAYMENT_HANDOFF")
     version = sync_conn.execute("SELECT version FROM tasks WHERE id = ?", (task.id,)).fetchone()[0]
     return sid, version
 

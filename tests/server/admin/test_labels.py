@@ -24,6 +24,7 @@ from cmbuyer.server.web.admin import labels
 from cmbuyer.server.web.admin.common import audit_value
 from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 from cmbuyer.server.web.admin.tasks import form_money
+from tests.device_bodies import fence_request
 
 from .conftest import AdminClient
 from .test_tasks import form
@@ -297,23 +298,7 @@ async def test_json_api_money_stays_canonical(admin_client: AdminClient, sync_co
 
 @pytest.mark.parametrize("value", ["30", "30.0", "12.8"])
 def test_device_api_money_stays_canonical(value: str) -> None:
-    fence = {
-        "fence_key": new_id(),
-        "task_id": new_id(),
-        "expected_task_version": 2,
-        "authorization_id": new_id(),
-        "claim_generation": 1,
-        "claim_token": "a" * 64,
-        "selected_color": "黑色",
-        "selected_size": "M",
-        "gate1_unit_price": "12.88",
-        "gate2_unit_price": "12.88",
-        "gate3_unit_price": "12.88",
-        "quantity_read": 2,
-        "confirm_page_amount": "25.76",
-        "submit_control_match_count": 1,
-        "payment_mode": "微信支付",
-    }
+    fence = fence_request()
     validate("submission_fence.request", fence)
     for field in ("gate1_unit_price", "gate2_unit_price", "gate3_unit_price", "confirm_page_amount"):
         with pytest.raises(SchemaError):

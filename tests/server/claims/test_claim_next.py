@@ -19,8 +19,8 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.store import audit
 from cmbuyer.server.tx.common import new_id
-from tests.server.claims.conftest import CLAIM, claim, claim_ok, fingerprint, post
-from tests.server.conftest import Maker
+from tests.server.claims.conftest import CLAIM, Claimed, claim, claim_ok, fingerprint, post
+from tests.server.conftest import DeviceCreds, Maker
 
 
 def counts(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -232,14 +232,22 @@ async def test_failure_mid_transaction_rolls_back_everything(
     await claim_ok(server_client, dev, new_id())
 
 
+async def _open_claim_of_two(
+    client: Any, ready_device: Maker, make_task: Maker, goods_id: str
+) -> tuple[DeviceCreds, str, Claimed]:
+    """Two started tasks (the second of goods ``goods_id``) and a ready device with an open claim of one in a new
+    session: the device, the session and the claim."""
+    make_task(start=True)
+    make_task(start=True, goods_id=goods_id)
+    dev = ready_device()
+    session = new_id()
+    return dev, session, await claim_ok(client, dev, session)
+
+
 async def test_open_claim_same_session_resumes_the_same_attempt_with_the_current_lease(
     server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
 ) -> None:
-    make_task(start=True)
-    make_task(start=True, goods_id="777")
-    dev = ready_device()
-    session = new_id()
-    first = await claim_ok(server_client, dev, session)
+    dev, session, first = await _open_claim_of_two(server_client, ready_device, make_task, goods_id="777")
     clock.advance(10)
     sync_conn.execute("UPDATE devices SET last_heartbeat_at = ?", (to_wire(clock.now()),))
     status, raw, _ = await post(
@@ -260,11 +268,7 @@ async def test_open_claim_same_session_resumes_the_same_attempt_with_the_current
 async def test_open_claim_other_session_expired_lease_or_odd_state_needs_a_person(
     server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, clock: ManualClock
 ) -> None:
-    make_task(start=True)
-    make_task(start=True, goods_id="888")
-    dev = ready_device()
-    session = new_id()
-    first = await claim_ok(server_client, dev, session)
+    dev, session, first = await _open_claim_of_two(server_client, ready_device, make_task, goods_id="888")
     manual = (409, b'{"error":"claim_requires_manual"}')
     before = fingerprint(sync_conn)
     assert await claim(server_client, dev, new_id()) == manual  # other session

@@ -30,6 +30,18 @@ def revoke(conn: sqlite3.Connection, device_id: str, clock: ManualClock) -> None
     assert run_in_transaction(conn, lambda c: device_service.revoke_device(c, device_id, CLI, clock.now()))
 
 
+def before_each_write(client: Any, monkeypatch: pytest.MonkeyPatch, hook: Callable[[], object]) -> None:
+    """Run ``hook`` on the event loop each time the app queues a write transaction, before it is queued."""
+    db = client.server.app[DB]
+    real_write = db.write
+
+    async def hooked_write(job: Any, **kwargs: Any) -> Any:
+        hook()
+        return await real_write(job, **kwargs)
+
+    monkeypatch.setattr(db, "write", hooked_write)
+
+
 async def test_revocation_committed_after_authentication_but_before_the_claim_transaction(
     server_client: Any,
     ready_device: Maker,
@@ -40,14 +52,8 @@ async def test_revocation_committed_after_authentication_but_before_the_claim_tr
 ) -> None:
     make_task(start=True)
     dev = ready_device()
-    db = server_client.server.app[DB]
-    real_write = db.write
-
-    async def revoke_then_write(job: Any, **kwargs: Any) -> Any:
-        revoke(sync_conn, dev.device_id, clock)  # authentication already passed on the reader
-        return await real_write(job, **kwargs)
-
-    monkeypatch.setattr(db, "write", revoke_then_write)
+    # authentication already passed on the reader
+    before_each_write(server_client, monkeypatch, lambda: revoke(sync_conn, dev.device_id, clock))
     before = fingerprint(sync_conn)
     status, raw, resp = await post(
         server_client, "/api/v1/tasks/claim-next", dev, {"session_id": new_id(), "claim_request_id": new_id()}
@@ -68,15 +74,8 @@ async def test_revocation_holding_the_write_lock_while_a_claim_waits(
 ) -> None:
     make_task(start=True)
     dev = ready_device()
-    db = server_client.server.app[DB]
-    real_write = db.write
     queued = asyncio.Event()
-
-    async def signalling_write(job: Any, **kwargs: Any) -> Any:
-        queued.set()
-        return await real_write(job, **kwargs)
-
-    monkeypatch.setattr(db, "write", signalling_write)
+    before_each_write(server_client, monkeypatch, queued.set)
     cli = connect_sync(settings.db_path)
     try:
         cli.execute("BEGIN IMMEDIATE")  # the CLI holds SQLite's write lock …

@@ -159,6 +159,11 @@ def _cases(c: Claim) -> dict[str, tuple[bytes, str, int, str]]:
     ok_body, ok_type = multipart(f, data)
     b = "cmbuyer-test-boundary"
     fields_without = {k: v for k, v in f.items() if k != "kind"}
+
+    def with_file_headers(headers: str) -> tuple[bytes, str]:
+        """The valid upload with the file part's headers replaced by ``headers``."""
+        return multipart(f, data, file_headers=headers)[0], ok_type
+
     cases: dict[str, tuple[bytes, str]] = {
         "not multipart": (ok_body, "application/json"),
         "no boundary": (ok_body, "multipart/form-data"),
@@ -180,32 +185,16 @@ def _cases(c: Claim) -> dict[str, tuple[bytes, str, int, str]]:
             ok_type,
         ),
         "missing field": (multipart(fields_without, data)[0], ok_type),
-        "file not image/png": (
-            multipart(f, data, file_headers="Content-Type: application/octet-stream\r\n")[0],
-            ok_type,
+        "file not image/png": with_file_headers("Content-Type: application/octet-stream\r\n"),
+        "file without content-type": with_file_headers(""),
+        "transfer-encoding base64": with_file_headers(
+            "Content-Type: image/png\r\nContent-Transfer-Encoding: base64\r\n"
         ),
-        "file without content-type": (multipart(f, data, file_headers="")[0], ok_type),
-        "transfer-encoding base64": (
-            multipart(f, data, file_headers="Content-Type: image/png\r\nContent-Transfer-Encoding: base64\r\n")[0],
-            ok_type,
-        ),
-        "content-encoding gzip": (
-            multipart(f, data, file_headers="Content-Type: image/png\r\nContent-Encoding: gzip\r\n")[0],
-            ok_type,
-        ),
-        "nested multipart": (
-            multipart(f, data, file_headers="Content-Type: multipart/mixed; boundary=x\r\n")[0],
-            ok_type,
-        ),
-        "part content-length +5": (
-            multipart(f, data, file_headers="Content-Type: image/png\r\nContent-Length: +5\r\n")[0],
-            ok_type,
-        ),
-        "thousands of part headers": (
-            multipart(f, data, file_headers="Content-Type: image/png\r\n" + "X-A: b\r\n" * 5000)[0],
-            ok_type,
-        ),
-        "obs-fold header": (multipart(f, data, file_headers="Content-Type:\r\n image/png\r\n")[0], ok_type),
+        "content-encoding gzip": with_file_headers("Content-Type: image/png\r\nContent-Encoding: gzip\r\n"),
+        "nested multipart": with_file_headers("Content-Type: multipart/mixed; boundary=x\r\n"),
+        "part content-length +5": with_file_headers("Content-Type: image/png\r\nContent-Length: +5\r\n"),
+        "thousands of part headers": with_file_headers("Content-Type: image/png\r\n" + "X-A: b\r\n" * 5000),
+        "obs-fold header": with_file_headers("Content-Type:\r\n image/png\r\n"),
         "sha uppercase": (multipart({**f, "sha256": f["sha256"].upper()}, data)[0], ok_type),
         "sha wrong length": (multipart({**f, "sha256": f["sha256"][:-1]}, data)[0], ok_type),
         "sha not matching": (multipart({**f, "sha256": "0" * 64}, data)[0], ok_type),

@@ -20,6 +20,7 @@ from cmbuyer.server.db import StorageError, run_in_transaction
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
+from tests.server.evidence.conftest import EvidenceGc
 from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     Claim,
@@ -36,19 +37,12 @@ DAY = 86400
 BUDGET = AttemptBudget(events=1000, evidence_files=32, evidence_bytes=128 << 20)
 
 
-def _gc(settings: Settings, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
-    capsys.readouterr()
-    assert cli_main(["--data-dir", str(settings.data_dir), "evidence", "gc", "--json", *extra]) == 0
-    report: dict[str, Any] = json.loads(capsys.readouterr().out)
-    return report
-
-
 async def test_gc_removes_only_old_unreferenced_files(
     server_client: Any,
     claimed: Claim,
     settings: Settings,
     sync_conn: sqlite3.Connection,
-    capsys: pytest.CaptureFixture[str],
+    gc: EvidenceGc,
 ) -> None:
     referenced = padded_to(300)
     assert (await upload_png(server_client, claimed, referenced))[0] == 201
@@ -68,12 +62,12 @@ async def test_gc_removes_only_old_unreferenced_files(
         p.write_bytes(b"x")
         age_file(p, 9 * DAY)
 
-    dry = _gc(settings, capsys, "--dry-run")
+    dry = gc.ok("--dry-run")
     assert (dry["removed"], dry["removed_temporary"], dry["dry_run"]) == (1, 1, True)
     assert orphan_path.exists() and stale_tmp.exists()
 
     audit_before = sync_conn.execute("SELECT max(id) FROM audit_log").fetchone()[0]
-    report = _gc(settings, capsys)
+    report = gc.ok()
     assert report == {
         "scanned": 5,
         "referenced": 1,
@@ -95,7 +89,7 @@ async def test_gc_removes_only_old_unreferenced_files(
     ]
 
     # nothing left to do: a second run removes nothing and writes no audit row
-    again = _gc(settings, capsys)
+    again = gc.ok()
     assert (again["removed"], again["removed_temporary"]) == (0, 0)
     assert sync_conn.execute("SELECT max(id) FROM audit_log").fetchone()[0] == audit_before + 2
 

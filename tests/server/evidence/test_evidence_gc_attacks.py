@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.config import Settings, SettingsError, load_settings
 from cmbuyer.server.db import connect_sync
 from cmbuyer.server.evidence import files
 from cmbuyer.server.store import evidence as evidence_store
+from tests.server.evidence.conftest import EvidenceGc
 from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     Claim,
@@ -31,13 +31,6 @@ from tests.server.submissions.helpers import (
 DAY = 86400
 
 
-def _gc(settings: Settings, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any], str]:
-    capsys.readouterr()
-    code = cli_main(["--data-dir", str(settings.data_dir), "evidence", "gc", "--json", *extra])
-    out = capsys.readouterr()
-    return code, (json.loads(out.out) if code == 0 else {}), out.err
-
-
 def _audit_gc_rows(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM audit_log WHERE action = 'evidence.gc'").fetchone()[0])
 
@@ -46,12 +39,12 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _gc_while_locked(settings: Settings, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def _gc_while_locked(settings: Settings, gc: EvidenceGc) -> tuple[int, str]:
     """Run gc while another connection (as another process's writer would) holds the write lock."""
     other = connect_sync(settings.db_path)
     try:
         other.execute("BEGIN IMMEDIATE")
-        code, _, err = _gc(settings, capsys)
+        code, _, err = gc()
         other.execute("ROLLBACK")
     finally:
         other.close()
@@ -63,7 +56,7 @@ def _gc_while_locked(settings: Settings, capsys: pytest.CaptureFixture[str]) -> 
 
 @pytest.mark.parametrize("depth", ["top", "sub"])
 def test_gc_never_follows_a_symlinked_directory_out_of_the_evidence_tree(
-    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str], depth: str
+    settings: Settings, tmp_path: Path, gc: EvidenceGc, depth: str
 ) -> None:
     """Found: ``files.scan`` tests ``top.is_dir()`` / ``sub.is_dir()``, which follow symlinks, so a
     symlinked ``ab`` or ``ab/cd`` directory is walked and gc unlinks a file that lives outside the
@@ -84,14 +77,14 @@ def test_gc_never_follows_a_symlinked_directory_out_of_the_evidence_tree(
         (settings.evidence_dir / sha[:2]).mkdir()
         (settings.evidence_dir / sha[:2] / sha[2:4]).symlink_to(outside, target_is_directory=True)
 
-    code, report, _ = _gc(settings, capsys)
+    code, report, _ = gc()
     assert code == 0
     assert victim.exists(), "evidence gc deleted a file outside the evidence directory through a symlink"
     assert report["removed"] == 0
 
 
 def test_gc_that_fails_on_a_locked_database_has_removed_nothing(
-    settings: Settings, sync_conn: sqlite3.Connection, capsys: pytest.CaptureFixture[str]
+    settings: Settings, sync_conn: sqlite3.Connection, gc: EvidenceGc
 ) -> None:
     """Found: stale temporary files are unlinked *before* the audit transaction. When only temporary
     files are found and another process holds the write lock, gc deletes them, then fails to write its
@@ -103,7 +96,7 @@ def test_gc_that_fails_on_a_locked_database_has_removed_nothing(
     stale = folder / ".tmp-crashed.png"
     stale.write_bytes(b"half a file")
     age_file(stale, 3 * DAY)
-    code, err = _gc_while_locked(settings, capsys)
+    code, err = _gc_while_locked(settings, gc)
     assert code == 4 and "storage error" in err
     assert stale.exists(), "gc reported a storage failure but had already deleted files (no audit row)"
     assert _audit_gc_rows(sync_conn) == 0
@@ -146,7 +139,7 @@ def test_gc_reference_check_does_not_scan_every_asset_under_the_write_lock(
 
 
 def test_gc_on_a_locked_database_with_candidates_deletes_nothing(
-    settings: Settings, sync_conn: sqlite3.Connection, capsys: pytest.CaptureFixture[str]
+    settings: Settings, sync_conn: sqlite3.Connection, gc: EvidenceGc
 ) -> None:
     """Another process holds the write lock: gc waits the busy timeout, exits 4 with a one-line message
     that names no path, and has removed neither the orphan nor the stale temporary file."""
@@ -156,14 +149,14 @@ def test_gc_on_a_locked_database_with_candidates_deletes_nothing(
     stale = orphan.parent / ".tmp-crashed.png"
     stale.write_bytes(b"half")
     age_file(stale, 3 * DAY)
-    code, err = _gc_while_locked(settings, capsys)
+    code, err = _gc_while_locked(settings, gc)
     assert code == 4
     assert err.strip() == "cmbuyer-server: storage error: could not begin a write transaction"
     assert orphan.exists() and stale.exists() and _audit_gc_rows(sync_conn) == 0
 
 
 def test_gc_ignores_everything_outside_the_layout_and_dry_run_touches_nothing(
-    settings: Settings, tmp_path: Path, sync_conn: sqlite3.Connection, capsys: pytest.CaptureFixture[str]
+    settings: Settings, tmp_path: Path, sync_conn: sqlite3.Connection, gc: EvidenceGc
 ) -> None:
     """Uppercase hex names, directories named like a stored or temporary file, a FIFO, a symlink *file*
     named like a stored file (its target outside must survive), hashes at the wrong depth or in the
@@ -204,21 +197,21 @@ def test_gc_ignores_everything_outside_the_layout_and_dry_run_touches_nothing(
     age_file(orphan, 30 * DAY)
     before = {p: p.lstat().st_mtime for p in [*odd, orphan, outside]}
 
-    code, dry, _ = _gc(settings, capsys, "--dry-run")
+    code, dry, _ = gc("--dry-run")
     assert code == 0 and (dry["scanned"], dry["removed"], dry["removed_temporary"]) == (1, 1, 0)
     assert {p: p.lstat().st_mtime for p in before} == before and _audit_gc_rows(sync_conn) == 0
 
-    code, real, _ = _gc(settings, capsys)
+    code, real, _ = gc()
     assert code == 0 and (real["removed"], real["bytes_freed"]) == (1, len(orphan_data))
     assert not orphan.exists()
     assert all(os.path.lexists(p) for p in odd) and outside.read_bytes() == data
 
 
 def test_gc_on_a_missing_evidence_dir_is_a_no_op(
-    settings: Settings, sync_conn: sqlite3.Connection, capsys: pytest.CaptureFixture[str]
+    settings: Settings, sync_conn: sqlite3.Connection, gc: EvidenceGc
 ) -> None:
     settings.evidence_dir.rmdir()
-    code, report, _ = _gc(settings, capsys)
+    code, report, _ = gc()
     assert code == 0 and report["scanned"] == 0 and not settings.evidence_dir.exists()
     assert _audit_gc_rows(sync_conn) == 0
 
@@ -228,7 +221,7 @@ async def test_gc_chunks_keep_referenced_files_on_both_sides_of_a_chunk_boundary
     claimed: Claim,
     settings: Settings,
     sync_conn: sqlite3.Connection,
-    capsys: pytest.CaptureFixture[str],
+    gc: EvidenceGc,
 ) -> None:
     """450 old files (three chunks); the files sorted 0, 199, 200, 399 and 449 are referenced by rows, the
     rest are orphans in the same chunks. Exactly the orphans go; each chunk's transaction audits what it
@@ -245,7 +238,7 @@ async def test_gc_chunks_keep_referenced_files_on_both_sides_of_a_chunk_boundary
             path.write_bytes(blob)
         age_file(path, 2 * DAY)
 
-    code, report, _ = _gc(settings, capsys)
+    code, report, _ = gc()
     assert code == 0
     assert (report["scanned"], report["referenced"], report["removed"]) == (450, 5, 445)
     assert report["bytes_freed"] == sum(len(b) for i, b in enumerate(blobs) if i not in keep)

@@ -86,15 +86,19 @@ async def test_concurrent_writers_never_interleave(db: Database) -> None:
     assert len(threads) == 1
 
 
+def _insert_01(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO rows (payload) VALUES (x'01')")
+
+
+def _insert_02_then_fail(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO rows (payload) VALUES (x'02')")
+    raise ValueError("business rule")
+
+
 async def test_failing_job_rolls_back_only_itself(db: Database) -> None:
-    def good(conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO rows (payload) VALUES (x'01')")
-
-    def bad(conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO rows (payload) VALUES (x'02')")
-        raise ValueError("business rule")
-
-    out = await asyncio.gather(db.write(good), db.write(bad), db.write(good), return_exceptions=True)
+    out = await asyncio.gather(
+        db.write(_insert_01), db.write(_insert_02_then_fail), db.write(_insert_01), return_exceptions=True
+    )
     assert out[0] is None and out[2] is None and isinstance(out[1], ValueError)
     payloads = await db.read(lambda c: [r[0] for r in c.execute("SELECT payload FROM rows")])
     assert payloads == [b"\x01", b"\x01"]
@@ -215,18 +219,11 @@ async def test_short_jobs_run_on_the_loop_thread_between_begin_and_commit_on_the
 
 
 async def test_short_and_long_jobs_share_the_same_guarantees(db: Database) -> None:
-    def good(conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO rows (payload) VALUES (x'01')")
-
-    def bad(conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO rows (payload) VALUES (x'02')")
-        raise ValueError("business rule")
-
     out = await asyncio.gather(
-        db.write(good, short=True),
-        db.write(bad, short=True),
-        db.write(good),
-        db.write(good, short=True),
+        db.write(_insert_01, short=True),
+        db.write(_insert_02_then_fail, short=True),
+        db.write(_insert_01),
+        db.write(_insert_01, short=True),
         return_exceptions=True,
     )
     assert [type(o).__name__ for o in out] == ["NoneType", "ValueError", "NoneType", "NoneType"]

@@ -6,8 +6,8 @@ FK / unique / partial index, refusal over existing facts)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,13 +75,18 @@ def _migrate_to(conn: sqlite3.Connection, last: int, monkeypatch: pytest.MonkeyP
         return migrate.migrate(conn, AT)
 
 
+def db_at(path: Path, last: str, monkeypatch: pytest.MonkeyPatch) -> sqlite3.Connection:
+    """A new database at ``path`` migrated up to the migration named ``last`` (an older schema)."""
+    conn = connect_sync(path)
+    assert _migrate_to(conn, int(last[:4]), monkeypatch)[-1] == last
+    return conn
+
+
 @pytest.fixture
 def old_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
     """A database at migration 0004, the schema before this one."""
-    conn = connect_sync(tmp_path / "old.sqlite3")
-    assert _migrate_to(conn, 4, monkeypatch)[-1] == "0004_evidence_sha256.sql"
-    yield conn
-    conn.close()
+    with closing(db_at(tmp_path / "old.sqlite3", "0004_evidence_sha256.sql", monkeypatch)) as conn:
+        yield conn
 
 
 def _claim(conn: sqlite3.Connection, claim: Claim, clock: ManualClock, policy: ClaimPolicy) -> Any:
@@ -314,41 +319,56 @@ def _refused(conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch, match: s
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
-def test_upgrade_refuses_a_terminal_authorization_without_closed_at(
+def _terminal_authorization_without_closed_at(conn: sqlite3.Connection, claims: list[Claim]) -> None:
+    conn.execute("UPDATE authorizations SET state = 'EXPIRED' WHERE rowid = (SELECT min(rowid) FROM authorizations)")
+
+
+def _request_key_stored_for_two_devices(conn: sqlite3.Connection, claims: list[Claim]) -> None:
+    conn.execute("UPDATE device_requests SET request_key = ? WHERE device_id = ?", (claims[0].key, claims[1].device_id))
+
+
+def _dangling_reference(conn: sqlite3.Connection, claims: list[Claim]) -> None:
+    conn.execute("PRAGMA foreign_keys = OFF")  # how such a row could only have got there
+    conn.execute("UPDATE device_requests SET attempt_id = ?", (new_id(),))
+    conn.execute("PRAGMA foreign_keys = ON")
+
+
+@pytest.mark.parametrize(
+    ("tasks", "claims", "corrupt", "match"),
+    [
+        pytest.param(
+            2,
+            0,
+            _terminal_authorization_without_closed_at,
+            "0005.*CHECK constraint failed",
+            id="terminal_authorization_without_closed_at",
+        ),
+        pytest.param(
+            3,
+            2,
+            _request_key_stored_for_two_devices,
+            "0005.*UNIQUE constraint failed",
+            id="request_key_stored_for_two_devices",
+        ),
+        pytest.param(
+            2,
+            1,
+            _dangling_reference,
+            "0005.*dangling foreign key.*1 in device_requests → attempts",
+            id="dangling_reference",
+        ),
+    ],
+)
+def test_upgrade_refuses(
     old_db: sqlite3.Connection,
     settings: Settings,
     clock: ManualClock,
     policy: ClaimPolicy,
     monkeypatch: pytest.MonkeyPatch,
+    tasks: int,
+    claims: int,
+    corrupt: Callable[[sqlite3.Connection, list[Claim]], None],
+    match: str,
 ) -> None:
-    _seed(old_db, settings, clock, policy, tasks=2, claims=0)
-    old_db.execute("UPDATE authorizations SET state = 'EXPIRED' WHERE rowid = (SELECT min(rowid) FROM authorizations)")
-    _refused(old_db, monkeypatch, "0005.*CHECK constraint failed")
-
-
-def test_upgrade_refuses_a_request_key_stored_for_two_devices(
-    old_db: sqlite3.Connection,
-    settings: Settings,
-    clock: ManualClock,
-    policy: ClaimPolicy,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    claims = _seed(old_db, settings, clock, policy, tasks=3, claims=2)
-    old_db.execute(
-        "UPDATE device_requests SET request_key = ? WHERE device_id = ?", (claims[0].key, claims[1].device_id)
-    )
-    _refused(old_db, monkeypatch, "0005.*UNIQUE constraint failed")
-
-
-def test_upgrade_refuses_a_dangling_reference(
-    old_db: sqlite3.Connection,
-    settings: Settings,
-    clock: ManualClock,
-    policy: ClaimPolicy,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    _seed(old_db, settings, clock, policy, tasks=2, claims=1)
-    old_db.execute("PRAGMA foreign_keys = OFF")  # how such a row could only have got there
-    old_db.execute("UPDATE device_requests SET attempt_id = ?", (new_id(),))
-    old_db.execute("PRAGMA foreign_keys = ON")
-    _refused(old_db, monkeypatch, "0005.*dangling foreign key.*1 in device_requests → attempts")
+    corrupt(old_db, _seed(old_db, settings, clock, policy, tasks=tasks, claims=claims))
+    _refused(old_db, monkeypatch, match)

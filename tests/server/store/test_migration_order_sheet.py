@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from cmbuyer.schemas import validate
 from cmbuyer.server import migrate
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
-from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import tasks as task_service
@@ -24,7 +25,7 @@ from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import heartbeat_body
-from tests.server.store.test_migration_lean import ACTOR, AT, Claim, _claim, _migrate_to, _seed
+from tests.server.store.test_migration_lean import ACTOR, AT, Claim, _claim, _migrate_to, _seed, db_at
 
 ORDER_SHEET = "0006_one_dimension_sku_and_order_sheet.sql"
 TABLES = ("tasks", "authorizations", "evidence_assets", "order_submissions", "attempts", "task_search")
@@ -40,10 +41,8 @@ OLD_SUBMISSION_COLUMNS = (
 
 @pytest.fixture
 def db_0005(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
-    conn = connect_sync(tmp_path / "old.sqlite3")
-    assert _migrate_to(conn, 5, monkeypatch)[-1] == "0005_lean_claim_indexes.sql"
-    yield conn
-    conn.close()
+    with closing(db_at(tmp_path / "old.sqlite3", "0005_lean_claim_indexes.sql", monkeypatch)) as conn:
+        yield conn
 
 
 def _rows(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:

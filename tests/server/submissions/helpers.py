@@ -26,7 +26,7 @@ from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import TEST_ACTOR, DeviceCreds
+from tests.server.conftest import TEST_ACTOR, DeviceCreds, Maker
 
 HEARTBEAT = "/api/v1/devices/heartbeat"
 CLAIM_NEXT = "/api/v1/tasks/claim-next"
@@ -117,6 +117,15 @@ async def claim_http(client: Any, creds: DeviceCreds) -> Claim:
     status, raw = await post_json(client, CLAIM_NEXT, creds, {"session_id": session, "claim_request_id": new_id()})
     assert status == 200, (status, raw)
     return Claim.from_body(creds, session, json.loads(raw))
+
+
+async def fenced_http(client: Any, make_device: Maker, make_task: Maker) -> tuple[Claim, str]:
+    """A started task claimed over HTTP by a new device and fenced (click permitted): the claim and submission id."""
+    make_task(start=True)
+    c = await claim_http(client, make_device())
+    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
+    assert status == 200 and json.loads(raw)["click_permitted"] is True
+    return c, json.loads(raw)["submission_id"]
 
 
 def claim_direct(conn: sqlite3.Connection, settings: Settings, now: datetime, creds: DeviceCreds) -> Claim:

@@ -17,10 +17,10 @@ from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     HEARTBEAT,
-    Claim,
     claim_http,
     fence_body,
     fence_path,
+    fenced_http,
     fingerprint,
     heartbeat_body,
     post_json,
@@ -37,19 +37,11 @@ STATES = {
 }
 
 
-async def _fenced(client: Any, make_device: Maker, make_task: Maker) -> tuple[Claim, str]:
-    make_task(start=True)
-    c = await claim_http(client, make_device())
-    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
-    assert status == 200 and json.loads(raw)["click_permitted"] is True
-    return c, json.loads(raw)["submission_id"]
-
-
 @pytest.mark.parametrize("observation", sorted(STATES))
 async def test_every_observation_maps_to_its_state(
     server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, observation: str
 ) -> None:
-    c, sid = await _fenced(server_client, make_device, make_task)
+    c, sid = await fenced_http(server_client, make_device, make_task)
     body = result_body(c, observation)
     status, raw = await post_json(server_client, result_path(sid), c.device, body)
     assert status == 200, raw
@@ -86,7 +78,7 @@ async def test_every_observation_maps_to_its_state(
 async def test_result_unknown_or_foreign_submission_does_not_leak(
     server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
-    c, sid = await _fenced(server_client, make_device, make_task)
+    c, sid = await fenced_http(server_client, make_device, make_task)
     stranger = make_device("stranger")
     before = fingerprint(sync_conn)
     unknown = await post_json(server_client, result_path(new_id()), c.device, result_body(c))
@@ -106,7 +98,7 @@ async def test_result_unknown_or_foreign_submission_does_not_leak(
 async def test_sweeper_moves_expired_fence_to_reconciliation(
     server_client: Any, make_device: Maker, make_task: Maker, clock: ManualClock, sync_conn: sqlite3.Connection
 ) -> None:
-    c, sid = await _fenced(server_client, make_device, make_task)
+    c, sid = await fenced_http(server_client, make_device, make_task)
     app = server_client.server.app
     clock.set(from_wire(c.lease_expires_at))
     clock.advance(-0.000001)
@@ -144,7 +136,7 @@ async def test_sweeper_moves_expired_fence_to_reconciliation(
 async def test_result_after_lease_expiry_before_sweep_is_accepted(
     server_client: Any, make_device: Maker, make_task: Maker, clock: ManualClock
 ) -> None:
-    c, sid = await _fenced(server_client, make_device, make_task)
+    c, sid = await fenced_http(server_client, make_device, make_task)
     clock.set(from_wire(c.lease_expires_at))
     clock.advance(30)
     status, raw = await post_json(server_client, result_path(sid), c.device, result_body(c, "SUBMITTED"))
@@ -200,7 +192,7 @@ async def test_startup_recovery_runs_before_serving(
     """Fence, stop the server, let the lease run out, start a new app: the first thing it does is the
     recovery, so the task is RECONCILIATION_REQUIRED before any device request is served."""
     first = await aiohttp_client(create_app(settings, clock))
-    c, _ = await _fenced(first, make_device, make_task)
+    c, _ = await fenced_http(first, make_device, make_task)
     await first.close()
     clock.set(from_wire(c.lease_expires_at))
     client = await aiohttp_client(create_app(settings, clock))  # start-up runs the recovery sweep

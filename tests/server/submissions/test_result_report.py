@@ -14,24 +14,13 @@ from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.lifecycle import run_sweep
 from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
-    Claim,
-    claim_http,
-    fence_body,
-    fence_path,
+    fenced_http,
     fingerprint,
     post_json,
     result_body,
     result_path,
     task_row,
 )
-
-
-async def _fenced(client: Any, make_device: Maker, make_task: Maker) -> tuple[Claim, str]:
-    make_task(start=True)
-    c = await claim_http(client, make_device())
-    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
-    assert status == 200 and json.loads(raw)["click_permitted"] is True
-    return c, json.loads(raw)["submission_id"]
 
 
 def _extras(conn: sqlite3.Connection, sid: str) -> tuple[Any, ...]:
@@ -45,7 +34,7 @@ def _extras(conn: sqlite3.Connection, sid: str) -> tuple[Any, ...]:
 async def test_order_number_is_stored_with_a_handoff(
     server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
-    c, sid = await _fenced(server_client, make_device, make_task)
+    c, sid = await fenced_http(server_client, make_device, make_task)
     body = result_body(c, "EXTERNAL_PAYMENT_HANDOFF", order_sn="241201-0987654321")
     status, raw = await post_json(server_client, result_path(sid), c.device, body)
     assert status == 200, raw
@@ -64,7 +53,7 @@ async def test_order_number_is_stored_with_a_handoff(
 async def test_payment_suspected_is_stored_and_changes_no_state(
     server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
-    c, sid = await _fenced(server_client, make_device, make_task)
+    c, sid = await fenced_http(server_client, make_device, make_task)
     status, raw = await post_json(
         server_client, result_path(sid), c.device, result_body(c, "UNKNOWN", observation_reason="PAYMENT_SUSPECTED")
     )
@@ -77,7 +66,7 @@ async def test_payment_suspected_is_stored_and_changes_no_state(
 async def test_late_result_keeps_its_order_number(
     server_client: Any, make_device: Maker, make_task: Maker, clock: ManualClock, sync_conn: sqlite3.Connection
 ) -> None:
-    c, sid = await _fenced(server_client, make_device, make_task)
+    c, sid = await fenced_http(server_client, make_device, make_task)
     clock.set(from_wire(c.lease_expires_at))
     assert (await run_sweep(server_client.server.app)).submissions_to_reconciliation == 1
     status, raw = await post_json(
@@ -107,7 +96,7 @@ async def test_late_result_keeps_its_order_number(
 async def test_bad_extras_refused_nothing_written(
     server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, change: dict[str, Any]
 ) -> None:
-    c, sid = await _fenced(server_client, make_device, make_task)
+    c, sid = await fenced_http(server_client, make_device, make_task)
     before = fingerprint(sync_conn)
     status, raw = await post_json(server_client, result_path(sid), c.device, result_body(c, **change))
     assert status == 400, raw

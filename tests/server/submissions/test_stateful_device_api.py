@@ -119,6 +119,14 @@ class DeviceApiMachine(RuleBasedStateMachine):
     def _other(self, dev: DeviceCreds) -> DeviceCreds:
         return next(d for d in self.devices if d.device_id != dev.device_id)
 
+    def _pick(self, i: int, foreign: bool) -> tuple[Claim, DeviceCreds] | None:
+        """The ``i``-th known claim and the device that sends for it (another device when ``foreign``); None
+        before the first claim (no precondition: rule choice must not depend on server state)."""
+        if not self.claims:
+            return None
+        c = self._claim(i)
+        return c, (self._other(c.device) if foreign else c.device)
+
     # --- rules ------------------------------------------------------------------------------------------
     @rule()
     def start_task(self) -> None:
@@ -151,10 +159,9 @@ class DeviceApiMachine(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
     def events(self, i: int, foreign: bool) -> None:
-        if not self.claims:  # no precondition: rule choice must not depend on server state
+        if (picked := self._pick(i, foreign)) is None:
             return
-        c = self._claim(i)
-        dev = self._other(c.device) if foreign else c.device
+        c, dev = picked
         body = {
             "batch_key": new_id(),
             "attempt_id": c.attempt_id,
@@ -167,20 +174,18 @@ class DeviceApiMachine(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
     def evidence(self, i: int, foreign: bool) -> None:
-        if not self.claims:  # no precondition: rule choice must not depend on server state
+        if (picked := self._pick(i, foreign)) is None:
             return
-        c = self._claim(i)
-        dev = self._other(c.device) if foreign else c.device
+        c, dev = picked
         body, ctype = multipart(evidence_fields(c, PNG), PNG)
         status, _ = self.post(f"/api/v1/tasks/{c.task_id}/evidence", dev, body, ctype)
         assert status in ((409,) if foreign else (201, 409))
 
     @rule(i=st.integers(0, 50), good=MOSTLY_TRUE, foreign=MOSTLY_FALSE, bump=st.booleans())
     def fence(self, i: int, good: bool, foreign: bool, bump: bool) -> None:
-        if not self.claims:  # no precondition: rule choice must not depend on server state
+        if (picked := self._pick(i, foreign)) is None:
             return
-        c = self._claim(i)
-        dev = self._other(c.device) if foreign else c.device
+        c, dev = picked
         over: dict[str, Any] = {} if good else {"quantity_read": c.quantity + 1}
         version = self.w.conn.execute("SELECT version FROM tasks WHERE id = ?", (c.task_id,)).fetchone()[0]
         over["expected_task_version"] = version if bump else c.task_version
@@ -236,10 +241,9 @@ class DeviceApiMachine(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
     def fail(self, i: int, foreign: bool) -> None:
-        if not self.claims:  # no precondition: rule choice must not depend on server state
+        if (picked := self._pick(i, foreign)) is None:
             return
-        c = self._claim(i)
-        dev = self._other(c.device) if foreign else c.device
+        c, dev = picked
         status, _ = self.post(fail_path(c.attempt_id), dev, fail_body(c))
         assert status in ((409,) if foreign else (200, 409))
 

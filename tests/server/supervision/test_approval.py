@@ -13,8 +13,7 @@ from cmbuyer.schemas import validate
 from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.domain.supervision import readings_hash
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceMaker, Maker
-from tests.server.submissions.helpers import Claim, claim_http, fence_body, post_json
+from tests.server.submissions.helpers import Claim, fence_body, post_json
 from tests.server.supervision.helpers import (
     approval_body,
     approval_path,
@@ -108,10 +107,9 @@ async def test_a_rejection_stands_for_the_attempt(
 async def test_status_route(
     server_client: Any,
     claimed: Claim,
+    other_claimed: Claim,
     shot: str,
     sync_conn: sqlite3.Connection,
-    make_device: DeviceMaker,
-    make_task: Maker,
 ) -> None:
     _, created, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings_of(fence_body(claimed))))
     approval_id = created["approval_id"]
@@ -136,22 +134,14 @@ async def test_status_route(
     )
     assert await status_of(server_client, claimed, new_id()) == (404, {"error": "not_found"})
     # another device — even with its own valid claim — and another attempt's URL look like an unknown id
-    make_task(start=True, goods_id="555")
-    other = await claim_http(server_client, make_device("phone-2"))
-    status, raw = await post_json(
-        server_client,
-        status_path(claimed.attempt_id),
-        other.device,
-        {"approval_id": approval_id, "claim_generation": 1, "claim_token": other.token},
-    )
-    assert (status, json.loads(raw)) == (404, {"error": "not_found"})
-    status, raw = await post_json(
-        server_client,
-        status_path(other.attempt_id),
-        claimed.device,
-        {"approval_id": approval_id, "claim_generation": 1, "claim_token": claimed.token},
-    )
-    assert (status, json.loads(raw)) == (404, {"error": "not_found"})
+    for url_of, sender in ((claimed, other_claimed), (other_claimed, claimed)):
+        status, raw = await post_json(
+            server_client,
+            status_path(url_of.attempt_id),
+            sender.device,
+            {"approval_id": approval_id, "claim_generation": 1, "claim_token": sender.token},
+        )
+        assert (status, json.loads(raw)) == (404, {"error": "not_found"}), sender.device.device_id
 
 
 @pytest.mark.parametrize("supervised_orders", ["0"])
@@ -167,14 +157,11 @@ async def test_not_supervised(server_client: Any, claimed: Claim, shot: str, syn
 async def test_screenshot_must_be_this_attempts_gate3(
     server_client: Any,
     claimed: Claim,
+    other_claimed: Claim,
     shot: str,
     sync_conn: sqlite3.Connection,
-    make_device: DeviceMaker,
-    make_task: Maker,
 ) -> None:
-    make_task(start=True, goods_id="556")
-    other = await claim_http(server_client, make_device("phone-2"))
-    foreign = await gate3_screenshot(server_client, other)
+    foreign = await gate3_screenshot(server_client, other_claimed)
     wrong_kind = await gate3_screenshot(server_client, claimed, kind="QUANTITY_GATE_2")
     readings = readings_of(fence_body(claimed))
     before = fingerprint(sync_conn)

@@ -34,6 +34,14 @@ async def _claim(
     return status, raw, body
 
 
+async def _claim_ok(client: Any, creds: DeviceCreds, **kwargs: Any) -> dict[str, Any]:
+    """:func:`_claim`, asserting a 200; the answer."""
+    status, raw, _ = await _claim(client, creds, **kwargs)
+    assert status == 200, raw
+    answer: dict[str, Any] = json.loads(raw)
+    return answer
+
+
 def _attempt(conn: sqlite3.Connection, attempt_id: str) -> tuple[str | None, int]:
     row = conn.execute("SELECT pack_key, supervised FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
     return row[0], row[1]
@@ -44,9 +52,7 @@ async def test_new_pair_is_supervised_and_gets_a_row(
 ) -> None:
     make_task(start=True)
     dev = make_device()
-    status, raw, _ = await _claim(server_client, dev)
-    assert status == 200, raw
-    answer = json.loads(raw)
+    answer = await _claim_ok(server_client, dev)
     validate("claim_next.response", answer)
     assert answer["attempt"]["supervised"] is True
     assert _attempt(sync_conn, answer["attempt"]["id"]) == (APP_KEY, 1)
@@ -62,15 +68,12 @@ async def test_pack_key_order_claim_then_heartbeat_then_app(
     for goods in ("11", "12", "13"):
         make_task(start=True, goods_id=goods)
     named, reported, none = make_device("named"), make_device("reported"), make_device("none")
-    status, raw, _ = await _claim(server_client, named, heartbeat_pack="pdd-8.17.0", pack_id="pdd-8.17.0-op")
-    assert status == 200, raw
-    assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"])[0] == "pdd-8.17.0-op"
-    status, raw, _ = await _claim(server_client, reported, heartbeat_pack="pdd-8.17.0")
-    assert status == 200, raw
-    assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"])[0] == "pdd-8.17.0"
-    status, raw, _ = await _claim(server_client, none, heartbeat_pack="NO_PACK")  # NO_PACK is not a pack id
-    assert status == 200, raw
-    assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"])[0] == APP_KEY
+    answer = await _claim_ok(server_client, named, heartbeat_pack="pdd-8.17.0", pack_id="pdd-8.17.0-op")
+    assert _attempt(sync_conn, answer["attempt"]["id"])[0] == "pdd-8.17.0-op"
+    answer = await _claim_ok(server_client, reported, heartbeat_pack="pdd-8.17.0")
+    assert _attempt(sync_conn, answer["attempt"]["id"])[0] == "pdd-8.17.0"
+    answer = await _claim_ok(server_client, none, heartbeat_pack="NO_PACK")  # NO_PACK is not a pack id
+    assert _attempt(sync_conn, answer["attempt"]["id"])[0] == APP_KEY
 
 
 @pytest.mark.parametrize("supervised_orders", ["0"])
@@ -79,9 +82,7 @@ async def test_off_means_unsupervised(
 ) -> None:
     make_task(start=True)
     dev = make_device()
-    status, raw, _ = await _claim(server_client, dev)
-    assert status == 200, raw
-    answer = json.loads(raw)
+    answer = await _claim_ok(server_client, dev)
     assert answer["attempt"]["supervised"] is False
     assert _attempt(sync_conn, answer["attempt"]["id"]) == (APP_KEY, 0)
     assert store.get_pair(sync_conn, dev.device_id, APP_KEY) is None  # no pair row for unsupervised claims
@@ -95,18 +96,18 @@ async def test_confirmed_pairs_run_unsupervised_until_n(
     two, three = make_device("two"), make_device("three")
     put_pair(sync_conn, two.device_id, APP_KEY, confirmed=2)
     put_pair(sync_conn, three.device_id, APP_KEY, confirmed=3)
-    status, raw, _ = await _claim(server_client, two)
-    assert status == 200 and json.loads(raw)["attempt"]["supervised"] is True
-    status, raw, _ = await _claim(server_client, three)
-    assert status == 200 and json.loads(raw)["attempt"]["supervised"] is False
+    answer = await _claim_ok(server_client, two)
+    assert answer["attempt"]["supervised"] is True
+    answer = await _claim_ok(server_client, three)
+    assert answer["attempt"]["supervised"] is False
     # another pack of the same device is a new pair: supervised again
     sync_conn.execute(
         "UPDATE attempts SET state = 'CLOSED', close_reason = 'FAILED', closed_at = created_at WHERE device_id = ?",
         (three.device_id,),
     )
     make_task(start=True, goods_id="23")
-    status, raw, _ = await _claim(server_client, three, pack_id="pdd-8.17.0-new")
-    assert status == 200 and json.loads(raw)["attempt"]["supervised"] is True
+    answer = await _claim_ok(server_client, three, pack_id="pdd-8.17.0-new")
+    assert answer["attempt"]["supervised"] is True
 
 
 @pytest.mark.parametrize("supervised_orders", ["3", "0"])
@@ -242,9 +243,9 @@ async def test_exempted_device_is_not_supervised_but_a_hold_stands(
                 c, d.device_id, off=True, actor=TEST_ACTOR, now=clock.now()
             ),
         )
-    status, raw, _ = await _claim(server_client, free)
-    assert status == 200 and json.loads(raw)["attempt"]["supervised"] is False
-    assert _attempt(sync_conn, json.loads(raw)["attempt"]["id"]) == (APP_KEY, 0)
+    answer = await _claim_ok(server_client, free)
+    assert answer["attempt"]["supervised"] is False
+    assert _attempt(sync_conn, answer["attempt"]["id"]) == (APP_KEY, 0)
     put_pair(sync_conn, held.device_id, APP_KEY, confirmed=0, held=True)
     status, raw, _ = await _claim(server_client, held)
     assert (status, raw) == (204, b"")
