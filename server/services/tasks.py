@@ -83,15 +83,8 @@ def create_task(conn: sqlite3.Connection, new: NewTask, actor: Actor, now: datet
     at = to_wire(now)
     task = task_store.Task(
         id=new_id(),
-        create_key=new.create_key,
         create_hash=digest,
-        title=new.title,
-        product_url=new.product_url,
-        goods_id=new.goods_id,
-        sku_color=new.sku_color,
-        sku_size=new.sku_size,
-        quantity=new.quantity,
-        max_total_price=new.max_total_price,
+        **fields,  # the validated fields are the task's columns of the same names, stored as they are
         state=TaskState.DRAFT,
         version=1,
         state_reason=None,
