@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain.codes import Code
@@ -126,6 +126,13 @@ def claim_requires_manual() -> Conflict:
 def app_version_not_allowed() -> Conflict:
     """The fixed 409 when the device's heartbeat does not allow claiming."""
     return Conflict("heartbeat missing, stale, not READY or app version not allowed", code=Code.APP_VERSION_NOT_ALLOWED)
+
+
+def snapshot_of(row: Snapshot) -> dict[str, Any]:
+    """``{field: value}`` of the :data:`SNAPSHOT_FIELDS` of ``row``: what start-purchases freezes from the task
+    into its authorization and what claim-next sends as the task (docs/api.md "POST /api/v1/tasks/claim-next").
+    Raises nothing."""
+    return {f: getattr(row, f) for f in SNAPSHOT_FIELDS}
 
 
 def snapshot_matches(task: Snapshot, authorization: Snapshot) -> bool:

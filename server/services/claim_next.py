@@ -31,12 +31,12 @@ from typing import Any
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain.claims import (
-    SNAPSHOT_FIELDS,
     ClaimPolicy,
     app_version_not_allowed,
     claim_requires_manual,
     may_claim,
     may_resume,
+    snapshot_of,
 )
 from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.states import (
@@ -195,7 +195,7 @@ def _claim(
         "task": {
             "id": authorization.task_id,
             "version": claimed_version,
-            **{f: getattr(authorization, f) for f in SNAPSHOT_FIELDS},
+            **snapshot_of(authorization),
         },
         "authorization": {
             "id": authorization.id,

@@ -27,16 +27,11 @@ from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import events as event_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
-from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.tx.moves import move_task
 
 ENDPOINT = "events"
-
-
-def request_payload(task_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Idempotency comparison form: body + URL task id, token replaced by its SHA-256 hex."""
-    return idempotency.claim_request_form(body, task_id=task_id)
 
 
 def append_events(
@@ -54,9 +49,7 @@ def append_events(
     ``claim_not_current`` / ``attempt_limit_reached`` (→ 409). A replay is answered before the budget is
     looked at, so a batch accepted just under the cap still replays.
     """
-    req = device_tx.open_write(
-        conn, device_id, key=body["batch_key"], endpoint=ENDPOINT, payload=request_payload(task_id, body)
-    )
+    req = device_tx.open_claim_write(conn, device_id, body, key=body["batch_key"], endpoint=ENDPOINT, task_id=task_id)
     stored = req.replay()
     if stored is not None:
         return stored

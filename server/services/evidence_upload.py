@@ -19,7 +19,7 @@ foreign or closed attempt never leaves a file behind.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -126,18 +126,9 @@ def record_upload(
     at = to_wire(now)
     asset = evidence_store.Asset(
         id=new_id(),
-        task_id=upload.task_id,
-        attempt_id=attempt.id,
+        **asdict(upload),  # every Upload field is the asset column of the same name (attempt_id: the row read above)
         device_id=device_id,
-        upload_key=upload.upload_key,
-        kind=upload.kind,
-        privacy_tier=upload.privacy_tier,
-        sha256=upload.sha256,
-        byte_size=upload.byte_size,
         mime="image/png",
-        width=upload.width,
-        height=upload.height,
-        captured_at=upload.captured_at,
         created_at=at,
     )
     evidence_store.insert(conn, asset)

@@ -28,17 +28,12 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.store import evidence as evidence_store
-from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx.claim_check import check_unfenced, claim_rows
 from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.tx.moves import close_attempt, move_authorization, move_task
 
 ENDPOINT = "fail"
-
-
-def request_payload(attempt_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Idempotency comparison form: body + URL attempt id, token replaced by its SHA-256 hex."""
-    return idempotency.claim_request_form(body, attempt_id=attempt_id)
 
 
 def fail_attempt(
@@ -47,8 +42,8 @@ def fail_attempt(
     """Close the attempt as failed; returns the 200 response. Raises DeviceNotActive (→ 401),
     ValidationFailed (→ 400), Conflict ``idempotency_conflict`` / ``claim_not_current`` /
     ``submission_fenced`` / ``evidence_conflict`` (→ 409)."""
-    req = device_tx.open_write(
-        conn, device_id, key=body["fail_key"], endpoint=ENDPOINT, payload=request_payload(attempt_id, body)
+    req = device_tx.open_claim_write(
+        conn, device_id, body, key=body["fail_key"], endpoint=ENDPOINT, attempt_id=attempt_id
     )
     stored = req.replay()
     if stored is not None:

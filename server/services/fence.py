@@ -57,7 +57,7 @@ from cmbuyer.server.domain.states import (
     transition,
 )
 from cmbuyer.server.store import submissions as submission_store
-from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.claim_check import claim_rows, unfenced_claim
 from cmbuyer.server.tx.common import canonical_json, new_id
@@ -88,11 +88,6 @@ def response_body(submission_id: str, *, first: bool) -> dict[str, Any]:
     }
 
 
-def request_payload(attempt_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Idempotency comparison form: body + URL attempt id, token replaced by its SHA-256 hex."""
-    return idempotency.claim_request_form(body, attempt_id=attempt_id)
-
-
 def create_fence(
     conn: sqlite3.Connection,
     *,
@@ -104,8 +99,8 @@ def create_fence(
 ) -> FenceAnswer:
     """Run the fence for a schema-valid request (see the module docstring for the order);
     ``allowed_payment_modes`` is ``Settings.allowed_payment_modes``."""
-    req = device_tx.open_write(
-        conn, device_id, key=body["fence_key"], endpoint=ENDPOINT, payload=request_payload(attempt_id, body)
+    req = device_tx.open_claim_write(
+        conn, device_id, body, key=body["fence_key"], endpoint=ENDPOINT, attempt_id=attempt_id
     )
     stored = req.replay()
     if stored is not None and stored.body is not None:

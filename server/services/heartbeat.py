@@ -21,10 +21,11 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.claims import ClaimPolicy, version_allowed
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import devices as device_store
+from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx import supervision as supervision_tx
+from cmbuyer.server.tx.common import Actor
 
 
 def record_heartbeat(
@@ -47,29 +48,17 @@ def record_heartbeat(
         "pack_id": body.get("pack_id"),
         "app_version_allowed": allowed,
     }
-    device_store.record_heartbeat(
-        conn,
-        device_id,
-        at=at,
-        client_version=facts["client_version"],
-        adb_serial=facts["adb_serial"],
-        android_release=facts["android_release"],
-        pdd_version=facts["pdd_version"],
-        pdd_version_code=facts["pdd_version_code"],
-        reported_state=facts["reported_state"],
-        pack_id=facts["pack_id"],
-        app_version_allowed=allowed,
-    )
+    # the facts are named as the device row's columns: stored as they are, then compared for the audit
+    device_store.record_heartbeat(conn, device_id, at=at, **facts)
     before = {name: getattr(previous, name) for name in facts}
     if before != facts:
-        audit.append(
+        audit_tx.record(
             conn,
+            Actor("device", device_id),
+            "device.heartbeat",
+            "device",
+            device_id,
             at=at,
-            actor_kind="device",
-            actor_id=device_id,
-            action="device.heartbeat",
-            subject_kind="device",
-            subject_id=device_id,
             detail={name: value for name, value in facts.items() if before[name] != value},
         )
     return {

@@ -20,17 +20,11 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import lease
 from cmbuyer.server.domain.claims import ClaimPolicy, claim_not_current, renewable
 from cmbuyer.server.store import attempts as attempt_store
-from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx.claim_check import claim_rows
 from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "lease-renew"
-
-
-def request_payload(task_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The idempotency comparison form: the body plus the URL's task id, with the token replaced by its
-    SHA-256 (so even the request hash is not derived from the plain token)."""
-    return idempotency.claim_request_form(body, task_id=task_id)
 
 
 def renew_lease(
@@ -41,8 +35,8 @@ def renew_lease(
     ``body`` is a schema-valid renew request. Raises :class:`device_tx.DeviceNotActive` (→ 401) or
     Conflict ``idempotency_conflict`` / ``claim_not_current`` (→ 409).
     """
-    req = device_tx.open_write(
-        conn, device_id, key=body["renew_request_id"], endpoint=ENDPOINT, payload=request_payload(task_id, body)
+    req = device_tx.open_claim_write(
+        conn, device_id, body, key=body["renew_request_id"], endpoint=ENDPOINT, task_id=task_id
     )
     stored = req.replay()
     if stored is not None:

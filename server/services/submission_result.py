@@ -54,7 +54,7 @@ from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import evidence as evidence_store
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.store import tasks as task_store
-from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.tx.moves import close_attempt, move_authorization, move_task
 
@@ -69,11 +69,6 @@ def result_conflict() -> Conflict:
 def not_found() -> NotFound:
     """The fixed 404 for an unknown submission *or* one fenced by another device."""
     return NotFound("not found", code=Code.NOT_FOUND)
-
-
-def request_payload(submission_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Idempotency comparison form: body + URL submission id, token replaced by its SHA-256 hex."""
-    return idempotency.claim_request_form(body, submission_id=submission_id)
 
 
 def _extras(body: dict[str, Any]) -> dict[str, Any]:
@@ -112,8 +107,8 @@ def report_result(
     """Record the observation; returns the 200 response. Raises DeviceNotActive (→ 401), NotFound
     (→ 404), Conflict ``idempotency_conflict`` / ``claim_not_current`` / ``result_conflict`` /
     ``evidence_conflict`` (→ 409)."""
-    req = device_tx.open_write(
-        conn, device_id, key=body["result_key"], endpoint=ENDPOINT, payload=request_payload(submission_id, body)
+    req = device_tx.open_claim_write(
+        conn, device_id, body, key=body["result_key"], endpoint=ENDPOINT, submission_id=submission_id
     )
     stored = req.replay()
     if stored is not None:

@@ -27,7 +27,7 @@ from cmbuyer.server.domain.supervision import ApprovalState
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import evidence as evidence_store
 from cmbuyer.server.store import supervision as store
-from cmbuyer.server.tx import device_tx, idempotency
+from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx.claim_check import claim_rows, unfenced_claim
 from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.tx.idempotency import Stored
@@ -65,12 +65,8 @@ def request_approval(
     The answer is stored under the key and replays byte for byte (the state *at that time*: poll the status
     route for news).
     """
-    req = device_tx.open_write(
-        conn,
-        device_id,
-        key=body["approval_key"],
-        endpoint=ENDPOINT,
-        payload=idempotency.claim_request_form(body, attempt_id=attempt_id),  # the same form as fail and the fence
+    req = device_tx.open_claim_write(
+        conn, device_id, body, key=body["approval_key"], endpoint=ENDPOINT, attempt_id=attempt_id
     )
     stored = req.replay()
     if stored is not None:

@@ -12,6 +12,7 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain import values
+from cmbuyer.server.domain.claims import snapshot_of
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
 from cmbuyer.server.domain.states import (
@@ -25,6 +26,7 @@ from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor, canonical_json, new_id, payload_hash
+from cmbuyer.server.tx.moves import set_task_state
 
 
 @dataclass(frozen=True)
@@ -81,15 +83,8 @@ def create_task(conn: sqlite3.Connection, new: NewTask, actor: Actor, now: datet
     at = to_wire(now)
     task = task_store.Task(
         id=new_id(),
-        create_key=new.create_key,
         create_hash=digest,
-        title=new.title,
-        product_url=new.product_url,
-        goods_id=new.goods_id,
-        sku_color=new.sku_color,
-        sku_size=new.sku_size,
-        quantity=new.quantity,
-        max_total_price=new.max_total_price,
+        **fields,  # the validated fields are the task's columns of the same names, stored as they are
         state=TaskState.DRAFT,
         version=1,
         state_reason=None,
@@ -174,13 +169,7 @@ def start_purchases(
             id=new_id(),
             task_id=task.id,
             task_version=task.version + 1,
-            title=task.title,
-            product_url=task.product_url,
-            goods_id=task.goods_id,
-            sku_color=task.sku_color,
-            sku_size=task.sku_size,
-            quantity=task.quantity,
-            max_total_price=task.max_total_price,
+            **snapshot_of(task),
             state=AuthorizationState.ACTIVE,
             start_key=start_key,
             created_by=f"{actor.kind}:{actor.id}",
@@ -189,9 +178,7 @@ def start_purchases(
             closed_at=None,
             close_reason=None,
         )
-        if not task_store.set_state(
-            conn, task.id, expected_version=task.version, expected_state=task.state, new_state=new_state, at=at
-        ):
+        if not set_task_state(conn, task, new_state, at=at):
             raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
         auth_store.insert(conn, authorization)
         audit_tx.record(

@@ -11,7 +11,8 @@
    another payload is ``409 idempotency_conflict``. Nothing is stored for a refused request, which is why
    ``device_requests`` can key its rows by the request key alone (migration 0005).
 
-:func:`open_write` runs step 1 and returns a :class:`DeviceWrite`, which names the request (device, key,
+:func:`open_write` (:func:`open_claim_write` for a request carrying a claim token) runs step 1 and returns a
+:class:`DeviceWrite`, which names the request (device, key,
 endpoint, comparison payload) once for the steps every idempotent device write repeats: the replay
 lookup, the current-claim check, the audit row and the stored answer.
 """
@@ -161,3 +162,14 @@ def open_write(conn: sqlite3.Connection, device_id: str, *, key: str, endpoint: 
     Raises :class:`DeviceNotActive` (→ empty 401). The caller looks up the replay next (:meth:`DeviceWrite.replay`).
     """
     return DeviceWrite(conn, device_id, key, endpoint, payload, begin(conn, device_id))
+
+
+def open_claim_write(
+    conn: sqlite3.Connection, device_id: str, body: dict[str, Any], *, key: str, endpoint: str, **url_ids: str
+) -> DeviceWrite:
+    """:func:`open_write` for a request that carries a claim token: the comparison payload is
+    :func:`cmbuyer.server.tx.idempotency.claim_request_form` of ``body`` and the URL's ``url_ids`` (never the
+    plain token; docs/api.md "Conventions"). Raises :class:`DeviceNotActive` (→ empty 401)."""
+    return open_write(
+        conn, device_id, key=key, endpoint=endpoint, payload=idempotency.claim_request_form(body, **url_ids)
+    )
