@@ -47,6 +47,7 @@ from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from cmbuyer.agent.errors import AgentError, DumpNoAppNodes
 from cmbuyer.agent.phone.adapter import parse_focused_package
+from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Bounds, Dump, Node, parse_dump
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.screens.pack import Pack, Selector
@@ -58,16 +59,8 @@ SYSTEM_UI = "com.android.systemui"
 STATUS_BAND_FRACTION = 0.045
 # A mainland mobile number, full (13812345678, 138 1234 5678) or masked as the app shows it (139****1234).
 PHONE_RE = re.compile(r"(?<![0-9])1[0-9]{2}[ -]?(?:[*＊]{4}|[0-9]{4})[ -]?[0-9]{4}(?![0-9])")
-SCREENS = (
-    "product",
-    "sku_panel",
-    "confirm_order",
-    "order_created",
-    "payment",
-    "security_challenge",
-    "leave_order_dialog",
-    "unknown",
-)
+# The readers' screens plus "unknown" (a capture of a screen no reader names), as packtest.py does.
+SCREENS = (*readers.SCREENS, "unknown")
 _MONEY_KEYS = ("unit_price", "confirm_amount")
 _INT_KEYS = ("quantity", "submit_controls")
 _JSON_KEYS = ("selected", "options", "payment_controls", "risk_walls", "payment_problems")

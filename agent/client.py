@@ -128,6 +128,16 @@ def _whole(data: bytes, headers: Any) -> bytes:
     return data
 
 
+def _body_scope(attempt_id: str, body: Any) -> str:
+    """The key-store scope of a request whose key must follow its body: ``"<attempt_id>:<16 hex>"``,
+    the hex being a SHA-256 prefix of ``body`` as sorted-key JSON (``body`` must be JSON-serializable,
+    else TypeError). A retry of the same body finds the same journaled key and the server replays its
+    answer; another body gets another key, never a 409 ``idempotency_conflict`` (docs/api.md).
+    """
+    digest = hashlib.sha256(json.dumps(body, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{attempt_id}:{digest}"
+
+
 def approval_readings(proof: SubmissionProof) -> dict[str, Any]:
     """The ``readings`` object of an approval request: the same 8 values, in the same wire types, as the
     fence body carries (the server compares them with the fence's; the submit-control count is not
@@ -360,10 +370,7 @@ class HttpDeviceApi:
     def append_events(self, claim: Claim, events: list[TaskEvent]) -> None:
         for start in range(0, len(events), 20):  # schema: at most 20 per batch
             chunk = events[start : start + 20]
-            digest = hashlib.sha256(
-                json.dumps([e.__dict__ for e in chunk], ensure_ascii=False, sort_keys=True).encode()
-            ).hexdigest()[:16]
-            scope = f"{claim.attempt_id}:{digest}"
+            scope = _body_scope(claim.attempt_id, [e.__dict__ for e in chunk])
             payload = {
                 "batch_key": self._keys.key("events", scope),
                 "attempt_id": claim.attempt_id,
@@ -462,10 +469,7 @@ class HttpDeviceApi:
         on a retry (the server replays its stored answer); it is scoped to the attempt and the body,
         so other readings get another key. Raises NotSupervised, ServerRejected (4xx), ServerError."""
         readings = approval_readings(proof)
-        digest = hashlib.sha256(
-            json.dumps([readings, screenshot_asset_id], sort_keys=True, ensure_ascii=False).encode()
-        ).hexdigest()[:16]
-        scope = f"{claim.attempt_id}:{digest}"
+        scope = _body_scope(claim.attempt_id, [readings, screenshot_asset_id])
         payload = {
             "approval_key": self._keys.key("approval", scope),
             "task_id": claim.task_id,

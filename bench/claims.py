@@ -93,6 +93,22 @@ class Device:
             "Content-Type": "application/json",
         }
 
+    def renew_body(self, lease: str) -> str:
+        """The lease-renew body for the claim this device holds, expecting ``lease`` (docs/api.md
+        "POST /api/v1/tasks/{task_id}/lease/renew"); a fresh ``renew_request_id`` each call."""
+        assert self.claim is not None
+        attempt = self.claim["attempt"]
+        return json.dumps(
+            {
+                "renew_request_id": new_id(),
+                "session_id": self.session,
+                "attempt_id": attempt["id"],
+                "claim_generation": attempt["claim_generation"],
+                "claim_token": attempt["claim_token"],
+                "expected_lease_expires_at": lease,
+            }
+        )
+
 
 def populate(data_dir: Path, n: int) -> tuple[Settings, list[Device]]:
     for key, value in ENV.items():
@@ -235,16 +251,7 @@ async def drive(base: str, devices: list[Device], concurrency: int, renews: int)
             attempt = dev.claim["attempt"]
             lease = attempt["lease_expires_at"]
             for _ in range(per_worker):
-                body = json.dumps(
-                    {
-                        "renew_request_id": new_id(),
-                        "session_id": dev.session,
-                        "attempt_id": attempt["id"],
-                        "claim_generation": attempt["claim_generation"],
-                        "claim_token": attempt["claim_token"],
-                        "expected_lease_expires_at": lease,
-                    }
-                )
+                body = dev.renew_body(lease)
                 t0 = time.perf_counter()
                 async with http.post(
                     f"{base}/api/v1/tasks/{dev.claim['task']['id']}/lease/renew", data=body, headers=dev.headers()
@@ -368,16 +375,7 @@ async def drive_raw(host: str, port: int, devices: list[Device], concurrency: in
             lease = attempt["lease_expires_at"]
             path = f"/api/v1/tasks/{dev.claim['task']['id']}/lease/renew"
             for _ in range(per_worker):
-                body = json.dumps(
-                    {
-                        "renew_request_id": new_id(),
-                        "session_id": dev.session,
-                        "attempt_id": attempt["id"],
-                        "claim_generation": attempt["claim_generation"],
-                        "claim_token": attempt["claim_token"],
-                        "expected_lease_expires_at": lease,
-                    }
-                ).encode()
+                body = dev.renew_body(lease).encode()
                 t0 = time.perf_counter()
                 status, payload = await http.post(path, dev, body)
                 renew_lat.append(time.perf_counter() - t0)

@@ -20,7 +20,7 @@ from decimal import Decimal
 
 from . import screens as base
 from .app import AppModel, Order
-from .nodes import OBF_ID, PDD, Node, edit, frame, group, image, linear, text
+from .nodes import OBF_ID, PDD, Bounds, Node, edit, frame, group, image, linear, text
 from .prices import fmt_yuan
 from .scenario import Dimension, Goods
 
@@ -51,6 +51,19 @@ def submit_prefix(app: AppModel) -> str:
     if app.cfg.submit_text:
         return app.cfg.submit_text
     return "0元下单" if app.cfg.payment_mode == "pay_later" else "提交订单"
+
+
+def submit_button(bounds: Bounds, label_bounds: Bounds, label: str) -> Node:
+    """The real submit control of the bottom bar: a button frame around its ``label`` text. The
+    duplicate-submit fault draws a second one, equally real, at other ``bounds``."""
+    return frame(
+        bounds,
+        text(label_bounds, label),
+        clickable=True,
+        action=("submit",),
+        role="submit",
+        style="button",
+    )
 
 
 def payment_rows(app: AppModel) -> tuple[tuple[str, str], ...]:
@@ -307,27 +320,10 @@ def order_sheet(app: AppModel) -> Node:
             rid=OBF_ID,
         )
     )
-    bar.add(
-        frame(
-            (540, 2136, 1056, 2268),
-            text((600, 2166, 996, 2238), f"{submit_prefix(app)} {total}"),
-            clickable=True,
-            action=("submit",),
-            role="submit",
-            style="button",
-        )
-    )
+    label = f"{submit_prefix(app)} {total}"
+    bar.add(submit_button((540, 2136, 1056, 2268), (600, 2166, 996, 2238), label))
     if app.duplicate_submit:
-        bar.add(
-            frame(
-                (310, 2136, 530, 2268),
-                text((320, 2166, 520, 2238), f"{submit_prefix(app)} {total}"),
-                clickable=True,
-                action=("submit",),
-                role="submit",
-                style="button",
-            )
-        )
+        bar.add(submit_button((310, 2136, 530, 2268), (320, 2166, 520, 2238), label))
     sheet.add(bar)
     return frame(base.APP_BOUNDS, sheet, clickable=True, action=("close_sheet",), style="scrim")
 

@@ -341,27 +341,9 @@ def confirm_page(app: AppModel) -> list[Node]:
         )
         y += 130
     label = f"{order_sheet.submit_prefix(app)} {total}"
-    submit = frame(
-        (540, 2136, 1056, 2268),
-        text((600, 2166, 996, 2238), label),
-        clickable=True,
-        action=("submit",),
-        role="submit",
-        style="button",
-    )
-    bar = [submit]
+    bar = [order_sheet.submit_button((540, 2136, 1056, 2268), (600, 2166, 996, 2238), label)]
     if app.duplicate_submit:  # fault: a second, equally real submit control in the bottom bar
-        bar.insert(
-            0,
-            frame(
-                (24, 2136, 530, 2268),
-                text((60, 2166, 480, 2238), label),
-                clickable=True,
-                action=("submit",),
-                role="submit",
-                style="button",
-            ),
-        )
+        bar.insert(0, order_sheet.submit_button((24, 2136, 530, 2268), (60, 2166, 480, 2238), label))
     nodes.append(linear((0, 2112, W, NAV_TOP), *bar, style="bottombar"))
     if app.payment_sheet and page is not None and page.order is not None:
         nodes.append(payment_sheet(app, page.order.total))

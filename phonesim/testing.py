@@ -56,6 +56,21 @@ def patch_adb(monkeypatch: Any, port: int, host: str = "127.0.0.1") -> None:
 
 
 @contextmanager
+def _serving(sim: PhoneSim | SimProcess, set_env: bool) -> Iterator[None]:
+    """Start ``sim`` (in-process or subprocess), with ``set_env`` point adbutils at its port while
+    the block runs (:func:`adb_env`), and stop it on exit, whether the block raised or not."""
+    port = sim.start()
+    try:
+        if set_env:
+            with adb_env(port, sim.host):
+                yield
+        else:
+            yield
+    finally:
+        sim.stop()
+
+
+@contextmanager
 def running_sim(
     scenario: Scenario | dict[str, Any] | str | Path | None = None,
     serials: list[str] | tuple[str, ...] = ("sim-1",),
@@ -66,15 +81,8 @@ def running_sim(
     """An in-process simulator on a free loopback port, adbutils pointed at it, stopped on exit.
     ``options`` go to :class:`PhoneSim` (``session=DIR``, ``record_session=DIR``, ``report_path=``)."""
     sim = PhoneSim(scenario, serials=serials, journal_path=journal_path, **options)
-    port = sim.start()
-    try:
-        if set_env:
-            with adb_env(port, sim.host):
-                yield sim
-        else:
-            yield sim
-    finally:
-        sim.stop()
+    with _serving(sim, set_env):
+        yield sim
 
 
 @contextmanager
@@ -87,15 +95,8 @@ def running_sim_process(
 ) -> Iterator[SimProcess]:
     """The simulator as a subprocess (``python -m cmbuyer.phonesim.cli``); SIGTERM on exit."""
     proc = SimProcess(scenario, serials=serials, journal_path=journal_path, extra_args=extra_args)
-    port = proc.start()
-    try:
-        if set_env:
-            with adb_env(port, proc.host):
-                yield proc
-        else:
-            yield proc
-    finally:
-        proc.stop()
+    with _serving(proc, set_env):
+        yield proc
 
 
 @contextmanager

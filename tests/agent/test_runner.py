@@ -66,6 +66,15 @@ def run_in_thread(runner: Runner) -> tuple[threading.Thread, list[Any]]:
     return t, out
 
 
+def run_until_stop_now(tmp_path: Path, api: FakeApi) -> tuple[Runner, SimPhone]:
+    """Run the loop in this (main) thread with the real signal handlers; it must end in StopNow."""
+    runner, sim, _ = make_runner(tmp_path, api)
+    runner.install_signals()
+    with pytest.raises(StopNow):
+        runner.run()
+    return runner, sim
+
+
 def pause(seconds: float) -> None:
     """Sleep that the ``_fast`` fixture's no-op ``time.sleep`` does not touch."""
     threading.Event().wait(seconds)
@@ -218,10 +227,7 @@ def test_second_signal_outside_the_window_stops_now(tmp_path: Path, restore_sign
             os.kill(os.getpid(), signal.SIGINT)
 
     api.on_event = twice
-    runner, sim, _ = make_runner(tmp_path, api)
-    runner.install_signals()
-    with pytest.raises(StopNow):
-        runner.run()
+    _, sim = run_until_stop_now(tmp_path, api)
     assert "submit" not in sim.roles() and not api.fences and not api.fails
     # The claim is left ACTIVE: the next start's recovery fails it (INTERNAL_ERROR), never taps.
     assert journal.claims()[0].state == "ACTIVE"
@@ -247,10 +253,7 @@ def test_second_signal_inside_the_window_finishes_tap_and_report_then_exits(
         os.kill(os.getpid(), signal.SIGTERM)
 
     api.on_fence = signals_at_fence
-    runner, sim, _ = make_runner(tmp_path, api)
-    runner.install_signals()
-    with pytest.raises(StopNow):
-        runner.run()
+    runner, sim = run_until_stop_now(tmp_path, api)
     assert sim.roles().count("submit") == 1
     assert api.task_state == "WAITING_PAYMENT"
     assert journal.submission(api.claimed[0].claim.attempt_id).phase == "RESULT_REPORTED"

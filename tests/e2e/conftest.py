@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,20 @@ def stop_and_show_logs(stack: Stack) -> None:
         text = log.read_text(errors="replace")
         if text.strip():
             print(f"--- {log.name} (last 40 lines)\n" + "\n".join(text.splitlines()[-40:]))
+
+
+def agent_log(stack: Stack, serial: str) -> str:
+    """What the agent process of ``serial`` has logged so far ("" before its log exists)."""
+    path = stack.logs / f"agent-{serial}.log"
+    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+
+def wait_until(cond: Callable[[], bool], seconds: float, what: str, log: Callable[[], str], poll: float) -> None:
+    """Poll ``cond`` every ``poll`` seconds for up to ``seconds``; if it never holds, fail with ``what``
+    and ``log()`` (the agent's log, which says why the processes did not get there)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(poll)
+    raise AssertionError(f"{what} not reached in {seconds}s; agent log:\n{log()}")

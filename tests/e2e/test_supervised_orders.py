@@ -32,7 +32,7 @@ from cmbuyer.phonesim.process import remote_inject
 from cmbuyer.server.db import connect_sync
 from demo.stack import SETTLED, Stack, TaskSpec, free_port
 from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
-from tests.e2e.conftest import SCENARIO, stop_and_show_logs
+from tests.e2e.conftest import SCENARIO, agent_log, stop_and_show_logs, wait_until
 
 ARTIFACTS = ARTIFACTS_ROOT / "supervision-e2e"
 N = 2  # CMBUYER_SUPERVISED_ORDERS here (the default is 3)
@@ -91,16 +91,10 @@ class Run:
         return self.rows("SELECT actor_kind, actor_id, subject_id FROM audit_log WHERE action = ? ORDER BY id", action)
 
     def log(self) -> str:
-        path = self.stack.logs / f"agent-{self.serial}.log"
-        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        return agent_log(self.stack, self.serial)
 
     def wait(self, cond: Callable[[], bool], seconds: float, what: str) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            if cond():
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"{what} not reached in {seconds}s; agent log:\n{self.log()[-3000:]}")
+        wait_until(cond, seconds, what, lambda: self.log()[-3000:], poll=0.2)
 
     def settled(self, spec: TaskSpec, seconds: float = 40) -> str:
         self.wait(lambda: self.state(spec) in SETTLED, seconds, f"{spec.title} settled")

@@ -30,7 +30,7 @@ from cmbuyer.phonesim.journal import order_counts, payment_taps, submit_taps
 from cmbuyer.server.db import connect_sync
 from demo.stack import BIN, Stack, TaskSpec, free_port
 from tests.agent.packtools import add_capture_evidence, flip_byte, rebound, write_pack
-from tests.e2e.conftest import SCENARIO, stop_and_show_logs
+from tests.e2e.conftest import SCENARIO, agent_log, stop_and_show_logs, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -87,17 +87,11 @@ class Operator:
 
 
 def _wait(cond: Callable[[], bool], seconds: float, what: str, stack: Stack) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached in {seconds}s; agent log:\n{_agent_log(stack)}")
+    wait_until(cond, seconds, what, lambda: _agent_log(stack), poll=0.1)
 
 
 def _agent_log(stack: Stack) -> str:
-    path = stack.logs / f"agent-{SERIAL}.log"
-    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    return agent_log(stack, SERIAL)
 
 
 def _device(stack: Stack) -> dict[str, Any]:
