@@ -259,6 +259,9 @@ def test_new_version_becomes_an_order_with_an_operator_pack_and_no_code_change(c
     _wait(lambda: _task(stack)["task"]["state"] == "WAITING_PAYMENT", 60, "WAITING_PAYMENT", stack)
 
     assert agent.poll() is None and stack.agents[SERIAL] is agent  # the same process, never restarted
+    # The task reaches WAITING_PAYMENT when the result is reported; the phone's next heartbeat (1 s later)
+    # is the first to say READY again, so wait for it instead of racing it on a loaded machine.
+    _wait(lambda: _device(stack)["reported_state"] == "READY", 20, "a READY heartbeat after the order", stack)
     row = _device(stack)
     assert (row["pack_id"], row["reported_state"], row["app_version_allowed"]) == (PACK_ID, "READY", 1)
     detail = _task(stack)
