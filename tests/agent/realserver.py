@@ -30,11 +30,12 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.services import tasks as task_service
+from cmbuyer.server.tx.common import Actor, new_id
 from cmbuyer.server.web.admin import task_view
-from tests.server.conftest import create_task
 
 ACTOR = Actor("cli", "agent-tests")
+GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
 
 
 @dataclass(frozen=True)
@@ -155,19 +156,26 @@ class RealServer:
         start: bool = True,
     ) -> TaskRef:
         assert self.settings is not None
-        task = create_task(
-            self.conn,
-            self.settings,
-            self.clock,
-            actor=ACTOR,
-            goods_id=goods_id,
-            color=color,
-            size=size,
-            quantity=quantity,
-            max_total_price=max_total_price,
-            title=title,
-            start=start,
-        )
+        raw = {
+            "create_key": new_id(),
+            "title": title,
+            "product_url": GOODS_URL.format(goods_id=goods_id),
+            "sku_color": color,
+            "sku_size": size,
+            "quantity": quantity,
+            "max_total_price": max_total_price,
+        }
+        new = task_service.validate_new_task(raw, self.settings)
+        task, _ = run_in_transaction(self.conn, lambda c: task_service.create_task(c, new, ACTOR, self.clock.now()))
+        if start:
+            settings = self.settings
+            run_in_transaction(
+                self.conn,
+                lambda c: task_service.start_purchases(
+                    c, new_id(), [(task.id, task.version)], ACTOR, self.clock.now(), settings
+                ),
+            )
+            task = run_in_transaction(self.conn, lambda c: task_service.get_task(c, task.id))
         return TaskRef(task.id, task.version)
 
     def detail(self, task_id: str) -> dict[str, Any]:
