@@ -1,6 +1,7 @@
-"""Statement helpers the store modules share: a dataclass stored as one row (:class:`Table`), the
-"one row or None" lookup (:func:`one`, :func:`one_dict`), the ``IN (?, …)`` list (:func:`marks`) and the
-one compare-and-set state write (:func:`compare_and_set`).
+"""Statement helpers the store modules share: a dataclass stored as one row (:class:`Table`, and
+:class:`StateTable` for a row with a lifecycle ``state``), the "one row or None" lookup (:func:`one`,
+:func:`one_dict`), the ``IN (?, …)`` list (:func:`marks`) and the one compare-and-set state write
+(:func:`compare_and_set`).
 
 Private to ``server/store/``: the modules call these inside the caller's transaction, like their own SQL.
 ``compare_and_set`` is the only function that writes a ``state`` column, and only a module's ``set_state``
@@ -22,16 +23,19 @@ T = TypeVar("T")
 
 class Table(Generic[T]):
     """A frozen dataclass kept as one row of ``name``: one column per field, named and ordered as the
-    fields (at least two). ``columns`` is the field list for a ``SELECT``; :meth:`row` builds the dataclass
-    from a ``sqlite3.Row`` by column name; :meth:`insert` writes one."""
+    fields (at least two; the table may have more columns). ``columns`` is the field list for a ``SELECT``;
+    :meth:`row` builds the dataclass from a ``sqlite3.Row`` by column name; :meth:`insert` writes one and
+    :meth:`get` reads one by its ``id``."""
 
     def __init__(self, name: str, cls: type[T]) -> None:
+        self.name = name
         self.fields: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
         if len(self.fields) < 2:
             raise ValueError("a table row has at least two fields")  # attrgetter returns a tuple only then
         self.columns = ", ".join(self.fields)
         self._make: Callable[..., T] = cls
         self._insert = f"INSERT INTO {name} ({self.columns}) VALUES ({', '.join('?' * len(self.fields))})"
+        self._get = f"SELECT * FROM {name} WHERE id = ?"
         self._values = operator.attrgetter(*self.fields)  # the row tuple in column order, built in C
 
     def row(self, r: sqlite3.Row) -> T:
@@ -41,6 +45,20 @@ class Table(Generic[T]):
     def insert(self, conn: sqlite3.Connection, item: T) -> None:
         """Insert ``item`` as a new row; constraint failures raise ``sqlite3.IntegrityError``."""
         conn.execute(self._insert, self._values(item))
+
+    def get(self, conn: sqlite3.Connection, row_id: str) -> T | None:
+        """The row whose ``id`` is ``row_id`` (the primary key; ``SELECT *``, the fields read by name), or None
+        when there is none."""
+        return one(conn, self._get, (row_id,), self.row)
+
+
+class StateTable(Table[T]):
+    """A :class:`Table` whose rows have a lifecycle ``state`` column, moved only by :func:`compare_and_set`
+    along ``changes`` (the ``(from, to)`` pairs of the row kind's transition table)."""
+
+    def __init__(self, name: str, cls: type[T], changes: StateChanges) -> None:
+        super().__init__(name, cls)
+        self.changes = changes
 
 
 def one(conn: sqlite3.Connection, sql: str, params: Sequence[object], make: Callable[[sqlite3.Row], T]) -> T | None:
@@ -65,8 +83,7 @@ def marks(values: Sequence[object]) -> str:
 
 def compare_and_set(
     conn: sqlite3.Connection,
-    changes: StateChanges,
-    table: str,
+    table: StateTable[Any],
     row_id: str,
     *,
     expected_state: str,
@@ -85,11 +102,11 @@ def compare_and_set(
     (another writer got there first; nothing written).
 
     Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) when no use-case
-    of ``changes`` moves ``expected_state`` to ``new_state`` (docs/state-machines.md).
+    of ``table.changes`` moves ``expected_state`` to ``new_state`` (docs/state-machines.md).
     """
-    changes.check(expected_state, new_state)  # refuse before any SQL runs
+    table.changes.check(expected_state, new_state)  # refuse before any SQL runs
     cur = conn.execute(
-        f"UPDATE {table} SET state = ?{', ' + also if also else ''}"
+        f"UPDATE {table.name} SET state = ?{', ' + also if also else ''}"
         f" WHERE id = ? AND state = ?{' AND ' + where if where else ''}",
         (new_state, *also_params, row_id, expected_state, *where_params),
     )

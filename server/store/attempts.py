@@ -10,9 +10,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import ATTEMPT_TRANSITIONS, AttemptState, StateChanges
-from cmbuyer.server.store._sql import Table, compare_and_set, one
-
-_CHANGES = StateChanges("attempt", ATTEMPT_TRANSITIONS)
+from cmbuyer.server.store._sql import StateTable, compare_and_set, one
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ class Attempt:
         return f"Attempt(id={self.id!r}, task_id={self.task_id!r}, state={self.state!r})"
 
 
-_TABLE = Table("attempts", Attempt)
+_TABLE = StateTable("attempts", Attempt, StateChanges("attempt", ATTEMPT_TRANSITIONS))
 _row = _TABLE.row
 
 
@@ -53,9 +51,7 @@ def insert(conn: sqlite3.Connection, a: Attempt) -> None:
     _TABLE.insert(conn, a)
 
 
-def get(conn: sqlite3.Connection, attempt_id: str) -> Attempt | None:
-    """One attempt by id, or None."""
-    return one(conn, "SELECT * FROM attempts WHERE id = ?", (attempt_id,), _row)
+get = _TABLE.get  # one attempt by id, or None
 
 
 def open_for_device(conn: sqlite3.Connection, device_id: str) -> Attempt | None:
@@ -89,8 +85,7 @@ def set_state(
     """
     return compare_and_set(
         conn,
-        _CHANGES,
-        "attempts",
+        _TABLE,
         attempt_id,
         expected_state=expected_state,
         new_state=new_state,

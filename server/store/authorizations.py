@@ -6,9 +6,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import AUTHORIZATION_TRANSITIONS, AuthorizationState, StateChanges
-from cmbuyer.server.store._sql import Table, compare_and_set, one
+from cmbuyer.server.store._sql import StateTable, compare_and_set, one
 
-_CHANGES = StateChanges("authorization", AUTHORIZATION_TRANSITIONS)
 # Moves into these states stamp closed_at/close_reason (migration 0005: closed_at IS NULL exactly while live).
 _TERMINAL = frozenset({AuthorizationState.CLOSED, AuthorizationState.EXPIRED, AuthorizationState.CONSUMED})
 
@@ -36,7 +35,7 @@ class Authorization:
     close_reason: str | None
 
 
-_TABLE = Table("authorizations", Authorization)
+_TABLE = StateTable("authorizations", Authorization, StateChanges("authorization", AUTHORIZATION_TRANSITIONS))
 _row = _TABLE.row
 
 
@@ -45,9 +44,7 @@ def insert(conn: sqlite3.Connection, a: Authorization) -> None:
     _TABLE.insert(conn, a)
 
 
-def get(conn: sqlite3.Connection, authorization_id: str) -> Authorization | None:
-    """One authorization by id, or None."""
-    return one(conn, "SELECT * FROM authorizations WHERE id = ?", (authorization_id,), _row)
+get = _TABLE.get  # one authorization by id, or None
 
 
 def live_for_task(conn: sqlite3.Connection, task_id: str) -> Authorization | None:
@@ -94,8 +91,7 @@ def set_state(
     terminal = new_state in _TERMINAL
     return compare_and_set(
         conn,
-        _CHANGES,
-        "authorizations",
+        _TABLE,
         authorization_id,
         expected_state=expected_state,
         new_state=new_state,

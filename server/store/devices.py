@@ -7,20 +7,14 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import DEVICE_TRANSITIONS, DeviceState, StateChanges
-from cmbuyer.server.store._sql import compare_and_set, one
-
-_CHANGES = StateChanges("device", DEVICE_TRANSITIONS)
+from cmbuyer.server.store._sql import StateTable, Table, compare_and_set, one
 
 
 @dataclass(frozen=True)
-class Device:
-    """A device row without its token hash (which never leaves this module except for lookup)."""
+class Heartbeat:
+    """The device's latest heartbeat as kept on its row (all None until the first heartbeat). SQLite keeps
+    ``app_version_allowed`` as 0/1: the row is read back as a bool."""
 
-    id: str
-    name: str
-    state: str
-    created_at: str
-    revoked_at: str | None
     last_heartbeat_at: str | None
     client_version: str | None
     adb_serial: str | None
@@ -31,47 +25,36 @@ class Device:
     app_version_allowed: bool | None
     pack_id: str | None  # last reported pack id (识别包), "NO_PACK", or None = unknown (migration 0007)
 
+    def __post_init__(self) -> None:
+        if self.app_version_allowed is not None:
+            object.__setattr__(self, "app_version_allowed", bool(self.app_version_allowed))
+
 
 @dataclass(frozen=True)
-class DeviceGate:
+class Device(Heartbeat):
+    """A device row without its token hash (which never leaves this module except for lookup): its
+    identity and state, and the :class:`Heartbeat` fields."""
+
+    id: str
+    name: str
+    state: str
+    created_at: str
+    revoked_at: str | None
+
+
+@dataclass(frozen=True)
+class DeviceGate(Heartbeat):
     """The device's latest heartbeat as seen at the write position (returned by :func:`confirm_active`)."""
 
-    last_heartbeat_at: str | None
-    client_version: str | None
-    adb_serial: str | None
-    android_release: str | None
-    pdd_version: str | None
-    pdd_version_code: int | None
-    reported_state: str | None
-    app_version_allowed: bool | None
-    pack_id: str | None  # reported pack id, "NO_PACK", or None = not reported (migration 0007)
-    supervision_off: bool = False  # an admin exempted the device from supervision (migration 0007)
+    supervision_off: bool = False  # an admin exempted the device from supervision (migration 0007; 0/1 in SQLite)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "supervision_off", bool(self.supervision_off))
 
 
-_COLUMNS = (
-    "id, name, state, created_at, revoked_at, last_heartbeat_at, client_version, adb_serial,"
-    " android_release, pdd_version, pdd_version_code, reported_state, app_version_allowed, pack_id"
-)
-
-
-def _row(r: sqlite3.Row) -> Device:
-    allowed = r["app_version_allowed"]
-    return Device(
-        r["id"],
-        r["name"],
-        r["state"],
-        r["created_at"],
-        r["revoked_at"],
-        r["last_heartbeat_at"],
-        r["client_version"],
-        r["adb_serial"],
-        r["android_release"],
-        r["pdd_version"],
-        r["pdd_version_code"],
-        r["reported_state"],
-        None if allowed is None else bool(allowed),
-        r["pack_id"],
-    )
+_TABLE = StateTable("devices", Device, StateChanges("device", DEVICE_TRANSITIONS))
+_GATE = Table("devices", DeviceGate)
 
 
 def insert(conn: sqlite3.Connection, device_id: str, name: str, token_hash: bytes, at: str) -> None:
@@ -83,13 +66,13 @@ def insert(conn: sqlite3.Connection, device_id: str, name: str, token_hash: byte
 
 
 def get(conn: sqlite3.Connection, device_id: str) -> Device | None:
-    """One device by id, or None."""
-    return one(conn, f"SELECT {_COLUMNS} FROM devices WHERE id = ?", (device_id,), _row)
+    """One device by id, or None (the token hash is not even read)."""
+    return one(conn, f"SELECT {_TABLE.columns} FROM devices WHERE id = ?", (device_id,), _TABLE.row)
 
 
 def list_all(conn: sqlite3.Connection) -> list[Device]:
     """Every device, oldest first."""
-    return [_row(r) for r in conn.execute(f"SELECT {_COLUMNS} FROM devices ORDER BY created_at, id")]
+    return [_TABLE.row(r) for r in conn.execute(f"SELECT {_TABLE.columns} FROM devices ORDER BY created_at, id")]
 
 
 def authenticate(conn: sqlite3.Connection, device_id: str, token_hash: bytes) -> bool:
@@ -114,18 +97,10 @@ def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | Non
     ACTIVE (revoked or unknown) at this position (rowcount 0): a revocation committed earlier.
     """
     rows = conn.execute(
-        "UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE'"
-        " RETURNING last_heartbeat_at, client_version, adb_serial, android_release, pdd_version,"
-        " pdd_version_code, reported_state, app_version_allowed, pack_id, supervision_off",
+        f"UPDATE devices SET write_seq = write_seq + 1 WHERE id = ? AND state = 'ACTIVE' RETURNING {_GATE.columns}",
         (device_id,),
     ).fetchall()
-    if len(rows) != 1:
-        return None
-    r = rows[0]
-    allowed = r[7]
-    return DeviceGate(
-        r[0], r[1], r[2], r[3], r[4], r[5], r[6], None if allowed is None else bool(allowed), r[8], bool(r[9])
-    )
+    return _GATE.row(rows[0]) if len(rows) == 1 else None
 
 
 def set_state(conn: sqlite3.Connection, device_id: str, *, expected_state: str, new_state: str, at: str) -> bool:
@@ -138,8 +113,7 @@ def set_state(conn: sqlite3.Connection, device_id: str, *, expected_state: str, 
     revoked_at = at if new_state == DeviceState.REVOKED else None
     return compare_and_set(
         conn,
-        _CHANGES,
-        "devices",
+        _TABLE,
         device_id,
         expected_state=expected_state,
         new_state=new_state,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from cmbuyer.server.store._sql import Table, marks, one
+from cmbuyer.server.store._sql import Table, marks
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,7 @@ def insert(conn: sqlite3.Connection, asset: Asset) -> None:
     _TABLE.insert(conn, asset)
 
 
-def get(conn: sqlite3.Connection, asset_id: str) -> Asset | None:
-    """One asset by id, or None."""
-    return one(conn, "SELECT * FROM evidence_assets WHERE id = ?", (asset_id,), _TABLE.row)
+get = _TABLE.get  # one asset by id, or None
 
 
 def usage_for_attempt(conn: sqlite3.Connection, task_id: str, attempt_id: str) -> tuple[int, int]:

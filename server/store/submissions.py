@@ -7,9 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import SUBMISSION_TRANSITIONS, StateChanges, SubmissionState
-from cmbuyer.server.store._sql import Table, compare_and_set, one
-
-_CHANGES = StateChanges("order submission", SUBMISSION_TRANSITIONS)
+from cmbuyer.server.store._sql import StateTable, compare_and_set, one
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,7 @@ class Submission:
     observation_reason: str | None
 
 
-_TABLE = Table("order_submissions", Submission)
+_TABLE = StateTable("order_submissions", Submission, StateChanges("order submission", SUBMISSION_TRANSITIONS))
 _row = _TABLE.row
 
 
@@ -56,9 +54,7 @@ def insert(conn: sqlite3.Connection, s: Submission) -> None:
     _TABLE.insert(conn, s)
 
 
-def get(conn: sqlite3.Connection, submission_id: str) -> Submission | None:
-    """One submission by id, or None."""
-    return one(conn, "SELECT * FROM order_submissions WHERE id = ?", (submission_id,), _row)
+get = _TABLE.get  # one submission by id, or None
 
 
 def for_attempt_or_authorization(conn: sqlite3.Connection, attempt_id: str, authorization_id: str) -> Submission | None:
@@ -96,8 +92,7 @@ def set_state(
     """
     return compare_and_set(
         conn,
-        _CHANGES,
-        "order_submissions",
+        _TABLE,
         submission_id,
         expected_state=expected_state,
         new_state=new_state,
@@ -128,7 +123,7 @@ def record_result(
     :func:`set_state` for a pair the machine does not allow.
     """
     if new_state != expected_state:
-        _CHANGES.check(expected_state, new_state)  # refuse before anything is written
+        _TABLE.changes.check(expected_state, new_state)  # refuse before anything is written
     cur = conn.execute(
         "UPDATE order_submissions SET observation = ?, result_key = ?, evidence_asset_id = ?,"
         " result_at = ?, order_sn = ?, observation_reason = ? WHERE id = ? AND state = ? AND observation IS NULL",

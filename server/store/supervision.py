@@ -12,9 +12,7 @@ from typing import Any
 
 from cmbuyer.server.domain.states import StateChanges
 from cmbuyer.server.domain.supervision import APPROVAL_TRANSITIONS
-from cmbuyer.server.store._sql import Table, compare_and_set, one
-
-_CHANGES = StateChanges("approval request", APPROVAL_TRANSITIONS)
+from cmbuyer.server.store._sql import StateTable, compare_and_set, one
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class Approval:
     created_at: str
 
 
-_APPROVALS = Table("approval_requests", Approval)
+_APPROVALS = StateTable("approval_requests", Approval, StateChanges("approval request", APPROVAL_TRANSITIONS))
 APPROVAL_FIELDS = _APPROVALS.fields  # the columns of approval_requests, in order (read models select them too)
 _APPROVAL_COLUMNS = _APPROVALS.columns
 _approval = _APPROVALS.row
@@ -142,8 +140,7 @@ def set_state(
     """
     return compare_and_set(
         conn,
-        _CHANGES,
-        "approval_requests",
+        _APPROVALS,
         approval_id,
         expected_state=expected_state,
         new_state=new_state,

@@ -7,9 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, StateChanges
-from cmbuyer.server.store._sql import Table, compare_and_set, one
-
-_CHANGES = StateChanges("task", TASK_TRANSITIONS)
+from cmbuyer.server.store._sql import StateTable, compare_and_set, one
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class Task:
     updated_at: str
 
 
-_TABLE = Table("tasks", Task)
+_TABLE = StateTable("tasks", Task, StateChanges("task", TASK_TRANSITIONS))
 
 
 def from_row(r: sqlite3.Row) -> Task:
@@ -47,9 +45,7 @@ def insert(conn: sqlite3.Connection, task: Task) -> None:
     _TABLE.insert(conn, task)
 
 
-def get(conn: sqlite3.Connection, task_id: str) -> Task | None:
-    """One task by id, or None."""
-    return one(conn, "SELECT * FROM tasks WHERE id = ?", (task_id,), from_row)
+get = _TABLE.get  # one task by id, or None
 
 
 def by_create_key(conn: sqlite3.Connection, create_key: str) -> Task | None:
@@ -75,8 +71,7 @@ def set_state(
     """
     return compare_and_set(
         conn,
-        _CHANGES,
-        "tasks",
+        _TABLE,
         task_id,
         expected_state=expected_state,
         new_state=new_state,
