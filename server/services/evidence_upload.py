@@ -19,6 +19,7 @@ foreign or closed attempt never leaves a file behind.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from cmbuyer.server.tx.idempotency import Stored
 
 ENDPOINT = "evidence"
 META_FIELDS = frozenset({"upload_key", "attempt_id", "kind", "privacy_tier", "sha256", "captured_at"})
+_MEASURED = frozenset({"width", "height"})  # from the decoded PNG, not part of the idempotency payload
 
 
 @dataclass(frozen=True)
@@ -55,18 +57,22 @@ class Upload:
     width: int
     height: int
 
+    @classmethod
+    def from_form(cls, task_id: str, fields: Mapping[str, str], *, byte_size: int, width: int, height: int) -> Upload:
+        """The upload of the URL's ``task_id`` from the schema-valid form ``fields`` (the :data:`META_FIELDS`)
+        and what the PNG check measured (``byte_size``, ``width``, ``height``). KeyError when a field is missing."""
+        return cls(
+            task_id=task_id,
+            **{name: fields[name] for name in META_FIELDS},
+            byte_size=byte_size,
+            width=width,
+            height=height,
+        )
+
     def payload(self) -> dict[str, Any]:
-        """Idempotency comparison form (task, attempt, metadata and the bytes via their hash)."""
-        return {
-            "task_id": self.task_id,
-            "upload_key": self.upload_key,
-            "attempt_id": self.attempt_id,
-            "kind": self.kind,
-            "privacy_tier": self.privacy_tier,
-            "sha256": self.sha256,
-            "captured_at": self.captured_at,
-            "byte_size": self.byte_size,
-        }
+        """Idempotency comparison form (task, attempt, metadata and the bytes via their hash): every field but
+        the PNG's dimensions, which the bytes (their hash and size) already decide."""
+        return {name: value for name, value in asdict(self).items() if name not in _MEASURED}
 
 
 def _replay(stored: Stored) -> Stored:

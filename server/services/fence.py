@@ -56,6 +56,7 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
+from cmbuyer.server.domain.supervision import READING_KEYS
 from cmbuyer.server.store import submissions as submission_store
 from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx import supervision as supervision_tx
@@ -65,6 +66,9 @@ from cmbuyer.server.tx.moves import move_authorization, move_task
 
 ENDPOINT = "submission-fence"
 SUBMIT_TEXT = "提交订单"
+# What the submission stores as the agent read it: every value the fence re-checks (the readings a
+# supervised attempt's approval is bound to) and the number of submit controls.
+FENCE_READINGS = (*READING_KEYS, "submit_control_match_count")
 
 
 @dataclass(frozen=True)
@@ -125,13 +129,7 @@ def create_fence(
         device_id=device_id,
         fence_key=req.key,
         state=SubmissionState.FENCED.value,
-        selected_color=body["selected_color"],
-        selected_size=body["selected_size"],
-        gate1_unit_price=body["gate1_unit_price"],
-        gate2_unit_price=body["gate2_unit_price"],
-        quantity_read=body["quantity_read"],
-        confirm_page_amount=body["confirm_page_amount"],
-        submit_control_match_count=body["submit_control_match_count"],
+        **{key: body[key] for key in FENCE_READINGS},
         observation=None,
         result_key=None,
         evidence_asset_id=None,
@@ -141,8 +139,6 @@ def create_fence(
         created_at=at,
         result_at=None,
         reconciled_at=None,
-        gate3_unit_price=body["gate3_unit_price"],
-        payment_mode=body["payment_mode"],
         order_sn=None,
         observation_reason=None,
     )

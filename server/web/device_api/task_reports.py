@@ -57,21 +57,6 @@ async def events(request: web.Request, device_id: str) -> web.StreamResponse:
     return stored_response(await write(request, job))
 
 
-def _upload_from(task_id: str, fields: dict[str, str], data: bytes, width: int, height: int) -> evidence_upload.Upload:
-    return evidence_upload.Upload(
-        task_id=task_id,
-        upload_key=fields["upload_key"],
-        attempt_id=fields["attempt_id"],
-        kind=fields["kind"],
-        privacy_tier=fields["privacy_tier"],
-        sha256=fields["sha256"],
-        captured_at=fields["captured_at"],
-        byte_size=len(data),
-        width=width,
-        height=height,
-    )
-
-
 async def evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/tasks/{id}/evidence`` (multipart) → 201 first, 200 replay; see docs/api.md."""
     try:
@@ -108,7 +93,9 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
         digest = await asyncio.to_thread(_sha256, data)
     if digest != form.fields["sha256"]:
         raise DeviceHTTPError(400, Code.INVALID_REQUEST)
-    upload = _upload_from(task_id, form.fields, data, info.width, info.height)
+    upload = evidence_upload.Upload.from_form(
+        task_id, form.fields, byte_size=len(data), width=info.width, height=info.height
+    )
     db, budget = request.app[DB], request.app[BUDGET]
     # one snapshot: a replay whose original commits between the key lookup and the budget count must
     # not be refused (the write job would answer it 200)
