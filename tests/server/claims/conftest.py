@@ -51,26 +51,28 @@ def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
 
 @dataclass
 class Claimed:
-    """A decoded 200 claim-next answer."""
+    """A decoded 200 claim-next answer (:meth:`from_raw`) and the claim fields the tests use."""
 
     raw: bytes
     body: dict[str, Any]
+    task_id: str
+    attempt_id: str
+    token: str
+    lease: str
 
-    @property
-    def task_id(self) -> str:
-        return str(self.body["task"]["id"])
-
-    @property
-    def attempt_id(self) -> str:
-        return str(self.body["attempt"]["id"])
-
-    @property
-    def token(self) -> str:
-        return str(self.body["attempt"]["claim_token"])
-
-    @property
-    def lease(self) -> str:
-        return str(self.body["attempt"]["lease_expires_at"])
+    @classmethod
+    def from_raw(cls, raw: bytes) -> Claimed:
+        """Decode a 200 answer's bytes; KeyError/JSONDecodeError when it is not a claim."""
+        body = json.loads(raw)
+        attempt = body["attempt"]
+        return cls(
+            raw,
+            body,
+            str(body["task"]["id"]),
+            str(attempt["id"]),
+            str(attempt["claim_token"]),
+            str(attempt["lease_expires_at"]),
+        )
 
     def renew_body(self, session_id: str, **over: Any) -> dict[str, Any]:
         body = {
@@ -126,4 +128,4 @@ async def claim(client: Any, creds: DeviceCreds, session_id: str, key: str | Non
 async def claim_ok(client: Any, creds: DeviceCreds, session_id: str, key: str | None = None) -> Claimed:
     status, raw = await claim(client, creds, session_id, key)
     assert status == 200, (status, raw)
-    return Claimed(raw, json.loads(raw))
+    return Claimed.from_raw(raw)
