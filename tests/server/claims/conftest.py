@@ -17,7 +17,7 @@ from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceCreds, DeviceMaker
+from tests.server.conftest import DeviceCreds, DeviceMaker, Maker
 
 CLAIM = "/api/v1/tasks/claim-next"
 HEARTBEAT = "/api/v1/devices/heartbeat"
@@ -109,6 +109,13 @@ def ready_device(
         return creds
 
     return make
+
+
+@pytest.fixture
+def dev(make_task: Maker, ready_device: Callable[..., DeviceCreds]) -> DeviceCreds:
+    """A started task, then a :func:`ready_device` to claim it."""
+    make_task(start=True)
+    return ready_device()
 
 
 async def post(client: Any, path: str, creds: DeviceCreds | None, body: Any, **headers: str) -> tuple[int, bytes, Any]:
