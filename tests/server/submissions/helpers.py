@@ -338,13 +338,21 @@ def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
     return out
 
 
+async def post_writing_nothing(
+    client: Any, conn: sqlite3.Connection, path: str, creds: DeviceCreds | None, body: Any
+) -> tuple[int, bytes]:
+    """:func:`post_json`, asserting the request wrote nothing (:func:`fingerprint` of ``conn`` before == after);
+    returns (status, raw body) for the caller to check the refusal."""
+    before = fingerprint(conn)
+    status, raw = await post_json(client, path, creds, body)
+    assert fingerprint(conn) == before, (status, raw)
+    return status, raw
+
+
 async def assert_fence_refused_after_revocation(client: Any, c: Claim, conn: sqlite3.Connection, now: datetime) -> None:
     """Revoke the claim's device (the CLI's use-case); its fence is then the empty 401 and writes nothing."""
     run_in_transaction(conn, lambda tx: device_service.revoke_device(tx, c.device.device_id, TEST_ACTOR, now))
-    before = fingerprint(conn)
-    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
-    assert (status, raw) == (401, b"")
-    assert fingerprint(conn) == before
+    assert await post_writing_nothing(client, conn, fence_path(c.attempt_id), c.device, fence_body(c)) == (401, b"")
 
 
 def task_row(conn: sqlite3.Connection, task_id: str) -> sqlite3.Row:
