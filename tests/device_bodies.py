@@ -1,5 +1,5 @@
 """Device API request bodies as plain data, for tests that check the schemas rather than a live claim
-(``tests/server/submissions/helpers.py`` builds the same bodies from a real claim)."""
+(``tests/server/submissions/helpers.py`` fills the same bodies with a real claim's fields)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.tx.common import new_id
-from tests.server.conftest import DeviceCreds, DeviceMaker
+from tests.server.conftest import DeviceCreds, DeviceMaker, Maker
 
 CLAIM = "/api/v1/tasks/claim-next"
 HEARTBEAT = "/api/v1/devices/heartbeat"
@@ -51,26 +51,28 @@ def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
 
 @dataclass
 class Claimed:
-    """A decoded 200 claim-next answer."""
+    """A decoded 200 claim-next answer (:meth:`from_raw`) and the claim fields the tests use."""
 
     raw: bytes
     body: dict[str, Any]
+    task_id: str
+    attempt_id: str
+    token: str
+    lease: str
 
-    @property
-    def task_id(self) -> str:
-        return str(self.body["task"]["id"])
-
-    @property
-    def attempt_id(self) -> str:
-        return str(self.body["attempt"]["id"])
-
-    @property
-    def token(self) -> str:
-        return str(self.body["attempt"]["claim_token"])
-
-    @property
-    def lease(self) -> str:
-        return str(self.body["attempt"]["lease_expires_at"])
+    @classmethod
+    def from_raw(cls, raw: bytes) -> Claimed:
+        """Decode a 200 answer's bytes; KeyError/JSONDecodeError when it is not a claim."""
+        body = json.loads(raw)
+        attempt = body["attempt"]
+        return cls(
+            raw,
+            body,
+            str(body["task"]["id"]),
+            str(attempt["id"]),
+            str(attempt["claim_token"]),
+            str(attempt["lease_expires_at"]),
+        )
 
     def renew_body(self, session_id: str, **over: Any) -> dict[str, Any]:
         body = {
@@ -109,6 +111,13 @@ def ready_device(
     return make
 
 
+@pytest.fixture
+def dev(make_task: Maker, ready_device: Callable[..., DeviceCreds]) -> DeviceCreds:
+    """A started task, then a :func:`ready_device` to claim it."""
+    make_task(start=True)
+    return ready_device()
+
+
 async def post(client: Any, path: str, creds: DeviceCreds | None, body: Any, **headers: str) -> tuple[int, bytes, Any]:
     """POST JSON (``body`` dict → canonical text, bytes as is); returns (status, raw body, response)."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -126,4 +135,4 @@ async def claim(client: Any, creds: DeviceCreds, session_id: str, key: str | Non
 async def claim_ok(client: Any, creds: DeviceCreds, session_id: str, key: str | None = None) -> Claimed:
     status, raw = await claim(client, creds, session_id, key)
     assert status == 200, (status, raw)
-    return Claimed(raw, json.loads(raw))
+    return Claimed.from_raw(raw)

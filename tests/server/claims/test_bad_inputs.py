@@ -301,8 +301,7 @@ JSON_ROWS: list[tuple[str, dict[str, str], Any, int, str]] = [
 @pytest.mark.parametrize(("name", "extra", "body", "status", "code"), JSON_ROWS, ids=[r[0] for r in JSON_ROWS])
 async def test_json_body_rows(
     server_client: Any,
-    ready_device: Maker,
-    make_task: Maker,
+    dev: DeviceCreds,
     sync_conn: sqlite3.Connection,
     name: str,
     extra: dict[str, str],
@@ -310,8 +309,6 @@ async def test_json_body_rows(
     status: int,
     code: str,
 ) -> None:
-    make_task(start=True)
-    dev = ready_device()
     before = fingerprint(sync_conn)
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **dev.headers(), **extra}
@@ -395,14 +392,11 @@ RENEW_ROWS: list[tuple[str, dict[str, Any]]] = [
 @pytest.mark.parametrize(("name", "change"), RENEW_ROWS, ids=[r[0] for r in RENEW_ROWS])
 async def test_renew_body_rows(
     server_client: Any,
-    ready_device: Maker,
-    make_task: Maker,
+    dev: DeviceCreds,
     sync_conn: sqlite3.Connection,
     name: str,
     change: dict[str, Any],
 ) -> None:
-    make_task(start=True)
-    dev = ready_device()
     session = new_id()
     got = await claim_ok(server_client, dev, session)
     before = fingerprint(sync_conn)

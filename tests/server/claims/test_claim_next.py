@@ -133,10 +133,8 @@ async def test_same_key_other_payload_or_other_device_is_idempotency_conflict_an
 
 
 async def test_refused_request_stores_nothing_so_a_corrected_retry_with_the_same_key_works(
-    server_client: Any, ready_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
+    server_client: Any, dev: DeviceCreds, sync_conn: sqlite3.Connection
 ) -> None:
-    make_task(start=True)
-    dev = ready_device()
     key, session = new_id(), new_id()
     status, _, _ = await post(server_client, CLAIM, dev, {"session_id": session.upper(), "claim_request_id": key})
     assert status == 400
@@ -212,13 +210,10 @@ async def test_stable_order_oldest_authorization_first(
 
 async def test_failure_mid_transaction_rolls_back_everything(
     server_client: Any,
-    ready_device: Maker,
-    make_task: Maker,
+    dev: DeviceCreds,
     sync_conn: sqlite3.Connection,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    make_task(start=True)
-    dev = ready_device()
     before = fingerprint(sync_conn)
 
     def broken_audit(*_a: Any, **_k: Any) -> None:

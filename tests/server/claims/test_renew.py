@@ -24,9 +24,7 @@ NOT_CURRENT = (409, b'{"error":"claim_not_current"}')
 
 
 @pytest.fixture
-async def held(server_client: Any, ready_device: Maker, make_task: Maker) -> tuple[DeviceCreds, str, Claimed]:
-    make_task(start=True)
-    dev = ready_device()
+async def held(server_client: Any, dev: DeviceCreds) -> tuple[DeviceCreds, str, Claimed]:
     session = new_id()
     return dev, session, await claim_ok(server_client, dev, session)
 

@@ -21,7 +21,7 @@ from cmbuyer.server.tx.common import Actor, new_id
 from cmbuyer.server.tx.device_tx import DeviceNotActive
 from cmbuyer.server.web.keys import DB
 from tests.server.claims.conftest import claim, claim_ok, fingerprint, post, renew_path
-from tests.server.conftest import Maker
+from tests.server.conftest import DeviceCreds, Maker
 
 CLI = Actor("cli", "pytest")
 
@@ -44,14 +44,11 @@ def before_each_write(client: Any, monkeypatch: pytest.MonkeyPatch, hook: Callab
 
 async def test_revocation_committed_after_authentication_but_before_the_claim_transaction(
     server_client: Any,
-    ready_device: Maker,
-    make_task: Maker,
+    dev: DeviceCreds,
     sync_conn: sqlite3.Connection,
     clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    make_task(start=True)
-    dev = ready_device()
     # authentication already passed on the reader
     before_each_write(server_client, monkeypatch, lambda: revoke(sync_conn, dev.device_id, clock))
     before = fingerprint(sync_conn)
@@ -65,15 +62,12 @@ async def test_revocation_committed_after_authentication_but_before_the_claim_tr
 
 async def test_revocation_holding_the_write_lock_while_a_claim_waits(
     server_client: Any,
-    ready_device: Maker,
-    make_task: Maker,
+    dev: DeviceCreds,
     settings: Settings,
     clock: ManualClock,
     sync_conn: sqlite3.Connection,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    make_task(start=True)
-    dev = ready_device()
     queued = asyncio.Event()
     before_each_write(server_client, monkeypatch, queued.set)
     cli = connect_sync(settings.db_path)

@@ -27,7 +27,7 @@ from cmbuyer.server.lifecycle import StartupRefused
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import claim, claim_ok, post, renew_path
-from tests.server.conftest import Maker
+from tests.server.conftest import DeviceCreds, Maker
 
 FIELDS = {
     "device_id": "d" * 36,
@@ -106,13 +106,10 @@ async def test_nonces_random_tokens_distinct_and_no_plaintext_in_the_database(
 async def test_wrong_or_missing_secret_refuses_start_up_and_the_right_one_rebuilds_the_token(
     aiohttp_client: Any,
     server_client: Any,
-    ready_device: Maker,
-    make_task: Maker,
+    dev: DeviceCreds,
     settings: Settings,
     clock: ManualClock,
 ) -> None:
-    make_task(start=True)
-    dev = ready_device()
     session, key = new_id(), new_id()
     first = await claim_ok(server_client, dev, session, key)
     await server_client.close()

@@ -68,6 +68,27 @@ async def refused_then_retried(
     return await send()
 
 
+async def _post_refused_then_replayed(
+    client: Any,
+    c: Claim,
+    path: str,
+    body: dict[str, Any],
+    fault: StorageFault,
+    conn: sqlite3.Connection,
+    case: Fault,
+) -> bytes:
+    """POST ``body`` to ``path`` as ``c``'s device: refused with ``case`` injected (:func:`refused_then_retried`),
+    then ``200``, and the same request again replays the same bytes; returns the ``200`` answer."""
+
+    def send() -> Awaitable[tuple[int, bytes]]:
+        return post_json(client, path, c.device, body)
+
+    status, first = await refused_then_retried(fault, conn, case, send)
+    assert status == 200, first
+    assert await send() == (200, first)
+    return first
+
+
 async def _fence(client: Any, c: Claim, body: dict[str, Any]) -> tuple[int, bytes]:
     return await post_json(client, fence_path(c.attempt_id), c.device, body)
 
@@ -124,16 +145,11 @@ async def test_fence_lost_with_its_batch_is_never_answered(
 async def test_result_storage_failure_then_retry_same_key(
     server_client: Any, claimed: Claim, fault: StorageFault, sync_conn: sqlite3.Connection, case: Fault
 ) -> None:
-    status, raw = await _fence(server_client, claimed, fence_body(claimed))
+    _, raw = await _fence(server_client, claimed, fence_body(claimed))
     sid = json.loads(raw)["submission_id"]
-    body = result_body(claimed, "UNKNOWN")
-
-    def send() -> Awaitable[tuple[int, bytes]]:
-        return post_json(server_client, result_path(sid), claimed.device, body)
-
-    status, first = await refused_then_retried(fault, sync_conn, case, send)
-    assert status == 200, first
-    assert await send() == (200, first)
+    await _post_refused_then_replayed(
+        server_client, claimed, result_path(sid), result_body(claimed, "UNKNOWN"), fault, sync_conn, case
+    )
 
 
 @faults(("evidence_assets", "INSERT", "ABORT"))
@@ -186,28 +202,19 @@ async def test_evidence_file_store_failure_is_503_and_retry_works(
 async def test_events_storage_failure_then_retry_same_key(
     server_client: Any, claimed: Claim, fault: StorageFault, sync_conn: sqlite3.Connection, case: Fault
 ) -> None:
-    body = events_body(claimed)
-
-    def send() -> Awaitable[tuple[int, bytes]]:
-        return post_json(server_client, events_path(claimed.task_id), claimed.device, body)
-
-    status, first = await refused_then_retried(fault, sync_conn, case, send)
-    assert status == 200 and json.loads(first)["first_seq"] == 1
-    assert await send() == (200, first)
+    first = await _post_refused_then_replayed(
+        server_client, claimed, events_path(claimed.task_id), events_body(claimed), fault, sync_conn, case
+    )
+    assert json.loads(first)["first_seq"] == 1
 
 
 @faults(("authorizations", "UPDATE", "ABORT"))
 async def test_fail_storage_failure_then_retry_same_key(
     server_client: Any, claimed: Claim, fault: StorageFault, sync_conn: sqlite3.Connection, case: Fault
 ) -> None:
-    body = fail_body(claimed)
-
-    def send() -> Awaitable[tuple[int, bytes]]:
-        return post_json(server_client, fail_path(claimed.attempt_id), claimed.device, body)
-
-    status, first = await refused_then_retried(fault, sync_conn, case, send)
-    assert status == 200, first
-    assert await send() == (200, first)
+    await _post_refused_then_replayed(
+        server_client, claimed, fail_path(claimed.attempt_id), fail_body(claimed), fault, sync_conn, case
+    )
 
 
 async def test_disk_full_by_max_page_count_is_503_not_500(

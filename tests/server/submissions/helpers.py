@@ -26,6 +26,7 @@ from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import evidence_upload
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.tx.common import new_id
+from tests.device_bodies import fence_request
 from tests.server.conftest import TEST_ACTOR, DeviceCreds, Maker
 
 HEARTBEAT = "/api/v1/devices/heartbeat"
@@ -161,9 +162,9 @@ def renew_body(c: Claim, **over: Any) -> dict[str, Any]:
 
 
 def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
-    """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00, paid by 微信支付)."""
-    body: dict[str, Any] = {
-        "fence_key": new_id(),
+    """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00, paid by 微信支付):
+    :func:`tests.device_bodies.fence_request` with this claim's ids, token, SKU and quantity."""
+    claim = {
         "task_id": c.task_id,
         "expected_task_version": c.task_version,
         "authorization_id": c.authorization_id,
@@ -171,16 +172,9 @@ def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
         "claim_token": c.token,
         "selected_color": c.sku_color,
         "selected_size": c.sku_size,
-        "gate1_unit_price": "12.88",
-        "gate2_unit_price": "12.88",
-        "gate3_unit_price": "12.88",
         "quantity_read": c.quantity,
-        "confirm_page_amount": "25.76",
-        "submit_control_match_count": 1,
-        "payment_mode": "微信支付",
     }
-    body.update(over)
-    return body
+    return fence_request(**(claim | over))
 
 
 def event(
@@ -338,13 +332,21 @@ def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
     return out
 
 
+async def post_writing_nothing(
+    client: Any, conn: sqlite3.Connection, path: str, creds: DeviceCreds | None, body: Any
+) -> tuple[int, bytes]:
+    """:func:`post_json`, asserting the request wrote nothing (:func:`fingerprint` of ``conn`` before == after);
+    returns (status, raw body) for the caller to check the refusal."""
+    before = fingerprint(conn)
+    status, raw = await post_json(client, path, creds, body)
+    assert fingerprint(conn) == before, (status, raw)
+    return status, raw
+
+
 async def assert_fence_refused_after_revocation(client: Any, c: Claim, conn: sqlite3.Connection, now: datetime) -> None:
     """Revoke the claim's device (the CLI's use-case); its fence is then the empty 401 and writes nothing."""
     run_in_transaction(conn, lambda tx: device_service.revoke_device(tx, c.device.device_id, TEST_ACTOR, now))
-    before = fingerprint(conn)
-    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
-    assert (status, raw) == (401, b"")
-    assert fingerprint(conn) == before
+    assert await post_writing_nothing(client, conn, fence_path(c.attempt_id), c.device, fence_body(c)) == (401, b"")
 
 
 def task_row(conn: sqlite3.Connection, task_id: str) -> sqlite3.Row:

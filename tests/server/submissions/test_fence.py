@@ -24,6 +24,7 @@ from tests.server.submissions.helpers import (
     fence_path,
     fingerprint,
     post_json,
+    post_writing_nothing,
     task_row,
 )
 
@@ -185,12 +186,11 @@ GATE_TABLE: list[tuple[str, dict[str, Any]]] = [
 async def test_gate_refusal_table(
     server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection, detail: str, change: dict[str, Any]
 ) -> None:
-    before = fingerprint(sync_conn)
-    status, raw = await post_json(
-        server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed, **change)
+    # nothing written: no submission, no state change, no record
+    status, raw = await post_writing_nothing(
+        server_client, sync_conn, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed, **change)
     )
     assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": detail})
-    assert fingerprint(sync_conn) == before  # nothing written: no submission, no state change, no record
 
 
 async def test_gate_reading_passes_with_a_discount_and_allowed_modes(
@@ -277,10 +277,10 @@ async def test_expired_authorization_refused(
     assert claimed.lease_expires_at > end
     sync_conn.execute("UPDATE authorizations SET expires_at = ? WHERE id = ?", (end, claimed.authorization_id))
     clock.set(end)  # exactly at the authorization's expiry: expired
-    before = fingerprint(sync_conn)
-    status, raw = await post_json(server_client, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed))
+    status, raw = await post_writing_nothing(
+        server_client, sync_conn, fence_path(claimed.attempt_id), claimed.device, fence_body(claimed)
+    )
     assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": "authorization_expired"})
-    assert fingerprint(sync_conn) == before
 
 
 async def test_revoked_device_gets_empty_401(

@@ -19,6 +19,7 @@ import json
 import logging
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -43,9 +44,10 @@ from tests.server.submissions.helpers import (
     CLAIM_NEXT,
     HEARTBEAT,
     Claim,
-    event,
+    events_body,
     events_path,
     evidence_fields,
+    evidence_path,
     fail_body,
     fail_path,
     fence_body,
@@ -54,6 +56,7 @@ from tests.server.submissions.helpers import (
     multipart,
     png,
     renew_body,
+    result_body,
     result_path,
 )
 from tests.soak import soak_iterations
@@ -61,6 +64,7 @@ from tests.soak import soak_iterations
 RENEW = "/api/v1/tasks/{}/lease/renew"
 DOCUMENTED = {200, 201, 204, 400, 404, 409}
 PNG = png()
+JSON = "application/json"
 MOSTLY_FALSE = st.sampled_from([False, False, False, True])
 MOSTLY_TRUE = st.sampled_from([True, True, True, False])
 
@@ -93,7 +97,7 @@ class DeviceApiMachine(RuleBasedStateMachine):
         self.leases_seen: dict[str, tuple[str, str]] = {}  # attempt → (lease, now) at last check
 
     # --- plumbing ---------------------------------------------------------------------------------------
-    def post(self, path: str, dev: DeviceCreds, body: Any, content_type: str = "application/json") -> tuple[int, bytes]:
+    def post(self, path: str, dev: DeviceCreds, body: Any, content_type: str = JSON) -> tuple[int, bytes]:
         raw = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
         status, resp = self.w.server.request(path, dev.headers(), raw, content_type)
         assert status in DOCUMENTED, (path, status, resp)
@@ -157,29 +161,25 @@ class DeviceApiMachine(RuleBasedStateMachine):
         elif status == 409:
             assert json.loads(raw)["error"] in ("claim_requires_manual", "app_version_not_allowed")
 
-    @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
-    def events(self, i: int, foreign: bool) -> None:
+    def _send_picked(self, i: int, foreign: bool, ok: int, request: Callable[[Claim], tuple[str, Any, str]]) -> None:
+        """Send ``request(c)`` (path, body, content type) for the :meth:`_pick` claim ``c``: a foreign sender is
+        always refused (409), the claim's own device gets ``ok`` or 409."""
         if (picked := self._pick(i, foreign)) is None:
             return
         c, dev = picked
-        body = {
-            "batch_key": new_id(),
-            "attempt_id": c.attempt_id,
-            "claim_generation": c.generation,
-            "claim_token": c.token,
-            "events": [event()],
-        }
-        status, _ = self.post(events_path(c.task_id), dev, body)
-        assert status in ((409,) if foreign else (200, 409))
+        path, body, content_type = request(c)
+        status, _ = self.post(path, dev, body, content_type)
+        assert status in ((409,) if foreign else (ok, 409))
+
+    @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
+    def events(self, i: int, foreign: bool) -> None:
+        self._send_picked(i, foreign, 200, lambda c: (events_path(c.task_id), events_body(c), JSON))
 
     @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
     def evidence(self, i: int, foreign: bool) -> None:
-        if (picked := self._pick(i, foreign)) is None:
-            return
-        c, dev = picked
-        body, ctype = multipart(evidence_fields(c, PNG), PNG)
-        status, _ = self.post(f"/api/v1/tasks/{c.task_id}/evidence", dev, body, ctype)
-        assert status in ((409,) if foreign else (201, 409))
+        self._send_picked(
+            i, foreign, 201, lambda c: (evidence_path(c.task_id), *multipart(evidence_fields(c, PNG), PNG))
+        )
 
     @rule(i=st.integers(0, 50), good=MOSTLY_TRUE, foreign=MOSTLY_FALSE, bump=st.booleans())
     def fence(self, i: int, good: bool, foreign: bool, bump: bool) -> None:
@@ -229,23 +229,12 @@ class DeviceApiMachine(RuleBasedStateMachine):
         sid = sorted(self.submissions)[i % len(self.submissions)]
         c = self.submissions[sid]
         dev = self._other(c.device) if foreign else c.device
-        body = {
-            "result_key": new_id(),
-            "attempt_id": c.attempt_id,
-            "claim_token": c.token,
-            "observation": obs,
-            "evidence_asset_id": None,
-        }
-        status, _ = self.post(result_path(sid), dev, body)
+        status, _ = self.post(result_path(sid), dev, result_body(c, obs))
         assert status in ((404,) if foreign else (200, 409))
 
     @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
     def fail(self, i: int, foreign: bool) -> None:
-        if (picked := self._pick(i, foreign)) is None:
-            return
-        c, dev = picked
-        status, _ = self.post(fail_path(c.attempt_id), dev, fail_body(c))
-        assert status in ((409,) if foreign else (200, 409))
+        self._send_picked(i, foreign, 200, lambda c: (fail_path(c.attempt_id), fail_body(c), JSON))
 
     @rule(i=st.integers(0, 50))
     def renew(self, i: int) -> None:

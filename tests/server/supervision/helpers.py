@@ -9,23 +9,13 @@ import sqlite3
 from typing import Any
 
 from cmbuyer.server.db import run_in_transaction
-from cmbuyer.server.domain.supervision import ApprovalState, decide
+from cmbuyer.server.domain.supervision import READING_KEYS, ApprovalState, decide
 from cmbuyer.server.store import supervision as store
 from cmbuyer.server.tx.common import new_id
 from tests.server.submissions import helpers as submission_helpers
 from tests.server.submissions.helpers import Claim, png, post_json, upload_png
 
 AT = "2026-08-04T09:00:30.000000Z"
-READINGS_KEYS = (
-    "selected_color",
-    "selected_size",
-    "gate1_unit_price",
-    "gate2_unit_price",
-    "gate3_unit_price",
-    "quantity_read",
-    "confirm_page_amount",
-    "payment_mode",
-)
 
 
 def approval_path(attempt_id: str) -> str:
@@ -37,8 +27,8 @@ def status_path(attempt_id: str) -> str:
 
 
 def readings_of(fence: dict[str, Any]) -> dict[str, Any]:
-    """The 8 readings of a fence body (what the agent sends for approval before that fence)."""
-    return {k: fence[k] for k in READINGS_KEYS}
+    """The 8 readings of a fence body (:data:`READING_KEYS`, what the agent sends for approval before that fence)."""
+    return {k: fence[k] for k in READING_KEYS}
 
 
 def approval_body(c: Claim, screenshot_asset_id: str, readings: dict[str, Any], **over: Any) -> dict[str, Any]:

@@ -42,16 +42,21 @@ async def _claim_ok(client: Any, creds: DeviceCreds, **kwargs: Any) -> dict[str,
     return answer
 
 
+@pytest.fixture
+def dev(make_task: Maker, make_device: DeviceMaker) -> DeviceCreds:
+    """A started task, then a device (``make_device()``) to claim it."""
+    make_task(start=True)
+    return make_device()
+
+
 def _attempt(conn: sqlite3.Connection, attempt_id: str) -> tuple[str | None, int]:
     row = conn.execute("SELECT pack_key, supervised FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
     return row[0], row[1]
 
 
 async def test_new_pair_is_supervised_and_gets_a_row(
-    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection
+    server_client: Any, dev: DeviceCreds, sync_conn: sqlite3.Connection
 ) -> None:
-    make_task(start=True)
-    dev = make_device()
     answer = await _claim_ok(server_client, dev)
     validate("claim_next.response", answer)
     assert answer["attempt"]["supervised"] is True
@@ -77,11 +82,7 @@ async def test_pack_key_order_claim_then_heartbeat_then_app(
 
 
 @pytest.mark.parametrize("supervised_orders", ["0"])
-async def test_off_means_unsupervised(
-    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection
-) -> None:
-    make_task(start=True)
-    dev = make_device()
+async def test_off_means_unsupervised(server_client: Any, dev: DeviceCreds, sync_conn: sqlite3.Connection) -> None:
     answer = await _claim_ok(server_client, dev)
     assert answer["attempt"]["supervised"] is False
     assert _attempt(sync_conn, answer["attempt"]["id"]) == (APP_KEY, 0)
@@ -112,11 +113,9 @@ async def test_confirmed_pairs_run_unsupervised_until_n(
 
 @pytest.mark.parametrize("supervised_orders", ["3", "0"])
 async def test_held_pair_claims_nothing_and_the_heartbeat_says_why(
-    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection
+    server_client: Any, dev: DeviceCreds, sync_conn: sqlite3.Connection
 ) -> None:
     """Held blocks also with supervision off: turning it off does not clear a person's "wrong"."""
-    make_task(start=True)
-    dev = make_device()
     put_pair(sync_conn, dev.device_id, APP_KEY, confirmed=5, held=True)
     status, raw = await post_json(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id))
     assert status == 200
@@ -140,9 +139,7 @@ async def test_held_pair_claims_nothing_and_the_heartbeat_says_why(
     assert status == 200, raw
 
 
-async def test_claim_replay_is_byte_identical(server_client: Any, make_device: DeviceMaker, make_task: Maker) -> None:
-    make_task(start=True)
-    dev = make_device()
+async def test_claim_replay_is_byte_identical(server_client: Any, dev: DeviceCreds) -> None:
     status, raw, body = await _claim(server_client, dev, pack_id="pdd-8.17.0")
     assert status == 200
     assert await post_json(server_client, CLAIM_NEXT, dev, body) == (200, raw)
@@ -154,10 +151,8 @@ async def test_claim_replay_is_byte_identical(server_client: Any, make_device: D
 
 @pytest.mark.parametrize("pack_id", ["", "Pdd", "pdd 8", "-pdd", "x" * 65, 7, None, "NO_PACK", "pdd\n"])
 async def test_bad_pack_id_is_400_nothing_written(
-    server_client: Any, make_device: DeviceMaker, make_task: Maker, sync_conn: sqlite3.Connection, pack_id: object
+    server_client: Any, dev: DeviceCreds, sync_conn: sqlite3.Connection, pack_id: object
 ) -> None:
-    make_task(start=True)
-    dev = make_device()
     await post_json(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id))
     status, raw = await post_json(
         server_client, CLAIM_NEXT, dev, {"session_id": new_id(), "claim_request_id": new_id(), "pack_id": pack_id}
