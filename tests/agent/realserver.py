@@ -30,12 +30,11 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services import tasks as task_service
-from cmbuyer.server.tx.common import Actor, new_id
+from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.web.admin import task_view
+from tests.server.conftest import create_task
 
 ACTOR = Actor("cli", "agent-tests")
-GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
 
 
 @dataclass(frozen=True)
@@ -144,38 +143,13 @@ class RealServer:
     def revoke_device(self, device_id: str) -> None:
         run_in_transaction(self.conn, lambda c: device_service.revoke_device(c, device_id, ACTOR, self.clock.now()))
 
-    def add_task(
-        self,
-        *,
-        goods_id: str = "937122477375",
-        color: str = "黑色CHA(纯棉)",
-        size: str | None = "M(建议100-115)",
-        quantity: int = 2,
-        max_total_price: str = "30.00",
-        title: str = "纯棉短袖",
-        start: bool = True,
-    ) -> TaskRef:
+    def add_task(self, *, start: bool = True, **fields: Any) -> TaskRef:
+        """:func:`tests.server.conftest.create_task` on this server's connection, clock and settings, as
+        ``ACTOR``; ``fields`` are its keyword arguments (goods_id, color, size, quantity, max_total_price,
+        title) with its defaults, but the task is started (PENDING + ACTIVE authorization) unless
+        ``start=False``. Returns the stored task's id and version."""
         assert self.settings is not None
-        raw = {
-            "create_key": new_id(),
-            "title": title,
-            "product_url": GOODS_URL.format(goods_id=goods_id),
-            "sku_color": color,
-            "sku_size": size,
-            "quantity": quantity,
-            "max_total_price": max_total_price,
-        }
-        new = task_service.validate_new_task(raw, self.settings)
-        task, _ = run_in_transaction(self.conn, lambda c: task_service.create_task(c, new, ACTOR, self.clock.now()))
-        if start:
-            settings = self.settings
-            run_in_transaction(
-                self.conn,
-                lambda c: task_service.start_purchases(
-                    c, new_id(), [(task.id, task.version)], ACTOR, self.clock.now(), settings
-                ),
-            )
-            task = run_in_transaction(self.conn, lambda c: task_service.get_task(c, task.id))
+        task = create_task(self.conn, self.settings, self.clock, actor=ACTOR, start=start, **fields)
         return TaskRef(task.id, task.version)
 
     def detail(self, task_id: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -122,59 +123,47 @@ def assert_swipes_inside_lists(sim: PhoneSim, serial: str) -> int:
     return len(found)
 
 
+@dataclass(frozen=True)
+class Order:
+    """One order-sheet case: the task (goods, SKU, quantity, cap) and the total the sheet asks for it."""
+
+    goods_id: str
+    sku_color: str
+    max_total_price: str
+    total: str
+    sku_size: str | None = None
+    quantity: int = 1
+
+    def task(self) -> dict[str, Any]:
+        """The task fields for :func:`run` (``max_total_price`` as a ``Decimal``; ``total`` left out)."""
+        return dict(
+            goods_id=self.goods_id,
+            sku_color=self.sku_color,
+            sku_size=self.sku_size,
+            quantity=self.quantity,
+            max_total_price=Decimal(self.max_total_price),
+        )
+
+
 ORDERS = {
     # two dimensions, 【限定】 tile vs [限定] in the 已选 label, stock-badge price (最后3件 ¥39)
-    "two-dimensions": dict(
-        goods_id="710000000001",
-        sku_color="【限定】雾霾蓝",
-        sku_size="L",
-        quantity=2,
-        max_total_price=Decimal("80.00"),
-        total="78.00",
-    ),
+    "two-dimensions": Order("710000000001", "【限定】雾霾蓝", "80.00", "78.00", sku_size="L", quantity=2),
     # one dimension (款式), a tile name with leading spaces, 已选 label decorated with '#', 免拼购买
-    "one-dimension": dict(
-        goods_id="710000000002",
-        sku_color="奶白色+礼盒",
-        sku_size=None,
-        quantity=1,
-        max_total_price=Decimal("60.00"),
-        total="59.00",
-    ),
+    "one-dimension": Order("710000000002", "奶白色+礼盒", "60.00", "59.00"),
     # image tiles (颜色分类, name in content-desc + tv_content, stock badges), 即将卖完 ¥118
-    "image-tiles": dict(
-        goods_id="710000000003",
-        sku_color="樱花粉",
-        sku_size=None,
-        quantity=1,
-        max_total_price=Decimal("200.00"),
-        total="118.00",
-    ),
+    "image-tiles": Order("710000000003", "樱花粉", "200.00", "118.00"),
     # 色号 header, the wanted tile off-screen to the right: scroll inside the list
-    "scrolled-list": dict(
-        goods_id="710000000004",
-        sku_color="樱桃红#09",
-        sku_size=None,
-        quantity=1,
-        max_total_price=Decimal("50.00"),
-        total="45.90",
-    ),
+    "scrolled-list": Order("710000000004", "樱桃红#09", "50.00", "45.90"),
     # preselected tile off-screen when the sheet opens; the wanted one is that preselected tile
-    "preselected-off-screen": dict(
-        goods_id="710000000005",
-        sku_color="星空紫",
-        sku_size=None,
-        quantity=3,
-        max_total_price=Decimal("40.00"),
-        total="38.40",
-    ),
+    "preselected-off-screen": Order("710000000005", "星空紫", "40.00", "38.40", quantity=3),
 }
 
 
 @pytest.mark.parametrize("name", sorted(ORDERS))
 def test_orders_complete_on_the_order_sheet(tmp_path: Path, sim: PhoneSim, name: str) -> None:
-    task = dict(ORDERS[name])
-    total = Decimal(task.pop("total"))
+    order_case = ORDERS[name]
+    task = order_case.task()
+    total = Decimal(order_case.total)
     result, server, serial = run(tmp_path, sim, **task)
     assert (result.outcome, result.tapped) == ("SUBMITTED", True), server.fails
     journal = sim.journal(serial)

@@ -22,9 +22,10 @@ from cmbuyer.agent.runner import Runner, RunnerConfig
 from cmbuyer.phonesim.journal import order_counts
 from cmbuyer.phonesim.phone import Phone
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from tests.server.conftest import GOODS_URL
 from tests.tally import fences, goods_per_task, tally
 
-from .realserver import GOODS_URL, RealServer
+from .realserver import RealServer
 from .test_flow_sim import _default
 
 BASE_GOODS = "937122477375"
