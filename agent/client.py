@@ -23,7 +23,6 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from cmbuyer.agent import __version__
@@ -321,30 +320,8 @@ class HttpDeviceApi:
             return None
         if status != 200:
             raise ServerError(f"claim-next: unexpected HTTP {status}", status=status)
-        t, a, att = body["task"], body["authorization"], body["attempt"]
-        task = Task(
-            id=t["id"],
-            version=t["version"],
-            title=t["title"],
-            product_url=t["product_url"],
-            goods_id=t["goods_id"],
-            sku_color=t["sku_color"],
-            sku_size=t["sku_size"],
-            quantity=t["quantity"],
-            max_total_price=Decimal(t["max_total_price"]),
-        )
-        claim = Claim(
-            task_id=t["id"],
-            task_version=t["version"],
-            authorization_id=a["id"],
-            attempt_id=att["id"],
-            claim_generation=att["claim_generation"],
-            claim_token=att["claim_token"],
-            session_id=session.session_id,
-            lease_expires_at=att["lease_expires_at"],
-            authorization_expires_at=a["expires_at"],
-            supervised=att.get("supervised", False) is True,
-        )
+        task = Task.from_wire(body["task"])
+        claim = Claim.from_claim_next(body, session.session_id)
         self._claims[claim.attempt_id] = claim
         # The key is dropped by the caller once the claim is journaled (record first, then forget).
         return ClaimedPurchase(task=task, claim=claim, server_now=body["server_now"])
