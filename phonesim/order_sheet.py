@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any
 
 from . import screens as base
 from .app import AppModel, Order
-from .nodes import OBF_ID, PDD, Bounds, Node, edit, frame, group, image, linear, text
+from .nodes import OBF_ID, PDD, Bounds, Node, edit, frame, group, image, linear, option_tile, text
 from .prices import fmt_yuan
 from .scenario import Dimension, Goods
 
@@ -111,19 +110,6 @@ def max_offset(dim: Dimension) -> int:
     return max(0, list_extent(dim) + LEFT - base.W)
 
 
-def _option_tile(selected: bool, action: tuple[str, ...]) -> dict[str, Any]:
-    """The node attributes every option tile has (text or image tile): a focusable clickable ``option``
-    drawn as a ``tile``, ``selected`` when it is the current choice, ``action`` its tap."""
-    return {
-        "clickable": True,
-        "focusable": True,
-        "selected": selected,
-        "action": action,
-        "role": "option",
-        "style": "tile",
-    }
-
-
 def _image_tile(
     bounds: tuple[int, int, int, int],
     name: str,
@@ -134,7 +120,7 @@ def _image_tile(
     clipped: bool,
 ) -> Node:
     left, top, right, bottom = bounds
-    tile = group(bounds, desc=name, rid=OBF_ID, **_option_tile(selected, action))
+    tile = group(bounds, desc=name, rid=OBF_ID, **option_tile(selected, action))
     if clipped:  # the RecyclerView has not laid out the children of a tile cut by the screen edge
         return tile
     tile.add(image((left + 10, top + 10, right - 10, top + 190), name, selected=selected))
@@ -196,7 +182,7 @@ def option_group(app: AppModel, goods: Goods, dim: Dimension, y: int) -> tuple[l
             badge = f"最后{stock}件" if available and stock <= 10 else None
             inner.add(_image_tile(bounds, opt, shown, badge, selected, action, clipped))
         else:
-            inner.add(text(bounds, shown, desc="" if available else opt, **_option_tile(selected, action)))
+            inner.add(text(bounds, shown, desc="" if available else opt, **option_tile(selected, action)))
     return [header, inner], top + tile_h
 
 
