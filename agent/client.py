@@ -153,6 +153,25 @@ def approval_readings(proof: SubmissionProof) -> dict[str, Any]:
     }
 
 
+def submission_result_request(
+    *, result_key: str, attempt_id: str, claim_token: str, result: SubmissionResult
+) -> dict[str, Any]:
+    """The ``submission_result.request`` body; ``order_sn`` and ``observation_reason`` (optional on the
+    wire) only when set."""
+    payload: dict[str, Any] = {
+        "result_key": result_key,
+        "attempt_id": attempt_id,
+        "claim_token": claim_token,
+        "observation": result.observation,
+        "evidence_asset_id": result.evidence_asset_id,
+    }
+    if result.order_sn is not None:
+        payload["order_sn"] = result.order_sn
+    if result.observation_reason is not None:
+        payload["observation_reason"] = result.observation_reason
+    return payload
+
+
 def _approval_status(body: dict[str, Any]) -> ApprovalStatus:
     return ApprovalStatus(
         approval_id=body["approval_id"],
@@ -497,17 +516,9 @@ class HttpDeviceApi:
     def report_recovered_result(
         self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
     ) -> None:
-        payload = {
-            "result_key": result_key,
-            "attempt_id": attempt_id,
-            "claim_token": claim_token,
-            "observation": result.observation,
-            "evidence_asset_id": result.evidence_asset_id,
-        }
-        if result.order_sn is not None:
-            payload["order_sn"] = result.order_sn
-        if result.observation_reason is not None:
-            payload["observation_reason"] = result.observation_reason
+        payload = submission_result_request(
+            result_key=result_key, attempt_id=attempt_id, claim_token=claim_token, result=result
+        )
         self._post_json(f"/api/v1/order-submissions/{submission_id}/result", "submission_result", payload, "result")
 
     def remember_claim(self, claim: Claim) -> None:
