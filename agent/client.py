@@ -23,7 +23,6 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from cmbuyer.agent import __version__
@@ -152,6 +151,25 @@ def approval_readings(proof: SubmissionProof) -> dict[str, Any]:
         "confirm_page_amount": money_str(proof.confirm_page_amount),
         "payment_mode": proof.payment_mode,
     }
+
+
+def submission_result_request(
+    *, result_key: str, attempt_id: str, claim_token: str, result: SubmissionResult
+) -> dict[str, Any]:
+    """The ``submission_result.request`` body; ``order_sn`` and ``observation_reason`` (optional on the
+    wire) only when set."""
+    payload: dict[str, Any] = {
+        "result_key": result_key,
+        "attempt_id": attempt_id,
+        "claim_token": claim_token,
+        "observation": result.observation,
+        "evidence_asset_id": result.evidence_asset_id,
+    }
+    if result.order_sn is not None:
+        payload["order_sn"] = result.order_sn
+    if result.observation_reason is not None:
+        payload["observation_reason"] = result.observation_reason
+    return payload
 
 
 def _approval_status(body: dict[str, Any]) -> ApprovalStatus:
@@ -321,30 +339,8 @@ class HttpDeviceApi:
             return None
         if status != 200:
             raise ServerError(f"claim-next: unexpected HTTP {status}", status=status)
-        t, a, att = body["task"], body["authorization"], body["attempt"]
-        task = Task(
-            id=t["id"],
-            version=t["version"],
-            title=t["title"],
-            product_url=t["product_url"],
-            goods_id=t["goods_id"],
-            sku_color=t["sku_color"],
-            sku_size=t["sku_size"],
-            quantity=t["quantity"],
-            max_total_price=Decimal(t["max_total_price"]),
-        )
-        claim = Claim(
-            task_id=t["id"],
-            task_version=t["version"],
-            authorization_id=a["id"],
-            attempt_id=att["id"],
-            claim_generation=att["claim_generation"],
-            claim_token=att["claim_token"],
-            session_id=session.session_id,
-            lease_expires_at=att["lease_expires_at"],
-            authorization_expires_at=a["expires_at"],
-            supervised=att.get("supervised", False) is True,
-        )
+        task = Task.from_wire(body["task"])
+        claim = Claim.from_claim_next(body, session.session_id)
         self._claims[claim.attempt_id] = claim
         # The key is dropped by the caller once the claim is journaled (record first, then forget).
         return ClaimedPurchase(task=task, claim=claim, server_now=body["server_now"])
@@ -520,17 +516,9 @@ class HttpDeviceApi:
     def report_recovered_result(
         self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
     ) -> None:
-        payload = {
-            "result_key": result_key,
-            "attempt_id": attempt_id,
-            "claim_token": claim_token,
-            "observation": result.observation,
-            "evidence_asset_id": result.evidence_asset_id,
-        }
-        if result.order_sn is not None:
-            payload["order_sn"] = result.order_sn
-        if result.observation_reason is not None:
-            payload["observation_reason"] = result.observation_reason
+        payload = submission_result_request(
+            result_key=result_key, attempt_id=attempt_id, claim_token=claim_token, result=result
+        )
         self._post_json(f"/api/v1/order-submissions/{submission_id}/result", "submission_result", payload, "result")
 
     def remember_claim(self, claim: Claim) -> None:

@@ -6,9 +6,10 @@ Money is ``Decimal``; times on the wire are strings; tokens are hidden from ``re
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 
 def new_key() -> str:
@@ -40,6 +41,14 @@ class Task:
     quantity: int
     max_total_price: Decimal
 
+    @classmethod
+    def from_wire(cls, task: dict[str, Any]) -> Task:
+        """The ``task`` object of a claim-next response (``claim_next.response``): every field has
+        its wire name; ``max_total_price`` comes as a money string. A missing field raises KeyError."""
+        values = {f.name: task[f.name] for f in fields(cls)}
+        values["max_total_price"] = Decimal(task["max_total_price"])
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -57,6 +66,25 @@ class Claim:
     # issue 17: a person must approve what the phone read before the fence (claim-next
     # ``attempt.supervised``; absent on the wire = False) — agent/approval.py
     supervised: bool = False
+
+    @classmethod
+    def from_claim_next(cls, body: dict[str, Any], session_id: str) -> Claim:
+        """The claim a claim-next 200 body (``claim_next.response``: ``task``, ``authorization``,
+        ``attempt``) grants to ``session_id``. ``supervised`` is True only when the attempt says
+        ``true`` (absent = False). A missing field raises KeyError."""
+        t, a, att = body["task"], body["authorization"], body["attempt"]
+        return cls(
+            task_id=t["id"],
+            task_version=t["version"],
+            authorization_id=a["id"],
+            attempt_id=att["id"],
+            claim_generation=att["claim_generation"],
+            claim_token=att["claim_token"],
+            session_id=session_id,
+            lease_expires_at=att["lease_expires_at"],
+            authorization_expires_at=a["expires_at"],
+            supervised=att.get("supervised", False) is True,
+        )
 
 
 @dataclass(frozen=True)

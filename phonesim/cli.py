@@ -18,11 +18,15 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from .recorder import RecorderError
 from .scenario import ScenarioError, load_scenario
 from .server import PhoneSim
 from .session import REPORT_FILE, SessionError, SessionPhone, load_session
+
+T = TypeVar("T")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,6 +63,18 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
+def _validate(load: Callable[[], T], error: type[Exception], describe: Callable[[T], str]) -> int:
+    """``--validate``: load the file; print ``valid: <describe(loaded)>`` and return 0, or, when the
+    loader raises ``error``, print ``invalid: <error>`` on stderr and return 2 (other errors propagate)."""
+    try:
+        loaded = load()
+    except error as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return 2
+    print(f"valid: {describe(loaded)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr)
@@ -69,24 +85,20 @@ def main(argv: list[str] | None = None) -> int:
         print("error: a session is played or recorded by one phone: give at most one --serial", file=sys.stderr)
         return 2
     if args.validate is not None and args.session:
-        try:
-            sess = load_session(args.session)
-        except SessionError as exc:
-            print(f"invalid: {exc}", file=sys.stderr)
-            return 2
-        print(f"valid: {len(sess.captures)} captures, {len(sess.steps)} steps")
-        return 0
+        return _validate(
+            lambda: load_session(args.session),
+            SessionError,
+            lambda sess: f"{len(sess.captures)} captures, {len(sess.steps)} steps",
+        )
     if args.validate == "":
         print("error: --validate needs a scenario FILE (or --session DIR)", file=sys.stderr)
         return 2
     if args.validate:
-        try:
-            scen = load_scenario(args.validate)
-        except ScenarioError as exc:
-            print(f"invalid: {exc}", file=sys.stderr)
-            return 2
-        print(f"valid: {scen.name} ({len(scen.data['catalogue'])} goods)")
-        return 0
+        return _validate(
+            lambda: load_scenario(args.validate),
+            ScenarioError,
+            lambda scen: f"{scen.name} ({len(scen.data['catalogue'])} goods)",
+        )
     try:
         sim = PhoneSim(
             args.scenario,

@@ -16,6 +16,23 @@ EMPTY_DUMP = XML_HEAD + '<hierarchy rotation="0" />'
 _ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
 
 
+# the boolean attributes of a dump node, in dump order, and the Node field each one shows
+# (session.py reads a recorded dump back with the same table)
+XML_FLAGS = {
+    "checkable": "checkable",
+    "checked": "checked",
+    "clickable": "clickable",
+    "enabled": "enabled",
+    "focusable": "focusable",
+    "focused": "focused",
+    "scrollable": "scrollable",
+    "long-clickable": "long_clickable",
+    "password": "password",
+    "selected": "selected",
+    "visible-to-user": "visible",
+}
+
+
 def _esc(value: str) -> str:
     return "".join(_ESC.get(ch, ch) for ch in value)
 
@@ -26,13 +43,10 @@ def _b(flag: bool) -> str:
 
 def _node_xml(node: Node, index: int, drawing_order: int, depth: int, max_depth: int, out: list[str]) -> None:
     left, top, right, bottom = node.bounds
+    flags = " ".join(f'{key}="{_b(getattr(node, attr))}"' for key, attr in XML_FLAGS.items())
     attrs = (
         f'index="{index}" text="{_esc(node.text)}" resource-id="{_esc(node.rid)}" class="{_esc(node.cls)}" '
-        f'package="{_esc(node.package)}" content-desc="{_esc(node.desc)}" checkable="{_b(node.checkable)}" '
-        f'checked="{_b(node.checked)}" clickable="{_b(node.clickable)}" enabled="{_b(node.enabled)}" '
-        f'focusable="{_b(node.focusable)}" focused="{_b(node.focused)}" scrollable="{_b(node.scrollable)}" '
-        f'long-clickable="{_b(node.long_clickable)}" password="{_b(node.password)}" '
-        f'selected="{_b(node.selected)}" visible-to-user="{_b(node.visible)}" '
+        f'package="{_esc(node.package)}" content-desc="{_esc(node.desc)}" {flags} '
         f'bounds="[{left},{top}][{right},{bottom}]" drawing-order="{drawing_order}" hint="{_esc(node.hint)}" '
         f'display-id="0"'
     )

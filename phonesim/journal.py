@@ -19,7 +19,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-# design §7.4: the payment denylist; any of these in a tapped node or its ancestors is a payment tap
+# design §7.4: the payment denylist; any of these in a tapped node or its ancestors is a payment tap.
+# The simulator's own list, not cmbuyer.agent.screens.safety.PAYMENT_DENYLIST: the journal judges the agent
+# (assert_no_payment_taps) and phonesim imports no agent code, so a word dropped from the agent's list is caught.
 PAYMENT_WORDS = (
     "支付",
     "付款",

@@ -106,6 +106,19 @@ def clickable_target(path: list[Node]) -> Node | None:
 # --- small builders so screen code stays readable -------------------------------------------
 
 
+def option_tile(selected: bool, action: tuple[str, ...]) -> dict[str, Any]:
+    """Builder keywords every option tile has (sku-sheet, order-sheet text or image tile): a focusable
+    clickable ``option`` drawn as a ``tile``, ``selected`` when it is the current choice, ``action`` its tap."""
+    return {
+        "clickable": True,
+        "focusable": True,
+        "selected": selected,
+        "action": action,
+        "role": "option",
+        "style": "tile",
+    }
+
+
 def frame(bounds: Bounds, *children: Node, **kw: Any) -> Node:
     return Node("android.widget.FrameLayout", bounds, rid=kw.pop("rid", OBF_ID), children=list(children), **kw)
 

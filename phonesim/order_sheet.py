@@ -20,7 +20,7 @@ from decimal import Decimal
 
 from . import screens as base
 from .app import AppModel, Order
-from .nodes import OBF_ID, PDD, Bounds, Node, edit, frame, group, image, linear, text
+from .nodes import OBF_ID, PDD, Bounds, Node, edit, frame, group, image, linear, option_tile, text
 from .prices import fmt_yuan
 from .scenario import Dimension, Goods
 
@@ -120,17 +120,7 @@ def _image_tile(
     clipped: bool,
 ) -> Node:
     left, top, right, bottom = bounds
-    tile = group(
-        bounds,
-        desc=name,
-        clickable=True,
-        focusable=True,
-        selected=selected,
-        action=action,
-        role="option",
-        style="tile",
-        rid=OBF_ID,
-    )
+    tile = group(bounds, desc=name, rid=OBF_ID, **option_tile(selected, action))
     if clipped:  # the RecyclerView has not laid out the children of a tile cut by the screen edge
         return tile
     tile.add(image((left + 10, top + 10, right - 10, top + 190), name, selected=selected))
@@ -192,19 +182,7 @@ def option_group(app: AppModel, goods: Goods, dim: Dimension, y: int) -> tuple[l
             badge = f"最后{stock}件" if available and stock <= 10 else None
             inner.add(_image_tile(bounds, opt, shown, badge, selected, action, clipped))
         else:
-            inner.add(
-                text(
-                    bounds,
-                    shown,
-                    desc="" if available else opt,
-                    clickable=True,
-                    focusable=True,
-                    selected=selected,
-                    action=action,
-                    role="option",
-                    style="tile",
-                )
-            )
+            inner.add(text(bounds, shown, desc="" if available else opt, **option_tile(selected, action)))
     return [header, inner], top + tile_h
 
 

@@ -47,6 +47,15 @@ KEY_NAMES = {
 ACTIVITY = "com.xunmeng.pinduoduo.activity.NewPageActivity"
 HOME_ACTIVITY = "com.xunmeng.pinduoduo.ui.activity.HomeActivity"
 LAUNCHER_ACTIVITY = "com.android.launcher3/com.android.launcher3.Launcher"
+# ``dumpsys activity top`` intent data per page; a page with ``{order_sn}`` has none without its order
+PAGE_URLS = {
+    "product": "pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}",
+    "confirm": "pinduoduo://com.xunmeng.pinduoduo/order_checkout.html?goods_id={goods_id}&_x_src=goods_detail",
+    "order": "pinduoduo://com.xunmeng.pinduoduo/order.html?order_sn={order_sn}",
+    "challenge": "pinduoduo://com.xunmeng.pinduoduo/risk_verify.html?scene=order",
+    "orders": "pinduoduo://com.xunmeng.pinduoduo/orders.html?type=1",
+    "paid": "pinduoduo://com.xunmeng.pinduoduo/pay_result.html?order_sn={order_sn}",
+}
 COUNTERS = ("adb_calls", "shell_calls", "rpc_calls", "dumps", "taps", "screenshots", "keys", "deep_links")
 
 
@@ -194,22 +203,10 @@ class Phone:
     def page_url(self) -> str:
         """The intent data of the app's top activity (``dumpsys activity top``), or ""."""
         page = self.app.page
-        if page is None:
+        template = PAGE_URLS.get(page.name, "") if page is not None else ""
+        if page is None or ("{order_sn}" in template and page.order is None):
             return ""
-        base = "pinduoduo://com.xunmeng.pinduoduo/"
-        if page.name == "product":
-            return f"{base}goods.html?goods_id={page.goods_id}"
-        if page.name == "confirm":
-            return f"{base}order_checkout.html?goods_id={page.goods_id}&_x_src=goods_detail"
-        if page.name == "order" and page.order is not None:
-            return f"{base}order.html?order_sn={page.order.order_sn}"
-        if page.name == "challenge":
-            return f"{base}risk_verify.html?scene=order"
-        if page.name == "orders":
-            return f"{base}orders.html?type=1"
-        if page.name == "paid" and page.order is not None:
-            return f"{base}pay_result.html?order_sn={page.order.order_sn}"
-        return ""
+        return template.format(goods_id=page.goods_id, order_sn=page.order.order_sn if page.order else "")
 
     def _recorded(self, action: dict[str, Any]) -> None:
         """Hand an applied action to the session recorder, if one is attached (under the lock)."""

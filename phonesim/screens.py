@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import order_sheet
 from .app import AppModel
-from .nodes import OBF_ID, PDD, Node, edit, frame, group, image, linear, text
+from .nodes import OBF_ID, PDD, Node, edit, frame, group, image, linear, option_tile, text
 from .prices import fmt_yuan
 
 W, H = 1080, 2400
@@ -134,19 +134,8 @@ def _tiles(app: AppModel, dim: str, options: list[str], y: int) -> tuple[list[No
         if x + w > W - 36 and x > 36:
             x, y = 36, y + h + 24
         ok = goods is not None and goods.option_available(app.selection, dim, opt)
-        nodes.append(
-            text(
-                (x, y, x + w, y + h),
-                opt,
-                clickable=True,
-                focusable=True,
-                enabled=ok,
-                selected=app.selection.get(dim) == opt,
-                action=("select", dim, opt),
-                role="option",
-                style="tile",
-            )
-        )
+        tile = option_tile(app.selection.get(dim) == opt, ("select", dim, opt))
+        nodes.append(text((x, y, x + w, y + h), opt, enabled=ok, **tile))
         x += w + 24
     return nodes, y + h
 

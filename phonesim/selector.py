@@ -33,27 +33,34 @@ def _full(pattern: str, value: str) -> bool:
         return False
 
 
+# the UiSelector string fields: selector name, Node attribute, the match kinds uiautomator2 has for it
+_STR_MATCH: dict[str, Callable[[str, Any], bool]] = {
+    "": lambda s, v: s == v,
+    "Contains": lambda s, v: v in s,
+    "Matches": lambda s, v: _full(v, s),
+    "StartsWith": lambda s, v: s.startswith(v),
+}
+_STR_SELECTORS: dict[str, tuple[str, Callable[[str, Any], bool]]] = {
+    name + kind: (attr, _STR_MATCH[kind])
+    for name, attr, kinds in (
+        ("text", "text", ("", "Contains", "Matches", "StartsWith")),
+        ("className", "cls", ("", "Matches")),
+        ("description", "desc", ("", "Contains", "Matches", "StartsWith")),
+        ("packageName", "package", ("", "Matches")),
+        ("resourceId", "rid", ("", "Matches")),
+    )
+    for kind in kinds
+}
+
+
 def _matches(node: Node, index: int, sel: dict[str, Any]) -> bool:
-    checks: dict[str, Callable[[Any], bool]] = {
-        "text": lambda v: node.text == v,
-        "textContains": lambda v: v in node.text,
-        "textMatches": lambda v: _full(v, node.text),
-        "textStartsWith": lambda v: node.text.startswith(v),
-        "className": lambda v: node.cls == v,
-        "classNameMatches": lambda v: _full(v, node.cls),
-        "description": lambda v: node.desc == v,
-        "descriptionContains": lambda v: v in node.desc,
-        "descriptionMatches": lambda v: _full(v, node.desc),
-        "descriptionStartsWith": lambda v: node.desc.startswith(v),
-        "packageName": lambda v: node.package == v,
-        "packageNameMatches": lambda v: _full(v, node.package),
-        "resourceId": lambda v: node.rid == v,
-        "resourceIdMatches": lambda v: _full(v, node.rid),
-        "index": lambda v: index == int(v),
-    }
     for key, value in sel.items():
-        if key in checks:
-            if not checks[key](value):
+        if key in _STR_SELECTORS:
+            attr, match = _STR_SELECTORS[key]
+            if not match(getattr(node, attr), value):
+                return False
+        elif key == "index":
+            if index != int(value):
                 return False
         elif key in _BOOL and bool(getattr(node, _BOOL[key])) != bool(value):
             return False

@@ -34,6 +34,7 @@ from PIL import Image, UnidentifiedImageError
 from cmbuyer.schemas.files import read_regular
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 
+from .hierarchy import XML_FLAGS
 from .journal import JournalSink, is_payment_text
 from .nodes import Node, clickable_target, hit_path
 from .phone import ACTIVITY, KEY_NAMES, LAUNCHER_ACTIVITY, Phone
@@ -61,19 +62,6 @@ MAX_SESSION_BYTES = 16 * 1024 * 1024
 _COMPONENT_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)+)/([A-Za-z0-9_.$]+)")
 _BOUNDS_RE = re.compile(r"^\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]$")
 _FORBIDDEN_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
-_FLAGS = {
-    "clickable": "clickable",
-    "enabled": "enabled",
-    "focusable": "focusable",
-    "focused": "focused",
-    "scrollable": "scrollable",
-    "long-clickable": "long_clickable",
-    "checkable": "checkable",
-    "checked": "checked",
-    "password": "password",
-    "selected": "selected",
-    "visible-to-user": "visible",
-}
 SYSTEM_PACKAGES = ("com.android.systemui", "com.android.launcher3")
 
 
@@ -197,7 +185,7 @@ def parse_windows(xml: str, where: str = "dump.xml") -> list[Node]:
         m = _BOUNDS_RE.match(el.get("bounds", ""))
         if m is None:
             raise SessionError(f"{where}: node with bad bounds {el.get('bounds')!r}")
-        flags = {attr: el.get(key, "false") == "true" for key, attr in _FLAGS.items()}
+        flags = {attr: el.get(key, "false") == "true" for key, attr in XML_FLAGS.items()}
         flags["enabled"] = el.get("enabled", "true") == "true"
         flags["visible"] = el.get("visible-to-user", "true") == "true"
         left, top, right, bottom = (int(v) for v in m.groups())

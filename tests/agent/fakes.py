@@ -15,7 +15,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from cmbuyer.agent.client import FenceReplayed
+from cmbuyer.agent.client import FenceReplayed, approval_readings, submission_result_request
 from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import (
@@ -32,7 +32,6 @@ from cmbuyer.agent.model import (
     TaskEvent,
 )
 from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
-from cmbuyer.agent.screens.text import money_str
 from cmbuyer.schemas import validate
 
 
@@ -156,15 +155,8 @@ class FakeServer:
             "authorization_id": claim.authorization_id,
             "claim_generation": 1,
             "claim_token": claim.claim_token,
-            "selected_color": proof.selected_color,
-            "selected_size": proof.selected_size,
-            "gate1_unit_price": money_str(proof.gate1_unit_price),
-            "gate2_unit_price": money_str(proof.gate2_unit_price),
-            "gate3_unit_price": money_str(proof.gate3_unit_price),
-            "quantity_read": proof.quantity_read,
-            "confirm_page_amount": money_str(proof.confirm_page_amount),
+            **approval_readings(proof),
             "submit_control_match_count": proof.submit_control_match_count,
-            "payment_mode": proof.payment_mode,
         }
         validate("submission_fence.request", payload)
         # The server's re-check (docs/api.md "Fence refusals", issue 15: on the values read).
@@ -210,16 +202,9 @@ class FakeServer:
         self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
     ) -> None:
         self._maybe_down()
-        payload = {
-            "result_key": result_key,
-            "attempt_id": attempt_id,
-            "claim_token": claim_token,
-            "observation": result.observation,
-            "evidence_asset_id": result.evidence_asset_id,
-        }
-        for name in ("order_sn", "observation_reason"):  # optional on the wire: sent only when set
-            if getattr(result, name) is not None:
-                payload[name] = getattr(result, name)
+        payload = submission_result_request(
+            result_key=result_key, attempt_id=attempt_id, claim_token=claim_token, result=result
+        )
         validate("submission_result.request", payload)
         if result_key in self.results:
             if self.results[result_key] != payload:
