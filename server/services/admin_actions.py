@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from cmbuyer.schemas import is_uuid4
@@ -99,17 +100,19 @@ def _move(
 
 def close_before_fence(
     conn: sqlite3.Connection,
-    use_case: str,
     task_id: str,
     expected_version: int,
     expected_authorization_id: str | None,
     actor: Actor,
     now: datetime,
     request_id: str | None = None,
+    *,
+    use_case: str,
 ) -> ActionResult:
-    """The human actions before the fence, ``use_case`` a key of :data:`CLOSE_REASONS`:
-    ``POST /tasks/{id}/reset-to-draft`` (``"reset_to_draft"``: PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → DRAFT)
-    and ``POST /tasks/{id}/cancel`` (``"cancel"``: the same and DRAFT → CANCELLED).
+    """The human actions before the fence, ``use_case`` a key of :data:`CLOSE_REASONS` (called as
+    :data:`reset_to_draft` and :data:`cancel`): ``POST /tasks/{id}/reset-to-draft`` (``"reset_to_draft"``:
+    PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → DRAFT) and ``POST /tasks/{id}/cancel`` (``"cancel"``: the same
+    and DRAFT → CANCELLED).
 
     Closes the live authorization (ACTIVE/CLAIMED → CLOSED) and any OPEN attempt, both with the use-case's
     reason (RESET, CANCELLED). ``expected_authorization_id``, when given, must be the task's newest
@@ -148,6 +151,10 @@ def close_before_fence(
         request_id=request_id,
         detail={"closed_authorization_id": closed_auth, "closed_attempt_id": closed_attempt},
     )
+
+
+reset_to_draft = partial(close_before_fence, use_case="reset_to_draft")  # POST /tasks/{id}/reset-to-draft
+cancel = partial(close_before_fence, use_case="cancel")  # POST /tasks/{id}/cancel
 
 
 def mark_paid(

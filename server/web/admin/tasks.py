@@ -511,10 +511,8 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
             auth_id = _value(body, "authorization_id") or None
             if auth_id is not None and not is_uuid4(auth_id):
                 raise ValidationFailed("authorization_id", "授权 id 无效")
-            use_case = "reset_to_draft" if kind == "reset" else "cancel"
-            result = await request.app[DB].write(
-                lambda c: admin_actions.close_before_fence(c, use_case, task_id, version, auth_id, who, at, rid)
-            )
+            fn = admin_actions.reset_to_draft if kind == "reset" else admin_actions.cancel
+            result = await request.app[DB].write(lambda c: fn(c, task_id, version, auth_id, who, at, rid))
     except (DomainError, AdminHTTPError) as exc:
         refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
         if body.kind == "json" or wants_json(request) or refusal.status == 404:

@@ -51,7 +51,6 @@ from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import device_requests as device_request_store
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.store.queries import task_view as views
-from cmbuyer.server.store.tasks import Task
 from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import TEST_ACTOR, DeviceCreds, DeviceMaker, Maker
 from tests.server.store.test_migration_lean import add_later_columns
@@ -290,19 +289,6 @@ def _start(conn: sqlite3.Connection, settings: Settings, clock: ManualClock, tas
     )
 
 
-async def _claim_then_close(conn: sqlite3.Connection, clock: ManualClock, device: Device, use_case: str) -> Task:
-    """``device`` claims a task, then a person resets or cancels it (``use_case``) before the fence; the
-    task as it was read before the action."""
-    await device.claim_next()
-    assert device.claim is not None
-    task = task_service.get_task(conn, device.claim.task_id)
-    run_in_transaction(
-        conn,
-        lambda x: admin_actions.close_before_fence(x, use_case, task.id, task.version, None, TEST_ACTOR, clock.now()),
-    )
-    return task
-
-
 async def _fill_0004(
     aiohttp_client: Any,
     settings: Settings,
@@ -346,9 +332,19 @@ async def _fill_0004(
         sub_c = await c.fence()
         # D: claim, then reset to draft (CLAIMED → CLOSED) and started again (a second authorization of
         # the task, claimed by E: two attempts on one task)
-        task_d = await _claim_then_close(conn, clock, d, "reset_to_draft")
+        await d.claim_next()
+        assert d.claim is not None
+        task_d = task_service.get_task(conn, d.claim.task_id)
+        run_in_transaction(
+            conn, lambda x: admin_actions.reset_to_draft(x, task_d.id, task_d.version, None, TEST_ACTOR, clock.now())
+        )
         # F: claim, cancelled by a person
-        await _claim_then_close(conn, clock, f, "cancel")
+        await f.claim_next()
+        assert f.claim is not None
+        task_f = task_service.get_task(conn, f.claim.task_id)
+        run_in_transaction(
+            conn, lambda x: admin_actions.cancel(x, task_f.id, task_f.version, None, TEST_ACTOR, clock.now())
+        )
         # G: claim, resume in the same session under a new key, then fail
         await g.claim_next()
         assert g.claim is not None
