@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from cmbuyer.schemas import is_uuid4
@@ -43,6 +44,8 @@ from cmbuyer.server.tx.moves import set_authorization_state, set_task_state
 
 NOTE_MAX = 500
 RECONCILE_OUTCOMES = {"created": "reconcile_created", "not_created": "reconcile_not_created"}
+# use-case of a human action before the fence → the close reason of its authorization and attempt
+CLOSE_REASONS = {"reset_to_draft": "RESET", "cancel": "CANCELLED"}
 
 
 @dataclass(frozen=True)
@@ -95,18 +98,28 @@ def _move(
     return ActionResult(task.id, new_state, task.version + 1)
 
 
-def _close_before_fence(
+def close_before_fence(
     conn: sqlite3.Connection,
     task_id: str,
     expected_version: int,
     expected_authorization_id: str | None,
-    use_case: str,
-    reason: str,
     actor: Actor,
     now: datetime,
-    request_id: str | None,
+    request_id: str | None = None,
+    *,
+    use_case: str,
 ) -> ActionResult:
-    """Shared body of reset-to-draft and cancel (both only before the fence)."""
+    """The human actions before the fence, ``use_case`` a key of :data:`CLOSE_REASONS` (called as
+    :data:`reset_to_draft` and :data:`cancel`): ``POST /tasks/{id}/reset-to-draft`` (``"reset_to_draft"``:
+    PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → DRAFT) and ``POST /tasks/{id}/cancel`` (``"cancel"``: the same
+    and DRAFT → CANCELLED).
+
+    Closes the live authorization (ACTIVE/CLAIMED → CLOSED) and any OPEN attempt, both with the use-case's
+    reason (RESET, CANCELLED). ``expected_authorization_id``, when given, must be the task's newest
+    authorization (docs/admin.md "Human actions": reset checks version, authorization id and "no order_submission").
+    Raises NotFound, Conflict(``submission_fenced``/``version_conflict``), InvalidTransition.
+    """
+    reason = CLOSE_REASONS[use_case]
     task = _load(conn, task_id)
     if TaskState(task.state) in FENCED_TASK_STATES or admin_queries.submission_exists_for_task(conn, task.id):
         raise Conflict("该任务已取得提交围栏，只能人工核对", code=Code.SUBMISSION_FENCED)
@@ -140,42 +153,8 @@ def _close_before_fence(
     )
 
 
-def reset_to_draft(
-    conn: sqlite3.Connection,
-    task_id: str,
-    expected_version: int,
-    expected_authorization_id: str | None,
-    actor: Actor,
-    now: datetime,
-    request_id: str | None = None,
-) -> ActionResult:
-    """``POST /tasks/{id}/reset-to-draft``: PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → DRAFT.
-
-    Closes the live authorization (ACTIVE/CLAIMED → CLOSED, reason RESET) and any OPEN attempt
-    (close_reason RESET). ``expected_authorization_id``, when given, must be the task's newest
-    authorization (docs/admin.md "Human actions": reset checks version, authorization id and "no order_submission").
-    Raises NotFound, Conflict(``submission_fenced``/``version_conflict``), InvalidTransition.
-    """
-    return _close_before_fence(
-        conn, task_id, expected_version, expected_authorization_id, "reset_to_draft", "RESET", actor, now, request_id
-    )
-
-
-def cancel(
-    conn: sqlite3.Connection,
-    task_id: str,
-    expected_version: int,
-    expected_authorization_id: str | None,
-    actor: Actor,
-    now: datetime,
-    request_id: str | None = None,
-) -> ActionResult:
-    """``POST /tasks/{id}/cancel``: DRAFT|PENDING|CLAIMED|ORDERING|FAILED|EXPIRED → CANCELLED (before
-    the fence only), closing the live authorization and any OPEN attempt (reason CANCELLED).
-    Errors as :func:`reset_to_draft`."""
-    return _close_before_fence(
-        conn, task_id, expected_version, expected_authorization_id, "cancel", "CANCELLED", actor, now, request_id
-    )
+reset_to_draft = partial(close_before_fence, use_case="reset_to_draft")  # POST /tasks/{id}/reset-to-draft
+cancel = partial(close_before_fence, use_case="cancel")  # POST /tasks/{id}/cancel
 
 
 def mark_paid(

@@ -31,14 +31,16 @@ from cmbuyer.server.clock import from_wire, to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain import login_throttle
 from cmbuyer.server.store import admins as admin_store
-from cmbuyer.server.store import audit
 from cmbuyer.server.store import sessions as session_store
+from cmbuyer.server.tx import audit as audit_tx
+from cmbuyer.server.tx.common import Actor
 
 SESSION_BYTES = 32
 # last_seen_at is written at most once per this many seconds per session: a page view should not
 # cost an fsync every time, and idle expiry only needs minute precision.
 TOUCH_EVERY_S = 60
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{43}", re.ASCII)
+LOGIN = Actor("system", "login")  # the actor of the throttle's and failed logins' audit rows
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,11 @@ class AdminSession:
     admin_id: str
     username: str
     needs_touch: bool
+
+    @property
+    def actor(self) -> Actor:
+        """The admin as the actor of the audit rows of this session's actions."""
+        return Actor("admin", self.username)
 
 
 def new_token() -> str:
@@ -117,14 +124,13 @@ def admit_guess(conn: sqlite3.Connection, keys: tuple[str, str], username: str, 
         _store(conn, key, decision.state)
         if decision.backoff_s is not None:
             subject_kind, subject_id = ("admin", username[:64] or "-") if scope == "user" else ("client", key[3:])
-            audit.append(
+            audit_tx.record(
                 conn,
-                at=at,
-                actor_kind="system",
-                actor_id="login",
+                LOGIN,
                 action="admin.login_locked",
                 subject_kind=subject_kind,
                 subject_id=subject_id,
+                at=at,
                 detail={
                     "scope": scope,
                     "guesses": decision.state.guesses,
@@ -138,14 +144,8 @@ def admit_guess(conn: sqlite3.Connection, keys: tuple[str, str], username: str, 
 def record_failure(conn: sqlite3.Connection, username: str, now: datetime) -> None:
     """Audit one failed login (``admin.login_failed``, no password ever). The guess itself was
     already counted by :func:`admit_guess`."""
-    audit.append(
-        conn,
-        at=to_wire(now),
-        actor_kind="system",
-        actor_id="login",
-        action="admin.login_failed",
-        subject_kind="admin",
-        subject_id=username[:64] or "-",
+    audit_tx.record(
+        conn, LOGIN, action="admin.login_failed", subject_kind="admin", subject_id=username[:64] or "-", at=to_wire(now)
     )
 
 
@@ -177,15 +177,8 @@ def login(
     if address is not None:
         _store(conn, keys[1], login_throttle.undo_guess(address))
     admin = admin_store.by_id(conn, admin_id)
-    audit.append(
-        conn,
-        at=at,
-        actor_kind="admin",
-        actor_id=admin.username if admin else admin_id,
-        action="admin.login",
-        subject_kind="admin",
-        subject_id=admin_id,
-    )
+    actor = Actor("admin", admin.username if admin else admin_id)
+    audit_tx.record(conn, actor, action="admin.login", subject_kind="admin", subject_id=admin_id, at=at)
     return token
 
 
@@ -215,14 +208,8 @@ def logout(conn: sqlite3.Connection, session: AdminSession, now: datetime) -> No
     """Revoke the session server-side and write ``admin.logout``."""
     at = to_wire(now)
     if session_store.revoke(conn, session.id_hash, at):
-        audit.append(
-            conn,
-            at=at,
-            actor_kind="admin",
-            actor_id=session.username,
-            action="admin.logout",
-            subject_kind="admin",
-            subject_id=session.admin_id,
+        audit_tx.record(
+            conn, session.actor, action="admin.logout", subject_kind="admin", subject_id=session.admin_id, at=at
         )
 
 

@@ -55,7 +55,7 @@ from cmbuyer.server.tx import device_tx
 from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.common import canonical_json, new_id
 from cmbuyer.server.tx.idempotency import Stored
-from cmbuyer.server.tx.moves import move_authorization
+from cmbuyer.server.tx.moves import TaskRead, move_authorization, move_task
 
 ENDPOINT = "claim-next"
 FIRST_GENERATION = 1
@@ -215,15 +215,7 @@ def _claim(
     answer = canonical_json(body)  # what _with_token(body_text, token) gives on every replay
     # Row counts are proven for every step; a miss means the invariants broke → roll back, 503.
     move_authorization(conn, authorization, new_auth_state, at=at)
-    if not task_store.set_state(
-        conn,
-        authorization.task_id,
-        expected_version=candidate.task_version,
-        expected_state=TaskState.PENDING,
-        new_state=new_task_state,
-        at=at,
-    ):
-        raise BrokenInvariant("task changed under the write lock")
+    move_task(conn, TaskRead(authorization.task_id, candidate.task_version, TaskState.PENDING), new_task_state, at=at)
     attempt = Attempt(
         id=attempt_id,
         task_id=authorization.task_id,

@@ -2,59 +2,51 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cmbuyer.schemas.canonical import canonical_json
 
 
 @dataclass(frozen=True)
-class AuditRow:
-    """One audit entry; ``detail`` never holds tokens, hashes or secrets."""
+class AuditEntry:
+    """One audit row to append: ``actor_kind``/``actor_id`` did ``action`` to ``subject_kind``/``subject_id``
+    at ``at`` (wire time), with the request's key and the claim generation when there are any. ``detail``
+    (stored as canonical JSON) never holds tokens, hashes or secrets."""
 
-    id: int
     at: str
     actor_kind: str
     actor_id: str
     action: str
     subject_kind: str
     subject_id: str
-    request_id: str | None
-    generation: int | None
-    detail: dict[str, Any]
+    request_id: str | None = None
+    generation: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
-def append(
-    conn: sqlite3.Connection,
-    *,
-    at: str,
-    actor_kind: str,
-    actor_id: str,
-    action: str,
-    subject_kind: str,
-    subject_id: str,
-    request_id: str | None = None,
-    generation: int | None = None,
-    detail: dict[str, Any] | None = None,
-) -> None:
-    """Insert one audit row."""
-    conn.execute(
-        "INSERT INTO audit_log (at, actor_kind, actor_id, action, subject_kind, subject_id, request_id,"
-        " generation, detail_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            at,
-            actor_kind,
-            actor_id,
-            action,
-            subject_kind,
-            subject_id,
-            request_id,
-            generation,
-            canonical_json(detail or {}),
-        ),
-    )
+@dataclass(frozen=True)
+class AuditRow(AuditEntry):
+    """An :class:`AuditEntry` as read back, with its ``id`` (the append order)."""
+
+    id: int = field(kw_only=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as a plain dict for JSON answers: ``id`` first, then the entry's fields in order."""
+        return {"id": self.id, **dataclasses.asdict(self)}
+
+
+# The entry's fields are the table's columns, but for detail → detail_json.
+_COLUMNS = tuple(f.name for f in dataclasses.fields(AuditEntry))[:-1]
+_INSERT = f"INSERT INTO audit_log ({', '.join(_COLUMNS)}, detail_json) VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})"
+
+
+def append(conn: sqlite3.Connection, entry: AuditEntry) -> None:
+    """Insert ``entry`` as one audit row."""
+    conn.execute(_INSERT, (*(getattr(entry, c) for c in _COLUMNS), canonical_json(entry.detail)))
 
 
 def for_subject(conn: sqlite3.Connection, subject_kind: str, subject_id: str, limit: int = 200) -> list[AuditRow]:
@@ -72,15 +64,4 @@ def all_rows(conn: sqlite3.Connection) -> list[AuditRow]:
 
 
 def _row(r: sqlite3.Row) -> AuditRow:
-    return AuditRow(
-        r["id"],
-        r["at"],
-        r["actor_kind"],
-        r["actor_id"],
-        r["action"],
-        r["subject_kind"],
-        r["subject_id"],
-        r["request_id"],
-        r["generation"],
-        json.loads(r["detail_json"]),
-    )
+    return AuditRow(**{c: r[c] for c in _COLUMNS}, detail=json.loads(r["detail_json"]), id=r["id"])

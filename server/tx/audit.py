@@ -27,13 +27,7 @@ def record(
     raises (sqlite3 errors roll the whole action back)."""
     audit.append(
         conn,
-        at=at,
-        actor_kind=actor.kind,
-        actor_id=actor.id,
-        action=action,
-        subject_kind=subject_kind,
-        subject_id=subject_id,
-        request_id=request_id,
-        generation=generation,
-        detail=detail,
+        audit.AuditEntry(
+            at, actor.kind, actor.id, action, subject_kind, subject_id, request_id, generation, detail or {}
+        ),
     )

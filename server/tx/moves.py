@@ -12,6 +12,7 @@ means the invariants broke: :func:`move_task`, :func:`move_authorization` and :f
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 
 from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.store import attempts as attempt_store
@@ -23,7 +24,19 @@ from cmbuyer.server.tx import supervision as supervision_tx
 from cmbuyer.server.tx.common import Actor
 
 
-def set_task_state(conn: sqlite3.Connection, task: Task, new_state: str, *, at: str, reason: str | None = None) -> bool:
+@dataclass(frozen=True)
+class TaskRead:
+    """What a job read of a task when it holds no :class:`Task` row: its id and the version and state the
+    compare-and-set expects (claim-next reads them with its candidate authorization)."""
+
+    id: str
+    version: int
+    state: str
+
+
+def set_task_state(
+    conn: sqlite3.Connection, task: Task | TaskRead, new_state: str, *, at: str, reason: str | None = None
+) -> bool:
     """Compare-and-set ``task`` from exactly the version and state it was read with to ``new_state``
     (version + 1); False when the row is no longer so (nothing written). The caller says what a miss means."""
     return task_store.set_state(
@@ -47,7 +60,9 @@ def set_authorization_state(
     )
 
 
-def move_task(conn: sqlite3.Connection, task: Task, new_state: str, *, at: str, reason: str | None = None) -> int:
+def move_task(
+    conn: sqlite3.Connection, task: Task | TaskRead, new_state: str, *, at: str, reason: str | None = None
+) -> int:
     """:func:`set_task_state` in a device job; returns the new version (+ 1).
 
     Raises BrokenInvariant when the row changed under the write lock."""

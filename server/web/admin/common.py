@@ -70,8 +70,8 @@ def now(request: web.Request) -> datetime:
 
 
 def actor(session: AdminSession) -> Actor:
-    """The audit actor of an admin session."""
-    return Actor("admin", session.username)
+    """The audit actor of an admin session (:attr:`AdminSession.actor`)."""
+    return session.actor
 
 
 def wants_json(request: web.Request) -> bool:

@@ -32,5 +32,5 @@ def task_detail(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:
         "submission": submissions[-1] if submissions else None,
         "events": views.events_for_task(conn, task.id),
         "evidence": views.evidence_for_task(conn, task.id),
-        "audit": [asdict(r) for r in audit.for_subject(conn, "task", task.id)],
+        "audit": [r.as_dict() for r in audit.for_subject(conn, "task", task.id)],
     }
