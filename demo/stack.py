@@ -57,6 +57,37 @@ def port_is_free(port: int) -> bool:
         return True
 
 
+def start_server(
+    data_dir: Path, port: int, log: Path, env: dict[str, str], *, timeout: float = 30.0, new_session: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start ``cmbuyer-server --data-dir DATA_DIR serve --port PORT`` with environment ``env`` (stdout and
+    stderr appended to ``log``; in a session of its own when ``new_session``) and wait until
+    ``http://127.0.0.1:PORT/healthz`` answers 200; returns the running process.
+
+    Raises :class:`StackError` when the process exits first (the message names ``log``) or is not healthy
+    within ``timeout`` seconds (the process is then left running; the caller stops it).
+    """
+    with log.open("ab") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [str(BIN / "cmbuyer-server"), "--data-dir", str(data_dir), "serve", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=new_session,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise StackError(f"server exited with {proc.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+                if resp.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.1)
+    raise StackError("server did not become healthy")
+
+
 @dataclass
 class TaskSpec:
     """One demo/e2e task and the state it must end in (``expect`` may list several acceptable states)."""
@@ -129,33 +160,10 @@ class Stack:
         self.cli("admin", "add", "--username", "admin", "--password-stdin", stdin=self.admin_password + "\n")
 
     def start_server(self, timeout: float = 30.0) -> None:
-        """Start ``cmbuyer-server serve`` and wait for ``/healthz``."""
-        with (self.logs / "server.log").open("ab") as log:  # the child keeps its own descriptor
-            self.server = subprocess.Popen(
-                [
-                    str(BIN / "cmbuyer-server"),
-                    "--data-dir",
-                    str(self.data_dir),
-                    "serve",
-                    "--port",
-                    str(self.server_port),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env(),
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.server.poll() is not None:
-                raise StackError(f"server exited with {self.server.returncode}; see {self.logs / 'server.log'}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as resp:  # noqa: S310 - fixed loopback URL
-                    if resp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise StackError("server did not become healthy")
+        """Start ``cmbuyer-server serve`` and wait for ``/healthz`` (:func:`start_server`)."""
+        self.server = start_server(
+            self.data_dir, self.server_port, self.logs / "server.log", self._env(), timeout=timeout, new_session=True
+        )
 
     def kill_server(self) -> None:
         """SIGKILL the server (crash tests)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -61,6 +62,25 @@ def make_purchase(**task_over: Any) -> ClaimedPurchase:
         authorization_expires_at="2099-01-01T01:00:00Z",
     )
     return ClaimedPurchase(task=task, claim=claim, server_now="2099-01-01T00:00:00Z")
+
+
+def read_proof(task: Task, unit_price: Decimal, **over: Any) -> SubmissionProof:
+    """The readings a phone takes at the fence for ``task`` when all three gates show ``unit_price``: the
+    task's own color, size and quantity, one submit control, ``微信支付`` and a confirm-page total of
+    ``unit_price`` × quantity. ``over`` replaces any of those fields (e.g. a discounted
+    ``confirm_page_amount``)."""
+    proof = SubmissionProof(
+        selected_color=task.sku_color,
+        selected_size=task.sku_size,
+        gate1_unit_price=unit_price,
+        gate2_unit_price=unit_price,
+        gate3_unit_price=unit_price,
+        quantity_read=task.quantity,
+        confirm_page_amount=unit_price * task.quantity,
+        submit_control_match_count=1,
+        payment_mode="微信支付",
+    )
+    return replace(proof, **over)
 
 
 _CLAIM_FIELDS = (

@@ -29,7 +29,7 @@ from cmbuyer.agent.model import Claim, Session, SubmissionProof
 from cmbuyer.schemas import SchemaError, validate
 
 from .fake_approval import supervised_purchase
-from .fakes import FakeApi
+from .fakes import FakeApi, make_purchase, read_proof
 from .test_runner import make_runner
 
 NOW = "2099-01-01T00:00:00Z"
@@ -159,16 +159,11 @@ def _claimed(server: tuple[_Contract, str], tmp_path: Path) -> tuple[_Contract, 
     return contract, api, journal, claim.claim
 
 
-PROOF = SubmissionProof(
-    selected_color="黑色",
-    selected_size=None,
-    gate1_unit_price=Decimal("12.88"),
-    gate2_unit_price=Decimal("12.88"),
-    gate3_unit_price=Decimal("12.88"),
-    quantity_read=1,
+# what the phone reads for the contract's task (黑色, no size, one piece), with a discounted total
+PROOF = read_proof(
+    make_purchase(sku_color="黑色", sku_size=None, quantity=1).task,
+    Decimal("12.88"),
     confirm_page_amount=Decimal("12.35"),
-    submit_control_match_count=1,
-    payment_mode="微信支付",
 )
 ASSET = "0b6e7a53-3c1f-4d47-9a59-0f2f0c4f7c11"
 

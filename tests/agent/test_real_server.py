@@ -36,7 +36,6 @@ from cmbuyer.agent.model import (
     AttemptFailure,
     ScreenshotAsset,
     Session,
-    SubmissionProof,
     SubmissionResult,
     TaskEvent,
 )
@@ -50,6 +49,7 @@ from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 from tests.soak import soak_iterations
 from tests.tally import fences, goods_per_task, tally
 
+from .fakes import read_proof
 from .realserver import RealServer
 from .simphone import SimPhone
 from .test_flow_sim import _default
@@ -151,17 +151,7 @@ def test_http_device_api_against_the_real_server(tmp_path: Path, srv: RealServer
     ref = api.upload_screenshot(claim, ScreenshotAsset("SKU_PANEL_GATE_1", buf.getvalue()))
     assert kinds(srv.detail(task.id)) == ["SKU_PANEL_GATE_1"]
 
-    good = SubmissionProof(
-        selected_color="黑色CHA(纯棉)",
-        selected_size="M(建议100-115)",
-        gate1_unit_price=Decimal("12.88"),
-        gate2_unit_price=Decimal("12.88"),
-        gate3_unit_price=Decimal("12.88"),
-        quantity_read=2,
-        confirm_page_amount=Decimal("25.76"),
-        submit_control_match_count=1,
-        payment_mode="微信支付",
-    )
+    good = read_proof(purchase.task, Decimal("12.88"))  # 黑色CHA(纯棉), M(建议100-115), 2 pieces: 25.76
     # The server re-checks what was read: each of these readings is refused and stores nothing.
     for refused_reading in (
         replace(good, confirm_page_amount=Decimal("31.00")),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from demo.stack import free_port
 
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
 URL = "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375"
@@ -177,12 +178,6 @@ def test_doctor_and_migrate_list(ddir: Path) -> None:
     assert rows and all(r["applied"] and r["checksum_ok"] for r in rows)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_health(port: int, proc: subprocess.Popen[str]) -> dict:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -199,7 +194,7 @@ def _wait_health(port: int, proc: subprocess.Popen[str]) -> dict:
 def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
     issued = cli_json(ddir, "device", "add", "--name", "p")
     for _ in range(2):  # restarting on the same data dir works
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(ddir), "serve", "--port", str(port)],
             env=CLEAN_ENV,
@@ -219,7 +214,7 @@ def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
     conn.execute("UPDATE schema_migrations SET checksum = 'tampered' WHERE name = '0001_foundation.sql'")
     conn.commit()
     conn.close()
-    refused = cli(ddir, "serve", "--port", str(_free_port()))
+    refused = cli(ddir, "serve", "--port", str(free_port()))
     assert refused.returncode == 4 and "checksum" in refused.stderr
 
 

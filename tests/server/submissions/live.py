@@ -7,22 +7,14 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from cmbuyer.server.tx.common import new_id
+from demo.stack import free_port, start_server
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import CLAIM_NEXT, HEARTBEAT, Claim, heartbeat_body
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LiveServer:
@@ -39,28 +31,10 @@ class LiveServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
+        """Start the server and wait for ``/healthz`` (demo.stack.start_server; StackError if it fails)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
         env["CMBUYER_SUPERVISED_ORDERS"] = "0"  # these fence tests predate supervised first orders (issue 17)
-        exe = str(Path(sys.executable).parent / "cmbuyer-server")
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [exe, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
-            try:
-                status, _ = request(self, "GET", "/healthz", None, None)
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("server did not become healthy")
+        self.proc = start_server(self.data_dir, self.port, self.log, env, timeout=timeout)
 
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

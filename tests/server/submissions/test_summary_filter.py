@@ -1,7 +1,8 @@
-"""Summary filter bypasses (docs/api.md "POST /api/v1/tasks/{id}/events": no phone numbers, markup, page text or tokens
-in event/fail summaries): full-width digits, zero-width characters, bidi controls, HTML entities without ``;``,
-secret words glued to identifiers. Refused summaries are ``400 invalid_request`` and write nothing —
-so no token or phone number can reach the events table or an audit row through them."""
+"""The summary filter (docs/api.md "POST /api/v1/tasks/{id}/events": no phone numbers, markup, page text or tokens
+in event/fail summaries): the plain forms and their bypasses — full-width digits, zero-width characters, bidi
+controls, HTML entities without ``;``, secret words glued to identifiers. Refused summaries are
+``400 invalid_request`` and write nothing — so no token or phone number can reach the events table or an audit
+row through them."""
 
 from __future__ import annotations
 
@@ -26,6 +27,21 @@ from tests.server.submissions.helpers import (
 
 ZW = "\u200b"
 TOKEN = "0123456789abcdef" * 4
+
+# The plain forms: markup and entities, phone numbers, tokens and secret words, too long, line breaks.
+SENSITIVE = {
+    "markup": "<node text='x'/>",
+    "entity": "a &lt;b&gt;",
+    "phone": "13812345678",
+    "phone_after_word": "call 13812345678",
+    "spaced_phone_after_word": "tel 138 1234 5678",
+    "fullwidth_phone_after_label": "电话１３８１２３４５６７８",
+    "hex_token": "token 0123456789abcdef0123",
+    "bearer": "Bearer abc",
+    "key_value": "key=ab12cd34ef56ab12cd34ef56ab",
+    "too_long": "x" * 201,
+    "line_break": "line\nbreak",
+}
 
 BYPASSES = {
     "fullwidth_phone": "call １３８１２３４５６７８",
@@ -67,6 +83,11 @@ ACCEPTED = [
     "Tom & Jerry",
     "step 3 of 12",
     "CONFIRM_AMOUNT_UNREADABLE",
+    "CONFIRM_AMOUNT_UNREADABLE after 2 dumps",
+    "",
+    "price 12.88 then 12.98",
+    "DumpEmpty",
+    "规格面板未找到选项 M(建议100-115)",
 ]
 
 
@@ -144,7 +165,7 @@ NOT_PERSONAL = [
 ]
 
 
-REFUSED = {**BYPASSES, **PERSONAL}
+REFUSED = {**SENSITIVE, **BYPASSES, **PERSONAL}
 PASSING = ACCEPTED + NOT_PERSONAL
 
 
