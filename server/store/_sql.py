@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from cmbuyer.server.domain.states import StateChanges
@@ -24,8 +24,8 @@ T = TypeVar("T")
 class Table(Generic[T]):
     """A frozen dataclass kept as one row of ``name``: one column per field, named and ordered as the
     fields (at least two; the table may have more columns). ``columns`` is the field list for a ``SELECT``;
-    :meth:`row` builds the dataclass from a ``sqlite3.Row`` by column name; :meth:`insert` writes one and
-    :meth:`get` reads one by its ``id``."""
+    :meth:`row` builds the dataclass from a ``sqlite3.Row`` by column name; :meth:`insert` writes one,
+    :meth:`first` reads the first row matching a condition and :meth:`get` the one with an ``id``."""
 
     def __init__(self, name: str, cls: type[T]) -> None:
         self.name = name
@@ -35,7 +35,7 @@ class Table(Generic[T]):
         self.columns = ", ".join(self.fields)
         self._make: Callable[..., T] = cls
         self._insert = f"INSERT INTO {name} ({self.columns}) VALUES ({', '.join('?' * len(self.fields))})"
-        self._get = f"SELECT * FROM {name} WHERE id = ?"
+        self._select = f"SELECT * FROM {name} WHERE "
         self._values = operator.attrgetter(*self.fields)  # the row tuple in column order, built in C
 
     def row(self, r: sqlite3.Row) -> T:
@@ -46,10 +46,15 @@ class Table(Generic[T]):
         """Insert ``item`` as a new row; constraint failures raise ``sqlite3.IntegrityError``."""
         conn.execute(self._insert, self._values(item))
 
+    def first(self, conn: sqlite3.Connection, condition: str, params: Sequence[object]) -> T | None:
+        """The first row of ``SELECT * FROM <name> WHERE <condition>`` (the fields read by name, so a table
+        with more columns still reads), or None when there is none. ``condition`` is the store module's own
+        SQL text after ``WHERE`` (it may end in ``ORDER BY … LIMIT 1``); values go in ``params``."""
+        return one(conn, self._select + condition, params, self.row)
+
     def get(self, conn: sqlite3.Connection, row_id: str) -> T | None:
-        """The row whose ``id`` is ``row_id`` (the primary key; ``SELECT *``, the fields read by name), or None
-        when there is none."""
-        return one(conn, self._get, (row_id,), self.row)
+        """The row whose ``id`` is ``row_id`` (the primary key), or None when there is none."""
+        return self.first(conn, "id = ?", (row_id,))
 
 
 class StateTable(Table[T]):
@@ -88,26 +93,36 @@ def compare_and_set(
     *,
     expected_state: str,
     new_state: str,
-    also: str = "",
-    also_params: Sequence[object] = (),
+    stamps: Mapping[str, object] | None = None,
+    given: Mapping[str, object] | None = None,
     where: str = "",
     where_params: Sequence[object] = (),
 ) -> bool:
     """The one state write of the store: an UPDATE of row ``row_id`` of ``table`` that sets the state to
     ``new_state`` only while it is ``expected_state`` — both bound parameters, never literals.
 
-    ``also`` are the module's extra assignments (stamps such as ``closed_at = ?``, parameters
-    ``also_params``), ``where`` its extra condition (a version or a joined row; ``where_params``). Returns
-    True when the row changed, False when it was not in ``expected_state`` or ``where`` did not hold
-    (another writer got there first; nothing written).
+    ``stamps`` are the module's extra columns, ``{column: value}``, each written as ``column = ?``;
+    ``given`` columns are written only when their value is not None and keep what they hold otherwise
+    (``column = coalesce(?, column)``). Naming each column beside its value keeps the assignment list and
+    its parameters from drifting apart. ``where`` is the module's extra condition (a version or a joined
+    row; ``where_params``). Returns True when the row changed, False when it was not in ``expected_state``
+    or ``where`` did not hold (another writer got there first; nothing written).
 
     Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) when no use-case
-    of ``table.changes`` moves ``expected_state`` to ``new_state`` (docs/state-machines.md).
+    of ``table.changes`` moves ``expected_state`` to ``new_state`` (docs/state-machines.md), and
+    ``ValueError`` (nothing written) for a stamp that is not a column of ``table`` or is ``id``/``state``.
     """
     table.changes.check(expected_state, new_state)  # refuse before any SQL runs
+    stamps, given = stamps or {}, given or {}
+    for column in (*stamps, *given):
+        # the names go into the SQL text: only the table's own columns, and never the state a second time
+        if column not in table.fields or column in ("id", "state"):
+            raise ValueError(f"{table.name}: {column!r} is not a column a state change may stamp")
+    assignments = "".join(
+        [f", {column} = ?" for column in stamps] + [f", {column} = coalesce(?, {column})" for column in given]
+    )
     cur = conn.execute(
-        f"UPDATE {table.name} SET state = ?{', ' + also if also else ''}"
-        f" WHERE id = ? AND state = ?{' AND ' + where if where else ''}",
-        (new_state, *also_params, row_id, expected_state, *where_params),
+        f"UPDATE {table.name} SET state = ?{assignments} WHERE id = ? AND state = ?{' AND ' + where if where else ''}",
+        (new_state, *stamps.values(), *given.values(), row_id, expected_state, *where_params),
     )
     return cur.rowcount == 1

@@ -10,7 +10,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import ATTEMPT_TRANSITIONS, AttemptState, StateChanges
-from cmbuyer.server.store._sql import StateTable, compare_and_set, one
+from cmbuyer.server.store._sql import StateTable, compare_and_set
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,12 @@ get = _TABLE.get  # one attempt by id, or None
 
 def open_for_device(conn: sqlite3.Connection, device_id: str) -> Attempt | None:
     """The device's OPEN attempt (at most one, by a partial unique index), or None."""
-    return one(conn, "SELECT * FROM attempts WHERE device_id = ? AND state = 'OPEN'", (device_id,), _row)
+    return _TABLE.first(conn, "device_id = ? AND state = 'OPEN'", (device_id,))
 
 
 def open_for_task(conn: sqlite3.Connection, task_id: str) -> Attempt | None:
     """The task's OPEN attempt, or None."""
-    return one(conn, "SELECT * FROM attempts WHERE task_id = ? AND state = 'OPEN'", (task_id,), _row)
+    return _TABLE.first(conn, "task_id = ? AND state = 'OPEN'", (task_id,))
 
 
 def set_lease(conn: sqlite3.Connection, attempt_id: str, *, expected: str, new: str) -> bool:
@@ -89,8 +89,7 @@ def set_state(
         attempt_id,
         expected_state=expected_state,
         new_state=new_state,
-        also="close_reason = ?, closed_at = ?",
-        also_params=(reason, at),
+        stamps={"close_reason": reason, "closed_at": at},
     )
 
 

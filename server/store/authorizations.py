@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import AUTHORIZATION_TRANSITIONS, AuthorizationState, StateChanges
-from cmbuyer.server.store._sql import StateTable, compare_and_set, one
+from cmbuyer.server.store._sql import StateTable, compare_and_set
 
 # Moves into these states stamp closed_at/close_reason (migration 0005: closed_at IS NULL exactly while live).
 _TERMINAL = frozenset({AuthorizationState.CLOSED, AuthorizationState.EXPIRED, AuthorizationState.CONSUMED})
@@ -49,22 +49,12 @@ get = _TABLE.get  # one authorization by id, or None
 
 def live_for_task(conn: sqlite3.Connection, task_id: str) -> Authorization | None:
     """The task's ACTIVE/CLAIMED/FENCED authorization, if any (at most one by a unique index)."""
-    return one(
-        conn,
-        "SELECT * FROM authorizations WHERE task_id = ? AND state IN ('ACTIVE','CLAIMED','FENCED')",
-        (task_id,),
-        _row,
-    )
+    return _TABLE.first(conn, "task_id = ? AND state IN ('ACTIVE','CLAIMED','FENCED')", (task_id,))
 
 
 def latest_for_task(conn: sqlite3.Connection, task_id: str) -> Authorization | None:
     """The task's newest authorization in any state, or None."""
-    return one(
-        conn,
-        "SELECT * FROM authorizations WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
-        (task_id,),
-        _row,
-    )
+    return _TABLE.first(conn, "task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1", (task_id,))
 
 
 def for_task(conn: sqlite3.Connection, task_id: str) -> list[Authorization]:
@@ -95,8 +85,7 @@ def set_state(
         authorization_id,
         expected_state=expected_state,
         new_state=new_state,
-        also="closed_at = ?, close_reason = ?" if terminal else "",
-        also_params=(at, reason) if terminal else (),
+        stamps={"closed_at": at, "close_reason": reason} if terminal else None,
     )
 
 

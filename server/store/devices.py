@@ -117,8 +117,7 @@ def set_state(conn: sqlite3.Connection, device_id: str, *, expected_state: str, 
         device_id,
         expected_state=expected_state,
         new_state=new_state,
-        also="revoked_at = ?",
-        also_params=(revoked_at,),
+        stamps={"revoked_at": revoked_at},
     )
 
 

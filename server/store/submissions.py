@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import SUBMISSION_TRANSITIONS, StateChanges, SubmissionState
-from cmbuyer.server.store._sql import StateTable, compare_and_set, one
+from cmbuyer.server.store._sql import StateTable, compare_and_set
 
 
 @dataclass(frozen=True)
@@ -59,17 +59,12 @@ get = _TABLE.get  # one submission by id, or None
 
 def for_attempt_or_authorization(conn: sqlite3.Connection, attempt_id: str, authorization_id: str) -> Submission | None:
     """The submission of this attempt or of this authorization (at most one of each), or None."""
-    return one(
-        conn,
-        "SELECT * FROM order_submissions WHERE attempt_id = ? OR authorization_id = ? LIMIT 1",
-        (attempt_id, authorization_id),
-        _row,
-    )
+    return _TABLE.first(conn, "attempt_id = ? OR authorization_id = ? LIMIT 1", (attempt_id, authorization_id))
 
 
 def for_attempt(conn: sqlite3.Connection, attempt_id: str) -> Submission | None:
     """The attempt's submission, or None."""
-    return one(conn, "SELECT * FROM order_submissions WHERE attempt_id = ?", (attempt_id,), _row)
+    return _TABLE.first(conn, "attempt_id = ?", (attempt_id,))
 
 
 def set_state(
@@ -96,9 +91,12 @@ def set_state(
         submission_id,
         expected_state=expected_state,
         new_state=new_state,
-        also="reconciliation_reason = coalesce(?, reconciliation_reason), reconciled_by = coalesce(?, reconciled_by),"
-        " reconciliation_note = coalesce(?, reconciliation_note), reconciled_at = coalesce(?, reconciled_at)",
-        also_params=(reconciliation_reason, reconciled_by, reconciliation_note, reconciled_at),
+        given={
+            "reconciliation_reason": reconciliation_reason,
+            "reconciled_by": reconciled_by,
+            "reconciliation_note": reconciliation_note,
+            "reconciled_at": reconciled_at,
+        },
     )
 
 

@@ -144,8 +144,7 @@ def set_state(
         approval_id,
         expected_state=expected_state,
         new_state=new_state,
-        also="decided_by = coalesce(?, decided_by), decided_at = coalesce(?, decided_at)",
-        also_params=(decided_by, decided_at),
+        given={"decided_by": decided_by, "decided_at": decided_at},
         where=_ATTEMPT_OPEN if while_attempt_open else "",
     )
 

@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, StateChanges
-from cmbuyer.server.store._sql import StateTable, compare_and_set, one
+from cmbuyer.server.store._sql import StateTable, compare_and_set
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ get = _TABLE.get  # one task by id, or None
 
 def by_create_key(conn: sqlite3.Connection, create_key: str) -> Task | None:
     """The task created with ``create_key``, or None."""
-    return one(conn, "SELECT * FROM tasks WHERE create_key = ?", (create_key,), from_row)
+    return _TABLE.first(conn, "create_key = ?", (create_key,))
 
 
 def set_state(
@@ -75,8 +75,8 @@ def set_state(
         task_id,
         expected_state=expected_state,
         new_state=new_state,
-        also="version = version + 1, state_reason = ?, updated_at = ?",
-        also_params=(reason, at),
+        # the WHERE holds the version at expected_version, so this is version + 1
+        stamps={"version": expected_version + 1, "state_reason": reason, "updated_at": at},
         where="version = ?",
         where_params=(expected_version,),
     )

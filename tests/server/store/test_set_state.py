@@ -25,7 +25,7 @@ from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.errors import InvalidTransition
 from cmbuyer.server.domain.states import StateChangeNotAllowed
 from cmbuyer.server.services.fence import create_fence
-from cmbuyer.server.store import attempts, authorizations, devices, evidence, submissions, supervision, tasks
+from cmbuyer.server.store import _sql, attempts, authorizations, devices, evidence, submissions, supervision, tasks
 from cmbuyer.server.tx.common import new_id
 from tests.server.submissions.helpers import claim_direct, fence_body
 
@@ -289,6 +289,28 @@ def test_task_stale_version_reports_no_change(world: World) -> None:
         )
     )
     assert changed is False
+    assert world.row("tasks", task_id) == before
+
+
+@pytest.mark.parametrize("column", ["state", "id", "no_such_column", "state_reason = 'x', state", "STATE"])
+@pytest.mark.parametrize("form", ["stamps", "given"])
+def test_a_stamp_that_is_not_a_stampable_column_is_refused_before_any_sql(world: World, column: str, form: str) -> None:
+    """``compare_and_set`` puts stamp names into the SQL text: only the table's own columns, never ``id``
+    or ``state`` (the state is written once, from its bound parameter)."""
+    task_id = world.task()
+    before = world.row("tasks", task_id)
+    sent: list[str] = []
+    world.conn.set_trace_callback(sent.append)
+    try:
+        with pytest.raises(ValueError, match="is not a column a state change may stamp"):
+            world.tx(
+                lambda c: _sql.compare_and_set(
+                    c, tasks._TABLE, task_id, expected_state="PENDING", new_state="CLAIMED", **{form: {column: "X"}}
+                )
+            )
+    finally:
+        world.conn.set_trace_callback(None)
+    assert not [s for s in sent if s.lstrip().upper().startswith("UPDATE")], sent
     assert world.row("tasks", task_id) == before
 
 

@@ -3,12 +3,13 @@
 Every state change goes through one compare-and-set ``set_state`` per stateful store module, which checks
 the ``(expected, new)`` pair against the transition tables (server/domain/states.py,
 docs/state-machines.md). The UPDATE itself is built once, by ``compare_and_set`` in ``store/_sql.py``
-(:data:`HELPER`); each ``set_state`` calls it with its module's extra assignments (``also=``). This test
+(:data:`HELPER`); each ``set_state`` calls it with its module's extra columns (``stamps=``, ``given=``). This test
 reads the store's source (``ast``, no import) and fails on:
 
 - ``literal``: an UPDATE whose ``SET`` assigns ``state`` anything but a bound parameter (``state = 'X'``,
   ``state = CASE …``, ``state = other_column``, ``state = {interpolated}``), an INSERT that puts a quoted
-  literal in a ``state`` column, or a call of the helper whose ``also=`` assigns ``state`` again;
+  literal in a ``state`` column, or a call of the helper that assigns ``state`` again (a ``"state"`` key
+  in ``stamps=``/``given=``, or an ``also=`` SQL fragment assigning it — the helper's older form);
 - ``outside set_state``: an UPDATE assigning ``state``, or a call of the helper, in a function not named
   ``set_state`` (the helper's own statement, in :data:`HELPER`'s file and function, excepted);
 - ``no compare-and-set``: a ``set_state`` (or helper) UPDATE without ``state = ?`` after its ``SET`` (the
@@ -173,6 +174,11 @@ def scan(root: Path) -> tuple[list[Violation], list[StateWrite]]:
             for fragment, line, _ in (s for value in also for s in _strings(ast.Expression(value))):
                 if _assigns_state(fragment):
                     violations.append(Violation(rel, line, function, "literal", fragment))
+            columns = [k.value for k in call.keywords if k.arg in ("stamps", "given")]
+            for mapping in (node for value in columns for node in ast.walk(value) if isinstance(node, ast.Dict)):
+                for key in mapping.keys:
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str) and _column(key.value) == "state":
+                        violations.append(Violation(rel, key.lineno, function, "literal", ast.unparse(mapping)))
     return violations, writes
 
 
@@ -290,6 +296,20 @@ def set_state(conn: sqlite3.Connection, sid: str, expected: str, new: str) -> bo
     )
 """
 
+# The helper's column form: a "state" key among the stamps assigns the state a second time.
+SYNTHETIC_STAMPS = """
+import sqlite3
+
+from cmbuyer.server.store._sql import compare_and_set
+
+
+def set_state(conn: sqlite3.Connection, sid: str, expected: str, new: str, note: str) -> bool:
+    return compare_and_set(
+        conn, TABLE, sid, expected_state=expected, new_state=new,
+        stamps={"note": note, "state": "FENCED"} if note else None,
+    )
+"""
+
 CLEAN_CALLER = """
 import sqlite3
 
@@ -303,14 +323,29 @@ def set_state(conn: sqlite3.Connection, aid: str, expected: str, new: str, at: s
     )
 """
 
+CLEAN_STAMPS = """
+import sqlite3
+
+from cmbuyer.server.store._sql import compare_and_set
+
+
+def set_state(conn: sqlite3.Connection, aid: str, expected: str, new: str, at: str) -> bool:
+    return compare_and_set(
+        conn, TABLE, aid, expected_state=expected, new_state=new,
+        stamps={"closed_at": at}, given={"close_reason": None, "states_seen": 2},
+    )
+"""
+
 
 def test_scanner_catches_a_synthetic_module(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text(SYNTHETIC, encoding="utf-8")
     (tmp_path / HELPER[0]).write_text(SYNTHETIC_HELPER, encoding="utf-8")
     (tmp_path / "callers.py").write_text(SYNTHETIC_CALLERS, encoding="utf-8")
+    (tmp_path / "stamps.py").write_text(SYNTHETIC_STAMPS, encoding="utf-8")
     (tmp_path / "queries").mkdir()
     (tmp_path / "queries" / "clean.py").write_text(CLEAN, encoding="utf-8")
     (tmp_path / "queries" / "clean_caller.py").write_text(CLEAN_CALLER, encoding="utf-8")
+    (tmp_path / "queries" / "clean_stamps.py").write_text(CLEAN_STAMPS, encoding="utf-8")
     violations, writes = scan(tmp_path)
     found = sorted((v.path, v.function, v.rule) for v in violations)
     assert found == [
@@ -328,8 +363,11 @@ def test_scanner_catches_a_synthetic_module(tmp_path: Path) -> None:
         ("bad.py", "upsert", "outside set_state"),
         ("callers.py", "reopen", "outside set_state"),  # the helper called outside set_state
         ("callers.py", "set_state", "literal"),  # also= assigns state a second time, as a literal
+        ("stamps.py", "set_state", "literal"),  # a "state" key among the stamps
     ]
-    assert {("queries/clean.py", "set_state"), ("queries/clean_caller.py", "set_state")} <= {
-        (w.path, w.function) for w in writes
-    }
+    assert {
+        ("queries/clean.py", "set_state"),
+        ("queries/clean_caller.py", "set_state"),
+        ("queries/clean_stamps.py", "set_state"),
+    } <= {(w.path, w.function) for w in writes}
     assert not [v for v in violations if v.path.startswith("queries/")]
