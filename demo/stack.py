@@ -57,24 +57,28 @@ def port_is_free(port: int) -> bool:
         return True
 
 
-def start_server(
-    data_dir: Path, port: int, log: Path, env: dict[str, str], *, timeout: float = 30.0, new_session: bool = False
+def spawn_server(
+    data_dir: Path, port: int, log: Path, env: dict[str, str], *, new_session: bool = False
 ) -> subprocess.Popen[bytes]:
     """Start ``cmbuyer-server --data-dir DATA_DIR serve --port PORT`` with environment ``env`` (stdout and
-    stderr appended to ``log``; in a session of its own when ``new_session``) and wait until
-    ``http://127.0.0.1:PORT/healthz`` answers 200; returns the running process.
-
-    Raises :class:`StackError` when the process exits first (the message names ``log``) or is not healthy
-    within ``timeout`` seconds (the process is then left running; the caller stops it).
-    """
+    stderr appended to ``log``; in a session of its own when ``new_session``) and return the process at
+    once: the caller keeps it, so it can stop the server even when :func:`wait_healthy` then fails."""
     with log.open("ab") as out:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [str(BIN / "cmbuyer-server"), "--data-dir", str(data_dir), "serve", "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=new_session,
         )
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 30.0) -> None:
+    """Wait until ``http://127.0.0.1:PORT/healthz`` answers 200.
+
+    Raises :class:`StackError` when ``proc`` exits first (the message names ``log``) or is not healthy within
+    ``timeout`` seconds (``proc`` is left running: the caller, which holds it, stops it).
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -82,7 +86,7 @@ def start_server(
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
                 if resp.status == 200:
-                    return proc
+                    return
         except OSError:
             time.sleep(0.1)
     raise StackError("server did not become healthy")
@@ -160,10 +164,10 @@ class Stack:
         self.cli("admin", "add", "--username", "admin", "--password-stdin", stdin=self.admin_password + "\n")
 
     def start_server(self, timeout: float = 30.0) -> None:
-        """Start ``cmbuyer-server serve`` and wait for ``/healthz`` (:func:`start_server`)."""
-        self.server = start_server(
-            self.data_dir, self.server_port, self.logs / "server.log", self._env(), timeout=timeout, new_session=True
-        )
+        """Start ``cmbuyer-server serve`` and wait for ``/healthz`` (:func:`spawn_server`, :func:`wait_healthy`)."""
+        log = self.logs / "server.log"
+        self.server = spawn_server(self.data_dir, self.server_port, log, self._env(), new_session=True)
+        wait_healthy(self.server, self.server_port, log, timeout)
 
     def kill_server(self) -> None:
         """SIGKILL the server (crash tests)."""

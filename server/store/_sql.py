@@ -110,7 +110,8 @@ def compare_and_set(
 
     Raises :class:`~cmbuyer.server.domain.states.StateChangeNotAllowed` (nothing written) when no use-case
     of ``table.changes`` moves ``expected_state`` to ``new_state`` (docs/state-machines.md), and
-    ``ValueError`` (nothing written) for a stamp that is not a column of ``table`` or is ``id``/``state``.
+    ``ValueError`` (nothing written) for a stamp that is not a column of ``table`` or is ``id``/``state``,
+    or a column named in both ``stamps`` and ``given``.
     """
     table.changes.check(expected_state, new_state)  # refuse before any SQL runs
     stamps, given = stamps or {}, given or {}
@@ -118,6 +119,9 @@ def compare_and_set(
         # the names go into the SQL text: only the table's own columns, and never the state a second time
         if column not in table.fields or column in ("id", "state"):
             raise ValueError(f"{table.name}: {column!r} is not a column a state change may stamp")
+    if both := stamps.keys() & given.keys():
+        # SQLite keeps the last of two assignments to one column: the stamp would be lost without a word
+        raise ValueError(f"{table.name}: {sorted(both)} given both as stamps and as given")
     assignments = "".join(
         [f", {column} = ?" for column in stamps] + [f", {column} = coalesce(?, {column})" for column in given]
     )

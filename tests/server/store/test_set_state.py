@@ -314,6 +314,32 @@ def test_a_stamp_that_is_not_a_stampable_column_is_refused_before_any_sql(world:
     assert world.row("tasks", task_id) == before
 
 
+def test_a_column_both_stamped_and_given_is_refused_before_any_sql(world: World) -> None:
+    """SQLite keeps the last of two assignments to a column, so ``stamps`` and ``given`` naming the same
+    column would drop one silently: refused instead."""
+    task_id = world.task()
+    before = world.row("tasks", task_id)
+    sent: list[str] = []
+    world.conn.set_trace_callback(sent.append)
+    try:
+        with pytest.raises(ValueError, match="given both as stamps and as given"):
+            world.tx(
+                lambda c: _sql.compare_and_set(
+                    c,
+                    tasks._TABLE,
+                    task_id,
+                    expected_state="PENDING",
+                    new_state="CLAIMED",
+                    stamps={"state_reason": "A"},
+                    given={"state_reason": None},
+                )
+            )
+    finally:
+        world.conn.set_trace_callback(None)
+    assert not [s for s in sent if s.lstrip().upper().startswith("UPDATE")], sent
+    assert world.row("tasks", task_id) == before
+
+
 def test_approval_while_attempt_open_needs_the_attempt_open(world: World) -> None:
     approval_id = world.approval()
     attempt_id = world.row("approval_requests", approval_id)["attempt_id"]

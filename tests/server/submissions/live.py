@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.server.tx.common import new_id
-from demo.stack import free_port, start_server
+from demo.stack import StackError, free_port, spawn_server, wait_healthy
 from tests.server.conftest import DeviceCreds
 from tests.server.submissions.helpers import CLAIM_NEXT, HEARTBEAT, Claim, heartbeat_body
 
@@ -31,10 +31,15 @@ class LiveServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
-        """Start the server and wait for ``/healthz`` (demo.stack.start_server; StackError if it fails)."""
+        """Start the server and wait for ``/healthz`` (demo.stack's); ``RuntimeError`` with the end of the
+        server's log when it exits first or never answers (``self.proc`` is kept either way, for ``stop``)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
         env["CMBUYER_SUPERVISED_ORDERS"] = "0"  # these fence tests predate supervised first orders (issue 17)
-        self.proc = start_server(self.data_dir, self.port, self.log, env, timeout=timeout)
+        self.proc = spawn_server(self.data_dir, self.port, self.log, env)
+        try:
+            wait_healthy(self.proc, self.port, self.log, timeout)
+        except StackError as e:  # the log is in a temporary dir, gone when the report is read
+            raise RuntimeError(f"{e}: {self.log.read_text(errors='replace')[-2000:]}") from e
 
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
