@@ -39,8 +39,8 @@ class AuditRow(AuditEntry):
         return {"id": self.id, **dataclasses.asdict(self)}
 
 
-# The entry's fields are the table's columns, but for detail → detail_json.
-_COLUMNS = tuple(f.name for f in dataclasses.fields(AuditEntry))[:-1]
+# The entry's fields are the table's columns, but for detail, stored as canonical JSON in detail_json.
+_COLUMNS = tuple(f.name for f in dataclasses.fields(AuditEntry) if f.name != "detail")
 _INSERT = f"INSERT INTO audit_log ({', '.join(_COLUMNS)}, detail_json) VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})"
 
 
