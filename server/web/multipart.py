@@ -13,9 +13,9 @@ What is accepted, exactly:
   ``form-data; name="…"`` with optional ``filename``/``filename*`` whose values are never used) and
   ``Content-Type``; any other part header (``Content-Transfer-Encoding``, ``Content-Encoding``,
   ``Content-Length`` …), a repeated header, obs-folding or non-ASCII header bytes → 400;
-- the field names are exactly the expected set, each once; the file field must carry
-  ``Content-Type: image/png`` and is the only part that may have a filename; text fields may carry
-  ``text/plain`` (optionally ``charset=utf-8``) and must be UTF-8;
+- the field names are exactly the expected set, each once; the file field must carry the expected
+  ``Content-Type`` (``image/png`` for evidence) and is the only part that may have a filename; text fields
+  may carry ``text/plain`` (optionally ``charset=utf-8``) and must be UTF-8;
 - per-part caps: ``max_field_bytes`` for text fields, ``max_file_bytes`` for the file → 413 beyond;
 - at most ``len(fields) + 1`` parts; every read waits at most ``stall_timeout`` s and the whole body
   at most ``total_timeout`` s → 400 (a stalled client cannot hold a worker forever).
@@ -204,9 +204,11 @@ def _disposition(value: str) -> tuple[str, bool]:
 
 
 async def read_form(
-    request: web.Request, *, fields: frozenset[str], file_field: str, file_type: str, limits: Limits
+    request: web.Request, *, fields: frozenset[str], file_field: str, file_type: str | frozenset[str], limits: Limits
 ) -> Form:
-    """Read and check the whole form (see the module docstring). Call only after authentication."""
+    """Read and check the whole form (see the module docstring). Call only after authentication.
+    ``file_type`` is the file part's required Content-Type, or the set of those accepted (lower case)."""
+    file_types = frozenset({file_type}) if isinstance(file_type, str) else file_type
     boundary = boundary_from(request.raw_headers)
     if request.content_length is not None and request.content_length > limits.max_total:
         raise _too_large()
@@ -228,7 +230,7 @@ async def read_form(
         seen.add(name)
         ctype = headers.get("content-type")
         if name == file_field:
-            if ctype is None or ctype.lower() != file_type:
+            if ctype is None or ctype.lower() not in file_types:
                 raise _bad()
             form.file = await stream.read_until(delimiter, limits.max_file_bytes, too_large=True)
         else:

@@ -20,9 +20,9 @@ from typing import Any
 from cmbuyer.server.store._sql import marks, one_dict
 
 SHORT_KEYWORD_WINDOW = 5000
-_TASK_COLUMNS = (
+TASK_COLUMNS = (
     "t.id, t.title, t.goods_id, t.sku_color, t.sku_size, t.quantity, t.max_total_price, t.state,"
-    " t.version, t.created_at, t.updated_at"
+    " t.version, t.created_at, t.updated_at, t.state_reason"
 )
 
 
@@ -91,14 +91,14 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
     if f.keyword_kind == "short":
         # Bounded window: newest SHORT_KEYWORD_WINDOW rows of the other filters, then the substring test.
         sql = (
-            f"SELECT * FROM (SELECT {_TASK_COLUMNS} FROM tasks t{where_sql}"
+            f"SELECT * FROM (SELECT {TASK_COLUMNS} FROM tasks t{where_sql}"
             f" ORDER BY t.created_at {order}, t.id {order} LIMIT ?)"
             " WHERE instr(title, ?) > 0 OR instr(sku_color, ?) > 0 OR instr(sku_size, ?) > 0"
             f" ORDER BY created_at {order}, id {order} LIMIT ?"
         )
         args.extend([SHORT_KEYWORD_WINDOW, f.keyword, f.keyword, f.keyword, limit])
     else:
-        sql = f"SELECT {_TASK_COLUMNS} FROM tasks t{where_sql} ORDER BY t.created_at {order}, t.id {order} LIMIT ?"
+        sql = f"SELECT {TASK_COLUMNS} FROM tasks t{where_sql} ORDER BY t.created_at {order}, t.id {order} LIMIT ?"
         args.append(limit)
     rows = [dict(r) for r in conn.execute(sql, args)]
     if f.after is not None:
