@@ -5,7 +5,8 @@ Every list query is index-driven so ``GET /tasks`` stays fast at 100,000 tasks (
 
 * no keyword: ``tasks_created`` / ``tasks_state_created`` give rows already in (created_at, id) order;
 * keyword that is a task UUID: primary key; all digits: ``tasks_goods`` (exact goods id) plus the
-  trigram index; 3+ characters: the FTS5 trigram table ``task_search`` (migration 0003);
+  trigram index; 3+ characters also match an order number exactly (``order_submissions_order_sn``,
+  migration 0008); 3+ characters: the FTS5 trigram table ``task_search`` (migration 0003);
 * 1–2 character keywords cannot use a trigram index, so they are checked only against the newest
   :data:`SHORT_KEYWORD_WINDOW` rows that pass the other filters — a bounded scan, never the whole
   table; the page tells the operator so.
@@ -69,15 +70,19 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
         if len(f.keyword) >= 3:
             where.append(
                 "t.id IN (SELECT id FROM tasks WHERE goods_id = ?"
-                " UNION SELECT task_id FROM task_search WHERE task_search MATCH ?)"
+                " UNION SELECT task_id FROM task_search WHERE task_search MATCH ?"
+                " UNION SELECT task_id FROM order_submissions WHERE order_sn = ?)"
             )
-            args.extend([f.keyword, fts_phrase(f.keyword)])
+            args.extend([f.keyword, fts_phrase(f.keyword), f.keyword])
         else:
             where.append("t.goods_id = ?")
             args.append(f.keyword)
     elif f.keyword_kind == "text":
-        where.append("t.id IN (SELECT task_id FROM task_search WHERE task_search MATCH ?)")
-        args.append(fts_phrase(f.keyword))
+        where.append(
+            "t.id IN (SELECT task_id FROM task_search WHERE task_search MATCH ?"
+            " UNION SELECT task_id FROM order_submissions WHERE order_sn = ?)"
+        )
+        args.extend([fts_phrase(f.keyword), f.keyword])
     if f.after is not None:
         where.append("(t.created_at, t.id) > (?, ?)")
         args.extend(f.after)
