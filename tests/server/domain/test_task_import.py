@@ -17,7 +17,9 @@ from tests.server.sheets.files import HEADER, good_row
 CAP = Decimal("5000.00")
 
 
-@pytest.mark.parametrize(("typed", "canonical"), [("50", "50.00"), ("50.0", "50.00"), ("50.00", "50.00"), ("0.5", "0.50")])
+@pytest.mark.parametrize(
+    ("typed", "canonical"), [("50", "50.00"), ("50.0", "50.00"), ("50.00", "50.00"), ("0.5", "0.50")]
+)
 def test_person_money_accepts_up_to_two_places(typed: str, canonical: str) -> None:
     assert person_money("m", typed) == canonical
 
@@ -39,16 +41,16 @@ def test_a_stored_decimal_reads_as_money(stored: Decimal, canonical: str) -> Non
     assert decimal_money_text("m", stored) == canonical
 
 
-@pytest.mark.parametrize("stored", [Decimal("30.123"), Decimal("-1"), Decimal("NaN"), Decimal("Infinity"), Decimal("-0")])
+@pytest.mark.parametrize(
+    "stored", [Decimal("30.123"), Decimal("-1"), Decimal("NaN"), Decimal("Infinity"), Decimal("-0")]
+)
 def test_a_stored_decimal_with_more_places_or_a_sign_is_refused(stored: Decimal) -> None:
     with pytest.raises(ValidationFailed):
         decimal_money_text("m", stored)
 
 
 def _check(*rows: list[Any], header: tuple[Any, ...] = HEADER) -> list[Any]:
-    return check_rows(
-        [(i + 2, row) for i, row in enumerate(rows)], map_header(header), max_quantity=99, max_price=CAP
-    )
+    return check_rows([(i + 2, row) for i, row in enumerate(rows)], map_header(header), max_quantity=99, max_price=CAP)
 
 
 # cell → the error the preview shows ("" = the row is fine)
@@ -74,7 +76,7 @@ CELLS: list[tuple[str, Any, str]] = [
     ("sku_size", 40, ""),  # a size typed as a number
     ("sku_color", " 黑色", "颜色：规格为空、过长或含控制字符"),  # exact SKU texts: no silent trimming
     ("sku_color", "黑\u202e色", "颜色：规格含不可见字符或文字方向控制符"),
-    ("title", "=HYPERLINK(\"http://x\")", ""),  # stored as typed; neutralised on export
+    ("title", '=HYPERLINK("http://x")', ""),  # stored as typed; neutralised on export
     ("title", Formula("=A1"), "标题：不接受公式"),
     ("product_url", "https://evil.example/goods.html?goods_id=1", "商品链接：只接受拼多多商品链接"),
     ("product_url", dt.date(2026, 1, 1), "商品链接：应为文本"),
@@ -93,7 +95,9 @@ def test_cell_rules(field: str, cell: Any, error: str) -> None:
 
 
 def test_money_cell_and_text_mean_the_same_amount() -> None:
-    a, b, c = _check(good_row(1, max_total_price=50), good_row(2, max_total_price="50.0"), good_row(3, max_total_price=50.0))
+    a, b, c = _check(
+        good_row(1, max_total_price=50), good_row(2, max_total_price="50.0"), good_row(3, max_total_price=50.0)
+    )
     assert a.fields.max_total_price == b.fields.max_total_price == c.fields.max_total_price == "50.00"
 
 

@@ -73,8 +73,10 @@ def zip_bomb(path: Path, inflated: int = 50 * 1024 * 1024) -> Path:
         for info in src.infolist():
             if info.filename == "xl/worksheets/sheet1.xml":
                 with dst.open(info.filename, "w", force_zip64=True) as out:
-                    out.write(b'<?xml version="1.0"?><worksheet xmlns="http://schemas.openxmlformats.org/'
-                              b'spreadsheetml/2006/main"><sheetData>')
+                    out.write(
+                        b'<?xml version="1.0"?><worksheet xmlns="http://schemas.openxmlformats.org/'
+                        b'spreadsheetml/2006/main"><sheetData>'
+                    )
                     chunk = b" " * (1024 * 1024)
                     for _ in range(inflated // len(chunk)):
                         out.write(chunk)

@@ -81,7 +81,11 @@ def test_zip_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     bomb = zip_bomb(tmp_path / "bomb.xlsx")
     assert bomb.stat().st_size < 1 * MiB
     data_dir = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), "init"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(data_dir), "init"],
+        check=True,
+        capture_output=True,
+    )
     probe = (
         "import resource, sys, openpyxl\n"
         "from cmbuyer.server import cli\n"
@@ -112,11 +116,11 @@ def test_neutralise_formula_starts() -> None:
 
 
 def test_exports_are_formula_safe_and_read_back() -> None:
-    rows = [["=HYPERLINK(\"http://evil\")", 2, None], ["普通", 3, "@x"]]
+    rows = [['=HYPERLINK("http://evil")', 2, None], ["普通", 3, "@x"]]
     book = load_workbook(io.BytesIO(write_xlsx(["a", "b", "c"], rows)))
     sheet = book.worksheets[0]
     values = [[c.value for c in r] for r in sheet.iter_rows()]
-    assert values == [["a", "b", "c"], ["'=HYPERLINK(\"http://evil\")", 2, None], ["普通", 3, "'@x"]]
+    assert values == [["a", "b", "c"], ['\'=HYPERLINK("http://evil")', 2, None], ["普通", 3, "'@x"]]
     assert all(c.data_type != "f" for r in sheet.iter_rows() for c in r)
     text = write_csv(["a", "b"], [["-2+3", 1]]).decode("utf-8")
     assert text.startswith("\ufeff") and "'-2+3,1\r\n" in text
