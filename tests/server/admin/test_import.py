@@ -181,17 +181,17 @@ async def test_parsing_runs_off_the_event_loop(admin_client: AdminClient, monkey
     loop_thread = threading.get_ident()
     seen: list[int] = []
     real = task_import.parse
-    release = threading.Event()
+    release, started = threading.Event(), threading.Event()
 
     def parse(data: bytes, settings: Any) -> Any:
         seen.append(threading.get_ident())
+        started.set()
         assert release.wait(10)  # held until the loop has served another request
         return real(data, settings)
 
     monkeypatch.setattr(task_import, "parse", parse)
     pending = asyncio.ensure_future(upload(admin_client, csv_bytes([good_row(1)])))
-    while not seen:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(asyncio.to_thread(started.wait, 10), 15)
     health = await admin_client.client.get("/healthz")
     assert health.status == 200
     release.set()
