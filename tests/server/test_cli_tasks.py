@@ -1,0 +1,105 @@
+"""``cmbuyer-server task import/export/cancel/reset/mark-paid`` and ``submission reconcile`` (issue 28 items
+1, 3, 7), run as real subprocesses on a real data dir; device-side rows come from the admin tests' Seeder."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+from openpyxl import load_workbook
+
+from cmbuyer.server.clock import ManualClock
+from cmbuyer.server.config import load_settings
+from cmbuyer.server.db import connect_sync
+from tests.server.admin.seed import Seeder
+from tests.server.sheets.files import csv_bytes, good_row, xlsx
+from tests.server.test_cli import cli, cli_json, ddir, task_add
+
+__all__ = ["ddir"]  # the fixture, imported for this module
+
+
+def test_task_add_takes_money_as_people_type_it(ddir: Path) -> None:
+    assert cli(ddir, *task_add(price="50")).returncode == 0
+    listing = cli_json(ddir, "task", "show", cli_json(ddir, "task", "list")["tasks"][0]["task_id"])
+    assert listing["task"]["max_total_price"] == "50.00"
+
+
+def test_import_dry_run_then_import_then_again(ddir: Path, tmp_path: Path) -> None:
+    bad = good_row(3, quantity=0)
+    path = tmp_path / "tasks.xlsx"
+    path.write_bytes(xlsx([good_row(1), good_row(2), bad]))
+    dry = cli(ddir, "task", "import", str(path), "--dry-run", "--json")
+    out = json.loads(dry.stdout)
+    assert dry.returncode == 1 and out["counts"] == {"ok": 2, "exists": 0, "error": 1} and out["dry_run"] is True
+    assert out["rows"][2]["message"].startswith("数量：")
+    assert cli_json(ddir, "task", "list")["tasks"] == []
+    first = cli(ddir, "task", "import", str(path))
+    assert first.returncode == 1 and "imported 2, already existed 0, refused 1" in first.stdout
+    assert "line 4: error 数量：" in first.stdout
+    fixed = tmp_path / "fixed.csv"
+    fixed.write_bytes(csv_bytes([good_row(1), good_row(2), good_row(3)]))
+    again = json.loads(cli(ddir, "task", "import", str(fixed), "--json").stdout)
+    assert again["counts"] == {"ok": 1, "exists": 2, "error": 0}
+    assert cli(ddir, "task", "import", str(fixed)).returncode == 0  # every row imported or already there
+    assert len(cli_json(ddir, "task", "list")["tasks"]) == 3
+    junk = tmp_path / "junk.xlsx"
+    junk.write_bytes(b"PK\x03\x04garbage")
+    refused = cli(ddir, "task", "import", str(junk), "--json")
+    assert refused.returncode == 1 and "xlsx 文件已损坏" in json.loads(refused.stdout)["refused"]
+
+
+def test_export_to_stdout_and_file(ddir: Path, tmp_path: Path) -> None:
+    assert cli(ddir, *task_add("=cmd|' /C calc'!A0")).returncode == 0
+    text = cli(ddir, "task", "export", "--state", "DRAFT", "--format", "csv").stdout
+    assert text.startswith("\ufeff任务 id,") and "'=cmd|' /C calc'!A0" in text and "草稿,DRAFT" in text
+    out = tmp_path / "out.xlsx"
+    assert cli(ddir, "task", "export", "--format", "xlsx", "--out", str(out)).returncode == 0
+    rows = list(load_workbook(io.BytesIO(out.read_bytes())).worksheets[0].iter_rows(values_only=True))
+    assert len(rows) == 2 and rows[1][1] == "'=cmd|' /C calc'!A0"
+    assert cli(ddir, "task", "export", "--state", "PAID").stdout.count("\n") == 1  # the header only
+
+
+def _seeded(ddir: Path) -> tuple[sqlite3.Connection, Seeder]:
+    settings = load_settings(ddir)
+    conn = connect_sync(settings.db_path)
+    clock = ManualClock()
+    clock.set(datetime.now(UTC))
+    return conn, Seeder(conn, clock, settings)
+
+
+def test_cancel_reset_mark_paid_reconcile(ddir: Path) -> None:
+    ids = [cli_json(ddir, *task_add(f"t{i}"))["task_id"] for i in range(4)]
+    cli_json(ddir, "task", "start", *ids[1:])
+    device = cli_json(ddir, "device", "add", "--name", "phone-1")["device_id"]
+    conn, seed = _seeded(ddir)
+    try:
+        paid_attempt = seed.claim(ids[2], device)
+        seed.fence(ids[2], paid_attempt, device, observation="SUBMITTED", order_sn="231204-00000001")
+        unsure_attempt = seed.claim(ids[3], device)
+        sid = seed.fence(ids[3], unsure_attempt, device, observation="UNKNOWN")
+    finally:
+        conn.close()
+    cancelled = cli_json(ddir, "task", "cancel", ids[0])
+    assert cancelled["state"] == "CANCELLED"
+    stale = cli(ddir, "task", "reset", ids[1], "--expected-version", "1")
+    assert stale.returncode == 1 and "version_conflict" in stale.stderr
+    assert cli_json(ddir, "task", "reset", ids[1])["state"] == "DRAFT"
+    assert cli_json(ddir, "task", "mark-paid", ids[2])["state"] == "PAID"
+    assert cli(ddir, "task", "mark-paid", ids[2]).returncode == 1  # PAID is final
+    done = cli_json(ddir, "submission", "reconcile", sid, "--outcome", "created", "--note", "手机上看到了待付款订单")
+    assert done["state"] == "WAITING_PAYMENT"
+    conn = connect_sync(load_settings(ddir).db_path)
+    try:
+        actors = {
+            r[0]
+            for r in conn.execute(
+                "SELECT actor_kind || ':' || actor_id FROM audit_log WHERE action IN"
+                " ('task.cancel', 'task.reset_to_draft', 'task.mark_paid', 'submission.reconcile')"
+            )
+        }
+    finally:
+        conn.close()
+    assert len(actors) == 1 and next(iter(actors)).startswith("cli:")
