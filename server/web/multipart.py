@@ -69,6 +69,9 @@ class Limits:
     max_file_bytes: int
     max_field_bytes: int = 256
     max_header_bytes: int = 1024
+    # browsers send a file name as raw UTF-8 inside Content-Disposition (WHATWG HTML's multipart encoding);
+    # True accepts UTF-8 header values (the admin upload), False keeps headers ASCII (the device API)
+    utf8_headers: bool = False
     stall_timeout: float = STALL_TIMEOUT_S
     total_timeout: float = TOTAL_TIMEOUT_S
 
@@ -170,16 +173,19 @@ class _Stream:
         return not await self._fill()
 
 
-def _parse_headers(block: bytes) -> dict[str, str]:
+def _parse_headers(block: bytes, *, utf8: bool = False) -> dict[str, str]:
     headers: dict[str, str] = {}
     for line in block.split(b"\r\n"):
         name, sep, value = line.partition(b":")
-        if not sep or _HEADER_NAME.fullmatch(name) is None or not value.isascii():
+        if not sep or _HEADER_NAME.fullmatch(name) is None or not (utf8 or value.isascii()):
             raise _bad()
         key = name.decode("ascii").lower()
         if key in headers or key not in ("content-disposition", "content-type"):
             raise _bad()
-        text = value.decode("ascii").strip(" \t")
+        try:
+            text = value.decode("utf-8" if utf8 else "ascii").strip(" \t")
+        except UnicodeDecodeError:
+            raise _bad() from None
         if any(ord(ch) < 0x20 and ch != "\t" for ch in text) or "\x7f" in text:
             raise _bad()
         headers[key] = text
@@ -223,7 +229,7 @@ async def read_form(
         if len(seen) >= max_parts:
             raise _bad()
         block = await stream.read_until(b"\r\n\r\n", limits.max_header_bytes, too_large=False)
-        headers = _parse_headers(block)
+        headers = _parse_headers(block, utf8=limits.utf8_headers)
         name, has_filename = _disposition(headers.get("content-disposition", ""))
         if name in seen or (name != file_field and name not in fields):
             raise _bad()

@@ -176,7 +176,9 @@ async def _read_upload(request: web.Request, session: AdminSession) -> bytes:
     if not same_origin(request):
         raise AdminHTTPError(403, Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
     settings = request.app[SETTINGS]
-    limits = multipart.Limits(max_total=settings.import_max_bytes + 64 * 1024, max_file_bytes=settings.import_max_bytes)
+    limits = multipart.Limits(
+        max_total=settings.import_max_bytes + 64 * 1024, max_file_bytes=settings.import_max_bytes, utf8_headers=True
+    )
     try:
         form = await multipart.read_form(
             request, fields=frozenset({"csrf_token"}), file_field="file", file_type=UPLOAD_TYPES, limits=limits

@@ -129,6 +129,7 @@ def waiting_orders(make_task: Any, make_device: Any, seed: Any, per_phone: dict[
             attempt = seed.claim(task.id, device.device_id)
             seed.fence(task.id, attempt, device.device_id, observation="SUBMITTED", order_sn=f"231204-{n:08d}")
             out[name].append(task)
+            seed.clock.advance(60)  # each order a minute younger than the one before
     return out
 
 
