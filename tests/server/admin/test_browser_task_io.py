@@ -7,6 +7,7 @@ Skip rules and the Chromium set-up: tests/server/admin/browser.py."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,7 +29,8 @@ pytestmark = BROWSER_MARKS
 async def _download(page: Any, selector: str) -> bytes:
     async with page.expect_download() as info:
         await page.click(selector)
-    return Path(await (await info.value).path()).read_bytes()
+    path = await (await info.value).path()
+    return await asyncio.to_thread(Path(path).read_bytes)
 
 
 async def test_import_200_rows_reupload_and_export(
