@@ -110,6 +110,7 @@ def _assert_pay_list(stack: Stack, details: dict[str, dict]) -> None:
         group = by_device[d["submission"]["device_id"]]
         assert f'data-task-id="{d["task"]["id"]}"' in group
         assert (d["submission"]["order_sn"] or "（未读到）") in group
+    assert any(d["submission"]["order_sn"] for d in details.values()), "the confirmation read some order numbers"
     for device_id, group in by_device.items():
         assert group.split("（", 1)[0].endswith(stack.serial_of[device_id])  # the group is named after its phone
 
