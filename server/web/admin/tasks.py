@@ -278,6 +278,7 @@ async def _render_list(
         "error": error,
         "notice": NOTICES.get(request.query.get("notice", ""), ""),
         "notice_count": request.query.get("count", "") if _VERSION.fullmatch(request.query.get("count", "")) else "",
+        "batch_key": request.query.get("start_key", "") if is_uuid4(request.query.get("start_key", "")) else "",
         "short_keyword": f.keyword_kind == "short",
         "short_window": SHORT_KEYWORD_WINDOW,
         "create": create_values or {"create_key": new_id(), "quantity": "1"},
@@ -402,7 +403,7 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
         return await _render_list(request, session, status=exc.status, error=exc.message)
     if body.kind == "json":
         return json_answer(result)
-    return redirect(f"/tasks?notice=started&count={int(result['authorized_count'])}")
+    return redirect(f"/tasks?notice=started&count={int(result['authorized_count'])}&start_key={start_key}")
 
 
 def start_summary(

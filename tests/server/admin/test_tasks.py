@@ -261,7 +261,14 @@ async def test_start_purchases_form(admin_client: AdminClient, make_task: Any, s
     assert {r[0] for r in sync_conn.execute("SELECT state FROM tasks")} == {"DRAFT"}
     fields.append(("confirm", "yes"))
     resp = await admin_client.post_form("/tasks/start-purchases", fields)
-    assert resp.status == 303 and resp.headers["Location"] == "/tasks?notice=started&count=2"
+    assert resp.status == 303 and resp.headers["Location"] == f"/tasks?notice=started&count=2&start_key={key}"
+    # the notice links the export of this start batch (issue 28)
+    page = await (await admin_client.client.get(resp.headers["Location"])).text()
+    assert f'href="/tasks/export?start_key={key}&amp;format=xlsx"' in page
+    batch = await (await admin_client.client.get(f"/tasks/export?start_key={key}&format=csv")).read()
+    lines = batch.decode("utf-8-sig").splitlines()
+    assert len(lines) == 3 and {line.split(",")[0] for line in lines[1:]} == {a.id, b.id}
+    assert all(",待领取,PENDING," in line for line in lines[1:])
     assert {r[0] for r in sync_conn.execute("SELECT state FROM tasks")} == {"PENDING"}
     again = await admin_client.post_form("/tasks/start-purchases", fields)  # double submit replays
     assert again.status == 303
