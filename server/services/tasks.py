@@ -31,18 +31,11 @@ from cmbuyer.server.tx.moves import set_task_state
 
 
 @dataclass(frozen=True)
-class NewTask:
-    """Validated input of ``POST /tasks`` (docs/api.md "Conventions"): canonical URL, goods id, NFKC SKU, Decimal
-    price."""
+class NewTask(TaskFields):
+    """Validated input of ``POST /tasks`` (docs/api.md "Conventions"): the task fields (canonical URL, goods
+    id, NFKC SKU, canonical money) and the request's ``create_key``."""
 
     create_key: str
-    title: str
-    product_url: str
-    goods_id: str
-    sku_color: str
-    sku_size: str | None
-    quantity: int
-    max_total_price: str
 
 
 def validate_new_task(raw: dict[str, Any], settings: Settings) -> NewTask:
