@@ -10,7 +10,8 @@
 The upload is the one admin body that is not a small form: it is read by the strict streaming multipart
 reader (server/web/multipart.py) after the session and same-origin checks, capped at
 ``CMBUYER_IMPORT_MAX_BYTES``, with the CSRF token as the form's first field. Parsing runs in a worker
-thread (``asyncio.to_thread``), so phones keep being served during a large import. The parsed preview is
+thread (``asyncio.to_thread``), so phones keep being served during a large import, one parse at a time
+(a semaphore), so several uploads at once cost one file's worth of parsing memory, not several. The parsed preview is
 kept in memory for :data:`PREVIEW_TTL_S` under a random token bound to the session; the confirm step checks
 every row again inside its write transaction (services/task_import.py), so confirming twice, or after a
 restart has dropped the preview (then: upload again), never creates a task twice.
@@ -127,6 +128,7 @@ class _Kept:
 
 
 PREVIEWS = web.AppKey("cmbuyer_import_previews", OrderedDict)
+PARSING = web.AppKey("cmbuyer_import_parsing", asyncio.Semaphore)
 
 
 def _previews(app: web.Application) -> OrderedDict[str, _Kept]:
@@ -206,7 +208,8 @@ async def upload(request: web.Request, session: AdminSession) -> web.StreamRespo
     data = await _read_upload(request, session)
     settings = request.app[SETTINGS]
     try:
-        parsed = await asyncio.to_thread(import_service.parse, data, settings)
+        async with request.app[PARSING]:  # one parse at a time: memory stays one file's worth
+            parsed = await asyncio.to_thread(import_service.parse, data, settings)
     except ValidationFailed as exc:
         if wants_json(request):
             raise
@@ -525,6 +528,7 @@ async def bulk_cancel(request: web.Request, session: AdminSession, body: Body) -
 def setup(app: web.Application) -> None:
     """Register the import, export, pay-list and bulk routes."""
     app[PREVIEWS] = OrderedDict()
+    app[PARSING] = asyncio.Semaphore(1)
     app.router.add_get("/tasks/import", import_page, name="admin-tasks-load-page")
     app.router.add_post("/tasks/import", upload, name="admin-tasks-upload")
     app.router.add_post("/tasks/import/confirm", confirm_import, name="admin-tasks-upload-confirm")
