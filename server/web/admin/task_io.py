@@ -62,6 +62,7 @@ from cmbuyer.server.web.admin.common import (
     wants_json,
 )
 from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS, reason_label
+from cmbuyer.server.web.admin.tasks import parse_filter  # the table's own filter rules
 from cmbuyer.server.web.device_errors import DeviceHTTPError
 from cmbuyer.server.web.keys import DB, SETTINGS
 
@@ -316,8 +317,6 @@ async def export_tasks(request: web.Request, session: AdminSession) -> web.Strea
     """``GET /tasks/export?format=xlsx|csv&…``: every task of the table's current filter (``q``, ``state``,
     ``from``/``to``; cursors ignored), or of one start batch (``start_key``), newest first; at most
     :data:`EXPORT_MAX_ROWS` (more → 400, narrow the filter)."""
-    from cmbuyer.server.web.admin.tasks import parse_filter  # the table's own filter rules
-
     kind = _kind(request)
     start_key = request.query.get("start_key", "")
     if start_key and not is_uuid4(start_key):
