@@ -100,3 +100,22 @@ def encrypted_zip_flag() -> bytes:
 
 # An Excel file protected with a password is an OLE2 compound file holding the encrypted package.
 OLE2_ENCRYPTED = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 504 + b"EncryptedPackage" + b"\x00" * 64
+
+
+def lying_bomb(path: Path) -> Path:
+    """:func:`zip_bomb` whose central directory declares the big worksheet as 1,000 bytes uncompressed (a
+    header that lies to get past a size check)."""
+    data = bytearray(zip_bomb(path, inflated=50 * 1024 * 1024).read_bytes())
+    name = b"xl/worksheets/sheet1.xml"
+    at = -1
+    start = 0
+    while (found := data.find(b"PK\x01\x02", start)) >= 0:
+        name_len = int.from_bytes(data[found + 28 : found + 30], "little")
+        if data[found + 46 : found + 46 + name_len] == name:
+            at = found
+            break
+        start = found + 4
+    assert at >= 0
+    data[at + 24 : at + 28] = (1000).to_bytes(4, "little")  # uncompressed size
+    path.write_bytes(bytes(data))
+    return path

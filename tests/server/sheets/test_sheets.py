@@ -18,7 +18,7 @@ from cmbuyer.server.domain.task_import import FileRefused, Formula
 from cmbuyer.server.sheets.read import read_sheet
 from cmbuyer.server.sheets.write import neutralise, write_csv, write_xlsx
 
-from .files import HEADER, OLE2_ENCRYPTED, csv_bytes, encrypted_zip_flag, good_row, xlsx, zip_bomb
+from .files import HEADER, OLE2_ENCRYPTED, csv_bytes, encrypted_zip_flag, good_row, lying_bomb, xlsx, zip_bomb
 
 MiB = 1024 * 1024
 
@@ -107,6 +107,23 @@ def test_zip_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     grown = (after_kib - before_kib) * 1024
     print(f"zip bomb: peak RSS grew by {grown / MiB:.1f} MiB (inflated size 50 MiB)")
     assert grown < 16 * MiB
+
+
+def test_a_member_that_lies_about_its_size_is_refused_without_inflating(tmp_path: Path) -> None:
+    """The central directory says 1,000 bytes, the data inflates to 50 MiB: zipfile stops at the declared size
+    and the CRC fails, so the file is refused as corrupt and nothing near 50 MiB is ever allocated."""
+    import tracemalloc
+
+    data = lying_bomb(tmp_path / "lying.xlsx").read_bytes()
+    tracemalloc.start()
+    try:
+        with pytest.raises(FileRefused) as info:
+            read(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.message.startswith("xlsx 文件已损坏"), info.value.message
+    assert peak < 16 * MiB, peak
 
 
 def test_neutralise_formula_starts() -> None:
