@@ -163,6 +163,7 @@ class RowCheck:
     fields: TaskFields | None
     create_key: str | None
     error: str | None
+    label: str = ""  # the row's title cell as typed (at most 60 characters), so a refused row can be found
 
 
 def check_row(
@@ -187,8 +188,10 @@ def check_row(
                 raise ValidationFailed(column.field, "不能为空")
         fields = parse_task_fields(raw, max_quantity=max_quantity, max_total_price=max_price)
     except ValidationFailed as exc:
-        label = LABELS.get(exc.field, exc.field)
-        return RowCheck(line, None, None, f"{label}：{exc.message}")
+        title_at = header.positions["title"]
+        title = cells[title_at] if title_at < len(cells) else None
+        shown = title[:60] if isinstance(title, str) else ""
+        return RowCheck(line, None, None, f"{LABELS.get(exc.field, exc.field)}：{exc.message}", shown)
     return RowCheck(line, fields, key, None)
 
 
@@ -205,7 +208,7 @@ def check_rows(
             key: object = ("key", check.create_key) if check.create_key else check.fields.identity()
             first = seen.get(key)
             if first is not None:
-                check = RowCheck(line, None, None, f"与第 {first} 行重复")
+                check = RowCheck(line, None, None, f"与第 {first} 行重复", check.fields.title[:60])
             else:
                 seen[key] = line
         out.append(check)

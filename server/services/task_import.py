@@ -46,6 +46,7 @@ class PreviewRow:
     fields: TaskFields | None
     create_key: str | None
     task_id: str | None = None
+    label: str = ""  # a refused row's title cell as typed
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Parsed:
 
 def _row(check: RowCheck) -> PreviewRow:
     if check.fields is None:
-        return PreviewRow(check.line, ERROR, check.error or "", None, None)
+        return PreviewRow(check.line, ERROR, check.error or "", None, None, label=check.label)
     return PreviewRow(check.line, OK, "", check.fields, check.create_key)
 
 

@@ -66,6 +66,7 @@ async def test_preview_shows_every_row_then_confirm_creates_drafts(admin_client:
     assert count(sync_conn) == 0  # the preview writes nothing
     assert 'data-line="3" data-status="error"' in html and "最高总价：金额最多两位小数" in html
     assert 'data-line="5" data-status="error"' in html and "商品链接：只接受拼多多商品链接" in html
+    assert '<td class="muted">导入任务 3</td>' in html  # the refused row's title, as typed
     assert "以下列无法识别，已忽略：备注" in html and "确认导入 3 个草稿任务" in html
     result = await admin_client.post_form("/tasks/import/confirm", {"token": token})
     text = await result.text()

@@ -105,6 +105,7 @@ def test_duplicate_rows_within_a_file_name_the_first() -> None:
     first, other, again = _check(good_row(1), good_row(2), good_row(1, title="别的标题"))
     assert first.error is None and other.error is None
     assert again.error == "与第 2 行重复"  # same goods, SKU, quantity and cap: the title does not matter
+    assert again.label == "别的标题"  # a refused row shows its title cell, so a person finds it
 
 
 def test_create_key_column_lets_two_equal_rows_through() -> None:
