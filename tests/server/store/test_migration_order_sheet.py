@@ -138,7 +138,7 @@ def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
     }
     new = task_service.validate_new_task(raw, settings)
     task, _ = run_in_transaction(db_0005, lambda c: task_service.create_task(c, new, ACTOR, clock.now()))
-    assert task.sku_size is None
+    assert task.sku_options == '[["颜色","#01 正红色"]]'  # 0009: the colour alone, no size
     # the search trigger keeps the colour when there is no size (0003's trigger would have stored NULL)
     assert db_0005.execute("SELECT sku FROM task_search WHERE task_id = ?", (task.id,)).fetchone()[0] == "#01 正红色"
     found = admin_queries.task_page(db_0005, admin_queries.TaskFilter(keyword="正红色", keyword_kind="text"), 10)
@@ -147,7 +147,8 @@ def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
         db_0005,
         lambda c: task_service.start_purchases(c, new_id(), [(task.id, task.version)], ACTOR, clock.now(), settings),
     )
-    assert db_0005.execute("SELECT sku_size FROM authorizations WHERE task_id = ?", (task.id,)).fetchone()[0] is None
+    snapshot = db_0005.execute("SELECT sku_options FROM authorizations WHERE task_id = ?", (task.id,)).fetchone()[0]
+    assert snapshot == task.sku_options
     issued = run_in_transaction(db_0005, lambda c: device_service.add_device(c, "p", ACTOR, clock.now()))
     run_in_transaction(
         db_0005,
@@ -178,9 +179,12 @@ def test_after_upgrade_constraints(
 
     evidence("ORDER_CONFIRMATION")
     bad: list[tuple[str, tuple[Any, ...]]] = [
-        ("UPDATE tasks SET sku_size = ''", ()),
-        ("UPDATE tasks SET sku_size = ?", ("x" * 65,)),
-        ("UPDATE tasks SET sku_color = NULL", ()),
+        # 0009 folded the colour/size into the options: 1–3 pairs of JSON
+        ("UPDATE tasks SET sku_options = '[]'", ()),
+        ("UPDATE tasks SET sku_options = 'not json'", ()),
+        ("UPDATE tasks SET sku_options = ?", ('[["a","1"],["b","2"],["c","3"],["d","4"]]',)),
+        ("UPDATE tasks SET sku_options = NULL", ()),
+        ("UPDATE order_submissions SET selected_options = '{}'", ()),
         ("UPDATE order_submissions SET order_sn = '12345'", ()),
         ("UPDATE order_submissions SET observation_reason = 'PAID'", ()),
     ]

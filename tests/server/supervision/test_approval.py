@@ -210,8 +210,16 @@ async def test_claim_checks_like_the_fence(
         lambda b: {**b, "readings": {**b["readings"], "gate1_unit_price": "12.8"}},
         lambda b: {**b, "readings": {**b["readings"], "gate1_unit_price": 12.88}},
         lambda b: {**b, "readings": {**b["readings"], "quantity_read": True}},
-        lambda b: {**b, "readings": {**b["readings"], "selected_color": ""}},
-        lambda b: {**b, "readings": {**b["readings"], "selected_color": "   "}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", ""]]}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "   "]]}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": []}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_color": "黑色"}},  # both forms at once
+        # an agent before issue 34 (colour/size): a blank colour
+        lambda b: {
+            **b,
+            "readings": {k: v for k, v in b["readings"].items() if k != "selected_options"}
+            | {"selected_color": "   ", "selected_size": None},
+        },
         lambda b: {**b, "readings": {**b["readings"], "payment_mode": "x" * 33}},
         lambda b: {**b, "readings": []},
         lambda b: {**b, "approval_key": "not-a-uuid"},
