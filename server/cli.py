@@ -132,6 +132,27 @@ def write_env_file(path: Path, values: dict[str, str]) -> None:
             handle.write(f"{key}={value}\n")
 
 
+def update_env_file(path: Path, values: dict[str, str]) -> None:
+    """Set ``values`` in an existing env file: a line of the same key is replaced in place, a new key is
+    appended; the file is rewritten whole (a temporary file renamed over it) and stays 0600."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read env file ({exc.strerror})", Exit.SETTINGS) from None
+    left = dict(values)
+    out: list[str] = []
+    for line in lines:
+        key = line.partition("=")[0].strip()
+        out.append(f"{key}={left.pop(key)}" if key in left else line)
+    out.extend(f"{key}={value}" for key, value in left.items())
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(out) + "\n")
+    os.replace(tmp, path)
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir or os.environ.get("CMBUYER_DATA_DIR") or "var")
     try:
@@ -216,24 +237,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from cmbuyer.server.app import create_app
+    from cmbuyer.server.domain.bind import bind_refusal
     from cmbuyer.server.lifecycle import check_schema
     from cmbuyer.server.logs import setup_logging
+    from cmbuyer.server.tls import TlsError, server_context
 
-    if args.host:
-        os.environ["CMBUYER_HOST"] = args.host
-    if args.port is not None:
-        os.environ["CMBUYER_PORT"] = str(args.port)
+    for flag, variable in (
+        (args.host, "CMBUYER_HOST"),
+        (args.port, "CMBUYER_PORT"),
+        (args.tls_cert, "CMBUYER_TLS_CERT"),
+        (args.tls_key, "CMBUYER_TLS_KEY"),
+    ):
+        if flag is not None and flag != "":
+            os.environ[variable] = str(flag)
     settings = _settings(args)
     try:
         settings.require_secrets()
     except SettingsError as exc:
         raise CliError(str(exc), Exit.SETTINGS) from None
+    refusal = bind_refusal(
+        settings.host, tls=settings.tls, behind_proxy=args.behind_proxy, trusted_proxies=settings.trusted_proxies
+    )
+    if refusal is not None:
+        raise CliError(f"refusing to start: {refusal}", Exit.SETTINGS)
+    ssl_context = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        try:
+            ssl_context = server_context(settings.tls_cert, settings.tls_key)
+        except TlsError as exc:
+            raise CliError(f"refusing to start: {exc}", Exit.SETTINGS) from None
     setup_logging(settings.log_format, settings.log_level)
     try:
         check_schema(settings)
         app = create_app(settings)
+        scheme = "https" if ssl_context is not None else "http"
         print(
-            f"cmbuyer-server: serving http://{settings.host}:{settings.port}/ (admin: /login, data dir "
+            f"cmbuyer-server: serving {scheme}://{settings.host}:{settings.port}/ (admin: /login, data dir "
             f"{settings.data_dir})",
             file=sys.stderr,
             flush=True,
@@ -251,6 +290,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             access_log=None,
             handle_signals=True,
             shutdown_timeout=5,
+            ssl_context=ssl_context,
         )
     except StartupRefused as exc:
         raise CliError(f"refusing to start: {exc}", Exit.STORAGE) from None
@@ -299,6 +339,48 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         (f"{'ok  ' if passed else 'FAIL'} {name}: {detail}" for name, passed, detail in checks),
     )
     return Exit.OK if ok else Exit.RULE
+
+
+def cmd_tls(args: argparse.Namespace) -> int:
+    """``tls init``: a private CA and a server certificate for ``--host`` names, recorded in ``cmbuyer.env``."""
+    from cmbuyer.server.tls import TlsError, init_certificates
+
+    data_dir = Path(args.data_dir or os.environ.get("CMBUYER_DATA_DIR") or "var")
+    env_path = data_dir / ENV_FILE_NAME
+    if not env_path.exists():
+        raise CliError(f"{env_path} does not exist; run `cmbuyer-server init` before `tls init`", Exit.SETTINGS)
+    try:
+        files = init_certificates(data_dir, args.host, SystemClock().now())
+    except TlsError as exc:
+        raise CliError(str(exc), Exit.USAGE) from None
+    except OSError as exc:
+        raise CliError(f"TLS files cannot be written under {data_dir} ({exc.strerror})", Exit.SETTINGS) from None
+    update_env_file(
+        env_path,
+        {"CMBUYER_TLS_CERT": str(files.server_cert.resolve()), "CMBUYER_TLS_KEY": str(files.server_key.resolve())},
+    )
+    _report(
+        args,
+        {
+            "ca_cert": str(files.ca_cert),
+            "server_cert": str(files.server_cert),
+            "server_key": str(files.server_key),
+            "ca_key": str(files.ca_key),
+            "ca_created": files.ca_created,
+            "hosts": list(args.host),
+            "not_after": to_wire(files.not_after),
+        },
+        [
+            f"server certificate for {', '.join(args.host)} (valid until {files.not_after:%Y-%m-%d}): "
+            f"{files.server_cert}",
+            f"CA {'created' if files.ca_created else 'kept'}; its private key is {files.ca_key} — serve never "
+            "needs it; keep it safe (offline) for the next `tls init`",
+            f"paths recorded in {env_path}; `serve` now speaks HTTPS only",
+            "copy this file to every phone host and run the agent with --server-ca FILE:",
+            str(files.ca_cert),
+        ],
+    )
+    return Exit.OK
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
@@ -555,8 +637,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", parents=[common], help="apply pending migrations")
     p.add_argument("--list", action="store_true", help="list migrations and their state")
     p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
-    p.add_argument("--host", default=None)
+    p.add_argument("--host", default=None, help="bind address; not loopback: TLS or --behind-proxy is required")
     p.add_argument("--port", type=int, default=None)
+    p.add_argument("--tls-cert", default=None, help="PEM certificate chain (CMBUYER_TLS_CERT)")
+    p.add_argument("--tls-key", default=None, help="PEM private key (CMBUYER_TLS_KEY)")
+    p.add_argument(
+        "--behind-proxy",
+        action="store_true",
+        help="plain HTTP on a loopback/private address for a TLS proxy listed in CMBUYER_TRUSTED_PROXIES",
+    )
+    p = sub.add_parser("tls", parents=[common], help="certificates for HTTPS (a private CA for a small team)")
+    tlsub = p.add_subparsers(dest="tls_cmd", required=True)
+    q = tlsub.add_parser("init", parents=[common], help="create a private CA and a server certificate")
+    q.add_argument(
+        "--host", action="append", required=True, help="DNS name or IP address phone hosts connect to (repeat)"
+    )
     sub.add_parser("doctor", parents=[common], help="check SQLite, pragmas, permissions and settings")
     p = sub.add_parser("backup", parents=[common], help="write a consistent copy of the DB (VACUUM INTO)")
     p.add_argument("--to", required=True, help="target file (must not exist)")
@@ -619,7 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--limit", type=int, default=50)
     q = tsub.add_parser("show", parents=[common])
     q.add_argument("task_id")
-    for group in (asub, dsub, esub, tsub):
+    for group in (asub, dsub, esub, tsub, tlsub):
         # a missing subcommand is reported with its choices, not the internal dest name
         group.metavar = "{" + ",".join(group.choices) + "}"
     return parser
@@ -631,6 +726,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": cmd_serve,
     "doctor": cmd_doctor,
     "backup": cmd_backup,
+    "tls": cmd_tls,
     "admin": cmd_admin,
     "device": cmd_device,
     "evidence": cmd_evidence,

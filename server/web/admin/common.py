@@ -214,13 +214,13 @@ def set_session_cookie(
     """``HttpOnly; SameSite=Lax; Path=/`` (+ ``Secure`` when configured for HTTPS); no Max-Age, so the
     browser forgets it at exit while the server enforces idle and absolute expiry."""
     response.set_cookie(
-        name, value, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].cookie_secure
+        name, value, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].secure_cookies
     )
 
 
 def clear_cookie(request: web.Request, response: web.StreamResponse, name: str, path: str = "/") -> None:
     """Expire a cookie in the browser (same attributes as when it was set)."""
-    response.del_cookie(name, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].cookie_secure)
+    response.del_cookie(name, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].secure_cookies)
 
 
 # -- same-origin checks ----------------------------------------------------------------------------
