@@ -332,6 +332,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         conn.close()
     except CliError as exc:
         checks.append(("database", False, str(exc)))
+    if settings.replica_url is not None:
+        from cmbuyer.server.replication import ReplicationError, lag
+
+        try:
+            report = lag(settings)
+            checks.append(("replication", report.ok, report.describe()))
+        except ReplicationError as exc:
+            checks.append(("replication", False, str(exc)))
+    if settings.tls_cert is not None:
+        checks.append(_tls_check(settings.tls_cert))
     ok = all(passed for _, passed, _ in checks)
     _report(
         args,
@@ -378,6 +388,108 @@ def cmd_tls(args: argparse.Namespace) -> int:
             f"paths recorded in {env_path}; `serve` now speaks HTTPS only",
             "copy this file to every phone host and run the agent with --server-ca FILE:",
             str(files.ca_cert),
+        ],
+    )
+    return Exit.OK
+
+
+def _tls_check(cert: Path) -> tuple[str, bool, str]:
+    """doctor's line about the certificate ``serve`` presents: subject, expiry (fails under 14 days)."""
+    from cryptography import x509
+
+    try:
+        leaf = x509.load_pem_x509_certificate(cert.read_bytes())
+    except (OSError, ValueError):
+        return ("tls_certificate", False, f"TLS certificate {cert} cannot be read")
+    days = (leaf.not_valid_after_utc - SystemClock().now()).days
+    subject = leaf.subject.rfc4514_string()
+    return ("tls_certificate", days >= 14, f"{subject}; expires {leaf.not_valid_after_utc:%Y-%m-%d} ({days} days left)")
+
+
+def cmd_replicate(args: argparse.Namespace) -> int:
+    """``replicate``: run Litestream for the configured database and ``CMBUYER_REPLICA_URL`` in the
+    foreground (this process becomes Litestream, so systemd's signals reach it directly)."""
+    from cmbuyer.server.replication import ReplicationError, replicate_argv
+
+    settings = _settings(args)
+    if not settings.db_path.exists():
+        raise CliError(f"database {settings.db_path} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
+    try:
+        argv = replicate_argv(settings)
+    except ReplicationError as exc:
+        raise CliError(str(exc), Exit.SETTINGS) from None
+    print(f"cmbuyer-server: replicating {settings.db_path} to {settings.replica_url}", file=sys.stderr, flush=True)
+    os.execv(argv[0], argv)  # noqa: S606 - a fixed binary and arguments, no shell
+    return Exit.OK  # not reached: execv replaces this process
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """``restore --from URL --to DIR``: the newest replicated state into a fresh data dir, then the start-up
+    checks (integrity, schema, claim secret), then every unsettled task HELD (services/restore_hold.py)."""
+    from cmbuyer.server.replication import ReplicationError, restore_into
+    from cmbuyer.server.services import restore_hold
+    from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
+
+    target_dir = Path(args.to)
+    target_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        settings = load_settings(target_dir)
+        secret, _ = settings.require_secrets()
+    except SettingsError as exc:
+        raise CliError(
+            f"{exc} — put the cmbuyer.env kept off the host into {target_dir} first (its secrets must be the "
+            "ones the replicated database was written with)",
+            Exit.SETTINGS,
+        ) from None
+    db_path = settings.db_path
+    if any(db_path.with_name(db_path.name + suffix).exists() for suffix in ("", "-wal", "-shm")):
+        raise CliError(f"{db_path} exists; restore only into a fresh data dir", Exit.USAGE)
+    partial = db_path.with_name(db_path.name + ".restoring")
+    for leftover in (partial, partial.with_name(partial.name + "-wal"), partial.with_name(partial.name + "-shm")):
+        leftover.unlink(missing_ok=True)
+    try:
+        position = restore_into(args.from_url, partial)
+    except ReplicationError as exc:
+        raise CliError(str(exc), Exit.STORAGE) from None
+    try:
+        os.chmod(partial, 0o600)
+        with closing(connect_sync(partial)) as conn:
+            if not ops_queries.integrity_check_ok(conn):
+                raise CliError("the restored database fails integrity_check; nothing was kept", Exit.STORAGE)
+            applied = migrate.migrate(conn, to_wire(SystemClock().now()))
+            migrate.check_current(conn)
+            try:
+                verify_secret(conn, secret.reveal())
+            except SecretMismatch as exc:
+                raise CliError(f"refusing the restore: {exc}", Exit.STORAGE) from None
+            held = _tx(conn, lambda c: restore_hold.hold_unsettled(c, CLI_ACTOR, SystemClock().now()))
+            ops_queries.checkpoint_truncate(conn)  # one self-contained file before it is moved into place
+    except migrate.MigrationError as exc:
+        partial.unlink(missing_ok=True)
+        raise CliError(str(exc), Exit.STORAGE) from None
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(db_path)
+    settings.evidence_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    uploaded = to_wire(position.uploaded_at) if position.uploaded_at else None
+    _report(
+        args,
+        {
+            "database": str(db_path),
+            "replica": args.from_url,
+            "txid": f"{position.txid:016x}",
+            "replicated_at": uploaded,
+            "integrity_ok": True,
+            "migrations_applied": applied,
+            "held_tasks": held,
+        },
+        [
+            f"restored {db_path} from {args.from_url} (txid {position.txid:x}, uploaded {uploaded}); integrity ok,"
+            " claim secret ok",
+            f"{len(held)} unsettled task(s) HELD: no phone can take them until a person checks each against the"
+            " phones' journals and releases it on the admin page 恢复后待核对 (/held)",
+            "evidence screenshots are not in the replica: copy <data dir>/evidence from a backup if you have one",
         ],
     )
     return Exit.OK
@@ -653,6 +765,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", action="append", required=True, help="DNS name or IP address phone hosts connect to (repeat)"
     )
     sub.add_parser("doctor", parents=[common], help="check SQLite, pragmas, permissions and settings")
+    sub.add_parser(
+        "replicate", parents=[common], help="run Litestream: stream the DB to CMBUYER_REPLICA_URL (foreground)"
+    )
+    p = sub.add_parser(
+        "restore", parents=[common], help="restore the DB from a replica into a fresh data dir; unsettled tasks held"
+    )
+    p.add_argument("--from", dest="from_url", required=True, help="replica URL (file:///path or s3://bucket/path)")
+    p.add_argument("--to", required=True, help="the new data dir (holding the cmbuyer.env kept off the host)")
     p = sub.add_parser("backup", parents=[common], help="write a consistent copy of the DB (VACUUM INTO)")
     p.add_argument("--to", required=True, help="target file (must not exist)")
 
@@ -727,6 +847,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "doctor": cmd_doctor,
     "backup": cmd_backup,
     "tls": cmd_tls,
+    "replicate": cmd_replicate,
+    "restore": cmd_restore,
     "admin": cmd_admin,
     "device": cmd_device,
     "evidence": cmd_evidence,
