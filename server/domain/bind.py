@@ -9,10 +9,15 @@ Pure rules over :mod:`ipaddress` values: :func:`bind_refusal` decides whether a 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
 Network = IPv4Network | IPv6Network
 Address = IPv4Address | IPv6Address
+# The interface addresses ``--behind-proxy`` may bind: RFC 1918, shared address space (RFC 6598), IPv6
+# unique-local and link-local. Not ``ipaddress.is_private``, which also counts the documentation ranges.
+PRIVATE_NETWORKS = tuple(
+    ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fe80::/10")
+)
 # Longest X-Forwarded-For value read; a longer one is ignored whole (a proxy writes a short chain).
 MAX_FORWARDED_CHARS = 1024
 
@@ -45,7 +50,7 @@ def bind_refusal(host: str, *, tls: bool, behind_proxy: bool, trusted_proxies: S
         if not trusted_proxies:
             return "--behind-proxy needs the proxy's address(es) in CMBUYER_TRUSTED_PROXIES"
         parsed = _parse(host)
-        if parsed is None or parsed.is_unspecified or not parsed.is_private:
+        if parsed is None or not (parsed.is_loopback or any(parsed in net for net in PRIVATE_NETWORKS)):
             return (
                 f"--behind-proxy binds a loopback or private interface address only, not {host}; "
                 "give TLS (--tls-cert/--tls-key) to listen on other addresses"
