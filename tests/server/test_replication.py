@@ -145,6 +145,10 @@ def test_sigkill_mid_run_then_restore_holds_every_unsettled_task(
     probes = tmp_path / "probes"
     probes.mkdir()
     _wait_replicated(replica, probes, acknowledged)
+    doctor = _cli("--data-dir", str(data_dir), "doctor", "--json")
+    replication = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "replication")
+    assert replication["ok"], replication  # lag reported: positions and the age of the last upload
+    assert "replica at txid" in replication["detail"] and "last upload" in replication["detail"]
     before_fence = tmp_path / "replica-before-fence"
     shutil.copytree(Path(replica.removeprefix("file://")), before_fence)  # claims[2:4] CLAIMED, not fenced
 
