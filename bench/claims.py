@@ -445,8 +445,11 @@ def run_level(
         replicator = None
         if variant == "replicated":
             env["CMBUYER_REPLICA_URL"] = f"file://{Path(tmp) / 'replica'}"
-            replicator = subprocess.Popen(
-                [sys.executable, *SERVER_CMD, "--data-dir", str(data_dir), "replicate"], env=env
+            replicator = subprocess.Popen(  # Litestream's own log lines would interleave with the results
+                [sys.executable, *SERVER_CMD, "--data-dir", str(data_dir), "replicate"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         server = subprocess.Popen(
             [sys.executable, *SERVER_CMD, "--data-dir", str(data_dir), "serve", "--port", str(port)], env=env
