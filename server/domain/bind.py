@@ -68,6 +68,16 @@ def is_trusted(peer: str, trusted_proxies: Sequence[Network]) -> bool:
     return parsed is not None and any(parsed in net for net in trusted_proxies)
 
 
+def forwarded_scheme(peer: str, forwarded_proto: Sequence[str], trusted_proxies: Sequence[Network]) -> str | None:
+    """``"https"``/``"http"`` as a trusted proxy says the browser reached it (``X-Forwarded-Proto``, one
+    header line with one value), else None: from any other peer, or for anything else, the header is
+    ignored and the connection's own scheme stands."""
+    if len(forwarded_proto) != 1 or not is_trusted(peer, trusted_proxies):
+        return None
+    value = forwarded_proto[0].strip().lower()
+    return value if value in ("https", "http") else None
+
+
 def forwarded_client(peer: str, forwarded_for: Sequence[str], trusted_proxies: Sequence[Network]) -> str:
     """The address a request counts as (login throttle, audit, logs).
 

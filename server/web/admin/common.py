@@ -29,6 +29,7 @@ from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.web.admin import csrf
+from cmbuyer.server.web.client_address import request_scheme
 from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
@@ -228,7 +229,7 @@ def clear_cookie(request: web.Request, response: web.StreamResponse, name: str, 
 
 def own_origin(request: web.Request) -> str:
     """``scheme://host[:port]`` of this server as the browser addressed it."""
-    return f"{request.scheme}://{request.host}"
+    return f"{request_scheme(request)}://{request.host}"
 
 
 def same_origin(request: web.Request) -> bool:

@@ -84,3 +84,35 @@ class TestBehindATrustedProxy:
         assert await _login(session, url, ADMIN_USER, ADMIN_PASSWORD, "198.51.100.1, 127.0.0.5") == 303
         assert [k for k in _throttle_keys(sync_conn) if k.startswith("ip:")] == ["ip:198.51.100.1", "ip:203.0.113.7"]
         assert [detail["address"] for _, detail in _audit(sync_conn, "admin.login")] == ["198.51.100.1"]
+
+
+async def _origin_login(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> int:
+    form = await fresh_form(session, url)
+    async with session.post(
+        url,
+        data={"username": ADMIN_USER, "password": ADMIN_PASSWORD, "csrf_token": form.token},
+        headers={"Cookie": f"cmbuyer_login={form.cookie}", **headers},
+        allow_redirects=False,
+    ) as resp:
+        await resp.read()
+        return resp.status
+
+
+async def test_forwarded_proto_from_an_untrusted_peer_is_ignored(web: Any, admin: str) -> None:
+    """A browser's https Origin matches only when a trusted proxy says the scheme was https."""
+    session, url = web
+    host = url.split("/")[2]
+    spoof = {"Origin": f"https://{host}", "X-Forwarded-Proto": "https"}
+    assert await _origin_login(session, url, spoof) == 403
+
+
+class TestSchemeBehindATrustedProxy:
+    @pytest.fixture
+    def settings(self, settings: Settings) -> Settings:
+        return dataclasses.replace(settings, trusted_proxies=(ip_network("127.0.0.1/32"),))
+
+    async def test_the_proxy_said_https(self, web: Any, admin: str) -> None:
+        session, url = web
+        host = url.split("/")[2]
+        assert await _origin_login(session, url, {"Origin": f"https://{host}", "X-Forwarded-Proto": "https"}) == 303
+        assert await _origin_login(session, url, {"Origin": f"https://{host}"}) == 403  # no header: its own http

@@ -6,7 +6,7 @@ from ipaddress import ip_network
 
 import pytest
 
-from cmbuyer.server.domain.bind import bind_refusal, forwarded_client, is_loopback_host
+from cmbuyer.server.domain.bind import bind_refusal, forwarded_client, forwarded_scheme, is_loopback_host
 
 PROXY = (ip_network("10.0.0.5/32"),)
 
@@ -48,3 +48,12 @@ def test_behind_a_proxy_only_private_interfaces_with_a_trusted_proxy() -> None:
 )
 def test_forwarded_client(peer: str, header: list[str], client: str) -> None:
     assert forwarded_client(peer, header, PROXY) == client
+
+
+def test_forwarded_scheme() -> None:
+    assert forwarded_scheme("10.0.0.5", ["https"], PROXY) == "https"
+    assert forwarded_scheme("10.0.0.5", [" HTTP "], PROXY) == "http"
+    assert forwarded_scheme("203.0.113.9", ["https"], PROXY) is None  # untrusted peer
+    assert forwarded_scheme("10.0.0.5", ["https", "http"], PROXY) is None  # ambiguous
+    assert forwarded_scheme("10.0.0.5", ["wss"], PROXY) is None
+    assert forwarded_scheme("10.0.0.5", [], PROXY) is None
