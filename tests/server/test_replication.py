@@ -270,3 +270,15 @@ def test_restore_refuses_an_empty_replica_a_used_dir_and_missing_secrets(tmp_pat
 def test_replica_position_of_an_empty_replica_is_zero(tmp_path: Path) -> None:
     (tmp_path / "r").mkdir()
     assert replica_position(f"file://{tmp_path / 'r'}").txid == 0
+
+
+def test_replicate_needs_a_replica_url_and_doctor_reports_a_replica_never_written(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    done = _cli("--data-dir", str(data_dir), "replicate")
+    assert done.returncode == 3 and "CMBUYER_REPLICA_URL" in done.stderr
+    update_env_file(data_dir / "cmbuyer.env", {"CMBUYER_REPLICA_URL": f"file://{tmp_path / 'never'}"})
+    doctor = _cli("--data-dir", str(data_dir), "doctor", "--json")
+    replication = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "replication")
+    assert doctor.returncode == 1 and not replication["ok"] and "never uploaded" in replication["detail"]
+    assert (data_dir / "litestream.yml").stat().st_mode & 0o077 == 0
