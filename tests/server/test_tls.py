@@ -96,7 +96,8 @@ def test_unusable_tls_files_are_one_line_tls_errors(tmp_path: Path) -> None:
 def _serve_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """``serve`` run in-process writes its flags into ``os.environ``: give each test its own."""
     for key in ("CMBUYER_HOST", "CMBUYER_PORT", "CMBUYER_TLS_CERT", "CMBUYER_TLS_KEY"):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")  # recorded, so whatever serve writes is undone after the test
+        monkeypatch.delenv(key)
 
 
 def test_cert_without_key_is_a_settings_error(data_dir: Path) -> None:
