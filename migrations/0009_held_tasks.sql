@@ -1,4 +1,4 @@
--- 0008: tasks may be HELD (issue 31). A database restored from its Litestream replica is behind reality:
+-- 0009: tasks may be HELD (issue 31). A database restored from its Litestream replica is behind reality:
 -- a task ordered on a phone after the last replicated write comes back PENDING or CLAIMED. `cmbuyer-server
 -- restore` therefore moves every unsettled task (PENDING, CLAIMED, ORDERING, SUBMITTING) to HELD, which no
 -- device route accepts, until a person checks it against the phones' journals and releases it
