@@ -34,7 +34,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
-    app[DB] = Database(settings.db_path)
+    app[DB] = Database(settings.db_path, replicated=settings.replica_url is not None)
     health.setup(app)
     admin.setup(app)
     device_api.setup(app)
