@@ -15,6 +15,11 @@ One home for four rules that sit below the route handlers:
   response, half-closes its side (FIN, so the client can still read the answer), reads and discards
   at most :data:`LINGER_BYTES` for at most :data:`LINGER_S`, then closes. aiohttp's own lingering
   (up to 10 s of unlimited reading) never starts.
+- **Cut bodies** (:func:`read_chunk`, :class:`BodyCut`): every body reader reads through
+  :func:`read_chunk`, which turns a connection that closed under the reader (the client left halfway
+  through its body, or the guard below closed it) into :class:`BodyCut`. The middleware answers it with
+  a quiet close: counted (:attr:`ConnectionGuard.cut_bodies`), at most one log line per
+  :data:`LOG_INTERVAL_S`, no traceback and never aiohttp's 500 path.
 - **Pending connections** (:class:`ConnectionGuard`): a connection that has not yet carried an
   authenticated request (device token or admin session) is *pending*. Pending connections are capped
   per client address and overall — the oldest pending connection is closed when a new one would
@@ -73,6 +78,31 @@ def identity_only(raw_headers: tuple[tuple[bytes, bytes], ...]) -> bool:
     return True
 
 
+# -- cut bodies ----------------------------------------------------------------------------------------
+
+
+class BodyCut(Exception):
+    """The connection closed before the request body was read to its end (client gone, or closed by
+    the :class:`ConnectionGuard`). Raised by :func:`read_chunk`; :func:`refusal_middleware` turns it
+    into a quiet, counted close."""
+
+
+async def read_chunk(request: web.BaseRequest, n: int) -> bytes:
+    """``request.content.read(n)`` (at most ``n`` bytes, ``b""`` at the end of the body), with a closed
+    connection raised as :class:`BodyCut`. Timeouts are the caller's (``asyncio.timeout`` around it)."""
+    try:
+        return await request.content.read(n)
+    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        raise BodyCut() from exc
+    except RuntimeError as exc:
+        # aiohttp raises a bare RuntimeError("Connection closed.") when a read starts after the
+        # transport went away (e.g. the guard closed it while the handler was still queued)
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise BodyCut() from exc
+        raise
+
+
 # -- refused bodies ------------------------------------------------------------------------------------
 
 
@@ -118,9 +148,17 @@ async def refusal_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     """Outermost middleware: any response sent before the body was read to its end closes the
-    connection through :func:`close_after` (bounded linger) instead of aiohttp's 10 s drain."""
+    connection through :func:`close_after` (bounded linger) instead of aiohttp's 10 s drain; a
+    :class:`BodyCut` becomes a quiet counted close (see the module docstring)."""
     try:
         response = await handler(request)
+    except BodyCut:
+        guard = request.app.get(GUARD)
+        if isinstance(guard, ConnectionGuard):
+            guard.body_cut()
+        request.protocol.force_close()
+        # nobody is left to read it: aiohttp's send fails quietly on the closed transport
+        return web.Response(status=400)
     except web.HTTPException as exc:
         if not _body_finished(request):
             await close_after(request, exc)
@@ -158,7 +196,13 @@ class ConnectionGuard:
         self._per_address: dict[str, int] = {}
         self.closed_by_cap = 0
         self.closed_by_timeout = 0
+        self.cut_bodies = 0
         self._log = RateLimitedLog(log)
+
+    def body_cut(self) -> None:
+        """Count a request whose connection closed during its body (one rate-limited log line)."""
+        self.cut_bodies += 1
+        self._log.log(logging.INFO, "a connection closed before its request body was read")
 
     def pending_count(self, address: str | None = None) -> int:
         """How many connections are pending (from ``address``, or in total)."""
