@@ -86,6 +86,12 @@ def _login_page(
     return response
 
 
+def login_client(request: web.Request) -> str:
+    """The client address the login throttle keys on: the one place that decides it (a deployment
+    behind a reverse proxy must make this the real client's address, not the proxy's)."""
+    return request.remote or ""
+
+
 def _own_prelogin(request: web.Request) -> str | None:
     """The request's pre-login cookie when this process issued it and it is still usable, else None."""
     value = single_cookie(request, LOGIN_COOKIE)
@@ -132,7 +138,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         ):
             username, password = str(username or "")[:64], ""
         at = now(request)
-        keys = admin_sessions.throttle_keys(username, request.remote or "")
+        keys = admin_sessions.throttle_keys(username, login_client(request))
         # The gate is decided and the guess counted before any password is hashed.
         admission = await db.write(lambda c: admin_sessions.admit_guess(c, keys, username, at))
         if not admission.admitted:
