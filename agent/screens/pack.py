@@ -44,9 +44,12 @@ from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, explain, validate
 from cmbuyer.schemas.files import FileTooLarge, read_regular
-from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
+from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict, shape_problem
 
 MAX_PACK_BYTES = 1024 * 1024
+# Checked on the text before parsing (issue 33): the shipped packs nest 7 deep and hold < 1,000 values.
+MAX_PACK_DEPTH = 32
+MAX_PACK_VALUES = 50_000
 PACK_FORMAT = 2
 BUY_PATHS = ("single", "group")
 # Strings no tap selector may match (full-match of its text/desc regex): each payment-denylist word
@@ -504,14 +507,24 @@ def parse_pack_text(text: str | bytes) -> Pack:
 
 
 def parse_pack_json(text: str | bytes) -> Any:
-    """Strict JSON of a pack file (no duplicate keys, NaN or bad UTF-8; at most MAX_PACK_BYTES).
+    """Strict JSON of a pack file (no duplicate keys, NaN or bad UTF-8; at most MAX_PACK_BYTES, nested
+    at most MAX_PACK_DEPTH deep, at most MAX_PACK_VALUES values — both checked before parsing).
     Raises PackError ``$: <problem>``."""
     if len(text) > MAX_PACK_BYTES:
         raise PackError(f"$: pack file larger than {MAX_PACK_BYTES} bytes")
+    problem = pack_shape_problem(text)
+    if problem is not None:
+        raise PackError(f"$: {problem}")
     try:
         return loads_strict(text, allow_floats=True)
     except StrictJSONError as exc:
         raise PackError(f"$: not valid strict JSON ({_one_line(_syntax_error_at(text) or str(exc))})") from exc
+
+
+def pack_shape_problem(text: str | bytes) -> str | None:
+    """Why a pack file's text is too deep or holds too many values to be parsed, or None
+    (:func:`cmbuyer.schemas.strictjson.shape_problem` with the pack limits)."""
+    return shape_problem(text, max_depth=MAX_PACK_DEPTH, max_values=MAX_PACK_VALUES)
 
 
 def _syntax_error_at(text: str | bytes) -> str | None:
