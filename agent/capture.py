@@ -9,9 +9,16 @@ Scrubbing (:func:`scrub`):
 - the dump keeps only the app's own nodes (package ``com.xunmeng.pinduoduo``): every subtree of
   another package is dropped — the system UI (status bar with notification tickers that show names
   and phone numbers, navigation bar), the launcher, any other app's window;
+- the **address block** is found by structure: the pack's ``address_block`` selectors (one per
+  layout) find the node holding the recipient's name, phone and address, and on the screens the pack
+  lists there (the order sheet) every text and content-desc in its subtree is blanked and its bounds
+  blacked out, whatever the texts look like (a dotted or landline number, no number at all). On such a
+  screen a block that cannot be found refuses the capture (:class:`CaptureError`, nothing written):
+  an unrecognized row is never stored unscrubbed;
 - privacy rows lose their ``text`` and ``content-desc`` (the row and everything inside it): the rows
   the pack declares (``privacy.rows``) and, whatever the pack says, the clickable row around any text
-  showing a mainland mobile number (full or masked ``139****1234``);
+  showing a phone number (``cmbuyer.schemas.summary.looks_like_phone``: mobile plain, masked, with
+  ``+86`` or with spaces, dots or dashes; a landline with its area code);
 - the screenshot is blacked out (Pillow) over: the status-bar band — the bounds of the system UI's
   ``status_bar`` node when the dump has one, else a fixed top band of :data:`STATUS_BAND_FRACTION`
   of the screen height (108 px on a 2400 px screen) —, every other system-UI window except the
@@ -33,7 +40,6 @@ import io
 import json
 import math
 import os
-import re
 import shutil
 import tempfile
 import xml.etree.ElementTree as ET
@@ -52,13 +58,12 @@ from cmbuyer.agent.screens.dump import APP_PACKAGE, Bounds, Dump, Node, parse_du
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.screens.pack import Pack, Selector
 from cmbuyer.agent.screens.text import money_str, normalize
+from cmbuyer.schemas.summary import looks_like_phone
 
 CAPTURE_FORMAT = 1
 EXPECTED_FORMAT = 1
 SYSTEM_UI = "com.android.systemui"
 STATUS_BAND_FRACTION = 0.045
-# A mainland mobile number, full (13812345678, 138 1234 5678) or masked as the app shows it (139****1234).
-PHONE_RE = re.compile(r"(?<![0-9])1[0-9]{2}[ -]?(?:[*＊]{4}|[0-9]{4})[ -]?[0-9]{4}(?![0-9])")
 # The readers' screens plus "unknown" (a capture of a screen no reader names), as packtest.py does.
 SCREENS = (*readers.SCREENS, "unknown")
 _MONEY_KEYS = ("unit_price", "confirm_amount")
@@ -142,14 +147,38 @@ def _drop_foreign(root: ET.Element, app_package: str) -> tuple[set[str], int]:
     return packages, dropped
 
 
-def _privacy_rows(dump: Dump, rows: Sequence[Selector]) -> list[Node]:
-    """The outermost rows to scrub: pack rows, plus the clickable row around any phone number."""
-    found: dict[int, Node] = {}
+def shows_phone(node: Node) -> bool:
+    """True when the node's text or content-desc shows a phone number (:func:`looks_like_phone`)."""
+    return looks_like_phone(normalize(node.text)) or looks_like_phone(normalize(node.desc))
+
+
+def _address_blocks(dump: Dump, pack: Pack | None) -> tuple[str, list[Node]]:
+    """``(screen, blocks)``: the screen the pack recognizes and the address blocks to scrub on it. On a
+    screen the pack's ``address_block`` lists, no block found → CaptureError."""
+    if pack is None:
+        return "unknown", []
+    screen = readers.recognize(dump, pack)
+    spec = pack.address_block
+    if spec is None or screen not in spec.screens:
+        return screen, []
+    blocks = spec.find(dump)
+    if not blocks:
+        raise CaptureError(
+            f"the address block the pack {pack.id} declares is not on this {screen} screen: refusing to store "
+            "a recipient's name, phone or address unscrubbed; nothing written"
+        )
+    return screen, blocks
+
+
+def _privacy_rows(dump: Dump, rows: Sequence[Selector], blocks: Sequence[Node]) -> list[Node]:
+    """The outermost rows to scrub: address blocks, pack rows, plus the clickable row around any
+    phone number."""
+    found: dict[int, Node] = {n.order: n for n in blocks}
     for selector in rows:
         for node in selector.find(dump):
             found[node.order] = node
     for node in dump.app_nodes():
-        if PHONE_RE.search(normalize(node.text)) or PHONE_RE.search(normalize(node.desc)):
+        if shows_phone(node):
             row = node.clickable_self_or_ancestor()
             # a clickable sheet or scrim around the text would blank the whole screen: the row only
             # when it is no larger than a quarter of the screen, else the text node itself
@@ -178,7 +207,8 @@ def _scrub_xml(
     if len(root) == 0:
         raise DumpNoAppNodes("no node of the app package in the dump")
     kept = parse_dump(_XML_DECL + ET.tostring(root, encoding="unicode"), app_package).require_app()
-    rows = _privacy_rows(kept, pack.privacy_rows if pack is not None else ())
+    screen, blocks = _address_blocks(kept, pack)
+    rows = _privacy_rows(kept, pack.privacy_rows if pack is not None else (), blocks)
     elements = list(root.iter("node"))  # document order = Node.order (parse_dump walks pre-order)
     for row in rows:
         for el in elements[row.order].iter("node"):
@@ -192,6 +222,8 @@ def _scrub_xml(
         "dropped_packages": sorted(packages),
         "dropped_nodes": dropped,
         "blanked_rows": len(rows),
+        "address_blocks": len(blocks),
+        "screen": screen,
         "status_bar": "dump" if band else "fixed-band",
     }
     return out, scrubbed, report, rects, size

@@ -231,6 +231,8 @@ class Pack:
     after_submit: Any = field(repr=False, compare=False, default=None)
     # rows with personal data that captures scrub (pack key privacy.rows; agent/capture.py)
     privacy_rows: tuple[Selector, ...] = field(repr=False, compare=False, default=())
+    # the recipient block captures scrub by structure (pack key address_block; agent/capture.py)
+    address_block: AddressBlock | None = field(repr=False, compare=False, default=None)
 
     def matches_version(self, version_name: str, version_code: int) -> bool:
         return self.version_name == version_name and self.version_code == version_code
@@ -472,7 +474,35 @@ def compile_pack(data: Any) -> Pack:
         raw=data,
         after_submit=_after_submit(data.get("after_submit"), ev),
         privacy_rows=_privacy_rows(data.get("privacy"), ev),
+        address_block=_address_block(data.get("address_block"), ev),
     )
+
+
+@dataclass(frozen=True)
+class AddressBlock:
+    """The pack's ``address_block``: ``blocks`` (one selector per layout) find the node holding the
+    recipient's name, phone and address (captures blank its whole subtree and black out its bounds,
+    whatever the texts look like); on every screen in ``screens`` one must be found, else a capture of
+    that screen is refused."""
+
+    blocks: tuple[Selector, ...]
+    screens: frozenset[str]
+
+    def find(self, dump: Dump) -> list[Node]:
+        """Every node some block selector matches, in document order."""
+        found = {n.order: n for selector in self.blocks for n in selector.find(dump)}
+        return [found[k] for k in sorted(found)]
+
+    def contains(self, node: Node) -> bool:
+        """True when ``node`` is a block or lies inside one."""
+        return any(selector.matches(n) for selector in self.blocks for n in (node, *node.ancestors()))
+
+
+def _address_block(spec: dict[str, Any] | None, ev: set[str]) -> AddressBlock | None:
+    if spec is None:
+        return None
+    blocks = tuple(_selector(b, f"address_block/blocks/{i}", ev) for i, b in enumerate(spec["blocks"]))
+    return AddressBlock(blocks, frozenset(spec["screens"]))
 
 
 def _privacy_rows(spec: dict[str, Any] | None, ev: set[str]) -> tuple[Selector, ...]:
