@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -49,20 +48,27 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageDraw, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from cmbuyer.agent.errors import AgentError, DumpNoAppNodes
 from cmbuyer.agent.phone.adapter import parse_focused_package
 from cmbuyer.agent.screens import readers
-from cmbuyer.agent.screens.dump import APP_PACKAGE, Bounds, Dump, Node, parse_dump
+from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
+from cmbuyer.agent.screens.masking import (
+    SYSTEM_UI,
+    ImageUnreadable,
+    black_out,
+    foreign_windows,
+    rect,
+    screen_size,
+)
 from cmbuyer.agent.screens.pack import Pack, Selector
 from cmbuyer.agent.screens.text import money_str, normalize
 from cmbuyer.schemas.summary import looks_like_phone
 
 CAPTURE_FORMAT = 1
 EXPECTED_FORMAT = 1
-SYSTEM_UI = "com.android.systemui"
 STATUS_BAND_FRACTION = 0.045
 # The readers' screens plus "unknown" (a capture of a screen no reader names), as packtest.py does.
 SCREENS = (*readers.SCREENS, "unknown")
@@ -87,46 +93,14 @@ class Scrubbed:
     report: dict[str, Any]
 
 
-def _screen_size(dump: Dump) -> tuple[int, int]:
-    width = max((n.bounds.right for n in dump.nodes), default=0)
-    height = max((n.bounds.bottom for n in dump.nodes), default=0)
-    return max(width, 1), max(height, 1)
-
-
-def _is_nav_bar(node: Node, height: int) -> bool:
-    rid = node.resource_id.rsplit("/", 1)[-1]
-    low = node.bounds.top >= height // 2 and node.bounds.bottom - node.bounds.top <= height * 0.15
-    return rid.startswith("navigation_bar") or low
-
-
-def _rect(b: Bounds) -> tuple[int, int, int, int]:
-    return (b.left, b.top, b.right, b.bottom)
-
-
 def _status_band(dump: Dump) -> tuple[int, int, int, int] | None:
     """The status-bar band from the dump (the system UI's ``status_bar`` node); None when the dump
     has none (the caller then blacks out a fixed top band of the screenshot)."""
     for node in dump.nodes:
         if node.package == SYSTEM_UI and node.resource_id.rsplit("/", 1)[-1] in ("status_bar", "status_bar_container"):
             if not node.bounds.empty:
-                return _rect(node.bounds)
+                return rect(node.bounds)
     return None
-
-
-def _foreign_windows(dump: Dump, app_package: str, size: tuple[int, int]) -> list[tuple[int, int, int, int]]:
-    """Window roots of other packages that may show above the app: system UI except the navigation
-    bar, and any other package's window smaller than the screen (full-screen ones — the launcher —
-    lie behind the app when the app is in front)."""
-    out = []
-    for node in dump.nodes:
-        if node.parent is not None or node.package == app_package or node.bounds.empty:
-            continue
-        if node.package == SYSTEM_UI:
-            if not _is_nav_bar(node, size[1]):
-                out.append(_rect(node.bounds))
-        elif _rect(node.bounds) != (0, 0, size[0], size[1]):
-            out.append(_rect(node.bounds))
-    return out
 
 
 def _drop_foreign(root: ET.Element, app_package: str) -> tuple[set[str], int]:
@@ -190,7 +164,7 @@ def _privacy_rows(dump: Dump, rows: Sequence[Selector], blocks: Sequence[Node]) 
 
 
 def _small(node: Node, dump: Dump) -> bool:
-    width, height = _screen_size(dump)
+    width, height = screen_size(dump)
     b = node.bounds
     return (b.right - b.left) * (b.bottom - b.top) <= width * height / 4
 
@@ -199,9 +173,9 @@ def _scrub_xml(
     xml: str, pack: Pack | None, app_package: str
 ) -> tuple[str, Dump, dict[str, Any], list[tuple[int, int, int, int]], tuple[int, int]]:
     original = parse_dump(xml, app_package)  # DumpError: nothing to store
-    size = _screen_size(original)
+    size = screen_size(original)
     band = _status_band(original)
-    foreign = _foreign_windows(original, app_package, size)
+    foreign = foreign_windows(original, app_package)
     root = ET.fromstring(xml)  # noqa: S314 - parse_dump refused DTDs/entities and capped the size
     packages, dropped = _drop_foreign(root, app_package)
     if len(root) == 0:
@@ -217,7 +191,7 @@ def _scrub_xml(
                     el.set(attr, "")
     out = _XML_DECL + ET.tostring(root, encoding="unicode")
     scrubbed = parse_dump(out, app_package).require_app()
-    rects = [*([band] if band else []), *foreign, *(_rect(r.bounds) for r in rows)]
+    rects = [*([band] if band else []), *foreign, *(rect(r.bounds) for r in rows)]
     report = {
         "dropped_packages": sorted(packages),
         "dropped_nodes": dropped,
@@ -232,30 +206,18 @@ def _scrub_xml(
 def _black_out(
     png: bytes, rects: list[tuple[int, int, int, int]], width: int, fixed_band: bool
 ) -> tuple[bytes, list[list[int]]]:
-    try:
-        with Image.open(io.BytesIO(png)) as opened:
-            img = opened.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise CaptureError("the screenshot is not a readable image; nothing written") from exc
-    scale = img.width / width
-    draw = ImageDraw.Draw(img)
-    done: list[list[int]] = []
-    # outward rounding: a scaled row is never narrower than the row
-    boxes = [
-        [math.floor(left * scale), math.floor(top * scale), math.ceil(right * scale), math.ceil(bottom * scale)]
-        for left, top, right, bottom in rects
-    ]
+    extra: list[list[int]] = []
     if fixed_band:
-        boxes.insert(0, [0, 0, img.width, max(1, round(img.height * STATUS_BAND_FRACTION))])
-    for left, top, right, bottom in boxes:
-        box = [max(0, left), max(0, top), min(img.width, right), min(img.height, bottom)]
-        if box[2] <= box[0] or box[3] <= box[1] or box in done:
-            continue
-        draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(0, 0, 0))
-        done.append(box)
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue(), done
+        try:
+            with Image.open(io.BytesIO(png)) as opened:
+                w, h = opened.size
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            raise CaptureError("the screenshot is not a readable image; nothing written") from exc
+        extra.append([0, 0, w, max(1, round(h * STATUS_BAND_FRACTION))])
+    try:
+        return black_out(png, rects, width, extra)
+    except ImageUnreadable as exc:
+        raise CaptureError("the screenshot is not a readable image; nothing written") from exc
 
 
 def scrub(xml: str, png: bytes, pack: Pack | None, app_package: str = APP_PACKAGE) -> Scrubbed:
