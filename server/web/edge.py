@@ -52,6 +52,8 @@ from typing import Any
 
 from aiohttp import web, web_server
 
+from cmbuyer.server.domain.errors import CmbuyerError
+
 log = logging.getLogger("cmbuyer.http")
 
 BODY_READ_TIMEOUT_S = 10.0
@@ -81,7 +83,7 @@ def identity_only(raw_headers: tuple[tuple[bytes, bytes], ...]) -> bool:
 # -- cut bodies ----------------------------------------------------------------------------------------
 
 
-class BodyCut(Exception):
+class BodyCut(CmbuyerError):
     """The connection closed before the request body was read to its end (client gone, or closed by
     the :class:`ConnectionGuard`). Raised by :func:`read_chunk`; :func:`refusal_middleware` turns it
     into a quiet, counted close."""
