@@ -25,7 +25,11 @@ One home for four rules that sit below the route handlers:
   per client address and overall — the oldest pending connection is closed when a new one would
   exceed a cap — and each lives at most ``pending_connection_timeout`` seconds. A connection leaves
   the pending set for good at its first authenticated request, so a phone host's keep-alive
-  connections (one address for many agents, or everybody behind a reverse proxy) are never capped.
+  connections (one address for many agents, or everybody behind a reverse proxy) are never capped
+  as pending. Authenticated device connections are capped per device instead
+  (``device_connections_max``, issue 33): a device's new connection beyond the cap closes that
+  device's least recently used one, so a leaked token can hold at most that many connections and
+  never starve other phones.
 - **Accept-error log storms** (:class:`RateLimitedExceptionHandler`): the event loop's exception
   handler logs each distinct message at most once per :data:`LOG_INTERVAL_S` with a count of the
   repeats it swallowed (``socket.accept() out of system resource`` when descriptors run out).
@@ -188,16 +192,21 @@ class ConnectionGuard:
     so that pending connections alone can never exhaust descriptors. ``timeout`` is in seconds.
     """
 
-    def __init__(self, max_total: int, per_address: int, timeout: float) -> None:
+    def __init__(self, max_total: int, per_address: int, timeout: float, per_owner: int = 8) -> None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         limit = soft // 2 if soft not in (resource.RLIM_INFINITY, -1) else max_total
         self.max_total = max(1, min(max_total, limit))
         self.per_address = per_address
         self.timeout = timeout
+        self.per_owner = per_owner
         self._pending: OrderedDict[Any, _Pending] = OrderedDict()
         self._per_address: dict[str, int] = {}
+        # authenticated connections per owner (a device), least recently used first
+        self._owned: dict[str, OrderedDict[Any, None]] = {}
+        self._owner_of: dict[Any, str] = {}
         self.closed_by_cap = 0
         self.closed_by_timeout = 0
+        self.closed_by_owner_cap = 0
         self.cut_bodies = 0
         self._log = RateLimitedLog(log)
 
@@ -226,13 +235,41 @@ class ConnectionGuard:
         while len(self._pending) > self.max_total:
             self._evict(next(iter(self._pending)), "overall cap")
 
-    def proven(self, protocol: Any) -> None:
-        """The connection carried an authenticated request: never capped or timed out again."""
+    def proven(self, protocol: Any, owner: str | None = None) -> None:
+        """The connection carried an authenticated request: never capped or timed out as pending again.
+        With an ``owner`` (``"device:<id>"``) it counts toward that owner's cap, as its most recently
+        used connection; beyond ``per_owner`` the owner's least recently used connection is closed."""
         self._forget(protocol)
+        if owner is None:
+            return
+        self._disown(protocol)
+        conns = self._owned.setdefault(owner, OrderedDict())
+        conns[protocol] = None
+        self._owner_of[protocol] = owner
+        while len(conns) > self.per_owner:
+            oldest = next(iter(conns))
+            self._disown(oldest)
+            self.closed_by_owner_cap += 1
+            self._log.log(logging.WARNING, "closing a device's least recently used connection (per-device cap)")
+            oldest.force_close()
+
+    def owned_count(self, owner: str) -> int:
+        """How many open authenticated connections ``owner`` holds."""
+        return len(self._owned.get(owner, ()))
 
     def closed(self, protocol: Any) -> None:
         """The connection is gone."""
         self._forget(protocol)
+        self._disown(protocol)
+
+    def _disown(self, protocol: Any) -> None:
+        owner = self._owner_of.pop(protocol, None)
+        if owner is None:
+            return
+        conns = self._owned[owner]
+        conns.pop(protocol, None)
+        if not conns:
+            del self._owned[owner]
 
     def _forget(self, protocol: Any) -> _Pending | None:
         entry = self._pending.pop(protocol, None)
@@ -261,11 +298,12 @@ class ConnectionGuard:
         protocol.force_close()
 
 
-def prove(request: web.BaseRequest) -> None:
-    """Mark the request's connection as authenticated (device token or admin session checked)."""
+def prove(request: web.BaseRequest, owner: str | None = None) -> None:
+    """Mark the request's connection as authenticated (device token or admin session checked);
+    ``owner`` (``"device:<id>"``) puts it under that owner's connection cap."""
     guard = request.app.get(GUARD) if isinstance(request, web.Request) else None
     if isinstance(guard, ConnectionGuard):
-        guard.proven(request.protocol)
+        guard.proven(request.protocol, owner)
 
 
 def _guard_of(server: Any) -> ConnectionGuard | None:
