@@ -319,6 +319,9 @@ class PhoneAdapter:
         target = node.clickable_self_or_ancestor() or node
         if safety.is_submit_related(target) or safety.is_submit_related(node):
             raise SubmitControlGuarded("generic tap aimed at the submit control")
+        near = safety.submit_denial(dump, node)
+        if near is not None:
+            raise SubmitControlGuarded(f"generic tap refused: {near}")
         x, y = self._tap_plan(dump, node)
         self._announce({"kind": "tap", "x": x, "y": y}, target)
         self._forget_screen()
@@ -341,6 +344,8 @@ class PhoneAdapter:
         y = (b.top + b.bottom) // 2
         left, right = b.left + margin, b.right - margin
         start, end = ((right, y), (left, y)) if forward else ((left, y), (right, y))
+        if safety.submit_area_hit(dump, b, [start, end]) is not None:
+            raise SubmitControlGuarded("swipe over the submit control")
         for point in (start, end):
             why = safety.tap_denial(dump, scroll_list, point)
             if why is not None:
