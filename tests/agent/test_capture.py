@@ -357,7 +357,7 @@ def test_a_submit_screen_without_its_address_block_is_refused(tmp_path: Path) ->
     xml = path.read_text(encoding="utf-8")
     row_start = xml.rindex('clickable="true"', 0, xml.index(shown_name))
     changed = xml[:row_start] + 'clickable="false"' + xml[row_start + len('clickable="true"') :]
-    with pytest.raises(CaptureError, match="address block .* not on this confirm_order screen: .*; nothing written"):
+    with pytest.raises(CaptureError, match=r"address block .* not on this confirm_order screen: .*; nothing written"):
         scrub(changed, _white_png(), pack_for_version(*version))
     # another screen of the same pack has no address block to find: nothing to refuse
     product = (FIXTURES / "sim822" / "product.xml").read_text(encoding="utf-8")
