@@ -42,6 +42,8 @@ SOURCES = [ROOT / "server", ROOT / "agent", ROOT / "shared"]
 NOT_WHOLE_TEXT = {
     # one line of `dumpsys package` output, read line by line (MULTILINE): "\s*$" is the line's end
     r"^\s*versionName=(\S+)\s*$",
+    # a refusal, not a reading: generic taps refuse "提交订单" followed by anything, a newline included
+    r"\s*提\s*交\s*订\s*单.*",
 }
 
 
@@ -169,7 +171,7 @@ def test_no_python_pattern_uses_dollar_as_its_end() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(COMPILED))
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(data=st.data())
 def test_no_full_match_survives_a_trailing_newline(name: str, data: st.DataObject) -> None:
     compiled = COMPILED[name]
