@@ -38,6 +38,7 @@ from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
 from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.schemas.files import read_regular
+from cmbuyer.schemas.text import visible
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 # files an operator names or a capture holds are read bounded (shared/schemas/files.py): never a hang on a FIFO
@@ -85,6 +86,8 @@ def load_credentials(path: str | None) -> Credentials:
 
 def _progress_fn(json_logs: bool) -> Any:
     def emit(line: str) -> None:
+        # a reading from the phone may hold bidi or invisible characters: show them, never obey them
+        line = visible(line)
         if json_logs:
             sys.stderr.write(json.dumps({"ts": datetime.now(UTC).isoformat(), "msg": line}, ensure_ascii=False) + "\n")
         else:
@@ -428,7 +431,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     except (AgentError, OSError) as exc:
         return _error(getattr(exc, "reason_code", "WRITE_FAILED"), str(exc)[:200])
     for line in result.lines:
-        print(line)
+        print(visible(line))
     print(json.dumps(result.summary, ensure_ascii=False))
     return result.exit_code
 
