@@ -245,6 +245,7 @@ class ConnectionGuard:
         self._disown(protocol)
         conns = self._owned.setdefault(owner, OrderedDict())
         conns[protocol] = None
+        conns.move_to_end(protocol)  # most recently used last
         self._owner_of[protocol] = owner
         while len(conns) > self.per_owner:
             oldest = next(iter(conns))

@@ -156,6 +156,17 @@ async def test_a_leaked_device_token_holds_at_most_its_per_device_cap(
     for reader, writer in held[24:]:  # the 16 newest still answer
         writer.write(_heartbeat_bytes(leaked))
         assert (await read_answer(reader)).status == 200
+    # "least recently used", not "oldest": the first of the 16 was just used again, the second was not
+    held[24][1].write(_heartbeat_bytes(leaked))
+    assert (await read_answer(held[24][0])).status == 200
+    for reader, writer in held[26:]:
+        writer.write(_heartbeat_bytes(leaked))
+        assert (await read_answer(reader)).status == 200
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(_heartbeat_bytes(leaked))
+    assert (await read_answer(reader)).status == 200
+    held.append((reader, writer))
+    assert await _is_closed(held[25][0], 0.5) and not await _is_closed(held[24][0], 0.3)
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(_heartbeat_bytes(other))
     assert (await read_answer(reader, within=2.0)).status == 200
