@@ -268,7 +268,7 @@ def _expect_value(key: str, raw: str) -> Any:
     if key in _JSON_KEYS:
         try:
             value = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise CaptureError(f'--expect {key}: give JSON, e.g. {key}=\'{{"颜色": "黑色"}}\'') from exc
         if not isinstance(value, dict if key in ("selected", "options") else list):
             raise CaptureError(f"--expect {key}: wrong JSON type")
@@ -308,7 +308,7 @@ def load_expected(path: Path) -> dict[str, Any]:
     """An ``expected.json`` a person wrote, checked like :func:`parse_expect` (keys, format)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise CaptureError(f"cannot read {path} as JSON") from exc
     if not isinstance(doc, dict) or doc.get("expected_format") != EXPECTED_FORMAT:
         raise CaptureError(f"{path}: not an expected.json (expected_format {EXPECTED_FORMAT})")

@@ -105,7 +105,7 @@ def _capture_version(dump_path: Path) -> tuple[str, int] | None:
     ``capture``), or None when there is no readable bundle metadata."""
     try:
         meta = json.loads(read_regular(dump_path.parent / "meta.json", MAX_META_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a 100,000-deep meta.json is no metadata either
         return None
     if not isinstance(meta, dict):
         return None

@@ -378,3 +378,12 @@ def test_a_phone_number_like_text_anywhere_is_scrubbed(text: str) -> None:
     done = scrub(xml, _white_png(), None)
     assert text not in done.xml and "250101-000000002" in done.xml  # an order number is not a phone
     assert _black(Image.open(io.BytesIO(done.png)).convert("RGB"), [0, 200, 1080, 300])
+
+
+def test_a_deeply_nested_expected_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "expected.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(CaptureError, match=r"cannot read .* as JSON"):
+        load_expected(path)
+    with pytest.raises(CaptureError, match="give JSON"):
+        parse_expect(["screen=confirm_order", "selected=" + "[" * 100_000], None)
