@@ -1,6 +1,6 @@
 """Cut bodies (issue 33 item 2): a client that sends part of a request body and disconnects is a quiet,
-counted close on every body reader — the login form, admin forms and JSON, device JSON and the
-evidence multipart — authenticated or not: no traceback, no 500, no log line per request.
+counted close on every body reader — the login form, admin forms and JSON, the task import upload,
+device JSON and the evidence multipart — authenticated or not: no traceback, no 500, no log line per request.
 
 Real aiohttp server (pytest-aiohttp), raw sockets (client libraries never cut a body on purpose), the
 log captured from every logger. The loop count comes from tests.soak (300 under ``make soak``).
@@ -59,6 +59,7 @@ async def readers(server_client: Any, admin_client: Any, make_device: DeviceMake
         "admin json": _head("/tasks/start-purchases", "application/json", admin),
         "device json": _head("/api/v1/devices/heartbeat", "application/json", device),
         "multipart": _head(f"/api/v1/tasks/{TASK}/evidence", "multipart/form-data; boundary=b0undary", device),
+        "admin multipart": _head("/tasks/import", "multipart/form-data; boundary=b0undary", admin),
     }
 
 
@@ -68,6 +69,7 @@ PARTS = {
     "admin json": b'{"task_ids": [',
     "device json": b'{"client_version": "1.',
     "multipart": b'--b0undary\r\nContent-Disposition: form-data; name="kind"\r\n\r\ngate',
+    "admin multipart": b'--b0undary\r\nContent-Disposition: form-data; name="file"; filename="t.csv"\r\n',
 }
 
 
