@@ -44,9 +44,12 @@ from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, explain, validate
 from cmbuyer.schemas.files import FileTooLarge, read_regular
-from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
+from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict, shape_problem
 
 MAX_PACK_BYTES = 1024 * 1024
+# Checked on the text before parsing (issue 33): the shipped packs nest 7 deep and hold < 1,000 values.
+MAX_PACK_DEPTH = 32
+MAX_PACK_VALUES = 50_000
 PACK_FORMAT = 2
 BUY_PATHS = ("single", "group")
 # Strings no tap selector may match (full-match of its text/desc regex): each payment-denylist word
@@ -228,6 +231,8 @@ class Pack:
     after_submit: Any = field(repr=False, compare=False, default=None)
     # rows with personal data that captures scrub (pack key privacy.rows; agent/capture.py)
     privacy_rows: tuple[Selector, ...] = field(repr=False, compare=False, default=())
+    # the recipient block captures scrub by structure (pack key address_block; agent/capture.py)
+    address_block: AddressBlock | None = field(repr=False, compare=False, default=None)
 
     def matches_version(self, version_name: str, version_code: int) -> bool:
         return self.version_name == version_name and self.version_code == version_code
@@ -469,7 +474,35 @@ def compile_pack(data: Any) -> Pack:
         raw=data,
         after_submit=_after_submit(data.get("after_submit"), ev),
         privacy_rows=_privacy_rows(data.get("privacy"), ev),
+        address_block=_address_block(data.get("address_block"), ev),
     )
+
+
+@dataclass(frozen=True)
+class AddressBlock:
+    """The pack's ``address_block``: ``blocks`` (one selector per layout) find the node holding the
+    recipient's name, phone and address (captures blank its whole subtree and black out its bounds,
+    whatever the texts look like); on every screen in ``screens`` one must be found, else a capture of
+    that screen is refused."""
+
+    blocks: tuple[Selector, ...]
+    screens: frozenset[str]
+
+    def find(self, dump: Dump) -> list[Node]:
+        """Every node some block selector matches, in document order."""
+        found = {n.order: n for selector in self.blocks for n in selector.find(dump)}
+        return [found[k] for k in sorted(found)]
+
+    def contains(self, node: Node) -> bool:
+        """True when ``node`` is a block or lies inside one."""
+        return any(selector.matches(n) for selector in self.blocks for n in (node, *node.ancestors()))
+
+
+def _address_block(spec: dict[str, Any] | None, ev: set[str]) -> AddressBlock | None:
+    if spec is None:
+        return None
+    blocks = tuple(_selector(b, f"address_block/blocks/{i}", ev) for i, b in enumerate(spec["blocks"]))
+    return AddressBlock(blocks, frozenset(spec["screens"]))
 
 
 def _privacy_rows(spec: dict[str, Any] | None, ev: set[str]) -> tuple[Selector, ...]:
@@ -504,14 +537,24 @@ def parse_pack_text(text: str | bytes) -> Pack:
 
 
 def parse_pack_json(text: str | bytes) -> Any:
-    """Strict JSON of a pack file (no duplicate keys, NaN or bad UTF-8; at most MAX_PACK_BYTES).
+    """Strict JSON of a pack file (no duplicate keys, NaN or bad UTF-8; at most MAX_PACK_BYTES, nested
+    at most MAX_PACK_DEPTH deep, at most MAX_PACK_VALUES values — both checked before parsing).
     Raises PackError ``$: <problem>``."""
     if len(text) > MAX_PACK_BYTES:
         raise PackError(f"$: pack file larger than {MAX_PACK_BYTES} bytes")
+    problem = pack_shape_problem(text)
+    if problem is not None:
+        raise PackError(f"$: {problem}")
     try:
         return loads_strict(text, allow_floats=True)
     except StrictJSONError as exc:
         raise PackError(f"$: not valid strict JSON ({_one_line(_syntax_error_at(text) or str(exc))})") from exc
+
+
+def pack_shape_problem(text: str | bytes) -> str | None:
+    """Why a pack file's text is too deep or holds too many values to be parsed, or None
+    (:func:`cmbuyer.schemas.strictjson.shape_problem` with the pack limits)."""
+    return shape_problem(text, max_depth=MAX_PACK_DEPTH, max_values=MAX_PACK_VALUES)
 
 
 def _syntax_error_at(text: str | bytes) -> str | None:
