@@ -56,7 +56,10 @@ def test_names_the_selector_and_node_behind_the_unit_price(capsys: pytest.Captur
     assert sel["spec"] == {
         "class": "android.widget.TextView",
         "text": ".*¥.*",
-        "parent": {"has_descendant": {"desc": "商品主图"}},
+        "common_ancestor": {
+            "with": {"desc": "商品主图"},
+            "is": {"not_has_descendant": {"clickable": True, "has_descendant": {"text": ".+"}}},
+        },
     }  # the pack's spec, evidence dropped
     node = _node_with_text(dump, "最后5件 ¥29.9")
     b = node.bounds
@@ -143,22 +146,23 @@ def test_class_changed_names_the_failed_constraint(tmp_path: Path, capsys: pytes
     assert "- class 'android.widget.Button' differs from 'android.widget.TextView'" in text
 
 
-def test_text_regex_and_parent_constraints_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_regex_and_common_ancestor_constraints_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The price written as ``29.9元`` (no ¥): the text regex fails on that node; other ¥ texts on the
-    page fail the parent constraint, whose own failing part is named."""
+    page (the submit label) fail the common_ancestor constraint, whose nearest common ancestor and its
+    own failing part are named."""
     dump = _changed(tmp_path, 'text="最后5件 ¥29.9"', 'text="最后5件 29.9元"')
     [e] = _explain(capsys, dump, "--json")["explanations"]
     [sel] = _reading(e, "unit_price")["selectors"]
     reasons = {c["node"]["text"]: c["failed"] for c in sel["closest"]}
     assert reasons["最后5件 29.9元"] == ["text regex '.*¥.*' did not full-match '最后5件 29.9元'"]
-    parent_failures = [f for failed in reasons.values() for f in failed if f.startswith("parent")]
-    assert parent_failures and all(
+    failures = [f for failed in reasons.values() for f in failed if f.startswith("common_ancestor")]
+    assert failures and all(
         re.fullmatch(
-            r"parent constraint failed \(parent #\d+: has_descendant constraint failed: "
-            r"no descendant matches it\)",
+            r"common_ancestor constraint failed: the nearest common ancestor #\d+ fails 'is' "
+            r"\(not_has_descendant constraint failed: descendant #\d+ matches it\)",
             f,
         )
-        for f in parent_failures
+        for f in failures
     )
 
 
@@ -201,7 +205,7 @@ def test_unrecognized_dump_lists_more_candidates(tmp_path: Path, capsys: pytest.
 def test_payment_row_and_value_regex(capsys: pytest.CaptureFixture[str]) -> None:
     [e] = _explain(capsys, FX / "sim822" / "sheet_paylater.xml", "--json")["explanations"]
     pay = _reading(e, "payment_mode")
-    assert pay["value"] == "使用#先用后付，更换支付方式"
+    assert pay["value"] == "使用#先用后付,更换支付方式"
     assert "先用后付 on the sheet" in pay["problems"]
     [row] = pay["selectors"]
     assert row["path"] == "payment.row" and row["matched"][0]["value_regex_full_match"] == ["text"]

@@ -106,7 +106,7 @@ def test_inspect_order_sheet(name: str, unit: str, total: str, selected: dict[st
     r = out["readings"]
     assert (r["unit_price"], r["quantity"], r["confirm_amount"], r["submit_controls"]) == (unit, 1, total, 1)
     assert r["selected"] == selected
-    assert r["payment_mode"] == "使用#微信支付，更换支付方式" and r["payment_problems"] == []
+    assert r["payment_mode"] == "使用#微信支付,更换支付方式" and r["payment_problems"] == []
     assert any("更换支付方式" in c for c in r["payment_controls"])
     options = [o for values in r["options"].values() for o in values]
     assert not any(o is None or "支付" in o or o == "添加" or "提交订单" in o or "地址" in o for o in options)
@@ -448,8 +448,13 @@ def test_pack_refused_at_load(mutate: Any) -> None:
 
 def test_shipped_822_pack_says_its_evidence_is_simulator_captures() -> None:
     pack = pack822()
-    assert "SIMULATOR" in pack.raw["description"] and "not a real phone" in pack.raw["description"]
-    assert {e["source"] for e in pack.raw["evidence"].values()} == {"simulator"}
+    assert "SIMULATOR" in pack.raw["description"] and "real-structure" in pack.raw["description"]
+    sources = {eid: e["source"] for eid, e in pack.raw["evidence"].items()}
+    assert {eid for eid, src in sources.items() if src == "real-structure"} == {
+        "real-sheet-image-tiles",
+        "real-sheet-text-tile",
+    }
+    assert set(sources.values()) == {"simulator", "real-structure"}
     assert [layout.id for layout in pack.layouts] == ["order_sheet", "sku_sheet"]
     assert set(pack.buy_paths) == {"single", "group"}
 
