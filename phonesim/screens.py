@@ -551,12 +551,21 @@ def app_window(app: AppModel) -> Node | None:
     root = frame(APP_BOUNDS, rid="", style="page")
     content = frame(APP_BOUNDS, rid="android:id/content")
     root.add(content)
-    if page.name == "home":
+    sheet_open = page.name == "product" and app.sheet_open and app.goods is not None and app.goods.available
+    if sheet_open and app.layout == "order_sheet":
+        # the real order sheet is a window of its own (its captures hold no product page): a full-screen
+        # FrameLayout > LinearLayout > android:id/content, the sheet inside
+        root = frame((0, 0, W, H), rid="", style="page")
+        root.add(linear((0, 0, W, NAV_TOP), content, rid=""))
+        content.add(order_sheet.order_sheet(app))
+        if app.payment_sheet and page.order is not None:  # the app's own cashier over the order sheet
+            content.add(payment_sheet(app, page.order.total))
+    elif page.name == "home":
         content.add(*home_page())
     elif page.name == "product":
         content.add(*product_page(app))
-        if app.sheet_open and app.goods is not None and app.goods.available:
-            content.add(order_sheet.order_sheet(app) if app.layout == "order_sheet" else sku_sheet(app))
+        if sheet_open:
+            content.add(sku_sheet(app))
         if app.payment_sheet and page.order is not None:  # the app's own cashier over the order sheet
             content.add(payment_sheet(app, page.order.total))
     elif page.name == "paid":

@@ -111,7 +111,7 @@ def test_screen_rules_in_recognition_order(capsys: pytest.CaptureFixture[str]) -
     [e] = _explain(capsys, FX / "sim822" / "sheet_tshirt.xml", "--json")["explanations"]
     verdicts = {r["screen"]: (r["matches"], r["winner"]) for r in e["screens"]}
     assert verdicts["confirm_order"] == (True, True)
-    assert verdicts["product"] == (True, False)  # the product page under the sheet still matches
+    assert verdicts["product"] == (False, False)  # the sheet is a window of its own (real captures)
     assert verdicts["sku_panel"] == (False, False)
     sku = next(r for r in e["screens"] if r["screen"] == "sku_panel")
     confirm_button = sku["all"][1]
@@ -121,7 +121,7 @@ def test_screen_rules_in_recognition_order(capsys: pytest.CaptureFixture[str]) -
     assert blocked["path"] == "screens.order_created.none[0]" and blocked["matched"][0]["text"] == "提交订单 ¥29.9"
     text = _explain(capsys, FX / "sim822" / "sheet_tshirt.xml")
     assert "screens.confirm_order: MATCH (recognized)" in text
-    assert "screens.product: matches, but a rule before it won" in text
+    assert "screens.product: no match" in text
     assert "none (blocks the rule): screens.order_created.none[0]" in text
 
 
@@ -167,13 +167,13 @@ def test_text_regex_and_common_ancestor_constraints_named(tmp_path: Path, capsys
 
 
 def test_missing_anchor_is_explained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The goods image's desc renamed: the confirm_order rule no longer matches (the product page under
-    the sheet is recognized instead); its second anchor matched nothing, and the renamed node is the
+    """The goods image's desc renamed: the confirm_order rule no longer matches (nothing else does: the
+    sheet is a window of its own); its second anchor matched nothing, and the renamed node is the
     nearest candidate with the failed desc regex."""
     dump = _changed(tmp_path, 'content-desc="商品主图"', 'content-desc="商品主图片"')
     report = _explain(capsys, dump, "--json")
     [e] = report["explanations"]
-    assert e["screen"] == "product" == report["inspect"]["screen"]
+    assert e["screen"] == "unknown" == report["inspect"]["screen"]
     rule = next(r for r in e["screens"] if r["screen"] == "confirm_order")
     assert (rule["matches"], rule["all"][0]["match_count"]) == (False, 1)
     anchor = rule["all"][1]

@@ -180,11 +180,12 @@ def test_unlisted_readings_are_not_compared(captures: Path, capsys: pytest.Captu
 
 
 def test_tampered_dump_fails(captures: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """One changed byte the readers do not look at (the status-bar clock): only the hash catches it."""
+    """One changed character the readers do not look at (the service banner): only the hash catches it."""
     dump = captures / "02-sheet_tshirt" / "dump.xml"
     raw = dump.read_bytes()
-    assert raw.count(b'text="10:24"') == 1
-    dump.write_bytes(raw.replace(b'text="10:24"', b'text="10:25"'))
+    banner = 'text="#24小时发货#七天退换"'.encode()
+    assert raw.count(banner) == 1
+    dump.write_bytes(raw.replace(banner, 'text="#24小时发货#七天退货"'.encode()))
     rc, lines = _run(capsys, str(PACK), str(captures))
     assert rc == 1
     line = next(ln for ln in lines if ln.startswith("FAIL "))
