@@ -125,7 +125,10 @@ def _header(title: str = "") -> list[Node]:
 
 
 def _tiles(app: AppModel, dim: str, options: list[str], y: int) -> tuple[list[Node], int]:
-    """Flow-laid option tiles starting at ``y``; returns (nodes, bottom y)."""
+    """Flow-laid option tiles starting at ``y`` (SKU sheet and the older confirm page; modelled, no
+    real capture): each a clickable FrameLayout holding the non-clickable name TextView — the real
+    app's convention of texts in non-clickable children of clickable containers —, ``selected`` and
+    ``enabled`` on both. Returns (nodes, bottom y)."""
     goods = app.goods
     nodes: list[Node] = []
     x, h = 36, 96
@@ -134,8 +137,9 @@ def _tiles(app: AppModel, dim: str, options: list[str], y: int) -> tuple[list[No
         if x + w > W - 36 and x > 36:
             x, y = 36, y + h + 24
         ok = goods is not None and goods.option_available(app.selection, dim, opt)
-        tile = option_tile(app.selection.get(dim) == opt, ("select", dim, opt))
-        nodes.append(text((x, y, x + w, y + h), opt, enabled=ok, **tile))
+        selected = app.selection.get(dim) == opt
+        label = text((x + 20, y + 18, x + w - 20, y + h - 18), opt, enabled=ok, selected=selected)
+        nodes.append(frame((x, y, x + w, y + h), label, enabled=ok, **option_tile(selected, ("select", dim, opt))))
         x += w + 24
     return nodes, y + h
 

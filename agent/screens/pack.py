@@ -148,18 +148,23 @@ class Selector:
 @dataclass(frozen=True)
 class CommonAncestor:
     """The relation ``{"with": S, "is": T}``: the node's nearest ancestor that has a descendant matching
-    ``S`` (the nearest common ancestor of the node and an ``S`` node) exists and matches ``T`` (any
-    ancestor when ``T`` is None). Example (real order sheet): the price TextView's nearest common
+    ``S`` outside the node's own subtree (the nearest common ancestor of the node and an ``S`` node)
+    exists and matches ``T`` (any ancestor when ``T`` is None). Example (real order sheet): the price TextView's nearest common
     ancestor with the ``商品主图`` image is the goods card however deep the price sits in it."""
 
     with_: Selector
     is_: Selector | None = None
 
     def nearest(self, node: Node) -> Node | None:
-        """The node's nearest ancestor holding a ``with`` node (the node itself excluded), or None."""
+        """The node's nearest ancestor holding a ``with`` node outside the node's own subtree, or None.
+        Each level looks only at the branches it adds (its other children's subtrees), so the walk
+        costs the size of that ancestor's subtree, not depth × size."""
+        below = node
         for anc in node.ancestors():
-            if any(self.with_.matches(d) for d in anc.descendants() if d is not node):
-                return anc
+            for branch in anc.children:
+                if branch is not below and any(self.with_.matches(n) for n in (branch, *branch.descendants())):
+                    return anc
+            below = anc
         return None
 
     def holds(self, node: Node) -> bool:

@@ -8,6 +8,8 @@ pack without the order-sheet layout stopping with its reason; the price regex of
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -247,3 +249,50 @@ def test_fixtures_are_the_handed_over_files_and_the_packs_evidence() -> None:
         entry = pack.raw["evidence"][eid]
         assert entry["source"] == "real-structure" and set(entry["files"]) == {"dump"}
         assert (shipped_pack_dir() / entry["files"]["dump"]["path"]).read_bytes() == (REAL / name).read_bytes()
+
+
+def _one_level_deeper(xml: str, test: Callable[[ET.Element], bool]) -> str:
+    """``xml`` with the one node passing ``test`` wrapped in a new plain LinearLayout (same bounds)."""
+    root = ET.fromstring(xml)
+    parents = {c: p for p in root.iter() for c in p}
+    (node,) = [n for n in root.iter("node") if test(n)]
+    parent = parents[node]
+    wrapper = ET.Element("node", {**node.attrib, "text": "", "content-desc": "", "resource-id": ""})
+    wrapper.set("class", "android.widget.LinearLayout")
+    for flag in ("clickable", "selected", "focusable", "long-clickable", "checkable", "checked", "scrollable"):
+        wrapper.set(flag, "false")
+    parent.insert(list(parent).index(node), wrapper)
+    parent.remove(node)
+    wrapper.append(node)
+    return ET.tostring(root, encoding="unicode")
+
+
+DEEPER = {
+    "price": lambda n: "¥" in (n.get("text") or "") and not (n.get("text") or "").startswith("提交订单"),
+    "goods image": lambda n: n.get("content-desc") == "商品主图",
+    "sku label": lambda n: (n.get("text") or "").startswith("已选"),
+    "quantity": lambda n: n.get("class") == "android.widget.EditText",
+    "payment text": lambda n: "更换支付方式" in (n.get("text") or ""),
+    "submit text": lambda n: (n.get("text") or "").startswith("提交订单"),
+    "header": lambda n: n.get("text") in ("款式", "色号"),
+    "tile name": lambda n: n.get("text") in (SCARF, "雾霾蓝#M03+礼袋"),
+    "tile": lambda n: (
+        n.get("class") == "android.view.ViewGroup"
+        and (n.get("content-desc") == "雾霾蓝#M03+礼袋" or any(c.get("text") == SCARF for c in n))
+    ),
+    "option list": lambda n: (
+        n.get("class") == "android.support.v7.widget.RecyclerView" and n.get("bounds", "").startswith("[0,")
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(DEEPER))
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_readings_do_not_depend_on_the_nesting_depth(name: str, what: str) -> None:
+    """The same sheet with one more wrapper level around one node reads the same: the pack names
+    relations that hold at any depth (issue 27)."""
+    xml = text(name)
+    deeper = _one_level_deeper(xml, DEEPER[what])
+    out = inspect_dump(parse_dump(deeper), [packs()[SHEET]])
+    assert (out["screen"], out["layout"]) == ("confirm_order", "order_sheet")
+    assert out["readings"] == {"goods_id": None, **EXPECTED[name]}
