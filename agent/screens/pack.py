@@ -149,8 +149,9 @@ class Selector:
 class CommonAncestor:
     """The relation ``{"with": S, "is": T}``: the node's nearest ancestor that has a descendant matching
     ``S`` outside the node's own subtree (the nearest common ancestor of the node and an ``S`` node)
-    exists and matches ``T`` (any ancestor when ``T`` is None). Example (real order sheet): the price TextView's nearest common
-    ancestor with the ``商品主图`` image is the goods card however deep the price sits in it."""
+    exists and matches ``T`` (any ancestor when ``T`` is None). Example (real order sheet): the price
+    TextView's nearest common ancestor with the ``商品主图`` image is the goods card however deep the
+    price sits in it."""
 
     with_: Selector
     is_: Selector | None = None
