@@ -152,6 +152,8 @@ ORDERS = {
     "one-dimension": Order("710000000002", "奶白色+礼盒", "60.00", "59.00"),
     # image tiles (颜色分类, name in content-desc + tv_content, stock badges), 即将卖完 ¥118
     "image-tiles": Order("710000000003", "樱花粉", "200.00", "118.00"),
+    # two dimensions: image tiles (颜色分类, the 4th tile on the second row) × text tiles (尺码), no promotion
+    "image-and-text-tiles": Order("710000000007", "黑色", "400.00", "338.00", sku_size="L", quantity=2),
     # 色号 header, the wanted tile off-screen to the right: scroll inside the list
     "scrolled-list": Order("710000000004", "樱桃红#09", "50.00", "45.90"),
     # preselected tile off-screen when the sheet opens; the wanted one is that preselected tile
