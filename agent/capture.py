@@ -74,7 +74,7 @@ STATUS_BAND_FRACTION = 0.045
 SCREENS = (*readers.SCREENS, "unknown")
 _MONEY_KEYS = ("unit_price", "confirm_amount")
 _INT_KEYS = ("quantity", "submit_controls")
-_JSON_KEYS = ("selected", "options", "payment_controls", "risk_walls", "payment_problems")
+_JSON_KEYS = ("selected", "options", "sold_out", "payment_controls", "risk_walls", "payment_problems")
 _XML_DECL = "<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>\n"
 
 

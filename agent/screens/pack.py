@@ -9,8 +9,12 @@ optional; the agent setting picks one) and the **payment** row reader with the m
 an external app. The screen that holds the submit control is ``confirm_order`` on every layout.
 Selectors match on NFKC-normalized text/desc (regex full-match),
 class (regex full-match), resource-id (exact), boolean flags and structure (the parent / some ancestor matching a
-selector, a descendant matching / not matching a selector). Every top-level selector names the
-evidence bundles that justified it; the loader checks each name exists in the pack's ``evidence``.
+selector, a descendant matching / not matching a selector, and ``common_ancestor``: the NEAREST ancestor that
+also holds a node matching ``with`` — the two nodes' nearest common ancestor — matches ``is``). Real trees
+nest deeper than a description suggests and their depth changes between releases (issue 27), so a pack
+names relations that hold at any depth; ``parent`` is for facts a capture shows to be one level. Every
+top-level selector names the evidence bundles that justified it; the loader checks each name exists in
+the pack's ``evidence``.
 
 Load-time safety (the boundaries stay in code; a pack can only narrow them): every selector the flow
 may TAP (buy paths, the layout's confirm control, quantity controls, dismissals) must name a text,
@@ -92,6 +96,7 @@ class Selector:
     ancestor: Selector | None = None
     has_descendant: Selector | None = None
     not_has_descendant: Selector | None = None
+    common_ancestor: CommonAncestor | None = None
     evidence: tuple[str, ...] = ()
 
     @cached_property
@@ -124,6 +129,9 @@ class Selector:
             checks.append(("has_descendant", lambda n: any(has.matches(d) for d in n.descendants())))
         if has_not is not None:
             checks.append(("not_has_descendant", lambda n: not any(has_not.matches(d) for d in n.descendants())))
+        common = self.common_ancestor
+        if common is not None:  # last: the costliest test runs only on nodes that passed the others
+            checks.append(("common_ancestor", common.holds))
         return tuple(checks)
 
     def matches(self, node: Node) -> bool:
@@ -138,6 +146,34 @@ class Selector:
     def find(self, dump: Dump) -> list[Node]:
         """Matching app-package nodes in document order (scoped: design §7.3)."""
         return [n for n in dump.app_nodes() if self.matches(n)]
+
+
+@dataclass(frozen=True)
+class CommonAncestor:
+    """The relation ``{"with": S, "is": T}``: the node's nearest ancestor that has a descendant matching
+    ``S`` outside the node's own subtree (the nearest common ancestor of the node and an ``S`` node)
+    exists and matches ``T`` (any ancestor when ``T`` is None). Example (real order sheet): the price
+    TextView's nearest common ancestor with the ``商品主图`` image is the goods card however deep the
+    price sits in it."""
+
+    with_: Selector
+    is_: Selector | None = None
+
+    def nearest(self, node: Node) -> Node | None:
+        """The node's nearest ancestor holding a ``with`` node outside the node's own subtree, or None.
+        Each level looks only at the branches it adds (its other children's subtrees), so the walk
+        costs the size of that ancestor's subtree, not depth × size."""
+        below = node
+        for anc in node.ancestors():
+            for branch in anc.children:
+                if branch is not below and any(self.with_.matches(n) for n in (branch, *branch.descendants())):
+                    return anc
+            below = anc
+        return None
+
+    def holds(self, node: Node) -> bool:
+        anc = self.nearest(node)
+        return anc is not None and (self.is_ is None or self.is_.matches(anc))
 
 
 @dataclass(frozen=True)
@@ -283,8 +319,16 @@ def _selector(spec: dict[str, Any], where: str, evidence_ids: set[str]) -> Selec
         ancestor=sub("ancestor"),
         has_descendant=sub("has_descendant"),
         not_has_descendant=sub("not_has_descendant"),
+        common_ancestor=_common_ancestor(spec.get("common_ancestor"), f"{where}/common_ancestor", evidence_ids),
         evidence=tuple(spec.get("evidence", [])),
     )
+
+
+def _common_ancestor(spec: dict[str, Any] | None, where: str, evidence_ids: set[str]) -> CommonAncestor | None:
+    if spec is None:
+        return None
+    is_ = _selector(spec["is"], f"{where}/is", evidence_ids) if "is" in spec else None
+    return CommonAncestor(_selector(spec["with"], f"{where}/with", evidence_ids), is_)
 
 
 def _money(spec: dict[str, Any], where: str, ev: set[str]) -> MoneyReader:

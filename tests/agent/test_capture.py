@@ -92,7 +92,12 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(
     status_band, address_row = [0, 0, 1080, 96], scrubbed["blacked_out"][1]
     assert scrubbed["blacked_out"][0] == status_band
     # the blanked row is the address row: in the dump, a clickable row with nothing left in it
-    row = next(n for n in dump.nodes if [n.bounds.left, n.bounds.top, n.bounds.right, n.bounds.bottom] == address_row)
+    # (on the order sheet the row's plain containers share its bounds: the row is the clickable one)
+    row = next(
+        n
+        for n in dump.nodes
+        if [n.bounds.left, n.bounds.top, n.bounds.right, n.bounds.bottom] == address_row and n.clickable
+    )
     assert row.clickable and all(not n.text and not n.desc for n in [row, *row.descendants()])
     img = Image.open(io.BytesIO((out / "screenshot.png").read_bytes())).convert("RGB")
     assert img.size == (1080, 2400)
