@@ -12,14 +12,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from cmbuyer.schemas.sku import MAX_OPTIONS, SkuOptions, legacy_options, legacy_view
-from cmbuyer.schemas.text import normalize_sku
+from cmbuyer.schemas.text import normalize_sku, text_problem
 
 __all__ = ["is_legacy_report", "legacy_report_fits", "options_equal", "reported_as_read", "reported_options"]
 
 
 def _text(raw: object) -> str | None:
-    value = normalize_sku(raw) if isinstance(raw, str) else ""
-    return value or None
+    """A reported text in its comparison form; None when it is not text, blank, or holds a control, bidi or
+    invisible character (:func:`text_problem`: a person may read it in the approval drawer)."""
+    if not isinstance(raw, str) or text_problem(raw) is not None:
+        return None
+    return normalize_sku(raw) or None
 
 
 def is_legacy_report(values: Mapping[str, Any]) -> bool:
@@ -30,8 +33,8 @@ def is_legacy_report(values: Mapping[str, Any]) -> bool:
 
 def reported_options(values: Mapping[str, Any]) -> SkuOptions | None:
     """The reported options, normalized (:func:`normalize_sku`), in the reported order; None when they are
-    missing or malformed (not 1–3 pairs of non-empty texts, a dimension named twice, a legacy size key
-    absent) — the callers fail closed on None."""
+    missing or malformed (not 1–3 pairs of non-empty texts, hidden characters, a dimension named twice, a
+    legacy size key absent) — the callers fail closed on None."""
     if is_legacy_report(values):
         color = _text(values.get("selected_color"))
         if color is None or "selected_size" not in values:

@@ -4,6 +4,7 @@ changes only through :func:`set_state`."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, StateChanges
@@ -20,7 +21,7 @@ class Task:
     title: str
     product_url: str
     goods_id: str
-    sku_options: str  # canonical JSON of [[dimension, value], ...] (migration 0009, cmbuyer.schemas.sku)
+    sku_options: str  # canonical JSON of [[dimension, value], ...] (migration 0010, cmbuyer.schemas.sku)
     quantity: int
     max_total_price: str
     state: str
@@ -79,6 +80,13 @@ def set_state(
         where="version = ?",
         where_params=(expected_version,),
     )
+
+
+def in_states(conn: sqlite3.Connection, states: Collection[str]) -> list[Task]:
+    """Every task whose state is one of ``states``, oldest first (``created_at, id``)."""
+    wanted = list(states)
+    rows = conn.execute(f"SELECT * FROM tasks WHERE state IN ({marks(wanted)}) ORDER BY created_at, id", wanted)
+    return [from_row(r) for r in rows]
 
 
 def live_with_goods(conn: sqlite3.Connection, goods_ids: list[str], cancelled: str) -> list[Task]:

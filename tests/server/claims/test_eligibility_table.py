@@ -7,7 +7,7 @@ database (the migrated file of ``cmbuyer-server init``) with every combination o
 
 - authorization state (all six) × expiry just before / exactly at / just after now,
 - task state (all twelve) × task version equal / above / below the snapshot's,
-- snapshot drift in each frozen field (and the ``sku_size`` NULL cases: dropped, added, absent on both),
+- snapshot drift in each frozen field (the SKU options: a value, a dimension name, one dropped or added, order),
 - an attempt on the authorization (none, OPEN by an active device, OPEN by a revoked device, CLOSED),
 
 and asserts that the SQL picks a row exactly when the domain predicate accepts it, and — with every row in
@@ -171,7 +171,7 @@ def test_the_table_covers_both_answers(table: list[Row], clock: ManualClock) -> 
     now = clock.now()
     accepted = [auth for task, auth, _ in table if claimable(auth, task, now)]
     # live expiry (1 of 3) × ACTIVE × PENDING × equal versions × matching snapshot (2 of 13): 2 rows
-    assert len(table) == 6 * 3 * 12 * 3 * 13 and len(accepted) == 2
+    assert len(table) == 6 * 3 * len(TaskState) * 3 * 13 and len(accepted) == 2
     assert {a.sku_options for a in accepted} == {SNAPSHOT["sku_options"], options_text((("规格", "3层100抽"),))}
     assert {kind for _, _, kind in table} == set(ATTEMPTS)
 

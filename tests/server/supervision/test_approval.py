@@ -221,6 +221,12 @@ async def test_claim_checks_like_the_fence(
             | {"selected_color": "   ", "selected_size": None},
         },
         lambda b: {**b, "readings": {**b["readings"], "payment_mode": "x" * 33}},
+        # bidi and invisible characters (issue 33): the drawer showed "\u202e色黑" as 黑色
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "\u202e色黑"]]}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "黑色"], ["尺码", "M\u200b"]]}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜\u200b色", "黑色"]]}},
+        lambda b: {**b, "readings": {**b["readings"], "payment_mode": "微信\u2066支付"}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "黑\u0007色"]]}},
         lambda b: {**b, "readings": []},
         lambda b: {**b, "approval_key": "not-a-uuid"},
         lambda b: {**b, "screenshot_asset_id": None},

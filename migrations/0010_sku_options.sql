@@ -1,4 +1,4 @@
--- 0009: SKU options by dimension name (issue 34; docs/api.md "SKU options").
+-- 0010: SKU options by dimension name (issue 34; docs/api.md "SKU options").
 --
 -- * tasks.sku_color/sku_size and authorizations.sku_color/sku_size become one column sku_options: the ordered
 --   list of one to three [dimension, value] pairs as canonical JSON (cmbuyer.schemas.sku.options_text), so
@@ -19,13 +19,13 @@ CREATE TABLE tasks_new (
     product_url      TEXT NOT NULL,
     goods_id         TEXT NOT NULL CHECK (goods_id GLOB '[0-9]*' AND goods_id NOT GLOB '*[^0-9]*'),
     -- [[dimension, value], ...] in the task's order, canonical JSON (cmbuyer.schemas.sku.options_text)
-    sku_options      TEXT NOT NULL 
+    sku_options      TEXT NOT NULL
         CHECK (json_valid(sku_options) AND json_type(sku_options) = 'array' AND json_array_length(sku_options) BETWEEN 1 AND 3),
     quantity         INTEGER NOT NULL CHECK (quantity >= 1),
     max_total_price  TEXT NOT NULL,
     state            TEXT NOT NULL CHECK (state IN ('DRAFT', 'PENDING', 'CLAIMED', 'ORDERING', 'SUBMITTING',
                          'WAITING_PAYMENT', 'PAID', 'RECONCILIATION_REQUIRED', 'CLOSED_NOT_CREATED',
-                         'FAILED', 'EXPIRED', 'CANCELLED')),
+                         'FAILED', 'EXPIRED', 'CANCELLED', 'HELD')),
     version          INTEGER NOT NULL CHECK (version >= 1),
     state_reason     TEXT,
     created_by       TEXT NOT NULL,
@@ -108,7 +108,7 @@ CREATE TABLE order_submissions_new (
     state                       TEXT NOT NULL CHECK (state IN ('FENCED', 'SUBMITTED', 'RECONCILIATION_REQUIRED',
                                                               'CREATED', 'NOT_CREATED')),
     -- [[dimension, value], ...] as read on the screen, named by the task's dimensions (canonical JSON)
-    selected_options            TEXT NOT NULL 
+    selected_options            TEXT NOT NULL
         CHECK (json_valid(selected_options) AND json_type(selected_options) = 'array' AND json_array_length(selected_options) BETWEEN 1 AND 3),
     gate1_unit_price            TEXT NOT NULL,
     gate2_unit_price            TEXT NOT NULL,
