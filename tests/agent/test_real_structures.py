@@ -88,8 +88,8 @@ def test_the_order_sheet_pack_gives_every_reading_of_the_readme(name: str) -> No
 @pytest.mark.parametrize(
     ("name", "wanted", "price"),
     [
-        ("order_sheet_image_tiles.xml", {"color": "雾霾蓝#M03+礼袋"}, Decimal("45.9")),
-        ("order_sheet_text_tile.xml", {"color": SCARF}, Decimal("158")),
+        ("order_sheet_image_tiles.xml", {"颜色": "雾霾蓝#M03+礼袋"}, Decimal("45.9")),
+        ("order_sheet_text_tile.xml", {"颜色": SCARF}, Decimal("158")),
     ],
 )
 def test_gate3_reading_of_the_real_sheet_passes_gate3(name: str, wanted: dict[str, str], price: Decimal) -> None:

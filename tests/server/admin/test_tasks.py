@@ -346,7 +346,7 @@ async def test_option_rows_create_any_goods(admin_client: AdminClient, sync_conn
     ]
     html = await (await admin_client.client.get("/tasks")).text()
     assert "规格=3层100抽 / 数量=6包" in html
-    assert '<datalist id="sku-dimensions">' in html
+    assert '<datalist id="sku-dimensions">' in html and '<option value="颜色分类">' in html  # the pack's names
     tid = sync_conn.execute("SELECT id FROM tasks WHERE title = '抽纸'").fetchone()[0]
     detail = await (await admin_client.client.get(f"/tasks/{tid}")).text()
     assert "<dt>规格</dt><dd>3层100抽</dd><dt>数量</dt><dd>6包</dd>" in detail
