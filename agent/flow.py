@@ -353,6 +353,7 @@ class PurchaseFlow:
             title=expected.title,
             should_stop=should_stop,
             progress=self.progress,
+            taken=self.journal.order_sns_taken(claim.attempt_id),
         )
         asset = self._upload_after_tap(claim, "ORDER_CONFIRMATION", result.screenshot)
         self.journal.record_confirmation(claim.attempt_id, result.order_sn, asset, read=result.read)

@@ -77,3 +77,27 @@ def test_any_goods_by_dimension_name(tmp_path: Path, fast_phone: None) -> None: 
         said = json.dumps(detail["audit"], ensure_ascii=False)  # the fail report's summary, as a person reads it
         assert "“数量”任务未指定" in said and "数量=" in said, said
         assert len(sim.phone("sim-1").orders) == 3
+
+
+def test_repeat_orders_each_get_their_own_order_number(tmp_path: Path, fast_phone: None) -> None:  # noqa: F811
+    """Five identical orders and one of another colour (same goods, same price, so the same amount and
+    title on the order list), back to back on one phone: each task ends with its own order number — the
+    read-only confirmation leaves out the numbers earlier attempts on this phone already took — checked
+    against the simulator's own order list."""
+    same = dict(color="白色CHA(纯棉)", size="L(建议115-130)", quantity=1)
+    other = dict(color="黑色CHA(纯棉)", size="M(建议100-115)", quantity=1)
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim(copy.deepcopy(_default())) as sim:
+        creds = srv.add_device()
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        numbers = []
+        for fields in [same] * 5 + [other]:
+            task = srv.add_task(**fields)
+            assert agent.run_once() == 0
+            detail = srv.detail(task.id)
+            assert detail["task"]["state"] == "WAITING_PAYMENT", detail["task"]
+            numbers.append(detail["submission"]["order_sn"])
+        orders = sim.phone("sim-1").orders
+    # the simulator's list, in the order the orders were created: task i made order i
+    assert numbers == [o["order_sn"] for o in orders] and len(set(numbers)) == 6
+    assert [o["options"]["颜色"] for o in orders] == ["白色CHA(纯棉)"] * 5 + ["黑色CHA(纯棉)"]
+    assert len({str(o["total"]) for o in orders}) == 1  # one amount for all six: the amount alone is no key
