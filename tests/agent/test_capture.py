@@ -89,8 +89,10 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(
     assert scrubbed["dropped_packages"] == ["com.android.launcher3", "com.android.systemui"]
     assert scrubbed["dropped_nodes"] == len(parse_dump(raw).nodes) - len(dump.nodes)
     assert scrubbed["blanked_rows"] == 1 and scrubbed["status_bar"] == "dump"
-    status_band, address_row = [0, 0, 1080, 96], scrubbed["blacked_out"][1]
-    assert scrubbed["blacked_out"][0] == status_band
+    status_band, nav_bar = [0, 0, 1080, 96], [0, 2280, 1080, 2400]
+    # the status band, the system bars drawn over the app (the navigation bar), then the address row
+    assert scrubbed["blacked_out"][0] == status_band and nav_bar in scrubbed["blacked_out"]
+    address_row = scrubbed["blacked_out"][-1]
     # the blanked row is the address row: in the dump, a clickable row with nothing left in it
     # (on the order sheet the row's plain containers share its bounds: the row is the clickable one)
     row = next(
