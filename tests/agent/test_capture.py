@@ -337,7 +337,7 @@ def _white_png(size: tuple[int, int] = (1080, 2400)) -> bytes:
 def _with_recipient(path: Path, slots: tuple[str, ...], name: str, address: str) -> str:
     """The fixture with the recipient written into the address row's TextViews (found by their bounds,
     not by the pack: the captured fixtures had them blanked); one slot gets both texts."""
-    root = ET.fromstring(path.read_bytes())  # noqa: S314 - our own fixture
+    root = ET.fromstring(path.read_bytes())
     values = [f"{name}  {address}"] if len(slots) == 1 else [name, address]
     for bounds, value in zip(slots, values, strict=True):
         (node,) = [
