@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
-from cmbuyer.agent.screens.dump import Bounds, Dump, Node
+from cmbuyer.agent.screens.dump import Bounds, Dump
 
 SYSTEM_UI = "com.android.systemui"
 
