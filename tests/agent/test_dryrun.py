@@ -333,4 +333,4 @@ def test_gate_values_that_inspect_reads_differently_are_disagreements() -> None:
         payment_problems=["two payment rows"],
     )
     found = compare(read, other, pack)
-    assert [d.split(":")[0] for d in found] == ["confirm_amount", "quantity", "selected size", "payment"]
+    assert [d.split(":")[0] for d in found] == ["confirm_amount", "quantity", "selected 尺码", "payment"]

@@ -207,7 +207,8 @@ def test_older_layout_bucket_on_the_same_version(tmp_path: Path, sim: PhoneSim) 
     )
     assert (result.outcome, result.tapped) == ("SUBMITTED", True), server.fails
     sim.journal(serial).assert_single_submit_tap()
-    assert server.proofs[0].selected_size == "M" and server.proofs[0].payment_mode == "微信支付"
+    assert server.proofs[0].selected_options == (("颜色", "黑色"), ("尺码", "M"))
+    assert server.proofs[0].payment_mode == "微信支付"
 
 
 @pytest.mark.parametrize(
