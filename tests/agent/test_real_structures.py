@@ -87,6 +87,14 @@ def test_the_order_sheet_pack_gives_every_reading_of_the_readme(name: str) -> No
     assert (payment.row, payment.mode, payment.problems) == ("使用#微信支付，更换支付方式", "微信支付", ())
 
 
+def test_inspect_says_how_a_task_may_name_each_option_group() -> None:
+    """Issue 34: the pack's alias table shown by ``inspect``: the header as shown and its synonyms."""
+    out = inspect_dump(parse_dump(text("order_sheet_image_tiles.xml")), [packs()[SHEET]])
+    (header,) = out["readings"]["options"]
+    assert out["dimension_names"] == {header: list(packs()[SHEET].aliases_of(header))}
+    assert "颜色" in out["dimension_names"][header] and header in out["dimension_names"][header]
+
+
 @pytest.mark.parametrize(
     ("name", "wanted", "price"),
     [
