@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from cmbuyer.agent.errors import FlowStop
+from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.schemas.text import normalize_sku
 
 ROLES = ("color", "size")
@@ -134,3 +135,32 @@ def payment_gate(problems: tuple[str, ...], mode: str | None) -> str:
     if problems or mode is None:
         raise FlowStop("payment mode unsafe: " + "; ".join(problems or ("no mode",)), "PAYMENT_MODE_UNSAFE")
     return mode
+
+
+def fenced_differences(reading: Gate3Reading, payment_mode: str | None, proof: SubmissionProof) -> list[str]:
+    """What the screen reads now that differs from the fence request ``proof`` (issue 27 §4: the last
+    dump before the submit tap must give the same gate-3 readings). ``reading`` comes from the gate-3
+    reader (capabilities.confirm_reading), ``payment_mode`` is the mode that passed the payment-mode gate
+    on the same dump (None when it did not pass). Returns the names of the readings that differ —
+    ``color``, ``size``, ``unit_price``, ``quantity``, ``total``, ``submit_controls``, ``payment_mode`` —
+    in that order; empty = the same readings. A reading that cannot be read (None) differs. The
+    request's submit-control count is always 1 (gate 3 and the fence refuse any other)."""
+    now: dict[str, object] = {
+        "color": reading.selected.get("color"),
+        "size": reading.selected.get("size"),
+        "unit_price": reading.unit_price,
+        "quantity": reading.quantity,
+        "total": reading.total,
+        "submit_controls": reading.submit_controls,
+        "payment_mode": payment_mode,
+    }
+    fenced: dict[str, object] = {
+        "color": proof.selected_color,
+        "size": proof.selected_size,
+        "unit_price": proof.gate3_unit_price,
+        "quantity": proof.quantity_read,
+        "total": proof.confirm_page_amount,
+        "submit_controls": proof.submit_control_match_count,
+        "payment_mode": proof.payment_mode,
+    }
+    return [name for name in now if now[name] != fenced[name]]

@@ -1,0 +1,148 @@
+# ruff: noqa: F811  (the fast_phone fixture is imported from test_real_server)
+"""The last moment before the submit tap (issue 27 §4-5), end to end: the REAL server
+(tests/agent/realserver.py) and the agent's runner with the real HttpDeviceApi, on the phone simulator —
+the REAL uiautomator2 + adbutils against its adb server (``adb``) or its app model behind the real
+PhoneAdapter (``model``, tests/agent/simphone.py).
+
+Right after the server granted the fence (every gate passed, the permit is in hand) something changes on
+the phone: a window appears over the submit control (a coupon dialog with ``立即领取``, a toast, another
+app's floating window, a popup drawn inside the app's own window), or the payment row turns into
+``先用后付`` / a balance mode. Each time: no submit tap (no tap at all after the fence), the journal goes
+PERMIT_RECEIVED → NOT_TAPPED → RESULT_REPORTED and never records a tap intent, the server holds UNKNOWN
+with the reason, and the task page says in Chinese that no tap was sent.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cmbuyer.agent.client import HttpDeviceApi
+from cmbuyer.agent.model import Claim, SubmissionProof
+from cmbuyer.agent.permit import SubmissionPermit
+
+from .realserver import RealServer
+from .test_after_tap_sim import _task_page
+from .test_flow_sim import _default
+from .test_real_server import Agent, Rig, fast_phone, rig  # noqa: F401  (fixture)
+
+BOTH_VERSIONS = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.22.0"}
+
+
+def _order_sheet() -> dict[str, Any]:
+    """The default scenario on app 8.22.0: the real app's order sheet (options, quantity, payment row
+    and ``提交订单 ¥…`` on one sheet)."""
+    data = copy.deepcopy(_default())
+    data["app"] = dict(
+        data.get("app") or {}, package="com.xunmeng.pinduoduo", version_name="8.22.0", version_code=82200
+    )
+    return data
+
+
+def _after_fence(change: Callable[[], None]) -> type[HttpDeviceApi]:
+    """An HttpDeviceApi that runs ``change`` on the phone right after the server granted the fence."""
+
+    class Api(HttpDeviceApi):
+        def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
+            permit = super().create_submission_fence(claim, proof)
+            change()
+            return permit
+
+    return Api
+
+
+def _change(phone: Rig, adb_spec: dict[str, Any]) -> Callable[[], None]:
+    """The same change on either transport: a fault injected at run time into the simulator, or the
+    app model changed directly."""
+
+    def apply() -> None:
+        if phone.sim is not None:
+            phone.sim.phone("sim-1").inject(adb_spec)
+            return
+        assert phone.model is not None
+        app = phone.model.app
+        if adb_spec["kind"] == "overlay":
+            app.overlays.append(adb_spec["window"])
+        elif adb_spec["kind"] == "popup":
+            app.show_popup(adb_spec["popup"])
+        else:
+            phone.model.cfg.payment_mode = adb_spec["mode"]
+
+    return apply
+
+
+def _no_tap_case(tmp_path: Path, transport: str, adb_spec: dict[str, Any], reason: str, page: bool) -> None:
+    with RealServer(tmp_path, env=BOTH_VERSIONS) as srv, rig(transport, _order_sheet()) as phone:
+        creds = srv.add_device()
+        task = srv.add_task()
+        agent = Agent(tmp_path, srv, creds, phone.phone, api_cls=_after_fence(_change(phone, adb_spec)))
+        points: list[str] = []
+        agent.journal.commit_hook = points.append
+        taps_at_fence: list[int] = []
+        fence = agent.api.create_submission_fence
+
+        def counted(claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
+            taps_at_fence.append(phone.taps())
+            return fence(claim, proof)
+
+        agent.api.create_submission_fence = counted  # type: ignore[method-assign]
+        assert agent.run_once() == 0
+        # the phone: the gates' taps happened, then nothing — no submit tap, no tap on the overlay
+        assert taps_at_fence and phone.taps() == taps_at_fence[0]
+        assert phone.submit_taps() == 0 and phone.payment_taps() == 0 and phone.orders() == 0
+        if phone.sim is not None:
+            assert phone.fired() == [adb_spec["kind"]]
+        # the agent's journal: no tap intent was ever recorded; NOT_TAPPED, then reported
+        assert "TAP_INTENT_RECORDED" not in points and "TAPPED" not in points
+        assert points[points.index("PERMIT_RECEIVED") :][:2] == ["PERMIT_RECEIVED", "NOT_TAPPED"]
+        sub = agent.journal.submission(agent.journal.claims()[0].attempt_id)
+        assert sub is not None and (sub.phase, sub.observation, sub.observation_reason) == (
+            "RESULT_REPORTED",
+            "UNKNOWN",
+            reason,
+        )
+        # the server: UNKNOWN with the reason, a person reconciles; the SUBMIT_TAP event says no tap
+        detail = srv.detail(task.id)
+        assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
+        assert detail["submission"]["observation"] == "UNKNOWN"
+        assert detail["submission"]["observation_reason"] == reason
+        (tap_event,) = [e for e in detail["events"] if e["step"] == "SUBMIT_TAP"]
+        assert tap_event["outcome"] == "FAILED"
+        if page:
+            html = _task_page(srv, task.id)
+            assert reason in html and 'id="no-tap-sent"' in html
+            assert "设备没有点击“提交订单”" in html and "手机没有发出点击" in html
+
+
+@pytest.mark.parametrize(
+    "transport,adb_spec,page",
+    [
+        # the rehearsal finding: a coupon dialog window whose 立即领取 lies where the submit tap would land
+        pytest.param("adb", {"kind": "overlay", "window": "coupon"}, True, id="coupon-window-adb"),
+        pytest.param("model", {"kind": "overlay", "window": "toast"}, False, id="toast-window"),
+        pytest.param("model", {"kind": "overlay", "window": "foreign"}, False, id="other-app-window"),
+        # a popup drawn inside the app's own window, after the sheet (drawing order decides)
+        pytest.param("model", {"kind": "popup", "popup": "coupon"}, False, id="popup-in-app-window"),
+    ],
+)
+def test_something_over_the_submit_control_after_the_last_gate_means_no_tap(
+    tmp_path: Path, fast_phone: None, transport: str, adb_spec: dict[str, Any], page: bool
+) -> None:
+    _no_tap_case(tmp_path, transport, adb_spec, "NOT_TAPPED_OBSCURED", page)
+
+
+@pytest.mark.parametrize(
+    "transport,mode,page",
+    [
+        pytest.param("adb", "pay_later", True, id="pay-later-adb"),  # 使用#先用后付 (and 0元下单)
+        pytest.param("model", "duoduo_balance", False, id="balance"),  # 使用多多支付余额¥5.05
+    ],
+)
+def test_payment_row_changed_after_gate_3_means_no_tap(
+    tmp_path: Path, fast_phone: None, transport: str, mode: str, page: bool
+) -> None:
+    _no_tap_case(tmp_path, transport, {"kind": "payment_mode_change", "mode": mode}, "NOT_TAPPED_SCREEN_CHANGED", page)
