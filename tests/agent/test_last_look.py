@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cmbuyer.agent import gates
 from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.model import Claim, SubmissionProof
 from cmbuyer.agent.permit import SubmissionPermit
 
+from .fakes import make_purchase, read_proof
 from .realserver import RealServer
 from .test_after_tap_sim import _task_page
 from .test_flow_sim import _default
@@ -146,3 +150,30 @@ def test_payment_row_changed_after_gate_3_means_no_tap(
     tmp_path: Path, fast_phone: None, transport: str, mode: str, page: bool
 ) -> None:
     _no_tap_case(tmp_path, transport, {"kind": "payment_mode_change", "mode": mode}, "NOT_TAPPED_SCREEN_CHANGED", page)
+
+
+def test_every_reading_the_fence_request_carried_is_compared() -> None:
+    """gates.fenced_differences: the pre-tap reading against the fence request, one name per reading
+    that differs; a reading that cannot be read (None) differs too."""
+    proof = read_proof(make_purchase().task, Decimal("12.88"))
+    same = gates.Gate3Reading(
+        selected={"color": proof.selected_color, "size": proof.selected_size},
+        unit_price=proof.gate3_unit_price,
+        quantity=proof.quantity_read,
+        total=proof.confirm_page_amount,
+        submit_controls=1,
+    )
+    assert gates.fenced_differences(same, "微信支付", proof) == []
+    changes: list[tuple[dict[str, Any], str | None, list[str]]] = [
+        ({"selected": {"color": proof.selected_color, "size": "XL"}}, "微信支付", ["size"]),
+        ({"selected": {"color": None, "size": proof.selected_size}}, "微信支付", ["color"]),
+        ({"unit_price": Decimal("12.87")}, "微信支付", ["unit_price"]),
+        ({"quantity": None}, "微信支付", ["quantity"]),
+        ({"total": proof.confirm_page_amount + Decimal("0.01")}, "微信支付", ["total"]),
+        ({"submit_controls": 2}, "微信支付", ["submit_controls"]),
+        ({}, "支付宝", ["payment_mode"]),
+        ({}, None, ["payment_mode"]),  # the payment-mode gate refused the row (先用后付, a balance, …)
+        ({"unit_price": None, "submit_controls": 0}, None, ["unit_price", "submit_controls", "payment_mode"]),
+    ]
+    for change, mode, names in changes:
+        assert gates.fenced_differences(replace(same, **change), mode, proof) == names, change
