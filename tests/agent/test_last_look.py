@@ -15,6 +15,7 @@ with the reason, and the task page says in Chinese that no tap was sent.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
@@ -37,13 +38,12 @@ from .test_real_server import Agent, Rig, fast_phone, rig  # noqa: F401  (fixtur
 BOTH_VERSIONS = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.22.0"}
 
 
-def _order_sheet() -> dict[str, Any]:
+def _order_sheet(version: str = "8.22.0") -> dict[str, Any]:
     """The default scenario on app 8.22.0: the real app's order sheet (options, quantity, payment row
-    and ``提交订单 ¥…`` on one sheet)."""
+    and ``提交订单 ¥…`` on one sheet); on 8.17.0 the SKU sheet, then the confirm page."""
     data = copy.deepcopy(_default())
-    data["app"] = dict(
-        data.get("app") or {}, package="com.xunmeng.pinduoduo", version_name="8.22.0", version_code=82200
-    )
+    code = {"8.22.0": 82200, "8.17.0": 81700}[version]
+    data["app"] = dict(data.get("app") or {}, package="com.xunmeng.pinduoduo", version_name=version, version_code=code)
     return data
 
 
@@ -79,8 +79,10 @@ def _change(phone: Rig, adb_spec: dict[str, Any]) -> Callable[[], None]:
     return apply
 
 
-def _no_tap_case(tmp_path: Path, transport: str, adb_spec: dict[str, Any], reason: str, page: bool) -> None:
-    with RealServer(tmp_path, env=BOTH_VERSIONS) as srv, rig(transport, _order_sheet()) as phone:
+def _no_tap_case(
+    tmp_path: Path, transport: str, adb_spec: dict[str, Any], reason: str, page: bool, version: str = "8.22.0"
+) -> None:
+    with RealServer(tmp_path, env=BOTH_VERSIONS) as srv, rig(transport, _order_sheet(version)) as phone:
         creds = srv.add_device()
         task = srv.add_task()
         agent = Agent(tmp_path, srv, creds, phone.phone, api_cls=_after_fence(_change(phone, adb_spec)))
@@ -137,6 +139,24 @@ def test_something_over_the_submit_control_after_the_last_gate_means_no_tap(
     tmp_path: Path, fast_phone: None, transport: str, adb_spec: dict[str, Any], page: bool
 ) -> None:
     _no_tap_case(tmp_path, transport, adb_spec, "NOT_TAPPED_OBSCURED", page)
+
+
+def test_a_coupon_window_over_the_confirm_page_means_no_tap(tmp_path: Path, fast_phone: None) -> None:
+    """The same on app 8.17.0's layout (SKU sheet, then the confirm page with the submit control)."""
+    _no_tap_case(tmp_path, "model", {"kind": "overlay", "window": "coupon"}, "NOT_TAPPED_OBSCURED", False, "8.17.0")
+
+
+def test_nothing_changed_one_tap_and_the_window_is_measured(tmp_path: Path, fast_phone: None) -> None:
+    """The control case: nothing changes after the fence → the last look passes, exactly one submit tap,
+    and the SUBMIT_TAP event carries the measured dump → tap window (docs/agent.md)."""
+    with RealServer(tmp_path, env=BOTH_VERSIONS) as srv, rig("model", _order_sheet()) as phone:
+        task = srv.add_task()
+        agent = Agent(tmp_path, srv, srv.add_device(), phone.phone)
+        assert agent.run_once() == 0
+        assert phone.submit_taps() == 1 and phone.payment_taps() == 0
+        (tap_event,) = [e for e in srv.detail(task.id)["events"] if e["step"] == "SUBMIT_TAP"]
+        assert tap_event["outcome"] == "OK"
+        assert re.match(r"tap sent \d+ ms after the last dump began; observed ", tap_event["summary"])
 
 
 @pytest.mark.parametrize(
