@@ -6,7 +6,8 @@ app's submit control, so a tap sent to the submit control's coordinates lands on
 - ``coupon``: Pinduoduo's own coupon dialog (a separate window of the app package) with a clickable
   ``立即领取`` button over the submit control; tapping it closes the dialog (a coupon is "claimed").
 - ``toast``: a toast window (Pinduoduo's package, the ``android:id/message`` TextView) over the submit
-  control; a real toast does not take touches, so a tap passes through it to what lies below.
+  control. Here a tap on it does nothing; a real toast usually lets touches through to what lies
+  below — the agent cannot tell which from a dump, so it does not tap either way.
 - ``foreign``: another app's floating window (MIUI's ``悬浮球``) over the submit control; tapping it
   does nothing to Pinduoduo.
 
