@@ -1,6 +1,7 @@
-"""Migration 0008 (issue 27: the agent's last look refused the submit tap): order_submissions is rebuilt so
-``observation_reason`` also accepts NOT_TAPPED_SCREEN_CHANGED and NOT_TAPPED_OBSCURED. An upgrade from 0007
-keeps every row (all columns, in order), index, trigger and reference, and every other constraint still holds."""
+"""Migration NNNN_not_tapped_reasons (issue 27: the agent's last look refused the submit tap):
+order_submissions is rebuilt so ``observation_reason`` also accepts NOT_TAPPED_SCREEN_CHANGED and
+NOT_TAPPED_OBSCURED. An upgrade from the migration before keeps every row (all columns, in order), index,
+trigger and reference, and every other constraint still holds."""
 
 from __future__ import annotations
 
@@ -12,18 +13,23 @@ from typing import Any
 
 import pytest
 
+from cmbuyer.server import migrate
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain.claims import ClaimPolicy
 from tests.server.store.test_migration_lean import _migrate_to, _seed, db_at
 from tests.server.store.test_migration_order_sheet import _fence_raw
 
-NOT_TAPPED = "0008_not_tapped_reasons.sql"
+# found by name: the number is whatever place the migration got when the branches were merged
+(MIGRATION,) = [m for m in migrate.available() if m.name.endswith("_not_tapped_reasons.sql")]
+NOT_TAPPED = MIGRATION.name
 
 
 @pytest.fixture
-def db_0007(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
-    with closing(db_at(tmp_path / "old.sqlite3", "0007_pack_id_and_supervision.sql", monkeypatch)) as conn:
+def db_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
+    """A database at the migration before this one."""
+    before = migrate.available()[MIGRATION.number - 2].name
+    with closing(db_at(tmp_path / "old.sqlite3", before, monkeypatch)) as conn:
         yield conn
 
 
@@ -42,30 +48,30 @@ def _everything(conn: sqlite3.Connection) -> dict[str, Any]:
 
 
 def test_upgrade_keeps_everything_and_accepts_the_new_reasons(
-    db_0007: sqlite3.Connection,
+    db_before: sqlite3.Connection,
     settings: Settings,
     clock: ManualClock,
     policy: ClaimPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    claims = _seed(db_0007, settings, clock, policy, tasks=3, claims=2)
-    first, second = (_fence_raw(db_0007, c) for c in claims)
-    db_0007.execute(
+    claims = _seed(db_before, settings, clock, policy, tasks=3, claims=2)
+    first, second = (_fence_raw(db_before, c) for c in claims)
+    db_before.execute(
         "UPDATE order_submissions SET observation = 'UNKNOWN', observation_reason = 'PAYMENT_SUSPECTED',"
         " order_sn = 'ABC123456', payment_mode = '微信支付', gate3_unit_price = '12.88' WHERE id = ?",
         (first,),
     )
     with pytest.raises(sqlite3.IntegrityError, match="CHECK"):  # what 0008 is for
-        db_0007.execute(
+        db_before.execute(
             "UPDATE order_submissions SET observation_reason = 'NOT_TAPPED_OBSCURED' WHERE id = ?", (second,)
         )
-    before = _everything(db_0007)
-    assert _migrate_to(db_0007, 8, monkeypatch) == [NOT_TAPPED]
-    assert _everything(db_0007) == before
-    assert db_0007.execute("PRAGMA foreign_key_check").fetchall() == []
-    assert db_0007.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    before = _everything(db_before)
+    assert _migrate_to(db_before, MIGRATION.number, monkeypatch) == [NOT_TAPPED]
+    assert _everything(db_before) == before
+    assert db_before.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert db_before.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     for reason in ("NOT_TAPPED_SCREEN_CHANGED", "NOT_TAPPED_OBSCURED", None):
-        db_0007.execute("UPDATE order_submissions SET observation_reason = ? WHERE id = ?", (reason, second))
+        db_before.execute("UPDATE order_submissions SET observation_reason = ? WHERE id = ?", (reason, second))
     for column, bad in (
         ("observation_reason", "NOT_TAPPED"),
         ("observation", "NOT_TAPPED"),
@@ -74,11 +80,11 @@ def test_upgrade_keeps_everything_and_accepts_the_new_reasons(
         ("order_sn", "123"),
     ):
         with pytest.raises(sqlite3.IntegrityError):
-            db_0007.execute(f"UPDATE order_submissions SET {column} = ? WHERE id = ?", (bad, second))
+            db_before.execute(f"UPDATE order_submissions SET {column} = ? WHERE id = ?", (bad, second))
     with pytest.raises(sqlite3.IntegrityError, match="permanent"):
-        db_0007.execute("DELETE FROM order_submissions WHERE id = ?", (second,))
+        db_before.execute("DELETE FROM order_submissions WHERE id = ?", (second,))
     with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
-        db_0007.execute(
+        db_before.execute(
             "INSERT INTO order_submissions SELECT 'x', task_id, authorization_id, attempt_id, device_id, fence_key,"
             " state, selected_color, selected_size, gate1_unit_price, gate2_unit_price, quantity_read,"
             " confirm_page_amount, submit_control_match_count, observation, result_key, evidence_asset_id,"
