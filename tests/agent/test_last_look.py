@@ -105,6 +105,8 @@ def _no_tap_case(
         # the agent's journal: no tap intent was ever recorded; NOT_TAPPED, then reported
         assert "TAP_INTENT_RECORDED" not in points and "TAPPED" not in points
         assert points[points.index("PERMIT_RECEIVED") :][:2] == ["PERMIT_RECEIVED", "NOT_TAPPED"]
+        # a cause that stays (an overlay, a flipped payment row) would do this to every task: the phone holds
+        assert reason in (agent.journal.hold() or "")
         sub = agent.journal.submission(agent.journal.claims()[0].attempt_id)
         assert sub is not None and (sub.phase, sub.observation, sub.observation_reason) == (
             "RESULT_REPORTED",
