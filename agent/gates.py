@@ -1,4 +1,5 @@
-"""The gates before the fence (design §7.5, issue 15 §2/§5/§6; the server re-checks them at the fence).
+"""The gates before the fence (design §7.5, issue 15 §2/§5/§6; the server re-checks them at the fence),
+and the comparison of the last look before the submit tap with the fence request (issue 27 §4).
 
 Pure functions over readings; each raises FlowStop with the wire reason code on failure. Fail closed:
 a reading that is None is a stop with its own code, never "no objection" — no gate here skips a
