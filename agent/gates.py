@@ -16,6 +16,8 @@ from decimal import Decimal
 
 from cmbuyer.agent.errors import FlowStop
 from cmbuyer.agent.model import SubmissionProof
+from cmbuyer.agent.screens import hit, safety
+from cmbuyer.agent.screens.dump import Dump
 from cmbuyer.schemas.text import normalize_sku
 
 ROLES = ("color", "size")
@@ -128,6 +130,19 @@ def gate3(
     if reading.total < items:
         return f"gate 3 ok; discount: total {reading.total} < items {items}"
     return f"gate 3 ok; total {reading.total}"
+
+
+def submit_on_top(dump: Dump) -> None:
+    """Gate 3's last check (issue 27 §4), on the dump gate 3 read: the one submit control is on top at
+    its tap point (:func:`cmbuyer.agent.screens.hit.hit_test`: across windows and in drawing order). A
+    popup, a toast or another app's window over it would take the one tap; found here, before the fence,
+    nothing is spent → POPUP_UNHANDLED. (The last look before the tap checks again.)"""
+    controls = safety.submit_controls(dump)
+    if len(controls) != 1:
+        raise FlowStop(f"gate 3: {len(controls)} submit controls", "SUBMIT_CONTROL_COUNT")
+    verdict = hit.hit_test(dump, controls[0], controls[0].bounds.center)
+    if not verdict.clear:
+        raise FlowStop(f"gate 3: submit control covered ({verdict.why})", "POPUP_UNHANDLED")
 
 
 def payment_gate(problems: tuple[str, ...], mode: str | None) -> str:

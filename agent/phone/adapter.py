@@ -222,6 +222,11 @@ class PhoneAdapter:
         self.dumps_taken += 1
         return dump
 
+    def last_read_dump(self) -> Dump | None:
+        """The latest dump taken since the last action — after :meth:`read_stable`, the one its value
+        was read from — or None when there is none (nothing read since the last action)."""
+        return self._recent[-1] if self._recent else None
+
     def _fresh(self) -> Dump:
         recent = self._recent
         dump = self.dump()

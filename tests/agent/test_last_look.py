@@ -199,3 +199,22 @@ def test_every_reading_the_fence_request_carried_is_compared() -> None:
     ]
     for change, mode, names in changes:
         assert gates.fenced_differences(replace(same, **change), mode, proof) == names, change
+
+
+def test_a_window_over_the_submit_control_before_gate_3_stops_before_the_fence(
+    tmp_path: Path, fast_phone: None
+) -> None:
+    """Gate 3 hit-tests too (gates.submit_on_top): a floating window already parked over the submit control
+    is found before the fence — the task FAILS with POPUP_UNHANDLED (nothing fenced, nothing spent, no tap
+    on the submit control) and the phone holds."""
+    with RealServer(tmp_path, env=BOTH_VERSIONS) as srv, rig("model", _order_sheet()) as phone:
+        assert phone.model is not None
+        phone.model.app.overlays.append("foreign")
+        task = srv.add_task()
+        agent = Agent(tmp_path, srv, srv.add_device(), phone.phone)
+        assert agent.run_once() == 0
+        assert phone.submit_taps() == 0 and phone.payment_taps() == 0 and phone.orders() == 0
+        detail = srv.detail(task.id)
+        assert (detail["task"]["state"], detail["task"]["state_reason"]) == ("FAILED", "POPUP_UNHANDLED")
+        assert detail["submission"] is None
+        assert "POPUP_UNHANDLED" in (agent.journal.hold() or "")
