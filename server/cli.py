@@ -31,6 +31,7 @@ from cmbuyer.server.config import ENV_FILE_NAME, Settings, env_file_defaults, lo
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.domain.errors import CmbuyerError, DomainError, SettingsError, StartupRefused, Unavailable
 from cmbuyer.server.domain.states import TaskState
+from cmbuyer.server.domain.task_fields import person_money
 from cmbuyer.server.services import admins as admin_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import evidence_gc
@@ -484,6 +485,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 "max_total_price": args.max_total_price,
             }
             try:
+                raw["max_total_price"] = person_money("max_total_price", args.max_total_price)
                 new = task_service.validate_new_task(raw, settings)
             except DomainError as exc:
                 raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
@@ -531,11 +533,128 @@ def cmd_task(args: argparse.Namespace) -> int:
                     ),
                 ),
             )
+        elif args.task_cmd == "import":
+            return _task_import(args, settings, conn, now)
+        elif args.task_cmd == "export":
+            return _task_export(args, conn)
+        elif args.task_cmd in ("cancel", "reset", "mark-paid"):
+            return _task_action(args, conn, now)
         else:
             from cmbuyer.server.web.admin import task_view
 
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
             _report(args, view, [json.dumps(view, ensure_ascii=False, indent=2)])
+    return Exit.OK
+
+
+def _task_import(args: argparse.Namespace, settings: Settings, conn: sqlite3.Connection, now: Any) -> int:
+    """``task import FILE [--dry-run]``: the admin page's preview and import (services/task_import.py). Exit 0
+    when every row was imported or already existed, 1 when a row (or the whole file) was refused."""
+    from cmbuyer.server.services import task_import
+
+    try:
+        with open(args.file, "rb") as handle:
+            data = handle.read(settings.import_max_bytes + 1)
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file} ({exc.strerror})", Exit.USAGE) from None
+    try:
+        parsed = task_import.parse(data, settings)
+    except DomainError as exc:
+        _report(args, {"refused": exc.message, "rows": []}, [f"refused: {exc.message}"])
+        return Exit.RULE
+    result = _tx(conn, lambda c: task_import.import_rows(c, parsed, CLI_ACTOR, now, dry_run=args.dry_run))
+    rows = [{"line": r.line, "status": r.status, "message": r.message, "task_id": r.task_id} for r in result.rows]
+    counts = {k: result.count(k) for k in ("ok", "exists", "error")}
+    verb = "would import" if args.dry_run else "imported"
+    _report(
+        args,
+        {"dry_run": args.dry_run, "unknown_columns": list(parsed.unknown_columns), "counts": counts, "rows": rows},
+        itertools.chain(
+            (f"line {r['line']}: {r['status']}" + (f" {r['message']}" if r["message"] else "") for r in rows),
+            [f"{verb} {counts['ok']}, already existed {counts['exists']}, refused {counts['error']}"],
+            [f"ignored columns: {', '.join(parsed.unknown_columns)}"] if parsed.unknown_columns else [],
+        ),
+    )
+    return Exit.OK if counts["error"] == 0 else Exit.RULE
+
+
+def _task_export(args: argparse.Namespace, conn: sqlite3.Connection) -> int:
+    """``task export [--state S]… --format csv|xlsx [--out FILE]``: the admin export (same columns)."""
+    from cmbuyer.server.sheets.write import write_csv, write_xlsx
+    from cmbuyer.server.store.queries import admin as admin_queries
+    from cmbuyer.server.web.admin.task_io import EXPORT_HEADER, EXPORT_MAX_ROWS, export_rows
+
+    f = admin_queries.TaskFilter(states=tuple(dict.fromkeys(args.state or ())))
+    rows = admin_queries.task_page(conn, f, EXPORT_MAX_ROWS + 1)
+    if len(rows) > EXPORT_MAX_ROWS:
+        raise CliError(f"more than {EXPORT_MAX_ROWS} tasks; narrow the states", Exit.RULE)
+    lines = export_rows(conn, rows)
+    data = (write_xlsx if args.format == "xlsx" else write_csv)(EXPORT_HEADER, lines)
+    if args.out:
+        try:
+            Path(args.out).write_bytes(data)
+        except OSError as exc:
+            raise CliError(f"cannot write {args.out} ({exc.strerror})", Exit.USAGE) from None
+        print(f"{len(lines)} task(s) written to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    return Exit.OK
+
+
+def _current_version(conn: sqlite3.Connection, task_id: str, given: int | None) -> int:
+    if given is not None:
+        return given
+    return _tx(conn, functools.partial(task_service.get_task, task_id=task_id)).version
+
+
+def _task_action(args: argparse.Namespace, conn: sqlite3.Connection, now: Any) -> int:
+    """``task cancel|reset|mark-paid TASK_ID [--expected-version N]``: the admin actions (same rules, same
+    audit rows, actor ``cli:<os user>``); without ``--expected-version`` the task's current version."""
+    from cmbuyer.server.services import admin_actions
+
+    version = _current_version(conn, args.task_id, args.expected_version)
+    if args.task_cmd == "mark-paid":
+        result = _tx(conn, lambda c: admin_actions.mark_paid(c, args.task_id, version, CLI_ACTOR, now))
+    else:
+        fn = admin_actions.cancel if args.task_cmd == "cancel" else admin_actions.reset_to_draft
+        result = _tx(conn, lambda c: fn(c, args.task_id, version, None, CLI_ACTOR, now))
+    _report(
+        args,
+        {"task_id": result.task_id, "state": result.state, "task_version": result.version},
+        [f"task {result.task_id}: {result.state} (version {result.version})"],
+    )
+    return Exit.OK
+
+
+def cmd_submission(args: argparse.Namespace) -> int:
+    """``submission reconcile SID --outcome created|not_created --note TEXT [--expected-version N]``."""
+    from cmbuyer.server.services import admin_actions
+    from cmbuyer.server.store.queries import admin as admin_queries
+
+    settings = _settings(args)
+    with closing(_open(settings)) as conn:
+        now = SystemClock().now()
+        version = args.expected_version
+        if version is None:
+            sub = admin_queries.submission(conn, args.submission_id)
+            if sub is None:
+                raise CliError("not_found: 提交记录不存在", Exit.RULE)
+            version = _current_version(conn, sub["task_id"], None)
+        try:
+            outcome, note, version = admin_actions.parse_reconcile(
+                {"outcome": args.outcome, "note": args.note, "expected_task_version": version}
+            )
+        except DomainError as exc:
+            raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
+        result = _tx(
+            conn, lambda c: admin_actions.reconcile(c, args.submission_id, outcome, note, version, CLI_ACTOR, now)
+        )
+    _report(
+        args,
+        {"task_id": result.task_id, "state": result.state, "task_version": result.version},
+        [f"task {result.task_id}: {result.state} (version {result.version})"],
+    )
     return Exit.OK
 
 
@@ -619,7 +738,30 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--limit", type=int, default=50)
     q = tsub.add_parser("show", parents=[common])
     q.add_argument("task_id")
-    for group in (asub, dsub, esub, tsub):
+    q = tsub.add_parser("import", parents=[common], help="import DRAFT tasks from an .xlsx/.csv (docs/admin.md)")
+    q.add_argument("file")
+    q.add_argument("--dry-run", action="store_true", help="show the preview, import nothing")
+    q = tsub.add_parser("export", parents=[common], help="export tasks as .csv or .xlsx (stdout without --out)")
+    q.add_argument("--state", action="append", choices=[s.value for s in TaskState], help="repeatable")
+    q.add_argument("--format", choices=("csv", "xlsx"), default="csv")
+    q.add_argument("--out", default=None, help="file to write (default: stdout)")
+    for name, what in (
+        ("cancel", "cancel a task before its fence"),
+        ("reset", "reset a task to DRAFT before its fence"),
+        ("mark-paid", "WAITING_PAYMENT → PAID after a person paid on the phone"),
+    ):
+        q = tsub.add_parser(name, parents=[common], help=what)
+        q.add_argument("task_id")
+        q.add_argument("--expected-version", type=int, default=None, help="refuse unless the task is at this version")
+
+    p = sub.add_parser("submission", parents=[common], help="settle order submissions")
+    ssub = p.add_subparsers(dest="submission_cmd", required=True)
+    q = ssub.add_parser("reconcile", parents=[common], help="record whether the pending-payment order exists")
+    q.add_argument("submission_id")
+    q.add_argument("--outcome", required=True, choices=("created", "not_created"))
+    q.add_argument("--note", required=True, help="what the person checked (1–500 characters)")
+    q.add_argument("--expected-version", type=int, default=None)
+    for group in (asub, dsub, esub, tsub, ssub):
         # a missing subcommand is reported with its choices, not the internal dest name
         group.metavar = "{" + ",".join(group.choices) + "}"
     return parser
@@ -635,6 +777,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "device": cmd_device,
     "evidence": cmd_evidence,
     "task": cmd_task,
+    "submission": cmd_submission,
 }
 
 

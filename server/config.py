@@ -349,6 +349,22 @@ SETTINGS_TABLE: tuple[Setting, ...] = (
         "orders a device–pack pair must have confirmed right before it buys without a person's approval"
         " (issue 17); `0` = off",
     ),
+    _ranged(
+        "import_max_rows",
+        "CMBUYER_IMPORT_MAX_ROWS",
+        5000,
+        1,
+        100_000,
+        'data rows one task spreadsheet may hold (import, docs/admin.md "Import"); a larger file is refused whole',
+    ),
+    _ranged(
+        "import_max_bytes",
+        "CMBUYER_IMPORT_MAX_BYTES",
+        5 * MiB,
+        1024,
+        64 * MiB,
+        "largest task spreadsheet file, bytes; an .xlsx may inflate to at most 8 × this (zip-bomb bound)",
+    ),
 )
 SETTINGS_BY_NAME: dict[str, Setting] = {row.name: row for row in SETTINGS_TABLE}
 # The settings `cmbuyer-server init` writes into a new env file with their defaults (for an operator to edit).
@@ -401,6 +417,9 @@ class Settings:
     # confirmed-right orders a device–pack pair needs before it runs without a person's approval; 0 = off
     # (issue 17)
     supervised_orders: int = _default("supervised_orders")
+    # task spreadsheet import bounds (issue 28)
+    import_max_rows: int = _default("import_max_rows")
+    import_max_bytes: int = _default("import_max_bytes")
 
     @property
     def evidence_dir(self) -> Path:

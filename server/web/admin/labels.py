@@ -246,6 +246,14 @@ AUDIT_ACTION_LABELS.update(
     }
 )
 
+# -- tasks in and out (issue 28) -----------------------------------------------------------------------------
+AUDIT_ACTION_LABELS.update(
+    {
+        "task.import": "从表格导入草稿",
+        "task.edit": "修改草稿",
+    }
+)
+
 # the fence's refusal words (domain/fence.py check_gates), shown when the readings awaiting approval
 # would not pass the fence; "unreadable" = the readings are not the 8 well-formed values
 FENCE_REFUSAL_LABELS: dict[str, str] = {

@@ -19,11 +19,11 @@ from cmbuyer.server.domain.states import (
     SubmissionState,
     TaskState,
 )
+from cmbuyer.server.domain.task_fields import person_money as form_money
 from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web.admin import labels
 from cmbuyer.server.web.admin.common import audit_value
 from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
-from cmbuyer.server.web.admin.tasks import form_money
 from tests.device_bodies import fence_request
 
 from .conftest import AdminClient
