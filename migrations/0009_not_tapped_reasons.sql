@@ -55,6 +55,8 @@ INSERT INTO order_submissions_new SELECT * FROM order_submissions;
 DROP TABLE order_submissions;
 ALTER TABLE order_submissions_new RENAME TO order_submissions;
 CREATE INDEX order_submissions_task ON order_submissions(task_id);
+-- 0008's order-number search index
+CREATE INDEX order_submissions_order_sn ON order_submissions(order_sn) WHERE order_sn IS NOT NULL;
 -- A fence, once written, is never deleted (the guarantee of design §2.1 lives in this row).
 CREATE TRIGGER order_submissions_no_delete BEFORE DELETE ON order_submissions
 BEGIN
