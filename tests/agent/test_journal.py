@@ -99,6 +99,7 @@ def test_not_tapped_is_decided_at_once_refuses_a_tap_intent_and_recovers_as_no_t
     assert payload["result_key"] == key and payload["observation"] == "UNKNOWN"
     assert payload["observation_reason"] == "NOT_TAPPED_OBSCURED" and payload["evidence_asset_id"] == asset
     assert j.submission(a).phase == "RESULT_REPORTED"
+    assert "NOT_TAPPED_OBSCURED" in (j.hold() or "")  # phone-level: the runner never saw it before the crash
 
 
 def test_not_tapped_cannot_be_claimed_after_the_tap_intent(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import copy
 import re
+import signal
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
@@ -26,13 +28,17 @@ import pytest
 
 from cmbuyer.agent import gates
 from cmbuyer.agent.client import HttpDeviceApi
+from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import Claim, SubmissionProof
 from cmbuyer.agent.permit import SubmissionPermit
+from cmbuyer.phonesim.testing import running_sim
 
 from .fakes import make_purchase, read_proof
+from .pausing_agent import PAUSE_MARK
 from .realserver import RealServer
 from .test_after_tap_sim import _task_page
 from .test_flow_sim import _default
+from .test_kill_restart import AgentProcess, _journal_state, _stop, _wait
 from .test_real_server import Agent, Rig, fast_phone, rig  # noqa: F401  (fixture)
 
 BOTH_VERSIONS = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.22.0"}
@@ -218,3 +224,53 @@ def test_a_window_over_the_submit_control_before_gate_3_stops_before_the_fence(
         assert (detail["task"]["state"], detail["task"]["state_reason"]) == ("FAILED", "POPUP_UNHANDLED")
         assert detail["submission"] is None
         assert "POPUP_UNHANDLED" in (agent.journal.hold() or "")
+
+
+def test_sigkill_right_after_not_tapped_then_restart_reports_no_tap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real ``cmbuyer-agent run`` process (tests/agent/test_kill_restart.py's harness): the coupon window
+    appears while the server grants the fence; the agent journals NOT_TAPPED and is SIGKILLed right there.
+    The restarted agent reports UNKNOWN + NOT_TAPPED_OBSCURED from its journal (never "maybe tapped"), taps
+    nothing, and holds the phone."""
+    from cmbuyer.server.services import fence as fence_service
+
+    with RealServer(tmp_path, env=BOTH_VERSIONS) as srv, running_sim(_order_sheet(), set_env=False) as sim:
+        grant = fence_service.create_fence
+
+        def granted(*args: Any, **kwargs: Any) -> Any:
+            answer = grant(*args, **kwargs)
+            sim.phone("sim-1").inject("overlay", window="coupon")  # before the answer reaches the phone
+            return answer
+
+        monkeypatch.setattr(fence_service, "create_fence", granted)
+        task = srv.add_task()
+        agent = AgentProcess(tmp_path, srv, sim.port)
+        first = agent.start(pause_after="NOT_TAPPED")
+        try:
+            _wait(lambda: "NOT_TAPPED" in _journal_state(agent.journal).get("phases", []), first, 60, "NOT_TAPPED")
+            time.sleep(0.3)
+            assert f"{PAUSE_MARK} NOT_TAPPED" in agent.log.read_text("utf-8", "replace")
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+        assert srv.state(task.id) == "SUBMITTING"  # fenced, nothing reported yet
+        second = agent.start()
+        try:
+            _wait(lambda: srv.state(task.id) == "RECONCILIATION_REQUIRED", second, 60, "the recovered result")
+            _wait(lambda: b"heartbeat: state" in agent.log.read_bytes(), second, 60, "a heartbeat")
+            assert _stop(second) == 0
+        finally:
+            if second.poll() is None:
+                second.kill()
+                second.wait()
+        journal = sim.journal("sim-1")
+        assert journal.taps("submit") == [] and not [t for t in journal.taps() if t["role"] == "overlay"]
+        submission = srv.detail(task.id)["submission"]
+        assert (submission["observation"], submission["observation_reason"]) == ("UNKNOWN", "NOT_TAPPED_OBSCURED")
+        state = _journal_state(agent.journal)
+        assert state["phases"] == ["RESULT_REPORTED"] and state["observations"] == ["UNKNOWN"]
+        assert "NOT_TAPPED_OBSCURED" in (Journal(agent.journal).hold() or "")
