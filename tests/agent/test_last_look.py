@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import copy
 import re
-import signal
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
@@ -34,11 +32,10 @@ from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.phonesim.testing import running_sim
 
 from .fakes import make_purchase, read_proof
-from .pausing_agent import PAUSE_MARK
 from .realserver import RealServer
 from .test_after_tap_sim import _task_page
 from .test_flow_sim import _default
-from .test_kill_restart import AgentProcess, _journal_state, _stop, _wait
+from .test_kill_restart import AgentProcess, _journal_state, _stop, _wait, kill_paused
 from .test_real_server import Agent, Rig, fast_phone, rig  # noqa: F401  (fixture)
 
 BOTH_VERSIONS = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.22.0"}
@@ -247,16 +244,7 @@ def test_sigkill_right_after_not_tapped_then_restart_reports_no_tap(
         task = srv.add_task()
         agent = AgentProcess(tmp_path, srv, sim.port)
         first = agent.start(pause_after="NOT_TAPPED")
-        try:
-            _wait(lambda: "NOT_TAPPED" in _journal_state(agent.journal).get("phases", []), first, 60, "NOT_TAPPED")
-            time.sleep(0.3)
-            assert f"{PAUSE_MARK} NOT_TAPPED" in agent.log.read_text("utf-8", "replace")
-            first.send_signal(signal.SIGKILL)
-            first.wait(timeout=10)
-        finally:
-            if first.poll() is None:
-                first.kill()
-                first.wait()
+        kill_paused(agent, first, "NOT_TAPPED", lambda: "NOT_TAPPED" in _journal_state(agent.journal).get("phases", []))
         assert srv.state(task.id) == "SUBMITTING"  # fenced, nothing reported yet
         second = agent.start()
         try:
