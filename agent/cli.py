@@ -3,7 +3,9 @@
 Credentials never come from the command line: env ``CMBUYER_DEVICE_ID`` + ``CMBUYER_DEVICE_TOKEN``
 or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines or JSON
 ``{"device_id": …, "token": …}``). Server: ``--server`` or ``CMBUYER_SERVER_URL``
-(default http://127.0.0.1:8080). Progress lines go to stderr; ``--json-logs`` for JSON lines.
+(default http://127.0.0.1:8080; https:// verified against the system CAs or only ``--server-ca FILE`` /
+env ``CMBUYER_SERVER_CA``; http:// only for a loopback server: :mod:`cmbuyer.agent.tls`). Progress lines go
+to stderr; ``--json-logs`` for JSON lines.
 Hold policy limits (``run``): ``--crash-loop-limit`` / env ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` (default 2)
 and ``--failure-limit`` / env ``CMBUYER_AGENT_FAILURE_LIMIT`` (default 3); see :mod:`cmbuyer.agent.holds`.
 Operator selector packs (``run``, ``doctor``, ``inspect``): ``--pack-dir DIR`` / env
@@ -36,8 +38,10 @@ from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
+from cmbuyer.agent.tls import ServerTlsError, verify_server
 from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.schemas.files import read_regular
+from cmbuyer.schemas.text import visible
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 # files an operator names or a capture holds are read bounded (shared/schemas/files.py): never a hang on a FIFO
@@ -85,6 +89,8 @@ def load_credentials(path: str | None) -> Credentials:
 
 def _progress_fn(json_logs: bool) -> Any:
     def emit(line: str) -> None:
+        # a reading from the phone may hold bidi or invisible characters: show them, never obey them
+        line = visible(line)
         if json_logs:
             sys.stderr.write(json.dumps({"ts": datetime.now(UTC).isoformat(), "msg": line}, ensure_ascii=False) + "\n")
         else:
@@ -102,7 +108,7 @@ def _capture_version(dump_path: Path) -> tuple[str, int] | None:
     ``capture``), or None when there is no readable bundle metadata."""
     try:
         meta = json.loads(read_regular(dump_path.parent / "meta.json", MAX_META_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a 100,000-deep meta.json is no metadata either
         return None
     if not isinstance(meta, dict):
         return None
@@ -253,9 +259,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "; ".join(problems) or f"operator pack dir {pack_dir or 'not set'}; usable: {usable}",
     )
     server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
+    server_ca = server_ca_from(args.server_ca)
+    _tls_check(server, server_ca, check)
     try:
         creds = load_credentials(args.credentials_file)
-        api = HttpDeviceApi(server, creds, _NoKeys(), retries=0)
+        api = HttpDeviceApi(server, creds, _NoKeys(), retries=0, server_ca=server_ca)
         hb = api.heartbeat(
             adb_serial=args.device,
             android_release="unknown",
@@ -270,6 +278,30 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         check("server", False, str(exc))
     print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
     return ExitCode.OK if all(c["ok"] for c in checks) else ExitCode.FAILED
+
+
+def server_ca_from(flag: str | None) -> Path | None:
+    """``--server-ca FILE``, else ``CMBUYER_SERVER_CA``, else None (the system's CAs)."""
+    value = flag or os.environ.get("CMBUYER_SERVER_CA")
+    return Path(value) if value else None
+
+
+def _tls_check(server: str, server_ca: Path | None, check: Any) -> None:
+    """doctor's certificate line: subject, expiry (a warning under 14 days) and whether it verified."""
+    from cmbuyer.agent.tls import ServerTlsError, certificate_report
+
+    if not server.startswith("https://"):
+        return
+    try:
+        report = certificate_report(server, server_ca)
+    except (ServerTlsError, OSError) as exc:
+        check("server certificate", False, str(exc))
+        return
+    expiry = f"{report.not_after:%Y-%m-%d} ({report.days_left} days left)" if report.not_after else "?"
+    detail = f"subject {report.subject}; expires {expiry}; " + (
+        "verified" if report.verified else f"NOT verified: {report.error}"
+    )
+    check("server certificate", report.verified and not report.expiring, detail)
 
 
 class _NoKeys:
@@ -428,7 +460,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     except (AgentError, OSError) as exc:
         return _error(getattr(exc, "reason_code", "WRITE_FAILED"), str(exc)[:200])
     for line in result.lines:
-        print(line)
+        print(visible(line))
     print(json.dumps(result.summary, ensure_ascii=False))
     return result.exit_code
 
@@ -455,7 +487,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (AgentError, JournalError) as exc:
         progress(f"cannot start: {exc}")
         return ExitCode.USAGE
-    api = HttpDeviceApi(server, creds, journal)
+    server_ca = server_ca_from(args.server_ca)
+    try:
+        verify_server(server, server_ca)
+        api = HttpDeviceApi(server, creds, journal, server_ca=server_ca)
+    except ServerTlsError as exc:
+        progress(f"cannot start: {exc.summary}")
+        return ExitCode.USAGE
     pack_dir = pack_dir_from(args.pack_dir)
     progress(f"operator pack dir: {pack_dir}" if pack_dir else "operator pack dir: not set (shipped packs only)")
     runner = Runner(
@@ -527,6 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="claim tasks and drive the phone")
     r.add_argument("--device", required=True)
     r.add_argument("--server")
+    r.add_argument("--server-ca", help="PEM CA file that signed the server's certificate (CMBUYER_SERVER_CA)")
     r.add_argument("--credentials-file")
     r.add_argument("--json-logs", action="store_true")
     r.add_argument("--once", action="store_true", help="exit after one task")
@@ -552,6 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
     d.add_argument("--device", required=True)
     d.add_argument("--server")
+    d.add_argument("--server-ca", help="PEM CA file that signed the server's certificate (CMBUYER_SERVER_CA)")
     d.add_argument("--credentials-file")
     add_pack_dir_argument(d)
     d.set_defaults(fn=cmd_doctor)

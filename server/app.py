@@ -30,11 +30,14 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     install_connection_guard()
     app = web.Application(client_max_size=settings.evidence_limits.request_cap, middlewares=[refusal_middleware])
     app[GUARD] = ConnectionGuard(
-        settings.pending_connections_max, settings.pending_connections_per_address, settings.pending_connection_timeout
+        settings.pending_connections_max,
+        settings.pending_connections_per_address,
+        settings.pending_connection_timeout,
+        settings.device_connections_max,
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
-    app[DB] = Database(settings.db_path)
+    app[DB] = Database(settings.db_path, replicated=settings.replica_url is not None)
     health.setup(app)
     admin.setup(app)
     device_api.setup(app)

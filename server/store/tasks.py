@@ -4,6 +4,7 @@ changes only through :func:`set_state`."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, StateChanges
@@ -80,6 +81,13 @@ def set_state(
         where="version = ?",
         where_params=(expected_version,),
     )
+
+
+def in_states(conn: sqlite3.Connection, states: Collection[str]) -> list[Task]:
+    """Every task whose state is one of ``states``, oldest first (``created_at, id``)."""
+    wanted = list(states)
+    rows = conn.execute(f"SELECT * FROM tasks WHERE state IN ({marks(wanted)}) ORDER BY created_at, id", wanted)
+    return [from_row(r) for r in rows]
 
 
 def live_with_goods(conn: sqlite3.Connection, goods_ids: list[str], cancelled: str) -> list[Task]:

@@ -80,7 +80,7 @@ async def authenticate(request: web.Request) -> web.Response | None:
     if not ok:
         return unauthorized()
     request[DEVICE_ID_KEY] = device_id
-    prove(request)
+    prove(request, "device:" + device_id)
     return None
 
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.reports import NO_TAP_REASONS
 from cmbuyer.server.domain.states import TaskState
-from cmbuyer.server.web.admin import auth, devices, evidence, labels, supervision, task_io, tasks
+from cmbuyer.server.web.admin import auth, devices, evidence, held, labels, supervision, task_io, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
 from cmbuyer.server.web.edge import identity_only
 
@@ -104,5 +104,6 @@ def setup(app: web.Application) -> None:
     tasks.setup(app)
     evidence.setup(app)
     devices.setup(app)
+    held.setup(app)
     supervision.setup(app)
     app.router.add_static("/static", STATIC_DIR, name="admin-static")

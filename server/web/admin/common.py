@@ -29,7 +29,8 @@ from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.web.admin import csrf
-from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove
+from cmbuyer.server.web.client_address import request_scheme
+from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove, read_chunk
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
 SESSION_COOKIE = "cmbuyer_session"
@@ -214,13 +215,13 @@ def set_session_cookie(
     """``HttpOnly; SameSite=Lax; Path=/`` (+ ``Secure`` when configured for HTTPS); no Max-Age, so the
     browser forgets it at exit while the server enforces idle and absolute expiry."""
     response.set_cookie(
-        name, value, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].cookie_secure
+        name, value, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].secure_cookies
     )
 
 
 def clear_cookie(request: web.Request, response: web.StreamResponse, name: str, path: str = "/") -> None:
     """Expire a cookie in the browser (same attributes as when it was set)."""
-    response.del_cookie(name, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].cookie_secure)
+    response.del_cookie(name, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].secure_cookies)
 
 
 # -- same-origin checks ----------------------------------------------------------------------------
@@ -228,7 +229,7 @@ def clear_cookie(request: web.Request, response: web.StreamResponse, name: str, 
 
 def own_origin(request: web.Request) -> str:
     """``scheme://host[:port]`` of this server as the browser addressed it."""
-    return f"{request.scheme}://{request.host}"
+    return f"{request_scheme(request)}://{request.host}"
 
 
 def same_origin(request: web.Request) -> bool:
@@ -269,15 +270,15 @@ async def _read_capped(request: web.Request) -> bytes:
     """At most BODY_CAP + 1 body bytes within BODY_READ_TIMEOUT_S (edge rule), else 400."""
     try:
         async with asyncio.timeout(BODY_READ_TIMEOUT_S):
-            raw = await request.content.read(BODY_CAP + 1)
+            raw = await read_chunk(request, BODY_CAP + 1)
             while len(raw) <= BODY_CAP and not request.content.at_eof():
-                chunk = await request.content.read(BODY_CAP + 1 - len(raw))
+                chunk = await read_chunk(request, BODY_CAP + 1 - len(raw))
                 if not chunk:
                     break
                 raw += chunk
     except TimeoutError:
         raise AdminHTTPError(400, Code.INVALID_REQUEST, "请求体发送过慢，已放弃") from None
-    except (ConnectionError, asyncio.IncompleteReadError, web.HTTPException):
+    except web.HTTPException:
         raise AdminHTTPError(400, Code.INVALID_REQUEST, "请求格式错误") from None
     return raw
 

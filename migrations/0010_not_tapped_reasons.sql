@@ -1,4 +1,4 @@
--- 0009: two more observation reasons (issue 27): the agent's last look before the submit tap refused it, so
+-- 0010: two more observation reasons (issue 27): the agent's last look before the submit tap refused it, so
 -- no tap was sent — NOT_TAPPED_SCREEN_CHANGED (the screen no longer gave the readings the fence request
 -- carried: an option, the unit price, the quantity, the total, the payment mode or the one submit control)
 -- and NOT_TAPPED_OBSCURED (something was on top of the submit control at the tap point: a popup, a toast
