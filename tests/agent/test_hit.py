@@ -105,3 +105,17 @@ def test_drawn_after_rules() -> None:
     assert drawn_after(overlay, label) is True and drawn_after(label, overlay) is False
     status = next(n for n in dump.nodes if n.package == "com.android.systemui")
     assert drawn_after(label, status) is None  # two windows: not in the dump
+
+
+@pytest.mark.parametrize("name", ["order_sheet_image_tiles.xml", "order_sheet_text_tile.xml"])
+def test_the_real_order_sheets_are_clear_and_a_popup_window_either_side_is_not(name: str) -> None:
+    """The two structure-exact real captures (tests/agent/fixtures/real_structures: the app window, the
+    status bar and MIUI's gesture bar, listed in different orders): the submit control is on top at its
+    tap point; the same dump with a coupon window over that point, listed first or last, is not."""
+    xml = (FIXTURES / "real_structures" / name).read_text("utf-8")
+    assert _verdict(parse_dump(xml)) == (True, "")
+    popup = _n("[0,1700][1080,2328]", 0, _n("[300,2213][1040,2354]", 1, text="立即领取", clickable="true"))
+    head, tail = xml.split('<hierarchy rotation="0">', 1)
+    for dump in (head + '<hierarchy rotation="0">' + popup + tail, xml.replace("</hierarchy>", popup + "</hierarchy>")):
+        clear, why = _verdict(parse_dump(dump))
+        assert not clear and why == f"another window ({PDD}) at the tap point"
