@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
-from cmbuyer.agent.screens.dump import Bounds, Dump, Node
+from cmbuyer.agent.screens.dump import Bounds, Dump
 
 SYSTEM_UI = "com.android.systemui"
 
@@ -44,25 +44,19 @@ def screen_size(dump: Dump) -> tuple[int, int]:
     return max(width, 1), max(height, 1)
 
 
-def is_nav_bar(node: Node, height: int) -> bool:
-    """A system-UI window that is the navigation bar (by id, or a low thin band at the bottom)."""
-    rid = node.resource_id.rsplit("/", 1)[-1]
-    low = node.bounds.top >= height // 2 and node.bounds.bottom - node.bounds.top <= height * 0.15
-    return rid.startswith("navigation_bar") or low
-
-
 def foreign_windows(dump: Dump, app_package: str) -> list[Rect]:
-    """Window roots of other packages that may show above the app: system UI except the navigation
-    bar, and any other package's window smaller than the screen (full-screen ones — the launcher —
-    lie behind the app when the app is in front)."""
+    """Window roots of other packages that may show above the app: every system-UI window (status bar,
+    notification shade, navigation bar — an edge-to-edge app window spans the screen, as on the real
+    captures, so the bars are drawn over it), and any other package's window smaller than the screen
+    (full-screen ones — the launcher — lie behind the app when the app is in front; a launcher's
+    gesture strip, as on the real MIUI captures, is small and drawn over it)."""
     size = screen_size(dump)
     out = []
     for node in dump.nodes:
         if node.parent is not None or node.package == app_package or node.bounds.empty:
             continue
         if node.package == SYSTEM_UI:
-            if not is_nav_bar(node, size[1]):
-                out.append(rect(node.bounds))
+            out.append(rect(node.bounds))
         elif rect(node.bounds) != (0, 0, size[0], size[1]):
             out.append(rect(node.bounds))
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from cmbuyer.agent.capture import CaptureError, check_foreground, load_expected,
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.dump import Dump, parse_dump
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.screens.pack import compile_pack, pack_for_version
 from cmbuyer.phonesim.screens import NOTIFICATION_TICKER
@@ -90,8 +91,10 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(
     assert scrubbed["dropped_packages"] == ["com.android.systemui"]
     assert scrubbed["dropped_nodes"] == len(parse_dump(raw).nodes) - len(dump.nodes)
     assert scrubbed["blanked_rows"] == 1 and scrubbed["status_bar"] == "dump"
-    status_band, address_row = [0, 0, 1080, 96], scrubbed["blacked_out"][1]
-    assert scrubbed["blacked_out"][0] == status_band
+    status_band, nav_bar = [0, 0, 1080, 96], [0, 2280, 1080, 2400]
+    # the status band, the system bars drawn over the app (the navigation bar), then the address row
+    assert scrubbed["blacked_out"][0] == status_band and nav_bar in scrubbed["blacked_out"]
+    address_row = scrubbed["blacked_out"][-1]
     # the blanked row is the address row: in the dump, a clickable row with nothing left in it
     # (on the order sheet the row's plain containers share its bounds: the row is the clickable one)
     row = next(
@@ -306,15 +309,16 @@ def test_a_capture_is_refused_while_another_window_has_the_focus() -> None:
 
 # --- the address block, by structure (issue 33 item 4) -----------------------------------------------
 FIXTURES = Path(__file__).parent / "fixtures"
-# (dump, its app version, the address row's two texts as the simulator shows them)
+# (dump, its app version, the bounds of the address row's text nodes): the rebuilt order sheet shows
+# the recipient in one TextView (name, phone and address), the older confirm page in two
 SUBMIT_SCREENS = [
-    (FIXTURES / "sim822" / "sheet_tshirt.xml", ("8.22.0", 82200), ("李**  139****1234", "上海市浦东新区世纪大道100号")),
+    (FIXTURES / "sim822" / "sheet_tshirt.xml", ("8.22.0", 82200), ("[127,375][1026,428]",)),
     (
         FIXTURES / "sim822" / "sku_sheet_old_confirm.xml",
         ("8.22.0", 82200),
-        ("李**  139****1234", "上海市浦东新区世纪大道100号"),
+        ("[120,252][1000,312]", "[120,324][1000,396]"),
     ),
-    (FIXTURES / "sim" / "confirm_order.xml", ("8.17.0", 81700), ("张**  138****5678", "北京市朝阳区建国路88号")),
+    (FIXTURES / "sim" / "confirm_order.xml", ("8.17.0", 81700), ("[120,252][1000,312]", "[120,324][1000,396]")),
 ]
 # each form of the recipient row the outside attack found left in the stored files, and a plain one
 ADDRESS_FORMS = {
@@ -331,19 +335,39 @@ def _white_png(size: tuple[int, int] = (1080, 2400)) -> bytes:
     return buf.getvalue()
 
 
+def _with_recipient(path: Path, slots: tuple[str, ...], name: str, address: str) -> str:
+    """The fixture with the recipient written into the address row's TextViews (found by their bounds,
+    not by the pack: the captured fixtures had them blanked); one slot gets both texts."""
+    root = ET.fromstring(path.read_bytes())
+    values = [f"{name}  {address}"] if len(slots) == 1 else [name, address]
+    for bounds, value in zip(slots, values, strict=True):
+        (node,) = [
+            n for n in root.iter("node") if n.get("bounds") == bounds and n.get("class", "").endswith("TextView")
+        ]
+        node.set("text", value)
+    return "<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>\n" + ET.tostring(root, encoding="unicode")
+
+
+def _shown(dump: Dump) -> str:
+    """Every text and content-desc of the dump, one per line."""
+    return "\n".join(v for n in dump.nodes for v in (n.text, n.desc) if v)
+
+
 @pytest.mark.parametrize("form", ADDRESS_FORMS, ids=ADDRESS_FORMS.keys())
 @pytest.mark.parametrize("screen", SUBMIT_SCREENS, ids=lambda s: f"{s[0].parent.name}/{s[0].stem}")
 def test_the_address_block_is_scrubbed_whatever_its_texts_look_like(
-    screen: tuple[Path, tuple[str, int], tuple[str, str]], form: str
+    screen: tuple[Path, tuple[str, int], tuple[str, ...]], form: str
 ) -> None:
-    path, version, (shown_name, shown_address) = screen
+    path, version, slots = screen
     name, address = ADDRESS_FORMS[form]
-    xml = path.read_text(encoding="utf-8").replace(shown_name, name).replace(shown_address, address)
-    assert name in xml and address in xml
+    xml = _with_recipient(path, slots, name, address)
+    assert name in _shown(parse_dump(xml)) and address in _shown(parse_dump(xml))
     pack = pack_for_version(*version)
     done = scrub(xml, _white_png(), pack)
+    left = _shown(done.dump)
     for text in (name, address, name.split()[0], *name.split()[1:]):
-        assert text not in done.xml, text
+        assert text not in left, text
+    assert name not in done.xml and address not in done.xml
     assert done.report["address_blocks"] == 1 and done.report["screen"] == "confirm_order"
     assert pack.address_block is not None
     (block,) = pack.address_block.find(parse_dump(xml).require_app())
@@ -359,9 +383,9 @@ def test_the_address_block_is_scrubbed_whatever_its_texts_look_like(
 def test_a_submit_screen_without_its_address_block_is_refused(tmp_path: Path) -> None:
     """The row no longer has the structure the pack declares (here: not clickable any more): the
     capture is refused rather than stored with whatever the row shows."""
-    path, version, (shown_name, _) = SUBMIT_SCREENS[0]
+    path, version, slots = SUBMIT_SCREENS[0]
     xml = path.read_text(encoding="utf-8")
-    row_start = xml.rindex('clickable="true"', 0, xml.index(shown_name))
+    row_start = xml.rindex('clickable="true"', 0, xml.index(f'bounds="{slots[0]}"'))  # the row around the text
     changed = xml[:row_start] + 'clickable="false"' + xml[row_start + len('clickable="true"') :]
     with pytest.raises(CaptureError, match=r"address block .* not on this confirm_order screen: .*; nothing written"):
         scrub(changed, _white_png(), pack_for_version(*version))

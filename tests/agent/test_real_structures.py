@@ -3,7 +3,8 @@
 Every reading the fixtures' README lists, through the same readers the flow runs (inspect, the gate-3
 reading :func:`capabilities.confirm_reading`, the payment-mode reader); the readers' rules on hand-made
 variants of the real text tile (where ``selected`` sits, stock badges, two texts in a wrapper); a
-pack without the order-sheet layout stopping with its reason; the price regex of every shipped pack.
+pack without the order-sheet layout stopping with its reason; the price regex of every shipped pack;
+the pack's address block (issue 33): exactly the address row, at any depth.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent import gates
+from cmbuyer.agent.capture import scrub
 from cmbuyer.agent.errors import FlowStop, MoneyAmbiguous
 from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.dump import parse_dump
@@ -296,3 +298,39 @@ def test_readings_do_not_depend_on_the_nesting_depth(name: str, what: str) -> No
     out = inspect_dump(parse_dump(deeper), [packs()[SHEET]])
     assert (out["screen"], out["layout"]) == ("confirm_order", "order_sheet")
     assert out["readings"] == {"goods_id": None, **EXPECTED[name]}
+
+
+# --- the address block (issue 33) on the real sheets ----------------------------------------------------
+ADDRESS = "手动添加地址"
+ADDRESS_DEEPER = {
+    **DEEPER,
+    "address row": lambda n: n.get("clickable") == "true" and n.get("bounds") == "[0,332][1080,470]",
+    "address text": lambda n: n.get("text") == ADDRESS,
+}
+# a screenshot of the same 1080 px width for scrub(): the real captures come as dumps alone
+SCREENSHOT = "evidence/pdd-8.22.0-82200/sim822-sheet-tshirt/screenshot.png"
+
+
+@pytest.mark.parametrize("what", [None, *sorted(ADDRESS_DEEPER)])
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_address_block_is_the_address_row_and_nothing_else(name: str, what: str | None) -> None:
+    """The 8.22.0 pack's ``address_block`` finds exactly one node on each real sheet — the clickable
+    row holding ``手动添加地址`` (its nearest clickable ancestor), not the goods card, the promotion or
+    payment row, an option tile or the submit bar — also with one more wrapper level around any read
+    node, the row or its text; a capture blanks that row only and every reading of the README stays."""
+    pack = packs()[SHEET]
+    xml = text(name) if what is None else _one_level_deeper(text(name), ADDRESS_DEEPER[what])
+    dump = parse_dump(xml).require_app()
+    (label,) = [n for n in dump.app_nodes() if n.text == ADDRESS]
+    row = label.clickable_self_or_ancestor()
+    assert row is not None and row.cls == "android.view.ViewGroup"
+    assert pack.address_block is not None
+    assert [b.order for b in pack.address_block.find(dump)] == [row.order]
+    # the row holds the address text and its icons, nothing the readers read
+    assert {v for n in (row, *row.descendants()) for v in (n.text, n.desc) if v} == {ADDRESS}
+    done = scrub(xml, (shipped_pack_dir() / SCREENSHOT).read_bytes(), pack)
+    assert done.report["address_blocks"] == 1 and done.report["screen"] == "confirm_order"
+    assert ADDRESS not in done.xml
+    b = row.bounds
+    assert [b.left, b.top, b.right, b.bottom] in done.report["blacked_out"]
+    assert inspect_dump(done.dump, [pack])["readings"] == {"goods_id": None, **EXPECTED[name]}
