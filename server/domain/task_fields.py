@@ -66,7 +66,7 @@ class TaskFields:
 
 def hash_fields(fields: TaskFields) -> dict[str, Any]:
     """The fields a create key's request hash covers. Colour/size-shaped options hash as the
-    ``sku_color``/``sku_size`` pair they were before migration 0010, so a create retried across the upgrade
+    ``sku_color``/``sku_size`` pair they were before migration 0011, so a create retried across the upgrade
     still replays instead of conflicting."""
     out: dict[str, Any] = {f: getattr(fields, f) for f in ("title", "product_url", "goods_id")}
     options = options_from_text(fields.sku_options)

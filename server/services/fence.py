@@ -70,7 +70,7 @@ ENDPOINT = "submission-fence"
 SUBMIT_TEXT = "提交订单"
 # What the submission stores as the agent read it: every value the fence re-checks (the readings a
 # supervised attempt's approval is bound to) and the number of submit controls.
-# The options are stored as canonical text as read (a colour/size report as its options, migration 0010).
+# The options are stored as canonical text as read (a colour/size report as its options, migration 0011).
 FENCE_READINGS = tuple(k for k in (*READING_KEYS, "submit_control_match_count") if k != "selected_options")
 
 

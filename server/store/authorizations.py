@@ -22,7 +22,7 @@ class Authorization:
     title: str
     product_url: str
     goods_id: str
-    sku_options: str  # canonical JSON of [[dimension, value], ...] (migration 0010, cmbuyer.schemas.sku)
+    sku_options: str  # canonical JSON of [[dimension, value], ...] (migration 0011, cmbuyer.schemas.sku)
     quantity: int
     max_total_price: str
     state: str
@@ -115,7 +115,7 @@ def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:
     """The oldest claimable authorization (docs/api.md "POST /api/v1/tasks/claim-next"): ACTIVE, ``expires_at > now``
     (strict), its task PENDING at exactly the snapshot's version, and every snapshot field equal to the task's current
     field. Rows whose snapshot no longer matches are skipped (fail closed), never claimed. ``sku_options`` is
-    canonical text (migration 0010), so equal options are equal strings.
+    canonical text (migration 0011), so equal options are equal strings.
 
     Order: ``authorizations.created_at, id`` — stable. ``INDEXED BY`` pins the walk to the partial index
     ``authorizations_active`` (already in that order, so the first matching row ends the search);

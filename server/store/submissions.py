@@ -21,7 +21,7 @@ class Submission:
     device_id: str
     fence_key: str
     state: str
-    selected_options: str  # as read, canonical JSON named by the task's dimensions (migration 0010)
+    selected_options: str  # as read, canonical JSON named by the task's dimensions (migration 0011)
     gate1_unit_price: str
     gate2_unit_price: str
     quantity_read: int

@@ -21,7 +21,7 @@ class Task:
     title: str
     product_url: str
     goods_id: str
-    sku_options: str  # canonical JSON of [[dimension, value], ...] (migration 0010, cmbuyer.schemas.sku)
+    sku_options: str  # canonical JSON of [[dimension, value], ...] (migration 0011, cmbuyer.schemas.sku)
     quantity: int
     max_total_price: str
     state: str

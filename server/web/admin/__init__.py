@@ -18,6 +18,7 @@ from aiohttp import web
 
 from cmbuyer.schemas.sku import options_from_text, options_label
 from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.reports import NO_TAP_REASONS
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.web.admin import auth, devices, evidence, held, labels, sku_form, supervision, task_io, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
@@ -66,7 +67,7 @@ def make_environment() -> jinja2.Environment:
     )
     # Chinese display labels (web/admin/labels.py); unknown codes fall back to the code itself.
     env.globals.update({name: functools.partial(labels.label, table) for name, table in labels.TEMPLATE_LABELS.items()})
-    env.globals.update(reason_label=labels.reason_label, glossary=labels.GLOSSARY)
+    env.globals.update(reason_label=labels.reason_label, glossary=labels.GLOSSARY, no_tap_reasons=NO_TAP_REASONS)
     return env
 
 

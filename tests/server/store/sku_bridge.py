@@ -1,5 +1,5 @@
-"""A test-only bridge that lets today's code (SKU options, migration 0010) write a database whose schema is
-older than 0010 (colour/size columns, NOT NULL colour): the migration attack tests drive today's API on a
+"""A test-only bridge that lets today's code (SKU options, migration 0011) write a database whose schema is
+older than 0011 (colour/size columns, NOT NULL colour): the migration attack tests drive today's API on a
 0004/0005 database.
 
 :func:`bridge_0010` adds the option column to each folded table (filled from the old columns) and a

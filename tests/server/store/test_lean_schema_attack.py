@@ -122,7 +122,7 @@ def data_dir(tmp_path: Path) -> Path:
     # today's services write columns of later migrations (devices.pack_id, 0007); 0005 leaves them alone
     conn = connect_sync(d / "cmbuyer.sqlite3")
     add_later_columns(conn)
-    bridge_0010(conn)  # today's services write SKU options (0010); taken off with _unbridge_0007
+    bridge_0010(conn)  # today's services write SKU options (0011); taken off with _unbridge_0007
     conn.close()
     return d
 
@@ -155,7 +155,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
 
 
 def _bridge_0007(conn: sqlite3.Connection) -> None:
-    bridge_0010(conn)  # and the SKU options of 0010 (tests/server/store/sku_bridge.py)
+    bridge_0010(conn)  # and the SKU options of 0011 (tests/server/store/sku_bridge.py)
     for statement in migrate.split_statements(SUPERVISION_SQL):
         words = " ".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).split()
         if words[:2] == ["ALTER", "TABLE"] and words[5] in _columns(conn, words[2]):

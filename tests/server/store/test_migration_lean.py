@@ -115,7 +115,7 @@ def _heartbeat(conn: sqlite3.Connection, device_id: str, clock: ManualClock, pol
         )
 
 
-# Columns of older schemas that a later migration folded into another (0010: the SKU options): the old
+# Columns of older schemas that a later migration folded into another (0011: the SKU options): the old
 # column's value read from today's. The seeds are colour/size tasks, so both readings are exact.
 FOLDED_COLUMNS = {
     "sku_color": ("sku_options", "json_extract(sku_options, '$[0][1]')"),

@@ -1,4 +1,4 @@
-"""Migration 0010 (SKU options by dimension name, issue 34): an upgrade from 0009 turns every task's and
+"""Migration 0011 (SKU options by dimension name, issue 34): an upgrade from 0010 turns every task's and
 authorization's colour/size into the options list, and every submission's read colour/size into its read
 options, with the same canonical text the code writes; every other row, index and trigger stays; claims
 replay; a migrated authorization is still claimable, and an agent before issue 34 still fences it."""
@@ -26,13 +26,13 @@ from cmbuyer.server.tx.common import new_id
 from tests.server.store.test_migration_lean import _claim, _migrate_to, _seed, db_at
 from tests.server.store.test_migration_order_sheet import _fence_raw
 
-SKU_OPTIONS = "0010_sku_options.sql"
+SKU_OPTIONS = "0011_sku_options.sql"
 KEPT = ("attempts", "device_requests", "audit_log", "evidence_assets", "task_search")
 
 
 @pytest.fixture
 def db_0009(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[sqlite3.Connection]:
-    with closing(db_at(tmp_path / "old.sqlite3", "0009_held_tasks.sql", monkeypatch)) as conn:
+    with closing(db_at(tmp_path / "old.sqlite3", "0010_not_tapped_reasons.sql", monkeypatch)) as conn:
         yield conn
 
 
@@ -60,7 +60,7 @@ def test_upgrade_folds_colour_and_size_into_options(
     kept = {t: sorted(tuple(r) for r in db_0009.execute(f"SELECT * FROM {t}")) for t in KEPT}
     objects = _objects(db_0009)
 
-    assert _migrate_to(db_0009, 10, monkeypatch) == [SKU_OPTIONS]
+    assert _migrate_to(db_0009, 11, monkeypatch) == [SKU_OPTIONS]
     migrate.check_current(db_0009)
     assert db_0009.execute("PRAGMA foreign_key_check").fetchall() == []
     assert db_0009.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

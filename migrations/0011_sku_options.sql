@@ -1,4 +1,4 @@
--- 0010: SKU options by dimension name (issue 34; docs/api.md "SKU options").
+-- 0011: SKU options by dimension name (issue 34; docs/api.md "SKU options").
 --
 -- * tasks.sku_color/sku_size and authorizations.sku_color/sku_size become one column sku_options: the ordered
 --   list of one to three [dimension, value] pairs as canonical JSON (cmbuyer.schemas.sku.options_text), so
@@ -132,7 +132,9 @@ CREATE TABLE order_submissions_new (
     order_sn                    TEXT CHECK (order_sn IS NULL OR length(order_sn) BETWEEN 6 AND 40),
     observation_reason          TEXT CHECK (observation_reason IN ('PAYMENT_SUSPECTED', 'NO_KNOWN_SCREEN',
                                                                    'SUBMIT_CONTROL_GONE', 'TAP_OUTCOME_UNKNOWN',
-                                                                   'SECURITY_CHALLENGE_AFTER_TAP')),
+                                                                   'SECURITY_CHALLENGE_AFTER_TAP',
+                                                                   'NOT_TAPPED_SCREEN_CHANGED',
+                                                                   'NOT_TAPPED_OBSCURED')),
     FOREIGN KEY (attempt_id, task_id) REFERENCES attempts(id, task_id),
     FOREIGN KEY (authorization_id, task_id) REFERENCES authorizations(id, task_id),
     FOREIGN KEY (evidence_asset_id, attempt_id) REFERENCES evidence_assets(id, attempt_id)
