@@ -230,7 +230,7 @@ def wait_for_approval(
     ctx: WaitContext, claim: Claim, proof: SubmissionProof, reading: cap.ConfirmReading, wanted: dict[str, str]
 ) -> ApprovalStatus:
     """Wait until a person approves ``proof`` (the fence body's readings, read as ``reading`` on the
-    screen holding the submit control; ``wanted`` the task's ``{role: value}``). Returns the APPROVED
+    screen holding the submit control; ``wanted`` the task's ``{dimension: value}``). Returns the APPROVED
     status; raises :class:`~cmbuyer.agent.errors.AgentError` with the reason code of the module
     docstring otherwise. Never taps."""
     try:

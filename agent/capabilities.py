@@ -40,8 +40,8 @@ MAX_SWIPES = 12  # per direction while looking for a tile in one option list
 @dataclass(frozen=True)
 class ConfirmReading:
     """Everything read on the screen that holds the submit control (a stable, comparable value):
-    the gate-3 reading (selected options by role, unit price, quantity, total, submit controls), the
-    headers as shown (``header → selected name or None``) and the payment witnesses."""
+    the gate-3 reading (selected options by the task's dimension names, unit price, quantity, total, submit
+    controls), the headers as shown (``header → selected name or None``) and the payment witnesses."""
 
     gate3: gates.Gate3Reading
     shown: dict[str, str | None]
@@ -188,9 +188,10 @@ def _groups(dump: Dump, reader: PanelReader) -> dict[str, readers.OptionGroup]:
 
 
 def dimensions(pack: Pack, groups: dict[str, readers.OptionGroup], wanted: dict[str, str]) -> dict[str, str]:
-    """``{role: header}`` for the sheet's dimensions (gates.map_dimensions with the pack's roles)."""
+    """``{task dimension: header}`` for the sheet's option groups (gates.map_dimensions, each header matched
+    to the task's dimensions by name or through the pack's alias table)."""
     headers = list(groups)
-    return gates.map_dimensions(headers, {h: pack.role_of(h) for h in headers}, wanted)
+    return gates.map_dimensions(headers, {h: pack.task_dimension(h, wanted) for h in headers}, wanted)
 
 
 def _tile_view(group: readers.OptionGroup | None) -> tuple[object, ...]:
@@ -229,24 +230,24 @@ def find_tile(
     raise FlowStop(f"{header}: requested value not found after scrolling both ends", "SKU_VALUE_MISSING")
 
 
-def _selected_by_role(dump: Dump, reader: PanelReader, dims: dict[str, str]) -> dict[str, str | None]:
+def _selected_by_dimension(dump: Dump, reader: PanelReader, dims: dict[str, str]) -> dict[str, str | None]:
     shown = readers.selected_readings(dump, reader, readers.read_options(dump, reader))
-    return {role: shown.get(header) for role, header in dims.items()}
+    return {dimension: shown.get(header) for dimension, header in dims.items()}
 
 
 def select_sku_options(
     phone: PhoneAdapter, pack: Pack, screen: str, wanted: dict[str, str]
 ) -> tuple[dict[str, str | None], int]:
-    """On ``screen`` (the layout's options screen): map the sheet's dimensions to the task's roles
-    (SKU_DIMENSION_UNNAMED otherwise), find each wanted tile (scrolling its list if needed) and tap it
-    unless already selected, then read the selection back — tiles and, where the pack declares it,
-    the ``已选:`` label. Returns ({role: name read or None}, swipes made); gate 1 judges it."""
+    """On ``screen`` (the layout's options screen): map the sheet's option groups to the task's dimensions
+    before any tap (SKU_DIMENSION_UNNAMED otherwise), find each wanted tile (scrolling its list if needed)
+    and tap it unless already selected, then read the selection back — tiles and, where the pack declares
+    it, the ``已选:`` label. Returns ({task dimension: name read or None}, swipes made); gate 1 judges it."""
     reader = _reader(pack, screen)
     groups, _ = phone.read_stable(lambda d: _groups(d, reader))
     dims = dimensions(pack, groups, wanted)
     tapped, swipes = False, 0
-    for role, header in dims.items():
-        tile, dump, n = find_tile(phone, reader, header, wanted[role])
+    for dimension, header in dims.items():
+        tile, dump, n = find_tile(phone, reader, header, wanted[dimension])
         swipes += n
         if not tile.selected:
             phone.tap_node(dump, tile.node)
@@ -256,7 +257,7 @@ def select_sku_options(
         groups_now = _groups(d, reader)
         if set(groups_now) != set(groups):
             raise FlowStop("the option dimensions changed", "SKU_DIMENSION_UNNAMED")
-        return _selected_by_role(d, reader, dims)
+        return _selected_by_dimension(d, reader, dims)
 
     selected, _ = _read_until(
         phone,
@@ -359,7 +360,7 @@ def confirm_reading(dump: Dump, pack: Pack, wanted: dict[str, str]) -> ConfirmRe
     # keeps its name in content-desc, so the name alone would pass gate 3
     if any(t.selected and not t.available for header in dims.values() for t in groups[header].tiles):
         raise FlowStop("a selected option is sold out or disabled", "OUT_OF_STOCK")
-    selected = {role: shown.get(header) for role, header in dims.items()}
+    selected = {dimension: shown.get(header) for dimension, header in dims.items()}
     reading = gates.Gate3Reading(
         selected=selected,
         unit_price=_safe_money(dump, reader.unit_price),

@@ -408,8 +408,18 @@ def _dry_run_order(args: argparse.Namespace) -> Any:
 
     if not re.fullmatch(r"[0-9]{1,20}", args.goods_id, re.ASCII):
         raise ValueError("--goods-id takes the digits of the goods id")
-    if not args.color.strip() or (args.size is not None and not args.size.strip()):
-        raise ValueError("--color/--size must not be blank")
+    from cmbuyer.schemas.sku import MAX_OPTIONS, legacy_options, split_option
+
+    if args.option:
+        if args.color is not None or args.size is not None:
+            raise ValueError("give the options as --option 维度=值 or as --color/--size, not both")
+        options = tuple(split_option(o) for o in args.option)  # ValueError says how to write one
+        if len(options) > MAX_OPTIONS or len({d for d, _ in options}) != len(options):
+            raise ValueError(f"--option: 1–{MAX_OPTIONS} options, each dimension once")
+    elif args.color is None or not args.color.strip() or (args.size is not None and not args.size.strip()):
+        raise ValueError("name the options: --option 维度=值 (repeatable), or --color (and --size), not blank")
+    else:
+        options = legacy_options(args.color, args.size)
     if args.quantity < 1:
         raise ValueError("--quantity must be at least 1")
     try:
@@ -418,7 +428,7 @@ def _dry_run_order(args: argparse.Namespace) -> Any:
         cap = Decimal("NaN")
     if not cap.is_finite() or cap <= 0:
         raise ValueError("--max-total takes an amount in yuan, e.g. 120.00")
-    return PrefenceOrder(args.goods_id, args.color, args.size, args.quantity, cap)
+    return PrefenceOrder(args.goods_id, options, args.quantity, cap)
 
 
 def cmd_dry_run(args: argparse.Namespace) -> int:
@@ -614,8 +624,14 @@ def build_parser() -> argparse.ArgumentParser:
     dr = sub.add_parser("dry-run", help="the flow up to gate 3 on a phone, without the server; captures + session")
     dr.add_argument("--device", required=True)
     dr.add_argument("--goods-id", required=True)
-    dr.add_argument("--color", required=True)
-    dr.add_argument("--size")
+    dr.add_argument(
+        "--option",
+        action="append",
+        metavar="维度=值",
+        help="one SKU option as the goods page shows it, e.g. --option 规格=3层100抽 (repeat, in page order)",
+    )
+    dr.add_argument("--color", help="colour/size goods: the colour (颜色=…); instead of --option")
+    dr.add_argument("--size", help="with --color: the size (尺码=…)")
     dr.add_argument("--quantity", type=int, required=True)
     dr.add_argument("--max-total", required=True, help="cap on the total in yuan, e.g. 120.00")
     add_pack_dir_argument(dr)

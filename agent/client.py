@@ -144,8 +144,7 @@ def approval_readings(proof: SubmissionProof) -> dict[str, Any]:
     fence body carries (the server compares them with the fence's; the submit-control count is not
     part of it)."""
     return {
-        "selected_color": proof.selected_color,
-        "selected_size": proof.selected_size,
+        "selected_options": [list(o) for o in proof.selected_options],
         "gate1_unit_price": money_str(proof.gate1_unit_price),
         "gate2_unit_price": money_str(proof.gate2_unit_price),
         "gate3_unit_price": money_str(proof.gate3_unit_price),

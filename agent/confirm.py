@@ -14,8 +14,9 @@ What it may do, each step journaled (``Journal.record_confirm_step``) *before* i
    the denylist again before the tap. The unlabeled close icon is used only if the pack declares it.
 3. ``OPEN_ORDER_LIST``  the pack's deep link to the pending-payment order list.
 4. ``READ_ORDER_LIST``  two consecutive dumps agree on the list; our order is the one pending order
-   whose amount equals the gate-3 total (narrowed by the goods title when several match); then
-   a screenshot while the app is in front.
+   whose amount equals the gate-3 total and whose number no earlier attempt on this phone reported
+   as its own (the journal; issue 34), narrowed by the goods title when several remain; then a
+   screenshot while the app is in front. Still several → no number, logged with the count.
 
 Anything else — a foreign app that is not a cashier, a paid word, a risk wall, an unknown screen,
 a second cashier or dialog, an ambiguous match, the deadline — stops: no order number, nothing more
@@ -137,9 +138,11 @@ def confirm_order_readonly(
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[str], None] = lambda line: None,
     seconds: float | None = None,
+    taken: frozenset[str] = frozenset(),
 ) -> Confirmation:
     """Run the confirmation (module docstring). ``amount``: the gate-3 total read on the submit
-    screen; ``title``: the goods title if known. Never raises AgentError (a failure is a note);
+    screen; ``title``: the goods title if known; ``taken``: order numbers earlier attempts on this phone
+    already reported as theirs (never this order's). Never raises AgentError (a failure is a note);
     JournalError propagates (the caller stops the agent, fail closed)."""
     conf = pack.after_submit
     if conf is None:
@@ -179,7 +182,7 @@ def confirm_order_readonly(
                 linked_at = time.monotonic()
             elif look.where == "order_list":
                 step("READ_ORDER_LIST")
-                order_sn, why = match_order(list(look.cards), amount, title)
+                order_sn, why = match_order(list(look.cards), amount, title, taken)
                 shot = phone.app_screenshot_png()
                 return Confirmation(order_sn, shot, f"order list read: {why}", True)
             elif look.where == "app":

@@ -254,7 +254,7 @@ def _describe(read: dict[str, Any]) -> str:
     parts: list[str] = []
     for key, value in read.items():
         if isinstance(value, dict):
-            parts.extend(f"{role}={v}" for role, v in value.items())
+            parts.extend(f"{dimension}={v}" for dimension, v in value.items())
         elif isinstance(value, Decimal):
             parts.append(f"{key}={money_str(value)}")
         else:
@@ -264,8 +264,9 @@ def _describe(read: dict[str, Any]) -> str:
 
 def compare(read: dict[str, Any], readings: dict[str, Any], pack: Pack) -> list[str]:
     """Differences between what a gate judged (``read``, see PrefenceObserver.gate_evidence) and the
-    inspect readings of the stored capture. ``selected`` is compared by role (inspect keys it by the
-    header shown); the payment mode must come with no payment problem."""
+    inspect readings of the stored capture. ``selected`` is compared per task dimension (inspect keys it by
+    the header shown, matched through the pack's alias table); the payment mode must come with no payment
+    problem."""
     out = []
     for key in ("unit_price", "confirm_amount"):
         if key in read:
@@ -276,11 +277,12 @@ def compare(read: dict[str, Any], readings: dict[str, Any], pack: Pack) -> list[
         if key in read and read[key] != readings.get(key):
             out.append(f"{key}: flow {read[key]} vs inspect {readings.get(key)}")
     if "selected" in read:
-        shown = {pack.role_of(normalize(h)): v for h, v in (readings.get("selected") or {}).items()}
-        for role, value in read["selected"].items():
-            other = shown.get(role)
+        dims = list(read["selected"])
+        shown = {pack.task_dimension(normalize(h), dims): v for h, v in (readings.get("selected") or {}).items()}
+        for dimension, value in read["selected"].items():
+            other = shown.get(dimension)
             if value is None or other is None or normalize_sku(other) != normalize_sku(value):
-                out.append(f"selected {role}: flow {value} vs inspect {other}")
+                out.append(f"selected {dimension}: flow {value} vs inspect {other}")
     if "payment_mode" in read and readings.get("payment_problems"):
         out.append(f"payment: flow {read['payment_mode']} vs inspect problems {readings['payment_problems']}")
     return out

@@ -146,7 +146,7 @@ class PurchaseFlow:
         engine = PrefenceEngine(
             phone=self.phone, pack=self.pack, observer=_OutboxObserver(self, claim), buy_path=self.buy_path
         )
-        order = PrefenceOrder(task.goods_id, task.sku_color, task.sku_size, task.quantity, task.max_total_price)
+        order = PrefenceOrder(task.goods_id, task.sku_options, task.quantity, task.max_total_price)
         try:
             outcome = engine.run(order)
             proof = outcome.proof
@@ -169,7 +169,7 @@ class PurchaseFlow:
                     claim,
                     proof,
                     outcome.reading,
-                    gates.named_roles(task.sku_color, task.sku_size),
+                    gates.wanted_options(task.sku_options),
                 )
             self._event(claim, "FENCE", "STARTED")
             # Everything sent so far — the step events and the three gate screenshots — must be
@@ -353,6 +353,7 @@ class PurchaseFlow:
             title=expected.title,
             should_stop=should_stop,
             progress=self.progress,
+            taken=self.journal.order_sns_taken(claim.attempt_id),
         )
         asset = self._upload_after_tap(claim, "ORDER_CONFIRMATION", result.screenshot)
         self.journal.record_confirmation(claim.attempt_id, result.order_sn, asset, read=result.read)

@@ -18,50 +18,70 @@ from cmbuyer.agent.errors import FlowStop
 from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.agent.screens import hit, safety
 from cmbuyer.agent.screens.dump import Dump
+from cmbuyer.schemas.sku import MAX_OPTIONS, SkuOptions
 from cmbuyer.schemas.text import normalize_sku
 
-ROLES = ("color", "size")
-MAX_DIMENSIONS = 2  # documented limit (docs/agent.md "SKU model"): three or more dimensions stop
+MAX_DIMENSIONS = MAX_OPTIONS  # the most option groups a task can name (docs/agent.md "SKU model")
+# how long a header may be in a stop summary (event summaries are at most 200 characters)
+_HEADER_SHOWN = 24
 
 
-def named_roles(sku_color: str, sku_size: str | None) -> dict[str, str]:
-    """``{role: wanted value}`` for the roles the task names (size absent when the task has none)."""
-    wanted = {"color": normalize_sku(sku_color)}
-    if sku_size is not None:
-        wanted["size"] = normalize_sku(sku_size)
-    return wanted
+def wanted_options(options: SkuOptions) -> dict[str, str]:
+    """``{dimension: wanted value}`` of the task's options (issue 34), both normalized
+    (:func:`normalize_sku`), in the task's order. The dimension names key every selection reading and are
+    the names the fence body reports (docs/api.md "SKU options")."""
+    return {normalize_sku(d): normalize_sku(v) for d, v in options}
 
 
-def map_dimensions(headers: list[str], roles: dict[str, str | None], wanted: dict[str, str]) -> dict[str, str]:
-    """``{role: header}`` for the dimensions on the sheet (issue 15 §2).
+def _shown(header: str) -> str:
+    return header if len(header) <= _HEADER_SHOWN else header[: _HEADER_SHOWN - 1] + "…"
 
-    ``headers`` are the option-group headers as shown, ``roles`` maps each to the pack's role (None =
-    unmapped). Every header must carry a role the task names, every named role must be on the sheet
-    exactly once, and at most :data:`MAX_DIMENSIONS` dimensions are supported; anything else →
-    SKU_DIMENSION_UNNAMED (a dimension nobody named would keep its default option unchecked)."""
+
+def map_dimensions(headers: list[str], matched: dict[str, str | None], wanted: dict[str, str]) -> dict[str, str]:
+    """``{task dimension: header}`` for the option groups on the sheet (issue 34 item 2), before any tap.
+
+    ``headers`` are the group headers as shown; ``matched`` maps each to the task dimension it stands for
+    (``Pack.task_dimension``: the same name or a synonym from the pack's alias table; None = none).
+    Every header shown must stand for a dimension the task names (else that group's default option would
+    be bought unchecked), no two headers for the same one, and every named dimension must be shown;
+    anything else → SKU_DIMENSION_UNNAMED with a summary naming the header and how to write the task."""
     if len(headers) > MAX_DIMENSIONS:
-        raise FlowStop(f"{len(headers)} option dimensions (limit {MAX_DIMENSIONS})", "SKU_DIMENSION_UNNAMED")
+        shown = "、".join(map(_shown, headers[:4]))
+        raise FlowStop(
+            f"商品页有 {len(headers)} 个规格维度（{shown}），任务最多可写 {MAX_DIMENSIONS} 个", "SKU_DIMENSION_UNNAMED"
+        )
     out: dict[str, str] = {}
     for header in headers:
-        role = roles.get(header)
-        if role is None or role not in wanted:
-            raise FlowStop("a dimension on the sheet that the task does not name", "SKU_DIMENSION_UNNAMED")
-        if role in out:
-            raise FlowStop(f"two dimensions carry the {role} role", "SKU_DIMENSION_UNNAMED")
-        out[role] = header
-    for role in wanted:
-        if role not in out:
-            raise FlowStop(f"the task names a {role} the sheet does not show", "SKU_DIMENSION_UNNAMED")
+        dimension = matched.get(header)
+        if dimension is None or dimension not in wanted:
+            raise FlowStop(
+                f"商品页的规格维度“{_shown(header)}”任务未指定：请在任务里加上 {_shown(header)}=（页面上的选项名）（共"
+                f" {len(headers)} 项：{'、'.join(map(_shown, headers))}）",
+                "SKU_DIMENSION_UNNAMED",
+            )
+        if dimension in out:
+            raise FlowStop(
+                f"商品页的“{_shown(out[dimension])}”和“{_shown(header)}”都对应任务的“{_shown(dimension)}”："
+                "请按页面显示的名称分别写出",
+                "SKU_DIMENSION_UNNAMED",
+            )
+        out[dimension] = header
+    for dimension in wanted:
+        if dimension not in out:
+            shown = "、".join(map(_shown, headers)) or "（无）"
+            raise FlowStop(
+                f"任务写了规格维度“{_shown(dimension)}”，商品页没有：页面显示的是 {shown}", "SKU_DIMENSION_UNNAMED"
+            )
     return out
 
 
 def gate1(selected: dict[str, str | None], wanted: dict[str, str], unit_price: Decimal | None) -> Decimal:
-    """Gate 1 (options screen): each named role reads back exactly the requested value and the unit
+    """Gate 1 (options screen): each named dimension reads back exactly the requested value and the unit
     price reads unambiguously. Returns the unit price."""
-    for role, value in wanted.items():
-        read = selected.get(role)
+    for dimension, value in wanted.items():
+        read = selected.get(dimension)
         if read is None or read != normalize_sku(value):
-            raise FlowStop(f"gate 1: {role} does not read back", "SKU_NOT_SELECTED")
+            raise FlowStop(f"gate 1: {_shown(dimension)} does not read back", "SKU_NOT_SELECTED")
     if unit_price is None:
         raise FlowStop("gate 1: unit price unreadable", "UNIT_PRICE_UNREADABLE")
     return unit_price
@@ -83,8 +103,8 @@ def gate2(quantity_read: int | None, wanted: int, gate1_price: Decimal, price_no
 
 @dataclass(frozen=True)
 class Gate3Reading:
-    """What the screen holding the submit control shows: ``selected`` maps each named role to the
-    selected option read there (None = unreadable), ``unit_price``/``quantity``/``total`` (None =
+    """What the screen holding the submit control shows: ``selected`` maps each named dimension (the task's
+    name) to the selected option read there (None = unreadable), ``unit_price``/``quantity``/``total`` (None =
     unreadable; total from ``提交订单 ¥<total>``), ``submit_controls`` the number of submit controls."""
 
     selected: dict[str, str | None]
@@ -104,18 +124,18 @@ def gate3(
     and total ≤ cap (PRICE_OVER_CAP), total > unit × quantity (fees) → TOTAL_ABOVE_ITEMS, exactly one
     submit control (SUBMIT_CONTROL_COUNT). A total below unit × quantity (a discount) passes and is
     named in the returned event summary."""
-    for role in wanted:
-        if reading.selected.get(role) is None:
-            raise FlowStop(f"gate 3: selected {role} unreadable", "SKU_SELECTION_UNREADABLE")
+    for dimension in wanted:
+        if reading.selected.get(dimension) is None:
+            raise FlowStop(f"gate 3: selected {_shown(dimension)} unreadable", "SKU_SELECTION_UNREADABLE")
     if reading.unit_price is None:
         raise FlowStop("gate 3: unit price unreadable", "UNIT_PRICE_UNREADABLE")
     if reading.quantity is None:
         raise FlowStop("gate 3: quantity unreadable", "QUANTITY_UNREADABLE")
     if reading.total is None:
         raise FlowStop("gate 3: total unreadable", "CONFIRM_AMOUNT_UNREADABLE")
-    for role, value in wanted.items():
-        if reading.selected[role] != normalize_sku(value):
-            raise FlowStop(f"gate 3: selected {role} differs", "SKU_MISMATCH_ON_CONFIRM")
+    for dimension, value in wanted.items():
+        if reading.selected[dimension] != normalize_sku(value):
+            raise FlowStop(f"gate 3: selected {_shown(dimension)} differs", "SKU_MISMATCH_ON_CONFIRM")
     if reading.quantity != quantity:
         raise FlowStop("gate 3: quantity differs", "QUANTITY_MISMATCH")
     if reading.unit_price != gate1_price:
@@ -158,21 +178,23 @@ def fenced_differences(reading: Gate3Reading, payment_mode: str | None, proof: S
     dump before the submit tap must give the same gate-3 readings). ``reading`` comes from the gate-3
     reader (capabilities.confirm_reading), ``payment_mode`` is the mode that passed the payment-mode gate
     on the same dump (None when it did not pass). Returns the names of the readings that differ —
-    ``color``, ``size``, ``unit_price``, ``quantity``, ``total``, ``submit_controls``, ``payment_mode`` —
-    in that order; empty = the same readings. A reading that cannot be read (None) differs. The
-    request's submit-control count is always 1 (gate 3 and the fence refuse any other)."""
-    now: dict[str, object] = {
-        "color": reading.selected.get("color"),
-        "size": reading.selected.get("size"),
+    ``option <dimension>`` for each SKU dimension (issue 34: per dimension by the task's name, in the
+    proof's order), then ``unit_price``, ``quantity``, ``total``, ``submit_controls``, ``payment_mode`` —
+    in that order; empty = the same readings. A reading that cannot be read (None) differs, and so does a
+    dimension read now that the proof does not carry. The request's submit-control count is always 1
+    (gate 3 and the fence refuse any other)."""
+    fenced_options = dict(proof.selected_options)
+    names = [*fenced_options, *(d for d in reading.selected if d not in fenced_options)]
+    now: dict[str, object] = {f"option {d}": reading.selected.get(d) for d in names}
+    fenced: dict[str, object] = {f"option {d}": fenced_options.get(d) for d in names}
+    now |= {
         "unit_price": reading.unit_price,
         "quantity": reading.quantity,
         "total": reading.total,
         "submit_controls": reading.submit_controls,
         "payment_mode": payment_mode,
     }
-    fenced: dict[str, object] = {
-        "color": proof.selected_color,
-        "size": proof.selected_size,
+    fenced |= {
         "unit_price": proof.gate3_unit_price,
         "quantity": proof.quantity_read,
         "total": proof.confirm_page_amount,

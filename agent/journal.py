@@ -204,6 +204,14 @@ class Journal:
             raise JournalError(f"journal read failed: {type(exc).__name__}") from exc
         return row
 
+    def _all(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            with self._lock:
+                rows: list[tuple[Any, ...]] = self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal read failed: {type(exc).__name__}") from exc
+        return rows
+
     # --- idempotency keys -------------------------------------------------------------------
     def key(self, purpose: str, scope: str = "") -> str:
         """The persisted key for (purpose, scope), creating and committing it first if new."""
@@ -465,6 +473,12 @@ class Journal:
                 "confirm_asset_id=coalesce(confirm_asset_id, ?), updated_at=? WHERE attempt_id=?",
                 ("DONE" if read else "STOPPED", order_sn, asset_id, _now(), attempt_id),
             )
+
+    def order_sns_taken(self, attempt_id: str) -> frozenset[str]:
+        """Order numbers other attempts on this phone's journal identified as theirs (issue 34): the
+        read-only confirmation of ``attempt_id`` never takes one of them for its own order."""
+        rows = self._all("SELECT order_sn FROM post_tap WHERE order_sn IS NOT NULL AND attempt_id <> ?", (attempt_id,))
+        return frozenset(str(r[0]) for r in rows)
 
     def post_tap(self, attempt_id: str) -> dict[str, str | None] | None:
         """The post_tap row as a dict (tests, ``journal`` summary); None when none."""

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from cmbuyer.schemas.sku import SkuOptions, legacy_options
+
 
 def new_key() -> str:
     """A fresh lowercase UUIDv4 idempotency key."""
@@ -36,18 +38,26 @@ class Task:
     title: str
     product_url: str
     goods_id: str
-    sku_color: str
-    sku_size: str | None  # None: goods with one dimension (docs/api.md "One-dimension goods")
+    # the ordered (dimension, value) pairs as the task names them (docs/api.md "SKU options")
+    sku_options: SkuOptions
     quantity: int
     max_total_price: Decimal
 
     @classmethod
     def from_wire(cls, task: dict[str, Any]) -> Task:
         """The ``task`` object of a claim-next response (``claim_next.response``): every field has
-        its wire name; ``max_total_price`` comes as a money string. A missing field raises KeyError."""
-        values = {f.name: task[f.name] for f in fields(cls)}
+        its wire name; ``max_total_price`` comes as a money string, ``sku_options`` as ``[[dimension,
+        value], ...]`` (a server before issue 34 sends only ``sku_color``/``sku_size``: their special
+        case). A missing field raises KeyError."""
+        values = {f.name: task[f.name] for f in fields(cls) if f.name != "sku_options"}
         values["max_total_price"] = Decimal(task["max_total_price"])
-        return cls(**values)
+        given = task.get("sku_options")
+        options = (
+            tuple((str(d), str(v)) for d, v in given)
+            if given is not None
+            else legacy_options(task["sku_color"], task["sku_size"])
+        )
+        return cls(**values, sku_options=options)
 
 
 @dataclass(frozen=True)
@@ -136,13 +146,13 @@ class SubmissionProof:
     """What the gates READ on the screen, sent to submission-fence so the server can re-check and refuse
     (issue 15 §5; docs/api.md "Fence request"). Never the task's own values.
 
-    ``selected_size`` is None only when the task names no size; ``gate3_unit_price`` is the unit price on
+    ``selected_options`` are the options read there, named by the task's dimensions in the task's order;
+    ``gate3_unit_price`` is the unit price on
     the screen that holds the submit control; ``confirm_page_amount`` the total from ``提交订单 ¥<total>``;
     ``payment_mode`` the mode name read from the payment row beside it (e.g. ``微信支付``).
     """
 
-    selected_color: str
-    selected_size: str | None
+    selected_options: SkuOptions
     gate1_unit_price: Decimal
     gate2_unit_price: Decimal
     gate3_unit_price: Decimal

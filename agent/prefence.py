@@ -28,6 +28,7 @@ from cmbuyer.agent.errors import FlowStop
 from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import Layout, Pack
+from cmbuyer.schemas.sku import SkuOptions
 
 T = TypeVar("T")
 
@@ -39,9 +40,9 @@ GATE_STEPS = ("GATE_1", "GATE_2", "CHECK_PAYMENT_MODE", "GATE_3")
 class PrefenceObserver(Protocol):
     """Where the engine reports. ``event``: one step event (step/outcome/reason codes of
     ``common.json``, summary ≤200 chars). ``gate_evidence``: take the gate screenshot NOW (before the
-    next tap); ``read`` holds what the gate judged (role-keyed ``selected``, Decimal ``unit_price``/
-    ``confirm_amount``, int ``quantity``/``submit_controls``, str ``payment_mode``) for observers that
-    compare it. ``checkpoint``: between steps; raise an AgentError to stop (stop request, lost lease,
+    next tap); ``read`` holds what the gate judged (``selected`` keyed by the task's dimension names,
+    Decimal ``unit_price``/``confirm_amount``, int ``quantity``/``submit_controls``, str ``payment_mode``)
+    for observers that compare it. ``checkpoint``: between steps; raise an AgentError to stop (stop request, lost lease,
     failed send)."""
 
     def event(self, step: str, outcome: str, reason: str | None = None, summary: str = "") -> None: ...
@@ -53,12 +54,11 @@ class PrefenceObserver(Protocol):
 
 @dataclass(frozen=True)
 class PrefenceOrder:
-    """What to buy: the task's goods id, SKU values as the task names them (size None = one-dimension
-    goods), quantity and the cap on the total (yuan)."""
+    """What to buy: the task's goods id, its SKU options as the task names them (1–3 ``(dimension,
+    value)`` pairs, docs/agent.md "SKU model"), quantity and the cap on the total (yuan)."""
 
     goods_id: str
-    sku_color: str
-    sku_size: str | None
+    sku_options: SkuOptions
     quantity: int
     max_total: Decimal
 
@@ -95,7 +95,7 @@ class PrefenceEngine:
         AgentError (FlowStop with the gate's reason code, phone/dump errors) on any stop; the phone is
         left where it stopped (the caller backs out)."""
         phone, pack = self.phone, self.pack
-        wanted = gates.named_roles(order.sku_color, order.sku_size)
+        wanted = gates.wanted_options(order.sku_options)
         self._step("OPEN_PRODUCT", lambda: cap.open_product(phone, pack, order.goods_id))
         layout = self._step("OPEN_SKU_PANEL", lambda: cap.open_buy_sheet(phone, pack, self.buy_path))
         early_mode = None
@@ -146,12 +146,11 @@ class PrefenceEngine:
         )
         self.observer.checkpoint()
         # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
-        color = g3.selected["color"]
+        read = tuple((dimension, g3.selected[dimension]) for dimension in wanted)
         # gate3 above refused any reading that was missing
-        assert color is not None and g3.unit_price is not None and g3.quantity is not None and g3.total is not None
+        assert g3.unit_price is not None and g3.quantity is not None and g3.total is not None
         proof = SubmissionProof(
-            selected_color=color,
-            selected_size=g3.selected.get("size"),
+            selected_options=tuple((d, v) for d, v in read if v is not None),
             gate1_unit_price=price1,
             gate2_unit_price=price2,
             gate3_unit_price=g3.unit_price,

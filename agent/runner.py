@@ -302,8 +302,7 @@ class Runner:
             authorization_expires_at=c.authorization_expires_at,
             task={
                 "goods_id": t.goods_id,
-                "sku_color": t.sku_color,
-                "sku_size": t.sku_size,
+                "sku_options": [list(o) for o in t.sku_options],
                 "quantity": t.quantity,
                 "max_total_price": str(t.max_total_price),
             },

@@ -112,7 +112,8 @@ def _last_look(phone: PhoneAdapter, pack: Pack, permit: SubmissionPermit) -> Sub
         dump = phone.dump()
         if readers.recognize(dump, pack) != "confirm_order":
             return _Refusal("SUBMIT_CONTROL_GONE", "confirm page gone before the tap")
-        now = cap.confirm_reading(dump, pack, gates.named_roles(proof.selected_color, proof.selected_size))
+        # the fence request's options are keyed by the task's dimension names (issue 34)
+        now = cap.confirm_reading(dump, pack, gates.wanted_options(proof.selected_options))
     except (DumpError, PhoneError) as exc:  # no readable dump: whether the control is there is unknown
         return _Refusal("SUBMIT_CONTROL_GONE", f"pre-tap read failed: {exc.reason_code}")
     except AgentError as exc:  # the gate-3 reader refused the screen (a sold-out option, other dimensions)

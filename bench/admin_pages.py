@@ -34,6 +34,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from cmbuyer.schemas.sku import legacy_options, options_text
 from cmbuyer.server.app import create_app
 from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.clock import to_wire
@@ -109,8 +110,7 @@ def populate(db_path: Path, count: int, seed: int = 5) -> dict[str, str]:
                     title,
                     f"https://mobile.yangkeduo.com/goods.html?goods_id={goods}",
                     goods,
-                    rng.choice(COLORS),
-                    rng.choice(SIZES),
+                    options_text(legacy_options(rng.choice(COLORS), rng.choice(SIZES))),
                     rng.randint(1, 5),
                     f"{rng.randint(10, 500)}.00",
                     rng.choice(STATES),
@@ -124,9 +124,9 @@ def populate(db_path: Path, count: int, seed: int = 5) -> dict[str, str]:
             if i == count // 2:
                 samples.update(goods=goods, task_id=task_id, title_part=title[2:6], mid_at=created, mid_id=task_id)
         c.executemany(
-            "INSERT INTO tasks (id, create_key, create_hash, title, product_url, goods_id, sku_color,"
-            " sku_size, quantity, max_total_price, state, version, state_reason, created_by, created_at,"
-            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO tasks (id, create_key, create_hash, title, product_url, goods_id, sku_options,"
+            " quantity, max_total_price, state, version, state_reason, created_by, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         admin_store.insert(c, str(uuid.uuid4()), "bench", hash_password(PASSWORD), to_wire(datetime.now(UTC)))

@@ -25,6 +25,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cmbuyer.schemas.sku import split_option
 from cmbuyer.server import migrate
 from cmbuyer.server.clock import SystemClock, to_wire
 from cmbuyer.server.config import ENV_FILE_NAME, Settings, env_file_defaults, load_settings
@@ -665,6 +666,13 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def _option(text: str) -> tuple[str, str]:
+    try:
+        return split_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _seconds(text: str) -> int:
     if not text.isascii() or not text.isdigit() or not 0 <= int(text) <= 10 * 365 * 86400:
         raise argparse.ArgumentTypeError("a whole number of seconds from 0 to 315360000")
@@ -680,6 +688,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 "create_key": args.create_key or new_id(),
                 "title": args.title,
                 "product_url": args.url,
+                "sku_options": None if args.option is None else [list(o) for o in args.option],
                 "sku_color": args.color,
                 "sku_size": args.size,
                 "quantity": args.quantity,
@@ -947,11 +956,20 @@ def build_parser() -> argparse.ArgumentParser:
     q = tsub.add_parser("add", parents=[common])
     q.add_argument("--title", required=True, help="what the purchaser calls it (1–200 characters)")
     q.add_argument("--url", required=True, help="Pinduoduo goods URL with exactly one numeric goods_id")
-    q.add_argument("--color", required=True, help="the exact colour option text (compared after NFKC)")
+    q.add_argument(
+        "--option",
+        action="append",
+        default=None,
+        type=_option,
+        metavar="维度=值",
+        help="one SKU option as the goods page shows it, e.g. --option 规格=3层100抽 --option 数量=6包 "
+        "(1–3, in the page's order; compared after NFKC). Instead of --color/--size",
+    )
+    q.add_argument("--color", default=None, help="colour/size goods: the exact colour option text (颜色=…)")
     q.add_argument(
         "--size",
         default=None,
-        help="the exact size option text (compared after NFKC); leave out for goods with one dimension",
+        help="the exact size option text (尺码=…) with --color; leave out for goods with one dimension",
     )
     q.add_argument("--quantity", type=int, required=True, help="positive integer ≤ CMBUYER_MAX_QUANTITY")
     q.add_argument("--max-total-price", required=True, help="largest allowed order total, e.g. 30.00 (CNY)")

@@ -224,24 +224,31 @@ def read_order_cards(dump: Dump, conf: AfterSubmit) -> list[OrderCard]:
     ]
 
 
-def match_order(cards: list[OrderCard], amount: Decimal | None, title: str | None) -> tuple[str | None, str]:
-    """Our order among the pending ones: amount equal to the gate-3 total, narrowed by the goods
-    title when that is known and several match. Returns (order_sn or None, why). Several
-    candidates left, none, or a candidate without a readable order number → None (no guess)."""
+def match_order(
+    cards: list[OrderCard], amount: Decimal | None, title: str | None, taken: frozenset[str] = frozenset()
+) -> tuple[str | None, str]:
+    """Our order among the pending ones: amount equal to the gate-3 total, minus the orders an earlier
+    attempt on this phone already identified as its own (``taken``: their numbers, from the agent's
+    journal — issue 34: five identical orders back to back each get their own number), narrowed by the
+    goods title when that is known and several match. Returns (order_sn or None, why; the why names the
+    candidates' count). Several candidates left, none, or a candidate without a readable order number
+    → None (no number is better than a wrong one)."""
     pending = [c for c in cards if c.pending]
     if amount is None:
         return None, "no gate-3 total to match"
-    found = [c for c in pending if c.amount == amount]
+    by_amount = [c for c in pending if c.amount == amount]
+    found = [c for c in by_amount if c.order_sn is None or c.order_sn not in taken]
     if len(found) > 1 and title:
         by_title = [c for c in found if c.title is not None and c.title == normalize(title).strip()]
         found = by_title if len(by_title) == 1 else found  # the title only ever narrows to one
+    earlier = len(by_amount) - len([c for c in by_amount if c.order_sn is None or c.order_sn not in taken])
     if not found:
-        return None, f"no pending order for this amount among {len(pending)}"
+        return None, f"no pending order for this amount among {len(pending)} ({earlier} taken by earlier orders)"
     if len(found) > 1:
-        return None, f"{len(found)} pending orders match: ambiguous"
+        return None, f"{len(found)} pending orders match ({earlier} more taken by earlier orders): ambiguous"
     if found[0].order_sn is None:
         return None, "the matching order's number is unreadable"
-    return found[0].order_sn, "one pending order matches"
+    return found[0].order_sn, f"one pending order matches ({earlier} taken by earlier orders)"
 
 
 def leave_control(dump: Dump, conf: AfterSubmit) -> Node | None:

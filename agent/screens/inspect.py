@@ -9,7 +9,8 @@ Output shape (tools rely on it; absent readings are null, money is a canonical d
                   "selected": {header as shown: value|null}, "options": {header: [values]},
                   "sold_out": {header: [values]},
                   "submit_controls": int, "payment_controls": [text], "risk_walls": [text],
-                  "payment_mode": row text|null, "payment_problems": [text]}}
+                  "payment_mode": row text|null, "payment_problems": [text]},
+     "dimension_names": {header: [names a task may write for it]}}   # only when option groups are shown
 
 ``selected`` is what gate 3 would read: one selected tile per group and, where the pack declares the
 ``已选:`` label, a label that agrees (else null). ``options`` never contains the payment row, ``添加``,
@@ -22,6 +23,9 @@ layout, except on the screen holding the submit control: null there for a pack w
 order-sheet layout, since one dump cannot tell its confirm page from a real order sheet);
 ``payment_mode``/``payment_problems`` come from the payment-mode gate's reader on the screen holding
 the submit control.
+
+``dimension_names`` says how a task may name each option group shown (issue 34): the header itself or a
+synonym from the pack's alias table (``dimension_aliases``: ``颜色``/``颜色分类``/``色号`` …).
 
 Without an explicit pack every shipped pack is tried (first that recognizes a screen wins; when more
 than one does, ``pack_candidates`` lists them all, because a pack of another version can recognize a
@@ -148,6 +152,10 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
         "layout": layout,
         "readings": readings,
     }
+    if pack is not None and readings["options"]:
+        # how a task may name each option group shown (issue 34): the header itself or a synonym from the
+        # pack's alias table (docs/agent.md "SKU model")
+        out["dimension_names"] = {h: list(pack.aliases_of(h)) for h in readings["options"]}
     if len(recognizing) > 1:
         out["pack_candidates"] = recognizing
     return out

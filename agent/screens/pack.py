@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
@@ -49,6 +49,7 @@ from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, explain, validate
 from cmbuyer.schemas.files import FileTooLarge, read_regular
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict, shape_problem
+from cmbuyer.schemas.text import normalize_sku
 
 MAX_PACK_BYTES = 1024 * 1024
 # Checked on the text before parsing (issue 33): the shipped packs nest 7 deep and hold < 1,000 values.
@@ -260,7 +261,8 @@ class Pack:
     buy_paths: dict[str, Selector]
     payment: PaymentSpec
     readers: dict[str, PanelReader]
-    dimension_roles: dict[str, tuple[str, ...]]
+    # header synonyms (issue 34): groups of option-group header texts that name one dimension (NFKC)
+    dimension_aliases: tuple[tuple[str, ...], ...]
     dismissals: tuple[Dismissal, ...]
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     # the optional read-only confirmation after the tap (screens/after_submit.py); None = none
@@ -277,9 +279,24 @@ class Pack:
         """The layout whose options live on ``screen`` (the flow's recognition of the layout)."""
         return next((layout for layout in self.layouts if layout.options_screen == screen), None)
 
-    def role_of(self, header: str) -> str | None:
-        """The task role (``color``/``size``) a dimension header carries, or None (unmapped)."""
-        return next((role for role, names in self.dimension_roles.items() if header in names), None)
+    def aliases_of(self, name: str) -> tuple[str, ...]:
+        """Every header text that names the same dimension as ``name`` (NFKC, :func:`normalize_sku`): its alias
+        group, or just ``name`` when no group holds it."""
+        name = normalize_sku(name)
+        return next((group for group in self.dimension_aliases if name in group), (name,))
+
+    def task_dimension(self, header: str, task_dimensions: Iterable[str]) -> str | None:
+        """The task dimension (one of ``task_dimensions``, as given) that the sheet's ``header`` stands for
+        (docs/agent.md "SKU model"): the one spelled exactly like the header, else the one spelled with a
+        synonym from the header's alias group. None when none does, or when two do (ambiguous: fail
+        closed, the caller stops)."""
+        names = list(task_dimensions)
+        exact = [d for d in names if normalize_sku(d) == normalize_sku(header)]
+        if exact:
+            return exact[0] if len(exact) == 1 else None
+        group = self.aliases_of(header)
+        synonyms = [d for d in names if normalize_sku(d) in group]
+        return synonyms[0] if len(synonyms) == 1 else None
 
 
 def _regex(source: str, where: str, group: str | None = None) -> re.Pattern[str]:
@@ -513,7 +530,7 @@ def compile_pack(data: Any) -> Pack:
         buy_paths=buy_paths,
         payment=_payment(data["payment"], ev),
         readers=readers,
-        dimension_roles=_roles(data["dimension_roles"]),
+        dimension_aliases=_aliases(data["dimension_aliases"]),
         dismissals=dismissals,
         raw=data,
         after_submit=_after_submit(data.get("after_submit"), ev),
@@ -562,14 +579,15 @@ def _after_submit(spec: dict[str, Any] | None, ev: set[str]) -> Any:
     return compile_after_submit(spec, ev)
 
 
-def _roles(spec: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
-    """Header text → role map, inverted per role; one header text may carry one role only."""
-    out = {role: tuple(normalize(h) for h in headers) for role, headers in spec.items()}
+def _aliases(spec: list[list[str]]) -> tuple[tuple[str, ...], ...]:
+    """The alias groups, NFKC; one header text may sit in one group only (else a header would name two
+    dimensions)."""
+    out = tuple(tuple(dict.fromkeys(normalize_sku(h) for h in group)) for group in spec)
     seen: set[str] = set()
-    for headers in out.values():
-        for header in headers:
+    for i, group in enumerate(out):
+        for header in group:
             if header in seen:
-                raise PackError(f"$.dimension_roles: the header {header!r} is mapped to two roles")
+                raise PackError(f"$.dimension_aliases[{i}]: the header {header!r} is in two groups")
             seen.add(header)
     return out
 

@@ -164,7 +164,9 @@ def read_groups(dump: Dump, reader: PanelReader) -> dict[str, OptionGroup]:
     header, a pack terminator, or the first node outside any tile that is not an option tile and
     carries text/desc or is clickable (the payment row, ``添加``, the address row and the submit bar
     are never options). Nodes inside a tile (image, badge, name) belong to the tile; the first
-    scrollable node of a group is its list. A header seen twice raises ScreenError(SKU_AMBIGUOUS)."""
+    scrollable node of a group is its list. After the first group, a plain (not clickable) text row that
+    option tiles follow starts a group under its text — a header the pack does not list (issue 34). A
+    header seen twice raises ScreenError(SKU_AMBIGUOUS)."""
     if reader.dimension_header is None or reader.option_tile is None:
         return {}
     headers = {n.order for n in reader.dimension_header.find(dump)}
@@ -175,6 +177,10 @@ def read_groups(dump: Dump, reader: PanelReader) -> dict[str, OptionGroup]:
     members: list[OptionTile] = []
     scroll: Node | None = None
     last_tile: Node | None = None
+    # After the first group, a plain text row that tiles follow is a header the pack does not list (issue
+    # 34): its tiles form a group under that text, so the flow names it (or the task may) instead of
+    # buying that group's default option unchecked.
+    unlisted: str | None = None
 
     def close() -> None:
         if current is not None:
@@ -183,19 +189,31 @@ def read_groups(dump: Dump, reader: PanelReader) -> dict[str, OptionGroup]:
                 current, tuple(members), scroll, (b.left, b.top, b.right, b.bottom) if b is not None else None
             )
 
+    def start(name: str) -> None:
+        nonlocal current, members, scroll, last_tile
+        close()
+        current = name
+        if current in out:
+            raise ScreenError("the same option header appears twice", "SKU_AMBIGUOUS")
+        members, scroll, last_tile = [], None, None
+
     for node in dump.app_nodes():
         if node.order in headers:
-            close()
-            current = normalize(node.text or node.desc)
-            if current in out:
-                raise ScreenError("the same option header appears twice", "SKU_AMBIGUOUS")
-            members, scroll, last_tile = [], None, None
-            continue
-        if current is None:
+            start(normalize(node.text or node.desc))
+            unlisted = None
             continue
         if node.order in terminators:
             close()
-            current = None
+            current, unlisted = None, None
+            continue
+        if current is None:
+            if unlisted is not None and node.order in tiles:
+                start(unlisted)
+                unlisted = None
+                members.append(_option_tile(current or "", node, reader))
+                last_tile = node
+            elif out and node.text.strip() and not node.clickable:
+                unlisted = normalize(node.text).strip()
             continue
         if _inside(node, last_tile):
             continue
@@ -209,6 +227,8 @@ def read_groups(dump: Dump, reader: PanelReader) -> dict[str, OptionGroup]:
         if node.text.strip() or node.desc.strip() or node.clickable:
             close()
             current = None
+            if node.text.strip() and not node.clickable:
+                unlisted = normalize(node.text).strip()
     close()
     return out
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from cmbuyer.schemas.sku import legacy_view, options_from_text
 from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
@@ -32,7 +33,7 @@ from cmbuyer.server.domain.states import AttemptState, AuthorizationState, TaskS
 from cmbuyer.server.domain.supervision import DEFAULT_SUPERVISED_ORDERS, SupervisionPolicy
 
 # The task fields an authorization freezes at start-purchases; claim, renew and the fence compare them.
-SNAPSHOT_FIELDS = ("title", "product_url", "goods_id", "sku_color", "sku_size", "quantity", "max_total_price")
+SNAPSHOT_FIELDS = ("title", "product_url", "goods_id", "sku_options", "quantity", "max_total_price")
 # The lease of an OPEN attempt may be renewed while its task is still being worked on (before the
 # fence) or waits for the single result after it; any other combination is not a current claim.
 RENEWABLE = frozenset(
@@ -135,9 +136,20 @@ def snapshot_of(row: Snapshot) -> dict[str, Any]:
     return {f: getattr(row, f) for f in SNAPSHOT_FIELDS}
 
 
+def wire_snapshot(row: Snapshot) -> dict[str, Any]:
+    """The snapshot as claim-next sends it (docs/api.md "SKU options"): :func:`snapshot_of` with
+    ``sku_options`` as a list of ``[dimension, value]`` pairs, plus ``sku_color``/``sku_size`` — the
+    colour/size special case read back for agents before issue 34 (both null for any other options)."""
+    out = snapshot_of(row)
+    options = options_from_text(row.sku_options)
+    out["sku_options"] = [list(o) for o in options]
+    out["sku_color"], out["sku_size"] = legacy_view(options)
+    return out
+
+
 def snapshot_matches(task: Snapshot, authorization: Snapshot) -> bool:
     """True when every field frozen in the authorization still equals the task's current field
-    (``sku_size`` None equals only None)."""
+    (``sku_options`` compared as canonical text)."""
     return all(getattr(task, f) == getattr(authorization, f) for f in SNAPSHOT_FIELDS)
 
 

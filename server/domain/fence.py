@@ -11,12 +11,19 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from cmbuyer.schemas.sku import options_from_text
 from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.domain import lease
 from cmbuyer.server.domain.claims import snapshot_matches
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.domain.rows import FencedAuthorization, Snapshot
+from cmbuyer.server.domain.sku_readings import (
+    is_legacy_report,
+    legacy_report_fits,
+    options_equal,
+    reported_options,
+)
 from cmbuyer.server.domain.states import AuthorizationState
 
 
@@ -53,17 +60,15 @@ def check_authorization(authorization: FencedAuthorization, task: Snapshot, now:
         raise FenceRefused("snapshot_mismatch")
 
 
-def _read_sku(value: str | None) -> str | None:
-    return None if value is None else normalize_sku(value)
-
-
 def check_gates(body: dict[str, Any], authorization: Snapshot, allowed_payment_modes: tuple[str, ...]) -> None:
     """Step 7 (pure): raise :class:`FenceRefused` naming the first failed gate, in this order
     (docs/api.md "Fence refusals"; issue 15 §5):
 
-    - ``sku_mismatch``: NFKC(``selected_color``) ≠ the snapshot's colour, or ``selected_size`` ≠ the
-      snapshot's size — a size read where the task has none, or none read where it has one, included
-      (``None`` equals only ``None``);
+    - ``sku_options_required``: the body names ``selected_color``/``selected_size`` (an agent before
+      issue 34) but the task's options are not the colour/size special case — update the agent;
+    - ``sku_mismatch``: the read options differ from the snapshot's per dimension by name
+      (:func:`~cmbuyer.server.domain.sku_readings.options_equal`): a dimension the task names was not read,
+      one was read that it does not name, or one value differs (NFKC on both sides);
     - ``quantity_mismatch``: ``quantity_read`` ≠ the snapshot's quantity;
     - ``unit_price_changed``: gate-1, gate-2 and gate-3 unit prices not all equal;
     - ``total_over_cap``: unit price × quantity > ``max_total_price``;
@@ -75,10 +80,11 @@ def check_gates(body: dict[str, Any], authorization: Snapshot, allowed_payment_m
 
     ``body`` is schema-valid (money strings canonical), so the Decimal conversions cannot fail.
     """
-    if (
-        normalize_sku(body["selected_color"]) != authorization.sku_color
-        or _read_sku(body["selected_size"]) != authorization.sku_size
-    ):
+    wanted = options_from_text(authorization.sku_options)
+    if is_legacy_report(body) and not legacy_report_fits(wanted):
+        raise FenceRefused("sku_options_required")
+    read = reported_options(body)
+    if read is None or not options_equal(read, wanted):
         raise FenceRefused("sku_mismatch")
     if body["quantity_read"] != authorization.quantity:
         raise FenceRefused("quantity_mismatch")

@@ -25,6 +25,7 @@ from cmbuyer.schemas.canonical import canonical_json
 from cmbuyer.schemas.text import normalize_sku, text_problem
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import InvalidTransition, ValidationFailed
+from cmbuyer.server.domain.sku_readings import reported_options
 
 DEFAULT_SUPERVISED_ORDERS = 3
 # NO_PACK (the heartbeat's "the agent has no pack for the installed app version") is not a pack id; the pack
@@ -35,8 +36,7 @@ APP_KEY_PREFIX = "app:"
 # The readings an approval is bound to: exactly the values the fence re-checks (submission_fence.request.json),
 # minus submit_control_match_count (a count of controls, not something a person compares with the task).
 READING_KEYS = (
-    "selected_color",
-    "selected_size",
+    "selected_options",
     "gate1_unit_price",
     "gate2_unit_price",
     "gate3_unit_price",
@@ -116,8 +116,9 @@ def _bad(key: str) -> ValidationFailed:
 
 def canonical_readings(values: Mapping[str, Any]) -> dict[str, Any]:
     """The 8 readings (:data:`READING_KEYS`) in the form the fence compares them (``check_gates`` in
-    server/domain/fence.py): colour and size ``normalize_sku`` (trimmed, NFKC; size ``None`` stays
-    ``None``), payment mode NFKC then trimmed, money strings canonical (``12.80``) and kept as text,
+    server/domain/fence.py): the options as ``[[dimension, value], ...]`` normalized (``normalize_sku``;
+    a colour/size report as its options, :func:`~cmbuyer.server.domain.sku_readings.reported_options`),
+    payment mode NFKC then trimmed, money strings canonical (``12.80``) and kept as text,
     quantity a JSON integer. Other keys of ``values`` (a whole fence body) are ignored.
 
     Fail closed: a missing key, a value of the wrong type/format, or a text reading holding a bidi,
@@ -125,23 +126,19 @@ def canonical_readings(values: Mapping[str, Any]) -> dict[str, Any]:
     :class:`ValidationFailed` (field ``readings.<key>``), never a default.
     """
     out: dict[str, Any] = {}
-    for key in ("selected_color", "payment_mode"):
-        raw = values.get(key)
-        if not isinstance(raw, str) or not normalize_sku(raw).strip():
-            raise _bad(key)
-    for key in ("selected_color", "selected_size", "payment_mode"):
-        # a person reads these in the approval drawer: no bidi, invisible or control characters, which
-        # would show one value while another is approved (the rule of every stored text, issue 33)
-        raw = values.get(key)
-        if isinstance(raw, str) and text_problem(raw) is not None:
-            raise _bad(key)
-    out["selected_color"] = normalize_sku(values["selected_color"])
-    if "selected_size" not in values:
-        raise _bad("selected_size")
-    size = values["selected_size"]
-    if size is not None and (not isinstance(size, str) or not normalize_sku(size)):
-        raise _bad("selected_size")
-    out["selected_size"] = None if size is None else normalize_sku(size)
+    raw = values.get("payment_mode")
+    if not isinstance(raw, str) or not normalize_sku(raw).strip():
+        raise _bad("payment_mode")
+    # a person reads these in the approval drawer: no bidi, invisible or control characters, which would
+    # show one value while another is approved (the rule of every stored text, issue 33); the options'
+    # texts are checked by reported_options
+    if text_problem(raw) is not None:
+        raise _bad("payment_mode")
+    options = reported_options(values)
+    if options is None:
+        raise _bad("selected_options")
+    # list pairs: the JSON form, whichever way (options or colour/size) the report named them
+    out["selected_options"] = [list(o) for o in options]
     for key in _MONEY_KEYS:
         raw = values.get(key)
         if not isinstance(raw, str) or MONEY_RE.fullmatch(raw) is None:

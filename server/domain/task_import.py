@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from cmbuyer.schemas import is_uuid4
+from cmbuyer.schemas.sku import split_option
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.domain.task_fields import TaskFields, decimal_money_text, parse_task_fields, person_money
 
@@ -87,6 +88,18 @@ def _money(field: str, cell: Cell) -> str | None:
     raise ValidationFailed(field, "金额应为数字，例如 30 或 30.00")
 
 
+def _option(field: str, cell: Cell) -> list[str] | None:
+    """An option cell: text ``维度=值`` (:func:`cmbuyer.schemas.sku.split_option`) as a ``[dimension, value]``
+    pair; the single-task rule then checks lengths, characters and repeated dimensions."""
+    text = _text(field, cell)
+    if text is None:
+        return None
+    try:
+        return list(split_option(text))
+    except ValueError:
+        raise ValidationFailed(field, "请写成 维度=值，例如 规格=3层100抽") from None
+
+
 @dataclass(frozen=True)
 class Column:
     """One importable column: the task field it fills, the header names that select it (the first is the
@@ -103,13 +116,19 @@ class Column:
 COLUMNS: tuple[Column, ...] = (
     Column("title", ("title", "标题", "商品标题"), True, _text, "标题"),
     Column("product_url", ("product_url", "商品链接", "链接"), True, _text, "商品链接"),
-    Column("sku_color", ("sku_color", "颜色", "规格1"), True, _text, "颜色"),
+    # The SKU options (issue 34): one cell per option, written 维度=值 like the CLI's --option; or, for
+    # colour/size goods, the colour and size columns. A row uses one form or the other (never both).
+    Column("option1", ("option1", "选项1", "规格选项1"), False, _option, "选项1"),
+    Column("option2", ("option2", "选项2", "规格选项2"), False, _option, "选项2"),
+    Column("option3", ("option3", "选项3", "规格选项3"), False, _option, "选项3"),
+    Column("sku_color", ("sku_color", "颜色", "规格1"), False, _text, "颜色"),
     Column("sku_size", ("sku_size", "尺码", "规格2"), False, _text, "尺码"),
     Column("quantity", ("quantity", "数量"), True, _quantity, "数量"),
     Column("max_total_price", ("max_total_price", "最高总价", "最高总价（元）"), True, _money, "最高总价"),
     Column("create_key", ("create_key", "创建键"), False, _text, "创建键"),
 )
-LABELS = {c.field: c.label for c in COLUMNS}
+OPTION_FIELDS = ("option1", "option2", "option3")
+LABELS = {c.field: c.label for c in COLUMNS} | {"sku_options": "规格选项"}
 
 
 def header_key(cell: Cell) -> str:
@@ -180,6 +199,8 @@ def check_row(
             if isinstance(cell, str) and not cell.strip():
                 cell = None  # a cell of spaces only is an empty cell
             raw[column.field] = column.read(column.field, cell)
+        options = [o for o in (raw.pop(f) for f in OPTION_FIELDS) if o is not None]
+        raw["sku_options"] = options or None
         key = raw.pop("create_key")
         if key is not None and not is_uuid4(key):
             raise ValidationFailed("create_key", "创建键必须是小写 UUIDv4（或留空）")

@@ -10,6 +10,7 @@ from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
 
 from cmbuyer.schemas import MONEY_RE
+from cmbuyer.schemas.sku import MAX_OPTIONS, SkuOptions
 from cmbuyer.schemas.text import has_control_chars, normalize_sku, text_problem
 from cmbuyer.server.domain.errors import ValidationFailed
 
@@ -89,6 +90,24 @@ def parse_optional_sku(field: str, raw: object) -> str | None:
     An empty string is not "none" here: a caller that means "empty = none" (the admin form) converts first.
     """
     return None if raw is None else parse_sku(field, raw)
+
+
+def parse_sku_options(field: str, raw: object) -> SkuOptions:
+    """The ordered SKU options of a task (issue 34; docs/api.md "SKU options"): a list of one to
+    :data:`~cmbuyer.schemas.sku.MAX_OPTIONS` ``[dimension, value]`` pairs, each text checked like a colour
+    (:func:`parse_sku`: 1–64 characters, no outer whitespace, no hidden characters, NFKC form), the
+    dimension names distinct. Raises ValidationFailed(field, …) naming the first problem."""
+    if not isinstance(raw, (list, tuple)) or not 1 <= len(raw) <= MAX_OPTIONS:
+        raise ValidationFailed(field, f"规格选项须为 1–{MAX_OPTIONS} 项（维度=值）")
+    out: list[tuple[str, str]] = []
+    for pair in raw:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValidationFailed(field, "每个规格选项须为 [维度, 值]")
+        dim, value = parse_sku(field, pair[0]), parse_sku(field, pair[1])
+        if any(d == dim for d, _ in out):
+            raise ValidationFailed(field, f"规格维度“{dim}”重复")
+        out.append((dim, value))
+    return tuple(out)
 
 
 def parse_title(raw: object) -> str:

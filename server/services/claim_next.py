@@ -36,7 +36,7 @@ from cmbuyer.server.domain.claims import (
     claim_requires_manual,
     may_claim,
     may_resume,
-    snapshot_of,
+    wire_snapshot,
 )
 from cmbuyer.server.domain.errors import BrokenInvariant
 from cmbuyer.server.domain.states import (
@@ -195,7 +195,7 @@ def _claim(
         "task": {
             "id": authorization.task_id,
             "version": claimed_version,
-            **snapshot_of(authorization),
+            **wire_snapshot(authorization),
         },
         "authorization": {
             "id": authorization.id,

@@ -45,9 +45,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cmbuyer.schemas.sku import options_text
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.claims import claim_not_current, task_at_claim
 from cmbuyer.server.domain.fence import check_authorization, check_gates, version_conflict
+from cmbuyer.server.domain.sku_readings import reported_as_read
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -68,7 +70,8 @@ ENDPOINT = "submission-fence"
 SUBMIT_TEXT = "提交订单"
 # What the submission stores as the agent read it: every value the fence re-checks (the readings a
 # supervised attempt's approval is bound to) and the number of submit controls.
-FENCE_READINGS = (*READING_KEYS, "submit_control_match_count")
+# The options are stored as canonical text as read (a colour/size report as its options, migration 0011).
+FENCE_READINGS = tuple(k for k in (*READING_KEYS, "submit_control_match_count") if k != "selected_options")
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ def create_fence(
         device_id=device_id,
         fence_key=req.key,
         state=SubmissionState.FENCED.value,
+        selected_options=options_text(reported_as_read(body)),  # as read; check_gates accepted them
         **{key: body[key] for key in FENCE_READINGS},
         observation=None,
         result_key=None,

@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from cmbuyer.schemas import MONEY_RE, is_uuid4
+from cmbuyer.schemas.sku import options_from_text
 from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.config import Settings
@@ -38,6 +39,7 @@ from cmbuyer.server.domain import values
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, DomainError, NotFound, ValidationFailed
 from cmbuyer.server.domain.fence import FenceRefused, check_gates
+from cmbuyer.server.domain.sku_readings import reported_options
 from cmbuyer.server.domain.states import SubmissionState
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import supervision as supervision_store
@@ -63,7 +65,6 @@ def required_orders(settings: Settings) -> int:
 # -- the side-by-side table ------------------------------------------------------------------------------
 
 UNREADABLE = "无法读取"
-_MISSING = object()  # selected_size absent (null is a valid reading: no size)
 
 
 @dataclass(frozen=True)
@@ -98,27 +99,32 @@ def parse_readings(readings_json: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def option_rows(readings: dict[str, Any], sku_options: str) -> list[Row]:
+    """One row per SKU dimension (issue 34): each dimension the task names beside the value read for it
+    (:data:`UNREADABLE` when the readings are malformed, "未读到" when the dimension was not read), then any
+    dimension read that the task does not name (always failing)."""
+    wanted = options_from_text(sku_options)
+    read = reported_options(readings)
+    if read is None:
+        return [Row(d, v, UNREADABLE, False) for d, v in wanted]
+    got = dict(read)
+    rows = [Row(d, v, got.get(d, "未读到"), got.get(d) == v) for d, v in wanted]
+    named = {d for d, _ in wanted}
+    return rows + [Row(d, "任务未指定", v, False) for d, v in read if d not in named]
+
+
 def compare(readings: dict[str, Any], auth: Authorization, allowed_payment_modes: tuple[str, ...]) -> list[Row]:
     """The task's locked values (``auth``, the authorization snapshot) beside the readings, one row per
     value the fence checks; a value that is missing or malformed shows :data:`UNREADABLE` and fails."""
     cap = Decimal(auth.max_total_price)
-    color = _text(readings.get("selected_color"))
-    size = readings.get("selected_size", _MISSING)
-    if size is None:
-        size_read, size_ok = "无尺码", auth.sku_size is None
-    elif _text(size) is None:
-        size_read, size_ok = UNREADABLE, False
-    else:
-        size_read, size_ok = str(size), normalize_sku(str(size)) == auth.sku_size
     gates = [_money(readings.get(k)) for k in ("gate1_unit_price", "gate2_unit_price", "gate3_unit_price")]
     quantity = readings.get("quantity_read")
     quantity = quantity if type(quantity) is int and quantity >= 1 else None
     amount = _money(readings.get("confirm_page_amount"))
     mode = _text(readings.get("payment_mode"))
     items = None if gates[0] is None else gates[0] * auth.quantity
-    rows = [
-        Row("颜色", auth.sku_color, color or UNREADABLE, color is not None and normalize_sku(color) == auth.sku_color),
-        Row("尺码", auth.sku_size or "无尺码", size_read, size_ok),
+    rows = option_rows(readings, auth.sku_options)
+    rows += [
         Row("闸门一单价", f"单价 × {auth.quantity} ≤ ¥{cap:.2f}", _yuan(gates[0]), items is not None and items <= cap),
     ]
     for name, price in (("闸门二单价", gates[1]), ("闸门三单价", gates[2])):

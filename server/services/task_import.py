@@ -80,9 +80,9 @@ def parse(data: bytes, settings: Settings) -> Parsed:
 def preview(conn: sqlite3.Connection, parsed: Parsed) -> Parsed:
     """``parsed`` with the rows that repeat an existing task marked (see the module docstring)."""
     candidates = [r.fields.goods_id for r in parsed.rows if r.status == OK and r.fields is not None]
-    live: dict[tuple[str, str, str | None, int, str], str] = {}
+    live: dict[tuple[str, str, int, str], str] = {}
     for task in task_store.live_with_goods(conn, candidates, TaskState.CANCELLED):
-        identity = (task.goods_id, task.sku_color, task.sku_size, task.quantity, task.max_total_price)
+        identity = (task.goods_id, task.sku_options, task.quantity, task.max_total_price)
         live.setdefault(identity, task.id)
     rows: list[PreviewRow] = []
     for row in parsed.rows:
@@ -103,11 +103,10 @@ def _by_key(conn: sqlite3.Connection, row: PreviewRow) -> PreviewRow:
     task = task_store.by_create_key(conn, row.create_key)
     if task is None:
         return row
-    same = (task.title, task.product_url, task.sku_color, task.sku_size, task.quantity, task.max_total_price) == (
+    same = (task.title, task.product_url, task.sku_options, task.quantity, task.max_total_price) == (
         row.fields.title,
         row.fields.product_url,
-        row.fields.sku_color,
-        row.fields.sku_size,
+        row.fields.sku_options,
         row.fields.quantity,
         row.fields.max_total_price,
     )

@@ -22,8 +22,7 @@ class Authorization:
     title: str
     product_url: str
     goods_id: str
-    sku_color: str
-    sku_size: str | None  # None: one-dimension goods (migration 0006)
+    sku_options: str  # canonical JSON of [[dimension, value], ...] (migration 0011, cmbuyer.schemas.sku)
     quantity: int
     max_total_price: str
     state: str
@@ -115,8 +114,8 @@ _AUTH_COLUMNS = ", ".join(f"a.{f}" for f in _TABLE.fields)
 def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:
     """The oldest claimable authorization (docs/api.md "POST /api/v1/tasks/claim-next"): ACTIVE, ``expires_at > now``
     (strict), its task PENDING at exactly the snapshot's version, and every snapshot field equal to the task's current
-    field. Rows whose snapshot no longer matches are skipped (fail closed), never claimed. ``sku_size`` is
-    compared with ``IS``: a task without a size (NULL, migration 0006) matches a snapshot without one.
+    field. Rows whose snapshot no longer matches are skipped (fail closed), never claimed. ``sku_options`` is
+    canonical text (migration 0011), so equal options are equal strings.
 
     Order: ``authorizations.created_at, id`` — stable. ``INDEXED BY`` pins the walk to the partial index
     ``authorizations_active`` (already in that order, so the first matching row ends the search);
@@ -128,7 +127,7 @@ def next_candidate(conn: sqlite3.Connection, now: str) -> Candidate | None:
         " FROM authorizations a INDEXED BY authorizations_active JOIN tasks t ON t.id = a.task_id"
         " WHERE a.state = 'ACTIVE' AND a.expires_at > ? AND t.state = 'PENDING' AND t.version = a.task_version"
         " AND t.title = a.title AND t.product_url = a.product_url AND t.goods_id = a.goods_id"
-        " AND t.sku_color = a.sku_color AND t.sku_size IS a.sku_size AND t.quantity = a.quantity"
+        " AND t.sku_options = a.sku_options AND t.quantity = a.quantity"
         " AND t.max_total_price = a.max_total_price"
         " ORDER BY a.created_at, a.id LIMIT 1",
         (now,),

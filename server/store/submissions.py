@@ -21,8 +21,7 @@ class Submission:
     device_id: str
     fence_key: str
     state: str
-    selected_color: str
-    selected_size: str | None  # as read; None only for a task without a size
+    selected_options: str  # as read, canonical JSON named by the task's dimensions (migration 0011)
     gate1_unit_price: str
     gate2_unit_price: str
     quantity_read: int

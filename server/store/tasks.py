@@ -21,8 +21,7 @@ class Task:
     title: str
     product_url: str
     goods_id: str
-    sku_color: str
-    sku_size: str | None  # None: one-dimension goods (migration 0006)
+    sku_options: str  # canonical JSON of [[dimension, value], ...] (migration 0011, cmbuyer.schemas.sku)
     quantity: int
     max_total_price: str
     state: str
@@ -116,10 +115,10 @@ def update_draft_fields(
     values: dict[str, object],
     at: str,
 ) -> bool:
-    """CAS: overwrite the editable fields of a draft (``values``: title, product_url, goods_id, sku_color,
-    sku_size, quantity, max_total_price) and bump the version, when the task is still ``draft_state`` at
+    """CAS: overwrite the editable fields of a draft (``values``: title, product_url, goods_id, sku_options,
+    quantity, max_total_price) and bump the version, when the task is still ``draft_state`` at
     ``expected_version``. The state does not change. Returns False (nothing written) otherwise."""
-    allowed = ("title", "product_url", "goods_id", "sku_color", "sku_size", "quantity", "max_total_price")
+    allowed = ("title", "product_url", "goods_id", "sku_options", "quantity", "max_total_price")
     if set(values) != set(allowed):
         raise ValueError("update_draft_fields needs exactly the editable fields")
     sets = ", ".join(f"{name} = ?" for name in allowed)

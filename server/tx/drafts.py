@@ -17,7 +17,7 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict
 from cmbuyer.server.domain.states import TaskState
-from cmbuyer.server.domain.task_fields import TaskFields
+from cmbuyer.server.domain.task_fields import TaskFields, hash_fields
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor, new_id, payload_hash
@@ -35,7 +35,7 @@ def create_draft(
     """Insert a DRAFT task (version 1) with its ``task.create`` audit row (``request_id`` = the create key;
     ``detail`` adds to goods id, quantity and cap); returns ``(task, created)`` — see the module docstring."""
     values = asdict(fields)
-    digest = payload_hash({"create_key": create_key, **values})
+    digest = payload_hash({"create_key": create_key, **hash_fields(fields)})
     existing = task_store.by_create_key(conn, create_key)
     if existing is not None:
         if existing.create_hash != digest:

@@ -34,6 +34,7 @@ from cmbuyer.agent.model import (
 )
 from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
 from cmbuyer.schemas import validate
+from cmbuyer.schemas.sku import legacy_options
 
 
 def make_purchase(**task_over: Any) -> ClaimedPurchase:
@@ -43,11 +44,13 @@ def make_purchase(**task_over: Any) -> ClaimedPurchase:
         "title": "t",
         "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
         "goods_id": "937122477375",
-        "sku_color": "黑色CHA(纯棉)",
-        "sku_size": "M(建议100-115)",
+        "sku_options": legacy_options("黑色CHA(纯棉)", "M(建议100-115)"),
         "quantity": 2,
         "max_total_price": Decimal("30.00"),
     }
+    if "sku_color" in task_over or "sku_size" in task_over:  # the colour/size special case
+        color = task_over.pop("sku_color", "黑色CHA(纯棉)")
+        t["sku_options"] = legacy_options(color, task_over.pop("sku_size", "M(建议100-115)"))
     t.update(task_over)
     task = Task(**t)
     claim = Claim(
@@ -66,12 +69,11 @@ def make_purchase(**task_over: Any) -> ClaimedPurchase:
 
 def read_proof(task: Task, unit_price: Decimal, **over: Any) -> SubmissionProof:
     """The readings a phone takes at the fence for ``task`` when all three gates show ``unit_price``: the
-    task's own color, size and quantity, one submit control, ``微信支付`` and a confirm-page total of
+    task's own options and quantity, one submit control, ``微信支付`` and a confirm-page total of
     ``unit_price`` × quantity. ``over`` replaces any of those fields (e.g. a discounted
     ``confirm_page_amount``)."""
     proof = SubmissionProof(
-        selected_color=task.sku_color,
-        selected_size=task.sku_size,
+        selected_options=task.sku_options,
         gate1_unit_price=unit_price,
         gate2_unit_price=unit_price,
         gate3_unit_price=unit_price,
@@ -181,8 +183,8 @@ class FakeServer:
         validate("submission_fence.request", payload)
         # The server's re-check (docs/api.md "Fence refusals", issue 15: on the values read).
         if (
-            proof.selected_color != t.sku_color
-            or proof.selected_size != t.sku_size
+            dict(proof.selected_options) != dict(t.sku_options)
+            or len(proof.selected_options) != len(t.sku_options)
             or proof.quantity_read != t.quantity
             or not proof.gate1_unit_price == proof.gate2_unit_price == proof.gate3_unit_price
             or proof.confirm_page_amount > t.max_total_price

@@ -272,6 +272,25 @@ def test_the_title_narrows_several_amount_matches_to_one_or_leaves_them_ambiguou
     assert A.match_order(cards, Decimal("25.76"), None)[0] is None
 
 
+def test_orders_earlier_attempts_took_are_never_ours(tmp_path: Path) -> None:
+    """Issue 34: identical orders back to back — the numbers earlier attempts on this phone reported (the
+    journal) are left out; what remains must be exactly one, else no number, the count in the note."""
+    same = [A.OrderCard("纯棉短袖", Decimal("12.88"), f"sn-00000{i}", True) for i in range(1, 4)]
+    ambiguous = (None, "3 pending orders match (0 more taken by earlier orders): ambiguous")
+    assert A.match_order(same, Decimal("12.88"), "纯棉短袖") == ambiguous
+    sn, why = A.match_order(same, Decimal("12.88"), "纯棉短袖", frozenset({"sn-000001", "sn-000003"}))
+    assert (sn, why) == ("sn-000002", "one pending order matches (2 taken by earlier orders)")
+    sn, why = A.match_order(same, Decimal("12.88"), None, frozenset({"sn-000001"}))
+    assert sn is None and why.startswith("2 pending orders match (1 more taken")
+    # an unreadable number can never be ruled out: it stays a candidate
+    blurred = [*same[:2], A.OrderCard("纯棉短袖", Decimal("12.88"), None, True)]
+    assert A.match_order(blurred, Decimal("12.88"), None, frozenset({"sn-000001", "sn-000002"}))[0] is None
+    j = _journal_at_tapped(tmp_path)  # attempt a1, tapped
+    j.record_observation("a1", "SUBMITTED", None)
+    j.record_confirmation("a1", "sn-000001", None)
+    assert j.order_sns_taken("a3") == frozenset({"sn-000001"}) and j.order_sns_taken("a1") == frozenset()
+
+
 class _Sink:
     """Records recovered results (the ResultSink port; the real server path is in
     test_after_tap_sim.py::test_sigkill_in_the_middle_of_the_confirmation)."""

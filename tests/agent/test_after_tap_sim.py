@@ -163,26 +163,33 @@ def test_paid_state_after_the_tap_is_payment_suspected_and_nothing_is_touched(
 
 
 def test_two_matching_pending_orders_give_no_order_number(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+    """Identical pending orders: the agent that made the first tells its own second order apart (the
+    journal holds the first's number, issue 34); an agent whose journal does not know the first — as after
+    an order made by hand or on another installation — cannot, and reports no number, the count logged."""
     creds = srv.add_device()
-    first = srv.add_task()
+    first = srv.add_task(quantity=1)  # three orders of 黑色 M fit its stock of 5
     with adbutils_leaks_ignored(), running_sim(_scenario(outcome="EXTERNAL_CASHIER_ALIPAY")) as sim:
         agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
         assert agent.run_once() == 0
-        second = srv.add_task()  # the same goods, SKU and amount: a second identical pending order
+        second = srv.add_task(quantity=1)  # the same goods, SKU and amount: a second identical pending order
         assert agent.run_once() == 0
+        third = srv.add_task(quantity=1)  # and a third, by an agent that knows neither earlier number
+        stranger = Agent(tmp_path / "other", srv, srv.add_device("sim-1b"), PhoneAdapter.connect("sim-1"))
+        assert stranger.run_once() == 0
         entries = sim.journal("sim-1").entries()
         orders = sim.phone("sim-1").orders
-    assert len([e for e in entries if e["kind"] == "tap" and e["role"] == "submit"]) == 2
+    assert len([e for e in entries if e["kind"] == "tap" and e["role"] == "submit"]) == 3
     assert not payment_taps(entries) and not foreign_screenshots(entries)
-    assert len(orders) == 2 and orders[0]["total"] == orders[1]["total"]
+    assert len(orders) == 3 and orders[0]["total"] == orders[1]["total"] == orders[2]["total"]
     assert _submission_row(srv, first.id)["order_sn"] == orders[0]["order_sn"]
-    row = _submission_row(srv, second.id)
+    assert _submission_row(srv, second.id)["order_sn"] == orders[1]["order_sn"]
+    row = _submission_row(srv, third.id)
     # the result is still reported, without a guessed order number
     assert row["observation"] == "EXTERNAL_PAYMENT_HANDOFF" and row["order_sn"] is None
-    confirm = [e for e in srv.detail(second.id)["events"] if e["step"] == "CONFIRM_ORDER_READONLY"]
-    assert confirm[-1]["outcome"] == "OK" and "ambiguous" in confirm[-1]["summary"]
-    (second_attempt,) = [c.attempt_id for c in agent.journal.claims() if c.task_id == second.id]
-    assert agent.journal.post_tap(second_attempt)["confirm_step"] == "DONE"  # type: ignore[index]
+    confirm = [e for e in srv.detail(third.id)["events"] if e["step"] == "CONFIRM_ORDER_READONLY"]
+    assert confirm[-1]["outcome"] == "OK" and "3 pending orders match" in confirm[-1]["summary"]
+    (third_attempt,) = [c.attempt_id for c in stranger.journal.claims() if c.task_id == third.id]
+    assert stranger.journal.post_tap(third_attempt)["confirm_step"] == "DONE"  # type: ignore[index]
 
 
 def test_confirmation_that_cannot_find_the_order_still_reports(

@@ -104,6 +104,7 @@ class _Contract:
                 "title": "t",
                 "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=1",
                 "goods_id": "1",
+                "sku_options": [["颜色", "黑色"]],
                 "sku_color": "黑色",
                 "sku_size": None,
                 "quantity": 1,
@@ -190,8 +191,7 @@ def test_approval_request_and_status(server: tuple[_Contract, str], tmp_path: Pa
     (first, body1), (second, body2) = contract.requests[-2:]
     assert first == second == f"/api/v1/purchase-attempts/{c.attempt_id}/approval" and body1 == body2
     assert body1["readings"] == {
-        "selected_color": "黑色",
-        "selected_size": None,
+        "selected_options": [["颜色", "黑色"]],
         "gate1_unit_price": "12.88",
         "gate2_unit_price": "12.88",
         "gate3_unit_price": "12.88",

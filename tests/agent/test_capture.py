@@ -49,7 +49,7 @@ def _to_submit_screen(serial: str) -> PhoneAdapter:
     pack = pack_for_version(version.name, version.code)
     cap.open_product(phone, pack, GOODS)
     layout = cap.open_buy_sheet(phone, pack)
-    wanted = {"color": "黑色CHA(纯棉)", "size": "M(建议100-115)"}
+    wanted = {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}
     cap.select_sku_options(phone, pack, layout.options_screen, wanted)
     if layout.options_screen != "confirm_order":
         cap.go_to_order_confirm(phone, pack, layout)

@@ -269,6 +269,9 @@ def test_usage_and_output_errors_exit_2_and_touch_nothing(
         [*base, "--max-total", "0"],
         ["--device", "sim-1", "--goods-id", "12a", "--color", "x", "--quantity", "1", "--max-total", "5"],
         ["--device", "sim-1", "--goods-id", "1", "--color", " ", "--quantity", "1", "--max-total", "5"],
+        ["--device", "sim-1", "--goods-id", "1", "--option", "规格", "--quantity", "1", "--max-total", "5"],
+        ["--device", "sim-1", "--goods-id", "1", "--quantity", "1", "--max-total", "5"],  # no option at all
+        [*base[:2], "--goods-id", "1", "--option", "a=1", "--color", "x", "--quantity", "1", "--max-total", "5"],
     ):
         assert main(["dry-run", *argv, "--out", str(tmp_path / "x")]) == 2
         assert json.loads(capsys.readouterr().out)["error"] == "USAGE"
@@ -302,10 +305,11 @@ def test_usage_and_output_errors_exit_2_and_touch_nothing(
 
 
 def test_gate_values_that_inspect_reads_differently_are_disagreements() -> None:
-    """The comparison behind READINGS_DISAGREE: money as inspect prints it, selected by role."""
+    """The comparison behind READINGS_DISAGREE: money as inspect prints it, selected per task dimension
+    (inspect's headers matched through the alias table: the task's 颜色 is the sheet's 颜色分类)."""
     pack = pack_for_version("8.22.0", 82200)
     read = {
-        "selected": {"color": "黑色", "size": "M"},
+        "selected": {"颜色": "黑色", "尺码": "M"},
         "unit_price": Decimal("29.9"),
         "quantity": 2,
         "confirm_amount": Decimal("59.80"),
@@ -313,7 +317,7 @@ def test_gate_values_that_inspect_reads_differently_are_disagreements() -> None:
         "payment_mode": "微信支付",
     }
     same = {
-        "selected": {"颜色": "黑色", "尺码": "M"},
+        "selected": {"颜色分类": "黑色", "尺码": "M"},
         "unit_price": "29.90",
         "quantity": 2,
         "confirm_amount": "59.80",
@@ -329,4 +333,4 @@ def test_gate_values_that_inspect_reads_differently_are_disagreements() -> None:
         payment_problems=["two payment rows"],
     )
     found = compare(read, other, pack)
-    assert [d.split(":")[0] for d in found] == ["confirm_amount", "quantity", "selected size", "payment"]
+    assert [d.split(":")[0] for d in found] == ["confirm_amount", "quantity", "selected 尺码", "payment"]

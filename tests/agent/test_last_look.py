@@ -182,7 +182,7 @@ def test_every_reading_the_fence_request_carried_is_compared() -> None:
     that differs; a reading that cannot be read (None) differs too."""
     proof = read_proof(make_purchase().task, Decimal("12.88"))
     same = gates.Gate3Reading(
-        selected={"color": proof.selected_color, "size": proof.selected_size},
+        selected=dict(proof.selected_options),  # 颜色, 尺码: per dimension by the task's names (issue 34)
         unit_price=proof.gate3_unit_price,
         quantity=proof.quantity_read,
         total=proof.confirm_page_amount,
@@ -190,8 +190,9 @@ def test_every_reading_the_fence_request_carried_is_compared() -> None:
     )
     assert gates.fenced_differences(same, "微信支付", proof) == []
     changes: list[tuple[dict[str, Any], str | None, list[str]]] = [
-        ({"selected": {"color": proof.selected_color, "size": "XL"}}, "微信支付", ["size"]),
-        ({"selected": {"color": None, "size": proof.selected_size}}, "微信支付", ["color"]),
+        ({"selected": {**dict(proof.selected_options), "尺码": "XL"}}, "微信支付", ["option 尺码"]),
+        ({"selected": {**dict(proof.selected_options), "颜色": None}}, "微信支付", ["option 颜色"]),
+        ({"selected": {**dict(proof.selected_options), "款式": "短袖"}}, "微信支付", ["option 款式"]),
         ({"unit_price": Decimal("12.87")}, "微信支付", ["unit_price"]),
         ({"quantity": None}, "微信支付", ["quantity"]),
         ({"total": proof.confirm_page_amount + Decimal("0.01")}, "微信支付", ["total"]),

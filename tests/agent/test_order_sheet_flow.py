@@ -11,6 +11,7 @@ cashier hand-off after the tap is tested with the post-tap work (tests/agent/tes
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -30,6 +31,7 @@ from cmbuyer.phonesim import PhoneSim
 from cmbuyer.phonesim.journal import swipes
 from cmbuyer.phonesim.scenario import load_scenario
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from cmbuyer.schemas.sku import legacy_options
 
 from .fakes import FakeServer, journal_claim, make_purchase
 
@@ -175,7 +177,8 @@ def test_orders_complete_on_the_order_sheet(tmp_path: Path, sim: PhoneSim, name:
     assert {t["role"] for t in journal.taps()} <= {"buy", "option", "qty_inc", "qty_dec", "submit"}
     (proof,) = server.proofs
     # the fence carries what the submit screen showed (names in the one comparison form)
-    assert proof.selected_color == task["sku_color"] and proof.selected_size == task["sku_size"]
+    # named by the task's dimensions (颜色/尺码: the colour/size special case; the sheet may say 颜色分类 or 款式)
+    assert proof.selected_options == legacy_options(task["sku_color"], task["sku_size"])
     assert proof.confirm_page_amount == total and proof.quantity_read == task["quantity"]
     assert proof.gate1_unit_price == proof.gate2_unit_price == proof.gate3_unit_price == total / task["quantity"]
     assert proof.payment_mode == "微信支付" and proof.submit_control_match_count == 1
@@ -204,7 +207,8 @@ def test_older_layout_bucket_on_the_same_version(tmp_path: Path, sim: PhoneSim) 
     )
     assert (result.outcome, result.tapped) == ("SUBMITTED", True), server.fails
     sim.journal(serial).assert_single_submit_tap()
-    assert server.proofs[0].selected_size == "M" and server.proofs[0].payment_mode == "微信支付"
+    assert server.proofs[0].selected_options == (("颜色", "黑色"), ("尺码", "M"))
+    assert server.proofs[0].payment_mode == "微信支付"
 
 
 @pytest.mark.parametrize(
@@ -254,8 +258,8 @@ def test_update_prompt_stops(tmp_path: Path, sim: PhoneSim) -> None:
 
 
 GATE3_NULLS = {
-    "color": ("SKU_SELECTION_UNREADABLE", lambda r: {"selected": {**r.selected, "color": None}}),
-    "size": ("SKU_SELECTION_UNREADABLE", lambda r: {"selected": {**r.selected, "size": None}}),
+    "color": ("SKU_SELECTION_UNREADABLE", lambda r: {"selected": {**r.selected, "颜色": None}}),
+    "size": ("SKU_SELECTION_UNREADABLE", lambda r: {"selected": {**r.selected, "尺码": None}}),
     "unit_price": ("UNIT_PRICE_UNREADABLE", lambda r: {"unit_price": None}),
     "quantity": ("QUANTITY_UNREADABLE", lambda r: {"quantity": None}),
     "total": ("CONFIRM_AMOUNT_UNREADABLE", lambda r: {"total": None}),
@@ -312,7 +316,7 @@ def test_one_dimension_order_real_server(tmp_path: Path) -> None:
     assert detail["task"]["state"] == "WAITING_PAYMENT", detail["task"]
     sub = detail["submission"]
     sub = sub if isinstance(sub, dict) else vars(sub)
-    assert (sub["selected_color"], sub["selected_size"], sub["payment_mode"]) == ("经典白", None, "微信支付")
+    assert (json.loads(sub["selected_options"]), sub["payment_mode"]) == ([["颜色", "经典白"]], "微信支付")
     assert str(sub["gate3_unit_price"]) == "45.00" and str(sub["confirm_page_amount"]) == "90.00"
 
 

@@ -250,7 +250,7 @@ def test_gate3_on_hand_changed_sheets_stops_with_its_code(change: Any, reason: s
     the flow uses (capabilities.confirm_reading) and judged by gate 3."""
     text = change(xml("sheet_lipstick"))
     assert text != xml("sheet_lipstick")
-    wanted = {"color": "复古红#999"}
+    wanted = {"颜色": "复古红#999"}
     reading = confirm_reading(parse_dump(text), pack822(), wanted)
     with pytest.raises(FlowStop) as err:
         gates.gate3(reading.gate3, wanted=wanted, gate1_price=Decimal("39.90"), quantity=1, max_total=Decimal("100"))
@@ -276,7 +276,7 @@ def test_selected_tile_sold_out_on_the_submit_screen_stops(change: Any) -> None:
     text = change(xml("sheet_lipstick"))
     assert text != xml("sheet_lipstick")
     with pytest.raises(FlowStop) as err:
-        confirm_reading(parse_dump(text), pack822(), {"color": "复古红#999"})
+        confirm_reading(parse_dump(text), pack822(), {"颜色": "复古红#999"})
     assert err.value.reason_code == "OUT_OF_STOCK"
 
 
@@ -320,12 +320,12 @@ def test_two_price_candidates_are_ambiguous() -> None:
 
 
 # --- gates -----------------------------------------------------------------------------------------
-WANTED = {"color": "黑色", "size": "M"}
+WANTED = {"颜色": "黑色", "尺码": "M"}
 
 
 def g3(**over: Any) -> gates.Gate3Reading:
     base: dict[str, Any] = dict(
-        selected={"color": "黑色", "size": "M"},
+        selected={"颜色": "黑色", "尺码": "M"},
         unit_price=Decimal("10.00"),
         quantity=2,
         total=Decimal("20.00"),
@@ -338,14 +338,14 @@ def g3(**over: Any) -> gates.Gate3Reading:
 @pytest.mark.parametrize(
     ("reading", "reason"),
     [
-        (g3(selected={"color": None, "size": "M"}), "SKU_SELECTION_UNREADABLE"),
-        (g3(selected={"color": "黑色", "size": None}), "SKU_SELECTION_UNREADABLE"),
-        (g3(selected={"color": "黑色"}), "SKU_SELECTION_UNREADABLE"),
+        (g3(selected={"颜色": None, "尺码": "M"}), "SKU_SELECTION_UNREADABLE"),
+        (g3(selected={"颜色": "黑色", "尺码": None}), "SKU_SELECTION_UNREADABLE"),
+        (g3(selected={"颜色": "黑色"}), "SKU_SELECTION_UNREADABLE"),
         (g3(unit_price=None), "UNIT_PRICE_UNREADABLE"),
         (g3(quantity=None), "QUANTITY_UNREADABLE"),
         (g3(total=None), "CONFIRM_AMOUNT_UNREADABLE"),
-        (g3(selected={"color": "白色", "size": "M"}), "SKU_MISMATCH_ON_CONFIRM"),
-        (g3(selected={"color": "黑色", "size": "L"}), "SKU_MISMATCH_ON_CONFIRM"),
+        (g3(selected={"颜色": "白色", "尺码": "M"}), "SKU_MISMATCH_ON_CONFIRM"),
+        (g3(selected={"颜色": "黑色", "尺码": "L"}), "SKU_MISMATCH_ON_CONFIRM"),
         (g3(quantity=3, total=Decimal("30.00")), "QUANTITY_MISMATCH"),
         (g3(unit_price=Decimal("9.00"), total=Decimal("18.00")), "PRICE_CHANGED"),
         (g3(total=Decimal("20.01")), "TOTAL_ABOVE_ITEMS"),
@@ -369,11 +369,11 @@ def test_gate3_caps_and_discount() -> None:
 
 
 def test_gates_1_and_2_fail_closed_on_null() -> None:
-    for selected in ({"color": None, "size": "M"}, {"size": "M"}):
+    for selected in ({"颜色": None, "尺码": "M"}, {"尺码": "M"}):
         with pytest.raises(FlowStop, match="gate 1"):
             gates.gate1(selected, WANTED, Decimal("1.00"))
     with pytest.raises(FlowStop) as err:
-        gates.gate1({"color": "黑色", "size": "M"}, WANTED, None)
+        gates.gate1({"颜色": "黑色", "尺码": "M"}, WANTED, None)
     assert err.value.reason_code == "UNIT_PRICE_UNREADABLE"
     for qty, price, reason in ((None, Decimal("1.00"), "QUANTITY_UNREADABLE"), (2, None, "UNIT_PRICE_UNREADABLE")):
         with pytest.raises(FlowStop) as err:
@@ -384,24 +384,37 @@ def test_gates_1_and_2_fail_closed_on_null() -> None:
 @pytest.mark.parametrize(
     ("headers", "wanted", "ok"),
     [
-        (["颜色", "尺码"], {"color": "a", "size": "b"}, True),
-        (["色号"], {"color": "a"}, True),
-        (["款式"], {"color": "a", "size": "b"}, False),  # a named size the sheet does not show
-        (["颜色", "尺码"], {"color": "a"}, False),  # a sheet dimension the task does not name
-        (["颜色", "套餐"], {"color": "a", "size": "b"}, False),  # an unmapped header
-        (["颜色", "款式"], {"color": "a", "size": "b"}, False),  # two colour dimensions
-        (["颜色", "尺码", "规格"], {"color": "a", "size": "b"}, False),  # three dimensions: documented limit
+        (["颜色", "尺码"], {"颜色": "a", "尺码": "b"}, True),
+        (["色号"], {"颜色": "a"}, True),  # a synonym from the pack's alias table
+        (["颜色分类", "尺寸"], {"颜色": "a", "尺码": "b"}, True),
+        (["规格", "数量"], {"规格": "a", "数量": "b"}, True),  # any goods: the headers as shown
+        (["规格", "数量", "口味"], {"口味": "c", "规格": "a", "数量": "b"}, True),  # three, in any order
+        (["颜色分类", "颜色"], {"颜色": "a", "颜色分类": "b"}, True),  # exact names win over synonyms
+        (["款式"], {"颜色": "a", "尺码": "b"}, False),  # a named dimension the sheet does not show
+        (["颜色", "尺码"], {"颜色": "a"}, False),  # a sheet dimension the task does not name
+        (["颜色", "套餐"], {"颜色": "a", "尺码": "b"}, False),  # a header nobody named
+        (["色号", "款式"], {"颜色": "a", "尺码": "b"}, False),  # two headers for one task dimension
+        (["a", "b", "c", "d"], {"a": "1", "b": "2", "c": "3"}, False),  # four: more than a task can name
     ],
 )
 def test_sku_dimensions(headers: list[str], wanted: dict[str, str], ok: bool) -> None:
     pack = pack822()
-    roles = {h: pack.role_of(h) for h in headers}
+    matched = {h: pack.task_dimension(h, wanted) for h in headers}
     if ok:
-        assert set(gates.map_dimensions(headers, roles, wanted)) == set(wanted)
+        assert set(gates.map_dimensions(headers, matched, wanted)) == set(wanted)
     else:
         with pytest.raises(FlowStop) as err:
-            gates.map_dimensions(headers, roles, wanted)
+            gates.map_dimensions(headers, matched, wanted)
         assert err.value.reason_code == "SKU_DIMENSION_UNNAMED"
+
+
+def test_an_unnamed_dimension_is_named_with_how_to_write_the_task() -> None:
+    pack = pack822()
+    wanted = {"规格": "3层100抽"}
+    headers = ["规格", "数量"]
+    with pytest.raises(FlowStop) as err:
+        gates.map_dimensions(headers, {h: pack.task_dimension(h, wanted) for h in headers}, wanted)
+    assert "“数量”任务未指定" in err.value.summary and "数量=（页面上的选项名）" in err.value.summary
 
 
 # --- pack loading: a pack cannot widen what may be tapped ------------------------------------------
@@ -432,7 +445,7 @@ def _sel(text: str) -> dict[str, Any]:
         lambda p: p["payment"].update(handoff_modes=["微信支付", "先用后付"]),
         lambda p: p["payment"].update(handoff_modes=["多多支付(免密)"]),
         lambda p: p["payment"].update(mode_regex="使用(.*)"),
-        lambda p: p["dimension_roles"]["size"].append("颜色"),
+        lambda p: p["dimension_aliases"][1].append("颜色"),  # one header in two alias groups
         # breaker: regexes that reach a payment/submit control without matching any fixed probe
         lambda p: p["dismissals"].append({"id": "pay2", "when": _sel("x"), "tap": _sel("确认支付¥.*")}),
         lambda p: p["dismissals"].append({"id": "pay3", "when": _sel("x"), "tap": _sel("去支付[0-9]+")}),

@@ -155,8 +155,8 @@ def test_http_device_api_against_the_real_server(tmp_path: Path, srv: RealServer
     # The server re-checks what was read: each of these readings is refused and stores nothing.
     for refused_reading in (
         replace(good, confirm_page_amount=Decimal("31.00")),
-        replace(good, selected_color="白色CHA(纯棉)"),
-        replace(good, selected_size=None),
+        replace(good, selected_options=(("颜色", "白色CHA(纯棉)"), ("尺码", "M(建议100-115)"))),  # one value
+        replace(good, selected_options=(("颜色", "黑色CHA(纯棉)"),)),  # a dimension not read
         replace(good, gate3_unit_price=Decimal("12.87")),
         replace(good, payment_mode="先用后付"),
     ):

@@ -87,11 +87,19 @@ def test_the_order_sheet_pack_gives_every_reading_of_the_readme(name: str) -> No
     assert (payment.row, payment.mode, payment.problems) == ("使用#微信支付，更换支付方式", "微信支付", ())
 
 
+def test_inspect_says_how_a_task_may_name_each_option_group() -> None:
+    """Issue 34: the pack's alias table shown by ``inspect``: the header as shown and its synonyms."""
+    out = inspect_dump(parse_dump(text("order_sheet_image_tiles.xml")), [packs()[SHEET]])
+    (header,) = out["readings"]["options"]
+    assert out["dimension_names"] == {header: list(packs()[SHEET].aliases_of(header))}
+    assert "颜色" in out["dimension_names"][header] and header in out["dimension_names"][header]
+
+
 @pytest.mark.parametrize(
     ("name", "wanted", "price"),
     [
-        ("order_sheet_image_tiles.xml", {"color": "雾霾蓝#M03+礼袋"}, Decimal("45.9")),
-        ("order_sheet_text_tile.xml", {"color": SCARF}, Decimal("158")),
+        ("order_sheet_image_tiles.xml", {"颜色": "雾霾蓝#M03+礼袋"}, Decimal("45.9")),
+        ("order_sheet_text_tile.xml", {"颜色": SCARF}, Decimal("158")),
     ],
 )
 def test_gate3_reading_of_the_real_sheet_passes_gate3(name: str, wanted: dict[str, str], price: Decimal) -> None:

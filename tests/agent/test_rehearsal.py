@@ -118,7 +118,7 @@ def test_replay_of_a_recorded_order_completes(
     assert detail["task"]["state"] == recorded["state"]
     sub = detail["submission"]
     assert sub["observation"] == "EXTERNAL_PAYMENT_HANDOFF"
-    assert (sub["selected_color"], sub["selected_size"]) == ("白色", "L")
+    assert json.loads(sub["selected_options"]) == [["颜色", "白色"], ["尺码", "L"]]
     assert str(sub["confirm_page_amount"]) == "59.80"
     # the read-only confirmation read the recorded order list
     assert sub["order_sn"] == recorded["order_sn"]

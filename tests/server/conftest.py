@@ -106,19 +106,20 @@ def create_task(
     goods_id: str = "937122477375",
     color: str = "黑色CHA(纯棉)",
     size: str | None = "M(建议100-115)",
+    options: list[list[str]] | None = None,
     quantity: int = 2,
     max_total_price: str = "30.00",
     title: str = "纯棉短袖",
     start: bool = False,
 ) -> Any:
     """Create a DRAFT task through the CLI's task service on ``conn`` (and with ``start=True`` start it:
-    PENDING + ACTIVE authorization). Returns the task row as stored after the last step."""
+    PENDING + ACTIVE authorization). ``options`` (``[[dimension, value], ...]``) replaces ``color``/``size``.
+    Returns the task row as stored after the last step."""
     raw = {
         "create_key": new_id(),
         "title": title,
         "product_url": GOODS_URL.format(goods_id=goods_id),
-        "sku_color": color,
-        "sku_size": size,
+        **({"sku_color": color, "sku_size": size} if options is None else {"sku_options": options}),
         "quantity": quantity,
         "max_total_price": max_total_price,
     }

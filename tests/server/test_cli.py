@@ -137,7 +137,8 @@ def test_task_add_without_size(ddir: Path) -> None:
     created = cli_json(ddir, *task_add("口红", color="#01 正红色", size=None, price="30.00"))
     cli_json(ddir, "task", "start", created["task_id"])
     shown = cli_json(ddir, "task", "show", created["task_id"])
-    assert shown["task"]["sku_size"] is None and shown["authorization"]["sku_size"] is None
+    assert shown["task"]["sku_options"] == shown["authorization"]["sku_options"] == '[["颜色","#01 正红色"]]'
+
     empty = cli(ddir, *task_add(size=""))
     assert empty.returncode == 1 and "规格为空" in empty.stderr  # an empty --size is a mistake, not "none"
 
@@ -247,3 +248,20 @@ def test_missing_data_dir_and_missing_subcommand_are_clear_one_line_errors(tmp_p
     assert result.stderr.strip() == f"cmbuyer-server: directory {missing} does not exist; run `cmbuyer-server init`"
     result = cli(tmp_path, "evidence")
     assert result.returncode == 2 and result.stderr.strip().endswith("the following arguments are required: {gc}")
+
+
+def test_task_add_with_options(ddir: Path) -> None:
+    # any goods (issue 34): --option 维度=值, in the page's order; the colour/size flags are the special case
+    base = ("task", "add", "--title", "抽纸", "--url", URL, "--quantity", "1", "--max-total-price", "30")
+    created = cli_json(ddir, *base, "--option", "规格=3层100抽", "--option", "数量=6包")
+    shown = cli_json(ddir, "task", "show", created["task_id"])
+    assert shown["task"]["sku_options"] == '[["规格","3层100抽"],["数量","6包"]]'
+    for bad, message in (
+        (("--option", "规格"), "维度=值"),  # no '=': refused by the argument parser, before the database
+        (("--option", "规格=a", "--option", "规格=b"), "重复"),
+        (("--option", "a=1", "--option", "b=2", "--option", "c=3", "--option", "d=4"), "1–3"),
+        (("--option", "规格=a", "--color", "黑色"), "sku_options"),
+        ((), "规格选项"),
+    ):
+        done = cli(ddir, *base, *bad)
+        assert done.returncode != 0 and message in done.stderr, (bad, done.stderr)

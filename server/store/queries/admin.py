@@ -22,7 +22,7 @@ from cmbuyer.server.store._sql import marks, one_dict
 
 SHORT_KEYWORD_WINDOW = 5000
 TASK_COLUMNS = (
-    "t.id, t.title, t.goods_id, t.sku_color, t.sku_size, t.quantity, t.max_total_price, t.state,"
+    "t.id, t.title, t.goods_id, t.sku_options, t.quantity, t.max_total_price, t.state,"
     " t.version, t.created_at, t.updated_at, t.state_reason"
 )
 
@@ -98,10 +98,10 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
         sql = (
             f"SELECT * FROM (SELECT {TASK_COLUMNS} FROM tasks t{where_sql}"
             f" ORDER BY t.created_at {order}, t.id {order} LIMIT ?)"
-            " WHERE instr(title, ?) > 0 OR instr(sku_color, ?) > 0 OR instr(sku_size, ?) > 0"
+            " WHERE instr(title, ?) > 0 OR instr(sku_options, ?) > 0"
             f" ORDER BY created_at {order}, id {order} LIMIT ?"
         )
-        args.extend([SHORT_KEYWORD_WINDOW, f.keyword, f.keyword, f.keyword, limit])
+        args.extend([SHORT_KEYWORD_WINDOW, f.keyword, f.keyword, limit])
     else:
         sql = f"SELECT {TASK_COLUMNS} FROM tasks t{where_sql} ORDER BY t.created_at {order}, t.id {order} LIMIT ?"
         args.append(limit)

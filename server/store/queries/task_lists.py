@@ -55,7 +55,7 @@ def pay_list(conn: sqlite3.Connection, waiting_state: str) -> list[dict[str, Any
     device id and name, order number, amount read on the phone, fence time; ordered by device name, then
     the order's age (oldest first) — the order a person walks the phones in."""
     rows = conn.execute(
-        "SELECT t.id, t.title, t.goods_id, t.sku_color, t.sku_size, t.quantity, t.max_total_price, t.version,"
+        "SELECT t.id, t.title, t.goods_id, t.sku_options, t.quantity, t.max_total_price, t.version,"
         " t.updated_at, s.id AS submission_id, s.device_id, d.name AS device_name, s.order_sn,"
         " s.confirm_page_amount AS amount, s.created_at AS fenced_at, s.result_at"
         " FROM tasks t JOIN order_submissions s ON s.id = ("

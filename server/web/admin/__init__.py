@@ -16,10 +16,11 @@ from pathlib import Path
 import jinja2
 from aiohttp import web
 
+from cmbuyer.schemas.sku import options_from_text, options_label
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.reports import NO_TAP_REASONS
 from cmbuyer.server.domain.states import TaskState
-from cmbuyer.server.web.admin import auth, devices, evidence, held, labels, supervision, task_io, tasks
+from cmbuyer.server.web.admin import auth, devices, evidence, held, labels, sku_form, supervision, task_io, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
 from cmbuyer.server.web.edge import identity_only
 
@@ -56,6 +57,11 @@ def make_environment() -> jinja2.Environment:
     )
     env.filters["bjt"] = beijing_time
     env.filters["audit_value"] = audit_value
+    # SKU options (issue 34): stored canonical text → "规格=3层100抽 / 数量=6包"; the form's rows
+    env.filters["sku_label"] = lambda text: options_label(options_from_text(text))
+    env.globals.update(
+        sku_pairs=options_from_text, sku_rows=sku_form.form_rows, sku_dimensions=sku_form.known_dimensions
+    )
     env.globals["state_label"] = lambda s: (
         labels.TASK_STATE_LABELS.get(TaskState(s), s) if s in TaskState.__members__ else s
     )

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
+from cmbuyer.schemas.sku import options_from_text, options_label
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.services import admin_actions
@@ -52,7 +53,7 @@ def _held_rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
                 "id": task.id,
                 "title": task.title,
                 "goods_id": task.goods_id,
-                "sku": " / ".join(x for x in (task.sku_color, task.sku_size) if x),
+                "sku": options_label(options_from_text(task.sku_options)),
                 "quantity": task.quantity,
                 "version": task.version,
                 "held_from": held_from,

@@ -264,6 +264,7 @@ AUDIT_ACTION_LABELS.update(
 # would not pass the fence; "unreadable" = the readings are not the 8 well-formed values
 FENCE_REFUSAL_LABELS: dict[str, str] = {
     "sku_mismatch": "规格与任务不符",
+    "sku_options_required": "手机程序版本过旧：此任务的规格须按维度上报，请升级手机程序",
     "quantity_mismatch": "数量与任务不符",
     "unit_price_changed": "三次读取的单价不一致",
     "total_over_cap": "单价 × 数量超过最高总价",

@@ -32,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
+from cmbuyer.schemas.sku import options_from_text, options_label
 from cmbuyer.server.clock import from_wire
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
@@ -83,8 +84,7 @@ EXPORT_HEADER = (
     "任务 id",
     "标题",
     "商品 id",
-    "颜色",
-    "尺码",
+    "规格选项",
     "数量",
     "最高总价",
     "状态",
@@ -100,8 +100,7 @@ PAY_HEADER = (
     "订单编号",
     "标题",
     "商品 id",
-    "颜色",
-    "尺码",
+    "规格选项",
     "数量",
     "金额",
     "下单时间（北京）",
@@ -111,8 +110,11 @@ PAY_HEADER = (
 TEMPLATE_EXAMPLE = (
     "纯棉短袖",
     "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
-    "黑色",
-    "M",
+    "颜色分类=黑色",
+    "尺码=M",
+    "",
+    "",
+    "",
     2,
     "30.00",
     "",
@@ -267,6 +269,11 @@ def _kind(request: web.Request) -> str:
     return kind
 
 
+def sku_label(text: str) -> str:
+    """A stored ``sku_options`` text as people read it in a file: ``颜色分类=黑色 / 尺码=M``."""
+    return options_label(options_from_text(text))
+
+
 def _writer(kind: str) -> Any:
     return write_xlsx if kind == "xlsx" else write_csv
 
@@ -296,8 +303,7 @@ def export_rows(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[li
                 r["id"],
                 r["title"],
                 r["goods_id"],
-                r["sku_color"],
-                r["sku_size"] or "",
+                sku_label(r["sku_options"]),
                 r["quantity"],
                 r["max_total_price"],
                 TASK_STATE_LABELS[TaskState(state)] if state in TaskState.__members__ else state,
@@ -403,8 +409,7 @@ async def export_pay_list(request: web.Request, session: AdminSession) -> web.St
             r["order_sn"] or "",
             r["title"],
             r["goods_id"],
-            r["sku_color"],
-            r["sku_size"] or "",
+            sku_label(r["sku_options"]),
             r["quantity"],
             r["amount"],
             beijing_time(r["fenced_at"]),

@@ -25,6 +25,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
+from cmbuyer.schemas.sku import MAX_OPTIONS
 from cmbuyer.server.domain import task_fields
 from cmbuyer.server.domain.claims import ready_for_claims
 from cmbuyer.server.domain.codes import Code
@@ -306,15 +307,35 @@ async def list_tasks(request: web.Request, session: AdminSession) -> web.StreamR
 # -- create ----------------------------------------------------------------------------------------------
 
 
+def form_options(body: Body) -> list[list[str]] | None:
+    """The option rows of the form (``option_dim_N``/``option_value_N``, N = 1..3; docs/admin.md "The task
+    form"): the filled rows in order as ``[dimension, value]`` pairs; a row with only one side filled is kept
+    so the validation names it. None when no option field was sent at all (a client of the colour/size form)."""
+    names = [f"option_{side}_{n}" for n in range(1, MAX_OPTIONS + 1) for side in ("dim", "value")]
+    if not any(body.one(k) is not None for k in names):
+        return None
+    rows = [
+        [body.one(f"option_dim_{n}", "") or "", body.one(f"option_value_{n}", "") or ""]
+        for n in range(1, MAX_OPTIONS + 1)
+    ]
+    return [r for r in rows if r[0].strip() or r[1].strip()]
+
+
 def _form_task(body: Body) -> dict[str, Any]:
     raw: dict[str, Any] = {
         k: body.one(k, "") for k in ("create_key", "title", "product_url", "sku_color", "sku_size", "max_total_price")
     }
     quantity = (body.one("quantity", "") or "").strip()
     raw["quantity"] = int(quantity) if _QUANTITY.fullmatch(quantity) else quantity
+    options = form_options(body)
+    if options is not None:
+        raw["sku_options"], raw["sku_color"], raw["sku_size"] = options, None, None
+        return raw
     # An empty size field means "this goods has no size" (one-dimension goods, docs/admin.md).
     if not (raw["sku_size"] or "").strip():
         raw["sku_size"] = None
+    if not (raw["sku_color"] or "").strip():
+        raw["sku_color"] = None
     return raw
 
 
@@ -322,6 +343,7 @@ FIELD_LABELS = {
     "create_key": "表单",
     "title": "标题",
     "product_url": "商品链接",
+    "sku_options": "规格选项",
     "sku_color": "颜色",
     "sku_size": "尺码",
     "quantity": "数量",
@@ -474,7 +496,7 @@ async def edit_task(request: web.Request, session: AdminSession, body: Body) -> 
             raise AdminHTTPError(404, Code.NOT_FOUND, "任务不存在")
         version = _expected_version(body)
         if body.kind == "json":
-            raw = {k: body.json.get(k) for k in task_fields.FIELDS}
+            raw = {k: body.json.get(k) for k in (*task_fields.FIELDS, "sku_color", "sku_size")}
         else:
             raw = _form_task(body)
             raw["max_total_price"] = person_money("max_total_price", raw["max_total_price"])

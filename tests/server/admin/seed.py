@@ -151,9 +151,11 @@ class Seeder:
             now = to_wire(self.clock.now())
             c.execute(
                 "INSERT INTO order_submissions (id, task_id, authorization_id, attempt_id, device_id, fence_key, state,"
-                " selected_color, selected_size, gate1_unit_price, gate2_unit_price, gate3_unit_price, quantity_read,"
+                " selected_options, gate1_unit_price, gate2_unit_price, gate3_unit_price, quantity_read,"
                 " confirm_page_amount, submit_control_match_count, payment_mode, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'FENCED', '黑色', 'M', '12.88', '12.88', '12.88', 2, '25.76', 1,"
+                " VALUES (?, ?, ?, ?, ?, ?, 'FENCED',"
+                " json_array(json_array('颜色', '黑色'), json_array('尺码', 'M')), '12.88', '12.88', '12.88',"
+                " 2, '25.76', 1,"
                 " '微信支付', ?)",
                 (sid, task_id, auth_id, attempt_id, device_id, new_id(), now),
             )

@@ -35,8 +35,7 @@ def readings(**over: Any) -> dict[str, Any]:
     """The 8 readings of a screen that matches the default test task (make_task: 黑色CHA(纯棉) /
     M(建议100-115) × 2, cap ¥30.00): 12.88 at every gate, total 25.76, paid by 微信支付."""
     values: dict[str, Any] = {
-        "selected_color": "黑色CHA(纯棉)",
-        "selected_size": "M(建议100-115)",
+        "selected_options": [["颜色", "黑色CHA(纯棉)"], ["尺码", "M(建议100-115)"]],
         "gate1_unit_price": "12.88",
         "gate2_unit_price": "12.88",
         "gate3_unit_price": "12.88",

@@ -58,8 +58,10 @@ async def test_purchaser_flow_in_chromium(
                 {
                     "title": title,
                     "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
-                    "sku_color": color,
-                    "sku_size": "M",
+                    "option_dim_1": "颜色",
+                    "option_value_1": color,
+                    "option_dim_2": "尺码",
+                    "option_value_2": "M",
                     "quantity": "2",
                     "max_total_price": "30.00",
                 },

@@ -33,22 +33,23 @@ async def test_order_number_and_payment_suspected_banner(
     async with chromium_page() as (page, problems):
         await log_in(page, base)
 
-        # a one-dimension task: the size field is left empty
+        # a one-dimension task: one option row (issue 34), the other rows left empty
         await page.click("details.create summary")
-        await expect(page.locator("details.create")).to_contain_text("留空 = 无尺码")
+        await expect(page.locator("details.create")).to_contain_text("页面显示几项就填几项")
         await create_draft(
             page,
             {
                 "title": "口红 单规格",
                 "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
-                "sku_color": "#01 正红色",
+                "option_dim_1": "颜色",
+                "option_value_1": "#01 正红色",
                 "quantity": "2",
                 "max_total_price": "30.00",
             },
         )
         row = page.locator("#task-rows tr[data-task-id]")
         await expect(row).to_have_count(1)
-        await expect(row).to_contain_text("#01 正红色 / —")
+        await expect(row).to_contain_text("颜色=#01 正红色")
         await page.check("#select-all")
         await page.get_by_role("button", name="开始采购（只创建待付款订单）", exact=True).click()
         await page.click("#confirm-start")
@@ -58,7 +59,7 @@ async def test_order_number_and_payment_suspected_banner(
         # the phone's side, over the real device API: claim (size null), fence on the values read, then
         # the result with the order number read on 待付款 and a paid state seen after the tap
         claim = await claim_http(device_api, make_device("采购机 B"))
-        assert claim.task_id == task_id and claim.sku_size is None
+        assert claim.task_id == task_id and claim.sku_options == [["颜色", "#01 正红色"]]
         status, raw = await post_json(
             device_api,
             fence_path(claim.attempt_id),
@@ -91,7 +92,7 @@ async def test_order_number_and_payment_suspected_banner(
         detail = page.locator("article.detail")
         await expect(detail.locator("p.alarm")).to_be_visible()
         await expect(detail.locator("code.order-sn")).to_have_text(ORDER_SN)
-        for text in ("支付宝", "闸门三 ¥12.88", "疑似已付款", "PAYMENT_SUSPECTED", "无尺码"):
+        for text in ("支付宝", "闸门三 ¥12.88", "疑似已付款", "PAYMENT_SUSPECTED", "颜色=#01 正红色 × "):
             await expect(detail).to_contain_text(text)
         await page.screenshot(path=str(ARTIFACTS / "order-sheet-detail.png"), full_page=True)
 

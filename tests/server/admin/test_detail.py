@@ -158,7 +158,7 @@ async def test_detail_without_size_and_with_order_number(
     attempt = seed.claim(task.id, device.device_id, ordering=True)
     seed.fence(task.id, attempt, device.device_id, observation="EXTERNAL_PAYMENT_HANDOFF", order_sn="241201-5551234567")
     html = await (await admin_client.client.get(f"/tasks/{task.id}")).text()
-    assert "<dt>尺码</dt><dd><span" in html and ">无</span>" in html and "None" not in html
+    assert "<dt>颜色</dt><dd>黑色CHA(纯棉)</dd>" in html and "<dt>尺码</dt>" not in html and "None" not in html
     for expected in ("241201-5551234567", "订单编号", "支付方式", "微信支付", "闸门三"):
         assert expected in html, expected
     assert 'class="alarm"' not in html  # no banner without PAYMENT_SUSPECTED

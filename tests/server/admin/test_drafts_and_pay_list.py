@@ -17,8 +17,11 @@ from .conftest import AdminClient
 EDIT = {
     "title": "改过的标题",
     "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=111222333",
-    "sku_color": "白色",
-    "sku_size": "",
+    # the form's option rows (issue 34): one dimension now, where the task had colour and size
+    "option_dim_1": "规格",
+    "option_value_1": "白色",
+    "option_dim_2": "",
+    "option_value_2": "",
     "quantity": "3",
     "max_total_price": "45",
 }
@@ -35,22 +38,23 @@ async def test_edit_a_draft_then_start_carries_the_edited_values(
     resp = await admin_client.post_form(f"/tasks/{task.id}/edit", {"expected_task_version": "1", **EDIT})
     assert resp.status == 303 and resp.headers["Location"] == f"/tasks/{task.id}?notice=edited"
     row = sync_conn.execute(
-        "SELECT title, goods_id, sku_color, sku_size, quantity, max_total_price, state, version FROM tasks"
+        "SELECT title, goods_id, sku_options, quantity, max_total_price, state, version FROM tasks"
     ).fetchone()
-    assert tuple(row) == ("改过的标题", "111222333", "白色", None, 3, "45.00", "DRAFT", 2)
+    assert tuple(row) == ("改过的标题", "111222333", '[["规格","白色"]]', 3, "45.00", "DRAFT", 2)
     (detail,) = sync_conn.execute("SELECT detail_json FROM audit_log WHERE action = 'task.edit'").fetchone()
     audit = json.loads(detail)
     assert audit["old"]["max_total_price"] == "10.00" and audit["new"]["max_total_price"] == "45.00"
-    assert audit["old"]["sku_size"] == "M(建议100-115)" and audit["new"]["sku_size"] is None
+    assert audit["old"]["sku_options"] == '[["颜色","黑色CHA(纯棉)"],["尺码","M(建议100-115)"]]'
+    assert audit["new"]["sku_options"] == '[["规格","白色"]]'
     # the edited values are what the authorization snapshots
     started = await admin_client.post_json(
         "/tasks/start-purchases", {"start_key": new_id(), "tasks": [{"task_id": task.id, "expected_task_version": 2}]}
     )
     assert started.status == 200, await started.text()
     auth = sync_conn.execute(
-        "SELECT title, goods_id, sku_color, sku_size, quantity, max_total_price FROM authorizations"
+        "SELECT title, goods_id, sku_options, quantity, max_total_price FROM authorizations"
     ).fetchone()
-    assert tuple(auth) == ("改过的标题", "111222333", "白色", None, 3, "45.00")
+    assert tuple(auth) == ("改过的标题", "111222333", '[["规格","白色"]]', 3, "45.00")
 
 
 async def test_edit_with_a_stale_version_is_409_and_changes_nothing(
@@ -63,7 +67,8 @@ async def test_edit_with_a_stale_version_is_409_and_changes_nothing(
     assert form.status == 409 and "任务已变化，请刷新后重选" in await form.text()
     js = await admin_client.post_json(
         f"/tasks/{task.id}/edit",
-        {"expected_task_version": 7, **EDIT, "quantity": 3, "sku_size": None, "max_total_price": "45.00"},
+        {"expected_task_version": 7, "sku_options": [["规格", "白色"]], "quantity": 3, "max_total_price": "45.00"}
+        | {k: v for k, v in EDIT.items() if k in ("title", "product_url")},
     )
     assert js.status == 409 and (await js.json())["error"]["code"] == "version_conflict"
     bad = await admin_client.post_form(

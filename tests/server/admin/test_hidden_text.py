@@ -96,9 +96,9 @@ async def test_plain_text_still_accepted(admin_client: AdminClient, sync_conn: s
         "/tasks", body(title="🎉 夏季 T恤【限定】 «新款»", sku_color="【限定】黑色 ＸＬ", sku_size="M(建议100-115)")
     )
     assert resp.status == 201
-    assert tuple(sync_conn.execute("SELECT title, sku_color FROM tasks").fetchone()) == (
+    assert tuple(sync_conn.execute("SELECT title, sku_options FROM tasks").fetchone()) == (
         "🎉 夏季 T恤【限定】 «新款»",
-        "【限定】黑色 XL",
+        '[["颜色","【限定】黑色 XL"],["尺码","M(建议100-115)"]]',
     )
 
 

@@ -205,7 +205,9 @@ async def test_template_downloads(admin_client: AdminClient) -> None:
     assert resp.status == 200 and resp.headers["Content-Type"] == XLSX
     sheet = load_workbook(io.BytesIO(await resp.read())).worksheets[0]
     rows = [[c.value for c in r] for r in sheet.iter_rows()]
-    assert rows[0] == [*HEADER, "create_key"] and len(rows) == 2
+    columns = ["option1", "option2", "option3", "sku_color", "sku_size"]  # issue 34: options, or colour/size
+    assert rows[0] == ["title", "product_url", *columns, "quantity", "max_total_price", "create_key"]
+    assert len(rows) == 2 and rows[1][2:4] == ["颜色分类=黑色", "尺码=M"]
     csv_resp = await admin_client.client.get("/tasks/import/template.csv")
     assert (await csv_resp.read()).startswith(b"\xef\xbb\xbftitle,product_url,")
 

@@ -251,7 +251,10 @@ async def test_what_the_phone_read_is_escaped(
         task.id,
         attempt,
         device,
-        values=readings(selected_color="<script>alert(1)</script>", payment_mode='"><img src=x onerror=alert(1)>'),
+        values=readings(
+            selected_options=[["颜色", "<script>alert(1)</script>"], ["尺码", "M(建议100-115)"]],
+            payment_mode='"><img src=x onerror=alert(1)>',
+        ),
     )
     html = await (await admin_client.client.get(f"/tasks/{task.id}", headers=DRAWER)).text()
     assert "<script>alert(1)" not in html and "<img src=x" not in html and "<b>x" not in html

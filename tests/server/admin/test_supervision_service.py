@@ -94,8 +94,13 @@ def test_matching_readings_pass_every_row_and_the_fence_gates(
 @pytest.mark.parametrize(
     ("over", "bad", "gate"),
     [
-        ({"selected_color": "白色"}, {"颜色"}, "sku_mismatch"),
-        ({"selected_size": None}, {"尺码"}, "sku_mismatch"),
+        ({"selected_options": [["颜色", "白色"], ["尺码", "M(建议100-115)"]]}, {"颜色"}, "sku_mismatch"),
+        ({"selected_options": [["颜色", "黑色CHA(纯棉)"]]}, {"尺码"}, "sku_mismatch"),  # a dimension not read
+        (  # a dimension read that the task does not name: its own failing row
+            {"selected_options": [["颜色", "黑色CHA(纯棉)"], ["尺码", "M(建议100-115)"], ["款式", "短袖"]]},
+            {"款式"},
+            "sku_mismatch",
+        ),
         ({"quantity_read": 3}, {"数量"}, "quantity_mismatch"),
         ({"gate3_unit_price": "13.88"}, {"闸门三单价"}, "unit_price_changed"),
         (

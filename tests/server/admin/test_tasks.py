@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -113,8 +114,9 @@ async def test_keyset_pagination(admin_client: AdminClient, make_task: Any, cloc
 async def test_create_form_makes_a_draft(admin_client: AdminClient, sync_conn: Any) -> None:
     resp = await admin_client.post_form("/tasks", form(sku_color="ＸＬ黑色", title="  标题  "))
     assert resp.status == 303 and resp.headers["Location"] == "/tasks?notice=created"
-    row = sync_conn.execute("SELECT state, version, sku_color, title, goods_id, product_url FROM tasks").fetchone()
-    assert row[:] == ("DRAFT", 1, "XL黑色", "标题", "937122477375", URL)  # NFKC, trimmed, canonical
+    row = sync_conn.execute("SELECT state, version, sku_options, title, goods_id, product_url FROM tasks").fetchone()
+    options = '[["颜色","XL黑色"],["尺码","M(建议100-115)"]]'  # the colour/size fields: the special case
+    assert row[:] == ("DRAFT", 1, options, "标题", "937122477375", URL)  # NFKC, trimmed, canonical
     assert sync_conn.execute("SELECT count(*) FROM authorizations").fetchone()[0] == 0
     html = await (await admin_client.client.get("/tasks?notice=created")).text()
     assert "已创建草稿任务" in html
@@ -289,11 +291,12 @@ async def test_create_without_size_json_form_and_list(admin_client: AdminClient,
     assert resp.status == 201, await resp.text()
     resp = await admin_client.post_form("/tasks", form(sku_size="  ", title="单规格 表单"))  # blank = no size
     assert resp.status == 303
-    rows = sync_conn.execute("SELECT title, sku_size FROM tasks ORDER BY title").fetchall()
-    assert [tuple(r) for r in rows] == [("单规格 JSON", None), ("单规格 表单", None)]
+    rows = sync_conn.execute("SELECT title, sku_options FROM tasks ORDER BY title").fetchall()
+    one = '[["颜色","黑色CHA(纯棉)"]]'
+    assert [tuple(r) for r in rows] == [("单规格 JSON", one), ("单规格 表单", one)]
     html = await (await admin_client.client.get("/tasks")).text()
-    assert "黑色CHA(纯棉) / <span" in html and "None" not in html
-    assert "留空 = 无尺码" in html  # the form says what an empty size means
+    assert "<td>颜色=黑色CHA(纯棉)</td>" in html and "None" not in html
+    assert "页面显示几项就填几项" in html  # the form says how many options to name
 
 
 @pytest.mark.parametrize("value", ["", " M"])
@@ -316,4 +319,62 @@ async def test_colour_is_still_required(admin_client: AdminClient, sync_conn: An
     assert (await admin_client.post_json("/tasks", body(sku_color=None, sku_size=None))).status == 400
     resp = await admin_client.post_form("/tasks", form(sku_color="", sku_size=""))
     assert resp.status == 400 and "颜色" in await resp.text()
+    assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
+
+
+# -- SKU options by dimension (issue 34): the form's option rows, the JSON list ---------------------------
+
+
+def option_form(*rows: tuple[str, str], **over: Any) -> dict[str, str]:
+    """The create form with option rows instead of the colour/size fields."""
+    base = {k: v for k, v in form(**over).items() if k not in ("sku_color", "sku_size")}
+    for n, (dim, value) in enumerate(rows, start=1):
+        base |= {f"option_dim_{n}": dim, f"option_value_{n}": value}
+    return base
+
+
+async def test_option_rows_create_any_goods(admin_client: AdminClient, sync_conn: Any) -> None:
+    resp = await admin_client.post_form("/tasks", option_form(("规格", "3层100抽"), ("数量", "6包"), title="抽纸"))
+    assert resp.status == 303, await resp.text()
+    three = [["颜色分类", "黑色"], ["尺码", "M"], ["款式", "短袖"]]
+    resp = await admin_client.post_json("/tasks", body(sku_options=three, sku_color=None, sku_size=None, title="三维"))
+    assert resp.status == 201, await resp.text()
+    rows = sync_conn.execute("SELECT title, sku_options FROM tasks ORDER BY title").fetchall()
+    assert [(r[0], json.loads(r[1])) for r in rows] == [
+        ("三维", three),
+        ("抽纸", [["规格", "3层100抽"], ["数量", "6包"]]),
+    ]
+    html = await (await admin_client.client.get("/tasks")).text()
+    assert "规格=3层100抽 / 数量=6包" in html
+    assert '<datalist id="sku-dimensions">' in html and '<option value="颜色分类">' in html  # the pack's names
+    tid = sync_conn.execute("SELECT id FROM tasks WHERE title = '抽纸'").fetchone()[0]
+    detail = await (await admin_client.client.get(f"/tasks/{tid}")).text()
+    assert "<dt>规格</dt><dd>3层100抽</dd><dt>数量</dt><dd>6包</dd>" in detail
+    assert 'name="option_dim_2" value="数量"' in detail  # the edit form shows the rows to change
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ((("规格", ""),), "规格选项"),  # a value missing
+        ((("", "6包"),), "规格选项"),  # a dimension missing
+        ((("规格", "a"), ("规格", "b")), "重复"),
+        ((), "规格选项"),
+    ],
+)
+async def test_bad_option_rows_are_refused_naming_the_field(
+    admin_client: AdminClient, sync_conn: Any, rows: tuple[tuple[str, str], ...], message: str
+) -> None:
+    resp = await admin_client.post_form("/tasks", option_form(*rows, option_dim_3=""))
+    text = await resp.text()
+    assert resp.status == 400 and message in text
+    assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
+
+
+async def test_json_options_and_colour_together_are_refused(admin_client: AdminClient, sync_conn: Any) -> None:
+    resp = await admin_client.post_json("/tasks", body(sku_options=[["规格", "a"]]))
+    assert resp.status == 400
+    four = [["a", "1"], ["b", "2"], ["c", "3"], ["d", "4"]]
+    resp = await admin_client.post_json("/tasks", body(sku_options=four, sku_color=None, sku_size=None))
+    assert resp.status == 400
     assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0

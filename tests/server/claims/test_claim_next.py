@@ -49,8 +49,9 @@ async def test_claim_returns_the_snapshot_and_moves_task_and_authorization(
         "title": task.title,
         "product_url": task.product_url,
         "goods_id": task.goods_id,
-        "sku_color": task.sku_color,
-        "sku_size": task.sku_size,
+        "sku_options": [["颜色", "黑色CHA(纯棉)"], ["尺码", "M(建议100-115)"]],
+        "sku_color": "黑色CHA(纯棉)",  # the colour/size special case, read back for agents before issue 34
+        "sku_size": "M(建议100-115)",
         "quantity": task.quantity,
         "max_total_price": task.max_total_price,
     }
@@ -149,13 +150,16 @@ async def test_ineligible_tasks_are_never_claimed(
 ) -> None:
     make_task(start=False)  # DRAFT: no authorization
     edited = make_task(start=True, goods_id="222")
-    sync_conn.execute("UPDATE tasks SET sku_size = 'L' WHERE id = ?", (edited.id,))  # snapshot mismatch
+    sync_conn.execute(  # snapshot mismatch
+        "UPDATE tasks SET sku_options = json_set(sku_options, '$[1][1]', 'L') WHERE id = ?", (edited.id,)
+    )
     bumped = make_task(start=True, goods_id="333")
     sync_conn.execute("UPDATE tasks SET version = version + 1 WHERE id = ?", (bumped.id,))  # version mismatch
     for field, value in (
         ("quantity", 3),
         ("max_total_price", "31.00"),
-        ("sku_color", "白色"),
+        ("sku_options", '[["颜色","白色"],["尺码","M(建议100-115)"]]'),
+        ("sku_options", '[["颜色分类","黑色CHA(纯棉)"],["尺码","M(建议100-115)"]]'),
         ("title", "x"),
         ("goods_id", "4440"),
         ("product_url", "https://mobile.yangkeduo.com/goods.html?goods_id=1"),
@@ -276,9 +280,10 @@ async def test_open_claim_other_session_expired_lease_or_odd_state_needs_a_perso
     assert await claim(server_client, dev, session) == manual
     sync_conn.execute("UPDATE tasks SET state = 'CLAIMED', version = version - 2 WHERE id = ?", (first.task_id,))
     assert (await claim_ok(server_client, dev, session)).attempt_id == first.attempt_id
-    sync_conn.execute("UPDATE tasks SET sku_size = 'XL' WHERE id = ?", (first.task_id,))  # source drift
+    kept = sync_conn.execute("SELECT sku_options FROM tasks WHERE id = ?", (first.task_id,)).fetchone()[0]
+    sync_conn.execute('UPDATE tasks SET sku_options = \'[["颜色","XL"]]\' WHERE id = ?', (first.task_id,))  # drift
     assert await claim(server_client, dev, session) == manual
-    sync_conn.execute("UPDATE tasks SET sku_size = ? WHERE id = ?", (first.body["task"]["sku_size"], first.task_id))
+    sync_conn.execute("UPDATE tasks SET sku_options = ? WHERE id = ?", (kept, first.task_id))
     clock.set(first.lease)  # lease end == now → expired: never resumed, never transferred
     sync_conn.execute("UPDATE devices SET last_heartbeat_at = ?", (to_wire(clock.now()),))
     assert await claim(server_client, dev, session) == manual

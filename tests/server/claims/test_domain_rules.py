@@ -21,8 +21,7 @@ SNAP = {
     "title": "纯棉短袖",
     "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=1",
     "goods_id": "1",
-    "sku_color": "黑色",
-    "sku_size": None,
+    "sku_options": '[["颜色","黑色"]]',
     "quantity": 2,
     "max_total_price": "30.00",
 }
@@ -42,8 +41,7 @@ class Row:
     title: str = SNAP["title"]
     product_url: str = SNAP["product_url"]
     goods_id: str = SNAP["goods_id"]
-    sku_color: str = SNAP["sku_color"]
-    sku_size: str | None = SNAP["sku_size"]
+    sku_options: str = SNAP["sku_options"]
     quantity: int = SNAP["quantity"]
     max_total_price: str = SNAP["max_total_price"]
 
@@ -94,7 +92,7 @@ def test_renewable(task_state: TaskState, auth_state: AuthorizationState, ok: bo
     task, auth = Row(task_state, version=4), Row(auth_state)
     assert claims.renewable(task, auth, 4, NOW) == ok
     assert not claims.renewable(task, replace(auth, expires_at=to_wire(NOW)), 4, NOW)  # nothing expired is revived
-    assert not claims.renewable(task, replace(auth, sku_size="M"), 4, NOW)
+    assert not claims.renewable(task, replace(auth, sku_options='[["颜色","黑色"],["尺码","M"]]'), 4, NOW)
     assert not claims.renewable(task, auth, 5, NOW)  # the task behind the claim's version
 
 

@@ -7,7 +7,7 @@ database (the migrated file of ``cmbuyer-server init``) with every combination o
 
 - authorization state (all six) × expiry just before / exactly at / just after now,
 - task state (all twelve) × task version equal / above / below the snapshot's,
-- snapshot drift in each frozen field (and the ``sku_size`` NULL cases: dropped, added, absent on both),
+- snapshot drift in each frozen field (the SKU options: a value, a dimension name, one dropped or added, order),
 - an attempt on the authorization (none, OPEN by an active device, OPEN by a revoked device, CLOSED),
 
 and asserts that the SQL picks a row exactly when the domain predicate accepts it, and — with every row in
@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from cmbuyer.schemas.sku import options_text
 from cmbuyer.server.clock import ManualClock, to_wire
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.claims import claimable
@@ -47,22 +48,23 @@ SNAPSHOT: dict[str, Any] = {
     "title": "纯棉短袖",
     "product_url": GOODS_URL.format(goods_id="937122477375"),
     "goods_id": "937122477375",
-    "sku_color": "黑色CHA(纯棉)",
-    "sku_size": "M(建议100-115)",
+    "sku_options": options_text((("颜色", "黑色CHA(纯棉)"), ("尺码", "M(建议100-115)"))),
     "quantity": 2,
     "max_total_price": "30.00",
 }
-# (name, task fields changed, authorization fields changed): one drifted field at a time, plus the NULL sizes
+# (name, task fields changed, authorization fields changed): one drifted field at a time, the SKU options
+# drifting in a value, a dimension's name, a dimension dropped or their order
 DRIFTS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
     ("none", {}, {}),
     ("title", {"title": "纯棉短袖（新）"}, {}),
     ("product_url", {"product_url": GOODS_URL.format(goods_id="937122477376")}, {}),
     ("goods_id", {"goods_id": "937122477376"}, {}),
-    ("sku_color", {"sku_color": "白色"}, {}),
-    ("sku_size", {"sku_size": "L"}, {}),
-    ("size_dropped_on_task", {"sku_size": None}, {}),
-    ("size_added_on_task", {}, {"sku_size": None}),
-    ("no_size_on_either", {"sku_size": None}, {"sku_size": None}),
+    ("sku_value", {"sku_options": options_text((("颜色", "白色"), ("尺码", "M(建议100-115)")))}, {}),
+    ("sku_dimension", {"sku_options": options_text((("颜色分类", "黑色CHA(纯棉)"), ("尺码", "M(建议100-115)")))}, {}),
+    ("dimension_dropped_on_task", {"sku_options": options_text((("颜色", "黑色CHA(纯棉)"),))}, {}),
+    ("dimension_added_on_task", {}, {"sku_options": options_text((("颜色", "黑色CHA(纯棉)"),))}),
+    ("one_dimension_on_either", *([{"sku_options": options_text((("规格", "3层100抽"),))}] * 2)),
+    ("order_swapped", {"sku_options": options_text((("尺码", "M(建议100-115)"), ("颜色", "黑色CHA(纯棉)")))}, {}),
     ("quantity", {"quantity": 3}, {}),
     ("max_total_price", {"max_total_price": "31.00"}, {}),
     ("price_spelled_differently", {"max_total_price": "30.0"}, {}),
@@ -168,9 +170,9 @@ def table(clock: ManualClock) -> list[Row]:
 def test_the_table_covers_both_answers(table: list[Row], clock: ManualClock) -> None:
     now = clock.now()
     accepted = [auth for task, auth, _ in table if claimable(auth, task, now)]
-    # live expiry (1 of 3) × ACTIVE × PENDING × equal versions × matching snapshot (2 of 12): 2 rows
-    assert len(table) == 6 * 3 * len(TaskState) * 3 * 12 and len(accepted) == 2
-    assert {a.sku_size for a in accepted} == {SNAPSHOT["sku_size"], None}
+    # live expiry (1 of 3) × ACTIVE × PENDING × equal versions × matching snapshot (2 of 13): 2 rows
+    assert len(table) == 6 * 3 * len(TaskState) * 3 * 13 and len(accepted) == 2
+    assert {a.sku_options for a in accepted} == {SNAPSHOT["sku_options"], options_text((("规格", "3层100抽"),))}
     assert {kind for _, _, kind in table} == set(ATTEMPTS)
 
 

@@ -219,9 +219,10 @@ async def test_odd_business_state_is_not_current(
     server_client: Any, held: tuple[DeviceCreds, str, Claimed], sync_conn: sqlite3.Connection
 ) -> None:
     dev, session, got = held
-    sync_conn.execute("UPDATE tasks SET sku_color = 'other'")  # source snapshot drift → fail closed
+    kept = sync_conn.execute("SELECT sku_options FROM tasks").fetchone()[0]
+    sync_conn.execute('UPDATE tasks SET sku_options = \'[["颜色","other"]]\'')  # source drift → fail closed
     assert await renew(server_client, dev, got.task_id, got.renew_body(session)) == NOT_CURRENT
-    sync_conn.execute("UPDATE tasks SET sku_color = ?", (got.body["task"]["sku_color"],))
+    sync_conn.execute("UPDATE tasks SET sku_options = ?", (kept,))
     sync_conn.execute("UPDATE tasks SET state = 'FAILED'")
     assert await renew(server_client, dev, got.task_id, got.renew_body(session)) == NOT_CURRENT
     sync_conn.execute("UPDATE tasks SET state = 'ORDERING'")

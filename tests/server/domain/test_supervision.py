@@ -20,8 +20,7 @@ from cmbuyer.server.domain.supervision import (
 )
 
 READINGS = {
-    "selected_color": "红色",
-    "selected_size": "XL",
+    "selected_options": [["颜色", "红色"], ["尺码", "XL"]],
     "gate1_unit_price": "12.80",
     "gate2_unit_price": "12.80",
     "gate3_unit_price": "12.80",
@@ -61,8 +60,7 @@ def test_pack_key_order() -> None:
 def test_canonical_readings_follow_the_fence_normalization() -> None:
     wide = {
         **READINGS,
-        "selected_color": " 红色 ",
-        "selected_size": "ＸＬ",
+        "selected_options": [[" 颜色", " 红色 "], ["尺码", "ＸＬ"]],
         "payment_mode": "微信支付\u3000",
         "fence_key": "ignored",
         "submit_control_match_count": 1,
@@ -70,14 +68,19 @@ def test_canonical_readings_follow_the_fence_normalization() -> None:
     assert canonical_readings(wide) == READINGS
     assert readings_hash(wide) == readings_hash(READINGS)
     assert len(readings_hash(READINGS)) == 64
-    assert canonical_readings({**READINGS, "selected_size": None})["selected_size"] is None
+    # an agent before issue 34 reports colour/size: the same readings, the same hash
+    old = {k: v for k, v in wide.items() if k != "selected_options"} | {"selected_color": "红色", "selected_size": "XL"}
+    assert canonical_readings(old) == READINGS
+    one = canonical_readings({**old, "selected_size": None})["selected_options"]
+    assert one == [["颜色", "红色"]]
     for key, other in (
         ("gate3_unit_price", "12.81"),
         ("quantity_read", 3),
-        ("selected_size", None),
+        ("selected_options", [["颜色", "红色"]]),
+        ("selected_options", [["颜色分类", "红色"], ["尺码", "XL"]]),
         ("payment_mode", "支付宝"),
         ("confirm_page_amount", "25.59"),
-        ("selected_color", "蓝色"),
+        ("selected_options", [["颜色", "蓝色"], ["尺码", "XL"]]),
     ):
         assert readings_hash({**READINGS, key: other}) != readings_hash(READINGS), key
 
@@ -85,10 +88,12 @@ def test_canonical_readings_follow_the_fence_normalization() -> None:
 @pytest.mark.parametrize(
     "key,value",
     [
-        ("selected_color", None),
-        ("selected_color", " "),
-        ("selected_size", 3),
-        ("selected_size", ""),
+        ("selected_options", None),
+        ("selected_options", []),
+        ("selected_options", [["颜色", " "]]),
+        ("selected_options", [["颜色", 3]]),
+        ("selected_options", [["颜色", "红色"], ["颜色", "红色"]]),
+        ("selected_options", [["颜色", "红色", "x"]]),
         ("gate1_unit_price", "12.8"),
         ("gate2_unit_price", 12.8),
         ("confirm_page_amount", "012.80"),

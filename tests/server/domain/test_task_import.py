@@ -142,3 +142,45 @@ def test_bad_headers_refuse_the_file(header: tuple[str, ...], message: str) -> N
     with pytest.raises(FileRefused) as info:
         map_header(header)
     assert info.value.message.startswith(message)
+
+
+# -- SKU options (issue 34): one cell per option, written 维度=值 like the CLI --------------------------------
+
+OPTION_HEADER = ("标题", "商品链接", "选项1", "选项2", "选项3", "数量", "最高总价")
+
+
+def _option_row(*options: Any) -> list[Any]:
+    cells = [*options, *([None] * (3 - len(options)))]
+    return ["抽纸", "https://mobile.yangkeduo.com/goods.html?goods_id=42", *cells, 1, 30]
+
+
+def test_option_columns_name_any_goods() -> None:
+    header = map_header(OPTION_HEADER)
+    assert [header.positions[f] for f in ("option1", "option2", "option3")] == [2, 3, 4]
+    (two,) = _check(_option_row("规格=3层100抽", "数量 = ６包"), header=OPTION_HEADER)
+    assert two.error is None and two.fields.sku_options == '[["规格","3层100抽"],["数量","6包"]]'
+    (three,) = _check(_option_row("颜色分类=黑色", "尺码=M", "款式=a=b"), header=OPTION_HEADER)
+    assert three.fields.sku_options == '[["颜色分类","黑色"],["尺码","M"],["款式","a=b"]]'  # split at the first =
+    (gap,) = _check(_option_row(None, "规格=1"), header=OPTION_HEADER)  # an empty cell between is skipped
+    assert gap.fields.sku_options == '[["规格","1"]]'
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        (("规格",), "选项1：请写成 维度=值"),
+        (("=6包",), "选项1：请写成 维度=值"),
+        (("规格=1", "规格=2"), "规格选项：规格维度“规格”重复"),
+        ((), "规格选项：请填写规格选项"),
+        ((Formula("=A1"),), "选项1：不接受公式"),
+    ],
+)
+def test_bad_option_cells_name_the_column(options: tuple[Any, ...], error: str) -> None:
+    (check,) = _check(_option_row(*options), header=OPTION_HEADER)
+    assert check.fields is None and check.error is not None and check.error.startswith(error), check.error
+
+
+def test_options_and_colour_in_one_row_are_refused() -> None:
+    header = (*HEADER, "option1")
+    (check,) = _check([*good_row(1), "规格=1"], header=header)
+    assert check.error is not None and check.error.startswith("规格选项：请只用"), check.error

@@ -53,6 +53,7 @@ from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.store.queries import task_view as views
 from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import TEST_ACTOR, DeviceCreds, DeviceMaker, Maker
+from tests.server.store.sku_bridge import bridge_0010, unbridge_0010
 from tests.server.store.test_migration_lean import add_later_columns
 from tests.server.submissions.helpers import (
     CLAIM_NEXT,
@@ -121,6 +122,7 @@ def data_dir(tmp_path: Path) -> Path:
     # today's services write columns of later migrations (devices.pack_id, 0007); 0005 leaves them alone
     conn = connect_sync(d / "cmbuyer.sqlite3")
     add_later_columns(conn)
+    bridge_0010(conn)  # today's services write SKU options (0011); taken off with _unbridge_0007
     conn.close()
     return d
 
@@ -153,6 +155,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
 
 
 def _bridge_0007(conn: sqlite3.Connection) -> None:
+    bridge_0010(conn)  # and the SKU options of 0011 (tests/server/store/sku_bridge.py)
     for statement in migrate.split_statements(SUPERVISION_SQL):
         words = " ".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).split()
         if words[:2] == ["ALTER", "TABLE"] and words[5] in _columns(conn, words[2]):
@@ -161,6 +164,7 @@ def _bridge_0007(conn: sqlite3.Connection) -> None:
 
 
 def _unbridge_0007(conn: sqlite3.Connection) -> None:
+    unbridge_0010(conn)
     for table in ("supervision_verdicts", "approval_requests", "supervision_pairs"):
         conn.execute(f"DROP TABLE {table}")
     for table, column in BRIDGE_COLUMNS:

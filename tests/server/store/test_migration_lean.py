@@ -115,6 +115,16 @@ def _heartbeat(conn: sqlite3.Connection, device_id: str, clock: ManualClock, pol
         )
 
 
+# Columns of older schemas that a later migration folded into another (0011: the SKU options): the old
+# column's value read from today's. The seeds are colour/size tasks, so both readings are exact.
+FOLDED_COLUMNS = {
+    "sku_color": ("sku_options", "json_extract(sku_options, '$[0][1]')"),
+    "sku_size": ("sku_options", "json_extract(sku_options, '$[1][1]')"),
+    "selected_color": ("selected_options", "json_extract(selected_options, '$[0][1]')"),
+    "selected_size": ("selected_options", "json_extract(selected_options, '$[1][1]')"),
+}
+
+
 def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection) -> None:
     """Copy every row of ``src`` (current schema) into ``dst`` (an older one), keeping the columns ``dst`` has.
 
@@ -135,10 +145,11 @@ def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection) -> None:
         columns = [
             r[1]
             for r in dst.execute(f"PRAGMA table_info('{table}')")
-            if r[1] in have and not (r[5] and r[2].upper() == "INTEGER")
+            if (r[1] in have or FOLDED_COLUMNS.get(r[1], ("",))[0] in have) and not (r[5] and r[2].upper() == "INTEGER")
         ]
         names = ", ".join(columns)
-        rows = src.execute(f"SELECT {names} FROM {table} ORDER BY rowid").fetchall()
+        reads = ", ".join(c if c in have else FOLDED_COLUMNS[c][1] for c in columns)
+        rows = src.execute(f"SELECT {reads} FROM {table} ORDER BY rowid").fetchall()
         dst.executemany(
             f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})", [tuple(r) for r in rows]
         )
@@ -268,8 +279,8 @@ def test_new_constraints_hold(
         ("UPDATE authorizations SET closed_at = ? WHERE id = ?", (AT, other["id"]), "CHECK"),
         # a second live authorization for a task
         (
-            "INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id, sku_color,"
-            " sku_size, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at, expires_at, NULL, NULL"
+            "INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id, sku_options,"
+            " quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at, expires_at, NULL, NULL"
             " FROM authorizations WHERE id = ?",
             (new_id(), claimed["id"]),
             "UNIQUE.*authorizations.task_id",
@@ -301,7 +312,7 @@ def test_new_constraints_hold(
     )
     sync_conn.execute(
         "INSERT INTO authorizations SELECT ?, task_id, task_version, title, product_url, goods_id,"
-        " sku_color, sku_size, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at,"
+        " sku_options, quantity, max_total_price, 'ACTIVE', start_key, created_by, created_at,"
         " expires_at, NULL, NULL FROM authorizations WHERE id = ?",
         (new_id(), other["id"]),
     )

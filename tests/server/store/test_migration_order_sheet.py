@@ -100,8 +100,9 @@ def test_upgrade_keeps_rows_and_objects(
     assert db_0005.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert db_0005.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     # the later migrations keep every row (0007: columns and tables; 0008: an index; 0009: tasks may be HELD;
-    # *_not_tapped_reasons: order_submissions rebuilt with the same columns, tests/server/store/
-    # test_migration_not_tapped.py); the rest of this test runs on the current schema
+    # 0010 *_not_tapped_reasons: order_submissions rebuilt with the same columns, tests/server/store/
+    # test_migration_not_tapped.py; 0011 folds the colour/size into the SKU options, tested on its own in
+    # test_migration_sku_options.py); the rest of this test runs on the current schema
     assert migrate.migrate(db_0005, AT) == [m.name for m in migrate.available()][6:]
     migrate.check_current(db_0005)
     new_columns = db_0005.execute(
@@ -139,7 +140,7 @@ def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
     }
     new = task_service.validate_new_task(raw, settings)
     task, _ = run_in_transaction(db_0005, lambda c: task_service.create_task(c, new, ACTOR, clock.now()))
-    assert task.sku_size is None
+    assert task.sku_options == '[["颜色","#01 正红色"]]'  # 0011: the colour alone, no size
     # the search trigger keeps the colour when there is no size (0003's trigger would have stored NULL)
     assert db_0005.execute("SELECT sku FROM task_search WHERE task_id = ?", (task.id,)).fetchone()[0] == "#01 正红色"
     found = admin_queries.task_page(db_0005, admin_queries.TaskFilter(keyword="正红色", keyword_kind="text"), 10)
@@ -148,7 +149,8 @@ def test_after_upgrade_a_task_without_size_is_stored_searched_and_claimed(
         db_0005,
         lambda c: task_service.start_purchases(c, new_id(), [(task.id, task.version)], ACTOR, clock.now(), settings),
     )
-    assert db_0005.execute("SELECT sku_size FROM authorizations WHERE task_id = ?", (task.id,)).fetchone()[0] is None
+    snapshot = db_0005.execute("SELECT sku_options FROM authorizations WHERE task_id = ?", (task.id,)).fetchone()[0]
+    assert snapshot == task.sku_options
     issued = run_in_transaction(db_0005, lambda c: device_service.add_device(c, "p", ACTOR, clock.now()))
     run_in_transaction(
         db_0005,
@@ -179,9 +181,12 @@ def test_after_upgrade_constraints(
 
     evidence("ORDER_CONFIRMATION")
     bad: list[tuple[str, tuple[Any, ...]]] = [
-        ("UPDATE tasks SET sku_size = ''", ()),
-        ("UPDATE tasks SET sku_size = ?", ("x" * 65,)),
-        ("UPDATE tasks SET sku_color = NULL", ()),
+        # 0011 folded the colour/size into the options: 1–3 pairs of JSON
+        ("UPDATE tasks SET sku_options = '[]'", ()),
+        ("UPDATE tasks SET sku_options = 'not json'", ()),
+        ("UPDATE tasks SET sku_options = ?", ('[["a","1"],["b","2"],["c","3"],["d","4"]]',)),
+        ("UPDATE tasks SET sku_options = NULL", ()),
+        ("UPDATE order_submissions SET selected_options = '{}'", ()),
         ("UPDATE order_submissions SET order_sn = '12345'", ()),
         ("UPDATE order_submissions SET observation_reason = 'PAID'", ()),
     ]

@@ -80,8 +80,9 @@ class Claim:
     lease_expires_at: str
     quantity: int
     max_total_price: str
-    sku_color: str
+    sku_color: str | None
     sku_size: str | None
+    sku_options: list[list[str]]
 
     @classmethod
     def from_body(cls, device: DeviceCreds, session_id: str, body: dict[str, Any]) -> Claim:
@@ -100,6 +101,7 @@ class Claim:
             t["max_total_price"],
             t["sku_color"],
             t["sku_size"],
+            t["sku_options"],
         )
 
 
@@ -163,18 +165,27 @@ def renew_body(c: Claim, **over: Any) -> dict[str, Any]:
 
 def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
     """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00, paid by 微信支付):
-    :func:`tests.device_bodies.fence_request` with this claim's ids, token, SKU and quantity."""
+    :func:`tests.device_bodies.fence_request` with this claim's ids, token, SKU options and quantity. The
+    options go as ``selected_options`` (today's agent) unless ``over`` names ``selected_color``/``selected_size``
+    (an agent before issue 34), which then replace them."""
+    legacy = "selected_color" in over or "selected_size" in over
     claim = {
         "task_id": c.task_id,
         "expected_task_version": c.task_version,
         "authorization_id": c.authorization_id,
         "claim_generation": c.generation,
         "claim_token": c.token,
-        "selected_color": c.sku_color,
-        "selected_size": c.sku_size,
         "quantity_read": c.quantity,
     }
-    return fence_request(**(claim | over))
+    if legacy:
+        claim |= {"selected_color": c.sku_color, "selected_size": c.sku_size}
+    body = fence_request(**(claim | over))
+    if legacy:
+        body.pop("selected_options", None)
+        return body
+    del body["selected_color"], body["selected_size"]
+    body.setdefault("selected_options", c.sku_options)
+    return body
 
 
 def event(

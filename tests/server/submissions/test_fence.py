@@ -197,7 +197,7 @@ async def test_gate_reading_passes_with_a_discount_and_allowed_modes(
     server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
 ) -> None:
     # A total below unit × quantity (a discount) is allowed; 支付宝 is the other default mode; the read
-    # values (not the task's) are what the submission keeps.
+    # values (not the task's) are what the submission keeps — a colour/size report as its options.
     status, raw = await post_json(
         server_client,
         fence_path(claimed.attempt_id),
@@ -206,9 +206,9 @@ async def test_gate_reading_passes_with_a_discount_and_allowed_modes(
     )
     assert status == 200 and json.loads(raw)["click_permitted"] is True
     row = sync_conn.execute(
-        "SELECT selected_color, gate3_unit_price, payment_mode, confirm_page_amount FROM order_submissions"
+        "SELECT selected_options, gate3_unit_price, payment_mode, confirm_page_amount FROM order_submissions"
     ).fetchone()
-    assert tuple(row) == ("黑色ＣＨＡ（纯棉）", "12.88", "支付宝", "18.23")
+    assert tuple(row) == ('[["颜色","黑色ＣＨＡ（纯棉）"],["尺码","M(建议100-115)"]]', "12.88", "支付宝", "18.23")
 
 
 async def test_payment_mode_allow_list_is_a_setting(
@@ -237,13 +237,18 @@ async def test_task_without_size_fences_only_without_a_size_read(
             server_client, fence_path(c.attempt_id), c.device, fence_body(c, selected_size=read)
         )
         assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": "sku_mismatch"}), read
+        both = [["颜色", "黑色CHA(纯棉)"], ["尺码", read]]
+        status, raw = await post_json(
+            server_client, fence_path(c.attempt_id), c.device, fence_body(c, selected_options=both)
+        )
+        assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": "sku_mismatch"}), read
         assert fingerprint(sync_conn) == before
     status, raw = await post_json(server_client, fence_path(c.attempt_id), c.device, fence_body(c))
     assert status == 200 and json.loads(raw)["click_permitted"] is True
     row = sync_conn.execute(
-        "SELECT selected_size FROM order_submissions WHERE attempt_id = ?", (c.attempt_id,)
+        "SELECT selected_options FROM order_submissions WHERE attempt_id = ?", (c.attempt_id,)
     ).fetchone()
-    assert row[0] is None
+    assert row[0] == '[["颜色","黑色CHA(纯棉)"]]'
 
 
 async def test_expired_lease_refused_also_exactly_at_expiry(

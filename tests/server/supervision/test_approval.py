@@ -210,14 +210,23 @@ async def test_claim_checks_like_the_fence(
         lambda b: {**b, "readings": {**b["readings"], "gate1_unit_price": "12.8"}},
         lambda b: {**b, "readings": {**b["readings"], "gate1_unit_price": 12.88}},
         lambda b: {**b, "readings": {**b["readings"], "quantity_read": True}},
-        lambda b: {**b, "readings": {**b["readings"], "selected_color": ""}},
-        lambda b: {**b, "readings": {**b["readings"], "selected_color": "   "}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", ""]]}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "   "]]}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": []}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_color": "黑色"}},  # both forms at once
+        # an agent before issue 34 (colour/size): a blank colour
+        lambda b: {
+            **b,
+            "readings": {k: v for k, v in b["readings"].items() if k != "selected_options"}
+            | {"selected_color": "   ", "selected_size": None},
+        },
         lambda b: {**b, "readings": {**b["readings"], "payment_mode": "x" * 33}},
         # bidi and invisible characters (issue 33): the drawer showed "\u202e色黑" as 黑色
-        lambda b: {**b, "readings": {**b["readings"], "selected_color": "\u202e色黑"}},
-        lambda b: {**b, "readings": {**b["readings"], "selected_size": "M\u200b"}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "\u202e色黑"]]}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "黑色"], ["尺码", "M\u200b"]]}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜\u200b色", "黑色"]]}},
         lambda b: {**b, "readings": {**b["readings"], "payment_mode": "微信\u2066支付"}},
-        lambda b: {**b, "readings": {**b["readings"], "selected_color": "黑\u0007色"}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "黑\u0007色"]]}},
         lambda b: {**b, "readings": []},
         lambda b: {**b, "approval_key": "not-a-uuid"},
         lambda b: {**b, "screenshot_asset_id": None},

@@ -179,6 +179,7 @@ def test_supervised_is_optional_in_the_claim_answer() -> None:
             "title": "t",
             "product_url": "u",
             "goods_id": "1",
+            "sku_options": [["颜色", "c"]],
             "sku_color": "c",
             "sku_size": None,
             "quantity": 1,
