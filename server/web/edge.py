@@ -28,8 +28,9 @@ One home for four rules that sit below the route handlers:
   connections (one address for many agents, or everybody behind a reverse proxy) are never capped
   as pending. Authenticated device connections are capped per device instead
   (``device_connections_max``, issue 33): a device's new connection beyond the cap closes that
-  device's least recently used one, so a leaked token can hold at most that many connections and
-  never starve other phones.
+  device's least recently used one — at once when it is idle, after its answer when it carries a
+  request — so a leaked token can hold at most that many idle connections and never starve other
+  phones, and a device's own concurrent requests are never cut off mid-answer.
 - **Accept-error log storms** (:class:`RateLimitedExceptionHandler`): the event loop's exception
   handler logs each distinct message at most once per :data:`LOG_INTERVAL_S` with a count of the
   repeats it swallowed (``socket.accept() out of system resource`` when descriptors run out).
@@ -252,7 +253,14 @@ class ConnectionGuard:
             self._disown(oldest)
             self.closed_by_owner_cap += 1
             self._log.log(logging.WARNING, "closing a device's least recently used connection (per-device cap)")
-            oldest.force_close()
+            # a connection carrying a request closes after its answer is sent (close()), an idle
+            # keep-alive one at once (force_close()): a device's own concurrent requests (a fence among
+            # them) are never cut off mid-answer, while its idle connections cannot pile up.
+            # RequestHandler._request_in_progress is private (tests/server/web/test_aiohttp_internals.py)
+            if getattr(oldest, "_request_in_progress", False):
+                oldest.close()
+            else:
+                oldest.force_close()
 
     def owned_count(self, owner: str) -> int:
         """How many open authenticated connections ``owner`` holds."""

@@ -80,6 +80,13 @@ def test_lingering_time_is_the_attribute_the_close_path_reads() -> None:
     assert "self._lingering_time" in inspect.getsource(web_protocol.RequestHandler.start)
 
 
+def test_request_in_progress_is_the_flag_the_handler_keeps() -> None:
+    """The per-device cap (server/web/edge.py) closes a connection that carries a request gracefully."""
+    assert "_request_in_progress" in web_protocol.RequestHandler.__slots__
+    source = inspect.getsource(web_protocol.RequestHandler)
+    assert "self._request_in_progress = True" in source and "self._request_in_progress = False" in source
+
+
 async def test_the_server_names_the_application_through_its_request_handler() -> None:
     # edge._guard_of finds the application as ``server.request_handler.__self__``
     app = web.Application()
