@@ -34,6 +34,7 @@ from cmbuyer.agent.errors import (
     ServerError,
     ServerRejected,
     ServerUnreachable,
+    Unauthorized,
     by_server_code,
 )
 from cmbuyer.agent.model import (
@@ -181,6 +182,17 @@ def _approval_status(body: dict[str, Any]) -> ApprovalStatus:
     )
 
 
+def _why(exc: Exception | None) -> str:
+    """A short, token-free cause of a failed request: the 5xx status, the OS error text (e.g. "Connection
+    refused"), or the exception's class name."""
+    if isinstance(exc, ServerError):
+        return exc.summary
+    reason = getattr(exc, "reason", None)  # URLError wraps the OSError
+    inner = reason if isinstance(reason, OSError) else exc
+    text = getattr(inner, "strerror", None) or (str(reason) if isinstance(reason, str) else None)
+    return f"{type(inner).__name__}: {text}" if text else type(exc).__name__
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect is an error: the Bearer token must not follow it anywhere."""
 
@@ -271,11 +283,13 @@ class HttpDeviceApi:
                     parsed = parse_json_strict(raw)
                 except ValueError as exc:
                     raise ServerError(f"{what}: response is not strict JSON", status=status) from exc
+            if status == 401:  # device authentication failed: the answer is empty by design (docs/api.md)
+                raise Unauthorized()
             if 400 <= status < 500:
                 error = _error_code(parsed)
                 raise _TYPED_REJECTIONS.get(error or "", ServerRejected)(status, error)
             return status, parsed
-        raise ServerUnreachable(f"{what}: server unreachable ({type(last).__name__})")
+        raise ServerUnreachable(f"{what}: cannot reach the server at {self.base_url} ({_why(last)})")
 
     def _post_json(
         self, path: str, schema: str, payload: dict[str, Any], what: str, *, response_schema: str | None = None

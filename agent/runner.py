@@ -18,6 +18,14 @@ Loop, until a stop is requested:
    crash; after a flow, its result. A phone-level reason code or a streak at its limit sets the hold
    at once and heartbeats ``NEEDS_PERSON``; nothing is claimed until ``journal --clear-hold``.
 
+5. **Server refusals and outages** (docs/agent.md "When the server refuses the agent"): a 401 on the
+   heartbeat or claim-next (wrong credentials, or the device was revoked) and a server that cannot be
+   reached are each logged as one line saying what to check (with the server URL), then retried after
+   1, 2, 4 … 60 s (:class:`Backoff`); the same failure again is logged at most once a minute. ``run --once``
+   ends at the first 401 with exit code 2.
+6. **Pause and pacing** (issue 32): the heartbeat answer's ``paused`` / ``paced_until`` are logged once
+   when they change; claim-next answers 204 meanwhile, and an open claim still runs to its end.
+
 Signals (SIGTERM/SIGINT): the first asks the flow to stop after the current step (the flow checks
 between steps; from the fence request to the journaled result it finishes — never stops between
 permit and tap) and ends the loop. A second signal raises :class:`StopNow` at once, unless inside
@@ -38,7 +46,15 @@ from types import FrameType
 from typing import Any
 
 from cmbuyer.agent.client import HttpDeviceApi
-from cmbuyer.agent.errors import AgentError, AppVersionNotAllowed, ClaimRequiresManual, ExitCode, PackError
+from cmbuyer.agent.errors import (
+    AgentError,
+    AppVersionNotAllowed,
+    ClaimRequiresManual,
+    ExitCode,
+    PackError,
+    ServerUnreachable,
+    Unauthorized,
+)
 from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.holds import AttemptEnd, HoldPolicy, Streaks, settle
 from cmbuyer.agent.journal import Journal
@@ -55,6 +71,33 @@ DEFAULT_HEARTBEAT_SECONDS = 10.0
 
 class StopNow(BaseException):
     """Second signal outside the critical window."""
+
+
+class Backoff:
+    """Waits after a server failure that a retry will not fix soon (401, unreachable): 1, 2, 4 … up to
+    ``cap`` seconds, back to the start after a success. ``note`` decides what to log: a new kind of failure
+    is logged at once, the same one again only when ``log_every`` seconds passed since it was last logged, so
+    a revoked agent writes a handful of lines per minute, not one per poll."""
+
+    def __init__(self, first: float = 1.0, cap: float = 60.0, log_every: float = 60.0) -> None:
+        self.first, self.cap, self.log_every = first, cap, log_every
+        self.delay = 0.0  # 0 = no failure in a row
+        self._last_kind: str | None = None
+        self._last_logged = 0.0
+
+    def failed(self, kind: str, now: float) -> tuple[float, bool]:
+        """Count one failure of ``kind`` at monotonic ``now``: returns (seconds to wait, whether to log it)."""
+        self.delay = self.first if self.delay == 0 else min(self.cap, self.delay * 2)
+        log_it = kind != self._last_kind or now - self._last_logged >= self.log_every
+        if log_it:
+            self._last_kind, self._last_logged = kind, now
+        return self.delay, log_it
+
+    def succeeded(self) -> bool:
+        """Reset; True when there was a failure before (the caller may say the server is back)."""
+        was = self.delay > 0
+        self.delay, self._last_kind = 0.0, None
+        return was
 
 
 @dataclass
@@ -113,6 +156,10 @@ class Runner:
         self._hb_state: str | None = None
         self._hb_allowed = False
         self.supervision_hold = False  # the last heartbeat said the device–pack pair is held (issue 17)
+        self.paused = False  # the last heartbeat said an administrator paused the device (issue 32)
+        self.paced_until: str | None = None  # the last heartbeat's paced_until (issue 32)
+        self.backoff = Backoff()
+        self.refused = False  # the last heartbeat or claim-next got 401
         self.last_status: Status | None = None
         self._pack_note: str | None = None  # the last pack resolution logged (logged on change only)
         self.heartbeats = 0  # sent (tests)
@@ -177,10 +224,10 @@ class Runner:
                 pack_id=status.pack_id,
             )
         except AgentError as exc:
-            self.progress(f"heartbeat failed: {exc.reason_code}")
             self._hb_allowed = False
-            self._hb_next = time.monotonic() + self.cfg.poll_seconds
+            self._hb_next = time.monotonic() + self._server_failed("heartbeat", exc)
             return None
+        self._server_ok()
         self.heartbeats += 1
         self._hb_interval = float(hb["heartbeat_interval_seconds"])
         self._hb_next = time.monotonic() + self._hb_interval
@@ -197,7 +244,41 @@ class Runner:
                 "was marked wrong): no task until an admin presses 重新人工监督 on the devices page"
             )
         self.supervision_hold = held
+        self._note_pause(hb)
         return hb
+
+    def _note_pause(self, hb: dict[str, Any]) -> None:
+        paused = hb.get("paused") is True
+        if paused != self.paused:
+            self.progress(
+                "server: this phone is paused by an administrator: no new task until it is resumed "
+                "(devices page or `cmbuyer-server device resume`)"
+                if paused
+                else "server: this phone is no longer paused: claiming again"
+            )
+        self.paused = paused
+        paced = hb.get("paced_until")
+        paced = paced if isinstance(paced, str) else None
+        if paced != self.paced_until and paced is not None:
+            self.progress(f"server: pacing for this phone: next claim not before {paced}")
+        self.paced_until = paced
+
+    # --- server failures ----------------------------------------------------------------------
+    def _server_failed(self, what: str, exc: AgentError) -> float:
+        """Log a failed heartbeat/claim-next the way a person can act on it and return the back-off wait."""
+        self.refused = isinstance(exc, Unauthorized)
+        if isinstance(exc, Unauthorized | ServerUnreachable):
+            wait, log_it = self.backoff.failed(type(exc).__name__, time.monotonic())
+            if log_it:
+                self.progress(f"{what}: {exc.summary}; retrying in {wait:g} s (backing off to {self.backoff.cap:g} s)")
+            return wait
+        self.progress(f"{what} failed: {exc.reason_code} {exc.summary}")
+        return self.cfg.poll_seconds
+
+    def _server_ok(self) -> None:
+        self.refused = False
+        if self.backoff.succeeded():
+            self.progress("server: answering again")
 
     # --- recovery -----------------------------------------------------------------------------
     def _recover(self) -> bool:
@@ -249,8 +330,10 @@ class Runner:
             status = self.last_status = self._status()
             hold = self.journal.hold()
             state = "NEEDS_PERSON" if hold and status.state == "READY" else status.state
-            if time.monotonic() >= self._hb_next or state != self._hb_state:
+            if time.monotonic() >= self._hb_next or (state != self._hb_state and not self.backoff.delay):
                 self._heartbeat(status, state)
+            if self.refused and self.cfg.once:
+                return ExitCode.USAGE  # the line saying what to check is already out
             if not clear:
                 clear = self._recover()
             if self.stop.is_set():
@@ -283,8 +366,13 @@ class Runner:
             self.progress("server: not claimable now (app version, heartbeat or state)")
             self._hb_next = 0.0  # heartbeat again before the next claim
             return False
+        except (Unauthorized, ServerUnreachable) as exc:
+            wait = self._server_failed("claim-next", exc)
+            self._hb_allowed = False  # no claim before a heartbeat gets through again
+            self._hb_next = max(self._hb_next, time.monotonic() + wait)
+            return False
         except AgentError as exc:
-            self.progress(f"claim-next failed: {exc.reason_code}")
+            self._server_failed("claim-next", exc)
             return False
         if purchase is None:
             return False

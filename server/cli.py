@@ -406,16 +406,55 @@ def cmd_device(args: argparse.Namespace) -> int:
                 {"device_id": args.device_id, "supervision": args.mode, "changed": changed},
                 [f"supervision {args.mode}" + ("" if changed else " (unchanged)")],
             )
+        elif args.device_cmd in ("pause", "resume"):
+            paused = args.device_cmd == "pause"
+            changed = _tx(
+                conn, lambda c: device_service.set_paused(c, args.device_id, paused=paused, actor=CLI_ACTOR, now=now)
+            )
+            _report(
+                args,
+                {"device_id": args.device_id, "paused": paused, "changed": changed},
+                [("paused" if paused else "resumed") + ("" if changed else " (unchanged)")],
+            )
+        elif args.device_cmd == "pace":
+            interval, per_day = args.min_interval, args.max_per_day
+            changed = _tx(
+                conn,
+                lambda c: device_service.set_pacing(
+                    c,
+                    args.device_id,
+                    min_claim_interval_seconds=interval,
+                    max_claims_per_day=per_day,
+                    actor=CLI_ACTOR,
+                    now=now,
+                ),
+            )
+            _report(
+                args,
+                {
+                    "device_id": args.device_id,
+                    "min_claim_interval_seconds": interval,
+                    "max_claims_per_day": per_day,
+                    "changed": changed,
+                },
+                [
+                    f"pacing: at least {interval or 'off'} s between claims, at most {per_day or 'off'} claims per day"
+                    + ("" if changed else " (unchanged)")
+                ],
+            )
         else:
             rows = [
                 {
                     "device_id": d.id,
                     "name": d.name,
                     "state": d.state,
+                    "paused": d.paused_at is not None,
                     "created_at": d.created_at,
                     "last_heartbeat_at": d.last_heartbeat_at,
                     "pdd_version": d.pdd_version,
                     "app_version_allowed": d.app_version_allowed,
+                    "min_claim_interval_seconds": d.min_claim_interval_seconds,
+                    "max_claims_per_day": d.max_claims_per_day,
                 }
                 for d in device_store.list_all(conn)
             ]
@@ -424,7 +463,11 @@ def cmd_device(args: argparse.Namespace) -> int:
                 {"devices": rows},
                 [
                     "device id\tname\tstate\tlast heartbeat (UTC)",
-                    *(f"{r['device_id']}\t{r['name']}\t{r['state']}\t{r['last_heartbeat_at'] or '-'}" for r in rows),
+                    *(
+                        f"{r['device_id']}\t{r['name']}\t{r['state']}{' PAUSED' if r['paused'] else ''}"
+                        f"\t{r['last_heartbeat_at'] or '-'}"
+                        for r in rows
+                    ),
                 ],
             )
     return Exit.OK
@@ -584,6 +627,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument("device_id")
     q.add_argument("mode", choices=("on", "off"))
+    for name, what in (
+        ("pause", "take the device out of rotation: no new task (its open claim runs to its end); audited"),
+        ("resume", "put a paused device back into rotation; audited"),
+    ):
+        q = dsub.add_parser(name, parents=[common], help=what)
+        q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+    q = dsub.add_parser(
+        "pace",
+        parents=[common],
+        help="space the device's claims out and cap them per Beijing day (shopping-account risk control); "
+        "a limit left out is off; audited",
+    )
+    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+    q.add_argument(
+        "--min-interval", type=int, default=None, metavar="SECONDS", help="least seconds between two claims (1–86400)"
+    )
+    q.add_argument(
+        "--max-per-day", type=int, default=None, metavar="N", help="most claims per Beijing calendar day (1–10000)"
+    )
 
     p = sub.add_parser("evidence", parents=[common], help="evidence file housekeeping")
     esub = p.add_subparsers(dest="evidence_cmd", required=True)

@@ -11,6 +11,10 @@ the installed app version, or ``"NO_PACK"``. A heartbeat without it (an agent ol
 phone whose app version is unknown: ADB offline, app missing) stores NULL = unknown: the devices page
 shows "—" rather than a pack id an earlier, newer agent reported — a stale id would claim a pack that the
 running agent may not have.
+
+``paused`` and ``paced_until`` (issue 32, also extensions: absent = not paused, not paced) tell the agent why
+claim-next will answer 204 for now: an administrator paused the device, or its pacing
+(:mod:`cmbuyer.server.domain.pacing`) allows the next claim only at that time.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain import pacing
 from cmbuyer.server.domain.claims import ClaimPolicy, version_allowed
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx import audit as audit_tx
@@ -67,4 +72,15 @@ def record_heartbeat(
         "server_now": at,
         "heartbeat_interval_seconds": policy.heartbeat_interval,
         **supervision_tx.heartbeat_fields(conn, device_id=device_id, body=body),
+        **no_work_fields(previous, now),
     }
+
+
+def no_work_fields(row: pacing.PacingRow, now: datetime) -> dict[str, Any]:
+    """The heartbeat answer's ``{"paused": true}`` and ``{"paced_until": <wire time>}`` for the device row
+    ``row`` at ``now`` (each only when it applies, so an older agent's schema still reads the answer)."""
+    work = pacing.no_new_work(row, now)
+    fields: dict[str, Any] = {"paused": True} if work.paused else {}
+    if work.paced_until is not None:
+        fields["paced_until"] = to_wire(work.paced_until)
+    return fields

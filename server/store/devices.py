@@ -31,9 +31,25 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
-class Device(Heartbeat):
+class Controls(Heartbeat):
+    """The :class:`Heartbeat` fields and what an administrator set on the device to take it out of rotation
+    or slow it down, with what pacing counts (migration 0008; rules in :mod:`cmbuyer.server.domain.pacing`).
+    ``paused_by`` is the administrator (``admin:<username>`` or ``cli:<user>``); the pacing limits are None when
+    off; ``claims_day`` is the Beijing day ``claims_on_day`` counts."""
+
+    paused_at: str | None
+    paused_by: str | None
+    min_claim_interval_seconds: int | None
+    max_claims_per_day: int | None
+    last_claim_at: str | None
+    claims_day: str | None
+    claims_on_day: int
+
+
+@dataclass(frozen=True)
+class Device(Controls):
     """A device row without its token hash (which never leaves this module except for lookup): its
-    identity and state, and the :class:`Heartbeat` fields."""
+    identity and state, and the :class:`Controls` (heartbeat, pause, pacing) fields."""
 
     id: str
     name: str
@@ -43,8 +59,9 @@ class Device(Heartbeat):
 
 
 @dataclass(frozen=True)
-class DeviceGate(Heartbeat):
-    """The device's latest heartbeat as seen at the write position (returned by :func:`confirm_active`)."""
+class DeviceGate(Controls):
+    """The device's latest heartbeat, pause and pacing as seen at the write position (returned by
+    :func:`confirm_active`)."""
 
     supervision_off: bool = False  # an admin exempted the device from supervision (migration 0007; 0/1 in SQLite)
 
@@ -132,6 +149,41 @@ def set_supervision_off(conn: sqlite3.Connection, device_id: str, off: bool) -> 
         "UPDATE devices SET supervision_off = ? WHERE id = ? AND supervision_off != ?", (int(off), device_id, int(off))
     )
     return cur.rowcount == 1
+
+
+def set_paused(conn: sqlite3.Connection, device_id: str, *, paused_at: str | None, paused_by: str | None) -> bool:
+    """Pause (``paused_at``/``paused_by`` given) or resume (both None) an ACTIVE device; True when the row
+    changed. False when the device is not ACTIVE or already in that pause state (nothing written)."""
+    if (paused_at is None) != (paused_by is None):
+        raise ValueError("paused_at and paused_by are set together")
+    cur = conn.execute(
+        "UPDATE devices SET paused_at = ?, paused_by = ? WHERE id = ? AND state = 'ACTIVE'"
+        " AND (paused_at IS NULL) != (? IS NULL)",
+        (paused_at, paused_by, device_id, paused_at),
+    )
+    return cur.rowcount == 1
+
+
+def set_pacing(
+    conn: sqlite3.Connection, device_id: str, *, min_claim_interval_seconds: int | None, max_claims_per_day: int | None
+) -> bool:
+    """Set the device's pacing limits (None = off); True when a value changed."""
+    cur = conn.execute(
+        "UPDATE devices SET min_claim_interval_seconds = ?, max_claims_per_day = ? WHERE id = ?"
+        " AND (min_claim_interval_seconds IS NOT ? OR max_claims_per_day IS NOT ?)",
+        (min_claim_interval_seconds, max_claims_per_day, device_id, min_claim_interval_seconds, max_claims_per_day),
+    )
+    return cur.rowcount == 1
+
+
+def count_claim(conn: sqlite3.Connection, device_id: str, *, at: str, day: str) -> None:
+    """A new claim of the device at ``at`` on the Beijing ``day``: remember its time and count it on that day
+    (the counter restarts at 1 on a new day). One statement on the row claim-next has already locked."""
+    conn.execute(
+        "UPDATE devices SET last_claim_at = ?, claims_on_day = CASE WHEN claims_day = ? THEN claims_on_day + 1"
+        " ELSE 1 END, claims_day = ? WHERE id = ?",
+        (at, day, day, device_id),
+    )
 
 
 def record_heartbeat(

@@ -144,12 +144,39 @@ def devices_with_claims(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     rows = conn.execute(
         "SELECT d.id, d.name, d.state, d.created_at, d.revoked_at, d.last_heartbeat_at, d.client_version,"
         " d.adb_serial, d.android_release, d.pdd_version, d.pdd_version_code, d.reported_state,"
-        " d.app_version_allowed, d.pack_id, a.id AS attempt_id, a.task_id AS claim_task_id,"
+        " d.app_version_allowed, d.pack_id, d.paused_at, d.paused_by, d.min_claim_interval_seconds,"
+        " d.max_claims_per_day, d.last_claim_at, d.claims_day, d.claims_on_day,"
+        " a.id AS attempt_id, a.task_id AS claim_task_id,"
         " a.lease_expires_at AS claim_lease_expires_at, t.title AS claim_task_title"
         " FROM devices d LEFT JOIN attempts a ON a.device_id = d.id AND a.state = 'OPEN'"
         " LEFT JOIN tasks t ON t.id = a.task_id ORDER BY d.created_at, d.id"
     )
     return [dict(r) for r in rows]
+
+
+def device_day_counts(conn: sqlite3.Connection, since: str) -> dict[str, dict[str, int]]:
+    """Per device, what happened since ``since`` (wire time, the start of the day): ``claimed`` (new attempts),
+    ``failed`` (of those, closed FAILED before the fence), ``created`` (orders fenced since then and reported
+    or settled as created) and ``reconciliation`` (fenced since then and waiting for a person). Devices with
+    nothing are absent. Two grouped scans (attempts, order_submissions), each one pass over its table."""
+    counts: dict[str, dict[str, int]] = {}
+
+    def add(device_id: str, **values: int) -> None:
+        counts.setdefault(device_id, {"claimed": 0, "failed": 0, "created": 0, "reconciliation": 0}).update(values)
+
+    for r in conn.execute(
+        "SELECT device_id, COUNT(*), SUM(close_reason = 'FAILED') FROM attempts WHERE created_at >= ?"
+        " GROUP BY device_id",
+        (since,),
+    ):
+        add(r[0], claimed=r[1], failed=r[2] or 0)
+    for r in conn.execute(
+        "SELECT device_id, SUM(state IN ('SUBMITTED', 'CREATED')), SUM(state = 'RECONCILIATION_REQUIRED')"
+        " FROM order_submissions WHERE created_at >= ? GROUP BY device_id",
+        (since,),
+    ):
+        add(r[0], created=r[1] or 0, reconciliation=r[2] or 0)
+    return counts
 
 
 def device_names(conn: sqlite3.Connection, device_ids: list[str]) -> dict[str, str]:
