@@ -1,9 +1,10 @@
 """``cmbuyer-agent`` command line: run, doctor, capture, inspect, journal, pack verify.
 
-Credentials never come from the command line: env ``CMBUYER_DEVICE_ID`` + ``CMBUYER_DEVICE_TOKEN``
-or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines or JSON
-``{"device_id": …, "token": …}``). Server: ``--server`` or ``CMBUYER_SERVER_URL``
-(default http://127.0.0.1:8080). Progress lines go to stderr; ``--json-logs`` for JSON lines.
+Credentials never come from the command line (``run`` and ``doctor`` find them the same way,
+:func:`resolve_credentials`): ``--credentials-file FILE``, else env ``CMBUYER_DEVICE_ID`` +
+``CMBUYER_DEVICE_TOKEN``, else ``$CMBUYER_AGENT_STATE_DIR/<serial>.cred`` when it exists (mode 0600;
+``device_id=…``/``token=…`` lines or JSON ``{"device_id": …, "token": …}``). Server: ``--server`` or
+``CMBUYER_SERVER_URL`` (default http://127.0.0.1:8080). Progress lines go to stderr; ``--json-logs`` for JSON lines.
 Hold policy limits (``run``): ``--crash-loop-limit`` / env ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` (default 2)
 and ``--failure-limit`` / env ``CMBUYER_AGENT_FAILURE_LIMIT`` (default 3); see :mod:`cmbuyer.agent.holds`.
 Operator selector packs (``run``, ``doctor``, ``inspect``): ``--pack-dir DIR`` / env
@@ -81,6 +82,51 @@ def load_credentials(path: str | None) -> Credentials:
     if not is_hex64(token):
         raise CredentialsError("device token missing or not 64 lowercase hex characters")
     return Credentials(str(device_id), str(token))
+
+
+def default_credentials_path(serial: str) -> Path:
+    """Where ``run`` and ``doctor`` look for a device's credentials when neither ``--credentials-file`` nor
+    the environment names them: ``$CMBUYER_AGENT_STATE_DIR/<serial>.cred`` (default ``./var/agent``), next
+    to the device's journal, with the serial made file-safe the same way."""
+    return journal_path(serial).with_suffix(".cred")
+
+
+def resolve_credentials(path: str | None, serial: str) -> Credentials:
+    """The device credentials for ``run`` and ``doctor``: ``--credentials-file`` (``path``), else both
+    ``CMBUYER_DEVICE_ID`` and ``CMBUYER_DEVICE_TOKEN``, else :func:`default_credentials_path` when that file
+    exists. Raises CredentialsError naming what is missing (never the token)."""
+    if path:
+        return load_credentials(path)
+    env_id, env_token = os.environ.get("CMBUYER_DEVICE_ID"), os.environ.get("CMBUYER_DEVICE_TOKEN")
+    if env_id or env_token:
+        missing = "CMBUYER_DEVICE_TOKEN" if env_id else "CMBUYER_DEVICE_ID"
+        if not (env_id and env_token):
+            raise CredentialsError(f"{missing} is not set (the other one is); set both, or use --credentials-file")
+        return load_credentials(None)
+    default = default_credentials_path(serial)
+    if default.exists():
+        return load_credentials(str(default))
+    raise CredentialsError(
+        f"no device credentials: pass --credentials-file FILE, set CMBUYER_DEVICE_ID and CMBUYER_DEVICE_TOKEN, "
+        f"or write {default} (lines device_id=… and token=…, mode 0600)"
+    )
+
+
+def server_url(arg: str | None) -> str:
+    """The server URL for ``run`` and ``doctor``: ``--server``, else ``CMBUYER_SERVER_URL``, else
+    :data:`DEFAULT_SERVER`. Raises CredentialsError for a URL that is not ``http(s)://host[:port]`` (a typo
+    should end the command with one line, not turn into a retry loop)."""
+    from urllib.parse import urlsplit
+
+    url = arg or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise CredentialsError(f"server URL {url!r} is not http(s)://host[:port] (--server or CMBUYER_SERVER_URL)")
+    return url
 
 
 def _progress_fn(json_logs: bool) -> Any:
@@ -252,22 +298,35 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         not problems,
         "; ".join(problems) or f"operator pack dir {pack_dir or 'not set'}; usable: {usable}",
     )
-    server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
     try:
-        creds = load_credentials(args.credentials_file)
+        server = server_url(args.server)
+    except CredentialsError as exc:
+        check("server URL", False, str(exc))
+        server = ""
+    try:
+        creds = resolve_credentials(args.credentials_file, args.device)
+    except CredentialsError as exc:
+        check("device credentials", False, str(exc))
+        creds = None
+    if creds is not None:
+        check("device credentials", True, f"device id {creds.device_id}")
+    if creds is not None and server:
         api = HttpDeviceApi(server, creds, _NoKeys(), retries=0)
-        hb = api.heartbeat(
-            adb_serial=args.device,
-            android_release="unknown",
-            pdd_version=version.name if version else None,
-            pdd_version_code=version.code if version else None,
-            state="PAUSED",
-            pack_id=pack_id,
-        )
-        check("server reachable", True, server)
-        check("server allows this app version", bool(hb["app_version_allowed"]))
-    except (CredentialsError, AgentError) as exc:
-        check("server", False, str(exc))
+        try:
+            hb = api.heartbeat(
+                adb_serial=args.device,
+                android_release="unknown",
+                pdd_version=version.name if version else None,
+                pdd_version_code=version.code if version else None,
+                state="PAUSED",
+                pack_id=pack_id,
+            )
+            check("server accepts the device", True, server)
+            check("server allows this app version", bool(hb["app_version_allowed"]))
+            if hb.get("paused"):
+                check("device not paused", False, "an administrator paused this device (devices page: 恢复领取)")
+        except AgentError as exc:  # 401 (Unauthorized) says what to check; unreachable names the URL
+            check("server accepts the device", False, exc.summary)
     print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
     return ExitCode.OK if all(c["ok"] for c in checks) else ExitCode.FAILED
 
@@ -444,11 +503,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress(f"settings: {exc}")
         return ExitCode.USAGE
     try:
-        creds = load_credentials(args.credentials_file)
+        creds = resolve_credentials(args.credentials_file, args.device)
+        server = server_url(args.server)
     except CredentialsError as exc:
-        progress(f"credentials: {exc}")
+        progress(f"cannot start: {exc}")
         return ExitCode.USAGE
-    server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
     try:
         journal = Journal.for_serial(args.device)
         phone = _connect(args.device)

@@ -22,7 +22,7 @@ Loop, until a stop is requested:
    heartbeat or claim-next (wrong credentials, or the device was revoked) and a server that cannot be
    reached are each logged as one line saying what to check (with the server URL), then retried after
    1, 2, 4 … 60 s (:class:`Backoff`); the same failure again is logged at most once a minute. ``run --once``
-   ends at the first 401 with exit code 2.
+   ends at the first such heartbeat failure: exit code 2 for a 401, 1 for an unreachable server.
 6. **Pause and pacing** (issue 32): the heartbeat answer's ``paused`` / ``paced_until`` are logged once
    when they change; claim-next answers 204 meanwhile, and an open claim still runs to its end.
 
@@ -332,8 +332,10 @@ class Runner:
             state = "NEEDS_PERSON" if hold and status.state == "READY" else status.state
             if time.monotonic() >= self._hb_next or (state != self._hb_state and not self.backoff.delay):
                 self._heartbeat(status, state)
-            if self.refused and self.cfg.once:
-                return ExitCode.USAGE  # the line saying what to check is already out
+            if self.cfg.once and self.backoff.delay and not self._hb_allowed:
+                # --once does not wait for a server that refuses or cannot be reached: the line saying what
+                # to check is out; 2 = the credentials (it could not run), 1 = the server
+                return ExitCode.USAGE if self.refused else ExitCode.FAILED
             if not clear:
                 clear = self._recover()
             if self.stop.is_set():

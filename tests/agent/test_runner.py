@@ -8,6 +8,7 @@ sends itself SIGTERM/SIGINT with ``os.kill`` while the runner runs in the main t
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -17,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.errors import ExitCode, ServerRejected, ServerUnreachable, Unauthorized
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import AttemptFailure, Lease
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.recovery import send_fail
-from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
+from cmbuyer.agent.runner import Backoff, Runner, RunnerConfig, StopNow
 
 from .fakes import FakeApi, journal_claim, make_purchase
 from .simphone import SimPhone
@@ -55,6 +56,7 @@ def make_runner(
     phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
     lines: list[str] = []
     runner = Runner(RunnerConfig("sim-1", poll_seconds=poll, once=once), phone, api, journal, lines.append)
+    runner.backoff = Backoff(first=0.01, cap=0.04, log_every=60)  # the rule, on a test's time scale
     runner.lines = lines  # type: ignore[attr-defined]
     return runner, sim, journal
 
@@ -162,7 +164,75 @@ def test_heartbeat_failure_does_not_kill_the_loop(tmp_path: Path) -> None:
     wait_for(lambda: runner.claims == 1)
     runner.stop.set()
     t.join(10)
-    assert any("heartbeat failed" in line for line in runner.lines)  # type: ignore[attr-defined]
+    lines = runner.lines  # type: ignore[attr-defined]
+    failed = [line for line in lines if "retrying in" in line]
+    assert len(failed) == 1 and "fake server down" in failed[0] and "retrying in" in failed[0]  # logged once
+    assert "server: answering again" in lines
+
+
+def test_backoff_doubles_to_the_cap_and_logs_a_repeat_once_a_minute() -> None:
+    b = Backoff()
+    waits = [b.failed("Unauthorized", now=float(t)) for t in range(8)]
+    assert [w for w, _ in waits] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert [logged for _, logged in waits] == [True] + [False] * 7  # the same failure within a minute: once
+    assert b.failed("Unauthorized", now=60.0) == (60, True)
+    assert b.failed("ServerUnreachable", now=61.0) == (60, True)  # another kind of failure: at once
+    assert b.succeeded() is True and b.succeeded() is False
+    assert b.failed("Unauthorized", now=62.0) == (1, True)
+
+
+def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path) -> None:
+    """Issue 32 §3: 401 on every heartbeat → one line naming 401 and what to check, then back-off; no
+    claim-next at all. ``--once`` ends with exit code 2 after that line."""
+    api = FakeApi([make_purchase()], keys=Journal(tmp_path / "j.sqlite3"))
+    calls: list[float] = []
+
+    def refused(**_: Any) -> dict[str, Any]:
+        calls.append(time.monotonic())
+        raise Unauthorized()
+
+    api.heartbeat = refused  # type: ignore[method-assign]
+    runner, _, _ = make_runner(tmp_path, api)
+    runner.backoff = Backoff(first=0.05, cap=0.2, log_every=60)
+    t, _ = run_in_thread(runner)
+    pause(1.2)
+    runner.stop.set()
+    t.join(10)
+    lines = [line for line in runner.lines if not line.startswith("selector pack")]  # type: ignore[attr-defined]
+    assert lines == [
+        "heartbeat: server refused the device credentials (401): check --credentials-file, or the device was "
+        "revoked; retrying in 0.05 s (backing off to 0.2 s)"
+    ], lines
+    assert api.claim_calls == 0
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert 4 <= len(calls) <= 10 and gaps[-1] >= 0.15  # 0.05, 0.1, 0.2, 0.2 … not every 0.02 s poll
+
+    once, _, _ = make_runner(tmp_path / "once", FakeApi([], keys=Journal(tmp_path / "j2.sqlite3")), once=True)
+    once.api.heartbeat = refused  # type: ignore[method-assign]
+    assert once.run() == ExitCode.USAGE
+    assert [line for line in once.lines if "(401)" in line] == once.lines[-1:]  # type: ignore[attr-defined]
+
+
+def test_pause_and_pacing_are_logged_once_when_they_change(tmp_path: Path) -> None:
+    api = FakeApi([], keys=Journal(tmp_path / "j.sqlite3"), interval=1)
+    answers = [{"paused": True}] * 3 + [{"paced_until": "2099-01-01T00:10:00.000000Z"}] * 2 + [{}]
+    real = api.heartbeat
+
+    def heartbeat(**kw: Any) -> dict[str, Any]:
+        return {**real(**kw), **(answers.pop(0) if answers else {})}
+
+    api.heartbeat = heartbeat  # type: ignore[method-assign]
+    runner, _, _ = make_runner(tmp_path, api)
+    runner._hb_interval = 0
+    for _ in range(7):
+        runner._heartbeat(runner._status(), "READY")
+    lines = [line for line in runner.lines if line.startswith("server:")]  # type: ignore[attr-defined]
+    assert lines == [
+        "server: this phone is paused by an administrator: no new task until it is resumed (devices page or "
+        "`cmbuyer-server device resume`)",
+        "server: this phone is no longer paused: claiming again",
+        "server: pacing for this phone: next claim not before 2099-01-01T00:10:00.000000Z",
+    ]
 
 
 def test_undelivered_fail_blocks_claims_until_resent_with_the_same_key(tmp_path: Path) -> None:

@@ -118,6 +118,31 @@ def test_device_supervision_exemption_is_audited_and_idempotent(ddir: Path) -> N
     assert [json.loads(r[0])["supervision"] for r in rows] == ["off", "on"]  # an unchanged call writes nothing
 
 
+def test_device_pause_resume_and_pace(ddir: Path) -> None:
+    """Issue 32: ``device pause|resume ID`` and ``device pace ID`` (audited; a revoked device is refused)."""
+    device_id = cli_json(ddir, "device", "add", "--name", "p")["device_id"]
+    assert cli_json(ddir, "device", "pause", device_id) == {"device_id": device_id, "paused": True, "changed": True}
+    listed = cli(ddir, "device", "list")
+    assert f"{device_id}\tp\tACTIVE PAUSED" in listed.stdout
+    assert cli_json(ddir, "device", "resume", device_id)["changed"] is True
+    paced = cli_json(ddir, "device", "pace", device_id, "--min-interval", "300", "--max-per-day", "20")
+    assert (paced["min_claim_interval_seconds"], paced["max_claims_per_day"], paced["changed"]) == (300, 20, True)
+    assert cli_json(ddir, "device", "list")["devices"][0]["min_claim_interval_seconds"] == 300
+    bad = cli(ddir, "device", "pace", device_id, "--min-interval", "0")
+    assert bad.returncode == 1 and "1–86400" in bad.stderr
+    assert cli_json(ddir, "device", "revoke", device_id)["changed"] is True
+    refused = cli(ddir, "device", "pause", device_id)
+    assert refused.returncode == 1 and "已撤销" in refused.stderr
+    import sqlite3
+
+    conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
+    actions = [
+        r[0] for r in conn.execute("SELECT action FROM audit_log WHERE subject_id = ? ORDER BY id", (device_id,))
+    ]
+    conn.close()
+    assert actions == ["device.add", "device.pause", "device.resume", "device.pacing", "device.revoke"]
+
+
 def test_task_add_start_show(ddir: Path) -> None:
     created = cli_json(
         ddir, *task_add("纯棉短袖", color="黑色CHA(纯棉)", size="M(建议100-115)", quantity="2", price="30.00")

@@ -78,7 +78,8 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
         d["heartbeat_stale"] = beat is None or at - from_wire(beat) > stale_after
         d["heartbeat_age"] = age_label((at - from_wire(beat)).total_seconds()) if beat else ""
         d["lease_expired"] = bool(d["claim_lease_expires_at"]) and from_wire(d["claim_lease_expires_at"]) <= at
-        until = pacing.paced_until(device_store.Controls(**{k: d.get(k) for k in _CONTROL_FIELDS}), at)
+        controls: dict[str, Any] = {k: d[k] for k in _CONTROL_FIELDS}
+        until = pacing.paced_until(device_store.Controls(**controls), at)
         d["paced_until"] = to_wire(until) if until is not None else None
         d["today"] = counts.get(d["id"], {"claimed": 0, "failed": 0, "created": 0, "reconciliation": 0})
     return render(
