@@ -20,12 +20,11 @@ import os
 import re
 import stat
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent import __version__
+from cmbuyer.agent import __version__, logfields
 from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
@@ -129,12 +128,23 @@ def server_url(arg: str | None) -> str:
     return url
 
 
+def log_time() -> str:
+    """Now as ISO-8601 UTC with milliseconds (``2026-08-04T09:00:00.123Z``): the time of every agent log line,
+    in both modes, so lines of phone hosts in other time zones and the server's line up."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _progress_fn(json_logs: bool) -> Any:
+    """The progress printer of ``run`` (and ``dry-run``): ``<time> <line>`` on stderr, or with ``json_logs``
+    one JSON object per line — ``ts``, ``msg`` and, during an attempt, the :mod:`cmbuyer.agent.logfields`
+    (``task_id``, ``attempt_id``, ``step``, ``reason_code``)."""
+
     def emit(line: str) -> None:
         if json_logs:
-            sys.stderr.write(json.dumps({"ts": datetime.now(UTC).isoformat(), "msg": line}, ensure_ascii=False) + "\n")
+            record = {"ts": log_time(), "msg": line, **logfields.current()}
+            sys.stderr.write(json.dumps(record, ensure_ascii=False) + "\n")
         else:
-            sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {line}\n")
+            sys.stderr.write(f"{log_time()} {line}\n")
         sys.stderr.flush()
 
     return emit

@@ -45,6 +45,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from cmbuyer.agent import logfields
 from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.errors import (
     AgentError,
@@ -418,15 +419,17 @@ class Runner:
             progress=self.progress,
         )
         self._flow = flow
-        try:
-            result = flow.run(purchase)
-        finally:
-            busy.stop()
-            lease.stop()
-            self._flow = None
-            self._hb_next = 0.0  # report READY (or NEEDS_PERSON) right after the flow
-        self.progress(f"task {t.id}: {result.outcome} {result.reason_code or ''}".rstrip())
-        self._after_flow(c.attempt_id, result)
+        with logfields.claim(t.id, c.attempt_id):  # JSON log lines of this attempt carry both ids
+            try:
+                result = flow.run(purchase)
+            finally:
+                busy.stop()
+                lease.stop()
+                self._flow = None
+                self._hb_next = 0.0  # report READY (or NEEDS_PERSON) right after the flow
+            with logfields.step(None, result.reason_code):
+                self.progress(f"task {t.id}: {result.outcome} {result.reason_code or ''}".rstrip())
+            self._after_flow(c.attempt_id, result)
         if self._signals >= 2:
             raise StopNow()
         return True

@@ -15,6 +15,7 @@ from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import Database
 from cmbuyer.server.web import admin, device_api, health
+from cmbuyer.server.web.access_log import access_middleware
 from cmbuyer.server.web.edge import GUARD, ConnectionGuard, install_connection_guard, refusal_middleware
 from cmbuyer.server.web.hardening import harden_error_pages
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
@@ -28,7 +29,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     """
     harden_error_pages()
     install_connection_guard()
-    app = web.Application(client_max_size=settings.evidence_limits.request_cap, middlewares=[refusal_middleware])
+    app = web.Application(
+        client_max_size=settings.evidence_limits.request_cap, middlewares=[access_middleware, refusal_middleware]
+    )
     app[GUARD] = ConnectionGuard(
         settings.pending_connections_max, settings.pending_connections_per_address, settings.pending_connection_timeout
     )

@@ -232,12 +232,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         check_schema(settings)
         app = create_app(settings)
-        print(
-            f"cmbuyer-server: serving http://{settings.host}:{settings.port}/ (admin: /login, data dir "
-            f"{settings.data_dir})",
-            file=sys.stderr,
-            flush=True,
-        )
+
+        def serving(_aiohttp_banner: str) -> None:
+            # run_app calls this only once the socket is bound: a busy port is reported first, never
+            # after a "serving" line (issue 32 §9)
+            print(
+                f"cmbuyer-server: serving http://{settings.host}:{settings.port}/ (admin: /login, data dir "
+                f"{settings.data_dir})",
+                file=sys.stderr,
+                flush=True,
+            )
+
         # Everything built so far (modules, app, routes) lives as long as the process: take it out of the
         # cyclic GC so that a full collection does not walk it — one took ≈ 40–50 ms under load, stalling
         # every request in flight (docs/performance.md). Garbage is collected first, so nothing leaks.
@@ -247,7 +252,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             app,
             host=settings.host,
             port=settings.port,
-            print=None,
+            print=serving,
             access_log=None,
             handle_signals=True,
             shutdown_timeout=5,

@@ -406,3 +406,34 @@ def test_lease_keeper_thread_renews_and_stops() -> None:
     assert 2 <= n <= 5 and len(renewed) == n
     pause(0.3)
     assert src.calls == n  # stopped
+
+
+def test_json_logs_carry_utc_time_ids_step_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32 §4: ``run --json-logs`` lines: ISO-8601 UTC ``ts``; during an attempt ``task_id`` and
+    ``attempt_id``; a step's line its ``step`` and ``reason_code`` (the event's); never the claim token."""
+    import json
+    import re
+
+    from cmbuyer.agent.cli import _progress_fn
+
+    journal = Journal(tmp_path / "j.sqlite3")
+    purchase = make_purchase(sku_color="不存在的颜色")  # stops before the fence: SKU_VALUE_MISSING
+    api = FakeApi([purchase], keys=journal)
+    sim = SimPhone()
+    phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
+    runner = Runner(RunnerConfig("sim-1", poll_seconds=0.02, once=True), phone, api, journal, _progress_fn(True))
+    assert runner.run() == ExitCode.OK
+    err = capsys.readouterr().err
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["ts"]) for line in lines)
+    during = [line for line in lines if "attempt_id" in line]
+    assert during and all(line["task_id"] == purchase.task.id for line in during)
+    assert {line["attempt_id"] for line in during} == {purchase.claim.attempt_id}
+    assert any(line.get("step") and line.get("reason_code") is None for line in during)
+    assert any(line.get("reason_code") == "SKU_VALUE_MISSING" for line in during)
+    assert not [line for line in lines if "attempt_id" not in line and "step" in line]  # no step outside a claim
+    assert purchase.claim.claim_token not in err
+
+    text = _progress_fn(False)
+    text("hello")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z hello\n", capsys.readouterr().err)

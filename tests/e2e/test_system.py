@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 import time
@@ -79,8 +80,8 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
     device_of = {serial: device_id for device_id, serial in stack.serial_of.items()}
     assert stack.cli("device", "pause", device_of["sim-2"])["changed"] is True
     stack.create_tasks(specs)
-    for serial in ("sim-1", "sim-2"):
-        stack.start_agent(serial)
+    stack.start_agent("sim-1")
+    stack.start_agent("sim-2", ("--json-logs",))
 
     def worked_by(serial: str) -> int:
         details = stack.task_details(specs).values()
@@ -112,6 +113,33 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
     finally:
         conn.close()
     assert audited == [("device.add", "cli"), ("device.pause", "cli"), ("device.resume", "cli")]
+    json_lines = [json.loads(line) for line in agent_log(stack, "sim-2").splitlines() if line.startswith("{")]
+    assert any(line.get("attempt_id") and line.get("step") for line in json_lines)
+    _assert_no_secret_in_any_log(stack)
+
+
+def _assert_no_secret_in_any_log(stack: Stack) -> None:
+    """Issue 32 §4: every log line of the run (server, simulator, agents) is free of the device tokens, the
+    claim tokens the agents held, the server's secrets and the admin password."""
+    secrets = [stack.admin_password]
+    for cred in (stack.data_dir / "agents").glob("*.credentials"):
+        secrets += [line.split("=", 1)[1] for line in cred.read_text().splitlines() if line.startswith("token=")]
+    for line in (stack.data_dir / "cmbuyer.env").read_text().splitlines():
+        if line.startswith(("CMBUYER_CLAIM_TOKEN_SECRET=", "CMBUYER_SESSION_SECRET=")):
+            secrets.append(line.split("=", 1)[1].strip())
+    claim_tokens = []
+    for journal in (stack.data_dir / "agent-state").glob("*.sqlite3"):
+        conn = sqlite3.connect(journal)
+        try:
+            claim_tokens += [r[0] for r in conn.execute("SELECT claim_token FROM claims")]
+        finally:
+            conn.close()
+    assert len(secrets) == 5 and claim_tokens, (len(secrets), len(claim_tokens))
+    logs = {log.name: log.read_text(errors="replace") for log in stack.logs.glob("*.log")}
+    assert {"server.log", "agent-sim-1.log", "agent-sim-2.log"} <= set(logs)
+    for name, text in logs.items():
+        for secret in secrets + claim_tokens:
+            assert secret not in text, f"a secret in {name}"
 
 
 def test_server_restart_mid_run(stack: Stack) -> None:

@@ -216,23 +216,72 @@ def _wait_health(port: int, proc: subprocess.Popen[str]) -> dict:
     raise AssertionError("server did not become healthy")
 
 
+def _heartbeat_with_a_secret_in_the_query(port: int, issued: dict) -> None:
+    body = json.dumps(
+        {
+            "device_id": issued["device_id"],
+            "client_version": "0.1.0",
+            "adb_serial": "sim-1",
+            "android_release": "16",
+            "pdd_version": "8.17.0",
+            "state": "READY",
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/devices/heartbeat?token=secret-in-query",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {issued['token']}",
+            "X-CMBuyer-Device-ID": issued["device_id"],
+        },
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+
+
+def test_serve_reports_a_busy_port_before_any_serving_line(ddir: Path) -> None:
+    """Issue 32 §9: nothing says "serving" unless the socket is bound; a busy port → exit 3, one line."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = cli(ddir, "serve", "--port", str(taken.getsockname()[1]))
+    assert result.returncode == 3, result.stderr
+    assert "cannot listen on 127.0.0.1:" in result.stderr and "serving" not in result.stderr
+
+
 def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
     issued = cli_json(ddir, "device", "add", "--name", "p")
     for _ in range(2):  # restarting on the same data dir works
         port = free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(ddir), "serve", "--port", str(port)],
-            env=CLEAN_ENV,
+            env={**CLEAN_ENV, "CMBUYER_LOG_LEVEL": "DEBUG"},  # the idle polls' access lines are DEBUG
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
             health = _wait_health(port, proc)
             assert health["status"] == "ok" and health["migrations"] == "current"
+            _heartbeat_with_a_secret_in_the_query(port, issued)
         finally:
             proc.terminate()
             _, err = proc.communicate(timeout=30)
         assert issued["token"] not in err
+        # issue 32 §4: start-up, one access line per request (route template, status, ms, device id prefix;
+        # never the query string or a header), shutdown
+        lines = err.splitlines()
+        assert any("started: schema current" in line for line in lines), err
+        assert any("shutting down" in line for line in lines), err
+        beat = [line for line in lines if "POST /api/v1/devices/heartbeat 200 " in line]
+        assert len(beat) == 1 and beat[0].endswith(f"device={issued['device_id'][:8]}"), err
+        assert any("GET /healthz 200 " in line for line in lines), err
+        assert "secret-in-query" not in err and issued["device_id"] not in err
+        started = next(i for i, line in enumerate(lines) if "started: schema current" in line)
+        serving = next(i for i, line in enumerate(lines) if "cmbuyer-server: serving http" in line)
+        assert started < serving  # "serving" only once the socket is bound, after start-up
     import sqlite3
 
     conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
