@@ -14,7 +14,7 @@ from cmbuyer.server import lifecycle
 from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import Database
-from cmbuyer.server.web import admin, device_api, health
+from cmbuyer.server.web import access_log, admin, device_api, health, metrics
 from cmbuyer.server.web.access_log import access_middleware
 from cmbuyer.server.web.edge import GUARD, ConnectionGuard, install_connection_guard, refusal_middleware
 from cmbuyer.server.web.hardening import harden_error_pages
@@ -38,7 +38,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[DB] = Database(settings.db_path)
+    access_log.setup(app)
     health.setup(app)
+    metrics.setup(app)
     admin.setup(app)
     device_api.setup(app)
     app.cleanup_ctx.append(lifecycle.lifespan)

@@ -31,6 +31,9 @@ access_log = logging.getLogger("cmbuyer.access")
 #: set by the device authentication (device id) and the admin session check (username)
 DEVICE_KEY = web.RequestKey("access_device", str)
 ADMIN_KEY = web.RequestKey("access_admin", str)
+#: callables ``(method, route template, status, seconds)`` told about every request (the metrics' latency
+#: histogram); the list is created with the app (:func:`setup`)
+OBSERVERS = web.AppKey("request_observers", list)
 DEVICE_PREFIX = 8  # enough to tell a fleet's phones apart, not the whole id
 #: (method, route template, status) of the idle polls logged at DEBUG
 QUIET = frozenset(
@@ -62,7 +65,8 @@ async def access_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     """Time the request and log one access line after the handler answered (or raised)."""
-    if not access_log.isEnabledFor(logging.DEBUG):
+    observers = request.app[OBSERVERS]
+    if not observers and not access_log.isEnabledFor(logging.DEBUG):
         return await handler(request)
     started = time.perf_counter()
     status = 500
@@ -74,7 +78,8 @@ async def access_middleware(
         status = exc.status
         raise
     finally:
-        ms = round((time.perf_counter() - started) * 1000, 1)
+        seconds = time.perf_counter() - started
+        ms = round(seconds * 1000, 1)
         fields: dict[str, object] = {
             "method": request.method,
             "route": route_template(request),
@@ -83,7 +88,15 @@ async def access_middleware(
             **who(request),
         }
         actor = " ".join(f"{k}={v}" for k, v in who(request).items()) or "-"
-        level = logging.DEBUG if (request.method, fields["route"], status) in QUIET else logging.INFO
+        route = str(fields["route"])
+        for observe in observers:
+            observe(request.method, route, status, seconds)
+        level = logging.DEBUG if (request.method, route, status) in QUIET else logging.INFO
         access_log.log(
             level, "%s %s %d %.1fms %s", request.method, fields["route"], status, ms, actor, extra={"fields": fields}
         )
+
+
+def setup(app: web.Application) -> None:
+    """Give the app its (empty) list of request observers; the metrics module adds one when enabled."""
+    app[OBSERVERS] = []

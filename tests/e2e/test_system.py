@@ -7,6 +7,7 @@ import json
 import random
 import sqlite3
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -70,7 +71,9 @@ def test_happy_path_one_task_one_order(stack: Stack) -> None:
 def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
     """Ten tasks on two phones, never one bought twice. Issue 32 §1 on the way: sim-2 is paused while every
     task is PENDING — it claims nothing while sim-1 works — then resumed, and it claims again; the audit
-    trail shows both, and sim-2's agent said once that it is paused."""
+    trail shows both, and sim-2's agent said once that it is paused. Afterwards ``/metrics`` (issue 32 §5)
+    counts the claims, fences and results, and no log line of the run holds a secret (§4)."""
+    stack.env["CMBUYER_METRICS"] = "1"
     stack.start_server()
     specs = [shirt(f"t{i}", color=["黑色CHA(纯棉)", "白色CHA(纯棉)"][i % 2]) for i in range(8)]
     specs += [TaskSpec(f"pants{i}", "700000000002", "黑色", "L", 1, "100.00") for i in range(2)]
@@ -115,6 +118,11 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
     assert audited == [("device.add", "cli"), ("device.pause", "cli"), ("device.resume", "cli")]
     json_lines = [json.loads(line) for line in agent_log(stack, "sim-2").splitlines() if line.startswith("{")]
     assert any(line.get("attempt_id") and line.get("step") for line in json_lines)
+    with urllib.request.urlopen(stack.url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    for counter in ("cmbuyer_claims_total", "cmbuyer_fences_total", 'cmbuyer_results_total{observation="SUBMITTED"}'):
+        value = next(line.rsplit(" ", 1)[1] for line in metrics.splitlines() if line.startswith(counter + " "))
+        assert float(value) >= len(specs), (counter, value)
     _assert_no_secret_in_any_log(stack)
 
 
