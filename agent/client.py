@@ -60,6 +60,8 @@ from cmbuyer.schemas.summary import summary_problem
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 1024 * 1024
+# the heartbeat answer fields this agent understands (issue 32): the server sends no other extension
+FEATURES = ("pause", "hold_release", "screenshot")
 # 4xx codes that have their own error class (the rest are plain ServerRejected); codes of the schema's enum
 _TYPED_REJECTIONS: dict[str, type[ServerRejected]] = by_server_code(
     {
@@ -180,6 +182,22 @@ def _approval_status(body: dict[str, Any]) -> ApprovalStatus:
         decided_at=body["decided_at"],
         server_now=body["server_now"],
     )
+
+
+def _png_form(fields: dict[str, str], png: bytes) -> tuple[bytes, str]:
+    """A ``multipart/form-data`` body of the text ``fields`` then ``file`` (one PNG); returns (body, Content-Type)."""
+    boundary = "cmbuyer-" + uuid.uuid4().hex
+    parts: list[bytes] = []
+    for name, value in fields.items():
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+        f'filename="screenshot.png"\r\nContent-Type: image/png\r\n\r\n'.encode()
+        + png
+        + b"\r\n"
+    )
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
 def _why(exc: Exception | None) -> str:
@@ -314,14 +332,19 @@ class HttpDeviceApi:
         pdd_version_code: int | None,
         state: str,
         pack_id: str | None = None,
+        hold: dict[str, Any] | None = None,
+        screen: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """POST the heartbeat; returns the response body (``app_version_allowed``, ``server_now``, …).
 
         ``pack_id`` is the selector pack in use for the installed app version, ``"NO_PACK"`` when there is
         none, or None when the app version is unknown — then the field is left out and the server shows
-        the pack as unknown (docs/api.md). Raises what every request raises (ServerRejected, …).
+        the pack as unknown (docs/api.md). ``hold`` is the local hold (``code``, ``reason``, ``attempt_id``)
+        and ``screen`` the answer to a screenshot request the agent refused (``request_id``,
+        ``foreground_package``), each left out when None. Every heartbeat names the answer fields this
+        agent understands (:data:`FEATURES`). Raises what every request raises (ServerRejected, …).
         """
-        payload = {
+        payload: dict[str, Any] = {
             "device_id": self._creds.device_id,
             "client_version": __version__,
             "adb_serial": adb_serial,
@@ -329,9 +352,14 @@ class HttpDeviceApi:
             "pdd_version": pdd_version,
             "pdd_version_code": pdd_version_code,
             "state": state,
+            "features": list(FEATURES),
         }
         if pack_id is not None:
             payload["pack_id"] = pack_id
+        if hold is not None:
+            payload["hold"] = hold
+        if screen is not None:
+            payload["screen"] = screen
         _, body = self._post_json("/api/v1/devices/heartbeat", "heartbeat", payload, "heartbeat")
         return dict(body)
 
@@ -413,23 +441,8 @@ class HttpDeviceApi:
             "sha256": sha,
             "captured_at": asset.captured_at,
         }
-        boundary = "cmbuyer-" + uuid.uuid4().hex
-        parts: list[bytes] = []
-        for name, value in fields.items():
-            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
-        parts.append(
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-            f'filename="screenshot.png"\r\nContent-Type: image/png\r\n\r\n'.encode()
-            + asset.png
-            + b"\r\n"
-        )
-        parts.append(f"--{boundary}--\r\n".encode())
-        _, body = self._post(
-            f"/api/v1/tasks/{claim.task_id}/evidence",
-            b"".join(parts),
-            f"multipart/form-data; boundary={boundary}",
-            "evidence",
-        )
+        data, content_type = _png_form(fields, asset.png)
+        _, body = self._post(f"/api/v1/tasks/{claim.task_id}/evidence", data, content_type, "evidence")
         try:
             validate("evidence.response", body)
         except SchemaError as exc:
@@ -438,6 +451,17 @@ class HttpDeviceApi:
             raise ServerError("evidence: server stored a different hash")
         self._keys.drop_key("upload", scope)
         return AssetRef(asset_id=body["asset_id"], sha256=sha)
+
+    def upload_device_screen(self, request_id: str, png: bytes) -> str:
+        """Answer an administrator's 查看当前屏幕 (issue 32; the heartbeat answer's ``screenshot_request``) with one
+        fresh screenshot; returns the server's screen id. No journaled key: the request id itself makes a
+        retry the same answer. Raises what every request raises."""
+        fields = {"request_id": request_id, "sha256": hashlib.sha256(png).hexdigest()}
+        data, content_type = _png_form(fields, png)
+        _, body = self._post("/api/v1/devices/screen", data, content_type, "screen")
+        if not isinstance(body, dict) or not isinstance(body.get("screen_id"), str):
+            raise ServerError("screen: unexpected answer")
+        return str(body["screen_id"])
 
     def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
         payload = {

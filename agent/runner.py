@@ -46,7 +46,7 @@ from types import FrameType
 from typing import Any
 
 from cmbuyer.agent import logfields
-from cmbuyer.agent.client import HttpDeviceApi
+from cmbuyer.agent.client import HttpDeviceApi, wire_summary
 from cmbuyer.agent.errors import (
     AgentError,
     AppVersionNotAllowed,
@@ -65,9 +65,11 @@ from cmbuyer.agent.packdir import resolve
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.recovery import recover
 from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.schemas import enum_values
 
 log = logging.getLogger(__name__)
 DEFAULT_HEARTBEAT_SECONDS = 10.0
+REASON_CODES = frozenset(enum_values("common", "/$defs/reason_code/enum"))
 
 
 class StopNow(BaseException):
@@ -161,6 +163,8 @@ class Runner:
         self.paced_until: str | None = None  # the last heartbeat's paced_until (issue 32)
         self.backoff = Backoff()
         self.refused = False  # the last heartbeat or claim-next got 401
+        self._screen_done: str | None = None  # the last screenshot request answered (issue 32)
+        self._screen_answer: dict[str, str] | None = None  # a refused one, sent with the next heartbeat
         self.last_status: Status | None = None
         self._pack_note: str | None = None  # the last pack resolution logged (logged on change only)
         self.heartbeats = 0  # sent (tests)
@@ -215,6 +219,7 @@ class Runner:
         return self._android
 
     def _heartbeat(self, status: Status, state: str) -> dict[str, Any] | None:
+        screen = self._screen_answer
         try:
             hb = self.api.heartbeat(
                 adb_serial=self.cfg.serial,
@@ -223,12 +228,16 @@ class Runner:
                 pdd_version_code=status.version_code,
                 state=state,
                 pack_id=status.pack_id,
+                hold=self._hold_report(),
+                screen=screen,
             )
         except AgentError as exc:
             self._hb_allowed = False
             self._hb_next = time.monotonic() + self._server_failed("heartbeat", exc)
             return None
         self._server_ok()
+        if screen is not None and self._screen_answer is screen:
+            self._screen_answer = None
         self.heartbeats += 1
         self._hb_interval = float(hb["heartbeat_interval_seconds"])
         self._hb_next = time.monotonic() + self._hb_interval
@@ -246,7 +255,57 @@ class Runner:
             )
         self.supervision_hold = held
         self._note_pause(hb)
+        self._note_release(hb)
+        request = hb.get("screenshot_request")
+        if isinstance(request, str) and request != self._screen_done:
+            self._answer_screen(request)
         return hb
+
+    # --- holds and screens from the admin pages (issue 32 §7) -----------------------------------
+    def _hold_report(self) -> dict[str, Any] | None:
+        """The heartbeat's ``hold``: the journal's hold line, its leading reason code when it names one, and
+        the attempt the hold was set on; None when not held."""
+        text = self.journal.hold()
+        if text is None:
+            return None
+        code = text.split(":", 1)[0].strip()
+        return {
+            "code": code if code in REASON_CODES else None,
+            "reason": wire_summary(text[:200], "held: a person must check the phone"),
+            "attempt_id": self.journal.hold_attempt(),
+        }
+
+    def _note_release(self, hb: dict[str, Any]) -> None:
+        released = hb.get("hold_released")
+        if not isinstance(released, dict) or self.journal.hold() is None:
+            return
+        self.journal.clear_hold()  # what `cmbuyer-agent journal --clear-hold` does on the phone host
+        self.progress(
+            f"HOLD released on the server by {released['by']} at {released['at']}: {released['note']}; claiming again"
+        )
+        self._hb_next = 0.0  # say READY at once
+
+    def _answer_screen(self, request_id: str) -> None:
+        """One fresh screenshot for the devices page — only while Pinduoduo itself is in front; otherwise the
+        package in front goes back with the next heartbeat and no image is taken."""
+        png = self.phone.app_screenshot_png()
+        if png is None:
+            try:
+                package = self.phone.focused_package() or "unknown"
+            except AgentError:
+                package = "unknown"
+            self._screen_answer = {"request_id": request_id, "foreground_package": package}
+            self._screen_done = request_id
+            self._hb_next = 0.0
+            self.progress(f"screen requested: {package} is in front, so no screenshot is taken; the server is told")
+            return
+        try:
+            self.api.upload_device_screen(request_id, png)
+        except AgentError as exc:
+            self.progress(f"screen requested: the upload failed ({exc.reason_code}); trying at the next heartbeat")
+            return
+        self._screen_done = request_id
+        self.progress("screen requested: a fresh screenshot was sent")
 
     def _note_pause(self, hb: dict[str, Any]) -> None:
         paused = hb.get("paused") is True

@@ -141,6 +141,52 @@ def set_pacing(
     return changed
 
 
+RELEASE_NOTE_MAX = 500
+
+
+def release_hold(conn: sqlite3.Connection, device_id: str, *, note: str, actor: Actor, now: datetime) -> bool:
+    """释放 (issue 32 §7): a person checked the held phone and lets it work again. The release is stored on the
+    device and goes out in the heartbeat answer (``hold_released``) while the agent still reports that hold;
+    the agent then clears its local hold and claims again. The phone-host command
+    ``cmbuyer-agent journal --clear-hold`` keeps working the same. Audited (``device.hold_release`` with the
+    note and the hold's code). Returns True (a release written).
+
+    Raises ValidationFailed (note empty, longer than 500, or with control/bidi characters), NotFound,
+    InvalidTransition (409 ``invalid_state``) for a revoked device or one whose heartbeat reports no hold."""
+    values.check_text("note", "说明", note)
+    note = note.strip()
+    if not 1 <= len(note) <= RELEASE_NOTE_MAX:
+        raise ValidationFailed("note", "请写明检查了什么（1–500 个字符）")
+    if _existing(conn, device_id).state != DeviceState.ACTIVE:
+        raise InvalidTransition("设备已撤销")
+    held = device_store.hold_state(conn, device_id)
+    at = to_wire(now)
+    who = f"{actor.kind}:{actor.id}"[:100]
+    if held is None or not device_store.release_hold(conn, device_id, at=at, by=who, note=note):
+        raise InvalidTransition("这台手机没有报告暂停（hold），无需释放")
+    audit_tx.record(
+        conn, actor, "device.hold_release", "device", device_id, at=at, detail={"note": note, "code": held.hold_code}
+    )
+    return True
+
+
+def request_screen(conn: sqlite3.Connection, device_id: str, *, actor: Actor, now: datetime) -> str:
+    """查看当前屏幕 (issue 32 §7): ask the phone for one fresh screenshot through its next heartbeat answer; returns
+    the request id. A newer request replaces one not answered yet. Audited (``device.screen_request``).
+
+    Raises NotFound, InvalidTransition (409 ``invalid_state``) for a revoked device or one working on a task
+    (its last heartbeat said BUSY: the flow owns the screen then)."""
+    device = _existing(conn, device_id)
+    if device.state != DeviceState.ACTIVE:
+        raise InvalidTransition("设备已撤销")
+    if device.reported_state == "BUSY":
+        raise InvalidTransition("手机正在执行任务，请在任务结束后再查看屏幕")
+    request_id, at = new_id(), to_wire(now)
+    device_store.request_screen(conn, device_id, request_id=request_id, at=at)
+    audit_tx.record(conn, actor, "device.screen_request", "device", device_id, at=at, detail={"request_id": request_id})
+    return request_id
+
+
 def set_supervision(conn: sqlite3.Connection, device_id: str, *, off: bool, actor: Actor, now: datetime) -> bool:
     """Exempt a device from supervised first orders (``off=True``) or put it back under the global rule
     (issue 17; ``CMBUYER_SUPERVISED_ORDERS``). Idempotent: returns True when this call changed the

@@ -186,6 +186,81 @@ def count_claim(conn: sqlite3.Connection, device_id: str, *, at: str, day: str) 
     )
 
 
+@dataclass(frozen=True)
+class HoldState:
+    """The device's reported hold, a pending 释放 and a pending 查看当前屏幕 (migration 0008; all None when
+    there is none). ``hold_seen_at`` is the server time the server first saw this hold."""
+
+    hold_code: str | None
+    hold_reason: str | None
+    hold_attempt_id: str | None
+    hold_seen_at: str | None
+    hold_release_at: str | None
+    hold_release_by: str | None
+    hold_release_note: str | None
+    screen_request_id: str | None
+    screen_requested_at: str | None
+
+
+_HOLD = Table("devices", HoldState)
+
+
+def hold_state(conn: sqlite3.Connection, device_id: str) -> HoldState | None:
+    """The :class:`HoldState` of a device, or None when it does not exist."""
+    return one(conn, f"SELECT {_HOLD.columns} FROM devices WHERE id = ?", (device_id,), _HOLD.row)
+
+
+def report_hold(
+    conn: sqlite3.Connection, device_id: str, *, code: str, reason: str, attempt_id: str | None, at: str
+) -> None:
+    """A heartbeat reported this hold: kept as it is when it is the hold already stored, else stored as a new
+    hold first seen at ``at`` (a pending release stays: it is compared with ``hold_seen_at``)."""
+    conn.execute(
+        "UPDATE devices SET hold_code = ?, hold_reason = ?, hold_attempt_id = ?, hold_seen_at = ? WHERE id = ?"
+        " AND (hold_seen_at IS NULL OR hold_code IS NOT ? OR hold_reason IS NOT ? OR hold_attempt_id IS NOT ?)",
+        (code, reason, attempt_id, at, device_id, code, reason, attempt_id),
+    )
+
+
+def clear_hold(conn: sqlite3.Connection, device_id: str) -> bool:
+    """A heartbeat reported no hold: forget the stored hold and any release of it. True when one was stored."""
+    cur = conn.execute(
+        "UPDATE devices SET hold_code = NULL, hold_reason = NULL, hold_attempt_id = NULL, hold_seen_at = NULL,"
+        " hold_release_at = NULL, hold_release_by = NULL, hold_release_note = NULL"
+        " WHERE id = ? AND (hold_seen_at IS NOT NULL OR hold_release_at IS NOT NULL)",
+        (device_id,),
+    )
+    return cur.rowcount == 1
+
+
+def release_hold(conn: sqlite3.Connection, device_id: str, *, at: str, by: str, note: str) -> bool:
+    """Record an administrator's 释放 of the device's stored hold; False when no hold is stored."""
+    cur = conn.execute(
+        "UPDATE devices SET hold_release_at = ?, hold_release_by = ?, hold_release_note = ?"
+        " WHERE id = ? AND hold_seen_at IS NOT NULL",
+        (at, by, note, device_id),
+    )
+    return cur.rowcount == 1
+
+
+def request_screen(conn: sqlite3.Connection, device_id: str, *, request_id: str, at: str) -> None:
+    """Ask the device for one fresh screenshot (replaces a request not answered yet)."""
+    conn.execute(
+        "UPDATE devices SET screen_request_id = ?, screen_requested_at = ? WHERE id = ?", (request_id, at, device_id)
+    )
+
+
+def answer_screen(conn: sqlite3.Connection, device_id: str, request_id: str) -> bool:
+    """The device answered ``request_id``: the request is no longer pending. False when it is not the pending
+    one (answered already, or replaced by a newer request)."""
+    cur = conn.execute(
+        "UPDATE devices SET screen_request_id = NULL, screen_requested_at = NULL"
+        " WHERE id = ? AND screen_request_id = ?",
+        (device_id, request_id),
+    )
+    return cur.rowcount == 1
+
+
 def record_heartbeat(
     conn: sqlite3.Connection,
     device_id: str,

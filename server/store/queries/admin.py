@@ -154,6 +154,22 @@ def devices_with_claims(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
+def device_holds(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """Per device with a reported hold or a pending screen request (issue 32 §7): the hold's code, line,
+    since when (``hold_seen_at``), a pending release, the task the held attempt was for and that attempt's
+    newest FAILURE screenshot (index ``evidence_task``), and the pending screen request."""
+    rows = conn.execute(
+        "SELECT d.id, d.hold_code, d.hold_reason, d.hold_attempt_id, d.hold_seen_at, d.hold_release_at,"
+        " d.hold_release_by, d.hold_release_note, d.screen_request_id, d.screen_requested_at,"
+        " a.task_id AS hold_task_id, t.title AS hold_task_title,"
+        " (SELECT e.id FROM evidence_assets e WHERE e.task_id = a.task_id AND e.attempt_id = a.id"
+        "  AND e.kind = 'FAILURE' ORDER BY e.created_at DESC LIMIT 1) AS hold_screenshot_id"
+        " FROM devices d LEFT JOIN attempts a ON a.id = d.hold_attempt_id LEFT JOIN tasks t ON t.id = a.task_id"
+        " WHERE d.hold_seen_at IS NOT NULL OR d.screen_request_id IS NOT NULL"
+    )
+    return {r["id"]: dict(r) for r in rows}
+
+
 def device_day_counts(conn: sqlite3.Connection, since: str) -> dict[str, dict[str, int]]:
     """Per device, what happened since ``since`` (wire time, the start of the day): ``claimed`` (new attempts),
     ``failed`` (of those, closed FAILED before the fence), ``created`` (orders fenced since then and reported

@@ -22,6 +22,7 @@ from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import supervision_admin
 from cmbuyer.server.services.admin_sessions import AdminSession
+from cmbuyer.server.store import device_screens
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.web.admin.common import (
@@ -47,6 +48,8 @@ NOTICES = {
     "resumed": "设备已恢复领取任务。",
     "pacing": "领取节奏已保存。",
     "unchanged": "没有变化。",
+    "released": "已释放：手机在下一次心跳时解除暂停并重新领取任务。",
+    "screen_requested": "已请求当前屏幕：约两次心跳内显示在下方。",
 }
 
 
@@ -68,6 +71,8 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
     db = request.app[DB]
     devices = await db.read(admin_queries.devices_with_claims)
     counts = await db.read(lambda c: admin_queries.device_day_counts(c, since))
+    holds = await db.read(admin_queries.device_holds)
+    screens = await db.read(lambda c: device_screens.latest(c, [d["id"] for d in devices]))
     settings = request.app[SETTINGS]
     supervision = await db.read(
         lambda c: supervision_admin.device_states(c, supervision_admin.required_orders(settings))
@@ -82,6 +87,8 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
         until = pacing.paced_until(device_store.Controls(**controls), at)
         d["paced_until"] = to_wire(until) if until is not None else None
         d["today"] = counts.get(d["id"], {"claimed": 0, "failed": 0, "created": 0, "reconciliation": 0})
+        d["hold"] = holds.get(d["id"])
+        d["screen"] = screens.get(d["id"])
     return render(
         request,
         "devices.html",
@@ -186,6 +193,30 @@ async def pace_device(request: web.Request, session: AdminSession, body: Body) -
     return _answer(request, body, payload, "pacing")
 
 
+@action
+async def release_hold(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
+    """``POST /devices/{id}/release-hold`` with a required ``note``: 释放 the phone's hold (audited); 400 no note,
+    404 unknown, 409 ``invalid_state`` revoked or not held."""
+    device_id = _device_id(request)
+    note = body.json.get("note") if body.kind == "json" else body.one("note")
+    if not isinstance(note, str):
+        raise ValidationFailed("note", "请写明检查了什么（1–500 个字符）")
+    at, who = now(request), actor(session)
+    await request.app[DB].write(lambda c: device_service.release_hold(c, device_id, note=note, actor=who, now=at))
+    return _answer(request, body, {"device_id": device_id, "released": True, "changed": True}, "released")
+
+
+@action
+async def request_screen(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
+    """``POST /devices/{id}/screen-request``: 查看当前屏幕 — ask the phone for one fresh screenshot (audited);
+    404 unknown, 409 ``invalid_state`` revoked or working on a task."""
+    device_id = _device_id(request)
+    at, who = now(request), actor(session)
+    request_id = await request.app[DB].write(lambda c: device_service.request_screen(c, device_id, actor=who, now=at))
+    payload = {"device_id": device_id, "request_id": request_id, "changed": True}
+    return _answer(request, body, payload, "screen_requested")
+
+
 def setup(app: web.Application) -> None:
     """Register the device routes."""
     app.router.add_get("/devices", list_devices, name="admin-devices")
@@ -193,3 +224,5 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/devices/{device_id}/pause", pause_device, name="admin-device-pause")
     app.router.add_post("/devices/{device_id}/resume", resume_device, name="admin-device-resume")
     app.router.add_post("/devices/{device_id}/pacing", pace_device, name="admin-device-pacing")
+    app.router.add_post("/devices/{device_id}/release-hold", release_hold, name="admin-device-release-hold")
+    app.router.add_post("/devices/{device_id}/screen-request", request_screen, name="admin-device-screen-request")

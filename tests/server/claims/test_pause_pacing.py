@@ -44,8 +44,11 @@ def _pace(
     )
 
 
-async def _heartbeat(client: Any, dev: DeviceCreds) -> dict[str, Any]:
-    status, raw, _ = await post(client, HEARTBEAT, dev, heartbeat_body(dev.device_id))
+FEATURES = ["pause", "hold_release", "screenshot"]  # what today's agent lists (agent/client.py FEATURES)
+
+
+async def _heartbeat(client: Any, dev: DeviceCreds, features: list[str] = FEATURES) -> dict[str, Any]:
+    status, raw, _ = await post(client, HEARTBEAT, dev, heartbeat_body(dev.device_id, features=features))
     assert status == 200, raw
     answer: dict[str, Any] = json.loads(raw)
     validate("heartbeat.response", answer)
@@ -82,6 +85,8 @@ async def test_paused_device_claims_nothing_keeps_its_claim_and_claims_again_aft
     assert _pause(sync_conn, clock, dev.device_id, True) is False  # idempotent: no second audit row
     answer = await _heartbeat(server_client, dev)
     assert answer["paused"] is True and "paced_until" not in answer
+    # an agent that does not list "pause" (older than issue 32: its schema refuses unknown fields) never gets it
+    assert "paused" not in await _heartbeat(server_client, dev, features=[])
     # the open claim continues: the same session resumes the same attempt
     assert (await claim_ok(server_client, dev, session)).attempt_id == held.attempt_id
     await _fail(server_client, dev, held)

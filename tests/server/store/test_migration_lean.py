@@ -52,6 +52,11 @@ LATER_COLUMNS = (
     ("devices", "last_claim_at", "TEXT"),
     ("devices", "claims_day", "TEXT"),
     ("devices", "claims_on_day", "INTEGER NOT NULL DEFAULT 0"),
+    # 0008 (issue 32): the reported hold, its release and the screen request, read by every heartbeat
+    *(("devices", c, "TEXT") for c in ("hold_code", "hold_reason", "hold_attempt_id", "hold_seen_at")),
+    *(("devices", c, "TEXT") for c in ("hold_release_at", "hold_release_by", "hold_release_note")),
+    ("devices", "screen_request_id", "TEXT"),
+    ("devices", "screen_requested_at", "TEXT"),
 )
 
 
