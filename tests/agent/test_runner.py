@@ -437,3 +437,66 @@ def test_json_logs_carry_utc_time_ids_step_and_reason(tmp_path: Path, capsys: py
     text = _progress_fn(False)
     text("hello")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z hello\n", capsys.readouterr().err)
+
+
+def test_release_from_the_admin_page_clears_the_hold_and_the_phone_claims_again(tmp_path: Path) -> None:
+    """Issue 32 §7: the heartbeat reports the journal's hold (its code and the attempt it was set on); the
+    answer's ``hold_released`` clears it, the agent logs who released it and why, and claims again."""
+    journal = Journal(tmp_path / "j.sqlite3")
+    attempt = make_purchase().claim.attempt_id
+    journal.settle_attempt(attempt, lambda c, f: (c, f, "RISK_WALL: a phone-level stop; a person must check"))
+    api = FakeApi([make_purchase()], keys=journal)
+    real = api.heartbeat
+    release = {"by": "admin:ops", "at": "2099-01-01T00:00:00.000000Z", "note": "解锁了"}
+
+    def heartbeat(**kw: Any) -> dict[str, Any]:
+        answer = real(**kw)
+        return {**answer, "hold_released": release} if kw.get("hold") else answer
+
+    api.heartbeat = heartbeat  # type: ignore[method-assign]
+    runner, _, _ = make_runner(tmp_path, api)
+    t, _ = run_in_thread(runner)
+    wait_for(lambda: runner.claims == 1)
+    runner.stop.set()
+    t.join(10)
+    assert api.heartbeat_holds[0] == {
+        "code": "RISK_WALL",
+        "reason": "RISK_WALL: a phone-level stop; a person must check",
+        "attempt_id": attempt,
+    }
+    assert api.heartbeat_states[0] == "NEEDS_PERSON" and "READY" in api.heartbeat_states
+    assert journal.hold() is None and journal.hold_attempt() is None
+    lines = runner.lines  # type: ignore[attr-defined]
+    assert any(line.startswith("HOLD released on the server by admin:ops") and "解锁了" in line for line in lines)
+
+
+def test_screen_request_sends_a_screenshot_or_names_the_app_in_front(tmp_path: Path) -> None:
+    api = FakeApi([], keys=Journal(tmp_path / "j.sqlite3"))
+    uploads: list[tuple[str, bytes]] = []
+    api.upload_device_screen = lambda rid, png: uploads.append((rid, png)) or "s"  # type: ignore[attr-defined]
+    sent: list[dict[str, str] | None] = []
+    real = api.heartbeat
+
+    def heartbeat(**kw: Any) -> dict[str, Any]:
+        sent.append(kw.get("screen"))
+        return {**real(**kw), "screenshot_request": "9c1b6a3e-2f4d-4e5a-8b7c-0d1e2f3a4b5c"}
+
+    api.heartbeat = heartbeat  # type: ignore[method-assign]
+    runner, sim, _ = make_runner(tmp_path, api)
+    runner.phone.open_goods("937122477375")  # Pinduoduo in front
+    runner._heartbeat(runner._status(), "READY")
+    runner._heartbeat(runner._status(), "READY")  # the same request again: answered once only
+    assert [rid for rid, _ in uploads] == ["9c1b6a3e-2f4d-4e5a-8b7c-0d1e2f3a4b5c"]
+    assert uploads[0][1].startswith(b"\x89PNG")
+    assert sent == [None, None]
+
+    # a cashier in front (the simulator's foreign window): the package goes back, never an image
+    sim.app.foreign = "com.eg.android.AlipayGphone"
+    runner2, _, _ = make_runner(tmp_path / "b", api, sim)
+    runner2._heartbeat(runner2._status(), "READY")
+    runner2._heartbeat(runner2._status(), "READY")
+    assert sent[-1] == {
+        "request_id": "9c1b6a3e-2f4d-4e5a-8b7c-0d1e2f3a4b5c",
+        "foreground_package": "com.eg.android.AlipayGphone",
+    }
+    assert len(uploads) == 1  # no image of a foreign app
