@@ -508,7 +508,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = _progress_fn(args.json_logs)
     try:
         holds = HoldPolicy.from_env(crash_loop_limit=args.crash_loop_limit, failure_limit=args.failure_limit)
-        ApprovalSettings.from_env()  # a bad value stops the start, not a supervised order at gate 3
+        approval = ApprovalSettings.from_env()  # a bad value stops the start, not a supervised order at gate 3
     except ValueError as exc:
         progress(f"settings: {exc}")
         return ExitCode.USAGE
@@ -524,7 +524,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (AgentError, JournalError) as exc:
         progress(f"cannot start: {exc}")
         return ExitCode.USAGE
-    api = HttpDeviceApi(server, creds, journal)
+    api = HttpDeviceApi(server, creds, journal, approval_timeout=approval.timeout_seconds)
     pack_dir = pack_dir_from(args.pack_dir)
     progress(f"operator pack dir: {pack_dir}" if pack_dir else "operator pack dir: not set (shipped packs only)")
     runner = Runner(

@@ -17,6 +17,7 @@ import hashlib
 import http.client
 import json
 import logging
+import math
 import re
 import time
 import urllib.error
@@ -235,8 +236,12 @@ class HttpDeviceApi:
         timeout: float = 10.0,
         retries: int = 4,
         backoff: float = 0.5,
+        approval_timeout: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # how long the flow waits for a person's approval (ApprovalSettings): sent with each approval request
+        # so the task table can count down to it (issue 32); None = not sent (the server assumes 600 s)
+        self.approval_timeout = approval_timeout
         self._creds = credentials
         self._keys = keys
         self.timeout = timeout
@@ -513,6 +518,8 @@ class HttpDeviceApi:
             "screenshot_asset_id": screenshot_asset_id,
             "readings": readings,
         }
+        if self.approval_timeout is not None:
+            payload["timeout_seconds"] = max(1, min(86400, math.ceil(self.approval_timeout)))
         _, body = self._post_json(
             f"/api/v1/purchase-attempts/{claim.attempt_id}/approval", "approval", payload, "approval"
         )

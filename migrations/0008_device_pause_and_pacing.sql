@@ -18,6 +18,10 @@
 --   agent answers it; device_screens: the answers — one fresh screenshot of the phone (its file in the
 --   evidence store by SHA-256, like task evidence) or, when another app was in front, only that package.
 --
+-- * approval_requests.wait_until: when the phone gives up waiting for a person (issue 32 §8; the request's
+--   timeout_seconds, else the agent's default 600 s): the task table counts down to it. NULL on requests
+--   made before this migration.
+--
 -- Only ADD COLUMN and one new table: no rebuild, existing rows keep their values (not paused, not paced,
 -- no claim counted, not held).
 
@@ -56,3 +60,5 @@ CREATE TABLE device_screens (
     CHECK ((sha256 IS NULL) = (byte_size IS NULL) AND (sha256 IS NULL) = (width IS NULL))
 ) STRICT;
 CREATE INDEX device_screens_device ON device_screens(device_id, created_at);
+
+ALTER TABLE approval_requests ADD COLUMN wait_until TEXT;

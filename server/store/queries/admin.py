@@ -34,6 +34,7 @@ class TaskFilter:
     states: tuple[str, ...] = ()
     keyword: str = ""
     keyword_kind: str = ""  # "" | "id" | "digits" | "text" | "short"
+    waiting_approval: bool = False  # only tasks whose open attempt waits for a person's 批准 (issue 32 §8)
     created_from: str | None = None
     created_to: str | None = None
     before: tuple[str, str] | None = None
@@ -62,6 +63,11 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
     if f.created_to:
         where.append("t.created_at < ?")
         args.append(f.created_to)
+    if f.waiting_approval:
+        where.append(
+            "t.id IN (SELECT r.task_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"
+            " WHERE r.state = 'WAITING' AND a.state = 'OPEN')"
+        )
     if f.keyword_kind == "id":
         where.append("t.id = ?")
         args.append(f.keyword)

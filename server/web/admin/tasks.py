@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
+from cmbuyer.server.clock import from_wire
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState
@@ -79,6 +80,7 @@ NOTICES = {
     "verdict_wrong": "已记录：订单有误。这台设备对这个识别包已暂停领取任务。",
 }
 STATE_GROUPS = {"attention": ("RECONCILIATION_REQUIRED", "FAILED", "EXPIRED")}
+WAITING_CHOICE = "waiting_approval"  # the 等待人工确认 filter: not a task state, a WAITING approval (issue 32 §8)
 
 
 # -- view-header rules --------------------------------------------------------------------------------
@@ -162,8 +164,11 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
         else:
             kind = "short"
     states: list[str] = []
+    waiting_approval = False
     for raw in query.getall("state", []):
-        if raw in STATE_GROUPS:
+        if raw == WAITING_CHOICE:
+            waiting_approval = True
+        elif raw in STATE_GROUPS:
             states.extend(STATE_GROUPS[raw])
         elif raw in TaskState.__members__:
             states.append(raw)
@@ -193,6 +198,7 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
         created_to=created_to,
         before=before,
         after=after,
+        waiting_approval=waiting_approval,
     )
     form = {
         "q": keyword,
@@ -218,6 +224,7 @@ def _list_job(f: TaskFilter) -> Any:
             "events": admin_queries.latest_events(conn, ids),
             "claims": admin_queries.open_attempts(conn, ids),
             "waiting": supervision_admin.waiting_tasks(conn, ids),
+            "waiting_summary": supervision_admin.waiting_summary(conn),
         }
 
     return job
@@ -239,8 +246,20 @@ def _page_links(form: dict[str, Any], f: TaskFilter, data: dict[str, Any]) -> di
     return {"prev": prev_link, "next": next_link, "first": first_link}
 
 
+def countdown(deadline: str | None, at: datetime) -> str:
+    """``m:ss`` until ``deadline`` (wire time) from ``at``; ``0:00`` once passed, "" without a deadline."""
+    if not deadline:
+        return ""
+    left = max(0, int((from_wire(deadline) - at).total_seconds()))
+    return f"{left // 60}:{left % 60:02d}"
+
+
 def _state_choices() -> list[tuple[str, str]]:
-    return [("attention", "需要人工处理"), *((s.value, TASK_STATE_LABELS[s]) for s in TaskState)]
+    return [
+        ("attention", "需要人工处理"),
+        (WAITING_CHOICE, "等待人工确认"),
+        *((s.value, TASK_STATE_LABELS[s]) for s in TaskState),
+    ]
 
 
 async def _render_list(
@@ -262,6 +281,9 @@ async def _render_list(
         "events": data["events"],
         "claims": data["claims"],
         "waiting": data["waiting"],
+        "waiting_count": data["waiting_summary"][0],
+        "waiting_first_deadline": data["waiting_summary"][1],
+        "countdown": countdown,
         "labels": {s.value: TASK_STATE_LABELS[s] for s in TaskState},
         "links": _page_links(form, f, data),
         "form": form,
