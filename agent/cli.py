@@ -589,15 +589,29 @@ def add_pack_commands(sub: Any) -> Any:
     return pack_sub
 
 
+DEVICE_HELP = "the phone's adb serial (adb devices)"
+
+
+def _server_arguments(p: argparse.ArgumentParser) -> None:
+    """``--device``, ``--server`` and ``--credentials-file``: the same for ``run`` and ``doctor``."""
+    p.add_argument("--device", required=True, help=DEVICE_HELP)
+    p.add_argument("--server", help=f"the server's URL (default $CMBUYER_SERVER_URL, else {DEFAULT_SERVER})")
+    p.add_argument(
+        "--credentials-file",
+        help="0600 file with device_id=… and token=… lines (default: $CMBUYER_DEVICE_ID + $CMBUYER_DEVICE_TOKEN, "
+        "else $CMBUYER_AGENT_STATE_DIR/<serial>.cred)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cmbuyer-agent", description="cmbuyer purchasing agent")
     p.add_argument("--version", action="version", version=__version__)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="claim tasks and drive the phone")
-    r.add_argument("--device", required=True)
-    r.add_argument("--server")
-    r.add_argument("--credentials-file")
-    r.add_argument("--json-logs", action="store_true")
+    _server_arguments(r)
+    r.add_argument(
+        "--json-logs", action="store_true", help="one JSON object per log line (ts, msg, task_id, attempt_id, step …)"
+    )
     r.add_argument("--once", action="store_true", help="exit after one task")
     r.add_argument(
         "--poll-seconds", type=float, default=1.0, help="idle sleep between empty claim-next polls (default 1)"
@@ -618,15 +632,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_pack_dir_argument(r)
     r.set_defaults(fn=cmd_run)
-    d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
-    d.add_argument("--device", required=True)
-    d.add_argument("--server")
-    d.add_argument("--credentials-file")
+    d = sub.add_parser("doctor", help="check adb, phone, app version, pack, credentials and server")
+    _server_arguments(d)
     add_pack_dir_argument(d)
     d.set_defaults(fn=cmd_doctor)
     c = sub.add_parser("capture", help="save a scrubbed capture (dump, PNG, meta, expected readings)")
-    c.add_argument("--device", required=True)
-    c.add_argument("--label", required=True)
+    c.add_argument("--device", required=True, help=DEVICE_HELP)
+    c.add_argument("--label", required=True, help="what the screen is, e.g. confirm-page (part of the folder name)")
     c.add_argument("--out", help="capture folder (default ./captures/<serial>/<label>-<time>)")
     c.add_argument("--force", action="store_true", help="replace an existing non-empty --out folder")
     add_pack_dir_argument(c)
@@ -641,11 +653,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--expected-file", help="an expected.json written by a person, checked and stored")
     c.set_defaults(fn=cmd_capture)
     dr = sub.add_parser("dry-run", help="the flow up to gate 3 on a phone, without the server; captures + session")
-    dr.add_argument("--device", required=True)
-    dr.add_argument("--goods-id", required=True)
-    dr.add_argument("--color", required=True)
-    dr.add_argument("--size")
-    dr.add_argument("--quantity", type=int, required=True)
+    dr.add_argument("--device", required=True, help=DEVICE_HELP)
+    dr.add_argument("--goods-id", required=True, help="the Pinduoduo goods id (digits)")
+    dr.add_argument("--color", required=True, help="the colour option text, as the task would name it")
+    dr.add_argument("--size", help="the size option text; leave out for goods with one dimension")
+    dr.add_argument("--quantity", type=int, required=True, help="how many (at least 1)")
     dr.add_argument("--max-total", required=True, help="cap on the total in yuan, e.g. 120.00")
     add_pack_dir_argument(dr)
     dr.add_argument("--out", help="captures directory (default ./captures/<serial>/dryrun-<time>)")
@@ -653,7 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--buy-path", choices=("single", "group"), help="default: env CMBUYER_AGENT_BUY_PATH, else single")
     dr.set_defaults(fn=cmd_dry_run)
     i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
-    i.add_argument("--dump", required=True)
+    i.add_argument("--dump", required=True, help="a dump.xml (uiautomator hierarchy), e.g. from a capture")
     i.add_argument("--pack", help="read with this pack file")
     i.add_argument(
         "--version",
@@ -675,7 +687,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
         "default ./var/agent: use the agent's own value)",
     )
-    j.add_argument("--device", required=True)
+    j.add_argument("--device", required=True, help=DEVICE_HELP)
     j.add_argument(
         "--clear-hold",
         action="store_true",

@@ -603,35 +603,35 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", parents=[common], help="apply pending migrations")
     p.add_argument("--list", action="store_true", help="list migrations and their state")
     p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
-    p.add_argument("--host", default=None)
-    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--host", default=None, help="bind address (default $CMBUYER_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="bind port (default $CMBUYER_PORT or 8080)")
     sub.add_parser("doctor", parents=[common], help="check SQLite, pragmas, permissions and settings")
     p = sub.add_parser("backup", parents=[common], help="write a consistent copy of the DB (VACUUM INTO)")
     p.add_argument("--to", required=True, help="target file (must not exist)")
 
     p = sub.add_parser("admin", parents=[common], help="manage administrators")
     asub = p.add_subparsers(dest="admin_cmd", required=True)
-    for name in ("add", "passwd"):
-        q = asub.add_parser(name, parents=[common])
-        q.add_argument("--username", required=True)
+    for name, what in (("add", "add an administrator"), ("passwd", "change an administrator's password")):
+        q = asub.add_parser(name, parents=[common], help=what + " (asks for the password, at least 10 characters)")
+        q.add_argument("--username", required=True, help="login name, 1–64 characters")
         q.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
-    asub.add_parser("list", parents=[common])
+    asub.add_parser("list", parents=[common], help="list administrators")
 
     p = sub.add_parser("device", parents=[common], help="manage phone devices")
     dsub = p.add_subparsers(dest="device_cmd", required=True)
-    q = dsub.add_parser("add", parents=[common])
-    q.add_argument("--name", required=True)
-    dsub.add_parser("list", parents=[common])
-    q = dsub.add_parser("revoke", parents=[common])
-    q.add_argument("device_id")
+    q = dsub.add_parser("add", parents=[common], help="register a phone: prints its device id and token once")
+    q.add_argument("--name", required=True, help="the phone's name on the pages, 1–64 characters")
+    dsub.add_parser("list", parents=[common], help="list devices")
+    q = dsub.add_parser("revoke", parents=[common], help="revoke a device for good: its token stops working at once")
+    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
     q = dsub.add_parser(
         "supervision",
         parents=[common],
         help="on: the device's first orders per pack wait for a person's approval "
         "(CMBUYER_SUPERVISED_ORDERS); off: exempt this device (audited)",
     )
-    q.add_argument("device_id")
-    q.add_argument("mode", choices=("on", "off"))
+    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+    q.add_argument("mode", choices=("on", "off"), help="on: supervised by the global rule; off: exempt this device")
     for name, what in (
         ("pause", "take the device out of rotation: no new task (its open claim runs to its end); audited"),
         ("resume", "put a paused device back into rotation; audited"),
@@ -666,7 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("task", parents=[common], help="create, start and show tasks (scripting, tests)")
     tsub = p.add_subparsers(dest="task_cmd", required=True)
-    q = tsub.add_parser("add", parents=[common])
+    q = tsub.add_parser("add", parents=[common], help="create a DRAFT task")
     q.add_argument("--title", required=True, help="what the purchaser calls it (1–200 characters)")
     q.add_argument("--url", required=True, help="Pinduoduo goods URL with exactly one numeric goods_id")
     q.add_argument("--color", required=True, help="the exact colour option text (compared after NFKC)")
@@ -678,14 +678,14 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--quantity", type=int, required=True, help="positive integer ≤ CMBUYER_MAX_QUANTITY")
     q.add_argument("--max-total-price", required=True, help="largest allowed order total, e.g. 30.00 (CNY)")
     q.add_argument("--create-key", default=None, help="idempotency key (UUIDv4); default: a new one")
-    q = tsub.add_parser("start", parents=[common])
-    q.add_argument("task_ids", nargs="+")
-    q.add_argument("--start-key", default=None)
+    q = tsub.add_parser("start", parents=[common], help="start purchases for DRAFT tasks (one authorization each)")
+    q.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="the tasks to start")
+    q.add_argument("--start-key", default=None, help="idempotency key (UUIDv4); default: a new one")
     q = tsub.add_parser("list", parents=[common], help="newest tasks first")
-    q.add_argument("--state", default=None, choices=[s.value for s in TaskState])
-    q.add_argument("--limit", type=int, default=50)
-    q = tsub.add_parser("show", parents=[common])
-    q.add_argument("task_id")
+    q.add_argument("--state", default=None, choices=[s.value for s in TaskState], help="only tasks in this state")
+    q.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    q = tsub.add_parser("show", parents=[common], help="one task with authorization, attempts, submission and audit")
+    q.add_argument("task_id", help="the task id")
     for group in (asub, dsub, esub, tsub):
         # a missing subcommand is reported with its choices, not the internal dest name
         group.metavar = "{" + ",".join(group.choices) + "}"
