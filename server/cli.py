@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import secrets
+import shlex
 import sqlite3
 import stat
 import sys
@@ -136,6 +137,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir or os.environ.get("CMBUYER_DATA_DIR") or "var")
     try:
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private(data_dir, 0o700)
         probe = data_dir / ".write-probe"
         probe.write_text("ok")
         probe.unlink()
@@ -159,20 +161,52 @@ def cmd_init(args: argparse.Namespace) -> int:
     (settings.evidence_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     with _migrations(settings) as conn:
         applied = migrate.migrate(conn, to_wire(SystemClock().now()))
+    for path in (settings.db_path, *(Path(f"{settings.db_path}{ext}") for ext in ("-wal", "-shm"))):
+        if path.exists():
+            _private(path, 0o600)
+    program = f"{_program()} --data-dir {shlex.quote(str(data_dir))}"
     _report(
         args,
         {"data_dir": str(data_dir), "env_file_created": created_env, "migrations_applied": applied},
         [
-            f"data dir:   {data_dir}",
+            f"data dir:   {data_dir} (mode 0700)",
             f"env file:   {env_path} ({'created with fresh secrets' if created_env else 'kept'})",
-            f"database:   {settings.db_path} ({len(applied)} migration(s) applied)",
-            "next steps:",
-            f"  cmbuyer-server --data-dir {data_dir} admin add --username admin --password-stdin",
-            f"  cmbuyer-server --data-dir {data_dir} device add --name phone-1",
-            f"  cmbuyer-server --data-dir {data_dir} serve",
+            f"database:   {settings.db_path} ({len(applied)} migration(s) applied; mode 0600)",
+            "next steps (each runs as printed):",
+            f"  {program} admin add --username admin      # asks for a password twice",
+            f"  {program} device add --name phone-1       # prints the device id and token once",
+            f"  {program} serve",
         ],
     )
     return Exit.OK
+
+
+def _private(path: Path, mode: int) -> None:
+    """Make ``path`` readable by its owner only (``mode``: 0700 for the data dir, 0600 for the database): a
+    data dir made earlier (by hand, by ``make demo``) is tightened, not just accepted. Raises CliError with
+    the exact ``chmod`` to run when it cannot (a directory owned by someone else)."""
+    if stat.S_IMODE(path.stat().st_mode) == mode:
+        return
+    try:
+        path.chmod(mode)
+    except OSError:
+        raise CliError(
+            f"{path} is readable by others and cannot be changed by this user;"
+            f" run: chmod {mode:o} {shlex.quote(str(path))}",
+            Exit.SETTINGS,
+        ) from None
+
+
+def _program() -> str:
+    """How to run ``cmbuyer-server`` again from where ``init`` ran: on the PATH, else the script beside this
+    Python (``.venv/bin/cmbuyer-server``), quoted for a shell."""
+    import shutil
+
+    found = shutil.which("cmbuyer-server")
+    if found:
+        return "cmbuyer-server"
+    beside = Path(sys.executable).parent / "cmbuyer-server"
+    return shlex.quote(str(beside)) if beside.exists() else "cmbuyer-server"
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

@@ -74,6 +74,25 @@ def ddir(tmp_path: Path) -> Path:
     return d
 
 
+def test_init_tightens_an_existing_data_dir_and_prints_steps_that_run(tmp_path: Path) -> None:
+    """Issue 32 §9: ``init`` on a data dir others can read makes it 0700 and the database 0600 (``doctor`` then
+    passes its mode check), and its next steps run exactly as printed (in a shell, from another directory)."""
+    import shlex
+
+    d = tmp_path / "made by hand"
+    d.mkdir(mode=0o755)
+    d.chmod(0o755)
+    result = cli(d, "init")
+    assert result.returncode == 0, result.stderr
+    assert d.stat().st_mode & 0o777 == 0o700 and (d / "cmbuyer.sqlite3").stat().st_mode & 0o777 == 0o600
+    assert cli_json(d, "doctor")["ok"] is True
+    steps = [line.split("#")[0].strip() for line in result.stdout.splitlines() if "--data-dir" in line]
+    assert len(steps) == 3 and all(shlex.split(step)[2] == str(d) for step in steps)
+    device_add = next(step for step in steps if " device add " in step)
+    ran = subprocess.run(device_add, shell=True, capture_output=True, text=True, cwd="/", env=CLEAN_ENV, timeout=60)
+    assert ran.returncode == 0 and "device id:" in ran.stdout, ran.stderr
+
+
 def test_device_token_is_shown_once_and_only_its_hash_is_stored(ddir: Path) -> None:
     issued = cli_json(ddir, "device", "add", "--name", "phone-1")
     token, device_id = issued["token"], issued["device_id"]
