@@ -35,7 +35,10 @@ that window, where the runner exits right after the result is journaled.
 from __future__ import annotations
 
 import logging
+import shlex
+import shutil
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -74,6 +77,14 @@ REASON_CODES = frozenset(enum_values("common", "/$defs/reason_code/enum"))
 
 class StopNow(BaseException):
     """Second signal outside the critical window."""
+
+
+def agent_program() -> str:
+    """``cmbuyer-agent`` when it is on the PATH, else the script beside this Python (quoted for a shell)."""
+    if shutil.which("cmbuyer-agent"):
+        return "cmbuyer-agent"
+    beside = Path(sys.executable).parent / "cmbuyer-agent"
+    return shlex.quote(str(beside)) if beside.exists() else "cmbuyer-agent"
 
 
 class Backoff:
@@ -275,6 +286,16 @@ class Runner:
             "attempt_id": self.journal.hold_attempt(),
         }
 
+    def _how_to_clear(self) -> str:
+        """How a person lets the phone work again, with a phone-host command that runs as printed: the
+        journal's state dir and the program's path spelled out (issue 32 §9)."""
+        state_dir = shlex.quote(str(self.journal.path.parent.resolve()))
+        command = (
+            f"CMBUYER_AGENT_STATE_DIR={state_dir} {agent_program()} journal --device "
+            f"{shlex.quote(self.cfg.serial)} --clear-hold"
+        )
+        return f"after a person checked the phone: 释放 on the devices page, or on this host: {command}"
+
     def _note_release(self, hb: dict[str, Any]) -> None:
         released = hb.get("hold_released")
         if not isinstance(released, dict) or self.journal.hold() is None:
@@ -359,7 +380,7 @@ class Runner:
 
         hold = self.journal.settle_attempt(attempt_id, decide)
         if hold is not None:
-            self.progress(f"HOLD: {hold}; clear with `cmbuyer-agent journal --device {self.cfg.serial} --clear-hold`")
+            self.progress(f"HOLD: {hold}; {self._how_to_clear()}")
         return hold
 
     def _count_crashes(self) -> None:
@@ -381,10 +402,7 @@ class Runner:
         self._count_crashes()
         held = self.journal.hold()
         if held:  # a restarted agent must say why it stays idle, not only heartbeat NEEDS_PERSON
-            self.progress(
-                f"HOLD (from before this start): {held}; clear with `cmbuyer-agent journal --device "
-                f"{self.cfg.serial} --clear-hold` after a person checked the phone"
-            )
+            self.progress(f"HOLD (from before this start): {held}; {self._how_to_clear()}")
         clear = self._recover()
         while not self.stop.is_set():
             status = self.last_status = self._status()

@@ -500,3 +500,23 @@ def test_screen_request_sends_a_screenshot_or_names_the_app_in_front(tmp_path: P
         "foreground_package": "com.eg.android.AlipayGphone",
     }
     assert len(uploads) == 1  # no image of a foreign app
+
+
+def test_the_printed_clear_hold_command_runs_as_printed(tmp_path: Path) -> None:
+    """Issue 32 §9: the HOLD line names the state dir and the program, so pasting its command into a shell on
+    another directory clears exactly this phone's hold."""
+    import re
+    import subprocess
+
+    journal = Journal(tmp_path / "state dir" / "sim-1.sqlite3")
+    journal.set_hold("RISK_WALL: a phone-level stop")
+    runner, _, _ = make_runner(tmp_path, FakeApi([], keys=journal))
+    runner.stop.set()
+    runner.run()
+    line = next(line for line in runner.lines if line.startswith("HOLD (from before this start)"))  # type: ignore[attr-defined]
+    command = re.search(r"on this host: (.*)$", line)
+    assert command is not None, line
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
+    ran = subprocess.run(command.group(1), shell=True, cwd="/", env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert Journal(tmp_path / "state dir" / "sim-1.sqlite3").hold() is None
