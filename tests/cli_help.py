@@ -7,7 +7,9 @@ all through the real ``main``."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+import pytest
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser, str | None]]:
@@ -46,3 +48,16 @@ def undocumented(parser: argparse.ArgumentParser) -> list[str]:
 def help_paths(parser: argparse.ArgumentParser) -> list[list[str]]:
     """The argv of ``--help`` for the parser and every subcommand."""
     return [[*path, "--help"] for path, _ in walk(parser)]
+
+
+def check_every_help(
+    parser: argparse.ArgumentParser, main: Callable[[list[str]], object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The test of one CLI: nothing :func:`undocumented`, and every ``--help`` of :func:`help_paths` exits 0
+    through ``main`` with the parser's usage line."""
+    assert undocumented(parser) == []
+    for argv in help_paths(parser):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 0, argv
+        assert f"usage: {parser.prog}" in capsys.readouterr().out

@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cmbuyer.agent.cli import build_parser, main
-from tests.cli_help import help_paths, undocumented
+from tests.cli_help import check_every_help
 
 
 def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
-    parser = build_parser()
-    assert undocumented(parser) == []
-    for argv in help_paths(parser):
-        with pytest.raises(SystemExit) as done:
-            main(argv)
-        assert done.value.code == 0, argv
-        assert "usage: cmbuyer-agent" in capsys.readouterr().out
+    check_every_help(build_parser(), main, capsys)

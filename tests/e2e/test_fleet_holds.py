@@ -31,7 +31,7 @@ from cmbuyer.phonesim.process import remote_inject
 from cmbuyer.server.db import connect_sync
 from demo.stack import Stack, TaskSpec, free_port
 from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
-from tests.e2e.conftest import SCENARIO, agent_log, stop_and_show_logs, wait_until
+from tests.e2e.conftest import SCENARIO, admin_page, agent_log, stop_and_show_logs, wait_until
 
 ARTIFACTS = ARTIFACTS_ROOT / "fleet-e2e"
 CASHIER = "com.eg.android.AlipayGphone"
@@ -106,16 +106,7 @@ def test_risk_wall_hold_released_and_screens_from_the_devices_page(stack: Stack)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
-            page = browser.new_context(viewport={"width": 1440, "height": 900}, locale="zh-CN").new_page()
-            page.set_default_timeout(15_000)
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("dialog", lambda d: d.accept())
-            page.goto(f"{stack.url}/login")
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", stack.admin_password)
-            page.click("button:has-text('登录')")
-            page.wait_for_url(f"{stack.url}/tasks")
+            page = admin_page(browser, stack, problems)
             page.goto(f"{stack.url}/devices")
 
             # 1. the hold with its reason, since when, the task and the failure screenshot

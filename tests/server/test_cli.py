@@ -345,12 +345,6 @@ def test_missing_data_dir_and_missing_subcommand_are_clear_one_line_errors(tmp_p
 def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 32 §9: every ``cmbuyer-server … --help`` runs (exit 0) and nothing in it lacks a help line."""
     from cmbuyer.server.cli import build_parser, main
-    from tests.cli_help import help_paths, undocumented
+    from tests.cli_help import check_every_help
 
-    parser = build_parser()
-    assert undocumented(parser) == []
-    for argv in help_paths(parser):
-        with pytest.raises(SystemExit) as done:
-            main(argv)
-        assert done.value.code == 0, argv
-        assert "usage: cmbuyer-server" in capsys.readouterr().out
+    check_every_help(build_parser(), main, capsys)
