@@ -35,6 +35,7 @@ class TaskFilter:
     keyword: str = ""
     keyword_kind: str = ""  # "" | "id" | "digits" | "text" | "short"
     waiting_approval: bool = False  # only tasks whose open attempt waits for a person's 批准 (issue 32 §8)
+    phone: str = ""  # only tasks a device of this exact name has claimed (issue 32 §2)
     created_from: str | None = None
     created_to: str | None = None
     before: tuple[str, str] | None = None
@@ -63,6 +64,12 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
     if f.created_to:
         where.append("t.created_at < ?")
         args.append(f.created_to)
+    if f.phone:
+        # one pass over attempts (no index leads with device_id; the devices page links here, not every search)
+        where.append(
+            "t.id IN (SELECT a.task_id FROM attempts a WHERE a.device_id IN (SELECT id FROM devices WHERE name = ?))"
+        )
+        args.append(f.phone)
     if f.waiting_approval:
         where.append(
             "t.id IN (SELECT r.task_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"

@@ -163,6 +163,7 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
             kind = "text"
         else:
             kind = "short"
+    phone = (query.get("phone") or "").strip()[:64]
     states: list[str] = []
     waiting_approval = False
     for raw in query.getall("state", []):
@@ -199,12 +200,14 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
         before=before,
         after=after,
         waiting_approval=waiting_approval,
+        phone=phone,
     )
     form = {
         "q": keyword,
         "state": list(query.getall("state", [])),
         "from": date_from if created_from else "",
         "to": date_to if created_to else "",
+        "phone": phone,
     }
     return f, form, problems
 
@@ -233,7 +236,7 @@ def _list_job(f: TaskFilter) -> Any:
 def _page_links(form: dict[str, Any], f: TaskFilter, data: dict[str, Any]) -> dict[str, str | None]:
     base = [("q", form["q"])] if form["q"] else []
     base += [("state", s) for s in form["state"]]
-    base += [(k, form[k]) for k in ("from", "to") if form[k]]
+    base += [(k, form[k]) for k in ("from", "to", "phone") if form[k]]
     rows = data["rows"]
     has_prev = (f.after is not None and data["more"]) or f.before is not None
     has_next = (f.after is None and data["more"]) or f.after is not None

@@ -167,3 +167,20 @@ async def test_stale_heartbeat_shows_lost_never_idle(
     fresh_row = html.split(f'data-device-id="{fresh.device_id}"')[1].split("</tr>")[0]
     assert "已失联" in lost_row and "空闲" not in lost_row and "10 分钟前" in lost_row
     assert "已失联" not in fresh_row and "空闲" in fresh_row and "12 秒前" in fresh_row and "sim-9" in fresh_row
+
+
+async def test_task_search_by_phone_name(
+    admin_client: AdminClient, make_device: Any, make_task: Any, seed: Any
+) -> None:
+    """Issue 32 §2: the task table's 手机 filter lists the tasks a phone of that name claimed; the devices page
+    links each phone to it."""
+    one, two = make_device("采购机 一号"), make_device("采购机 二号")
+    mine, theirs, nobody = (make_task(title=t, start=True) for t in ("一号的任务", "二号的任务", "没人领的任务"))
+    seed.claim(mine.id, one.device_id)
+    seed.claim(theirs.id, two.device_id)
+    html = await (await admin_client.client.get("/tasks", params={"phone": "采购机 一号"})).text()
+    assert f'data-task-id="{mine.id}"' in html
+    assert f'data-task-id="{theirs.id}"' not in html and f'data-task-id="{nobody.id}"' not in html
+    assert 'name="phone" value="采购机 一号"' in html
+    devices = await (await admin_client.client.get("/devices")).text()
+    assert "/tasks?phone=%E9%87%87%E8%B4%AD%E6%9C%BA%20%E4%B8%80%E5%8F%B7" in devices
