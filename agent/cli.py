@@ -330,6 +330,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 pdd_version_code=version.code if version else None,
                 state="PAUSED",
                 pack_id=pack_id,
+                hold=_journal_hold(args.device),
             )
             check("server accepts the device", True, server)
             check("server allows this app version", bool(hb["app_version_allowed"]))
@@ -339,6 +340,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             check("server accepts the device", False, exc.summary)
     print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
     return ExitCode.OK if all(c["ok"] for c in checks) else ExitCode.FAILED
+
+
+def _journal_hold(serial: str) -> dict[str, Any] | None:
+    """The phone's hold as its agent reports it, when its journal exists here: doctor's heartbeat must not tell
+    the server a hold is over that the agent still keeps (issue 32 §7). None when there is no journal."""
+    from cmbuyer.agent.runner import hold_report
+
+    path = journal_path(serial)
+    if not path.exists():
+        return None
+    try:
+        return hold_report(Journal(path))
+    except JournalError:
+        return None
 
 
 class _NoKeys:

@@ -79,6 +79,21 @@ class StopNow(BaseException):
     """Second signal outside the critical window."""
 
 
+def hold_report(journal: Journal) -> dict[str, Any] | None:
+    """The heartbeat's ``hold`` (issue 32 §7): the journal's hold line, its leading reason code when it names
+    one, and the attempt the hold was set on; None when not held. ``run`` and ``doctor`` both send it (a
+    heartbeat without it tells the server the hold is over)."""
+    text = journal.hold()
+    if text is None:
+        return None
+    code = text.split(":", 1)[0].strip()
+    return {
+        "code": code if code in REASON_CODES else None,
+        "reason": wire_summary(text[:200], "held: a person must check the phone"),
+        "attempt_id": journal.hold_attempt(),
+    }
+
+
 def agent_program() -> str:
     """``cmbuyer-agent`` when it is on the PATH, else the script beside this Python (quoted for a shell)."""
     if shutil.which("cmbuyer-agent"):
@@ -274,17 +289,7 @@ class Runner:
 
     # --- holds and screens from the admin pages (issue 32 §7) -----------------------------------
     def _hold_report(self) -> dict[str, Any] | None:
-        """The heartbeat's ``hold``: the journal's hold line, its leading reason code when it names one, and
-        the attempt the hold was set on; None when not held."""
-        text = self.journal.hold()
-        if text is None:
-            return None
-        code = text.split(":", 1)[0].strip()
-        return {
-            "code": code if code in REASON_CODES else None,
-            "reason": wire_summary(text[:200], "held: a person must check the phone"),
-            "attempt_id": self.journal.hold_attempt(),
-        }
+        return hold_report(self.journal)
 
     def _how_to_clear(self) -> str:
         """How a person lets the phone work again, with a phone-host command that runs as printed: the
