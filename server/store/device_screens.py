@@ -47,7 +47,7 @@ def latest(conn: sqlite3.Connection, device_ids: list[str]) -> dict[str, Screen]
     """The newest answer of each of ``device_ids`` that has one (index ``device_screens_device``)."""
     found: dict[str, Screen] = {}
     for device_id in device_ids:
-        screen = _TABLE.first(conn, "device_id = ? ORDER BY created_at DESC, id DESC LIMIT 1", (device_id,))
+        screen = _TABLE.first(conn, "device_id = ? ORDER BY created_at DESC, rowid DESC LIMIT 1", (device_id,))
         if screen is not None:
             found[device_id] = screen
     return found

@@ -159,7 +159,7 @@ def test_risk_wall_hold_released_and_screens_from_the_devices_page(stack: Stack)
             expect(page.locator(f"tr[data-device-extra='{device_id}'] img.device-screen")).to_have_count(0)
             page.screenshot(path=str(ARTIFACTS / "devices-screen-cashier-in-front.png"), full_page=True)
             assert _rows(stack, "SELECT COUNT(*) FROM device_screens WHERE sha256 IS NOT NULL") == images_before
-            assert _rows(stack, "SELECT foreground_package FROM device_screens ORDER BY created_at DESC LIMIT 1") == [
+            assert _rows(stack, "SELECT foreground_package FROM device_screens ORDER BY rowid DESC LIMIT 1") == [
                 (CASHIER,)
             ]
         finally:

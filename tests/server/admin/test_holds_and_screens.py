@@ -164,7 +164,7 @@ async def test_screen_request_image_or_package_and_gc_keeps_it(
     assert "screenshot_request" not in await _beat(client, dev, screen=cashier)
     html = _row(await (await client.get("/devices")).text(), dev.device_id)
     assert "com.eg.android.AlipayGphone" in html and "未截图" in html and "/device-screens/" not in html
-    rows = sync_conn.execute("SELECT sha256, foreground_package FROM device_screens ORDER BY created_at").fetchall()
+    rows = sync_conn.execute("SELECT sha256, foreground_package FROM device_screens ORDER BY rowid").fetchall()
     assert [tuple(r) for r in rows][-1] == (None, "com.eg.android.AlipayGphone")
     bad = {"request_id": new_id(), "foreground_package": "com.x\n"}
     status, _, _ = await post(client, HEARTBEAT, dev, heartbeat_body(dev.device_id, screen=bad))
