@@ -4,7 +4,9 @@ Credentials never come from the command line (``run`` and ``doctor`` find them t
 :func:`resolve_credentials`): ``--credentials-file FILE``, else env ``CMBUYER_DEVICE_ID`` +
 ``CMBUYER_DEVICE_TOKEN``, else ``$CMBUYER_AGENT_STATE_DIR/<serial>.cred`` when it exists (mode 0600;
 ``device_id=…``/``token=…`` lines or JSON ``{"device_id": …, "token": …}``). Server: ``--server`` or
-``CMBUYER_SERVER_URL`` (default http://127.0.0.1:8080). Progress lines go to stderr; ``--json-logs`` for JSON lines.
+``CMBUYER_SERVER_URL`` (default http://127.0.0.1:8080; https:// verified against the system CAs or only
+``--server-ca FILE`` / env ``CMBUYER_SERVER_CA``; http:// only for a loopback server: :mod:`cmbuyer.agent.tls`).
+Progress lines go to stderr; ``--json-logs`` for JSON lines.
 Hold policy limits (``run``): ``--crash-loop-limit`` / env ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` (default 2)
 and ``--failure-limit`` / env ``CMBUYER_AGENT_FAILURE_LIMIT`` (default 3); see :mod:`cmbuyer.agent.holds`.
 Operator selector packs (``run``, ``doctor``, ``inspect``): ``--pack-dir DIR`` / env
@@ -36,6 +38,7 @@ from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
+from cmbuyer.agent.tls import ServerTlsError, verify_server
 from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.schemas.files import read_regular
 
@@ -313,6 +316,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except CredentialsError as exc:
         check("server URL", False, str(exc))
         server = ""
+    server_ca = server_ca_from(args.server_ca)
+    if server:
+        _tls_check(server, server_ca, check)
     try:
         creds = resolve_credentials(args.credentials_file, args.device)
     except CredentialsError as exc:
@@ -321,8 +327,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if creds is not None:
         check("device credentials", True, f"device id {creds.device_id}")
     if creds is not None and server:
-        api = HttpDeviceApi(server, creds, _NoKeys(), retries=0)
         try:
+            api = HttpDeviceApi(server, creds, _NoKeys(), retries=0, server_ca=server_ca)
             hb = api.heartbeat(
                 adb_serial=args.device,
                 android_release="unknown",
@@ -354,6 +360,30 @@ def _journal_hold(serial: str) -> dict[str, Any] | None:
         return hold_report(Journal(path))
     except JournalError:
         return None
+
+
+def server_ca_from(flag: str | None) -> Path | None:
+    """``--server-ca FILE``, else ``CMBUYER_SERVER_CA``, else None (the system's CAs)."""
+    value = flag or os.environ.get("CMBUYER_SERVER_CA")
+    return Path(value) if value else None
+
+
+def _tls_check(server: str, server_ca: Path | None, check: Any) -> None:
+    """doctor's certificate line: subject, expiry (a warning under 14 days) and whether it verified."""
+    from cmbuyer.agent.tls import ServerTlsError, certificate_report
+
+    if not server.startswith("https://"):
+        return
+    try:
+        report = certificate_report(server, server_ca)
+    except (ServerTlsError, OSError) as exc:
+        check("server certificate", False, str(exc))
+        return
+    expiry = f"{report.not_after:%Y-%m-%d} ({report.days_left} days left)" if report.not_after else "?"
+    detail = f"subject {report.subject}; expires {expiry}; " + (
+        "verified" if report.verified else f"NOT verified: {report.error}"
+    )
+    check("server certificate", report.verified and not report.expiring, detail)
 
 
 class _NoKeys:
@@ -539,7 +569,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (AgentError, JournalError) as exc:
         progress(f"cannot start: {exc}")
         return ExitCode.USAGE
-    api = HttpDeviceApi(server, creds, journal, approval_timeout=approval.timeout_seconds)
+    server_ca = server_ca_from(args.server_ca)
+    try:
+        verify_server(server, server_ca)
+        api = HttpDeviceApi(server, creds, journal, server_ca=server_ca, approval_timeout=approval.timeout_seconds)
+    except ServerTlsError as exc:
+        progress(f"cannot start: {exc.summary}")
+        return ExitCode.USAGE
     pack_dir = pack_dir_from(args.pack_dir)
     progress(f"operator pack dir: {pack_dir}" if pack_dir else "operator pack dir: not set (shipped packs only)")
     runner = Runner(
@@ -608,9 +644,10 @@ DEVICE_HELP = "the phone's adb serial (adb devices)"
 
 
 def _server_arguments(p: argparse.ArgumentParser) -> None:
-    """``--device``, ``--server`` and ``--credentials-file``: the same for ``run`` and ``doctor``."""
+    """``--device``, ``--server``, ``--server-ca`` and ``--credentials-file``: the same for ``run`` and ``doctor``."""
     p.add_argument("--device", required=True, help=DEVICE_HELP)
     p.add_argument("--server", help=f"the server's URL (default $CMBUYER_SERVER_URL, else {DEFAULT_SERVER})")
+    p.add_argument("--server-ca", help="PEM CA file that signed the server's certificate (CMBUYER_SERVER_CA)")
     p.add_argument(
         "--credentials-file",
         help="0600 file with device_id=… and token=… lines (default: $CMBUYER_DEVICE_ID + $CMBUYER_DEVICE_TOKEN, "

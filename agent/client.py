@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent import __version__
@@ -55,6 +56,7 @@ from cmbuyer.agent.model import (
 from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
 from cmbuyer.agent.ports import KeyStore
 from cmbuyer.agent.screens.text import money_str
+from cmbuyer.agent.tls import check_server_url, client_context, verification_failure
 from cmbuyer.schemas import SchemaError, validate
 from cmbuyer.schemas.strictjson import loads_strict
 from cmbuyer.schemas.summary import summary_problem
@@ -219,8 +221,12 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-# No proxies from the environment (the token stays on loopback) and no redirects.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+def _opener(server_ca: Path | None) -> urllib.request.OpenerDirector:
+    """No proxies from the environment (the token goes only to the server named), no redirects, and HTTPS
+    verified against the system's CAs or only ``server_ca`` (:mod:`cmbuyer.agent.tls`)."""
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), _NoRedirect(), urllib.request.HTTPSHandler(context=client_context(server_ca))
+    )
 
 
 class HttpDeviceApi:
@@ -237,7 +243,10 @@ class HttpDeviceApi:
         retries: int = 4,
         backoff: float = 0.5,
         approval_timeout: float | None = None,
+        server_ca: Path | None = None,
     ) -> None:
+        check_server_url(base_url, server_ca)  # ServerTlsError: http:// off loopback, or a CA with http://
+        self._opener = _opener(server_ca)
         self.base_url = base_url.rstrip("/")
         # how long the flow waits for a person's approval (ApprovalSettings): sent with each approval request
         # so the task table can count down to it (issue 32); None = not sent (the server assumes 600 s)
@@ -270,7 +279,7 @@ class HttpDeviceApi:
             },
         )
         try:
-            with _OPENER.open(req, timeout=self.timeout) as resp:
+            with self._opener.open(req, timeout=self.timeout) as resp:
                 return resp.status, _whole(resp.read(MAX_RESPONSE_BYTES + 1), resp.headers)
         except urllib.error.HTTPError as exc:
             data = exc.read(MAX_RESPONSE_BYTES + 1)
@@ -289,6 +298,9 @@ class HttpDeviceApi:
             try:
                 status, raw = self._send(path, body, content_type)
             except (OSError, urllib.error.URLError, http.client.HTTPException) as exc:
+                tls_failure = verification_failure(exc)
+                if tls_failure is not None:
+                    raise tls_failure from None  # final: an untrusted server is never retried nor downgraded
                 # No (complete) answer: refused, reset during the upload (the server closes after
                 # answering a refusal early, docs/api.md), or cut off mid-answer. The request may or
                 # may not have happened, so it is sent again with the same bytes — the same key.

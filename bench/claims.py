@@ -21,8 +21,12 @@ The default client (``--client raw``) writes pre-built HTTP/1.1 requests on asyn
 the status line and Content-Length: on a 2-core machine an aiohttp client costs ≈ 0.6 ms of CPU per
 request, CPU the server then lacks (docs/performance.md). ``--client aiohttp`` keeps the old client.
 
+6. does all of that per ``--variants`` (default ``plain tls``: plain HTTP and the server's own TLS, issue 31;
+   ``replicated``: plain HTTP with Litestream replicating beside the server), ``--rounds`` times,
+   interleaved, and prints each variant's medians and its rate ÷ the first variant's.
+
 Usage: ``python bench/claims.py [--levels 32 128] [--claims 3000] [--renews 4000] [--client raw|aiohttp]
-[--offered 0.5 0.8] [--offered-claims 1500]`` (``make bench``).
+[--offered 0.5 0.8] [--offered-claims 1500] [--variants plain tls replicated] [--rounds N]`` (``make bench``).
 ``BENCH_SERVER_CMD`` (optional) replaces the server's ``python -c …`` arguments, e.g. with a script that
 runs the CLI under a profiler.
 """
@@ -39,6 +43,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import ssl
 import statistics
 import subprocess
 import sys
@@ -68,6 +73,8 @@ SERVER_CMD = (
     if os.environ.get("BENCH_SERVER_CMD")
     else ["-c", "import sys; from cmbuyer.server.cli import main; sys.exit(main(sys.argv[1:]))"]
 )
+VARIANTS = ("plain", "tls", "replicated")
+MEDIAN_KEYS = ("claim_per_s", "claim_p99_ms", "renew_per_s", "renew_p99_ms")
 ENV = {
     "CMBUYER_HEARTBEAT_INTERVAL": "3600",
     "CMBUYER_CLAIM_LEASE_TTL": "600",
@@ -199,11 +206,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def wait_ready(base: str) -> None:
+async def wait_ready(base: str, context: ssl.SSLContext | None = None) -> None:
     async with aiohttp.ClientSession() as session:
         for _ in range(200):
             try:
-                async with session.get(f"{base}/healthz") as resp:
+                async with session.get(f"{base}/healthz", ssl=context if context is not None else True) as resp:
                     if resp.status == 200:
                         return
             except aiohttp.ClientError:
@@ -276,8 +283,8 @@ class RawHTTP:
         self.reader, self.writer, self.host = reader, writer, host
 
     @classmethod
-    async def connect(cls, host: str, port: int) -> RawHTTP:
-        reader, writer = await asyncio.open_connection(host, port)
+    async def connect(cls, host: str, port: int, context: ssl.SSLContext | None = None) -> RawHTTP:
+        reader, writer = await asyncio.open_connection(host, port, ssl=context)
         return cls(reader, writer, f"{host}:{port}")
 
     async def post(self, path: str, dev: Device, body: bytes) -> tuple[int, bytes]:
@@ -308,7 +315,13 @@ async def claim_raw(http: RawHTTP, dev: Device) -> None:
 
 
 async def drive_offered_raw(
-    host: str, port: int, devices: list[Device], concurrency: int, rate: float, seed: int
+    host: str,
+    port: int,
+    devices: list[Device],
+    concurrency: int,
+    rate: float,
+    seed: int,
+    context: ssl.SSLContext | None = None,
 ) -> dict[str, float]:
     """Claim-next at an *offered* rate (open loop): Poisson arrivals at ``rate`` per second spread over
     ``concurrency`` connections, one fresh device per request.
@@ -319,7 +332,7 @@ async def drive_offered_raw(
     """
     conns: asyncio.Queue[RawHTTP] = asyncio.Queue()
     for _ in range(concurrency):
-        conns.put_nowait(await RawHTTP.connect(host, port))
+        conns.put_nowait(await RawHTTP.connect(host, port, context))
     rng = random.Random(seed)
     latencies: list[float] = []
     loop = asyncio.get_running_loop()
@@ -348,9 +361,12 @@ async def drive_offered_raw(
             conns.get_nowait().close()
 
 
-async def drive_raw(host: str, port: int, devices: list[Device], concurrency: int, renews: int) -> dict[str, float]:
-    """Same workload as :func:`drive`, on :class:`RawHTTP` connections (one per simulated device)."""
-    conns = [await RawHTTP.connect(host, port) for _ in range(concurrency)]
+async def drive_raw(
+    host: str, port: int, devices: list[Device], concurrency: int, renews: int, context: ssl.SSLContext | None = None
+) -> dict[str, float]:
+    """Same workload as :func:`drive`, on :class:`RawHTTP` connections (one per simulated device); over TLS
+    when ``context`` is given."""
+    conns = [await RawHTTP.connect(host, port, context) for _ in range(concurrency)]
     try:
         queue = iter(devices)
         claim_lat: list[float] = []
@@ -408,9 +424,13 @@ def run_level(
     client: str = "raw",
     offered: tuple[float, ...] = (),
     offered_claims: int = 0,
+    variant: str = "plain",
 ) -> dict[str, Any]:
     """One concurrency level (module docstring). ``offered``: fractions of the closed-loop claim rate at
-    which ``offered_claims`` further claims are then sent open-loop (:func:`drive_offered_raw`)."""
+    which ``offered_claims`` further claims are then sent open-loop (:func:`drive_offered_raw`).
+    ``variant`` (:data:`VARIANTS`): ``plain`` HTTP; ``tls``: the server's own TLS with a private CA from
+    ``cmbuyer-server tls init``, the client verifying it; ``replicated``: plain HTTP with
+    ``cmbuyer-server replicate`` (Litestream) streaming the database to a file replica beside it."""
     with tempfile.TemporaryDirectory(prefix="cmbuyer-bench-") as tmp:
         data_dir = Path(tmp) / "data"
         settings, everyone = populate(data_dir, claims + offered_claims * len(offered))
@@ -418,19 +438,32 @@ def run_level(
         raw = raw_rate(settings, devices, min(raw_limit, claims))
         port = free_port()
         env = {**os.environ, **ENV, "CMBUYER_DATA_DIR": str(data_dir)}
+        context: ssl.SSLContext | None = None
+        if variant == "tls":
+            assert cli_main(["--data-dir", str(data_dir), "tls", "init", "--host", "127.0.0.1", "--json"]) == 0
+            context = ssl.create_default_context(cafile=str(data_dir / "tls" / "ca.pem"))
+        replicator = None
+        if variant == "replicated":
+            env["CMBUYER_REPLICA_URL"] = f"file://{Path(tmp) / 'replica'}"
+            replicator = subprocess.Popen(  # Litestream's own log lines would interleave with the results
+                [sys.executable, *SERVER_CMD, "--data-dir", str(data_dir), "replicate"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         server = subprocess.Popen(
             [sys.executable, *SERVER_CMD, "--data-dir", str(data_dir), "serve", "--port", str(port)], env=env
         )
         try:
-            base = f"http://127.0.0.1:{port}"
-            asyncio.run(wait_ready(base))
+            base = f"{'https' if context else 'http'}://127.0.0.1:{port}"
+            asyncio.run(wait_ready(base, context))
             # The client's own cyclic GC would walk every object built by populate() (≈ 50 ms with 3,000
             # devices) while requests are in flight and add that pause to the measured latencies.
             gc.collect()
             gc.freeze()
             cpu0, load0 = process_cpu_s(server.pid), os.getloadavg()[0]
             if client == "raw":
-                result = asyncio.run(drive_raw("127.0.0.1", port, devices, concurrency, renews))
+                result = asyncio.run(drive_raw("127.0.0.1", port, devices, concurrency, renews, context))
             else:
                 result = asyncio.run(drive(base, devices, concurrency, renews))
             requests = claims + (renews // min(concurrency, claims)) * min(concurrency, claims)
@@ -440,11 +473,17 @@ def run_level(
             for k, fraction in enumerate(offered):
                 rate = fraction * result["claim_per_s"]
                 batch = spare[k * offered_claims : (k + 1) * offered_claims]
-                measured = asyncio.run(drive_offered_raw("127.0.0.1", port, batch, concurrency, rate, seed=k))
+                measured = asyncio.run(
+                    drive_offered_raw("127.0.0.1", port, batch, concurrency, rate, seed=k, context=context)
+                )
                 result["offered"].append({"fraction": fraction, "offered_per_s": rate, **measured})
         finally:
             server.send_signal(signal.SIGINT)
             server.wait(timeout=30)
+            if replicator is not None:
+                replicator.send_signal(signal.SIGTERM)
+                replicator.wait(timeout=30)
+        result["variant"] = variant
         result["raw_claim_per_s"] = raw
         result["ratio_server_to_raw"] = result["claim_per_s"] / raw
         return result
@@ -470,41 +509,84 @@ def main(argv: list[str] | None = None) -> int:
         help="after the closed loop, claim-next open-loop at these fractions of its claim rate",
     )
     parser.add_argument("--offered-claims", type=int, default=1500, help="claims per offered fraction")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=["plain", "tls"],
+        help="server set-ups measured in the same run, interleaved (issue 31): plain HTTP, the server's own "
+        "TLS, plain HTTP with Litestream replicating",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="times each variant runs (interleaved); medians shown")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if any(not 0 < f <= 1 for f in args.offered):
         parser.error("--offered fractions must be in (0, 1]")
     if args.offered and args.client != "raw":
         parser.error("--offered needs --client raw")
+    if args.client != "raw" and args.variants != ["plain"]:
+        parser.error("--variants other than plain need --client raw")
     rows = []
     for level in args.levels:
-        result = {
-            "devices": level,
-            **run_level(
-                level, args.claims, args.renews, args.raw, args.client, tuple(args.offered), args.offered_claims
-            ),
-        }
-        rows.append(result)
-        if not args.json:
-            print(
-                f"{level:>4} devices | claim {result['claim_per_s']:7.0f}/s p50 {result['claim_p50_ms']:6.1f} ms"
-                f" p99 {result['claim_p99_ms']:6.1f} ms | renew {result['renew_per_s']:7.0f}/s"
-                f" p50 {result['renew_p50_ms']:6.1f} ms p99 {result['renew_p99_ms']:6.1f} ms"
-                f" | raw SQLite claim {result['raw_claim_per_s']:7.0f}/s | server/raw"
-                f" {result['ratio_server_to_raw']:.2f} | server CPU {result['server_cpu_ms_per_request']:.2f} ms/req"
-                f" | load {result['load_before']:.1f}→{result['load_after']:.1f}",
-                flush=True,
-            )
-            for o in result["offered"]:
-                print(
-                    f"       open loop at {o['fraction']:.0%} of that claim rate"
-                    f" ({o['offered_per_s']:.0f}/s offered): {o['open_per_s']:.0f}/s p50 {o['open_p50_ms']:6.1f} ms"
-                    f" p99 {o['open_p99_ms']:6.1f} ms",
-                    flush=True,
-                )
+        for _ in range(args.rounds):
+            for variant in args.variants:
+                result = {
+                    "devices": level,
+                    **run_level(
+                        level,
+                        args.claims,
+                        args.renews,
+                        args.raw,
+                        args.client,
+                        tuple(args.offered),
+                        args.offered_claims,
+                        variant,
+                    ),
+                }
+                rows.append(result)
+                if not args.json:
+                    _print_row(result)
+        if not args.json and len(args.variants) > 1:
+            _print_medians([r for r in rows if r["devices"] == level], args.variants)
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0
+
+
+def _print_medians(rows: list[dict[str, Any]], variants: list[str]) -> None:
+    """Per variant: the median claim and renew rate and p99 of its rounds, and each rate ÷ the first variant's."""
+    med = {v: {k: statistics.median(r[k] for r in rows if r["variant"] == v) for k in MEDIAN_KEYS} for v in variants}
+    base = med[variants[0]]
+    for v in variants:
+        m = med[v]
+        print(
+            f"  median {v:>10}: claim {m['claim_per_s']:6.0f}/s p99 {m['claim_p99_ms']:6.1f} ms"
+            f" | renew {m['renew_per_s']:6.0f}/s p99 {m['renew_p99_ms']:6.1f} ms"
+            f" | claim rate ÷ {variants[0]} {m['claim_per_s'] / base['claim_per_s']:.2f}"
+            f" | renew rate ÷ {variants[0]} {m['renew_per_s'] / base['renew_per_s']:.2f}",
+            flush=True,
+        )
+
+
+def _print_row(result: dict[str, Any]) -> None:
+    """One run's line (and its open-loop lines)."""
+    print(
+        f"{result['variant']:>10} {result['devices']:>4} devices | claim {result['claim_per_s']:7.0f}/s"
+        f" p50 {result['claim_p50_ms']:6.1f} ms p99 {result['claim_p99_ms']:6.1f} ms"
+        f" | renew {result['renew_per_s']:7.0f}/s p50 {result['renew_p50_ms']:6.1f} ms"
+        f" p99 {result['renew_p99_ms']:6.1f} ms | raw SQLite claim {result['raw_claim_per_s']:7.0f}/s"
+        f" | server/raw {result['ratio_server_to_raw']:.2f}"
+        f" | server CPU {result['server_cpu_ms_per_request']:.2f} ms/req"
+        f" | load {result['load_before']:.1f}→{result['load_after']:.1f}",
+        flush=True,
+    )
+    for o in result["offered"]:
+        print(
+            f"       open loop at {o['fraction']:.0%} of that claim rate"
+            f" ({o['offered_per_s']:.0f}/s offered): {o['open_per_s']:.0f}/s p50 {o['open_p50_ms']:6.1f} ms"
+            f" p99 {o['open_p99_ms']:6.1f} ms",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -58,14 +59,15 @@ def port_is_free(port: int) -> bool:
 
 
 def spawn_server(
-    data_dir: Path, port: int, log: Path, env: dict[str, str], *, new_session: bool = False
+    data_dir: Path, port: int, log: Path, env: dict[str, str], *, new_session: bool = False, host: str = "127.0.0.1"
 ) -> subprocess.Popen[bytes]:
-    """Start ``cmbuyer-server --data-dir DATA_DIR serve --port PORT`` with environment ``env`` (stdout and
-    stderr appended to ``log``; in a session of its own when ``new_session``) and return the process at
-    once: the caller keeps it, so it can stop the server even when :func:`wait_healthy` then fails."""
+    """Start ``cmbuyer-server --data-dir DATA_DIR serve --host HOST --port PORT`` with environment ``env``
+    (stdout and stderr appended to ``log``; in a session of its own when ``new_session``) and return the
+    process at once: the caller keeps it, so it can stop the server even when :func:`wait_healthy` then
+    fails. TLS comes from the data dir's env file (``cmbuyer-server tls init``) or ``env``."""
     with log.open("ab") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [str(BIN / "cmbuyer-server"), "--data-dir", str(data_dir), "serve", "--port", str(port)],
+            [str(BIN / "cmbuyer-server"), "--data-dir", str(data_dir), "serve", "--host", host, "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -73,8 +75,17 @@ def spawn_server(
         )
 
 
-def wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 30.0) -> None:
-    """Wait until ``http://127.0.0.1:PORT/healthz`` answers 200.
+def wait_healthy(
+    proc: subprocess.Popen[bytes],
+    port: int,
+    log: Path,
+    timeout: float = 30.0,
+    *,
+    base: str = "",
+    ca: Path | None = None,
+) -> None:
+    """Wait until ``BASE/healthz`` (default ``http://127.0.0.1:PORT``) answers 200; an ``https://`` base is
+    verified against ``ca``.
 
     Raises :class:`StackError` when ``proc`` exits first (the message names ``log``) or is not healthy within
     ``timeout`` seconds (``proc`` is left running: the caller, which holds it, stops it).
@@ -84,7 +95,10 @@ def wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: f
         if proc.poll() is not None:
             raise StackError(f"server exited with {proc.returncode}; see {log}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            context = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
+            with urllib.request.urlopen(  # noqa: S310 - our own server's http(s) URL
+                f"{base or f'http://127.0.0.1:{port}'}/healthz", timeout=2, context=context
+            ) as resp:
                 if resp.status == 200:
                     return
         except OSError:
@@ -113,6 +127,9 @@ class Stack:
 
     data_dir: Path
     server_port: int = 8080
+    server_host: str = "127.0.0.1"
+    # the private CA of an HTTPS server (`cmbuyer-server tls init`): set, the stack speaks https://
+    ca: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     server: subprocess.Popen[bytes] | None = None
     sim: subprocess.Popen[str] | None = None
@@ -125,7 +142,8 @@ class Stack:
     @property
     def url(self) -> str:
         """Base URL of the server."""
-        return f"http://127.0.0.1:{self.server_port}"
+        scheme = "https" if self.ca is not None else "http"
+        return f"{scheme}://{self.server_host}:{self.server_port}"
 
     @property
     def logs(self) -> Path:
@@ -166,8 +184,10 @@ class Stack:
     def start_server(self, timeout: float = 30.0) -> None:
         """Start ``cmbuyer-server serve`` and wait for ``/healthz`` (:func:`spawn_server`, :func:`wait_healthy`)."""
         log = self.logs / "server.log"
-        self.server = spawn_server(self.data_dir, self.server_port, log, self._env(), new_session=True)
-        wait_healthy(self.server, self.server_port, log, timeout)
+        self.server = spawn_server(
+            self.data_dir, self.server_port, log, self._env(), new_session=True, host=self.server_host
+        )
+        wait_healthy(self.server, self.server_port, log, timeout, base=self.url, ca=self.ca)
 
     def kill_server(self) -> None:
         """SIGKILL the server (crash tests)."""

@@ -37,7 +37,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
-    app[DB] = Database(settings.db_path)
+    app[DB] = Database(settings.db_path, replicated=settings.replica_url is not None)
     access_log.setup(app)
     health.setup(app)
     metrics.setup(app)

@@ -32,6 +32,7 @@ from cmbuyer.server.config import ENV_FILE_NAME, Settings, env_file_defaults, lo
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.domain.errors import CmbuyerError, DomainError, SettingsError, StartupRefused, Unavailable
 from cmbuyer.server.domain.states import TaskState
+from cmbuyer.server.domain.task_fields import person_money
 from cmbuyer.server.services import admins as admin_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import evidence_gc
@@ -131,6 +132,27 @@ def write_env_file(path: Path, values: dict[str, str]) -> None:
         handle.write("# cmbuyer settings written by `cmbuyer-server init`; keep this file private (0600).\n")
         for key, value in values.items():
             handle.write(f"{key}={value}\n")
+
+
+def update_env_file(path: Path, values: dict[str, str]) -> None:
+    """Set ``values`` in an existing env file: a line of the same key is replaced in place, a new key is
+    appended; the file is rewritten whole (a temporary file renamed over it) and stays 0600."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read env file ({exc.strerror})", Exit.SETTINGS) from None
+    left = dict(values)
+    out: list[str] = []
+    for line in lines:
+        key = line.partition("=")[0].strip()
+        out.append(f"{key}={left.pop(key)}" if key in left else line)
+    out.extend(f"{key}={value}" for key, value in left.items())
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(out) + "\n")
+    os.replace(tmp, path)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -250,28 +272,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from cmbuyer.server.app import create_app
+    from cmbuyer.server.domain.bind import bind_refusal
     from cmbuyer.server.lifecycle import check_schema
     from cmbuyer.server.logs import setup_logging
+    from cmbuyer.server.tls import TlsError, server_context
 
-    if args.host:
-        os.environ["CMBUYER_HOST"] = args.host
-    if args.port is not None:
-        os.environ["CMBUYER_PORT"] = str(args.port)
+    for flag, variable in (
+        (args.host, "CMBUYER_HOST"),
+        (args.port, "CMBUYER_PORT"),
+        (args.tls_cert, "CMBUYER_TLS_CERT"),
+        (args.tls_key, "CMBUYER_TLS_KEY"),
+    ):
+        if flag is not None and flag != "":
+            os.environ[variable] = str(flag)
     settings = _settings(args)
     try:
         settings.require_secrets()
     except SettingsError as exc:
         raise CliError(str(exc), Exit.SETTINGS) from None
+    refusal = bind_refusal(
+        settings.host, tls=settings.tls, behind_proxy=args.behind_proxy, trusted_proxies=settings.trusted_proxies
+    )
+    if refusal is not None:
+        raise CliError(f"refusing to start: {refusal}", Exit.SETTINGS)
+    ssl_context = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        try:
+            ssl_context = server_context(settings.tls_cert, settings.tls_key)
+        except TlsError as exc:
+            raise CliError(f"refusing to start: {exc}", Exit.SETTINGS) from None
     setup_logging(settings.log_format, settings.log_level)
     try:
         check_schema(settings)
         app = create_app(settings)
+        scheme = "https" if ssl_context is not None else "http"
 
         def serving(_aiohttp_banner: str) -> None:
             # run_app calls this only once the socket is bound: a busy port is reported first, never
             # after a "serving" line (issue 32 §9)
             print(
-                f"cmbuyer-server: serving http://{settings.host}:{settings.port}/ (admin: /login, data dir "
+                f"cmbuyer-server: serving {scheme}://{settings.host}:{settings.port}/ (admin: /login, data dir "
                 f"{settings.data_dir})",
                 file=sys.stderr,
                 flush=True,
@@ -290,6 +330,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             access_log=None,
             handle_signals=True,
             shutdown_timeout=5,
+            ssl_context=ssl_context,
         )
     except StartupRefused as exc:
         raise CliError(f"refusing to start: {exc}", Exit.STORAGE) from None
@@ -331,6 +372,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         conn.close()
     except CliError as exc:
         checks.append(("database", False, str(exc)))
+    if settings.replica_url is not None:
+        from cmbuyer.server.replication import ReplicationError, lag
+
+        try:
+            report = lag(settings)
+            checks.append(("replication", report.ok, report.describe()))
+        except ReplicationError as exc:
+            checks.append(("replication", False, str(exc)))
+    if settings.tls_cert is not None:
+        checks.append(_tls_check(settings.tls_cert))
     ok = all(passed for _, passed, _ in checks)
     _report(
         args,
@@ -338,6 +389,150 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         (f"{'ok  ' if passed else 'FAIL'} {name}: {detail}" for name, passed, detail in checks),
     )
     return Exit.OK if ok else Exit.RULE
+
+
+def cmd_tls(args: argparse.Namespace) -> int:
+    """``tls init``: a private CA and a server certificate for ``--host`` names, recorded in ``cmbuyer.env``."""
+    from cmbuyer.server.tls import TlsError, init_certificates
+
+    data_dir = Path(args.data_dir or os.environ.get("CMBUYER_DATA_DIR") or "var")
+    env_path = data_dir / ENV_FILE_NAME
+    if not env_path.exists():
+        raise CliError(f"{env_path} does not exist; run `cmbuyer-server init` before `tls init`", Exit.SETTINGS)
+    try:
+        files = init_certificates(data_dir, args.host, SystemClock().now())
+    except TlsError as exc:
+        raise CliError(str(exc), Exit.USAGE) from None
+    except OSError as exc:
+        raise CliError(f"TLS files cannot be written under {data_dir} ({exc.strerror})", Exit.SETTINGS) from None
+    update_env_file(
+        env_path,
+        {"CMBUYER_TLS_CERT": str(files.server_cert.resolve()), "CMBUYER_TLS_KEY": str(files.server_key.resolve())},
+    )
+    _report(
+        args,
+        {
+            "ca_cert": str(files.ca_cert),
+            "server_cert": str(files.server_cert),
+            "server_key": str(files.server_key),
+            "ca_key": str(files.ca_key),
+            "ca_created": files.ca_created,
+            "hosts": list(args.host),
+            "not_after": to_wire(files.not_after),
+        },
+        [
+            f"server certificate for {', '.join(args.host)} (valid until {files.not_after:%Y-%m-%d}): "
+            f"{files.server_cert}",
+            f"CA {'created' if files.ca_created else 'kept'}; its private key is {files.ca_key} — serve never "
+            "needs it; keep it safe (offline) for the next `tls init`",
+            f"paths recorded in {env_path}; `serve` now speaks HTTPS only",
+            "copy this file to every phone host and run the agent with --server-ca FILE:",
+            str(files.ca_cert),
+        ],
+    )
+    return Exit.OK
+
+
+def _tls_check(cert: Path) -> tuple[str, bool, str]:
+    """doctor's line about the certificate ``serve`` presents: subject, expiry (fails under 14 days)."""
+    from cryptography import x509
+
+    try:
+        leaf = x509.load_pem_x509_certificate(cert.read_bytes())
+    except (OSError, ValueError):
+        return ("tls_certificate", False, f"TLS certificate {cert} cannot be read")
+    days = (leaf.not_valid_after_utc - SystemClock().now()).days
+    subject = leaf.subject.rfc4514_string()
+    return ("tls_certificate", days >= 14, f"{subject}; expires {leaf.not_valid_after_utc:%Y-%m-%d} ({days} days left)")
+
+
+def cmd_replicate(args: argparse.Namespace) -> int:
+    """``replicate``: run Litestream for the configured database and ``CMBUYER_REPLICA_URL`` in the
+    foreground (this process becomes Litestream, so systemd's signals reach it directly)."""
+    from cmbuyer.server.replication import ReplicationError, replicate_argv
+
+    settings = _settings(args)
+    if not settings.db_path.exists():
+        raise CliError(f"database {settings.db_path} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
+    try:
+        argv = replicate_argv(settings)
+    except ReplicationError as exc:
+        raise CliError(str(exc), Exit.SETTINGS) from None
+    print(f"cmbuyer-server: replicating {settings.db_path} to {settings.replica_url}", file=sys.stderr, flush=True)
+    os.execv(argv[0], argv)  # noqa: S606 - a fixed binary and arguments, no shell
+    return Exit.OK  # not reached: execv replaces this process
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """``restore --from URL --to DIR``: the newest replicated state into a fresh data dir, then the start-up
+    checks (integrity, schema, claim secret), then every unsettled task HELD (services/restore_hold.py)."""
+    from cmbuyer.server.replication import ReplicationError, restore_into
+    from cmbuyer.server.services import restore_hold
+    from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
+
+    target_dir = Path(args.to)
+    target_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        settings = load_settings(target_dir)
+        secret, _ = settings.require_secrets()
+    except SettingsError as exc:
+        raise CliError(
+            f"{exc} — put the cmbuyer.env kept off the host into {target_dir} first (its secrets must be the "
+            "ones the replicated database was written with)",
+            Exit.SETTINGS,
+        ) from None
+    db_path = settings.db_path
+    if any(db_path.with_name(db_path.name + suffix).exists() for suffix in ("", "-wal", "-shm")):
+        raise CliError(f"{db_path} exists; restore only into a fresh data dir", Exit.USAGE)
+    partial = db_path.with_name(db_path.name + ".restoring")
+    for leftover in (partial, partial.with_name(partial.name + "-wal"), partial.with_name(partial.name + "-shm")):
+        leftover.unlink(missing_ok=True)
+    try:
+        position = restore_into(args.from_url, partial)
+    except ReplicationError as exc:
+        raise CliError(str(exc), Exit.STORAGE) from None
+    try:
+        os.chmod(partial, 0o600)
+        with closing(connect_sync(partial)) as conn:
+            if not ops_queries.integrity_check_ok(conn):
+                raise CliError("the restored database fails integrity_check; nothing was kept", Exit.STORAGE)
+            applied = migrate.migrate(conn, to_wire(SystemClock().now()))
+            migrate.check_current(conn)
+            try:
+                verify_secret(conn, secret.reveal())
+            except SecretMismatch as exc:
+                raise CliError(f"refusing the restore: {exc}", Exit.STORAGE) from None
+            held = _tx(conn, lambda c: restore_hold.hold_unsettled(c, CLI_ACTOR, SystemClock().now()))
+            ops_queries.checkpoint_truncate(conn)  # one self-contained file before it is moved into place
+    except migrate.MigrationError as exc:
+        partial.unlink(missing_ok=True)
+        raise CliError(str(exc), Exit.STORAGE) from None
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(db_path)
+    settings.evidence_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    uploaded = to_wire(position.uploaded_at) if position.uploaded_at else None
+    _report(
+        args,
+        {
+            "database": str(db_path),
+            "replica": args.from_url,
+            "txid": f"{position.txid:016x}",
+            "replicated_at": uploaded,
+            "integrity_ok": True,
+            "migrations_applied": applied,
+            "held_tasks": held,
+        },
+        [
+            f"restored {db_path} from {args.from_url} (txid {position.txid:x}, uploaded {uploaded}); integrity ok,"
+            " claim secret ok",
+            f"{len(held)} unsettled task(s) HELD: no phone can take them until a person checks each against the"
+            " phones' journals and releases it on the admin page 恢复后待核对 (/held)",
+            "evidence screenshots are not in the replica: copy <data dir>/evidence from a backup if you have one",
+        ],
+    )
+    return Exit.OK
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
@@ -566,6 +761,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 "max_total_price": args.max_total_price,
             }
             try:
+                raw["max_total_price"] = person_money("max_total_price", args.max_total_price)
                 new = task_service.validate_new_task(raw, settings)
             except DomainError as exc:
                 raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
@@ -613,11 +809,128 @@ def cmd_task(args: argparse.Namespace) -> int:
                     ),
                 ),
             )
+        elif args.task_cmd == "import":
+            return _task_import(args, settings, conn, now)
+        elif args.task_cmd == "export":
+            return _task_export(args, conn)
+        elif args.task_cmd in ("cancel", "reset", "mark-paid"):
+            return _task_action(args, conn, now)
         else:
             from cmbuyer.server.web.admin import task_view
 
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
             _report(args, view, [json.dumps(view, ensure_ascii=False, indent=2)])
+    return Exit.OK
+
+
+def _task_import(args: argparse.Namespace, settings: Settings, conn: sqlite3.Connection, now: Any) -> int:
+    """``task import FILE [--dry-run]``: the admin page's preview and import (services/task_import.py). Exit 0
+    when every row was imported or already existed, 1 when a row (or the whole file) was refused."""
+    from cmbuyer.server.services import task_import
+
+    try:
+        with open(args.file, "rb") as handle:
+            data = handle.read(settings.import_max_bytes + 1)
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file} ({exc.strerror})", Exit.USAGE) from None
+    try:
+        parsed = task_import.parse(data, settings)
+    except DomainError as exc:
+        _report(args, {"refused": exc.message, "rows": []}, [f"refused: {exc.message}"])
+        return Exit.RULE
+    result = _tx(conn, lambda c: task_import.import_rows(c, parsed, CLI_ACTOR, now, dry_run=args.dry_run))
+    rows = [{"line": r.line, "status": r.status, "message": r.message, "task_id": r.task_id} for r in result.rows]
+    counts = {k: result.count(k) for k in ("ok", "exists", "error")}
+    verb = "would import" if args.dry_run else "imported"
+    _report(
+        args,
+        {"dry_run": args.dry_run, "unknown_columns": list(parsed.unknown_columns), "counts": counts, "rows": rows},
+        itertools.chain(
+            (f"line {r['line']}: {r['status']}" + (f" {r['message']}" if r["message"] else "") for r in rows),
+            [f"{verb} {counts['ok']}, already existed {counts['exists']}, refused {counts['error']}"],
+            [f"ignored columns: {', '.join(parsed.unknown_columns)}"] if parsed.unknown_columns else [],
+        ),
+    )
+    return Exit.OK if counts["error"] == 0 else Exit.RULE
+
+
+def _task_export(args: argparse.Namespace, conn: sqlite3.Connection) -> int:
+    """``task export [--state S]… --format csv|xlsx [--out FILE]``: the admin export (same columns)."""
+    from cmbuyer.server.sheets.write import write_csv, write_xlsx
+    from cmbuyer.server.store.queries import admin as admin_queries
+    from cmbuyer.server.web.admin.task_io import EXPORT_HEADER, EXPORT_MAX_ROWS, export_rows
+
+    f = admin_queries.TaskFilter(states=tuple(dict.fromkeys(args.state or ())))
+    rows = admin_queries.task_page(conn, f, EXPORT_MAX_ROWS + 1)
+    if len(rows) > EXPORT_MAX_ROWS:
+        raise CliError(f"more than {EXPORT_MAX_ROWS} tasks; narrow the states", Exit.RULE)
+    lines = export_rows(conn, rows)
+    data = (write_xlsx if args.format == "xlsx" else write_csv)(EXPORT_HEADER, lines)
+    if args.out:
+        try:
+            Path(args.out).write_bytes(data)
+        except OSError as exc:
+            raise CliError(f"cannot write {args.out} ({exc.strerror})", Exit.USAGE) from None
+        print(f"{len(lines)} task(s) written to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    return Exit.OK
+
+
+def _current_version(conn: sqlite3.Connection, task_id: str, given: int | None) -> int:
+    if given is not None:
+        return given
+    return _tx(conn, functools.partial(task_service.get_task, task_id=task_id)).version
+
+
+def _task_action(args: argparse.Namespace, conn: sqlite3.Connection, now: Any) -> int:
+    """``task cancel|reset|mark-paid TASK_ID [--expected-version N]``: the admin actions (same rules, same
+    audit rows, actor ``cli:<os user>``); without ``--expected-version`` the task's current version."""
+    from cmbuyer.server.services import admin_actions
+
+    version = _current_version(conn, args.task_id, args.expected_version)
+    if args.task_cmd == "mark-paid":
+        result = _tx(conn, lambda c: admin_actions.mark_paid(c, args.task_id, version, CLI_ACTOR, now))
+    else:
+        fn = admin_actions.cancel if args.task_cmd == "cancel" else admin_actions.reset_to_draft
+        result = _tx(conn, lambda c: fn(c, args.task_id, version, None, CLI_ACTOR, now))
+    _report(
+        args,
+        {"task_id": result.task_id, "state": result.state, "task_version": result.version},
+        [f"task {result.task_id}: {result.state} (version {result.version})"],
+    )
+    return Exit.OK
+
+
+def cmd_submission(args: argparse.Namespace) -> int:
+    """``submission reconcile SID --outcome created|not_created --note TEXT [--expected-version N]``."""
+    from cmbuyer.server.services import admin_actions
+    from cmbuyer.server.store.queries import admin as admin_queries
+
+    settings = _settings(args)
+    with closing(_open(settings)) as conn:
+        now = SystemClock().now()
+        version = args.expected_version
+        if version is None:
+            sub = admin_queries.submission(conn, args.submission_id)
+            if sub is None:
+                raise CliError("not_found: 提交记录不存在", Exit.RULE)
+            version = _current_version(conn, sub["task_id"], None)
+        try:
+            outcome, note, version = admin_actions.parse_reconcile(
+                {"outcome": args.outcome, "note": args.note, "expected_task_version": version}
+            )
+        except DomainError as exc:
+            raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
+        result = _tx(
+            conn, lambda c: admin_actions.reconcile(c, args.submission_id, outcome, note, version, CLI_ACTOR, now)
+        )
+    _report(
+        args,
+        {"task_id": result.task_id, "state": result.state, "task_version": result.version},
+        [f"task {result.task_id}: {result.state} (version {result.version})"],
+    )
     return Exit.OK
 
 
@@ -637,9 +950,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", parents=[common], help="apply pending migrations")
     p.add_argument("--list", action="store_true", help="list migrations and their state")
     p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
-    p.add_argument("--host", default=None, help="bind address (default $CMBUYER_HOST or 127.0.0.1)")
+    p.add_argument("--host", default=None, help="bind address; not loopback: TLS or --behind-proxy is required")
     p.add_argument("--port", type=int, default=None, help="bind port (default $CMBUYER_PORT or 8080)")
+    p.add_argument("--tls-cert", default=None, help="PEM certificate chain (CMBUYER_TLS_CERT)")
+    p.add_argument("--tls-key", default=None, help="PEM private key (CMBUYER_TLS_KEY)")
+    p.add_argument(
+        "--behind-proxy",
+        action="store_true",
+        help="plain HTTP on a loopback/private address for a TLS proxy listed in CMBUYER_TRUSTED_PROXIES",
+    )
+    p = sub.add_parser("tls", parents=[common], help="certificates for HTTPS (a private CA for a small team)")
+    tlsub = p.add_subparsers(dest="tls_cmd", required=True)
+    q = tlsub.add_parser("init", parents=[common], help="create a private CA and a server certificate")
+    q.add_argument(
+        "--host", action="append", required=True, help="DNS name or IP address phone hosts connect to (repeat)"
+    )
     sub.add_parser("doctor", parents=[common], help="check SQLite, pragmas, permissions and settings")
+    sub.add_parser(
+        "replicate", parents=[common], help="run Litestream: stream the DB to CMBUYER_REPLICA_URL (foreground)"
+    )
+    p = sub.add_parser(
+        "restore", parents=[common], help="restore the DB from a replica into a fresh data dir; unsettled tasks held"
+    )
+    p.add_argument("--from", dest="from_url", required=True, help="replica URL (file:///path or s3://bucket/path)")
+    p.add_argument("--to", required=True, help="the new data dir (holding the cmbuyer.env kept off the host)")
     p = sub.add_parser("backup", parents=[common], help="write a consistent copy of the DB (VACUUM INTO)")
     p.add_argument("--to", required=True, help="target file (must not exist)")
 
@@ -720,7 +1054,32 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     q = tsub.add_parser("show", parents=[common], help="one task with authorization, attempts, submission and audit")
     q.add_argument("task_id", help="the task id")
-    for group in (asub, dsub, esub, tsub):
+    q = tsub.add_parser("import", parents=[common], help="import DRAFT tasks from an .xlsx/.csv (docs/admin.md)")
+    q.add_argument("file", help="the .xlsx or .csv file (docs/admin.md: columns)")
+    q.add_argument("--dry-run", action="store_true", help="show the preview, import nothing")
+    q = tsub.add_parser("export", parents=[common], help="export tasks as .csv or .xlsx (stdout without --out)")
+    q.add_argument("--state", action="append", choices=[s.value for s in TaskState], help="repeatable")
+    q.add_argument("--format", choices=("csv", "xlsx"), default="csv", help="file format (default csv)")
+    q.add_argument("--out", default=None, help="file to write (default: stdout)")
+    for name, what in (
+        ("cancel", "cancel a task before its fence"),
+        ("reset", "reset a task to DRAFT before its fence"),
+        ("mark-paid", "WAITING_PAYMENT → PAID after a person paid on the phone"),
+    ):
+        q = tsub.add_parser(name, parents=[common], help=what)
+        q.add_argument("task_id", help="the task id")
+        q.add_argument("--expected-version", type=int, default=None, help="refuse unless the task is at this version")
+
+    p = sub.add_parser("submission", parents=[common], help="settle order submissions")
+    ssub = p.add_subparsers(dest="submission_cmd", required=True)
+    q = ssub.add_parser("reconcile", parents=[common], help="record whether the pending-payment order exists")
+    q.add_argument("submission_id", help="the order submission id (task show)")
+    q.add_argument(
+        "--outcome", required=True, choices=("created", "not_created"), help="whether the order exists on the phone"
+    )
+    q.add_argument("--note", required=True, help="what the person checked (1–500 characters)")
+    q.add_argument("--expected-version", type=int, default=None, help="refuse unless the task is at this version")
+    for group in (asub, dsub, esub, tsub, ssub, tlsub):
         # a missing subcommand is reported with its choices, not the internal dest name
         group.metavar = "{" + ",".join(group.choices) + "}"
     return parser
@@ -732,10 +1091,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": cmd_serve,
     "doctor": cmd_doctor,
     "backup": cmd_backup,
+    "tls": cmd_tls,
+    "replicate": cmd_replicate,
+    "restore": cmd_restore,
     "admin": cmd_admin,
     "device": cmd_device,
     "evidence": cmd_evidence,
     "task": cmd_task,
+    "submission": cmd_submission,
 }
 
 

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,28 @@ def _payment_modes(raw: str, row: Setting) -> tuple[str, ...]:
             f" such as {','.join(row.default)} (each at most {PAYMENT_MODE_MAX} characters)"
         )
     return modes
+
+
+def _path(raw: str, row: Setting) -> Path:
+    """A file path (existence and contents are checked where the file is used: ``serve`` for TLS files)."""
+    if has_control_chars(raw) or len(raw) > 4096:
+        raise SettingsError(f"{row.env} must be a file path")
+    return Path(raw)
+
+
+def _networks(raw: str, row: Setting) -> tuple[IPv4Network | IPv6Network, ...]:
+    """Comma-separated IP addresses or networks (``10.0.0.5``, ``10.0.0.0/24``); empty: none."""
+    try:
+        return tuple(ip_network(part.strip(), strict=False) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise SettingsError(f"{row.env} must be comma-separated IP addresses or networks such as 10.0.0.5") from None
+
+
+def _replica_url(raw: str, row: Setting) -> str:
+    """A Litestream replica URL: ``file:///absolute/path`` (tested) or ``s3://bucket/path`` (documented)."""
+    if not re.fullmatch(r"(file:///|s3://)[!-~]{1,1000}", raw, re.ASCII):
+        raise SettingsError(f"{row.env} must be a replica URL such as file:///mnt/backup/cmbuyer or s3://bucket/db")
+    return raw
 
 
 def _log_format(raw: str, row: Setting) -> str:
@@ -311,8 +334,52 @@ SETTINGS_TABLE: tuple[Setting, ...] = (
         "cookie_secure",
         "CMBUYER_COOKIE_SECURE",
         False,
-        "set `1` behind HTTPS (adds `Secure` to the session cookie); `0`, `1`, `false` or `true`",
+        "set `1` behind an HTTPS proxy (adds `Secure` to the session cookie; automatic when `serve` has TLS);"
+        " `0`, `1`, `false` or `true`",
         _bool,
+    ),
+    Setting(
+        "tls_cert",
+        "CMBUYER_TLS_CERT",
+        None,
+        "PEM certificate chain `serve` presents (`serve --tls-cert`; written by `cmbuyer-server tls init`);"
+        " with `CMBUYER_TLS_KEY` the server speaks only HTTPS (TLS 1.2+)",
+        _path,
+        shown="(none)",
+    ),
+    Setting(
+        "tls_key",
+        "CMBUYER_TLS_KEY",
+        None,
+        "PEM private key of `CMBUYER_TLS_CERT` (`serve --tls-key`)",
+        _path,
+        shown="(none)",
+    ),
+    Setting(
+        "trusted_proxies",
+        "CMBUYER_TRUSTED_PROXIES",
+        (),
+        "comma-separated addresses/networks of reverse proxies; only from these peers is `X-Forwarded-For`"
+        " read (`serve --behind-proxy` needs at least one)",
+        _networks,
+        shown="(none)",
+    ),
+    Setting(
+        "replica_url",
+        "CMBUYER_REPLICA_URL",
+        None,
+        "where `cmbuyer-server replicate` streams the database (Litestream): `file:///path` on another disk"
+        " or `s3://bucket/path`; when set, the server leaves WAL checkpoints to Litestream",
+        _replica_url,
+        shown="(none)",
+    ),
+    _ranged(
+        "replica_sync_interval",
+        "CMBUYER_REPLICA_SYNC_INTERVAL",
+        1,
+        1,
+        3600,
+        "seconds between Litestream's uploads: about this much committed work can be lost with the host",
     ),
     _ranged(
         "pending_connections_max",
@@ -366,6 +433,22 @@ SETTINGS_TABLE: tuple[Setting, ...] = (
         "orders a device–pack pair must have confirmed right before it buys without a person's approval"
         " (issue 17); `0` = off",
     ),
+    _ranged(
+        "import_max_rows",
+        "CMBUYER_IMPORT_MAX_ROWS",
+        5000,
+        1,
+        100_000,
+        'data rows one task spreadsheet may hold (import, docs/admin.md "Import"); a larger file is refused whole',
+    ),
+    _ranged(
+        "import_max_bytes",
+        "CMBUYER_IMPORT_MAX_BYTES",
+        5 * MiB,
+        1024,
+        64 * MiB,
+        "largest task spreadsheet file, bytes; an .xlsx may inflate to at most 8 × this (zip-bomb bound)",
+    ),
 )
 SETTINGS_BY_NAME: dict[str, Setting] = {row.name: row for row in SETTINGS_TABLE}
 # The settings `cmbuyer-server init` writes into a new env file with their defaults (for an operator to edit).
@@ -410,6 +493,11 @@ class Settings:
     session_idle_ttl: int = _default("session_idle_ttl")
     session_absolute_ttl: int = _default("session_absolute_ttl")
     cookie_secure: bool = _default("cookie_secure")
+    tls_cert: Path | None = field(default=_default("tls_cert"))
+    tls_key: Path | None = field(default=_default("tls_key"))
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = _default("trusted_proxies")
+    replica_url: str | None = _default("replica_url")
+    replica_sync_interval: int = _default("replica_sync_interval")
     pending_connections_max: int = _default("pending_connections_max")
     pending_connections_per_address: int = _default("pending_connections_per_address")
     pending_connection_timeout: int = _default("pending_connection_timeout")
@@ -420,11 +508,24 @@ class Settings:
     # confirmed-right orders a device–pack pair needs before it runs without a person's approval; 0 = off
     # (issue 17)
     supervised_orders: int = _default("supervised_orders")
+    # task spreadsheet import bounds (issue 28)
+    import_max_rows: int = _default("import_max_rows")
+    import_max_bytes: int = _default("import_max_bytes")
 
     @property
     def evidence_dir(self) -> Path:
         """Where evidence PNGs live (``ab/cd/<sha256>.png`` below it; design §5)."""
         return self.data_dir / "evidence"
+
+    @property
+    def tls(self) -> bool:
+        """True when ``serve`` speaks HTTPS itself (both TLS files configured)."""
+        return self.tls_cert is not None and self.tls_key is not None
+
+    @property
+    def secure_cookies(self) -> bool:
+        """Whether cookies carry ``Secure``: under the server's own TLS always, behind a proxy when set."""
+        return self.cookie_secure or self.tls
 
     @property
     def evidence_limits(self) -> EvidenceLimits:
@@ -468,6 +569,8 @@ def _check_together(s: Settings) -> None:
         raise SettingsError("CMBUYER_SESSION_SECRET must differ from CMBUYER_CLAIM_TOKEN_SECRET")
     if s.evidence_bytes_per_attempt < s.evidence_max_bytes:
         raise SettingsError("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT must be at least CMBUYER_EVIDENCE_MAX_BYTES")
+    if (s.tls_cert is None) != (s.tls_key is None):
+        raise SettingsError("TLS needs both CMBUYER_TLS_CERT and CMBUYER_TLS_KEY (or --tls-cert and --tls-key)")
     if s.session_idle_ttl > s.session_absolute_ttl:
         raise SettingsError("CMBUYER_SESSION_IDLE_TTL must not exceed CMBUYER_SESSION_ABSOLUTE_TTL")
 

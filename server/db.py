@@ -269,8 +269,12 @@ class Database:
     store-layer functions). Both raise :class:`StorageError` on storage failure.
     """
 
-    def __init__(self, path: Path, *, readers: int = 2) -> None:
+    def __init__(self, path: Path, *, readers: int = 2, replicated: bool = False) -> None:
         self.path = path
+        # Litestream replicates this file (CMBUYER_REPLICA_URL): it owns checkpoints, so the writer makes
+        # none of its own (its "Tips & Caveats"; server/replication.py) — an application checkpoint racing
+        # Litestream's lock switch could drop WAL frames before they are copied.
+        self.replicated = replicated
         self._readers_n = readers
         self._writer: aiosqlite.Connection | None = None
         self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
@@ -286,6 +290,8 @@ class Database:
         self._closing = False
         try:
             self._writer = await self._connect(read_only=False)
+            if self.replicated:
+                await self._on_thread(self._writer, lambda c: c.execute("PRAGMA wal_autocheckpoint = 0"))
             self._readers = asyncio.Queue()
             for _ in range(self._readers_n):
                 conn = await self._connect(read_only=True)

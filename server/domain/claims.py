@@ -165,10 +165,29 @@ def version_allowed(pdd_version: str | None, allowed_app_versions: tuple[str, ..
 def may_claim(gate: HeartbeatFacts, now: datetime, policy: ClaimPolicy) -> bool:
     """The heartbeat gate of claim-next: fresh (younger than interval × factor), READY, and an allowed app
     version according to the *current* configuration (not the flag stored at heartbeat time)."""
+    return ready_for_claims(
+        gate,
+        now,
+        heartbeat_interval=policy.heartbeat_interval,
+        heartbeat_stale_factor=policy.heartbeat_stale_factor,
+        allowed_app_versions=policy.allowed_app_versions,
+    )
+
+
+def ready_for_claims(
+    gate: HeartbeatFacts,
+    now: datetime,
+    *,
+    heartbeat_interval: int,
+    heartbeat_stale_factor: int,
+    allowed_app_versions: tuple[str, ...],
+) -> bool:
+    """The heartbeat gate of :func:`may_claim` from the settings it reads (no secret needed): also what
+    the start confirmation counts as "a phone READY now" (issue 28 item 5)."""
     return (
-        lease.heartbeat_fresh(gate.last_heartbeat_at, now, policy.heartbeat_interval, policy.heartbeat_stale_factor)
+        lease.heartbeat_fresh(gate.last_heartbeat_at, now, heartbeat_interval, heartbeat_stale_factor)
         and gate.reported_state == "READY"
-        and version_allowed(gate.pdd_version, policy.allowed_app_versions)
+        and version_allowed(gate.pdd_version, allowed_app_versions)
     )
 
 

@@ -45,7 +45,7 @@ from cmbuyer.server.tx.moves import set_authorization_state, set_task_state
 NOTE_MAX = 500
 RECONCILE_OUTCOMES = {"created": "reconcile_created", "not_created": "reconcile_not_created"}
 # use-case of a human action before the fence → the close reason of its authorization and attempt
-CLOSE_REASONS = {"reset_to_draft": "RESET", "cancel": "CANCELLED"}
+CLOSE_REASONS = {"reset_to_draft": "RESET", "cancel": "CANCELLED", "release": "RESET"}
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,42 @@ def close_before_fence(
 
 
 reset_to_draft = partial(close_before_fence, use_case="reset_to_draft")  # POST /tasks/{id}/reset-to-draft
+
+
+def release_held(
+    conn: sqlite3.Connection,
+    task_id: str,
+    expected_version: int,
+    actor: Actor,
+    now: datetime,
+    request_id: str | None = None,
+) -> ActionResult:
+    """放行 on the held-tasks page (``POST /held/release``, issue 31): a person checked a HELD task against
+    the phones' journals. Without a replicated fence it goes back to DRAFT like a reset (its claim and
+    authorization closed, reason RESET; audit ``task.release``) and must be started again; with one, back to
+    SUBMITTING (audit ``task.release_fenced``), where the sweeper moves it to reconciliation once its lease
+    has ended. Raises NotFound, Conflict(``version_conflict``), InvalidTransition (not HELD)."""
+    task = _load(conn, task_id)
+    if task.version != expected_version:
+        raise _stale()
+    if TaskState(task.state) != TaskState.HELD:
+        transition(TASK_TRANSITIONS, TaskState(task.state), "release")  # raises: only HELD is released
+    if not admin_queries.submission_exists_for_task(conn, task.id):
+        return close_before_fence(conn, task_id, expected_version, None, actor, now, request_id, use_case="release")
+    new_state = transition(TASK_TRANSITIONS, TaskState.HELD, "release_fenced")
+    return _move(
+        conn,
+        task,
+        new_state,
+        action="task.release_fenced",
+        reason="released_after_restore",
+        actor=actor,
+        at=to_wire(now),
+        request_id=request_id,
+        detail={},
+    )
+
+
 cancel = partial(close_before_fence, use_case="cancel")  # POST /tasks/{id}/cancel
 
 

@@ -178,7 +178,15 @@ def login(
         _store(conn, keys[1], login_throttle.undo_guess(address))
     admin = admin_store.by_id(conn, admin_id)
     actor = Actor("admin", admin.username if admin else admin_id)
-    audit_tx.record(conn, actor, action="admin.login", subject_kind="admin", subject_id=admin_id, at=at)
+    audit_tx.record(
+        conn,
+        actor,
+        action="admin.login",
+        subject_kind="admin",
+        subject_id=admin_id,
+        at=at,
+        detail={"address": keys[1].removeprefix("ip:")},  # the client address the throttle counted
+    )
     return token
 
 

@@ -11,7 +11,6 @@ from typing import Any
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.config import Settings
-from cmbuyer.server.domain import values
 from cmbuyer.server.domain.claims import snapshot_of
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
@@ -22,26 +21,21 @@ from cmbuyer.server.domain.states import (
     TaskState,
     transition,
 )
+from cmbuyer.server.domain.task_fields import TaskFields, parse_task_fields
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import audit as audit_tx
+from cmbuyer.server.tx import drafts
 from cmbuyer.server.tx.common import Actor, canonical_json, new_id, payload_hash
 from cmbuyer.server.tx.moves import set_task_state
 
 
 @dataclass(frozen=True)
-class NewTask:
-    """Validated input of ``POST /tasks`` (docs/api.md "Conventions"): canonical URL, goods id, NFKC SKU, Decimal
-    price."""
+class NewTask(TaskFields):
+    """Validated input of ``POST /tasks`` (docs/api.md "Conventions"): the task fields (canonical URL, goods
+    id, NFKC SKU, canonical money) and the request's ``create_key``."""
 
     create_key: str
-    title: str
-    product_url: str
-    goods_id: str
-    sku_color: str
-    sku_size: str | None
-    quantity: int
-    max_total_price: str
 
 
 def validate_new_task(raw: dict[str, Any], settings: Settings) -> NewTask:
@@ -53,57 +47,19 @@ def validate_new_task(raw: dict[str, Any], settings: Settings) -> NewTask:
     create_key = raw.get("create_key")
     if not is_uuid4(create_key):
         raise ValidationFailed("create_key", "create_key 必须是小写 UUIDv4")
-    product = values.parse_product_url(raw.get("product_url"))  # type: ignore[arg-type]
-    price = values.parse_money("max_total_price", raw.get("max_total_price"), settings.max_total_price)
-    return NewTask(
-        create_key=str(create_key),
-        title=values.parse_title(raw.get("title")),
-        product_url=product.url,
-        goods_id=product.goods_id,
-        sku_color=values.parse_sku("sku_color", raw.get("sku_color")),
-        sku_size=values.parse_optional_sku("sku_size", raw.get("sku_size")),
-        quantity=values.parse_quantity(raw.get("quantity"), settings.max_quantity),
-        max_total_price=values.money_text(price),
-    )
+    fields = parse_task_fields(raw, max_quantity=settings.max_quantity, max_total_price=settings.max_total_price)
+    return NewTask(create_key=str(create_key), **asdict(fields))
 
 
 def create_task(conn: sqlite3.Connection, new: NewTask, actor: Actor, now: datetime) -> tuple[task_store.Task, bool]:
-    """Create a DRAFT task; returns ``(task, created)``.
+    """Create a DRAFT task; returns ``(task, created)`` (:func:`cmbuyer.server.tx.drafts.create_draft`).
 
     ``create_key`` idempotency: the same key with the same fields returns the existing task
     (``created`` False); with different fields raises Conflict ``idempotency_conflict``.
     """
     fields = asdict(new)
-    digest = payload_hash(fields)
-    existing = task_store.by_create_key(conn, new.create_key)
-    if existing is not None:
-        if existing.create_hash != digest:
-            raise Conflict("create_key 已用于另一任务", code=Code.IDEMPOTENCY_CONFLICT)
-        return existing, False
-    at = to_wire(now)
-    task = task_store.Task(
-        id=new_id(),
-        create_hash=digest,
-        **fields,  # the validated fields are the task's columns of the same names, stored as they are
-        state=TaskState.DRAFT,
-        version=1,
-        state_reason=None,
-        created_by=f"{actor.kind}:{actor.id}",
-        created_at=at,
-        updated_at=at,
-    )
-    task_store.insert(conn, task)
-    audit_tx.record(
-        conn,
-        actor,
-        "task.create",
-        "task",
-        task.id,
-        at=at,
-        request_id=new.create_key,
-        detail={"goods_id": task.goods_id, "quantity": task.quantity, "max_total_price": task.max_total_price},
-    )
-    return task, True
+    key = fields.pop("create_key")
+    return drafts.create_draft(conn, key, TaskFields(**fields), actor, now)
 
 
 def parse_start_request(raw: dict[str, Any]) -> tuple[str, list[tuple[str, int]]]:

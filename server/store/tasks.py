@@ -4,10 +4,11 @@ changes only through :func:`set_state`."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, StateChanges
-from cmbuyer.server.store._sql import StateTable, compare_and_set
+from cmbuyer.server.store._sql import StateTable, compare_and_set, marks
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,50 @@ def set_state(
         where="version = ?",
         where_params=(expected_version,),
     )
+
+
+def in_states(conn: sqlite3.Connection, states: Collection[str]) -> list[Task]:
+    """Every task whose state is one of ``states``, oldest first (``created_at, id``)."""
+    wanted = list(states)
+    rows = conn.execute(f"SELECT * FROM tasks WHERE state IN ({marks(wanted)}) ORDER BY created_at, id", wanted)
+    return [from_row(r) for r in rows]
+
+
+def live_with_goods(conn: sqlite3.Connection, goods_ids: list[str], cancelled: str) -> list[Task]:
+    """Every task not in state ``cancelled`` whose goods id is one of ``goods_ids`` (index ``tasks_goods``) —
+    the candidates a spreadsheet row may repeat (issue 28). ``cancelled`` is the state's name, passed in so
+    no state is an SQL literal."""
+    out: list[Task] = []
+    unique = sorted(set(goods_ids))
+    for start in range(0, len(unique), 500):  # bounded IN lists
+        chunk = unique[start : start + 500]
+        out.extend(
+            from_row(r)
+            for r in conn.execute(
+                f"SELECT * FROM tasks WHERE goods_id IN ({marks(chunk)}) AND state != ?", (*chunk, cancelled)
+            )
+        )
+    return out
+
+
+def update_draft_fields(
+    conn: sqlite3.Connection,
+    task_id: str,
+    *,
+    expected_version: int,
+    draft_state: str,
+    values: dict[str, object],
+    at: str,
+) -> bool:
+    """CAS: overwrite the editable fields of a draft (``values``: title, product_url, goods_id, sku_color,
+    sku_size, quantity, max_total_price) and bump the version, when the task is still ``draft_state`` at
+    ``expected_version``. The state does not change. Returns False (nothing written) otherwise."""
+    allowed = ("title", "product_url", "goods_id", "sku_color", "sku_size", "quantity", "max_total_price")
+    if set(values) != set(allowed):
+        raise ValueError("update_draft_fields needs exactly the editable fields")
+    sets = ", ".join(f"{name} = ?" for name in allowed)
+    cur = conn.execute(
+        f"UPDATE tasks SET {sets}, version = version + 1, updated_at = ? WHERE id = ? AND version = ? AND state = ?",
+        (*(values[name] for name in allowed), at, task_id, expected_version, draft_state),
+    )
+    return cur.rowcount == 1

@@ -13,9 +13,9 @@ What is accepted, exactly:
   ``form-data; name="…"`` with optional ``filename``/``filename*`` whose values are never used) and
   ``Content-Type``; any other part header (``Content-Transfer-Encoding``, ``Content-Encoding``,
   ``Content-Length`` …), a repeated header, obs-folding or non-ASCII header bytes → 400;
-- the field names are exactly the expected set, each once; the file field must carry
-  ``Content-Type: image/png`` and is the only part that may have a filename; text fields may carry
-  ``text/plain`` (optionally ``charset=utf-8``) and must be UTF-8;
+- the field names are exactly the expected set, each once; the file field must carry the expected
+  ``Content-Type`` (``image/png`` for evidence) and is the only part that may have a filename; text fields
+  may carry ``text/plain`` (optionally ``charset=utf-8``) and must be UTF-8;
 - per-part caps: ``max_field_bytes`` for text fields, ``max_file_bytes`` for the file → 413 beyond;
 - at most ``len(fields) + 1`` parts; every read waits at most ``stall_timeout`` s and the whole body
   at most ``total_timeout`` s → 400 (a stalled client cannot hold a worker forever).
@@ -69,6 +69,9 @@ class Limits:
     max_file_bytes: int
     max_field_bytes: int = 256
     max_header_bytes: int = 1024
+    # browsers send a file name as raw UTF-8 inside Content-Disposition (WHATWG HTML's multipart encoding);
+    # True accepts UTF-8 header values (the admin upload), False keeps headers ASCII (the device API)
+    utf8_headers: bool = False
     stall_timeout: float = STALL_TIMEOUT_S
     total_timeout: float = TOTAL_TIMEOUT_S
 
@@ -170,16 +173,19 @@ class _Stream:
         return not await self._fill()
 
 
-def _parse_headers(block: bytes) -> dict[str, str]:
+def _parse_headers(block: bytes, *, utf8: bool = False) -> dict[str, str]:
     headers: dict[str, str] = {}
     for line in block.split(b"\r\n"):
         name, sep, value = line.partition(b":")
-        if not sep or _HEADER_NAME.fullmatch(name) is None or not value.isascii():
+        if not sep or _HEADER_NAME.fullmatch(name) is None or not (utf8 or value.isascii()):
             raise _bad()
         key = name.decode("ascii").lower()
         if key in headers or key not in ("content-disposition", "content-type"):
             raise _bad()
-        text = value.decode("ascii").strip(" \t")
+        try:
+            text = value.decode("utf-8" if utf8 else "ascii").strip(" \t")
+        except UnicodeDecodeError:
+            raise _bad() from None
         if any(ord(ch) < 0x20 and ch != "\t" for ch in text) or "\x7f" in text:
             raise _bad()
         headers[key] = text
@@ -204,9 +210,11 @@ def _disposition(value: str) -> tuple[str, bool]:
 
 
 async def read_form(
-    request: web.Request, *, fields: frozenset[str], file_field: str, file_type: str, limits: Limits
+    request: web.Request, *, fields: frozenset[str], file_field: str, file_type: str | frozenset[str], limits: Limits
 ) -> Form:
-    """Read and check the whole form (see the module docstring). Call only after authentication."""
+    """Read and check the whole form (see the module docstring). Call only after authentication.
+    ``file_type`` is the file part's required Content-Type, or the set of those accepted (lower case)."""
+    file_types = frozenset({file_type}) if isinstance(file_type, str) else file_type
     boundary = boundary_from(request.raw_headers)
     if request.content_length is not None and request.content_length > limits.max_total:
         raise _too_large()
@@ -221,14 +229,14 @@ async def read_form(
         if len(seen) >= max_parts:
             raise _bad()
         block = await stream.read_until(b"\r\n\r\n", limits.max_header_bytes, too_large=False)
-        headers = _parse_headers(block)
+        headers = _parse_headers(block, utf8=limits.utf8_headers)
         name, has_filename = _disposition(headers.get("content-disposition", ""))
         if name in seen or (name != file_field and name not in fields):
             raise _bad()
         seen.add(name)
         ctype = headers.get("content-type")
         if name == file_field:
-            if ctype is None or ctype.lower() != file_type:
+            if ctype is None or ctype.lower() not in file_types:
                 raise _bad()
             form.file = await stream.read_until(delimiter, limits.max_file_bytes, too_large=True)
         else:

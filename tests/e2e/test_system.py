@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import random
+import re
 import sqlite3
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -124,6 +127,7 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
         value = next(line.rsplit(" ", 1)[1] for line in metrics.splitlines() if line.startswith(counter + " "))
         assert float(value) >= len(specs), (counter, value)
     _assert_no_secret_in_any_log(stack)
+    _assert_pay_list(stack, details)
 
 
 def _assert_no_secret_in_any_log(stack: Stack) -> None:
@@ -148,6 +152,34 @@ def _assert_no_secret_in_any_log(stack: Stack) -> None:
     for name, text in logs.items():
         for secret in secrets + claim_tokens:
             assert secret not in text, f"a secret in {name}"
+
+
+def _admin_get(stack: Stack, path: str) -> str:
+    """``path`` as the demo's administrator sees it: log in through the real form, then GET."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(stack.url + "/login", timeout=10).read().decode()
+    token = re.search(r'name="csrf_token" value="([0-9a-f]{64})"', page)
+    assert token is not None
+    form = {"username": "admin", "password": stack.admin_password, "csrf_token": token.group(1)}
+    opener.open(stack.url + "/login", urllib.parse.urlencode(form).encode(), timeout=10).read()
+    return str(opener.open(stack.url + path, timeout=10).read().decode())
+
+
+def _assert_pay_list(stack: Stack, details: dict[str, dict]) -> None:
+    """The pay list after the run (issue 28): one group per phone, every waiting order under the phone that
+    made it, with the order number the phone read (or the placeholder when it read none)."""
+    html = _admin_get(stack, "/pay-list")
+    groups = re.split(r'<h2 class="device-group" data-device-id="', html)[1:]
+    by_device = {g.split('"', 1)[0]: g for g in groups}
+    assert set(by_device) == {d["submission"]["device_id"] for d in details.values()}
+    for d in details.values():
+        group = by_device[d["submission"]["device_id"]]
+        assert f'data-task-id="{d["task"]["id"]}"' in group
+        assert (d["submission"]["order_sn"] or "（未读到）") in group
+    assert any(d["submission"]["order_sn"] for d in details.values()), "the confirmation read some order numbers"
+    for device_id, group in by_device.items():
+        assert group.split("（", 1)[0].endswith(stack.serial_of[device_id])  # the group is named after its phone
 
 
 def test_server_restart_mid_run(stack: Stack) -> None:

@@ -77,6 +77,15 @@ def test_env_file_is_read_and_environment_overrides_it(tmp_path: Path) -> None:
         ({"CMBUYER_PENDING_CONNECTIONS_MAX": "7"}, "CMBUYER_PENDING_CONNECTIONS_MAX"),
         ({"CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS": "0"}, "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS"),
         ({"CMBUYER_PENDING_CONNECTION_TIMEOUT": "0"}, "CMBUYER_PENDING_CONNECTION_TIMEOUT"),
+        # issue 31: TLS files come in pairs; proxies are addresses; a replica is a file:/// or s3:// URL
+        ({"CMBUYER_TLS_CERT": "/srv/cmbuyer/tls/server.pem"}, "CMBUYER_TLS_KEY"),
+        ({"CMBUYER_TLS_KEY": "/srv/cmbuyer/tls/server-key.pem"}, "CMBUYER_TLS_CERT"),
+        ({"CMBUYER_TLS_CERT": "a\x07b", "CMBUYER_TLS_KEY": "k"}, "CMBUYER_TLS_CERT"),
+        ({"CMBUYER_TRUSTED_PROXIES": "10.0.0.5,proxy.lan"}, "CMBUYER_TRUSTED_PROXIES"),
+        ({"CMBUYER_REPLICA_URL": "/mnt/backup"}, "CMBUYER_REPLICA_URL"),
+        ({"CMBUYER_REPLICA_URL": "file://relative/path"}, "CMBUYER_REPLICA_URL"),
+        ({"CMBUYER_REPLICA_URL": "http://example.invalid/db"}, "CMBUYER_REPLICA_URL"),
+        ({"CMBUYER_REPLICA_SYNC_INTERVAL": "0"}, "CMBUYER_REPLICA_SYNC_INTERVAL"),
     ],
 )
 def test_bad_values_name_the_variable(tmp_path: Path, env: dict[str, str], variable: str) -> None:
@@ -85,6 +94,24 @@ def test_bad_values_name_the_variable(tmp_path: Path, env: dict[str, str], varia
     message = str(err.value)
     assert variable in message and "\n" not in message
     assert "abab" not in message and "zzzz" not in message
+
+
+def test_tls_proxy_and_replica_settings(tmp_path: Path) -> None:
+    s = load_settings(
+        tmp_path,
+        environ={
+            **GOOD,
+            "CMBUYER_TLS_CERT": "/c.pem",
+            "CMBUYER_TLS_KEY": "/k.pem",
+            "CMBUYER_TRUSTED_PROXIES": "10.0.0.5, 192.168.1.0/24",
+            "CMBUYER_REPLICA_URL": "s3://bucket/cmbuyer",
+        },
+    )
+    assert s.tls and s.secure_cookies and not s.cookie_secure  # Secure follows the server's own TLS
+    assert [str(n) for n in s.trusted_proxies] == ["10.0.0.5/32", "192.168.1.0/24"]
+    assert (s.replica_url, s.replica_sync_interval) == ("s3://bucket/cmbuyer", 1)
+    plain = load_settings(tmp_path, environ=GOOD)
+    assert not plain.tls and not plain.secure_cookies and plain.trusted_proxies == () and plain.replica_url is None
 
 
 def _serve(data_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

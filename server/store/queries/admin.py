@@ -5,7 +5,8 @@ Every list query is index-driven so ``GET /tasks`` stays fast at 100,000 tasks (
 
 * no keyword: ``tasks_created`` / ``tasks_state_created`` give rows already in (created_at, id) order;
 * keyword that is a task UUID: primary key; all digits: ``tasks_goods`` (exact goods id) plus the
-  trigram index; 3+ characters: the FTS5 trigram table ``task_search`` (migration 0003);
+  trigram index; 3+ characters also match an order number exactly (``order_submissions_order_sn``,
+  migration 0010); 3+ characters: the FTS5 trigram table ``task_search`` (migration 0003);
 * 1–2 character keywords cannot use a trigram index, so they are checked only against the newest
   :data:`SHORT_KEYWORD_WINDOW` rows that pass the other filters — a bounded scan, never the whole
   table; the page tells the operator so.
@@ -20,9 +21,9 @@ from typing import Any
 from cmbuyer.server.store._sql import marks, one_dict
 
 SHORT_KEYWORD_WINDOW = 5000
-_TASK_COLUMNS = (
+TASK_COLUMNS = (
     "t.id, t.title, t.goods_id, t.sku_color, t.sku_size, t.quantity, t.max_total_price, t.state,"
-    " t.version, t.created_at, t.updated_at"
+    " t.version, t.created_at, t.updated_at, t.state_reason"
 )
 
 
@@ -82,15 +83,19 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
         if len(f.keyword) >= 3:
             where.append(
                 "t.id IN (SELECT id FROM tasks WHERE goods_id = ?"
-                " UNION SELECT task_id FROM task_search WHERE task_search MATCH ?)"
+                " UNION SELECT task_id FROM task_search WHERE task_search MATCH ?"
+                " UNION SELECT task_id FROM order_submissions WHERE order_sn = ?)"
             )
-            args.extend([f.keyword, fts_phrase(f.keyword)])
+            args.extend([f.keyword, fts_phrase(f.keyword), f.keyword])
         else:
             where.append("t.goods_id = ?")
             args.append(f.keyword)
     elif f.keyword_kind == "text":
-        where.append("t.id IN (SELECT task_id FROM task_search WHERE task_search MATCH ?)")
-        args.append(fts_phrase(f.keyword))
+        where.append(
+            "t.id IN (SELECT task_id FROM task_search WHERE task_search MATCH ?"
+            " UNION SELECT task_id FROM order_submissions WHERE order_sn = ?)"
+        )
+        args.extend([fts_phrase(f.keyword), f.keyword])
     if f.after is not None:
         where.append("(t.created_at, t.id) > (?, ?)")
         args.extend(f.after)
@@ -104,14 +109,14 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
     if f.keyword_kind == "short":
         # Bounded window: newest SHORT_KEYWORD_WINDOW rows of the other filters, then the substring test.
         sql = (
-            f"SELECT * FROM (SELECT {_TASK_COLUMNS} FROM tasks t{where_sql}"
+            f"SELECT * FROM (SELECT {TASK_COLUMNS} FROM tasks t{where_sql}"
             f" ORDER BY t.created_at {order}, t.id {order} LIMIT ?)"
             " WHERE instr(title, ?) > 0 OR instr(sku_color, ?) > 0 OR instr(sku_size, ?) > 0"
             f" ORDER BY created_at {order}, id {order} LIMIT ?"
         )
         args.extend([SHORT_KEYWORD_WINDOW, f.keyword, f.keyword, f.keyword, limit])
     else:
-        sql = f"SELECT {_TASK_COLUMNS} FROM tasks t{where_sql} ORDER BY t.created_at {order}, t.id {order} LIMIT ?"
+        sql = f"SELECT {TASK_COLUMNS} FROM tasks t{where_sql} ORDER BY t.created_at {order}, t.id {order} LIMIT ?"
         args.append(limit)
     rows = [dict(r) for r in conn.execute(sql, args)]
     if f.after is not None:

@@ -38,3 +38,9 @@ def vacuum_into(conn: sqlite3.Connection, target: Path) -> None:
     """Write a consistent, compacted copy of the database to ``target`` (``VACUUM INTO``; the file must not
     exist). WAL readers and the writer are not blocked while it runs."""
     conn.execute("VACUUM INTO ?", (str(target),))
+
+
+def checkpoint_truncate(conn: sqlite3.Connection) -> None:
+    """Copy the whole WAL into the database file and empty it (``wal_checkpoint(TRUNCATE)``), so the file
+    stands alone — ``restore`` does this before it moves the restored file into place."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.states import TaskState
-from cmbuyer.server.web.admin import auth, devices, evidence, labels, supervision, tasks
+from cmbuyer.server.web.admin import auth, devices, evidence, held, labels, supervision, task_io, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
 from cmbuyer.server.web.edge import identity_only
 
@@ -99,8 +99,10 @@ def setup(app: web.Application) -> None:
     app.middlewares.append(_identity_bodies)
     app.router.add_get("/", _home, name="admin-home")
     auth.setup(app)
+    task_io.setup(app)  # before tasks: /tasks/import and /tasks/export are not /tasks/{task_id}
     tasks.setup(app)
     evidence.setup(app)
     devices.setup(app)
+    held.setup(app)
     supervision.setup(app)
     app.router.add_static("/static", STATIC_DIR, name="admin-static")

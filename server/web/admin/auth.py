@@ -47,6 +47,7 @@ from cmbuyer.server.web.admin.common import (
     wants_json,
 )
 from cmbuyer.server.web.admin.prelogin import PRELOGIN, PreloginBook
+from cmbuyer.server.web.client_address import client_address
 from cmbuyer.server.web.keys import DB, SETTINGS
 
 # failed and successful logins and lockouts (docs/operations.md "Logs"); never a password or a cookie
@@ -136,7 +137,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         ):
             username, password = str(username or "")[:64], ""
         at = now(request)
-        keys = admin_sessions.throttle_keys(username, request.remote or "")
+        keys = admin_sessions.throttle_keys(username, client_address(request))
         # The gate is decided and the guess counted before any password is hashed.
         admission = await db.write(lambda c: admin_sessions.admit_guess(c, keys, username, at))
         if not admission.admitted:

@@ -30,6 +30,7 @@ from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.web.access_log import ADMIN_KEY as ACCESS_ADMIN
 from cmbuyer.server.web.admin import csrf
+from cmbuyer.server.web.client_address import request_scheme
 from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
@@ -215,13 +216,13 @@ def set_session_cookie(
     """``HttpOnly; SameSite=Lax; Path=/`` (+ ``Secure`` when configured for HTTPS); no Max-Age, so the
     browser forgets it at exit while the server enforces idle and absolute expiry."""
     response.set_cookie(
-        name, value, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].cookie_secure
+        name, value, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].secure_cookies
     )
 
 
 def clear_cookie(request: web.Request, response: web.StreamResponse, name: str, path: str = "/") -> None:
     """Expire a cookie in the browser (same attributes as when it was set)."""
-    response.del_cookie(name, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].cookie_secure)
+    response.del_cookie(name, path=path, httponly=True, samesite="Lax", secure=request.app[SETTINGS].secure_cookies)
 
 
 # -- same-origin checks ----------------------------------------------------------------------------
@@ -229,7 +230,7 @@ def clear_cookie(request: web.Request, response: web.StreamResponse, name: str, 
 
 def own_origin(request: web.Request) -> str:
     """``scheme://host[:port]`` of this server as the browser addressed it."""
-    return f"{request.scheme}://{request.host}"
+    return f"{request_scheme(request)}://{request.host}"
 
 
 def same_origin(request: web.Request) -> bool:

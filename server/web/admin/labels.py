@@ -28,6 +28,7 @@ TASK_STATE_LABELS: dict[TaskState, str] = {
     TaskState.FAILED: "失败",
     TaskState.EXPIRED: "授权过期",
     TaskState.CANCELLED: "已取消",
+    TaskState.HELD: "恢复后待核对",
 }
 
 # -- device step events (common.json "step") ------------------------------------------------------------
@@ -195,6 +196,7 @@ STATE_REASON_LABELS: dict[str, str] = {
     "authorization_expired": "授权已过期，无设备领取",
     "RESULT": "已上报提交结果",
     "FAILED": "设备报告失败",
+    "released_after_restore": "恢复后核对放行",
 }
 
 # audit_log.action values written by the services (grep ``action=``)
@@ -237,6 +239,9 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "task.start_purchase": "开始采购",
     "task.reset_to_draft": "重置为草稿",
     "task.cancel": "取消任务",
+    "task.restore_hold": "数据库恢复后暂停，待核对",
+    "task.release": "核对后放行（回到草稿）",
+    "task.release_fenced": "核对后放行（已有提交围栏，待人工核对）",
 }
 
 # -- supervised first orders, admin side (issue 17; kept in one block so merges stay simple) -------------------
@@ -249,6 +254,14 @@ AUDIT_ACTION_LABELS.update(
         # written by the device side (services/supervision.py, tx/supervision.py)
         "approval.request": "设备请求提交前人工确认",
         "approval.void": "人工确认请求作废",
+    }
+)
+
+# -- tasks in and out (issue 28) -----------------------------------------------------------------------------
+AUDIT_ACTION_LABELS.update(
+    {
+        "task.import": "从表格导入草稿",
+        "task.edit": "修改草稿",
     }
 )
 
@@ -269,6 +282,8 @@ FENCE_REFUSAL_LABELS: dict[str, str] = {
 _PREFIXES: dict[str, tuple[str, Mapping[str, str]]] = {
     "result": ("提交结果", OBSERVATION_LABELS),
     "device_fail": ("设备失败", REASON_CODE_LABELS),
+    # services/restore_hold.py HOLD_REASON + the state the task was held from
+    "restored_from_replica": ("数据库恢复后暂停，恢复时为", {str(k): v for k, v in TASK_STATE_LABELS.items()}),
 }
 
 

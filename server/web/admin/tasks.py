@@ -17,6 +17,8 @@ import re
 import sqlite3
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,13 +26,17 @@ from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
 from cmbuyer.server.clock import from_wire
+from cmbuyer.server.domain import task_fields
+from cmbuyer.server.domain.claims import ready_for_claims
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
-from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState
-from cmbuyer.server.services import admin_actions, supervision_admin
+from cmbuyer.server.domain.states import TASK_TRANSITIONS, DeviceState, TaskState
+from cmbuyer.server.domain.task_fields import person_money
+from cmbuyer.server.services import admin_actions, supervision_admin, task_edit
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.store.queries import task_lists
 from cmbuyer.server.store.queries.admin import SHORT_KEYWORD_WINDOW, TaskFilter
 from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web.admin import task_view
@@ -61,15 +67,13 @@ START_BUTTON = "开始采购（只创建待付款订单）"
 _DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})", re.ASCII)
 _VERSION = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
 _QUANTITY = re.compile(r"[0-9]{1,6}", re.ASCII)
-# The HTML form is friendlier than the APIs: "30", "30.0" and "30.00" all mean ¥30.00 (ASCII digits,
-# at most two decimals, no sign/exponent/spaces/leading zeros). JSON and device APIs stay canonical.
-_FORM_MONEY = re.compile(r"(0|[1-9][0-9]{0,8})(?:\.([0-9]{1,2}))?", re.ASCII)
 NOTICES = {
     "created": "已创建草稿任务。",
     "started": "已开始采购：采购工具只会为每个任务创建一笔待付款订单，不会付款。",
     "reset": "任务已重置为草稿，旧授权已关闭。",
     "cancelled": "任务已取消。",
     "paid": "已标记为已付款。",
+    "edited": "草稿已修改（版本已更新）。",
     "reconciled": "已记录人工核对结果。",
     # supervised first orders (web/admin/supervision.py)
     "approved": "已批准：设备将按原流程申请提交围栏并创建待付款订单。",
@@ -212,7 +216,7 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
     return f, form, problems
 
 
-def _list_job(f: TaskFilter) -> Any:
+def _list_job(f: TaskFilter, *, counts: bool = True) -> Any:
     def job(conn: sqlite3.Connection) -> dict[str, Any]:
         rows = admin_queries.task_page(conn, f, PAGE_SIZE + 1)
         more = len(rows) > PAGE_SIZE
@@ -228,6 +232,8 @@ def _list_job(f: TaskFilter) -> Any:
             "claims": admin_queries.open_attempts(conn, ids),
             "waiting": supervision_admin.waiting_tasks(conn, ids),
             "waiting_summary": supervision_admin.waiting_summary(conn),
+            # the live view's rows fragment does not show the counts: skip the query every 3 s
+            "counts": task_lists.state_counts(conn) if counts else {},
         }
 
     return job
@@ -275,7 +281,7 @@ async def _render_list(
     only_rows: bool = False,
 ) -> web.Response:
     f, form, problems = parse_filter(request.query)
-    data = await request.app[DB].read(_list_job(f))
+    data = await request.app[DB].read(_list_job(f, counts=not only_rows))
     settings = request.app[SETTINGS]
     context = {
         "session": session,
@@ -287,6 +293,9 @@ async def _render_list(
         "waiting_count": data["waiting_summary"][0],
         "waiting_first_deadline": data["waiting_summary"][1],
         "countdown": countdown,
+        "counts": [(s.value, TASK_STATE_LABELS[s], data["counts"].get(s.value, 0)) for s in TaskState],
+        "count_total": sum(data["counts"].values()),
+        "export_query": urlencode([(k, v) for k, v in request.query.items() if k in ("q", "state", "from", "to")]),
         "labels": {s.value: TASK_STATE_LABELS[s] for s in TaskState},
         "links": _page_links(form, f, data),
         "form": form,
@@ -295,6 +304,7 @@ async def _render_list(
         "error": error,
         "notice": NOTICES.get(request.query.get("notice", ""), ""),
         "notice_count": request.query.get("count", "") if _VERSION.fullmatch(request.query.get("count", "")) else "",
+        "batch_key": request.query.get("start_key", "") if is_uuid4(request.query.get("start_key", "")) else "",
         "short_keyword": f.keyword_kind == "short",
         "short_window": SHORT_KEYWORD_WINDOW,
         "create": create_values or {"create_key": new_id(), "quantity": "1"},
@@ -333,15 +343,6 @@ def _form_task(body: Body) -> dict[str, Any]:
     return raw
 
 
-def form_money(field: str, raw: object) -> str:
-    """Normalize a money field typed into the HTML form to the canonical two-decimal text
-    (``30`` / ``30.0`` / ``30.00`` → ``"30.00"``); anything else raises ValidationFailed(field)."""
-    m = _FORM_MONEY.fullmatch(raw) if isinstance(raw, str) else None
-    if m is None:
-        raise ValidationFailed(field, "请输入金额数字，最多两位小数，例如 30 或 30.00")
-    return f"{m.group(1)}.{(m.group(2) or '').ljust(2, '0')}"
-
-
 FIELD_LABELS = {
     "create_key": "表单",
     "title": "标题",
@@ -368,7 +369,7 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
                 field = exc.path.split("/")[0] or "body"
                 raise ValidationFailed(field, f"{FIELD_LABELS.get(field, field)} 无效") from None
         else:
-            raw = {**raw, "max_total_price": form_money("max_total_price", raw["max_total_price"])}
+            raw = {**raw, "max_total_price": person_money("max_total_price", raw["max_total_price"])}
         new = task_service.validate_new_task(raw, settings)
         at, who = now(request), actor(session)
         task, created = await request.app[DB].write(lambda c: task_service.create_task(c, new, who, at))
@@ -416,6 +417,8 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
                 raise ValidationFailed("tasks", "请至少选择一个草稿任务")
             raw = {"start_key": body.one("start_key", ""), "tasks": items}
         start_key, parsed = task_service.parse_start_request(raw)
+        if body.kind == "form" and body.one("confirm") != "yes":
+            return await _confirm_start(request, session, start_key, parsed)
         at, who = now(request), actor(session)
         result = await request.app[DB].write(
             lambda c: task_service.start_purchases(c, start_key, parsed, who, at, settings)
@@ -426,7 +429,95 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
         return await _render_list(request, session, status=exc.status, error=exc.message)
     if body.kind == "json":
         return json_answer(result)
-    return redirect(f"/tasks?notice=started&count={int(result['authorized_count'])}")
+    return redirect(f"/tasks?notice=started&count={int(result['authorized_count'])}&start_key={start_key}")
+
+
+def start_summary(
+    conn: sqlite3.Connection, items: list[tuple[str, int]], at: datetime, settings: Any
+) -> dict[str, Any]:
+    """What a start would do (issue 28 item 5): the selected tasks still DRAFT at the selected version
+    (``ready_tasks``; the others are named in ``stale``), the sum of their max totals, and the phones READY
+    now by the claim gate's own rule (:func:`cmbuyer.server.domain.claims.ready_for_claims`)."""
+    rows = {r["id"]: r for r in task_lists.tasks_by_id(conn, [t for t, _ in items])}
+    ready_tasks, stale = [], []
+    for task_id, version in items:
+        row = rows.get(task_id)
+        if row is not None and row["version"] == version and row["state"] == TaskState.DRAFT:
+            ready_tasks.append(row)
+        else:
+            stale.append(row["title"] if row else task_id)
+    total = sum((Decimal(r["max_total_price"]) for r in ready_tasks), Decimal("0.00"))
+    devices = task_lists.devices_for_start(conn, DeviceState.ACTIVE)
+    ready = [
+        d["name"]
+        for d in devices
+        if ready_for_claims(
+            SimpleNamespace(**d),
+            at,
+            heartbeat_interval=settings.heartbeat_interval,
+            heartbeat_stale_factor=settings.heartbeat_stale_factor,
+            allowed_app_versions=settings.allowed_app_versions,
+        )
+    ]
+    return {
+        "tasks": ready_tasks,
+        "stale": stale,
+        "total": f"{total.quantize(Decimal('0.01'))}",
+        "ready_phones": ready,
+        "devices": len(devices),
+    }
+
+
+async def _confirm_start(
+    request: web.Request, session: AdminSession, start_key: str, items: list[tuple[str, int]]
+) -> web.Response:
+    """The confirmation page of a start from the task table: counts, sum, READY phones, then the real start."""
+    at, settings = now(request), request.app[SETTINGS]
+    summary = await request.app[DB].read(lambda c: start_summary(c, items, at, settings))
+    context = {
+        "session": session,
+        "csrf_token": csrf_token_for(request, session),
+        "start_key": start_key,
+        **summary,
+    }
+    return render(request, "start_confirm.html", context)
+
+
+# -- edit a draft ---------------------------------------------------------------------------------------------
+
+
+@action
+async def edit_task(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
+    """``POST /tasks/{id}/edit``: ``expected_task_version`` and the task fields (form: as in the create form,
+    money under the one money rule; JSON: canonical values). Only DRAFT; 409 ``version_conflict`` on a stale
+    version, 409 ``invalid_state`` otherwise (docs/admin.md "Editing a draft")."""
+    task_id = request.match_info["task_id"]
+    settings = request.app[SETTINGS]
+    at, who, rid = now(request), actor(session), request_id(request)
+    try:
+        if not is_uuid4(task_id):
+            raise AdminHTTPError(404, Code.NOT_FOUND, "任务不存在")
+        version = _expected_version(body)
+        if body.kind == "json":
+            raw = {k: body.json.get(k) for k in task_fields.FIELDS}
+        else:
+            raw = _form_task(body)
+            raw["max_total_price"] = person_money("max_total_price", raw["max_total_price"])
+        fields = task_fields.parse_task_fields(
+            raw, max_quantity=settings.max_quantity, max_total_price=settings.max_total_price
+        )
+        result = await request.app[DB].write(lambda c: task_edit.edit_draft(c, task_id, version, fields, who, at, rid))
+    except (DomainError, AdminHTTPError) as exc:
+        refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
+        field = getattr(exc, "field", "")
+        if field in FIELD_LABELS:
+            refusal = AdminHTTPError(refusal.status, refusal.code, f"{FIELD_LABELS[field]}：{refusal.message}")
+        if body.kind == "json" or wants_json(request) or refusal.status == 404:
+            raise refusal from None
+        return await _render_detail(request, session, task_id, status=refusal.status, error=refusal.message)
+    if body.kind == "json" or wants_json(request):
+        return json_answer(asdict(result) | {"task_version": result.version})
+    return redirect(f"/tasks/{task_id}?notice=edited")
 
 
 # -- detail --------------------------------------------------------------------------------------------------
@@ -462,6 +553,7 @@ def _detail_context(request: web.Request, session: AdminSession, view: dict[str,
         "can_reset": not fenced and (state, "reset_to_draft") in TASK_TRANSITIONS,
         "can_cancel": not fenced and (state, "cancel") in TASK_TRANSITIONS,
         "can_mark_paid": (state, "mark_paid") in TASK_TRANSITIONS,
+        "can_edit": state == TaskState.DRAFT,
         "can_reconcile": sub is not None and sub["state"] == "RECONCILIATION_REQUIRED",
         "lease_needs_person": any(a["lease_expired"] for a in view["attempts"]),
         "latest_authorization_id": view["authorization"]["id"] if view["authorization"] else "",
@@ -612,4 +704,5 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/tasks/{task_id}/reset-to-draft", reset_to_draft, name="admin-task-reset")
     app.router.add_post("/tasks/{task_id}/cancel", cancel_task, name="admin-task-cancel")
     app.router.add_post("/tasks/{task_id}/mark-paid", mark_paid, name="admin-task-mark-paid")
+    app.router.add_post("/tasks/{task_id}/edit", edit_task, name="admin-task-edit")
     app.router.add_post("/order-submissions/{sid}/reconcile", reconcile, name="admin-reconcile")

@@ -51,6 +51,7 @@ async def test_order_number_and_payment_suspected_banner(
         await expect(row).to_contain_text("#01 正红色 / —")
         await page.check("#select-all")
         await page.get_by_role("button", name="开始采购（只创建待付款订单）", exact=True).click()
+        await page.click("#confirm-start")
         await expect(page.locator(".notice")).to_contain_text("已开始采购")
         task_id = await row.get_attribute("data-task-id")
 

@@ -38,6 +38,22 @@ def unsafe_routes(task_id: str, sid: str, device_id: str) -> list[tuple[str, dic
         (f"/approvals/{new_id()}/reject", {}),
         (f"/order-submissions/{sid}/supervision-verdict", {"verdict": "right"}),
         (f"/devices/{device_id}/resupervise", {}),
+        # tasks in and out (issue 28); the multipart upload has its own test (test_import.py)
+        (
+            f"/tasks/{task_id}/edit",
+            {
+                "expected_task_version": "1",
+                "title": "x",
+                "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=1",
+                "sku_color": "a",
+                "sku_size": "",
+                "quantity": "1",
+                "max_total_price": "1",
+            },
+        ),
+        ("/tasks/bulk-cancel", {"task": f"{task_id}:1"}),
+        ("/tasks/bulk-mark-paid", {"task": f"{task_id}:1"}),
+        ("/tasks/import/confirm", {"token": "x"}),
         ("/logout", {}),
     ]
 

@@ -146,3 +146,24 @@ async def test_reconcile_note_keeps_line_breaks_from_a_textarea(
     )
     assert resp.status == 303
     assert submission(sync_conn)[2] == "第一行\r\n第二行\t备注"
+
+
+@pytest.mark.parametrize("field", sorted(TASK_FIELDS))
+async def test_draft_edit_refuses_hidden_characters_on_both_paths(
+    admin_client: AdminClient, sync_conn: sqlite3.Connection, make_task: Any, field: str
+) -> None:
+    """Editing a draft (issue 28) runs the same text rule as creating one."""
+    task = make_task()
+    before = written(sync_conn), tuple(sync_conn.execute("SELECT * FROM tasks").fetchone())
+    fields = {k: v for k, v in form().items() if k != "create_key"}
+    for ch in HIDDEN[:6]:
+        resp = await admin_client.post_form(
+            f"/tasks/{task.id}/edit", {**fields, "expected_task_version": "1", field: hide(ch)}
+        )
+        assert resp.status == 400 and f"U+{ord(ch):04X}" in await resp.text(), repr(ch)
+        js = {k: v for k, v in body().items() if k != "create_key"}
+        resp = await admin_client.post_json(
+            f"/tasks/{task.id}/edit", {**js, "expected_task_version": 1, field: hide(ch)}
+        )
+        assert resp.status == 400 and f"U+{ord(ch):04X}" in (await resp.json())["error"]["message"], repr(ch)
+    assert (written(sync_conn), tuple(sync_conn.execute("SELECT * FROM tasks").fetchone())) == before

@@ -19,11 +19,11 @@ from cmbuyer.server.domain.states import (
     SubmissionState,
     TaskState,
 )
+from cmbuyer.server.domain.task_fields import person_money as form_money
 from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web.admin import labels
 from cmbuyer.server.web.admin.common import audit_value
 from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
-from cmbuyer.server.web.admin.tasks import form_money
 from tests.device_bodies import fence_request
 
 from .conftest import AdminClient
@@ -104,6 +104,7 @@ def test_every_state_reason_written_by_the_services_has_a_label() -> None:
         assert labels.reason_label(f"device_fail:{code}") == f"设备失败：{labels.REASON_CODE_LABELS[code]}"
         assert labels.reason_label(code) == labels.REASON_CODE_LABELS[code]
     assert labels.reason_label("result:SECURITY_CHALLENGE") == "提交结果：出现安全验证"
+    assert labels.reason_label("restored_from_replica:CLAIMED") == "数据库恢复后暂停，恢复时为：已领取"
     assert labels.reason_label("SOMETHING_NEW") == "SOMETHING_NEW"  # unknown: the raw code, never an error
     assert labels.reason_label(None) == ""
 
@@ -112,7 +113,7 @@ def test_every_audit_action_written_by_the_services_has_a_label() -> None:
     actions: set[str] = set()
     for path in [*(ROOT / "server" / "services").glob("*.py"), *(ROOT / "server" / "tx").glob("*.py")]:
         actions |= set(re.findall(r'action="([a-z_.]+)"', path.read_text(encoding="utf-8")))
-    actions |= {"task.reset_to_draft", "task.cancel"}  # action=f"task.{use_case}"
+    actions |= {"task.reset_to_draft", "task.cancel", "task.release"}  # action=f"task.{use_case}"
     missing = sorted(a for a in actions if a not in labels.AUDIT_ACTION_LABELS)
     assert not missing
 

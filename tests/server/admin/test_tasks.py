@@ -52,8 +52,9 @@ async def test_list_shows_chinese_state_labels_and_start_button(admin_client: Ad
     assert TASK_STATE_LABELS[TaskState.DRAFT] in html and TASK_STATE_LABELS[TaskState.PENDING] in html
     assert f">{START_BUTTON}</button>" in html
     assert START_BUTTON == "开始采购（只创建待付款订单）"
-    # only DRAFT rows are selectable for the batch start
-    assert html.count('name="task" value=') == 1
+    # DRAFT and PENDING rows are selectable: the batch start takes the drafts (its confirmation names the
+    # others), the bulk cancel both (issue 28)
+    assert html.count('name="task" value=') == 2
 
 
 async def test_filters_state_keyword_dates(admin_client: AdminClient, make_task: Any, clock: Any) -> None:
@@ -254,13 +255,27 @@ async def test_start_purchases_form(admin_client: AdminClient, make_task: Any, s
     a, b = make_task(), make_task()
     key = new_id()
     fields = [("start_key", key), ("task", f"{a.id}:1"), ("task", f"{b.id}:1")]
+    # without confirm=yes the form answers the confirmation page and starts nothing (issue 28 item 5)
+    ask = await admin_client.post_form("/tasks/start-purchases", fields)
+    assert ask.status == 200 and 'id="confirm-start"' in await ask.text()
+    assert {r[0] for r in sync_conn.execute("SELECT state FROM tasks")} == {"DRAFT"}
+    fields.append(("confirm", "yes"))
     resp = await admin_client.post_form("/tasks/start-purchases", fields)
-    assert resp.status == 303 and resp.headers["Location"] == "/tasks?notice=started&count=2"
+    assert resp.status == 303 and resp.headers["Location"] == f"/tasks?notice=started&count=2&start_key={key}"
+    # the notice links the export of this start batch (issue 28)
+    page = await (await admin_client.client.get(resp.headers["Location"])).text()
+    assert f'href="/tasks/export?start_key={key}&amp;format=xlsx"' in page
+    batch = await (await admin_client.client.get(f"/tasks/export?start_key={key}&format=csv")).read()
+    lines = batch.decode("utf-8-sig").splitlines()
+    assert len(lines) == 3 and {line.split(",")[0] for line in lines[1:]} == {a.id, b.id}
+    assert all(",待领取,PENDING," in line for line in lines[1:])
     assert {r[0] for r in sync_conn.execute("SELECT state FROM tasks")} == {"PENDING"}
     again = await admin_client.post_form("/tasks/start-purchases", fields)  # double submit replays
     assert again.status == 303
     assert sync_conn.execute("SELECT count(*) FROM authorizations").fetchone()[0] == 2
-    stale = await admin_client.post_form("/tasks/start-purchases", [("start_key", new_id()), ("task", f"{a.id}:1")])
+    stale = await admin_client.post_form(
+        "/tasks/start-purchases", [("start_key", new_id()), ("task", f"{a.id}:1"), ("confirm", "yes")]
+    )
     assert stale.status == 409 and "任务已变化" in await stale.text()
     empty = await admin_client.post_form("/tasks/start-purchases", [("start_key", new_id())])
     assert empty.status == 400 and "请至少选择" in await empty.text()

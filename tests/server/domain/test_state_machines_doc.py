@@ -44,6 +44,11 @@ CAUSES: dict[str, str] = {
     "close": "device fail, admin reset-to-draft or cancel (closes the claim/authorization)",
     "reset_to_draft": "`POST /tasks/{id}/reset-to-draft` (admin; refused once a submission exists)",
     "cancel": "`POST /tasks/{id}/cancel` (admin; refused once a submission exists)",
+    "restore_hold": "`cmbuyer-server restore`: every unsettled task of the restored database (system)",
+    "release": "放行 on 恢复后待核对 (`POST /held/release`), no fence replicated: claim and authorization "
+    "closed (admin)",
+    "release_fenced": "放行 on 恢复后待核对 (`POST /held/release`), a fence was replicated: reconciliation "
+    "follows (admin)",
     "approve": "批准 in the task drawer: `POST /approvals/{approval_id}/approve` (admin)",
     "reject": "驳回 in the task drawer: `POST /approvals/{approval_id}/reject` (admin)",
     "revoke": "`POST /devices/{id}/revoke` (admin; `cmbuyer-server device revoke`)",
