@@ -145,9 +145,31 @@ def open_buy_sheet(phone: PhoneAdapter, pack: Pack, buy_path: str = "single") ->
         raise FlowStop(f"pack has no {buy_path} buy path", "SCREEN_UNRECOGNIZED")
     dump, buy = _stable_control(phone, selector, "buy button", "SCREEN_UNRECOGNIZED")
     phone.tap_node(dump, buy)
-    screen, _ = wait_for_any(phone, pack, tuple(layout.options_screen for layout in pack.layouts))
+    # the screen holding the submit control is awaited too: an order sheet must stop at once with its
+    # reason when the pack cannot drive it, not time out waiting for a SKU sheet that never comes
+    wanted = tuple(dict.fromkeys((*(layout.options_screen for layout in pack.layouts), "confirm_order")))
+    screen, sheet = wait_for_any(phone, pack, wanted)
+    return layout_for_sheet(pack, screen, sheet)
+
+
+def layout_for_sheet(pack: Pack, screen: str, dump: Dump) -> Layout:
+    """The layout of the sheet the buy button opened, recognized as ``screen`` in ``dump`` (pure).
+
+    The screen holding the submit control right after the buy tap is an order sheet: a pack without a
+    layout whose options sit there (8.17.0 has only ``sku_sheet``) stops with NO_SELECTOR_PACK and says
+    why, instead of driving the SKU-sheet path on it; so does a "SKU sheet" that shows a submit control
+    (``提交订单 ¥…`` is never on a real SKU sheet: the pack misrecognized an order sheet)."""
     layout = pack.layout_on(screen)
-    assert layout is not None  # wait_for_any only returns a layout's options screen
+    if layout is None:
+        raise FlowStop(
+            f"the buy button opened an order sheet ({screen}); pack {pack.id} has no order_sheet layout",
+            "NO_SELECTOR_PACK",
+        )
+    if layout.options_screen == "sku_panel" and safety.submit_controls(dump):
+        raise FlowStop(
+            f"the sheet recognized as sku_panel shows a submit control: an order sheet pack {pack.id} cannot drive",
+            "NO_SELECTOR_PACK",
+        )
     return layout
 
 

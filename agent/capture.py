@@ -9,9 +9,16 @@ Scrubbing (:func:`scrub`):
 - the dump keeps only the app's own nodes (package ``com.xunmeng.pinduoduo``): every subtree of
   another package is dropped — the system UI (status bar with notification tickers that show names
   and phone numbers, navigation bar), the launcher, any other app's window;
+- the **address block** is found by structure: the pack's ``address_block`` selectors (one per
+  layout) find the node holding the recipient's name, phone and address, and on the screens the pack
+  lists there (the order sheet) every text and content-desc in its subtree is blanked and its bounds
+  blacked out, whatever the texts look like (a dotted or landline number, no number at all). On such a
+  screen a block that cannot be found refuses the capture (:class:`CaptureError`, nothing written):
+  an unrecognized row is never stored unscrubbed;
 - privacy rows lose their ``text`` and ``content-desc`` (the row and everything inside it): the rows
   the pack declares (``privacy.rows``) and, whatever the pack says, the clickable row around any text
-  showing a mainland mobile number (full or masked ``139****1234``);
+  showing a phone number (``cmbuyer.schemas.summary.looks_like_phone``: mobile plain, masked, with
+  ``+86`` or with spaces, dots or dashes; a landline with its area code);
 - the screenshot is blacked out (Pillow) over: the status-bar band — the bounds of the system UI's
   ``status_bar`` node when the dump has one, else a fixed top band of :data:`STATUS_BAND_FRACTION`
   of the screen height (108 px on a 2400 px screen) —, every other system-UI window except the
@@ -31,9 +38,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
-import re
 import shutil
 import tempfile
 import xml.etree.ElementTree as ET
@@ -43,27 +48,33 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageDraw, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from cmbuyer.agent.errors import AgentError, DumpNoAppNodes
 from cmbuyer.agent.phone.adapter import parse_focused_package
 from cmbuyer.agent.screens import readers
-from cmbuyer.agent.screens.dump import APP_PACKAGE, Bounds, Dump, Node, parse_dump
+from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
+from cmbuyer.agent.screens.masking import (
+    SYSTEM_UI,
+    ImageUnreadable,
+    black_out,
+    foreign_windows,
+    rect,
+    screen_size,
+)
 from cmbuyer.agent.screens.pack import Pack, Selector
 from cmbuyer.agent.screens.text import money_str, normalize
+from cmbuyer.schemas.summary import looks_like_phone
 
 CAPTURE_FORMAT = 1
 EXPECTED_FORMAT = 1
-SYSTEM_UI = "com.android.systemui"
 STATUS_BAND_FRACTION = 0.045
-# A mainland mobile number, full (13812345678, 138 1234 5678) or masked as the app shows it (139****1234).
-PHONE_RE = re.compile(r"(?<![0-9])1[0-9]{2}[ -]?(?:[*＊]{4}|[0-9]{4})[ -]?[0-9]{4}(?![0-9])")
 # The readers' screens plus "unknown" (a capture of a screen no reader names), as packtest.py does.
 SCREENS = (*readers.SCREENS, "unknown")
 _MONEY_KEYS = ("unit_price", "confirm_amount")
 _INT_KEYS = ("quantity", "submit_controls")
-_JSON_KEYS = ("selected", "options", "payment_controls", "risk_walls", "payment_problems")
+_JSON_KEYS = ("selected", "options", "sold_out", "payment_controls", "risk_walls", "payment_problems")
 _XML_DECL = "<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>\n"
 
 
@@ -82,46 +93,14 @@ class Scrubbed:
     report: dict[str, Any]
 
 
-def _screen_size(dump: Dump) -> tuple[int, int]:
-    width = max((n.bounds.right for n in dump.nodes), default=0)
-    height = max((n.bounds.bottom for n in dump.nodes), default=0)
-    return max(width, 1), max(height, 1)
-
-
-def _is_nav_bar(node: Node, height: int) -> bool:
-    rid = node.resource_id.rsplit("/", 1)[-1]
-    low = node.bounds.top >= height // 2 and node.bounds.bottom - node.bounds.top <= height * 0.15
-    return rid.startswith("navigation_bar") or low
-
-
-def _rect(b: Bounds) -> tuple[int, int, int, int]:
-    return (b.left, b.top, b.right, b.bottom)
-
-
 def _status_band(dump: Dump) -> tuple[int, int, int, int] | None:
     """The status-bar band from the dump (the system UI's ``status_bar`` node); None when the dump
     has none (the caller then blacks out a fixed top band of the screenshot)."""
     for node in dump.nodes:
         if node.package == SYSTEM_UI and node.resource_id.rsplit("/", 1)[-1] in ("status_bar", "status_bar_container"):
             if not node.bounds.empty:
-                return _rect(node.bounds)
+                return rect(node.bounds)
     return None
-
-
-def _foreign_windows(dump: Dump, app_package: str, size: tuple[int, int]) -> list[tuple[int, int, int, int]]:
-    """Window roots of other packages that may show above the app: system UI except the navigation
-    bar, and any other package's window smaller than the screen (full-screen ones — the launcher —
-    lie behind the app when the app is in front)."""
-    out = []
-    for node in dump.nodes:
-        if node.parent is not None or node.package == app_package or node.bounds.empty:
-            continue
-        if node.package == SYSTEM_UI:
-            if not _is_nav_bar(node, size[1]):
-                out.append(_rect(node.bounds))
-        elif _rect(node.bounds) != (0, 0, size[0], size[1]):
-            out.append(_rect(node.bounds))
-    return out
 
 
 def _drop_foreign(root: ET.Element, app_package: str) -> tuple[set[str], int]:
@@ -142,14 +121,38 @@ def _drop_foreign(root: ET.Element, app_package: str) -> tuple[set[str], int]:
     return packages, dropped
 
 
-def _privacy_rows(dump: Dump, rows: Sequence[Selector]) -> list[Node]:
-    """The outermost rows to scrub: pack rows, plus the clickable row around any phone number."""
-    found: dict[int, Node] = {}
+def shows_phone(node: Node) -> bool:
+    """True when the node's text or content-desc shows a phone number (:func:`looks_like_phone`)."""
+    return looks_like_phone(normalize(node.text)) or looks_like_phone(normalize(node.desc))
+
+
+def _address_blocks(dump: Dump, pack: Pack | None) -> tuple[str, list[Node]]:
+    """``(screen, blocks)``: the screen the pack recognizes and the address blocks to scrub on it. On a
+    screen the pack's ``address_block`` lists, no block found → CaptureError."""
+    if pack is None:
+        return "unknown", []
+    screen = readers.recognize(dump, pack)
+    spec = pack.address_block
+    if spec is None or screen not in spec.screens:
+        return screen, []
+    blocks = spec.find(dump)
+    if not blocks:
+        raise CaptureError(
+            f"the address block the pack {pack.id} declares is not on this {screen} screen: refusing to store "
+            "a recipient's name, phone or address unscrubbed; nothing written"
+        )
+    return screen, blocks
+
+
+def _privacy_rows(dump: Dump, rows: Sequence[Selector], blocks: Sequence[Node]) -> list[Node]:
+    """The outermost rows to scrub: address blocks, pack rows, plus the clickable row around any
+    phone number."""
+    found: dict[int, Node] = {n.order: n for n in blocks}
     for selector in rows:
         for node in selector.find(dump):
             found[node.order] = node
     for node in dump.app_nodes():
-        if PHONE_RE.search(normalize(node.text)) or PHONE_RE.search(normalize(node.desc)):
+        if shows_phone(node):
             row = node.clickable_self_or_ancestor()
             # a clickable sheet or scrim around the text would blank the whole screen: the row only
             # when it is no larger than a quarter of the screen, else the text node itself
@@ -161,7 +164,7 @@ def _privacy_rows(dump: Dump, rows: Sequence[Selector]) -> list[Node]:
 
 
 def _small(node: Node, dump: Dump) -> bool:
-    width, height = _screen_size(dump)
+    width, height = screen_size(dump)
     b = node.bounds
     return (b.right - b.left) * (b.bottom - b.top) <= width * height / 4
 
@@ -170,15 +173,16 @@ def _scrub_xml(
     xml: str, pack: Pack | None, app_package: str
 ) -> tuple[str, Dump, dict[str, Any], list[tuple[int, int, int, int]], tuple[int, int]]:
     original = parse_dump(xml, app_package)  # DumpError: nothing to store
-    size = _screen_size(original)
+    size = screen_size(original)
     band = _status_band(original)
-    foreign = _foreign_windows(original, app_package, size)
+    foreign = foreign_windows(original, app_package)
     root = ET.fromstring(xml)  # noqa: S314 - parse_dump refused DTDs/entities and capped the size
     packages, dropped = _drop_foreign(root, app_package)
     if len(root) == 0:
         raise DumpNoAppNodes("no node of the app package in the dump")
     kept = parse_dump(_XML_DECL + ET.tostring(root, encoding="unicode"), app_package).require_app()
-    rows = _privacy_rows(kept, pack.privacy_rows if pack is not None else ())
+    screen, blocks = _address_blocks(kept, pack)
+    rows = _privacy_rows(kept, pack.privacy_rows if pack is not None else (), blocks)
     elements = list(root.iter("node"))  # document order = Node.order (parse_dump walks pre-order)
     for row in rows:
         for el in elements[row.order].iter("node"):
@@ -187,11 +191,13 @@ def _scrub_xml(
                     el.set(attr, "")
     out = _XML_DECL + ET.tostring(root, encoding="unicode")
     scrubbed = parse_dump(out, app_package).require_app()
-    rects = [*([band] if band else []), *foreign, *(_rect(r.bounds) for r in rows)]
+    rects = [*([band] if band else []), *foreign, *(rect(r.bounds) for r in rows)]
     report = {
         "dropped_packages": sorted(packages),
         "dropped_nodes": dropped,
         "blanked_rows": len(rows),
+        "address_blocks": len(blocks),
+        "screen": screen,
         "status_bar": "dump" if band else "fixed-band",
     }
     return out, scrubbed, report, rects, size
@@ -200,30 +206,18 @@ def _scrub_xml(
 def _black_out(
     png: bytes, rects: list[tuple[int, int, int, int]], width: int, fixed_band: bool
 ) -> tuple[bytes, list[list[int]]]:
-    try:
-        with Image.open(io.BytesIO(png)) as opened:
-            img = opened.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise CaptureError("the screenshot is not a readable image; nothing written") from exc
-    scale = img.width / width
-    draw = ImageDraw.Draw(img)
-    done: list[list[int]] = []
-    # outward rounding: a scaled row is never narrower than the row
-    boxes = [
-        [math.floor(left * scale), math.floor(top * scale), math.ceil(right * scale), math.ceil(bottom * scale)]
-        for left, top, right, bottom in rects
-    ]
+    extra: list[list[int]] = []
     if fixed_band:
-        boxes.insert(0, [0, 0, img.width, max(1, round(img.height * STATUS_BAND_FRACTION))])
-    for left, top, right, bottom in boxes:
-        box = [max(0, left), max(0, top), min(img.width, right), min(img.height, bottom)]
-        if box[2] <= box[0] or box[3] <= box[1] or box in done:
-            continue
-        draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(0, 0, 0))
-        done.append(box)
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue(), done
+        try:
+            with Image.open(io.BytesIO(png)) as opened:
+                w, h = opened.size
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            raise CaptureError("the screenshot is not a readable image; nothing written") from exc
+        extra.append([0, 0, w, max(1, round(h * STATUS_BAND_FRACTION))])
+    try:
+        return black_out(png, rects, width, extra)
+    except ImageUnreadable as exc:
+        raise CaptureError("the screenshot is not a readable image; nothing written") from exc
 
 
 def scrub(xml: str, png: bytes, pack: Pack | None, app_package: str = APP_PACKAGE) -> Scrubbed:
@@ -274,7 +268,7 @@ def _expect_value(key: str, raw: str) -> Any:
     if key in _JSON_KEYS:
         try:
             value = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise CaptureError(f'--expect {key}: give JSON, e.g. {key}=\'{{"颜色": "黑色"}}\'') from exc
         if not isinstance(value, dict if key in ("selected", "options") else list):
             raise CaptureError(f"--expect {key}: wrong JSON type")
@@ -314,7 +308,7 @@ def load_expected(path: Path) -> dict[str, Any]:
     """An ``expected.json`` a person wrote, checked like :func:`parse_expect` (keys, format)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise CaptureError(f"cannot read {path} as JSON") from exc
     if not isinstance(doc, dict) or doc.get("expected_format") != EXPECTED_FORMAT:
         raise CaptureError(f"{path}: not an expected.json (expected_format {EXPECTED_FORMAT})")

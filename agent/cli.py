@@ -41,6 +41,7 @@ from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_
 from cmbuyer.agent.tls import ServerTlsError, verify_server
 from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.schemas.files import read_regular
+from cmbuyer.schemas.text import visible
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 # files an operator names or a capture holds are read bounded (shared/schemas/files.py): never a hang on a FIFO
@@ -143,6 +144,8 @@ def _progress_fn(json_logs: bool) -> Any:
     (``task_id``, ``attempt_id``, ``step``, ``reason_code``)."""
 
     def emit(line: str) -> None:
+        # a reading from the phone may hold bidi or invisible characters: show them, never obey them
+        line = visible(line)
         if json_logs:
             record = {"ts": log_time(), "msg": line, **logfields.current()}
             sys.stderr.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -161,7 +164,7 @@ def _capture_version(dump_path: Path) -> tuple[str, int] | None:
     ``capture``), or None when there is no readable bundle metadata."""
     try:
         meta = json.loads(read_regular(dump_path.parent / "meta.json", MAX_META_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a 100,000-deep meta.json is no metadata either
         return None
     if not isinstance(meta, dict):
         return None
@@ -542,7 +545,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     except (AgentError, OSError) as exc:
         return _error(getattr(exc, "reason_code", "WRITE_FAILED"), str(exc)[:200])
     for line in result.lines:
-        print(line)
+        print(visible(line))
     print(json.dumps(result.summary, ensure_ascii=False))
     return result.exit_code
 

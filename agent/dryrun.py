@@ -40,12 +40,12 @@ from typing import Any
 
 from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent.capture import (
-    PHONE_RE,
     CaptureError,
     check_foreground,
     focus_line,
     proposed,
     scrub,
+    shows_phone,
     write_capture,
 )
 from cmbuyer.agent.errors import AgentError, ExitCode, ShutdownRequested
@@ -163,7 +163,8 @@ class SessionRecorder:
     def _node(self, node: Node) -> dict[str, Any]:
         """The tapped node for playback; its texts are left out when it lies in a privacy row."""
         private = any(sel.matches(n) for sel in self.pack.privacy_rows for n in (node, *node.ancestors()))
-        private = private or any(PHONE_RE.search(normalize(t)) for t in (node.text, node.desc))
+        block = self.pack.address_block
+        private = private or shows_phone(node) or (block is not None and block.contains(node))
         b = node.bounds
         return {
             "bounds": [b.left, b.top, b.right, b.bottom],

@@ -105,8 +105,8 @@ class PurchaseFlow:
         """Capture the gate screenshot now (before the next tap); encode + upload on the outbox."""
         assert self._outbox is not None
         captured_at = utc_now_wire()
-        shot = self.phone.screenshot()
-        self._outbox.upload(kind, shot.png, captured_at)
+        # black outside the app's windows (status bar, notification shade, navigation bar): issue 33
+        self._outbox.upload(kind, self.phone.gate_screenshot(), captured_at)
 
     def _evidence(self, claim: Claim, kind: str) -> str | None:
         """Upload a screenshot taken only while the app itself is in front (a stop can leave a

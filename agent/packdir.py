@@ -49,7 +49,7 @@ from typing import Any
 
 from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.screens import evidence
-from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, load_pack_file, shipped_pack_dir
+from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, load_pack_file, pack_shape_problem, shipped_pack_dir
 from cmbuyer.schemas.files import read_regular
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,10 @@ def _trust_problem(st: os.stat_result, what: str) -> str | None:
 def _claimed_version(path: Path) -> tuple[str, int] | None:
     """The version a (possibly broken) pack file is for: its ``app`` block, else its file name."""
     try:
-        data = json.loads(read_regular(path, MAX_PACK_BYTES))  # never blocks: a symlink may name a FIFO
+        raw = read_regular(path, MAX_PACK_BYTES)  # never blocks: a symlink may name a FIFO
+        if pack_shape_problem(raw) is not None:
+            raise ValueError("not parsed")
+        data = json.loads(raw)
         app = data["app"]
         name, code = app["version_name"], app["version_code"]
         if isinstance(name, str) and type(code) is int:
@@ -181,7 +184,8 @@ def _load(path: Path, origin: str, st: os.stat_result) -> PackFile:
 def _parsed(path: Path) -> Any:
     """A broken pack's JSON when it parses (its evidence files key the cache), else None."""
     try:
-        return json.loads(read_regular(path, MAX_PACK_BYTES))
+        raw = read_regular(path, MAX_PACK_BYTES)
+        return None if pack_shape_problem(raw) is not None else json.loads(raw)
     except (OSError, ValueError, RecursionError):
         return None
 

@@ -102,6 +102,7 @@ READING_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "confirm_amount": (_is_money_or_null, 'a money string such as "59.00", or null'),
     "selected": (_is_selected, "an object {header: name or null}"),
     "options": (_is_options, "an object {header: [name or null, ...]}"),
+    "sold_out": (_is_options, "an object {header: [name or null, ...]}"),
     "submit_controls": (_is_count, "an integer >= 0"),
     "payment_controls": (_is_str_list, "a list of strings"),
     "risk_walls": (_is_str_list, "a list of strings"),

@@ -45,7 +45,8 @@ def _node_xml(node: Node, index: int, drawing_order: int, depth: int, max_depth:
     left, top, right, bottom = node.bounds
     flags = " ".join(f'{key}="{_b(getattr(node, attr))}"' for key, attr in XML_FLAGS.items())
     attrs = (
-        f'index="{index}" text="{_esc(node.text)}" resource-id="{_esc(node.rid)}" class="{_esc(node.cls)}" '
+        ('NAF="true" ' if node.naf else "")
+        + f'index="{index}" text="{_esc(node.text)}" resource-id="{_esc(node.rid)}" class="{_esc(node.cls)}" '
         f'package="{_esc(node.package)}" content-desc="{_esc(node.desc)}" {flags} '
         f'bounds="[{left},{top}][{right},{bottom}]" drawing-order="{drawing_order}" hint="{_esc(node.hint)}" '
         f'display-id="0"'

@@ -39,6 +39,7 @@ class Node:
     password: bool = False
     selected: bool = False
     visible: bool = True
+    naf: bool = False  # uiautomator's NAF="true": a clickable node with no label (real captures have them)
     hint: str = ""
     children: list[Node] = field(default_factory=list)
     # private to the simulator, never rendered:

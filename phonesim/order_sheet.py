@@ -24,10 +24,19 @@ from .nodes import OBF_ID, PDD, Bounds, Node, edit, frame, group, image, linear,
 from .prices import fmt_yuan
 from .scenario import Dimension, Goods
 
-STEPPER_ID = f"{PDD}:id/aqj"  # a short obfuscated id, as real releases use for such containers
-TEXT_TILE_H, IMAGE_TILE_H, IMAGE_TILE_W, GAP, LEFT = 96, 260, 240, 24, 36
+STEPPER_ID = f"{PDD}:id/gnl"  # the quantity container: one of the few distinctive ids of the real sheet
+SKU_LABEL_ID = f"{PDD}:id/tv_select_sku"
+GOODS_IMAGE_ID = f"{PDD}:id/iv_goods_img"
+NAME_ID = f"{PDD}:id/tv_content"
+# the real sheet's geometry (1080x2400 captures), px: option tiles, gaps, the left margin
+TEXT_TILE_H, IMAGE_TILE_W, IMAGE_TILE_H, GAP, LEFT = 87, 317, 413, 29, 35
+IMAGE_ROW = 3  # image tiles wrap into rows of three (the captures); longer lists scroll in one row
 SOLD_OUT = "刚刚抢光"
 BANNER = "#24小时发货#七天退换"
+VG = "android.view.ViewGroup"
+RECYCLER = "android.support.v7.widget.RecyclerView"  # the class the captures show
+# rows at the bottom of the sheet, px: the payment row and the submit bar above the navigation bar
+PAY_H, BAR_H = 95, 141
 
 # payment_mode switch → the texts of the payment row(s) (phone-facts "The order sheet")
 PAYMENT_ROWS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -54,7 +63,7 @@ def submit_prefix(app: AppModel) -> str:
 
 
 def submit_button(bounds: Bounds, label_bounds: Bounds, label: str) -> Node:
-    """The real submit control of the bottom bar: a button frame around its ``label`` text. The
+    """The older confirm page's submit control: a button frame around its ``label`` text. The
     duplicate-submit fault draws a second one, equally real, at other ``bounds``."""
     return frame(
         bounds,
@@ -64,6 +73,17 @@ def submit_button(bounds: Bounds, label_bounds: Bounds, label: str) -> Node:
         role="submit",
         style="button",
     )
+
+
+def sheet_submit(bounds: Bounds, label: str) -> Node:
+    """The order sheet's submit control as captured: a clickable FrameLayout ``> LinearLayout >
+    TextView 提交订单 ¥…`` (neither inner node clickable nor carrying an id)."""
+    left, top, right, bottom = bounds
+    mid = (left + right) // 2
+    w = base.text_width(label, 34, 20) // 2 + 12
+    inner = linear((mid - w, top, mid + w, bottom), rid="")
+    inner.add(text((mid - w + 12, top + 38, mid + w - 12, bottom - 38), label, rid=""))
+    return frame(bounds, inner, clickable=True, focusable=True, action=("submit",), role="submit", style="button")
 
 
 def payment_rows(app: AppModel) -> tuple[tuple[str, str], ...]:
@@ -88,112 +108,282 @@ def price_text(goods: Goods, price: Decimal | None, stock: int | None) -> str:
 
 
 def sold_out_label(name: str) -> str:
-    """``雾霾蓝色款`` → ``雾霾蓝色... 刚刚抢光`` (the tile text; its content-desc keeps the full name)."""
+    """``雾霾蓝色款`` → ``雾霾蓝色... 刚刚抢光`` (an image tile's name text; its content-desc keeps the name)."""
     lead = name[: len(name) - len(name.lstrip())]
     core = name.strip()
     return f"{lead}{core[:4]}... {SOLD_OUT}" if len(core) > 4 else f"{lead}{core} {SOLD_OUT}"
 
 
-def _tile_width(dim: Dimension, name: str) -> int:
-    return IMAGE_TILE_W if dim.tiles == "image" else base.text_width(name) + 64
+def _nest(bounds: Bounds, depth: int, leaf: Node, cls: str = VG) -> Node:
+    """``depth`` plain containers of ``cls`` around ``leaf`` (the real sheet wraps rows this deep)."""
+    node = leaf
+    for _ in range(depth):
+        node = Node(cls, bounds, children=[node])
+    return node
+
+
+def _scrolls(dim: Dimension) -> bool:
+    """Image tiles beyond two rows of three sit in ONE horizontally scrolling row (modelled)."""
+    return dim.tiles == "image" and len(dim.options) > 2 * IMAGE_ROW
 
 
 def list_extent(dim: Dimension) -> int:
-    """Unscrolled right edge of the last tile (px), for the scroll limit."""
-    x = LEFT
-    for opt in dim.options:
-        x += _tile_width(dim, opt) + GAP
-    return x - GAP
+    """Unscrolled right edge of the last tile of a scrolling row (px), for the scroll limit."""
+    return LEFT + len(dim.options) * (IMAGE_TILE_W + GAP) - GAP
 
 
 def max_offset(dim: Dimension) -> int:
-    return max(0, list_extent(dim) + LEFT - base.W)
+    return max(0, list_extent(dim) + LEFT - base.W) if _scrolls(dim) else 0
+
+
+def _badge(goods: Goods, app: AppModel, dim: Dimension, opt: str) -> str | None:
+    """The stock badge a tile shows: ``最后N件`` at ten or fewer, ``刚刚抢光`` when sold out."""
+    if not goods.option_available(app.selection, dim.name, opt):
+        return SOLD_OUT
+    stock = goods.option_stock(app.selection, dim.name, opt)
+    return f"最后{stock}件" if stock <= 10 else None
 
 
 def _image_tile(
-    bounds: tuple[int, int, int, int],
-    name: str,
-    shown: str,
-    badge: str | None,
-    selected: bool,
-    action: tuple[str, ...],
-    clipped: bool,
+    bounds: Bounds, name: str, shown: str, badge: str | None, selected: bool, action: tuple[str, ...], clipped: bool
 ) -> Node:
+    """The captured image tile: a clickable ViewGroup (name in content-desc) holding a View, the
+    picture (same desc), the stock badge, ``打开大图`` and ``LinearLayout > tv_content`` with the name;
+    ``selected`` on the tile and every child."""
     left, top, right, bottom = bounds
-    tile = group(bounds, desc=name, rid=OBF_ID, **option_tile(selected, action))
+    tile = group(bounds, desc=name, **option_tile(selected, action))
     if clipped:  # the RecyclerView has not laid out the children of a tile cut by the screen edge
         return tile
-    tile.add(image((left + 10, top + 10, right - 10, top + 190), name, selected=selected))
+    tile.add(Node("android.view.View", bounds, rid=OBF_ID, selected=selected))
     tile.add(
         image(
-            (right - 60, top + 10, right - 10, top + 60),
-            "打开大图",
+            (left, top, right, bottom - 96),
+            name,
             clickable=True,
-            selected=selected,
-            action=("noop",),
-            role="open_image",
-        )
-    )
-    if badge:
-        tile.add(text((left + 10, top + 150, left + 130, top + 188), badge, selected=selected))
-    tile.add(
-        text(
-            (left + 10, top + 196, right - 10, bottom - 10),
-            shown,
-            rid=f"{PDD}:id/tv_content",
-            clickable=True,
+            focusable=True,
             selected=selected,
             action=action,
             role="option",
         )
     )
+    if badge:
+        tile.add(text((left, top, left + base.text_width(badge, 40, 24), top + 53), badge, selected=selected))
+    tile.add(
+        image(
+            (right - 109, top, right, top + 109),
+            "打开大图",
+            clickable=True,
+            focusable=True,
+            selected=selected,
+            action=("noop",),
+            role="open_image",
+        )
+    )
+    name_box = (left, bottom - 107, right, bottom)
+    tile.add(
+        linear(
+            name_box,
+            text(
+                name_box,
+                shown,
+                rid=NAME_ID,
+                clickable=True,
+                focusable=True,
+                selected=selected,
+                action=action,
+                role="option",
+            ),
+            selected=selected,
+        )
+    )
     return tile
 
 
-def option_group(app: AppModel, goods: Goods, dim: Dimension, y: int) -> tuple[list[Node], int]:
-    """Header + horizontally scrolling inner RecyclerView for one dimension; returns (nodes, bottom)."""
-    header = text((LEFT, y, LEFT + base.text_width(dim.name) + 8, y + 56), dim.name)
-    tile_h = IMAGE_TILE_H if dim.tiles == "image" else TEXT_TILE_H
-    top = y + 68
+def _text_tile(bounds: Bounds, name: str, badge: str | None, selected: bool, action: tuple[str, ...]) -> Node:
+    """The captured text tile: a clickable wrapper ViewGroup holding the clickable name TextView (the
+    ONE node with ``selected``), a View and the stock badge TextView, all in the same bounds."""
+    left, top, _right, _bottom = bounds
+    wrapper = group(bounds, clickable=True, focusable=True, action=action, role="option", style="tile")
+    wrapper.add(text(bounds, name, clickable=True, focusable=True, selected=selected, action=action, role="option"))
+    wrapper.add(Node("android.view.View", bounds, rid=OBF_ID))
+    if badge:
+        wrapper.add(text((left, top, min(left + base.text_width(badge, 28, 16), bounds[2]), top + 22), badge))
+    return wrapper
+
+
+def option_group(app: AppModel, goods: Goods, dim: Dimension, y: int) -> tuple[Node, int]:
+    """One dimension as the captures nest it (returns the group and its bottom): a LinearLayout holding
+    the header row (``LinearLayout > TextView``; clickable above text tiles) and the tiles — text tiles
+    in ``LinearLayout > ViewGroup`` rows, image tiles in ``LinearLayout > FrameLayout > RecyclerView``."""
+    W = base.W
+    header_row = linear((0, y, W, y + 107), clickable=dim.tiles == "text", focusable=dim.tiles == "text")
+    if dim.tiles == "text":
+        header_row.bounds = (LEFT, y + 12, W - LEFT, y + 90)
+    header_row.add(text((LEFT, y + 24, LEFT + base.text_width(dim.name, 43, 24), y + 82), dim.name))
+    top = y + 107
+    if dim.tiles == "text":
+        tiles: list[Node] = []
+        x, row_top = LEFT, top
+        for opt in dim.options:
+            w = base.text_width(opt, 34, 20) + 64
+            if x + w > W - LEFT and x > LEFT:
+                x, row_top = LEFT, row_top + TEXT_TILE_H + 24
+            action = ("select", dim.name, opt)
+            selected = app.selection.get(dim.name) == opt
+            tiles.append(
+                _text_tile(
+                    (x, row_top, x + w, row_top + TEXT_TILE_H), opt, _badge(goods, app, dim, opt), selected, action
+                )
+            )
+            x += w + 24
+        bottom = row_top + TEXT_TILE_H
+        rows = group((LEFT, top, W - LEFT, bottom), *tiles, rid=OBF_ID)
+        body = linear((LEFT, top, W - LEFT, bottom), rows, rid="")
+        grp = linear((0, y, W, bottom + 35), header_row, body, rid="")
+        return grp, bottom + 35
+    scrolls = _scrolls(dim)
+    rows_n = 1 if scrolls else (len(dim.options) + IMAGE_ROW - 1) // IMAGE_ROW
+    bottom = top + rows_n * (IMAGE_TILE_H + GAP) - GAP
     inner = Node(
-        "androidx.recyclerview.widget.RecyclerView",
-        (0, top, base.W, top + tile_h),
+        RECYCLER,
+        (LEFT, top, W, bottom),
         rid=OBF_ID,
-        scrollable=True,
         focusable=True,
-        action=("scroll", dim.name, max_offset(dim)),
+        scrollable=scrolls,
+        action=("scroll", dim.name, max_offset(dim)) if scrolls else None,
         role="option_list",
     )
-    x = LEFT - app.list_offset.get(dim.name, 0)
-    for opt in dim.options:
-        w = _tile_width(dim, opt)
-        left, right = x, x + w
-        x += w + GAP
-        if right <= 0 or left >= base.W:
+    offset = app.list_offset.get(dim.name, 0)
+    for i, opt in enumerate(dim.options):
+        col, row = (i, 0) if scrolls else (i % IMAGE_ROW, i // IMAGE_ROW)
+        left = LEFT + col * (IMAGE_TILE_W + GAP) - offset
+        right, t = left + IMAGE_TILE_W, top + row * (IMAGE_TILE_H + GAP)
+        if right <= 0 or left >= W:
             continue  # recycled: off-screen tiles are not in the tree
-        clipped = left < 0 or right > base.W
-        bounds = (max(left, 0), top, min(right, base.W), top + tile_h)
+        clipped = left < 0 or right > W
         available = goods.option_available(app.selection, dim.name, opt)
-        selected = app.selection.get(dim.name) == opt
-        action = ("select", dim.name, opt)
         shown = opt if available else sold_out_label(opt)
-        if dim.tiles == "image":
-            stock = goods.option_stock(app.selection, dim.name, opt)
-            badge = f"最后{stock}件" if available and stock <= 10 else None
-            inner.add(_image_tile(bounds, opt, shown, badge, selected, action, clipped))
-        else:
-            inner.add(text(bounds, shown, desc="" if available else opt, **option_tile(selected, action)))
-    return [header, inner], top + tile_h
+        badge = _badge(goods, app, dim, opt) if available else None
+        selected = app.selection.get(dim.name) == opt
+        b = (max(left, 0), t, min(right, W), t + IMAGE_TILE_H)
+        inner.add(_image_tile(b, opt, shown, badge, selected, ("select", dim.name, opt), clipped))
+    holder = linear((0, top, W, bottom + 6), frame((0, top, W, bottom), inner))
+    grp = linear((0, y, W, bottom + 6), header_row, holder, rid="")
+    return grp, bottom + 6
 
 
-def payment_row(bounds: tuple[int, int, int, int], row_text: str) -> Node:
-    """The clickable payment-method row: the mode lives in the ViewGroup's own ``text``."""
-    left, top, right, _bottom = bounds
+def _address_row(app: AppModel) -> Node:
+    """``LinearLayout > LinearLayout > FrameLayout > ViewGroup > ViewGroup > clickable ViewGroup`` holding
+    an icon, the address text (in a FrameLayout) and an arrow; then a spacer View."""
+    W = base.W
+    label = app.cfg.address or "手动添加地址"
+    row = group(
+        (0, 332, W, 470),
+        group((35, 372, 93, 430), image((49, 386, 78, 415), rid="")),
+        frame((127, 375, 1026, 428), text((127, 375, 1026, 428), label, rid=""), rid=""),
+        image((1026, 387, 1046, 416), rid=""),
+        clickable=True,
+        focusable=True,
+        action=("noop",),
+    )
+    holder = frame((0, 332, W, 470), _nest((0, 332, W, 470), 2, row))
+    return linear(
+        (0, 332, W, 486),
+        linear((0, 332, W, 470), holder),
+        Node("android.view.View", (0, 470, W, 486), rid=OBF_ID),
+    )
+
+
+def _goods_card(app: AppModel, goods: Goods) -> Node:
+    """``FrameLayout > RelativeLayout > ViewGroup`` holding a View, the ``商品主图`` image, the price
+    (``FrameLayout > LinearLayout > TextView``), the ``已选:`` label, the stepper (``gnl > LinearLayout >
+    −, EditText, +``) and a spacer: the price's nearest common ancestor with the image is the card."""
+    W = base.W
+    price = price_text(goods, app.unit_price(), app.stock())
+    label = "已选: " + " ".join(label_name(goods, app.selection.get(d.name, "")) for d in goods.dimensions)
+    pw = 393 + base.text_width(price, 36, 22)
+    stepper = linear(
+        (393, 764, 633, 836),
+        linear(
+            (393, 764, 633, 836),
+            image((393, 764, 468, 836), "减少数量", clickable=True, focusable=True, action=("qty", -1), role="qty_dec"),
+            edit(
+                (474, 764, 552, 836),
+                str(app.quantity),
+                focused=app.focused == "qty",
+                action=("focus", "qty"),
+                role="qty_edit",
+            ),
+            image((558, 764, 633, 836), "增加数量", clickable=True, focusable=True, action=("qty", 1), role="qty_inc"),
+            rid="",
+        ),
+        rid=STEPPER_ID,
+        focusable=True,
+    )
+    card = group(
+        (0, 487, W, 871),
+        Node("android.view.View", (35, 513, 358, 836)),
+        image((35, 513, 358, 836), "商品主图", rid=GOODS_IMAGE_ID, clickable=True, focusable=True, action=("noop",)),
+        frame((393, 510, 1054, 582), linear((393, 510, pw + 17, 582), text((393, 510, pw, 582), price))),
+        text((393, 594, 1054, 653), label, rid=SKU_LABEL_ID),
+        stepper,
+        Node("android.view.View", (35, 836, 1054, 871), rid=OBF_ID),
+        rid=OBF_ID,
+    )
+    return frame(
+        (0, 487, W, 871),
+        Node("android.widget.RelativeLayout", (0, 487, W, 871), rid=OBF_ID, focusable=True, children=[card]),
+    )
+
+
+def _promotion_row(goods: Goods, y: int) -> Node:
+    """The promotion row as captured: ``LinearLayout > FrameLayout > 3×ViewGroup > clickable ViewGroup``
+    holding ``优惠`` and ``用多多支付减…元`` each deep in its own ViewGroups (texts in non-clickable
+    children of the clickable container)."""
+    W = base.W
+    promo = f"用多多支付减{goods.promotion:f}元".replace(".00元", "元")
+    b = (0, y, W, y + 130)
+    left = _nest(
+        (35, y, 124, y + 130),
+        2,
+        group(
+            (35, y + 33, 121, y + 96),
+            frame((35, y + 36, 121, y + 93), text((35, y + 36, 121, y + 93), "优惠", rid=""), rid=""),
+        ),
+    )
+    right = group(
+        (621, y, 1046, y + 130),
+        group(
+            (621, y, 1014, y + 130),
+            group(
+                (624, y + 33, 1014, y + 96),
+                frame((641, y + 38, 996, y + 91), text((641, y + 38, 996, y + 91), promo, rid=""), rid=""),
+            ),
+        ),
+        image((1026, y + 50, 1046, y + 79), rid=""),
+    )
+    row = group(
+        b,
+        left,
+        group((35, y + 128, W, y + 129)),
+        right,
+        clickable=True,
+        focusable=True,
+        action=("payment", "promotion"),
+        role="payment",
+    )
+    return linear(b, frame(b, _nest(b, 3, row)))
+
+
+def payment_row(bounds: Bounds, row_text: str) -> Node:
+    """The payment row as captured: a clickable ViewGroup WITHOUT text holding a divider View,
+    ``LinearLayout > TextView`` with the mode (that TextView is not clickable) and an arrow."""
+    left, top, right, bottom = bounds
     return group(
         bounds,
-        image((left + 36, top + 22, left + 96, top + 82), ""),
-        image((right - 72, top + 34, right - 36, top + 70), ""),
-        text=row_text,
+        Node("android.view.View", (left, top, right, top + 1), rid=OBF_ID),
+        linear((206, top + 20, 819, bottom - 21), text((223, top + 20, 819, bottom - 21), row_text)),
+        image((828, top + 33, 857, top + 62)),
         clickable=True,
         focusable=True,
         action=("payment", "method"),
@@ -203,107 +393,92 @@ def payment_row(bounds: tuple[int, int, int, int], row_text: str) -> Node:
 
 
 def order_sheet(app: AppModel) -> Node:
-    """The sheet (under a clickable scrim that closes it) for the current goods and selection."""
+    """The order sheet's window content, node for node as the real captures nest it
+    (tests/agent/fixtures/real_structures; tests/phonesim/test_real_structure_sheet.py compares them):
+    ``FrameLayout(pdd) > clickable LinearLayout`` holding the transparent top (a tap there closes the
+    sheet), the service banner and the sheet body — address, goods card, promotion, the option list
+    (a RecyclerView of dimension groups), then the payment row(s), ``添加`` and the submit control."""
     goods = app.goods
     assert goods is not None
-    W = base.W
-    price = app.unit_price()
-    sheet = linear((0, 440, W, base.NAV_TOP), clickable=True, action=("noop",), style="sheet")
-    if app.cfg.address:
-        who, where = app.cfg.address.rsplit("  ", 1)[0], app.cfg.address.rsplit("  ", 1)[-1]
-        sheet.add(
-            linear(
-                (0, 464, W, 584),
-                image((36, 494, 96, 554), ""),
-                text((120, 470, 1000, 524), who),
-                text((120, 528, 1000, 578), where),
-                clickable=True,
-                action=("noop",),
+    W, bottom = base.W, base.NAV_TOP
+    top_area = group(
+        (0, base.STATUS_H, W, 225),
+        frame((0, base.STATUS_H, W, 225), _nest((0, base.STATUS_H, W, 225), 4, image((0, 119, W, 200), rid=""))),
+    )
+    root = linear(
+        (0, base.STATUS_H, W, bottom), top_area, clickable=True, focusable=True, action=("close_sheet",), style="scrim"
+    )
+    if app.cfg.service_banner and not app.banner_closed:
+        root.add(
+            frame(
+                (0, 225, W, 332),
+                Node(
+                    "android.widget.ViewSwitcher",
+                    (0, 225, W, 332),
+                    rid=OBF_ID,
+                    clickable=True,
+                    focusable=True,
+                    action=("noop",),
+                    children=[group((0, 225, W, 332), text((322, 245, 757, 311), BANNER))],
+                ),
+                Node(
+                    "android.view.View",
+                    (0, 225, W, 248),
+                    rid=OBF_ID,
+                    clickable=True,
+                    focusable=True,
+                    naf=True,
+                    action=("noop",),
+                ),
+                image((979, 242, 1051, 314), "关闭", clickable=True, focusable=True, action=("close_banner",)),
+                Node("android.view.View", (0, 331, W, 332), rid=OBF_ID),
             )
         )
-    else:
-        sheet.add(
-            linear((0, 464, W, 584), text((120, 494, 600, 554), "手动添加地址"), clickable=True, action=("noop",))
-        )
-    label = "已选: " + " ".join(label_name(goods, app.selection.get(d.name, "")) for d in goods.dimensions)
-    price_node = price_text(goods, price, app.stock())
-    sheet.add(
-        linear(
-            (0, 600, W, 860),
-            image((36, 612, 256, 832), "商品主图", rid=f"{PDD}:id/iv_goods_img"),
-            text((280, 620, 280 + base.text_width(price_node, 40, 28), 690), price_node),
-            text((280, 700, 1044, 760), label, rid=f"{PDD}:id/tv_select_sku"),
-        )
+    rows = payment_rows(app)
+    pay_top = bottom - BAR_H - PAY_H * len(rows)
+    head = linear(
+        (0, 332, W, 872),
+        _address_row(app),
+        Node("android.view.View", (0, 486, W, 487), rid=OBF_ID),
+        _goods_card(app, goods),
+        Node("android.view.View", (35, 871, W, 872), rid=OBF_ID),
     )
     y = 872
-    if app.cfg.service_banner and not app.banner_closed:
-        sheet.add(
-            linear(
-                (0, y, W, y + 72),
-                text((LEFT, y + 10, 800, y + 62), BANNER),
-                image((984, y + 10, 1044, y + 62), "关闭", clickable=True, action=("close_banner",)),
-            )
-        )
-        y += 84
-    sheet.add(
-        linear(
-            (0, y, W, y + 96),
-            text((LEFT, y + 18, 300, y + 78), "购买数量"),
-            image((780, y + 12, 852, y + 84), "减少数量", clickable=True, action=("qty", -1), role="qty_dec"),
-            edit(
-                (858, y + 12, 942, y + 84),
-                str(app.quantity),
-                focused=app.focused == "qty",
-                action=("focus", "qty"),
-                role="qty_edit",
-            ),
-            image((948, y + 12, 1020, y + 84), "增加数量", clickable=True, action=("qty", 1), role="qty_inc"),
-            rid=STEPPER_ID,
-        )
-    )
-    y += 108
-    promo = f"用多多支付减{goods.promotion:f}元".replace(".00元", "元")
-    sheet.add(
-        linear(
-            (0, y, W, y + 80),
-            text((LEFT, y + 10, 160, y + 70), "优惠"),
-            text((600, y + 10, 1044, y + 70), promo),
-            clickable=True,
-            action=("payment", "promotion"),
-            role="payment",
-        )
-    )
-    y += 92
-    options = Node("androidx.recyclerview.widget.RecyclerView", (0, y, W, y), rid=OBF_ID, focusable=True)
+    if goods.promotion:
+        head.add(_promotion_row(goods, y))
+        y += 130
+        head.bounds = (0, 332, W, y)
+    options = Node(RECYCLER, (0, y, W, pay_top), rid=OBF_ID, focusable=True)
     for dim in goods.dimensions:
-        nodes, bottom = option_group(app, goods, dim, y + 12)
-        options.add(*nodes)
-        y = bottom + 8
-    options.bounds = (0, options.bounds[1], W, y)
-    sheet.add(options)
-    rows = payment_rows(app)
-    y = 2108 - 108 * len(rows)
+        grp, y = option_group(app, goods, dim, y)
+        options.add(grp)
+    options.add(frame((0, y, W, y + 32), rid=""))
+    body = linear((0, 332, W, pay_top), group((0, 332, W, pay_top), head, options))
+    sheet = group(
+        (0, 332, W, bottom), body, clickable=True, focusable=True, action=("noop",), rid=OBF_ID, style="sheet"
+    )
     for row_text, _short in rows:
-        sheet.add(payment_row((0, y, W, y + 100), row_text))
-        y += 108
+        sheet.add(payment_row((0, pay_top, W, pay_top + PAY_H), row_text))
+        pay_top += PAY_H
+    price = app.unit_price()
     total = fmt_yuan(price * app.quantity) if price is not None else "¥0"
-    bar = linear((0, 2112, W, base.NAV_TOP), style="bottombar")
-    bar.add(
+    sheet.add(
         group(
-            (24, 2136, 300, 2256),
-            text((100, 2166, 220, 2226), "添加"),
+            (0, bottom - BAR_H, 334, bottom),
+            text((0, bottom - BAR_H, 334, bottom), "添加"),
             clickable=True,
+            focusable=True,
             action=("noop",),
             role="add",
             rid=OBF_ID,
         )
     )
     label = f"{submit_prefix(app)} {total}"
-    bar.add(submit_button((540, 2136, 1056, 2268), (600, 2166, 996, 2238), label))
+    sheet.add(sheet_submit((334, bottom - BAR_H, W, bottom), label))
     if app.duplicate_submit:
-        bar.add(submit_button((310, 2136, 530, 2268), (320, 2166, 520, 2238), label))
-    sheet.add(bar)
-    return frame(base.APP_BOUNDS, sheet, clickable=True, action=("close_sheet",), style="scrim")
+        sheet.add(sheet_submit((0, bottom - 2 * BAR_H, 334, bottom - BAR_H), label))
+    root.add(sheet)
+    return frame((0, base.STATUS_H, W, bottom), root)
 
 
 def _retag(node: Node, package: str) -> Node:

@@ -125,7 +125,10 @@ def _header(title: str = "") -> list[Node]:
 
 
 def _tiles(app: AppModel, dim: str, options: list[str], y: int) -> tuple[list[Node], int]:
-    """Flow-laid option tiles starting at ``y``; returns (nodes, bottom y)."""
+    """Flow-laid option tiles starting at ``y`` (SKU sheet and the older confirm page; modelled, no
+    real capture): each a clickable FrameLayout holding the non-clickable name TextView — the real
+    app's convention of texts in non-clickable children of clickable containers —, ``selected`` and
+    ``enabled`` on both. Returns (nodes, bottom y)."""
     goods = app.goods
     nodes: list[Node] = []
     x, h = 36, 96
@@ -134,8 +137,9 @@ def _tiles(app: AppModel, dim: str, options: list[str], y: int) -> tuple[list[No
         if x + w > W - 36 and x > 36:
             x, y = 36, y + h + 24
         ok = goods is not None and goods.option_available(app.selection, dim, opt)
-        tile = option_tile(app.selection.get(dim) == opt, ("select", dim, opt))
-        nodes.append(text((x, y, x + w, y + h), opt, enabled=ok, **tile))
+        selected = app.selection.get(dim) == opt
+        label = text((x + 20, y + 18, x + w - 20, y + h - 18), opt, enabled=ok, selected=selected)
+        nodes.append(frame((x, y, x + w, y + h), label, enabled=ok, **option_tile(selected, ("select", dim, opt))))
         x += w + 24
     return nodes, y + h
 
@@ -551,12 +555,21 @@ def app_window(app: AppModel) -> Node | None:
     root = frame(APP_BOUNDS, rid="", style="page")
     content = frame(APP_BOUNDS, rid="android:id/content")
     root.add(content)
-    if page.name == "home":
+    sheet_open = page.name == "product" and app.sheet_open and app.goods is not None and app.goods.available
+    if sheet_open and app.layout == "order_sheet":
+        # the real order sheet is a window of its own (its captures hold no product page): a full-screen
+        # FrameLayout > LinearLayout > android:id/content, the sheet inside
+        root = frame((0, 0, W, H), rid="", style="page")
+        root.add(linear((0, 0, W, NAV_TOP), content, rid=""))
+        content.add(order_sheet.order_sheet(app))
+        if app.payment_sheet and page.order is not None:  # the app's own cashier over the order sheet
+            content.add(payment_sheet(app, page.order.total))
+    elif page.name == "home":
         content.add(*home_page())
     elif page.name == "product":
         content.add(*product_page(app))
-        if app.sheet_open and app.goods is not None and app.goods.available:
-            content.add(order_sheet.order_sheet(app) if app.layout == "order_sheet" else sku_sheet(app))
+        if sheet_open:
+            content.add(sku_sheet(app))
         if app.payment_sheet and page.order is not None:  # the app's own cashier over the order sheet
             content.add(payment_sheet(app, page.order.total))
     elif page.name == "paid":

@@ -33,7 +33,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
         client_max_size=settings.evidence_limits.request_cap, middlewares=[access_middleware, refusal_middleware]
     )
     app[GUARD] = ConnectionGuard(
-        settings.pending_connections_max, settings.pending_connections_per_address, settings.pending_connection_timeout
+        settings.pending_connections_max,
+        settings.pending_connections_per_address,
+        settings.pending_connection_timeout,
+        settings.device_connections_max,
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()

@@ -594,6 +594,13 @@ def cmd_admin(args: argparse.Namespace) -> int:
             password = _read_password(args)
             _tx(conn, lambda c: admin_service.change_password(c, args.username, password, CLI_ACTOR, now))
             _report(args, {"username": args.username}, ["password changed"])
+        elif args.admin_cmd == "unlock":
+            cleared = _tx(conn, lambda c: admin_service.unlock_login(c, args.username, CLI_ACTOR, now))
+            _report(
+                args,
+                {"username": args.username, "records_cleared": cleared},
+                [f"login throttle of {args.username} cleared ({cleared} record(s))"],
+            )
         else:
             admins = admin_store.list_all(conn)
             _report(
@@ -984,6 +991,10 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--username", required=True, help="login name, 1–64 characters")
         q.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
     asub.add_parser("list", parents=[common], help="list administrators")
+    q = asub.add_parser(
+        "unlock", parents=[common], help="forget a username's failed-login back-offs at every address (audited)"
+    )
+    q.add_argument("username", help="the administrator's login name")
 
     p = sub.add_parser("device", parents=[common], help="manage phone devices")
     dsub = p.add_subparsers(dest="device_cmd", required=True)

@@ -405,6 +405,14 @@ SETTINGS_TABLE: tuple[Setting, ...] = (
         3600,
         "seconds a connection may stay unauthenticated",
     ),
+    _ranged(
+        "device_connections_max",
+        "CMBUYER_DEVICE_CONNECTIONS_MAX",
+        8,
+        1,
+        1000,
+        "open connections one device (one token) may hold; a new one closes its least recently used",
+    ),
     Setting("log_format", "CMBUYER_LOG_FORMAT", "text", "`text`, or `json` for JSON lines", _log_format),
     Setting("log_level", "CMBUYER_LOG_LEVEL", "INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`", _log_level),
     Setting(
@@ -501,6 +509,7 @@ class Settings:
     pending_connections_max: int = _default("pending_connections_max")
     pending_connections_per_address: int = _default("pending_connections_per_address")
     pending_connection_timeout: int = _default("pending_connection_timeout")
+    device_connections_max: int = _default("device_connections_max")
     log_format: str = _default("log_format")
     log_level: str = _default("log_level")
     metrics: bool = _default("metrics")  # GET /metrics served (issue 32 §5)

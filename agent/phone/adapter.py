@@ -47,6 +47,7 @@ from cmbuyer.agent.errors import (
 from cmbuyer.agent.phone.deadline import call_with_deadline
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
+from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, outside_app
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -318,6 +319,9 @@ class PhoneAdapter:
         target = node.clickable_self_or_ancestor() or node
         if safety.is_submit_related(target) or safety.is_submit_related(node):
             raise SubmitControlGuarded("generic tap aimed at the submit control")
+        near = safety.submit_denial(dump, node)
+        if near is not None:
+            raise SubmitControlGuarded(f"generic tap refused: {near}")
         x, y = self._tap_plan(dump, node)
         self._announce({"kind": "tap", "x": x, "y": y}, target)
         self._forget_screen()
@@ -340,6 +344,8 @@ class PhoneAdapter:
         y = (b.top + b.bottom) // 2
         left, right = b.left + margin, b.right - margin
         start, end = ((right, y), (left, y)) if forward else ((left, y), (right, y))
+        if safety.submit_area_hit(dump, b, [start, end]) is not None:
+            raise SubmitControlGuarded("swipe over the submit control")
         for point in (start, end):
             why = safety.tap_denial(dump, scroll_list, point)
             if why is not None:
@@ -392,16 +398,37 @@ class PhoneAdapter:
         """PNG bytes of the screen, taken only while the app itself is focused (the evidence rules (docs/api.md
         "POST /api/v1/tasks/{id}/evidence") refuse screenshots of external payment pages): the focus is read before and
         after the capture; anything else — a foreign window, an unreadable focus, a failed capture — gives None, and a
-        capture made while the focus changed is dropped."""
+        capture made while the focus changed is dropped. Everything outside the app's own windows (status bar,
+        notification shade, navigation bar) and any other window drawn over them is black (screens/masking.py, issue
+        33): a hierarchy dump taken right after the shot says where the windows were; no app window in it → None."""
         try:
             if self.focused_package() != self.app_package:
                 return None
-            shot = self.screenshot()
-            if self.focused_package() != self.app_package:
+            shot, windows = self._shot_and_windows()
+            if self.focused_package() != self.app_package or not app_windows(windows, self.app_package):
                 return None
-            return self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
-        except AgentError:
+            png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
+            return outside_app(png, windows, self.app_package)
+        except (AgentError, ImageUnreadable):
             return None
+
+    def _shot_and_windows(self) -> tuple[Screenshot, Dump]:
+        shot = self.screenshot()
+        # not self.dump(): this look must not break the chain of consecutive dumps the flow compares
+        return shot, parse_dump(self.dump_raw(), self.app_package)
+
+    def gate_screenshot(self) -> Callable[[], bytes]:
+        """A gate screenshot taken now (the screen the gate just read) and a hierarchy dump of the windows
+        at that moment; returns the encoder to run later (on the outbox thread), which gives the PNG with
+        everything outside the app's own windows black (:func:`outside_app`; all black if the app showed
+        no window). Raises PhoneError/AgentError as :meth:`screenshot` and :meth:`dump_raw`."""
+        shot, windows = self._shot_and_windows()
+        package = self.app_package
+
+        def png() -> bytes:
+            return outside_app(shot.png(), windows, package)
+
+        return png
 
     def open_app_link(self, url: str) -> None:
         """Open a Pinduoduo page by deep link (the pack's order-list link). Only plain page links

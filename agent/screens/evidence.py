@@ -1,8 +1,9 @@
 """Evidence files of a selector pack: where they are and whether their bytes are the ones the pack names.
 
 A pack's ``evidence`` maps an evidence id to one capture bundle (``shared/schemas/selector_pack.json``):
-``{"label", "captured_at", "device", "source": "simulator"|"real-phone", "files": {"dump": {"path",
-"sha256"}, "screenshot": {...}, "meta": {...}}}``. Paths are relative to the directory holding the pack
+``{"label", "captured_at", "device", "source": "simulator"|"real-phone"|"real-structure", "files": {"dump":
+{"path", "sha256"}, "screenshot": {...}, "meta": {...}}}``; a ``real-structure`` bundle (a structure-exact
+real dump with its texts replaced, issue 27) is a dump alone. Paths are relative to the directory holding the pack
 file (issue 16 item 2). A path is refused when it is absolute, has a ``..`` / ``.`` / empty segment, or
 resolves (through symlinks) outside that directory — so a pack cannot make the agent read or vouch for
 a file elsewhere on the host.
@@ -83,7 +84,9 @@ def evidence_files(data: dict[str, Any]) -> Iterator[EvidenceFile]:
     """Every file named by a schema-valid pack's evidence, in pack order (dump, screenshot, meta)."""
     for eid, entry in data["evidence"].items():
         for kind in FILE_KINDS:
-            spec = entry["files"][kind]
+            spec = entry["files"].get(kind)  # a real-structure bundle is a dump alone (schema)
+            if spec is None:
+                continue
             yield EvidenceFile(eid, kind, spec["path"], spec["sha256"])
 
 

@@ -12,7 +12,7 @@ Output (``explain_dump``)::
      "screens": [{"screen", "path", "matches": bool, "winner": bool,
                   "all": [selector], "none": [selector]}],
      "reader": "readers.<screen>"|null,
-     "readings": [{"reading", "value", "selectors": [selector]}]}
+     "readings": [{"reading", "value", "selectors": [selector], "why_null"?: {header: reason}}]}
     selector = {"path", "spec", "declared": bool, "match_count", "matched": [node],
                 "value_regex"?: str, "closest"?: [{"node": node, "failed": [reason]}]}
     node = {"order", "bounds": [l,t,r,b], "class", "text", "desc", "resource_id"}
@@ -31,6 +31,7 @@ import json
 import re
 from typing import Any
 
+from cmbuyer.agent.errors import AgentError
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.inspect import inspect_dump
@@ -42,7 +43,7 @@ MAX_CLOSEST = 3
 MAX_TEXT = 60
 # Failing these counts double when ranking near misses: text/desc/resource-id name the node the author
 # meant and the structure says where it sits; a class or flag difference is a smaller miss.
-_STRUCTURE = frozenset({"parent", "ancestor", "has_descendant", "not_has_descendant"})
+_STRUCTURE = frozenset({"parent", "ancestor", "has_descendant", "not_has_descendant", "common_ancestor"})
 _HEAVY = frozenset({"text", "desc", "resource_id", *_STRUCTURE})
 STRUCTURE_SHORTLIST = 50
 
@@ -121,6 +122,15 @@ def describe_failure(selector: Selector, name: str, node: Node, depth: int = 0) 
         sub = selector.not_has_descendant
         hit = next((d for d in node.descendants() if sub is not None and sub.matches(d)), None)
         return f"not_has_descendant constraint failed: descendant #{hit.order if hit is not None else '?'} matches it"
+    if name == "common_ancestor":
+        common = selector.common_ancestor
+        anc = common.nearest(node) if common is not None else None
+        if common is None or anc is None:
+            return "common_ancestor constraint failed: no ancestor holds a node matching its 'with'"
+        assert common.is_ is not None  # holds() only fails on 'is' once an ancestor is found
+        reasons = [describe_failure(common.is_, n, anc, depth + 1) for n in common.is_.failed_constraints(anc)]
+        why = "; ".join(reasons)
+        return f"common_ancestor constraint failed: the nearest common ancestor #{anc.order} fails 'is' ({why})"
     return f"{name} constraint failed"
 
 
@@ -234,6 +244,15 @@ def _reading_selectors(dump: Dump, pack: Pack, screen: str, reader: PanelReader)
     }
 
 
+def _why_selected_null(dump: Dump, reader: PanelReader) -> dict[str, str]:
+    """``{header: why its selected reading is null}`` for every null one (readers.selected_with_reasons)."""
+    try:
+        reasons = readers.selected_with_reasons(dump, reader)
+    except AgentError as exc:  # the groups themselves are unreadable (a header twice)
+        return {"*": f"the option groups are unreadable: {exc}"}
+    return {dim: why for dim, (value, why) in reasons.items() if value is None and why is not None}
+
+
 def explain_dump(dump: Dump, pack: Pack) -> dict[str, Any]:
     """Explain how ``pack`` reads ``dump`` (shape: module docstring)."""
     result = inspect_dump(dump, [pack])
@@ -264,7 +283,10 @@ def explain_dump(dump: Dump, pack: Pack) -> dict[str, Any]:
     readings: list[dict[str, Any]] = []
     if reader is not None:
         for key, selectors in _reading_selectors(dump, pack, screen, reader).items():
-            readings.append({"reading": key, "value": result["readings"][key], "selectors": selectors})
+            entry: dict[str, Any] = {"reading": key, "value": result["readings"][key], "selectors": selectors}
+            if key == "selected":
+                entry["why_null"] = _why_selected_null(dump, reader)
+            readings.append(entry)
     if screen == "confirm_order":
         row = explain_selector(dump, pack, pack.payment.row, ("payment", "row"), pack.payment.mode_regex)
         readings.append(
@@ -347,6 +369,8 @@ def render_text(explanation: dict[str, Any]) -> str:
     for reading in e["readings"]:
         value = json.dumps(reading["value"], ensure_ascii=False)
         lines.append(f"  {reading['reading']} = {value}")
+        for dim, why in reading.get("why_null", {}).items():
+            lines.append(f"    {dim} is null: {why}")
         if reading.get("problems"):
             lines.append(f"    problems: {'; '.join(reading['problems'])}")
         for sel in reading["selectors"]:

@@ -7,15 +7,21 @@ Output shape (tools rely on it; absent readings are null, money is a canonical d
      "package": str, "pack": str|null, "layout": "sku_sheet"|"order_sheet"|null,
      "readings": {"goods_id", "unit_price", "quantity", "confirm_amount",
                   "selected": {header as shown: value|null}, "options": {header: [values]},
+                  "sold_out": {header: [values]},
                   "submit_controls": int, "payment_controls": [text], "risk_walls": [text],
                   "payment_mode": row text|null, "payment_problems": [text]}}
 
 ``selected`` is what gate 3 would read: one selected tile per group and, where the pack declares the
 ``已选:`` label, a label that agrees (else null). ``options`` never contains the payment row, ``添加``,
-the address row or the submit bar (readers.read_groups ends a group at any non-tile row).
+the address row or the submit bar (readers.read_groups ends a group at any non-tile row); ``sold_out``
+names the tiles of each group that are sold out or disabled (they stay in ``options``: the app shows
+them). ``payment_controls`` and ``payment_mode`` are printed in the same form, NFKC (the form every
+reader compares: ``使用#微信支付，更换支付方式`` prints as ``使用#微信支付,更换支付方式``).
 ``layout`` is the pack layout whose options live on the recognized screen (or the pack's only
-layout); ``payment_mode``/``payment_problems`` come from the payment-mode gate's reader on the screen
-holding the submit control.
+layout, except on the screen holding the submit control: null there for a pack without the
+order-sheet layout, since one dump cannot tell its confirm page from a real order sheet);
+``payment_mode``/``payment_problems`` come from the payment-mode gate's reader on the screen holding
+the submit control.
 
 Without an explicit pack every shipped pack is tried (first that recognizes a screen wins; when more
 than one does, ``pack_candidates`` lists them all, because a pack of another version can recognize a
@@ -35,7 +41,7 @@ from cmbuyer.agent.errors import AgentError
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump
 from cmbuyer.agent.screens.pack import Pack
-from cmbuyer.agent.screens.text import money_str
+from cmbuyer.agent.screens.text import money_str, normalize
 
 SYSTEM_PACKAGES = frozenset({"com.android.systemui", ""})
 # The keys of the ``readings`` object, in the order printed (capture's expected.json uses them).
@@ -46,6 +52,7 @@ READING_KEYS = (
     "confirm_amount",
     "selected",
     "options",
+    "sold_out",
     "submit_controls",
     "payment_controls",
     "risk_walls",
@@ -94,6 +101,7 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
         "confirm_amount": _money(generic_amounts[0]) if len(set(generic_amounts)) == 1 else None,
         "selected": {},
         "options": {},
+        "sold_out": {},
         "submit_controls": len(safety.submit_controls(dump)),
         "payment_controls": safety.payment_controls(dump),
         "risk_walls": safety.risk_walls(dump),
@@ -115,15 +123,24 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
         groups = _safe(readers.read_options, dump, reader)
         if groups:
             readings["options"] = {dim: [t.text for t in tiles] for dim, tiles in groups.items()}
+            readings["sold_out"] = {
+                dim: [t.text for t in tiles if not t.available]
+                for dim, tiles in groups.items()
+                if any(not t.available for t in tiles)
+            }
             readings["selected"] = readers.selected_readings(dump, reader, groups)
     if pack is not None and screen == "confirm_order":
         payment = readers.read_payment(dump, pack)
-        readings["payment_mode"] = payment.row
+        readings["payment_mode"] = normalize(payment.row) if payment.row is not None else None
         readings["payment_problems"] = list(payment.problems)
     layout = None
     if pack is not None:
         on_screen = pack.layout_on(screen)
-        layout = on_screen.id if on_screen is not None else (pack.layouts[0].id if len(pack.layouts) == 1 else None)
+        # the screen holding the submit control names a layout only when options live there: for a
+        # pack without the order_sheet layout that screen may be a real order sheet (issue 27), never
+        # labelled as its sku_sheet
+        only = pack.layouts[0].id if len(pack.layouts) == 1 and screen != "confirm_order" else None
+        layout = on_screen.id if on_screen is not None else only
     out: dict[str, Any] = {
         "screen": screen,
         "package": _package(dump),

@@ -9,8 +9,12 @@ optional; the agent setting picks one) and the **payment** row reader with the m
 an external app. The screen that holds the submit control is ``confirm_order`` on every layout.
 Selectors match on NFKC-normalized text/desc (regex full-match),
 class (regex full-match), resource-id (exact), boolean flags and structure (the parent / some ancestor matching a
-selector, a descendant matching / not matching a selector). Every top-level selector names the
-evidence bundles that justified it; the loader checks each name exists in the pack's ``evidence``.
+selector, a descendant matching / not matching a selector, and ``common_ancestor``: the NEAREST ancestor that
+also holds a node matching ``with`` — the two nodes' nearest common ancestor — matches ``is``). Real trees
+nest deeper than a description suggests and their depth changes between releases (issue 27), so a pack
+names relations that hold at any depth; ``parent`` is for facts a capture shows to be one level. Every
+top-level selector names the evidence bundles that justified it; the loader checks each name exists in
+the pack's ``evidence``.
 
 Load-time safety (the boundaries stay in code; a pack can only narrow them): every selector the flow
 may TAP (buy paths, the layout's confirm control, quantity controls, dismissals) must name a text,
@@ -44,9 +48,12 @@ from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, explain, validate
 from cmbuyer.schemas.files import FileTooLarge, read_regular
-from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
+from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict, shape_problem
 
 MAX_PACK_BYTES = 1024 * 1024
+# Checked on the text before parsing (issue 33): the shipped packs nest 7 deep and hold < 1,000 values.
+MAX_PACK_DEPTH = 32
+MAX_PACK_VALUES = 50_000
 PACK_FORMAT = 2
 BUY_PATHS = ("single", "group")
 # Strings no tap selector may match (full-match of its text/desc regex): each payment-denylist word
@@ -89,6 +96,7 @@ class Selector:
     ancestor: Selector | None = None
     has_descendant: Selector | None = None
     not_has_descendant: Selector | None = None
+    common_ancestor: CommonAncestor | None = None
     evidence: tuple[str, ...] = ()
 
     @cached_property
@@ -121,6 +129,9 @@ class Selector:
             checks.append(("has_descendant", lambda n: any(has.matches(d) for d in n.descendants())))
         if has_not is not None:
             checks.append(("not_has_descendant", lambda n: not any(has_not.matches(d) for d in n.descendants())))
+        common = self.common_ancestor
+        if common is not None:  # last: the costliest test runs only on nodes that passed the others
+            checks.append(("common_ancestor", common.holds))
         return tuple(checks)
 
     def matches(self, node: Node) -> bool:
@@ -135,6 +146,34 @@ class Selector:
     def find(self, dump: Dump) -> list[Node]:
         """Matching app-package nodes in document order (scoped: design §7.3)."""
         return [n for n in dump.app_nodes() if self.matches(n)]
+
+
+@dataclass(frozen=True)
+class CommonAncestor:
+    """The relation ``{"with": S, "is": T}``: the node's nearest ancestor that has a descendant matching
+    ``S`` outside the node's own subtree (the nearest common ancestor of the node and an ``S`` node)
+    exists and matches ``T`` (any ancestor when ``T`` is None). Example (real order sheet): the price
+    TextView's nearest common ancestor with the ``商品主图`` image is the goods card however deep the
+    price sits in it."""
+
+    with_: Selector
+    is_: Selector | None = None
+
+    def nearest(self, node: Node) -> Node | None:
+        """The node's nearest ancestor holding a ``with`` node outside the node's own subtree, or None.
+        Each level looks only at the branches it adds (its other children's subtrees), so the walk
+        costs the size of that ancestor's subtree, not depth × size."""
+        below = node
+        for anc in node.ancestors():
+            for branch in anc.children:
+                if branch is not below and any(self.with_.matches(n) for n in (branch, *branch.descendants())):
+                    return anc
+            below = anc
+        return None
+
+    def holds(self, node: Node) -> bool:
+        anc = self.nearest(node)
+        return anc is not None and (self.is_ is None or self.is_.matches(anc))
 
 
 @dataclass(frozen=True)
@@ -228,6 +267,8 @@ class Pack:
     after_submit: Any = field(repr=False, compare=False, default=None)
     # rows with personal data that captures scrub (pack key privacy.rows; agent/capture.py)
     privacy_rows: tuple[Selector, ...] = field(repr=False, compare=False, default=())
+    # the recipient block captures scrub by structure (pack key address_block; agent/capture.py)
+    address_block: AddressBlock | None = field(repr=False, compare=False, default=None)
 
     def matches_version(self, version_name: str, version_code: int) -> bool:
         return self.version_name == version_name and self.version_code == version_code
@@ -278,8 +319,16 @@ def _selector(spec: dict[str, Any], where: str, evidence_ids: set[str]) -> Selec
         ancestor=sub("ancestor"),
         has_descendant=sub("has_descendant"),
         not_has_descendant=sub("not_has_descendant"),
+        common_ancestor=_common_ancestor(spec.get("common_ancestor"), f"{where}/common_ancestor", evidence_ids),
         evidence=tuple(spec.get("evidence", [])),
     )
+
+
+def _common_ancestor(spec: dict[str, Any] | None, where: str, evidence_ids: set[str]) -> CommonAncestor | None:
+    if spec is None:
+        return None
+    is_ = _selector(spec["is"], f"{where}/is", evidence_ids) if "is" in spec else None
+    return CommonAncestor(_selector(spec["with"], f"{where}/with", evidence_ids), is_)
 
 
 def _money(spec: dict[str, Any], where: str, ev: set[str]) -> MoneyReader:
@@ -469,7 +518,35 @@ def compile_pack(data: Any) -> Pack:
         raw=data,
         after_submit=_after_submit(data.get("after_submit"), ev),
         privacy_rows=_privacy_rows(data.get("privacy"), ev),
+        address_block=_address_block(data.get("address_block"), ev),
     )
+
+
+@dataclass(frozen=True)
+class AddressBlock:
+    """The pack's ``address_block``: ``blocks`` (one selector per layout) find the node holding the
+    recipient's name, phone and address (captures blank its whole subtree and black out its bounds,
+    whatever the texts look like); on every screen in ``screens`` one must be found, else a capture of
+    that screen is refused."""
+
+    blocks: tuple[Selector, ...]
+    screens: frozenset[str]
+
+    def find(self, dump: Dump) -> list[Node]:
+        """Every node some block selector matches, in document order."""
+        found = {n.order: n for selector in self.blocks for n in selector.find(dump)}
+        return [found[k] for k in sorted(found)]
+
+    def contains(self, node: Node) -> bool:
+        """True when ``node`` is a block or lies inside one."""
+        return any(selector.matches(n) for selector in self.blocks for n in (node, *node.ancestors()))
+
+
+def _address_block(spec: dict[str, Any] | None, ev: set[str]) -> AddressBlock | None:
+    if spec is None:
+        return None
+    blocks = tuple(_selector(b, f"address_block/blocks/{i}", ev) for i, b in enumerate(spec["blocks"]))
+    return AddressBlock(blocks, frozenset(spec["screens"]))
 
 
 def _privacy_rows(spec: dict[str, Any] | None, ev: set[str]) -> tuple[Selector, ...]:
@@ -504,14 +581,24 @@ def parse_pack_text(text: str | bytes) -> Pack:
 
 
 def parse_pack_json(text: str | bytes) -> Any:
-    """Strict JSON of a pack file (no duplicate keys, NaN or bad UTF-8; at most MAX_PACK_BYTES).
+    """Strict JSON of a pack file (no duplicate keys, NaN or bad UTF-8; at most MAX_PACK_BYTES, nested
+    at most MAX_PACK_DEPTH deep, at most MAX_PACK_VALUES values — both checked before parsing).
     Raises PackError ``$: <problem>``."""
     if len(text) > MAX_PACK_BYTES:
         raise PackError(f"$: pack file larger than {MAX_PACK_BYTES} bytes")
+    problem = pack_shape_problem(text)
+    if problem is not None:
+        raise PackError(f"$: {problem}")
     try:
         return loads_strict(text, allow_floats=True)
     except StrictJSONError as exc:
         raise PackError(f"$: not valid strict JSON ({_one_line(_syntax_error_at(text) or str(exc))})") from exc
+
+
+def pack_shape_problem(text: str | bytes) -> str | None:
+    """Why a pack file's text is too deep or holds too many values to be parsed, or None
+    (:func:`cmbuyer.schemas.strictjson.shape_problem` with the pack limits)."""
+    return shape_problem(text, max_depth=MAX_PACK_DEPTH, max_values=MAX_PACK_VALUES)
 
 
 def _syntax_error_at(text: str | bytes) -> str | None:

@@ -38,6 +38,8 @@ _QUANTITY_RE = re.compile(r"[1-9][0-9]{0,3}", re.ASCII)
 SOLD_OUT_WORDS: tuple[str, ...] = ("刚刚抢光", "已售罄", "该款式售罄", "已抢光", "售罄")
 # Stock badges and status suffixes are never part of an option name (phone-facts "The order sheet").
 _STATUS_RE = re.compile(r".*\s(?:最后[0-9]{1,4}件|仅剩[0-9]{1,4}件|即将卖完|" + "|".join(SOLD_OUT_WORDS) + r")")
+# a stock badge or status word on its own: the badge TextView beside a name, never a name itself
+_BADGE_RE = re.compile(r"(?:最后[0-9]{1,4}件|仅剩[0-9]{1,4}件|即将卖完|" + "|".join(SOLD_OUT_WORDS) + r")")
 _LABEL_RE = re.compile(r"已选[:：]\s*(?P<names>.+)")
 
 
@@ -45,8 +47,10 @@ _LABEL_RE = re.compile(r"已选[:：]\s*(?P<names>.+)")
 class OptionTile:
     """One SKU option tile. ``text`` is the name in the comparison form (:func:`sku_name`: outer
     whitespace trimmed, then NFKC) or None when no declared source gives a readable name; ``raw`` is
-    the source string (evidence); ``tap`` is the node a tap should hit. ``available`` is False for
-    disabled tiles and for enabled tiles carrying a sold-out word (real sold-out tiles stay enabled)."""
+    the source string (evidence); ``tap`` is the node a tap should hit. ``selected`` is True when the
+    tile or the node its name was read from carries the flag (the real text tile flags its name).
+    ``available`` is False for disabled tiles and for enabled tiles carrying a sold-out word (real
+    sold-out tiles stay enabled)."""
 
     dimension: str
     text: str | None
@@ -92,28 +96,32 @@ def recognize(dump: Dump, pack: Pack) -> str:
     return "unknown"
 
 
-def _only_text_child(tile: Node) -> str:
+def _only_text_child(tile: Node) -> Node | None:
+    """The one descendant carrying text, or None: a wrapper holding two texts (a name and a stock badge
+    on the real text tile) has no single name."""
     texts = [d for d in tile.descendants() if d.text.strip()]
-    return texts[0].text if len(texts) == 1 else ""
+    return texts[0] if len(texts) == 1 else None
 
 
-def _tile_name(tile: Node, reader: PanelReader) -> str:
-    """The raw name from the first declared source that yields a non-empty value ('' when none)."""
+def tile_name_source(tile: Node, reader: PanelReader) -> tuple[str, Node | None, str | None]:
+    """``(raw name, the node it was read from, the pack source that gave it)`` from the first declared
+    source that yields a non-empty value; ``("", None, None)`` when none does. ``name_child`` must
+    select exactly one descendant (two candidates are no name, never a guess)."""
     spec = reader.tile_name
     for source in spec.sources:
-        if source == "desc":
-            value = tile.desc
-        elif source == "text":
-            value = tile.text
+        node: Node | None
+        if source in ("desc", "text"):
+            node = tile
         elif source == "only_text_child":
-            value = _only_text_child(tile)
+            node = _only_text_child(tile)
         else:  # name_child
             assert spec.name_child is not None
             kids = [d for d in tile.descendants() if spec.name_child.matches(d)]
-            value = kids[0].text if len(kids) == 1 else ""
+            node = kids[0] if len(kids) == 1 else None
+        value = "" if node is None else (node.desc if source == "desc" else node.text)
         if value.strip():
-            return value
-    return ""
+            return value, node, source
+    return "", None, None
 
 
 def _sold_out(tile: Node) -> bool:
@@ -122,16 +130,23 @@ def _sold_out(tile: Node) -> bool:
     )
 
 
-def _option_tile(dimension: str, node: Node, reader: PanelReader) -> OptionTile:
-    raw = _tile_name(node, reader)
+def tile_name(raw: str) -> str | None:
+    """The comparison form of a tile's raw name, or None when it is no name: empty, a stock badge or
+    status word alone (``最后2件``, ``即将卖完``, ``刚刚抢光``), or one fused into the name (never cut off)."""
     name: str | None = sku_name(raw) if raw.strip() else None
-    if name is not None and _STATUS_RE.fullmatch(name):
-        name = None  # a status word fused into the name: never cut it off, the name is unreadable
+    if name is not None and (_STATUS_RE.fullmatch(name) or _BADGE_RE.fullmatch(name)):
+        return None
+    return name
+
+
+def _option_tile(dimension: str, node: Node, reader: PanelReader) -> OptionTile:
+    raw, name_node, _source = tile_name_source(node, reader)
     return OptionTile(
         dimension=dimension,
-        text=name,
+        text=tile_name(raw),
         raw=raw,
-        selected=node.selected,
+        # the real text tile carries `selected` on its name TextView, not on the wrapper (issue 27)
+        selected=node.selected or (name_node is not None and name_node.selected),
         enabled=node.enabled,
         node=node,
         tap=node.clickable_self_or_ancestor() or node,
@@ -231,17 +246,45 @@ def selected_readings(
 ) -> dict[str, str | None]:
     """``{header: selected name or None}`` for every group on screen. None when the group has not
     exactly one selected tile, its name is unreadable, or — when the reader declares the ``已选:``
-    label — the label is unreadable or does not name the selected tiles (a second witness)."""
+    label — the label is unreadable or does not name the selected tiles (a second witness). Why a
+    value is None: :func:`selected_with_reasons`."""
+    return {dim: value for dim, (value, _why) in selected_with_reasons(dump, reader, groups).items()}
+
+
+def selected_with_reasons(
+    dump: Dump, reader: PanelReader, groups: dict[str, list[OptionTile]] | None = None
+) -> dict[str, tuple[str | None, str | None]]:
+    """``{header: (selected name or None, why it is None or None)}`` — the one place the selected
+    reading is decided (gate 1 and gate 3 via :func:`selected_readings`, ``inspect --explain``)."""
     groups = read_options(dump, reader) if groups is None else groups
-    out: dict[str, str | None] = {}
+    out: dict[str, tuple[str | None, str | None]] = {}
     for dim, tiles in groups.items():
         chosen = [t for t in tiles if t.selected]
-        out[dim] = chosen[0].text if len(chosen) == 1 else None
+        if not chosen:
+            none = f"no tile of {len(tiles)} carries selected (neither a tile nor its name node)"
+            out[dim] = (None, none if tiles else "the group has no option tile")
+        elif len(chosen) > 1:
+            out[dim] = (None, f"{len(chosen)} tiles carry selected")
+        elif chosen[0].text is None:
+            raw = chosen[0].raw
+            cause = (
+                "no declared name source gave a value" if not raw.strip() else f"a stock badge or status word: {raw!r}"
+            )
+            out[dim] = (None, f"the selected tile's name is unreadable ({cause})")
+        else:
+            out[dim] = (chosen[0].text, None)
     if reader.sku_label is not None and out:
         label = read_sku_label(dump, reader)
-        names = [v for v in out.values() if v is not None]
-        if label is None or len(names) != len(out) or not label_agrees(label, names):
-            out = dict.fromkeys(out)
+        names = [v for v, _ in out.values() if v is not None]
+        why: str | None = None
+        if label is None:
+            why = "the 已选 label is missing, empty or shown more than once"
+        elif len(names) != len(out):  # the label names every dimension at once: it cannot witness a part
+            why = "another dimension's selection is unreadable, so the 已选 label cannot witness this one"
+        elif not label_agrees(label, names):
+            why = f"the 已选 label {normalize(label)!r} does not name the selected tiles {names!r}"
+        if why is not None:
+            out = {dim: (None, own or why) for dim, (_v, own) in out.items()}
     return out
 
 

@@ -12,10 +12,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from decimal import Decimal
 
-from cmbuyer.agent.screens.dump import Dump, Node
+from cmbuyer.agent.screens.dump import Bounds, Dump, Node
 from cmbuyer.agent.screens.text import AMOUNT, normalize, to_money
 
 # design §7.4 list plus the retention dialog's "仅¥" and cashier wording seen in phone-facts.
@@ -142,6 +142,50 @@ def submit_amounts(dump: Dump) -> list[Decimal]:
                 target = node.clickable_self_or_ancestor() or node
                 amounts.setdefault(target.order, to_money(m.group("amount")))
     return list(amounts.values())
+
+
+# Generic taps (and so the dry run) refuse anything a person could read as the submit control: 提交订单
+# with any spacing, followed by anything — an amount in any format (``¥ 29.90``, ``¥1,299.00``,
+# ``29.9元``) or none. Deliberately looser than SUBMIT_TEXT_RE, which reads the submit amount (issue 33).
+_SUBMIT_LIKE_RE = re.compile(r"\s*提\s*交\s*订\s*单.*", re.DOTALL)
+
+
+def looks_like_submit(node: Node) -> bool:
+    """True when the node's NFKC text or content-desc reads as the submit control (any spacing, any
+    amount after it)."""
+    return any(_SUBMIT_LIKE_RE.fullmatch(label) for label in _labels(node) if label)
+
+
+def _overlap(a: Bounds, b: Bounds) -> bool:
+    return a.left < b.right and b.left < a.right and a.top < b.bottom and b.top < a.bottom
+
+
+def submit_denial(dump: Dump, node: Node) -> str | None:
+    """Why a generic tap on ``node`` (at its clickable target's centre) could hit the submit control,
+    or None: the node, its target, an ancestor or a descendant reads as the submit control
+    (:func:`looks_like_submit`), or the target's centre lies on — or its bounds overlap — any node of
+    the dump that reads as the submit control or that control's clickable target
+    (:func:`submit_area_hit`)."""
+    target = node.clickable_self_or_ancestor() or node
+    for n in (node, target, *target.ancestors(), *node.descendants(), *target.descendants()):
+        if looks_like_submit(n):
+            return "the tap target reads as the submit control"
+    return submit_area_hit(dump, target.bounds, [target.bounds.center])
+
+
+def submit_area_hit(dump: Dump, bounds: Bounds, points: Sequence[tuple[int, int]]) -> str | None:
+    """Why a gesture on ``bounds`` at ``points`` could land on the submit control, or None: a point lies
+    on, or ``bounds`` overlap, any node that reads as the submit control or that control's clickable
+    target."""
+    for submit in dump.app_nodes():
+        if not looks_like_submit(submit):
+            continue
+        for area in (submit.bounds, (submit.clickable_self_or_ancestor() or submit).bounds):
+            if area.empty:
+                continue
+            if any(area.contains(x, y) for x, y in points) or _overlap(bounds, area):
+                return "the gesture lies on the submit control"
+    return None
 
 
 def is_submit_related(node: Node) -> bool:

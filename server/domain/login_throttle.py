@@ -11,10 +11,16 @@ read the key's record: guesses still in flight therefore count, and a burst of c
 most ``free`` passwords checked per key, the rest refused with 429. A correct password then undoes its
 own count (see services/admin_sessions.py). Nothing here refuses for longer than ``cap_s``, so the
 right password always works again after a short wait (unlike a fixed long lock).
+
+The keys (:func:`keys`, issue 33): the username key is the username *at one client address*, so a
+guesser who keeps a username backing off slows only itself; the person with the right password at
+another address is never refused by it. The address key bounds one address's guesses across all
+usernames. IPv6 addresses count by their /64.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -92,3 +98,32 @@ def undo_guess(state: KeyState) -> KeyState:
     """The record after an admitted guess turned out to be the right password: that guess no longer
     counts (a back-off already running keeps running)."""
     return KeyState(max(0, state.guesses - 1), state.last_at, state.blocked_until)
+
+
+def client_key(client: str) -> str:
+    """The address part of the keys for client address ``client`` (text as the web layer gives it): an
+    IPv4 address as is (also when IPv4-mapped), an IPv6 address as its /64 network (one host usually
+    holds a whole /64, so single IPv6 addresses would give a guesser endless fresh keys), any other
+    text capped at 64 characters, "unknown" when empty."""
+    try:
+        ip = ipaddress.ip_address(client)
+    except ValueError:
+        return (client or "unknown")[:64]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def user_prefix(username: str) -> str:
+    """The start of every username key of ``username`` (lowercased, capped at 128): length-prefixed, so
+    that no username's prefix is the start of another's (``"a"`` and ``"a@b"``)."""
+    name = username.lower()[:128]
+    return f"user:{len(name)}:{name}@"
+
+
+def keys(username: str, client: str) -> tuple[str, str]:
+    """``(user_key, address_key)`` of a login guess at ``username`` from client address ``client``."""
+    address = client_key(client)
+    return user_prefix(username) + address, "ip:" + address

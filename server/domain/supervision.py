@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from cmbuyer.schemas import MONEY_RE, NO_PACK, PACK_ID_RE
 from cmbuyer.schemas.canonical import canonical_json
-from cmbuyer.schemas.text import normalize_sku
+from cmbuyer.schemas.text import normalize_sku, text_problem
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import InvalidTransition, ValidationFailed
 
@@ -123,13 +123,20 @@ def canonical_readings(values: Mapping[str, Any]) -> dict[str, Any]:
     ``None``), payment mode NFKC then trimmed, money strings canonical (``12.80``) and kept as text,
     quantity a JSON integer. Other keys of ``values`` (a whole fence body) are ignored.
 
-    Fail closed: a missing key or a value of the wrong type/format raises
+    Fail closed: a missing key, a value of the wrong type/format, or a text reading holding a bidi,
+    invisible or control character (:func:`cmbuyer.schemas.text.text_problem`) raises
     :class:`ValidationFailed` (field ``readings.<key>``), never a default.
     """
     out: dict[str, Any] = {}
     for key in ("selected_color", "payment_mode"):
         raw = values.get(key)
         if not isinstance(raw, str) or not normalize_sku(raw).strip():
+            raise _bad(key)
+    for key in ("selected_color", "selected_size", "payment_mode"):
+        # a person reads these in the approval drawer: no bidi, invisible or control characters, which
+        # would show one value while another is approved (the rule of every stored text, issue 33)
+        raw = values.get(key)
+        if isinstance(raw, str) and text_problem(raw) is not None:
             raise _bad(key)
     out["selected_color"] = normalize_sku(values["selected_color"])
     if "selected_size" not in values:

@@ -11,6 +11,10 @@
   password may be checked, and counts the guess *before* it is checked — so guesses in flight count
   and a concurrent burst gets only a handful of passwords checked. Every back-off that starts or
   grows is audited (``admin.login_locked``).
+* The username key is the username *at one client address* (issue 33): a guesser who keeps a username
+  backing off slows only its own address, never the person who types the right password elsewhere.
+  The address key still bounds what one address may guess across usernames. ``admin unlock`` and
+  ``admin passwd`` forget a username's records at every address (services/admins.py).
 
 Password checking (argon2, CPU-bound) is done by the caller outside the transaction, after
 :func:`admit_guess` said yes; the jobs here are the transactional halves.
@@ -78,8 +82,9 @@ def token_hash(token: str) -> bytes | None:
 
 
 def throttle_keys(username: str, client: str) -> tuple[str, str]:
-    """``(user_key, address_key)`` for a login attempt (username lowercased and capped)."""
-    return "user:" + username.lower()[:128], "ip:" + (client or "unknown")[:64]
+    """``(user_key, address_key)`` for a login attempt from client address ``client``
+    (:func:`login_throttle.keys`)."""
+    return login_throttle.keys(username, client)
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,7 @@ def admit_guess(conn: sqlite3.Connection, keys: tuple[str, str], username: str, 
         assert decision.state is not None
         _store(conn, key, decision.state)
         if decision.backoff_s is not None:
-            subject_kind, subject_id = ("admin", username[:64] or "-") if scope == "user" else ("client", key[3:])
+            subject_kind, subject_id = ("admin", username[:64] or "-") if scope == "user" else ("client", keys[1][3:])
             audit_tx.record(
                 conn,
                 LOGIN,
@@ -133,6 +138,7 @@ def admit_guess(conn: sqlite3.Connection, keys: tuple[str, str], username: str, 
                 at=at,
                 detail={
                     "scope": scope,
+                    "client": keys[1][3:],
                     "guesses": decision.state.guesses,
                     "backoff_s": decision.backoff_s,
                     "locked_until": to_wire(decision.state.blocked_until) if decision.state.blocked_until else None,

@@ -10,9 +10,11 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from cmbuyer.server.clock import to_wire
+from cmbuyer.server.domain import login_throttle
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
 from cmbuyer.server.store import admins as admin_store
+from cmbuyer.server.store import sessions as session_store
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor, new_id
 
@@ -53,10 +55,31 @@ def add_admin(conn: sqlite3.Connection, username: str, password: str, actor: Act
 
 
 def change_password(conn: sqlite3.Connection, username: str, password: str, actor: Actor, now: datetime) -> None:
-    """Replace an admin's password hash. NotFound for an unknown username."""
+    """Replace an admin's password hash and forget the username's login throttle records (an operator
+    who resets a password wants that person able to log in now; audited as :func:`unlock_login` is).
+    NotFound for an unknown username."""
     admin = admin_store.by_username(conn, username)
     if admin is None:
         raise NotFound("管理员不存在")
     at = to_wire(now)
     admin_store.set_password(conn, admin.id, hash_password(password), at)
     audit_tx.record(conn, actor, "admin.passwd", "admin", admin.id, at=at)
+    _forget_throttle(conn, admin.username, actor, at)
+
+
+def unlock_login(conn: sqlite3.Connection, username: str, actor: Actor, now: datetime) -> int:
+    """``admin unlock``: forget the login throttle records of an existing admin's username at every
+    client address, audited ``admin.login_unlocked`` with the count; returns the count. Address records
+    are kept: they belong to an address, not a username, and end by themselves within
+    :attr:`~login_throttle.Limit.cap_s`. NotFound for an unknown username."""
+    admin = admin_store.by_username(conn, username)
+    if admin is None:
+        raise NotFound("管理员不存在")
+    return _forget_throttle(conn, admin.username, actor, to_wire(now))
+
+
+def _forget_throttle(conn: sqlite3.Connection, username: str, actor: Actor, at: str) -> int:
+    cleared = session_store.throttle_clear_prefix(conn, login_throttle.user_prefix(username))
+    detail = {"records": cleared}
+    audit_tx.record(conn, actor, "admin.login_unlocked", "admin", username, at=at, detail=detail)
+    return cleared

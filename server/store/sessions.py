@@ -107,6 +107,13 @@ def throttle_clear(conn: sqlite3.Connection, key: str) -> None:
     conn.execute("DELETE FROM admin_login_throttle WHERE throttle_key = ?", (key,))
 
 
+def throttle_clear_prefix(conn: sqlite3.Connection, prefix: str) -> int:
+    """Delete every throttle record whose key starts with ``prefix`` (compared exactly, not as a LIKE
+    pattern); returns the count."""
+    cur = conn.execute("DELETE FROM admin_login_throttle WHERE substr(throttle_key, 1, ?) = ?", (len(prefix), prefix))
+    return cur.rowcount
+
+
 def throttle_delete_stale(conn: sqlite3.Connection, last_before: str, now: str, limit: int = 500) -> int:
     """Delete up to ``limit`` throttle records whose last guess is at or before ``last_before`` and whose
     back-off (if any) ended before ``now``; returns the count."""

@@ -82,7 +82,7 @@ async def authenticate(request: web.Request) -> web.Response | None:
         return unauthorized()
     request[DEVICE_ID_KEY] = device_id
     request[ACCESS_DEVICE] = device_id  # the access log's "device=<prefix>"
-    prove(request)
+    prove(request, "device:" + device_id)
     return None
 
 

@@ -15,12 +15,21 @@ One home for four rules that sit below the route handlers:
   response, half-closes its side (FIN, so the client can still read the answer), reads and discards
   at most :data:`LINGER_BYTES` for at most :data:`LINGER_S`, then closes. aiohttp's own lingering
   (up to 10 s of unlimited reading) never starts.
+- **Cut bodies** (:func:`read_chunk`, :class:`BodyCut`): every body reader reads through
+  :func:`read_chunk`, which turns a connection that closed under the reader (the client left halfway
+  through its body, or the guard below closed it) into :class:`BodyCut`. The middleware answers it with
+  a quiet close: counted (:attr:`ConnectionGuard.cut_bodies`), at most one log line per
+  :data:`LOG_INTERVAL_S`, no traceback and never aiohttp's 500 path.
 - **Pending connections** (:class:`ConnectionGuard`): a connection that has not yet carried an
   authenticated request (device token or admin session) is *pending*. Pending connections are capped
   per client address and overall — the oldest pending connection is closed when a new one would
   exceed a cap — and each lives at most ``pending_connection_timeout`` seconds. A connection leaves
   the pending set for good at its first authenticated request, so a phone host's keep-alive
-  connections (one address for many agents, or everybody behind a reverse proxy) are never capped.
+  connections (one address for many agents, or everybody behind a reverse proxy) are never capped
+  as pending. Authenticated device connections are capped per device instead
+  (``device_connections_max``, issue 33): a device's new connection beyond the cap closes that
+  device's least recently used one, so a leaked token can hold at most that many connections and
+  never starve other phones.
 - **Accept-error log storms** (:class:`RateLimitedExceptionHandler`): the event loop's exception
   handler logs each distinct message at most once per :data:`LOG_INTERVAL_S` with a count of the
   repeats it swallowed (``socket.accept() out of system resource`` when descriptors run out).
@@ -47,6 +56,8 @@ from typing import Any
 
 from aiohttp import web, web_server
 
+from cmbuyer.server.domain.errors import CmbuyerError
+
 log = logging.getLogger("cmbuyer.http")
 
 BODY_READ_TIMEOUT_S = 10.0
@@ -71,6 +82,31 @@ def identity_only(raw_headers: tuple[tuple[bytes, bytes], ...]) -> bool:
             if any(item.strip(b" \t").lower() != _IDENTITY for item in items):
                 return False
     return True
+
+
+# -- cut bodies ----------------------------------------------------------------------------------------
+
+
+class BodyCut(CmbuyerError):
+    """The connection closed before the request body was read to its end (client gone, or closed by
+    the :class:`ConnectionGuard`). Raised by :func:`read_chunk`; :func:`refusal_middleware` turns it
+    into a quiet, counted close."""
+
+
+async def read_chunk(request: web.BaseRequest, n: int) -> bytes:
+    """``request.content.read(n)`` (at most ``n`` bytes, ``b""`` at the end of the body), with a closed
+    connection raised as :class:`BodyCut`. Timeouts are the caller's (``asyncio.timeout`` around it)."""
+    try:
+        return await request.content.read(n)
+    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        raise BodyCut() from exc
+    except RuntimeError as exc:
+        # aiohttp raises a bare RuntimeError("Connection closed.") when a read starts after the
+        # transport went away (e.g. the guard closed it while the handler was still queued)
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise BodyCut() from exc
+        raise
 
 
 # -- refused bodies ------------------------------------------------------------------------------------
@@ -118,9 +154,17 @@ async def refusal_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     """Outermost middleware: any response sent before the body was read to its end closes the
-    connection through :func:`close_after` (bounded linger) instead of aiohttp's 10 s drain."""
+    connection through :func:`close_after` (bounded linger) instead of aiohttp's 10 s drain; a
+    :class:`BodyCut` becomes a quiet counted close (see the module docstring)."""
     try:
         response = await handler(request)
+    except BodyCut:
+        guard = request.app.get(GUARD)
+        if isinstance(guard, ConnectionGuard):
+            guard.body_cut()
+        request.protocol.force_close()
+        # nobody is left to read it: aiohttp's send fails quietly on the closed transport
+        return web.Response(status=400)
     except web.HTTPException as exc:
         if not _body_finished(request):
             await close_after(request, exc)
@@ -148,17 +192,28 @@ class ConnectionGuard:
     so that pending connections alone can never exhaust descriptors. ``timeout`` is in seconds.
     """
 
-    def __init__(self, max_total: int, per_address: int, timeout: float) -> None:
+    def __init__(self, max_total: int, per_address: int, timeout: float, per_owner: int = 8) -> None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         limit = soft // 2 if soft not in (resource.RLIM_INFINITY, -1) else max_total
         self.max_total = max(1, min(max_total, limit))
         self.per_address = per_address
         self.timeout = timeout
+        self.per_owner = per_owner
         self._pending: OrderedDict[Any, _Pending] = OrderedDict()
         self._per_address: dict[str, int] = {}
+        # authenticated connections per owner (a device), least recently used first
+        self._owned: dict[str, OrderedDict[Any, None]] = {}
+        self._owner_of: dict[Any, str] = {}
         self.closed_by_cap = 0
         self.closed_by_timeout = 0
+        self.closed_by_owner_cap = 0
+        self.cut_bodies = 0
         self._log = RateLimitedLog(log)
+
+    def body_cut(self) -> None:
+        """Count a request whose connection closed during its body (one rate-limited log line)."""
+        self.cut_bodies += 1
+        self._log.log(logging.INFO, "a connection closed before its request body was read")
 
     def pending_count(self, address: str | None = None) -> int:
         """How many connections are pending (from ``address``, or in total)."""
@@ -180,13 +235,42 @@ class ConnectionGuard:
         while len(self._pending) > self.max_total:
             self._evict(next(iter(self._pending)), "overall cap")
 
-    def proven(self, protocol: Any) -> None:
-        """The connection carried an authenticated request: never capped or timed out again."""
+    def proven(self, protocol: Any, owner: str | None = None) -> None:
+        """The connection carried an authenticated request: never capped or timed out as pending again.
+        With an ``owner`` (``"device:<id>"``) it counts toward that owner's cap, as its most recently
+        used connection; beyond ``per_owner`` the owner's least recently used connection is closed."""
         self._forget(protocol)
+        if owner is None:
+            return
+        self._disown(protocol)
+        conns = self._owned.setdefault(owner, OrderedDict())
+        conns[protocol] = None
+        conns.move_to_end(protocol)  # most recently used last
+        self._owner_of[protocol] = owner
+        while len(conns) > self.per_owner:
+            oldest = next(iter(conns))
+            self._disown(oldest)
+            self.closed_by_owner_cap += 1
+            self._log.log(logging.WARNING, "closing a device's least recently used connection (per-device cap)")
+            oldest.force_close()
+
+    def owned_count(self, owner: str) -> int:
+        """How many open authenticated connections ``owner`` holds."""
+        return len(self._owned.get(owner, ()))
 
     def closed(self, protocol: Any) -> None:
         """The connection is gone."""
         self._forget(protocol)
+        self._disown(protocol)
+
+    def _disown(self, protocol: Any) -> None:
+        owner = self._owner_of.pop(protocol, None)
+        if owner is None:
+            return
+        conns = self._owned[owner]
+        conns.pop(protocol, None)
+        if not conns:
+            del self._owned[owner]
 
     def _forget(self, protocol: Any) -> _Pending | None:
         entry = self._pending.pop(protocol, None)
@@ -215,11 +299,12 @@ class ConnectionGuard:
         protocol.force_close()
 
 
-def prove(request: web.BaseRequest) -> None:
-    """Mark the request's connection as authenticated (device token or admin session checked)."""
+def prove(request: web.BaseRequest, owner: str | None = None) -> None:
+    """Mark the request's connection as authenticated (device token or admin session checked);
+    ``owner`` (``"device:<id>"``) puts it under that owner's connection cap."""
     guard = request.app.get(GUARD) if isinstance(request, web.Request) else None
     if isinstance(guard, ConnectionGuard):
-        guard.proven(request.protocol)
+        guard.proven(request.protocol, owner)
 
 
 def _guard_of(server: Any) -> ConnectionGuard | None:

@@ -19,7 +19,7 @@ from cmbuyer.schemas import SchemaError, validate
 from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.web.device_errors import DeviceHTTPError
-from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S
+from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, read_chunk
 
 DEFAULT_CAP = 4096
 READ_TIMEOUT_S = BODY_READ_TIMEOUT_S
@@ -53,7 +53,7 @@ async def read_body(request: web.Request, cap: int) -> bytes:
     try:
         async with asyncio.timeout(READ_TIMEOUT_S):
             while True:
-                chunk = await request.content.read(cap + 1 - size)
+                chunk = await read_chunk(request, cap + 1 - size)
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -62,7 +62,7 @@ async def read_body(request: web.Request, cap: int) -> bytes:
                     raise DeviceHTTPError(413, Code.REQUEST_TOO_LARGE)
     except TimeoutError:
         raise DeviceHTTPError(400, Code.INVALID_REQUEST) from None
-    except (ConnectionError, asyncio.IncompleteReadError, web.HTTPException):
+    except web.HTTPException:
         raise DeviceHTTPError(400, Code.INVALID_REQUEST) from None
     return b"".join(chunks)
 

@@ -35,7 +35,7 @@ from aiohttp import web
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.evidence_limits import EvidenceLimits
 from cmbuyer.server.web.device_errors import DeviceHTTPError
-from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S
+from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, read_chunk
 
 STALL_TIMEOUT_S = BODY_READ_TIMEOUT_S
 TOTAL_TIMEOUT_S = 120.0
@@ -111,7 +111,7 @@ class _Stream:
     """Incremental reads from the request body with a total cap and timeouts."""
 
     def __init__(self, request: web.Request, limits: Limits) -> None:
-        self._content = request.content
+        self._request = request
         self._limits = limits
         self._buf = bytearray()
         self._total = 0
@@ -127,10 +127,10 @@ class _Stream:
             raise _bad()
         try:
             async with asyncio.timeout(wait):
-                chunk = await self._content.read(_READ_CHUNK)
+                chunk = await read_chunk(self._request, _READ_CHUNK)
         except TimeoutError:
             raise _bad() from None
-        except (ConnectionError, asyncio.IncompleteReadError, web.HTTPException):
+        except web.HTTPException:
             raise _bad() from None
         if not chunk:
             self._eof = True

@@ -5,9 +5,11 @@ Every request and response body of the device API has one JSON Schema file here
 definitions. Both sides validate with :func:`validate`, so a message the server accepts is exactly a
 message the agent may send, and vice versa.
 
-JSON Schema ``pattern`` uses search semantics and Python's ``$`` also matches before a trailing
-newline, so the strict scalar forms (UUIDv4, money, UTC time, 64-hex) are enforced by the format
-checkers below with :func:`re.fullmatch` on ASCII classes, not by ``pattern``.
+JSON Schema ``pattern`` uses search semantics with ECMA-262 anchors: ``$`` is the end of the text.
+Python's ``$`` also matches before a final newline (``"ABCDEF\n"`` passed ``^[0-9A-Za-z]{6}$``), so
+the validator here reads every ``pattern`` through :func:`pattern_matches`, which gives ``$`` the
+ECMA meaning (:func:`ecma_pattern`). The strict scalar forms (UUIDv4, money, UTC time, 64-hex) are
+format checkers with :func:`re.fullmatch` on ASCII classes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError
 from referencing import Registry, Resource
 
@@ -34,6 +36,7 @@ __all__ = [
     "is_utc_time",
     "is_uuid4",
     "parse_utc_time",
+    "pattern_matches",
     "schema_names",
     "validate",
 ]
@@ -112,6 +115,54 @@ _FORMATS.checks("utc-time")(is_utc_time)
 _FORMATS.checks("pack-id")(is_pack_id)
 
 
+def ecma_pattern(pattern: str) -> str:
+    """``pattern`` (a JSON Schema / ECMA-262 regular expression) with every ``$`` anchor spelled ``\\Z``,
+    Python's "end of the text": outside a character class an unescaped ``$`` is an anchor, and in
+    ECMA-262 (no multiline flag) it matches only at the very end. Everything else is left as written
+    (the shipped patterns use only syntax both dialects read alike)."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "]":  # a leading "]" is a literal member in Python
+                out.append("[")
+                i += 1
+                ch = "]"
+        elif ch == "$":
+            ch = "\\Z"
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+@cache
+def _pattern_re(pattern: str) -> re.Pattern[str]:
+    return re.compile(ecma_pattern(pattern))
+
+
+def pattern_matches(pattern: str, text: str) -> bool:
+    """JSON Schema ``pattern`` semantics: True when ``pattern`` (ECMA-262 anchors, see
+    :func:`ecma_pattern`) matches somewhere in ``text``. ``"ABCDEF\\n"`` does not match ``^[A-Z]+$``."""
+    return _pattern_re(pattern).search(text) is not None
+
+
+def _pattern_keyword(validator: Any, pattern: str, instance: object, schema: dict[str, Any]) -> Any:
+    if validator.is_type(instance, "string") and not pattern_matches(pattern, instance):  # type: ignore[arg-type]
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+# Draft 2020-12 with the one change above: ``pattern`` (and so ``propertyNames.pattern``) ends at "$".
+_Validator = validators.extend(Draft202012Validator, {"pattern": _pattern_keyword})
+
+
 @cache
 def _names() -> tuple[str, ...]:
     return tuple(
@@ -163,10 +214,10 @@ def _registry() -> Registry:
 
 
 @cache
-def _validator(name: str) -> Draft202012Validator:
+def _validator(name: str) -> Any:
     schema = _load(name)
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, registry=_registry(), format_checker=_FORMATS)
+    return _Validator(schema, registry=_registry(), format_checker=_FORMATS)
 
 
 # --- Accept-only fast path -------------------------------------------------------------------------

@@ -7,9 +7,14 @@ no trailing data (``json.loads`` already refuses it), no lone surrogates. Python
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-__all__ = ["StrictJSONError", "loads_strict"]
+__all__ = ["StrictJSONError", "loads_strict", "shape_problem"]
+
+# A complete JSON string (its brackets and commas are text, not structure).
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
 
 
 class StrictJSONError(ValueError):
@@ -60,3 +65,32 @@ def loads_strict(raw: bytes | str, *, allow_floats: bool = False) -> Any:
     except (UnicodeError, ValueError, RecursionError):
         raise StrictJSONError("not strict JSON") from None
     return value
+
+
+def shape_problem(raw: bytes | str, *, max_depth: int, max_values: int) -> str | None:
+    """Why ``raw`` is too deep or too big to be parsed, or None — checked on the text, *before* any
+    parser runs (a 100,000-deep ``[[[…`` makes Python's decoders raise RecursionError, and anything that
+    walks the result recursively would too).
+
+    Values are counted as ``1 + containers + commas`` outside strings, an upper bound of the number of
+    JSON values (every value is the root, the first member of its container or follows a comma); depth
+    is the deepest nesting of ``[``/``{``. Text that is not JSON is bounded the same way (the parser
+    then refuses it). Cost: linear in the text, with the Python-level loop only over brackets after
+    the value bound held.
+    """
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    structure = _STRING.sub(b'""', data)
+    containers = structure.count(b"[") + structure.count(b"{")
+    if 1 + containers + structure.count(b",") > max_values:
+        return f"more than {max_values} values"
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(structure):
+        if m.group() in (b"[", b"{"):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > max_depth:
+                    return f"nested deeper than {max_depth} levels"
+        else:
+            depth -= 1
+    return None

@@ -80,10 +80,23 @@ def _looks_like_token(norm: str) -> bool:
     return _SECRET_WORDS.search(norm) is not None
 
 
+def _ascii_digits(text: str) -> str:
+    return "".join(str(unicodedata.decimal(ch)) if ch.isdecimal() and not ch.isascii() else ch for ch in text)
+
+
+def looks_like_phone(text: str) -> bool:
+    """True when ``text`` (NFKC-normalized by the caller) shows a phone number anywhere: a mainland
+    mobile — plain, with ``+86``/``0086``/``86``, masked (``139****1234``), with spaces, dots or dashes
+    between the groups (``139.1234.5678``) — or a landline with its area code (``0571-88881234``,
+    ``(010) 1234 5678``); digits of any script count. The one phone rule of the summaries and of the
+    agent's capture scrubbing."""
+    return _PHONES.search(_ascii_digits(text)) is not None
+
+
 def _looks_like_personal(norm: str) -> bool:
     """A phone number (plain, masked or separated), an identity card number, an address or a
     recipient's name (see :func:`summary_problem`)."""
-    ascii_digits = "".join(str(unicodedata.decimal(ch)) if ch.isdecimal() and not ch.isascii() else ch for ch in norm)
+    ascii_digits = _ascii_digits(norm)
     if _PHONES.search(ascii_digits) or _PERSONAL.search(ascii_digits):
         return True
     for m in _ID_CARD.finditer(ascii_digits):

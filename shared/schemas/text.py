@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["BIDI_CONTROLS", "has_control_chars", "normalize_sku", "text_problem"]
+__all__ = ["BIDI_CONTROLS", "has_control_chars", "normalize_sku", "text_problem", "visible"]
 
 # Bidirectional embeddings, overrides, isolates and marks: they reorder what a person sees (U+202E shows
 # "price 88.21" for the stored "price 12.88"). All are in category Cf; named here for the summary rule.
@@ -53,6 +53,20 @@ def text_problem(value: str, *, multiline: bool = False) -> str | None:
             return f"含控制字符（U+{ord(ch):04X}）"
         if category == "Cs":
             return f"含无效字符（U+{ord(ch):04X}）"
-        if category in ("Cf", "Zl", "Zp"):
+        if category in _HIDDEN:
             return f"含不可见字符或文字方向控制符（U+{ord(ch):04X}）"
     return None
+
+
+_HIDDEN = frozenset({"Cf", "Zl", "Zp"})
+
+
+def visible(value: str) -> str:
+    """``value`` for a terminal or log line a person reads: every character :func:`text_problem` would
+    refuse (controls — line breaks included —, lone surrogates, bidi/invisible format characters,
+    line/paragraph separators) written as ``\\uXXXX``, so ``"\\u202e色黑"`` is shown as
+    ``\\u202e色黑``, never as 黑色. Everything else is left as it is."""
+    return "".join(
+        f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cc", "Cs") or unicodedata.category(ch) in _HIDDEN else ch
+        for ch in value
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from cmbuyer.agent.capture import CaptureError, check_foreground, load_expected,
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.dump import Dump, parse_dump
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.screens.pack import compile_pack, pack_for_version
 from cmbuyer.phonesim.screens import NOTIFICATION_TICKER
@@ -89,10 +90,17 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(
     assert scrubbed["dropped_packages"] == ["com.android.launcher3", "com.android.systemui"]
     assert scrubbed["dropped_nodes"] == len(parse_dump(raw).nodes) - len(dump.nodes)
     assert scrubbed["blanked_rows"] == 1 and scrubbed["status_bar"] == "dump"
-    status_band, address_row = [0, 0, 1080, 96], scrubbed["blacked_out"][1]
-    assert scrubbed["blacked_out"][0] == status_band
+    status_band, nav_bar = [0, 0, 1080, 96], [0, 2280, 1080, 2400]
+    # the status band, the system bars drawn over the app (the navigation bar), then the address row
+    assert scrubbed["blacked_out"][0] == status_band and nav_bar in scrubbed["blacked_out"]
+    address_row = scrubbed["blacked_out"][-1]
     # the blanked row is the address row: in the dump, a clickable row with nothing left in it
-    row = next(n for n in dump.nodes if [n.bounds.left, n.bounds.top, n.bounds.right, n.bounds.bottom] == address_row)
+    # (on the order sheet the row's plain containers share its bounds: the row is the clickable one)
+    row = next(
+        n
+        for n in dump.nodes
+        if [n.bounds.left, n.bounds.top, n.bounds.right, n.bounds.bottom] == address_row and n.clickable
+    )
     assert row.clickable and all(not n.text and not n.desc for n in [row, *row.descendants()])
     img = Image.open(io.BytesIO((out / "screenshot.png").read_bytes())).convert("RGB")
     assert img.size == (1080, 2400)
@@ -269,7 +277,16 @@ def test_a_phone_number_row_is_scrubbed_without_a_pack() -> None:
 def test_shipped_packs_declare_the_address_row_and_bad_privacy_rows_are_refused() -> None:
     for version in (("8.17.0", 81700), ("8.22.0", 82200)):
         assert len(pack_for_version(*version).privacy_rows) == 1
+        block = pack_for_version(*version).address_block
+        assert block is not None and block.screens == {"confirm_order"}
     raw = json.loads(json.dumps(pack_for_version("8.22.0", 82200).raw))
+    raw["address_block"] = {"blocks": [{"clickable": True, "evidence": ["nope"]}], "screens": ["confirm_order"]}
+    with pytest.raises(PackError, match=r"\$\.address_block\.blocks\[0\]"):
+        compile_pack(raw)
+    raw["address_block"] = {"blocks": [], "screens": ["confirm_order"]}
+    with pytest.raises(PackError):
+        compile_pack(raw)
+    del raw["address_block"]
     raw["privacy"] = {"rows": [{"text": "(", "evidence": ["sim822-product"]}]}
     with pytest.raises(PackError, match=r"\$\.privacy\.rows\[0\]"):
         compile_pack(raw)
@@ -287,3 +304,115 @@ def test_a_capture_is_refused_while_another_window_has_the_focus() -> None:
     for pkg in ("com.tencent.mm", "com.android.systemui"):
         with pytest.raises(CaptureError, match=pkg):
             check_foreground(f"  mCurrentFocus=Window{{1 u0 {pkg}/.Main}}")
+
+
+# --- the address block, by structure (issue 33 item 4) -----------------------------------------------
+FIXTURES = Path(__file__).parent / "fixtures"
+# (dump, its app version, the bounds of the address row's text nodes): the rebuilt order sheet shows
+# the recipient in one TextView (name, phone and address), the older confirm page in two
+SUBMIT_SCREENS = [
+    (FIXTURES / "sim822" / "sheet_tshirt.xml", ("8.22.0", 82200), ("[127,375][1026,428]",)),
+    (
+        FIXTURES / "sim822" / "sku_sheet_old_confirm.xml",
+        ("8.22.0", 82200),
+        ("[120,252][1000,312]", "[120,324][1000,396]"),
+    ),
+    (FIXTURES / "sim" / "confirm_order.xml", ("8.17.0", 81700), ("[120,252][1000,312]", "[120,324][1000,396]")),
+]
+# each form of the recipient row the outside attack found left in the stored files, and a plain one
+ADDRESS_FORMS = {
+    "dotted": ("李四  139.1234.5678", "上海市浦东新区世纪大道100号"),
+    "landline": ("王五  0571-88881234", "杭州市西湖区文三路90号"),
+    "none": ("赵六", "广州市天河区体育西路"),
+    "+86": ("钱七  +86 139 1234 5678", "深圳市南山区科技园"),
+}
+
+
+def _white_png(size: tuple[int, int] = (1080, 2400)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (255, 255, 255)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _with_recipient(path: Path, slots: tuple[str, ...], name: str, address: str) -> str:
+    """The fixture with the recipient written into the address row's TextViews (found by their bounds,
+    not by the pack: the captured fixtures had them blanked); one slot gets both texts."""
+    root = ET.fromstring(path.read_bytes())
+    values = [f"{name}  {address}"] if len(slots) == 1 else [name, address]
+    for bounds, value in zip(slots, values, strict=True):
+        (node,) = [
+            n for n in root.iter("node") if n.get("bounds") == bounds and n.get("class", "").endswith("TextView")
+        ]
+        node.set("text", value)
+    return "<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>\n" + ET.tostring(root, encoding="unicode")
+
+
+def _shown(dump: Dump) -> str:
+    """Every text and content-desc of the dump, one per line."""
+    return "\n".join(v for n in dump.nodes for v in (n.text, n.desc) if v)
+
+
+@pytest.mark.parametrize("form", ADDRESS_FORMS, ids=ADDRESS_FORMS.keys())
+@pytest.mark.parametrize("screen", SUBMIT_SCREENS, ids=lambda s: f"{s[0].parent.name}/{s[0].stem}")
+def test_the_address_block_is_scrubbed_whatever_its_texts_look_like(
+    screen: tuple[Path, tuple[str, int], tuple[str, ...]], form: str
+) -> None:
+    path, version, slots = screen
+    name, address = ADDRESS_FORMS[form]
+    xml = _with_recipient(path, slots, name, address)
+    assert name in _shown(parse_dump(xml)) and address in _shown(parse_dump(xml))
+    pack = pack_for_version(*version)
+    done = scrub(xml, _white_png(), pack)
+    left = _shown(done.dump)
+    for text in (name, address, name.split()[0], *name.split()[1:]):
+        assert text not in left, text
+    assert name not in done.xml and address not in done.xml
+    assert done.report["address_blocks"] == 1 and done.report["screen"] == "confirm_order"
+    assert pack.address_block is not None
+    (block,) = pack.address_block.find(parse_dump(xml).require_app())
+    bounds = [block.bounds.left, block.bounds.top, block.bounds.right, block.bounds.bottom]
+    assert bounds in done.report["blacked_out"]
+    img = Image.open(io.BytesIO(done.png)).convert("RGB")
+    assert _black(img, bounds)  # every pixel of the address block
+    assert not _black(img, [0, bounds[3] + 30, 1080, bounds[3] + 200])  # the goods row below stays
+    # the readings the pack makes on the scrubbed dump are still there
+    assert inspect_dump(done.dump, [pack])["readings"]["submit_controls"] == 1
+
+
+def test_a_submit_screen_without_its_address_block_is_refused(tmp_path: Path) -> None:
+    """The row no longer has the structure the pack declares (here: not clickable any more): the
+    capture is refused rather than stored with whatever the row shows."""
+    path, version, slots = SUBMIT_SCREENS[0]
+    xml = path.read_text(encoding="utf-8")
+    row_start = xml.rindex('clickable="true"', 0, xml.index(f'bounds="{slots[0]}"'))  # the row around the text
+    changed = xml[:row_start] + 'clickable="false"' + xml[row_start + len('clickable="true"') :]
+    with pytest.raises(CaptureError, match=r"address block .* not on this confirm_order screen: .*; nothing written"):
+        scrub(changed, _white_png(), pack_for_version(*version))
+    # another screen of the same pack has no address block to find: nothing to refuse
+    product = (FIXTURES / "sim822" / "product.xml").read_text(encoding="utf-8")
+    assert scrub(product, _white_png(), pack_for_version(*version)).report["address_blocks"] == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["李四  139.1234.5678", "0571-88881234", "+86 139 1234 5678", "(010) 1234 5678", "8613912345678", "139 **** 1234"],
+)
+def test_a_phone_number_like_text_anywhere_is_scrubbed(text: str) -> None:
+    app = 'package="com.xunmeng.pinduoduo"'
+    xml = (
+        f'<hierarchy rotation="0"><node {app} bounds="[0,96][1080,2280]">'
+        f'<node {app} text="联系商家 {text}" bounds="[0,200][1080,300]"/>'
+        f'<node {app} text="订单编号：250101-000000002" bounds="[0,400][1080,500]"/></node></hierarchy>'
+    )
+    done = scrub(xml, _white_png(), None)
+    assert text not in done.xml and "250101-000000002" in done.xml  # an order number is not a phone
+    assert _black(Image.open(io.BytesIO(done.png)).convert("RGB"), [0, 200, 1080, 300])
+
+
+def test_a_deeply_nested_expected_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "expected.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(CaptureError, match=r"cannot read .* as JSON"):
+        load_expected(path)
+    with pytest.raises(CaptureError, match="give JSON"):
+        parse_expect(["screen=confirm_order", "selected=" + "[" * 100_000], None)

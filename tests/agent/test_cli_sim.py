@@ -176,3 +176,17 @@ def test_journal_command_shows_state_without_tokens(
     assert c.claim_token not in out and json.loads(out)["hold"] == "lease lost"
     assert main(["journal", "--device", "192.168.0.173:5555", "--clear-hold"]) == 0
     assert json.loads(capsys.readouterr().out)["hold"] is None
+
+
+@pytest.mark.parametrize("json_logs", [False, True])
+def test_progress_lines_show_hidden_characters_instead_of_obeying_them(
+    json_logs: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33: a reading from the phone in a progress line (``GATE_1 STOP … color=\\u202e色黑``) is shown
+    with its bidi/invisible characters escaped, on one line."""
+    from cmbuyer.agent.cli import _progress_fn
+
+    _progress_fn(json_logs)("GATE_1 STOP SKU_MISMATCH — color=\u202e色黑\nsize=M\u200b")
+    err = capsys.readouterr().err
+    assert "\u202e" not in err and "\u200b" not in err and err.count("\n") == 1
+    assert "\\u202e色黑" in (json.loads(err)["msg"] if json_logs else err)

@@ -56,7 +56,10 @@ def test_names_the_selector_and_node_behind_the_unit_price(capsys: pytest.Captur
     assert sel["spec"] == {
         "class": "android.widget.TextView",
         "text": ".*¥.*",
-        "parent": {"has_descendant": {"desc": "商品主图"}},
+        "common_ancestor": {
+            "with": {"desc": "商品主图"},
+            "is": {"not_has_descendant": {"clickable": True, "has_descendant": {"text": ".+"}}},
+        },
     }  # the pack's spec, evidence dropped
     node = _node_with_text(dump, "最后5件 ¥29.9")
     b = node.bounds
@@ -108,7 +111,7 @@ def test_screen_rules_in_recognition_order(capsys: pytest.CaptureFixture[str]) -
     [e] = _explain(capsys, FX / "sim822" / "sheet_tshirt.xml", "--json")["explanations"]
     verdicts = {r["screen"]: (r["matches"], r["winner"]) for r in e["screens"]}
     assert verdicts["confirm_order"] == (True, True)
-    assert verdicts["product"] == (True, False)  # the product page under the sheet still matches
+    assert verdicts["product"] == (False, False)  # the sheet is a window of its own (real captures)
     assert verdicts["sku_panel"] == (False, False)
     sku = next(r for r in e["screens"] if r["screen"] == "sku_panel")
     confirm_button = sku["all"][1]
@@ -118,7 +121,7 @@ def test_screen_rules_in_recognition_order(capsys: pytest.CaptureFixture[str]) -
     assert blocked["path"] == "screens.order_created.none[0]" and blocked["matched"][0]["text"] == "提交订单 ¥29.9"
     text = _explain(capsys, FX / "sim822" / "sheet_tshirt.xml")
     assert "screens.confirm_order: MATCH (recognized)" in text
-    assert "screens.product: matches, but a rule before it won" in text
+    assert "screens.product: no match" in text
     assert "none (blocks the rule): screens.order_created.none[0]" in text
 
 
@@ -143,33 +146,34 @@ def test_class_changed_names_the_failed_constraint(tmp_path: Path, capsys: pytes
     assert "- class 'android.widget.Button' differs from 'android.widget.TextView'" in text
 
 
-def test_text_regex_and_parent_constraints_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_regex_and_common_ancestor_constraints_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The price written as ``29.9元`` (no ¥): the text regex fails on that node; other ¥ texts on the
-    page fail the parent constraint, whose own failing part is named."""
+    page (the submit label) fail the common_ancestor constraint, whose nearest common ancestor and its
+    own failing part are named."""
     dump = _changed(tmp_path, 'text="最后5件 ¥29.9"', 'text="最后5件 29.9元"')
     [e] = _explain(capsys, dump, "--json")["explanations"]
     [sel] = _reading(e, "unit_price")["selectors"]
     reasons = {c["node"]["text"]: c["failed"] for c in sel["closest"]}
     assert reasons["最后5件 29.9元"] == ["text regex '.*¥.*' did not full-match '最后5件 29.9元'"]
-    parent_failures = [f for failed in reasons.values() for f in failed if f.startswith("parent")]
-    assert parent_failures and all(
+    failures = [f for failed in reasons.values() for f in failed if f.startswith("common_ancestor")]
+    assert failures and all(
         re.fullmatch(
-            r"parent constraint failed \(parent #\d+: has_descendant constraint failed: "
-            r"no descendant matches it\)",
+            r"common_ancestor constraint failed: the nearest common ancestor #\d+ fails 'is' "
+            r"\(not_has_descendant constraint failed: descendant #\d+ matches it\)",
             f,
         )
-        for f in parent_failures
+        for f in failures
     )
 
 
 def test_missing_anchor_is_explained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The goods image's desc renamed: the confirm_order rule no longer matches (the product page under
-    the sheet is recognized instead); its second anchor matched nothing, and the renamed node is the
+    """The goods image's desc renamed: the confirm_order rule no longer matches (nothing else does: the
+    sheet is a window of its own); its second anchor matched nothing, and the renamed node is the
     nearest candidate with the failed desc regex."""
     dump = _changed(tmp_path, 'content-desc="商品主图"', 'content-desc="商品主图片"')
     report = _explain(capsys, dump, "--json")
     [e] = report["explanations"]
-    assert e["screen"] == "product" == report["inspect"]["screen"]
+    assert e["screen"] == "unknown" == report["inspect"]["screen"]
     rule = next(r for r in e["screens"] if r["screen"] == "confirm_order")
     assert (rule["matches"], rule["all"][0]["match_count"]) == (False, 1)
     anchor = rule["all"][1]
@@ -201,7 +205,7 @@ def test_unrecognized_dump_lists_more_candidates(tmp_path: Path, capsys: pytest.
 def test_payment_row_and_value_regex(capsys: pytest.CaptureFixture[str]) -> None:
     [e] = _explain(capsys, FX / "sim822" / "sheet_paylater.xml", "--json")["explanations"]
     pay = _reading(e, "payment_mode")
-    assert pay["value"] == "使用#先用后付，更换支付方式"
+    assert pay["value"] == "使用#先用后付,更换支付方式"
     assert "先用后付 on the sheet" in pay["problems"]
     [row] = pay["selectors"]
     assert row["path"] == "payment.row" and row["matched"][0]["value_regex_full_match"] == ["text"]

@@ -98,3 +98,43 @@ def test_busy_heartbeat_carries_the_pack_id(tmp_path: Path) -> None:
         assert srv.state(task.id) == "WAITING_PAYMENT"
     (row,) = seen_busy
     assert (row["reported_state"], row["pack_id"], row["pdd_version"]) == ("BUSY", PACK_8_17, "8.17.0")
+
+
+def test_a_100000_deep_pack_is_one_line_and_the_heartbeat_says_no_pack(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 33 item 5: a 100,000-deep nested pack for the installed version in the operator pack dir
+    (it crashed ``run`` with a RecursionError traceback): one line naming the file, the runner keeps
+    heartbeating ``NO_PACK`` and claims nothing."""
+    pack_dir = tmp_path / "packs"
+    pack_dir.mkdir(mode=0o755)
+    path = pack_dir / "pdd-8.23.0-82300.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    path.chmod(0o644)
+    sim = SimPhone()
+    sim.version = ("8.23.0", 82300)
+    env = {"CMBUYER_ALLOWED_APP_VERSIONS": "8.17.0,8.23.0", "CMBUYER_HEARTBEAT_INTERVAL": "1"}
+    with RealServer(tmp_path, env=env) as srv:
+        creds = srv.add_device()
+        task = srv.add_task()
+        agent = Agent(tmp_path, srv, creds, sim_phone(sim))
+        agent.runner.cfg.once = False
+        agent.runner.cfg.pack_dir = pack_dir
+        t = threading.Thread(target=agent.runner.run, daemon=True)
+        t.start()
+        try:
+
+            def seen() -> tuple[Any, Any]:
+                row = srv.device_row(creds.device_id)
+                return row.get("reported_state"), row.get("pack_id")
+
+            assert _wait_for(seen, ("NO_PACK", "NO_PACK")) == ("NO_PACK", "NO_PACK")
+            assert _wait_for(lambda: agent.runner.heartbeats >= 3, True) is True
+            assert t.is_alive()
+        finally:
+            agent.runner.stop.set()
+            t.join(10)
+        assert srv.state(task.id) == "PENDING" and sim.taps == []
+    said = [line for line in agent.lines if "pdd-8.23.0-82300.json" in line]
+    assert said == ["NO_PACK: pdd-8.23.0-82300.json: $: more than 50000 values"], agent.lines
+    assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text

@@ -83,7 +83,7 @@ class RecordingServer(FakeServer):
 
 
 def run(
-    tmp_path: Path, sim: PhoneSim, serial: str | None = None, **task: Any
+    tmp_path: Path, sim: PhoneSim, serial: str | None = None, pack: Pack | None = None, **task: Any
 ) -> tuple[FlowResult, RecordingServer, str]:
     serial = serial or PLAIN[next(_serials)]
     phone = PhoneAdapter.connect(serial)
@@ -94,7 +94,7 @@ def run(
     server = RecordingServer(purchase, keys=journal)
     c = purchase.claim
     journal_claim(journal, c)
-    result = PurchaseFlow(phone=phone, pack=_pack(), sink=server, journal=journal).run(purchase)
+    result = PurchaseFlow(phone=phone, pack=pack or _pack(), sink=server, journal=journal).run(purchase)
     return result, server, serial
 
 
@@ -152,6 +152,8 @@ ORDERS = {
     "one-dimension": Order("710000000002", "奶白色+礼盒", "60.00", "59.00"),
     # image tiles (颜色分类, name in content-desc + tv_content, stock badges), 即将卖完 ¥118
     "image-tiles": Order("710000000003", "樱花粉", "200.00", "118.00"),
+    # two dimensions: image tiles (颜色分类, the 4th tile on the second row) × text tiles (尺码), no promotion
+    "image-and-text-tiles": Order("710000000007", "黑色", "400.00", "338.00", sku_size="L", quantity=2),
     # 色号 header, the wanted tile off-screen to the right: scroll inside the list
     "scrolled-list": Order("710000000004", "樱桃红#09", "50.00", "45.90"),
     # preselected tile off-screen when the sheet opens; the wanted one is that preselected tile
@@ -181,6 +183,18 @@ def test_orders_complete_on_the_order_sheet(tmp_path: Path, sim: PhoneSim, name:
     assert Decimal(str(order["total"])) == total
     n = assert_swipes_inside_lists(sim, serial)
     assert (n > 0) == (name in ("scrolled-list", "preselected-off-screen"))
+
+
+def test_a_pack_without_the_order_sheet_layout_stops_on_it(tmp_path: Path, sim: PhoneSim) -> None:
+    """The 8.17.0 pack (only the sku_sheet layout) on a phone that opens the order sheet: it recognizes
+    the sheet as the screen holding the submit control and stops there with NO_SELECTOR_PACK at
+    OPEN_SKU_PANEL — no option, stepper or submit tap, nothing driven down the SKU-sheet path."""
+    old = next(p for p in shipped_packs() if p.version_name == "8.17.0")
+    assert [layout.id for layout in old.layouts] == ["sku_sheet"]
+    result, server, serial = run(tmp_path, sim, pack=old, sku_color="黑色", sku_size="M", max_total_price=Decimal("30"))
+    assert_stopped_before_fence(result, server, sim, serial, "NO_SELECTOR_PACK")
+    assert "no order_sheet layout" in server.fails[0].summary
+    assert [t["role"] for t in sim.journal(serial).taps()] == ["buy"]
 
 
 def test_older_layout_bucket_on_the_same_version(tmp_path: Path, sim: PhoneSim) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-import re
+import xml.etree.ElementTree as ET
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -106,7 +106,7 @@ def test_inspect_order_sheet(name: str, unit: str, total: str, selected: dict[st
     r = out["readings"]
     assert (r["unit_price"], r["quantity"], r["confirm_amount"], r["submit_controls"]) == (unit, 1, total, 1)
     assert r["selected"] == selected
-    assert r["payment_mode"] == "使用#微信支付，更换支付方式" and r["payment_problems"] == []
+    assert r["payment_mode"] == "使用#微信支付,更换支付方式" and r["payment_problems"] == []
     assert any("更换支付方式" in c for c in r["payment_controls"])
     options = [o for values in r["options"].values() for o in values]
     assert not any(o is None or "支付" in o or o == "添加" or "提交订单" in o or "地址" in o for o in options)
@@ -118,7 +118,9 @@ def test_inspect_image_tiles_names_and_sold_out() -> None:
     assert list(tiles) == ["奶咖色", "雾霾蓝色款", "樱花粉", "燕麦白"]  # no badge (最后2件) in a name
     assert tiles["雾霾蓝色款"].enabled and not tiles["雾霾蓝色款"].available  # enabled but 刚刚抢光
     assert tiles["燕麦白"].available
-    assert groups["颜色分类"].scroll_list is not None
+    assert groups["颜色分类"].scroll_list is None  # four tiles: rows of three, nothing scrolls
+    lipstick = readers.read_groups(parse_dump(xml("sheet_lipstick")), pack822().readers["confirm_order"])
+    assert lipstick["色号"].scroll_list is not None  # fourteen: one row that scrolls
 
 
 def test_inspect_cli_with_pack_names_pack_and_layout(capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,10 +196,21 @@ def test_zero_total_is_no_hand_off(total: str) -> None:
 
 
 def _second_submit_bar(text: str, amount: str) -> str:
-    bar = re.search(r'<node index="1" text="" [^>]*bounds="\[540,2136\]\[1056,2268\]"[^>]*><node [^>]*/></node>', text)
-    assert bar is not None
-    twin = bar.group(0).replace("[540,2136][1056,2268]", "[540,1900][1056,1990]").replace("¥39.9", amount)
-    return text.replace(bar.group(0), bar.group(0) + twin, 1)
+    """The sheet with a second submit control (a copy of the clickable FrameLayout > LinearLayout >
+    TextView ``提交订单 ¥…``) whose label shows ``amount``."""
+    root = ET.fromstring(text)
+    parents = {c: p for p in root.iter() for c in p}
+    bar = next(n for n in root.iter("node") if (n.get("text") or "").startswith("提交订单"))
+    while bar.get("clickable") != "true":  # the submit control: the label's nearest clickable ancestor
+        bar = parents[bar]
+    parent = parents[bar]
+    twin = copy.deepcopy(bar)
+    twin.set("bounds", "[0,1900][334,1990]")
+    for node in twin.iter("node"):
+        node.set("bounds", "[0,1900][334,1990]")
+        node.set("text", (node.get("text") or "").replace("¥39.9", amount))
+    parent.insert(list(parent).index(bar) + 1, twin)
+    return ET.tostring(root, encoding="unicode")
 
 
 @pytest.mark.parametrize(
@@ -218,8 +231,9 @@ def _second_submit_bar(text: str, amount: str) -> str:
             ),
             "UNIT_PRICE_UNREADABLE",
         ),
+        # the selected image tile's name (its content-desc) fused with a stock badge: unreadable
         (
-            lambda t: t.replace('text="复古红#999" resource-id', 'text="复古红#999 最后2件" resource-id', 1),
+            lambda t: t.replace('content-desc="复古红#999"', 'content-desc="复古红#999 最后2件"', 1),
             "SKU_SELECTION_UNREADABLE",
         ),
         (
@@ -243,29 +257,17 @@ def test_gate3_on_hand_changed_sheets_stops_with_its_code(change: Any, reason: s
     assert err.value.reason_code == reason
 
 
-_LIPSTICK_RED = (
-    'text="复古红#999" resource-id="com.xunmeng.pinduoduo:id/pdd" class="android.widget.TextView" '
-    'package="com.xunmeng.pinduoduo" content-desc=""'
-)
+_LIPSTICK_RED = 'text="复古红#999" resource-id="com.xunmeng.pinduoduo:id/tv_content"'  # the name text
+_RED_TILE = 'content-desc="复古红#999" checkable="false" checked="false" clickable="true" enabled="true"'
 
 
 @pytest.mark.parametrize(
     "change",
     [
         # stock ran out after the selection: name truncated with a status, full name kept in content-desc
-        lambda t: t.replace(
-            _LIPSTICK_RED,
-            _LIPSTICK_RED.replace('text="复古红#999"', 'text="复古红... 刚刚抢光"').replace(
-                'content-desc=""', 'content-desc="复古红#999"'
-            ),
-            1,
-        ),
+        lambda t: t.replace(_LIPSTICK_RED, _LIPSTICK_RED.replace('text="复古红#999"', 'text="复古红... 刚刚抢光"'), 1),
         # the selected tile turned disabled
-        lambda t: t.replace(
-            _LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="true"',
-            _LIPSTICK_RED + ' checkable="false" checked="false" clickable="true" enabled="false"',
-            1,
-        ),
+        lambda t: t.replace(_RED_TILE, _RED_TILE.replace('enabled="true"', 'enabled="false"'), 1),
     ],
 )
 def test_selected_tile_sold_out_on_the_submit_screen_stops(change: Any) -> None:
@@ -448,8 +450,13 @@ def test_pack_refused_at_load(mutate: Any) -> None:
 
 def test_shipped_822_pack_says_its_evidence_is_simulator_captures() -> None:
     pack = pack822()
-    assert "SIMULATOR" in pack.raw["description"] and "not a real phone" in pack.raw["description"]
-    assert {e["source"] for e in pack.raw["evidence"].values()} == {"simulator"}
+    assert "SIMULATOR" in pack.raw["description"] and "real-structure" in pack.raw["description"]
+    sources = {eid: e["source"] for eid, e in pack.raw["evidence"].items()}
+    assert {eid for eid, src in sources.items() if src == "real-structure"} == {
+        "real-sheet-image-tiles",
+        "real-sheet-text-tile",
+    }
+    assert set(sources.values()) == {"simulator", "real-structure"}
     assert [layout.id for layout in pack.layouts] == ["order_sheet", "sku_sheet"]
     assert set(pack.buy_paths) == {"single", "group"}
 

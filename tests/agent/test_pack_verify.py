@@ -20,17 +20,24 @@ from cmbuyer.agent.screens.pack import shipped_pack_dir, shipped_packs
 from .packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REAL_STRUCTURES = Path(__file__).parent / "fixtures" / "real_structures"
 
 
 def test_shipped_evidence_is_simulator_capture_bundles_of_the_packs_version() -> None:
     root = shipped_pack_dir()
     total = 0
     for pack in shipped_packs():
-        assert "SIMULATOR" in pack.raw["description"] and "not a real phone" in pack.raw["description"]
+        assert "SIMULATOR" in pack.raw["description"]
         for eid, entry in pack.raw["evidence"].items():
             files = {kind: root / spec["path"] for kind, spec in entry["files"].items()}
-            assert entry["source"] == "simulator"
             assert all(f.parent == root / "evidence" / pack.id / eid for f in files.values()), eid
+            if entry["source"] == "real-structure":  # issue 27: a dump alone, the repository's fixture
+                assert set(files) == {"dump"} and pack.id == "pdd-8.22.0-82200"
+                fixture = REAL_STRUCTURES / f"order_sheet_{eid.removeprefix('real-sheet-').replace('-', '_')}.xml"
+                assert files["dump"].read_bytes() == fixture.read_bytes(), eid
+                assert inspect_dump(parse_dump(fixture.read_bytes()), [pack])["screen"] == "confirm_order"
+                continue
+            assert entry["source"] == "simulator"
             meta = json.loads(files["meta"].read_text("utf-8"))
             assert (meta["app_version_name"], meta["app_version_code"]) == (pack.version_name, pack.version_code)
             assert meta["dump_sha256"] == hashlib.sha256(files["dump"].read_bytes()).hexdigest()
@@ -58,9 +65,10 @@ def test_pack_verify_passes_on_the_shipped_packs(pack_file: str, capsys: pytest.
     assert main(["pack", "verify", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     entries = json.loads(path.read_text("utf-8"))["evidence"]
-    assert len(lines) == 3 * len(entries) + 1
+    n = sum(len(e["files"]) for e in entries.values())  # a real-structure bundle is a dump alone
+    assert len(lines) == n + 1
     assert all(line.startswith("OK ") for line in lines[:-1])
-    assert lines[-1] == f"{pack_file}: {3 * len(entries)} evidence files, {3 * len(entries)} ok, 0 failed -> OK"
+    assert lines[-1] == f"{pack_file}: {n} evidence files, {n} ok, 0 failed -> OK"
 
 
 @pytest.fixture
@@ -83,7 +91,7 @@ def test_pack_verify_fails_on_one_changed_byte(
     bad = [line for line in lines if not line.startswith("OK ")]
     rel = data["evidence"]["sim822-sheet-blanket"]["files"][kind]["path"]
     assert len(bad) == 2 and bad[0].startswith(f"MISMATCH sim822-sheet-blanket {kind} {rel} (sha256 ")
-    assert bad[1] == "ops-8.23.0-82300.json: 42 evidence files, 41 ok, 1 failed -> FAILED"
+    assert bad[1] == "ops-8.23.0-82300.json: 44 evidence files, 43 ok, 1 failed -> FAILED"
 
 
 def test_pack_verify_fails_on_a_missing_file_and_a_symlink_leaving_the_dir(
@@ -102,7 +110,7 @@ def test_pack_verify_fails_on_a_missing_file_and_a_symlink_leaving_the_dir(
         "MISSING  sim822-product dump evidence/pdd-8.22.0-82200/sim822-product/dump.xml (no such file)",
         "UNSAFE   sim822-retention meta evidence/pdd-8.22.0-82200/sim822-retention/meta.json (path must be "
         "relative, without '..', and stay inside the pack's directory)",
-        "ops-8.23.0-82300.json: 42 evidence files, 40 ok, 2 failed -> FAILED",
+        "ops-8.23.0-82300.json: 44 evidence files, 42 ok, 2 failed -> FAILED",
     ]
 
 

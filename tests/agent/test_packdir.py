@@ -424,3 +424,62 @@ def test_a_broken_pack_is_not_reloaded_every_loop(pack_dir: Path, monkeypatch: p
     for _ in range(20):
         assert "not valid strict JSON" in _error(("8.23.0", 82300), pack_dir)
     assert loads.count(path) == 3, loads.count(path)
+
+
+# --- bounded before parsing (issue 33 item 5) ----------------------------------------------------------
+NESTED = {
+    "100,000-deep arrays": "[" * 100_000 + "]" * 100_000,
+    "100,000-deep objects": '{"a":' * 100_000 + "0" + "}" * 100_000,
+    "40-deep": '{"pack_format": ' + "[" * 40 + "]" * 40 + "}",
+    "60,000 values": "[" + ",".join(["0"] * 60_000) + "]",
+    "unbalanced 100,000 openers": "[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("text", NESTED.values(), ids=NESTED.keys())
+def test_a_too_deep_or_too_big_pack_is_one_line_naming_the_file(
+    pack_dir: Path, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = pack_dir / "pdd-8.23.0-82300.json"
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o644)
+    error = _error(("8.23.0", 82300), pack_dir)
+    assert error in (
+        "pdd-8.23.0-82300.json: $: nested deeper than 32 levels",
+        "pdd-8.23.0-82300.json: $: more than 50000 values",
+    )
+    # every other duty of the scan goes on: the shipped packs still serve their versions
+    assert resolve("8.22.0", 82200, pack_dir, check_permissions=True).pack.id == "pdd-8.22.0-82200"
+    assert [f.error for f in scan(pack_dir, check_permissions=True).operator] == [error]
+    assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
+
+
+def test_strings_may_hold_brackets_and_commas() -> None:
+    """Only structure counts: a string full of brackets and commas is one value at depth 0."""
+    from cmbuyer.schemas.strictjson import shape_problem
+
+    text = json.dumps({"note": "[{" * 1000 + ',"\\"' * 1000})
+    assert shape_problem(text, max_depth=2, max_values=3) is None
+    assert shape_problem("[[[]]]", max_depth=2, max_values=10) == "nested deeper than 2 levels"
+    assert shape_problem("[0,0,0]", max_depth=2, max_values=3) == "more than 3 values"
+
+
+def test_inspect_and_doctor_refuse_a_100000_deep_pack_in_one_line(
+    pack_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CMBUYER_DEVICE_ID", raising=False)
+    path = pack_dir / "pdd-8.24.0-82400.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    path.chmod(0o644)
+    dump = Path(__file__).parent / "fixtures" / "sim822" / "sheet_tshirt.xml"
+    assert main(["inspect", "--dump", str(dump), "--version", "8.24.0:82400", "--pack-dir", str(pack_dir)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.count("\n") == 1
+    assert json.loads(captured.out) == {
+        "error": "NO_SELECTOR_PACK",
+        "detail": "pdd-8.24.0-82400.json: $: more than 50000 values",
+    }
+    # doctor (no phone needed for this check): the pack-dir scan names the file in one line
+    code, checks = _doctor(["--pack-dir", str(pack_dir)], capsys)
+    assert code == 1
+    assert checks["selector packs load"]["detail"] == "pdd-8.24.0-82400.json: $: more than 50000 values"

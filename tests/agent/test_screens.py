@@ -161,6 +161,7 @@ def test_inspect_readings(name: str) -> None:
         "confirm_amount",
         "selected",
         "options",
+        "sold_out",
         "submit_controls",
         "payment_controls",
         "risk_walls",

@@ -218,7 +218,7 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
     )
     assert new_ids == [f"v823-{name}" for name in summary["capture_names"]]
     ran = op("pack", "verify", f"work/{PACK_FILE}")
-    assert ran.code == 0 and ran.lines()[-1] == f"{PACK_FILE}: 54 evidence files, 54 ok, 0 failed -> OK", ran
+    assert ran.code == 0 and ran.lines()[-1] == f"{PACK_FILE}: 56 evidence files, 56 ok, 0 failed -> OK", ran
     # 7. pack test on the accepted captures; 8. dry-run again with the final pack: zero submit taps
     ran = op("pack", "test", f"work/{PACK_FILE}", "captures/canary/dryrun-1")
     assert ran.code == 0 and ran.lines()[-1] == f"OK: 4 capture(s) with pack {PACK_ID}: 4 pass", ran
@@ -308,7 +308,7 @@ def test_an_evidence_byte_changed_after_verify_keeps_the_agent_at_no_pack(canary
     ), said
     # what the operator sees when checking the installed pack
     ran = op("pack", "verify", str(pack_dir / PACK_FILE))
-    assert ran.code == 1 and ran.lines()[-1] == f"{PACK_FILE}: 54 evidence files, 53 ok, 1 failed -> FAILED"
+    assert ran.code == 1 and ran.lines()[-1] == f"{PACK_FILE}: 56 evidence files, 55 ok, 1 failed -> FAILED"
     assert [line.split()[:2] for line in ran.lines() if not line.startswith("OK")][:1] == [
         ["MISMATCH", "v823-03-confirm_order"]
     ], ran

@@ -58,8 +58,9 @@ def test_sheet_price_follows_selection_and_tiles_use_full_width_brackets(u2dev, 
     xml = u2dev.dump_hierarchy()
     assert find(xml, text="¥12.88-15.9")  # no complete selection yet: a range, not a unit price
     assert find(xml, text="颜色") and find(xml, text="尺码")
-    (tile,) = find(xml, text="【流砂限定】灰色")
-    assert tile.get("clickable") == "true" and tile.get("selected") == "false"
+    (name,) = find(xml, text="【流砂限定】灰色")
+    tile = name.getparent()  # texts sit in non-clickable children of clickable tiles
+    assert name.get("clickable") == "false" and tile.get("clickable") == "true" and tile.get("selected") == "false"
     u2dev.click(*center(tile))
     tap_text(u2dev, SIZE_M)
     xml = u2dev.dump_hierarchy()

@@ -1,8 +1,12 @@
 """The order-sheet layout (8.22.0 / 82200) through the real uiautomator2/adbutils.
 
-Structures follow phone-facts "The order sheet": one sheet after the buy button with the price+stock
-node, ``tv_select_sku``, the stepper, the inline option list (header + horizontally scrolling inner
-RecyclerView), the payment row in ``text``, ``添加`` and the submit FrameLayout.
+Structures follow the real-structure captures (tests/agent/fixtures/real_structures; node-by-node
+comparison in test_real_structure_sheet.py): the sheet is a window of its own; the goods card holds the
+``商品主图`` image, the price (``FrameLayout > LinearLayout > TextView``), ``tv_select_sku`` and the
+``gnl`` stepper; the option list is a RecyclerView of dimension groups (header row, then text-tile
+wrappers or an inner RecyclerView of image tiles, scrolling only when the row overflows); the payment
+row's text sits in a non-clickable TextView two levels below its clickable ViewGroup; ``添加`` and the
+submit FrameLayout (``> LinearLayout > TextView 提交订单 ¥…``) close the sheet.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from .helpers import PDD, assert_bounds_consistent, center, find, nodes, submit_
 
 SCENARIO = "order_sheet"
 TSHIRT, MUG, BLANKET, LIPSTICK, CASE, BOTTLE = (f"71000000000{i}" for i in range(1, 7))
-RECYCLER = "androidx.recyclerview.widget.RecyclerView"
+RECYCLER = "android.support.v7.widget.RecyclerView"
 
 
 def open_sheet(d: Any, goods_id: str, buy: str = "单独购买") -> str:
@@ -37,8 +41,32 @@ def box(node: Any) -> tuple[int, int, int, int]:
 
 
 def option_lists(xml: str) -> list[Any]:
-    """The inner, horizontally scrolling RecyclerViews (one per dimension)."""
+    """The inner, horizontally scrolling RecyclerViews of image tiles (one per overflowing dimension)."""
     return find(xml, **{"class": RECYCLER, "scrollable": "true"})
+
+
+def dimension_groups(xml: str) -> dict[str, list[Any]]:
+    """``{header: [tile nodes]}`` as the real sheet nests them: the outer RecyclerView holds one
+    LinearLayout per dimension (header row ``> TextView``; then ``LinearLayout > ViewGroup > text-tile
+    wrappers`` or ``LinearLayout > FrameLayout > RecyclerView > image tiles``) and a footer."""
+    (outer,) = [
+        n for n in find(xml, **{"class": RECYCLER}) if n.getparent().get("class") != "android.widget.FrameLayout"
+    ]
+    out = {}
+    for grp in outer:
+        if grp.get("class") != "android.widget.LinearLayout":
+            continue  # the footer
+        header = grp[0][0]
+        holder = grp[1][0]
+        tiles = list(holder[0]) if holder.get("class") == "android.widget.FrameLayout" else list(holder)
+        out[header.get("text")] = tiles
+    return out
+
+
+def name_of(tile: Any) -> Any:
+    """A text tile's name TextView (the wrapper's clickable TextView)."""
+    (name,) = [k for k in tile if k.get("clickable") == "true" and k.get("class") == "android.widget.TextView"]
+    return name
 
 
 def texts_under(node: Any) -> list[str]:
@@ -62,44 +90,55 @@ def test_two_dimension_sheet_has_the_real_shapes(d: Any, sim: PhoneSim) -> None:
     assert_bounds_consistent(xml)
     assert sim.phone().state()["screen"] == "order_sheet"
     assert not find(xml, text="确定") and not find(xml, text="确认订单")
-    assert find(xml, content_desc="商品主图", resource_id=f"{PDD}:id/iv_goods_img")
-    assert find(xml, text="最后5件 ¥29.9")  # ONE node: stock words + unit price of the default SKU
+    assert not find(xml, text="单独购买")  # the sheet is a window of its own: no product page below
+    (image,) = find(xml, content_desc="商品主图", resource_id=f"{PDD}:id/iv_goods_img")
+    (price,) = find(xml, text="最后5件 ¥29.9")  # ONE node: stock words + unit price of the default SKU
+    # card > FrameLayout > LinearLayout > price; the image is a direct child of the card
+    card = image.getparent()
+    assert dict(price.getparent().getparent().getparent().attrib) == dict(card.attrib)
+    assert price.getparent().get("class") == "android.widget.LinearLayout"
     (label,) = find(xml, resource_id=f"{PDD}:id/tv_select_sku")
-    assert label.get("text") == "已选: 黑色 M"
+    assert label.get("text") == "已选: 黑色 M" and dict(label.getparent().attrib) == dict(card.attrib)
     (qty,) = find(xml, **{"class": "android.widget.EditText"})
     assert qty.get("text") == "1"
     stepper = qty.getparent()
-    assert stepper.get("resource-id") == f"{PDD}:id/aqj"
+    assert stepper.getparent().get("resource-id") == f"{PDD}:id/gnl"
     assert {n.get("content-desc") for n in stepper} >= {"减少数量", "增加数量"}
-    # headers: non-clickable TextViews inside the outer RecyclerView, each followed by its inner list
-    lists = option_lists(xml)
-    assert len(lists) == 2
-    for header_text, inner in zip(("颜色", "尺码"), lists, strict=True):
-        header = inner.getprevious()
-        assert header.get("text") == header_text and header.get("clickable") == "false"
-        assert header.get("class") == "android.widget.TextView"
-        assert inner.getparent().get("class") == RECYCLER
-    colours = list(lists[0])
-    assert [t.get("text") for t in colours] == ["黑色", "白色", "【限定】雾霾蓝"]
-    assert all(t.get("clickable") == "true" and t.get("class") == "android.widget.TextView" for t in colours)
-    assert [t.get("selected") for t in colours] == ["true", "false", "false"]
-    # sold out for black: the tile stays enabled, text truncated + 刚刚抢光, content-desc keeps the name
-    (xl,) = [t for t in lists[1] if t.get("content-desc") == "XL"]
-    assert xl.get("text") == "XL 刚刚抢光" and xl.get("enabled") == "true" and xl.get("clickable") == "true"
-    # bottom: payment row (text on the clickable ViewGroup), 添加, submit — none inside the option list
-    (row,) = find(xml, text="使用#微信支付，更换支付方式")
-    assert row.get("class") == "android.view.ViewGroup" and row.get("clickable") == "true"
+    groups = dimension_groups(xml)
+    assert list(groups) == ["颜色", "尺码"]
+    for header_text in groups:
+        (header,) = find(xml, text=header_text)
+        assert header.get("clickable") == "false" and header.getparent().get("clickable") == "true"
+    colours = groups["颜色"]
+    assert [name_of(t).get("text") for t in colours] == ["黑色", "白色", "【限定】雾霾蓝"]
+    # text tiles: a clickable wrapper; `selected` on the name TextView only, never on the wrapper
+    assert all(t.get("clickable") == "true" and t.get("selected") == "false" for t in colours)
+    assert [name_of(t).get("selected") for t in colours] == ["true", "false", "false"]
+    assert [k.get("text") for k in colours[0]] == ["黑色", "", "最后5件"]  # name, View, stock badge
+    # sold out for black: the wrapper stays enabled, the full name, a 刚刚抢光 badge beside it
+    (xl,) = [t for t in groups["尺码"] if name_of(t).get("text") == "XL"]
+    assert [k.get("text") for k in xl] == ["XL", "", "刚刚抢光"] and xl.get("enabled") == "true"
+    assert not option_lists(xml)  # nothing scrolls: every tile fits
+    # bottom: payment row (text in a non-clickable TextView two levels below the clickable
+    # ViewGroup), 添加, submit — none inside the option list
+    (row_text,) = find(xml, text="使用#微信支付，更换支付方式")
+    row = row_text.getparent().getparent()
+    assert row_text.get("clickable") == "false" and row.get("clickable") == "true" and row.get("text") == ""
+    assert row.get("class") == "android.view.ViewGroup"
     (add,) = [n.getparent() for n in find(xml, text="添加")]
     assert add.get("class") == "android.view.ViewGroup" and add.get("clickable") == "true"
     submit = submit_node(xml)
     assert submit.get("text") == "提交订单 ¥29.9" and submit.get("clickable") == "false"
-    assert submit.getparent().get("class") == "android.widget.FrameLayout"
-    assert submit.getparent().get("clickable") == "true"
-    outer = lists[0].getparent()
+    frame = submit.getparent().getparent()
+    assert frame.get("class") == "android.widget.FrameLayout" and frame.get("clickable") == "true"
+    (outer,) = [n for n in find(xml, **{"class": RECYCLER})]
     inside = texts_under(outer)
     assert not {"使用#微信支付，更换支付方式", "添加", "提交订单 ¥29.9", "优惠"} & set(inside)
     assert box(row)[1] >= box(outer)[3]  # the payment row comes after the option list
+    assert find(xml, text="优惠") and find(xml, text="用多多支付减7.53元")
     assert find(xml, text="#24小时发货#七天退换") and find(xml, content_desc="关闭")
+    (naf,) = [n for n in nodes(xml) if n.get("NAF") == "true"]  # as in the captures
+    assert naf.get("clickable") == "true"
 
 
 def test_selection_quantity_and_label_follow_taps(d: Any, sim: PhoneSim) -> None:
@@ -120,8 +159,8 @@ def test_selection_quantity_and_label_follow_taps(d: Any, sim: PhoneSim) -> None
 
 def test_one_dimension_label_decoration_and_leading_spaces(d: Any, sim: PhoneSim) -> None:
     xml = open_sheet(d, MUG, buy="免拼购买")
-    (inner,) = option_lists(xml)
-    assert [t.get("text") for t in inner] == ["  奶白色+礼盒", "经典白", "【限定】奶白色"]
+    (tiles,) = dimension_groups(xml).values()
+    assert [name_of(t).get("text") for t in tiles] == ["  奶白色+礼盒", "经典白", "【限定】奶白色"]
     assert find(xml, resource_id=f"{PDD}:id/tv_select_sku")[0].get("text") == "已选: #奶白色+礼盒"
     assert find(xml, text="最后5件 ¥59")
     d.click(*center(find(xml, text="【限定】奶白色")[0]))
@@ -132,25 +171,27 @@ def test_one_dimension_label_decoration_and_leading_spaces(d: Any, sim: PhoneSim
 def test_image_tiles_and_selling_out_price(d: Any, sim: PhoneSim) -> None:
     xml = open_sheet(d, BLANKET)
     assert find(xml, text="即将卖完 ¥128")
-    (inner,) = option_lists(xml)
-    assert inner.getprevious().get("text") == "颜色分类"
-    first = inner[0]
+    tiles = dimension_groups(xml)["颜色分类"]
+    assert not option_lists(xml)  # four tiles: two rows of three, nothing scrolls
+    first = tiles[0]
     assert first.get("class") == "android.view.ViewGroup" and first.get("content-desc") == "奶咖色"
     assert first.get("clickable") == "true" and first.get("text") == ""
     kids = list(first)
-    assert [k.get("content-desc") or k.get("text") for k in kids] == ["奶咖色", "打开大图", "最后2件", "奶咖色"]
+    assert [k.get("content-desc") or k.get("text") for k in kids] == ["", "奶咖色", "最后2件", "打开大图", ""]
     assert all(n.get("selected") == "true" for n in first.iter("node"))
-    assert kids[1].get("clickable") == "true"  # 打开大图
-    assert kids[3].get("resource-id") == f"{PDD}:id/tv_content" and kids[3].get("clickable") == "true"
-    sold = inner[1]
+    assert kids[3].get("clickable") == "true"  # 打开大图
+    (name,) = kids[4]
+    assert name.get("resource-id") == f"{PDD}:id/tv_content" and name.get("clickable") == "true"
+    assert box(tiles[3])[1] > box(tiles[0])[3]  # the fourth tile starts the second row
+    sold = tiles[1]
     assert sold.get("content-desc") == "雾霾蓝色款" and sold.get("enabled") == "true"
-    (name,) = [k for k in sold if k.get("resource-id") == f"{PDD}:id/tv_content"]
+    (name,) = [k for k in sold.iter("node") if k.get("resource-id") == f"{PDD}:id/tv_content"]
     assert name.get("text") == "雾霾蓝色... 刚刚抢光"
     # a tap on the sold-out tile changes nothing; a tap on another tile's name text selects it
     d.click(*center(name))
     assert sim.phone().state()["selection"] == {"颜色分类": "奶咖色"}
     assert sim.phone().journal.taps()[-1]["effect"] == "sold_out"
-    (pink,) = [k for k in inner[2] if k.get("resource-id") == f"{PDD}:id/tv_content"]
+    (pink,) = [k for k in tiles[2].iter("node") if k.get("resource-id") == f"{PDD}:id/tv_content"]
     d.click(*center(pink))
     xml = d.dump_hierarchy()
     assert find(xml, resource_id=f"{PDD}:id/tv_select_sku")[0].get("text") == "已选: 樱花粉"
@@ -160,20 +201,20 @@ def test_image_tiles_and_selling_out_price(d: Any, sim: PhoneSim) -> None:
 def test_long_list_scrolls_only_by_swipes_inside_it(d: Any, sim: PhoneSim) -> None:
     xml = open_sheet(d, LIPSTICK)
     (inner,) = option_lists(xml)
-    assert inner.getprevious().get("text") == "色号"
-    shown = [t.get("text") for t in inner]
+    assert dimension_groups(xml)["色号"][0].get("content-desc") == "复古红#999"
+    shown = [t.get("content-desc") for t in inner]  # image tiles: the name in content-desc
     assert "樱桃红#09" not in shown and shown[0] == "复古红#999"
     assert box(inner[-1])[2] == 1080  # the right-edge tile is clipped at the screen edge
     left, top, right, bottom = box(inner)
     y = (top + bottom) // 2
     # a swipe outside the list (on the header) moves nothing
-    header = inner.getprevious()
+    (header,) = find(xml, text="色号")
     d.adb_device.shell(f"input swipe 900 {center(header)[1]} 100 {center(header)[1]} 200")
-    assert option_lists(d.dump_hierarchy())[0][0].get("text") == "复古红#999"
+    assert option_lists(d.dump_hierarchy())[0][0].get("content-desc") == "复古红#999"
     seen: list[str] = []
     for _ in range(10):
         d.adb_device.shell(f"input swipe 900 {y} 300 {y} 300")
-        seen = [t.get("text") or t.get("content-desc") for t in option_lists(d.dump_hierarchy())[0]]
+        seen = [t.get("content-desc") for t in option_lists(d.dump_hierarchy())[0]]
         if "樱桃红#09" in seen:
             break
     assert "樱桃红#09" in seen and "复古红#999" not in seen
@@ -186,7 +227,7 @@ def test_long_list_scrolls_only_by_swipes_inside_it(d: Any, sim: PhoneSim) -> No
     last = swipes(sim.phone().journal.entries())[-1]
     assert last["via"] == "rpc_swipe" and last["list"] == "色号" and last["moved"] == -800
     d.adb_device.shell(f"input swipe 1000 {y} 100 {y}")
-    (cherry,) = [t for t in option_lists(d.dump_hierarchy())[0] if t.get("text") == "樱桃红#09"]
+    (cherry,) = [t for t in option_lists(d.dump_hierarchy())[0] if t.get("content-desc") == "樱桃红#09"]
     d.click(*center(cherry))
     xml = d.dump_hierarchy()
     assert find(xml, resource_id=f"{PDD}:id/tv_select_sku")[0].get("text") == "已选: 樱桃红#09"
@@ -203,11 +244,11 @@ def test_preselected_tile_can_start_off_screen(d: Any, sim: PhoneSim) -> None:
 
 def test_sold_out_wanted_option_stays_enabled(d: Any, sim: PhoneSim) -> None:
     xml = open_sheet(d, BOTTLE)
-    (inner,) = option_lists(xml)
-    sold = inner[0]
-    assert sold.get("text") == "雾霾蓝色... 刚刚抢光" and sold.get("content-desc") == "雾霾蓝色款"
-    assert sold.get("enabled") == "true" and sold.get("selected") == "false"
-    assert inner[1].get("selected") == "true"  # the sheet preselects the first SKU in stock
+    (tiles,) = dimension_groups(xml).values()
+    sold = tiles[0]
+    assert [k.get("text") for k in sold] == ["雾霾蓝色款", "", "刚刚抢光"]  # the name beside its badge
+    assert sold.get("enabled") == "true" and name_of(sold).get("selected") == "false"
+    assert name_of(tiles[1]).get("selected") == "true"  # the sheet preselects the first SKU in stock
 
 
 def test_submit_opens_the_foreign_cashier_then_back_retention_and_order_list(d: Any, sim: PhoneSim) -> None:
@@ -281,19 +322,19 @@ def test_payment_switches(phonesim_factory: Any, serial: str, row_texts: list[st
     phonesim_factory(SCENARIO, serials=(serial,))
     d = u2.connect(serial)
     xml = open_sheet(d, TSHIRT)
-    image = "android.widget.ImageView"
+    shape = ["android.view.View", "android.widget.LinearLayout", "android.widget.ImageView"]
     rows = [
         n
         for n in find(xml, **{"class": "android.view.ViewGroup", "clickable": "true"})
-        if [c.get("class") for c in n] == [image, image]
+        if [c.get("class") for c in n] == shape
     ]
-    assert [r.get("text") for r in rows] == row_texts
+    assert [r[1][0].get("text") for r in rows] == row_texts and all(r.get("text") == "" for r in rows)
     if serial == "sim-unreadable":
         assert texts_under(rows[0]) == []  # nothing readable anywhere in the row
     (submit,) = [
         n
         for n in find(xml)
-        if n.get("text", "").endswith("¥29.9") and n.getparent().get("class") == "android.widget.FrameLayout"
+        if n.get("text", "").endswith("¥29.9") and n.getparent().getparent().get("clickable") == "true"
     ]
     assert submit.get("text") == submit_text
 
@@ -359,7 +400,7 @@ def test_selector_scroll_and_touch_drag_scroll_the_list(d: Any, sim: PhoneSim) -
     d.touch.down(500, y).up(505, y)  # within the slop: a tap, not a swipe
     entries = sim.phone().journal.entries()
     moves = [(e["via"], e["moved"]) for e in swipes(entries, list_name="色号")]
-    assert moves == [("rpc_scrollForward", 960), ("rpc_injectInputEvent", 500)]
+    assert moves == [("rpc_scrollForward", 925), ("rpc_injectInputEvent", 500)]
     assert sim.phone().journal.taps()[-1]["via"] == "rpc_injectInputEvent"
     assert option_lists(d.dump_hierarchy())[0][0].get("text") != "复古红#999"
 
@@ -395,5 +436,5 @@ def test_layout_follows_the_app_version_at_run_time(u2dev: Any, phonesim: PhoneS
     xml = open_sheet(u2dev, "937122477375")
     state = phone.state()
     assert state["layout"] == "order_sheet" and state["screen"] == "order_sheet"
-    assert state["foreground_package"] == PDD and len(option_lists(xml)) == 2
+    assert state["foreground_package"] == PDD and len(dimension_groups(xml)) == 2
     assert not find(xml, text="确定")

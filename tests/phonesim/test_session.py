@@ -56,7 +56,7 @@ def _walk(d: Any) -> dict[str, Any]:
     y = (top + bottom) // 2
     swipe = (right - 100, y, left + 100, y)
     d.shell(["input", "swipe", *map(str, swipe), "300"])
-    (tile,) = find(d.dump_hierarchy(), text="奶茶色#226")
+    (tile,) = find(d.dump_hierarchy(), text="番茄红#707")  # its name text (tv_content), in view after the swipe
     tile_at = center(tile)
     d.shell(["input", "tap", *map(str, tile_at)])
     d.shell(["input", "keyevent", "4"])
@@ -125,7 +125,7 @@ def test_recorder_writes_the_contract_format(recording: dict[str, Any]) -> None:
     assert header_step["action"]["node"]["text"] == "色号"
     swipe = data["steps"][3]["action"]
     assert [swipe[k] for k in ("x1", "y1", "x2", "y2")] == list(recording["points"]["swipe"])
-    assert data["steps"][4]["action"]["node"]["text"] == "奶茶色#226"
+    assert data["steps"][4]["action"]["node"]["text"] == "番茄红#707"
     assert len(names) == 6  # launcher, product, sheet, sheet scrolled, tile selected, product
 
 
@@ -339,7 +339,7 @@ def test_the_recorded_phone_behaves_as_without_recorder(recording: dict[str, Any
         plain = sim.phone("sim-1").state()
     keys = ("screen", "goods_id", "selection", "quantity", "list_offset", "counters")
     assert {k: recording["state"][k] for k in keys} == {k: plain[k] for k in keys}
-    assert plain["selection"] == {"色号": "奶茶色#226"}
+    assert plain["selection"] == {"色号": "番茄红#707"}
 
 
 # --- hostile session directories (bad-inputs: never a hang, a traceback or a guess) ----------------

@@ -130,3 +130,21 @@ def test_cli_refuses_hidden_characters_in_every_text(ddir: Path) -> None:
         assert result.returncode == 1 and "设备名称" in result.stderr and f"U+{ord(ch):04X}" in result.stderr
     assert _tables(ddir) == before
     assert cli_json(ddir, "device", "add", "--name", "手机 1")["device_id"]
+
+
+@pytest.mark.parametrize("value", REFUSED.values(), ids=REFUSED.keys())
+def test_visible_writes_every_refused_character_as_an_escape(value: str) -> None:
+    """Issue 33: text a person reads in a terminal or log (dry-run verdicts, agent progress) shows a
+    bidi or invisible character as ``\\uXXXX`` instead of obeying it."""
+    from cmbuyer.schemas.text import visible
+
+    shown = visible(value)
+    assert text_problem(shown) is None and "\\u" in shown
+    assert visible("黑色 M ¥29.90") == "黑色 M ¥29.90"
+
+
+@given(st.text())
+def test_visible_output_always_passes_the_rule(value: str) -> None:
+    from cmbuyer.schemas.text import visible
+
+    assert text_problem(visible(value)) is None

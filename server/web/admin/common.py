@@ -31,7 +31,7 @@ from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.web.access_log import ADMIN_KEY as ACCESS_ADMIN
 from cmbuyer.server.web.admin import csrf
 from cmbuyer.server.web.client_address import request_scheme
-from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove
+from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove, read_chunk
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
 SESSION_COOKIE = "cmbuyer_session"
@@ -271,15 +271,15 @@ async def _read_capped(request: web.Request) -> bytes:
     """At most BODY_CAP + 1 body bytes within BODY_READ_TIMEOUT_S (edge rule), else 400."""
     try:
         async with asyncio.timeout(BODY_READ_TIMEOUT_S):
-            raw = await request.content.read(BODY_CAP + 1)
+            raw = await read_chunk(request, BODY_CAP + 1)
             while len(raw) <= BODY_CAP and not request.content.at_eof():
-                chunk = await request.content.read(BODY_CAP + 1 - len(raw))
+                chunk = await read_chunk(request, BODY_CAP + 1 - len(raw))
                 if not chunk:
                     break
                 raw += chunk
     except TimeoutError:
         raise AdminHTTPError(400, Code.INVALID_REQUEST, "请求体发送过慢，已放弃") from None
-    except (ConnectionError, asyncio.IncompleteReadError, web.HTTPException):
+    except web.HTTPException:
         raise AdminHTTPError(400, Code.INVALID_REQUEST, "请求格式错误") from None
     return raw
 

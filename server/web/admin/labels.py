@@ -205,6 +205,7 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "admin.login": "管理员登录",
     "admin.login_failed": "登录失败",
     "admin.login_locked": "登录尝试过多，暂时锁定",
+    "admin.login_unlocked": "解除登录锁定",
     "admin.logout": "管理员退出",
     "admin.passwd": "修改密码",
     "approval.request": "设备请求人工确认",

@@ -80,3 +80,19 @@ async def test_revoked_device_heartbeat_is_401(
         sync_conn, lambda c: device_service.revoke_device(c, dev.device_id, Actor("cli", "t"), clock.now())
     )
     assert (await post(server_client, HEARTBEAT, dev, heartbeat_body(dev.device_id)))[:2] == (401, b"")
+
+
+@pytest.mark.parametrize("field", ["client_version", "adb_serial", "android_release", "pdd_version"])
+async def test_a_trailing_newline_is_refused_and_nothing_stored(
+    server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection, field: str
+) -> None:
+    """Issue 33: the $-anchored text pattern let ``"8.17.0\\n"`` through and the newline was stored."""
+    dev = make_device()
+    body = heartbeat_body(dev.device_id, pdd_version="8.17.0", pdd_version_code=81700, state="READY")
+    assert (await post(server_client, HEARTBEAT, dev, body))[0] == 200
+    before = tuple(sync_conn.execute("SELECT * FROM devices WHERE id = ?", (dev.device_id,)).fetchone())
+    audits = sync_conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]
+    status, raw, _ = await post(server_client, HEARTBEAT, dev, {**body, field: body[field] + "\n", "state": "BUSY"})
+    assert status == 400 and json.loads(raw) == {"error": "invalid_request"}
+    assert tuple(sync_conn.execute("SELECT * FROM devices WHERE id = ?", (dev.device_id,)).fetchone()) == before
+    assert sync_conn.execute("SELECT count(*) FROM audit_log").fetchone()[0] == audits

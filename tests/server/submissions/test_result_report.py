@@ -86,6 +86,8 @@ async def test_late_result_keeps_its_order_number(
         {"order_sn": "2412 01234567"},
         {"order_sn": "２４１２０１２３４５６７"},  # full-width digits are not the wire form
         {"order_sn": "1" * 41},
+        {"order_sn": "ABCDEF\n"},  # a trailing newline passed the $-anchored pattern (issue 33)
+        {"order_sn": "241201-0987654321\r\n"},
         {"order_sn": None},  # optional means absent, not null
         {"order_sn": 241201234567},
         {"observation_reason": "PAID"},

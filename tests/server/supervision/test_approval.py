@@ -213,6 +213,11 @@ async def test_claim_checks_like_the_fence(
         lambda b: {**b, "readings": {**b["readings"], "selected_color": ""}},
         lambda b: {**b, "readings": {**b["readings"], "selected_color": "   "}},
         lambda b: {**b, "readings": {**b["readings"], "payment_mode": "x" * 33}},
+        # bidi and invisible characters (issue 33): the drawer showed "\u202e色黑" as 黑色
+        lambda b: {**b, "readings": {**b["readings"], "selected_color": "\u202e色黑"}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_size": "M\u200b"}},
+        lambda b: {**b, "readings": {**b["readings"], "payment_mode": "微信\u2066支付"}},
+        lambda b: {**b, "readings": {**b["readings"], "selected_color": "黑\u0007色"}},
         lambda b: {**b, "readings": []},
         lambda b: {**b, "approval_key": "not-a-uuid"},
         lambda b: {**b, "screenshot_asset_id": None},

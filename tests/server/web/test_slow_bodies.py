@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.server.config import Settings
+from cmbuyer.server.web.edge import GUARD
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body
 from tests.server.conftest import Maker
 from tests.server.web.conftest import address, read_answer, request
@@ -85,7 +86,11 @@ async def small_caps_client(aiohttp_client: Any, settings: Settings, clock: Any)
     from cmbuyer.server.app import create_app
 
     tight = dataclasses.replace(
-        settings, pending_connections_per_address=4, pending_connections_max=8, pending_connection_timeout=1
+        settings,
+        pending_connections_per_address=4,
+        pending_connections_max=8,
+        pending_connection_timeout=1,
+        device_connections_max=16,  # one device stands for a host's many agents below; its cap is tested apart
     )
     return await aiohttp_client(create_app(tight, clock))
 
@@ -128,6 +133,47 @@ async def test_pending_connections_are_capped_but_authenticated_keep_alive_ones_
         writer.close()
     for _, writer in slow:
         writer.close()
+
+
+async def test_a_leaked_device_token_holds_at_most_its_per_device_cap(
+    small_caps_client: Any, make_device: Maker
+) -> None:
+    """Issue 33: one token opened ~1,000 idle authenticated connections and other phones timed out. Each
+    device's authenticated connections are capped (16 here, ``device_connections_max``): a new one closes
+    that device's least recently used one, and another phone is never affected."""
+    host, port = address(small_caps_client)
+    guard = small_caps_client.server.app[GUARD]
+    leaked, other = make_device("leaked"), make_device("other")
+    held = []
+    for _ in range(40):
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(_heartbeat_bytes(leaked))
+        assert (await read_answer(reader)).status == 200
+        held.append((reader, writer))
+    assert guard.owned_count(f"device:{leaked.device_id}") == 16
+    closed = [await _is_closed(reader, 0.5) for reader, _ in held[:24]]
+    assert all(closed)  # the 24 least recently used went
+    for reader, writer in held[24:]:  # the 16 newest still answer
+        writer.write(_heartbeat_bytes(leaked))
+        assert (await read_answer(reader)).status == 200
+    # "least recently used", not "oldest": the first of the 16 was just used again, the second was not
+    held[24][1].write(_heartbeat_bytes(leaked))
+    assert (await read_answer(held[24][0])).status == 200
+    for reader, writer in held[26:]:
+        writer.write(_heartbeat_bytes(leaked))
+        assert (await read_answer(reader)).status == 200
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(_heartbeat_bytes(leaked))
+    assert (await read_answer(reader)).status == 200
+    held.append((reader, writer))
+    assert await _is_closed(held[25][0], 0.5) and not await _is_closed(held[24][0], 0.3)
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(_heartbeat_bytes(other))
+    assert (await read_answer(reader, within=2.0)).status == 200
+    assert guard.owned_count(f"device:{other.device_id}") == 1
+    writer.close()
+    for _, w in held:
+        w.close()
 
 
 # -- the outage: the real server process out of descriptors --------------------------------------------

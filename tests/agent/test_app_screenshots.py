@@ -1,0 +1,113 @@
+"""Stored screenshots show the app only (issue 33 item 6): every screenshot the purchase flow stores
+(gates, results, confirmations) comes from ``PhoneAdapter.app_screenshot_png``, which blacks out
+everything outside the app's own windows — status bar (a notification ticker with a name and mobile
+number), navigation bar — and any other window drawn over the app, while what the app's window shows
+(the order sheet's address row, which spec 002 allows on gate screenshots) stays as it is.
+
+Pixel tests on the phone simulator's real screenshots through the real uiautomator2/adbutils, and on
+hand-built dumps for a window drawn over the app (the simulator has no heads-up notifications)."""
+
+from __future__ import annotations
+
+import ast
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from cmbuyer.agent.phone.adapter import PhoneAdapter
+from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.masking import outside_app
+from cmbuyer.phonesim.server import PhoneSim
+from cmbuyer.phonesim.testing import running_sim
+
+from .test_capture import DEMO, _black, _to_submit_screen
+
+AGENT = Path(__file__).resolve().parents[2] / "agent"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[PhoneSim]:
+    with running_sim(DEMO, serials=("sim-1", "sim-2")) as running:
+        yield running
+
+
+def _has_colour(img: Image.Image, box: list[int]) -> bool:
+    return not _black(img, box)
+
+
+@pytest.mark.parametrize("serial", ["sim-1", "sim-2"])
+def test_a_stored_screenshot_is_black_outside_the_app_window(sim: PhoneSim, serial: str) -> None:
+    phone: PhoneAdapter = _to_submit_screen(serial)
+    full = Image.open(io.BytesIO(phone.screenshot_png())).convert("RGB")
+    dump = parse_dump(phone.dump_raw())
+    status = next(n for n in dump.nodes if n.resource_id.endswith("status_bar"))
+    nav = next(n for n in dump.nodes if n.resource_id.endswith("navigation_bar_frame"))
+    app = next(n for n in dump.nodes if n.parent is None and n.package == "com.xunmeng.pinduoduo")
+    boxes = {
+        name: [n.bounds.left, n.bounds.top, n.bounds.right, n.bounds.bottom]
+        for name, n in (("status", status), ("nav", nav), ("app", app))
+    }
+    assert _has_colour(full, boxes["status"]) and _has_colour(full, boxes["nav"])  # the phone shows them
+    png = phone.app_screenshot_png()
+    assert png is not None
+    for taken in (png, phone.gate_screenshot()()):  # results/confirmations, and the gates' lazy encoder
+        stored = Image.open(io.BytesIO(taken)).convert("RGB")
+        assert stored.size == full.size
+        assert _black(stored, boxes["status"]) and _black(stored, boxes["nav"])
+        # the app's window is exactly as the phone showed it, the address row included (spec 002),
+        # except where the system bars are drawn over it (an edge-to-edge window spans the screen)
+        shown = full.copy()
+        for bar in (boxes["status"], boxes["nav"]):
+            shown.paste((0, 0, 0), (bar[0], bar[1], bar[2], bar[3]))
+        assert stored.crop(tuple(boxes["app"])).tobytes() == shown.crop(tuple(boxes["app"])).tobytes()
+        row = next(n for n in dump.app_nodes() if "****" in n.text)
+        assert _has_colour(stored, [row.bounds.left, row.bounds.top, row.bounds.right, row.bounds.bottom])
+
+
+def _png(size: tuple[int, int], colour: tuple[int, int, int] = (200, 120, 40)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, colour).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_a_window_drawn_over_the_app_is_black_too() -> None:
+    sys_ui, app, chat = (
+        'package="com.android.systemui"',
+        'package="com.xunmeng.pinduoduo"',
+        'package="com.example.chathead"',
+    )
+    xml = (
+        '<hierarchy rotation="0">'
+        f'<node {sys_ui} resource-id="com.android.systemui:id/status_bar" bounds="[0,0][1080,96]"/>'
+        f'<node {app} bounds="[0,96][1080,2280]"><node {app} text="提交订单" bounds="[600,2166][996,2238]"/></node>'
+        f'<node {sys_ui} text="王小明 13812345678" bounds="[24,120][1056,360]"/>'  # a heads-up notification
+        f'<node {chat} bounds="[900,1200][1060,1360]"/>'  # a floating chat head
+        f'<node {sys_ui} resource-id="com.android.systemui:id/navigation_bar_frame" bounds="[0,2280][1080,2400]"/>'
+        "</hierarchy>"
+    )
+    # a half-size screenshot: rectangles scale with the width
+    out = outside_app(_png((540, 1200)), parse_dump(xml), "com.xunmeng.pinduoduo")
+    assert out is not None
+    img = Image.open(io.BytesIO(out)).convert("RGB")
+    for box in ([0, 0, 540, 48], [12, 60, 528, 180], [450, 600, 530, 680], [0, 1140, 540, 1200]):
+        assert _black(img, box), box
+    assert img.getpixel((100, 400)) == (200, 120, 40) and img.getpixel((300, 1100)) == (200, 120, 40)
+    # no window of the app in the dump: nothing of the app to keep, all black
+    gone = outside_app(_png((540, 1200)), parse_dump(xml.replace(app, chat)), "com.xunmeng.pinduoduo")
+    assert _black(Image.open(io.BytesIO(gone)).convert("RGB"), [0, 0, 540, 1200])
+
+
+def test_the_purchase_flow_stores_only_app_screenshots() -> None:
+    """Every call of ``screenshot``/``screenshot_png`` (the unmasked screen) is in the capture tools,
+    which scrub it themselves (agent/capture.py), and in the adapter's two masked ones: the flow's
+    modules call ``app_screenshot_png`` (results, confirmations, failures) or ``gate_screenshot``."""
+    callers = set()
+    for path in AGENT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if call and node.func.attr in ("screenshot_png", "screenshot"):  # type: ignore[attr-defined]
+                callers.add(path.relative_to(AGENT).as_posix())
+    assert callers == {"cli.py", "dryrun.py", "phone/adapter.py"}, callers
