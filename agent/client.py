@@ -509,7 +509,7 @@ class HttpDeviceApi:
         if status not in (200, 201):
             raise ServerError(f"fence: unexpected HTTP {status}", status=status)
         try:
-            return _from_fence_response(body, attempt_id=claim.attempt_id, task_id=claim.task_id)
+            return _from_fence_response(body, attempt_id=claim.attempt_id, task_id=claim.task_id, proof=proof)
         except PermitRefused as exc:
             raise FenceReplayed(body["submission_id"]) from exc
 

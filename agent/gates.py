@@ -1,4 +1,5 @@
-"""The gates before the fence (design §7.5, issue 15 §2/§5/§6; the server re-checks them at the fence).
+"""The gates before the fence (design §7.5, issue 15 §2/§5/§6; the server re-checks them at the fence),
+and the comparison of the last look before the submit tap with the fence request (issue 27 §4).
 
 Pure functions over readings; each raises FlowStop with the wire reason code on failure. Fail closed:
 a reading that is None is a stop with its own code, never "no objection" — no gate here skips a
@@ -14,6 +15,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from cmbuyer.agent.errors import FlowStop
+from cmbuyer.agent.model import SubmissionProof
+from cmbuyer.agent.screens import hit, safety
+from cmbuyer.agent.screens.dump import Dump
 from cmbuyer.schemas.text import normalize_sku
 
 ROLES = ("color", "size")
@@ -128,9 +132,51 @@ def gate3(
     return f"gate 3 ok; total {reading.total}"
 
 
+def submit_on_top(dump: Dump) -> None:
+    """Gate 3's last check (issue 27 §4), on the dump gate 3 read: the one submit control is on top at
+    its tap point (:func:`cmbuyer.agent.screens.hit.hit_test`: across windows and in drawing order). A
+    popup, a toast or another app's window over it would take the one tap; found here, before the fence,
+    nothing is spent → POPUP_UNHANDLED. (The last look before the tap checks again.)"""
+    controls = safety.submit_controls(dump)
+    if len(controls) != 1:
+        raise FlowStop(f"gate 3: {len(controls)} submit controls", "SUBMIT_CONTROL_COUNT")
+    verdict = hit.hit_test(dump, controls[0], controls[0].bounds.center)
+    if not verdict.clear:
+        raise FlowStop(f"gate 3: submit control covered ({verdict.why})", "POPUP_UNHANDLED")
+
+
 def payment_gate(problems: tuple[str, ...], mode: str | None) -> str:
     """The payment-mode gate (issue 15 §6): no problem found and a mode read → the mode name;
     anything else → PAYMENT_MODE_UNSAFE (the one tap could pay without a person)."""
     if problems or mode is None:
         raise FlowStop("payment mode unsafe: " + "; ".join(problems or ("no mode",)), "PAYMENT_MODE_UNSAFE")
     return mode
+
+
+def fenced_differences(reading: Gate3Reading, payment_mode: str | None, proof: SubmissionProof) -> list[str]:
+    """What the screen reads now that differs from the fence request ``proof`` (issue 27 §4: the last
+    dump before the submit tap must give the same gate-3 readings). ``reading`` comes from the gate-3
+    reader (capabilities.confirm_reading), ``payment_mode`` is the mode that passed the payment-mode gate
+    on the same dump (None when it did not pass). Returns the names of the readings that differ —
+    ``color``, ``size``, ``unit_price``, ``quantity``, ``total``, ``submit_controls``, ``payment_mode`` —
+    in that order; empty = the same readings. A reading that cannot be read (None) differs. The
+    request's submit-control count is always 1 (gate 3 and the fence refuse any other)."""
+    now: dict[str, object] = {
+        "color": reading.selected.get("color"),
+        "size": reading.selected.get("size"),
+        "unit_price": reading.unit_price,
+        "quantity": reading.quantity,
+        "total": reading.total,
+        "submit_controls": reading.submit_controls,
+        "payment_mode": payment_mode,
+    }
+    fenced: dict[str, object] = {
+        "color": proof.selected_color,
+        "size": proof.selected_size,
+        "unit_price": proof.gate3_unit_price,
+        "quantity": proof.quantity_read,
+        "total": proof.confirm_page_amount,
+        "submit_controls": proof.submit_control_match_count,
+        "payment_mode": proof.payment_mode,
+    }
+    return [name for name in now if now[name] != fenced[name]]

@@ -100,6 +100,11 @@ REASON_SCOPES: Mapping[str, Scope] = {
     "SECURITY_CHALLENGE_AFTER_TAP": P,
     "NO_KNOWN_SCREEN": P,
     "SUBMIT_CONTROL_GONE": A,
+    # the last look refused the tap after the fence (issue 27): each one has sent a task to reconciliation,
+    # and a cause that keeps coming back after gate 3 (a payment row that flips, a popup on a timer) would
+    # do that to every task in the queue, so a person looks at the phone first
+    "NOT_TAPPED_SCREEN_CHANGED": P,
+    "NOT_TAPPED_OBSCURED": P,
     "TAP_OUTCOME_UNKNOWN": A,
 }
 del T, P, A

@@ -12,7 +12,9 @@ Tables:
   sent; recovery re-sends it with the same key) → ``FAILED_REPORTED`` | ``ABANDONED`` (refused);
   ``ACTIVE`` → ``FENCED``.
 - ``submissions``  the submission phase ``PERMIT_RECEIVED → TAP_INTENT_RECORDED → TAPPED →
-  RESULT_REPORTED`` plus the observed result and its ``result_key``. A fence that answered with a
+  RESULT_REPORTED`` plus the observed result and its ``result_key``. When the last look before the
+  tap refuses it, ``PERMIT_RECEIVED → NOT_TAPPED → RESULT_REPORTED`` with ``UNKNOWN`` and its reason
+  decided at once (no tap was sent; a tap intent is refused from there). A fence that answered with a
   replay (the first answer was lost: no permit, no tap) is journaled as phase ``NO_PERMIT`` with
   ``UNKNOWN`` decided, so recovery reports it if the first report fails.
 - ``post_tap``  what was learnt after the tap beside the observation: its ``observation_reason``,
@@ -78,6 +80,7 @@ COMMIT_POINTS = (
     "PERMIT_RECEIVED",
     "TAP_INTENT_RECORDED",
     "TAPPED",
+    "NOT_TAPPED",
     "OBSERVED",
     "CONFIRM_STEP",
     "RESULT_REPORTED",
@@ -340,14 +343,41 @@ class Journal:
             )
         return key
 
+    def record_not_tapped(self, attempt_id: str, reason: str) -> str:
+        """The permit is journaled but the submit tap will NOT be sent (the last look before it failed:
+        agent/submit.py). Phase ``PERMIT_RECEIVED`` → ``NOT_TAPPED`` with ``UNKNOWN`` decided and
+        ``reason`` (the wire ``observation_reason``) stored, in one transaction, before anything else
+        happens; returns the result_key. From ``NOT_TAPPED`` the only move is to ``RESULT_REPORTED``:
+        the journal refuses a tap intent afterwards, and recovery re-sends this result (never "maybe
+        tapped"). Refused (JournalError) unless the phase is ``PERMIT_RECEIVED``: after the tap intent
+        nobody may claim that no tap was sent."""
+        key = self.key("result", attempt_id)
+        with self._tx() as db:
+            row = db.execute("SELECT phase FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
+            if row is None or row[0] != "PERMIT_RECEIVED":
+                raise JournalError(f"cannot journal 'not tapped' at phase {row[0] if row else None}")
+            db.execute(
+                "UPDATE submissions SET phase='NOT_TAPPED', observation='UNKNOWN', result_key=?, updated_at=? "
+                "WHERE attempt_id=?",
+                (key, _now(), attempt_id),
+            )
+            db.execute(
+                "INSERT INTO post_tap (attempt_id, observation_reason, updated_at) VALUES (?,?,?) "
+                "ON CONFLICT(attempt_id) DO NOTHING",
+                (attempt_id, reason, _now()),
+            )
+        self._committed("NOT_TAPPED")
+        return key
+
     def advance(self, attempt_id: str, phase: str) -> None:
         """Move to the next phase: forward by exactly one step, or to RESULT_REPORTED from any
-        phase (a result — often UNKNOWN — can be reported without the tap having happened)."""
+        phase (a result — often UNKNOWN — can be reported without the tap having happened).
+        ``NO_PERMIT`` and ``NOT_TAPPED`` move only to RESULT_REPORTED (never a tap intent)."""
         with self._tx() as db:
             row = db.execute("SELECT phase FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
             if row is None:
                 raise JournalError("no permit journaled for this attempt")
-            if row[0] == "NO_PERMIT" and phase == "RESULT_REPORTED":
+            if row[0] in ("NO_PERMIT", "NOT_TAPPED") and phase == "RESULT_REPORTED":
                 db.execute(
                     "UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?", (phase, _now(), attempt_id)
                 )
@@ -389,6 +419,14 @@ class Journal:
                     "INSERT INTO post_tap (attempt_id, observation_reason, foreground_package, "
                     "updated_at) VALUES (?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
                     (attempt_id, reason, foreground_package, _now()),
+                )
+            elif evidence_asset_id is not None:
+                # 'not tapped' was journaled first, before the screenshot existed; nothing has been
+                # reported yet (that happens after this call), so the result can still carry it
+                db.execute(
+                    "UPDATE submissions SET evidence_asset_id=?, updated_at=? WHERE attempt_id=? "
+                    "AND phase='NOT_TAPPED' AND observation=? AND evidence_asset_id IS NULL",
+                    (evidence_asset_id, _now(), attempt_id, observation),
                 )
         self._committed("OBSERVED")
         return key

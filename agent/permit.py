@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.schemas import validate
 
 
@@ -26,19 +27,25 @@ class PermitRefused(Exception):
 
 
 class SubmissionPermit:
-    """One-time permission for one submission. Immutable; ``repr`` shows ids only."""
+    """One-time permission for one submission. Immutable; ``repr`` shows ids only. ``proof`` is the
+    fence request's readings the server granted it for: the screen must still read exactly so right
+    before the tap (agent/submit.py)."""
 
-    __slots__ = ("_attempt_id", "_submission_id", "_task_id")
+    __slots__ = ("_attempt_id", "_proof", "_submission_id", "_task_id")
     _attempt_id: str
+    _proof: SubmissionProof
     _submission_id: str
     _task_id: str
 
-    def __init__(self, capability: object, *, submission_id: str, attempt_id: str, task_id: str) -> None:
+    def __init__(
+        self, capability: object, *, submission_id: str, attempt_id: str, task_id: str, proof: SubmissionProof
+    ) -> None:
         if capability is not _CAPABILITY:
             raise TypeError("SubmissionPermit can only be built from a first fence response")
         object.__setattr__(self, "_submission_id", submission_id)
         object.__setattr__(self, "_attempt_id", attempt_id)
         object.__setattr__(self, "_task_id", task_id)
+        object.__setattr__(self, "_proof", proof)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("SubmissionPermit is immutable")
@@ -58,13 +65,20 @@ class SubmissionPermit:
     def task_id(self) -> str:
         return self._task_id
 
+    @property
+    def proof(self) -> SubmissionProof:
+        return self._proof
+
     def __repr__(self) -> str:
         return f"SubmissionPermit(submission_id={self._submission_id!r})"
 
 
-def _from_fence_response(body: Any, *, attempt_id: str, task_id: str) -> SubmissionPermit:
-    """Validate a fence response body and build a permit iff it is a first grant."""
+def _from_fence_response(body: Any, *, attempt_id: str, task_id: str, proof: SubmissionProof) -> SubmissionPermit:
+    """Validate a fence response body and build a permit iff it is a first grant; ``proof`` is the body
+    of the fence request that got this answer."""
     validate("submission_fence.response", body)
     if body["click_permitted"] is not True or body["reconciliation_required"] is not False:
         raise PermitRefused("fence response does not permit a click (replay or reconciliation)")
-    return SubmissionPermit(_CAPABILITY, submission_id=body["submission_id"], attempt_id=attempt_id, task_id=task_id)
+    return SubmissionPermit(
+        _CAPABILITY, submission_id=body["submission_id"], attempt_id=attempt_id, task_id=task_id, proof=proof
+    )

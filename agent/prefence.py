@@ -130,6 +130,7 @@ class PrefenceEngine:
         summary = gates.gate3(
             reading.gate3, wanted=wanted, gate1_price=price1, quantity=order.quantity, max_total=order.max_total
         )
+        gates.submit_on_top(phone.last_read_dump() or phone.dump())  # the dump READ_CONFIRM_PAGE read
         self.observer.event("GATE_3", "OK", None, summary)
         g3 = reading.gate3
         self.observer.gate_evidence(

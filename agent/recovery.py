@@ -7,7 +7,8 @@ Run at start and, by the runner, before every claim while anything is still owed
   read-only confirmation's ``order_sn`` if that finished) with its stored result_key, or report
   ``UNKNOWN`` (``TAP_OUTCOME_UNKNOWN`` after the tap intent) if none was decided. A crash in the
   middle of the confirmation is reported the same way; the confirmation is not resumed. Never tap
-  again — nothing here can reach the phone. A stored ``PAYMENT_SUSPECTED`` sets the hold.
+  again — nothing here can reach the phone. A stored phone-level reason (:mod:`cmbuyer.agent.holds`:
+  ``PAYMENT_SUSPECTED``, ``NOT_TAPPED_*`` — phase ``NOT_TAPPED``, reported as decided — …) sets the hold.
 - A claim in FAIL_PENDING (a ``fail`` decided but not delivered, e.g. the server was down): re-send
   exactly the stored fail under the same journaled ``fail_key``.
 - A claim still ACTIVE (crash before the fence): decide ``fail`` (INTERNAL_ERROR, "agent restarted
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 
+from cmbuyer.agent import holds
 from cmbuyer.agent.errors import AgentError, ServerRejected
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.model import AttemptFailure, Claim, SubmissionResult
@@ -50,6 +52,10 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
             journal.set_hold(
                 "PAYMENT_SUSPECTED: a paid state was seen after the submit tap; a person must check the phone"
             )
+        elif holds.scope_of(reason) is holds.Scope.PHONE:
+            # any other phone-level reason (e.g. NOT_TAPPED_OBSCURED): the flow journaled it and died
+            # before the runner's hold policy saw it
+            journal.set_hold(f"{reason} (journaled before a restart): a person must check the phone")
         try:
             sink.report_recovered_result(
                 submission_id=sub.submission_id,

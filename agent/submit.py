@@ -1,9 +1,14 @@
 """submit_order_once: the ONLY code that taps 提交订单 (docs/architecture.md "Agent", design §2.1–2.2).
 
-Takes an unforgeable :class:`SubmissionPermit`. Order of effects:
+Takes an unforgeable :class:`SubmissionPermit` (it carries the fence request's readings). Order of effects:
 1. the flow journaled PERMIT_RECEIVED when the permit arrived;
-2. re-read the confirm page: exactly one submit control (pack selector ∪ generic reader), else no tap;
-3. journal TAP_INTENT_RECORDED (committed, fsync'd) — then ONE ``input tap`` (no retry);
+2. the last look (:func:`_last_look`): one fresh dump must still be the screen holding exactly one
+   submit control, give the same gate-3 readings and payment mode as the fence request, pass the
+   denylist at the tap point, and have the submit control on top there (hit test across windows and
+   drawing order). Else no tap: NOT_TAPPED journaled at once with UNKNOWN and the reason
+   (``SUBMIT_CONTROL_GONE`` / ``NOT_TAPPED_SCREEN_CHANGED`` / ``NOT_TAPPED_OBSCURED``);
+3. journal TAP_INTENT_RECORDED (committed, fsync'd) — then ONE ``input tap`` at the point checked, a
+   single adb shell command (no retry; never uiautomator2's JSON-RPC click, which its client re-sends);
 4. journal TAPPED; observe the result screen without touching anything
    (:func:`cmbuyer.agent.screens.after_submit.classify`: external cashier or the app's own cashier
    sheet → EXTERNAL_PAYMENT_HANDOFF, a pending-payment order → SUBMITTED, a paid state → UNKNOWN +
@@ -14,17 +19,21 @@ Any error from the tap itself → UNKNOWN. Never a second tap, whatever happens.
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from cmbuyer.agent.errors import AgentError, SubmitTapUnknown
+from cmbuyer.agent import capabilities as cap
+from cmbuyer.agent import gates
+from cmbuyer.agent.errors import AgentError, DumpError, FlowStop, PhoneError, SubmitTapUnknown
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.permit import SubmissionPermit
-from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens import readers, safety
+from cmbuyer.agent.phone.adapter import PhoneAdapter, SubmitTapPlan
+from cmbuyer.agent.screens import hit, readers, safety
 from cmbuyer.agent.screens.after_submit import Observed, classify
 from cmbuyer.agent.screens.pack import Pack
 
+log = logging.getLogger(__name__)
 OBSERVE_SECONDS = 10.0  # a deadline, not a wait: the first outcome seen twice in a row ends it
 POLL_SECONDS = 0.05
 
@@ -51,39 +60,81 @@ def submit_order_once(
     *,
     observe_seconds: float = OBSERVE_SECONDS,
 ) -> SubmitOutcome:
+    """Tap the submit control once for ``permit`` (PERMIT_RECEIVED already journaled by the flow) and
+    observe what follows; see the module docstring for the order of effects. Never raises for a
+    refused or failed tap (the outcome says so); JournalError propagates (the flow stops the agent)."""
     if not isinstance(permit, SubmissionPermit):
         raise TypeError("a SubmissionPermit is required")
     attempt = permit.attempt_id
+    started = time.monotonic()
+    check = _last_look(phone, pack, permit)
+    if isinstance(check, _Refusal):
+        # journaled before anything else (screenshot, events, report): no tap was sent, and from here
+        # the journal refuses a tap intent for this attempt; recovery re-sends exactly this result
+        journal.record_not_tapped(attempt, check.reason)
+        return SubmitOutcome("UNKNOWN", False, _shot(phone), check.note, check.reason)
+    journal.advance(attempt, "TAP_INTENT_RECORDED")  # intent before side effect
+    try:
+        phone.submit_tap_once(check)
+    except SubmitTapUnknown:
+        return SubmitOutcome("UNKNOWN", True, _shot(phone), "submit tap outcome unknown", "TAP_OUTCOME_UNKNOWN")
+    window = f"tap sent {(time.monotonic() - started) * 1000:.0f} ms after the last dump began"
+    journal.advance(attempt, "TAPPED")
+    log.info("%s", window)
+    outcome = _observe(phone, pack, observe_seconds)
+    return replace(outcome, note=f"{window}; {outcome.note}")
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """The last look refused the tap: ``reason`` (wire ``observation_reason``) and a short English note."""
+
+    reason: str
+    note: str
+
+
+def _last_look(phone: PhoneAdapter, pack: Pack, permit: SubmissionPermit) -> SubmitTapPlan | _Refusal:
+    """One fresh dump, and on it, in order (docs/agent.md "The last moment before the tap"):
+
+    1. the dump reads and is still the screen holding the submit control → else ``SUBMIT_CONTROL_GONE``;
+    2. the gate-3 reader (:func:`cmbuyer.agent.capabilities.confirm_reading`, the one READ_CONFIRM_PAGE
+       uses) and the payment-mode gate give exactly the readings the fence request carried
+       (``permit.proof``: each dimension, unit price, quantity, total, one submit control, payment
+       mode) → else ``NOT_TAPPED_SCREEN_CHANGED``;
+    3. the pack's submit selector and the generic reader name the same one control, and the payment
+       denylist at the tap point passes → else ``SUBMIT_CONTROL_GONE``;
+    4. a hit test at the tap point finds the submit control (or a node inside it) on top, across all
+       windows and in drawing order (:mod:`cmbuyer.agent.screens.hit`) → else ``NOT_TAPPED_OBSCURED``.
+
+    Returns the tap plan (the point checked is the point tapped) or the refusal."""
+    proof = permit.proof
     try:
         dump = phone.dump()
         if readers.recognize(dump, pack) != "confirm_order":
-            return SubmitOutcome(
-                "UNKNOWN", False, _shot(phone), "confirm page gone before the tap", "SUBMIT_CONTROL_GONE"
-            )
-        pack_nodes = pack.controls["submit"].find(dump)
-        targets = {(n.clickable_self_or_ancestor() or n).order: n for n in pack_nodes}
-        generic = {n.order for n in safety.submit_controls(dump)}
-        if len(targets) != 1 or set(targets) != generic:
-            return SubmitOutcome(
-                "UNKNOWN", False, _shot(phone), "submit control not unique before tap", "SUBMIT_CONTROL_GONE"
-            )
-        node = next(iter(targets.values()))
-    except AgentError as exc:
-        return SubmitOutcome(
-            "UNKNOWN", False, _shot(phone), f"pre-tap read failed: {exc.reason_code}", "SUBMIT_CONTROL_GONE"
-        )
-
-    journal.advance(attempt, "TAP_INTENT_RECORDED")  # intent before side effect
+            return _Refusal("SUBMIT_CONTROL_GONE", "confirm page gone before the tap")
+        now = cap.confirm_reading(dump, pack, gates.named_roles(proof.selected_color, proof.selected_size))
+    except (DumpError, PhoneError) as exc:  # no readable dump: whether the control is there is unknown
+        return _Refusal("SUBMIT_CONTROL_GONE", f"pre-tap read failed: {exc.reason_code}")
+    except AgentError as exc:  # the gate-3 reader refused the screen (a sold-out option, other dimensions)
+        return _Refusal("NOT_TAPPED_SCREEN_CHANGED", f"pre-tap reading failed: {exc.reason_code}")
     try:
-        phone.submit_tap_once(dump, node)
-    except SubmitTapUnknown:
-        return SubmitOutcome("UNKNOWN", True, _shot(phone), "submit tap outcome unknown", "TAP_OUTCOME_UNKNOWN")
-    except AgentError as exc:  # denylist refusal etc.: nothing was sent to the phone
-        return SubmitOutcome(
-            "UNKNOWN", False, _shot(phone), f"submit tap refused: {exc.reason_code}", "SUBMIT_CONTROL_GONE"
-        )
-    journal.advance(attempt, "TAPPED")
-    return _observe(phone, pack, observe_seconds)
+        mode: str | None = gates.payment_gate(now.payment.problems, now.payment.mode)
+    except FlowStop:
+        mode = None
+    changed = gates.fenced_differences(now.gate3, mode, proof)
+    if changed:
+        return _Refusal("NOT_TAPPED_SCREEN_CHANGED", "changed since the fence: " + ", ".join(changed))
+    try:
+        targets = {(n.clickable_self_or_ancestor() or n).order: n for n in pack.controls["submit"].find(dump)}
+        if len(targets) != 1 or set(targets) != {n.order for n in safety.submit_controls(dump)}:
+            return _Refusal("SUBMIT_CONTROL_GONE", "submit control not unique before tap")
+        plan = phone.plan_submit_tap(dump, next(iter(targets.values())))
+    except AgentError as exc:  # denylist refusal etc.: nothing is sent to the phone
+        return _Refusal("SUBMIT_CONTROL_GONE", f"submit tap refused: {exc.reason_code}")
+    verdict = hit.hit_test(dump, plan.target, plan.point)
+    if not verdict.clear:
+        return _Refusal("NOT_TAPPED_OBSCURED", f"tap point covered: {verdict.why}")
+    return plan
 
 
 def _shot(phone: PhoneAdapter) -> bytes | None:

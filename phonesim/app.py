@@ -82,6 +82,7 @@ class AppModel:
     payment_sheet: bool = False
     dialog: str | None = None
     popups: list[dict[str, Any]] = field(default_factory=list)
+    overlays: list[str] = field(default_factory=list)  # windows over the app (phonesim/overlays.py), oldest first
     float_video: bool = False
     focused: str | None = None
     toast: str | None = None
@@ -169,6 +170,7 @@ class AppModel:
         self.foreground = False
         self.stack = []
         self.popups = []
+        self.overlays = []
         self.selection = {}
         self.quantity = 1
         self._reset_overlays()
@@ -446,6 +448,11 @@ class AppModel:
         if self.popups:
             self.popups.pop()
         return "dismiss_popup"
+
+    def _do_dismiss_overlay(self, kind: str) -> str:
+        if kind in self.overlays:
+            self.overlays.remove(kind)
+        return "dismiss_overlay"
 
     def _do_close_float(self) -> str:
         self.float_video = False

@@ -19,7 +19,7 @@ from typing import Any
 
 DUMP_KINDS = frozenset({"empty_dump", "single_node_dump", "partial_dump", "malformed_dump", "emoji_dump"})
 MUTATION_KINDS = frozenset(
-    {"price_change", "stock_out", "version_change", "popup", "duplicate_submit", "payment_mode_change"}
+    {"price_change", "stock_out", "version_change", "popup", "duplicate_submit", "payment_mode_change", "overlay"}
 )
 POPUPS = (
     "update",
@@ -57,6 +57,9 @@ KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     # from when it fires, the order sheet's payment row shows this mode (scenario.PAYMENT_MODES), e.g. an
     # A/B switch to 先用后付 while the agent waits for a person's approval
     "payment_mode_change": (("mode",), {}),
+    # from when it fires, a window lies over the app's submit control (phonesim/overlays.py: coupon | toast |
+    # foreign), e.g. after the agent's last gate: the submit tap, sent as coordinates, would land on it
+    "overlay": (("window",), {}),
     "wrong_focus": ((), {"package": "com.android.systemui", "activity": "com.android.systemui.statusbar.StatusBar"}),
 }
 _WHEN_KEYS = ("after_dumps", "after_taps", "after_calls", "on_screen")
@@ -99,6 +102,11 @@ def validate_fault(spec: dict[str, Any]) -> dict[str, Any]:
 
         if out["mode"] not in PAYMENT_MODES:
             raise ValueError(f"payment_mode_change.mode must be one of {PAYMENT_MODES}")
+    if kind == "overlay":
+        from .overlays import OVERLAYS
+
+        if out["window"] not in OVERLAYS:
+            raise ValueError(f"overlay.window must be one of {OVERLAYS}")
     if kind == "slow" and out["op"] not in ("dump", "tap", "screenshot", "rpc", "shell", "key", "any"):
         raise ValueError("slow.op must be dump|tap|screenshot|rpc|shell|key|any")
     return out

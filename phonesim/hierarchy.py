@@ -57,7 +57,8 @@ def _node_xml(node: Node, index: int, drawing_order: int, depth: int, max_depth:
         return
     out.append(f"<node {attrs}>")
     for i, child in enumerate(children):
-        _node_xml(child, i, i + 1, depth + 1, max_depth, out)
+        order = child.drawing_order if child.drawing_order is not None else i + 1
+        _node_xml(child, i, order, depth + 1, max_depth, out)
     out.append("</node>")
 
 

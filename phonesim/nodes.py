@@ -42,6 +42,9 @@ class Node:
     naf: bool = False  # uiautomator's NAF="true": a clickable node with no label (real captures have them)
     hint: str = ""
     children: list[Node] = field(default_factory=list)
+    # the dump's ``drawing-order`` (place in the parent's drawing, later = on top); None = the place in
+    # ``children`` (the simulator draws its own screens in list order)
+    drawing_order: int | None = None
     # private to the simulator, never rendered:
     action: tuple[Any, ...] | None = None
     role: str = ""
@@ -81,15 +84,23 @@ class Node:
         }
 
 
+def drawn_last_first(children: list[Node]) -> list[Node]:
+    """``children`` from the one drawn last (on top) to the one drawn first: by ``drawing_order``
+    (a node without one counts its place in the list, 1-based, as the simulator renders it), ties
+    broken by document order (later first)."""
+    keyed = [(c.drawing_order if c.drawing_order is not None else i + 1, i) for i, c in enumerate(children)]
+    return [children[i] for _, i in sorted(keyed, reverse=True)]
+
+
 def hit_path(root: Node, x: int, y: int) -> list[Node]:
     """Path root→deepest topmost node containing (x, y); empty when outside ``root``.
 
-    Later siblings are tested first because they are drawn on top (dialogs, sheets,
-    scrims are appended after the page content).
+    Siblings drawn later are tested first because they are on top (dialogs, sheets, scrims are
+    appended after the page content; a parsed dump says so with ``drawing-order``).
     """
     if not root.contains(x, y) or not root.visible:
         return []
-    for child in reversed(root.children):
+    for child in drawn_last_first(root.children):
         sub = hit_path(child, x, y)
         if sub:
             return [root, *sub]

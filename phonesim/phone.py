@@ -283,6 +283,8 @@ class Phone:
                 self.app.duplicate_submit = True
             elif fault.kind == "payment_mode_change":
                 self.cfg.payment_mode = str(p["mode"])
+            elif fault.kind == "overlay":
+                self.app.overlays.append(str(p["window"]))
             self._fault_fired(fault)
 
     # ---------------------------------------------------------------- rendering

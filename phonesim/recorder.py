@@ -113,6 +113,8 @@ class SessionRecorder:
             "app_version_code": phone.cfg.app.version_code,
             "activity": f"{pkg}/{act}",
             "pack_id": None,
+            # the model knows what is on top: its windows are listed topmost first
+            "window_z_order": list(range(len(kept))),
             "dump_sha256": hashlib.sha256(xml.encode("utf-8")).hexdigest(),
             "screenshot_sha256": hashlib.sha256(png).hexdigest(),
             "scrubbed": {

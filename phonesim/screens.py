@@ -9,7 +9,7 @@ submit text ``提交订单 ¥<total>`` is a non-clickable TextView in a clickabl
 
 from __future__ import annotations
 
-from . import order_sheet
+from . import order_sheet, overlays
 from .app import AppModel
 from .nodes import OBF_ID, PDD, Node, edit, frame, group, image, linear, option_tile, text
 from .prices import fmt_yuan
@@ -594,15 +594,14 @@ def app_window(app: AppModel) -> Node | None:
 
 
 def windows(app: AppModel) -> list[Node]:
-    """All window roots, topmost first (status bar, navigation bar, app, launcher)."""
-    out = [status_bar(), nav_bar()]
+    """All window roots on screen, topmost first: overlays (:mod:`.overlays`), status bar, navigation
+    bar, then the app in front or the launcher. A window fully covered by another app's is not on
+    screen, so it is not in a real dump either (the launcher behind the app is never listed)."""
+    bars = [status_bar(), nav_bar()]
     if app.page is not None and app.foreign:
         # an external cashier app covers Pinduoduo: its window, and no Pinduoduo node at all
-        out.append(order_sheet.cashier_window(app.foreign, app.page.order))
-        out.append(launcher())
-        return out
+        return [*bars, order_sheet.cashier_window(app.foreign, app.page.order)]
     win = app_window(app)
-    if win is not None:
-        out.append(win)
-    out.append(launcher())
-    return out
+    if win is None:
+        return [*bars, launcher()]
+    return [*overlays.windows(app, win), *bars, win]

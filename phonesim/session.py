@@ -7,7 +7,11 @@ capture. :class:`SessionPhone` is a :class:`~cmbuyer.phonesim.phone.Phone` whose
 current capture: dumps return its ``dump.xml`` unchanged, screenshots its ``screenshot.png``,
 ``dumpsys`` reports the capture's foreground package/activity and the session's app version.
 
-Actions follow the session's steps (:meth:`Session.match`). An action the session does not know
+Actions follow the session's steps (:meth:`Session.match`). What a tap hits (journaled with it) is the
+topmost node at the point: within a window by ``drawing-order`` (:func:`~cmbuyer.phonesim.nodes.hit_path`),
+across windows by the capture's ``window_z_order`` (meta.json, written by the recorder). A dump's window
+order is not its z-order, so when two windows hold the point and the capture does not say which is on
+top, the tap is refused like an unknown action (never a guess). An action the session does not know
 ends the rehearsal: the screen stays on the current capture, every later action is refused too,
 the journal records each refusal, and a report (:data:`REPORT_FILE`) names the capture, the action
 and the node under the point. Playback never guesses a next screen.
@@ -74,7 +78,9 @@ class SessionError(ValueError):
 @dataclass
 class Capture:
     """One recorded screen: the dump text served as is, the PNG bytes, the window trees parsed
-    from the dump (hit tests, selector queries) and the window in front."""
+    from the dump (hit tests, selector queries), the window in front and ``z_order`` — meta.json's
+    ``window_z_order``: the indexes of ``windows`` from the topmost down, None when the capture does not
+    say (a real dump's window order is not its z-order)."""
 
     name: str
     dump_xml: str
@@ -82,6 +88,19 @@ class Capture:
     windows: list[Node]
     package: str
     activity: str
+    z_order: list[int] | None = None
+
+    def hit(self, x: int, y: int) -> tuple[list[Node], str]:
+        """The path to the topmost node at (x, y) (:func:`hit_path`; empty when no window holds the
+        point) and "" — or an empty path and why the topmost node cannot be told: two windows hold the
+        point and the capture does not say which is on top."""
+        paths = [(i, p) for i, p in ((i, hit_path(w, x, y)) for i, w in enumerate(self.windows)) if p]
+        if len(paths) <= 1:
+            return (paths[0][1] if paths else []), ""
+        if self.z_order is None:
+            return [], f"windows overlap at {x},{y} and capture {self.name} does not say which is on top"
+        z = self.z_order
+        return min(paths, key=lambda ip: z.index(ip[0]))[1], ""
 
 
 @dataclass(frozen=True)
@@ -189,6 +208,7 @@ def parse_windows(xml: str, where: str = "dump.xml") -> list[Node]:
         flags["enabled"] = el.get("enabled", "true") == "true"
         flags["visible"] = el.get("visible-to-user", "true") == "true"
         left, top, right, bottom = (int(v) for v in m.groups())
+        order = el.get("drawing-order", "")
         return Node(
             el.get("class", ""),
             (left, top, right, bottom),
@@ -198,6 +218,7 @@ def parse_windows(xml: str, where: str = "dump.xml") -> list[Node]:
             package=el.get("package", ""),
             hint=el.get("hint", ""),
             children=[build(c) for c in el if c.tag == "node"],
+            drawing_order=int(order) if order.isascii() and order.isdigit() else None,
             **flags,
         )
 
@@ -257,7 +278,17 @@ def _load_capture(path: Path, app_package: str) -> Capture:
         raise SessionError(f"capture {path.name}: screenshot.png is not an image ({exc})") from None
     windows = parse_windows(xml, f"capture {path.name}: dump.xml")
     pkg, act = _front(windows, meta, app_package)
-    return Capture(path.name, xml, png, windows, pkg, act)
+    z_order = meta.get("window_z_order")
+    if z_order is not None and (
+        not isinstance(z_order, list)
+        or any(type(i) is not int for i in z_order)
+        or sorted(z_order) != list(range(len(windows)))
+    ):
+        raise SessionError(
+            f"capture {path.name}: meta.json: window_z_order must list each window of dump.xml once"
+            f" (0..{len(windows) - 1})"
+        )
+    return Capture(path.name, xml, png, windows, pkg, act, z_order)
 
 
 def _int(v: Any, where: str) -> int:
@@ -519,15 +550,15 @@ class SessionPhone(Phone):
         """Follow ``action`` or refuse it; journal it either way; returns the journal entry."""
         with self.lock:
             before = self.capture
-            path: list[Node] = []
-            if point is not None:
-                for win in self.current.windows:
-                    path = hit_path(win, *point)
-                    if path:
-                        break
+            path, unknown = self.current.hit(*point) if point is not None else ([], "")
             node = path[-1] if path else None
             target = clickable_target(path)
-            step, why = (None, "the rehearsal already ended") if self.ended else self.session.match(before, action)
+            if self.ended:
+                step, why = None, "the rehearsal already ended"
+            elif unknown:  # what the finger would hit cannot be told: never guess (and never journal a guess)
+                step, why = None, unknown
+            else:
+                step, why = self.session.match(before, action)
             if step is not None:
                 self.capture = step.to
                 self.followed += 1

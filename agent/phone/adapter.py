@@ -134,6 +134,15 @@ class Screenshot:
             return self._png
 
 
+@dataclass(frozen=True)
+class SubmitTapPlan:
+    """Where the one submit tap lands: ``target`` is the clickable node a finger there hits (the submit
+    control), ``point`` its centre in screen pixels."""
+
+    target: Node
+    point: tuple[int, int]
+
+
 # Pauses between the dumps of one stable read: none before the second dump (a real dump takes
 # 100-200 ms itself, so two dumps are never closer than that), longer while the screen keeps
 # changing (animations).
@@ -213,6 +222,11 @@ class PhoneAdapter:
         dump = parse_dump(self.dump_raw(), self.app_package).require_app()
         self.dumps_taken += 1
         return dump
+
+    def last_read_dump(self) -> Dump | None:
+        """The latest dump taken since the last action — after :meth:`read_stable`, the one its value
+        was read from — or None when there is none (nothing read since the last action)."""
+        return self._recent[-1] if self._recent else None
 
     def _fresh(self) -> Dump:
         recent = self._recent
@@ -301,8 +315,9 @@ class PhoneAdapter:
         self._forget_screen()
         self.shell(["input", "keyevent", "4"], "back")
 
-    def _tap_plan(self, dump: Dump, node: Node) -> tuple[int, int]:
-        """Where a tap on ``node`` lands, after the denylist check (raises PaymentControlBlocked)."""
+    def _tap_plan(self, dump: Dump, node: Node) -> SubmitTapPlan:
+        """Where a tap on ``node`` lands (its clickable self or ancestor, at that node's centre), after
+        the denylist check (raises PaymentControlBlocked)."""
         target = node.clickable_self_or_ancestor()
         if target is None or target.bounds.empty:
             raise PhoneError("no clickable node with bounds to tap", "SCREEN_UNRECOGNIZED")
@@ -312,7 +327,7 @@ class PhoneAdapter:
         why = safety.tap_denial(dump, target, point)
         if why is not None:
             raise PaymentControlBlocked(why)
-        return point
+        return SubmitTapPlan(target, point)
 
     def tap_node(self, dump: Dump, node: Node) -> None:
         """Tap a non-submit control at its clickable ancestor's centre (one ``input tap``)."""
@@ -322,7 +337,7 @@ class PhoneAdapter:
         near = safety.submit_denial(dump, node)
         if near is not None:
             raise SubmitControlGuarded(f"generic tap refused: {near}")
-        x, y = self._tap_plan(dump, node)
+        x, y = self._tap_plan(dump, node).point
         self._announce({"kind": "tap", "x": x, "y": y}, target)
         self._forget_screen()
         self.shell(["input", "tap", str(x), str(y)], "tap")
@@ -354,11 +369,19 @@ class PhoneAdapter:
         self._forget_screen()
         self.shell(["input", "swipe", str(start[0]), str(y), str(end[0]), str(y), "300"], "swipe")
 
-    def submit_tap_once(self, dump: Dump, node: Node) -> None:
-        """The single submit tap: denylist check, then ONE ``input tap`` through adbutils with a
-        deadline and no retry. Any failure → SubmitTapUnknown (the tap may or may not have landed).
-        Called only by ``cmbuyer.agent.submit`` (static check in tests/agent/test_isolation.py)."""
-        x, y = self._tap_plan(dump, node)
+    def plan_submit_tap(self, dump: Dump, node: Node) -> SubmitTapPlan:
+        """Where the submit tap on ``node`` would land in ``dump``, after the denylist check (raises
+        PaymentControlBlocked / PhoneError; nothing is sent). The caller checks what lies at the point
+        (agent/screens/hit.py) before it journals the tap intent."""
+        return self._tap_plan(dump, node)
+
+    def submit_tap_once(self, plan: SubmitTapPlan) -> None:
+        """The single submit tap at ``plan.point``: ONE ``input tap`` shell command through adbutils
+        with a deadline and no retry (uiautomator2's JSON-RPC ``click`` is re-sent after a server
+        restart; a shell command is sent once). Any failure → SubmitTapUnknown (the tap may or may not
+        have landed). Called only by ``cmbuyer.agent.submit`` (static check in
+        tests/agent/test_isolation.py)."""
+        x, y = plan.point
         self._forget_screen()
         try:
             call_with_deadline(

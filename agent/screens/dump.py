@@ -31,6 +31,7 @@ MAX_NODES = 20_000
 MAX_DEPTH = 200
 
 _BOUNDS_RE = re.compile(r"\[(-?\d{1,6}),(-?\d{1,6})\]\[(-?\d{1,6}),(-?\d{1,6})\]", re.ASCII)
+_DRAWING_ORDER_RE = re.compile(r"[0-9]{1,6}", re.ASCII)
 _FORBIDDEN_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")  # a str from JSON may hold them; UTF-8 cannot
 
@@ -77,6 +78,9 @@ class Node:
     focused: bool
     bounds: Bounds
     scrollable: bool = False
+    # ``drawing-order``: the view's place in its parent's drawing (later = on top), relative to its
+    # siblings only; None when the dump has no such attribute (or not a plain integer)
+    drawing_order: int | None = None
     parent: Node | None = None
     children: list[Node] = field(default_factory=list)
 
@@ -94,6 +98,13 @@ class Node:
             node = stack.pop()
             yield node
             stack.extend(reversed(node.children))
+
+    def window(self) -> Node:
+        """The root of this node's window (a top-level child of ``<hierarchy>``)."""
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
 
     def clickable_self_or_ancestor(self) -> Node | None:
         """The node a finger should hit for this node: itself if clickable, else the nearest
@@ -118,6 +129,7 @@ class Node:
             self.enabled,
             self.bounds,
             self.scrollable,
+            self.drawing_order,
         )
 
     def __repr__(self) -> str:  # short: dumps may hold personal data, keep reprs small
@@ -155,6 +167,12 @@ def _parse_bounds(raw: str) -> Bounds:
 
 def _flag(attrs: dict[str, str], name: str) -> bool:
     return attrs.get(name, "false") == "true"
+
+
+def _drawing_order(raw: str | None) -> int | None:
+    if raw is None or _DRAWING_ORDER_RE.fullmatch(raw) is None:
+        return None
+    return int(raw)
 
 
 def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
@@ -214,6 +232,7 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
             focused=_flag(a, "focused"),
             bounds=_parse_bounds(a.get("bounds", "[0,0][0,0]")),
             scrollable=_flag(a, "scrollable"),
+            drawing_order=_drawing_order(a.get("drawing-order")),
             parent=parent,
         )
         if parent is not None:

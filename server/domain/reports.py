@@ -20,6 +20,10 @@ from cmbuyer.server.domain.states import AttemptState, SubmissionState
 
 # The evidence kind an approval request must show: the screen holding the submit control (issue 17).
 SCREENSHOT_KIND = "CONFIRM_PAGE_GATE_3"
+# The observation reasons that say the device did NOT send the submit tap: its last look before the tap
+# refused it (agent/submit.py; docs/api.md "observation_reason"). The task page says so in plain words; the
+# wire schema allows them only with UNKNOWN (common.json "no_tap_reason", the same set: a test checks).
+NO_TAP_REASONS = frozenset({"SUBMIT_CONTROL_GONE", "NOT_TAPPED_SCREEN_CHANGED", "NOT_TAPPED_OBSCURED"})
 # The attempt close reason of the expiry sweeper (services/recovery.py): a fenced attempt whose lease ran
 # out without a result. Its late observation is still recorded.
 SWEEPER_CLOSE_REASON = "LEASE_EXPIRED_AFTER_FENCE"

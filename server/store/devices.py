@@ -33,7 +33,7 @@ class Heartbeat:
 @dataclass(frozen=True)
 class Controls(Heartbeat):
     """The :class:`Heartbeat` fields and what an administrator set on the device to take it out of rotation
-    or slow it down, with what pacing counts (migration 0010; rules in :mod:`cmbuyer.server.domain.pacing`).
+    or slow it down, with what pacing counts (migration 0011; rules in :mod:`cmbuyer.server.domain.pacing`).
     ``paused_by`` is the administrator (``admin:<username>`` or ``cli:<user>``); the pacing limits are None when
     off; ``claims_day`` is the Beijing day ``claims_on_day`` counts."""
 
@@ -188,7 +188,7 @@ def count_claim(conn: sqlite3.Connection, device_id: str, *, at: str, day: str) 
 
 @dataclass(frozen=True)
 class HoldState:
-    """The device's reported hold, a pending 释放 and a pending 查看当前屏幕 (migration 0010; all None when
+    """The device's reported hold, a pending 释放 and a pending 查看当前屏幕 (migration 0011; all None when
     there is none). ``hold_seen_at`` is the server time the server first saw this hold."""
 
     hold_code: str | None

@@ -208,5 +208,5 @@ def reset_pairs(conn: sqlite3.Connection, device_id: str, at: str) -> list[dict[
 
 
 def set_wait_until(conn: sqlite3.Connection, approval_id: str, wait_until: str) -> None:
-    """When the phone gives up waiting on this request (migration 0010, issue 32 §8): the task table's countdown."""
+    """When the phone gives up waiting on this request (migration 0011, issue 32 §8): the task table's countdown."""
     conn.execute("UPDATE approval_requests SET wait_until = ? WHERE id = ?", (wait_until, approval_id))

@@ -204,7 +204,7 @@ class FakeServer:
             self.fences[key] = body
             self.task_state = "SUBMITTING"
         try:
-            return _from_fence_response(body, attempt_id=claim.attempt_id, task_id=claim.task_id)
+            return _from_fence_response(body, attempt_id=claim.attempt_id, task_id=claim.task_id, proof=proof)
         except PermitRefused as exc:
             raise FenceReplayed(body["submission_id"]) from exc
 

@@ -87,7 +87,8 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(
     assert meta["dump_sha256"] == hashlib.sha256((out / "dump.xml").read_bytes()).hexdigest()
     assert meta["screenshot_sha256"] == hashlib.sha256((out / "screenshot.png").read_bytes()).hexdigest()
     scrubbed = meta["scrubbed"]
-    assert scrubbed["dropped_packages"] == ["com.android.launcher3", "com.android.systemui"]
+    # status and navigation bars (the launcher behind the full-screen app is not in a dump)
+    assert scrubbed["dropped_packages"] == ["com.android.systemui"]
     assert scrubbed["dropped_nodes"] == len(parse_dump(raw).nodes) - len(dump.nodes)
     assert scrubbed["blanked_rows"] == 1 and scrubbed["status_bar"] == "dump"
     status_band, nav_bar = [0, 0, 1080, 96], [0, 2280, 1080, 2400]

@@ -4,6 +4,7 @@ static import graph and on call sites, with ast over agent/*.py."""
 from __future__ import annotations
 
 import ast
+from decimal import Decimal
 from pathlib import Path
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
@@ -118,9 +119,11 @@ def test_permit_cannot_be_forged_or_built_from_a_replay() -> None:
     import pytest
 
     from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
+    from tests.agent.fakes import make_purchase, read_proof
 
+    proof = read_proof(make_purchase().task, Decimal("12.88"))
     with pytest.raises(TypeError):
-        SubmissionPermit(object(), submission_id="x", attempt_id="y", task_id="z")
+        SubmissionPermit(object(), submission_id="x", attempt_id="y", task_id="z", proof=proof)
     body = {
         "submission_id": "f3c9f507-7473-4fa6-8d71-8786c34c6301",
         "status": "FENCED",
@@ -129,9 +132,9 @@ def test_permit_cannot_be_forged_or_built_from_a_replay() -> None:
         "submit_text": "提交订单",
     }
     with pytest.raises(PermitRefused):
-        _from_fence_response(body, attempt_id="a", task_id="t")
+        _from_fence_response(body, attempt_id="a", task_id="t", proof=proof)
     first = dict(body, click_permitted=True, reconciliation_required=False)
-    permit = _from_fence_response(first, attempt_id="a", task_id="t")
-    assert permit.submission_id == body["submission_id"]
+    permit = _from_fence_response(first, attempt_id="a", task_id="t", proof=proof)
+    assert permit.submission_id == body["submission_id"] and permit.proof is proof
     with pytest.raises(AttributeError):
         permit._submission_id = "other"  # type: ignore[misc]

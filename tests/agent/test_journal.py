@@ -73,6 +73,45 @@ def test_recovery_after_kill_at_each_phase(tmp_path: Path, phase: str, decided: 
     assert len(server.results) == 1
 
 
+def test_not_tapped_is_decided_at_once_refuses_a_tap_intent_and_recovers_as_no_tap(tmp_path: Path) -> None:
+    """The last look before the tap refused it (agent/submit.py): NOT_TAPPED with UNKNOWN and its reason is
+    journaled before anything else; from there the journal refuses a tap intent, the screenshot taken
+    afterwards joins the stored result, and recovery re-sends exactly that result — never "maybe tapped"."""
+    j, p = _journal_with_claim(tmp_path)
+    a = p.claim.attempt_id
+    j.record_permit(a, "f3c9f507-7473-4fa6-8d71-8786c34c6301")
+    key = j.record_not_tapped(a, "NOT_TAPPED_OBSCURED")
+    assert j.submission(a).phase == "NOT_TAPPED"
+    for phase in ("TAP_INTENT_RECORDED", "TAPPED"):
+        with pytest.raises(JournalError):
+            j.advance(a, phase)
+    with pytest.raises(JournalError):
+        j.record_not_tapped(a, "NOT_TAPPED_SCREEN_CHANGED")
+    asset = "63c9f507-7473-4fa6-8d71-8786c34c6301"
+    assert j.record_observation(a, "UNKNOWN", asset, reason="NOT_TAPPED_OBSCURED") == key
+    assert j.record_observation(a, "UNKNOWN", "73c9f507-7473-4fa6-8d71-8786c34c6301") == key  # kept once set
+    j.close()
+
+    j = Journal(tmp_path / "s.sqlite3")  # a crash before the report: the restart recovers it
+    server = FakeServer(p, keys=j)
+    recover(j, server)
+    (payload,) = server.results.values()
+    assert payload["result_key"] == key and payload["observation"] == "UNKNOWN"
+    assert payload["observation_reason"] == "NOT_TAPPED_OBSCURED" and payload["evidence_asset_id"] == asset
+    assert j.submission(a).phase == "RESULT_REPORTED"
+    assert "NOT_TAPPED_OBSCURED" in (j.hold() or "")  # phone-level: the runner never saw it before the crash
+
+
+def test_not_tapped_cannot_be_claimed_after_the_tap_intent(tmp_path: Path) -> None:
+    j, p = _journal_with_claim(tmp_path)
+    a = p.claim.attempt_id
+    j.record_permit(a, "f3c9f507-7473-4fa6-8d71-8786c34c6301")
+    j.advance(a, "TAP_INTENT_RECORDED")
+    with pytest.raises(JournalError):  # the tap may have been sent: nobody may say it was not
+        j.record_not_tapped(a, "NOT_TAPPED_SCREEN_CHANGED")
+    assert j.submission(a).phase == "TAP_INTENT_RECORDED" and j.submission(a).observation is None
+
+
 def test_recovery_fails_open_pre_fence_claim(tmp_path: Path) -> None:
     j, p = _journal_with_claim(tmp_path)
     server = FakeServer(p, keys=j)

@@ -21,6 +21,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,21 @@ class AgentProcess:
             )
 
 
+def kill_paused(agent: AgentProcess, proc: subprocess.Popen[bytes], point: str, reached: Callable[[], bool]) -> None:
+    """Wait until ``reached()`` (what the journal shows once ``point`` is committed), check that the pausing
+    hook holds the agent there, then SIGKILL it."""
+    try:
+        _wait(reached, proc, 60, f"journal phase {point}")
+        time.sleep(0.3)  # paused: nothing more happens
+        assert f"{PAUSE_MARK} {point}" in agent.log.read_text("utf-8", "replace")  # the hook, not luck
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> int:
     proc.send_signal(signal.SIGTERM)
     return proc.wait(timeout=30)
@@ -122,31 +138,22 @@ def test_sigkill_at_each_journal_phase_then_restart(
         task = srv.add_task()
         agent = AgentProcess(tmp_path, srv, sim.port)
         first = agent.start(pause_after=phase)
-        try:
-            want = "ACTIVE" if phase == "CLAIMED" else None
-            _wait(
-                lambda: (
-                    srv.state(task.id) == "CLAIMED"
-                    if phase == "CLAIM_ANSWERED"
-                    else (want in _journal_state(agent.journal).get("claims", []))
-                    if want
-                    else (
-                        phase in _journal_state(agent.journal).get("phases", [])
-                        or (phase == "OBSERVED" and any(_journal_state(agent.journal).get("observations", [None])))
-                    )
-                ),
-                first,
-                60,
-                f"journal phase {phase}",
-            )
-            time.sleep(0.3)  # paused: nothing more happens
-            assert f"{PAUSE_MARK} {phase}" in agent.log.read_text("utf-8", "replace")  # the hook, not luck
-            first.send_signal(signal.SIGKILL)
-            first.wait(timeout=10)
-        finally:
-            if first.poll() is None:
-                first.kill()
-                first.wait()
+        want = "ACTIVE" if phase == "CLAIMED" else None
+        kill_paused(
+            agent,
+            first,
+            phase,
+            lambda: (
+                srv.state(task.id) == "CLAIMED"
+                if phase == "CLAIM_ANSWERED"
+                else (want in _journal_state(agent.journal).get("claims", []))
+                if want
+                else (
+                    phase in _journal_state(agent.journal).get("phases", [])
+                    or (phase == "OBSERVED" and any(_journal_state(agent.journal).get("observations", [None])))
+                )
+            ),
+        )
         taps_before = len(sim.journal("sim-1").taps("submit"))
         assert taps_before == (0 if phase == "CLAIM_ANSWERED" else submit_taps)
 

@@ -6,7 +6,7 @@ Every list query is index-driven so ``GET /tasks`` stays fast at 100,000 tasks (
 * no keyword: ``tasks_created`` / ``tasks_state_created`` give rows already in (created_at, id) order;
 * keyword that is a task UUID: primary key; all digits: ``tasks_goods`` (exact goods id) plus the
   trigram index; 3+ characters also match an order number exactly (``order_submissions_order_sn``,
-  migration 0010); 3+ characters: the FTS5 trigram table ``task_search`` (migration 0003);
+  migration 0008); 3+ characters: the FTS5 trigram table ``task_search`` (migration 0003);
 * 1–2 character keywords cannot use a trigram index, so they are checked only against the newest
   :data:`SHORT_KEYWORD_WINDOW` rows that pass the other filters — a bounded scan, never the whole
   table; the page tells the operator so.

@@ -43,7 +43,7 @@ def live_approval_of_open_attempt(conn: sqlite3.Connection, task_id: str) -> dic
     )
 
 
-# when the phone gives up waiting (approval_requests.wait_until, migration 0010); a request made before it: the
+# when the phone gives up waiting (approval_requests.wait_until, migration 0011); a request made before it: the
 # agent's default, 600 s after it was made
 _WAIT_UNTIL = (
     "COALESCE(r.wait_until, strftime('%Y-%m-%dT%H:%M:%S.000000Z', r.created_at, '+600 seconds')) AS wait_until"

@@ -17,6 +17,7 @@ import jinja2
 from aiohttp import web
 
 from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.reports import NO_TAP_REASONS
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.web.admin import auth, devices, evidence, held, labels, supervision, task_io, tasks
 from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
@@ -60,7 +61,7 @@ def make_environment() -> jinja2.Environment:
     )
     # Chinese display labels (web/admin/labels.py); unknown codes fall back to the code itself.
     env.globals.update({name: functools.partial(labels.label, table) for name, table in labels.TEMPLATE_LABELS.items()})
-    env.globals.update(reason_label=labels.reason_label, glossary=labels.GLOSSARY)
+    env.globals.update(reason_label=labels.reason_label, glossary=labels.GLOSSARY, no_tap_reasons=NO_TAP_REASONS)
     return env
 
 

@@ -135,6 +135,8 @@ OBSERVATION_REASON_LABELS: dict[str, str] = {
     "PAYMENT_SUSPECTED": "疑似已付款",
     "NO_KNOWN_SCREEN": "提交后没有出现可识别的画面",
     "SUBMIT_CONTROL_GONE": "点击前“提交订单”已消失",
+    "NOT_TAPPED_SCREEN_CHANGED": "未点击：点击前画面与闸门三读数不同",
+    "NOT_TAPPED_OBSCURED": "未点击：“提交订单”被弹窗或其他窗口遮挡",
     "TAP_OUTCOME_UNKNOWN": "点击结果不明",
     "SECURITY_CHALLENGE_AFTER_TAP": "提交后出现安全验证",
 }

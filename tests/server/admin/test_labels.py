@@ -38,6 +38,7 @@ ENUM_TABLES = {
     "observation": labels.OBSERVATION_LABELS,
     "evidence_kind": labels.EVIDENCE_KIND_LABELS,
     "observation_reason": labels.OBSERVATION_REASON_LABELS,
+    "no_tap_reason": labels.OBSERVATION_REASON_LABELS,
     "device_state": labels.DEVICE_STATE_LABELS,
     "task_state": {s.value: v for s, v in TASK_STATE_LABELS.items()},
 }

@@ -46,7 +46,7 @@ def test_upgrade_keeps_every_row_and_object(
     assert _migrate_to(db_0008, 9, monkeypatch) == [HELD]
     assert _all_rows(db_0008) == rows
     assert _schema_objects(db_0008) == objects
-    migrate.migrate(db_0008, AT)  # the later ones only add (0010: columns and a table)
+    migrate.migrate(db_0008, AT)  # the later ones only add (0010: order_submissions rebuilt; 0011: columns and a table)
     migrate.check_current(db_0008)
     assert db_0008.execute("PRAGMA foreign_key_check").fetchall() == []
     assert db_0008.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

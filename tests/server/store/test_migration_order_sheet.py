@@ -100,7 +100,8 @@ def test_upgrade_keeps_rows_and_objects(
     assert db_0005.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert db_0005.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     # the later migrations keep every row (0007: columns and tables; 0008: an index; 0009: tasks may be HELD;
-    # 0010: device and approval columns, device_screens); the rest of this test runs on the current schema
+    # 0010: order_submissions rebuilt with the same columns, tests/server/store/test_migration_not_tapped.py;
+    # 0011: device and approval columns, device_screens); the rest of this test runs on the current schema
     assert migrate.migrate(db_0005, AT) == [m.name for m in migrate.available()][6:]
     migrate.check_current(db_0005)
     new_columns = db_0005.execute(

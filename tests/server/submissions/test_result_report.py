@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
+from cmbuyer.server.domain.reports import NO_TAP_REASONS
 from cmbuyer.server.lifecycle import run_sweep
 from tests.server.conftest import Maker
 from tests.server.submissions.helpers import (
@@ -93,6 +95,10 @@ async def test_late_result_keeps_its_order_number(
         {"observation_reason": "PAID"},
         {"observation_reason": None},
         {"observation_reason": "payment_suspected"},
+        # a reason that says no tap was sent comes only with UNKNOWN (issue 27)
+        {"observation": "SUBMITTED", "observation_reason": "NOT_TAPPED_OBSCURED"},
+        {"observation": "EXTERNAL_PAYMENT_HANDOFF", "observation_reason": "NOT_TAPPED_SCREEN_CHANGED"},
+        {"observation": "SECURITY_CHALLENGE", "observation_reason": "SUBMIT_CONTROL_GONE"},
     ],
     ids=lambda c: repr(c),
 )
@@ -104,3 +110,22 @@ async def test_bad_extras_refused_nothing_written(
     status, raw = await post_json(server_client, result_path(sid), c.device, result_body(c, **change))
     assert status == 400, raw
     assert fingerprint(sync_conn) == before
+
+
+@pytest.mark.parametrize("reason", sorted(NO_TAP_REASONS))
+async def test_no_tap_sent_is_stored_with_unknown(
+    server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, reason: str
+) -> None:
+    """The agent's last look refused the submit tap (issue 27): UNKNOWN with the reason, a person reconciles."""
+    c, sid = await fenced_http(server_client, make_device, make_task)
+    status, raw = await post_json(
+        server_client, result_path(sid), c.device, result_body(c, "UNKNOWN", observation_reason=reason)
+    )
+    assert status == 200, raw
+    assert _extras(sync_conn, sid) == ("RECONCILIATION_REQUIRED", "UNKNOWN", None, reason)
+
+
+def test_the_no_tap_reasons_are_the_wire_schemas() -> None:
+    common = json.loads((Path(__file__).parents[3] / "shared" / "schemas" / "common.json").read_text("utf-8"))
+    assert set(common["$defs"]["no_tap_reason"]["enum"]) == NO_TAP_REASONS
+    assert NO_TAP_REASONS <= set(common["$defs"]["observation_reason"]["enum"])

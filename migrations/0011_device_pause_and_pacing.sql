@@ -1,4 +1,4 @@
--- 0010: taking one phone out of rotation and slowing a phone down (issue 32 §1 and §6).
+-- 0011: taking one phone out of rotation and slowing a phone down (issue 32 §1 and §6).
 --
 -- * devices.paused_at / paused_by: an administrator paused the device (NULL = not paused). A paused device
 --   stays ACTIVE (its token still works, its open claim runs to its end) but claim-next answers 204 and the
