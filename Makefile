@@ -8,7 +8,7 @@ SOAK_ITERATIONS ?= 200
 DEMO_PORT ?= $(or $(CMBUYER_PORT),8080)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup browser test test-fast lint serve demo demo-once bench soak clean
+.PHONY: help setup browser font test test-fast lint serve demo demo-once bench soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-11s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,6 +28,16 @@ browser: ## make sure Debian's chromium and a CJK font are installed (browser te
 			chromium fonts-wqy-microhei >/dev/null; \
 	fi
 
+font: setup ## make sure a CJK font is installed (the simulated phones' screenshots show Chinese, not boxes)
+	@if $(BIN)/python -c "import sys; from cmbuyer.phonesim.screenshot import has_cjk_font; sys.exit(not has_cjk_font())"; then \
+		echo "font: a CJK font is installed (the demo's screenshots show Chinese)"; \
+	else \
+		echo "font: no CJK font found; installing Debian's fonts-wqy-microhei (screenshots would show boxes)"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq fonts-wqy-microhei >/dev/null \
+			|| echo "font: could not install it; set CMBUYER_PHONESIM_FONT to a .ttc/.ttf with Chinese glyphs" >&2; \
+	fi
+
 test: setup browser ## run every test (unit, server, agent, simulator, browser, end to end)
 	$(BIN)/pytest -q
 
@@ -44,10 +54,10 @@ serve: setup ## run the server on the data dir DATA_DIR (default ./var), initial
 	@test -f $(DATA_DIR)/cmbuyer.env || $(BIN)/cmbuyer-server --data-dir $(DATA_DIR) init
 	$(BIN)/cmbuyer-server --data-dir $(DATA_DIR) serve
 
-demo: setup ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C (DEMO_PORT=8080)
+demo: setup font ## the main job: server + 2 simulated phones + 2 agents + demo tasks, until Ctrl-C (DEMO_PORT=8080)
 	$(BIN)/python -m demo.run --port $(DEMO_PORT)
 
-demo-once: setup ## the same demo headless; exits 0 only if every task reached its expected state
+demo-once: setup font ## the same demo headless; exits 0 only if every task reached its expected state
 	$(BIN)/python -m demo.run --once --port $(DEMO_PORT)
 
 bench: setup ## benchmarks in bench/ (ratios against a baseline measured in the same run)
@@ -56,5 +66,11 @@ bench: setup ## benchmarks in bench/ (ratios against a baseline measured in the 
 soak: setup ## long crash/soak loops (SOAK_ITERATIONS iterations, default 200; per-test timeouts scale with it)
 	CMBUYER_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(BIN)/pytest -q -m "slow or e2e"
 
-clean: ## remove the venv, caches and local data
+clean: ## remove the venv, caches, test artifacts and the demo's data (never a data dir with a real database)
+	@real=$$(find var -name cmbuyer.sqlite3 -not -path 'var/demo/*' 2>/dev/null | head -n 1); \
+	if [ -n "$$real" ]; then \
+		echo "make clean: refusing: $$real is a database outside var/demo (a real data dir?)." >&2; \
+		echo "Back it up (cmbuyer-server backup) and remove that directory by hand if you mean it." >&2; \
+		exit 1; \
+	fi
 	rm -rf $(VENV) var test-artifacts .pytest_cache .mypy_cache .ruff_cache *.egg-info

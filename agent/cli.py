@@ -1,11 +1,12 @@
 """``cmbuyer-agent`` command line: run, doctor, capture, inspect, journal, pack verify.
 
-Credentials never come from the command line: env ``CMBUYER_DEVICE_ID`` + ``CMBUYER_DEVICE_TOKEN``
-or ``--credentials-file FILE`` (mode 0600; ``device_id=…``/``token=…`` lines or JSON
-``{"device_id": …, "token": …}``). Server: ``--server`` or ``CMBUYER_SERVER_URL``
-(default http://127.0.0.1:8080; https:// verified against the system CAs or only ``--server-ca FILE`` /
-env ``CMBUYER_SERVER_CA``; http:// only for a loopback server: :mod:`cmbuyer.agent.tls`). Progress lines go
-to stderr; ``--json-logs`` for JSON lines.
+Credentials never come from the command line (``run`` and ``doctor`` find them the same way,
+:func:`resolve_credentials`): ``--credentials-file FILE``, else env ``CMBUYER_DEVICE_ID`` +
+``CMBUYER_DEVICE_TOKEN``, else ``$CMBUYER_AGENT_STATE_DIR/<serial>.cred`` when it exists (mode 0600;
+``device_id=…``/``token=…`` lines or JSON ``{"device_id": …, "token": …}``). Server: ``--server`` or
+``CMBUYER_SERVER_URL`` (default http://127.0.0.1:8080; https:// verified against the system CAs or only
+``--server-ca FILE`` / env ``CMBUYER_SERVER_CA``; http:// only for a loopback server: :mod:`cmbuyer.agent.tls`).
+Progress lines go to stderr; ``--json-logs`` for JSON lines.
 Hold policy limits (``run``): ``--crash-loop-limit`` / env ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` (default 2)
 and ``--failure-limit`` / env ``CMBUYER_AGENT_FAILURE_LIMIT`` (default 3); see :mod:`cmbuyer.agent.holds`.
 Operator selector packs (``run``, ``doctor``, ``inspect``): ``--pack-dir DIR`` / env
@@ -21,12 +22,11 @@ import os
 import re
 import stat
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent import __version__
+from cmbuyer.agent import __version__, logfields
 from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
@@ -87,14 +87,70 @@ def load_credentials(path: str | None) -> Credentials:
     return Credentials(str(device_id), str(token))
 
 
+def default_credentials_path(serial: str) -> Path:
+    """Where ``run`` and ``doctor`` look for a device's credentials when neither ``--credentials-file`` nor
+    the environment names them: ``$CMBUYER_AGENT_STATE_DIR/<serial>.cred`` (default ``./var/agent``), next
+    to the device's journal, with the serial made file-safe the same way."""
+    return journal_path(serial).with_suffix(".cred")
+
+
+def resolve_credentials(path: str | None, serial: str) -> Credentials:
+    """The device credentials for ``run`` and ``doctor``: ``--credentials-file`` (``path``), else both
+    ``CMBUYER_DEVICE_ID`` and ``CMBUYER_DEVICE_TOKEN``, else :func:`default_credentials_path` when that file
+    exists. Raises CredentialsError naming what is missing (never the token)."""
+    if path:
+        return load_credentials(path)
+    env_id, env_token = os.environ.get("CMBUYER_DEVICE_ID"), os.environ.get("CMBUYER_DEVICE_TOKEN")
+    if env_id or env_token:
+        missing = "CMBUYER_DEVICE_TOKEN" if env_id else "CMBUYER_DEVICE_ID"
+        if not (env_id and env_token):
+            raise CredentialsError(f"{missing} is not set (the other one is); set both, or use --credentials-file")
+        return load_credentials(None)
+    default = default_credentials_path(serial)
+    if default.exists():
+        return load_credentials(str(default))
+    raise CredentialsError(
+        f"no device credentials: pass --credentials-file FILE, set CMBUYER_DEVICE_ID and CMBUYER_DEVICE_TOKEN, "
+        f"or write {default} (lines device_id=… and token=…, mode 0600)"
+    )
+
+
+def server_url(arg: str | None) -> str:
+    """The server URL for ``run`` and ``doctor``: ``--server``, else ``CMBUYER_SERVER_URL``, else
+    :data:`DEFAULT_SERVER`. Raises CredentialsError for a URL that is not ``http(s)://host[:port]`` (a typo
+    should end the command with one line, not turn into a retry loop)."""
+    from urllib.parse import urlsplit
+
+    url = arg or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise CredentialsError(f"server URL {url!r} is not http(s)://host[:port] (--server or CMBUYER_SERVER_URL)")
+    return url
+
+
+def log_time() -> str:
+    """Now as ISO-8601 UTC with milliseconds (``2026-08-04T09:00:00.123Z``): the time of every agent log line,
+    in both modes, so lines of phone hosts in other time zones and the server's line up."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _progress_fn(json_logs: bool) -> Any:
+    """The progress printer of ``run`` (and ``dry-run``): ``<time> <line>`` on stderr, or with ``json_logs``
+    one JSON object per line — ``ts``, ``msg`` and, during an attempt, the :mod:`cmbuyer.agent.logfields`
+    (``task_id``, ``attempt_id``, ``step``, ``reason_code``)."""
+
     def emit(line: str) -> None:
         # a reading from the phone may hold bidi or invisible characters: show them, never obey them
         line = visible(line)
         if json_logs:
-            sys.stderr.write(json.dumps({"ts": datetime.now(UTC).isoformat(), "msg": line}, ensure_ascii=False) + "\n")
+            record = {"ts": log_time(), "msg": line, **logfields.current()}
+            sys.stderr.write(json.dumps(record, ensure_ascii=False) + "\n")
         else:
-            sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {line}\n")
+            sys.stderr.write(f"{log_time()} {line}\n")
         sys.stderr.flush()
 
     return emit
@@ -258,26 +314,55 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         not problems,
         "; ".join(problems) or f"operator pack dir {pack_dir or 'not set'}; usable: {usable}",
     )
-    server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
-    server_ca = server_ca_from(args.server_ca)
-    _tls_check(server, server_ca, check)
     try:
-        creds = load_credentials(args.credentials_file)
-        api = HttpDeviceApi(server, creds, _NoKeys(), retries=0, server_ca=server_ca)
-        hb = api.heartbeat(
-            adb_serial=args.device,
-            android_release="unknown",
-            pdd_version=version.name if version else None,
-            pdd_version_code=version.code if version else None,
-            state="PAUSED",
-            pack_id=pack_id,
-        )
-        check("server reachable", True, server)
-        check("server allows this app version", bool(hb["app_version_allowed"]))
-    except (CredentialsError, AgentError) as exc:
-        check("server", False, str(exc))
+        server = server_url(args.server)
+    except CredentialsError as exc:
+        check("server URL", False, str(exc))
+        server = ""
+    server_ca = server_ca_from(args.server_ca)
+    if server:
+        _tls_check(server, server_ca, check)
+    try:
+        creds = resolve_credentials(args.credentials_file, args.device)
+    except CredentialsError as exc:
+        check("device credentials", False, str(exc))
+        creds = None
+    if creds is not None:
+        check("device credentials", True, f"device id {creds.device_id}")
+    if creds is not None and server:
+        try:
+            api = HttpDeviceApi(server, creds, _NoKeys(), retries=0, server_ca=server_ca)
+            hb = api.heartbeat(
+                adb_serial=args.device,
+                android_release="unknown",
+                pdd_version=version.name if version else None,
+                pdd_version_code=version.code if version else None,
+                state="PAUSED",
+                pack_id=pack_id,
+                hold=_journal_hold(args.device),
+            )
+            check("server accepts the device", True, server)
+            check("server allows this app version", bool(hb["app_version_allowed"]))
+            if hb.get("paused"):
+                check("device not paused", False, "an administrator paused this device (devices page: 恢复领取)")
+        except AgentError as exc:  # 401 (Unauthorized) says what to check; unreachable names the URL
+            check("server accepts the device", False, exc.summary)
     print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
     return ExitCode.OK if all(c["ok"] for c in checks) else ExitCode.FAILED
+
+
+def _journal_hold(serial: str) -> dict[str, Any] | None:
+    """The phone's hold as its agent reports it, when its journal exists here: doctor's heartbeat must not tell
+    the server a hold is over that the agent still keeps (issue 32 §7). None when there is no journal."""
+    from cmbuyer.agent.runner import hold_report
+
+    path = journal_path(serial)
+    if not path.exists():
+        return None
+    try:
+        return hold_report(Journal(path))
+    except JournalError:
+        return None
 
 
 def server_ca_from(flag: str | None) -> Path | None:
@@ -481,16 +566,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = _progress_fn(args.json_logs)
     try:
         holds = HoldPolicy.from_env(crash_loop_limit=args.crash_loop_limit, failure_limit=args.failure_limit)
-        ApprovalSettings.from_env()  # a bad value stops the start, not a supervised order at gate 3
+        approval = ApprovalSettings.from_env()  # a bad value stops the start, not a supervised order at gate 3
     except ValueError as exc:
         progress(f"settings: {exc}")
         return ExitCode.USAGE
     try:
-        creds = load_credentials(args.credentials_file)
+        creds = resolve_credentials(args.credentials_file, args.device)
+        server = server_url(args.server)
     except CredentialsError as exc:
-        progress(f"credentials: {exc}")
+        progress(f"cannot start: {exc}")
         return ExitCode.USAGE
-    server = args.server or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
     try:
         journal = Journal.for_serial(args.device)
         phone = _connect(args.device)
@@ -500,7 +585,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     server_ca = server_ca_from(args.server_ca)
     try:
         verify_server(server, server_ca)
-        api = HttpDeviceApi(server, creds, journal, server_ca=server_ca)
+        api = HttpDeviceApi(server, creds, journal, server_ca=server_ca, approval_timeout=approval.timeout_seconds)
     except ServerTlsError as exc:
         progress(f"cannot start: {exc.summary}")
         return ExitCode.USAGE
@@ -568,16 +653,30 @@ def add_pack_commands(sub: Any) -> Any:
     return pack_sub
 
 
+DEVICE_HELP = "the phone's adb serial (adb devices)"
+
+
+def _server_arguments(p: argparse.ArgumentParser) -> None:
+    """``--device``, ``--server``, ``--server-ca`` and ``--credentials-file``: the same for ``run`` and ``doctor``."""
+    p.add_argument("--device", required=True, help=DEVICE_HELP)
+    p.add_argument("--server", help=f"the server's URL (default $CMBUYER_SERVER_URL, else {DEFAULT_SERVER})")
+    p.add_argument("--server-ca", help="PEM CA file that signed the server's certificate (CMBUYER_SERVER_CA)")
+    p.add_argument(
+        "--credentials-file",
+        help="0600 file with device_id=… and token=… lines (default: $CMBUYER_DEVICE_ID + $CMBUYER_DEVICE_TOKEN, "
+        "else $CMBUYER_AGENT_STATE_DIR/<serial>.cred)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cmbuyer-agent", description="cmbuyer purchasing agent")
     p.add_argument("--version", action="version", version=__version__)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="claim tasks and drive the phone")
-    r.add_argument("--device", required=True)
-    r.add_argument("--server")
-    r.add_argument("--server-ca", help="PEM CA file that signed the server's certificate (CMBUYER_SERVER_CA)")
-    r.add_argument("--credentials-file")
-    r.add_argument("--json-logs", action="store_true")
+    _server_arguments(r)
+    r.add_argument(
+        "--json-logs", action="store_true", help="one JSON object per log line (ts, msg, task_id, attempt_id, step …)"
+    )
     r.add_argument("--once", action="store_true", help="exit after one task")
     r.add_argument(
         "--poll-seconds", type=float, default=1.0, help="idle sleep between empty claim-next polls (default 1)"
@@ -598,16 +697,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_pack_dir_argument(r)
     r.set_defaults(fn=cmd_run)
-    d = sub.add_parser("doctor", help="check adb, phone, app version, pack and server")
-    d.add_argument("--device", required=True)
-    d.add_argument("--server")
-    d.add_argument("--server-ca", help="PEM CA file that signed the server's certificate (CMBUYER_SERVER_CA)")
-    d.add_argument("--credentials-file")
+    d = sub.add_parser("doctor", help="check adb, phone, app version, pack, credentials and server")
+    _server_arguments(d)
     add_pack_dir_argument(d)
     d.set_defaults(fn=cmd_doctor)
     c = sub.add_parser("capture", help="save a scrubbed capture (dump, PNG, meta, expected readings)")
-    c.add_argument("--device", required=True)
-    c.add_argument("--label", required=True)
+    c.add_argument("--device", required=True, help=DEVICE_HELP)
+    c.add_argument("--label", required=True, help="what the screen is, e.g. confirm-page (part of the folder name)")
     c.add_argument("--out", help="capture folder (default ./captures/<serial>/<label>-<time>)")
     c.add_argument("--force", action="store_true", help="replace an existing non-empty --out folder")
     add_pack_dir_argument(c)
@@ -622,8 +718,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--expected-file", help="an expected.json written by a person, checked and stored")
     c.set_defaults(fn=cmd_capture)
     dr = sub.add_parser("dry-run", help="the flow up to gate 3 on a phone, without the server; captures + session")
-    dr.add_argument("--device", required=True)
-    dr.add_argument("--goods-id", required=True)
+    dr.add_argument("--device", required=True, help=DEVICE_HELP)
+    dr.add_argument("--goods-id", required=True, help="the Pinduoduo goods id (digits)")
     dr.add_argument(
         "--option",
         action="append",
@@ -632,7 +728,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dr.add_argument("--color", help="colour/size goods: the colour (颜色=…); instead of --option")
     dr.add_argument("--size", help="with --color: the size (尺码=…)")
-    dr.add_argument("--quantity", type=int, required=True)
+    dr.add_argument("--quantity", type=int, required=True, help="how many (at least 1)")
     dr.add_argument("--max-total", required=True, help="cap on the total in yuan, e.g. 120.00")
     add_pack_dir_argument(dr)
     dr.add_argument("--out", help="captures directory (default ./captures/<serial>/dryrun-<time>)")
@@ -640,7 +736,7 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--buy-path", choices=("single", "group"), help="default: env CMBUYER_AGENT_BUY_PATH, else single")
     dr.set_defaults(fn=cmd_dry_run)
     i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
-    i.add_argument("--dump", required=True)
+    i.add_argument("--dump", required=True, help="a dump.xml (uiautomator hierarchy), e.g. from a capture")
     i.add_argument("--pack", help="read with this pack file")
     i.add_argument(
         "--version",
@@ -662,7 +758,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
         "default ./var/agent: use the agent's own value)",
     )
-    j.add_argument("--device", required=True)
+    j.add_argument("--device", required=True, help=DEVICE_HELP)
     j.add_argument(
         "--clear-hold",
         action="store_true",

@@ -17,6 +17,7 @@ import hashlib
 import http.client
 import json
 import logging
+import math
 import re
 import time
 import urllib.error
@@ -35,6 +36,7 @@ from cmbuyer.agent.errors import (
     ServerError,
     ServerRejected,
     ServerUnreachable,
+    Unauthorized,
     by_server_code,
 )
 from cmbuyer.agent.model import (
@@ -61,6 +63,8 @@ from cmbuyer.schemas.summary import summary_problem
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 1024 * 1024
+# the heartbeat answer fields this agent understands (issue 32): the server sends no other extension
+FEATURES = ("pause", "hold_release", "screenshot")
 # 4xx codes that have their own error class (the rest are plain ServerRejected); codes of the schema's enum
 _TYPED_REJECTIONS: dict[str, type[ServerRejected]] = by_server_code(
     {
@@ -182,6 +186,33 @@ def _approval_status(body: dict[str, Any]) -> ApprovalStatus:
     )
 
 
+def _png_form(fields: dict[str, str], png: bytes) -> tuple[bytes, str]:
+    """A ``multipart/form-data`` body of the text ``fields`` then ``file`` (one PNG); returns (body, Content-Type)."""
+    boundary = "cmbuyer-" + uuid.uuid4().hex
+    parts: list[bytes] = []
+    for name, value in fields.items():
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+        f'filename="screenshot.png"\r\nContent-Type: image/png\r\n\r\n'.encode()
+        + png
+        + b"\r\n"
+    )
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
+def _why(exc: Exception | None) -> str:
+    """A short, token-free cause of a failed request: the 5xx status, the OS error text (e.g. "Connection
+    refused"), or the exception's class name."""
+    if isinstance(exc, ServerError):
+        return exc.summary
+    reason = getattr(exc, "reason", None)  # URLError wraps the OSError
+    inner = reason if isinstance(reason, OSError) else exc
+    text = getattr(inner, "strerror", None) or (str(reason) if isinstance(reason, str) else None)
+    return f"{type(inner).__name__}: {text}" if text else type(exc).__name__
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect is an error: the Bearer token must not follow it anywhere."""
 
@@ -210,11 +241,15 @@ class HttpDeviceApi:
         timeout: float = 10.0,
         retries: int = 4,
         backoff: float = 0.5,
+        approval_timeout: float | None = None,
         server_ca: Path | None = None,
     ) -> None:
         check_server_url(base_url, server_ca)  # ServerTlsError: http:// off loopback, or a CA with http://
         self._opener = _opener(server_ca)
         self.base_url = base_url.rstrip("/")
+        # how long the flow waits for a person's approval (ApprovalSettings): sent with each approval request
+        # so the task table can count down to it (issue 32); None = not sent (the server assumes 600 s)
+        self.approval_timeout = approval_timeout
         self._creds = credentials
         self._keys = keys
         self.timeout = timeout
@@ -282,11 +317,13 @@ class HttpDeviceApi:
                     parsed = parse_json_strict(raw)
                 except ValueError as exc:
                     raise ServerError(f"{what}: response is not strict JSON", status=status) from exc
+            if status == 401:  # device authentication failed: the answer is empty by design (docs/api.md)
+                raise Unauthorized()
             if 400 <= status < 500:
                 error = _error_code(parsed)
                 raise _TYPED_REJECTIONS.get(error or "", ServerRejected)(status, error)
             return status, parsed
-        raise ServerUnreachable(f"{what}: server unreachable ({type(last).__name__})")
+        raise ServerUnreachable(f"{what}: cannot reach the server at {self.base_url} ({_why(last)})")
 
     def _post_json(
         self, path: str, schema: str, payload: dict[str, Any], what: str, *, response_schema: str | None = None
@@ -311,14 +348,19 @@ class HttpDeviceApi:
         pdd_version_code: int | None,
         state: str,
         pack_id: str | None = None,
+        hold: dict[str, Any] | None = None,
+        screen: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """POST the heartbeat; returns the response body (``app_version_allowed``, ``server_now``, …).
 
         ``pack_id`` is the selector pack in use for the installed app version, ``"NO_PACK"`` when there is
         none, or None when the app version is unknown — then the field is left out and the server shows
-        the pack as unknown (docs/api.md). Raises what every request raises (ServerRejected, …).
+        the pack as unknown (docs/api.md). ``hold`` is the local hold (``code``, ``reason``, ``attempt_id``)
+        and ``screen`` the answer to a screenshot request the agent refused (``request_id``,
+        ``foreground_package``), each left out when None. Every heartbeat names the answer fields this
+        agent understands (:data:`FEATURES`). Raises what every request raises (ServerRejected, …).
         """
-        payload = {
+        payload: dict[str, Any] = {
             "device_id": self._creds.device_id,
             "client_version": __version__,
             "adb_serial": adb_serial,
@@ -326,9 +368,14 @@ class HttpDeviceApi:
             "pdd_version": pdd_version,
             "pdd_version_code": pdd_version_code,
             "state": state,
+            "features": list(FEATURES),
         }
         if pack_id is not None:
             payload["pack_id"] = pack_id
+        if hold is not None:
+            payload["hold"] = hold
+        if screen is not None:
+            payload["screen"] = screen
         _, body = self._post_json("/api/v1/devices/heartbeat", "heartbeat", payload, "heartbeat")
         return dict(body)
 
@@ -410,23 +457,8 @@ class HttpDeviceApi:
             "sha256": sha,
             "captured_at": asset.captured_at,
         }
-        boundary = "cmbuyer-" + uuid.uuid4().hex
-        parts: list[bytes] = []
-        for name, value in fields.items():
-            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
-        parts.append(
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-            f'filename="screenshot.png"\r\nContent-Type: image/png\r\n\r\n'.encode()
-            + asset.png
-            + b"\r\n"
-        )
-        parts.append(f"--{boundary}--\r\n".encode())
-        _, body = self._post(
-            f"/api/v1/tasks/{claim.task_id}/evidence",
-            b"".join(parts),
-            f"multipart/form-data; boundary={boundary}",
-            "evidence",
-        )
+        data, content_type = _png_form(fields, asset.png)
+        _, body = self._post(f"/api/v1/tasks/{claim.task_id}/evidence", data, content_type, "evidence")
         try:
             validate("evidence.response", body)
         except SchemaError as exc:
@@ -435,6 +467,17 @@ class HttpDeviceApi:
             raise ServerError("evidence: server stored a different hash")
         self._keys.drop_key("upload", scope)
         return AssetRef(asset_id=body["asset_id"], sha256=sha)
+
+    def upload_device_screen(self, request_id: str, png: bytes) -> str:
+        """Answer an administrator's 查看当前屏幕 (issue 32; the heartbeat answer's ``screenshot_request``) with one
+        fresh screenshot; returns the server's screen id. No journaled key: the request id itself makes a
+        retry the same answer. Raises what every request raises."""
+        fields = {"request_id": request_id, "sha256": hashlib.sha256(png).hexdigest()}
+        data, content_type = _png_form(fields, png)
+        _, body = self._post("/api/v1/devices/screen", data, content_type, "screen")
+        if not isinstance(body, dict) or not isinstance(body.get("screen_id"), str):
+            raise ServerError("screen: unexpected answer")
+        return str(body["screen_id"])
 
     def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
         payload = {
@@ -486,6 +529,8 @@ class HttpDeviceApi:
             "screenshot_asset_id": screenshot_asset_id,
             "readings": readings,
         }
+        if self.approval_timeout is not None:
+            payload["timeout_seconds"] = max(1, min(86400, math.ceil(self.approval_timeout)))
         _, body = self._post_json(
             f"/api/v1/purchase-attempts/{claim.attempt_id}/approval", "approval", payload, "approval"
         )

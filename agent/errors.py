@@ -204,6 +204,18 @@ _REJECTION_REASONS = by_server_code(
 )
 
 
+class Unauthorized(ServerRejected):
+    """401 on any device request: the server does not accept this device id and token (a wrong or mistyped
+    credentials file, or the device was revoked). Nothing a retry changes; the runner backs off and says what
+    to check (docs/agent.md "When the server refuses the agent")."""
+
+    HINT = "server refused the device credentials (401): check --credentials-file, or the device was revoked"
+
+    def __init__(self, status: int = 401, error: str | None = None) -> None:
+        super().__init__(status, error)
+        self.summary = self.HINT
+
+
 class ClaimRequiresManual(ServerRejected):
     """409 claim_requires_manual: stop claiming until a person acts (docs/api.md "POST /api/v1/tasks/claim-next")."""
 

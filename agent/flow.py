@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from cmbuyer.agent import approval, confirm, gates
+from cmbuyer.agent import approval, confirm, gates, logfields
 from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent.errors import AgentError, ShutdownRequested
 from cmbuyer.agent.journal import Journal, JournalError
@@ -93,7 +93,8 @@ class PurchaseFlow:
 
     # --- events & evidence (best effort before the fence is NOT ok: server down → stop) -------
     def _event(self, claim: Claim, step: str, outcome: str, reason: str | None = None, summary: str = "") -> None:
-        self.progress(f"{step} {outcome}{' ' + reason if reason else ''}")
+        with logfields.step(step, reason):  # JSON log lines: the event's step and reason code as fields
+            self.progress(f"{step} {outcome}{' ' + reason if reason else ''}")
         event = TaskEvent(step, outcome, reason, summary[:200])
         if self._outbox is not None:
             self._outbox.events([event])
@@ -194,7 +195,8 @@ class PurchaseFlow:
             return self._fence_replayed(claim, exc.submission_id)
         reason = exc.reason_code
         log.info("stopping before the fence: %s", reason)
-        self.progress(f"stop before fence: {reason}")
+        with logfields.step(None, reason):
+            self.progress(f"stop before fence: {reason}")
         try:
             cap.back_out(self.phone, self.pack)
         except AgentError:
@@ -322,7 +324,8 @@ class PurchaseFlow:
             return None
 
     def _event_after_tap(self, claim: Claim, event: TaskEvent) -> None:
-        self.progress(f"{event.step} {event.outcome}: {event.summary}")
+        with logfields.step(event.step, event.reason_code):
+            self.progress(f"{event.step} {event.outcome}: {event.summary}")
         if self._outbox is not None:
             self._outbox.events([event])
             return

@@ -551,11 +551,13 @@ class Journal:
             db.execute(
                 "INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value", (reason,)
             )
+            db.execute("DELETE FROM meta WHERE name = 'hold_attempt'")  # not set after one attempt
 
     def clear_hold(self) -> None:
-        """A person handled the phone: drop the hold and reset the streak counters."""
+        """A person handled the phone: drop the hold (and the attempt it was set on) and reset the streak
+        counters."""
         with self._tx() as db:
-            db.execute("DELETE FROM meta WHERE name IN ('hold', 'streaks')")
+            db.execute("DELETE FROM meta WHERE name IN ('hold', 'hold_attempt', 'streaks')")
 
     def streaks(self) -> tuple[int, int]:
         """``(crashes, failures)``: the hold policy's consecutive counters (0, 0 when none)."""
@@ -581,11 +583,21 @@ class Journal:
             if hold is None:
                 return None
             # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
-            db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,))
+            if db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,)).rowcount:
+                # the attempt this hold was set on: the server shows its task and failure screenshot (issue 32)
+                db.execute(
+                    "INSERT INTO meta VALUES ('hold_attempt', ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                    (attempt_id,),
+                )
             return str(db.execute("SELECT value FROM meta WHERE name='hold'").fetchone()[0])
 
     def hold(self) -> str | None:
         row = self._one("SELECT value FROM meta WHERE name='hold'", ())
+        return str(row[0]) if row else None
+
+    def hold_attempt(self) -> str | None:
+        """The attempt the hold was set on, when the hold policy set it after an attempt (else None)."""
+        row = self._one("SELECT value FROM meta WHERE name='hold_attempt'", ())
         return str(row[0]) if row else None
 
     def summary(self) -> dict[str, Any]:

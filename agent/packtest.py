@@ -469,7 +469,7 @@ def add_pack_test_commands(pack_subparsers: Any) -> None:
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.set_defaults(fn=cmd_pack_test)
     a = pack_subparsers.add_parser("accept", help="turn expected.proposed.json into the confirmed expected.json")
-    a.add_argument("capture", metavar="CAPTURE_OR_DIR")
+    a.add_argument("capture", metavar="CAPTURE_OR_DIR", help="one capture folder, or a folder of captures")
     a.add_argument("--by", metavar="NAME", help="who confirmed the readings (default: the login name)")
     a.add_argument("--force", action="store_true", help="replace an existing expected.json")
     a.set_defaults(fn=cmd_pack_accept)

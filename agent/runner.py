@@ -18,6 +18,14 @@ Loop, until a stop is requested:
    crash; after a flow, its result. A phone-level reason code or a streak at its limit sets the hold
    at once and heartbeats ``NEEDS_PERSON``; nothing is claimed until ``journal --clear-hold``.
 
+5. **Server refusals and outages** (docs/agent.md "When the server refuses the agent"): a 401 on the
+   heartbeat or claim-next (wrong credentials, or the device was revoked) and a server that cannot be
+   reached are each logged as one line saying what to check (with the server URL), then retried after
+   1, 2, 4 … 60 s (:class:`Backoff`); the same failure again is logged at most once a minute. ``run --once``
+   ends at the first such heartbeat failure: exit code 2 for a 401, 1 for an unreachable server.
+6. **Pause and pacing** (issue 32): the heartbeat answer's ``paused`` / ``paced_until`` are logged once
+   when they change; claim-next answers 204 meanwhile, and an open claim still runs to its end.
+
 Signals (SIGTERM/SIGINT): the first asks the flow to stop after the current step (the flow checks
 between steps; from the fence request to the journaled result it finishes — never stops between
 permit and tap) and ends the loop. A second signal raises :class:`StopNow` at once, unless inside
@@ -27,7 +35,10 @@ that window, where the runner exits right after the result is journaled.
 from __future__ import annotations
 
 import logging
+import shlex
+import shutil
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -37,8 +48,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from cmbuyer.agent.client import HttpDeviceApi
-from cmbuyer.agent.errors import AgentError, AppVersionNotAllowed, ClaimRequiresManual, ExitCode, PackError
+from cmbuyer.agent import logfields
+from cmbuyer.agent.client import HttpDeviceApi, wire_summary
+from cmbuyer.agent.errors import (
+    AgentError,
+    AppVersionNotAllowed,
+    ClaimRequiresManual,
+    ExitCode,
+    PackError,
+    ServerUnreachable,
+    Unauthorized,
+)
 from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.holds import AttemptEnd, HoldPolicy, Streaks, settle
 from cmbuyer.agent.journal import Journal
@@ -48,13 +68,65 @@ from cmbuyer.agent.packdir import resolve
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.recovery import recover
 from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.schemas import enum_values
 
 log = logging.getLogger(__name__)
 DEFAULT_HEARTBEAT_SECONDS = 10.0
+REASON_CODES = frozenset(enum_values("common", "/$defs/reason_code/enum"))
 
 
 class StopNow(BaseException):
     """Second signal outside the critical window."""
+
+
+def hold_report(journal: Journal) -> dict[str, Any] | None:
+    """The heartbeat's ``hold`` (issue 32 §7): the journal's hold line, its leading reason code when it names
+    one, and the attempt the hold was set on; None when not held. ``run`` and ``doctor`` both send it (a
+    heartbeat without it tells the server the hold is over)."""
+    text = journal.hold()
+    if text is None:
+        return None
+    code = text.split(":", 1)[0].strip()
+    return {
+        "code": code if code in REASON_CODES else None,
+        "reason": wire_summary(text[:200], "held: a person must check the phone"),
+        "attempt_id": journal.hold_attempt(),
+    }
+
+
+def agent_program() -> str:
+    """``cmbuyer-agent`` when it is on the PATH, else the script beside this Python (quoted for a shell)."""
+    if shutil.which("cmbuyer-agent"):
+        return "cmbuyer-agent"
+    beside = Path(sys.executable).parent / "cmbuyer-agent"
+    return shlex.quote(str(beside)) if beside.exists() else "cmbuyer-agent"
+
+
+class Backoff:
+    """Waits after a server failure that a retry will not fix soon (401, unreachable): 1, 2, 4 … up to
+    ``cap`` seconds, back to the start after a success. ``note`` decides what to log: a new kind of failure
+    is logged at once, the same one again only when ``log_every`` seconds passed since it was last logged, so
+    a revoked agent writes a handful of lines per minute, not one per poll."""
+
+    def __init__(self, first: float = 1.0, cap: float = 60.0, log_every: float = 60.0) -> None:
+        self.first, self.cap, self.log_every = first, cap, log_every
+        self.delay = 0.0  # 0 = no failure in a row
+        self._last_kind: str | None = None
+        self._last_logged = 0.0
+
+    def failed(self, kind: str, now: float) -> tuple[float, bool]:
+        """Count one failure of ``kind`` at monotonic ``now``: returns (seconds to wait, whether to log it)."""
+        self.delay = self.first if self.delay == 0 else min(self.cap, self.delay * 2)
+        log_it = kind != self._last_kind or now - self._last_logged >= self.log_every
+        if log_it:
+            self._last_kind, self._last_logged = kind, now
+        return self.delay, log_it
+
+    def succeeded(self) -> bool:
+        """Reset; True when there was a failure before (the caller may say the server is back)."""
+        was = self.delay > 0
+        self.delay, self._last_kind = 0.0, None
+        return was
 
 
 @dataclass
@@ -113,6 +185,12 @@ class Runner:
         self._hb_state: str | None = None
         self._hb_allowed = False
         self.supervision_hold = False  # the last heartbeat said the device–pack pair is held (issue 17)
+        self.paused = False  # the last heartbeat said an administrator paused the device (issue 32)
+        self.paced_until: str | None = None  # the last heartbeat's paced_until (issue 32)
+        self.backoff = Backoff()
+        self.refused = False  # the last heartbeat or claim-next got 401
+        self._screen_done: str | None = None  # the last screenshot request answered (issue 32)
+        self._screen_answer: dict[str, str] | None = None  # a refused one, sent with the next heartbeat
         self.last_status: Status | None = None
         self._pack_note: str | None = None  # the last pack resolution logged (logged on change only)
         self.heartbeats = 0  # sent (tests)
@@ -167,6 +245,7 @@ class Runner:
         return self._android
 
     def _heartbeat(self, status: Status, state: str) -> dict[str, Any] | None:
+        screen = self._screen_answer
         try:
             hb = self.api.heartbeat(
                 adb_serial=self.cfg.serial,
@@ -175,12 +254,16 @@ class Runner:
                 pdd_version_code=status.version_code,
                 state=state,
                 pack_id=status.pack_id,
+                hold=self._hold_report(),
+                screen=screen,
             )
         except AgentError as exc:
-            self.progress(f"heartbeat failed: {exc.reason_code}")
             self._hb_allowed = False
-            self._hb_next = time.monotonic() + self.cfg.poll_seconds
+            self._hb_next = time.monotonic() + self._server_failed("heartbeat", exc)
             return None
+        self._server_ok()
+        if screen is not None and self._screen_answer is screen:
+            self._screen_answer = None
         self.heartbeats += 1
         self._hb_interval = float(hb["heartbeat_interval_seconds"])
         self._hb_next = time.monotonic() + self._hb_interval
@@ -197,7 +280,91 @@ class Runner:
                 "was marked wrong): no task until an admin presses 重新人工监督 on the devices page"
             )
         self.supervision_hold = held
+        self._note_pause(hb)
+        self._note_release(hb)
+        request = hb.get("screenshot_request")
+        if isinstance(request, str) and request != self._screen_done:
+            self._answer_screen(request)
         return hb
+
+    # --- holds and screens from the admin pages (issue 32 §7) -----------------------------------
+    def _hold_report(self) -> dict[str, Any] | None:
+        return hold_report(self.journal)
+
+    def _how_to_clear(self) -> str:
+        """How a person lets the phone work again, with a phone-host command that runs as printed: the
+        journal's state dir and the program's path spelled out (issue 32 §9)."""
+        state_dir = shlex.quote(str(self.journal.path.parent.resolve()))
+        command = (
+            f"CMBUYER_AGENT_STATE_DIR={state_dir} {agent_program()} journal --device "
+            f"{shlex.quote(self.cfg.serial)} --clear-hold"
+        )
+        return f"after a person checked the phone: 释放 on the devices page, or on this host: {command}"
+
+    def _note_release(self, hb: dict[str, Any]) -> None:
+        released = hb.get("hold_released")
+        if not isinstance(released, dict) or self.journal.hold() is None:
+            return
+        self.journal.clear_hold()  # what `cmbuyer-agent journal --clear-hold` does on the phone host
+        self.progress(
+            f"HOLD released on the server by {released['by']} at {released['at']}: {released['note']}; claiming again"
+        )
+        self._hb_next = 0.0  # say READY at once
+
+    def _answer_screen(self, request_id: str) -> None:
+        """One fresh screenshot for the devices page — only while Pinduoduo itself is in front; otherwise the
+        package in front goes back with the next heartbeat and no image is taken."""
+        png = self.phone.app_screenshot_png()
+        if png is None:
+            try:
+                package = self.phone.focused_package() or "unknown"
+            except AgentError:
+                package = "unknown"
+            self._screen_answer = {"request_id": request_id, "foreground_package": package}
+            self._screen_done = request_id
+            self._hb_next = 0.0
+            self.progress(f"screen requested: {package} is in front, so no screenshot is taken; the server is told")
+            return
+        try:
+            self.api.upload_device_screen(request_id, png)
+        except AgentError as exc:
+            self.progress(f"screen requested: the upload failed ({exc.reason_code}); trying at the next heartbeat")
+            return
+        self._screen_done = request_id
+        self.progress("screen requested: a fresh screenshot was sent")
+
+    def _note_pause(self, hb: dict[str, Any]) -> None:
+        paused = hb.get("paused") is True
+        if paused != self.paused:
+            self.progress(
+                "server: this phone is paused by an administrator: no new task until it is resumed "
+                "(devices page or `cmbuyer-server device resume`)"
+                if paused
+                else "server: this phone is no longer paused: claiming again"
+            )
+        self.paused = paused
+        paced = hb.get("paced_until")
+        paced = paced if isinstance(paced, str) else None
+        if paced != self.paced_until and paced is not None:
+            self.progress(f"server: pacing for this phone: next claim not before {paced}")
+        self.paced_until = paced
+
+    # --- server failures ----------------------------------------------------------------------
+    def _server_failed(self, what: str, exc: AgentError) -> float:
+        """Log a failed heartbeat/claim-next the way a person can act on it and return the back-off wait."""
+        self.refused = isinstance(exc, Unauthorized)
+        if isinstance(exc, Unauthorized | ServerUnreachable):
+            wait, log_it = self.backoff.failed(type(exc).__name__, time.monotonic())
+            if log_it:
+                self.progress(f"{what}: {exc.summary}; retrying in {wait:g} s (backing off to {self.backoff.cap:g} s)")
+            return wait
+        self.progress(f"{what} failed: {exc.reason_code} {exc.summary}")
+        return self.cfg.poll_seconds
+
+    def _server_ok(self) -> None:
+        self.refused = False
+        if self.backoff.succeeded():
+            self.progress("server: answering again")
 
     # --- recovery -----------------------------------------------------------------------------
     def _recover(self) -> bool:
@@ -218,7 +385,7 @@ class Runner:
 
         hold = self.journal.settle_attempt(attempt_id, decide)
         if hold is not None:
-            self.progress(f"HOLD: {hold}; clear with `cmbuyer-agent journal --device {self.cfg.serial} --clear-hold`")
+            self.progress(f"HOLD: {hold}; {self._how_to_clear()}")
         return hold
 
     def _count_crashes(self) -> None:
@@ -240,17 +407,18 @@ class Runner:
         self._count_crashes()
         held = self.journal.hold()
         if held:  # a restarted agent must say why it stays idle, not only heartbeat NEEDS_PERSON
-            self.progress(
-                f"HOLD (from before this start): {held}; clear with `cmbuyer-agent journal --device "
-                f"{self.cfg.serial} --clear-hold` after a person checked the phone"
-            )
+            self.progress(f"HOLD (from before this start): {held}; {self._how_to_clear()}")
         clear = self._recover()
         while not self.stop.is_set():
             status = self.last_status = self._status()
             hold = self.journal.hold()
             state = "NEEDS_PERSON" if hold and status.state == "READY" else status.state
-            if time.monotonic() >= self._hb_next or state != self._hb_state:
+            if time.monotonic() >= self._hb_next or (state != self._hb_state and not self.backoff.delay):
                 self._heartbeat(status, state)
+            if self.cfg.once and self.backoff.delay and not self._hb_allowed:
+                # --once does not wait for a server that refuses or cannot be reached: the line saying what
+                # to check is out; 2 = the credentials (it could not run), 1 = the server
+                return ExitCode.USAGE if self.refused else ExitCode.FAILED
             if not clear:
                 clear = self._recover()
             if self.stop.is_set():
@@ -283,8 +451,13 @@ class Runner:
             self.progress("server: not claimable now (app version, heartbeat or state)")
             self._hb_next = 0.0  # heartbeat again before the next claim
             return False
+        except (Unauthorized, ServerUnreachable) as exc:
+            wait = self._server_failed("claim-next", exc)
+            self._hb_allowed = False  # no claim before a heartbeat gets through again
+            self._hb_next = max(self._hb_next, time.monotonic() + wait)
+            return False
         except AgentError as exc:
-            self.progress(f"claim-next failed: {exc.reason_code}")
+            self._server_failed("claim-next", exc)
             return False
         if purchase is None:
             return False
@@ -327,15 +500,17 @@ class Runner:
             progress=self.progress,
         )
         self._flow = flow
-        try:
-            result = flow.run(purchase)
-        finally:
-            busy.stop()
-            lease.stop()
-            self._flow = None
-            self._hb_next = 0.0  # report READY (or NEEDS_PERSON) right after the flow
-        self.progress(f"task {t.id}: {result.outcome} {result.reason_code or ''}".rstrip())
-        self._after_flow(c.attempt_id, result)
+        with logfields.claim(t.id, c.attempt_id):  # JSON log lines of this attempt carry both ids
+            try:
+                result = flow.run(purchase)
+            finally:
+                busy.stop()
+                lease.stop()
+                self._flow = None
+                self._hb_next = 0.0  # report READY (or NEEDS_PERSON) right after the flow
+            with logfields.step(None, result.reason_code):
+                self.progress(f"task {t.id}: {result.outcome} {result.reason_code or ''}".rstrip())
+            self._after_flow(c.attempt_id, result)
         if self._signals >= 2:
             raise StopNow()
         return True

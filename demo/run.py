@@ -117,12 +117,28 @@ def watch(stack: Stack, specs: list[TaskSpec], timeout: float | None, live: bool
         sys.stdout.flush()
         if all(details[s.task_id]["task"]["state"] in SETTLED for s in specs):
             break
-        for serial, proc in stack.agents.items():
-            if proc.poll() is not None:
-                print(f" ! agent {serial} exited with {proc.returncode}; see {stack.logs}/agent-{serial}.log")
-                raise StackError("an agent died")
+        check_alive(stack)
         time.sleep(0.5)
     return details
+
+
+def font_line() -> str:
+    """Which font the simulated phones' screenshots use, or a warning that Chinese will show as boxes."""
+    from cmbuyer.phonesim.screenshot import font_path, has_cjk_font
+
+    if has_cjk_font():
+        return f"{font_path()} (screenshots show Chinese)"
+    return "NO CJK FONT: screenshots show boxes for Chinese (apt-get install fonts-wqy-microhei, or `make font`)"
+
+
+def check_alive(stack: Stack) -> None:
+    """Say which demo process died (and where its log is), then stop the demo: its tasks could no longer
+    move. Raises StackError."""
+    dead = stack.dead()
+    for line in dead:
+        print(f" ! {line}", flush=True)
+    if dead:
+        raise StackError("a demo process died: " + "; ".join(dead))
 
 
 def verify(stack: Stack, specs: list[TaskSpec], details: dict[str, dict[str, Any]]) -> list[str]:
@@ -207,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 "is exempted"
             )
         print(f"logs:     {stack.logs}")
+        print(f"font:     {font_line()}")
         print("tasks:")
         details = watch(stack, specs, args.timeout if args.once else None, live=not args.once and sys.stdout.isatty())
         problems = verify(stack, specs, details)
@@ -217,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if not problems else 1
         print(f"\nAll tasks settled. The admin pages stay up at {stack.url}/tasks — Ctrl-C stops everything.")
         while True:
+            check_alive(stack)
             time.sleep(1)
     except KeyboardInterrupt:
         print("\nstopping…")

@@ -318,6 +318,20 @@ class Stack:
         _terminate(list(self.agents.values()), 20)
         self.agents.clear()
 
+    def dead(self) -> list[str]:
+        """One line per child process that has exited on its own — which one, its exit code and its log —
+        so the demo can say so instead of waiting for tasks that can no longer move (issue 32 §9)."""
+        children: list[tuple[str, subprocess.Popen[Any] | None, str]] = [
+            ("server", self.server, "server.log"),
+            ("phone simulator", self.sim, "phonesim.log"),
+            *((f"agent {serial}", proc, f"agent-{serial}.log") for serial, proc in self.agents.items()),
+        ]
+        return [
+            f"{name} exited with code {proc.returncode}; see {self.logs / log}"
+            for name, proc, log in children
+            if proc is not None and proc.poll() is not None
+        ]
+
     def stop(self) -> None:
         """Stop agents, then the simulator and the server."""
         self.stop_agents()

@@ -17,6 +17,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from .nodes import Node
 
+NON_CJK_FALLBACK = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"  # draws Chinese as boxes
 _FONT_CANDIDATES = (
     "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
     "/usr/share/fonts/truetype/noto/NotoSansCJK-Regular.ttc",
@@ -24,10 +25,17 @@ _FONT_CANDIDATES = (
     "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
     "/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
     "/usr/share/fonts/truetype/arphic/uming.ttc",
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    NON_CJK_FALLBACK,
 )
 RED = (224, 46, 36)
 FontT = ImageFont.FreeTypeFont | ImageFont.ImageFont
+
+
+def has_cjk_font() -> bool:
+    """True when the screenshots can draw Chinese: a font is configured or one of the CJK candidates is
+    installed (``make demo`` checks this and installs ``fonts-wqy-microhei`` when it is not)."""
+    path = font_path()
+    return path is not None and path != NON_CJK_FALLBACK
 
 
 @cache

@@ -14,7 +14,8 @@ from cmbuyer.server import lifecycle
 from cmbuyer.server.clock import Clock, SystemClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import Database
-from cmbuyer.server.web import admin, device_api, health
+from cmbuyer.server.web import access_log, admin, device_api, health, metrics
+from cmbuyer.server.web.access_log import access_middleware
 from cmbuyer.server.web.edge import GUARD, ConnectionGuard, install_connection_guard, refusal_middleware
 from cmbuyer.server.web.hardening import harden_error_pages
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
@@ -28,7 +29,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     """
     harden_error_pages()
     install_connection_guard()
-    app = web.Application(client_max_size=settings.evidence_limits.request_cap, middlewares=[refusal_middleware])
+    app = web.Application(
+        client_max_size=settings.evidence_limits.request_cap, middlewares=[access_middleware, refusal_middleware]
+    )
     app[GUARD] = ConnectionGuard(
         settings.pending_connections_max,
         settings.pending_connections_per_address,
@@ -38,7 +41,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[DB] = Database(settings.db_path, replicated=settings.replica_url is not None)
+    access_log.setup(app)
     health.setup(app)
+    metrics.setup(app)
     admin.setup(app)
     device_api.setup(app)
     app.cleanup_ctx.append(lifecycle.lifespan)

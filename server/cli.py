@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import secrets
+import shlex
 import sqlite3
 import stat
 import sys
@@ -159,6 +160,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir or os.environ.get("CMBUYER_DATA_DIR") or "var")
     try:
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private(data_dir, 0o700)
         probe = data_dir / ".write-probe"
         probe.write_text("ok")
         probe.unlink()
@@ -182,20 +184,52 @@ def cmd_init(args: argparse.Namespace) -> int:
     (settings.evidence_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     with _migrations(settings) as conn:
         applied = migrate.migrate(conn, to_wire(SystemClock().now()))
+    for path in (settings.db_path, *(Path(f"{settings.db_path}{ext}") for ext in ("-wal", "-shm"))):
+        if path.exists():
+            _private(path, 0o600)
+    program = f"{_program()} --data-dir {shlex.quote(str(data_dir))}"
     _report(
         args,
         {"data_dir": str(data_dir), "env_file_created": created_env, "migrations_applied": applied},
         [
-            f"data dir:   {data_dir}",
+            f"data dir:   {data_dir} (mode 0700)",
             f"env file:   {env_path} ({'created with fresh secrets' if created_env else 'kept'})",
-            f"database:   {settings.db_path} ({len(applied)} migration(s) applied)",
-            "next steps:",
-            f"  cmbuyer-server --data-dir {data_dir} admin add --username admin --password-stdin",
-            f"  cmbuyer-server --data-dir {data_dir} device add --name phone-1",
-            f"  cmbuyer-server --data-dir {data_dir} serve",
+            f"database:   {settings.db_path} ({len(applied)} migration(s) applied; mode 0600)",
+            "next steps (each runs as printed):",
+            f"  {program} admin add --username admin      # asks for a password twice",
+            f"  {program} device add --name phone-1       # prints the device id and token once",
+            f"  {program} serve",
         ],
     )
     return Exit.OK
+
+
+def _private(path: Path, mode: int) -> None:
+    """Make ``path`` readable by its owner only (``mode``: 0700 for the data dir, 0600 for the database): a
+    data dir made earlier (by hand, by ``make demo``) is tightened, not just accepted. Raises CliError with
+    the exact ``chmod`` to run when it cannot (a directory owned by someone else)."""
+    if stat.S_IMODE(path.stat().st_mode) == mode:
+        return
+    try:
+        path.chmod(mode)
+    except OSError:
+        raise CliError(
+            f"{path} is readable by others and cannot be changed by this user;"
+            f" run: chmod {mode:o} {shlex.quote(str(path))}",
+            Exit.SETTINGS,
+        ) from None
+
+
+def _program() -> str:
+    """How to run ``cmbuyer-server`` again from where ``init`` ran: on the PATH, else the script beside this
+    Python (``.venv/bin/cmbuyer-server``), quoted for a shell."""
+    import shutil
+
+    found = shutil.which("cmbuyer-server")
+    if found:
+        return "cmbuyer-server"
+    beside = Path(sys.executable).parent / "cmbuyer-server"
+    return shlex.quote(str(beside)) if beside.exists() else "cmbuyer-server"
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -273,12 +307,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_schema(settings)
         app = create_app(settings)
         scheme = "https" if ssl_context is not None else "http"
-        print(
-            f"cmbuyer-server: serving {scheme}://{settings.host}:{settings.port}/ (admin: /login, data dir "
-            f"{settings.data_dir})",
-            file=sys.stderr,
-            flush=True,
-        )
+
+        def serving(_aiohttp_banner: str) -> None:
+            # run_app calls this only once the socket is bound: a busy port is reported first, never
+            # after a "serving" line (issue 32 §9)
+            print(
+                f"cmbuyer-server: serving {scheme}://{settings.host}:{settings.port}/ (admin: /login, data dir "
+                f"{settings.data_dir})",
+                file=sys.stderr,
+                flush=True,
+            )
+
         # Everything built so far (modules, app, routes) lives as long as the process: take it out of the
         # cyclic GC so that a full collection does not walk it — one took ≈ 40–50 ms under load, stalling
         # every request in flight (docs/performance.md). Garbage is collected first, so nothing leaks.
@@ -288,7 +327,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             app,
             host=settings.host,
             port=settings.port,
-            print=None,
+            print=serving,
             access_log=None,
             handle_signals=True,
             shutdown_timeout=5,
@@ -609,16 +648,55 @@ def cmd_device(args: argparse.Namespace) -> int:
                 {"device_id": args.device_id, "supervision": args.mode, "changed": changed},
                 [f"supervision {args.mode}" + ("" if changed else " (unchanged)")],
             )
+        elif args.device_cmd in ("pause", "resume"):
+            paused = args.device_cmd == "pause"
+            changed = _tx(
+                conn, lambda c: device_service.set_paused(c, args.device_id, paused=paused, actor=CLI_ACTOR, now=now)
+            )
+            _report(
+                args,
+                {"device_id": args.device_id, "paused": paused, "changed": changed},
+                [("paused" if paused else "resumed") + ("" if changed else " (unchanged)")],
+            )
+        elif args.device_cmd == "pace":
+            interval, per_day = args.min_interval, args.max_per_day
+            changed = _tx(
+                conn,
+                lambda c: device_service.set_pacing(
+                    c,
+                    args.device_id,
+                    min_claim_interval_seconds=interval,
+                    max_claims_per_day=per_day,
+                    actor=CLI_ACTOR,
+                    now=now,
+                ),
+            )
+            _report(
+                args,
+                {
+                    "device_id": args.device_id,
+                    "min_claim_interval_seconds": interval,
+                    "max_claims_per_day": per_day,
+                    "changed": changed,
+                },
+                [
+                    f"pacing: at least {interval or 'off'} s between claims, at most {per_day or 'off'} claims per day"
+                    + ("" if changed else " (unchanged)")
+                ],
+            )
         else:
             rows = [
                 {
                     "device_id": d.id,
                     "name": d.name,
                     "state": d.state,
+                    "paused": d.paused_at is not None,
                     "created_at": d.created_at,
                     "last_heartbeat_at": d.last_heartbeat_at,
                     "pdd_version": d.pdd_version,
                     "app_version_allowed": d.app_version_allowed,
+                    "min_claim_interval_seconds": d.min_claim_interval_seconds,
+                    "max_claims_per_day": d.max_claims_per_day,
                 }
                 for d in device_store.list_all(conn)
             ]
@@ -627,7 +705,11 @@ def cmd_device(args: argparse.Namespace) -> int:
                 {"devices": rows},
                 [
                     "device id\tname\tstate\tlast heartbeat (UTC)",
-                    *(f"{r['device_id']}\t{r['name']}\t{r['state']}\t{r['last_heartbeat_at'] or '-'}" for r in rows),
+                    *(
+                        f"{r['device_id']}\t{r['name']}\t{r['state']}{' PAUSED' if r['paused'] else ''}"
+                        f"\t{r['last_heartbeat_at'] or '-'}"
+                        for r in rows
+                    ),
                 ],
             )
     return Exit.OK
@@ -885,7 +967,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list migrations and their state")
     p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
     p.add_argument("--host", default=None, help="bind address; not loopback: TLS or --behind-proxy is required")
-    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--port", type=int, default=None, help="bind port (default $CMBUYER_PORT or 8080)")
     p.add_argument("--tls-cert", default=None, help="PEM certificate chain (CMBUYER_TLS_CERT)")
     p.add_argument("--tls-key", default=None, help="PEM private key (CMBUYER_TLS_KEY)")
     p.add_argument(
@@ -913,31 +995,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("admin", parents=[common], help="manage administrators")
     asub = p.add_subparsers(dest="admin_cmd", required=True)
-    for name in ("add", "passwd"):
-        q = asub.add_parser(name, parents=[common])
-        q.add_argument("--username", required=True)
+    for name, what in (("add", "add an administrator"), ("passwd", "change an administrator's password")):
+        q = asub.add_parser(name, parents=[common], help=what + " (asks for the password, at least 10 characters)")
+        q.add_argument("--username", required=True, help="login name, 1–64 characters")
         q.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
-    asub.add_parser("list", parents=[common])
+    asub.add_parser("list", parents=[common], help="list administrators")
     q = asub.add_parser(
         "unlock", parents=[common], help="forget a username's failed-login back-offs at every address (audited)"
     )
-    q.add_argument("username")
+    q.add_argument("username", help="the administrator's login name")
 
     p = sub.add_parser("device", parents=[common], help="manage phone devices")
     dsub = p.add_subparsers(dest="device_cmd", required=True)
-    q = dsub.add_parser("add", parents=[common])
-    q.add_argument("--name", required=True)
-    dsub.add_parser("list", parents=[common])
-    q = dsub.add_parser("revoke", parents=[common])
-    q.add_argument("device_id")
+    q = dsub.add_parser("add", parents=[common], help="register a phone: prints its device id and token once")
+    q.add_argument("--name", required=True, help="the phone's name on the pages, 1–64 characters")
+    dsub.add_parser("list", parents=[common], help="list devices")
+    q = dsub.add_parser("revoke", parents=[common], help="revoke a device for good: its token stops working at once")
+    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
     q = dsub.add_parser(
         "supervision",
         parents=[common],
         help="on: the device's first orders per pack wait for a person's approval "
         "(CMBUYER_SUPERVISED_ORDERS); off: exempt this device (audited)",
     )
-    q.add_argument("device_id")
-    q.add_argument("mode", choices=("on", "off"))
+    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+    q.add_argument("mode", choices=("on", "off"), help="on: supervised by the global rule; off: exempt this device")
+    for name, what in (
+        ("pause", "take the device out of rotation: no new task (its open claim runs to its end); audited"),
+        ("resume", "put a paused device back into rotation; audited"),
+    ):
+        q = dsub.add_parser(name, parents=[common], help=what)
+        q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+    q = dsub.add_parser(
+        "pace",
+        parents=[common],
+        help="space the device's claims out and cap them per Beijing day (shopping-account risk control); "
+        "a limit left out is off; audited",
+    )
+    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+    q.add_argument(
+        "--min-interval", type=int, default=None, metavar="SECONDS", help="least seconds between two claims (1–86400)"
+    )
+    q.add_argument(
+        "--max-per-day", type=int, default=None, metavar="N", help="most claims per Beijing calendar day (1–10000)"
+    )
 
     p = sub.add_parser("evidence", parents=[common], help="evidence file housekeeping")
     esub = p.add_subparsers(dest="evidence_cmd", required=True)
@@ -953,7 +1054,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("task", parents=[common], help="create, start and show tasks (scripting, tests)")
     tsub = p.add_subparsers(dest="task_cmd", required=True)
-    q = tsub.add_parser("add", parents=[common])
+    q = tsub.add_parser("add", parents=[common], help="create a DRAFT task")
     q.add_argument("--title", required=True, help="what the purchaser calls it (1–200 characters)")
     q.add_argument("--url", required=True, help="Pinduoduo goods URL with exactly one numeric goods_id")
     q.add_argument(
@@ -974,20 +1075,20 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--quantity", type=int, required=True, help="positive integer ≤ CMBUYER_MAX_QUANTITY")
     q.add_argument("--max-total-price", required=True, help="largest allowed order total, e.g. 30.00 (CNY)")
     q.add_argument("--create-key", default=None, help="idempotency key (UUIDv4); default: a new one")
-    q = tsub.add_parser("start", parents=[common])
-    q.add_argument("task_ids", nargs="+")
-    q.add_argument("--start-key", default=None)
+    q = tsub.add_parser("start", parents=[common], help="start purchases for DRAFT tasks (one authorization each)")
+    q.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="the tasks to start")
+    q.add_argument("--start-key", default=None, help="idempotency key (UUIDv4); default: a new one")
     q = tsub.add_parser("list", parents=[common], help="newest tasks first")
-    q.add_argument("--state", default=None, choices=[s.value for s in TaskState])
-    q.add_argument("--limit", type=int, default=50)
-    q = tsub.add_parser("show", parents=[common])
-    q.add_argument("task_id")
+    q.add_argument("--state", default=None, choices=[s.value for s in TaskState], help="only tasks in this state")
+    q.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    q = tsub.add_parser("show", parents=[common], help="one task with authorization, attempts, submission and audit")
+    q.add_argument("task_id", help="the task id")
     q = tsub.add_parser("import", parents=[common], help="import DRAFT tasks from an .xlsx/.csv (docs/admin.md)")
-    q.add_argument("file")
+    q.add_argument("file", help="the .xlsx or .csv file (docs/admin.md: columns)")
     q.add_argument("--dry-run", action="store_true", help="show the preview, import nothing")
     q = tsub.add_parser("export", parents=[common], help="export tasks as .csv or .xlsx (stdout without --out)")
     q.add_argument("--state", action="append", choices=[s.value for s in TaskState], help="repeatable")
-    q.add_argument("--format", choices=("csv", "xlsx"), default="csv")
+    q.add_argument("--format", choices=("csv", "xlsx"), default="csv", help="file format (default csv)")
     q.add_argument("--out", default=None, help="file to write (default: stdout)")
     for name, what in (
         ("cancel", "cancel a task before its fence"),
@@ -995,16 +1096,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("mark-paid", "WAITING_PAYMENT → PAID after a person paid on the phone"),
     ):
         q = tsub.add_parser(name, parents=[common], help=what)
-        q.add_argument("task_id")
+        q.add_argument("task_id", help="the task id")
         q.add_argument("--expected-version", type=int, default=None, help="refuse unless the task is at this version")
 
     p = sub.add_parser("submission", parents=[common], help="settle order submissions")
     ssub = p.add_subparsers(dest="submission_cmd", required=True)
     q = ssub.add_parser("reconcile", parents=[common], help="record whether the pending-payment order exists")
-    q.add_argument("submission_id")
-    q.add_argument("--outcome", required=True, choices=("created", "not_created"))
+    q.add_argument("submission_id", help="the order submission id (task show)")
+    q.add_argument(
+        "--outcome", required=True, choices=("created", "not_created"), help="whether the order exists on the phone"
+    )
     q.add_argument("--note", required=True, help="what the person checked (1–500 characters)")
-    q.add_argument("--expected-version", type=int, default=None)
+    q.add_argument("--expected-version", type=int, default=None, help="refuse unless the task is at this version")
     for group in (asub, dsub, esub, tsub, ssub, tlsub):
         # a missing subcommand is reported with its choices, not the internal dest name
         group.metavar = "{" + ",".join(group.choices) + "}"

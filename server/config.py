@@ -415,6 +415,23 @@ SETTINGS_TABLE: tuple[Setting, ...] = (
     ),
     Setting("log_format", "CMBUYER_LOG_FORMAT", "text", "`text`, or `json` for JSON lines", _log_format),
     Setting("log_level", "CMBUYER_LOG_LEVEL", "INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`", _log_level),
+    Setting(
+        "metrics",
+        "CMBUYER_METRICS",
+        False,
+        '`1` serves `GET /metrics` (Prometheus text; docs/operations.md "Metrics"), else it is 404;'
+        " `0`, `1`, `false` or `true`",
+        _bool,
+    ),
+    Setting(
+        "metrics_token",
+        "CMBUYER_METRICS_TOKEN",
+        None,
+        "64 lowercase hex; when set, `/metrics` needs `Authorization: Bearer <it>` (behind a reverse proxy);"
+        " unset: only a direct loopback peer without forwarding headers",
+        _secret,
+        shown="(unset)",
+    ),
     _ranged(
         "supervised_orders",
         "CMBUYER_SUPERVISED_ORDERS",
@@ -495,6 +512,8 @@ class Settings:
     device_connections_max: int = _default("device_connections_max")
     log_format: str = _default("log_format")
     log_level: str = _default("log_level")
+    metrics: bool = _default("metrics")  # GET /metrics served (issue 32 §5)
+    metrics_token: Secret | None = field(default=_default("metrics_token"), repr=True)
     # confirmed-right orders a device–pack pair needs before it runs without a person's approval; 0 = off
     # (issue 17)
     supervised_orders: int = _default("supervised_orders")

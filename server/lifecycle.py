@@ -183,7 +183,9 @@ async def lifespan(app: web.Application) -> AsyncIterator[None]:
     try:
         await run_startup(app)
         tasks = start_periodic_jobs(app)
+        log.info("started: schema current, claim secret checked, start-up recovery done")
         yield
+        log.info("shutting down: stopping the periodic jobs, closing the database")
     finally:
         for task in tasks:
             task.cancel()

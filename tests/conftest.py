@@ -17,6 +17,7 @@ pytest.register_assert_rewrite(
     "tests.agent.fake_approval",
     "tests.agent.fakes",
     "tests.agent.realserver",
+    "tests.cli_help",
     "tests.phonesim.helpers",
     "tests.server.admin.seed",
     "tests.server.evidence.pngs",

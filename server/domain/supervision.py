@@ -28,6 +28,9 @@ from cmbuyer.server.domain.errors import InvalidTransition, ValidationFailed
 from cmbuyer.server.domain.sku_readings import reported_options
 
 DEFAULT_SUPERVISED_ORDERS = 3
+# How long an agent waits for a person's approval when its request does not say (the agent's own default,
+# CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS): the task table's countdown (issue 32 §8).
+DEFAULT_APPROVAL_WAIT_SECONDS = 600
 # NO_PACK (the heartbeat's "the agent has no pack for the installed app version") is not a pack id; the pack
 # id pattern and NO_PACK live in cmbuyer.schemas (the wire format) and are used from there.
 PACK_KEY_MAX = 80  # migration 0007: supervision_pairs.pack_key / attempts.pack_key length check

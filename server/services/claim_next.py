@@ -10,11 +10,15 @@ Order inside the transaction (each step only after the previous one):
 4. the device's open claim, if any: same session + live lease + consistent task/authorization →
    the same attempt again (recorded under the new key); anything else → 409
    ``claim_requires_manual``. Never a second attempt, never a transfer;
-5. the supervision pair (issue 17, :func:`supervision_tx.for_claim`): held → EMPTY, persisted; otherwise it
+5. an administrator paused the device, or its pacing does not allow a claim yet (issue 32,
+   :func:`~cmbuyer.server.domain.pacing.no_new_work`) → EMPTY, persisted (after step 4: an open claim still
+   resumes and runs to its end);
+6. the supervision pair (issue 17, :func:`supervision_tx.for_claim`): held → EMPTY, persisted; otherwise it
    decides whether the new attempt is supervised;
-6. the oldest claimable authorization (:func:`auth_store.next_candidate`); none → EMPTY, persisted;
-7. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
-   ACTIVE→CLAIMED, task PENDING→CLAIMED with version + 1.
+7. the oldest claimable authorization (:func:`auth_store.next_candidate`); none → EMPTY, persisted;
+8. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
+   ACTIVE→CLAIMED, task PENDING→CLAIMED with version + 1; the device's pacing counters
+   (:func:`device_store.count_claim`).
 
 The job raises on any rule break, so the group commit rolls back its savepoint: all or nothing. The
 claim token is never stored: the stored bodies omit it and it is re-derived for every answer.
@@ -29,7 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.domain import claim_token, lease
+from cmbuyer.server.domain import claim_token, lease, pacing
 from cmbuyer.server.domain.claims import (
     ClaimPolicy,
     app_version_not_allowed,
@@ -49,6 +53,7 @@ from cmbuyer.server.domain.states import (
 )
 from cmbuyer.server.store import attempts as attempt_store
 from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.attempts import Attempt
 from cmbuyer.server.tx import device_tx
@@ -133,7 +138,8 @@ def claim_next(
 
     ``pack_id`` is the optional pack id the agent names (issue 17): with the device it keys the supervision
     pair. A held pair gets EMPTY (the not-claimable path); a new attempt of a pair under supervision is
-    stored ``supervised`` and its answer says ``"supervised": true``.
+    stored ``supervised`` and its answer says ``"supervised": true``. A paused or paced device (issue 32)
+    gets EMPTY unless it resumes its open claim.
 
     Returns the response to send (200 body with token, or 204 EMPTY). Raises
     :class:`device_tx.DeviceNotActive` (→ 401), Conflict ``idempotency_conflict`` /
@@ -152,6 +158,8 @@ def claim_next(
     if held is not None:
         return _resume(req, held, session_id=session_id, now=now, policy=policy)
     at = to_wire(now)
+    if pacing.no_new_work(req.gate, now):
+        return req.remember(None, at=at, status=204)
     try:
         pair = supervision_tx.for_claim(
             conn, device_id=device_id, gate=req.gate, claim_pack_id=pack_id, policy=policy.supervision
@@ -237,6 +245,7 @@ def _claim(
         supervised=int(pair.supervised),
     )
     attempt_store.insert(conn, attempt)
+    device_store.count_claim(conn, device_id, at=at, day=pacing.day_of(now))
     supervision_tx.record_claim(conn, device_id, pair, at)
     req.remember_text(body_text, at=at, attempt_id=attempt.id)
     req.audit(

@@ -1,4 +1,5 @@
-"""Device identity use-cases: issue a token (shown once), list, revoke (docs/api.md "Device authentication")."""
+"""Device use-cases: issue a token (shown once), list, revoke (docs/api.md "Device authentication"); pause,
+resume and pacing (issue 32; rules in :mod:`cmbuyer.server.domain.pacing`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from datetime import datetime
 
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
-from cmbuyer.server.domain import values
-from cmbuyer.server.domain.errors import NotFound, ValidationFailed
+from cmbuyer.server.domain import pacing, values
+from cmbuyer.server.domain.errors import InvalidTransition, NotFound, ValidationFailed
+from cmbuyer.server.domain.states import DeviceState
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor, new_id
@@ -67,6 +69,122 @@ def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: d
     if changed:
         audit_tx.record(conn, actor, "device.revoke", "device", device_id, at=at)
     return changed
+
+
+def _existing(conn: sqlite3.Connection, device_id: str) -> device_store.Device:
+    device = device_store.get(conn, device_id) if is_uuid4(device_id) else None
+    if device is None:
+        raise NotFound("设备不存在")
+    return device
+
+
+def set_paused(conn: sqlite3.Connection, device_id: str, *, paused: bool, actor: Actor, now: datetime) -> bool:
+    """Pause (``paused=True``) or resume a device (issue 32 §1). A paused device keeps its token and its open
+    claim, if any, runs to its end, but claim-next gives it no new task (204) and its heartbeat answer says
+    ``paused``. Idempotent: True when this call changed it, and only a change writes an audit row
+    (``device.pause`` / ``device.resume``).
+
+    Raises NotFound (unknown device) and InvalidTransition (409 ``invalid_state``) for a revoked device (a
+    revoked device can never work again, so pausing or resuming it would only suggest otherwise); nothing is
+    written then.
+    """
+    device = _existing(conn, device_id)
+    if device.state != DeviceState.ACTIVE:
+        raise InvalidTransition("设备已撤销，不能暂停或恢复")
+    at = to_wire(now)
+    who = f"{actor.kind}:{actor.id}"[:100]
+    changed = device_store.set_paused(
+        conn, device_id, paused_at=at if paused else None, paused_by=who if paused else None
+    )
+    if changed:
+        audit_tx.record(conn, actor, "device.pause" if paused else "device.resume", "device", device_id, at=at)
+    return changed
+
+
+def set_pacing(
+    conn: sqlite3.Connection,
+    device_id: str,
+    *,
+    min_claim_interval_seconds: int | None,
+    max_claims_per_day: int | None,
+    actor: Actor,
+    now: datetime,
+) -> bool:
+    """Set a device's pacing (issue 32 §6): the least seconds between two of its claims and the most claims
+    per Beijing day; None turns a limit off. True when a value changed; only a change writes an audit row
+    (``device.pacing`` with both values).
+
+    Raises ValidationFailed for a value out of range (1–86400 s, 1–10000 per day), NotFound for an unknown
+    device and InvalidTransition (409 ``invalid_state``) for a revoked one; nothing is written then.
+    """
+    try:
+        pacing.check_pacing(min_claim_interval_seconds, max_claims_per_day)
+    except ValueError:
+        raise ValidationFailed(
+            "pacing", "最短领取间隔为 1–86400 秒、每日最多领取为 1–10000 次，或留空表示不限"
+        ) from None
+    if _existing(conn, device_id).state != DeviceState.ACTIVE:
+        raise InvalidTransition("设备已撤销，不能设置领取节奏")
+    changed = device_store.set_pacing(
+        conn, device_id, min_claim_interval_seconds=min_claim_interval_seconds, max_claims_per_day=max_claims_per_day
+    )
+    if changed:
+        audit_tx.record(
+            conn,
+            actor,
+            "device.pacing",
+            "device",
+            device_id,
+            at=to_wire(now),
+            detail={"min_claim_interval_seconds": min_claim_interval_seconds, "max_claims_per_day": max_claims_per_day},
+        )
+    return changed
+
+
+RELEASE_NOTE_MAX = 500
+
+
+def release_hold(conn: sqlite3.Connection, device_id: str, *, note: str, actor: Actor, now: datetime) -> bool:
+    """释放 (issue 32 §7): a person checked the held phone and lets it work again. The release is stored on the
+    device and goes out in the heartbeat answer (``hold_released``) while the agent still reports that hold;
+    the agent then clears its local hold and claims again. The phone-host command
+    ``cmbuyer-agent journal --clear-hold`` keeps working the same. Audited (``device.hold_release`` with the
+    note and the hold's code). Returns True (a release written).
+
+    Raises ValidationFailed (note empty, longer than 500, or with control/bidi characters), NotFound,
+    InvalidTransition (409 ``invalid_state``) for a revoked device or one whose heartbeat reports no hold."""
+    values.check_text("note", "说明", note)
+    note = note.strip()
+    if not 1 <= len(note) <= RELEASE_NOTE_MAX:
+        raise ValidationFailed("note", "请写明检查了什么（1–500 个字符）")
+    if _existing(conn, device_id).state != DeviceState.ACTIVE:
+        raise InvalidTransition("设备已撤销")
+    held = device_store.hold_state(conn, device_id)
+    at = to_wire(now)
+    who = f"{actor.kind}:{actor.id}"[:100]
+    if held is None or not device_store.release_hold(conn, device_id, at=at, by=who, note=note):
+        raise InvalidTransition("这台手机没有报告暂停（hold），无需释放")
+    audit_tx.record(
+        conn, actor, "device.hold_release", "device", device_id, at=at, detail={"note": note, "code": held.hold_code}
+    )
+    return True
+
+
+def request_screen(conn: sqlite3.Connection, device_id: str, *, actor: Actor, now: datetime) -> str:
+    """查看当前屏幕 (issue 32 §7): ask the phone for one fresh screenshot through its next heartbeat answer; returns
+    the request id. A newer request replaces one not answered yet. Audited (``device.screen_request``).
+
+    Raises NotFound, InvalidTransition (409 ``invalid_state``) for a revoked device or one working on a task
+    (its last heartbeat said BUSY: the flow owns the screen then)."""
+    device = _existing(conn, device_id)
+    if device.state != DeviceState.ACTIVE:
+        raise InvalidTransition("设备已撤销")
+    if device.reported_state == "BUSY":
+        raise InvalidTransition("手机正在执行任务，请在任务结束后再查看屏幕")
+    request_id, at = new_id(), to_wire(now)
+    device_store.request_screen(conn, device_id, request_id=request_id, at=at)
+    audit_tx.record(conn, actor, "device.screen_request", "device", device_id, at=at, detail={"request_id": request_id})
+    return request_id
 
 
 def set_supervision(conn: sqlite3.Connection, device_id: str, *, off: bool, actor: Actor, now: datetime) -> bool:

@@ -15,7 +15,7 @@ Why this never removes a file a row needs:
   (``record_upload`` in ``services/evidence_upload.py``). Either its row committed first — then
   the file is referenced and kept — or the file was removed first — then the upload answers 503 and
   writes nothing, and the agent's retry with the same key stores the file again;
-- asset rows are never deleted, so a referenced file stays referenced;
+- asset rows and device screenshots (device_screens) are never deleted, so a referenced file stays referenced;
 - the scan never follows a symlink (file or directory) and ignores anything outside the
   ``ab/cd/<sha256>.png`` layout (:func:`cmbuyer.server.evidence.files.scan`).
 
@@ -34,6 +34,7 @@ from pathlib import Path
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.evidence import files
 from cmbuyer.server.evidence.files import StoredFile
+from cmbuyer.server.store import device_screens
 from cmbuyer.server.store import evidence as evidence_store
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor
@@ -110,7 +111,9 @@ def _unreferenced(
     conn: sqlite3.Connection, chunk: list[StoredFile], cutoff: float, report: GcReport
 ) -> list[StoredFile]:
     """The chunk's files no row refers to and that were not written again since the scan."""
-    kept = evidence_store.referenced(conn, [f.sha256 for f in chunk if f.sha256 is not None])
+    hashes = [f.sha256 for f in chunk if f.sha256 is not None]
+    # task evidence and the phones' screenshots for 查看当前屏幕 (device_screens) share the store
+    kept = evidence_store.referenced(conn, hashes) | device_screens.referenced(conn, hashes)
     doomed: list[StoredFile] = []
     for found in chunk:
         if found.sha256 in kept:

@@ -12,7 +12,7 @@ docs/api.md "Supervised first orders" describes the wire side.
 from __future__ import annotations
 
 import sqlite3
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cmbuyer.schemas.canonical import canonical_json
@@ -102,6 +102,8 @@ def request_approval(
             created_at=at,
         )
         store.insert_approval(conn, answer)
+        wait = body.get("timeout_seconds", rules.DEFAULT_APPROVAL_WAIT_SECONDS)
+        store.set_wait_until(conn, answer.id, to_wire(now + timedelta(seconds=wait)))
         req.audit(
             attempt,
             "approval.request",

@@ -502,6 +502,12 @@ def device_states(conn: sqlite3.Connection, required: int) -> dict[str, dict[str
     return out
 
 
-def waiting_tasks(conn: sqlite3.Connection, task_ids: list[str]) -> set[str]:
-    """The tasks among ``task_ids`` whose OPEN attempt waits for a person (the list badge)."""
+def waiting_tasks(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, str]:
+    """The tasks among ``task_ids`` whose OPEN attempt waits for a person (the list badge), each with the time
+    the phone gives up waiting (its countdown, issue 32 §8)."""
     return store.waiting_task_ids(conn, task_ids)
+
+
+def waiting_summary(conn: sqlite3.Connection) -> tuple[int, str | None]:
+    """(orders waiting for a person now, the earliest time one of them gives up) — the task table's count."""
+    return store.waiting_summary(conn)

@@ -31,9 +31,25 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
-class Device(Heartbeat):
+class Controls(Heartbeat):
+    """The :class:`Heartbeat` fields and what an administrator set on the device to take it out of rotation
+    or slow it down, with what pacing counts (migration 0012; rules in :mod:`cmbuyer.server.domain.pacing`).
+    ``paused_by`` is the administrator (``admin:<username>`` or ``cli:<user>``); the pacing limits are None when
+    off; ``claims_day`` is the Beijing day ``claims_on_day`` counts."""
+
+    paused_at: str | None
+    paused_by: str | None
+    min_claim_interval_seconds: int | None
+    max_claims_per_day: int | None
+    last_claim_at: str | None
+    claims_day: str | None
+    claims_on_day: int
+
+
+@dataclass(frozen=True)
+class Device(Controls):
     """A device row without its token hash (which never leaves this module except for lookup): its
-    identity and state, and the :class:`Heartbeat` fields."""
+    identity and state, and the :class:`Controls` (heartbeat, pause, pacing) fields."""
 
     id: str
     name: str
@@ -43,8 +59,9 @@ class Device(Heartbeat):
 
 
 @dataclass(frozen=True)
-class DeviceGate(Heartbeat):
-    """The device's latest heartbeat as seen at the write position (returned by :func:`confirm_active`)."""
+class DeviceGate(Controls):
+    """The device's latest heartbeat, pause and pacing as seen at the write position (returned by
+    :func:`confirm_active`)."""
 
     supervision_off: bool = False  # an admin exempted the device from supervision (migration 0007; 0/1 in SQLite)
 
@@ -130,6 +147,116 @@ def set_supervision_off(conn: sqlite3.Connection, device_id: str, off: bool) -> 
     """Set the per-device supervision exemption (migration 0007); True when the value changed."""
     cur = conn.execute(
         "UPDATE devices SET supervision_off = ? WHERE id = ? AND supervision_off != ?", (int(off), device_id, int(off))
+    )
+    return cur.rowcount == 1
+
+
+def set_paused(conn: sqlite3.Connection, device_id: str, *, paused_at: str | None, paused_by: str | None) -> bool:
+    """Pause (``paused_at``/``paused_by`` given) or resume (both None) an ACTIVE device; True when the row
+    changed. False when the device is not ACTIVE or already in that pause state (nothing written)."""
+    if (paused_at is None) != (paused_by is None):
+        raise ValueError("paused_at and paused_by are set together")
+    cur = conn.execute(
+        "UPDATE devices SET paused_at = ?, paused_by = ? WHERE id = ? AND state = 'ACTIVE'"
+        " AND (paused_at IS NULL) != (? IS NULL)",
+        (paused_at, paused_by, device_id, paused_at),
+    )
+    return cur.rowcount == 1
+
+
+def set_pacing(
+    conn: sqlite3.Connection, device_id: str, *, min_claim_interval_seconds: int | None, max_claims_per_day: int | None
+) -> bool:
+    """Set the device's pacing limits (None = off); True when a value changed."""
+    cur = conn.execute(
+        "UPDATE devices SET min_claim_interval_seconds = ?, max_claims_per_day = ? WHERE id = ?"
+        " AND (min_claim_interval_seconds IS NOT ? OR max_claims_per_day IS NOT ?)",
+        (min_claim_interval_seconds, max_claims_per_day, device_id, min_claim_interval_seconds, max_claims_per_day),
+    )
+    return cur.rowcount == 1
+
+
+def count_claim(conn: sqlite3.Connection, device_id: str, *, at: str, day: str) -> None:
+    """A new claim of the device at ``at`` on the Beijing ``day``: remember its time and count it on that day
+    (the counter restarts at 1 on a new day). One statement on the row claim-next has already locked."""
+    conn.execute(
+        "UPDATE devices SET last_claim_at = ?, claims_on_day = CASE WHEN claims_day = ? THEN claims_on_day + 1"
+        " ELSE 1 END, claims_day = ? WHERE id = ?",
+        (at, day, day, device_id),
+    )
+
+
+@dataclass(frozen=True)
+class HoldState:
+    """The device's reported hold, a pending 释放 and a pending 查看当前屏幕 (migration 0012; all None when
+    there is none). ``hold_seen_at`` is the server time the server first saw this hold."""
+
+    hold_code: str | None
+    hold_reason: str | None
+    hold_attempt_id: str | None
+    hold_seen_at: str | None
+    hold_release_at: str | None
+    hold_release_by: str | None
+    hold_release_note: str | None
+    screen_request_id: str | None
+    screen_requested_at: str | None
+
+
+_HOLD = Table("devices", HoldState)
+
+
+def hold_state(conn: sqlite3.Connection, device_id: str) -> HoldState | None:
+    """The :class:`HoldState` of a device, or None when it does not exist."""
+    return one(conn, f"SELECT {_HOLD.columns} FROM devices WHERE id = ?", (device_id,), _HOLD.row)
+
+
+def report_hold(
+    conn: sqlite3.Connection, device_id: str, *, code: str, reason: str, attempt_id: str | None, at: str
+) -> None:
+    """A heartbeat reported this hold: kept as it is when it is the hold already stored, else stored as a new
+    hold first seen at ``at`` (a pending release stays: it is compared with ``hold_seen_at``)."""
+    conn.execute(
+        "UPDATE devices SET hold_code = ?, hold_reason = ?, hold_attempt_id = ?, hold_seen_at = ? WHERE id = ?"
+        " AND (hold_seen_at IS NULL OR hold_code IS NOT ? OR hold_reason IS NOT ? OR hold_attempt_id IS NOT ?)",
+        (code, reason, attempt_id, at, device_id, code, reason, attempt_id),
+    )
+
+
+def clear_hold(conn: sqlite3.Connection, device_id: str) -> bool:
+    """A heartbeat reported no hold: forget the stored hold and any release of it. True when one was stored."""
+    cur = conn.execute(
+        "UPDATE devices SET hold_code = NULL, hold_reason = NULL, hold_attempt_id = NULL, hold_seen_at = NULL,"
+        " hold_release_at = NULL, hold_release_by = NULL, hold_release_note = NULL"
+        " WHERE id = ? AND (hold_seen_at IS NOT NULL OR hold_release_at IS NOT NULL)",
+        (device_id,),
+    )
+    return cur.rowcount == 1
+
+
+def release_hold(conn: sqlite3.Connection, device_id: str, *, at: str, by: str, note: str) -> bool:
+    """Record an administrator's 释放 of the device's stored hold; False when no hold is stored."""
+    cur = conn.execute(
+        "UPDATE devices SET hold_release_at = ?, hold_release_by = ?, hold_release_note = ?"
+        " WHERE id = ? AND hold_seen_at IS NOT NULL",
+        (at, by, note, device_id),
+    )
+    return cur.rowcount == 1
+
+
+def request_screen(conn: sqlite3.Connection, device_id: str, *, request_id: str, at: str) -> None:
+    """Ask the device for one fresh screenshot (replaces a request not answered yet)."""
+    conn.execute(
+        "UPDATE devices SET screen_request_id = ?, screen_requested_at = ? WHERE id = ?", (request_id, at, device_id)
+    )
+
+
+def answer_screen(conn: sqlite3.Connection, device_id: str, request_id: str) -> bool:
+    """The device answered ``request_id``: the request is no longer pending. False when it is not the pending
+    one (answered already, or replaced by a newer request)."""
+    cur = conn.execute(
+        "UPDATE devices SET screen_request_id = NULL, screen_requested_at = NULL"
+        " WHERE id = ? AND screen_request_id = ?",
+        (device_id, request_id),
     )
     return cur.rowcount == 1
 

@@ -205,3 +205,8 @@ def reset_pairs(conn: sqlite3.Connection, device_id: str, at: str) -> list[dict[
         (at, device_id),
     )
     return before
+
+
+def set_wait_until(conn: sqlite3.Connection, approval_id: str, wait_until: str) -> None:
+    """When the phone gives up waiting on this request (migration 0012, issue 32 §8): the task table's countdown."""
+    conn.execute("UPDATE approval_requests SET wait_until = ? WHERE id = ?", (wait_until, approval_id))

@@ -25,6 +25,7 @@ from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import DomainError, Unavailable
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx.device_tx import DeviceNotActive
+from cmbuyer.server.web.access_log import DEVICE_KEY as ACCESS_DEVICE
 from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response, unauthorized, unavailable
 from cmbuyer.server.web.edge import close_after, identity_only, prove
 from cmbuyer.server.web.keys import DB
@@ -80,6 +81,7 @@ async def authenticate(request: web.Request) -> web.Response | None:
     if not ok:
         return unauthorized()
     request[DEVICE_ID_KEY] = device_id
+    request[ACCESS_DEVICE] = device_id  # the access log's "device=<prefix>"
     prove(request, "device:" + device_id)
     return None
 

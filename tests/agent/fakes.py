@@ -250,6 +250,7 @@ class FakeApi(FakeServer):
         self.allowed = allowed
         self.interval = interval
         self.heartbeat_states: list[str] = []
+        self.heartbeat_holds: list[dict[str, Any] | None] = []  # the hold each heartbeat reported (issue 32)
         self.claim_calls = 0
         self.claim_pack_ids: list[str | None] = []  # the pack_id sent with each claim-next
         self.claimed: list[ClaimedPurchase] = []
@@ -265,8 +266,11 @@ class FakeApi(FakeServer):
         pdd_version_code: int | None,
         state: str,
         pack_id: str | None = None,
+        hold: dict[str, Any] | None = None,
+        screen: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         self._maybe_down()
+        self.heartbeat_holds.append(hold)
         body = {
             "device_id": str(uuid.uuid4()),
             "client_version": "0.1.0",

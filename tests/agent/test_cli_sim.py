@@ -61,7 +61,7 @@ def test_doctor_reports_missing_pack_and_bad_credentials(tmp_path: Path, capsys:
         checks = _checks(capsys.readouterr().out)
     assert rc == 1
     assert checks["selector pack"]["ok"] is False
-    assert checks["server"]["ok"] is False and "0600" in checks["server"]["detail"]
+    assert checks["device credentials"]["ok"] is False and "0600" in checks["device credentials"]["detail"]
 
 
 def test_doctor_heartbeats_no_pack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,8 +73,54 @@ def test_doctor_heartbeats_no_pack(tmp_path: Path, capsys: pytest.CaptureFixture
         rc = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
         checks = _checks(capsys.readouterr().out)
         row = srv.device_row(json.loads(cred.read_text())["device_id"])
-    assert rc == 1 and checks["selector pack"]["ok"] is False and checks["server reachable"]["ok"]
+    assert rc == 1 and checks["selector pack"]["ok"] is False and checks["server accepts the device"]["ok"]
     assert (row["pdd_version"], row["pack_id"]) == ("8.18.0", "NO_PACK")
+
+
+def test_doctor_and_run_find_credentials_alike_and_say_what_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 §3: no credentials → doctor names the options and the default path; credentials in the default
+    path (``$CMBUYER_AGENT_STATE_DIR/<serial>.cred``) are found without flags; a revoked device → doctor says
+    401 and what to check, and ``run --once`` ends with that one line and exit code 2."""
+    from cmbuyer.agent.cli import default_credentials_path
+
+    monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "state"))
+    for name in ("CMBUYER_DEVICE_ID", "CMBUYER_DEVICE_TOKEN", "CMBUYER_SERVER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
+        assert main(["doctor", "--device", "sim-1", "--server", srv.url]) == 1
+        missing = _checks(capsys.readouterr().out)["device credentials"]
+        default = default_credentials_path("sim-1")
+        assert missing["ok"] is False
+        for named in ("--credentials-file", "CMBUYER_DEVICE_ID", "CMBUYER_DEVICE_TOKEN", str(default)):
+            assert named in missing["detail"]
+        monkeypatch.setenv("CMBUYER_DEVICE_ID", "0b5f6c1e-3a9d-4c1b-8e2f-7d6a5b4c3d2e")
+        assert main(["doctor", "--device", "sim-1", "--server", srv.url]) == 1
+        half = _checks(capsys.readouterr().out)["device credentials"]["detail"]
+        assert half.startswith("CMBUYER_DEVICE_TOKEN is not set")
+        monkeypatch.delenv("CMBUYER_DEVICE_ID")
+
+        default.parent.mkdir(parents=True)
+        creds = srv.add_device()
+        fd = os.open(default, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"device_id={creds.device_id}\ntoken={creds.token}\n")
+        assert main(["doctor", "--device", "sim-1", "--server", srv.url]) == 0, capsys.readouterr().out
+        capsys.readouterr()
+
+        srv.revoke_device(creds.device_id)
+        assert main(["doctor", "--device", "sim-1", "--server", srv.url]) == 1
+        out = capsys.readouterr().out
+        refused = _checks(out)["server accepts the device"]["detail"]
+        assert (
+            refused
+            == "server refused the device credentials (401): check --credentials-file, or the device was revoked"
+        )
+        assert main(["run", "--device", "sim-1", "--server", srv.url, "--once"]) == 2
+        err = capsys.readouterr().err
+        assert [line for line in err.splitlines() if "401" in line] == err.splitlines()[-1:]
+        assert creds.token not in out + err
 
 
 def test_doctor_without_adb_server(

@@ -8,6 +8,7 @@ sends itself SIGTERM/SIGINT with ``os.kill`` while the runner runs in the main t
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -17,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.errors import ExitCode, ServerRejected, ServerUnreachable, Unauthorized
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import AttemptFailure, Lease
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.recovery import send_fail
-from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
+from cmbuyer.agent.runner import Backoff, Runner, RunnerConfig, StopNow
 
 from .fakes import FakeApi, journal_claim, make_purchase
 from .simphone import SimPhone
@@ -55,6 +56,7 @@ def make_runner(
     phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
     lines: list[str] = []
     runner = Runner(RunnerConfig("sim-1", poll_seconds=poll, once=once), phone, api, journal, lines.append)
+    runner.backoff = Backoff(first=0.01, cap=0.04, log_every=60)  # the rule, on a test's time scale
     runner.lines = lines  # type: ignore[attr-defined]
     return runner, sim, journal
 
@@ -162,7 +164,75 @@ def test_heartbeat_failure_does_not_kill_the_loop(tmp_path: Path) -> None:
     wait_for(lambda: runner.claims == 1)
     runner.stop.set()
     t.join(10)
-    assert any("heartbeat failed" in line for line in runner.lines)  # type: ignore[attr-defined]
+    lines = runner.lines  # type: ignore[attr-defined]
+    failed = [line for line in lines if "retrying in" in line]
+    assert len(failed) == 1 and "fake server down" in failed[0] and "retrying in" in failed[0]  # logged once
+    assert "server: answering again" in lines
+
+
+def test_backoff_doubles_to_the_cap_and_logs_a_repeat_once_a_minute() -> None:
+    b = Backoff()
+    waits = [b.failed("Unauthorized", now=float(t)) for t in range(8)]
+    assert [w for w, _ in waits] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert [logged for _, logged in waits] == [True] + [False] * 7  # the same failure within a minute: once
+    assert b.failed("Unauthorized", now=60.0) == (60, True)
+    assert b.failed("ServerUnreachable", now=61.0) == (60, True)  # another kind of failure: at once
+    assert b.succeeded() is True and b.succeeded() is False
+    assert b.failed("Unauthorized", now=62.0) == (1, True)
+
+
+def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path) -> None:
+    """Issue 32 §3: 401 on every heartbeat → one line naming 401 and what to check, then back-off; no
+    claim-next at all. ``--once`` ends with exit code 2 after that line."""
+    api = FakeApi([make_purchase()], keys=Journal(tmp_path / "j.sqlite3"))
+    calls: list[float] = []
+
+    def refused(**_: Any) -> dict[str, Any]:
+        calls.append(time.monotonic())
+        raise Unauthorized()
+
+    api.heartbeat = refused  # type: ignore[method-assign]
+    runner, _, _ = make_runner(tmp_path, api)
+    runner.backoff = Backoff(first=0.05, cap=0.2, log_every=60)
+    t, _ = run_in_thread(runner)
+    pause(1.2)
+    runner.stop.set()
+    t.join(10)
+    lines = [line for line in runner.lines if not line.startswith("selector pack")]  # type: ignore[attr-defined]
+    assert lines == [
+        "heartbeat: server refused the device credentials (401): check --credentials-file, or the device was "
+        "revoked; retrying in 0.05 s (backing off to 0.2 s)"
+    ], lines
+    assert api.claim_calls == 0
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert 4 <= len(calls) <= 10 and gaps[-1] >= 0.15  # 0.05, 0.1, 0.2, 0.2 … not every 0.02 s poll
+
+    once, _, _ = make_runner(tmp_path / "once", FakeApi([], keys=Journal(tmp_path / "j2.sqlite3")), once=True)
+    once.api.heartbeat = refused  # type: ignore[method-assign]
+    assert once.run() == ExitCode.USAGE
+    assert [line for line in once.lines if "(401)" in line] == once.lines[-1:]  # type: ignore[attr-defined]
+
+
+def test_pause_and_pacing_are_logged_once_when_they_change(tmp_path: Path) -> None:
+    api = FakeApi([], keys=Journal(tmp_path / "j.sqlite3"), interval=1)
+    answers = [{"paused": True}] * 3 + [{"paced_until": "2099-01-01T00:10:00.000000Z"}] * 2 + [{}]
+    real = api.heartbeat
+
+    def heartbeat(**kw: Any) -> dict[str, Any]:
+        return {**real(**kw), **(answers.pop(0) if answers else {})}
+
+    api.heartbeat = heartbeat  # type: ignore[method-assign]
+    runner, _, _ = make_runner(tmp_path, api)
+    runner._hb_interval = 0
+    for _ in range(7):
+        runner._heartbeat(runner._status(), "READY")
+    lines = [line for line in runner.lines if line.startswith("server:")]  # type: ignore[attr-defined]
+    assert lines == [
+        "server: this phone is paused by an administrator: no new task until it is resumed (devices page or "
+        "`cmbuyer-server device resume`)",
+        "server: this phone is no longer paused: claiming again",
+        "server: pacing for this phone: next claim not before 2099-01-01T00:10:00.000000Z",
+    ]
 
 
 def test_undelivered_fail_blocks_claims_until_resent_with_the_same_key(tmp_path: Path) -> None:
@@ -336,3 +406,117 @@ def test_lease_keeper_thread_renews_and_stops() -> None:
     assert 2 <= n <= 5 and len(renewed) == n
     pause(0.3)
     assert src.calls == n  # stopped
+
+
+def test_json_logs_carry_utc_time_ids_step_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32 §4: ``run --json-logs`` lines: ISO-8601 UTC ``ts``; during an attempt ``task_id`` and
+    ``attempt_id``; a step's line its ``step`` and ``reason_code`` (the event's); never the claim token."""
+    import json
+    import re
+
+    from cmbuyer.agent.cli import _progress_fn
+
+    journal = Journal(tmp_path / "j.sqlite3")
+    purchase = make_purchase(sku_color="不存在的颜色")  # stops before the fence: SKU_VALUE_MISSING
+    api = FakeApi([purchase], keys=journal)
+    sim = SimPhone()
+    phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
+    runner = Runner(RunnerConfig("sim-1", poll_seconds=0.02, once=True), phone, api, journal, _progress_fn(True))
+    assert runner.run() == ExitCode.OK
+    err = capsys.readouterr().err
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["ts"]) for line in lines)
+    during = [line for line in lines if "attempt_id" in line]
+    assert during and all(line["task_id"] == purchase.task.id for line in during)
+    assert {line["attempt_id"] for line in during} == {purchase.claim.attempt_id}
+    assert any(line.get("step") and line.get("reason_code") is None for line in during)
+    assert any(line.get("reason_code") == "SKU_VALUE_MISSING" for line in during)
+    assert not [line for line in lines if "attempt_id" not in line and "step" in line]  # no step outside a claim
+    assert purchase.claim.claim_token not in err
+
+    text = _progress_fn(False)
+    text("hello")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z hello\n", capsys.readouterr().err)
+
+
+def test_release_from_the_admin_page_clears_the_hold_and_the_phone_claims_again(tmp_path: Path) -> None:
+    """Issue 32 §7: the heartbeat reports the journal's hold (its code and the attempt it was set on); the
+    answer's ``hold_released`` clears it, the agent logs who released it and why, and claims again."""
+    journal = Journal(tmp_path / "j.sqlite3")
+    attempt = make_purchase().claim.attempt_id
+    journal.settle_attempt(attempt, lambda c, f: (c, f, "RISK_WALL: a phone-level stop; a person must check"))
+    api = FakeApi([make_purchase()], keys=journal)
+    real = api.heartbeat
+    release = {"by": "admin:ops", "at": "2099-01-01T00:00:00.000000Z", "note": "解锁了"}
+
+    def heartbeat(**kw: Any) -> dict[str, Any]:
+        answer = real(**kw)
+        return {**answer, "hold_released": release} if kw.get("hold") else answer
+
+    api.heartbeat = heartbeat  # type: ignore[method-assign]
+    runner, _, _ = make_runner(tmp_path, api)
+    t, _ = run_in_thread(runner)
+    wait_for(lambda: runner.claims == 1)
+    runner.stop.set()
+    t.join(10)
+    assert api.heartbeat_holds[0] == {
+        "code": "RISK_WALL",
+        "reason": "RISK_WALL: a phone-level stop; a person must check",
+        "attempt_id": attempt,
+    }
+    assert api.heartbeat_states[0] == "NEEDS_PERSON" and "READY" in api.heartbeat_states
+    assert journal.hold() is None and journal.hold_attempt() is None
+    lines = runner.lines  # type: ignore[attr-defined]
+    assert any(line.startswith("HOLD released on the server by admin:ops") and "解锁了" in line for line in lines)
+
+
+def test_screen_request_sends_a_screenshot_or_names_the_app_in_front(tmp_path: Path) -> None:
+    api = FakeApi([], keys=Journal(tmp_path / "j.sqlite3"))
+    uploads: list[tuple[str, bytes]] = []
+    api.upload_device_screen = lambda rid, png: uploads.append((rid, png)) or "s"  # type: ignore[attr-defined]
+    sent: list[dict[str, str] | None] = []
+    real = api.heartbeat
+
+    def heartbeat(**kw: Any) -> dict[str, Any]:
+        sent.append(kw.get("screen"))
+        return {**real(**kw), "screenshot_request": "9c1b6a3e-2f4d-4e5a-8b7c-0d1e2f3a4b5c"}
+
+    api.heartbeat = heartbeat  # type: ignore[method-assign]
+    runner, sim, _ = make_runner(tmp_path, api)
+    runner.phone.open_goods("937122477375")  # Pinduoduo in front
+    runner._heartbeat(runner._status(), "READY")
+    runner._heartbeat(runner._status(), "READY")  # the same request again: answered once only
+    assert [rid for rid, _ in uploads] == ["9c1b6a3e-2f4d-4e5a-8b7c-0d1e2f3a4b5c"]
+    assert uploads[0][1].startswith(b"\x89PNG")
+    assert sent == [None, None]
+
+    # a cashier in front (the simulator's foreign window): the package goes back, never an image
+    sim.app.foreign = "com.eg.android.AlipayGphone"
+    runner2, _, _ = make_runner(tmp_path / "b", api, sim)
+    runner2._heartbeat(runner2._status(), "READY")
+    runner2._heartbeat(runner2._status(), "READY")
+    assert sent[-1] == {
+        "request_id": "9c1b6a3e-2f4d-4e5a-8b7c-0d1e2f3a4b5c",
+        "foreground_package": "com.eg.android.AlipayGphone",
+    }
+    assert len(uploads) == 1  # no image of a foreign app
+
+
+def test_the_printed_clear_hold_command_runs_as_printed(tmp_path: Path) -> None:
+    """Issue 32 §9: the HOLD line names the state dir and the program, so pasting its command into a shell on
+    another directory clears exactly this phone's hold."""
+    import re
+    import subprocess
+
+    journal = Journal(tmp_path / "state dir" / "sim-1.sqlite3")
+    journal.set_hold("RISK_WALL: a phone-level stop")
+    runner, _, _ = make_runner(tmp_path, FakeApi([], keys=journal))
+    runner.stop.set()
+    runner.run()
+    line = next(line for line in runner.lines if line.startswith("HOLD (from before this start)"))  # type: ignore[attr-defined]
+    command = re.search(r"on this host: (.*)$", line)
+    assert command is not None, line
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
+    ran = subprocess.run(command.group(1), shell=True, cwd="/", env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert Journal(tmp_path / "state dir" / "sim-1.sqlite3").hold() is None

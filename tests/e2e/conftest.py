@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,3 +54,19 @@ def wait_until(cond: Callable[[], bool], seconds: float, what: str, log: Callabl
             return
         time.sleep(poll)
     raise AssertionError(f"{what} not reached in {seconds}s; agent log:\n{log()}")
+
+
+def admin_page(browser: Any, stack: Stack, problems: list[str]) -> Any:
+    """A new 1440×900 zh-CN page of a sync Playwright ``browser``, logged in as the stack's admin through the
+    real /login form; page errors and console errors are appended to ``problems``, dialogs accepted."""
+    page = browser.new_context(viewport={"width": 1440, "height": 900}, locale="zh-CN").new_page()
+    page.set_default_timeout(15_000)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("dialog", lambda d: d.accept())
+    page.goto(f"{stack.url}/login")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", stack.admin_password)
+    page.click("button:has-text('登录')")
+    page.wait_for_url(f"{stack.url}/tasks")
+    return page

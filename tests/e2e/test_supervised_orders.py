@@ -32,7 +32,7 @@ from cmbuyer.phonesim.process import remote_inject
 from cmbuyer.server.db import connect_sync
 from demo.stack import SETTLED, Stack, TaskSpec, free_port
 from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
-from tests.e2e.conftest import SCENARIO, agent_log, stop_and_show_logs, wait_until
+from tests.e2e.conftest import SCENARIO, admin_page, agent_log, stop_and_show_logs, wait_until
 
 ARTIFACTS = ARTIFACTS_ROOT / "supervision-e2e"
 N = 2  # CMBUYER_SUPERVISED_ORDERS here (the default is 3)
@@ -177,17 +177,7 @@ def run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
                 stack.start_sim([serial], SCENARIO)
                 stack.add_device(serial)
                 stack.start_agent(serial, ("--poll-seconds", "0.2"))
-                page = browser.new_context(viewport={"width": 1440, "height": 900}, locale="zh-CN").new_page()
-                page.set_default_timeout(15_000)
-                page.on("pageerror", lambda e: problems.append(str(e)))
-                page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-                page.on("dialog", lambda d: d.accept())
-                page.goto(f"{stack.url}/login")
-                page.fill("input[name=username]", "admin")
-                page.fill("input[name=password]", stack.admin_password)
-                page.click("button:has-text('登录')")
-                page.wait_for_url(f"{stack.url}/tasks")
-                return Run(stack, serial, page)
+                return Run(stack, serial, admin_page(browser, stack, problems))
 
             yield start
             assert problems == [], problems

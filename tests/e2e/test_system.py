@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import http.cookiejar
+import json
 import random
 import re
 import sqlite3
@@ -17,7 +18,7 @@ import pytest
 
 from cmbuyer.phonesim.journal import order_counts, payment_taps, submit_taps
 from demo.stack import SETTLED, Stack, TaskSpec
-from tests.e2e.conftest import SCENARIO
+from tests.e2e.conftest import SCENARIO, agent_log, wait_until
 from tests.soak import soak_iterations
 from tests.tally import fences, scenario_with_goods_per_task, tally
 
@@ -71,10 +72,32 @@ def test_happy_path_one_task_one_order(stack: Stack) -> None:
 
 
 def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
+    """Ten tasks on two phones, never one bought twice. Issue 32 §1 on the way: sim-2 is paused while every
+    task is PENDING — it claims nothing while sim-1 works — then resumed, and it claims again; the audit
+    trail shows both, and sim-2's agent said once that it is paused. Afterwards ``/metrics`` (issue 32 §5)
+    counts the claims, fences and results, and no log line of the run holds a secret (§4)."""
+    stack.env["CMBUYER_METRICS"] = "1"
     stack.start_server()
     specs = [shirt(f"t{i}", color=["黑色CHA(纯棉)", "白色CHA(纯棉)"][i % 2]) for i in range(8)]
     specs += [TaskSpec(f"pants{i}", "700000000002", "黑色", "L", 1, "100.00") for i in range(2)]
-    _two_phones_working_on(stack, specs)
+    stack.start_sim(["sim-1", "sim-2"], goods_per_task(stack, specs))
+    for serial in ("sim-1", "sim-2"):
+        stack.add_device(serial)
+    device_of = {serial: device_id for device_id, serial in stack.serial_of.items()}
+    assert stack.cli("device", "pause", device_of["sim-2"])["changed"] is True
+    stack.create_tasks(specs)
+    stack.start_agent("sim-1")
+    stack.start_agent("sim-2", ("--json-logs",))
+
+    def worked_by(serial: str) -> int:
+        details = stack.task_details(specs).values()
+        return sum(any(a["device_id"] == device_of[serial] for a in d["attempts"]) for d in details)
+
+    wait_until(lambda: worked_by("sim-1") >= 3, 120, "sim-1 working alone", lambda: agent_log(stack, "sim-1"), 0.3)
+    assert worked_by("sim-2") == 0, "a paused phone claimed a task"
+    assert "paused by an administrator" in agent_log(stack, "sim-2")
+    assert stack.cli("device", "resume", device_of["sim-2"])["changed"] is True
+
     details = wait_settled(stack, specs, timeout=240)
     assert all(d["task"]["state"] == "WAITING_PAYMENT" for d in details.values())
     journal = stack.phone_journal()
@@ -83,8 +106,52 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
     assert payment_taps(journal) == []
     _assert_tally(stack, specs, details)
     devices = {d["attempts"][0]["device_id"] for d in details.values()}
-    assert len(devices) == 2, "both phones should have worked"
+    assert len(devices) == 2, "both phones should have worked (sim-2 after it was resumed)"
+    log = agent_log(stack, "sim-2")
+    assert log.count("paused by an administrator") == 1 and "no longer paused" in log
+    conn = sqlite3.connect(stack.data_dir / "cmbuyer.sqlite3")
+    try:
+        audited = conn.execute(
+            "SELECT action, actor_kind FROM audit_log WHERE subject_id = ? AND action LIKE 'device.%' "
+            "AND action != 'device.heartbeat' ORDER BY id",
+            (device_of["sim-2"],),
+        ).fetchall()
+    finally:
+        conn.close()
+    assert audited == [("device.add", "cli"), ("device.pause", "cli"), ("device.resume", "cli")]
+    json_lines = [json.loads(line) for line in agent_log(stack, "sim-2").splitlines() if line.startswith("{")]
+    assert any(line.get("attempt_id") and line.get("step") for line in json_lines)
+    with urllib.request.urlopen(stack.url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    for counter in ("cmbuyer_claims_total", "cmbuyer_fences_total", 'cmbuyer_results_total{observation="SUBMITTED"}'):
+        value = next(line.rsplit(" ", 1)[1] for line in metrics.splitlines() if line.startswith(counter + " "))
+        assert float(value) >= len(specs), (counter, value)
+    _assert_no_secret_in_any_log(stack)
     _assert_pay_list(stack, details)
+
+
+def _assert_no_secret_in_any_log(stack: Stack) -> None:
+    """Issue 32 §4: every log line of the run (server, simulator, agents) is free of the device tokens, the
+    claim tokens the agents held, the server's secrets and the admin password."""
+    secrets = [stack.admin_password]
+    for cred in (stack.data_dir / "agents").glob("*.credentials"):
+        secrets += [line.split("=", 1)[1] for line in cred.read_text().splitlines() if line.startswith("token=")]
+    for line in (stack.data_dir / "cmbuyer.env").read_text().splitlines():
+        if line.startswith(("CMBUYER_CLAIM_TOKEN_SECRET=", "CMBUYER_SESSION_SECRET=")):
+            secrets.append(line.split("=", 1)[1].strip())
+    claim_tokens = []
+    for journal in (stack.data_dir / "agent-state").glob("*.sqlite3"):
+        conn = sqlite3.connect(journal)
+        try:
+            claim_tokens += [r[0] for r in conn.execute("SELECT claim_token FROM claims")]
+        finally:
+            conn.close()
+    assert len(secrets) == 5 and claim_tokens, (len(secrets), len(claim_tokens))
+    logs = {log.name: log.read_text(errors="replace") for log in stack.logs.glob("*.log")}
+    assert {"server.log", "agent-sim-1.log", "agent-sim-2.log"} <= set(logs)
+    for name, text in logs.items():
+        for secret in secrets + claim_tokens:
+            assert secret not in text, f"a secret in {name}"
 
 
 def _admin_get(stack: Stack, path: str) -> str:

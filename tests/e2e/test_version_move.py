@@ -300,7 +300,7 @@ def test_an_evidence_byte_changed_after_verify_keeps_the_agent_at_no_pack(canary
     assert len(said) == 1, said  # once, however many loops
     assert (
         said[0]
-        .split("] ", 1)[1]
+        .split(" ", 1)[1]  # after the ISO-8601 UTC time of the line
         .startswith(
             f"NO_PACK: {PACK_FILE}: $.evidence['v823-03-confirm_order'].files.dump: evidence mismatch: "
             f"evidence/{PACK_ID}/03-confirm_order/dump.xml (sha256 "

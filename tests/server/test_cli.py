@@ -74,6 +74,25 @@ def ddir(tmp_path: Path) -> Path:
     return d
 
 
+def test_init_tightens_an_existing_data_dir_and_prints_steps_that_run(tmp_path: Path) -> None:
+    """Issue 32 §9: ``init`` on a data dir others can read makes it 0700 and the database 0600 (``doctor`` then
+    passes its mode check), and its next steps run exactly as printed (in a shell, from another directory)."""
+    import shlex
+
+    d = tmp_path / "made by hand"
+    d.mkdir(mode=0o755)
+    d.chmod(0o755)
+    result = cli(d, "init")
+    assert result.returncode == 0, result.stderr
+    assert d.stat().st_mode & 0o777 == 0o700 and (d / "cmbuyer.sqlite3").stat().st_mode & 0o777 == 0o600
+    assert cli_json(d, "doctor")["ok"] is True
+    steps = [line.split("#")[0].strip() for line in result.stdout.splitlines() if "--data-dir" in line]
+    assert len(steps) == 3 and all(shlex.split(step)[2] == str(d) for step in steps)
+    device_add = next(step for step in steps if " device add " in step)
+    ran = subprocess.run(device_add, shell=True, capture_output=True, text=True, cwd="/", env=CLEAN_ENV, timeout=60)
+    assert ran.returncode == 0 and "device id:" in ran.stdout, ran.stderr
+
+
 def test_device_token_is_shown_once_and_only_its_hash_is_stored(ddir: Path) -> None:
     issued = cli_json(ddir, "device", "add", "--name", "phone-1")
     token, device_id = issued["token"], issued["device_id"]
@@ -116,6 +135,31 @@ def test_device_supervision_exemption_is_audited_and_idempotent(ddir: Path) -> N
     rows = conn.execute("SELECT detail_json FROM audit_log WHERE action = 'device.supervision' ORDER BY id").fetchall()
     conn.close()
     assert [json.loads(r[0])["supervision"] for r in rows] == ["off", "on"]  # an unchanged call writes nothing
+
+
+def test_device_pause_resume_and_pace(ddir: Path) -> None:
+    """Issue 32: ``device pause|resume ID`` and ``device pace ID`` (audited; a revoked device is refused)."""
+    device_id = cli_json(ddir, "device", "add", "--name", "p")["device_id"]
+    assert cli_json(ddir, "device", "pause", device_id) == {"device_id": device_id, "paused": True, "changed": True}
+    listed = cli(ddir, "device", "list")
+    assert f"{device_id}\tp\tACTIVE PAUSED" in listed.stdout
+    assert cli_json(ddir, "device", "resume", device_id)["changed"] is True
+    paced = cli_json(ddir, "device", "pace", device_id, "--min-interval", "300", "--max-per-day", "20")
+    assert (paced["min_claim_interval_seconds"], paced["max_claims_per_day"], paced["changed"]) == (300, 20, True)
+    assert cli_json(ddir, "device", "list")["devices"][0]["min_claim_interval_seconds"] == 300
+    bad = cli(ddir, "device", "pace", device_id, "--min-interval", "0")
+    assert bad.returncode == 1 and "1–86400" in bad.stderr
+    assert cli_json(ddir, "device", "revoke", device_id)["changed"] is True
+    refused = cli(ddir, "device", "pause", device_id)
+    assert refused.returncode == 1 and "已撤销" in refused.stderr
+    import sqlite3
+
+    conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
+    actions = [
+        r[0] for r in conn.execute("SELECT action FROM audit_log WHERE subject_id = ? ORDER BY id", (device_id,))
+    ]
+    conn.close()
+    assert actions == ["device.add", "device.pause", "device.resume", "device.pacing", "device.revoke"]
 
 
 def test_task_add_start_show(ddir: Path) -> None:
@@ -192,23 +236,72 @@ def _wait_health(port: int, proc: subprocess.Popen[str]) -> dict:
     raise AssertionError("server did not become healthy")
 
 
+def _heartbeat_with_a_secret_in_the_query(port: int, issued: dict) -> None:
+    body = json.dumps(
+        {
+            "device_id": issued["device_id"],
+            "client_version": "0.1.0",
+            "adb_serial": "sim-1",
+            "android_release": "16",
+            "pdd_version": "8.17.0",
+            "state": "READY",
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/devices/heartbeat?token=secret-in-query",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {issued['token']}",
+            "X-CMBuyer-Device-ID": issued["device_id"],
+        },
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+
+
+def test_serve_reports_a_busy_port_before_any_serving_line(ddir: Path) -> None:
+    """Issue 32 §9: nothing says "serving" unless the socket is bound; a busy port → exit 3, one line."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = cli(ddir, "serve", "--port", str(taken.getsockname()[1]))
+    assert result.returncode == 3, result.stderr
+    assert "cannot listen on 127.0.0.1:" in result.stderr and "serving" not in result.stderr
+
+
 def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
     issued = cli_json(ddir, "device", "add", "--name", "p")
     for _ in range(2):  # restarting on the same data dir works
         port = free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "cmbuyer.server.cli", "--data-dir", str(ddir), "serve", "--port", str(port)],
-            env=CLEAN_ENV,
+            env={**CLEAN_ENV, "CMBUYER_LOG_LEVEL": "DEBUG"},  # the idle polls' access lines are DEBUG
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
             health = _wait_health(port, proc)
             assert health["status"] == "ok" and health["migrations"] == "current"
+            _heartbeat_with_a_secret_in_the_query(port, issued)
         finally:
             proc.terminate()
             _, err = proc.communicate(timeout=30)
         assert issued["token"] not in err
+        # issue 32 §4: start-up, one access line per request (route template, status, ms, device id prefix;
+        # never the query string or a header), shutdown
+        lines = err.splitlines()
+        assert any("started: schema current" in line for line in lines), err
+        assert any("shutting down" in line for line in lines), err
+        beat = [line for line in lines if "POST /api/v1/devices/heartbeat 200 " in line]
+        assert len(beat) == 1 and beat[0].endswith(f"device={issued['device_id'][:8]}"), err
+        assert any("GET /healthz 200 " in line for line in lines), err
+        assert "secret-in-query" not in err and issued["device_id"] not in err
+        started = next(i for i, line in enumerate(lines) if "started: schema current" in line)
+        serving = next(i for i, line in enumerate(lines) if "cmbuyer-server: serving http" in line)
+        assert started < serving  # "serving" only once the socket is bound, after start-up
     import sqlite3
 
     conn = sqlite3.connect(ddir / "cmbuyer.sqlite3")
@@ -265,3 +358,11 @@ def test_task_add_with_options(ddir: Path) -> None:
     ):
         done = cli(ddir, *base, *bad)
         assert done.returncode != 0 and message in done.stderr, (bad, done.stderr)
+
+
+def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32 §9: every ``cmbuyer-server … --help`` runs (exit 0) and nothing in it lacks a help line."""
+    from cmbuyer.server.cli import build_parser, main
+    from tests.cli_help import check_every_help
+
+    check_every_help(build_parser(), main, capsys)

@@ -35,6 +35,8 @@ class TaskFilter:
     states: tuple[str, ...] = ()
     keyword: str = ""
     keyword_kind: str = ""  # "" | "id" | "digits" | "text" | "short"
+    waiting_approval: bool = False  # only tasks whose open attempt waits for a person's 批准 (issue 32 §8)
+    phone: str = ""  # only tasks a device of this exact name has claimed (issue 32 §2)
     created_from: str | None = None
     created_to: str | None = None
     before: tuple[str, str] | None = None
@@ -63,6 +65,17 @@ def task_page(conn: sqlite3.Connection, f: TaskFilter, limit: int) -> list[dict[
     if f.created_to:
         where.append("t.created_at < ?")
         args.append(f.created_to)
+    if f.phone:
+        # one pass over attempts (no index leads with device_id; the devices page links here, not every search)
+        where.append(
+            "t.id IN (SELECT a.task_id FROM attempts a WHERE a.device_id IN (SELECT id FROM devices WHERE name = ?))"
+        )
+        args.append(f.phone)
+    if f.waiting_approval:
+        where.append(
+            "t.id IN (SELECT r.task_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"
+            " WHERE r.state = 'WAITING' AND a.state = 'OPEN')"
+        )
     if f.keyword_kind == "id":
         where.append("t.id = ?")
         args.append(f.keyword)
@@ -149,12 +162,55 @@ def devices_with_claims(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     rows = conn.execute(
         "SELECT d.id, d.name, d.state, d.created_at, d.revoked_at, d.last_heartbeat_at, d.client_version,"
         " d.adb_serial, d.android_release, d.pdd_version, d.pdd_version_code, d.reported_state,"
-        " d.app_version_allowed, d.pack_id, a.id AS attempt_id, a.task_id AS claim_task_id,"
+        " d.app_version_allowed, d.pack_id, d.paused_at, d.paused_by, d.min_claim_interval_seconds,"
+        " d.max_claims_per_day, d.last_claim_at, d.claims_day, d.claims_on_day,"
+        " a.id AS attempt_id, a.task_id AS claim_task_id,"
         " a.lease_expires_at AS claim_lease_expires_at, t.title AS claim_task_title"
         " FROM devices d LEFT JOIN attempts a ON a.device_id = d.id AND a.state = 'OPEN'"
         " LEFT JOIN tasks t ON t.id = a.task_id ORDER BY d.created_at, d.id"
     )
     return [dict(r) for r in rows]
+
+
+def device_holds(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """Per device with a reported hold or a pending screen request (issue 32 §7): the hold's code, line,
+    since when (``hold_seen_at``), a pending release, the task the held attempt was for and that attempt's
+    newest FAILURE screenshot (index ``evidence_task``), and the pending screen request."""
+    rows = conn.execute(
+        "SELECT d.id, d.hold_code, d.hold_reason, d.hold_attempt_id, d.hold_seen_at, d.hold_release_at,"
+        " d.hold_release_by, d.hold_release_note, d.screen_request_id, d.screen_requested_at,"
+        " a.task_id AS hold_task_id, t.title AS hold_task_title,"
+        " (SELECT e.id FROM evidence_assets e WHERE e.task_id = a.task_id AND e.attempt_id = a.id"
+        "  AND e.kind = 'FAILURE' ORDER BY e.created_at DESC LIMIT 1) AS hold_screenshot_id"
+        " FROM devices d LEFT JOIN attempts a ON a.id = d.hold_attempt_id LEFT JOIN tasks t ON t.id = a.task_id"
+        " WHERE d.hold_seen_at IS NOT NULL OR d.screen_request_id IS NOT NULL"
+    )
+    return {r["id"]: dict(r) for r in rows}
+
+
+def device_day_counts(conn: sqlite3.Connection, since: str) -> dict[str, dict[str, int]]:
+    """Per device, what happened since ``since`` (wire time, the start of the day): ``claimed`` (new attempts),
+    ``failed`` (of those, closed FAILED before the fence), ``created`` (orders fenced since then and reported
+    or settled as created) and ``reconciliation`` (fenced since then and waiting for a person). Devices with
+    nothing are absent. Two grouped scans (attempts, order_submissions), each one pass over its table."""
+    counts: dict[str, dict[str, int]] = {}
+
+    def add(device_id: str, **values: int) -> None:
+        counts.setdefault(device_id, {"claimed": 0, "failed": 0, "created": 0, "reconciliation": 0}).update(values)
+
+    for r in conn.execute(
+        "SELECT device_id, COUNT(*), SUM(close_reason = 'FAILED') FROM attempts WHERE created_at >= ?"
+        " GROUP BY device_id",
+        (since,),
+    ):
+        add(r[0], claimed=r[1], failed=r[2] or 0)
+    for r in conn.execute(
+        "SELECT device_id, SUM(state IN ('SUBMITTED', 'CREATED')), SUM(state = 'RECONCILIATION_REQUIRED')"
+        " FROM order_submissions WHERE created_at >= ? GROUP BY device_id",
+        (since,),
+    ):
+        add(r[0], created=r[1] or 0, reconciliation=r[2] or 0)
+    return counts
 
 
 def device_names(conn: sqlite3.Connection, device_ids: list[str]) -> dict[str, str]:

@@ -43,18 +43,30 @@ def live_approval_of_open_attempt(conn: sqlite3.Connection, task_id: str) -> dic
     )
 
 
-def waiting_task_ids(conn: sqlite3.Connection, task_ids: list[str]) -> set[str]:
-    """Those of ``task_ids`` whose OPEN attempt has a WAITING approval request (the list badge)."""
+# when the phone gives up waiting (approval_requests.wait_until, migration 0011); a request made before it: the
+# agent's default, 600 s after it was made
+_WAIT_UNTIL = (
+    "COALESCE(r.wait_until, strftime('%Y-%m-%dT%H:%M:%S.000000Z', r.created_at, '+600 seconds')) AS wait_until"
+)
+_WAITING = (
+    " FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id WHERE r.state = 'WAITING' AND a.state = 'OPEN'"
+)
+
+
+def waiting_task_ids(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, str]:
+    """Those of ``task_ids`` whose OPEN attempt has a WAITING approval request (the list badge), each with the
+    time the phone gives up waiting (wire time: the badge's countdown)."""
     if not task_ids:
-        return set()
-    return {
-        r[0]
-        for r in conn.execute(
-            "SELECT r.task_id FROM approval_requests r JOIN attempts a ON a.id = r.attempt_id"
-            f" WHERE r.state = 'WAITING' AND a.state = 'OPEN' AND r.task_id IN ({marks(task_ids)})",
-            task_ids,
-        )
-    }
+        return {}
+    rows = conn.execute(f"SELECT r.task_id, {_WAIT_UNTIL}{_WAITING} AND r.task_id IN ({marks(task_ids)})", task_ids)
+    return {r[0]: r[1] for r in rows}
+
+
+def waiting_summary(conn: sqlite3.Connection) -> tuple[int, str | None]:
+    """How many orders wait for a person's approval now, and the earliest time one of them gives up
+    (index ``approval_requests_waiting``)."""
+    row = conn.execute(f"SELECT COUNT(*), MIN(wait_until) FROM (SELECT {_WAIT_UNTIL}{_WAITING})").fetchone()
+    return int(row[0]), row[1]
 
 
 def waiting_device_ids(conn: sqlite3.Connection) -> set[str]:

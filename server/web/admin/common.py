@@ -28,6 +28,7 @@ from cmbuyer.server.domain.errors import CmbuyerError, DomainError, Unavailable
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.web.access_log import ADMIN_KEY as ACCESS_ADMIN
 from cmbuyer.server.web.admin import csrf
 from cmbuyer.server.web.client_address import request_scheme
 from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove, read_chunk
@@ -339,6 +340,7 @@ async def _guarded(
         session = await current_session(request)
         if session is None:
             return unauthenticated(request)
+        request[ACCESS_ADMIN] = session.username  # the access log's "admin=<username>"
         return await run(session)
     except AdminHTTPError as exc:
         return refuse(request, exc, session)

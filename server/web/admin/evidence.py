@@ -1,4 +1,5 @@
-"""``GET /evidence/{asset_id}`` (docs/admin.md "Evidence"): internal screenshots for logged-in admins only.
+"""``GET /evidence/{asset_id}`` (docs/admin.md "Evidence") and ``GET /device-screens/{screen_id}`` (a phone's
+screenshot for 查看当前屏幕, issue 32 §7): internal screenshots for logged-in admins only, by the same rules.
 
 Order of checks: no valid session → 401 before any lookup (existence never leaks); malformed id,
 unknown id, missing/unreadable file, or a file whose SHA-256 no longer matches its row → empty 404.
@@ -11,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
 from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.server.domain.errors import Unavailable
+from cmbuyer.server.store import device_screens
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.web.admin.common import STORAGE_REFUSAL, current_session, refuse, request_id
 from cmbuyer.server.web.keys import DB, SETTINGS
@@ -44,8 +48,13 @@ def _empty(status: int) -> web.Response:
     return web.Response(status=status, body=b"", headers=_NO_STORE)
 
 
-async def get_evidence(request: web.Request) -> web.StreamResponse:
-    """Serve one evidence PNG (rules in the module docstring)."""
+FileRef = tuple[str, int] | None  # (sha256, byte size) of a stored PNG
+
+
+async def _serve(
+    request: web.Request, key: str, lookup: Callable[[sqlite3.Connection, str], FileRef]
+) -> web.StreamResponse:
+    """Serve the PNG ``lookup`` finds for the path id ``key`` (rules in the module docstring)."""
     try:
         session = await current_session(request)
     except Unavailable:
@@ -54,11 +63,11 @@ async def get_evidence(request: web.Request) -> web.StreamResponse:
         response = _empty(401)
         response.headers["X-Request-ID"] = request_id(request)
         return response
-    asset_id = request.match_info["asset_id"]
-    if not is_uuid4(asset_id):
+    row_id = request.match_info[key]
+    if not is_uuid4(row_id):
         return _empty(404)
     try:
-        ref = await request.app[DB].read(lambda c: admin_queries.evidence_file_ref(c, asset_id))
+        ref = await request.app[DB].read(lambda c: lookup(c, row_id))
     except Unavailable:
         return _empty(503)
     if ref is None or not is_hex64(ref[0]):
@@ -80,6 +89,24 @@ async def get_evidence(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def get_evidence(request: web.Request) -> web.StreamResponse:
+    """Serve one task evidence PNG."""
+    return await _serve(request, "asset_id", admin_queries.evidence_file_ref)
+
+
+def _screen_ref(conn: sqlite3.Connection, screen_id: str) -> FileRef:
+    screen = device_screens.get(conn, screen_id)
+    if screen is None or screen.sha256 is None or screen.byte_size is None:
+        return None
+    return screen.sha256, screen.byte_size
+
+
+async def get_device_screen(request: web.Request) -> web.StreamResponse:
+    """Serve one phone screenshot taken for 查看当前屏幕 (404 for an answer without an image)."""
+    return await _serve(request, "screen_id", _screen_ref)
+
+
 def setup(app: web.Application) -> None:
     """Register the evidence route."""
     app.router.add_get("/evidence/{asset_id}", get_evidence, name="admin-evidence")
+    app.router.add_get("/device-screens/{screen_id}", get_device_screen, name="admin-device-screen")

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
 from cmbuyer.schemas.sku import MAX_OPTIONS
+from cmbuyer.server.clock import from_wire
 from cmbuyer.server.domain import task_fields
 from cmbuyer.server.domain.claims import ready_for_claims
 from cmbuyer.server.domain.codes import Code
@@ -84,6 +85,7 @@ NOTICES = {
     "verdict_wrong": "已记录：订单有误。这台设备对这个识别包已暂停领取任务。",
 }
 STATE_GROUPS = {"attention": ("RECONCILIATION_REQUIRED", "FAILED", "EXPIRED")}
+WAITING_CHOICE = "waiting_approval"  # the 等待人工确认 filter: not a task state, a WAITING approval (issue 32 §8)
 
 
 # -- view-header rules --------------------------------------------------------------------------------
@@ -166,9 +168,13 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
             kind = "text"
         else:
             kind = "short"
+    phone = (query.get("phone") or "").strip()[:64]
     states: list[str] = []
+    waiting_approval = False
     for raw in query.getall("state", []):
-        if raw in STATE_GROUPS:
+        if raw == WAITING_CHOICE:
+            waiting_approval = True
+        elif raw in STATE_GROUPS:
             states.extend(STATE_GROUPS[raw])
         elif raw in TaskState.__members__:
             states.append(raw)
@@ -198,12 +204,15 @@ def parse_filter(query: Any) -> tuple[TaskFilter, dict[str, Any], list[str]]:
         created_to=created_to,
         before=before,
         after=after,
+        waiting_approval=waiting_approval,
+        phone=phone,
     )
     form = {
         "q": keyword,
         "state": list(query.getall("state", [])),
         "from": date_from if created_from else "",
         "to": date_to if created_to else "",
+        "phone": phone,
     }
     return f, form, problems
 
@@ -223,6 +232,7 @@ def _list_job(f: TaskFilter, *, counts: bool = True) -> Any:
             "events": admin_queries.latest_events(conn, ids),
             "claims": admin_queries.open_attempts(conn, ids),
             "waiting": supervision_admin.waiting_tasks(conn, ids),
+            "waiting_summary": supervision_admin.waiting_summary(conn),
             # the live view's rows fragment does not show the counts: skip the query every 3 s
             "counts": task_lists.state_counts(conn) if counts else {},
         }
@@ -233,7 +243,7 @@ def _list_job(f: TaskFilter, *, counts: bool = True) -> Any:
 def _page_links(form: dict[str, Any], f: TaskFilter, data: dict[str, Any]) -> dict[str, str | None]:
     base = [("q", form["q"])] if form["q"] else []
     base += [("state", s) for s in form["state"]]
-    base += [(k, form[k]) for k in ("from", "to") if form[k]]
+    base += [(k, form[k]) for k in ("from", "to", "phone") if form[k]]
     rows = data["rows"]
     has_prev = (f.after is not None and data["more"]) or f.before is not None
     has_next = (f.after is None and data["more"]) or f.after is not None
@@ -246,8 +256,20 @@ def _page_links(form: dict[str, Any], f: TaskFilter, data: dict[str, Any]) -> di
     return {"prev": prev_link, "next": next_link, "first": first_link}
 
 
+def countdown(deadline: str | None, at: datetime) -> str:
+    """``m:ss`` until ``deadline`` (wire time) from ``at``; ``0:00`` once passed, "" without a deadline."""
+    if not deadline:
+        return ""
+    left = max(0, int((from_wire(deadline) - at).total_seconds()))
+    return f"{left // 60}:{left % 60:02d}"
+
+
 def _state_choices() -> list[tuple[str, str]]:
-    return [("attention", "需要人工处理"), *((s.value, TASK_STATE_LABELS[s]) for s in TaskState)]
+    return [
+        ("attention", "需要人工处理"),
+        (WAITING_CHOICE, "等待人工确认"),
+        *((s.value, TASK_STATE_LABELS[s]) for s in TaskState),
+    ]
 
 
 async def _render_list(
@@ -269,6 +291,9 @@ async def _render_list(
         "events": data["events"],
         "claims": data["claims"],
         "waiting": data["waiting"],
+        "waiting_count": data["waiting_summary"][0],
+        "waiting_first_deadline": data["waiting_summary"][1],
+        "countdown": countdown,
         "counts": [(s.value, TASK_STATE_LABELS[s], data["counts"].get(s.value, 0)) for s in TaskState],
         "count_total": sum(data["counts"].values()),
         "export_query": urlencode([(k, v) for k, v in request.query.items() if k in ("q", "state", "from", "to")]),

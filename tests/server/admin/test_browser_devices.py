@@ -68,3 +68,48 @@ async def test_pack_column_shows_pack_no_pack_hint_and_unknown(
         await page.reload()
         await expect(page.locator(f"tr[data-device-id='{packed.device_id}'] td.pack")).to_have_text("—")
     assert problems == [], problems
+
+
+async def test_lost_phone_turns_lost_without_reload_and_pause_button(
+    aiohttp_server: Any, aiohttp_client: Any, settings: Any, admin: str, make_device: Any, clock: Any
+) -> None:
+    """Issue 32 §1/§2: a READY phone shows 空闲 while it heartbeats; once its heartbeat is older than
+    interval × factor (here 1 s × 2) the open page says 已失联 — never 空闲 — by itself, within the stale
+    window plus one 3-s refresh. 暂停领取 on the row pauses the device (恢复领取 then shows)."""
+    import asyncio
+    import dataclasses
+
+    from playwright.async_api import expect
+
+    fast = dataclasses.replace(settings, heartbeat_interval=1, heartbeat_stale_factor=2)
+    server = await aiohttp_server(create_app(fast))  # real clock
+    device_api = await aiohttp_client(server)
+    phone = make_device("采购机 会失联")
+
+    async def beating() -> None:  # the agent's heartbeat, until the phone "drops off"
+        while True:
+            status, raw, _ = await post(device_api, HEARTBEAT, phone, heartbeat_body(phone.device_id))
+            assert status == 200, raw
+            await asyncio.sleep(0.5)
+
+    beats = asyncio.create_task(beating())
+
+    base = str(server.make_url("")).rstrip("/")
+    async with chromium_page() as (page, problems):
+        await log_in(page, base)
+        await page.goto(base + "/devices")
+        state = page.locator(f"tr[data-device-id='{phone.device_id}'] td.device-state")
+        await expect(state).to_contain_text("空闲")
+        await expect(state).not_to_contain_text("已失联")
+        beats.cancel()
+        # no more heartbeats: stale after 2 s, seen at the next refresh (every 3 s), no reload
+        await expect(state.locator(".lost")).to_have_text("已失联", timeout=9000)
+        await expect(state).not_to_contain_text("空闲")
+        await page.screenshot(path=str(ARTIFACTS / "devices-lost.png"), full_page=True)
+
+        await page.locator(f"tr[data-device-id='{phone.device_id}'] button.pause-toggle").click()
+        await expect(page.locator(".notice")).to_contain_text("设备已暂停")
+        row = page.locator(f"tr[data-device-id='{phone.device_id}']")
+        await expect(row.locator(".paused")).to_contain_text("暂停领取")
+        await expect(row.locator("button.pause-toggle")).to_have_text("恢复领取")
+    assert problems == [], problems

@@ -154,3 +154,34 @@ async def test_approve_reject_badges_verdicts_and_resupervise(
         assert tuple(pair(seed, phone_a)) == (1, 0, None)  # only that device
         await page.screenshot(path=str(ARTIFACTS / "supervision-resupervised.png"), full_page=True)
     assert problems == [], problems
+
+
+async def test_waiting_orders_are_counted_filtered_and_counted_down(
+    aiohttp_server: Any, settings: Any, admin: str, make_task: Any, make_device: Any, seed: Any, clock: Any
+) -> None:
+    """Issue 32 §8: the task table says how many orders wait for 批准 and when the first phone gives up; the
+    等待人工确认 filter lists them; each row counts down to its phone's timeout, live."""
+    from playwright.async_api import expect
+
+    clock.set(datetime.now(UTC))
+    server = await aiohttp_server(create_app(settings))
+    base = str(server.make_url("")).rstrip("/")
+    phone = make_device("采购机 等待").device_id
+    waiting = make_task(title="纯棉短袖 等人确认", start=True)
+    other = make_task(title="纯棉短袖 不需确认", start=True)
+    approval(seed, waiting.id, supervised_claim(seed, waiting.id, phone), phone)
+    async with chromium_page(http_errors=True) as (page, problems):
+        await log_in(page, base)
+        count = page.locator("#waiting-count")
+        await expect(count).to_contain_text("1 单等待人工确认")
+        await expect(count).to_contain_text(re.compile(r"最早一单 (9:[0-5]\d|10:00) 后超时"))
+        await count.locator("a").click()
+        await expect(page).to_have_url(re.compile(r"/tasks\?state=waiting_approval$"))
+        row = page.locator(f"tr[data-task-id='{waiting.id}']")
+        await expect(row.locator(".badge.waiting")).to_have_text("等待人工确认")
+        await expect(page.locator(f"tr[data-task-id='{other.id}']")).to_have_count(0)
+        first = await row.locator(".countdown").inner_text()
+        assert re.fullmatch(r"剩 (9:[0-5]\d|10:00)", first), first
+        await expect(row.locator(".countdown")).not_to_have_text(first, timeout=8_000)  # the live view counts down
+        await page.screenshot(path=str(ARTIFACTS / "supervision-waiting-filter.png"), full_page=True)
+    assert problems == [], problems

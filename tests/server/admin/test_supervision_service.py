@@ -144,14 +144,14 @@ def test_task_panel_shows_the_waiting_request_then_the_approval(
     panel = tx(sync_conn, lambda c: service.task_panel(c, waiting["task"].id, settings))
     assert panel["approval"]["state"] == "APPROVED" and panel["approval"]["decided_by"] == "admin:ops"
     assert panel["stamp"] != before  # the live view notices the decision
-    assert tx(sync_conn, lambda c: service.waiting_tasks(c, [waiting["task"].id])) == set()
+    assert tx(sync_conn, lambda c: service.waiting_tasks(c, [waiting["task"].id])) == {}
 
 
 # -- approve / reject ---------------------------------------------------------------------------------------
 
 
 def test_approve_records_who_and_audits_once(waiting: dict[str, Any], sync_conn: Any, clock: Any) -> None:
-    assert tx(sync_conn, lambda c: service.waiting_tasks(c, [waiting["task"].id])) == {waiting["task"].id}
+    assert set(tx(sync_conn, lambda c: service.waiting_tasks(c, [waiting["task"].id]))) == {waiting["task"].id}
     d = tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], "approve", OPS, clock.now(), "rid-1"))
     assert (d.state, d.changed, d.task_id) == ("APPROVED", True, waiting["task"].id)
     row = sync_conn.execute(

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from cmbuyer.server import migrate
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain.claims import ClaimPolicy
-from tests.server.store.test_migration_lean import _migrate_to, _seed, db_at
+from tests.server.store.test_migration_lean import AT, _migrate_to, _seed, db_at
 from tests.server.store.test_migration_order_sheet import _schema_objects
 
 HELD = "0009_held_tasks.sql"
@@ -42,10 +43,13 @@ def test_upgrade_keeps_every_row_and_object(
 ) -> None:
     _seed(db_0008, settings, clock, policy, tasks=5, claims=2)
     rows, objects = _all_rows(db_0008), _schema_objects(db_0008)
-    # only 0009: 0010 (SKU options) rewrites the SKU columns and has its own test
+    # only 0009: the later migrations have their own tests
     assert _migrate_to(db_0008, 9, monkeypatch) == [HELD]
     assert _all_rows(db_0008) == rows
     assert _schema_objects(db_0008) == objects
+    # the later ones only add (0010: order_submissions rebuilt; 0011: SKU options; 0012: columns and a table)
+    migrate.migrate(db_0008, AT)
+    migrate.check_current(db_0008)
     assert db_0008.execute("PRAGMA foreign_key_check").fetchall() == []
     assert db_0008.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     task_id = rows["tasks"][0][0]

@@ -42,7 +42,22 @@ class Claim:
 # Columns later migrations add that today's services write (0007: the heartbeat stores devices.pack_id).
 # These tests drive today's services on an older schema: the columns exist only while they do, so each
 # migration under test still runs on exactly its old schema.
-LATER_COLUMNS = (("devices", "pack_id", "TEXT"),)
+LATER_COLUMNS = (
+    ("devices", "pack_id", "TEXT"),
+    # 0012 (issue 32): pause and pacing, read with every device row
+    ("devices", "paused_at", "TEXT"),
+    ("devices", "paused_by", "TEXT"),
+    ("devices", "min_claim_interval_seconds", "INTEGER"),
+    ("devices", "max_claims_per_day", "INTEGER"),
+    ("devices", "last_claim_at", "TEXT"),
+    ("devices", "claims_day", "TEXT"),
+    ("devices", "claims_on_day", "INTEGER NOT NULL DEFAULT 0"),
+    # 0012 (issue 32): the reported hold, its release and the screen request, read by every heartbeat
+    *(("devices", c, "TEXT") for c in ("hold_code", "hold_reason", "hold_attempt_id", "hold_seen_at")),
+    *(("devices", c, "TEXT") for c in ("hold_release_at", "hold_release_by", "hold_release_note")),
+    ("devices", "screen_request_id", "TEXT"),
+    ("devices", "screen_requested_at", "TEXT"),
+)
 
 
 def add_later_columns(conn: sqlite3.Connection) -> list[tuple[str, str]]:

@@ -102,7 +102,8 @@ def test_upgrade_keeps_rows_and_objects(
     # the later migrations keep every row (0007: columns and tables; 0008: an index; 0009: tasks may be HELD;
     # 0010 *_not_tapped_reasons: order_submissions rebuilt with the same columns, tests/server/store/
     # test_migration_not_tapped.py; 0011 folds the colour/size into the SKU options, tested on its own in
-    # test_migration_sku_options.py); the rest of this test runs on the current schema
+    # test_migration_sku_options.py; 0012: device and approval columns, device_screens); the rest of this
+    # test runs on the current schema
     assert migrate.migrate(db_0005, AT) == [m.name for m in migrate.available()][6:]
     migrate.check_current(db_0005)
     new_columns = db_0005.execute(

@@ -23,7 +23,7 @@ from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.tx.common import new_id
-from tests.server.store.test_migration_lean import _claim, _migrate_to, _seed, db_at
+from tests.server.store.test_migration_lean import AT, _claim, _migrate_to, _seed, db_at
 from tests.server.store.test_migration_order_sheet import _fence_raw
 
 SKU_OPTIONS = "0011_sku_options.sql"
@@ -61,7 +61,6 @@ def test_upgrade_folds_colour_and_size_into_options(
     objects = _objects(db_0009)
 
     assert _migrate_to(db_0009, 11, monkeypatch) == [SKU_OPTIONS]
-    migrate.check_current(db_0009)
     assert db_0009.execute("PRAGMA foreign_key_check").fetchall() == []
     assert db_0009.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert _objects(db_0009) == objects  # every index and trigger is back, under its name
@@ -86,6 +85,9 @@ def test_upgrade_folds_colour_and_size_into_options(
     # the new search trigger indexes option values; keyword search still finds migrated tasks
     found = admin_queries.task_page(db_0009, admin_queries.TaskFilter(keyword="黑色", keyword_kind="short"), 10)
     assert len(found) == 4
+    # the later migrations (0012: device pause/pacing columns, read by claims) before the claims
+    migrate.migrate(db_0009, AT)
+    migrate.check_current(db_0009)
     # claims replay byte for byte; a migrated authorization is still claimable and carries both forms
     for claim in claims:
         assert _claim(db_0009, claim, clock, policy).body == claims[claims.index(claim)].body
