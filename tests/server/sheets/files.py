@@ -42,13 +42,18 @@ def xlsx(rows: Sequence[Sequence[Any]], header: Sequence[Any] = HEADER) -> bytes
     return out.getvalue()
 
 
-def fill_template(template: bytes, rows: Sequence[Sequence[Any]]) -> bytes:
-    """The downloaded template with its example row replaced by ``rows`` (what a purchaser does)."""
+def fill_template(template: bytes, rows: Sequence[Sequence[Any]], header: Sequence[str] = HEADER) -> bytes:
+    """The downloaded template with its example row replaced by ``rows`` (what a purchaser does): each
+    row's values (in ``header`` order) go under the template's columns of the same names, the template's
+    other columns stay empty. AssertionError when the template lacks one of ``header``."""
     book = load_workbook(io.BytesIO(template))
     sheet = book.worksheets[0]
+    columns = [cell.value for cell in sheet[1]]
+    assert set(header) <= set(columns), (header, columns)
     sheet.delete_rows(2, sheet.max_row)
     for row in rows:
-        sheet.append(list(row))
+        values = dict(zip(header, row, strict=True))
+        sheet.append([values.get(str(name)) for name in columns])
     out = io.BytesIO()
     book.save(out)
     return out.getvalue()
