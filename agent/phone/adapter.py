@@ -229,8 +229,9 @@ class PhoneAdapter:
         return cls(serial, device, u2dev, deadlines)
 
     # --- plumbing -----------------------------------------------------------------------------
-    def _call(self, fn: Callable[[], T], seconds: float, what: str) -> T:
-        self.calls_made += 1
+    def _call(self, fn: Callable[[], T], seconds: float, what: str, *, phone: bool = True) -> T:
+        """``fn()`` under a deadline; ``phone=False`` for local work (encoding) that sends nothing."""
+        self.calls_made += phone
         try:
             return call_with_deadline(fn, seconds, what)
         except AgentError:
@@ -326,7 +327,7 @@ class PhoneAdapter:
     def screenshot_png(self) -> bytes:
         """PNG bytes of the screen."""
         shot = self.screenshot()
-        return self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
+        return self._call(shot.png, self.deadlines.screenshot, "screenshot encode", phone=False)
 
     def app_version(self) -> AppVersion | None:
         out = self.shell(["dumpsys", "package", self.app_package], "dumpsys package")
@@ -507,7 +508,7 @@ class PhoneAdapter:
             if not (app_windows(before, self.app_package) and app_windows(after, self.app_package)):
                 return None
             try:
-                png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
+                png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode", phone=False)
                 return outside_app_of_all(png, (before, after), self.app_package)
             except (AgentError, ImageUnreadable):
                 return None
@@ -522,7 +523,7 @@ class PhoneAdapter:
             self._looks = [*recent, (windows, focus, self.calls_made)]
             if focus != self.app_package or not app_windows(windows, self.app_package):
                 return None
-            png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
+            png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode", phone=False)
             return outside_app(png, windows, self.app_package)
         except (AgentError, ImageUnreadable):
             return None
