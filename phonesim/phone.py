@@ -23,6 +23,7 @@ from .nodes import Node, clickable_target, frame, hit_path, image
 from .prices import to_price
 from .scenario import Latency, PhoneConfig
 from .screenshot import jpeg_bytes, png_bytes, render_image
+from .system_ui import LAUNCHER_ACTIVITY
 
 KEY_NAMES = {
     "4": "back",
@@ -46,7 +47,6 @@ KEY_NAMES = {
 }
 ACTIVITY = "com.xunmeng.pinduoduo.activity.NewPageActivity"
 HOME_ACTIVITY = "com.xunmeng.pinduoduo.ui.activity.HomeActivity"
-LAUNCHER_ACTIVITY = "com.android.launcher3/com.android.launcher3.Launcher"
 # ``dumpsys activity top`` intent data per page; a page with ``{order_sn}`` has none without its order
 PAGE_URLS = {
     "product": "pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}",
@@ -293,7 +293,7 @@ class Phone:
             wins = screens.windows(self.app)
             if time.monotonic() < self._ready_at and self.app.page is not None:
                 # cold start still running: the app shows its splash and nothing readable
-                splash = frame(screens.APP_BOUNDS, image(screens.APP_BOUNDS, ""), rid="", style="page")
+                splash = frame((0, 0, screens.W, screens.H), image(screens.APP_BOUNDS, ""), rid="", style="page")
                 wins = [w if w.package != self.cfg.app.package else splash for w in wins]
             return wins
 

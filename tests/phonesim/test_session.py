@@ -145,7 +145,7 @@ def test_playback_follows_the_recorded_steps(session_dir: Path, recording: dict[
     points = recording["points"]
     data = json.loads((session_dir / SESSION_FILE).read_text("utf-8"))
     with _playing(session_dir) as (phone, d, lines):
-        assert d.app_current()["package"] == "com.android.launcher3"
+        assert d.app_current()["package"] == "com.miui.home"
         assert d.shell(["pidof", "com.xunmeng.pinduoduo"]).exit_code == 1
         out = d.shell(["dumpsys", "package", "com.xunmeng.pinduoduo"]).output
         assert "versionName=8.22.0" in out and "versionCode=82200" in out
