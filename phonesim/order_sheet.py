@@ -529,7 +529,7 @@ def paid_page(app: AppModel) -> list[Node]:
     page = app.page
     assert page is not None and page.order is not None
     order = page.order
-    bar = linear((0, 2112, base.W, base.PAGE_BOTTOM), style="bottombar")
+    bar = linear((0, 2112, base.W, base.APP_BOTTOM), style="bottombar")
     bar.add(
         frame(
             (60, 2136, 520, 2256),

@@ -22,10 +22,7 @@ NOTIFICATION_TICKER = system_ui.NOTIFICATION_TICKER
 # the app's decor (LinearLayout > android:id/content) ends here on the captures: 26 px under the top of
 # the launcher's gesture strip (system_ui.GESTURE_TOP), which is drawn over it
 APP_BOTTOM = 2354
-# the modelled pages (no capture of them) keep the geometry they were drawn with: their bottom bars end
-# here, above the gesture strip
-PAGE_BOTTOM = 2280
-APP_BOUNDS = (0, STATUS_H, W, PAGE_BOTTOM)  # a modelled page's area inside the app's content
+APP_BOUNDS = (0, STATUS_H, W, APP_BOTTOM)  # the app's content (android:id/content): pages, scrims, dialogs
 
 
 def text_width(s: str, cjk: int = 36, latin: int = 20) -> int:
@@ -98,7 +95,7 @@ def product_page(app: AppModel) -> list[Node]:
         text((36, 1332, 1044, 1452), goods.title),
         text((36, 1476, 1044, 1530), "退货包运费 · 极速退款 · 7天无理由退货"),
     ]
-    bar = linear((0, 2112, W, PAGE_BOTTOM), style="bottombar")
+    bar = linear((0, 2112, W, APP_BOTTOM), style="bottombar")
     for i, label in enumerate(["店铺", "收藏", "客服"]):
         bar.add(
             linear(
@@ -157,7 +154,7 @@ def sku_sheet(app: AppModel) -> Node:
     chosen = [app.selection[d.name] for d in goods.dimensions if d.name in app.selection]
     missing = [d.name for d in goods.dimensions if d.name not in app.selection]
     # the sheet itself is clickable so taps on its empty parts do not fall through to the scrim
-    sheet = linear((0, 900, W, PAGE_BOTTOM), clickable=True, action=("noop",), style="sheet")
+    sheet = linear((0, 900, W, APP_BOTTOM), clickable=True, action=("noop",), style="sheet")
     sheet.add(
         image((36, 924, 256, 1144), "", rid=f"{PDD}:id/iv_goods_img"),
         text((300, 930, 300 + text_width(price_text, 48, 30), 1010), price_text, style="price"),
@@ -258,14 +255,14 @@ def confirm_page(app: AppModel) -> list[Node]:
     bar = [order_sheet.submit_button((540, 2136, 1056, 2268), (600, 2166, 996, 2238), label)]
     if app.duplicate_submit:  # fault: a second, equally real submit control in the bottom bar
         bar.insert(0, order_sheet.submit_button((24, 2136, 530, 2268), (60, 2166, 480, 2238), label))
-    nodes.append(linear((0, 2112, W, PAGE_BOTTOM), *bar, style="bottombar"))
+    nodes.append(linear((0, 2112, W, APP_BOTTOM), *bar, style="bottombar"))
     if app.payment_sheet and page is not None and page.order is not None:
         nodes.append(payment_sheet(app, page.order.total))
     return nodes
 
 
 def payment_sheet(app: AppModel, amount: object) -> Node:
-    sheet = linear((0, 1300, W, PAGE_BOTTOM), style="sheet")
+    sheet = linear((0, 1300, W, APP_BOTTOM), style="sheet")
     sheet.add(
         image((36, 1324, 108, 1396), "关闭", clickable=True, action=("back",)),
         text((380, 1324, 700, 1396), "选择支付方式"),
@@ -324,7 +321,7 @@ def order_page(app: AppModel) -> list[Node]:
         ),
         text((36, 900, 1044, 950), f"订单编号：{order.order_sn}"),
     ]
-    bar = linear((0, 2112, W, PAGE_BOTTOM), style="bottombar")
+    bar = linear((0, 2112, W, APP_BOTTOM), style="bottombar")
     bar.add(
         frame(
             (480, 2136, 740, 2256), text((520, 2166, 700, 2226), "取消订单"), clickable=True, action=("cancel_order",)
@@ -405,7 +402,7 @@ def popup(kind: str, custom: str | None) -> Node:
     if kind == "splash":
         return frame(
             APP_BOUNDS,
-            image((0, STATUS_H, W, PAGE_BOTTOM), "开屏广告"),
+            image(APP_BOUNDS, "开屏广告"),
             text((860, 130, 1040, 200), "跳过 3", clickable=True, action=("dismiss_popup",)),
             style="page",
         )
@@ -462,7 +459,7 @@ def home_page() -> list[Node]:
         text((36, 130, 1044, 214), "搜索", clickable=True, action=("noop",), style="tile"),
         text((36, 250, 300, 320), "首页"),
     ]
-    bar = linear((0, 2112, W, PAGE_BOTTOM), style="bottombar")
+    bar = linear((0, 2112, W, APP_BOTTOM), style="bottombar")
     for i, label in enumerate(["首页", "多多视频", "聊天", "个人中心"]):
         bar.add(text((i * 270, 2124, i * 270 + 270, 2268), label, clickable=True, action=("noop",)))
     nodes.append(bar)
@@ -478,7 +475,7 @@ def app_window(app: AppModel) -> Node | None:
         return None
     root = frame((0, 0, W, H), rid="", style="page")
     # drawing-order 2 as on the captures (the decor draws a hidden child first)
-    content = frame((0, STATUS_H, W, APP_BOTTOM), rid="android:id/content", drawing_order=2)
+    content = frame(APP_BOUNDS, rid="android:id/content", drawing_order=2)
     root.add(linear((0, 0, W, APP_BOTTOM), content, rid=""))
     sheet_open = page.name == "product" and app.sheet_open and app.goods is not None and app.goods.available
     if sheet_open and app.layout == "order_sheet":
