@@ -15,7 +15,7 @@ from typing import Any
 
 from PIL import Image
 
-from . import hierarchy, screens
+from . import hierarchy, screens, system_ui
 from .app import CASHIERS, AppModel
 from .faults import DUMP_KINDS, MUTATION_KINDS, Fault, FaultBook
 from .journal import Journal, JournalSink, is_payment_text
@@ -324,7 +324,9 @@ class Phone:
             elif fault.kind == "malformed_dump":
                 xml = hierarchy.malform(hierarchy.render_xml(wins, max_depth))
             else:  # emoji_dump
-                wins[0].add(image((240, 24, 288, 72), "拼多多通知：🎉限时秒杀🧧 马上抢"))
+                # one more notification icon on the status bar, named with emoji
+                icons = next(n for w in wins for n in w.walk() if n.rid.endswith(":id/notificationIcons"))
+                icons.add(system_ui.notification_icon(len(icons.children), "拼多多通知：🎉限时秒杀🧧 马上抢"))
                 xml = hierarchy.render_xml(wins, max_depth)
                 if fault.params.get("mode") == "broken":
                     xml = hierarchy.break_emoji(xml)

@@ -16,7 +16,7 @@ from importlib import resources
 
 from .app import CASHIERS
 from .phone import Phone
-from .system_ui import LAUNCHER, LAUNCHER_ACTIVITY
+from .system_ui import DEVICE_BRAND, DEVICE_MODEL, LAUNCHER, LAUNCHER_ACTIVITY
 
 U2_JAR = "/data/local/tmp/u2.jar"
 
@@ -114,13 +114,13 @@ def _md5(phone: Phone, args: list[str]) -> ShellResult:
 
 def props(phone: Phone) -> dict[str, str]:
     dev = phone.cfg.device
-    model = str(dev.get("model", "PJE110"))
+    model = str(dev.get("model", DEVICE_MODEL))
     return {
         "ro.serialno": phone.serial,
         "ro.build.version.sdk": str(dev.get("sdk", 33)),
         "ro.build.version.release": str(dev.get("release", "13")),
-        "ro.product.brand": str(dev.get("brand", "OPPO")),
-        "ro.product.manufacturer": str(dev.get("brand", "OPPO")),
+        "ro.product.brand": str(dev.get("brand", DEVICE_BRAND)),
+        "ro.product.manufacturer": str(dev.get("brand", DEVICE_BRAND)),
         "ro.product.model": model,
         "ro.product.name": model,
         "ro.product.device": "OP5961L1",

@@ -22,6 +22,8 @@ from __future__ import annotations
 from .nodes import Node
 
 W, H = 1080, 2400
+# the phone the scenarios' ``device`` defaults to: a 1080x2400 MIUI phone (Redmi K40), like the captured one
+DEVICE_BRAND, DEVICE_MODEL = "Redmi", "M2012K11AC"
 SYSUI = "com.android.systemui"
 LAUNCHER = "com.miui.home"
 LAUNCHER_ACTIVITY = f"{LAUNCHER}/{LAUNCHER}.launcher.Launcher"
@@ -44,14 +46,11 @@ def _n(cls: str, bounds: tuple[int, int, int, int], rid: str = "", order: int | 
     return node
 
 
-def _notification_icons(descs: list[str]) -> list[Node]:
-    """One ImageView per notification: the first four side by side, the rest stacked at the right end
-    of the area (as MIUI squeezes them; the captures' geometry)."""
-    icons = []
-    for i, desc in enumerate(descs):
-        left = 271 + 51 * i if i < 4 else min(439 + 15 * (i - 4), 454)
-        icons.append(_n(_IMAGE, (left, 41, left + 47 if i >= 5 else left + 51, 78), order=i + 1, desc=desc))
-    return icons
+def notification_icon(i: int, desc: str) -> Node:
+    """The ``i``-th notification icon (an ImageView, content-desc ``desc``): the first four side by
+    side, the rest stacked at the right end of the area (as MIUI squeezes them; the captures' geometry)."""
+    left = 271 + 51 * i if i < 4 else min(439 + 15 * (i - 4), 454)
+    return _n(_IMAGE, (left, 41, left + 47 if i >= 5 else left + 51, 78), order=i + 1, desc=desc)
 
 
 def status_bar(notifications: list[str] | None = None, clock: str = "10:24") -> Node:
@@ -93,7 +92,13 @@ def status_bar(notifications: list[str] | None = None, clock: str = "10:24") -> 
                         "notification_icon_area_inner",
                         1,
                         children=[
-                            _n(_FRAME, (271, 28, 501, 92), "notificationIcons", 1, children=_notification_icons(descs))
+                            _n(
+                                _FRAME,
+                                (271, 28, 501, 92),
+                                "notificationIcons",
+                                1,
+                                children=[notification_icon(i, d) for i, d in enumerate(descs)],
+                            )
                         ],
                     )
                 ],

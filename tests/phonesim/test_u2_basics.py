@@ -22,7 +22,7 @@ def test_connect_info_and_window_size(u2dev):
     assert info["displayWidth"] == 1080 and info["displayHeight"] == 2400
     assert info["sdkInt"] == 33 and info["screenOn"] is True
     assert u2dev.window_size() == (1080, 2400)
-    assert u2dev.device_info["model"] == "PJE110"
+    assert u2dev.device_info["model"] == "M2012K11AC"
 
 
 def test_app_info_reads_version(u2dev):
@@ -146,7 +146,7 @@ def test_adbutils_direct_use(phonesim: PhoneSim):
     assert (r.returncode, r.output.strip()) == (0, "hi")
     r = dev.shell2("nosuchcmd")
     assert r.returncode == 127
-    assert dev.prop.model == "PJE110"
+    assert dev.prop.model == "M2012K11AC"
     assert dev.app_info(PDD).version_name == "8.17.0"
     assert dev.window_size() == (1080, 2400)
 
