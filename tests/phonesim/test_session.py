@@ -115,7 +115,7 @@ def test_recorder_writes_the_contract_format(recording: dict[str, Any]) -> None:
             "blacked_out",
         }
         package = meta["activity"].split("/")[0]
-        # only the window in front is kept: no status bar, navigation bar or launcher behind the app
+        # only the window in front is kept: no status bar, no launcher (its gesture strip) behind the app
         assert {n.get("package") for n in _nodes(dump)} == {package}
         if package == "com.xunmeng.pinduoduo":
             assert "com.android.systemui" in meta["scrubbed"]["dropped_packages"]
