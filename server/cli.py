@@ -832,10 +832,12 @@ def cmd_task(args: argparse.Namespace) -> int:
         elif args.task_cmd in ("cancel", "reset", "mark-paid"):
             return _task_action(args, conn, now)
         else:
+            from cmbuyer.server.task_summary import summary_lines
             from cmbuyer.server.web.admin import task_view
 
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
-            _report(args, view, [json.dumps(view, ensure_ascii=False, indent=2)])
+            names = {d.id: d.name for d in device_store.list_all(conn)}
+            _report(args, view, summary_lines(view, names))
     return Exit.OK
 
 
