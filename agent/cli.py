@@ -329,7 +329,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         creds = None
     if creds is not None:
         check("device credentials", True, f"device id {creds.device_id}")
-    if creds is not None and server:
+    from cmbuyer.agent.instance import agent_running
+
+    if creds is not None and server and agent_running(args.device):
+        # its heartbeat says PAUSED: beside a working agent it would overwrite that agent's state on the pages
+        check("server accepts the device", True, DOCTOR_AGENT_RUNNING)
+    elif creds is not None and server:
         try:
             api = HttpDeviceApi(server, creds, _NoKeys(), retries=0, server_ca=server_ca)
             hb = api.heartbeat(
@@ -349,6 +354,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             check("server accepts the device", False, exc.summary)
     print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
     return ExitCode.OK if all(c["ok"] for c in checks) else ExitCode.FAILED
+
+
+DOCTOR_AGENT_RUNNING = (
+    "未发送心跳：本机正在为这台手机运行 cmbuyer-agent run，doctor 的心跳会覆盖它上报的状态；"
+    "凭据和服务器由它的心跳检验（管理页面“设备”看最后心跳）"
+)
 
 
 def _journal_hold(serial: str) -> dict[str, Any] | None:
@@ -561,6 +572,22 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``run``: the claim loop (:func:`_run`) while holding the phone's run lock (agent/instance.py), so a
+    second ``run`` for the same phone refuses to start and ``doctor`` can tell that one is running."""
+    from cmbuyer.agent.instance import AlreadyRunning, run_lock
+
+    try:
+        with run_lock(args.device):
+            return _run(args)
+    except AlreadyRunning as exc:
+        _progress_fn(args.json_logs)(f"无法启动：{exc}")
+        return ExitCode.USAGE
+    except OSError as exc:
+        _progress_fn(args.json_logs)(f"无法启动：状态目录不可写（{exc.strerror}）")
+        return ExitCode.USAGE
+
+
+def _run(args: argparse.Namespace) -> int:
     from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
 
     progress = _progress_fn(args.json_logs)

@@ -190,3 +190,55 @@ def test_progress_lines_show_hidden_characters_instead_of_obeying_them(
     err = capsys.readouterr().err
     assert "\u202e" not in err and "\u200b" not in err and err.count("\n") == 1
     assert "\\u202e色黑" in (json.loads(err)["msg"] if json_logs else err)
+
+
+def test_doctor_leaves_a_running_agents_state_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Doctor beside a running agent sends no heartbeat (its PAUSED would overwrite the agent's READY on the
+    devices page) and says why; ``run`` holds the lock doctor looks at: a second ``run`` for the phone refuses
+    to start with one line. Without a running agent doctor heartbeats as before (test_doctor_all_green)."""
+    from cmbuyer.agent.cli import DOCTOR_AGENT_RUNNING
+    from cmbuyer.agent.client import HttpDeviceApi
+    from cmbuyer.agent.instance import run_lock
+
+    monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "state"))
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
+        cred = _creds_file(tmp_path, srv)
+        device_id = json.loads(cred.read_text())["device_id"]
+        with run_lock("sim-1"):  # what `run` holds while it runs
+            agent = HttpDeviceApi(srv.url, srv_creds(cred), _NoKeysForTest(), retries=0)
+            agent.heartbeat(
+                adb_serial="sim-1", android_release="16", pdd_version="8.17.0", pdd_version_code=81700, state="READY"
+            )
+            before = srv.device_row(device_id)
+            rc = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+            checks = _checks(capsys.readouterr().out)
+            after = srv.device_row(device_id)
+            assert main(["run", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)]) == 2
+            refused = capsys.readouterr().err.strip().splitlines()
+        rc_alone = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+        capsys.readouterr()
+        alone = srv.device_row(device_id)
+    assert rc == 0, checks
+    assert checks["server accepts the device"]["detail"] == DOCTOR_AGENT_RUNNING
+    assert (after["reported_state"], after["last_heartbeat_at"]) == ("READY", before["last_heartbeat_at"])
+    assert len(refused) == 1 and "已有一个 cmbuyer-agent run 在为手机 sim-1 运行" in refused[0]
+    assert rc_alone == 0 and alone["reported_state"] == "PAUSED"
+
+
+def srv_creds(path: Path) -> Any:
+    from cmbuyer.agent.client import Credentials
+
+    data = json.loads(path.read_text())
+    return Credentials(data["device_id"], data["token"])
+
+
+class _NoKeysForTest:
+    """A heartbeat sends no idempotency key: no journal is needed to send one."""
+
+    def key(self, purpose: str, scope: str = "") -> str:
+        raise AssertionError("a heartbeat needs no key")
+
+    def drop_key(self, purpose: str, scope: str = "") -> None:
+        return None
