@@ -21,7 +21,6 @@ from pathlib import Path
 
 from cmbuyer.agent.journal import journal_path
 
-
 # a doctor's agent_running probe takes the lock shared for microseconds: a run starting just then waits, not refuses
 _TRIES = 10
 _WAIT_SECONDS = 0.1
@@ -52,7 +51,8 @@ def run_lock(serial: str, state_dir: Path | None = None) -> Iterator[None]:
             except BlockingIOError:
                 if attempt == _TRIES - 1:
                     raise AlreadyRunning(
-                        f"已有一个 cmbuyer-agent run 在为手机 {serial} 运行（锁文件 {path}）；同一台手机只能运行一个代理"
+                        f"已有一个 cmbuyer-agent run 在为手机 {serial} 运行（锁文件 {path}）；"
+                        "同一台手机只能运行一个代理"
                     ) from None
                 time.sleep(_WAIT_SECONDS)  # a doctor's probe holds a shared lock for a moment only
         yield
