@@ -11,22 +11,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from cmbuyer.schemas.sku import options_from_text, options_label
+from cmbuyer.server.cli_text import TASK_STATES, coded
 from cmbuyer.server.web.admin.common import beijing_time
 from cmbuyer.server.web.admin.labels import (
     ATTEMPT_STATE_LABELS,
     AUTHORIZATION_STATE_LABELS,
     OBSERVATION_LABELS,
     SUBMISSION_STATE_LABELS,
-    label,
     reason_label,
 )
 
 NONE = "-"
 
 
-def _coded(text: str, code: str | None) -> str:
-    """``待领取 (PENDING)``: the label with its code, as the pages show it in grey."""
-    return f"{text} ({code})" if code and text != code else text
+def _reason(code: str) -> str:
+    """A state or close reason's label with its code (:func:`reason_label` looks in every reason table)."""
+    text = reason_label(code)
+    return f"{text} ({code})" if text != code else code
 
 
 def _when(value: str | None) -> str:
@@ -55,10 +56,10 @@ def summary_lines(view: Mapping[str, Any], device_names: Mapping[str, str]) -> l
     lines = [
         f"任务      {task['id']}",
         f"标题      {task['title']}",
-        f"状态      {_coded(task['state_label'], task['state'])} · 版本 v{task['version']}",
+        f"状态      {coded(TASK_STATES, task['state'])} · 版本 v{task['version']}",
     ]
     if task.get("state_reason"):
-        lines.append(f"原因      {_coded(reason_label(task['state_reason']), task['state_reason'])}")
+        lines.append(f"原因      {_reason(task['state_reason'])}")
     lines += [
         f"商品      {task['goods_id']} {task['product_url']}",
         f"规格      {_sku(task['sku_options'])}",
@@ -66,23 +67,23 @@ def summary_lines(view: Mapping[str, Any], device_names: Mapping[str, str]) -> l
         f"价格上限  ¥{task['max_total_price']}",
     ]
     if auth:
-        state = _coded(label(AUTHORIZATION_STATE_LABELS, auth["state"]), auth["state"])
+        state = coded(AUTHORIZATION_STATE_LABELS, auth["state"])
         lines.append(f"授权      {state} · 锁定版本 v{auth['task_version']} · 有效期至 {_when(auth['expires_at'])}")
     else:
         lines.append(f"授权      {NONE}（草稿尚未开始采购）")
     lines.append(f"尝试      {len(attempts)} 次")
     for number, attempt in enumerate(attempts, 1):
-        state = _coded(label(ATTEMPT_STATE_LABELS, attempt["state"]), attempt["state"])
+        state = coded(ATTEMPT_STATE_LABELS, attempt["state"])
         closed = attempt.get("close_reason")
-        end = f" · 结束原因 {_coded(reason_label(closed), closed)}" if closed else ""
+        end = f" · 结束原因 {_reason(closed)}" if closed else ""
         lines.append(f"  {number}. {_when(attempt['created_at'])} · 手机 {phone(attempt['device_id'])} · {state}{end}")
     last_device = sub["device_id"] if sub else attempts[-1]["device_id"] if attempts else None
     lines.append(f"手机      {phone(last_device)}")
     if sub:
         lines.append(f"订单号    {sub.get('order_sn') or '-（手机未读到）'}")
         observation = sub.get("observation")
-        seen = _coded(label(OBSERVATION_LABELS, observation), observation) if observation else "尚未上报"
-        state = _coded(label(SUBMISSION_STATE_LABELS, sub["state"]), sub["state"])
+        seen = coded(OBSERVATION_LABELS, observation) if observation else "尚未上报"
+        state = coded(SUBMISSION_STATE_LABELS, sub["state"])
         lines.append(f"结果      {state} · 手机观察 {seen} · 提交记录 {sub['id']}")
     else:
         lines += [f"订单号    {NONE}", f"结果      {NONE}（尚未提交订单）"]

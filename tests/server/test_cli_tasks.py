@@ -81,8 +81,8 @@ def test_import_dry_run_then_import_then_again(ddir: Path, tmp_path: Path, run: 
     assert out["rows"][2]["message"].startswith("数量：")
     assert run_json(ddir, "task", "list")["tasks"] == []
     first = run(ddir, "task", "import", str(path))
-    assert first.returncode == 1 and "imported 2, already existed 0, refused 1" in first.stdout
-    assert "line 4: error 数量：" in first.stdout
+    assert first.returncode == 1 and "已导入 2 行，已存在 0 行，拒绝 1 行" in first.stdout
+    assert "第 4 行：有错误 (error) 数量：" in first.stdout
     fixed = tmp_path / "fixed.csv"
     fixed.write_bytes(csv_bytes([good_row(1), good_row(2), good_row(3)]))
     again = json.loads(run(ddir, "task", "import", str(fixed), "--json").stdout)
