@@ -725,7 +725,7 @@ def cmd_device(args: argparse.Namespace) -> int:
                 [
                     "设备 id\t名称\t状态\t最后心跳（UTC）",
                     *(
-                        f"{r['device_id']}\t{r['name']}\t{coded(DEVICE_REGISTRATION_LABELS, r['state'])}"
+                        f"{r['device_id']}\t{r['name']}\t{coded(DEVICE_REGISTRATION_LABELS, str(r['state']))}"
                         f"{' 已暂停领取 (PAUSED)' if r['paused'] else ''}\t{r['last_heartbeat_at'] or '-'}"
                         for r in rows
                     ),
@@ -884,7 +884,7 @@ def _task_import(args: argparse.Namespace, settings: Settings, conn: sqlite3.Con
         {"dry_run": args.dry_run, "unknown_columns": list(parsed.unknown_columns), "counts": counts, "rows": rows},
         itertools.chain(
             (
-                f"第 {r['line']} 行：{IMPORT_STATUS[r['status']]} ({r['status']})"
+                f"第 {r['line']} 行：{IMPORT_STATUS[str(r['status'])]} ({r['status']})"
                 + (f" {r['message']}" if r["message"] else "")
                 for r in rows
             ),

@@ -129,6 +129,10 @@ _WORD = re.compile(r"(?<![\w$<{/.\-])[A-Za-z][a-z]+(?:'[a-z]+)?(?![\w/.\-=(])")
 _TWO_WORDS = re.compile(r"[A-Za-z]{2,}[ ,;]+[A-Za-z]{2,}")
 
 
+# English words a Chinese line may carry (a command's word, a unit) before it counts as an English line
+MIXED_LIMIT = 3
+
+
 def has_chinese(text: str) -> bool:
     """True when ``text`` holds a CJK character (or full-width punctuation)."""
     return bool(CJK.search(text))
@@ -213,7 +217,8 @@ def english_messages(path: Path, codes: Iterable[str] = ()) -> list[str]:
         if id(piece) in skip:
             return
         text = _text(piece)
-        if not has_chinese(text) and text not in allowed:
+        # an English sentence with one Chinese word in it (a button's name) is still English
+        if (not has_chinese(text) or len(_english_words(text)) >= MIXED_LIMIT) and text not in allowed:
             found[id(piece)] = f"{path.name}:{piece.lineno}: {text}"
 
     for node in ast.walk(tree):
@@ -224,6 +229,6 @@ def english_messages(path: Path, codes: Iterable[str] = ()) -> list[str]:
                     if _english_words(_text(piece)):
                         offend(piece)
         elif isinstance(node, ast.Constant | ast.JoinedStr) and _TWO_WORDS.search(_text(node)):
-            if _english_words(_text(node)):
+            if len(_english_words(_text(node))) >= (MIXED_LIMIT if has_chinese(_text(node)) else 1):
                 offend(node)
     return sorted(found.values(), key=lambda line: int(line.split(":")[1]))

@@ -270,8 +270,8 @@ def test_new_version_becomes_an_order_with_an_operator_pack_and_no_code_change(c
     assert len(submit_taps(journal, goods_id=SHIRT.goods_id)) == 1 and payment_taps(journal) == []
     assert order_counts(journal) == {SHIRT.goods_id: 1}
     log = _agent_log(stack)
-    assert f"selector pack {PACK_ID} (operator pack {pack_dir / PACK_FILE})" in log
-    assert "server does not allow app version 8.23.0: not claiming" in log
+    assert f"识别包 {PACK_ID} (operator pack {pack_dir / PACK_FILE})" in log
+    assert "服务器不允许拼多多版本 8.23.0：不领取任务" in log
 
 
 def test_an_evidence_byte_changed_after_verify_keeps_the_agent_at_no_pack(canary: Any) -> None:
