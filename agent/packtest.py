@@ -342,6 +342,10 @@ def exit_status(results: list[CaptureResult], allow_unconfirmed: bool) -> int:
     return ExitCode.OK
 
 
+# a capture's status (the PASS/FAIL … of its line and of --json) as the summary line words it
+STATUS_LABELS = {"PASS": "通过", "FAIL": "失败", "UNCONFIRMED": "未确认", "NO_EXPECTATION": "没有预期", "ERROR": "出错"}
+
+
 def _summary(results: list[CaptureResult]) -> dict[str, int]:
     out = dict.fromkeys(("PASS", "FAIL", "UNCONFIRMED", "NO_EXPECTATION", "ERROR"), 0)
     for r in results:
@@ -350,7 +354,7 @@ def _summary(results: list[CaptureResult]) -> dict[str, int]:
 
 
 def _fail(as_json: bool, message: str) -> int:
-    print(json.dumps({"error": message}, ensure_ascii=False) if as_json else f"error: {message}")
+    print(json.dumps({"error": message}, ensure_ascii=False) if as_json else f"错误：{message}")
     return ExitCode.USAGE
 
 
@@ -387,9 +391,9 @@ def cmd_pack_test(args: argparse.Namespace) -> int:
         return code
     for r in results:
         print(r.line())
-    parts = ", ".join(f"{n} {k.lower().replace('_', ' ')}" for k, n in counts.items() if n)
-    verdict = {0: "OK", 1: "FAILED", 2: "INPUT ERROR"}[code]
-    print(f"{verdict}: {len(results)} capture(s) with pack {pack.id}: {parts}")
+    parts = "，".join(f"{STATUS_LABELS[k]} {n} 份 ({k})" for k, n in counts.items() if n)
+    verdict = {0: "通过 (OK)", 1: "失败 (FAILED)", 2: "输入有误 (INPUT ERROR)"}[code]
+    print(f"{verdict}：用识别包 {pack.id} 测试了 {len(results)} 份采集样本：{parts}")
     return code
 
 
@@ -435,15 +439,15 @@ def cmd_pack_accept(args: argparse.Namespace) -> int:
     try:
         plan = plan_accept(Path(args.capture), by, args.force)
     except CaptureInputError as exc:
-        print(f"error: {exc}")
+        print(f"错误：{exc}")
         return ExitCode.USAGE
     for capture, expectation in plan:
         readings = " ".join(f"{k}={_show(v)}" for k, v in expectation.readings.items())
-        print(f"accept {capture.name}: screen={expectation.screen} {readings} (confirmed_by {_show(by)})")
+        print(f"确认 {capture.name}：screen={expectation.screen} {readings}（confirmed_by {_show(by)}）")
     for capture, expectation in plan:
         _write_atomic(capture / EXPECTED, expectation.to_json())
         (capture / PROPOSED).unlink()
-    print(f"accepted {len(plan)} capture(s)")
+    print(f"已确认 {len(plan)} 份采集样本")
     return ExitCode.OK
 
 
