@@ -28,6 +28,7 @@ OUTPUT_CALLS = frozenset(
         "emit",
         "write",
         "CliError",
+        "SettingsError",
         "CredentialsError",
         "CaptureError",
         "PackError",
@@ -198,7 +199,7 @@ def _docstrings(tree: ast.Module) -> set[int]:
     return ids
 
 
-def english_messages(path: Path, codes: Iterable[str] = ()) -> list[str]:
+def english_messages(path: Path, codes: Iterable[str] = (), *, everywhere: bool = True) -> list[str]:
     """``"<file>:<line>: <text>"`` for every operator-facing literal of ``path`` with English words and no
     Chinese (empty = one language). ``codes``: literals that are machine names printed beside their Chinese
     label (doctor's check names), allowed as they are. Help texts (``help=``) are left to the ``--help`` test."""
@@ -228,7 +229,7 @@ def english_messages(path: Path, codes: Iterable[str] = ()) -> list[str]:
                 for piece in _pieces(arg):
                     if _english_words(_text(piece)):
                         offend(piece)
-        elif isinstance(node, ast.Constant | ast.JoinedStr) and _TWO_WORDS.search(_text(node)):
+        elif everywhere and isinstance(node, ast.Constant | ast.JoinedStr) and _TWO_WORDS.search(_text(node)):
             if len(_english_words(_text(node))) >= (MIXED_LIMIT if has_chinese(_text(node)) else 1):
                 offend(node)
     return sorted(found.values(), key=lambda line: int(line.split(":")[1]))

@@ -371,8 +371,10 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -
 def test_operator_facing_text_is_chinese() -> None:
     """Issue 32 §9: every line ``cmbuyer-server`` prints or fails with is Chinese (codes, option names and paths
     as they are); doctor's check names stay as ``--json`` names them, printed beside their Chinese label."""
-    from cmbuyer.server import cli, cli_text, task_summary
+    from cmbuyer.server import cli, cli_text, config, task_summary
     from tests.cli_text import english_messages
 
     for module in (cli, cli_text, task_summary):
         assert english_messages(Path(str(module.__file__)), codes=cli_text.DOCTOR_CHECKS) == []
+    # the settings errors every command prints (the settings table beside them documents, in English)
+    assert english_messages(Path(str(config.__file__)), everywhere=False) == []
