@@ -206,11 +206,11 @@ def settle(streaks: Streaks, end: AttemptEnd, policy: HoldPolicy) -> tuple[Strea
     failures = 0 if end.fenced else streaks.failures + 1
     after = Streaks(crashes, failures)
     if scope_of(end.reason_code) is Scope.PHONE:
-        return after, (f"{end.reason_code}：手机级别的停止；下一个任务之前需要有人检查手机")
+        return after, (f"{end.reason_code}: 手机级别的停止；下一个任务之前需要有人检查手机")
     if crashes >= policy.crash_loop_limit:
-        return after, (f"{HOLD_CODE}：反复崩溃（crash loop）—— 连续 {crashes} 次尝试以 INTERNAL_ERROR 或进程崩溃结束")
+        return after, (f"{HOLD_CODE}: 反复崩溃（crash loop）—— 连续 {crashes} 次尝试以 INTERNAL_ERROR 或进程崩溃结束")
     if failures >= policy.failure_limit:
         return after, (
-            f"{HOLD_CODE}：连续 {failures} 次尝试在提交围栏之前失败（最后一次：{end.reason_code or end.outcome}）"
+            f"{HOLD_CODE}: 连续 {failures} 次尝试在提交围栏之前失败（最后一次：{end.reason_code or end.outcome}）"
         )
     return after, None

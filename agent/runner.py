@@ -86,7 +86,7 @@ def hold_report(journal: Journal) -> dict[str, Any] | None:
     text = journal.hold()
     if text is None:
         return None
-    code = text.split(":", 1)[0].strip()
+    code = text.split(":", 1)[0].strip()  # "CODE: …" (agent/holds.py): an ASCII colon after the code
     return {
         "code": code if code in REASON_CODES else None,
         "reason": wire_summary(text[:200], "暂停接单：需要有人检查手机"),
