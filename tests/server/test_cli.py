@@ -293,13 +293,13 @@ def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
         # issue 32 §4: start-up, one access line per request (route template, status, ms, device id prefix;
         # never the query string or a header), shutdown
         lines = err.splitlines()
-        assert any("started: schema current" in line for line in lines), err
-        assert any("shutting down" in line for line in lines), err
+        assert any("已启动：数据库结构为最新" in line for line in lines), err
+        assert any("正在关闭" in line for line in lines), err
         beat = [line for line in lines if "POST /api/v1/devices/heartbeat 200 " in line]
         assert len(beat) == 1 and beat[0].endswith(f"device={issued['device_id'][:8]}"), err
         assert any("GET /healthz 200 " in line for line in lines), err
         assert "secret-in-query" not in err and issued["device_id"] not in err
-        started = next(i for i, line in enumerate(lines) if "started: schema current" in line)
+        started = next(i for i, line in enumerate(lines) if "已启动：数据库结构为最新" in line)
         serving = next(i for i, line in enumerate(lines) if "cmbuyer-server：正在服务 http" in line)
         assert started < serving  # "serving" only once the socket is bound, after start-up
     import sqlite3
