@@ -221,6 +221,11 @@ def test_doctor_and_migrate_list(ddir: Path) -> None:
     assert doctor["ok"] is True
     rows = cli_json(ddir, "migrate", "--list")["migrations"]
     assert rows and all(r["applied"] and r["checksum_ok"] for r in rows)
+    # without --json: one Chinese line per check, its --json name beside the label (issue 32 §9)
+    lines = cli(ddir, "doctor").stdout.splitlines()
+    assert len(lines) == len(doctor["checks"]) and all(line.startswith("通过 ") for line in lines), lines
+    assert "通过 密钥 (secrets)：已设置" in lines and "通过 数据库迁移 (migrations)：已是最新" in lines
+    assert all(line.endswith("  已应用") for line in cli(ddir, "migrate", "--list").stdout.splitlines())
 
 
 def _wait_health(port: int, proc: subprocess.Popen[str]) -> dict:
