@@ -123,9 +123,26 @@ def outside_app(png: bytes, dump: Dump, app_package: str) -> bytes:
     """``png`` with everything outside the app's own windows black, and every foreign window drawn
     over them black too (see the module docstring); all black when the dump shows no app window.
     Raises ImageUnreadable."""
-    windows = app_windows(dump, app_package)
+    return outside_app_of_all(png, (dump,), app_package)
+
+
+def _intersect(a: Rect, b: Rect) -> Rect | None:
+    box = (max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3]))
+    return box if box[2] > box[0] and box[3] > box[1] else None
+
+
+def outside_app_of_all(png: bytes, dumps: Sequence[Dump], app_package: str) -> bytes:
+    """:func:`outside_app` for a screenshot taken between several dumps (issue 29: between the two
+    dumps of a stable read): kept is only what lies inside an app window in EVERY dump, and every
+    foreign window of ANY dump is black — a window present at either end of the interval is masked.
+    All black when a dump shows no app window. Raises ImageUnreadable; ValueError without dumps."""
+    if not dumps:
+        raise ValueError("masking needs at least one dump")
+    windows = app_windows(dumps[0], app_package)
+    for other in dumps[1:]:
+        windows = [box for a in windows for b in app_windows(other, app_package) if (box := _intersect(a, b))]
     img = _decode(png)
-    scale = img.width / screen_size(dump)[0]
+    scale = img.width / max(screen_size(d)[0] for d in dumps)
     kept = Image.new("RGB", img.size, (0, 0, 0))
     for left, top, right, bottom in windows:
         # inward rounding for what is kept: a pixel half outside the app's window is not the app's
@@ -138,6 +155,7 @@ def outside_app(png: bytes, dump: Dump, app_package: str) -> bytes:
         if box[2] > box[0] and box[3] > box[1]:
             kept.paste(img.crop(box), box[:2])
     draw = ImageDraw.Draw(kept)
-    for left, top, right, bottom in _scaled(foreign_windows(dump, app_package), scale, img):
+    foreign = [r for d in dumps for r in foreign_windows(d, app_package)]
+    for left, top, right, bottom in _scaled(foreign, scale, img):
         draw.rectangle((left, top, right - 1, bottom - 1), fill=(0, 0, 0))
     return _encode(kept)
