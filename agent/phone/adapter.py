@@ -23,7 +23,6 @@ Rules (design §7.3, phone-facts):
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import re
@@ -47,7 +46,7 @@ from cmbuyer.agent.errors import (
 from cmbuyer.agent.phone.deadline import call_with_deadline
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
-from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, outside_app
+from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, encode_png, mask_outside_app
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,23 +114,38 @@ def parse_goods_id(dumpsys_activity: str) -> str | None:
 
 
 class Screenshot:
-    """One captured screen. The image is grabbed by :meth:`PhoneAdapter.screenshot`; :meth:`png`
-    encodes it (once, thread-safe) — the costly part, which need not hold up the next phone call."""
+    """One captured screen. The image is grabbed by :meth:`PhoneAdapter.screenshot`; :meth:`png` or
+    :meth:`masked_png` decodes and encodes it (once, thread-safe) — the costly part, which need not hold
+    up the next phone call. The image is dropped once encoded, so one Screenshot gives one PNG: asking
+    for the other kind afterwards is a programming error (RuntimeError)."""
 
     def __init__(self, image: Any) -> None:
         self._image = image
         self._png: bytes | None = None
+        self._masked: bool | None = None
         self._lock = threading.Lock()
 
-    def png(self) -> bytes:
+    def _encode(self, masked: bool, paint: Callable[[Any], Any]) -> bytes:
         with self._lock:
             if self._png is None:
-                buf = io.BytesIO()
-                # compress_level=1: lossless like the default, ~2x faster, ~10% larger
-                self._image.convert("RGB").save(buf, format="PNG", compress_level=1)
-                self._png = buf.getvalue()
+                image = self._image
+                image = image if image.mode == "RGB" else image.convert("RGB")
+                self._png = encode_png(paint(image))
+                self._masked = masked
                 self._image = None
+            elif self._masked != masked:
+                raise RuntimeError("this screenshot was already encoded the other way")
             return self._png
+
+    def png(self) -> bytes:
+        """The whole screen as PNG bytes."""
+        return self._encode(False, lambda image: image)
+
+    def masked_png(self, windows: Dump, app_package: str) -> bytes:
+        """PNG bytes with everything outside the app's own windows black (:func:`mask_outside_app`, with
+        ``windows`` the dump taken with the shot): one decode and one encode, where encoding the plain PNG
+        and then masking it would decode and encode twice."""
+        return self._encode(True, lambda image: mask_outside_app(image, windows, app_package))
 
 
 @dataclass(frozen=True)
@@ -430,8 +444,9 @@ class PhoneAdapter:
             shot, windows = self._shot_and_windows()
             if self.focused_package() != self.app_package or not app_windows(windows, self.app_package):
                 return None
-            png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
-            return outside_app(png, windows, self.app_package)
+            return self._call(
+                lambda: shot.masked_png(windows, self.app_package), self.deadlines.screenshot, "screenshot encode"
+            )
         except (AgentError, ImageUnreadable):
             return None
 
@@ -443,13 +458,13 @@ class PhoneAdapter:
     def gate_screenshot(self) -> Callable[[], bytes]:
         """A gate screenshot taken now (the screen the gate just read) and a hierarchy dump of the windows
         at that moment; returns the encoder to run later (on the outbox thread), which gives the PNG with
-        everything outside the app's own windows black (:func:`outside_app`; all black if the app showed
+        everything outside the app's own windows black (:func:`mask_outside_app`; all black if the app showed
         no window). Raises PhoneError/AgentError as :meth:`screenshot` and :meth:`dump_raw`."""
         shot, windows = self._shot_and_windows()
         package = self.app_package
 
         def png() -> bytes:
-            return outside_app(shot.png(), windows, package)
+            return shot.masked_png(windows, package)
 
         return png
 

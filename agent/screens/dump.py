@@ -18,6 +18,7 @@ fuzzed with Hypothesis in tests/agent/test_dump_fuzz.py). Failures are typed (ne
 
 from __future__ import annotations
 
+import functools
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -175,9 +176,19 @@ def _drawing_order(raw: str | None) -> int | None:
     return int(raw)
 
 
+# Recently parsed dumps by (text, app package). The two equal dumps of a stable read, and the windows dump
+# a gate screenshot takes of a screen that has not changed, are the same text: they share one parse.
+# Small: only consecutive reads of one screen repeat. The key holds the text, so a hit is an equal dump.
+PARSE_CACHE_SIZE = 4
+
+
 def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
     """Parse and validate a dump. Does *not* require app nodes (``inspect`` shows any dump);
-    phone code calls :meth:`Dump.require_app`. Raises DumpEmpty / DumpInvalid."""
+    phone code calls :meth:`Dump.require_app`. Raises DumpEmpty / DumpInvalid.
+
+    Equal texts give the same :class:`Dump` object while it is among the last :data:`PARSE_CACHE_SIZE`
+    parsed (:func:`parse_cache_info`): a Dump is never changed after parsing, so sharing it is safe.
+    Failures are not remembered (each bad dump is parsed, and refused, again)."""
     if isinstance(xml, bytes):
         if len(xml) > MAX_DUMP_BYTES:
             raise DumpInvalid("dump larger than the cap")
@@ -189,6 +200,16 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
         raise DumpInvalid("dump is not text")
     if len(xml) > MAX_DUMP_BYTES:
         raise DumpInvalid("dump larger than the cap")
+    return _parse_text(xml, app_package)
+
+
+def parse_cache_info() -> functools._CacheInfo:
+    """Hits, misses and size of the parse cache of :func:`parse_dump` (tests, diagnostics)."""
+    return _parse_text.cache_info()
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parse_text(xml: str, app_package: str) -> Dump:
     if _SURROGATE_RE.search(xml):
         # The JSON-RPC answer may carry lone surrogates (JSON "\\ud83c" escapes of a split emoji);
         # expat would raise UnicodeEncodeError out of the parser. A dump we cannot read is a stop.

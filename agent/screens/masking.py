@@ -89,12 +89,6 @@ def _scaled(rects: Sequence[Rect], scale: float, img: Image.Image) -> list[list[
     return out
 
 
-def _encode(img: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def black_out(
     png: bytes, rects: Sequence[Rect], dump_width: int, extra: Sequence[list[int]] = ()
 ) -> tuple[bytes, list[list[int]]]:
@@ -111,18 +105,20 @@ def black_out(
             continue
         draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(0, 0, 0))
         done.append(box)
-    return _encode(img), done
+    return encode_png(img), done
 
 
-def outside_app(png: bytes, dump: Dump, app_package: str) -> bytes:
-    """``png`` with everything outside the app's own windows black, and every foreign window drawn
-    over them black too (see the module docstring); all black when the dump shows no app window.
-    Raises ImageUnreadable."""
-    windows = app_windows(dump, app_package)
-    img = _decode(png)
+def mask_outside_app(img: Image.Image, dump: Dump, app_package: str) -> Image.Image:
+    """Paint, in place, everything of ``img`` (RGB) outside the app's own windows black, and every foreign
+    window drawn over them (see the module docstring); all black when the dump shows no app window.
+    Returns ``img``. One mask and one paste: no copy of the screen is made (a 1080 × 2400 screenshot is
+    7.8 MB of pixels, and an agent per phone holds one at a time)."""
     scale = img.width / screen_size(dump)[0]
-    kept = Image.new("RGB", img.size, (0, 0, 0))
-    for left, top, right, bottom in windows:
+    # 255 = paint black, 0 = keep: start from "paint everything", keep the app's windows, paint the
+    # foreign windows over them again — the same order of rules as the pixels themselves
+    mask = Image.new("L", img.size, 255)
+    draw = ImageDraw.Draw(mask)
+    for left, top, right, bottom in app_windows(dump, app_package):
         # inward rounding for what is kept: a pixel half outside the app's window is not the app's
         box = (
             max(0, math.ceil(left * scale)),
@@ -131,8 +127,22 @@ def outside_app(png: bytes, dump: Dump, app_package: str) -> bytes:
             min(img.height, math.floor(bottom * scale)),
         )
         if box[2] > box[0] and box[3] > box[1]:
-            kept.paste(img.crop(box), box[:2])
-    draw = ImageDraw.Draw(kept)
+            draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=0)
     for left, top, right, bottom in _scaled(foreign_windows(dump, app_package), scale, img):
-        draw.rectangle((left, top, right - 1, bottom - 1), fill=(0, 0, 0))
-    return _encode(kept)
+        draw.rectangle((left, top, right - 1, bottom - 1), fill=255)
+    img.paste((0, 0, 0), (0, 0, *img.size), mask)
+    return img
+
+
+def encode_png(img: Image.Image) -> bytes:
+    """PNG bytes of ``img``. ``compress_level=1``: lossless like the default level 6, about a third
+    less CPU on a phone screenshot for ~15 % more bytes — an agent encodes several per order."""
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def outside_app(png: bytes, dump: Dump, app_package: str) -> bytes:
+    """``png`` with everything outside the app's own windows black, and every foreign window drawn
+    over them black too (:func:`mask_outside_app`). Raises ImageUnreadable."""
+    return encode_png(mask_outside_app(_decode(png), dump, app_package))
