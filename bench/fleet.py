@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.purchase import DIMENSIONS, QUANTITY, SCENARIO, unavoidable_seconds
+from cmbuyer.phonesim.process import remote_state
 from demo.stack import GOODS_URL, SETTLED, Stack, free_port
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -128,6 +129,7 @@ def run(phones: int, orders_per_phone: int, profile: Path | None = None) -> dict
             cpu0 = {s: cpu_seconds(pid) for s, pid in agents.items()}
             server0, sim0 = cpu_seconds(server_pid), cpu_seconds(sim_pid)
             spy = _py_spy(agents[serials[0]], profile) if profile is not None else None
+            calls0 = _phone_calls(stack, serials)
             window = time.monotonic()
             stack.cli("task", "start", *task_ids)
             details = {}
@@ -141,6 +143,7 @@ def run(phones: int, orders_per_phone: int, profile: Path | None = None) -> dict
             cpu1 = {s: cpu_seconds(pid) for s, pid in agents.items()}
             server1, sim1 = cpu_seconds(server_pid), cpu_seconds(sim_pid)
             mem = {s: memory_mb(pid) for s, pid in agents.items()}
+            calls1 = _phone_calls(stack, serials)
             load_after = os.getloadavg()[0]
             if spy is not None:
                 spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
@@ -169,6 +172,7 @@ def run(phones: int, orders_per_phone: int, profile: Path | None = None) -> dict
             "startup_cpu_seconds": round(cpu0[s], 3),
             "idle_rss_mb": round(idle_mem[s]["rss"], 1),
             "peak_rss_mb": round(mem[s]["peak"], 1),
+            "rss_after_mb": round(mem[s]["rss"], 1),
         }
         for s in serials
     ]
@@ -184,16 +188,27 @@ def run(phones: int, orders_per_phone: int, profile: Path | None = None) -> dict
             ),
             "peak_rss_mb": _summary([m["peak"] for m in mem.values()], 1),
             "idle_rss_mb": _summary([m["rss"] for m in idle_mem.values()], 1),
+            "rss_after_mb": _summary([m["rss"] for m in mem.values()], 1),
             "startup_cpu_seconds": _summary(list(cpu0.values())),
             "startup_wait_seconds": round(startup_wait, 1),
             "per_phone": per_phone,
         },
+        "phone_calls_per_order": {k: round((calls1[k] - calls0[k]) / orders, 2) for k in calls0},
         "server_cpu_seconds_per_order": round((server1 - server0) / orders, 3),
         "simulator_cpu_seconds_per_order": round((sim1 - sim0) / orders, 3),
         "window_seconds": round(window, 1),
         "load": {"before": round(load_before, 2), "after": round(load_after, 2), "cores": os.cpu_count()},
         "targets": {"ratio_mean": 1.15, "agent_cpu_seconds_per_order": 0.25, "agent_peak_rss_mb": 40},
     }
+
+
+def _phone_calls(stack: Stack, serials: list[str]) -> dict[str, int]:
+    """The simulator's call counters summed over the fleet's phones."""
+    total: dict[str, int] = {}
+    for serial in serials:
+        for key, value in remote_state(stack.sim_port, serial)["counters"].items():
+            total[key] = total.get(key, 0) + int(value)
+    return total
 
 
 def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:

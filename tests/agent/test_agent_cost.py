@@ -1,0 +1,145 @@
+"""What keeps an agent cheap per order and per phone (issue 29, bench/fleet.py): guarded by what the code
+does, not by timings that flake under load.
+
+- ``cmbuyer-agent run`` loads no authoring module (inspect, explain, capture, dry run) and nothing of the
+  server or the simulator: each is memory every phone's agent would hold for nothing.
+- Equal dump texts share one parse (the two dumps of a stable read, a gate screenshot's windows dump).
+- A masked screenshot is decoded and encoded once, and masks exactly the pixels the privacy rule names
+  (screens/masking.py): checked against a per-pixel oracle of the rule on random window layouts.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from cmbuyer.agent.errors import DumpInvalid
+from cmbuyer.agent.phone.adapter import Screenshot
+from cmbuyer.agent.screens.dump import Dump, parse_cache_info, parse_dump
+from cmbuyer.agent.screens.masking import mask_outside_app, outside_app
+
+APP = "com.xunmeng.pinduoduo"
+
+# modules `run` must not load: authoring commands, the server, the simulator, the server's libraries
+NOT_FOR_RUN = (
+    "cmbuyer.agent.capture",
+    "cmbuyer.agent.dryrun",
+    "cmbuyer.agent.screens.explain",
+    "cmbuyer.agent.screens.inspect",
+    "cmbuyer.server",
+    "cmbuyer.phonesim",
+    "aiohttp",
+    "jinja2",
+    "openpyxl",
+)
+
+
+def test_run_loads_no_authoring_or_server_module() -> None:
+    # A fresh interpreter: the test process itself has imported everything. It imports what `cmbuyer-agent
+    # run` imports before its first claim: the CLI, the runner (cmd_run) and the phone libraries.
+    code = (
+        "import sys, cmbuyer.agent.cli, cmbuyer.agent.runner, cmbuyer.agent.phone.adapter, uiautomator2\n"
+        f"print('\\n'.join(m for m in sys.modules if m.startswith({NOT_FOR_RUN!r})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == []
+
+
+def _dump_xml(windows: list[tuple[str, tuple[int, int, int, int]]]) -> str:
+    nodes = "".join(
+        f'<node class="android.widget.FrameLayout" package="{pkg}" bounds="[{x0},{t}][{r},{b}]">'
+        f'<node class="android.view.View" package="{pkg}" bounds="[{x0},{t}][{x0 + 1},{t + 1}]"/></node>'
+        for pkg, (x0, t, r, b) in windows
+    )
+    return f'<?xml version="1.0" encoding="UTF-8"?><hierarchy rotation="0">{nodes}</hierarchy>'
+
+
+def test_equal_dump_texts_share_one_parse() -> None:
+    xml = _dump_xml([(APP, (0, 0, 720, 1600))])
+    before = parse_cache_info()
+    first = parse_dump(xml)
+    again = parse_dump(xml.encode("utf-8"))  # bytes of the same text: the same parse
+    assert again is first
+    after = parse_cache_info()
+    assert after.misses - before.misses <= 1
+    assert after.hits - before.hits >= 1
+    # another app package is another reading of the text
+    other = parse_dump(xml, app_package="com.example")
+    assert other is not first and other.app_package == "com.example"
+    # a refused dump is refused every time: failures are not remembered
+    for _ in range(2):
+        try:
+            parse_dump('<hierarchy rotation="0"><node bounds="[0,0]"/><node/></hierarchy>')
+        except DumpInvalid:
+            pass
+        else:
+            raise AssertionError("a malformed bounds attribute must be refused")
+
+
+def _oracle(img: Image.Image, dump: Dump) -> bytes:
+    """The privacy rule pixel by pixel (screens/masking.py docstring): a pixel is kept only when it lies
+    inside an app window (rounded inwards) and inside no foreign window (rounded outwards)."""
+    import math
+
+    from cmbuyer.agent.screens.masking import app_windows, foreign_windows, screen_size
+
+    scale = img.width / screen_size(dump)[0]
+    keep = [
+        (math.ceil(x0 * scale), math.ceil(t * scale), math.floor(r * scale), math.floor(b * scale))
+        for x0, t, r, b in app_windows(dump, APP)
+    ]
+    paint = [
+        (math.floor(x0 * scale), math.floor(t * scale), math.ceil(r * scale), math.ceil(b * scale))
+        for x0, t, r, b in foreign_windows(dump, APP)
+    ]
+    out = img.copy()
+    px = out.load()
+    assert px is not None
+    for y in range(img.height):
+        for x in range(img.width):
+            inside = any(x0 <= x < r and t <= y < b for x0, t, r, b in keep)
+            if not inside or any(x0 <= x < r and t <= y < b for x0, t, r, b in paint):
+                px[x, y] = (0, 0, 0)
+    return out.tobytes()
+
+
+_box = st.tuples(st.integers(-10, 130), st.integers(-10, 250), st.integers(1, 140), st.integers(1, 260)).map(
+    lambda v: (v[0], v[1], v[0] + v[2], v[1] + v[3])
+)
+_window = st.tuples(st.sampled_from([APP, "com.android.systemui", "com.other"]), _box)
+
+
+@settings(max_examples=60, deadline=None)
+@given(windows=st.lists(_window, min_size=0, max_size=4), width=st.sampled_from([60, 90, 120]))
+def test_masking_paints_exactly_what_the_rule_names(
+    windows: list[tuple[str, tuple[int, int, int, int]]], width: int
+) -> None:
+    # the launcher spans the screen, so the dump's screen size is fixed (120 × 240) whatever the windows
+    dump = parse_dump(_dump_xml([("com.launcher", (0, 0, 120, 240)), *windows]))
+    img = Image.effect_noise((width, width * 2), 80).convert("RGB")
+    expected = _oracle(img, dump)
+    assert mask_outside_app(img.copy(), dump, APP).tobytes() == expected
+    # the one-encode path of a phone screenshot gives the same pixels as the PNG-in, PNG-out function
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    via_png = Image.open(io.BytesIO(outside_app(buf.getvalue(), dump, APP))).convert("RGB").tobytes()
+    once = Image.open(io.BytesIO(Screenshot(img.copy()).masked_png(dump, APP))).convert("RGB").tobytes()
+    assert via_png == once == expected
+
+
+def test_a_screenshot_is_encoded_once_and_one_way() -> None:
+    dump = parse_dump(_dump_xml([(APP, (0, 0, 60, 120))]))
+    shot = Screenshot(Image.new("RGB", (60, 120), (200, 10, 10)))
+    first = shot.masked_png(dump, APP)
+    assert shot.masked_png(dump, APP) is first  # cached: a retried upload does not encode again
+    try:
+        shot.png()
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("an unmasked PNG of an already masked shot must not be given")
