@@ -55,12 +55,19 @@ def cpu_seconds(pid: int) -> float:
 
 
 def memory_mb(pid: int) -> dict[str, float]:
-    """``{"rss": now, "peak": high-water mark}`` of process ``pid`` in MiB (``/proc/<pid>/status``)."""
-    out: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out["rss" if key == "VmRSS" else "peak"] = int(value.split()[0]) / 1024
+    """Memory of process ``pid`` in MiB: ``rss`` now and ``peak`` (high-water mark) from
+    ``/proc/<pid>/status``; ``pss`` (shared pages divided among the processes that map them — the
+    libraries' code is mapped by every agent of the host) and ``uss`` (pages no other process shares)
+    from ``/proc/<pid>/smaps_rollup``."""
+    out: dict[str, float] = {"uss": 0.0}
+    names = {"VmRSS": "rss", "VmHWM": "peak", "Pss": "pss"}
+    for path in (f"/proc/{pid}/status", f"/proc/{pid}/smaps_rollup"):
+        for line in Path(path).read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in names:
+                out[names[key]] = int(value.split()[0]) / 1024
+            elif key in ("Private_Clean", "Private_Dirty"):
+                out["uss"] += int(value.split()[0]) / 1024
     return out
 
 
@@ -189,6 +196,8 @@ def run(phones: int, orders_per_phone: int, profile: Path | None = None) -> dict
             "peak_rss_mb": _summary([m["peak"] for m in mem.values()], 1),
             "idle_rss_mb": _summary([m["rss"] for m in idle_mem.values()], 1),
             "rss_after_mb": _summary([m["rss"] for m in mem.values()], 1),
+            "idle_pss_mb": _summary([m["pss"] for m in idle_mem.values()], 1),
+            "idle_uss_mb": _summary([m["uss"] for m in idle_mem.values()], 1),
             "startup_cpu_seconds": _summary(list(cpu0.values())),
             "startup_wait_seconds": round(startup_wait, 1),
             "per_phone": per_phone,

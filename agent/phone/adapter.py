@@ -129,6 +129,9 @@ class Screenshot:
         with self._lock:
             if self._png is None:
                 image = self._image
+                # decode now: an image opened from bytes is read-only until loaded, and drawing on it
+                # before would copy all of its pixels first
+                image.load()
                 image = image if image.mode == "RGB" else image.convert("RGB")
                 self._png = encode_png(paint(image))
                 self._masked = masked

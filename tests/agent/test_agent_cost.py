@@ -6,6 +6,7 @@ does, not by timings that flake under load.
 - Equal dump texts share one parse (the two dumps of a stable read, a gate screenshot's windows dump).
 - A masked screenshot is decoded and encoded once, and masks exactly the pixels the privacy rule names
   (screens/masking.py): checked against a per-pixel oracle of the rule on random window layouts.
+- The agent's own PNG writer is lossless and its files pass the server's evidence check.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from PIL import Image
 from cmbuyer.agent.errors import DumpInvalid
 from cmbuyer.agent.phone.adapter import Screenshot
 from cmbuyer.agent.screens.dump import Dump, parse_cache_info, parse_dump
-from cmbuyer.agent.screens.masking import mask_outside_app, outside_app
+from cmbuyer.agent.screens.masking import encode_png, mask_outside_app, outside_app
 
 APP = "com.xunmeng.pinduoduo"
 
@@ -130,6 +131,25 @@ def test_masking_paints_exactly_what_the_rule_names(
     via_png = Image.open(io.BytesIO(outside_app(buf.getvalue(), dump, APP))).convert("RGB").tobytes()
     once = Image.open(io.BytesIO(Screenshot(img.copy()).masked_png(dump, APP))).convert("RGB").tobytes()
     assert via_png == once == expected
+
+
+def test_encoded_png_is_lossless_and_passes_the_servers_evidence_check() -> None:
+    from cmbuyer.server.domain.evidence_limits import EvidenceLimits
+    from cmbuyer.server.evidence.png import validate_evidence
+
+    # a phone-sized screen (1080 × 2400: 38 strips and a partial last one) of noise and flat colour
+    img = Image.effect_noise((1080, 2400), 60).convert("RGB")
+    img.paste((250, 250, 250), (0, 300, 1080, 2000))
+    png = encode_png(img)
+    info = validate_evidence(png, EvidenceLimits())
+    assert (info.width, info.height) == (1080, 2400)
+    with Image.open(io.BytesIO(png)) as decoded:
+        assert decoded.format == "PNG" and decoded.mode == "RGB"
+        assert decoded.tobytes() == img.tobytes()
+    # any mode the phone may give is stored as RGB, pixel for pixel
+    grey = Image.effect_noise((7, 5), 40)
+    with Image.open(io.BytesIO(encode_png(grey))) as decoded:
+        assert decoded.tobytes() == grey.convert("RGB").tobytes()
 
 
 def test_a_screenshot_is_encoded_once_and_one_way() -> None:
