@@ -166,6 +166,28 @@ class SubmitTapPlan:
 STABLE_PAUSES = (0.0, 0.1, 0.2, 0.3)
 
 
+def _client_class(adbutils: Any) -> Any:
+    """``adbutils.AdbClient`` that asks the adb server for its version once, not before every call.
+
+    adbutils opens every device service (shell command, the uiautomator2 HTTP stream of each dump,
+    screenshot …) by first asking ``host:version`` on a connection of its own — a second connection,
+    round trip and 10 ms close pause per phone call — only to choose between ``host:tport:serial:``
+    (≥ 41) and the old ``host:transport:``. The answer cannot change while the adb server runs; a
+    restarted server answers the request it gets either way (a different version only matters for
+    servers older than adb 1.0.41 from 2019). The request itself is unchanged: each call still opens
+    its own transport to the phone by serial."""
+
+    class CachedVersionClient(adbutils.AdbClient):  # type: ignore[misc]
+        _version: int | None = None
+
+        def server_version(self) -> int:
+            if self._version is None:
+                self._version = int(super().server_version())
+            return self._version
+
+    return CachedVersionClient
+
+
 class PhoneAdapter:
     """Synchronous adapter for one device serial. Construct with :meth:`connect`."""
 
@@ -197,7 +219,7 @@ class PhoneAdapter:
         probe_adb_server(host, port)
 
         def attach() -> tuple[Any, Any]:
-            client = adbutils.AdbClient(host=host, port=port)
+            client = _client_class(adbutils)(host=host, port=port)
             states = {d.serial: d.state for d in client.list()}
             if states.get(serial) != "device":
                 raise PhoneError(f"device {serial} not online", "ADB_ERROR")

@@ -208,3 +208,20 @@ def test_flow_pacing_real_u2(tmp_path: Path) -> None:
     # after the shot: where the windows were, so everything outside the app's is blacked out
     # (PhoneAdapter.app_screenshot_png / gate_screenshot; a cost docs/performance.md names).
     assert counters["dumps"] == 15 + 4 + 5 and counters["screenshots"] == 4 + 1
+
+
+# --- issue 29: what one phone call costs in connections -------------------------------------------
+def test_a_phone_call_opens_one_adb_connection_not_a_version_query_too() -> None:
+    """adbutils asks the adb server ``host:version`` before every device service unless the client
+    remembers it (PhoneAdapter's client does): after connecting, shell calls, dumps and screenshots
+    send no more version queries — each call is its one transport connection."""
+    with adbutils_leaks_ignored(), running_sim() as sim:
+        phone = PhoneAdapter.connect("sim-1")
+        phone.open_goods(GOODS)
+        before = sim.host_version_requests
+        for _ in range(3):
+            phone.current_goods_id()
+            phone.dump_raw()
+        phone.screenshot()
+        assert sim.host_version_requests == before
+        assert sim.phone("sim-1").counters["shell_calls"] >= 4  # the calls did reach the phone
