@@ -154,7 +154,9 @@ def mask_outside_app(img: Image.Image, dump: Dump, app_package: str) -> Image.Im
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _STRIP_ROWS = 64  # rows compressed at a time: a strip of a phone screen is ~200 KB, never a second copy
-PNG_DEFLATE_LEVEL = 2
+# level 1: the fastest to write and, measured, the fastest for the server to inflate and decode too (zlib-ng's
+# levels 2-3 write ≈ 25 % fewer bytes whose inflate costs ≈ 2.5x as much: docs/performance.md "Agent CPU")
+PNG_DEFLATE_LEVEL = 1
 
 
 def _chunk(kind: bytes, payload: bytes) -> bytes:
@@ -168,8 +170,9 @@ def encode_png(img: Image.Image) -> bytes:
     Why not Pillow's encoder: it tries all five PNG row filters on every row, which is most of its time
     (≈ 30 of 40 ms on a 1080 × 2400 screen even at ``compress_level=0``), and an agent encodes about five
     screenshots per order. Phone screens are flat colour and text, which deflate compresses well without
-    a filter: here ≈ 17 ms against ≈ 43 ms, for about as many bytes as Pillow at ``compress_level=1``
-    (docs/performance.md "Agent CPU"). The chunks are the minimum the PNG spec requires (IHDR, IDAT,
+    a filter: on the simulator's screens ≈ 11 ms against ≈ 40 ms, and the server validates the file in
+    ≈ 12 ms against ≈ 21 ms, for ≈ 30 % more bytes than Pillow at ``compress_level=1`` (docs/performance.md
+    "Agent CPU"). The chunks are the minimum the PNG spec requires (IHDR, IDAT,
     IEND), which the server's evidence check accepts (server/evidence/png.py; tests/agent/test_agent_cost.py
     runs it on the output)."""
     from zlib_ng import zlib_ng  # the deflate of screenshots only: `inspect`/`capture` never need it

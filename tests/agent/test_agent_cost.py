@@ -163,3 +163,12 @@ def test_a_screenshot_is_encoded_once_and_one_way() -> None:
         pass
     else:
         raise AssertionError("an unmasked PNG of an already masked shot must not be given")
+
+
+def test_the_mmap_threshold_is_fixed_where_the_c_library_is_glibc() -> None:
+    import platform
+
+    from cmbuyer.agent.heap import fix_mmap_threshold
+
+    # the fleet's phone hosts run Linux with glibc; elsewhere the call changes nothing and says so
+    assert fix_mmap_threshold() is (platform.libc_ver()[0] == "glibc")
