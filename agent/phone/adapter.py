@@ -201,6 +201,10 @@ class PhoneAdapter:
         self.app_package = app_package
         # The last (at most two) consecutive dumps taken since the last action, oldest first.
         self._recent: list[Dump] = []
+        # After the submit tap: the last (at most two) consecutive looks (dump, focused package) taken
+        # since the last action, oldest first, each with the number of the phone call that ended it.
+        self._looks: list[tuple[Dump, str | None, int]] = []
+        self.calls_made = 0  # phone calls sent through _call (a look is "the latest" if none followed)
         self.dumps_taken = 0  # fresh dumps (diagnostics / tests)
         # Told of every action just before it is sent (the dry run records its session with it):
         # ``listener(action, node)``, action = {"kind": "tap", "x", "y"} | {"kind": "swipe", "x1",
@@ -236,6 +240,7 @@ class PhoneAdapter:
 
     # --- plumbing -----------------------------------------------------------------------------
     def _call(self, fn: Callable[[], T], seconds: float, what: str) -> T:
+        self.calls_made += 1
         try:
             return call_with_deadline(fn, seconds, what)
         except AgentError:
@@ -280,6 +285,7 @@ class PhoneAdapter:
     def _forget_screen(self) -> None:
         """Called before every action that may change the screen: later reads need fresh dumps."""
         self._recent = []
+        self._looks = []
 
     def read_stable(
         self, reader: Callable[[Dump], T], attempts: int = 6, pause: float | None = None, *, new_dump: bool = False
@@ -449,12 +455,31 @@ class PhoneAdapter:
 
     def look_after_tap(self) -> tuple[Dump, str | None]:
         """A fresh :meth:`dump_any` and the focused package (None when unreadable: an unreadable
-        focus never counts as "the app is in front")."""
+        focus never counts as "the app is in front"). Remembered as the latest look (:meth:`recent_looks`)."""
+        recent, self._looks = self._looks[-1:], []  # a failing dump breaks the chain of consecutive looks
         dump = self.dump_any()
         try:
-            return dump, self.focused_package()
+            focus = self.focused_package()
         except AgentError:
-            return dump, None
+            focus = None
+        self._looks = [*recent, (dump, focus, self.calls_made)]
+        return dump, focus
+
+    def recent_looks(self, *, new_look: bool = False) -> list[tuple[Dump, str | None]]:
+        """The last (at most two) consecutive looks since the last action, oldest first: those of
+        :meth:`look_after_tap` and the look each stored screenshot takes (its masking dump and the focus
+        read after it). Two that agree are a stable look without a new dump, as :meth:`read_stable`
+        reuses dumps; ``new_look=True`` (polling for a change) gives only the latest, to be the first of
+        a new pair. Every action forgets them."""
+        looks = self._looks[-1:] if new_look else self._looks
+        return [(dump, focus) for dump, focus, _ in looks]
+
+    def _focus_now(self) -> str | None:
+        """The focused package as of now: the latest look's when no phone call followed it (the same
+        answer, read a few milliseconds ago), else a fresh ``dumpsys window`` read."""
+        if self._looks and self._looks[-1][2] == self.calls_made:
+            return self._looks[-1][1]
+        return self.focused_package()
 
     def app_screenshot_png(self) -> bytes | None:
         """PNG bytes of the screen, taken only while the app itself is focused (the evidence rules (docs/api.md
@@ -464,10 +489,15 @@ class PhoneAdapter:
         notification shade, navigation bar) and any other window drawn over them is black (screens/masking.py, issue
         33): a hierarchy dump taken right after the shot says where the windows were; no app window in it → None."""
         try:
-            if self.focused_package() != self.app_package:
+            if self._focus_now() != self.app_package:
                 return None
+            recent, self._looks = self._looks[-1:], []
             shot, windows = self._shot_and_windows()
-            if self.focused_package() != self.app_package or not app_windows(windows, self.app_package):
+            focus = self.focused_package()
+            # the masking dump and the focus after the shot are a look like any other (nothing was sent
+            # between the previous look and it but the screenshot): the next stable look may use it
+            self._looks = [*recent, (windows, focus, self.calls_made)]
+            if focus != self.app_package or not app_windows(windows, self.app_package):
                 return None
             return self._call(
                 lambda: shot.masked_png(windows, self.app_package), self.deadlines.screenshot, "screenshot encode"

@@ -202,12 +202,13 @@ def test_flow_pacing_real_u2(tmp_path: Path) -> None:
     assert all(n >= 2 for _, n, _ in taps), taps
     # Gate screenshots are taken on the gate's screen, before the next tap.
     assert [s for _, _, s in taps] == [[], [], [], ["sku"], ["sku"], ["confirm"]]
-    # No dump is thrown away: 2 per screen/tap effect + 1 fresh pre-submit re-read, then the
-    # read-only confirmation after SUBMITTED: 2 on the order page, deep link, 2 on the order list
-    # (+ its ORDER_CONFIRMATION screenshot). Each of the 5 stored screenshots takes one more dump right
-    # after the shot: where the windows were, so everything outside the app's is blacked out
-    # (PhoneAdapter.app_screenshot_png / gate_screenshot; a cost docs/performance.md names).
-    assert counters["dumps"] == 15 + 4 + 5 and counters["screenshots"] == 4 + 1
+    # No dump is thrown away: 2 per screen/tap effect + 1 fresh pre-submit re-read + 2 observing the
+    # result, then the read-only confirmation after SUBMITTED: its first stable look is the
+    # observation's last look and the masking look of its screenshot (issue 29), deep link, 2 on the
+    # order list (+ its ORDER_CONFIRMATION screenshot). Each of the 5 stored screenshots takes one more
+    # dump right after the shot: where the windows were, so everything outside the app's is blacked
+    # out (PhoneAdapter.app_screenshot_png / gate_screenshot; a cost docs/performance.md names).
+    assert counters["dumps"] == 15 + 2 + 5 and counters["screenshots"] == 4 + 1
 
 
 # --- issue 29: what one phone call costs in connections -------------------------------------------
