@@ -21,12 +21,14 @@ from __future__ import annotations
 import functools
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from cmbuyer.agent.errors import DumpEmpty, DumpInvalid, DumpNoAppNodes
 
 APP_PACKAGE = "com.xunmeng.pinduoduo"
+T = TypeVar("T")
 MAX_DUMP_BYTES = 8 * 1024 * 1024
 MAX_NODES = 20_000
 MAX_DEPTH = 200
@@ -144,6 +146,9 @@ class Dump:
     nodes: list[Node]
     app_package: str = APP_PACKAGE
     rotation: str = "0"
+    # results computed from this dump by a long-lived object (a pack's selector): id(owner) → (owner, value);
+    # the owner is held, so its id cannot be reused while the dump lives (see :meth:`remember`)
+    _remembered: dict[int, tuple[object, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def app_nodes(self) -> list[Node]:
         """Nodes of the app package only (system UI / launcher are ignored: design §7.3)."""
@@ -156,6 +161,18 @@ class Dump:
 
     def packages(self) -> set[str]:
         return {n.package for n in self.nodes}
+
+    def remember(self, owner: object, compute: Callable[[], T]) -> T:
+        """``compute()`` the first time ``owner`` asks about this dump, the same value after. A dump is
+        never changed after parsing and equal dump texts share one Dump (:func:`parse_dump`), so the readers
+        and gates that look at one screen find each selector's nodes once; ``compute`` must depend on
+        nothing but the dump and ``owner``, and callers must not change the value."""
+        entry = self._remembered.get(id(owner))
+        if entry is None or entry[0] is not owner:
+            entry = (owner, compute())
+            self._remembered[id(owner)] = entry
+        value: T = entry[1]
+        return value
 
 
 def _parse_bounds(raw: str) -> Bounds:

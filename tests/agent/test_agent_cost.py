@@ -172,3 +172,27 @@ def test_the_mmap_threshold_is_fixed_where_the_c_library_is_glibc() -> None:
 
     # the fleet's phone hosts run Linux with glibc; elsewhere the call changes nothing and says so
     assert fix_mmap_threshold() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_selector_looks_at_a_dump_once() -> None:
+    import re
+
+    from cmbuyer.agent.screens.pack import Selector
+
+    dump = parse_dump(_dump_xml([(APP, (0, 0, 720, 1600)), (APP, (0, 0, 720, 100))]))
+    calls = []
+
+    class Counting(Selector):
+        def matches(self, node: object) -> bool:  # type: ignore[override]
+            calls.append(node)
+            return super().matches(node)  # type: ignore[arg-type]
+
+    selector = Counting(cls=re.compile("android.view.View"))
+    first = selector.find(dump)
+    assert len(first) == 2 and len(calls) == len(dump.app_nodes())
+    first.clear()  # a caller's list is its own
+    assert selector.find(dump) == [n for n in dump.nodes if n.cls == "android.view.View"]
+    assert len(calls) == len(dump.app_nodes())  # the second find did not look again
+    # another dump (another text) is looked at afresh
+    other = parse_dump(_dump_xml([(APP, (0, 0, 720, 1500))]))
+    assert len(selector.find(other)) == 1
