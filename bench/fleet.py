@@ -13,7 +13,9 @@ Run: `make bench` (N = 8) or `make soak` (N = 32), or `.venv/bin/python bench/fl
   (``VmHWM`` in ``/proc/<pid>/status``) of each agent process. ``cpu_seconds_per_order`` counts only
   what the agents spent between "all agents idle" and "every order settled", divided by the orders;
   ``startup_cpu_seconds`` (imports, connecting, the first polls) and ``idle_rss_mb`` (resident memory
-  of an agent that has started and waits for work) are reported apart.
+  of an agent that has started and waits for work) are reported apart. RSS counts the shared libraries'
+  pages in full in every agent; ``*_pss_mb`` divides them among the processes that map them — what one
+  more phone costs a host (``peak_pss_mb_sampled``: the largest of samples taken every 0.5 s).
 - ``server_cpu_seconds_per_order`` and ``simulator_cpu_seconds_per_order``: the same window for the
   server and for the phone simulator — the latter is work real phones do themselves, reported apart
   because on this machine it competes with the agents for the same cores.
@@ -141,7 +143,10 @@ def run(phones: int, orders_per_phone: int, profile: Path | None = None) -> dict
             stack.cli("task", "start", *task_ids)
             details = {}
             deadline = time.monotonic() + 120 + 30 * orders_per_phone * max(1.0, phones / 4)
+            pss_peak = {s: 0.0 for s in agents}
             while time.monotonic() < deadline:
+                for s, pid in agents.items():  # the kernel keeps no high-water mark of PSS: sample it
+                    pss_peak[s] = max(pss_peak[s], memory_mb(pid)["pss"])
                 details = _details(stack, task_ids)
                 if all(d["task"]["state"] in SETTLED for d in details.values()):
                     break
@@ -197,6 +202,7 @@ def run(phones: int, orders_per_phone: int, profile: Path | None = None) -> dict
             "idle_rss_mb": _summary([m["rss"] for m in idle_mem.values()], 1),
             "rss_after_mb": _summary([m["rss"] for m in mem.values()], 1),
             "idle_pss_mb": _summary([m["pss"] for m in idle_mem.values()], 1),
+            "peak_pss_mb_sampled": _summary(list(pss_peak.values()), 1),
             "idle_uss_mb": _summary([m["uss"] for m in idle_mem.values()], 1),
             "startup_cpu_seconds": _summary(list(cpu0.values())),
             "startup_wait_seconds": round(startup_wait, 1),
