@@ -227,12 +227,26 @@ def _phone_calls(stack: Stack, serials: list[str]) -> dict[str, int]:
 
 
 def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy sampling ``pid`` (every thread, idle samples dropped) into ``out`` as collapsed stacks."""
+    """py-spy sampling ``pid`` into ``out`` as collapsed stacks: every thread, but only while it holds the
+    GIL (``--gil``), so waits on the phone, the server or a lock are not counted as work."""
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         raise SystemExit("--profile needs py-spy (pip install py-spy into the venv)")
     return subprocess.Popen(
-        [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--threads", "--output", str(out)],
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--threads",
+            "--gil",
+            "--output",
+            str(out),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
