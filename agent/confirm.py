@@ -138,7 +138,11 @@ def _stable(
         if previous is not None and previous.key() == look.key():
             return look
         previous = look
-        time.sleep(POLL_SECONDS)
+        if look.where == "order_list" and look.dump.app_nodes():
+            # the list may be seen again by the next look: its screenshot between the two (issue 29)
+            phone.shoot_before_next_look()
+        else:
+            time.sleep(POLL_SECONDS)
     return None
 
 

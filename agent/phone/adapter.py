@@ -29,7 +29,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -144,10 +144,10 @@ class Screenshot:
         """The whole screen as PNG bytes."""
         return self._encode(False, lambda image: image)
 
-    def masked_png(self, windows: Dump, app_package: str) -> bytes:
+    def masked_png(self, windows: Sequence[Dump], app_package: str) -> bytes:
         """PNG bytes with everything outside the app's own windows black (:func:`mask_outside_app`, with
-        ``windows`` the dump taken with the shot): one decode and one encode, where encoding the plain PNG
-        and then masking it would decode and encode twice."""
+        ``windows`` the dumps taken around the shot): one decode and one encode, where encoding the plain
+        PNG and then masking it would decode and encode twice."""
         return self._encode(True, lambda image: mask_outside_app(image, windows, app_package))
 
 
@@ -205,6 +205,13 @@ class PhoneAdapter:
         # since the last action, oldest first, each with the number of the phone call that ended it.
         self._looks: list[tuple[Dump, str | None, int]] = []
         self.calls_made = 0  # phone calls sent through _call (a look is "the latest" if none followed)
+        # Gate screenshots between the two dumps of the gate's stable read (issue 29, :meth:`arm_gate_shot`):
+        # on when the caller stores gate screenshots through :meth:`gate_screenshot` (the purchase flow).
+        self.gate_shots_between_dumps = False
+        self._armed = False
+        self._pending: tuple[Screenshot, Dump] | None = None  # a shot taken right after that dump
+        self._bracket: tuple[Screenshot, Dump, Dump] | None = None  # a shot between two equal dumps
+        self._look_shot: tuple[Screenshot, int] | None = None  # after the tap: a shot and its call number
         self.dumps_taken = 0  # fresh dumps (diagnostics / tests)
         # Told of every action just before it is sent (the dry run records its session with it):
         # ``listener(action, node)``, action = {"kind": "tap", "x", "y"} | {"kind": "swipe", "x1",
@@ -286,6 +293,8 @@ class PhoneAdapter:
         """Called before every action that may change the screen: later reads need fresh dumps."""
         self._recent = []
         self._looks = []
+        self._pending = self._bracket = None
+        self._look_shot = None
 
     def read_stable(
         self, reader: Callable[[Dump], T], attempts: int = 6, pause: float | None = None, *, new_dump: bool = False
@@ -311,9 +320,14 @@ class PhoneAdapter:
                     return values[1], recent[1]
                 previous = values[-1]
         for i in range(attempts):
+            if self._armed and previous is not _UNSET and self._recent:
+                self._shoot_after(self._recent[-1])
             dump = self._fresh()
             value = reader(dump)
             if previous is not _UNSET and value == previous:
+                pending = self._pending
+                if pending is not None and len(self._recent) == 2 and pending[1] is self._recent[0]:
+                    self._bracket = (pending[0], self._recent[0], dump)
                 return value, dump
             previous = value
             wait = pause if pause is not None else STABLE_PAUSES[min(i, len(STABLE_PAUSES) - 1)]
@@ -356,6 +370,7 @@ class PhoneAdapter:
         self.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d", url], "am start")
 
     def press_back(self) -> None:
+        self._armed = False  # backing out: no gate follows
         self._announce({"kind": "back"})
         self._forget_screen()
         self.shell(["input", "keyevent", "4"], "back")
@@ -474,6 +489,19 @@ class PhoneAdapter:
         looks = self._looks[-1:] if new_look else self._looks
         return [(dump, focus) for dump, focus, _ in looks]
 
+    def shoot_before_next_look(self) -> None:
+        """After the tap: capture the screen now, between the latest look and the next one; if the next
+        :meth:`look_after_tap` agrees with the latest, :meth:`app_screenshot_png` uses this shot with
+        both looks around it (their focus and their dumps) instead of a focus read, a shot, a dump and a
+        focus read. A failed capture is ignored (the screenshot is then taken as before)."""
+        self._look_shot = None
+        if not self._looks or self._looks[-1][2] != self.calls_made:
+            return  # a call followed the latest look: the shot would not lie right after it
+        try:
+            self._look_shot = (self.screenshot(), self.calls_made)
+        except AgentError:
+            self._look_shot = None
+
     def _focus_now(self) -> str | None:
         """The focused package as of now: the latest look's when no phone call followed it (the same
         answer, read a few milliseconds ago), else a fresh ``dumpsys window`` read."""
@@ -488,6 +516,21 @@ class PhoneAdapter:
         capture made while the focus changed is dropped. Everything outside the app's own windows (status bar,
         notification shade, navigation bar) and any other window drawn over them is black (screens/masking.py, issue
         33): a hierarchy dump taken right after the shot says where the windows were; no app window in it → None."""
+        bracketed = self._look_bracket()
+        if bracketed is not None:
+            shot, (before, focus_before), (after, focus_after) = bracketed
+            if self.app_package not in (focus_before, focus_after) or focus_before != focus_after:
+                return None
+            if not (app_windows(before, self.app_package) and app_windows(after, self.app_package)):
+                return None
+            try:
+                return self._call(
+                    lambda: shot.masked_png((before, after), self.app_package),
+                    self.deadlines.screenshot,
+                    "screenshot encode",
+                )
+            except (AgentError, ImageUnreadable):
+                return None
         try:
             if self._focus_now() != self.app_package:
                 return None
@@ -500,26 +543,67 @@ class PhoneAdapter:
             if focus != self.app_package or not app_windows(windows, self.app_package):
                 return None
             return self._call(
-                lambda: shot.masked_png(windows, self.app_package), self.deadlines.screenshot, "screenshot encode"
+                lambda: shot.masked_png((windows,), self.app_package), self.deadlines.screenshot, "screenshot encode"
             )
         except (AgentError, ImageUnreadable):
             return None
+
+    def _look_bracket(self) -> tuple[Screenshot, tuple[Dump, str | None], tuple[Dump, str | None]] | None:
+        """The shot :meth:`shoot_before_next_look` took, with the two looks around it, when those are the
+        last two looks and no phone call followed the second (else None). Used once."""
+        taken, self._look_shot = self._look_shot, None
+        if taken is None or len(self._looks) != 2 or self._looks[1][2] != self.calls_made:
+            return None
+        (before, f1, seq1), (after, f2, seq2) = self._looks
+        # the shot was the only call between the two looks: the call right after the first one's focus
+        # read, and the second look's dump and focus read the two calls right after the shot
+        if taken[1] != seq1 + 1 or seq2 != seq1 + 3:
+            return None
+        return taken[0], (before, f1), (after, f2)
 
     def _shot_and_windows(self) -> tuple[Screenshot, Dump]:
         shot = self.screenshot()
         # not self.dump(): this look must not break the chain of consecutive dumps the flow compares
         return shot, parse_dump(self.dump_raw(), self.app_package)
 
+    def arm_gate_shot(self) -> None:
+        """Called before the stable read a gate will judge (after the step's last tap): when
+        :attr:`gate_shots_between_dumps` is on, that read takes the gate screenshot between its two fresh
+        dumps — before the second dump of every candidate pair; a shot whose pair did not agree is
+        dropped unused (never stored). :meth:`gate_screenshot` then uses the shot that two equal dumps
+        bracket instead of a shot plus one more dump. Off (the dry run, tests) it does nothing."""
+        self._armed = self.gate_shots_between_dumps
+
+    def _shoot_after(self, dump: Dump) -> None:
+        if self._pending is not None and self._pending[1] is dump:
+            return
+        try:
+            self._pending = (self.screenshot(), dump)
+        except AgentError:  # no shot now: gate_screenshot takes its own (shot + dump) later
+            self._pending = None
+
     def gate_screenshot(self) -> Callable[[], bytes]:
-        """A gate screenshot taken now (the screen the gate just read) and a hierarchy dump of the windows
-        at that moment; returns the encoder to run later (on the outbox thread), which gives the PNG with
-        everything outside the app's own windows black (:func:`mask_outside_app`; all black if the app showed
-        no window). Raises PhoneError/AgentError as :meth:`screenshot` and :meth:`dump_raw`."""
-        shot, windows = self._shot_and_windows()
+        """The gate screenshot of the screen the gate just read; returns the encoder to run later (on the
+        outbox thread), which gives the PNG with everything outside the app's own windows black
+        (:func:`mask_outside_app`; all black if the app showed no window).
+
+        Where the windows were when the shot was taken comes from dumps around it: if the gate's stable
+        read took the shot between its two dumps (:meth:`arm_gate_shot`) and those are still the latest
+        dumps (nothing was sent to the screen since), both of them — a window present at either end is
+        masked; else a shot now and a hierarchy dump right after it. Raises PhoneError/AgentError as
+        :meth:`screenshot` and :meth:`dump_raw`."""
+        bracket, self._bracket, self._pending, self._armed = self._bracket, None, None, False
+        dumps: tuple[Dump, ...]
+        recent = self._recent
+        if bracket is not None and len(recent) == 2 and recent[0] is bracket[1] and recent[1] is bracket[2]:
+            shot, dumps = bracket[0], bracket[1:]
+        else:
+            shot, windows = self._shot_and_windows()
+            dumps = (windows,)
         package = self.app_package
 
         def png() -> bytes:
-            return shot.masked_png(windows, package)
+            return shot.masked_png(dumps, package)
 
         return png
 

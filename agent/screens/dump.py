@@ -162,6 +162,12 @@ class Dump:
     def packages(self) -> set[str]:
         return {n.package for n in self.nodes}
 
+    def twin(self) -> Dump:
+        """Another Dump of the same text: the same nodes and remembered results, a different identity."""
+        twin = Dump(nodes=self.nodes, app_package=self.app_package, rotation=self.rotation)
+        twin._remembered = self._remembered
+        return twin
+
     def remember(self, owner: object, compute: Callable[[], T]) -> T:
         """``compute()`` the first time ``owner`` asks about this dump, the same value after. A dump is
         never changed after parsing and equal dump texts share one Dump (:func:`parse_dump`), so the readers
@@ -203,9 +209,11 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
     """Parse and validate a dump. Does *not* require app nodes (``inspect`` shows any dump);
     phone code calls :meth:`Dump.require_app`. Raises DumpEmpty / DumpInvalid.
 
-    Equal texts give the same :class:`Dump` object while it is among the last :data:`PARSE_CACHE_SIZE`
-    parsed (:func:`parse_cache_info`): a Dump is never changed after parsing, so sharing it is safe.
-    Failures are not remembered (each bad dump is parsed, and refused, again)."""
+    Equal texts share one parse while it is among the last :data:`PARSE_CACHE_SIZE` (:func:`parse_cache_info`):
+    each call gives a Dump of its own (the adapter tells its dumps apart by identity — which dump a
+    screenshot was taken after) over the same nodes and the same remembered results (:meth:`Dump.remember`);
+    a Dump's nodes are never changed after parsing, so sharing them is safe. Failures are not remembered
+    (each bad dump is parsed, and refused, again)."""
     if isinstance(xml, bytes):
         if len(xml) > MAX_DUMP_BYTES:
             raise DumpInvalid("dump larger than the cap")
@@ -217,7 +225,7 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
         raise DumpInvalid("dump is not text")
     if len(xml) > MAX_DUMP_BYTES:
         raise DumpInvalid("dump larger than the cap")
-    return _parse_text(xml, app_package)
+    return _parse_text(xml, app_package).twin()
 
 
 def parse_cache_info() -> functools._CacheInfo:

@@ -128,14 +128,27 @@ def _uncovered(boxes: Sequence[tuple[int, int, int, int]], width: int, height: i
     return out
 
 
-def mask_outside_app(img: Image.Image, dump: Dump, app_package: str) -> Image.Image:
+def _intersect(a: Rect, b: Rect) -> Rect | None:
+    box = (max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3]))
+    return box if box[2] > box[0] and box[3] > box[1] else None
+
+
+def mask_outside_app(img: Image.Image, dumps: Sequence[Dump], app_package: str) -> Image.Image:
     """Paint, in place, everything of ``img`` (RGB) outside the app's own windows black, and every foreign
-    window drawn over them (see the module docstring); all black when the dump shows no app window.
-    Returns ``img``. Only the painted rectangles are touched — no mask and no copy of the screen (a
-    1080 × 2400 screenshot is 7.8 MB of pixels, and each agent of a phone host handles several per order)."""
-    scale = img.width / screen_size(dump)[0]
+    window drawn over them (see the module docstring); returns ``img``. ``dumps``: the dumps taken around
+    the screenshot (issue 29: the two dumps of a stable read bracket it) — kept is only what lies inside
+    an app window in EVERY dump, and every foreign window of ANY dump is black, so a window present at
+    either end of the interval is masked; all black when a dump shows no app window. Only the painted
+    rectangles are touched — no mask and no copy of the screen (a 1080 × 2400 screenshot is 7.8 MB of
+    pixels, and each agent of a phone host handles several per order). ValueError without dumps."""
+    if not dumps:
+        raise ValueError("masking needs at least one dump")
+    windows = app_windows(dumps[0], app_package)
+    for other in dumps[1:]:
+        windows = [box for a in windows for b in app_windows(other, app_package) if (box := _intersect(a, b))]
+    scale = img.width / max(screen_size(d)[0] for d in dumps)
     kept = []
-    for left, top, right, bottom in app_windows(dump, app_package):
+    for left, top, right, bottom in windows:
         # inward rounding for what is kept: a pixel half outside the app's window is not the app's
         box = (
             max(0, math.ceil(left * scale)),
@@ -145,7 +158,8 @@ def mask_outside_app(img: Image.Image, dump: Dump, app_package: str) -> Image.Im
         )
         if box[2] > box[0] and box[3] > box[1]:
             kept.append(box)
-    painted = [*_uncovered(kept, img.width, img.height), *_scaled(foreign_windows(dump, app_package), scale, img)]
+    foreign = [r for d in dumps for r in foreign_windows(d, app_package)]
+    painted = [*_uncovered(kept, img.width, img.height), *_scaled(foreign, scale, img)]
     draw = ImageDraw.Draw(img)
     for left, top, right, bottom in painted:
         draw.rectangle((left, top, right - 1, bottom - 1), fill=(0, 0, 0))
@@ -192,5 +206,14 @@ def encode_png(img: Image.Image) -> bytes:
 
 def outside_app(png: bytes, dump: Dump, app_package: str) -> bytes:
     """``png`` with everything outside the app's own windows black, and every foreign window drawn
-    over them black too (:func:`mask_outside_app`). Raises ImageUnreadable."""
-    return encode_png(mask_outside_app(_decode(png), dump, app_package))
+    over them black too (:func:`mask_outside_app`); all black when the dump shows no app window.
+    Raises ImageUnreadable."""
+    return outside_app_of_all(png, (dump,), app_package)
+
+
+def outside_app_of_all(png: bytes, dumps: Sequence[Dump], app_package: str) -> bytes:
+    """:func:`outside_app` for a screenshot taken between several dumps (:func:`mask_outside_app`).
+    Raises ImageUnreadable; ValueError without dumps."""
+    if not dumps:
+        raise ValueError("masking needs at least one dump")
+    return encode_png(mask_outside_app(_decode(png), dumps, app_package))

@@ -22,7 +22,7 @@ from PIL import Image
 from cmbuyer.agent.errors import DumpInvalid
 from cmbuyer.agent.phone.adapter import Screenshot
 from cmbuyer.agent.screens.dump import Dump, parse_cache_info, parse_dump
-from cmbuyer.agent.screens.masking import encode_png, mask_outside_app, outside_app
+from cmbuyer.agent.screens.masking import encode_png, mask_outside_app, outside_app, outside_app_of_all
 
 APP = "com.xunmeng.pinduoduo"
 
@@ -65,7 +65,8 @@ def test_equal_dump_texts_share_one_parse() -> None:
     before = parse_cache_info()
     first = parse_dump(xml)
     again = parse_dump(xml.encode("utf-8"))  # bytes of the same text: the same parse
-    assert again is first
+    assert again.nodes is first.nodes
+    assert again is not first  # but a dump of its own: the adapter tells dumps apart by identity
     after = parse_cache_info()
     assert after.misses - before.misses <= 1
     assert after.hits - before.hits >= 1
@@ -82,28 +83,33 @@ def test_equal_dump_texts_share_one_parse() -> None:
             raise AssertionError("a malformed bounds attribute must be refused")
 
 
-def _oracle(img: Image.Image, dump: Dump) -> bytes:
-    """The privacy rule pixel by pixel (screens/masking.py docstring): a pixel is kept only when it lies
-    inside an app window (rounded inwards) and inside no foreign window (rounded outwards)."""
+def _oracle(img: Image.Image, dumps: tuple[Dump, ...]) -> bytes:
+    """The privacy rule pixel by pixel (screens/masking.py): a pixel is kept only when, in every dump
+    taken around the shot, it lies inside an app window (rounded inwards), and it lies inside no foreign
+    window of any of them (rounded outwards)."""
     import math
 
     from cmbuyer.agent.screens.masking import app_windows, foreign_windows, screen_size
 
-    scale = img.width / screen_size(dump)[0]
+    scale = img.width / max(screen_size(d)[0] for d in dumps)
     keep = [
-        (math.ceil(x0 * scale), math.ceil(t * scale), math.floor(r * scale), math.floor(b * scale))
-        for x0, t, r, b in app_windows(dump, APP)
+        [
+            (math.ceil(x0 * scale), math.ceil(t * scale), math.floor(r * scale), math.floor(b * scale))
+            for x0, t, r, b in app_windows(d, APP)
+        ]
+        for d in dumps
     ]
     paint = [
         (math.floor(x0 * scale), math.floor(t * scale), math.ceil(r * scale), math.ceil(b * scale))
-        for x0, t, r, b in foreign_windows(dump, APP)
+        for d in dumps
+        for x0, t, r, b in foreign_windows(d, APP)
     ]
     out = img.copy()
     px = out.load()
     assert px is not None
     for y in range(img.height):
         for x in range(img.width):
-            inside = any(x0 <= x < r and t <= y < b for x0, t, r, b in keep)
+            inside = all(any(x0 <= x < r and t <= y < b for x0, t, r, b in boxes) for boxes in keep)
             if not inside or any(x0 <= x < r and t <= y < b for x0, t, r, b in paint):
                 px[x, y] = (0, 0, 0)
     return out.tobytes()
@@ -112,25 +118,29 @@ def _oracle(img: Image.Image, dump: Dump) -> bytes:
 _box = st.tuples(st.integers(-10, 130), st.integers(-10, 250), st.integers(1, 140), st.integers(1, 260)).map(
     lambda v: (v[0], v[1], v[0] + v[2], v[1] + v[3])
 )
-_window = st.tuples(st.sampled_from([APP, "com.android.systemui", "com.other"]), _box)
+_windows = st.lists(st.tuples(st.sampled_from([APP, "com.android.systemui", "com.other"]), _box), max_size=4)
 
 
 @settings(max_examples=60, deadline=None)
-@given(windows=st.lists(_window, min_size=0, max_size=4), width=st.sampled_from([60, 90, 120]))
+@given(around=st.lists(_windows, min_size=1, max_size=2), width=st.sampled_from([60, 90, 120]))
 def test_masking_paints_exactly_what_the_rule_names(
-    windows: list[tuple[str, tuple[int, int, int, int]]], width: int
+    around: list[list[tuple[str, tuple[int, int, int, int]]]], width: int
 ) -> None:
-    # the launcher spans the screen, so the dump's screen size is fixed (120 × 240) whatever the windows
-    dump = parse_dump(_dump_xml([("com.launcher", (0, 0, 120, 240)), *windows]))
+    # one or two dumps around the shot; the launcher spans the screen, so each dump's screen size is fixed
+    # (120 × 240) whatever the windows
+    dumps = tuple(parse_dump(_dump_xml([("com.launcher", (0, 0, 120, 240)), *windows])) for windows in around)
     img = Image.effect_noise((width, width * 2), 80).convert("RGB")
-    expected = _oracle(img, dump)
-    assert mask_outside_app(img.copy(), dump, APP).tobytes() == expected
-    # the one-encode path of a phone screenshot gives the same pixels as the PNG-in, PNG-out function
+    expected = _oracle(img, dumps)
+    assert mask_outside_app(img.copy(), dumps, APP).tobytes() == expected
+    # the one-encode path of a phone screenshot gives the same pixels as the PNG-in, PNG-out functions
     buf = io.BytesIO()
     img.save(buf, format="PNG")
-    via_png = Image.open(io.BytesIO(outside_app(buf.getvalue(), dump, APP))).convert("RGB").tobytes()
-    once = Image.open(io.BytesIO(Screenshot(img.copy()).masked_png(dump, APP))).convert("RGB").tobytes()
+    via_png = Image.open(io.BytesIO(outside_app_of_all(buf.getvalue(), dumps, APP))).convert("RGB").tobytes()
+    once = Image.open(io.BytesIO(Screenshot(img.copy()).masked_png(dumps, APP))).convert("RGB").tobytes()
     assert via_png == once == expected
+    if len(dumps) == 1:
+        single = Image.open(io.BytesIO(outside_app(buf.getvalue(), dumps[0], APP))).convert("RGB").tobytes()
+        assert single == expected
 
 
 def test_encoded_png_is_lossless_and_passes_the_servers_evidence_check() -> None:
@@ -155,8 +165,8 @@ def test_encoded_png_is_lossless_and_passes_the_servers_evidence_check() -> None
 def test_a_screenshot_is_encoded_once_and_one_way() -> None:
     dump = parse_dump(_dump_xml([(APP, (0, 0, 60, 120))]))
     shot = Screenshot(Image.new("RGB", (60, 120), (200, 10, 10)))
-    first = shot.masked_png(dump, APP)
-    assert shot.masked_png(dump, APP) is first  # cached: a retried upload does not encode again
+    first = shot.masked_png((dump,), APP)
+    assert shot.masked_png((dump,), APP) is first  # cached: a retried upload does not encode again
     try:
         shot.png()
     except RuntimeError:
