@@ -7,8 +7,9 @@ proposed by ``capture``/``dry-run`` for a person to confirm).
 Scrubbing (:func:`scrub`):
 
 - the dump keeps only the app's own nodes (package ``com.xunmeng.pinduoduo``): every subtree of
-  another package is dropped — the system UI (status bar with notification tickers that show names
-  and phone numbers, navigation bar), the launcher, any other app's window;
+  another package is dropped — the system UI (status bar with notification icons that name people and
+  phone numbers, a navigation bar where the phone has one), the launcher (on the real MIUI captures its
+  gesture strip), any other app's window;
 - the **address block** is found by structure: the pack's ``address_block`` selectors (one per
   layout) find the node holding the recipient's name, phone and address, and on the screens the pack
   lists there (the order sheet) every text and content-desc in its subtree is blanked and its bounds
@@ -21,9 +22,11 @@ Scrubbing (:func:`scrub`):
   ``+86`` or with spaces, dots or dashes; a landline with its area code);
 - the screenshot is blacked out (Pillow) over: the status-bar band — the bounds of the system UI's
   ``status_bar`` node when the dump has one, else a fixed top band of :data:`STATUS_BAND_FRACTION`
-  of the screen height (108 px on a 2400 px screen) —, every other system-UI window except the
-  navigation bar (a pulled-down shade, a heads-up notification), every window of another package
-  that does not cover the whole screen (a floating chat head over the app), and every privacy row.
+  of the screen height (108 px on a 2400 px screen) —, every system-UI window
+  (:func:`cmbuyer.agent.screens.masking.foreign_windows`: the status bar itself, a pulled-down shade, a
+  heads-up notification, a navigation bar), every window of another package that does not cover the
+  whole screen (the launcher's gesture strip over the bottom of the app on MIUI, a floating chat head),
+  and every privacy row.
   Rectangles are scaled from dump coordinates to the screenshot by the ratio of the widths (windows
   span the full width; the dump may lack the navigation bar, so its height is not the screen's).
 

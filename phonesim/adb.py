@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from . import device_http
 from .phone import DropConnection, Phone
 from .shell import run_shell
+from .system_ui import DEVICE_MODEL
 
 if TYPE_CHECKING:
     from .server import PhoneSim
@@ -164,7 +165,7 @@ def _host_service(sock: socket.socket, sim: PhoneSim, req: str) -> Phone | None:
         for p in sim.phones.values():
             state = "device" if p.online else "offline"
             if req.endswith("-l"):
-                model = str(p.cfg.device.get("model", "PJE110"))
+                model = str(p.cfg.device.get("model", DEVICE_MODEL))
                 lines.append(
                     f"{p.serial:<22} {state} usb:1-{p.transport_id} product:{model} model:{model} "
                     f"device:OP5961L1 transport_id:{p.transport_id}\n"

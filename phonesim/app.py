@@ -21,6 +21,7 @@ from typing import Any
 
 from .faults import WALLS
 from .scenario import Goods, PhoneConfig
+from .system_ui import LAUNCHER
 
 GOODS_URL = re.compile(
     r"^(?:pinduoduo://com\.xunmeng\.pinduoduo/|https?://mobile\.yangkeduo\.com/)goods\d?\.html\?(?P<query>.*)$"
@@ -133,7 +134,7 @@ class AppModel:
     def foreground_package(self) -> str:
         """Package of the window in front: a cashier app, Pinduoduo, or the launcher."""
         if self.page is None:
-            return "com.android.launcher3"
+            return LAUNCHER
         return self.foreign or self.cfg.app.package
 
     def unit_price(self) -> Decimal | None:

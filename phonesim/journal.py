@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from .system_ui import LAUNCHER
+
 # design §7.4: the payment denylist; any of these in a tapped node or its ancestors is a payment tap.
 # The simulator's own list, not cmbuyer.agent.screens.safety.PAYMENT_DENYLIST: the journal judges the agent
 # (assert_no_payment_taps) and phonesim imports no agent code, so a word dropped from the agent's list is caught.
@@ -39,7 +41,7 @@ PAYMENT_WORDS = (
 
 Entry = dict[str, Any]
 PDD_PACKAGE = "com.xunmeng.pinduoduo"
-LAUNCHER_PACKAGE = "com.android.launcher3"
+LAUNCHER_PACKAGE = LAUNCHER
 
 
 class JournalSink:

@@ -35,7 +35,8 @@ SOLD_OUT = "刚刚抢光"
 BANNER = "#24小时发货#七天退换"
 VG = "android.view.ViewGroup"
 RECYCLER = "android.support.v7.widget.RecyclerView"  # the class the captures show
-# rows at the bottom of the sheet, px: the payment row and the submit bar above the navigation bar
+# rows at the bottom of the sheet, px: the payment row and the submit bar (its bottom 26 px lie under the
+# launcher's gesture strip, as on the captures)
 PAY_H, BAR_H = 95, 141
 
 # payment_mode switch → the texts of the payment row(s) (phone-facts "The order sheet")
@@ -400,7 +401,7 @@ def order_sheet(app: AppModel) -> Node:
     (a RecyclerView of dimension groups), then the payment row(s), ``添加`` and the submit control."""
     goods = app.goods
     assert goods is not None
-    W, bottom = base.W, base.NAV_TOP
+    W, bottom = base.W, base.APP_BOTTOM
     top_area = group(
         (0, base.STATUS_H, W, 225),
         frame((0, base.STATUS_H, W, 225), _nest((0, base.STATUS_H, W, 225), 4, image((0, 119, W, 200), rid=""))),
@@ -528,7 +529,7 @@ def paid_page(app: AppModel) -> list[Node]:
     page = app.page
     assert page is not None and page.order is not None
     order = page.order
-    bar = linear((0, 2112, base.W, base.NAV_TOP), style="bottombar")
+    bar = linear((0, 2112, base.W, base.APP_BOTTOM), style="bottombar")
     bar.add(
         frame(
             (60, 2136, 520, 2256),

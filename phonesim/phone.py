@@ -15,7 +15,7 @@ from typing import Any
 
 from PIL import Image
 
-from . import hierarchy, screens
+from . import hierarchy, screens, system_ui
 from .app import CASHIERS, AppModel
 from .faults import DUMP_KINDS, MUTATION_KINDS, Fault, FaultBook
 from .journal import Journal, JournalSink, is_payment_text
@@ -23,6 +23,7 @@ from .nodes import Node, clickable_target, frame, hit_path, image
 from .prices import to_price
 from .scenario import Latency, PhoneConfig
 from .screenshot import jpeg_bytes, png_bytes, render_image
+from .system_ui import LAUNCHER_ACTIVITY
 
 KEY_NAMES = {
     "4": "back",
@@ -46,7 +47,6 @@ KEY_NAMES = {
 }
 ACTIVITY = "com.xunmeng.pinduoduo.activity.NewPageActivity"
 HOME_ACTIVITY = "com.xunmeng.pinduoduo.ui.activity.HomeActivity"
-LAUNCHER_ACTIVITY = "com.android.launcher3/com.android.launcher3.Launcher"
 # ``dumpsys activity top`` intent data per page; a page with ``{order_sn}`` has none without its order
 PAGE_URLS = {
     "product": "pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}",
@@ -293,7 +293,7 @@ class Phone:
             wins = screens.windows(self.app)
             if time.monotonic() < self._ready_at and self.app.page is not None:
                 # cold start still running: the app shows its splash and nothing readable
-                splash = frame(screens.APP_BOUNDS, image(screens.APP_BOUNDS, ""), rid="", style="page")
+                splash = frame((0, 0, screens.W, screens.H), image(screens.APP_BOUNDS, ""), rid="", style="page")
                 wins = [w if w.package != self.cfg.app.package else splash for w in wins]
             return wins
 
@@ -324,7 +324,9 @@ class Phone:
             elif fault.kind == "malformed_dump":
                 xml = hierarchy.malform(hierarchy.render_xml(wins, max_depth))
             else:  # emoji_dump
-                wins[0].add(image((240, 24, 288, 72), "拼多多通知：🎉限时秒杀🧧 马上抢"))
+                # one more notification icon on the status bar, named with emoji
+                icons = next(n for w in wins for n in w.walk() if n.rid.endswith(":id/notificationIcons"))
+                icons.add(system_ui.notification_icon(len(icons.children), "拼多多通知：🎉限时秒杀🧧 马上抢"))
                 xml = hierarchy.render_xml(wins, max_depth)
                 if fault.params.get("mode") == "broken":
                     xml = hierarchy.break_emoji(xml)

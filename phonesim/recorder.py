@@ -6,8 +6,8 @@ Attach with ``PhoneSim(..., record_session=DIR)``, ``sim.add_phone(serial, recor
 after each applied action (tap, swipe, BACK/HOME, deep link, launch, force-stop; any transport) the
 app model's settled screen is captured — a new capture unless it is identical to the current one
 (consecutive duplicates are not stored; the step then leads back to the same capture). Captures keep
-only the windows of the package in front (no status bar, navigation bar or launcher when an app is in
-front) and follow the session contract: ``dump.xml``, ``screenshot.png``, ``meta.json``
+only the windows of the package in front (no status bar and no launcher — its gesture strip — when an
+app is in front) and follow the session contract: ``dump.xml``, ``screenshot.png``, ``meta.json``
 (``capture_format`` 1). ``session.json`` is rewritten atomically after every step, so a recording
 cut short is still a valid session.
 """

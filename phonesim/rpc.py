@@ -14,6 +14,7 @@ from typing import Any
 
 from . import selector
 from .phone import Phone
+from .system_ui import DEVICE_MODEL
 
 NOT_CONNECTED = "java.lang.IllegalStateException: UiAutomation not connected, UiAutomation@3d5a0c8[id=-1, flags=0]"
 TAP_METHODS = ("click", "longClick")
@@ -94,7 +95,7 @@ def _call(phone: Phone, method: str, params: Any) -> Any:
             "displaySizeDpX": 360,
             "displaySizeDpY": 800,
             "naturalOrientation": True,
-            "productName": str(phone.cfg.device.get("model", "PJE110")),
+            "productName": str(phone.cfg.device.get("model", DEVICE_MODEL)),
             "screenOn": True,
             "sdkInt": int(phone.cfg.device.get("sdk", 33)),
         }

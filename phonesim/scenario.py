@@ -180,6 +180,8 @@ class PhoneConfig:
     payment_mode: str = "wechat"  # one of PAYMENT_MODES (the order sheet's payment row)
     submit_text: str | None = None  # submit label prefix override (立即支付, 确认支付, 0元下单)
     service_banner: bool = False  # order sheet: #24小时发货#七天退换 banner with a 关闭 icon
+    # the status bar's notification icons, one content-desc each (None: system_ui.DEFAULT_NOTIFICATIONS)
+    notifications: list[str] | None = None
 
     @property
     def layout(self) -> str:
@@ -287,6 +289,7 @@ class Scenario:
             payment_mode=over.get("payment_mode", data.get("payment_mode", "wechat")),
             submit_text=over.get("submit_text", data.get("submit_text")),
             service_banner=bool(over.get("service_banner", data.get("service_banner", False))),
+            notifications=over.get("notifications", data.get("notifications")),
         )
 
 

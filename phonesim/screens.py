@@ -1,7 +1,7 @@
 """Build the view tree of every window for the current app state (1080x2400 portrait).
 
-Windows are returned topmost first: system status bar, navigation bar, the app (when in
-front), the launcher. Texts, classes and structure follow shared/phone-facts.md: the
+Windows are returned topmost first (:func:`windows`); the system windows are the real captures'
+(:mod:`.system_ui`). Texts, classes and structure follow shared/phone-facts.md: the
 confirm-order page has no title text, its price+stock node reads ``最后3件 ¥269``, the
 chosen SKU label ``已选: [..]..`` uses ASCII brackets (id ``tv_select_sku``), and the
 submit text ``提交订单 ¥<total>`` is a non-clickable TextView in a clickable FrameLayout.
@@ -9,19 +9,20 @@ submit text ``提交订单 ¥<total>`` is a non-clickable TextView in a clickabl
 
 from __future__ import annotations
 
-from . import order_sheet, overlays
+from . import order_sheet, overlays, system_ui
 from .app import AppModel
 from .nodes import OBF_ID, PDD, Node, edit, frame, group, image, linear, option_tile, text
 from .prices import fmt_yuan
 
-W, H = 1080, 2400
-STATUS_H = 96
-NAV_TOP = 2280
-SYSUI = "com.android.systemui"
-LAUNCHER = "com.android.launcher3"
-APP_BOUNDS = (0, STATUS_H, W, NAV_TOP)
-# personal data on the status bar (what real notifications show): agent/capture.py must remove it
-NOTIFICATION_TICKER = "短信 王小明 13812345678：您的快递已到"
+W, H = system_ui.W, system_ui.H
+STATUS_H = system_ui.STATUS_H
+SYSUI = system_ui.SYSUI
+LAUNCHER = system_ui.LAUNCHER
+NOTIFICATION_TICKER = system_ui.NOTIFICATION_TICKER
+# the app's decor (LinearLayout > android:id/content) ends here on the captures: 26 px under the top of
+# the launcher's gesture strip (system_ui.GESTURE_TOP), which is drawn over it
+APP_BOTTOM = 2354
+APP_BOUNDS = (0, STATUS_H, W, APP_BOTTOM)  # the app's content (android:id/content): pages, scrims, dialogs
 
 
 def text_width(s: str, cjk: int = 36, latin: int = 20) -> int:
@@ -32,89 +33,6 @@ def text_width(s: str, cjk: int = 36, latin: int = 20) -> int:
 def sku_label(options: list[str]) -> str:
     """The confirm page's chosen-SKU label: the app prints ASCII brackets where tiles use 【】."""
     return "已选: " + " ".join(o.replace("【", "[").replace("】", "]") for o in options)
-
-
-def _sys(node: Node) -> Node:
-    for n in node.walk():
-        n.package = SYSUI
-        if n.rid == OBF_ID:
-            n.rid = ""
-    return node
-
-
-def status_bar() -> Node:
-    return _sys(
-        frame(
-            (0, 0, W, STATUS_H),
-            text((36, 18, 156, 78), "10:24", rid=f"{SYSUI}:id/clock"),
-            # notification icons carry personal data in real dumps: never log dumps wholesale
-            image((180, 24, 228, 72), "微信通知：妈妈：晚上回家吃饭吗？"),
-            # a notification ticker with a full name and phone number: captures must drop/black it out
-            text((240, 24, 860, 72), NOTIFICATION_TICKER, rid=f"{SYSUI}:id/ticker"),
-            image((888, 24, 936, 72), "WLAN信号满格。"),
-            image((960, 24, 1044, 72), "电池电量为百分之 80。", rid=f"{SYSUI}:id/battery"),
-            rid=f"{SYSUI}:id/status_bar",
-            style="statusbar",
-        )
-    )
-
-
-def nav_bar() -> Node:
-    return _sys(
-        frame(
-            (0, NAV_TOP, W, H),
-            image((150, 2300, 310, 2380), "返回", rid=f"{SYSUI}:id/back", clickable=True, action=("key", "back")),
-            image((460, 2300, 620, 2380), "主屏幕", rid=f"{SYSUI}:id/home", clickable=True, action=("key", "home")),
-            image(
-                (770, 2300, 930, 2380),
-                "最近使用的应用",
-                rid=f"{SYSUI}:id/recent_apps",
-                clickable=True,
-                action=("noop",),
-            ),
-            rid=f"{SYSUI}:id/navigation_bar_frame",
-            style="navbar",
-        )
-    )
-
-
-def launcher() -> Node:
-    def icon(x: int, y: int, label: str, action: tuple[str, ...]) -> Node:
-        return Node(
-            "android.widget.TextView",
-            (x, y, x + 200, y + 240),
-            text=label,
-            desc=label,
-            package=LAUNCHER,
-            clickable=True,
-            long_clickable=True,
-            focusable=True,
-            action=action,
-            style="icon",
-        )
-
-    return Node(
-        "android.widget.FrameLayout",
-        (0, 0, W, H),
-        package=LAUNCHER,
-        style="launcher",
-        rid=f"{LAUNCHER}:id/launcher",
-        children=[
-            Node(
-                "android.view.ViewGroup",
-                (0, STATUS_H, W, NAV_TOP),
-                package=LAUNCHER,
-                rid=f"{LAUNCHER}:id/workspace",
-                scrollable=True,
-                children=[
-                    icon(60, 1800, "拼多多", ("launch",)),
-                    icon(320, 1800, "微信", ("noop",)),
-                    icon(580, 1800, "设置", ("noop",)),
-                    icon(840, 1800, "相机", ("noop",)),
-                ],
-            )
-        ],
-    )
 
 
 def _header(title: str = "") -> list[Node]:
@@ -177,7 +95,7 @@ def product_page(app: AppModel) -> list[Node]:
         text((36, 1332, 1044, 1452), goods.title),
         text((36, 1476, 1044, 1530), "退货包运费 · 极速退款 · 7天无理由退货"),
     ]
-    bar = linear((0, 2112, W, NAV_TOP), style="bottombar")
+    bar = linear((0, 2112, W, APP_BOTTOM), style="bottombar")
     for i, label in enumerate(["店铺", "收藏", "客服"]):
         bar.add(
             linear(
@@ -236,7 +154,7 @@ def sku_sheet(app: AppModel) -> Node:
     chosen = [app.selection[d.name] for d in goods.dimensions if d.name in app.selection]
     missing = [d.name for d in goods.dimensions if d.name not in app.selection]
     # the sheet itself is clickable so taps on its empty parts do not fall through to the scrim
-    sheet = linear((0, 900, W, NAV_TOP), clickable=True, action=("noop",), style="sheet")
+    sheet = linear((0, 900, W, APP_BOTTOM), clickable=True, action=("noop",), style="sheet")
     sheet.add(
         image((36, 924, 256, 1144), "", rid=f"{PDD}:id/iv_goods_img"),
         text((300, 930, 300 + text_width(price_text, 48, 30), 1010), price_text, style="price"),
@@ -337,14 +255,14 @@ def confirm_page(app: AppModel) -> list[Node]:
     bar = [order_sheet.submit_button((540, 2136, 1056, 2268), (600, 2166, 996, 2238), label)]
     if app.duplicate_submit:  # fault: a second, equally real submit control in the bottom bar
         bar.insert(0, order_sheet.submit_button((24, 2136, 530, 2268), (60, 2166, 480, 2238), label))
-    nodes.append(linear((0, 2112, W, NAV_TOP), *bar, style="bottombar"))
+    nodes.append(linear((0, 2112, W, APP_BOTTOM), *bar, style="bottombar"))
     if app.payment_sheet and page is not None and page.order is not None:
         nodes.append(payment_sheet(app, page.order.total))
     return nodes
 
 
 def payment_sheet(app: AppModel, amount: object) -> Node:
-    sheet = linear((0, 1300, W, NAV_TOP), style="sheet")
+    sheet = linear((0, 1300, W, APP_BOTTOM), style="sheet")
     sheet.add(
         image((36, 1324, 108, 1396), "关闭", clickable=True, action=("back",)),
         text((380, 1324, 700, 1396), "选择支付方式"),
@@ -403,7 +321,7 @@ def order_page(app: AppModel) -> list[Node]:
         ),
         text((36, 900, 1044, 950), f"订单编号：{order.order_sn}"),
     ]
-    bar = linear((0, 2112, W, NAV_TOP), style="bottombar")
+    bar = linear((0, 2112, W, APP_BOTTOM), style="bottombar")
     bar.add(
         frame(
             (480, 2136, 740, 2256), text((520, 2166, 700, 2226), "取消订单"), clickable=True, action=("cancel_order",)
@@ -484,7 +402,7 @@ def popup(kind: str, custom: str | None) -> Node:
     if kind == "splash":
         return frame(
             APP_BOUNDS,
-            image((0, STATUS_H, W, NAV_TOP), "开屏广告"),
+            image(APP_BOUNDS, "开屏广告"),
             text((860, 130, 1040, 200), "跳过 3", clickable=True, action=("dismiss_popup",)),
             style="page",
         )
@@ -541,7 +459,7 @@ def home_page() -> list[Node]:
         text((36, 130, 1044, 214), "搜索", clickable=True, action=("noop",), style="tile"),
         text((36, 250, 300, 320), "首页"),
     ]
-    bar = linear((0, 2112, W, NAV_TOP), style="bottombar")
+    bar = linear((0, 2112, W, APP_BOTTOM), style="bottombar")
     for i, label in enumerate(["首页", "多多视频", "聊天", "个人中心"]):
         bar.add(text((i * 270, 2124, i * 270 + 270, 2268), label, clickable=True, action=("noop",)))
     nodes.append(bar)
@@ -549,18 +467,19 @@ def home_page() -> list[Node]:
 
 
 def app_window(app: AppModel) -> Node | None:
+    """The app's window, or None when no Pinduoduo page is in front. Every page sits in the captures'
+    window scheme: a full-screen FrameLayout ``[0,0][1080,2400]`` > LinearLayout > FrameLayout
+    ``android:id/content`` from under the status bar down to :data:`APP_BOTTOM`."""
     page = app.page
     if page is None:
         return None
-    root = frame(APP_BOUNDS, rid="", style="page")
-    content = frame(APP_BOUNDS, rid="android:id/content")
-    root.add(content)
+    root = frame((0, 0, W, H), rid="", style="page")
+    # drawing-order 2 as on the captures (the decor draws a hidden child first)
+    content = frame(APP_BOUNDS, rid="android:id/content", drawing_order=2)
+    root.add(linear((0, 0, W, APP_BOTTOM), content, rid=""))
     sheet_open = page.name == "product" and app.sheet_open and app.goods is not None and app.goods.available
     if sheet_open and app.layout == "order_sheet":
-        # the real order sheet is a window of its own (its captures hold no product page): a full-screen
-        # FrameLayout > LinearLayout > android:id/content, the sheet inside
-        root = frame((0, 0, W, H), rid="", style="page")
-        root.add(linear((0, 0, W, NAV_TOP), content, rid=""))
+        # the real order sheet is a window of its own (its captures hold no product page)
         content.add(order_sheet.order_sheet(app))
         if app.payment_sheet and page.order is not None:  # the app's own cashier over the order sheet
             content.add(payment_sheet(app, page.order.total))
@@ -594,14 +513,17 @@ def app_window(app: AppModel) -> Node | None:
 
 
 def windows(app: AppModel) -> list[Node]:
-    """All window roots on screen, topmost first: overlays (:mod:`.overlays`), status bar, navigation
-    bar, then the app in front or the launcher. A window fully covered by another app's is not on
-    screen, so it is not in a real dump either (the launcher behind the app is never listed)."""
-    bars = [status_bar(), nav_bar()]
+    """All window roots on screen, topmost first, in the captures' scheme (:mod:`.system_ui`; no
+    navigation bar): while an app is in front the launcher's gesture strip, the status bar, the overlay
+    windows (:mod:`.overlays`) and the app's window — the order the image-tiles capture lists them in
+    (the strip and the status bar never overlap, so either may come first); with no app in front the
+    status bar over the full-screen launcher. A window fully covered by another app's is not on screen,
+    so it is not in a real dump either (the launcher behind the app shows only its gesture strip)."""
+    status = system_ui.status_bar(app.cfg.notifications)
     if app.page is not None and app.foreign:
         # an external cashier app covers Pinduoduo: its window, and no Pinduoduo node at all
-        return [*bars, order_sheet.cashier_window(app.foreign, app.page.order)]
+        return [system_ui.gesture_strip(), status, order_sheet.cashier_window(app.foreign, app.page.order)]
     win = app_window(app)
     if win is None:
-        return [*bars, launcher()]
-    return [*overlays.windows(app, win), *bars, win]
+        return [status, system_ui.home_screen()]
+    return [system_ui.gesture_strip(), status, *overlays.windows(app, win), win]

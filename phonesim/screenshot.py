@@ -71,8 +71,10 @@ def _draw_node(img: Image.Image, draw: ImageDraw.ImageDraw, node: Node, on_red: 
         draw.rectangle(box, fill=(40, 70, 110))
     elif style == "statusbar":
         draw.rectangle(box, fill=(250, 250, 250))
-    elif style == "navbar":
-        draw.rectangle(box, fill=(20, 20, 20))
+    elif style == "gesture":
+        # MIUI's gesture strip is transparent but for its home indicator, a short dark pill
+        mid, y = (l + r) // 2, (t + b) // 2
+        draw.rounded_rectangle((mid - 180, y - 6, mid + 180, y + 6), radius=6, fill=(30, 30, 30))
     elif style in ("bottombar", "pricebar"):
         draw.rectangle(box, fill=(255, 255, 255) if style == "bottombar" else (255, 240, 238))
     elif style == "button":
@@ -110,7 +112,8 @@ def _fit(label: str, font: FontT, width: int) -> str:
 
 
 def render_image(windows: list[Node], size: tuple[int, int] = (1080, 2400)) -> Image.Image:
-    """Paint the windows bottom-most first (launcher, app, bars), children after parents."""
+    """Paint the windows bottom-most first (the app, then the status bar and the gesture strip), children
+    after parents."""
     img = Image.new("RGB", size, (255, 255, 255))
     draw = ImageDraw.Draw(img)
     on_red: set[int] = set()  # ids of nodes drawn over a red button: white text

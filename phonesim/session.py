@@ -41,9 +41,10 @@ from cmbuyer.schemas.strictjson import StrictJSONError, loads_strict
 from .hierarchy import XML_FLAGS
 from .journal import JournalSink, is_payment_text
 from .nodes import Node, clickable_target, hit_path
-from .phone import ACTIVITY, KEY_NAMES, LAUNCHER_ACTIVITY, Phone
+from .phone import ACTIVITY, KEY_NAMES, Phone
 from .scenario import AppVersion, PhoneConfig
 from .screenshot import jpeg_bytes
+from .system_ui import LAUNCHER, LAUNCHER_ACTIVITY, SYSUI
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ MAX_SESSION_BYTES = 16 * 1024 * 1024
 _COMPONENT_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)+)/([A-Za-z0-9_.$]+)")
 _BOUNDS_RE = re.compile(r"^\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]$")
 _FORBIDDEN_RE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
-SYSTEM_PACKAGES = ("com.android.systemui", "com.android.launcher3")
+SYSTEM_PACKAGES = (SYSUI, LAUNCHER)
 
 
 class SessionError(ValueError):

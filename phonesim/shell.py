@@ -15,7 +15,8 @@ from functools import cache
 from importlib import resources
 
 from .app import CASHIERS
-from .phone import LAUNCHER_ACTIVITY, Phone
+from .phone import Phone
+from .system_ui import DEVICE_BRAND, DEVICE_MODEL, LAUNCHER, LAUNCHER_ACTIVITY
 
 U2_JAR = "/data/local/tmp/u2.jar"
 
@@ -113,13 +114,13 @@ def _md5(phone: Phone, args: list[str]) -> ShellResult:
 
 def props(phone: Phone) -> dict[str, str]:
     dev = phone.cfg.device
-    model = str(dev.get("model", "PJE110"))
+    model = str(dev.get("model", DEVICE_MODEL))
     return {
         "ro.serialno": phone.serial,
         "ro.build.version.sdk": str(dev.get("sdk", 33)),
         "ro.build.version.release": str(dev.get("release", "13")),
-        "ro.product.brand": str(dev.get("brand", "OPPO")),
-        "ro.product.manufacturer": str(dev.get("brand", "OPPO")),
+        "ro.product.brand": str(dev.get("brand", DEVICE_BRAND)),
+        "ro.product.manufacturer": str(dev.get("brand", DEVICE_BRAND)),
         "ro.product.model": model,
         "ro.product.name": model,
         "ro.product.device": "OP5961L1",
@@ -182,9 +183,9 @@ def _dumpsys(phone: Phone, args: list[str]) -> ShellResult:
                         f"      mIntent=Intent {{ act=android.intent.action.VIEW dat={url} flg=0x10000000 "
                         f"cmp={pkg}/{act} }}"
                     )
-                if pkg != "com.android.launcher3":
+                if pkg != LAUNCHER:
                     lines += [
-                        "TASK com.android.launcher3 id=1 userId=0",
+                        f"TASK {LAUNCHER} id=1 userId=0",
                         f"  ACTIVITY {LAUNCHER_ACTIVITY} 2a1b3c4 pid=1893",
                     ]
                 return _text("\n".join(lines) + "\n")
@@ -257,7 +258,7 @@ def _pm(phone: Phone, args: list[str]) -> ShellResult:
                     "com.tencent.mm",
                     "com.eg.android.AlipayGphone",
                     "com.android.settings",
-                    "com.android.launcher3",
+                    LAUNCHER,
                 )
             )
         )
@@ -351,7 +352,7 @@ def _ps(phone: Phone, args: list[str]) -> ShellResult:
     lines = [
         "USER           PID  PPID     VSZ    RSS WCHAN            ADDR S NAME",
         "root             1     0 2173292  10460 0                   0 S init",
-        "u0_a93        1893   702 6431044 198220 0                   0 S com.android.launcher3",
+        "u0_a93        1893   702 6431044 198220 0                   0 S " + LAUNCHER,
     ]
     if phone.app_running():
         lines.append(

@@ -3,7 +3,12 @@ screenshot). Pure image work (Pillow) on rectangles found in a dump; no phone I/
 
 - :func:`outside_app` — what a stored screenshot of the app must not show: everything outside the
   app's own windows (status bar, notification shade, navigation bar, launcher) and every window of
-  another package drawn over the app (a heads-up notification, a floating chat head). Gate, result and
+  another package drawn over the app (a heads-up notification, a floating chat head). On the real MIUI
+  captures (tests/agent/fixtures/real_structures) the app's window spans the whole screen and two
+  windows are drawn over it: the 95 px status bar (system UI: black) and the launcher's gesture strip
+  ``com.miui.home`` ``[0,2328][1080,2400]`` (another package's window smaller than the screen: black —
+  it shows the launcher's pill, not the app, so the bottom 26 px of the submit button under it are
+  black too; the button's label lies above it). Gate, result and
   confirmation screenshots go through it (PhoneAdapter.app_screenshot_png); spec 002 allows what the
   app's window itself shows (the order sheet's address and phone), so nothing inside it is touched.
 - :func:`black_out` — paints rectangles (dump coordinates) black in a PNG.

@@ -125,7 +125,7 @@ class SimPhone:
                 pkg = pkg()
             if pkg:
                 return str(pkg)
-            return "com.xunmeng.pinduoduo" if self.app.page is not None else "com.android.launcher3"
+            return "com.xunmeng.pinduoduo" if self.app.page is not None else "com.miui.home"
 
     def roles(self) -> list[str]:
         return [t["role"] for t in self.taps]

@@ -1,11 +1,19 @@
 """Stored screenshots show the app only (issue 33 item 6): every screenshot the purchase flow stores
 (gates, results, confirmations) comes from ``PhoneAdapter.app_screenshot_png``, which blacks out
-everything outside the app's own windows — status bar (a notification ticker with a name and mobile
-number), navigation bar — and any other window drawn over the app, while what the app's window shows
-(the order sheet's address row, which spec 002 allows on gate screenshots) stays as it is.
+everything outside the app's own windows — the status bar (a notification naming a person and a mobile
+number), a navigation bar where a phone has one — and any other window drawn over the app, while what
+the app's window shows (the order sheet's address row, which spec 002 allows on gate screenshots) stays
+as it is.
 
-Pixel tests on the phone simulator's real screenshots through the real uiautomator2/adbutils, and on
-hand-built dumps for a window drawn over the app (the simulator has no heads-up notifications)."""
+On the real MIUI captures (tests/agent/fixtures/real_structures) the app's window spans the whole
+screen, the 95 px status bar and the launcher's gesture strip (``com.miui.home``, [0,2328][1080,2400])
+are drawn over it, and there is no navigation bar. Both are blacked out: the status bar because it
+shows notifications, the strip because it is another package's window — what it shows is not the
+app's, so the bottom 26 px of the submit button under it are black too.
+
+Pixel tests on the phone simulator's screenshots (the captures' windows) through the real
+uiautomator2/adbutils, on the real captures' dumps, and on hand-built dumps for a window drawn over the
+app (the simulator has no heads-up notifications) and a phone with a navigation bar."""
 
 from __future__ import annotations
 
@@ -18,14 +26,16 @@ import pytest
 from PIL import Image
 
 from cmbuyer.agent.phone.adapter import PhoneAdapter
+from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import parse_dump
-from cmbuyer.agent.screens.masking import outside_app
+from cmbuyer.agent.screens.masking import foreign_windows, outside_app
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.testing import running_sim
 
 from .test_capture import DEMO, _black, _to_submit_screen
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -43,24 +53,27 @@ def test_a_stored_screenshot_is_black_outside_the_app_window(sim: PhoneSim, seri
     phone: PhoneAdapter = _to_submit_screen(serial)
     full = Image.open(io.BytesIO(phone.screenshot_png())).convert("RGB")
     dump = parse_dump(phone.dump_raw())
+    assert not any("navigation_bar" in n.resource_id for n in dump.nodes)  # MIUI, gesture navigation
     status = next(n for n in dump.nodes if n.resource_id.endswith("status_bar"))
-    nav = next(n for n in dump.nodes if n.resource_id.endswith("navigation_bar_frame"))
+    strip = next(n for n in dump.nodes if n.parent is None and n.package == "com.miui.home")
     app = next(n for n in dump.nodes if n.parent is None and n.package == "com.xunmeng.pinduoduo")
     boxes = {
         name: [n.bounds.left, n.bounds.top, n.bounds.right, n.bounds.bottom]
-        for name, n in (("status", status), ("nav", nav), ("app", app))
+        for name, n in (("status", status), ("strip", strip), ("app", app))
     }
-    assert _has_colour(full, boxes["status"]) and _has_colour(full, boxes["nav"])  # the phone shows them
+    assert boxes["status"] == [0, 0, 1080, 95] and boxes["strip"] == [0, 2328, 1080, 2400]
+    assert boxes["app"] == [0, 0, 1080, 2400]
+    assert _has_colour(full, boxes["status"]) and _has_colour(full, boxes["strip"])  # the phone shows them
     png = phone.app_screenshot_png()
     assert png is not None
     for taken in (png, phone.gate_screenshot()()):  # results/confirmations, and the gates' lazy encoder
         stored = Image.open(io.BytesIO(taken)).convert("RGB")
         assert stored.size == full.size
-        assert _black(stored, boxes["status"]) and _black(stored, boxes["nav"])
+        assert _black(stored, boxes["status"]) and _black(stored, boxes["strip"])
         # the app's window is exactly as the phone showed it, the address row included (spec 002),
-        # except where the system bars are drawn over it (an edge-to-edge window spans the screen)
+        # except where other windows are drawn over it (the window spans the screen)
         shown = full.copy()
-        for bar in (boxes["status"], boxes["nav"]):
+        for bar in (boxes["status"], boxes["strip"]):
             shown.paste((0, 0, 0), (bar[0], bar[1], bar[2], bar[3]))
         assert stored.crop(tuple(boxes["app"])).tobytes() == shown.crop(tuple(boxes["app"])).tobytes()
         row = next(n for n in dump.app_nodes() if "****" in n.text)
@@ -98,6 +111,26 @@ def test_a_window_drawn_over_the_app_is_black_too() -> None:
     # no window of the app in the dump: nothing of the app to keep, all black
     gone = outside_app(_png((540, 1200)), parse_dump(xml.replace(app, chat)), "com.xunmeng.pinduoduo")
     assert _black(Image.open(io.BytesIO(gone)).convert("RGB"), [0, 0, 540, 1200])
+
+
+@pytest.mark.parametrize("name", ["order_sheet_image_tiles.xml", "order_sheet_text_tile.xml"])
+def test_on_the_real_captures_the_status_bar_and_the_gesture_strip_are_black(name: str) -> None:
+    """The real MIUI windows: the 95 px status bar and the launcher's gesture strip are black (another
+    package's windows over the app's full-screen window), the app everywhere else as shown — the submit
+    button's label and all of it above the strip included."""
+    dump = parse_dump((FIXTURES / "real_structures" / name).read_text("utf-8"))
+    assert sorted(foreign_windows(dump, "com.xunmeng.pinduoduo")) == [(0, 0, 1080, 95), (0, 2328, 1080, 2400)]
+    out = outside_app(_png((1080, 2400)), dump, "com.xunmeng.pinduoduo")
+    img = Image.open(io.BytesIO(out)).convert("RGB")
+    assert _black(img, [0, 0, 1080, 95]) and _black(img, [0, 2328, 1080, 2400])
+    assert img.getpixel((540, 95)) == (200, 120, 40) and img.getpixel((540, 2327)) == (200, 120, 40)
+    (submit,) = safety.submit_controls(dump)
+    assert (submit.bounds.top, submit.bounds.bottom) == (2213, 2354)  # its last 26 px lie under the strip
+    above_strip = (submit.bounds.left, submit.bounds.top, submit.bounds.right, 2328)
+    assert img.crop(above_strip).getextrema() == ((200, 200), (120, 120), (40, 40))  # untouched
+    assert _black(img, [submit.bounds.left, 2328, submit.bounds.right, submit.bounds.bottom])
+    # a 95 px status bar that is not blacked out would be found: one row more or less is not enough
+    assert img.getpixel((540, 94)) == (0, 0, 0)
 
 
 def test_the_purchase_flow_stores_only_app_screenshots() -> None:

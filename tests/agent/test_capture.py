@@ -1,8 +1,8 @@
 """`cmbuyer-agent capture` (agent/capture.py): scrubbed captures from the phone simulator through the
 REAL uiautomator2 + adbutils (``running_sim``), on both layouts — the 8.17.0 confirm page (sim-1)
 and the 8.22.0 order sheet (sim-2) of demo/scenario.yaml. The simulator's status bar carries a
-notification ticker with a full name and phone number and the address row a recipient with a masked
-number (phonesim/screens.py): none of it may reach the stored files."""
+notification icon naming a full name and phone number and the address row a recipient with a masked
+number (phonesim/system_ui.py, phonesim/screens.py): none of it may reach the stored files."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.dump import Dump, parse_dump
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.screens.pack import compile_pack, pack_for_version
-from cmbuyer.phonesim.screens import NOTIFICATION_TICKER
 from cmbuyer.phonesim.server import PhoneSim
+from cmbuyer.phonesim.system_ui import NOTIFICATION_TICKER
 from cmbuyer.phonesim.testing import running_sim
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "scenario.yaml"
@@ -79,7 +79,7 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(
     xml = (out / "dump.xml").read_text(encoding="utf-8")
     dump = parse_dump(xml)
     assert dump.packages() == {"com.xunmeng.pinduoduo"}
-    assert "com.android.systemui" not in xml and "com.android.launcher3" not in xml
+    assert "com.android.systemui" not in xml and "com.miui.home" not in xml
     for word in PERSONAL:
         assert word not in xml, word
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
@@ -87,13 +87,14 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(
     assert meta["dump_sha256"] == hashlib.sha256((out / "dump.xml").read_bytes()).hexdigest()
     assert meta["screenshot_sha256"] == hashlib.sha256((out / "screenshot.png").read_bytes()).hexdigest()
     scrubbed = meta["scrubbed"]
-    # status and navigation bars (the launcher behind the full-screen app is not in a dump)
-    assert scrubbed["dropped_packages"] == ["com.android.systemui"]
+    # the status bar and the launcher's gesture strip (MIUI, as on the real captures: no navigation bar)
+    assert scrubbed["dropped_packages"] == ["com.android.systemui", "com.miui.home"]
     assert scrubbed["dropped_nodes"] == len(parse_dump(raw).nodes) - len(dump.nodes)
     assert scrubbed["blanked_rows"] == 1 and scrubbed["status_bar"] == "dump"
-    status_band, nav_bar = [0, 0, 1080, 96], [0, 2280, 1080, 2400]
-    # the status band, the system bars drawn over the app (the navigation bar), then the address row
-    assert scrubbed["blacked_out"][0] == status_band and nav_bar in scrubbed["blacked_out"]
+    status_band, strip = [0, 0, 1080, 95], [0, 2328, 1080, 2400]
+    # the status band, the other windows drawn over the app (the launcher's gesture strip), then the
+    # address row; no navigation bar on this phone
+    assert scrubbed["blacked_out"][:2] == [status_band, strip] and len(scrubbed["blacked_out"]) == 3
     address_row = scrubbed["blacked_out"][-1]
     # the blanked row is the address row: in the dump, a clickable row with nothing left in it
     # (on the order sheet the row's plain containers share its bounds: the row is the clickable one)
@@ -105,8 +106,9 @@ def test_stored_capture_holds_only_the_app_and_no_personal_data(
     assert row.clickable and all(not n.text and not n.desc for n in [row, *row.descendants()])
     img = Image.open(io.BytesIO((out / "screenshot.png").read_bytes())).convert("RGB")
     assert img.size == (1080, 2400)
-    assert _black(img, status_band) and _black(img, address_row)
-    assert not _black(img, [0, 2112, 1080, 2280])  # the bottom bar with the submit button stays visible
+    assert _black(img, status_band) and _black(img, strip) and _black(img, address_row)
+    # the bottom bar with the submit button stays visible down to the strip drawn over its last 26 px
+    assert not _black(img, [0, 2112, 1080, 2280]) and not _black(img, [334, 2280, 1080, 2328])
     # the proposed readings are inspect's readings of the stored dump, with the capture's own version
     proposal = json.loads((out / "expected.proposed.json").read_text(encoding="utf-8"))
     assert main(["inspect", "--dump", str(out / "dump.xml")]) == 0
@@ -237,7 +239,7 @@ def test_unreadable_dumps_and_a_foreign_foreground_write_nothing(
     for _ in range(4):  # back to the launcher: the app is not in front
         phone.press_back()
     code, printed = _capture(capsys, "--device", "sim-1", "--label", "x", "--out", str(out))
-    assert code == 2 and "com.android.launcher3 has the focus" in printed["detail"] and not out.exists()
+    assert code == 2 and "com.miui.home has the focus" in printed["detail"] and not out.exists()
     # the same screen refused by the dump alone (a focus line that cannot be read)
     with pytest.raises(CaptureError, match="not in front"):
         scrub(phone.dump_raw(), phone.screenshot_png(), None)

@@ -4,6 +4,7 @@ at the point, a node drawn over it, or an order the dump does not state means no
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import Dump, Node, parse_dump
 from cmbuyer.agent.screens.hit import drawn_after, hit_test
+from cmbuyer.phonesim import load_scenario
+from cmbuyer.phonesim.phone import Phone
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PDD = "com.xunmeng.pinduoduo"
@@ -119,3 +122,33 @@ def test_the_real_order_sheets_are_clear_and_a_popup_window_either_side_is_not(n
     for dump in (head + '<hierarchy rotation="0">' + popup + tail, xml.replace("</hierarchy>", popup + "</hierarchy>")):
         clear, why = _verdict(parse_dump(dump))
         assert not clear and why == f"another window ({PDD}) at the tap point"
+
+
+@pytest.mark.parametrize("name", ["order_sheet_image_tiles.xml", "order_sheet_text_tile.xml"])
+def test_the_gesture_strip_over_the_bottom_of_the_submit_control(name: str) -> None:
+    """MIUI's launcher draws its gesture strip window ([0,2328][1080,2400], com.miui.home) over the bottom
+    26 px of the real submit control ([334,2213][1080,2354]): a tap point inside the strip is obscured
+    (another window there, order unknown), the control's centre — the tap point the agent uses — lies above
+    the strip and is clear. Checked on both real captures and on the simulator's sheet drawn like them."""
+    xml = (FIXTURES / "real_structures" / name).read_text("utf-8")
+    for dump in (parse_dump(xml), _simulated_sheet()):
+        (control,) = safety.submit_controls(dump)
+        (strip,) = [n for n in dump.nodes if n.parent is None and n.package == "com.miui.home"]
+        assert (control.bounds.top, control.bounds.bottom, strip.bounds.top) == (2213, 2354, 2328)
+        x, y = control.bounds.center
+        assert not strip.bounds.contains(x, y) and hit_test(dump, control, (x, y)).clear
+        for point in ((x, 2328), (x, 2353), (control.bounds.left, 2340)):
+            verdict = hit_test(dump, control, point)
+            assert not verdict.clear and verdict.why == "another window (com.miui.home) at the tap point", point
+            assert verdict.cover is strip
+
+
+def _simulated_sheet() -> Dump:
+    """The simulator's order sheet (built-in ``order_sheet`` scenario, first goods) as the agent parses it."""
+    scenario = load_scenario("order_sheet")
+    phone = Phone(scenario.for_phone("sim-hit"), 1, threading.Event())
+    phone.app.launch()
+    goods = scenario.data["catalogue"][0]["goods_id"]
+    phone.app.open_url(f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods}")
+    assert phone.app.act(("open_sheet", "单独购买")) == "open_order_sheet"
+    return parse_dump(phone.dump())

@@ -45,7 +45,7 @@ def test_version_and_devices(sim):
     with _conn(sim) as s:
         _req(s, "host:devices-l")
         data = _read_until(s, b"transport_id:2\n")
-        assert b"transport_id:1" in data and b"model:PJE110" in data
+        assert b"transport_id:1" in data and b"model:M2012K11AC" in data
 
 
 def _read_until(s: socket.socket, marker: bytes) -> bytes:

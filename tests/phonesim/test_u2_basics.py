@@ -22,7 +22,7 @@ def test_connect_info_and_window_size(u2dev):
     assert info["displayWidth"] == 1080 and info["displayHeight"] == 2400
     assert info["sdkInt"] == 33 and info["screenOn"] is True
     assert u2dev.window_size() == (1080, 2400)
-    assert u2dev.device_info["model"] == "PJE110"
+    assert u2dev.device_info["model"] == "M2012K11AC"
 
 
 def test_app_info_reads_version(u2dev):
@@ -30,7 +30,7 @@ def test_app_info_reads_version(u2dev):
 
 
 def test_deep_link_opens_product_and_app_current(u2dev, phonesim: PhoneSim):
-    assert u2dev.app_current()["package"] == "com.android.launcher3"
+    assert u2dev.app_current()["package"] == "com.miui.home"
     u2dev.open_url(PRODUCT_URL.format(GOODS))
     cur = u2dev.app_current()
     assert cur["package"] == PDD
@@ -42,14 +42,19 @@ def test_deep_link_opens_product_and_app_current(u2dev, phonesim: PhoneSim):
 
 def test_dump_hierarchy_structure(u2dev):
     home = {n.get("package") for n in etree.fromstring(u2dev.dump_hierarchy().encode()).iter("node")}
-    assert {"com.android.systemui", "com.android.launcher3"} <= home and PDD not in home
+    assert {"com.android.systemui", "com.miui.home"} <= home and PDD not in home
     u2dev.open_url(PRODUCT_URL.format(GOODS))
     xml = u2dev.dump_hierarchy()
     assert xml.startswith("<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>\r\n<hierarchy rotation=\"0\">")
     root = etree.fromstring(xml.encode())
-    packages = {n.get("package") for n in root.iter("node")}
-    # the launcher behind the full-screen app is not on screen, so not in the dump (as on a real phone)
-    assert {"com.android.systemui", PDD} <= packages and "com.android.launcher3" not in packages
+    # the real captures' windows: the launcher behind the full-screen app shows only its gesture strip,
+    # the 95 px status bar, the app's window over the whole screen; no navigation bar
+    windows = [(w.get("package"), w.get("bounds"), len(w)) for w in root]
+    assert windows == [
+        ("com.miui.home", "[0,2328][1080,2400]", 0),
+        ("com.android.systemui", "[0,0][1080,95]", 2),
+        (PDD, "[0,0][1080,2400]", 1),
+    ]
     first = next(root.iter("node"))
     assert list(first.attrib) == [
         "index",
@@ -141,7 +146,7 @@ def test_adbutils_direct_use(phonesim: PhoneSim):
     assert (r.returncode, r.output.strip()) == (0, "hi")
     r = dev.shell2("nosuchcmd")
     assert r.returncode == 127
-    assert dev.prop.model == "PJE110"
+    assert dev.prop.model == "M2012K11AC"
     assert dev.app_info(PDD).version_name == "8.17.0"
     assert dev.window_size() == (1080, 2400)
 
