@@ -62,7 +62,7 @@ ENV_POLL = "CMBUYER_AGENT_APPROVAL_POLL_SECONDS"
 DEFAULT_TIMEOUT_SECONDS = 600.0
 DEFAULT_POLL_SECONDS = 3.0
 GATE3_KIND = "CONFIRM_PAGE_GATE_3"
-WAITING_LINE = "waiting for a person to approve in the admin task drawer"
+WAITING_LINE = "等待有人在管理页面的任务详情里批准"
 PROGRESS_EVERY_SECONDS = 30.0  # how often the progress line repeats while waiting
 
 
@@ -265,7 +265,9 @@ def wait_for_approval(
             status = _same_approval(ctx.api.approval_status(claim, status.approval_id), status.approval_id)
             deadlines.seen(status, sent_at)
             if deadlines.elapsed() >= next_line and status.state == "WAITING":
-                ctx.progress(f"{WAITING_LINE} ({deadlines.elapsed():.0f} s of {settings.timeout_seconds:g} s)")
+                ctx.progress(
+                    f"{WAITING_LINE}（已等 {deadlines.elapsed():.0f} 秒，最多 {settings.timeout_seconds:g} 秒）"
+                )
                 next_line += PROGRESS_EVERY_SECONDS
         if status.state == "REJECTED":
             raise FlowStop("a person rejected what the phone read", "REJECTED_BY_REVIEWER")
@@ -284,5 +286,5 @@ def wait_for_approval(
         ctx.event("APPROVAL_WAIT", "FAILED", exc.reason_code, exc.summary)
         raise
     ctx.event("APPROVAL_WAIT", "OK", None, "approved by a person")
-    ctx.progress("approved by a person: asking for the fence")
+    ctx.progress("已有人批准：申请提交围栏")
     return status

@@ -39,6 +39,7 @@ from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
 from cmbuyer.agent.tls import ServerTlsError, verify_server
 from cmbuyer.schemas import is_hex64, is_uuid4
+from cmbuyer.schemas.clihelp import chinese_help
 from cmbuyer.schemas.files import read_regular
 from cmbuyer.schemas.text import visible
 
@@ -61,15 +62,15 @@ def load_credentials(path: str | None) -> Credentials:
             mode = p.stat().st_mode
             text = read_regular(p, MAX_CREDENTIALS_BYTES).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise CredentialsError(f"cannot read credentials file {path}") from exc
+            raise CredentialsError(f"无法读取凭据文件 {path}") from exc
         if stat.S_IMODE(mode) & 0o077:
-            raise CredentialsError(f"credentials file {path} must be mode 0600")
+            raise CredentialsError(f"凭据文件 {path} 的权限必须是 0600")
         data: dict[str, Any]
         if text.lstrip().startswith("{"):
             try:
                 data = json.loads(text)
             except ValueError as exc:
-                raise CredentialsError("credentials file is not valid JSON") from exc
+                raise CredentialsError("凭据文件不是有效的 JSON") from exc
         else:
             data = {}
             for line in text.splitlines():
@@ -80,9 +81,9 @@ def load_credentials(path: str | None) -> Credentials:
     else:
         device_id, token = os.environ.get("CMBUYER_DEVICE_ID"), os.environ.get("CMBUYER_DEVICE_TOKEN")
     if not is_uuid4(device_id):
-        raise CredentialsError("device id missing or not a lowercase UUIDv4")
+        raise CredentialsError("设备 id 缺失，或不是小写的 UUIDv4")
     if not is_hex64(token):
-        raise CredentialsError("device token missing or not 64 lowercase hex characters")
+        raise CredentialsError("设备令牌缺失，或不是 64 个小写十六进制字符")
     return Credentials(str(device_id), str(token))
 
 
@@ -103,14 +104,14 @@ def resolve_credentials(path: str | None, serial: str) -> Credentials:
     if env_id or env_token:
         missing = "CMBUYER_DEVICE_TOKEN" if env_id else "CMBUYER_DEVICE_ID"
         if not (env_id and env_token):
-            raise CredentialsError(f"{missing} is not set (the other one is); set both, or use --credentials-file")
+            raise CredentialsError(f"{missing} 未设置（另一个设置了）；请两个都设置，或用 --credentials-file")
         return load_credentials(None)
     default = default_credentials_path(serial)
     if default.exists():
         return load_credentials(str(default))
     raise CredentialsError(
-        f"no device credentials: pass --credentials-file FILE, set CMBUYER_DEVICE_ID and CMBUYER_DEVICE_TOKEN, "
-        f"or write {default} (lines device_id=… and token=…, mode 0600)"
+        f"没有设备凭据：请给 --credentials-file FILE，或设置 CMBUYER_DEVICE_ID 和 CMBUYER_DEVICE_TOKEN，"
+        f"或写入 {default}（两行 device_id=… 和 token=…，权限 0600）"
     )
 
 
@@ -127,7 +128,9 @@ def server_url(arg: str | None) -> str:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise CredentialsError(f"server URL {url!r} is not http(s)://host[:port] (--server or CMBUYER_SERVER_URL)")
+        raise CredentialsError(
+            f"服务器地址 {url!r} 不是 http(s)://主机[:端口] 的形式（--server 或 CMBUYER_SERVER_URL）"
+        )
     return url
 
 
@@ -186,7 +189,7 @@ def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
     if args.version:
         m = _VERSION_ARG_RE.fullmatch(args.version)
         if m is None:
-            raise PackError("--version takes NAME:CODE, e.g. 8.22.0:82200")
+            raise PackError("--version 的格式是 NAME:CODE，如 8.22.0:82200")
         version = (m.group("name"), int(m.group("code")))
     else:
         version = _capture_version(Path(args.dump))
@@ -210,7 +213,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(
             json.dumps(
-                {"error": "UNREADABLE_FILE", "detail": f"cannot read {args.dump} ({exc.strerror})"}, ensure_ascii=False
+                {"error": "UNREADABLE_FILE", "detail": f"无法读取 {args.dump}（{exc.strerror}）"}, ensure_ascii=False
             )
         )
         return ExitCode.USAGE
@@ -234,8 +237,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     else:
         if len(result.get("pack_candidates", [])) > 1:
             print(
-                f"note: packs {', '.join(result['pack_candidates'])} all recognize this dump; the first is "
-                "explained (pass --pack or --version to choose)\n"
+                f"注意：识别包 {', '.join(result['pack_candidates'])} 都能识别这份界面；下面解释第一个"
+                "（用 --pack 或 --version 指定）\n"
             )
         print("\n\n".join(render_text(e) for e in explanations))
     return ExitCode.OK
@@ -251,9 +254,8 @@ def cmd_journal(args: argparse.Namespace) -> int:
                 {
                     "path": str(path),
                     "exists": False,
-                    "error": "no journal for this device here; the agent's state dir is "
-                    "$CMBUYER_AGENT_STATE_DIR (default ./var/agent) — run with the same "
-                    "value as the agent (e.g. the systemd unit's Environment=)",
+                    "error": "这里没有这台设备的日志；代理的状态目录是 $CMBUYER_AGENT_STATE_DIR"
+                    "（默认 ./var/agent）—— 请用与代理相同的值运行（例如 systemd 单元的 Environment=）",
                 }
             )
         )
@@ -295,7 +297,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         info = phone.device_info()
         check("screen on", bool(info.get("screenOn")), "")
         version = phone.app_version()
-        if check("Pinduoduo installed", version is not None, str(version) if version else "not installed"):
+        if check("Pinduoduo installed", version is not None, str(version) if version else "未安装"):
             try:
                 found = resolve(version.name, version.code, pack_dir, check_permissions=True)
                 check("selector pack", True, found.describe())
@@ -313,7 +315,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     check(
         "selector packs load",
         not problems,
-        "; ".join(problems) or f"operator pack dir {pack_dir or 'not set'}; usable: {usable}",
+        "; ".join(problems) or f"运维识别包目录 {pack_dir or '未设置'}；可用：{usable}",
     )
     try:
         server = server_url(args.server)
@@ -329,8 +331,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         check("device credentials", False, str(exc))
         creds = None
     if creds is not None:
-        check("device credentials", True, f"device id {creds.device_id}")
-    if creds is not None and server:
+        check("device credentials", True, f"设备 id {creds.device_id}")
+    from cmbuyer.agent.instance import agent_running
+
+    if creds is not None and server and agent_running(args.device):
+        # its heartbeat says PAUSED: beside a working agent it would overwrite that agent's state on the pages
+        check("server accepts the device", True, DOCTOR_AGENT_RUNNING)
+    elif creds is not None and server:
         try:
             api = HttpDeviceApi(server, creds, _NoKeys(), retries=0, server_ca=server_ca)
             hb = api.heartbeat(
@@ -345,11 +352,44 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             check("server accepts the device", True, server)
             check("server allows this app version", bool(hb["app_version_allowed"]))
             if hb.get("paused"):
-                check("device not paused", False, "an administrator paused this device (devices page: 恢复领取)")
+                check("device not paused", False, "管理员暂停了这台设备的领取（设备页面：恢复领取）")
         except AgentError as exc:  # 401 (Unauthorized) says what to check; unreachable names the URL
             check("server accepts the device", False, exc.summary)
-    print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
+    if args.json:
+        print(json.dumps({"device": args.device, "checks": checks}, ensure_ascii=False, indent=2))
+    else:
+        print(f"cmbuyer-agent doctor：手机 {args.device}")
+        for c in checks:
+            name = c["check"]
+            print(
+                f"{'通过' if c['ok'] else '失败'} {DOCTOR_CHECKS.get(name, name)} ({name})"
+                + (f"：{c['detail']}" if c["detail"] else "")
+            )
     return ExitCode.OK if all(c["ok"] for c in checks) else ExitCode.FAILED
+
+
+# doctor's checks: the name (``--json``'s ``check``, kept for scripts) → what a person reads
+DOCTOR_CHECKS = {
+    "adb server reachable": "adb 服务可连接",
+    "device online + uiautomator2 ready": "手机在线，uiautomator2 就绪",
+    "screen on": "屏幕已点亮",
+    "Pinduoduo installed": "已安装拼多多",
+    "selector pack": "识别包",
+    "phone": "手机",
+    "selector packs load": "识别包都能加载",
+    "server URL": "服务器地址",
+    "server certificate": "服务器证书",
+    "device credentials": "设备凭据",
+    "server accepts the device": "服务器接受这台设备",
+    "server allows this app version": "服务器允许这个拼多多版本",
+    "device not paused": "设备未被暂停领取",
+}
+
+
+DOCTOR_AGENT_RUNNING = (
+    "未发送心跳：本机正在为这台手机运行 cmbuyer-agent run，doctor 的心跳会覆盖它上报的状态；"
+    "凭据和服务器由它的心跳检验（管理页面“设备”看最后心跳）"
+)
 
 
 def _journal_hold(serial: str) -> dict[str, Any] | None:
@@ -383,9 +423,9 @@ def _tls_check(server: str, server_ca: Path | None, check: Any) -> None:
     except (ServerTlsError, OSError) as exc:
         check("server certificate", False, str(exc))
         return
-    expiry = f"{report.not_after:%Y-%m-%d} ({report.days_left} days left)" if report.not_after else "?"
-    detail = f"subject {report.subject}; expires {expiry}; " + (
-        "verified" if report.verified else f"NOT verified: {report.error}"
+    expiry = f"{report.not_after:%Y-%m-%d}（还剩 {report.days_left} 天）" if report.not_after else "?"
+    detail = f"主体 {report.subject}；到期 {expiry}；" + (
+        "已验证" if report.verified else f"未通过验证：{report.error}"
     )
     check("server certificate", report.verified and not report.expiring, detail)
 
@@ -394,7 +434,7 @@ class _NoKeys:
     """Heartbeat carries no idempotency key; doctor needs no journal."""
 
     def key(self, purpose: str, scope: str = "") -> str:
-        raise RuntimeError("doctor sends no keyed request")
+        raise RuntimeError("doctor 不发送带幂等键的请求")
 
     def drop_key(self, purpose: str, scope: str = "") -> None:
         return None
@@ -410,7 +450,7 @@ def _capture_pack(version: Any, pack_dir: Path | None) -> tuple[Pack | None, str
     from cmbuyer.agent.dryrun import dryrun_pack
 
     if version is None:
-        return None, "Pinduoduo not installed"
+        return None, "未安装拼多多"
     try:
         return dryrun_pack(version, pack_dir), None
     except PackError as exc:
@@ -493,27 +533,27 @@ def _dry_run_order(args: argparse.Namespace) -> Any:
     from cmbuyer.agent.prefence import PrefenceOrder
 
     if not re.fullmatch(r"[0-9]{1,20}", args.goods_id, re.ASCII):
-        raise ValueError("--goods-id takes the digits of the goods id")
+        raise ValueError("--goods-id 须为商品 id 的数字")
     from cmbuyer.schemas.sku import MAX_OPTIONS, legacy_options, split_option
 
     if args.option:
         if args.color is not None or args.size is not None:
-            raise ValueError("give the options as --option 维度=值 or as --color/--size, not both")
+            raise ValueError("规格请用 --option 维度=值 或 --color/--size 二选一，不能都给")
         options = tuple(split_option(o) for o in args.option)  # ValueError says how to write one
         if len(options) > MAX_OPTIONS or len({d for d, _ in options}) != len(options):
-            raise ValueError(f"--option: 1–{MAX_OPTIONS} options, each dimension once")
+            raise ValueError(f"--option：1–{MAX_OPTIONS} 个选项，每个维度只能出现一次")
     elif args.color is None or not args.color.strip() or (args.size is not None and not args.size.strip()):
-        raise ValueError("name the options: --option 维度=值 (repeatable), or --color (and --size), not blank")
+        raise ValueError("请给出规格：--option 维度=值（可重复），或 --color（和 --size），不能为空")
     else:
         options = legacy_options(args.color, args.size)
     if args.quantity < 1:
-        raise ValueError("--quantity must be at least 1")
+        raise ValueError("--quantity 至少为 1")
     try:
         cap = Decimal(args.max_total)
     except InvalidOperation:
         cap = Decimal("NaN")
     if not cap.is_finite() or cap <= 0:
-        raise ValueError("--max-total takes an amount in yuan, e.g. 120.00")
+        raise ValueError("--max-total 须为以元计的金额，如 120.00")
     return PrefenceOrder(args.goods_id, options, args.quantity, cap)
 
 
@@ -539,7 +579,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         phone = _connect(args.device)
         version = phone.app_version()
         if version is None:
-            return _error("APP_VERSION_UNSUPPORTED", "Pinduoduo is not installed on the phone")
+            return _error("APP_VERSION_UNSUPPORTED", "手机上没有安装拼多多")
         pack = dryrun_pack(version, pack_dir_from(args.pack_dir))
     except AgentError as exc:
         return _error(exc.reason_code, exc.summary)
@@ -547,11 +587,11 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         import shutil
 
         shutil.rmtree(out)
-    progress(f"dry run on {args.device}: app {version}, pack {pack.id}, buy path {buy_path}; no server")
+    progress(f"在 {args.device} 上试运行：拼多多 {version}，识别包 {pack.id}，购买路径 {buy_path}；不连服务器")
     try:
         result = run_dry(phone, pack, version, order, out=out, buy_path=buy_path, progress=progress)
     except KeyboardInterrupt:  # run_dry backed out and wrote what it had on the way out
-        progress("interrupted")
+        progress("已中断")
         return ExitCode.INTERRUPTED
     except (AgentError, OSError) as exc:
         return _error(getattr(exc, "reason_code", "WRITE_FAILED"), str(exc)[:200])
@@ -562,36 +602,60 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
+    """``run``: settings and credentials checked first (nothing touched on a mistake), then the claim loop
+    (:func:`_run`) while holding the phone's run lock (agent/instance.py), so a second ``run`` for the same
+    phone refuses to start and ``doctor`` can tell that one is running."""
+    from cmbuyer.agent.instance import AlreadyRunning, run_lock
 
     progress = _progress_fn(args.json_logs)
     try:
         holds = HoldPolicy.from_env(crash_loop_limit=args.crash_loop_limit, failure_limit=args.failure_limit)
         approval = ApprovalSettings.from_env()  # a bad value stops the start, not a supervised order at gate 3
     except ValueError as exc:
-        progress(f"settings: {exc}")
+        progress(f"设置有误：{exc}")
         return ExitCode.USAGE
     try:
         creds = resolve_credentials(args.credentials_file, args.device)
         server = server_url(args.server)
     except CredentialsError as exc:
-        progress(f"cannot start: {exc}")
+        progress(f"无法启动：{exc}")
         return ExitCode.USAGE
+    try:
+        with run_lock(args.device):
+            return _run(args, progress, holds, approval, creds, server)
+    except AlreadyRunning as exc:
+        progress(f"无法启动：{exc}")
+        return ExitCode.USAGE
+    except OSError as exc:
+        progress(f"无法启动：状态目录不可写（{exc.strerror}）")
+        return ExitCode.USAGE
+
+
+def _run(
+    args: argparse.Namespace,
+    progress: Any,
+    holds: HoldPolicy,
+    approval: ApprovalSettings,
+    creds: Credentials,
+    server: str,
+) -> int:
+    from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
+
     try:
         journal = Journal.for_serial(args.device)
         phone = _connect(args.device)
     except (AgentError, JournalError) as exc:
-        progress(f"cannot start: {exc}")
+        progress(f"无法启动：{exc}")
         return ExitCode.USAGE
     server_ca = server_ca_from(args.server_ca)
     try:
         verify_server(server, server_ca)
         api = HttpDeviceApi(server, creds, journal, server_ca=server_ca, approval_timeout=approval.timeout_seconds)
     except ServerTlsError as exc:
-        progress(f"cannot start: {exc.summary}")
+        progress(f"无法启动：{exc.summary}")
         return ExitCode.USAGE
     pack_dir = pack_dir_from(args.pack_dir)
-    progress(f"operator pack dir: {pack_dir}" if pack_dir else "operator pack dir: not set (shipped packs only)")
+    progress(f"运维识别包目录：{pack_dir}" if pack_dir else "运维识别包目录：未设置（只用随附的识别包）")
     runner = Runner(
         RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds, pack_dir=pack_dir),
         phone,
@@ -603,13 +667,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return runner.run()
     except StopNow:
-        progress("stopped now (second signal)")
+        progress("已立即停止（第二次信号）")
         return ExitCode.INTERRUPTED
     except AgentError as exc:
-        progress(f"stopped: {exc.reason_code} {exc.summary}")
+        progress(f"已停止：{exc.reason_code} {exc.summary}")
         return ExitCode.FAILED
     except JournalError as exc:
-        progress(f"stopped: the journal failed ({exc}); fix the state dir before restarting")
+        progress(f"已停止：本地日志出错（{exc}）；请先修复状态目录再重启")
         return ExitCode.USAGE
 
 
@@ -621,7 +685,7 @@ def cmd_pack_verify(args: argparse.Namespace) -> int:
         data = parse_pack_json(read_regular(path, MAX_PACK_BYTES))
         compile_pack(data)
     except OSError as exc:
-        print(f"{path.name}: $: cannot read the file ({exc.strerror or exc.__class__.__name__})", file=sys.stderr)
+        print(f"{path.name}: $: 无法读取文件（{exc.strerror or exc.__class__.__name__}）", file=sys.stderr)
         return ExitCode.USAGE
     except PackError as exc:
         print(f"{path.name}: {exc}", file=sys.stderr)
@@ -631,8 +695,8 @@ def cmd_pack_verify(args: argparse.Namespace) -> int:
         print(result.line())
     bad = sum(not r.ok for r in results)
     print(
-        f"{path.name}: {len(results)} evidence files, {len(results) - bad} ok, {bad} failed"
-        f" -> {'FAILED' if bad else 'OK'}"
+        f"{path.name}：{len(results)} 个证据文件，{len(results) - bad} 个正常，{bad} 个失败"
+        f" -> {'失败 (FAILED)' if bad else '通过 (OK)'}"
     )
     return ExitCode.FAILED if bad else ExitCode.OK
 
@@ -641,132 +705,134 @@ def add_pack_commands(sub: Any) -> Any:
     """The ``pack`` command group (``pack verify`` here; ``pack test``/``pack accept`` are added to the
     returned subparsers by their own module). Returns the group's subparsers."""
     pk = sub.add_parser(
-        "pack", help="selector pack tools: verify (evidence hashes), test (captures), accept (expectations)"
+        "pack", help="识别包工具：verify（核对证据哈希）、test（用采集样本测试）、accept（确认预期读数）"
     )
     pack_sub = pk.add_subparsers(dest="pack_command", required=True)
     v = pack_sub.add_parser(
         "verify",
-        help="re-hash a pack's evidence files (dump, screenshot, meta); non-zero exit on any missing or changed file",
+        help="重新计算识别包证据文件（界面、截图、meta）的哈希；有文件缺失或被改动时以非零退出",
     )
-    v.add_argument("pack", metavar="PACK", help="the pack JSON file (evidence paths are relative to its directory)")
+    v.add_argument("pack", metavar="PACK", help="识别包 JSON 文件（证据路径相对于它所在的目录）")
     v.set_defaults(fn=cmd_pack_verify)
     add_pack_test_commands(pack_sub)
     return pack_sub
 
 
-DEVICE_HELP = "the phone's adb serial (adb devices)"
+DEVICE_HELP = "手机的 adb 序列号（见 adb devices）"
 
 
 def _server_arguments(p: argparse.ArgumentParser) -> None:
     """``--device``, ``--server``, ``--server-ca`` and ``--credentials-file``: the same for ``run`` and ``doctor``."""
     p.add_argument("--device", required=True, help=DEVICE_HELP)
-    p.add_argument("--server", help=f"the server's URL (default $CMBUYER_SERVER_URL, else {DEFAULT_SERVER})")
-    p.add_argument("--server-ca", help="PEM CA file that signed the server's certificate (CMBUYER_SERVER_CA)")
+    p.add_argument("--server", help=f"服务器地址（默认 $CMBUYER_SERVER_URL，否则 {DEFAULT_SERVER}）")
+    p.add_argument("--server-ca", help="签发服务器证书的 CA 的 PEM 文件（CMBUYER_SERVER_CA）")
     p.add_argument(
         "--credentials-file",
-        help="0600 file with device_id=… and token=… lines (default: $CMBUYER_DEVICE_ID + $CMBUYER_DEVICE_TOKEN, "
-        "else $CMBUYER_AGENT_STATE_DIR/<serial>.cred)",
+        help="权限 0600、含 device_id=… 和 token=… 两行的凭据文件（默认 $CMBUYER_DEVICE_ID + $CMBUYER_DEVICE_TOKEN，"
+        "否则 $CMBUYER_AGENT_STATE_DIR/<序列号>.cred）",
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cmbuyer-agent", description="cmbuyer purchasing agent")
+    p = argparse.ArgumentParser(
+        prog="cmbuyer-agent", description="cmbuyer 采购代理：领取任务并操作手机上的拼多多（永不自动付款）"
+    )
     p.add_argument("--version", action="version", version=__version__)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="claim tasks and drive the phone")
+    r = sub.add_parser("run", help="领取任务并操作手机")
     _server_arguments(r)
     r.add_argument(
-        "--json-logs", action="store_true", help="one JSON object per log line (ts, msg, task_id, attempt_id, step …)"
+        "--json-logs", action="store_true", help="每行日志一个 JSON 对象（ts、msg、task_id、attempt_id、step …）"
     )
-    r.add_argument("--once", action="store_true", help="exit after one task")
-    r.add_argument(
-        "--poll-seconds", type=float, default=1.0, help="idle sleep between empty claim-next polls (default 1)"
-    )
+    r.add_argument("--once", action="store_true", help="做完一个任务后退出")
+    r.add_argument("--poll-seconds", type=float, default=1.0, help="没有任务时两次领取之间等待的秒数（默认 1）")
     r.add_argument(
         "--crash-loop-limit",
         type=int,
         metavar="N",
-        help="hold after N consecutive attempts ended by INTERNAL_ERROR or a crash "
-        "(default: env CMBUYER_AGENT_CRASH_LOOP_LIMIT, else 2)",
+        help="连续 N 次尝试以 INTERNAL_ERROR 或崩溃结束后暂停接单等人处理"
+        "（默认环境变量 CMBUYER_AGENT_CRASH_LOOP_LIMIT，否则 2）",
     )
     r.add_argument(
         "--failure-limit",
         type=int,
         metavar="N",
-        help="hold after N consecutive attempts failed before the fence "
-        "(default: env CMBUYER_AGENT_FAILURE_LIMIT, else 3)",
+        help="连续 N 次尝试在提交围栏之前失败后暂停接单等人处理（默认环境变量 CMBUYER_AGENT_FAILURE_LIMIT，否则 3）",
     )
     add_pack_dir_argument(r)
     r.set_defaults(fn=cmd_run)
-    d = sub.add_parser("doctor", help="check adb, phone, app version, pack, credentials and server")
+    d = sub.add_parser("doctor", help="检查 adb、手机、拼多多版本、识别包、凭据和服务器")
     _server_arguments(d)
+    d.add_argument("--json", action="store_true", help="输出 JSON 报告（check、ok、detail，供脚本读取）")
     add_pack_dir_argument(d)
     d.set_defaults(fn=cmd_doctor)
-    c = sub.add_parser("capture", help="save a scrubbed capture (dump, PNG, meta, expected readings)")
+    c = sub.add_parser("capture", help="保存一份去除隐私的采集样本（界面、截图、meta、预期读数）")
     c.add_argument("--device", required=True, help=DEVICE_HELP)
-    c.add_argument("--label", required=True, help="what the screen is, e.g. confirm-page (part of the folder name)")
-    c.add_argument("--out", help="capture folder (default ./captures/<serial>/<label>-<time>)")
-    c.add_argument("--force", action="store_true", help="replace an existing non-empty --out folder")
+    c.add_argument("--label", required=True, help="这是什么画面，如 confirm-page（作为文件夹名的一部分）")
+    c.add_argument("--out", help="采集文件夹（默认 ./captures/<序列号>/<label>-<时间>）")
+    c.add_argument("--force", action="store_true", help="替换已存在且非空的 --out 文件夹")
     add_pack_dir_argument(c)
     c.add_argument(
         "--expect",
         nargs="+",
         metavar="KEY=VALUE",
-        help="readings a person confirms, e.g. screen=confirm_order unit_price=59.00 quantity=2 "
-        "(keys: screen and inspect's readings keys) → expected.json",
+        help="人工确认的读数，如 screen=confirm_order unit_price=59.00 quantity=2"
+        "（键：screen 和 inspect 的 readings 键）→ expected.json",
     )
-    c.add_argument("--by", help="who confirmed --expect (expected.json confirmed_by)")
-    c.add_argument("--expected-file", help="an expected.json written by a person, checked and stored")
+    c.add_argument("--by", help="谁确认了 --expect（expected.json 的 confirmed_by）")
+    c.add_argument("--expected-file", help="人工写好的 expected.json，检查后保存")
     c.set_defaults(fn=cmd_capture)
-    dr = sub.add_parser("dry-run", help="the flow up to gate 3 on a phone, without the server; captures + session")
+    dr = sub.add_parser("dry-run", help="不连服务器，在手机上走到闸门三为止；保存采集样本和过程")
     dr.add_argument("--device", required=True, help=DEVICE_HELP)
-    dr.add_argument("--goods-id", required=True, help="the Pinduoduo goods id (digits)")
+    dr.add_argument("--goods-id", required=True, help="拼多多商品 id（数字）")
     dr.add_argument(
         "--option",
         action="append",
         metavar="维度=值",
-        help="one SKU option as the goods page shows it, e.g. --option 规格=3层100抽 (repeat, in page order)",
+        help="一个规格选项，照商品页的写法，如 --option 规格=3层100抽（可重复，按页面顺序）",
     )
-    dr.add_argument("--color", help="colour/size goods: the colour (颜色=…); instead of --option")
-    dr.add_argument("--size", help="with --color: the size (尺码=…)")
-    dr.add_argument("--quantity", type=int, required=True, help="how many (at least 1)")
-    dr.add_argument("--max-total", required=True, help="cap on the total in yuan, e.g. 120.00")
+    dr.add_argument("--color", help="颜色/尺码类商品：颜色（颜色=…）；代替 --option")
+    dr.add_argument("--size", help="与 --color 一起用：尺码（尺码=…）")
+    dr.add_argument("--quantity", type=int, required=True, help="数量（至少 1）")
+    dr.add_argument("--max-total", required=True, help="总价上限（元），如 120.00")
     add_pack_dir_argument(dr)
-    dr.add_argument("--out", help="captures directory (default ./captures/<serial>/dryrun-<time>)")
-    dr.add_argument("--force", action="store_true", help="replace an existing non-empty --out directory")
-    dr.add_argument("--buy-path", choices=("single", "group"), help="default: env CMBUYER_AGENT_BUY_PATH, else single")
+    dr.add_argument("--out", help="采集目录（默认 ./captures/<序列号>/dryrun-<时间>）")
+    dr.add_argument("--force", action="store_true", help="替换已存在且非空的 --out 目录")
+    dr.add_argument(
+        "--buy-path",
+        choices=("single", "group"),
+        help="购买路径：single 单独购买，group 拼单（默认环境变量 CMBUYER_AGENT_BUY_PATH，否则 single）",
+    )
     dr.set_defaults(fn=cmd_dry_run)
-    i = sub.add_parser("inspect", help="recognize a dump and print readings as JSON")
-    i.add_argument("--dump", required=True, help="a dump.xml (uiautomator hierarchy), e.g. from a capture")
-    i.add_argument("--pack", help="read with this pack file")
+    i = sub.add_parser("inspect", help="识别一份界面导出并以 JSON 输出读数")
+    i.add_argument("--dump", required=True, help="一份 dump.xml（uiautomator 界面层级），例如采集样本里的")
+    i.add_argument("--pack", help="用这个识别包文件读取")
     i.add_argument(
         "--version",
-        help="read with the pack of this app version, NAME:CODE (e.g. 8.22.0:82200); "
-        "default: the version in a capture bundle's meta.json beside the dump, "
-        "else every known version's pack",
+        help="用这个拼多多版本的识别包读取，NAME:CODE（如 8.22.0:82200）；"
+        "默认用界面文件旁 meta.json 记录的版本，否则依次试所有已知版本的识别包",
     )
     add_pack_dir_argument(i)
     i.add_argument(
         "--explain",
         action="store_true",
-        help="print which pack selector matched which node for each screen rule and reading, "
-        "or why none did (text; with --json as JSON)",
+        help="逐条画面规则和读数说明哪个选择器匹配了哪个节点，或为什么都没匹配（文本；加 --json 为 JSON）",
     )
-    i.add_argument("--json", action="store_true", help="with --explain: JSON instead of text")
+    i.add_argument("--json", action="store_true", help="与 --explain 一起用：输出 JSON 而不是文本")
     i.set_defaults(fn=cmd_inspect)
     j = sub.add_parser(
         "journal",
-        help="show the local journal of a device (in $CMBUYER_AGENT_STATE_DIR, "
-        "default ./var/agent: use the agent's own value)",
+        help="显示一台设备的本地日志（在 $CMBUYER_AGENT_STATE_DIR，默认 ./var/agent：请用代理自己的值）",
     )
     j.add_argument("--device", required=True, help=DEVICE_HELP)
     j.add_argument(
         "--clear-hold",
         action="store_true",
-        help="after a person handled the phone or a stuck task: drop the hold, reset the streaks",
+        help="有人处理完手机或卡住的任务后：解除暂停接单，清零连续失败计数",
     )
     j.set_defaults(fn=cmd_journal)
     add_pack_commands(sub)
+    chinese_help(p)
     return p
 
 

@@ -323,7 +323,7 @@ class HttpDeviceApi:
                 error = _error_code(parsed)
                 raise _TYPED_REJECTIONS.get(error or "", ServerRejected)(status, error)
             return status, parsed
-        raise ServerUnreachable(f"{what}: cannot reach the server at {self.base_url} ({_why(last)})")
+        raise ServerUnreachable(f"{what}：无法连接服务器 {self.base_url}（{_why(last)}）")
 
     def _post_json(
         self, path: str, schema: str, payload: dict[str, Any], what: str, *, response_schema: str | None = None

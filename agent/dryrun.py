@@ -119,7 +119,7 @@ class SessionRecorder:
             check_foreground(focus, self.phone.app_package)
             scrubbed = scrub(xml, png, self.pack, self.phone.app_package)
         except CaptureError as exc:
-            self.progress(f"capture skipped: {exc}")
+            self.progress(f"跳过这次采集：{exc}")
             if self._pending is not None:
                 self.gaps.append(f"{self._pending['action']['kind']} from {self._pending['from']}: {exc}")
                 self._pending = None
@@ -330,7 +330,7 @@ def run_dry(
     except AgentError as exc:
         failure = exc
         observer.stopped(exc)
-        progress(f"stop before the fence: {exc.reason_code} {exc.summary}")
+        progress(f"在提交围栏前停止：{exc.reason_code} {exc.summary}")
     finally:
         backed_out = True
         try:
@@ -341,7 +341,7 @@ def run_dry(
             session = recorder.finish()
         except AgentError as exc:  # the phone failed while taking the last capture
             session = {"steps": recorder.steps, "start": None}
-            progress(f"final capture failed: {exc.reason_code}")
+            progress(f"最后一次采集失败：{exc.reason_code}")
         recorder.detach()
     lines = _verdict_lines(observer.verdicts)
     if failure is not None:

@@ -209,7 +209,7 @@ class Unauthorized(ServerRejected):
     credentials file, or the device was revoked). Nothing a retry changes; the runner backs off and says what
     to check (docs/agent.md "When the server refuses the agent")."""
 
-    HINT = "server refused the device credentials (401): check --credentials-file, or the device was revoked"
+    HINT = "服务器拒绝了设备凭据（401）：请检查 --credentials-file，或这台设备已被撤销"
 
     def __init__(self, status: int = 401, error: str | None = None) -> None:
         super().__init__(status, error)

@@ -199,7 +199,7 @@ class PurchaseFlow:
         reason = exc.reason_code
         log.info("stopping before the fence: %s", reason)
         with logfields.step(None, reason):
-            self.progress(f"stop before fence: {reason}")
+            self.progress(f"在提交围栏前停止：{reason}")
         try:
             cap.back_out(self.phone, self.pack)
         except AgentError:
@@ -224,13 +224,13 @@ class PurchaseFlow:
         note = send_fail(self.journal, self.sink, claim, AttemptFailure(reason, exc.summary, evidence))
         self.progress(note)
         if lease_lost:
-            self.journal.set_hold("lease lost mid-flow: a person must act before the next claim")
+            self.journal.set_hold("下单途中租约丢失：下一次领取前需要有人处理")
         return FlowResult("FAILED", reason, False)
 
     def _fence_replayed(self, claim: Claim, submission_id: str) -> FlowResult:
         """A replayed fence (our first answer was lost in transit): the fence exists on the server,
         we hold no permit, we never tap. Journal it (NO_PERMIT, UNKNOWN decided), then report."""
-        self.progress("fence answered with a replay: no permit, no tap; reporting UNKNOWN")
+        self.progress("围栏请求得到的是重放应答：没有点击许可，不点击；上报 UNKNOWN")
         key = self.journal.record_fence_without_permit(claim.attempt_id, submission_id)
         try:
             self.sink.report_recovered_result(
@@ -252,7 +252,7 @@ class PurchaseFlow:
             # The journal cannot record the permit/phase: never tap (or tap no more), tell the
             # server UNKNOWN with a key we cannot persist, and stop the agent (fail closed).
             log.error("journal failed inside the submit window; reporting UNKNOWN and stopping")
-            self.progress("JOURNAL FAILED after the fence: reporting UNKNOWN, stopping the agent")
+            self.progress("取得围栏后本地日志出错（JOURNAL FAILED）：上报 UNKNOWN，停止代理")
             try:
                 self.sink.report_recovered_result(
                     submission_id=permit.submission_id,
@@ -277,7 +277,7 @@ class PurchaseFlow:
         after TAP_INTENT_RECORDED is recovered by reporting the journaled result; nothing taps
         submit again."""
         self.journal.record_permit(claim.attempt_id, permit.submission_id)
-        self.progress("FENCE OK: permit received")
+        self.progress("围栏成功（FENCE OK）：已收到点击许可")
         outcome = submit_order_once(self.phone, self.pack, self.journal, permit)
         seen = outcome.observation + (f" {outcome.reason}" if outcome.reason else "")
         if outcome.package:  # a foreign app was in front: its package instead of a screenshot

@@ -139,7 +139,7 @@ class HoldPolicy:
         for name in ("crash_loop_limit", "failure_limit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1")
+                raise ValueError(f"{name} 必须是 >= 1 的整数")
 
     @classmethod
     def from_env(
@@ -161,7 +161,7 @@ class HoldPolicy:
             try:
                 return int(raw)
             except ValueError:
-                raise ValueError(f"{name} must be an integer >= 1") from None
+                raise ValueError(f"{name} 必须是 >= 1 的整数") from None
 
         return cls(
             pick(crash_loop_limit, ENV_CRASH_LOOP_LIMIT, DEFAULT_CRASH_LOOP_LIMIT),
@@ -206,14 +206,11 @@ def settle(streaks: Streaks, end: AttemptEnd, policy: HoldPolicy) -> tuple[Strea
     failures = 0 if end.fenced else streaks.failures + 1
     after = Streaks(crashes, failures)
     if scope_of(end.reason_code) is Scope.PHONE:
-        return after, (f"{end.reason_code}: a phone-level stop; a person must check the phone before the next task")
+        return after, (f"{end.reason_code}: 手机级别的停止；下一个任务之前需要有人检查手机")
     if crashes >= policy.crash_loop_limit:
-        return after, (
-            f"{HOLD_CODE}: crash loop — {crashes} consecutive attempts ended by INTERNAL_ERROR or a process crash"
-        )
+        return after, (f"{HOLD_CODE}: 反复崩溃（crash loop）—— 连续 {crashes} 次尝试以 INTERNAL_ERROR 或进程崩溃结束")
     if failures >= policy.failure_limit:
         return after, (
-            f"{HOLD_CODE}: {failures} consecutive attempts failed before the fence "
-            f"(last: {end.reason_code or end.outcome})"
+            f"{HOLD_CODE}: 连续 {failures} 次尝试在提交围栏之前失败（最后一次：{end.reason_code or end.outcome}）"
         )
     return after, None

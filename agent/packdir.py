@@ -70,8 +70,7 @@ def add_pack_dir_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pack-dir",
         metavar="DIR",
-        help=f"operator selector packs (default: env {PACK_DIR_ENV}); an operator pack "
-        "wins over a shipped pack of the same app version",
+        help=f"运维自备的识别包目录（默认环境变量 {PACK_DIR_ENV}）；同一拼多多版本下，运维识别包优先于随附的识别包",
     )
 
 

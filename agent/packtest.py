@@ -343,6 +343,10 @@ def exit_status(results: list[CaptureResult], allow_unconfirmed: bool) -> int:
     return ExitCode.OK
 
 
+# a capture's status (the PASS/FAIL … of its line and of --json) as the summary line words it
+STATUS_LABELS = {"PASS": "通过", "FAIL": "失败", "UNCONFIRMED": "未确认", "NO_EXPECTATION": "没有预期", "ERROR": "出错"}
+
+
 def _summary(results: list[CaptureResult]) -> dict[str, int]:
     out = dict.fromkeys(("PASS", "FAIL", "UNCONFIRMED", "NO_EXPECTATION", "ERROR"), 0)
     for r in results:
@@ -351,7 +355,7 @@ def _summary(results: list[CaptureResult]) -> dict[str, int]:
 
 
 def _fail(as_json: bool, message: str) -> int:
-    print(json.dumps({"error": message}, ensure_ascii=False) if as_json else f"error: {message}")
+    print(json.dumps({"error": message}, ensure_ascii=False) if as_json else f"错误：{message}")
     return ExitCode.USAGE
 
 
@@ -388,9 +392,9 @@ def cmd_pack_test(args: argparse.Namespace) -> int:
         return code
     for r in results:
         print(r.line())
-    parts = ", ".join(f"{n} {k.lower().replace('_', ' ')}" for k, n in counts.items() if n)
-    verdict = {0: "OK", 1: "FAILED", 2: "INPUT ERROR"}[code]
-    print(f"{verdict}: {len(results)} capture(s) with pack {pack.id}: {parts}")
+    parts = "，".join(f"{STATUS_LABELS[k]} {n} 份 ({k})" for k, n in counts.items() if n)
+    verdict = {0: "通过 (OK)", 1: "失败 (FAILED)", 2: "输入有误 (INPUT ERROR)"}[code]
+    print(f"{verdict}：用识别包 {pack.id} 测试了 {len(results)} 份采集样本：{parts}")
     return code
 
 
@@ -436,15 +440,15 @@ def cmd_pack_accept(args: argparse.Namespace) -> int:
     try:
         plan = plan_accept(Path(args.capture), by, args.force)
     except CaptureInputError as exc:
-        print(f"error: {exc}")
+        print(f"错误：{exc}")
         return ExitCode.USAGE
     for capture, expectation in plan:
         readings = " ".join(f"{k}={_show(v)}" for k, v in expectation.readings.items())
-        print(f"accept {capture.name}: screen={expectation.screen} {readings} (confirmed_by {_show(by)})")
+        print(f"确认 {capture.name}：screen={expectation.screen} {readings}（confirmed_by {_show(by)}）")
     for capture, expectation in plan:
         _write_atomic(capture / EXPECTED, expectation.to_json())
         (capture / PROPOSED).unlink()
-    print(f"accepted {len(plan)} capture(s)")
+    print(f"已确认 {len(plan)} 份采集样本")
     return ExitCode.OK
 
 
@@ -452,25 +456,25 @@ def add_pack_test_commands(pack_subparsers: Any) -> None:
     """Register ``test`` and ``accept`` on the ``cmbuyer-agent pack`` subparser group."""
     t = pack_subparsers.add_parser(
         "test",
-        help="read every capture with PACK and compare with its expected.json",
-        description="Exit 0: all PASS; 1: a FAIL (mismatch, other app version, changed dump) or a capture "
-        "without a confirmed expected.json; 2: bad input (ERROR lines).",
+        help="用 PACK 读取每份采集样本，并与它的 expected.json 比较",
+        description="退出码 0：全部 PASS；1：有 FAIL（读数不符、拼多多版本不同、界面文件被改动）或有采集样本"
+        "没有已确认的 expected.json；2：输入有误（ERROR 行）。",
     )
-    t.add_argument("pack", metavar="PACK", help="the selector pack file to test")
+    t.add_argument("pack", metavar="PACK", help="要测试的识别包文件")
     t.add_argument(
         "captures_dir",
         metavar="CAPTURES_DIR",
-        help="a capture directory, or a directory whose subdirectories are captures",
+        help="一份采集样本的目录，或其子目录都是采集样本的目录",
     )
     t.add_argument(
         "--allow-unconfirmed",
         action="store_true",
-        help="captures with only expected.proposed.json or no expectation do not fail the run",
+        help="只有 expected.proposed.json 或没有预期的采集样本不算失败",
     )
-    t.add_argument("--json", action="store_true", help="machine-readable output")
+    t.add_argument("--json", action="store_true", help="输出 JSON（供脚本读取）")
     t.set_defaults(fn=cmd_pack_test)
-    a = pack_subparsers.add_parser("accept", help="turn expected.proposed.json into the confirmed expected.json")
-    a.add_argument("capture", metavar="CAPTURE_OR_DIR", help="one capture folder, or a folder of captures")
-    a.add_argument("--by", metavar="NAME", help="who confirmed the readings (default: the login name)")
-    a.add_argument("--force", action="store_true", help="replace an existing expected.json")
+    a = pack_subparsers.add_parser("accept", help="把 expected.proposed.json 确认为 expected.json")
+    a.add_argument("capture", metavar="CAPTURE_OR_DIR", help="一个采集样本文件夹，或装着多个采集样本的文件夹")
+    a.add_argument("--by", metavar="NAME", help="谁确认了这些读数（默认当前登录名）")
+    a.add_argument("--force", action="store_true", help="替换已存在的 expected.json")
     a.set_defaults(fn=cmd_pack_accept)

@@ -28,7 +28,7 @@ from cmbuyer.agent.model import AttemptFailure, Claim, SubmissionResult
 from cmbuyer.agent.ports import ResultSink
 
 log = logging.getLogger(__name__)
-RESTART_SUMMARY = "agent restarted before the fence"
+RESTART_SUMMARY = "代理在提交围栏之前重启"
 
 
 def recover(journal: Journal, sink: ResultSink) -> list[str]:
@@ -49,13 +49,12 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
             reason, order_sn = sub.observation_reason, sub.order_sn
         if reason == "PAYMENT_SUSPECTED":
             # phone-level (agent/holds.py); the flow that saw it may have died before the runner held
-            journal.set_hold(
-                "PAYMENT_SUSPECTED: a paid state was seen after the submit tap; a person must check the phone"
-            )
+            journal.set_hold("PAYMENT_SUSPECTED: 提交点击后看到了已付款的状态；需要有人检查手机")
         elif holds.scope_of(reason) is holds.Scope.PHONE:
             # any other phone-level reason (e.g. NOT_TAPPED_OBSCURED): the flow journaled it and died
             # before the runner's hold policy saw it
-            journal.set_hold(f"{reason} (journaled before a restart): a person must check the phone")
+            # "CODE: …" like agent/holds.py, so the heartbeat's hold names the code
+            journal.set_hold(f"{reason}: 重启前已记入本地日志；需要有人检查手机")
         try:
             sink.report_recovered_result(
                 submission_id=sub.submission_id,
@@ -65,14 +64,14 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
                 result_key=key,
             )
         except AgentError as exc:
-            notes.append(f"result for {sub.attempt_id} not accepted yet ({exc.reason_code})")
+            notes.append(f"尝试 {sub.attempt_id} 的结果还未被接受（{exc.reason_code}）")
             if isinstance(exc, ServerRejected):
                 journal.advance(sub.attempt_id, "RESULT_REPORTED")  # nothing more we can say
                 journal.set_claim_state(sub.attempt_id, "ABANDONED", f"result refused: {exc.error}")
-                journal.set_hold("recovered result refused by the server: a person must reconcile")
+                journal.set_hold("服务器拒绝了恢复时补报的结果：需要有人人工核对")
             continue
         journal.advance(sub.attempt_id, "RESULT_REPORTED")
-        notes.append(f"reported {observation} for submission {sub.submission_id} (no new tap)")
+        notes.append(f"已为提交记录 {sub.submission_id} 补报 {observation}（没有再次点击）")
     for row in [*journal.claims("FAIL_PENDING"), *journal.claims("ACTIVE")]:
         held = Claim(
             task_id=row.task_id,
@@ -102,13 +101,13 @@ def send_fail(journal: Journal, sink: ResultSink, claim: Claim, failure: Attempt
         sink.fail_attempt(claim, AttemptFailure(reason, summary, evidence))
     except ServerRejected as exc:
         journal.set_claim_state(claim.attempt_id, "ABANDONED", f"{reason}; fail refused: {exc.error}")
-        journal.set_hold(f"the server refused fail for attempt {claim.attempt_id} ({exc.error}): a person must act")
-        return f"attempt {claim.attempt_id}: fail refused ({exc.error}); needs a person"
+        journal.set_hold(f"服务器拒绝了尝试 {claim.attempt_id} 的失败上报（{exc.error}）：需要有人处理")
+        return f"尝试 {claim.attempt_id}：失败上报被拒绝（{exc.error}）；需要有人处理"
     except AgentError as exc:
-        return f"attempt {claim.attempt_id}: fail not delivered yet ({exc.reason_code}); will re-send"
+        return f"尝试 {claim.attempt_id}：失败上报还未送达（{exc.reason_code}）；稍后重发"
     try:
         journal.set_claim_state(claim.attempt_id, "FAILED_REPORTED", reason)
     except JournalError:
         log.exception("fail delivered but not journaled; recovery will re-send it (same key)")
         raise
-    return f"attempt {claim.attempt_id}: fail {reason} delivered"
+    return f"尝试 {claim.attempt_id}：已上报失败 {reason}"

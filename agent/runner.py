@@ -87,10 +87,10 @@ def hold_report(journal: Journal) -> dict[str, Any] | None:
     text = journal.hold()
     if text is None:
         return None
-    code = text.split(":", 1)[0].strip()
+    code = text.split(":", 1)[0].strip()  # "CODE: …" (agent/holds.py): an ASCII colon after the code
     return {
         "code": code if code in REASON_CODES else None,
-        "reason": wire_summary(text[:200], "held: a person must check the phone"),
+        "reason": wire_summary(text[:200], "暂停接单：需要有人检查手机"),
         "attempt_id": journal.hold_attempt(),
     }
 
@@ -208,17 +208,17 @@ class Runner:
         if self._signals >= 2:
             flow = self._flow
             if flow is not None and flow.in_critical_section.is_set():
-                self.progress("second signal inside the submit window: exiting right after it")
+                self.progress("第二次信号来时正处于提交窗口：提交一结束就退出")
                 return
             raise StopNow()
-        self.progress("stop requested: finishing the current step")
+        self.progress("收到停止请求：做完当前步骤后停止")
 
     # --- phone status -------------------------------------------------------------------------
     def _status(self) -> Status:
         try:
             version = self.phone.app_version()
         except AgentError as exc:
-            self.progress(f"phone: {exc.reason_code} {exc.summary}")
+            self.progress(f"手机：{exc.reason_code} {exc.summary}")
             return Status(None, "ADB_OFFLINE", None, None)
         if version is None:
             return Status(None, "APP_MISSING", None, None)
@@ -229,7 +229,7 @@ class Runner:
         except PackError as exc:
             self._note_pack(f"NO_PACK: {exc}")
             return Status(None, "NO_PACK", version.name, version.code)
-        self._note_pack(f"selector pack {found.describe()}")
+        self._note_pack(f"识别包 {found.describe()}")
         return Status(found.pack, "READY", version.name, version.code)
 
     def _note_pack(self, note: str) -> None:
@@ -270,15 +270,15 @@ class Runner:
         self._hb_next = time.monotonic() + self._hb_interval
         if hb["app_version_allowed"] != self._hb_allowed or state != self._hb_state:
             if not hb["app_version_allowed"]:
-                self.progress(f"server does not allow app version {status.version_name}: not claiming")
-            self.progress(f"heartbeat: state {state}")
+                self.progress(f"服务器不允许拼多多版本 {status.version_name}：不领取任务")
+            self.progress(f"心跳：状态 {state}")
         self._hb_state = state
         self._hb_allowed = bool(hb["app_version_allowed"])
         held = hb.get("supervision_hold") is True  # issue 17: claim-next answers no task while held
         if held and not self.supervision_hold:
             self.progress(
-                "server: this phone's pairing with its selector pack is on hold (a supervised order "
-                "was marked wrong): no task until an admin presses 重新人工监督 on the devices page"
+                "服务器：这台手机与其识别包的组合已暂停（一笔监督下单被标为有误）：管理员在设备页面点"
+                "“重新人工监督”之前不领任务"
             )
         self.supervision_hold = held
         self._note_pause(hb)
@@ -300,7 +300,7 @@ class Runner:
             f"CMBUYER_AGENT_STATE_DIR={state_dir} {agent_program()} journal --device "
             f"{shlex.quote(self.cfg.serial)} --clear-hold"
         )
-        return f"after a person checked the phone: 释放 on the devices page, or on this host: {command}"
+        return f"有人检查过手机后：在设备页面点“释放”，或在这台主机上运行：{command}"
 
     def _note_release(self, hb: dict[str, Any]) -> None:
         released = hb.get("hold_released")
@@ -308,7 +308,8 @@ class Runner:
             return
         self.journal.clear_hold()  # what `cmbuyer-agent journal --clear-hold` does on the phone host
         self.progress(
-            f"HOLD released on the server by {released['by']} at {released['at']}: {released['note']}; claiming again"
+            f"暂停接单（HOLD）已在服务器上由 {released['by']} 于 {released['at']} 释放：{released['note']}；"
+            "重新领取任务"
         )
         self._hb_next = 0.0  # say READY at once
 
@@ -324,30 +325,29 @@ class Runner:
             self._screen_answer = {"request_id": request_id, "foreground_package": package}
             self._screen_done = request_id
             self._hb_next = 0.0
-            self.progress(f"screen requested: {package} is in front, so no screenshot is taken; the server is told")
+            self.progress(f"服务器要求截屏：前台是 {package}，所以不截图；已告知服务器")
             return
         try:
             self.api.upload_device_screen(request_id, png)
         except AgentError as exc:
-            self.progress(f"screen requested: the upload failed ({exc.reason_code}); trying at the next heartbeat")
+            self.progress(f"服务器要求截屏：上传失败（{exc.reason_code}）；下次心跳时再试")
             return
         self._screen_done = request_id
-        self.progress("screen requested: a fresh screenshot was sent")
+        self.progress("服务器要求截屏：已发送一张新截图")
 
     def _note_pause(self, hb: dict[str, Any]) -> None:
         paused = hb.get("paused") is True
         if paused != self.paused:
             self.progress(
-                "server: this phone is paused by an administrator: no new task until it is resumed "
-                "(devices page or `cmbuyer-server device resume`)"
+                "服务器：管理员暂停了这台手机的领取：恢复之前不领新任务（设备页面或 `cmbuyer-server device resume`）"
                 if paused
-                else "server: this phone is no longer paused: claiming again"
+                else "服务器：这台手机已恢复领取：重新领取任务"
             )
         self.paused = paused
         paced = hb.get("paced_until")
         paced = paced if isinstance(paced, str) else None
         if paced != self.paced_until and paced is not None:
-            self.progress(f"server: pacing for this phone: next claim not before {paced}")
+            self.progress(f"服务器：这台手机的领取节奏：下一次领取不早于 {paced}")
         self.paced_until = paced
 
     # --- server failures ----------------------------------------------------------------------
@@ -357,15 +357,15 @@ class Runner:
         if isinstance(exc, Unauthorized | ServerUnreachable):
             wait, log_it = self.backoff.failed(type(exc).__name__, time.monotonic())
             if log_it:
-                self.progress(f"{what}: {exc.summary}; retrying in {wait:g} s (backing off to {self.backoff.cap:g} s)")
+                self.progress(f"{what}：{exc.summary}；{wait:g} 秒后重试（间隔逐步延长到 {self.backoff.cap:g} 秒）")
             return wait
-        self.progress(f"{what} failed: {exc.reason_code} {exc.summary}")
+        self.progress(f"{what} 失败：{exc.reason_code} {exc.summary}")
         return self.cfg.poll_seconds
 
     def _server_ok(self) -> None:
         self.refused = False
         if self.backoff.succeeded():
-            self.progress("server: answering again")
+            self.progress("服务器：已恢复应答")
 
     # --- recovery -----------------------------------------------------------------------------
     def _recover(self) -> bool:
@@ -373,7 +373,7 @@ class Runner:
         if not self.journal.recovery_pending():
             return True
         for note in recover(self.journal, self.api):
-            self.progress(f"recovery: {note}")
+            self.progress(f"恢复：{note}")
         return not self.journal.recovery_pending()
 
     # --- hold policy --------------------------------------------------------------------------
@@ -386,7 +386,7 @@ class Runner:
 
         hold = self.journal.settle_attempt(attempt_id, decide)
         if hold is not None:
-            self.progress(f"HOLD: {hold}; {self._how_to_clear()}")
+            self.progress(f"暂停接单（HOLD）：{hold}；{self._how_to_clear()}")
         return hold
 
     def _count_crashes(self) -> None:
@@ -409,7 +409,7 @@ class Runner:
         self._count_crashes()
         held = self.journal.hold()
         if held:  # a restarted agent must say why it stays idle, not only heartbeat NEEDS_PERSON
-            self.progress(f"HOLD (from before this start): {held}; {self._how_to_clear()}")
+            self.progress(f"暂停接单（HOLD，启动前就有）：{held}；{self._how_to_clear()}")
         clear = self._recover()
         while not self.stop.is_set():
             status = self.last_status = self._status()
@@ -437,7 +437,7 @@ class Runner:
             elif self.cfg.once and state in ("NO_PACK", "APP_MISSING") and self._hb_state == state:
                 if state == "NO_PACK":
                     self.progress(
-                        f"no selector pack for app version {status.version_name} ({status.version_code}): not claiming"
+                        f"没有适配拼多多版本 {status.version_name} ({status.version_code}) 的识别包：不领取任务"
                     )
                 return ExitCode.IDLE
             self.stop.wait(self.cfg.poll_seconds)
@@ -447,10 +447,10 @@ class Runner:
         try:
             purchase = self.api.claim_next(self.session, pack_id=pack.id)  # supervision pairs (issue 17)
         except ClaimRequiresManual:
-            self.progress("server: claim requires a person (claim_requires_manual)")
+            self.progress("服务器：领取需要人工处理（claim_requires_manual）")
             return False
         except AppVersionNotAllowed:
-            self.progress("server: not claimable now (app version, heartbeat or state)")
+            self.progress("服务器：现在不能领取（拼多多版本、心跳或状态）")
             self._hb_next = 0.0  # heartbeat again before the next claim
             return False
         except (Unauthorized, ServerUnreachable) as exc:
@@ -484,7 +484,7 @@ class Runner:
         )
         self.api.forget_claim_request(self.session)
         self.claims += 1
-        self.progress(f"claimed task {t.id} (attempt {c.attempt_id})")
+        self.progress(f"已领取任务 {t.id}（尝试 {c.attempt_id}）")
         lease = LeaseKeeper(
             self.api,
             c,
@@ -511,7 +511,7 @@ class Runner:
                 self._flow = None
                 self._hb_next = 0.0  # report READY (or NEEDS_PERSON) right after the flow
             with logfields.step(None, result.reason_code):
-                self.progress(f"task {t.id}: {result.outcome} {result.reason_code or ''}".rstrip())
+                self.progress(f"任务 {t.id}：{result.outcome} {result.reason_code or ''}".rstrip())
             self._after_flow(c.attempt_id, result)
         if self._signals >= 2:
             raise StopNow()
@@ -549,7 +549,7 @@ class _BusyHeartbeat:
                 )
                 r._hb_state = "BUSY"
             except AgentError as exc:
-                log.info("busy heartbeat failed: %s", exc.reason_code)
+                log.info("采购中的心跳失败：%s", exc.reason_code)
 
     def stop(self) -> None:
         self._stop.set()

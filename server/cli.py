@@ -26,8 +26,25 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cmbuyer.schemas.clihelp import chinese_help
 from cmbuyer.schemas.sku import split_option
 from cmbuyer.server import migrate
+from cmbuyer.server.cli_text import (
+    DATA_DIR_HELP,
+    DEVICE_ID_HELP,
+    DOCTOR_CHECKS,
+    EXPECTED_VERSION_HELP,
+    IMPORT_STATUS,
+    JSON_HELP,
+    PASSWORD_PROMPT,
+    TASK_ID_HELP,
+    coded,
+    no_database,
+    refusing_to_start,
+    storage_error,
+    task_line,
+    unchanged,
+)
 from cmbuyer.server.clock import SystemClock, to_wire
 from cmbuyer.server.config import ENV_FILE_NAME, Settings, env_file_defaults, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
@@ -42,6 +59,7 @@ from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import ops as ops_queries
 from cmbuyer.server.tx.common import Actor, new_id
+from cmbuyer.server.web.admin.labels import DEVICE_REGISTRATION_LABELS
 
 
 class Exit(IntEnum):
@@ -89,7 +107,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _open(settings: Settings, *, check: bool = True) -> sqlite3.Connection:
     if not settings.db_path.exists():
-        raise CliError(f"database {settings.db_path} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
+        raise CliError(no_database(settings.db_path), Exit.STORAGE)
     try:
         conn = connect_sync(settings.db_path)
         if check:
@@ -97,7 +115,7 @@ def _open(settings: Settings, *, check: bool = True) -> sqlite3.Connection:
     except migrate.MigrationError as exc:
         raise CliError(str(exc), Exit.STORAGE) from None
     except sqlite3.Error:
-        raise CliError("cannot open the database", Exit.STORAGE) from None
+        raise CliError("无法打开数据库", Exit.STORAGE) from None
     return conn
 
 
@@ -118,7 +136,7 @@ def _tx(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
     try:
         return run_in_transaction(conn, job)
     except Unavailable as exc:
-        raise CliError(f"storage error: {exc}", Exit.STORAGE) from None
+        raise CliError(storage_error(exc), Exit.STORAGE) from None
     except DomainError as exc:
         raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
 
@@ -130,7 +148,7 @@ def write_env_file(path: Path, values: dict[str, str]) -> None:
     """Write ``values`` as an env file created with mode 0600 (never readable by others)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write("# cmbuyer settings written by `cmbuyer-server init`; keep this file private (0600).\n")
+        handle.write("# cmbuyer 设置，由 `cmbuyer-server init` 写入；此文件只能本人可读（0600）。\n")
         for key, value in values.items():
             handle.write(f"{key}={value}\n")
 
@@ -141,7 +159,7 @@ def update_env_file(path: Path, values: dict[str, str]) -> None:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise CliError(f"{path}: cannot read env file ({exc.strerror})", Exit.SETTINGS) from None
+        raise CliError(f"{path}：无法读取设置文件（{exc.strerror}）", Exit.SETTINGS) from None
     left = dict(values)
     out: list[str] = []
     for line in lines:
@@ -165,7 +183,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise CliError(f"data dir {data_dir} is not writable ({exc.strerror})", Exit.SETTINGS) from None
+        raise CliError(f"数据目录 {data_dir} 不可写（{exc.strerror}）", Exit.SETTINGS) from None
     env_path = data_dir / ENV_FILE_NAME
     if not env_path.exists():
         write_env_file(
@@ -192,12 +210,12 @@ def cmd_init(args: argparse.Namespace) -> int:
         args,
         {"data_dir": str(data_dir), "env_file_created": created_env, "migrations_applied": applied},
         [
-            f"data dir:   {data_dir} (mode 0700)",
-            f"env file:   {env_path} ({'created with fresh secrets' if created_env else 'kept'})",
-            f"database:   {settings.db_path} ({len(applied)} migration(s) applied; mode 0600)",
-            "next steps (each runs as printed):",
-            f"  {program} admin add --username admin      # asks for a password twice",
-            f"  {program} device add --name phone-1       # prints the device id and token once",
+            f"数据目录：{data_dir}（权限 0700）",
+            f"设置文件：{env_path}（{'已创建，含新生成的密钥' if created_env else '已存在，保留不变'}）",
+            f"数据库：  {settings.db_path}（应用了 {len(applied)} 个迁移；权限 0600）",
+            "下一步（每行都可以照原样运行）：",
+            f"  {program} admin add --username admin      # 会两次询问密码",
+            f"  {program} device add --name phone-1       # 只显示一次设备 id 和令牌",
             f"  {program} serve",
         ],
     )
@@ -214,8 +232,7 @@ def _private(path: Path, mode: int) -> None:
         path.chmod(mode)
     except OSError:
         raise CliError(
-            f"{path} is readable by others and cannot be changed by this user;"
-            f" run: chmod {mode:o} {shlex.quote(str(path))}",
+            f"{path} 其他用户可读，而当前用户无法修改它的权限；请运行：chmod {mode:o} {shlex.quote(str(path))}",
             Exit.SETTINGS,
         ) from None
 
@@ -235,7 +252,7 @@ def _program() -> str:
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not settings.db_path.parent.is_dir():
-        raise CliError(f"directory {settings.db_path.parent} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
+        raise CliError(no_database(settings.db_path.parent, directory=True), Exit.STORAGE)
     with _migrations(settings) as conn:
         if args.list:
             from cmbuyer.server.store import migrations as mig_store
@@ -254,8 +271,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 args,
                 {"migrations": rows},
                 (
-                    f"{row['name']}  {'applied' if row['applied'] else 'pending'}"
-                    f"{'' if row['checksum_ok'] else '  CHECKSUM MISMATCH'}"
+                    f"{row['name']}  {'已应用' if row['applied'] else '待应用'}"
+                    f"{'' if row['checksum_ok'] else '  校验和不符（CHECKSUM MISMATCH）'}"
                     for row in rows
                 ),
             )
@@ -264,7 +281,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     _report(
         args,
         {"migrations_applied": done},
-        [f"{len(done)} migration(s) applied" + (": " + ", ".join(done) if done else "")],
+        [f"应用了 {len(done)} 个迁移" + ("：" + ", ".join(done) if done else "")],
     )
     return Exit.OK
 
@@ -295,13 +312,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings.host, tls=settings.tls, behind_proxy=args.behind_proxy, trusted_proxies=settings.trusted_proxies
     )
     if refusal is not None:
-        raise CliError(f"refusing to start: {refusal}", Exit.SETTINGS)
+        raise CliError(refusing_to_start(refusal), Exit.SETTINGS)
     ssl_context = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         try:
             ssl_context = server_context(settings.tls_cert, settings.tls_key)
         except TlsError as exc:
-            raise CliError(f"refusing to start: {exc}", Exit.SETTINGS) from None
+            raise CliError(refusing_to_start(exc), Exit.SETTINGS) from None
     setup_logging(settings.log_format, settings.log_level)
     try:
         check_schema(settings)
@@ -312,8 +329,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             # run_app calls this only once the socket is bound: a busy port is reported first, never
             # after a "serving" line (issue 32 §9)
             print(
-                f"cmbuyer-server: serving {scheme}://{settings.host}:{settings.port}/ (admin: /login, data dir "
-                f"{settings.data_dir})",
+                f"cmbuyer-server：正在服务 {scheme}://{settings.host}:{settings.port}/（管理页面：/login，数据目录 "
+                f"{settings.data_dir}）",
                 file=sys.stderr,
                 flush=True,
             )
@@ -334,9 +351,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             ssl_context=ssl_context,
         )
     except StartupRefused as exc:
-        raise CliError(f"refusing to start: {exc}", Exit.STORAGE) from None
+        raise CliError(refusing_to_start(exc), Exit.STORAGE) from None
     except OSError as exc:
-        raise CliError(f"cannot listen on {settings.host}:{settings.port} ({exc.strerror})", Exit.SETTINGS) from None
+        raise CliError(f"无法监听 {settings.host}:{settings.port}（{exc.strerror}）", Exit.SETTINGS) from None
     return Exit.OK
 
 
@@ -346,7 +363,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.append(("sqlite_version", sqlite3.sqlite_version_info >= (3, 37, 0), sqlite3.sqlite_version))
     try:
         settings.require_secrets()
-        checks.append(("secrets", True, "set"))
+        checks.append(("secrets", True, "已设置"))
     except SettingsError as exc:
         checks.append(("secrets", False, str(exc)))
     try:
@@ -357,7 +374,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             env_mode = stat.S_IMODE(env_path.stat().st_mode)
             checks.append(("env_file_private", env_mode & 0o077 == 0, oct(env_mode)))
     except OSError as exc:
-        checks.append(("data_dir", False, exc.strerror or "unreadable"))
+        checks.append(("data_dir", False, exc.strerror or "无法读取"))
     try:
         conn = _open(settings)
         pragmas = ops_queries.pragmas(conn, ("journal_mode", "synchronous", "foreign_keys", "busy_timeout"))
@@ -369,7 +386,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             )
         )
         checks.append(("integrity", ops_queries.quick_check_ok(conn), "quick_check"))
-        checks.append(("migrations", True, "current"))
+        checks.append(("migrations", True, "已是最新"))
         conn.close()
     except CliError as exc:
         checks.append(("database", False, str(exc)))
@@ -387,7 +404,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _report(
         args,
         {"ok": ok, "checks": [{"name": n, "ok": p, "detail": d} for n, p, d in checks]},
-        (f"{'ok  ' if passed else 'FAIL'} {name}: {detail}" for name, passed, detail in checks),
+        (
+            f"{'通过' if passed else '失败'} {DOCTOR_CHECKS.get(name, name)} ({name})：{detail}"
+            for name, passed, detail in checks
+        ),
     )
     return Exit.OK if ok else Exit.RULE
 
@@ -399,13 +419,13 @@ def cmd_tls(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir or os.environ.get("CMBUYER_DATA_DIR") or "var")
     env_path = data_dir / ENV_FILE_NAME
     if not env_path.exists():
-        raise CliError(f"{env_path} does not exist; run `cmbuyer-server init` before `tls init`", Exit.SETTINGS)
+        raise CliError(f"{env_path} 不存在；请先运行 `cmbuyer-server init`，再运行 `tls init`", Exit.SETTINGS)
     try:
         files = init_certificates(data_dir, args.host, SystemClock().now())
     except TlsError as exc:
         raise CliError(str(exc), Exit.USAGE) from None
     except OSError as exc:
-        raise CliError(f"TLS files cannot be written under {data_dir} ({exc.strerror})", Exit.SETTINGS) from None
+        raise CliError(f"无法在 {data_dir} 下写入 TLS 文件（{exc.strerror}）", Exit.SETTINGS) from None
     update_env_file(
         env_path,
         {"CMBUYER_TLS_CERT": str(files.server_cert.resolve()), "CMBUYER_TLS_KEY": str(files.server_key.resolve())},
@@ -422,12 +442,11 @@ def cmd_tls(args: argparse.Namespace) -> int:
             "not_after": to_wire(files.not_after),
         },
         [
-            f"server certificate for {', '.join(args.host)} (valid until {files.not_after:%Y-%m-%d}): "
-            f"{files.server_cert}",
-            f"CA {'created' if files.ca_created else 'kept'}; its private key is {files.ca_key} — serve never "
-            "needs it; keep it safe (offline) for the next `tls init`",
-            f"paths recorded in {env_path}; `serve` now speaks HTTPS only",
-            "copy this file to every phone host and run the agent with --server-ca FILE:",
+            f"服务器证书（{', '.join(args.host)}，有效期至 {files.not_after:%Y-%m-%d}）：{files.server_cert}",
+            f"CA {'已创建' if files.ca_created else '沿用原有的'}；它的私钥是 {files.ca_key} —— serve 从不需要它；"
+            "请离线妥善保管，下次 `tls init` 要用",
+            f"路径已记入 {env_path}；`serve` 从现在起只用 HTTPS",
+            "把下面这个文件复制到每台手机主机，并用 --server-ca FILE 运行代理：",
             str(files.ca_cert),
         ],
     )
@@ -441,10 +460,10 @@ def _tls_check(cert: Path) -> tuple[str, bool, str]:
     try:
         leaf = x509.load_pem_x509_certificate(cert.read_bytes())
     except (OSError, ValueError):
-        return ("tls_certificate", False, f"TLS certificate {cert} cannot be read")
+        return ("tls_certificate", False, f"无法读取 TLS 证书 {cert}")
     days = (leaf.not_valid_after_utc - SystemClock().now()).days
     subject = leaf.subject.rfc4514_string()
-    return ("tls_certificate", days >= 14, f"{subject}; expires {leaf.not_valid_after_utc:%Y-%m-%d} ({days} days left)")
+    return ("tls_certificate", days >= 14, f"{subject}；{leaf.not_valid_after_utc:%Y-%m-%d} 到期（还剩 {days} 天）")
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
@@ -454,12 +473,12 @@ def cmd_replicate(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if not settings.db_path.exists():
-        raise CliError(f"database {settings.db_path} does not exist; run `cmbuyer-server init`", Exit.STORAGE)
+        raise CliError(no_database(settings.db_path), Exit.STORAGE)
     try:
         argv = replicate_argv(settings)
     except ReplicationError as exc:
         raise CliError(str(exc), Exit.SETTINGS) from None
-    print(f"cmbuyer-server: replicating {settings.db_path} to {settings.replica_url}", file=sys.stderr, flush=True)
+    print(f"cmbuyer-server：正在把 {settings.db_path} 复制到 {settings.replica_url}", file=sys.stderr, flush=True)
     os.execv(argv[0], argv)  # noqa: S606 - a fixed binary and arguments, no shell
     return Exit.OK  # not reached: execv replaces this process
 
@@ -478,13 +497,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
         secret, _ = settings.require_secrets()
     except SettingsError as exc:
         raise CliError(
-            f"{exc} — put the cmbuyer.env kept off the host into {target_dir} first (its secrets must be the "
-            "ones the replicated database was written with)",
+            f"{exc} —— 请先把另存在主机之外的 cmbuyer.env 放进 {target_dir}（其中的密钥必须是写入被复制数据库时"
+            "所用的那些）",
             Exit.SETTINGS,
         ) from None
     db_path = settings.db_path
     if any(db_path.with_name(db_path.name + suffix).exists() for suffix in ("", "-wal", "-shm")):
-        raise CliError(f"{db_path} exists; restore only into a fresh data dir", Exit.USAGE)
+        raise CliError(f"{db_path} 已存在；只能恢复到新的数据目录", Exit.USAGE)
     partial = db_path.with_name(db_path.name + ".restoring")
     for leftover in (partial, partial.with_name(partial.name + "-wal"), partial.with_name(partial.name + "-shm")):
         leftover.unlink(missing_ok=True)
@@ -496,13 +515,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
         os.chmod(partial, 0o600)
         with closing(connect_sync(partial)) as conn:
             if not ops_queries.integrity_check_ok(conn):
-                raise CliError("the restored database fails integrity_check; nothing was kept", Exit.STORAGE)
+                raise CliError("恢复出的数据库未通过 integrity_check；什么都没有保留", Exit.STORAGE)
             applied = migrate.migrate(conn, to_wire(SystemClock().now()))
             migrate.check_current(conn)
             try:
                 verify_secret(conn, secret.reveal())
             except SecretMismatch as exc:
-                raise CliError(f"refusing the restore: {exc}", Exit.STORAGE) from None
+                raise CliError(f"拒绝这次恢复：{exc}", Exit.STORAGE) from None
             held = _tx(conn, lambda c: restore_hold.hold_unsettled(c, CLI_ACTOR, SystemClock().now()))
             ops_queries.checkpoint_truncate(conn)  # one self-contained file before it is moved into place
     except migrate.MigrationError as exc:
@@ -526,11 +545,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
             "held_tasks": held,
         },
         [
-            f"restored {db_path} from {args.from_url} (txid {position.txid:x}, uploaded {uploaded}); integrity ok,"
-            " claim secret ok",
-            f"{len(held)} unsettled task(s) HELD: no phone can take them until a person checks each against the"
-            " phones' journals and releases it on the admin page 恢复后待核对 (/held)",
-            "evidence screenshots are not in the replica: copy <data dir>/evidence from a backup if you have one",
+            f"已从 {args.from_url} 恢复 {db_path}（txid {position.txid:x}，上传于 {uploaded}）；完整性正常，"
+            "领取密钥一致",
+            f"{len(held)} 个未结束的任务已暂停（HELD）：在有人对照手机日志逐个核对、并在管理页面“恢复后待核对”（/held）"
+            "放行之前，任何手机都不会领取它们",
+            "复制的数据里没有证据截图：如果有备份，请从备份复制 <数据目录>/evidence",
         ],
     )
     return Exit.OK
@@ -540,14 +559,14 @@ def cmd_backup(args: argparse.Namespace) -> int:
     settings = _settings(args)
     target = Path(args.to)
     if target.exists():
-        raise CliError(f"{target} exists; backups never overwrite", Exit.USAGE)
+        raise CliError(f"{target} 已存在；备份从不覆盖已有文件", Exit.USAGE)
     conn = _open(settings, check=False)
     try:
         # VACUUM INTO writes a consistent, compacted copy while the server keeps running (WAL readers
         # are not blocked); the copy is a normal database file that `serve` can open after a restore.
         ops_queries.vacuum_into(conn, target)
     except sqlite3.Error as exc:
-        raise CliError(f"backup failed ({exc.__class__.__name__})", Exit.STORAGE) from None
+        raise CliError(f"备份失败（{exc.__class__.__name__}）", Exit.STORAGE) from None
     finally:
         conn.close()
     os.chmod(target, 0o600)
@@ -560,7 +579,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     _report(
         args,
         {"backup": str(target), "integrity_ok": ok, "bytes": size},
-        [f"backup written to {target} ({size} bytes, integrity {'ok' if ok else 'FAILED'})"],
+        [f"备份已写入 {target}（{size} 字节，完整性{'正常' if ok else '检查失败'}）"],
     )
     return Exit.OK if ok else Exit.STORAGE
 
@@ -573,13 +592,13 @@ def _read_password(args: argparse.Namespace) -> str:
         if sys.stdin.isatty():
             import getpass
 
-            return getpass.getpass("password (at least 10 characters): ")
+            return getpass.getpass(PASSWORD_PROMPT)
         return sys.stdin.readline().rstrip("\n")
     import getpass
 
-    first = getpass.getpass("password (at least 10 characters): ")
-    if getpass.getpass("again: ") != first:
-        raise CliError("passwords differ", Exit.USAGE)
+    first = getpass.getpass(PASSWORD_PROMPT)
+    if getpass.getpass("再输入一次：") != first:
+        raise CliError("两次输入的密码不一致", Exit.USAGE)
     return first
 
 
@@ -590,17 +609,17 @@ def cmd_admin(args: argparse.Namespace) -> int:
         if args.admin_cmd == "add":
             password = _read_password(args)
             admin_id = _tx(conn, lambda c: admin_service.add_admin(c, args.username, password, CLI_ACTOR, now))
-            _report(args, {"admin_id": admin_id, "username": args.username}, [f"admin {args.username} added"])
+            _report(args, {"admin_id": admin_id, "username": args.username}, [f"已添加管理员 {args.username}"])
         elif args.admin_cmd == "passwd":
             password = _read_password(args)
             _tx(conn, lambda c: admin_service.change_password(c, args.username, password, CLI_ACTOR, now))
-            _report(args, {"username": args.username}, ["password changed"])
+            _report(args, {"username": args.username}, ["密码已修改"])
         elif args.admin_cmd == "unlock":
             cleared = _tx(conn, lambda c: admin_service.unlock_login(c, args.username, CLI_ACTOR, now))
             _report(
                 args,
                 {"username": args.username, "records_cleared": cleared},
-                [f"login throttle of {args.username} cleared ({cleared} record(s))"],
+                [f"已清除 {args.username} 的登录限流（{cleared} 条记录）"],
             )
         else:
             admins = admin_store.list_all(conn)
@@ -611,7 +630,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
                         {"username": a.username, "disabled": a.disabled, "created_at": a.created_at} for a in admins
                     ]
                 },
-                (f"{a.username}\t{'disabled' if a.disabled else 'active'}\t{a.created_at}" for a in admins),
+                (f"{a.username}\t{'已停用' if a.disabled else '启用'}\t{a.created_at}" for a in admins),
             )
     return Exit.OK
 
@@ -626,9 +645,9 @@ def cmd_device(args: argparse.Namespace) -> int:
                 args,
                 {"device_id": issued.device_id, "token": issued.token},
                 [
-                    f"device id: {issued.device_id}",
-                    f"token:     {issued.token}",
-                    "The token is shown only this once; store it on the phone host (mode 0600).",
+                    f"设备 id：{issued.device_id}",
+                    f"令牌：   {issued.token}",
+                    "令牌只显示这一次；请保存在手机主机上（权限 0600）。",
                 ],
             )
         elif args.device_cmd == "revoke":
@@ -636,7 +655,7 @@ def cmd_device(args: argparse.Namespace) -> int:
             _report(
                 args,
                 {"device_id": args.device_id, "revoked": True, "changed": changed},
-                ["revoked" if changed else "already revoked"],
+                ["已撤销" if changed else "此前已撤销"],
             )
         elif args.device_cmd == "supervision":
             off = args.mode == "off"
@@ -646,7 +665,7 @@ def cmd_device(args: argparse.Namespace) -> int:
             _report(
                 args,
                 {"device_id": args.device_id, "supervision": args.mode, "changed": changed},
-                [f"supervision {args.mode}" + ("" if changed else " (unchanged)")],
+                [("人工监督：按全局规则" if args.mode == "on" else "人工监督：此设备免除") + unchanged(changed)],
             )
         elif args.device_cmd in ("pause", "resume"):
             paused = args.device_cmd == "pause"
@@ -656,7 +675,7 @@ def cmd_device(args: argparse.Namespace) -> int:
             _report(
                 args,
                 {"device_id": args.device_id, "paused": paused, "changed": changed},
-                [("paused" if paused else "resumed") + ("" if changed else " (unchanged)")],
+                [("已暂停领取" if paused else "已恢复领取") + unchanged(changed)],
             )
         elif args.device_cmd == "pace":
             interval, per_day = args.min_interval, args.max_per_day
@@ -680,8 +699,8 @@ def cmd_device(args: argparse.Namespace) -> int:
                     "changed": changed,
                 },
                 [
-                    f"pacing: at least {interval or 'off'} s between claims, at most {per_day or 'off'} claims per day"
-                    + ("" if changed else " (unchanged)")
+                    f"领取节奏：两次领取至少间隔 {f'{interval} 秒' if interval else '（不限）'}，"
+                    f"每天最多 {f'{per_day} 次' if per_day else '（不限）'}" + unchanged(changed)
                 ],
             )
         else:
@@ -704,10 +723,10 @@ def cmd_device(args: argparse.Namespace) -> int:
                 args,
                 {"devices": rows},
                 [
-                    "device id\tname\tstate\tlast heartbeat (UTC)",
+                    "设备 id\t名称\t状态\t最后心跳（UTC）",
                     *(
-                        f"{r['device_id']}\t{r['name']}\t{r['state']}{' PAUSED' if r['paused'] else ''}"
-                        f"\t{r['last_heartbeat_at'] or '-'}"
+                        f"{r['device_id']}\t{r['name']}\t{coded(DEVICE_REGISTRATION_LABELS, str(r['state']))}"
+                        f"{' 已暂停领取 (PAUSED)' if r['paused'] else ''}\t{r['last_heartbeat_at'] or '-'}"
                         for r in rows
                     ),
                 ],
@@ -730,19 +749,19 @@ def cmd_evidence(args: argparse.Namespace) -> int:
             at=to_wire(SystemClock().now()),
         )
     except Unavailable as exc:
-        raise CliError(f"storage error: {exc}", Exit.STORAGE) from None
+        raise CliError(storage_error(exc), Exit.STORAGE) from None
     except OSError as exc:
-        raise CliError(f"evidence store I/O error ({exc.strerror})", Exit.STORAGE) from None
+        raise CliError(f"证据文件读写出错（{exc.strerror}）", Exit.STORAGE) from None
     finally:
         conn.close()
-    verb = "would remove" if args.dry_run else "removed"
+    verb = "将删除" if args.dry_run else "已删除"
     _report(
         args,
         report.as_dict(),
         [
-            f"scanned {report.scanned} files: {report.referenced} referenced, {report.too_young} younger than "
-            f"{args.older_than} s; {verb} {report.removed} unreferenced and {report.removed_temporary} "
-            f"temporary ({report.bytes_freed} bytes)"
+            f"检查了 {report.scanned} 个文件：{report.referenced} 个仍被引用，{report.too_young} 个写入不到 "
+            f"{args.older_than} 秒；{verb} {report.removed} 个无引用文件和 {report.removed_temporary} 个临时文件"
+            f"（{report.bytes_freed} 字节）"
         ],
     )
     return Exit.OK
@@ -757,7 +776,7 @@ def _option(text: str) -> tuple[str, str]:
 
 def _seconds(text: str) -> int:
     if not text.isascii() or not text.isdigit() or not 0 <= int(text) <= 10 * 365 * 86400:
-        raise argparse.ArgumentTypeError("a whole number of seconds from 0 to 315360000")
+        raise argparse.ArgumentTypeError("秒数须为 0 到 315360000 的整数")
     return int(text)
 
 
@@ -785,7 +804,7 @@ def cmd_task(args: argparse.Namespace) -> int:
             _report(
                 args,
                 {"task_id": task.id, "version": task.version},
-                [f"task {task.id} created (DRAFT, version {task.version})"],
+                [f"已创建任务 {task.id}（草稿 DRAFT，版本 v{task.version}）"],
             )
         elif args.task_cmd == "start":
             items: list[tuple[str, int]] = []
@@ -794,7 +813,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 items.append((task.id, task.version))
             start_key = args.start_key or new_id()
             body = _tx(conn, lambda c: task_service.start_purchases(c, start_key, items, CLI_ACTOR, now, settings))
-            _report(args, body, [f"{body['authorized_count']} task(s) started; payment is never automated"])
+            _report(args, body, [f"已开始采购 {body['authorized_count']} 个任务；付款永远不会自动进行"])
         elif args.task_cmd == "list":
             from cmbuyer.server.domain.states import TaskState
             from cmbuyer.server.store.queries import tasks as task_store
@@ -817,7 +836,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 args,
                 {"tasks": tasks},
                 itertools.chain(  # the labels are looked up for the text only
-                    ["task id\tstate\tversion\tgoods id\ttitle"],
+                    ["任务 id\t状态\t版本\t商品 id\t标题"],
                     (
                         f"{t.id}\t{t.state} ({TASK_STATE_LABELS[TaskState(t.state)]})"
                         f"\tv{t.version}\t{t.goods_id}\t{t.title}"
@@ -832,10 +851,12 @@ def cmd_task(args: argparse.Namespace) -> int:
         elif args.task_cmd in ("cancel", "reset", "mark-paid"):
             return _task_action(args, conn, now)
         else:
+            from cmbuyer.server.task_summary import summary_lines
             from cmbuyer.server.web.admin import task_view
 
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
-            _report(args, view, [json.dumps(view, ensure_ascii=False, indent=2)])
+            names = {d.id: d.name for d in device_store.list_all(conn)}
+            _report(args, view, summary_lines(view, names))
     return Exit.OK
 
 
@@ -848,23 +869,27 @@ def _task_import(args: argparse.Namespace, settings: Settings, conn: sqlite3.Con
         with open(args.file, "rb") as handle:
             data = handle.read(settings.import_max_bytes + 1)
     except OSError as exc:
-        raise CliError(f"cannot read {args.file} ({exc.strerror})", Exit.USAGE) from None
+        raise CliError(f"无法读取 {args.file}（{exc.strerror}）", Exit.USAGE) from None
     try:
         parsed = task_import.parse(data, settings)
     except DomainError as exc:
-        _report(args, {"refused": exc.message, "rows": []}, [f"refused: {exc.message}"])
+        _report(args, {"refused": exc.message, "rows": []}, [f"拒绝导入：{exc.message}"])
         return Exit.RULE
     result = _tx(conn, lambda c: task_import.import_rows(c, parsed, CLI_ACTOR, now, dry_run=args.dry_run))
     rows = [{"line": r.line, "status": r.status, "message": r.message, "task_id": r.task_id} for r in result.rows]
     counts = {k: result.count(k) for k in ("ok", "exists", "error")}
-    verb = "would import" if args.dry_run else "imported"
+    verb = "将导入" if args.dry_run else "已导入"
     _report(
         args,
         {"dry_run": args.dry_run, "unknown_columns": list(parsed.unknown_columns), "counts": counts, "rows": rows},
         itertools.chain(
-            (f"line {r['line']}: {r['status']}" + (f" {r['message']}" if r["message"] else "") for r in rows),
-            [f"{verb} {counts['ok']}, already existed {counts['exists']}, refused {counts['error']}"],
-            [f"ignored columns: {', '.join(parsed.unknown_columns)}"] if parsed.unknown_columns else [],
+            (
+                f"第 {r['line']} 行：{IMPORT_STATUS[str(r['status'])]} ({r['status']})"
+                + (f" {r['message']}" if r["message"] else "")
+                for r in rows
+            ),
+            [f"{verb} {counts['ok']} 行，已存在 {counts['exists']} 行，拒绝 {counts['error']} 行"],
+            [f"忽略的列：{', '.join(parsed.unknown_columns)}"] if parsed.unknown_columns else [],
         ),
     )
     return Exit.OK if counts["error"] == 0 else Exit.RULE
@@ -879,15 +904,15 @@ def _task_export(args: argparse.Namespace, conn: sqlite3.Connection) -> int:
     f = admin_queries.TaskFilter(states=tuple(dict.fromkeys(args.state or ())))
     rows = admin_queries.task_page(conn, f, EXPORT_MAX_ROWS + 1)
     if len(rows) > EXPORT_MAX_ROWS:
-        raise CliError(f"more than {EXPORT_MAX_ROWS} tasks; narrow the states", Exit.RULE)
+        raise CliError(f"任务超过 {EXPORT_MAX_ROWS} 个；请缩小状态范围", Exit.RULE)
     lines = export_rows(conn, rows)
     data = (write_xlsx if args.format == "xlsx" else write_csv)(EXPORT_HEADER, lines)
     if args.out:
         try:
             Path(args.out).write_bytes(data)
         except OSError as exc:
-            raise CliError(f"cannot write {args.out} ({exc.strerror})", Exit.USAGE) from None
-        print(f"{len(lines)} task(s) written to {args.out}", file=sys.stderr)
+            raise CliError(f"无法写入 {args.out}（{exc.strerror}）", Exit.USAGE) from None
+        print(f"已把 {len(lines)} 个任务写入 {args.out}", file=sys.stderr)
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -914,7 +939,7 @@ def _task_action(args: argparse.Namespace, conn: sqlite3.Connection, now: Any) -
     _report(
         args,
         {"task_id": result.task_id, "state": result.state, "task_version": result.version},
-        [f"task {result.task_id}: {result.state} (version {result.version})"],
+        [task_line(result.task_id, result.state, result.version)],
     )
     return Exit.OK
 
@@ -945,172 +970,175 @@ def cmd_submission(args: argparse.Namespace) -> int:
     _report(
         args,
         {"task_id": result.task_id, "state": result.state, "task_version": result.version},
-        [f"task {result.task_id}: {result.state} (version {result.version})"],
+        [task_line(result.task_id, result.state, result.version)],
     )
     return Exit.OK
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every command (documented in docs/operations.md)."""
-    parser = argparse.ArgumentParser(prog="cmbuyer-server", description="cmbuyer purchasing server")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--data-dir", default=argparse.SUPPRESS, help="data directory (default $CMBUYER_DATA_DIR or ./var)"
+    parser = argparse.ArgumentParser(
+        prog="cmbuyer-server", description="cmbuyer 采购服务器：任务、设备、管理页面和设备接口"
     )
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
-    parser.add_argument("--data-dir", default=None, help="data directory (default $CMBUYER_DATA_DIR or ./var)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", default=argparse.SUPPRESS, help=DATA_DIR_HELP)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    sub.add_parser("init", parents=[common], help="create the data dir, env file with fresh secrets, DB")
-    p = sub.add_parser("migrate", parents=[common], help="apply pending migrations")
-    p.add_argument("--list", action="store_true", help="list migrations and their state")
-    p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
-    p.add_argument("--host", default=None, help="bind address; not loopback: TLS or --behind-proxy is required")
-    p.add_argument("--port", type=int, default=None, help="bind port (default $CMBUYER_PORT or 8080)")
-    p.add_argument("--tls-cert", default=None, help="PEM certificate chain (CMBUYER_TLS_CERT)")
-    p.add_argument("--tls-key", default=None, help="PEM private key (CMBUYER_TLS_KEY)")
+    sub.add_parser("init", parents=[common], help="创建数据目录、含新密钥的设置文件和数据库")
+    p = sub.add_parser("migrate", parents=[common], help="应用尚未应用的数据库迁移")
+    p.add_argument("--list", action="store_true", help="列出所有迁移及其状态")
+    p = sub.add_parser("serve", parents=[common], help="运行 HTTP 服务器（管理页面和设备接口）")
+    p.add_argument("--host", default=None, help="监听地址；非本机回环地址时必须用 TLS 或 --behind-proxy")
+    p.add_argument("--port", type=int, default=None, help="监听端口（默认 $CMBUYER_PORT，否则 8080）")
+    p.add_argument("--tls-cert", default=None, help="PEM 证书链文件（CMBUYER_TLS_CERT）")
+    p.add_argument("--tls-key", default=None, help="PEM 私钥文件（CMBUYER_TLS_KEY）")
     p.add_argument(
         "--behind-proxy",
         action="store_true",
-        help="plain HTTP on a loopback/private address for a TLS proxy listed in CMBUYER_TRUSTED_PROXIES",
+        help="在回环/内网地址上用明文 HTTP，供 CMBUYER_TRUSTED_PROXIES 中列出的 TLS 反向代理转发",
     )
-    p = sub.add_parser("tls", parents=[common], help="certificates for HTTPS (a private CA for a small team)")
+    p = sub.add_parser("tls", parents=[common], help="HTTPS 证书（小团队自用的私有 CA）")
     tlsub = p.add_subparsers(dest="tls_cmd", required=True)
-    q = tlsub.add_parser("init", parents=[common], help="create a private CA and a server certificate")
-    q.add_argument(
-        "--host", action="append", required=True, help="DNS name or IP address phone hosts connect to (repeat)"
-    )
-    sub.add_parser("doctor", parents=[common], help="check SQLite, pragmas, permissions and settings")
+    q = tlsub.add_parser("init", parents=[common], help="创建私有 CA 和服务器证书")
+    q.add_argument("--host", action="append", required=True, help="手机主机连接服务器所用的域名或 IP 地址（可重复）")
+    sub.add_parser("doctor", parents=[common], help="检查 SQLite、数据库设置、文件权限和各项设置")
     sub.add_parser(
-        "replicate", parents=[common], help="run Litestream: stream the DB to CMBUYER_REPLICA_URL (foreground)"
+        "replicate", parents=[common], help="运行 Litestream：把数据库持续复制到 CMBUYER_REPLICA_URL（前台运行）"
     )
     p = sub.add_parser(
-        "restore", parents=[common], help="restore the DB from a replica into a fresh data dir; unsettled tasks held"
+        "restore", parents=[common], help="从复制副本把数据库恢复到新的数据目录；未结束的任务会暂停待核对"
     )
-    p.add_argument("--from", dest="from_url", required=True, help="replica URL (file:///path or s3://bucket/path)")
-    p.add_argument("--to", required=True, help="the new data dir (holding the cmbuyer.env kept off the host)")
-    p = sub.add_parser("backup", parents=[common], help="write a consistent copy of the DB (VACUUM INTO)")
-    p.add_argument("--to", required=True, help="target file (must not exist)")
+    p.add_argument("--from", dest="from_url", required=True, help="副本地址（file:///路径 或 s3://bucket/路径）")
+    p.add_argument("--to", required=True, help="新的数据目录（先放入另存在主机之外的 cmbuyer.env）")
+    p = sub.add_parser("backup", parents=[common], help="写出数据库的一致副本（VACUUM INTO）")
+    p.add_argument("--to", required=True, help="目标文件（必须尚不存在）")
 
-    p = sub.add_parser("admin", parents=[common], help="manage administrators")
+    p = sub.add_parser("admin", parents=[common], help="管理管理员账号")
     asub = p.add_subparsers(dest="admin_cmd", required=True)
-    for name, what in (("add", "add an administrator"), ("passwd", "change an administrator's password")):
-        q = asub.add_parser(name, parents=[common], help=what + " (asks for the password, at least 10 characters)")
-        q.add_argument("--username", required=True, help="login name, 1–64 characters")
-        q.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
-    asub.add_parser("list", parents=[common], help="list administrators")
-    q = asub.add_parser(
-        "unlock", parents=[common], help="forget a username's failed-login back-offs at every address (audited)"
-    )
-    q.add_argument("username", help="the administrator's login name")
+    for name, what in (("add", "添加管理员"), ("passwd", "修改管理员密码")):
+        q = asub.add_parser(name, parents=[common], help=what + "（会询问密码，至少 10 个字符）")
+        q.add_argument("--username", required=True, help="登录名，1–64 个字符")
+        q.add_argument("--password-stdin", action="store_true", help="从标准输入读取密码")
+    asub.add_parser("list", parents=[common], help="列出管理员")
+    q = asub.add_parser("unlock", parents=[common], help="清除该用户名在所有地址上的登录失败限流（记入审计）")
+    q.add_argument("username", help="管理员的登录名")
 
-    p = sub.add_parser("device", parents=[common], help="manage phone devices")
+    p = sub.add_parser("device", parents=[common], help="管理手机设备")
     dsub = p.add_subparsers(dest="device_cmd", required=True)
-    q = dsub.add_parser("add", parents=[common], help="register a phone: prints its device id and token once")
-    q.add_argument("--name", required=True, help="the phone's name on the pages, 1–64 characters")
-    dsub.add_parser("list", parents=[common], help="list devices")
-    q = dsub.add_parser("revoke", parents=[common], help="revoke a device for good: its token stops working at once")
-    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+    q = dsub.add_parser("add", parents=[common], help="登记一台手机：只显示一次它的设备 id 和令牌")
+    q.add_argument("--name", required=True, help="手机在页面上显示的名称，1–64 个字符")
+    dsub.add_parser("list", parents=[common], help="列出设备")
+    q = dsub.add_parser("revoke", parents=[common], help="永久撤销设备：它的令牌立即失效")
+    q.add_argument("device_id", help=DEVICE_ID_HELP)
     q = dsub.add_parser(
         "supervision",
         parents=[common],
-        help="on: the device's first orders per pack wait for a person's approval "
-        "(CMBUYER_SUPERVISED_ORDERS); off: exempt this device (audited)",
+        help="on：此设备在每个识别包下的前几单须等人工批准（CMBUYER_SUPERVISED_ORDERS）；off：此设备免除（记入审计）",
     )
-    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
-    q.add_argument("mode", choices=("on", "off"), help="on: supervised by the global rule; off: exempt this device")
+    q.add_argument("device_id", help=DEVICE_ID_HELP)
+    q.add_argument("mode", choices=("on", "off"), help="on：按全局规则监督；off：此设备免除")
     for name, what in (
-        ("pause", "take the device out of rotation: no new task (its open claim runs to its end); audited"),
-        ("resume", "put a paused device back into rotation; audited"),
+        ("pause", "暂停领取：不再给此设备新任务（已领取的任务照常做完）；记入审计"),
+        ("resume", "恢复领取：已暂停的设备重新领取任务；记入审计"),
     ):
         q = dsub.add_parser(name, parents=[common], help=what)
-        q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+        q.add_argument("device_id", help=DEVICE_ID_HELP)
     q = dsub.add_parser(
         "pace",
         parents=[common],
-        help="space the device's claims out and cap them per Beijing day (shopping-account risk control); "
-        "a limit left out is off; audited",
+        help="控制设备的领取节奏：两次领取的最小间隔和每个北京时间自然日的上限（降低购物账号风控）；"
+        "不给的限制即关闭；记入审计",
     )
-    q.add_argument("device_id", help="the device id (cmbuyer-server device list)")
+    q.add_argument("device_id", help=DEVICE_ID_HELP)
     q.add_argument(
-        "--min-interval", type=int, default=None, metavar="SECONDS", help="least seconds between two claims (1–86400)"
+        "--min-interval", type=int, default=None, metavar="SECONDS", help="两次领取之间至少间隔的秒数（1–86400）"
     )
     q.add_argument(
-        "--max-per-day", type=int, default=None, metavar="N", help="most claims per Beijing calendar day (1–10000)"
+        "--max-per-day", type=int, default=None, metavar="N", help="每个北京时间自然日最多领取的次数（1–10000）"
     )
 
-    p = sub.add_parser("evidence", parents=[common], help="evidence file housekeeping")
+    p = sub.add_parser("evidence", parents=[common], help="证据文件整理")
     esub = p.add_subparsers(dest="evidence_cmd", required=True)
-    q = esub.add_parser("gc", parents=[common], help="remove evidence files no asset row refers to")
+    q = esub.add_parser("gc", parents=[common], help="删除没有任何证据记录引用的文件")
     q.add_argument(
         "--older-than",
         type=_seconds,
         default=86400,
         metavar="SECONDS",
-        help="only files not written for this long (default 86400 = one day)",
+        help="只处理这么久没有写入的文件（默认 86400 秒 = 一天）",
     )
-    q.add_argument("--dry-run", action="store_true", help="report what would be removed, remove nothing")
+    q.add_argument("--dry-run", action="store_true", help="只报告将删除什么，不删除")
 
-    p = sub.add_parser("task", parents=[common], help="create, start and show tasks (scripting, tests)")
+    p = sub.add_parser("task", parents=[common], help="创建、开始、查看和处理采购任务")
     tsub = p.add_subparsers(dest="task_cmd", required=True)
-    q = tsub.add_parser("add", parents=[common], help="create a DRAFT task")
-    q.add_argument("--title", required=True, help="what the purchaser calls it (1–200 characters)")
-    q.add_argument("--url", required=True, help="Pinduoduo goods URL with exactly one numeric goods_id")
+    q = tsub.add_parser("add", parents=[common], help="创建草稿（DRAFT）任务")
+    q.add_argument("--title", required=True, help="采购员给它起的名称（1–200 个字符）")
+    q.add_argument("--url", required=True, help="拼多多商品链接，含且只含一个数字 goods_id")
     q.add_argument(
         "--option",
         action="append",
         default=None,
         type=_option,
         metavar="维度=值",
-        help="one SKU option as the goods page shows it, e.g. --option 规格=3层100抽 --option 数量=6包 "
-        "(1–3, in the page's order; compared after NFKC). Instead of --color/--size",
+        help="一个规格选项，照商品页的写法，如 --option 规格=3层100抽 --option 数量=6包"
+        "（1–3 个，按页面顺序；按 NFKC 规范化后比较）。代替 --color/--size",
     )
-    q.add_argument("--color", default=None, help="colour/size goods: the exact colour option text (颜色=…)")
+    q.add_argument("--color", default=None, help="颜色/尺码类商品：颜色选项的原文（颜色=…）")
     q.add_argument(
         "--size",
         default=None,
-        help="the exact size option text (尺码=…) with --color; leave out for goods with one dimension",
+        help="与 --color 一起用：尺码选项的原文（尺码=…）；只有一个规格维度的商品不给",
     )
-    q.add_argument("--quantity", type=int, required=True, help="positive integer ≤ CMBUYER_MAX_QUANTITY")
-    q.add_argument("--max-total-price", required=True, help="largest allowed order total, e.g. 30.00 (CNY)")
-    q.add_argument("--create-key", default=None, help="idempotency key (UUIDv4); default: a new one")
-    q = tsub.add_parser("start", parents=[common], help="start purchases for DRAFT tasks (one authorization each)")
-    q.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="the tasks to start")
-    q.add_argument("--start-key", default=None, help="idempotency key (UUIDv4); default: a new one")
-    q = tsub.add_parser("list", parents=[common], help="newest tasks first")
-    q.add_argument("--state", default=None, choices=[s.value for s in TaskState], help="only tasks in this state")
-    q.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    q = tsub.add_parser("show", parents=[common], help="one task with authorization, attempts, submission and audit")
-    q.add_argument("task_id", help="the task id")
-    q = tsub.add_parser("import", parents=[common], help="import DRAFT tasks from an .xlsx/.csv (docs/admin.md)")
-    q.add_argument("file", help="the .xlsx or .csv file (docs/admin.md: columns)")
-    q.add_argument("--dry-run", action="store_true", help="show the preview, import nothing")
-    q = tsub.add_parser("export", parents=[common], help="export tasks as .csv or .xlsx (stdout without --out)")
-    q.add_argument("--state", action="append", choices=[s.value for s in TaskState], help="repeatable")
-    q.add_argument("--format", choices=("csv", "xlsx"), default="csv", help="file format (default csv)")
-    q.add_argument("--out", default=None, help="file to write (default: stdout)")
+    q.add_argument("--quantity", type=int, required=True, help="正整数，不超过 CMBUYER_MAX_QUANTITY")
+    q.add_argument("--max-total-price", required=True, help="订单总价上限（元），如 30.00")
+    q.add_argument("--create-key", default=None, help="幂等键（UUIDv4）；默认新生成一个")
+    q = tsub.add_parser("start", parents=[common], help="为草稿任务开始采购（每个任务一份授权）")
+    q.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="要开始采购的任务")
+    q.add_argument("--start-key", default=None, help="幂等键（UUIDv4）；默认新生成一个")
+    q = tsub.add_parser("list", parents=[common], help="列出任务，最新的在前")
+    q.add_argument("--state", default=None, choices=[s.value for s in TaskState], help="只列出这个状态的任务")
+    q.add_argument("--limit", type=int, default=50, help="最多列出这么多（默认 50）")
+    q = tsub.add_parser(
+        "show", parents=[common], help="查看一个任务：状态、规格、尝试、手机、订单号和结果（--json：完整记录）"
+    )
+    q.add_argument("task_id", help=TASK_ID_HELP)
+    q = tsub.add_parser("import", parents=[common], help="从 .xlsx/.csv 表格导入草稿任务（见 docs/admin.md）")
+    q.add_argument("file", help=".xlsx 或 .csv 文件（列的说明见 docs/admin.md）")
+    q.add_argument("--dry-run", action="store_true", help="只显示预览，不导入")
+    q = tsub.add_parser("export", parents=[common], help="把任务导出为 .csv 或 .xlsx（不给 --out 时写到标准输出）")
+    q.add_argument(
+        "--state", action="append", choices=[s.value for s in TaskState], help="只导出这个状态的任务（可重复）"
+    )
+    q.add_argument("--format", choices=("csv", "xlsx"), default="csv", help="文件格式（默认 csv）")
+    q.add_argument("--out", default=None, help="写入的文件（默认标准输出）")
     for name, what in (
-        ("cancel", "cancel a task before its fence"),
-        ("reset", "reset a task to DRAFT before its fence"),
-        ("mark-paid", "WAITING_PAYMENT → PAID after a person paid on the phone"),
+        ("cancel", "取消任务（只能在取得提交围栏之前）"),
+        ("reset", "把任务重置为草稿（只能在取得提交围栏之前）"),
+        ("mark-paid", "有人在手机上付款后：待付款 WAITING_PAYMENT → 已付款 PAID"),
     ):
         q = tsub.add_parser(name, parents=[common], help=what)
-        q.add_argument("task_id", help="the task id")
-        q.add_argument("--expected-version", type=int, default=None, help="refuse unless the task is at this version")
+        q.add_argument("task_id", help=TASK_ID_HELP)
+        q.add_argument("--expected-version", type=int, default=None, help=EXPECTED_VERSION_HELP)
 
-    p = sub.add_parser("submission", parents=[common], help="settle order submissions")
+    p = sub.add_parser("submission", parents=[common], help="处理订单提交记录")
     ssub = p.add_subparsers(dest="submission_cmd", required=True)
-    q = ssub.add_parser("reconcile", parents=[common], help="record whether the pending-payment order exists")
-    q.add_argument("submission_id", help="the order submission id (task show)")
+    q = ssub.add_parser("reconcile", parents=[common], help="人工核对后记录待付款订单是否已创建")
+    q.add_argument("submission_id", help="订单提交记录 id（见 task show）")
     q.add_argument(
-        "--outcome", required=True, choices=("created", "not_created"), help="whether the order exists on the phone"
+        "--outcome",
+        required=True,
+        choices=("created", "not_created"),
+        help="手机上是否有这笔订单：created 已创建，not_created 未创建",
     )
-    q.add_argument("--note", required=True, help="what the person checked (1–500 characters)")
-    q.add_argument("--expected-version", type=int, default=None, help="refuse unless the task is at this version")
+    q.add_argument("--note", required=True, help="核对说明：检查了什么（1–500 个字符）")
+    q.add_argument("--expected-version", type=int, default=None, help=EXPECTED_VERSION_HELP)
     for group in (asub, dsub, esub, tsub, ssub, tlsub):
         # a missing subcommand is reported with its choices, not the internal dest name
         group.metavar = "{" + ",".join(group.choices) + "}"
+    chinese_help(parser)
     return parser
 
 
@@ -1137,13 +1165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.cmd](args)
     except CliError as exc:
-        print(f"cmbuyer-server: {exc}", file=sys.stderr)
+        print(f"cmbuyer-server：{exc}", file=sys.stderr)
         return exc.code
     except SettingsError as exc:
-        print(f"cmbuyer-server: {exc}", file=sys.stderr)
+        print(f"cmbuyer-server：{exc}", file=sys.stderr)
         return Exit.SETTINGS
     except (Unavailable, sqlite3.Error) as exc:
-        print(f"cmbuyer-server: storage error ({exc.__class__.__name__})", file=sys.stderr)
+        print(f"cmbuyer-server：{storage_error(exc.__class__.__name__)}", file=sys.stderr)
         return Exit.STORAGE
 
 

@@ -104,25 +104,25 @@ class Setting:
 def _int(raw: str, row: Setting) -> int:
     assert row.low is not None and row.high is not None
     if not _INT.fullmatch(raw) or not row.low <= int(raw) <= row.high:
-        raise SettingsError(f"{row.env} must be an integer from {row.low} to {row.high}")
+        raise SettingsError(f"{row.env} 必须是 {row.low} 到 {row.high} 的整数")
     return int(raw)
 
 
 def _bool(raw: str, row: Setting) -> bool:
     if raw not in ("0", "1", "true", "false"):
-        raise SettingsError(f"{row.env} must be one of 0, 1, true, false")
+        raise SettingsError(f"{row.env} 只能是 0、1、true、false 之一")
     return raw in ("1", "true")
 
 
 def _secret(raw: str, row: Setting) -> Secret:
     if not _HEX64.fullmatch(raw):
-        raise SettingsError(f"{row.env} must be exactly 64 lowercase hex characters (32 random bytes)")
+        raise SettingsError(f"{row.env} 必须正好是 64 个小写十六进制字符（32 个随机字节）")
     return Secret(bytes.fromhex(raw))
 
 
 def _host(raw: str, row: Setting) -> str:
     if not _HOST.fullmatch(raw):
-        raise SettingsError(f"{row.env} must be an IP address or host name")
+        raise SettingsError(f"{row.env} 必须是 IP 地址或主机名")
     return raw
 
 
@@ -132,7 +132,7 @@ def _money(raw: str, row: Setting) -> Decimal:
     except InvalidOperation:
         value = None
     if value is None or value <= 0:
-        raise SettingsError(f"{row.env} must be a canonical amount such as {row.default}")
+        raise SettingsError(f"{row.env} 必须是规范的金额，如 {row.default}")
     return value
 
 
@@ -140,7 +140,7 @@ def _versions(raw: str, row: Setting) -> tuple[str, ...]:
     """Comma-separated version names; an empty value allows no version at all."""
     versions = tuple(v.strip() for v in raw.split(",") if v.strip())
     if not all(_VERSION_NAME.fullmatch(v) for v in versions):
-        raise SettingsError(f"{row.env} must be comma-separated version names like {row.default[0]}")
+        raise SettingsError(f"{row.env} 必须是逗号分隔的版本名，如 {row.default[0]}")
     return versions
 
 
@@ -152,8 +152,7 @@ def _payment_modes(raw: str, row: Setting) -> tuple[str, ...]:
     modes = tuple(m.strip() for m in normalize_sku(raw).split(",") if m.strip())
     if not modes or not all(len(m) <= PAYMENT_MODE_MAX and not has_control_chars(m) for m in modes):
         raise SettingsError(
-            f"{row.env} must be comma-separated payment mode names"
-            f" such as {','.join(row.default)} (each at most {PAYMENT_MODE_MAX} characters)"
+            f"{row.env} 必须是逗号分隔的支付方式名称，如 {','.join(row.default)}（每个最多 {PAYMENT_MODE_MAX} 个字符）"
         )
     return modes
 
@@ -161,7 +160,7 @@ def _payment_modes(raw: str, row: Setting) -> tuple[str, ...]:
 def _path(raw: str, row: Setting) -> Path:
     """A file path (existence and contents are checked where the file is used: ``serve`` for TLS files)."""
     if has_control_chars(raw) or len(raw) > 4096:
-        raise SettingsError(f"{row.env} must be a file path")
+        raise SettingsError(f"{row.env} 必须是文件路径")
     return Path(raw)
 
 
@@ -170,26 +169,26 @@ def _networks(raw: str, row: Setting) -> tuple[IPv4Network | IPv6Network, ...]:
     try:
         return tuple(ip_network(part.strip(), strict=False) for part in raw.split(",") if part.strip())
     except ValueError:
-        raise SettingsError(f"{row.env} must be comma-separated IP addresses or networks such as 10.0.0.5") from None
+        raise SettingsError(f"{row.env} 必须是逗号分隔的 IP 地址或网段，如 10.0.0.5") from None
 
 
 def _replica_url(raw: str, row: Setting) -> str:
     """A Litestream replica URL: ``file:///absolute/path`` (tested) or ``s3://bucket/path`` (documented)."""
     if not re.fullmatch(r"(file:///|s3://)[!-~]{1,1000}", raw, re.ASCII):
-        raise SettingsError(f"{row.env} must be a replica URL such as file:///mnt/backup/cmbuyer or s3://bucket/db")
+        raise SettingsError(f"{row.env} 必须是副本地址，如 file:///mnt/backup/cmbuyer 或 s3://bucket/db")
     return raw
 
 
 def _log_format(raw: str, row: Setting) -> str:
     if raw not in ("text", "json"):
-        raise SettingsError(f"{row.env} must be text or json")
+        raise SettingsError(f"{row.env} 只能是 text 或 json")
     return raw
 
 
 def _log_level(raw: str, row: Setting) -> str:
     level = raw.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise SettingsError(f"{row.env} must be DEBUG, INFO, WARNING or ERROR")
+        raise SettingsError(f"{row.env} 只能是 DEBUG、INFO、WARNING 或 ERROR")
     return level
 
 
@@ -544,9 +543,9 @@ class Settings:
     def require_secrets(self) -> tuple[Secret, Secret]:
         """Return ``(claim_token_secret, session_secret)`` or raise :class:`SettingsError`."""
         if self.claim_token_secret is None:
-            raise SettingsError("CMBUYER_CLAIM_TOKEN_SECRET is not set (run `cmbuyer-server init`)")
+            raise SettingsError("CMBUYER_CLAIM_TOKEN_SECRET 未设置（请运行 `cmbuyer-server init`）")
         if self.session_secret is None:
-            raise SettingsError("CMBUYER_SESSION_SECRET is not set (run `cmbuyer-server init`)")
+            raise SettingsError("CMBUYER_SESSION_SECRET 未设置（请运行 `cmbuyer-server init`）")
         return self.claim_token_secret, self.session_secret
 
 
@@ -558,14 +557,14 @@ def read_env_file(path: Path) -> dict[str, str]:
     except FileNotFoundError:
         return values
     except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"{path}: cannot read env file ({exc.__class__.__name__})") from None
+        raise SettingsError(f"{path}：无法读取设置文件（{exc.__class__.__name__}）") from None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
         if not sep or not re.fullmatch(r"CMBUYER_[A-Z0-9_]+", key.strip(), re.ASCII):
-            raise SettingsError(f"{path}:{number}: expected CMBUYER_NAME=value")
+            raise SettingsError(f"{path}:{number}：应为 CMBUYER_NAME=value 的形式")
         values[key.strip()] = value.strip()
     return values
 
@@ -573,15 +572,15 @@ def read_env_file(path: Path) -> dict[str, str]:
 def _check_together(s: Settings) -> None:
     """The invariants that tie two settings together (see :class:`Settings`)."""
     if s.claim_lease_ttl >= s.authorization_ttl:
-        raise SettingsError("CMBUYER_CLAIM_LEASE_TTL must be strictly shorter than CMBUYER_AUTHORIZATION_TTL")
+        raise SettingsError("CMBUYER_CLAIM_LEASE_TTL 必须严格小于 CMBUYER_AUTHORIZATION_TTL")
     if s.claim_token_secret is not None and s.claim_token_secret == s.session_secret:
-        raise SettingsError("CMBUYER_SESSION_SECRET must differ from CMBUYER_CLAIM_TOKEN_SECRET")
+        raise SettingsError("CMBUYER_SESSION_SECRET 必须与 CMBUYER_CLAIM_TOKEN_SECRET 不同")
     if s.evidence_bytes_per_attempt < s.evidence_max_bytes:
-        raise SettingsError("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT must be at least CMBUYER_EVIDENCE_MAX_BYTES")
+        raise SettingsError("CMBUYER_EVIDENCE_BYTES_PER_ATTEMPT 不能小于 CMBUYER_EVIDENCE_MAX_BYTES")
     if (s.tls_cert is None) != (s.tls_key is None):
-        raise SettingsError("TLS needs both CMBUYER_TLS_CERT and CMBUYER_TLS_KEY (or --tls-cert and --tls-key)")
+        raise SettingsError("TLS 需要同时设置 CMBUYER_TLS_CERT 和 CMBUYER_TLS_KEY（或 --tls-cert 和 --tls-key）")
     if s.session_idle_ttl > s.session_absolute_ttl:
-        raise SettingsError("CMBUYER_SESSION_IDLE_TTL must not exceed CMBUYER_SESSION_ABSOLUTE_TTL")
+        raise SettingsError("CMBUYER_SESSION_IDLE_TTL 不能大于 CMBUYER_SESSION_ABSOLUTE_TTL")
 
 
 def load_settings(data_dir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:

@@ -129,7 +129,7 @@ async def run_sweep(app: web.Application) -> recovery.SweepReport:
     report: recovery.SweepReport = await app[DB].write(lambda conn: recovery.sweep(conn, clock.now()))
     if report.submissions_to_reconciliation or report.authorizations_expired:
         sweep_log.info(
-            "sweep: %d submission(s) to reconciliation, %d authorization(s) expired",
+            "到期清扫：%d 笔提交转为待人工核对，%d 份授权已过期",
             report.submissions_to_reconciliation,
             report.authorizations_expired,
         )
@@ -167,7 +167,7 @@ async def _every(job: PeriodicJob, app: web.Application, seconds: float) -> None
         try:
             await job(app)
         except Exception:  # a failed sweep must not kill the loop; it is retried next period
-            log.exception("periodic step %s failed", getattr(job, "__name__", job))
+            log.exception("定时任务 %s 失败", getattr(job, "__name__", job))
 
 
 # -- the application's lifespan -----------------------------------------------------------------------
@@ -183,9 +183,9 @@ async def lifespan(app: web.Application) -> AsyncIterator[None]:
     try:
         await run_startup(app)
         tasks = start_periodic_jobs(app)
-        log.info("started: schema current, claim secret checked, start-up recovery done")
+        log.info("已启动：数据库结构为最新，领取密钥已核对，启动恢复已完成")
         yield
-        log.info("shutting down: stopping the periodic jobs, closing the database")
+        log.info("正在关闭：停止定时任务，关闭数据库")
     finally:
         for task in tasks:
             task.cancel()

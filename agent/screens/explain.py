@@ -346,15 +346,15 @@ def _selector_lines(sel: dict[str, Any], indent: str, label: str = "") -> list[s
 def render_text(explanation: dict[str, Any]) -> str:
     """The human-readable form of :func:`explain_dump`'s result."""
     e = explanation
-    lines = [f"pack {e['pack']} for {e['version']}: screen {e['screen']}, layout {e['layout']}"]
+    lines = [f"识别包 {e['pack']}（{e['version']}）：画面 {e['screen']}，布局 {e['layout']}"]
     if e["risk_walls"]:
-        lines.append(f"risk walls on screen (they win over every rule): {', '.join(e['risk_walls'])}")
-    lines.append("screen rules, in recognition order (the first that matches wins):")
+        lines.append(f"画面上有风控拦截（优先于所有规则）：{', '.join(e['risk_walls'])}")
+    lines.append("画面规则，按识别顺序（第一个匹配的生效）：")
     for rule in e["screens"]:
         verdict = (
-            "MATCH (recognized)"
+            "匹配，已识别 (MATCH)"
             if rule["winner"]
-            else ("matches, but a rule before it won" if rule["matches"] else "no match")
+            else ("也匹配，但前面的规则已生效" if rule["matches"] else "不匹配")
         )
         lines.append(f"  {rule['path']}: {verdict}")
         for sel in rule["all"]:
@@ -363,16 +363,16 @@ def render_text(explanation: dict[str, Any]) -> str:
             if sel["matched"]:
                 lines += _selector_lines(sel, "    ", "none (blocks the rule): ")
     if e["reader"] is None:
-        lines.append(f"readings: the pack has no reader for the screen {e['screen']}")
+        lines.append(f"读数：识别包没有画面 {e['screen']} 的读取规则")
     else:
-        lines.append(f"readings ({e['reader']}):")
+        lines.append(f"读数（{e['reader']}）：")
     for reading in e["readings"]:
         value = json.dumps(reading["value"], ensure_ascii=False)
         lines.append(f"  {reading['reading']} = {value}")
         for dim, why in reading.get("why_null", {}).items():
-            lines.append(f"    {dim} is null: {why}")
+            lines.append(f"    {dim} 为空：{why}")
         if reading.get("problems"):
-            lines.append(f"    problems: {'; '.join(reading['problems'])}")
+            lines.append(f"    问题：{'; '.join(reading['problems'])}")
         for sel in reading["selectors"]:
             lines += _selector_lines(sel, "    ")
     return "\n".join(lines)

@@ -2,7 +2,8 @@
    - the list's detail drawer (GET /tasks/{id} with X-CMBuyer-View: drawer)
    - select-all / selected count for batch start
    - confirmation prompts on forms with data-confirm
-   - live view: short polling of the rows fragment and of the open detail, every 3 s while visible;
+   - live view: short polling of the rows fragment (with the 等待人工确认 count above the table) and of the
+     open detail, every 3 s while visible;
      on the devices page a fresh copy of its rows */
 (function () {
   "use strict";
@@ -117,7 +118,16 @@
     var checked = {};
     boxes().forEach(function (b) { if (b.checked) { checked[b.value] = true; } });
     return fragment(table.getAttribute("data-live"), "rows").then(function (html) {
-      tbody.replaceChildren(parse(html));
+      var rows = parse(html);
+      // the fragment ends with a fresh copy of the 等待人工确认 count above the table: move it there
+      var fresh = rows.querySelector("template#waiting-count-fresh");
+      if (fresh) {
+        fresh.remove();
+        var count = document.getElementById("waiting-count");
+        var next = fresh.content.getElementById("waiting-count");
+        if (count && next) { count.replaceWith(next); }
+      }
+      tbody.replaceChildren(rows);
       // keep a selection only while the task is still the same version (the server checks it anyway)
       boxes().forEach(function (b) { b.checked = !!checked[b.value]; });
       updateCount();

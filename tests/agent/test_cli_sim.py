@@ -36,7 +36,7 @@ def _checks(out: str) -> dict[str, Any]:
 def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
         cred = _creds_file(tmp_path, srv)
-        rc = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+        rc = main(["doctor", "--json", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
         out = capsys.readouterr().out
         checks = _checks(out)
         row = srv.device_row(json.loads(cred.read_text())["device_id"])
@@ -50,6 +50,23 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert all(c["ok"] for c in checks.values())
 
 
+def test_doctor_prints_chinese_lines_without_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32 §9: without ``--json`` doctor prints one Chinese line per check (its ``--json`` name beside the
+    label); a failed check says 失败 and its detail."""
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
+        cred = _creds_file(tmp_path, srv)
+        rc = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+        lines = capsys.readouterr().out.splitlines()
+        bad = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(tmp_path / "none")])
+        failed = capsys.readouterr().out.splitlines()
+    assert rc == 0 and lines[0] == "cmbuyer-agent doctor：手机 sim-1"
+    assert "通过 已安装拼多多 (Pinduoduo installed)：8.17.0 (81700)" in lines
+    assert any(line.startswith("通过 识别包 (selector pack)：pdd-8.17.0-81700") for line in lines), lines
+    assert any(line.startswith("通过 服务器接受这台设备 (server accepts the device)：http://") for line in lines)
+    assert len(lines) == 10 and all(line.startswith("通过 ") for line in lines[1:]), lines
+    assert bad == 1 and any(line.startswith("失败 设备凭据 (device credentials)：无法读取凭据文件") for line in failed)
+
+
 def test_doctor_reports_missing_pack_and_bad_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scen = copy.deepcopy(_default())
     scen["app"]["version_name"], scen["app"]["version_code"] = "8.18.0", 81800
@@ -57,7 +74,9 @@ def test_doctor_reports_missing_pack_and_bad_credentials(tmp_path: Path, capsys:
     fd = os.open(bad, os.O_WRONLY | os.O_CREAT, 0o644)  # world-readable: refused
     os.close(fd)
     with adbutils_leaks_ignored(), running_sim(scen):
-        rc = main(["doctor", "--device", "sim-1", "--server", "http://127.0.0.1:9", "--credentials-file", str(bad)])
+        rc = main(
+            ["doctor", "--json", "--device", "sim-1", "--server", "http://127.0.0.1:9", "--credentials-file", str(bad)]
+        )
         checks = _checks(capsys.readouterr().out)
     assert rc == 1
     assert checks["selector pack"]["ok"] is False
@@ -70,7 +89,7 @@ def test_doctor_heartbeats_no_pack(tmp_path: Path, capsys: pytest.CaptureFixture
     scen["app"]["version_name"], scen["app"]["version_code"] = "8.18.0", 81800
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim(scen):
         cred = _creds_file(tmp_path, srv)
-        rc = main(["doctor", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+        rc = main(["doctor", "--json", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
         checks = _checks(capsys.readouterr().out)
         row = srv.device_row(json.loads(cred.read_text())["device_id"])
     assert rc == 1 and checks["selector pack"]["ok"] is False and checks["server accepts the device"]["ok"]
@@ -89,16 +108,16 @@ def test_doctor_and_run_find_credentials_alike_and_say_what_is_wrong(
     for name in ("CMBUYER_DEVICE_ID", "CMBUYER_DEVICE_TOKEN", "CMBUYER_SERVER_URL"):
         monkeypatch.delenv(name, raising=False)
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
-        assert main(["doctor", "--device", "sim-1", "--server", srv.url]) == 1
+        assert main(["doctor", "--json", "--device", "sim-1", "--server", srv.url]) == 1
         missing = _checks(capsys.readouterr().out)["device credentials"]
         default = default_credentials_path("sim-1")
         assert missing["ok"] is False
         for named in ("--credentials-file", "CMBUYER_DEVICE_ID", "CMBUYER_DEVICE_TOKEN", str(default)):
             assert named in missing["detail"]
         monkeypatch.setenv("CMBUYER_DEVICE_ID", "0b5f6c1e-3a9d-4c1b-8e2f-7d6a5b4c3d2e")
-        assert main(["doctor", "--device", "sim-1", "--server", srv.url]) == 1
+        assert main(["doctor", "--json", "--device", "sim-1", "--server", srv.url]) == 1
         half = _checks(capsys.readouterr().out)["device credentials"]["detail"]
-        assert half.startswith("CMBUYER_DEVICE_TOKEN is not set")
+        assert half.startswith("CMBUYER_DEVICE_TOKEN 未设置")
         monkeypatch.delenv("CMBUYER_DEVICE_ID")
 
         default.parent.mkdir(parents=True)
@@ -106,17 +125,14 @@ def test_doctor_and_run_find_credentials_alike_and_say_what_is_wrong(
         fd = os.open(default, os.O_WRONLY | os.O_CREAT, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(f"device_id={creds.device_id}\ntoken={creds.token}\n")
-        assert main(["doctor", "--device", "sim-1", "--server", srv.url]) == 0, capsys.readouterr().out
+        assert main(["doctor", "--json", "--device", "sim-1", "--server", srv.url]) == 0, capsys.readouterr().out
         capsys.readouterr()
 
         srv.revoke_device(creds.device_id)
-        assert main(["doctor", "--device", "sim-1", "--server", srv.url]) == 1
+        assert main(["doctor", "--json", "--device", "sim-1", "--server", srv.url]) == 1
         out = capsys.readouterr().out
         refused = _checks(out)["server accepts the device"]["detail"]
-        assert (
-            refused
-            == "server refused the device credentials (401): check --credentials-file, or the device was revoked"
-        )
+        assert refused == "服务器拒绝了设备凭据（401）：请检查 --credentials-file，或这台设备已被撤销"
         assert main(["run", "--device", "sim-1", "--server", srv.url, "--once"]) == 2
         err = capsys.readouterr().err
         assert [line for line in err.splitlines() if "401" in line] == err.splitlines()[-1:]
@@ -134,7 +150,7 @@ def test_doctor_without_adb_server(
     s.close()
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
     monkeypatch.delenv("CMBUYER_DEVICE_ID", raising=False)
-    rc = main(["doctor", "--device", "sim-1", "--server", "http://127.0.0.1:9"])
+    rc = main(["doctor", "--json", "--device", "sim-1", "--server", "http://127.0.0.1:9"])
     checks = _checks(capsys.readouterr().out)
     assert rc == 1 and "adb server unreachable" in checks["phone"]["detail"]
 
@@ -190,3 +206,55 @@ def test_progress_lines_show_hidden_characters_instead_of_obeying_them(
     err = capsys.readouterr().err
     assert "\u202e" not in err and "\u200b" not in err and err.count("\n") == 1
     assert "\\u202e色黑" in (json.loads(err)["msg"] if json_logs else err)
+
+
+def test_doctor_leaves_a_running_agents_state_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Doctor beside a running agent sends no heartbeat (its PAUSED would overwrite the agent's READY on the
+    devices page) and says why; ``run`` holds the lock doctor looks at: a second ``run`` for the phone refuses
+    to start with one line. Without a running agent doctor heartbeats as before (test_doctor_all_green)."""
+    from cmbuyer.agent.cli import DOCTOR_AGENT_RUNNING
+    from cmbuyer.agent.client import HttpDeviceApi
+    from cmbuyer.agent.instance import run_lock
+
+    monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "state"))
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
+        cred = _creds_file(tmp_path, srv)
+        device_id = json.loads(cred.read_text())["device_id"]
+        with run_lock("sim-1"):  # what `run` holds while it runs
+            agent = HttpDeviceApi(srv.url, srv_creds(cred), _NoKeysForTest(), retries=0)
+            agent.heartbeat(
+                adb_serial="sim-1", android_release="16", pdd_version="8.17.0", pdd_version_code=81700, state="READY"
+            )
+            before = srv.device_row(device_id)
+            rc = main(["doctor", "--json", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+            checks = _checks(capsys.readouterr().out)
+            after = srv.device_row(device_id)
+            assert main(["run", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)]) == 2
+            refused = capsys.readouterr().err.strip().splitlines()
+        rc_alone = main(["doctor", "--json", "--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)])
+        capsys.readouterr()
+        alone = srv.device_row(device_id)
+    assert rc == 0, checks
+    assert checks["server accepts the device"]["detail"] == DOCTOR_AGENT_RUNNING
+    assert (after["reported_state"], after["last_heartbeat_at"]) == ("READY", before["last_heartbeat_at"])
+    assert len(refused) == 1 and "已有一个 cmbuyer-agent run 在为手机 sim-1 运行" in refused[0]
+    assert rc_alone == 0 and alone["reported_state"] == "PAUSED"
+
+
+def srv_creds(path: Path) -> Any:
+    from cmbuyer.agent.client import Credentials
+
+    data = json.loads(path.read_text())
+    return Credentials(data["device_id"], data["token"])
+
+
+class _NoKeysForTest:
+    """A heartbeat sends no idempotency key: no journal is needed to send one."""
+
+    def key(self, purpose: str, scope: str = "") -> str:
+        raise AssertionError("a heartbeat needs no key")
+
+    def drop_key(self, purpose: str, scope: str = "") -> None:
+        return None

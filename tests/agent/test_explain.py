@@ -120,8 +120,8 @@ def test_screen_rules_in_recognition_order(capsys: pytest.CaptureFixture[str]) -
     blocked = next(r for r in e["screens"] if r["screen"] == "order_created")["none"][0]
     assert blocked["path"] == "screens.order_created.none[0]" and blocked["matched"][0]["text"] == "提交订单 ¥29.9"
     text = _explain(capsys, FX / "sim822" / "sheet_tshirt.xml")
-    assert "screens.confirm_order: MATCH (recognized)" in text
-    assert "screens.product: no match" in text
+    assert "screens.confirm_order: 匹配，已识别 (MATCH)" in text
+    assert "screens.product: 不匹配" in text
     assert "none (blocks the rule): screens.order_created.none[0]" in text
 
 
@@ -181,7 +181,7 @@ def test_missing_anchor_is_explained(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert anchor["closest"][0]["node"]["desc"] == "商品主图片"
     assert anchor["closest"][0]["failed"] == ["desc regex '商品主图' did not full-match '商品主图片'"]
     text = _explain(capsys, dump)
-    assert "screens.confirm_order: no match" in text
+    assert "screens.confirm_order: 不匹配" in text
     assert "- desc regex '商品主图' did not full-match '商品主图片'" in text
 
 
@@ -199,7 +199,7 @@ def test_unrecognized_dump_lists_more_candidates(tmp_path: Path, capsys: pytest.
     assert product["closest"][0]["node"]["text"] in ("单独买", "拼单")
     wanted = "text regex '单独购买|免拼购买|立即购买|发起拼单|去拼单|参与拼单' did not full-match"
     assert product["closest"][0]["failed"][0].startswith(wanted)
-    assert "readings: the pack has no reader for the screen unknown" in _explain(capsys, dump)
+    assert "读数：识别包没有画面 unknown 的读取规则" in _explain(capsys, dump)
 
 
 def test_payment_row_and_value_regex(capsys: pytest.CaptureFixture[str]) -> None:

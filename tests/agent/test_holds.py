@@ -111,7 +111,7 @@ def test_crash_loop_two_crashes_or_internal_errors_in_a_row_hold() -> None:
     s, hold = settle(Streaks(), AttemptEnd("CRASHED", None, fenced=False), POLICY)
     assert s == Streaks(1, 1) and hold is None
     s, hold = settle(s, AttemptEnd("FAILED", "INTERNAL_ERROR", fenced=False), POLICY)
-    assert s == Streaks(2, 2) and hold is not None and "crash loop" in hold
+    assert s == Streaks(2, 2) and hold is not None and "反复崩溃（crash loop）" in hold
     # a different ending in between breaks the crash streak (not the pre-fence one)
     s, _ = settle(Streaks(1, 1), AttemptEnd("FAILED", "OUT_OF_STOCK", fenced=False), POLICY)
     assert s == Streaks(0, 2)
@@ -145,7 +145,7 @@ def test_cli_refuses_a_bad_limit_before_touching_anything(tmp_path: Path) -> Non
         timeout=60,
         env={"PATH": "/usr/bin:/bin", "CMBUYER_AGENT_STATE_DIR": str(tmp_path)},
     )
-    assert out.returncode == 2 and "failure_limit must be an integer >= 1" in out.stderr
+    assert out.returncode == 2 and "failure_limit 必须是 >= 1 的整数" in out.stderr
     assert list(tmp_path.iterdir()) == []
 
 

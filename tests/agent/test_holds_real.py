@@ -227,7 +227,7 @@ def test_crash_loop_breaker_holds_after_two_process_deaths_until_clear_hold(tmp_
             "INTERNAL_ERROR",
             "INTERNAL_ERROR",
         ]
-        assert "HOLD: REPEATED_FAILURES: crash loop" in agent.log.read_text(errors="replace")
+        assert "暂停接单（HOLD）：REPEATED_FAILURES: 反复崩溃（crash loop）" in agent.log.read_text(errors="replace")
 
         shown = subprocess.run(
             [AGENT, "journal", "--device", "sim-1", "--clear-hold"],

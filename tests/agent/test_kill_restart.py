@@ -164,7 +164,7 @@ def test_sigkill_at_each_journal_phase_then_restart(
             # SIGTERM only once the restarted agent is up (its signal handlers are installed
             # before its first heartbeat); with RESULT_REPORTED the state is already final.
             _wait(
-                lambda: b"heartbeat: state" in agent.log.read_bytes()[log_offset:],
+                lambda: "心跳：状态".encode() in agent.log.read_bytes()[log_offset:],
                 second,
                 60,
                 "the restarted agent's first heartbeat",

@@ -250,7 +250,7 @@ def test_sigkill_right_after_not_tapped_then_restart_reports_no_tap(
         second = agent.start()
         try:
             _wait(lambda: srv.state(task.id) == "RECONCILIATION_REQUIRED", second, 60, "the recovered result")
-            _wait(lambda: b"heartbeat: state" in agent.log.read_bytes(), second, 60, "a heartbeat")
+            _wait(lambda: "心跳：状态".encode() in agent.log.read_bytes(), second, 60, "a heartbeat")
             assert _stop(second) == 0
         finally:
             if second.poll() is None:

@@ -68,7 +68,7 @@ def test_pack_verify_passes_on_the_shipped_packs(pack_file: str, capsys: pytest.
     n = sum(len(e["files"]) for e in entries.values())  # a real-structure bundle is a dump alone
     assert len(lines) == n + 1
     assert all(line.startswith("OK ") for line in lines[:-1])
-    assert lines[-1] == f"{pack_file}: {n} evidence files, {n} ok, 0 failed -> OK"
+    assert lines[-1] == f"{pack_file}：{n} 个证据文件，{n} 个正常，0 个失败 -> 通过 (OK)"
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_pack_verify_fails_on_one_changed_byte(
     bad = [line for line in lines if not line.startswith("OK ")]
     rel = data["evidence"]["sim822-sheet-blanket"]["files"][kind]["path"]
     assert len(bad) == 2 and bad[0].startswith(f"MISMATCH sim822-sheet-blanket {kind} {rel} (sha256 ")
-    assert bad[1] == "ops-8.23.0-82300.json: 44 evidence files, 43 ok, 1 failed -> FAILED"
+    assert bad[1] == "ops-8.23.0-82300.json：44 个证据文件，43 个正常，1 个失败 -> 失败 (FAILED)"
 
 
 def test_pack_verify_fails_on_a_missing_file_and_a_symlink_leaving_the_dir(
@@ -110,7 +110,7 @@ def test_pack_verify_fails_on_a_missing_file_and_a_symlink_leaving_the_dir(
         "MISSING  sim822-product dump evidence/pdd-8.22.0-82200/sim822-product/dump.xml (no such file)",
         "UNSAFE   sim822-retention meta evidence/pdd-8.22.0-82200/sim822-retention/meta.json (path must be "
         "relative, without '..', and stay inside the pack's directory)",
-        "ops-8.23.0-82300.json: 44 evidence files, 42 ok, 2 failed -> FAILED",
+        "ops-8.23.0-82300.json：44 个证据文件，42 个正常，2 个失败 -> 失败 (FAILED)",
     ]
 
 
@@ -128,7 +128,7 @@ def test_pack_verify_refuses_an_invalid_pack_in_one_line(
         "does not match '^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$'\n"
     )
     assert main(["pack", "verify", str(path.parent / "absent.json")]) == 2
-    assert capsys.readouterr().err == "absent.json: $: cannot read the file (No such file or directory)\n"
+    assert capsys.readouterr().err == "absent.json: $: 无法读取文件（No such file or directory）\n"
 
 
 def test_every_shipped_evidence_file_is_declared_package_data() -> None:

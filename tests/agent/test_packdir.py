@@ -345,7 +345,7 @@ def test_inspect_reads_with_the_operator_pack_and_prints_a_bad_pack_as_one_line(
 
 
 def _doctor(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, dict[str, Any]]]:
-    code = main(["doctor", "--device", "sim-1", "--server", "http://127.0.0.1:9", *argv])
+    code = main(["doctor", "--json", "--device", "sim-1", "--server", "http://127.0.0.1:9", *argv])
     checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     return code, checks
 

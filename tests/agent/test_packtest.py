@@ -116,7 +116,10 @@ def test_simulator_captures_pass(captures: Path, capsys: pytest.CaptureFixture[s
     rc, lines = _run(capsys, str(PACK), str(captures))
     assert rc == 0, lines
     assert lines[:-1] == [f"PASS {i:02d}-{name}" for i, name in enumerate(CAPTURES, start=1)]
-    assert lines[-1] == f"OK: {len(CAPTURES)} capture(s) with pack pdd-8.22.0-82200: {len(CAPTURES)} pass"
+    assert (
+        lines[-1]
+        == f"通过 (OK)：用识别包 pdd-8.22.0-82200 测试了 {len(CAPTURES)} 份采集样本：通过 {len(CAPTURES)} 份 (PASS)"
+    )
 
 
 def test_one_capture_dir_itself(captures: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,7 +169,7 @@ def test_one_changed_expectation_fails_naming_capture_and_reading(
     failed = [ln for ln in lines if ln.startswith("FAIL ")]
     assert len(failed) == 1 and failed[0].startswith(line), failed
     assert sum(ln.startswith("PASS") for ln in lines) == len(CAPTURES) - 1
-    assert lines[-1].startswith("FAILED:") and "1 fail" in lines[-1]
+    assert lines[-1].startswith("失败 (FAILED)：") and "失败 1 份 (FAIL)" in lines[-1]
     # --allow-unconfirmed never relaxes a mismatch
     assert _run(capsys, str(PACK), str(captures), "--allow-unconfirmed")[0] == 1
 
@@ -224,9 +227,12 @@ def test_unconfirmed_captures_fail_unless_allowed(captures: Path, capsys: pytest
     assert rc == 1
     assert "UNCONFIRMED 03-sheet_mug (expected.proposed.json only)" in lines
     assert "NO_EXPECTATION 01-product" in lines
-    assert lines[-1] == ("FAILED: 6 capture(s) with pack pdd-8.22.0-82200: 4 pass, 1 unconfirmed, 1 no expectation")
+    assert lines[-1] == (
+        "失败 (FAILED)：用识别包 pdd-8.22.0-82200 测试了 6 份采集样本："
+        "通过 4 份 (PASS)，未确认 1 份 (UNCONFIRMED)，没有预期 1 份 (NO_EXPECTATION)"
+    )
     rc, lines = _run(capsys, str(PACK), str(captures), "--allow-unconfirmed")
-    assert rc == 0 and lines[-1].startswith("OK:")
+    assert rc == 0 and lines[-1].startswith("通过 (OK)：")
 
 
 def test_json_output(captures: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -280,7 +286,7 @@ def test_invalid_expected_json_is_an_input_error(
     assert rc == 2
     error = next(ln for ln in lines if ln.startswith("ERROR"))
     assert error.startswith("ERROR 02-sheet_tshirt: ") and message in error, error
-    assert lines[-1].startswith("INPUT ERROR:")
+    assert lines[-1].startswith("输入有误 (INPUT ERROR)：")
 
 
 def test_unreadable_dump_and_missing_meta_are_input_errors(captures: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -305,7 +311,7 @@ def test_unreadable_dump_and_missing_meta_are_input_errors(captures: Path, capsy
 def test_bad_arguments_give_one_line_and_exit_2(
     tmp_path: Path, captures: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _run(capsys, str(PACK), str(tmp_path / "nope")) == (2, [f"error: {tmp_path / 'nope'}: not a directory"])
+    assert _run(capsys, str(PACK), str(tmp_path / "nope")) == (2, [f"错误：{tmp_path / 'nope'}: not a directory"])
     (tmp_path / "empty").mkdir()
     rc, lines = _run(capsys, str(PACK), str(tmp_path / "empty"))
     assert rc == 2 and len(lines) == 1 and "no capture" in lines[0]
@@ -313,7 +319,7 @@ def test_bad_arguments_give_one_line_and_exit_2(
     bad_pack.write_text('{"pack_format": 2}', encoding="utf-8")
     rc, lines = _run(capsys, str(bad_pack), str(captures))
     assert rc == 2 and len(lines) == 1
-    assert lines[0].startswith(f"error: {bad_pack.name}: $: 'id' is a required property")
+    assert lines[0].startswith(f"错误：{bad_pack.name}: $: 'id' is a required property")
     rc, lines = _run(capsys, str(tmp_path / "missing.json"), str(captures), "--json")
     assert rc == 2
     assert json.loads(lines[0]) == {"error": "missing.json: $: cannot read the file (No such file or directory)"}
@@ -350,9 +356,9 @@ def test_accept_turns_proposals_into_confirmed_expectations(captures: Path, caps
     assert _run(capsys, str(PACK), str(captures))[0] == 1  # unconfirmed
     assert main(["pack", "accept", str(captures), "--by", "张三"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("accept 02-sheet_tshirt: screen=confirm_order goods_id=null unit_price=29.90 ")
-    assert lines[1].startswith("accept 03-sheet_mug: screen=confirm_order ") and "(confirmed_by 张三)" in lines[1]
-    assert lines[-1] == "accepted 2 capture(s)"
+    assert lines[0].startswith("确认 02-sheet_tshirt：screen=confirm_order goods_id=null unit_price=29.90 ")
+    assert lines[1].startswith("确认 03-sheet_mug：screen=confirm_order ") and "（confirmed_by 张三）" in lines[1]
+    assert lines[-1] == "已确认 2 份采集样本"
     for name, proposal in proposals.items():
         assert not (captures / name / "expected.proposed.json").exists()
         assert _read(captures / name / "expected.json") == {**proposal, "confirmed_by": "张三"}
@@ -368,12 +374,12 @@ def test_accept_refuses_to_overwrite_without_force(captures: Path, capsys: pytes
     tshirt_proposal = _propose(captures / "02-sheet_tshirt")
     assert main(["pack", "accept", str(captures)]) == 2
     out = capsys.readouterr().out
-    assert out == f"error: {mug / 'expected.json'} exists; pass --force to replace it with the proposal\n"
+    assert out == f"错误：{mug / 'expected.json'} exists; pass --force to replace it with the proposal\n"
     # nothing changed anywhere, not even in the capture that could have been accepted
     assert (mug / "expected.json").read_bytes() == confirmed
     assert not (captures / "02-sheet_tshirt" / "expected.json").exists()
     assert main(["pack", "accept", str(mug), "--force", "--by", "lead"]) == 0
-    assert "accept 03-sheet_mug: " in capsys.readouterr().out
+    assert "确认 03-sheet_mug：" in capsys.readouterr().out
     assert _read(mug / "expected.json")["readings"]["unit_price"] == "49.00"
     assert _read(mug / "expected.json")["confirmed_by"] == "lead"
     assert _read(captures / "02-sheet_tshirt" / "expected.proposed.json") == tshirt_proposal

@@ -238,7 +238,7 @@ def test_explain_says_why_selected_is_null() -> None:
     [selected] = [r for r in explanation["readings"] if r["reading"] == "selected"]
     assert selected["value"] == {"款式": None}
     assert selected["why_null"] == {"款式": "no tile of 1 carries selected (neither a tile nor its name node)"}
-    assert "款式 is null: no tile of 1 carries selected" in render_text(explanation)
+    assert "款式 为空：no tile of 1 carries selected" in render_text(explanation)
     # a label that names another option: the label is the reason
     relabelled = parse_dump(text("order_sheet_text_tile.xml").replace("已选: [冬季限定]", "已选: [夏季限定]"))
     [selected] = [r for r in explain_dump(relabelled, pack)["readings"] if r["reading"] == "selected"]

@@ -138,7 +138,7 @@ def test_server_disallows_version_never_claims(tmp_path: Path) -> None:
     runner.stop.set()
     t.join(10)
     assert api.claim_calls == 0 and sim.taps == []
-    assert any("does not allow" in line for line in runner.lines)  # type: ignore[attr-defined]
+    assert any("服务器不允许拼多多版本" in line for line in runner.lines)  # type: ignore[attr-defined]
 
 
 def test_hold_reports_needs_person_and_does_not_claim(tmp_path: Path) -> None:
@@ -165,9 +165,9 @@ def test_heartbeat_failure_does_not_kill_the_loop(tmp_path: Path) -> None:
     runner.stop.set()
     t.join(10)
     lines = runner.lines  # type: ignore[attr-defined]
-    failed = [line for line in lines if "retrying in" in line]
-    assert len(failed) == 1 and "fake server down" in failed[0] and "retrying in" in failed[0]  # logged once
-    assert "server: answering again" in lines
+    failed = [line for line in lines if "秒后重试" in line]
+    assert len(failed) == 1 and "fake server down" in failed[0] and "秒后重试" in failed[0]  # logged once
+    assert "服务器：已恢复应答" in lines
 
 
 def test_backoff_doubles_to_the_cap_and_logs_a_repeat_once_a_minute() -> None:
@@ -198,10 +198,10 @@ def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path)
     pause(1.2)
     runner.stop.set()
     t.join(10)
-    lines = [line for line in runner.lines if not line.startswith("selector pack")]  # type: ignore[attr-defined]
+    lines = [line for line in runner.lines if not line.startswith("识别包")]  # type: ignore[attr-defined]
     assert lines == [
-        "heartbeat: server refused the device credentials (401): check --credentials-file, or the device was "
-        "revoked; retrying in 0.05 s (backing off to 0.2 s)"
+        "heartbeat：服务器拒绝了设备凭据（401）：请检查 --credentials-file，或这台设备已被撤销；"
+        "0.05 秒后重试（间隔逐步延长到 0.2 秒）"
     ], lines
     assert api.claim_calls == 0
     gaps = [b - a for a, b in itertools.pairwise(calls)]
@@ -210,7 +210,7 @@ def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path)
     once, _, _ = make_runner(tmp_path / "once", FakeApi([], keys=Journal(tmp_path / "j2.sqlite3")), once=True)
     once.api.heartbeat = refused  # type: ignore[method-assign]
     assert once.run() == ExitCode.USAGE
-    assert [line for line in once.lines if "(401)" in line] == once.lines[-1:]  # type: ignore[attr-defined]
+    assert [line for line in once.lines if "（401）" in line] == once.lines[-1:]  # type: ignore[attr-defined]
 
 
 def test_pause_and_pacing_are_logged_once_when_they_change(tmp_path: Path) -> None:
@@ -226,12 +226,11 @@ def test_pause_and_pacing_are_logged_once_when_they_change(tmp_path: Path) -> No
     runner._hb_interval = 0
     for _ in range(7):
         runner._heartbeat(runner._status(), "READY")
-    lines = [line for line in runner.lines if line.startswith("server:")]  # type: ignore[attr-defined]
+    lines = [line for line in runner.lines if line.startswith("服务器：")]  # type: ignore[attr-defined]
     assert lines == [
-        "server: this phone is paused by an administrator: no new task until it is resumed (devices page or "
-        "`cmbuyer-server device resume`)",
-        "server: this phone is no longer paused: claiming again",
-        "server: pacing for this phone: next claim not before 2099-01-01T00:10:00.000000Z",
+        "服务器：管理员暂停了这台手机的领取：恢复之前不领新任务（设备页面或 `cmbuyer-server device resume`）",
+        "服务器：这台手机已恢复领取：重新领取任务",
+        "服务器：这台手机的领取节奏：下一次领取不早于 2099-01-01T00:10:00.000000Z",
     ]
 
 
@@ -328,7 +327,7 @@ def test_second_signal_inside_the_window_finishes_tap_and_report_then_exits(
     assert api.task_state == "WAITING_PAYMENT"
     assert journal.submission(api.claimed[0].claim.attempt_id).phase == "RESULT_REPORTED"
     assert len(api.queue) == 1  # nothing claimed after it
-    assert any("inside the submit window" in line for line in runner.lines)  # type: ignore[attr-defined]
+    assert any("正处于提交窗口" in line for line in runner.lines)  # type: ignore[attr-defined]
 
 
 # --- lease keeper --------------------------------------------------------------------------------
@@ -467,7 +466,7 @@ def test_release_from_the_admin_page_clears_the_hold_and_the_phone_claims_again(
     assert api.heartbeat_states[0] == "NEEDS_PERSON" and "READY" in api.heartbeat_states
     assert journal.hold() is None and journal.hold_attempt() is None
     lines = runner.lines  # type: ignore[attr-defined]
-    assert any(line.startswith("HOLD released on the server by admin:ops") and "解锁了" in line for line in lines)
+    assert any(line.startswith("暂停接单（HOLD）已在服务器上由 admin:ops") and "解锁了" in line for line in lines)
 
 
 def test_screen_request_sends_a_screenshot_or_names_the_app_in_front(tmp_path: Path) -> None:
@@ -513,8 +512,8 @@ def test_the_printed_clear_hold_command_runs_as_printed(tmp_path: Path) -> None:
     runner, _, _ = make_runner(tmp_path, FakeApi([], keys=journal))
     runner.stop.set()
     runner.run()
-    line = next(line for line in runner.lines if line.startswith("HOLD (from before this start)"))  # type: ignore[attr-defined]
-    command = re.search(r"on this host: (.*)$", line)
+    line = next(line for line in runner.lines if line.startswith("暂停接单（HOLD，启动前就有）"))  # type: ignore[attr-defined]
+    command = re.search(r"在这台主机上运行：(.*)$", line)
     assert command is not None, line
     env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
     ran = subprocess.run(command.group(1), shell=True, cwd="/", env=env, capture_output=True, text=True, timeout=60)

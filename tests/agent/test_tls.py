@@ -132,8 +132,8 @@ def test_certificate_report_and_doctor_line(https: HttpsServer) -> None:
     checks: list[tuple[str, bool, str]] = []
     _tls_check(https.url, https.ca_file, lambda name, ok, detail="": checks.append((name, ok, detail)))
     _tls_check(https.url, None, lambda name, ok, detail="": checks.append((name, ok, detail)))
-    assert checks[0][0] == "server certificate" and checks[0][1] and "verified" in checks[0][2]
-    assert not checks[1][1] and "NOT verified" in checks[1][2]
+    assert checks[0][0] == "server certificate" and checks[0][1] and "已验证" in checks[0][2]
+    assert not checks[1][1] and "未通过验证" in checks[1][2]
 
 
 def test_a_certificate_close_to_expiry_is_flagged(tmp_path: Path) -> None:
@@ -142,4 +142,4 @@ def test_a_certificate_close_to_expiry_is_flagged(tmp_path: Path) -> None:
         assert report.verified and report.expiring and report.days_left is not None and report.days_left <= 5
         found: list[tuple[str, bool, str]] = []
         _tls_check(server.url, server.ca_file, lambda name, ok, detail="", out=found: out.append((name, ok, detail)))
-        assert found and not found[0][1] and "days left" in found[0][2]
+        assert found and not found[0][1] and "还剩" in found[0][2]

@@ -137,7 +137,7 @@ def test_risk_wall_hold_released_and_screens_from_the_devices_page(stack: Stack)
             extra.locator("button.release-button").click()
             expect(page.locator(".notice")).to_contain_text("已释放")
             wait_until(lambda: _state(stack, after) == "WAITING_PAYMENT", 90, "the released phone buying", log, 0.3)
-            assert "HOLD released on the server by admin:admin" in log()
+            assert "暂停接单（HOLD）已在服务器上由 admin:admin" in log()
             audit = _rows(
                 stack,
                 "SELECT actor_kind, actor_id, detail_json FROM audit_log WHERE subject_id = ? AND action = ?",

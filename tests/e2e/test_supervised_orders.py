@@ -265,7 +265,7 @@ def test_reject_screen_change_and_a_wrong_order_holds_the_phone(run: Any) -> Non
     r.verdict(wrong, "有误", note="尺码拿错了")
     assert r.pair() == (0, 1)
     r.stack.create_tasks([held])
-    r.wait(lambda: "is on hold" in r.log(), 15, "the agent's supervision_hold line")
+    r.wait(lambda: "组合已暂停" in r.log(), 15, "the agent's supervision_hold line")
     time.sleep(3)  # three more heartbeats / claim loops: still nothing claimed
     assert r.state(held) == "PENDING" and r.detail(held)["attempts"] == []
     r.page.goto(f"{r.stack.url}/devices")

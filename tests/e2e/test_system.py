@@ -95,7 +95,7 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
 
     wait_until(lambda: worked_by("sim-1") >= 3, 120, "sim-1 working alone", lambda: agent_log(stack, "sim-1"), 0.3)
     assert worked_by("sim-2") == 0, "a paused phone claimed a task"
-    assert "paused by an administrator" in agent_log(stack, "sim-2")
+    assert "管理员暂停了这台手机的领取" in agent_log(stack, "sim-2")
     assert stack.cli("device", "resume", device_of["sim-2"])["changed"] is True
 
     details = wait_settled(stack, specs, timeout=240)
@@ -108,7 +108,7 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
     devices = {d["attempts"][0]["device_id"] for d in details.values()}
     assert len(devices) == 2, "both phones should have worked (sim-2 after it was resumed)"
     log = agent_log(stack, "sim-2")
-    assert log.count("paused by an administrator") == 1 and "no longer paused" in log
+    assert log.count("管理员暂停了这台手机的领取") == 1 and "已恢复领取" in log
     conn = sqlite3.connect(stack.data_dir / "cmbuyer.sqlite3")
     try:
         audited = conn.execute(

@@ -207,7 +207,7 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
     assert summary["app_version"] == f"{NEW_NAME}:{NEW_CODE}" and summary["pack_id"] == PACK_ID
     # 5. a person compares screenshots with the proposals and accepts them
     ran = op("pack", "accept", "captures/canary/dryrun-1", "--by", "张三")
-    assert ran.code == 0 and ran.lines()[-1] == f"accepted {len(summary['capture_names'])} capture(s)", ran
+    assert ran.code == 0 and ran.lines()[-1] == f"已确认 {len(summary['capture_names'])} 份采集样本", ran
     # 6. the captures become the pack's evidence (files next to the pack, sha256), then verify
     new_ids = add_capture_evidence(
         pack,
@@ -218,10 +218,12 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
     )
     assert new_ids == [f"v823-{name}" for name in summary["capture_names"]]
     ran = op("pack", "verify", f"work/{PACK_FILE}")
-    assert ran.code == 0 and ran.lines()[-1] == f"{PACK_FILE}: 56 evidence files, 56 ok, 0 failed -> OK", ran
+    assert ran.code == 0 and ran.lines()[-1] == f"{PACK_FILE}：56 个证据文件，56 个正常，0 个失败 -> 通过 (OK)", ran
     # 7. pack test on the accepted captures; 8. dry-run again with the final pack: zero submit taps
     ran = op("pack", "test", f"work/{PACK_FILE}", "captures/canary/dryrun-1")
-    assert ran.code == 0 and ran.lines()[-1] == f"OK: 4 capture(s) with pack {PACK_ID}: 4 pass", ran
+    assert (
+        ran.code == 0 and ran.lines()[-1] == f"通过 (OK)：用识别包 {PACK_ID} 测试了 4 份采集样本：通过 4 份 (PASS)"
+    ), ran
     ran = op("dry-run", "--device", SERIAL, *ORDER, "--pack-dir", "work", "--out", "captures/canary/dryrun-2")
     assert ran.code == 0 and json.loads(ran.lines()[-1])["result"] == "PASSED", ran
     assert [line.split()[:2] for line in ran.lines()[:-1]] == [
@@ -270,8 +272,8 @@ def test_new_version_becomes_an_order_with_an_operator_pack_and_no_code_change(c
     assert len(submit_taps(journal, goods_id=SHIRT.goods_id)) == 1 and payment_taps(journal) == []
     assert order_counts(journal) == {SHIRT.goods_id: 1}
     log = _agent_log(stack)
-    assert f"selector pack {PACK_ID} (operator pack {pack_dir / PACK_FILE})" in log
-    assert "server does not allow app version 8.23.0: not claiming" in log
+    assert f"识别包 {PACK_ID} (operator pack {pack_dir / PACK_FILE})" in log
+    assert "服务器不允许拼多多版本 8.23.0：不领取任务" in log
 
 
 def test_an_evidence_byte_changed_after_verify_keeps_the_agent_at_no_pack(canary: Any) -> None:
@@ -308,7 +310,7 @@ def test_an_evidence_byte_changed_after_verify_keeps_the_agent_at_no_pack(canary
     ), said
     # what the operator sees when checking the installed pack
     ran = op("pack", "verify", str(pack_dir / PACK_FILE))
-    assert ran.code == 1 and ran.lines()[-1] == f"{PACK_FILE}: 56 evidence files, 55 ok, 1 failed -> FAILED"
+    assert ran.code == 1 and ran.lines()[-1] == f"{PACK_FILE}：56 个证据文件，55 个正常，1 个失败 -> 失败 (FAILED)"
     assert [line.split()[:2] for line in ran.lines() if not line.startswith("OK")][:1] == [
         ["MISMATCH", "v823-03-confirm_order"]
     ], ran

@@ -90,7 +90,7 @@ def test_init_tightens_an_existing_data_dir_and_prints_steps_that_run(tmp_path: 
     assert len(steps) == 3 and all(shlex.split(step)[2] == str(d) for step in steps)
     device_add = next(step for step in steps if " device add " in step)
     ran = subprocess.run(device_add, shell=True, capture_output=True, text=True, cwd="/", env=CLEAN_ENV, timeout=60)
-    assert ran.returncode == 0 and "device id:" in ran.stdout, ran.stderr
+    assert ran.returncode == 0 and "设备 id：" in ran.stdout, ran.stderr
 
 
 def test_device_token_is_shown_once_and_only_its_hash_is_stored(ddir: Path) -> None:
@@ -142,7 +142,7 @@ def test_device_pause_resume_and_pace(ddir: Path) -> None:
     device_id = cli_json(ddir, "device", "add", "--name", "p")["device_id"]
     assert cli_json(ddir, "device", "pause", device_id) == {"device_id": device_id, "paused": True, "changed": True}
     listed = cli(ddir, "device", "list")
-    assert f"{device_id}\tp\tACTIVE PAUSED" in listed.stdout
+    assert f"{device_id}\tp\t启用 (ACTIVE) 已暂停领取 (PAUSED)" in listed.stdout
     assert cli_json(ddir, "device", "resume", device_id)["changed"] is True
     paced = cli_json(ddir, "device", "pace", device_id, "--min-interval", "300", "--max-per-day", "20")
     assert (paced["min_claim_interval_seconds"], paced["max_claims_per_day"], paced["changed"]) == (300, 20, True)
@@ -221,6 +221,11 @@ def test_doctor_and_migrate_list(ddir: Path) -> None:
     assert doctor["ok"] is True
     rows = cli_json(ddir, "migrate", "--list")["migrations"]
     assert rows and all(r["applied"] and r["checksum_ok"] for r in rows)
+    # without --json: one Chinese line per check, its --json name beside the label (issue 32 §9)
+    lines = cli(ddir, "doctor").stdout.splitlines()
+    assert len(lines) == len(doctor["checks"]) and all(line.startswith("通过 ") for line in lines), lines
+    assert "通过 密钥 (secrets)：已设置" in lines and "通过 数据库迁移 (migrations)：已是最新" in lines
+    assert all(line.endswith("  已应用") for line in cli(ddir, "migrate", "--list").stdout.splitlines())
 
 
 def _wait_health(port: int, proc: subprocess.Popen[str]) -> dict:
@@ -269,7 +274,7 @@ def test_serve_reports_a_busy_port_before_any_serving_line(ddir: Path) -> None:
         taken.listen()
         result = cli(ddir, "serve", "--port", str(taken.getsockname()[1]))
     assert result.returncode == 3, result.stderr
-    assert "cannot listen on 127.0.0.1:" in result.stderr and "serving" not in result.stderr
+    assert "无法监听 127.0.0.1:" in result.stderr and "正在服务" not in result.stderr
 
 
 def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
@@ -293,14 +298,14 @@ def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
         # issue 32 §4: start-up, one access line per request (route template, status, ms, device id prefix;
         # never the query string or a header), shutdown
         lines = err.splitlines()
-        assert any("started: schema current" in line for line in lines), err
-        assert any("shutting down" in line for line in lines), err
+        assert any("已启动：数据库结构为最新" in line for line in lines), err
+        assert any("正在关闭" in line for line in lines), err
         beat = [line for line in lines if "POST /api/v1/devices/heartbeat 200 " in line]
         assert len(beat) == 1 and beat[0].endswith(f"device={issued['device_id'][:8]}"), err
         assert any("GET /healthz 200 " in line for line in lines), err
         assert "secret-in-query" not in err and issued["device_id"] not in err
-        started = next(i for i, line in enumerate(lines) if "started: schema current" in line)
-        serving = next(i for i, line in enumerate(lines) if "cmbuyer-server: serving http" in line)
+        started = next(i for i, line in enumerate(lines) if "已启动：数据库结构为最新" in line)
+        serving = next(i for i, line in enumerate(lines) if "cmbuyer-server：正在服务 http" in line)
         assert started < serving  # "serving" only once the socket is bound, after start-up
     import sqlite3
 
@@ -338,7 +343,7 @@ def test_missing_data_dir_and_missing_subcommand_are_clear_one_line_errors(tmp_p
     missing = tmp_path / "nowhere"
     result = cli(missing, "migrate", "--list")
     assert result.returncode == 4 and not missing.exists()
-    assert result.stderr.strip() == f"cmbuyer-server: directory {missing} does not exist; run `cmbuyer-server init`"
+    assert result.stderr.strip() == f"cmbuyer-server：目录 {missing} 不存在；请先运行 `cmbuyer-server init`"
     result = cli(tmp_path, "evidence")
     assert result.returncode == 2 and result.stderr.strip().endswith("the following arguments are required: {gc}")
 
@@ -366,3 +371,15 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -
     from tests.cli_help import check_every_help
 
     check_every_help(build_parser(), main, capsys)
+
+
+def test_operator_facing_text_is_chinese() -> None:
+    """Issue 32 §9: every line ``cmbuyer-server`` prints or fails with is Chinese (codes, option names and paths
+    as they are); doctor's check names stay as ``--json`` names them, printed beside their Chinese label."""
+    from cmbuyer.server import cli, cli_text, config, task_summary
+    from tests.cli_text import english_messages
+
+    for module in (cli, cli_text, task_summary):
+        assert english_messages(Path(str(module.__file__)), codes=cli_text.DOCTOR_CHECKS) == []
+    # the settings errors every command prints (the settings table beside them documents, in English)
+    assert english_messages(Path(str(config.__file__)), everywhere=False) == []

@@ -81,8 +81,8 @@ def test_import_dry_run_then_import_then_again(ddir: Path, tmp_path: Path, run: 
     assert out["rows"][2]["message"].startswith("数量：")
     assert run_json(ddir, "task", "list")["tasks"] == []
     first = run(ddir, "task", "import", str(path))
-    assert first.returncode == 1 and "imported 2, already existed 0, refused 1" in first.stdout
-    assert "line 4: error 数量：" in first.stdout
+    assert first.returncode == 1 and "已导入 2 行，已存在 0 行，拒绝 1 行" in first.stdout
+    assert "第 4 行：有错误 (error) 数量：" in first.stdout
     fixed = tmp_path / "fixed.csv"
     fixed.write_bytes(csv_bytes([good_row(1), good_row(2), good_row(3)]))
     again = json.loads(run(ddir, "task", "import", str(fixed), "--json").stdout)
@@ -147,3 +147,48 @@ def test_cancel_reset_mark_paid_reconcile(ddir: Path, run: Any, run_json: Any) -
     finally:
         conn.close()
     assert len(actors) == 1 and next(iter(actors)).startswith("cli:")
+
+
+def test_task_show_text_summary_and_unchanged_json(ddir: Path, run: Any) -> None:
+    """Issue 32 §9: ``task show`` prints labelled Chinese lines (phone, order number, result from the fence row);
+    ``task show --json`` still prints the admin detail view as one sorted JSON object, byte for byte."""
+    from cmbuyer.server.web.admin.task_view import task_detail
+
+    task_id = json.loads(
+        run(ddir, *task_add("纸巾", color="黑色", size="M", quantity="3", price="45.00"), "--json").stdout
+    )["task_id"]
+    draft = run(ddir, "task", "show", task_id).stdout
+    assert (
+        "状态      草稿 (DRAFT) · 版本 v1" in draft
+        and "尝试      0 次" in draft
+        and "结果      -（尚未提交订单）" in draft
+    )
+    run(ddir, "task", "start", task_id)
+    device = json.loads(run(ddir, "device", "add", "--name", "phone-7", "--json").stdout)["device_id"]
+    conn, seed = _seeded(ddir)
+    try:
+        attempt = seed.claim(task_id, device)
+        seed.fence(task_id, attempt, device, observation="SUBMITTED", order_sn="231204-00000042")
+        expected = json.dumps(task_detail(conn, task_id), ensure_ascii=False, sort_keys=True) + "\n"
+    finally:
+        conn.close()
+    shown = run(ddir, "task", "show", task_id)
+    assert shown.returncode == 0
+    lines = shown.stdout.splitlines()
+    for wanted in (
+        "状态      待付款 (WAITING_PAYMENT) · 版本 v",
+        "商品      937122477375 https://",
+        "规格      颜色=黑色 / 尺码=M",
+        "数量      3",
+        "价格上限  ¥45.00",
+        "尝试      1 次",
+        "手机      phone-7",
+        "订单号    231204-00000042",
+        "结果      ",
+        "创建      ",
+        "更新      ",
+    ):
+        assert any(line.startswith(wanted) for line in lines), (wanted, shown.stdout)
+    assert "（北京时间）" in shown.stdout and "手机 phone-7" in shown.stdout and "{" not in shown.stdout
+    as_json = run(ddir, "task", "show", task_id, "--json")
+    assert as_json.returncode == 0 and as_json.stdout == expected

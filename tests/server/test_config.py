@@ -162,7 +162,7 @@ def test_init_refuses_an_unwritable_data_dir(tmp_path: Path) -> None:
         blocked.chmod(0o700)
     assert result.returncode == 3
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "not writable" in lines[0]
+    assert len(lines) == 1 and "不可写" in lines[0]
 
 
 # -- one table: defaults, bounds, README (issue 19) -------------------------------------------------------

@@ -262,7 +262,7 @@ def test_restore_refuses_an_empty_replica_a_used_dir_and_missing_secrets(tmp_pat
     assert done.returncode == 4 and "holds no backup" in done.stderr
     assert not (target / "cmbuyer.sqlite3").exists()
     done = _cli("restore", "--from", f"file://{empty}", "--to", str(data_dir))
-    assert done.returncode == 2 and "fresh data dir" in done.stderr
+    assert done.returncode == 2 and "只能恢复到新的数据目录" in done.stderr
     done = _cli("restore", "--from", f"file://{empty}", "--to", str(tmp_path / "no-env"))
     assert done.returncode == 3 and "cmbuyer.env" in done.stderr
 

@@ -57,7 +57,7 @@ def test_tls_init_writes_private_files_and_records_them(data_dir: Path, capsys: 
     first_ca, first_key = ca.read_bytes(), files[2].read_bytes()
     assert cli_main(["--data-dir", str(data_dir), "tls", "init", "--host", "127.0.0.1"]) == 0
     assert ca.read_bytes() == first_ca and files[2].read_bytes() != first_key
-    assert "CA kept" in capsys.readouterr().out
+    assert "CA 沿用原有的" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("host", ["", "bad host", "-x.lan", "a" * 300])
@@ -126,7 +126,7 @@ def test_serve_refuses_to_bind_beyond_loopback_without_tls(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert cli_main(["--data-dir", str(data_dir), "serve", *args]) == code
-    assert "refusing to start" in capsys.readouterr().err
+    assert "拒绝启动" in capsys.readouterr().err
 
 
 def test_serve_over_https(data_dir: Path) -> None:
@@ -148,7 +148,7 @@ def test_serve_over_https(data_dir: Path) -> None:
             ssl.create_default_context().wrap_socket(raw, server_hostname="127.0.0.1").close()
         with pytest.raises(OSError):  # plain HTTP to the TLS port gets no HTTP answer
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
-        assert "serving https://" in log.read_text()
+        assert "正在服务 https://" in log.read_text()
     finally:
         proc.terminate()
         try:

@@ -142,16 +142,14 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         admission = await db.write(lambda c: admin_sessions.admit_guess(c, keys, username, at))
         if not admission.admitted:
             retry_after = admission.retry_after_s
-            auth_log.warning("login throttled from %s, retry after %d s", request.remote, retry_after)
+            auth_log.warning("登录限流：来自 %s，%d 秒后再试", request.remote, retry_after)
             raise AdminHTTPError(429, Code.LOGIN_THROTTLED, throttled_message(retry_after), retryable=True)
         admin = await db.read(lambda c: admin_store.by_username(c, username)) if username else None
         stored = admin.password_hash if admin is not None and not admin.disabled else None
         ok = await asyncio.get_running_loop().run_in_executor(None, verify_password, stored, password)
         if not ok or admin is None:
             # an unknown name is not echoed: it may be a password typed into the wrong field
-            auth_log.warning(
-                "login failed: %s from %s", f"user {username!r}" if admin else "an unknown user name", request.remote
-            )
+            auth_log.warning("登录失败：%s，来自 %s", f"用户 {username!r}" if admin else "未知的用户名", request.remote)
             await db.write(lambda c: admin_sessions.record_failure(c, username, at))
             if body.kind == "json" or wants_json(request):
                 return error_json(request, 401, Code.LOGIN_FAILED, "用户名或密码错误")
@@ -162,7 +160,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         previous_hash = admin_sessions.token_hash(previous) if previous else None
         admin_id = admin.id
         token = await db.write(lambda c: admin_sessions.login(c, admin_id, keys, previous_hash, at, settings))
-        auth_log.info("login: user %r from %s", username, request.remote)
+        auth_log.info("登录：用户 %r，来自 %s", username, request.remote)
     except AdminHTTPError as exc:
         if exc.status == 429 and not wants_json(request) and prelogin is not None:
             response = _login_page(request, prelogin, status=429, error=exc.message)

@@ -152,6 +152,12 @@ DEVICE_STATE_LABELS: dict[str, str] = {
     "NEEDS_PERSON": "需要人工处理",
 }
 
+# devices.state (domain/states.py DeviceState): the registration, not what the phone reports
+DEVICE_REGISTRATION_LABELS: dict[str, str] = {
+    "ACTIVE": "启用",
+    "REVOKED": "已撤销",
+}
+
 # -- states (migrations 0001/0002, domain/states.py) ---------------------------------------------------
 AUTHORIZATION_STATE_LABELS: dict[str, str] = {
     "ACTIVE": "有效，待领取",

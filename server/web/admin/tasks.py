@@ -314,6 +314,7 @@ async def _render_list(
         "max_quantity": settings.max_quantity,
         "max_total_price": str(settings.max_total_price),
         "now": now(request),
+        "only_rows": only_rows,
         "live_url": "/tasks" + (f"?{request.query_string}" if request.method == "GET" and request.query_string else ""),
     }
     if only_rows:

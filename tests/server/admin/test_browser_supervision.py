@@ -159,8 +159,9 @@ async def test_approve_reject_badges_verdicts_and_resupervise(
 async def test_waiting_orders_are_counted_filtered_and_counted_down(
     aiohttp_server: Any, settings: Any, admin: str, make_task: Any, make_device: Any, seed: Any, clock: Any
 ) -> None:
-    """Issue 32 §8: the task table says how many orders wait for 批准 and when the first phone gives up; the
-    等待人工确认 filter lists them; each row counts down to its phone's timeout, live."""
+    """Issue 32 §8: the task table says how many orders wait for 批准 and when the first phone gives up — an
+    order that starts waiting after the page loaded raises the count with the table's live refresh, no reload;
+    the 等待人工确认 filter lists them; each row counts down to its phone's timeout, live."""
     from playwright.async_api import expect
 
     clock.set(datetime.now(UTC))
@@ -169,11 +170,16 @@ async def test_waiting_orders_are_counted_filtered_and_counted_down(
     phone = make_device("采购机 等待").device_id
     waiting = make_task(title="纯棉短袖 等人确认", start=True)
     other = make_task(title="纯棉短袖 不需确认", start=True)
-    approval(seed, waiting.id, supervised_claim(seed, waiting.id, phone), phone)
+    claim = supervised_claim(seed, waiting.id, phone)
     async with chromium_page(http_errors=True) as (page, problems):
         await log_in(page, base)
         count = page.locator("#waiting-count")
-        await expect(count).to_contain_text("1 单等待人工确认")
+        await expect(count).to_have_text("没有等待人工确认的订单。")
+        await page.evaluate("window.loadedOnce = true")  # gone if the page were reloaded
+        approval(seed, waiting.id, claim, phone)  # the phone asks for 批准 after the page loaded
+        await expect(count).to_contain_text("1 单等待人工确认", timeout=8_000)
+        assert await page.evaluate("window.loadedOnce === true")
+        await expect(page.locator("#waiting-count")).to_have_count(1)  # replaced, not added
         await expect(count).to_contain_text(re.compile(r"最早一单 (9:[0-5]\d|10:00) 后超时"))
         await count.locator("a").click()
         await expect(page).to_have_url(re.compile(r"/tasks\?state=waiting_approval$"))

@@ -97,7 +97,7 @@ def test_gc_that_fails_on_a_locked_database_has_removed_nothing(
     stale.write_bytes(b"half a file")
     age_file(stale, 3 * DAY)
     code, err = _gc_while_locked(settings, gc)
-    assert code == 4 and "storage error" in err
+    assert code == 4 and "存储出错" in err
     assert stale.exists(), "gc reported a storage failure but had already deleted files (no audit row)"
     assert _audit_gc_rows(sync_conn) == 0
 
@@ -151,7 +151,7 @@ def test_gc_on_a_locked_database_with_candidates_deletes_nothing(
     age_file(stale, 3 * DAY)
     code, err = _gc_while_locked(settings, gc)
     assert code == 4
-    assert err.strip() == "cmbuyer-server: storage error: could not begin a write transaction"
+    assert err.strip() == "cmbuyer-server：存储出错（could not begin a write transaction）"
     assert orphan.exists() and stale.exists() and _audit_gc_rows(sync_conn) == 0
 
 

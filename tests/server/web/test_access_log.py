@@ -72,9 +72,9 @@ async def test_logins_failures_and_lockouts_are_logged_without_passwords(
     assert (await login(server_client, ADMIN_USER, "wrong-password-1")).status == 401
     assert (await login(server_client, ADMIN_USER, ADMIN_PASSWORD)).status == 303
     lines = [r.getMessage() for r in _lines(caplog, "cmbuyer.auth")]
-    assert lines[0].startswith("login failed: an unknown user name from ")
-    assert lines[1].startswith(f"login failed: user '{ADMIN_USER}' from ")
-    assert lines[2].startswith(f"login: user '{ADMIN_USER}' from ")
+    assert lines[0].startswith("登录失败：未知的用户名，来自 ")
+    assert lines[1].startswith(f"登录失败：用户 '{ADMIN_USER}'，来自 ")
+    assert lines[2].startswith(f"登录：用户 '{ADMIN_USER}'，来自 ")
     logged = "\n".join(r.getMessage() for r in caplog.records)
     for secret in (typed_password_as_name, "wrong-password-1", ADMIN_PASSWORD):
         assert secret not in logged
@@ -83,4 +83,4 @@ async def test_logins_failures_and_lockouts_are_logged_without_passwords(
             break
     else:
         raise AssertionError("no lockout")
-    assert any(r.getMessage().startswith("login throttled from ") for r in _lines(caplog, "cmbuyer.auth"))
+    assert any(r.getMessage().startswith("登录限流：来自 ") for r in _lines(caplog, "cmbuyer.auth"))
