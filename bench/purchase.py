@@ -26,7 +26,11 @@ with its read-only order confirmation, the demo's SKU-sheet layout), each with i
   checked on one fresh dump, which together with the gate's dumps forms the stable pair.
 - taps: the buy button, one tile per dimension, q − 1 stepper taps, the panel's confirm, the
   submit tap.
-- screenshots: the three gates, the post-tap observation and the order confirmation.
+- screenshots: the three gates, the post-tap observation and the order confirmation. No dump is
+  counted for where the windows were at a shot: each stored shot is taken between the two dumps of
+  the stable read of its screen, and both mask it (issue 29).
+
+(q ≥ 2: with q = 1 no stepper tap follows gate 1 and gate 2 reads the same dumps.)
 
 Per step the bench attributes every call the simulator journaled (each with its timestamp) to the
 flow step the agent had started at that moment (the agent's step lines in its log, same clock): the

@@ -246,8 +246,9 @@ class PhoneAdapter:
         return cls(serial, device, u2dev, deadlines)
 
     # --- plumbing -----------------------------------------------------------------------------
-    def _call(self, fn: Callable[[], T], seconds: float, what: str) -> T:
-        self.calls_made += 1
+    def _call(self, fn: Callable[[], T], seconds: float, what: str, *, phone: bool = True) -> T:
+        """``fn()`` under a deadline; ``phone=False`` for local work (encoding) that sends nothing."""
+        self.calls_made += phone
         try:
             return call_with_deadline(fn, seconds, what)
         except AgentError:
@@ -343,7 +344,7 @@ class PhoneAdapter:
     def screenshot_png(self) -> bytes:
         """PNG bytes of the screen."""
         shot = self.screenshot()
-        return self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
+        return self._call(shot.png, self.deadlines.screenshot, "screenshot encode", phone=False)
 
     def app_version(self) -> AppVersion | None:
         out = self.shell(["dumpsys", "package", self.app_package], "dumpsys package")
@@ -528,6 +529,7 @@ class PhoneAdapter:
                     lambda: shot.masked_png((before, after), self.app_package),
                     self.deadlines.screenshot,
                     "screenshot encode",
+                    phone=False,
                 )
             except (AgentError, ImageUnreadable):
                 return None
@@ -543,7 +545,10 @@ class PhoneAdapter:
             if focus != self.app_package or not app_windows(windows, self.app_package):
                 return None
             return self._call(
-                lambda: shot.masked_png((windows,), self.app_package), self.deadlines.screenshot, "screenshot encode"
+                lambda: shot.masked_png((windows,), self.app_package),
+                self.deadlines.screenshot,
+                "screenshot encode",
+                phone=False,
             )
         except (AgentError, ImageUnreadable):
             return None

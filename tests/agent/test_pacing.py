@@ -242,3 +242,102 @@ def test_a_phone_call_opens_one_adb_connection_not_a_version_query_too() -> None
         phone.screenshot()
         assert sim.host_version_requests == before
         assert sim.phone("sim-1").counters["shell_calls"] >= 4  # the calls did reach the phone
+
+
+# --- issue 29: a stored screenshot between the two dumps of the stable read that judged its screen --
+class _CountingPhone(SimPhone):
+    """SimPhone counting screenshots and focus reads (the adapter's other phone calls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shots = 0
+        self.focus_reads = 0
+
+    def screenshot(self) -> Any:
+        self.shots += 1
+        return super().screenshot()
+
+    def shell(self, cmd: list[str], timeout: float | None = None) -> str:
+        self.focus_reads += list(cmd[:2]) == ["dumpsys", "window"]
+        return super().shell(cmd, timeout)
+
+
+def _armed_product_phone(between: bool = True) -> tuple[_CountingPhone, PhoneAdapter]:
+    sim = _CountingPhone()
+    phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
+    phone.gate_shots_between_dumps = between
+    phone.open_goods(GOODS)
+    return sim, phone
+
+
+def _screen(d: Any) -> str:
+    return readers.recognize(d, shipped_packs()[0])
+
+
+def test_a_gate_shot_is_taken_between_the_two_dumps_of_its_stable_read(no_sleep: None) -> None:
+    sim, phone = _armed_product_phone()
+    phone.arm_gate_shot()
+    assert phone.read_stable(_screen)[0] == "product"
+    assert (sim.dumps, sim.shots) == (2, 1)  # dump, shot, dump
+    png = phone.gate_screenshot()()
+    assert (sim.dumps, sim.shots) == (2, 1) and png.startswith(b"\x89PNG")  # no further call
+    # disarmed by the gate screenshot: the next reads take no shot
+    phone.read_stable(_screen, new_dump=True)
+    assert sim.shots == 1
+
+
+def test_a_shot_whose_pair_disagreed_is_dropped_and_the_next_pair_takes_its_own(no_sleep: None) -> None:
+    sim, phone = _armed_product_phone()
+    sim.dump_hook = lambda xml, n: xml.replace("发起拼单", "拼单中") if n == 1 else xml  # the first dump differs
+    phone.arm_gate_shot()
+    assert phone.read_stable(lambda d: "拼单中" in str([n.text for n in d.nodes]))[0] is False
+    assert (sim.dumps, sim.shots) == (3, 2)  # dump, shot (dropped), dump, shot, dump
+    phone.gate_screenshot()
+    assert (sim.dumps, sim.shots) == (3, 2)
+
+
+def test_without_a_bracketing_pair_the_gate_shot_takes_a_shot_and_a_dump(no_sleep: None) -> None:
+    # not armed (the dry run, a pair reused without fresh dumps): shot + one dump of the windows
+    sim, phone = _armed_product_phone(between=False)
+    phone.arm_gate_shot()
+    phone.read_stable(_screen)
+    assert sim.shots == 0
+    phone.gate_screenshot()
+    assert (sim.dumps, sim.shots) == (3, 1)
+    # armed, but a dump outside the pair came after it: the pair is not the latest, so no bracket
+    sim, phone = _armed_product_phone()
+    phone.arm_gate_shot()
+    phone.read_stable(_screen)
+    phone.dump()
+    phone.gate_screenshot()
+    assert (sim.dumps, sim.shots) == (4, 2)
+
+
+def test_after_the_tap_a_shot_between_two_looks_needs_no_more_calls(no_sleep: None) -> None:
+    sim, phone = _armed_product_phone()
+    phone.look_after_tap()
+    phone.shoot_before_next_look()
+    phone.look_after_tap()
+    assert (sim.dumps, sim.shots, sim.focus_reads) == (2, 1, 2)
+    assert phone.app_screenshot_png() is not None
+    assert (sim.dumps, sim.shots, sim.focus_reads) == (2, 1, 2)  # the looks' focus and dumps around it
+    # the two looks are the confirmation's first stable look (nothing was sent to the screen since)
+    assert len(phone.recent_looks()) == 2 and len(phone.recent_looks(new_look=True)) == 1
+    # a call between the shot and the next look: no bracket; focus before (the look's), shot, dump, focus after
+    phone.shoot_before_next_look()
+    phone.current_goods_id()
+    phone.look_after_tap()
+    assert phone.app_screenshot_png() is not None
+    assert (sim.dumps, sim.shots, sim.focus_reads) == (2 + 1 + 1, 2 + 1, 2 + 1 + 1)
+    # an action forgets every look
+    phone.press_back()
+    assert phone.recent_looks() == []
+
+
+def test_a_shot_between_looks_is_refused_unless_the_app_is_focused_at_both(no_sleep: None) -> None:
+    sim, phone = _armed_product_phone()
+    phone.look_after_tap()
+    phone.shoot_before_next_look()
+    sim.app.foreign = "com.tencent.mm"  # a cashier came to the front after the shot
+    phone.look_after_tap()
+    assert phone.app_screenshot_png() is None
