@@ -116,7 +116,7 @@ def _ts(text: str) -> float:
 
 
 def _step_lines(log: str) -> list[tuple[float, str]]:
-    """(time, step) of every agent log line that starts a flow step, claims a task or ends an order."""
+    """(time, step) of every agent log line that starts a flow step or ends an order."""
     out = []
     for line in log.splitlines():
         stamp, _, rest = line.partition(" ")
@@ -125,23 +125,23 @@ def _step_lines(log: str) -> list[tuple[float, str]]:
         except ValueError:
             continue
         words = rest.split(" ", 2)
-        # a step starts at its STARTED line; RESULT ends an order, "claimed" begins one
-        if words[0] in ("RESULT", "claimed") or (len(words) > 1 and words[1].rstrip(":") == "STARTED"):
+        # a step starts at its STARTED line (step codes, never translated); RESULT ends an order
+        if words[0] == "RESULT" or (len(words) > 1 and words[1].rstrip(":") == "STARTED"):
             out.append((at, words[0]))
     return out
 
 
 def _row_timeline(lines: list[tuple[float, str]]) -> list[tuple[float, str, int]]:
     """(start time, table row, order index) for every step start the agent logged; the order index
-    counts claims. Boundaries after the submit tap are added from the simulator's journal."""
+    counts attempts (each opens its product first). Boundaries after the submit tap are added from the
+    simulator's journal."""
     timeline: list[tuple[float, str, int]] = []
     order = -1
     seen_gate2 = False
     for at, word in lines:
-        if word == "claimed":
+        if word == "OPEN_PRODUCT":
             order += 1
             seen_gate2 = False
-            continue
         if order < 0:
             continue
         if word == "RESULT":

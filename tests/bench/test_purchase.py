@@ -37,7 +37,7 @@ def test_each_call_lands_in_the_step_the_agent_had_started() -> None:
     bench = _bench()
     log = "\n".join(
         [
-            _line(0.0, "claimed task t1 (attempt a1)"),
+            _line(0.0, "已领取任务 t1（尝试 a1）"),  # not a boundary: the first step's line is
             _line(0.1, "OPEN_PRODUCT STARTED"),
             _line(1.0, "OPEN_PRODUCT OK"),  # an OK line is no boundary
             _line(1.0, "OPEN_SKU_PANEL STARTED"),
