@@ -23,14 +23,13 @@ Rules (design §7.3, phone-facts):
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -47,7 +46,7 @@ from cmbuyer.agent.errors import (
 from cmbuyer.agent.phone.deadline import call_with_deadline
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
-from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, outside_app, outside_app_of_all
+from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, encode_png, mask_outside_app
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,23 +114,41 @@ def parse_goods_id(dumpsys_activity: str) -> str | None:
 
 
 class Screenshot:
-    """One captured screen. The image is grabbed by :meth:`PhoneAdapter.screenshot`; :meth:`png`
-    encodes it (once, thread-safe) — the costly part, which need not hold up the next phone call."""
+    """One captured screen. The image is grabbed by :meth:`PhoneAdapter.screenshot`; :meth:`png` or
+    :meth:`masked_png` decodes and encodes it (once, thread-safe) — the costly part, which need not hold
+    up the next phone call. The image is dropped once encoded, so one Screenshot gives one PNG: asking
+    for the other kind afterwards is a programming error (RuntimeError)."""
 
     def __init__(self, image: Any) -> None:
         self._image = image
         self._png: bytes | None = None
+        self._masked: bool | None = None
         self._lock = threading.Lock()
 
-    def png(self) -> bytes:
+    def _encode(self, masked: bool, paint: Callable[[Any], Any]) -> bytes:
         with self._lock:
             if self._png is None:
-                buf = io.BytesIO()
-                # compress_level=1: lossless like the default, ~2x faster, ~10% larger
-                self._image.convert("RGB").save(buf, format="PNG", compress_level=1)
-                self._png = buf.getvalue()
+                image = self._image
+                # decode now: an image opened from bytes is read-only until loaded, and drawing on it
+                # before would copy all of its pixels first
+                image.load()
+                image = image if image.mode == "RGB" else image.convert("RGB")
+                self._png = encode_png(paint(image))
+                self._masked = masked
                 self._image = None
+            elif self._masked != masked:
+                raise RuntimeError("this screenshot was already encoded the other way")
             return self._png
+
+    def png(self) -> bytes:
+        """The whole screen as PNG bytes."""
+        return self._encode(False, lambda image: image)
+
+    def masked_png(self, windows: Sequence[Dump], app_package: str) -> bytes:
+        """PNG bytes with everything outside the app's own windows black (:func:`mask_outside_app`, with
+        ``windows`` the dumps taken around the shot): one decode and one encode, where encoding the plain
+        PNG and then masking it would decode and encode twice."""
+        return self._encode(True, lambda image: mask_outside_app(image, windows, app_package))
 
 
 @dataclass(frozen=True)
@@ -508,8 +525,12 @@ class PhoneAdapter:
             if not (app_windows(before, self.app_package) and app_windows(after, self.app_package)):
                 return None
             try:
-                png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode", phone=False)
-                return outside_app_of_all(png, (before, after), self.app_package)
+                return self._call(
+                    lambda: shot.masked_png((before, after), self.app_package),
+                    self.deadlines.screenshot,
+                    "screenshot encode",
+                    phone=False,
+                )
             except (AgentError, ImageUnreadable):
                 return None
         try:
@@ -523,8 +544,12 @@ class PhoneAdapter:
             self._looks = [*recent, (windows, focus, self.calls_made)]
             if focus != self.app_package or not app_windows(windows, self.app_package):
                 return None
-            png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode", phone=False)
-            return outside_app(png, windows, self.app_package)
+            return self._call(
+                lambda: shot.masked_png((windows,), self.app_package),
+                self.deadlines.screenshot,
+                "screenshot encode",
+                phone=False,
+            )
         except (AgentError, ImageUnreadable):
             return None
 
@@ -565,7 +590,7 @@ class PhoneAdapter:
     def gate_screenshot(self) -> Callable[[], bytes]:
         """The gate screenshot of the screen the gate just read; returns the encoder to run later (on the
         outbox thread), which gives the PNG with everything outside the app's own windows black
-        (:func:`outside_app_of_all`; all black if the app showed no window).
+        (:func:`mask_outside_app`; all black if the app showed no window).
 
         Where the windows were when the shot was taken comes from dumps around it: if the gate's stable
         read took the shot between its two dumps (:meth:`arm_gate_shot`) and those are still the latest
@@ -583,7 +608,7 @@ class PhoneAdapter:
         package = self.app_package
 
         def png() -> bytes:
-            return outside_app_of_all(shot.png(), dumps, package)
+            return shot.masked_png(dumps, package)
 
         return png
 
