@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -251,3 +252,21 @@ def test_a_screenshot_claiming_too_many_pixels_is_unreadable_not_a_crash() -> No
         pass
     else:
         raise AssertionError("a decompression bomb must be refused as ImageUnreadable")
+
+
+def test_the_mmap_threshold_changes_nothing_where_the_c_library_has_no_mallopt(monkeypatch: Any) -> None:
+    # musl (Alpine) and macOS have no mallopt, and a minimal image may have no findable C library at all:
+    # the agent must start anyway, with the call saying it changed nothing
+    import ctypes
+    import ctypes.util
+    import types
+
+    from cmbuyer.agent import heap
+
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)  # no C library found
+    assert heap.fix_mmap_threshold() is False
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "/nonexistent/libc.so")  # not loadable
+    assert heap.fix_mmap_threshold() is False
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libc.so")
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: types.SimpleNamespace())  # a C library without mallopt
+    assert heap.fix_mmap_threshold() is False
