@@ -164,6 +164,11 @@ class SubmitTapPlan:
 # 100-200 ms itself, so two dumps are never closer than that), longer while the screen keeps
 # changing (animations).
 STABLE_PAUSES = (0.0, 0.1, 0.2, 0.3)
+# How old the latest look after the tap may be and still serve as half of a stable look or as the focus
+# before a screenshot (issue 29 reuse). The observation polls every 50 ms and the evidence upload between
+# it and the confirmation takes tens of milliseconds on a healthy server; a slow or retried upload (up to
+# the client's 10 s timeout × 5 attempts) gives the screen time to change on its own (a cashier opening).
+LOOK_REUSE_SECONDS = 1.0
 
 
 def _client_class(adbutils: Any) -> Any:
@@ -203,7 +208,8 @@ class PhoneAdapter:
         self._recent: list[Dump] = []
         # After the submit tap: the last (at most two) consecutive looks (dump, focused package) taken
         # since the last action, oldest first, each with the number of the phone call that ended it.
-        self._looks: list[tuple[Dump, str | None, int]] = []
+        # (dump, focus, calls_made after it, time.monotonic() when it was taken)
+        self._looks: list[tuple[Dump, str | None, int, float]] = []
         self.calls_made = 0  # phone calls sent through _call (a look is "the latest" if none followed)
         # Gate screenshots between the two dumps of the gate's stable read (issue 29, :meth:`arm_gate_shot`):
         # on when the caller stores gate screenshots through :meth:`gate_screenshot` (the purchase flow).
@@ -478,7 +484,7 @@ class PhoneAdapter:
             focus = self.focused_package()
         except AgentError:
             focus = None
-        self._looks = [*recent, (dump, focus, self.calls_made)]
+        self._looks = [*recent, (dump, focus, self.calls_made, time.monotonic())]
         return dump, focus
 
     def recent_looks(self, *, new_look: bool = False) -> list[tuple[Dump, str | None]]:
@@ -486,9 +492,18 @@ class PhoneAdapter:
         :meth:`look_after_tap` and the look each stored screenshot takes (its masking dump and the focus
         read after it). Two that agree are a stable look without a new dump, as :meth:`read_stable`
         reuses dumps; ``new_look=True`` (polling for a change) gives only the latest, to be the first of
-        a new pair. Every action forgets them."""
+        a new pair. Every action forgets them; none when the latest is older than
+        :data:`LOOK_REUSE_SECONDS` (the screen may have changed on its own since)."""
+        if not self._fresh_look():
+            return []
         looks = self._looks[-1:] if new_look else self._looks
-        return [(dump, focus) for dump, focus, _ in looks]
+        return [(dump, focus) for dump, focus, _, _ in looks]
+
+    def _fresh_look(self) -> bool:
+        """Is the latest look younger than :data:`LOOK_REUSE_SECONDS`? No phone call after a look does
+        not mean no time: the synchronous upload of the observation screenshot (client timeout × retries)
+        and a journal fsync lie between the observation's last look and the confirmation's first."""
+        return bool(self._looks) and time.monotonic() - self._looks[-1][3] <= LOOK_REUSE_SECONDS
 
     def shoot_before_next_look(self) -> None:
         """After the tap: capture the screen now, between the latest look and the next one; if the next
@@ -505,8 +520,9 @@ class PhoneAdapter:
 
     def _focus_now(self) -> str | None:
         """The focused package as of now: the latest look's when no phone call followed it (the same
-        answer, read a few milliseconds ago), else a fresh ``dumpsys window`` read."""
-        if self._looks and self._looks[-1][2] == self.calls_made:
+        answer, read a few milliseconds ago — at most :data:`LOOK_REUSE_SECONDS`), else a fresh
+        ``dumpsys window`` read."""
+        if self._fresh_look() and self._looks[-1][2] == self.calls_made:
             return self._looks[-1][1]
         return self.focused_package()
 
@@ -541,7 +557,7 @@ class PhoneAdapter:
             focus = self.focused_package()
             # the masking dump and the focus after the shot are a look like any other (nothing was sent
             # between the previous look and it but the screenshot): the next stable look may use it
-            self._looks = [*recent, (windows, focus, self.calls_made)]
+            self._looks = [*recent, (windows, focus, self.calls_made, time.monotonic())]
             if focus != self.app_package or not app_windows(windows, self.app_package):
                 return None
             return self._call(
@@ -559,7 +575,7 @@ class PhoneAdapter:
         taken, self._look_shot = self._look_shot, None
         if taken is None or len(self._looks) != 2 or self._looks[1][2] != self.calls_made:
             return None
-        (before, f1, seq1), (after, f2, seq2) = self._looks
+        (before, f1, seq1, _), (after, f2, seq2, _) = self._looks
         # the shot was the only call between the two looks: the call right after the first one's focus
         # read, and the second look's dump and focus read the two calls right after the shot
         if taken[1] != seq1 + 1 or seq2 != seq1 + 3:

@@ -20,16 +20,21 @@ screen's), rounded outwards so that a scaled area is never smaller than the one 
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
+import logging
 import math
 import struct
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from cmbuyer.agent.screens.dump import Bounds, Dump
+
+log = logging.getLogger(__name__)
 
 SYSTEM_UI = "com.android.systemui"
 
@@ -79,7 +84,8 @@ def _decode(png: bytes) -> Image.Image:
     try:
         with Image.open(io.BytesIO(png)) as opened:
             return opened.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    # DecompressionBombError (not an OSError): a header claiming more pixels than Pillow will decode
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise ImageUnreadable("the screenshot is not a readable image") from exc
 
 
@@ -178,6 +184,21 @@ _STRIP_ROWS = 64  # rows compressed at a time: a strip of a phone screen is ~200
 PNG_DEFLATE_LEVEL = 1
 
 
+@functools.cache
+def _deflater() -> Any:
+    """zlib-ng's zlib-compatible module, else the standard library's ``zlib``: the same deflate stream
+    format (RFC 1950), so the PNG is as valid and as lossless, only slower to write. zlib-ng is a declared
+    dependency (pyproject.toml); a host where its wheel is missing or broken must still store masked
+    screenshots, not fail every gate with an ImportError on the outbox thread. Imported here, not at
+    module load: `inspect`/`capture` never need it. Chosen once per process (one warning)."""
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:
+        log.warning("zlib-ng is not importable: screenshots are deflated with the standard zlib (slower)")
+        return zlib
+    return zlib_ng
+
+
 def _chunk(kind: bytes, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
 
@@ -194,12 +215,10 @@ def encode_png(img: Image.Image) -> bytes:
     "Agent CPU"). The chunks are the minimum the PNG spec requires (IHDR, IDAT,
     IEND), which the server's evidence check accepts (server/evidence/png.py; tests/agent/test_agent_cost.py
     runs it on the output)."""
-    from zlib_ng import zlib_ng  # the deflate of screenshots only: `inspect`/`capture` never need it
-
     rgb = img if img.mode == "RGB" else img.convert("RGB")
     width, height = rgb.size
     stride = width * 3
-    deflate = zlib_ng.compressobj(PNG_DEFLATE_LEVEL)
+    deflate = _deflater().compressobj(PNG_DEFLATE_LEVEL)
     idat = []
     for top in range(0, height, _STRIP_ROWS):
         strip = rgb.crop((0, top, width, min(height, top + _STRIP_ROWS))).tobytes()

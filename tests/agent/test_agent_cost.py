@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -206,3 +207,66 @@ def test_a_selector_looks_at_a_dump_once() -> None:
     # another dump (another text) is looked at afresh
     other = parse_dump(_dump_xml([(APP, (0, 0, 720, 1500))]))
     assert len(selector.find(other)) == 1
+
+
+def test_without_zlib_ng_screenshots_are_still_valid_lossless_pngs() -> None:
+    # A phone host whose zlib-ng wheel is missing or broken: every gate screenshot would raise ImportError on
+    # the outbox thread and stop every order. A fresh interpreter with the module blocked must still write
+    # PNGs the server accepts, pixel for pixel (the standard zlib writes the same stream format).
+    code = (
+        "import io, sys\n"
+        "sys.modules['zlib_ng'] = None\n"
+        "from PIL import Image\n"
+        "from cmbuyer.agent.screens.masking import encode_png\n"
+        "from cmbuyer.server.domain.evidence_limits import EvidenceLimits\n"
+        "from cmbuyer.server.evidence.png import validate_evidence\n"
+        "img = Image.effect_noise((333, 131), 50).convert('RGB')\n"
+        "png = encode_png(img)\n"
+        "validate_evidence(png, EvidenceLimits())\n"
+        "assert Image.open(io.BytesIO(png)).tobytes() == img.tobytes()\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr[-2000:]
+
+
+def test_a_screenshot_claiming_too_many_pixels_is_unreadable_not_a_crash() -> None:
+    # Pillow refuses a header of more than twice MAX_IMAGE_PIXELS with DecompressionBombError, which is no
+    # OSError/ValueError: masking must turn it into its documented ImageUnreadable, not a traceback.
+    import struct
+    import zlib
+
+    from cmbuyer.agent.screens.masking import ImageUnreadable
+
+    side = 20_000  # 400 M pixels
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    dump = parse_dump(_dump_xml([(APP, (0, 0, 60, 120))]))
+    try:
+        outside_app_of_all(bomb, (dump,), APP)
+    except ImageUnreadable:
+        pass
+    else:
+        raise AssertionError("a decompression bomb must be refused as ImageUnreadable")
+
+
+def test_the_mmap_threshold_changes_nothing_where_the_c_library_has_no_mallopt(monkeypatch: Any) -> None:
+    # musl (Alpine) and macOS have no mallopt, and a minimal image may have no findable C library at all:
+    # the agent must start anyway, with the call saying it changed nothing
+    import ctypes
+    import ctypes.util
+    import types
+
+    from cmbuyer.agent import heap
+
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)  # no C library found
+    assert heap.fix_mmap_threshold() is False
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "/nonexistent/libc.so")  # not loadable
+    assert heap.fix_mmap_threshold() is False
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libc.so")
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: types.SimpleNamespace())  # a C library without mallopt
+    assert heap.fix_mmap_threshold() is False

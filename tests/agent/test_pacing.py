@@ -341,3 +341,33 @@ def test_a_shot_between_looks_is_refused_unless_the_app_is_focused_at_both(no_sl
     sim.app.foreign = "com.tencent.mm"  # a cashier came to the front after the shot
     phone.look_after_tap()
     assert phone.app_screenshot_png() is None
+
+
+def test_looks_older_than_the_reuse_bound_are_not_a_stable_look_nor_a_focus(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Between the observation's last look and the confirmation lie the synchronous upload of the observation
+    # screenshot (client timeout 10 s × up to 5 attempts) and a journal fsync — no phone call, but time in
+    # which a cashier may come to the front. The confirmation must then look again (and go BACK from the
+    # cashier), not act on the observation's looks; right after them it reuses them (no phone call).
+    import cmbuyer.agent.phone.adapter as adapter
+    from cmbuyer.agent import confirm
+
+    monkeypatch.setattr(adapter, "LOOK_REUSE_SECONDS", 0.2, raising=False)
+    pack = next(p for p in shipped_packs() if p.after_submit is not None)
+    assert pack.after_submit is not None
+    sim, phone = _armed_product_phone()
+    phone.look_after_tap()
+    phone.look_after_tap()  # the observation saw the app twice
+    calls = (sim.dumps, sim.focus_reads)
+    fresh = confirm._stable(phone, pack, pack.after_submit, time.monotonic() + 5)
+    assert fresh is not None and fresh.where == "app" and (sim.dumps, sim.focus_reads) == calls  # reused
+    sim.app.foreign = "com.tencent.mm"  # the cashier comes to the front during the upload
+    time.sleep(0.3)
+    late = confirm._stable(phone, pack, pack.after_submit, time.monotonic() + 5)
+    assert late is not None and late.where == "cashier"
+    # the screenshot's focus-before check does not take an old look's focus either
+    sim.app.foreign = None
+    phone.look_after_tap()
+    sim.app.foreign = "com.tencent.mm"
+    time.sleep(0.3)
+    shots = sim.shots
+    assert phone.app_screenshot_png() is None and sim.shots == shots  # a fresh focus read: no shot of the cashier
