@@ -154,6 +154,9 @@ def run(phones: int, orders_per_phone: int, profile: Path | None = None) -> dict
                 details = _details(stack, task_ids)
                 if all(d["task"]["state"] in SETTLED for d in details.values()):
                     break
+                dead = stack.dead()  # a crashed agent's orders would go to the others and skew every number
+                if dead:
+                    raise SystemExit("fleet run: a process died: " + "; ".join(dead))
                 time.sleep(0.5)
             window = time.monotonic() - window
             cpu1 = {s: cpu_seconds(pid) for s, pid in agents.items()}

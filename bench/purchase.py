@@ -245,6 +245,8 @@ def run(orders: int) -> dict[str, Any]:
                 details = stack.task_details(specs)
                 if all(d["task"]["state"] in SETTLED for d in details.values()):
                     break
+                if stack.dead():
+                    raise SystemExit("benchmark run: a process died: " + "; ".join(stack.dead()))
                 time.sleep(0.2)
             after = remote_state(stack.sim_port, "sim-1")["counters"]
             time.sleep(0.3)  # the agent logs its last RESULT line just after the report
