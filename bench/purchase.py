@@ -261,6 +261,12 @@ def run(orders: int) -> dict[str, Any]:
     minimum, calls = unavoidable_seconds(QUANTITY, DIMENSIONS)
     used = {k: round((after[k] - before[k]) / orders, 2) for k in KINDS}
     mean = sum(per_order) / len(per_order)
+    # The model counts the app start for every order (as issue 8 did), but only the first order of a run
+    # opens a cold app: the warm orders are also measured against the model without it, so the headline
+    # ratio cannot hide time behind a start that was never paid.
+    by_start = sorted(details.values(), key=lambda d: _ts(d["attempts"][0]["created_at"]))
+    warm = [_ts(d["submission"]["result_at"]) - _ts(d["attempts"][0]["created_at"]) for d in by_start[1:]]
+    warm_minimum = minimum - REALISTIC["app_start"]
     return {
         "orders": orders,
         "wall_seconds_per_order": {
@@ -274,6 +280,12 @@ def run(orders: int) -> dict[str, Any]:
         "unavoidable_seconds_per_order": round(minimum, 3),
         "ratio_wall_to_unavoidable": round(mean / minimum, 3),
         "target_ratio": TARGET_RATIO,
+        "warm_orders": {
+            "orders": len(warm),
+            "wall_seconds_mean": round(sum(warm) / len(warm), 3) if warm else None,
+            "unavoidable_seconds": round(warm_minimum, 3),
+            "ratio": round(sum(warm) / len(warm) / warm_minimum, 3) if warm else None,
+        },
         "load_average": [round(x, 2) for x in _loadavg()],
     }
 
