@@ -4,10 +4,12 @@ taken before the next tap, and the outbox (async events/uploads) is drained befo
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -242,6 +244,29 @@ def test_a_phone_call_opens_one_adb_connection_not_a_version_query_too() -> None
         phone.screenshot()
         assert sim.host_version_requests == before
         assert sim.phone("sim-1").counters["shell_calls"] >= 4  # the calls did reach the phone
+
+
+def test_a_phone_call_request_is_not_held_back_by_nagle() -> None:
+    """Every adb connection of the adapter's client has TCP_NODELAY (issue 29): uiautomator2 writes an
+    HTTP request's headers and body in two sends, and with Nagle on the body waited for the adb
+    server's delayed ACK (≈ 40 ms per dump and screenshot). The connection a dump uses is the one
+    checked: the client's, not a socket opened here."""
+    with adbutils_leaks_ignored(), running_sim():
+        phone = PhoneAdapter.connect("sim-1")
+        client = phone._adb._client
+        made: list[int] = []
+        plain = type(client).make_connection
+
+        def recording(self: Any, timeout: float | None = None) -> Any:
+            conn = plain(self, timeout)
+            made.append(conn.conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            return conn
+
+        with mock.patch.object(type(client), "make_connection", recording):
+            phone.open_goods(GOODS)
+            phone.dump_raw()
+            phone.screenshot()
+        assert len(made) >= 3 and all(made), made
 
 
 # --- issue 29: a stored screenshot between the two dumps of the stable read that judged its screen --
