@@ -359,6 +359,33 @@ def test_after_the_tap_a_shot_between_two_looks_needs_no_more_calls(no_sleep: No
     assert phone.recent_looks() == []
 
 
+def test_the_observation_adds_no_poll_pause_where_its_screenshot_already_lies_between_the_looks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # issue 29: the first look already shows the outcome with the app in front, so the screenshot is
+    # taken before the second look — that call spaces the two looks; the 50 ms poll pause waited for nothing
+    from decimal import Decimal
+
+    import cmbuyer.phonesim.app as app
+    from cmbuyer.agent import submit
+
+    sim, phone = _armed_product_phone()
+    goods = sim.app.goods
+    assert goods is not None
+    order = app.Order("250101-000000001", goods.goods_id, {}, 1, Decimal(10), Decimal(10), "ORDER_CREATED")
+    sim.app.stack[-1] = app.Page("order", goods_id=goods.goods_id, order=order)
+    pauses: list[float] = []
+    monkeypatch.setattr(submit.time, "sleep", pauses.append)
+    pack = next(p for p in shipped_packs() if p.after_submit is not None)
+    outcome = submit._observe(phone, pack, 5)
+    assert outcome.observation == "SUBMITTED" and outcome.screenshot is not None
+    assert (sim.dumps, sim.shots, sim.focus_reads) == (2, 1, 2) and pauses == []
+    # a first look without an outcome (still the product page) is followed by the poll pause
+    sim.app.stack[-1] = app.Page("product", goods_id=goods.goods_id)
+    submit._observe(phone, pack, 0.01)
+    assert pauses and set(pauses) == {submit.POLL_SECONDS}
+
+
 def test_a_shot_between_looks_is_refused_unless_the_app_is_focused_at_both(no_sleep: None) -> None:
     sim, phone = _armed_product_phone()
     phone.look_after_tap()
