@@ -7,6 +7,9 @@ import copy
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -237,10 +240,72 @@ def test_doctor_leaves_a_running_agents_state_alone(
         capsys.readouterr()
         alone = srv.device_row(device_id)
     assert rc == 0, checks
-    assert checks["server accepts the device"]["detail"] == DOCTOR_AGENT_RUNNING
+    assert checks["server accepts the device"]["detail"] == f"{srv.url}；{DOCTOR_AGENT_RUNNING}"
     assert (after["reported_state"], after["last_heartbeat_at"]) == ("READY", before["last_heartbeat_at"])
-    assert len(refused) == 1 and "已有一个 cmbuyer-agent run 在为手机 sim-1 运行" in refused[0]
+    assert len(refused) == 1 and "已有一个 cmbuyer-agent run 在本机为手机 sim-1 运行" in refused[0]
     assert rc_alone == 0 and alone["reported_state"] == "PAUSED"
+
+
+AGENT = str(Path(sys.executable).parent / "cmbuyer-agent")
+
+
+def test_a_running_agent_is_seen_from_any_state_dir_and_doctor_still_checks_the_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 (fresh-user trial): the run lock is per host and serial, not per state dir. A real ``run`` holds
+    a phone (held: NEEDS_PERSON with SCREEN_UNRECOGNIZED); doctor started with another state dir sends no
+    heartbeat — the server row keeps its state and hold — yet checks the token with the read-only call: the
+    right one passes, a wrong one fails with 401 and exit 1. A second ``run`` with another state dir refuses."""
+    from cmbuyer.agent.journal import Journal
+
+    state = tmp_path / "agent-state"
+    journal = Journal.for_serial("sim-1", state)
+    journal.set_hold("SCREEN_UNRECOGNIZED: 画面无法识别")
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
+        cred = _creds_file(tmp_path, srv)
+        device_id = json.loads(cred.read_text())["device_id"]
+        env = {**os.environ, "CMBUYER_AGENT_STATE_DIR": str(state)}
+        command = ["--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)]
+        with (tmp_path / "agent.log").open("wb") as log:
+            proc = subprocess.Popen([AGENT, "run", *command], stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while srv.device_row(device_id).get("reported_state") != "NEEDS_PERSON":
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
+                time.sleep(0.1)
+            held = {k: v for k, v in srv.device_row(device_id).items() if k.startswith(("hold_", "reported_state"))}
+            assert held["hold_code"] == "SCREEN_UNRECOGNIZED"
+            monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "other"))  # or another working folder
+            rc = main(["doctor", "--json", *command])
+            checks = _checks(capsys.readouterr().out)
+            after = {k: v for k, v in srv.device_row(device_id).items() if k in held}
+            wrong = tmp_path / "wrong.cred"
+            fd = os.open(wrong, os.O_WRONLY | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"device_id": device_id, "token": "ab" * 32}, fh)
+            rc_wrong = main(["doctor", "--json", *command[:-1], str(wrong)])
+            wrong_checks = _checks(capsys.readouterr().out)
+            rc_second = main(["run", "--once", *command])
+            second = capsys.readouterr().err.strip().splitlines()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    assert after == held
+    assert rc == 0 and checks["server accepts the device"]["ok"], checks
+    assert rc_wrong == 1 and wrong_checks["server accepts the device"]["ok"] is False
+    assert "（401）" in wrong_checks["server accepts the device"]["detail"]
+    assert rc_second == 2 and len(second) == 1 and "已有一个 cmbuyer-agent run 在本机为手机 sim-1 运行" in second[0]
+
+
+def test_run_lock_file_names_are_safe_and_distinct() -> None:
+    """Every serial gets its own file inside the runtime dir: no ``/`` or ``..`` escapes, no two serials share."""
+    from cmbuyer.agent.instance import lock_name
+
+    serials = ["sim-1", "192.168.0.173:5555", "192.168.0.173_5555", "../x", "a/b", "..", "%2F", "x" * 300]
+    names = [lock_name(s) for s in serials]
+    assert len(set(names)) == len(names)
+    assert all("/" not in n and n.endswith(".lock") and len(n) < 255 for n in names)
+    assert lock_name("192.168.0.173:5555") == "192.168.0.173%3A5555.lock"
 
 
 def srv_creds(path: Path) -> Any:
