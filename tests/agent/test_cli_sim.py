@@ -47,7 +47,7 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert json.loads(cred.read_text())["token"] not in out
     assert rc == 0, checks
     # which pack and where from (operator pack dirs: tests/agent/test_packdir.py)
-    assert checks["selector pack"]["detail"].startswith("pdd-8.17.0-81700 (shipped pack /")
+    assert checks["selector pack"]["detail"].startswith("pdd-8.17.0-81700（随附识别包 /")
     assert checks["Pinduoduo installed"]["detail"] == "8.17.0 (81700)"
     assert checks["server allows this app version"]["ok"]
     assert all(c["ok"] for c in checks.values())
@@ -155,7 +155,23 @@ def test_doctor_without_adb_server(
     monkeypatch.delenv("CMBUYER_DEVICE_ID", raising=False)
     rc = main(["doctor", "--json", "--device", "sim-1", "--server", "http://127.0.0.1:9"])
     checks = _checks(capsys.readouterr().out)
-    assert rc == 1 and "adb server unreachable" in checks["phone"]["detail"]
+    assert rc == 1 and "无法连接 adb 服务 127.0.0.1:" in checks["phone"]["detail"]
+
+
+def test_doctor_and_dry_run_say_in_chinese_that_a_phone_is_not_online(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32 trial: a serial adb does not list (sim-9) is named in Chinese by doctor and dry-run alike."""
+    with adbutils_leaks_ignored(), running_sim():
+        rc = main(["doctor", "--json", "--device", "sim-9", "--server", "http://127.0.0.1:9"])
+        phone = _checks(capsys.readouterr().out)["phone"]
+        dry = main(
+            ["dry-run", "--device", "sim-9", "--goods-id", "1", "--color", "黑", "--quantity", "1"]
+            + ["--max-total", "9.00", "--out", str(tmp_path / "out")]
+        )
+        printed = json.loads(capsys.readouterr().out)
+    assert rc == 1 and phone["detail"].startswith("手机 sim-9 不在线（")
+    assert dry == 2 and printed == {"error": "ADB_ERROR", "detail": phone["detail"]}
 
 
 def test_capture_writes_an_evidence_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
