@@ -165,10 +165,8 @@ def test_doctor_and_dry_run_say_in_chinese_that_a_phone_is_not_online(
     with adbutils_leaks_ignored(), running_sim():
         rc = main(["doctor", "--json", "--device", "sim-9", "--server", "http://127.0.0.1:9"])
         phone = _checks(capsys.readouterr().out)["phone"]
-        dry = main(
-            ["dry-run", "--device", "sim-9", "--goods-id", "1", "--color", "黑", "--quantity", "1"]
-            + ["--max-total", "9.00", "--out", str(tmp_path / "out")]
-        )
+        dry_run = ["dry-run", "--device", "sim-9", "--goods-id", "1", "--color", "黑", "--quantity", "1"]
+        dry = main([*dry_run, "--max-total", "9.00", "--out", str(tmp_path / "out")])
         printed = json.loads(capsys.readouterr().out)
     assert rc == 1 and phone["detail"].startswith("手机 sim-9 不在线（")
     assert dry == 2 and printed == {"error": "ADB_ERROR", "detail": phone["detail"]}
