@@ -59,7 +59,7 @@ from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import ops as ops_queries
 from cmbuyer.server.tx.common import Actor, new_id
-from cmbuyer.server.web.admin.labels import DEVICE_REGISTRATION_LABELS
+from cmbuyer.server.web.admin.labels import DEVICE_REGISTRATION_LABELS, refusal_message
 
 
 class Exit(IntEnum):
@@ -138,7 +138,7 @@ def _tx(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
     except Unavailable as exc:
         raise CliError(storage_error(exc), Exit.STORAGE) from None
     except DomainError as exc:
-        raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
+        raise CliError(f"{exc.code}: {refusal_message(exc)}", Exit.RULE) from None
 
 
 # -- init / migrate / serve / doctor -------------------------------------------------------------
@@ -799,7 +799,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 raw["max_total_price"] = person_money("max_total_price", args.max_total_price)
                 new = task_service.validate_new_task(raw, settings)
             except DomainError as exc:
-                raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
+                raise CliError(f"{exc.code}: {refusal_message(exc)}", Exit.RULE) from None
             task, _created = _tx(conn, lambda c: task_service.create_task(c, new, CLI_ACTOR, now))
             _report(
                 args,
@@ -963,7 +963,7 @@ def cmd_submission(args: argparse.Namespace) -> int:
                 {"outcome": args.outcome, "note": args.note, "expected_task_version": version}
             )
         except DomainError as exc:
-            raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
+            raise CliError(f"{exc.code}: {refusal_message(exc)}", Exit.RULE) from None
         result = _tx(
             conn, lambda c: admin_actions.reconcile(c, args.submission_id, outcome, note, version, CLI_ACTOR, now)
         )
