@@ -38,6 +38,7 @@ from cmbuyer.server.cli_text import (
     JSON_HELP,
     PASSWORD_PROMPT,
     TASK_ID_HELP,
+    cannot_listen,
     coded,
     no_database,
     refusing_to_start,
@@ -353,7 +354,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except StartupRefused as exc:
         raise CliError(refusing_to_start(exc), Exit.STORAGE) from None
     except OSError as exc:
-        raise CliError(f"无法监听 {settings.host}:{settings.port}（{exc.strerror}）", Exit.SETTINGS) from None
+        raise CliError(cannot_listen(settings.host, settings.port, exc), Exit.SETTINGS) from None
     return Exit.OK
 
 

@@ -275,6 +275,18 @@ def test_serve_reports_a_busy_port_before_any_serving_line(ddir: Path) -> None:
         result = cli(ddir, "serve", "--port", str(taken.getsockname()[1]))
     assert result.returncode == 3, result.stderr
     assert "无法监听 127.0.0.1:" in result.stderr and "正在服务" not in result.stderr
+    # in Chinese, not asyncio's "error while attempting to bind on address …" (issue 32 trial); errno name kept
+    assert "端口已被占用" in result.stderr and "EADDRINUSE" in result.stderr
+    assert "error while" not in result.stderr and "address already in use" not in result.stderr.lower()
+
+
+def test_serve_on_a_public_address_without_tls_is_refused_in_chinese(ddir: Path) -> None:
+    """Issue 32 trial: ``serve --host 0.0.0.0`` without TLS → exit 3, one Chinese line naming the options."""
+    result = cli(ddir, "serve", "--host", "0.0.0.0")
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and "拒绝启动：0.0.0.0 不是本机回环地址，且没有配置 TLS" in line
+    assert "--tls-cert/--tls-key" in line and "not a loopback" not in line
 
 
 def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
