@@ -2,17 +2,91 @@
 
 ``argparse`` words its own ``-h`` line, the group titles and the ``usage:`` prefix in English. Both command lines
 (``cmbuyer-server``, ``cmbuyer-agent``) call :func:`chinese_help` on their finished parser tree so that every line of
-every ``--help`` is Chinese like their own help texts. argparse's error lines (``the following arguments are
-required``) stay as argparse writes them: they come from the standard library, exit 2, and name the option.
+every ``--help`` is Chinese like their own help texts, and argparse's own error lines (``the following arguments are
+required: --url``, ``invalid choice``, ``unrecognized arguments``, ``invalid int value`` …) are printed in Chinese by
+:func:`chinese_error` — option names, values and the exit code 2 stay as argparse gives them. argparse words those
+lines through gettext templates (:data:`ERROR_TEMPLATES` maps each to its Chinese); a line no template matches (a
+newer Python's new wording) is printed as it is rather than guessed at.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import re
+import sys
+from typing import Any, NoReturn
 
 HELP_LINE = "显示此帮助并退出"
 USAGE_PREFIX = "用法："
+
+
+# argparse's error templates (the msgids its gettext ``_`` is called with, Python 3.11–3.13) → Chinese. The same
+# ``%(name)s``/``%s`` fields: a formatted English line is matched against the template and its pieces re-used.
+ERROR_TEMPLATES: tuple[tuple[str, str], ...] = (
+    ("argument %(argument_name)s: %(message)s", "参数 %(argument_name)s：%(message)s"),
+    ("the following arguments are required: %s", "缺少必需的参数：%s"),
+    ("unrecognized arguments: %s", "无法识别的参数：%s"),
+    ("invalid choice: %(value)r (choose from %(choices)s)", "无效的选择：%(value)r（可选：%(choices)s）"),
+    ("invalid %(type)s value: %(value)r", "无效的%(type)s值：%(value)r"),
+    ("expected one argument", "需要一个值"),
+    ("expected at most one argument", "最多一个值"),
+    ("expected at least one argument", "至少需要一个值"),
+    ("not allowed with argument %s", "不能与参数 %s 同时使用"),
+    ("one of the arguments %s is required", "参数 %s 必须给出其中之一"),
+    ("ambiguous option: %(option)s could match %(matches)s", "有歧义的选项：%(option)s 可以是 %(matches)s"),
+    ("ignored explicit argument %r", "忽略了多余的值 %r"),
+    ("unexpected option string: %s", "意外的选项：%s"),
+)
+ERROR_PREFIX = "错误"
+# the ``type`` of an ``invalid %(type)s value`` line, as a person reads it (another type keeps its name)
+TYPE_NAMES = {"int": "整数", "float": "数字"}
+
+_FIELD = re.compile(r"%(?:\((\w+)\))?[sr]")
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    """The template as a regex: each ``%(name)s`` / ``%s`` field a group (``f0``, ``f1`` … when unnamed)."""
+    out, pos, n = [], 0, 0
+    for m in _FIELD.finditer(template):
+        out.append(re.escape(template[pos : m.start()]))
+        out.append(f"(?P<{m.group(1) or f'f{n}'}>.+?)")
+        n += 1
+        pos = m.end()
+    out.append(re.escape(template[pos:]))
+    return re.compile("".join(out), re.DOTALL)
+
+
+_PATTERNS = [(_pattern(en), zh) for en, zh in ERROR_TEMPLATES]
+
+
+def translate_error(message: str) -> str:
+    """argparse's error ``message`` in Chinese (an ``argument X: …`` line's inner message too); unchanged when no
+    template matches."""
+    for pattern, zh in _PATTERNS:
+        m = pattern.fullmatch(message)
+        if m is None:
+            continue
+        fields = m.groupdict()
+        if "message" in fields:
+            fields["message"] = translate_error(fields["message"])
+        if "type" in fields:
+            fields["type"] = TYPE_NAMES.get(fields["type"], fields["type"])
+        text, n = [], 0
+        pos = 0
+        for f in _FIELD.finditer(zh):  # fill the Chinese template with the English line's own pieces, as they are
+            text.append(zh[pos : f.start()])
+            text.append(fields[f.group(1) or f"f{n}"])
+            n += 1
+            pos = f.end()
+        text.append(zh[pos:])
+        return "".join(text)
+    return message
+
+
+def chinese_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """What ``parser.error`` does, in Chinese: the usage line, then ``PROG：错误：…`` on stderr, exit 2."""
+    parser.print_usage(sys.stderr)
+    parser.exit(2, f"{parser.prog}：{ERROR_PREFIX}：{translate_error(message)}\n")
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -23,8 +97,10 @@ class _Formatter(argparse.HelpFormatter):
 
 
 def chinese_help(parser: argparse.ArgumentParser) -> None:
-    """Give ``parser`` and every subcommand below it the Chinese ``-h`` line, group titles and usage prefix."""
+    """Give ``parser`` and every subcommand below it the Chinese ``-h`` line, group titles, usage prefix and
+    error lines (:func:`chinese_error`)."""
     parser.formatter_class = _Formatter
+    parser.error = lambda message: chinese_error(parser, message)  # type: ignore[method-assign]
     parser._positionals.title = "位置参数"
     parser._optionals.title = "选项"
     for action in parser._actions:

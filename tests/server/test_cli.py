@@ -357,7 +357,7 @@ def test_missing_data_dir_and_missing_subcommand_are_clear_one_line_errors(tmp_p
     assert result.returncode == 4 and not missing.exists()
     assert result.stderr.strip() == f"cmbuyer-server：目录 {missing} 不存在；请先运行 `cmbuyer-server init`"
     result = cli(tmp_path, "evidence")
-    assert result.returncode == 2 and result.stderr.strip().endswith("the following arguments are required: {gc}")
+    assert result.returncode == 2 and result.stderr.strip().endswith("缺少必需的参数：{gc}")
 
 
 def test_task_add_with_options(ddir: Path) -> None:
