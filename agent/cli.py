@@ -209,7 +209,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps({"error": exc.reason_code, "detail": str(exc)}, ensure_ascii=False))
         return ExitCode.USAGE
     except AgentError as exc:
-        print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
+        print(json.dumps({"error": exc.reason_code, "detail": exc.summary}, ensure_ascii=False))
         return ExitCode.USAGE
     except OSError as exc:
         print(
@@ -255,7 +255,8 @@ def cmd_journal(args: argparse.Namespace) -> int:
                     "exists": False,
                     "error": "这里没有这台设备的日志；代理的状态目录是 $CMBUYER_AGENT_STATE_DIR"
                     "（默认 ./var/agent）—— 请用与代理相同的值运行（例如 systemd 单元的 Environment=）",
-                }
+                },
+                ensure_ascii=False,
             )
         )
         return ExitCode.FAILED
@@ -265,7 +266,7 @@ def cmd_journal(args: argparse.Namespace) -> int:
             j.clear_hold()
         print(json.dumps(j.summary(), ensure_ascii=False, indent=2))
     except JournalError as exc:
-        print(json.dumps({"error": str(exc)}))
+        print(json.dumps({"error": str(exc)}, ensure_ascii=False))
         return ExitCode.USAGE
     return ExitCode.OK
 
