@@ -700,8 +700,11 @@ def cmd_device(args: argparse.Namespace) -> int:
                     "changed": changed,
                 },
                 [
-                    f"领取节奏：两次领取至少间隔 {f'{interval} 秒' if interval else '（不限）'}，"
-                    f"每天最多 {f'{per_day} 次' if per_day else '（不限）'}" + unchanged(changed)
+                    "领取节奏："
+                    + (f"两次领取至少间隔 {interval} 秒" if interval else "两次领取的间隔不限")
+                    + "，"
+                    + (f"每天最多 {per_day} 次" if per_day else "每天次数不限")
+                    + unchanged(changed)
                 ],
             )
         else:

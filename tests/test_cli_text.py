@@ -94,3 +94,22 @@ def test_an_argparse_line_no_template_knows_is_kept_as_it_is() -> None:
 
     assert translate_error("something new in Python 3.14") == "something new in Python 3.14"
     assert translate_error("argument --x: expected one argument") == "参数 --x：需要一个值"
+
+
+def test_help_wraps_by_display_width_and_keeps_phrases_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32 trial: help lines are wrapped by terminal columns (a Chinese character takes two), never inside an
+    option or path, no line starts with ``：``/``，`` or ends with ``（``; the group titles end with a full-width colon."""
+    from cmbuyer.agent.cli import build_parser
+    from cmbuyer.schemas.clihelp import display_width, wrap_cjk
+
+    assert wrap_cjk("on：按全局规则监督；off：此设备免除", 10) == ["on：按全局", "规则监督；", "off：此设", "备免除"]
+    assert wrap_cjk("凭据文件（默认 $CMBUYER_DEVICE_ID）", 10) == ["凭据文件", "（默认", "$CMBUYER_DEVICE_ID）"]
+
+    monkeypatch.setenv("COLUMNS", "80")
+    run = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    text = run.format_help()
+    assert "\n选项：\n" in text and "选项:" not in text
+    body = [line for line in text.splitlines() if line.startswith(" " * 24)]
+    assert len(body) > 5 and all(display_width(line) <= 80 for line in body), body
+    assert not any(line.strip().startswith(("：", "，", "）")) or line.endswith("（") for line in body), body
+    assert any("$CMBUYER_DEVICE_ID" in line.split() for line in body)  # a setting name is never split

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import unicodedata
 from typing import Any, NoReturn
 
 HELP_LINE = "显示此帮助并退出"
@@ -89,11 +90,62 @@ def chinese_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     parser.exit(2, f"{parser.prog}：{ERROR_PREFIX}：{translate_error(message)}\n")
 
 
+# one Chinese character (or full-width mark) is a token of its own; a run of other non-space characters (an option,
+# a path, an English word) is one token that is never split; spaces are where nothing is lost by breaking
+_WIDE = "\u2e80-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef"
+_TOKENS = re.compile(f"[{_WIDE}]|[^\\s{_WIDE}]+|\\s+")
+# marks a line must not start with (they close the phrase before them: "off：" stays together)
+_NO_LINE_START = frozenset("，。；：、）》」』！？…,.;:!?)]}")
+_NO_LINE_END = frozenset("（《「『")  # and marks a line must not end with: they open the phrase after them
+
+
+def display_width(text: str) -> int:
+    """Terminal columns of ``text``: two for a Chinese character or full-width mark, one for the rest."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def wrap_cjk(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` terminal columns (a token wider than that gets a line of its own):
+    broken between Chinese characters or at spaces, never inside an option, path or word, and never so that a line
+    starts with closing punctuation (``：``, ``，``, ``）`` …) or ends with an opening bracket (``（``)."""
+    lines: list[str] = []
+    line, used = "", 0
+    for token in _TOKENS.findall(text):
+        if token.isspace():
+            if line:
+                line, used = line + " ", used + 1
+            continue
+        wide = display_width(token)
+        if line.strip() and used + wide > width and token not in _NO_LINE_START:
+            carried = line[-1] if line[-1] in _NO_LINE_END and len(line.strip()) > 1 else ""
+            lines.append(line[: len(line) - len(carried)].rstrip())
+            line, used = carried, display_width(carried)
+        line, used = line + token, used + wide
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines
+
+
 class _Formatter(argparse.HelpFormatter):
-    """The help formatter with a Chinese ``usage`` prefix."""
+    """The help formatter with a Chinese ``usage`` prefix, full-width colons after the group titles, and help
+    lines wrapped by display width (:func:`wrap_cjk`; argparse counts a Chinese character as one column and only
+    breaks at spaces)."""
 
     def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: str | None = None) -> None:
         super().add_usage(usage, actions, groups, USAGE_PREFIX if prefix is None else prefix)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return wrap_cjk(" ".join(text.split()), width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in wrap_cjk(" ".join(text.split()), width - len(indent)))
+
+    def format_help(self) -> str:
+        # a group title is a line of its own ending in argparse's ASCII ":" — "选项:" → "选项："
+        return _HEADING.sub(lambda m: f"{m.group(1)}：", super().format_help())
+
+
+_HEADING = re.compile(f"^([^\\s:][^\\n:]*[{_WIDE}]):$", re.MULTILINE)
 
 
 def chinese_help(parser: argparse.ArgumentParser) -> None:

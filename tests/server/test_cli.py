@@ -147,6 +147,8 @@ def test_device_pause_resume_and_pace(ddir: Path) -> None:
     paced = cli_json(ddir, "device", "pace", device_id, "--min-interval", "300", "--max-per-day", "20")
     assert (paced["min_claim_interval_seconds"], paced["max_claims_per_day"], paced["changed"]) == (300, 20, True)
     assert cli_json(ddir, "device", "list")["devices"][0]["min_claim_interval_seconds"] == 300
+    only_interval = cli(ddir, "device", "pace", device_id, "--min-interval", "30")
+    assert only_interval.stdout.strip() == "领取节奏：两次领取至少间隔 30 秒，每天次数不限", only_interval.stdout
     bad = cli(ddir, "device", "pace", device_id, "--min-interval", "0")
     assert bad.returncode == 1 and "1–86400" in bad.stderr
     assert cli_json(ddir, "device", "revoke", device_id)["changed"] is True
@@ -159,7 +161,7 @@ def test_device_pause_resume_and_pace(ddir: Path) -> None:
         r[0] for r in conn.execute("SELECT action FROM audit_log WHERE subject_id = ? ORDER BY id", (device_id,))
     ]
     conn.close()
-    assert actions == ["device.add", "device.pause", "device.resume", "device.pacing", "device.revoke"]
+    assert actions == ["device.add", "device.pause", "device.resume", "device.pacing", "device.pacing", "device.revoke"]
 
 
 def test_task_add_start_show(ddir: Path) -> None:
