@@ -98,7 +98,7 @@ def test_an_argparse_line_no_template_knows_is_kept_as_it_is() -> None:
 
 def test_help_wraps_by_display_width_and_keeps_phrases_together(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 32 trial: help lines are wrapped by terminal columns (a Chinese character takes two), never inside an
-    option or path, no line starts with ``：``/``，`` or ends with ``（``; the group titles end with a full-width colon."""
+    option or path, no line starts with ``：``/``，`` or ends with ``（``; group titles end in a full-width colon."""
     from cmbuyer.agent.cli import build_parser
     from cmbuyer.schemas.clihelp import display_width, wrap_cjk
 
