@@ -8,11 +8,14 @@ working agent must not overwrite what that agent reports (BUSY, NEEDS_PERSON and
 
 The lock is **per host and serial, not per state dir**: an adb serial names one phone on one host, whichever
 ``$CMBUYER_AGENT_STATE_DIR`` (or working folder, default ./var/agent) a ``run`` or ``doctor`` was started with. The
-runtime dir is ``$XDG_RUNTIME_DIR/cmbuyer-agent`` when that is set (systemd sessions), else
-``/tmp/cmbuyer-agent-<uid>``; it is made 0700 and refused when it is a symlink, not ours, or open to others
-(``/tmp`` is shared). A second ``run`` for the same phone finds the lock taken and refuses to start: two agents
-would claim and tap concurrently. The lock is advisory and local: agents of different users or on two hosts
-driving one phone are not seen.
+lock dir is ``/tmp/cmbuyer-agent-<uid>`` — deliberately not ``$XDG_RUNTIME_DIR``, which a login shell has and a
+systemd service does not, so a doctor typed in a shell would look elsewhere than the agent's service; it is made
+0700 and refused when it is a symlink, not ours, or open to others (``/tmp`` is shared). ``CMBUYER_AGENT_LOCK_DIR``
+moves it (the test suite gives each run its own; every agent and doctor of a host must then use the same value).
+A second ``run`` for the same phone finds the lock taken and refuses to start: two agents would claim and tap
+concurrently. With the default dir, ``run`` and ``doctor`` also look at the other users' ``/tmp/cmbuyer-agent-*``
+locks they may read — root may, so ``doctor`` run as root sees the agent a systemd unit runs as ``User=cmbuyer``.
+The lock is advisory and local: agents on two hosts driving one phone are not seen.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from pathlib import Path
 # a doctor's agent_running probe takes the lock shared for microseconds: a run starting just then waits, not refuses
 _TRIES = 10
 _WAIT_SECONDS = 0.1
+LOCK_DIR_ENV = "CMBUYER_AGENT_LOCK_DIR"
+_LOCK_ROOT = Path("/tmp")  # noqa: S108 - per-user dirs made 0700 and checked (_checked_dir), files opened O_NOFOLLOW
 _MAX_NAME = 200  # bytes of the encoded serial before the file name falls back to its hash (NAME_MAX is 255)
 
 
@@ -42,11 +47,11 @@ class UnsafeRuntimeDir(OSError):
 
 
 def runtime_dir() -> Path:
-    """Where the per-phone locks live: ``$XDG_RUNTIME_DIR/cmbuyer-agent``, else ``/tmp/cmbuyer-agent-<uid>``."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base:
-        return Path(base) / "cmbuyer-agent"
-    return Path("/tmp") / f"cmbuyer-agent-{os.getuid()}"  # noqa: S108 - made 0700 and checked in _checked_dir
+    """Where the per-phone locks live: ``$CMBUYER_AGENT_LOCK_DIR``, else ``/tmp/cmbuyer-agent-<uid>``."""
+    override = os.environ.get(LOCK_DIR_ENV)
+    if override:
+        return Path(override)
+    return _LOCK_ROOT / f"cmbuyer-agent-{os.getuid()}"
 
 
 def lock_name(serial: str) -> str:
@@ -61,6 +66,31 @@ def lock_name(serial: str) -> str:
 def lock_path(serial: str) -> Path:
     """``<runtime dir>/<encoded serial>.lock``."""
     return runtime_dir() / lock_name(serial)
+
+
+def _other_locks(serial: str) -> list[Path]:
+    """Other users' lock files of ``serial`` in the default place (none when CMBUYER_AGENT_LOCK_DIR is set); the
+    encoded name holds no glob characters (``*?[`` are percent-encoded)."""
+    if os.environ.get(LOCK_DIR_ENV):
+        return []
+    own = lock_path(serial)
+    return [p for p in sorted(_LOCK_ROOT.glob(f"cmbuyer-agent-[0-9]*/{lock_name(serial)}")) if p != own]
+
+
+def _held(path: Path) -> bool:
+    """True when a ``run`` holds the lock file ``path`` right now; False when it is missing or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        # a shared lock is refused exactly while run holds its exclusive one, and is dropped again at once
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _checked_dir() -> Path:
@@ -96,23 +126,19 @@ def run_lock(serial: str) -> Iterator[None]:
                         "同一台手机只能运行一个代理"
                     ) from None
                 time.sleep(_WAIT_SECONDS)  # a doctor's probe holds a shared lock for a moment only
+        other = next((p for p in _other_locks(serial) if _held(p)), None)
+        if other is not None:
+            raise AlreadyRunning(
+                f"已有一个 cmbuyer-agent run 在本机为手机 {serial} 运行（另一个用户的锁文件 {other}）；"
+                "同一台手机只能运行一个代理"
+            )
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
 
 def agent_running(serial: str) -> bool:
-    """True when a ``run`` on this host holds the phone's lock right now, whatever its state dir. Never creates
-    the lock file or the runtime dir; a missing or unreadable lock file means no agent runs here."""
-    try:
-        fd = os.open(lock_path(serial), os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        # a shared lock is refused exactly while run holds its exclusive one, and is dropped again at once
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    """True when a ``run`` on this host holds the phone's lock right now, whatever its state dir (and, in the
+    default place, whichever user's lock this process may read). Never creates a lock file or dir; a missing or
+    unreadable lock file means no agent runs there."""
+    return _held(lock_path(serial)) or any(_held(p) for p in _other_locks(serial))

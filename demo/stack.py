@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cmbuyer.agent.instance import LOCK_DIR_ENV
 from cmbuyer.phonesim.journal import read_journal
 from cmbuyer.server.db import connect_sync
 from cmbuyer.server.web.admin import task_view
@@ -151,7 +152,9 @@ class Stack:
         return self.data_dir / "logs"
 
     def _env(self) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
+        # a clean CMBUYER_ environment, but the agents' lock dir stays the host's (agent/instance.py): an agent of
+        # the demo must see, and be seen by, every other agent and doctor for the same phone serial
+        base = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_") or k == LOCK_DIR_ENV}
         return {**base, **self.env}
 
     def cli(self, *args: str, stdin: str | None = None) -> dict[str, Any]:

@@ -33,11 +33,11 @@ pytest.register_assert_rewrite(
 # Keep tests away from a developer's real data dir.
 os.environ.pop("CMBUYER_DATA_DIR", None)
 
-# `cmbuyer-agent run` locks each phone host-wide (agent/instance.py: $XDG_RUNTIME_DIR/cmbuyer-agent): each test
-# session gets its own runtime dir, so test runs side by side (simulated phones are all called sim-1, sim-2 …)
-# never see each other's agents. Agents the tests start inherit it.
-_RUNTIME_DIR = tempfile.mkdtemp(prefix="cmbuyer-test-runtime-")
-os.environ["XDG_RUNTIME_DIR"] = _RUNTIME_DIR
+# `cmbuyer-agent run` locks each phone host-wide (agent/instance.py: /tmp/cmbuyer-agent-<uid>): each test session
+# gets its own lock dir, so test runs side by side (simulated phones are all called sim-1, sim-2 …) never see each
+# other's agents. Agents the tests start inherit it.
+_RUNTIME_DIR = tempfile.mkdtemp(prefix="cmbuyer-test-locks-")
+os.environ["CMBUYER_AGENT_LOCK_DIR"] = _RUNTIME_DIR
 atexit.register(shutil.rmtree, _RUNTIME_DIR, ignore_errors=True)
 
 _exit_status: list[int] = []
