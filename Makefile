@@ -63,8 +63,9 @@ demo-once: setup font ## the same demo headless; exits 0 only if every task reac
 bench: setup ## benchmarks in bench/ (ratios against a baseline measured in the same run)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-soak: setup ## long crash/soak loops (SOAK_ITERATIONS iterations, default 200; per-test timeouts scale with it)
+soak: setup ## long crash/soak loops (SOAK_ITERATIONS iterations, default 200) and the 32-phone fleet bench
 	CMBUYER_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(BIN)/pytest -q -m "slow or e2e"
+	$(BIN)/python bench/fleet.py --phones 32
 
 clean: ## remove the venv, caches, test artifacts and the demo's data (never a data dir with a real database)
 	@real=$$(find var -name cmbuyer.sqlite3 -not -path 'var/demo/*' 2>/dev/null | head -n 1); \

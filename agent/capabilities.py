@@ -259,6 +259,8 @@ def select_sku_options(
             raise FlowStop("the option dimensions changed", "SKU_DIMENSION_UNNAMED")
         return _selected_by_dimension(d, reader, dims)
 
+    if tapped or swipes:  # the read-back takes fresh dumps: gate 1's screenshot between two of them
+        phone.arm_gate_shot()
     selected, _ = _read_until(
         phone,
         read,
@@ -308,6 +310,8 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, screen: str, want
         if selector is None:
             raise FlowStop("pack has no quantity control", "QUANTITY_MISMATCH")
         dump, node = _stable_control(phone, selector, control, "QUANTITY_MISMATCH")
+        if current + (1 if control == "quantity_increase" else -1) == wanted:
+            phone.arm_gate_shot()  # the last tap: gate 2's screenshot between the read-back's dumps
         phone.tap_node(dump, node)
         before = current
         after, _ = _read_until(phone, lambda d: _quantity(d, reader), functools.partial(operator.ne, before))
@@ -329,6 +333,8 @@ def go_to_order_confirm(phone: PhoneAdapter, pack: Pack, layout: Layout) -> Dump
     if layout.to_confirm is None:
         raise FlowStop("layout has no way from the SKU sheet to the confirm page", "SCREEN_UNRECOGNIZED")
     dump, button = _stable_control(phone, layout.to_confirm, "sku confirm button", "SCREEN_UNRECOGNIZED")
+    if layout.quantity_screen != "confirm_order":  # the next read is gate 3's: its screenshot in between
+        phone.arm_gate_shot()
     phone.tap_node(dump, button)
     return wait_for_screen(phone, pack, "confirm_order")
 

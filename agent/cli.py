@@ -36,7 +36,6 @@ from cmbuyer.agent.packdir import add_pack_dir_argument, all_packs, pack_dir_fro
 from cmbuyer.agent.packtest import add_pack_test_commands
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.evidence import check_evidence
-from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
 from cmbuyer.agent.tls import ServerTlsError, verify_server
 from cmbuyer.schemas import is_hex64, is_uuid4
@@ -218,6 +217,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             )
         )
         return ExitCode.USAGE
+    from cmbuyer.agent.screens.inspect import inspect_dump  # authoring only: `run` never loads it
+
     result = inspect_dump(dump, packs)
     if not args.explain:
         print(json.dumps(result, ensure_ascii=False))

@@ -102,17 +102,32 @@ class _Look:
         return (self.where, self.cards)
 
 
-def _look(phone: PhoneAdapter, pack: Pack, conf: AfterSubmit) -> _Look:
-    dump, focus = phone.look_after_tap()
+def _seen(dump: Dump, focus: str | None, pack: Pack, conf: AfterSubmit) -> _Look:
     where = _where(dump, focus, pack, conf)
     cards = tuple(read_order_cards(dump, conf)) if where == "order_list" else ()
     return _Look(where, dump, cards)
 
 
-def _stable(phone: PhoneAdapter, pack: Pack, conf: AfterSubmit, deadline: float) -> _Look | None:
+def _look(phone: PhoneAdapter, pack: Pack, conf: AfterSubmit) -> _Look:
+    return _seen(*phone.look_after_tap(), pack, conf)
+
+
+def _stable(
+    phone: PhoneAdapter, pack: Pack, conf: AfterSubmit, deadline: float, *, new_look: bool = False
+) -> _Look | None:
     """Two consecutive looks that agree (screen kind and, on the list, every card); None at the
-    deadline."""
+    deadline. The looks the adapter remembers since its last action count (the observation's last
+    look and its screenshot's masking look, :meth:`PhoneAdapter.recent_looks`): two that agree need no
+    new dump. ``new_look=True`` (waiting for the screen to change) takes at least one new look."""
     previous: _Look | None = None
+    try:
+        for dump, focus in phone.recent_looks(new_look=new_look):
+            look = _seen(dump, focus, pack, conf)
+            if previous is not None and previous.key() == look.key():
+                return look
+            previous = look
+    except AgentError:  # a remembered look that does not read: start afresh
+        previous = None
     while time.monotonic() < deadline:
         try:
             look = _look(phone, pack, conf)
@@ -123,7 +138,11 @@ def _stable(phone: PhoneAdapter, pack: Pack, conf: AfterSubmit, deadline: float)
         if previous is not None and previous.key() == look.key():
             return look
         previous = look
-        time.sleep(POLL_SECONDS)
+        if look.where == "order_list" and look.dump.app_nodes():
+            # the list may be seen again by the next look: its screenshot between the two (issue 29)
+            phone.shoot_before_next_look()
+        else:
+            time.sleep(POLL_SECONDS)
     return None
 
 
@@ -150,6 +169,7 @@ def confirm_order_readonly(
     deadline = time.monotonic() + (CONFIRM_SECONDS if seconds is None else seconds)
     done: set[str] = set()
     linked_at = 0.0
+    waiting = False
 
     def step(name: str) -> None:
         journal.record_confirm_step(attempt_id, name)
@@ -160,7 +180,9 @@ def confirm_order_readonly(
         while True:
             if should_stop():
                 return Confirmation(None, None, "stopped: shutdown or lease", False)
-            look = _stable(phone, pack, conf, deadline)
+            # the first look may be the observation's; after a wait on the same screen, a new one
+            look = _stable(phone, pack, conf, deadline, new_look=waiting)
+            waiting = False
             if look is None:
                 return Confirmation(None, None, f"no stable screen in time after {sorted(done)}", False)
             if look.where == "cashier":
@@ -189,6 +211,7 @@ def confirm_order_readonly(
                 if time.monotonic() - linked_at > LIST_SECONDS:
                     return Confirmation(None, None, "the order list did not open after the deep link", False)
                 time.sleep(POLL_SECONDS)  # the list is still loading after the deep link
+                waiting = True
             else:
                 return Confirmation(None, None, f"stopped on a {look.where} screen", False)
             if time.monotonic() >= deadline:

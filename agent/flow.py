@@ -89,6 +89,9 @@ class PurchaseFlow:
         self.progress = progress or (lambda line: None)
         self.fence_margin = fence_margin
         self.in_critical_section = threading.Event()
+        # the gates' screenshots go through phone.gate_screenshot (the outbox observer below): let the
+        # gates' stable reads take them between their two dumps (issue 29)
+        phone.gate_shots_between_dumps = True
         self._outbox: Outbox | None = None
 
     # --- events & evidence (best effort before the fence is NOT ok: server down → stop) -------

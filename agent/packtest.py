@@ -41,7 +41,6 @@ from typing import Any
 
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
-from cmbuyer.agent.screens.inspect import inspect_dump
 from cmbuyer.agent.screens.pack import Pack, load_pack
 from cmbuyer.agent.screens.readers import SCREENS
 from cmbuyer.schemas import is_money
@@ -306,6 +305,8 @@ def check_capture(capture: Path, pack: Pack) -> CaptureResult:
             expected = load_expectation(capture / EXPECTED)
         elif (capture / PROPOSED).exists():
             load_expectation(capture / PROPOSED)  # a broken proposal is reported now, not at accept
+        from cmbuyer.agent.screens.inspect import inspect_dump  # loaded by `pack test` only, not by `run`
+
         out = inspect_dump(dump, [pack])
     except CaptureInputError as exc:
         return CaptureResult(name, "ERROR", detail=str(exc))

@@ -60,6 +60,7 @@ from cmbuyer.agent.errors import (
     Unauthorized,
 )
 from cmbuyer.agent.flow import FlowResult, PurchaseFlow
+from cmbuyer.agent.heap import fix_mmap_threshold
 from cmbuyer.agent.holds import AttemptEnd, HoldPolicy, Streaks, settle
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.lease import LeaseKeeper
@@ -417,6 +418,7 @@ class Runner:
 
     # --- loop ---------------------------------------------------------------------------------
     def run(self) -> int:
+        fix_mmap_threshold()  # screenshots' pixel blocks go back to the system when freed (agent/heap.py)
         self._count_crashes()
         held = self.journal.hold()
         if held:  # a restarted agent must say why it stays idle, not only heartbeat NEEDS_PERSON

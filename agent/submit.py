@@ -170,6 +170,9 @@ def _observe(phone: PhoneAdapter, pack: Pack, seconds: float) -> SubmitOutcome:
         ):
             shot = _shot(phone) if seen.app_in_front else None
             return SubmitOutcome(seen.observation, True, shot, f"observed {seen.what}", seen.reason, seen.package)
+        if seen.observation is not None and seen.app_in_front:
+            # the outcome may be seen again by the next look: its screenshot between the two (issue 29)
+            phone.shoot_before_next_look()
         previous = seen
         time.sleep(POLL_SECONDS)
     package = last.package if last is not None else None

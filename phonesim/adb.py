@@ -156,6 +156,8 @@ def _resolve(sim: PhoneSim, serial: str | None = None, transport_id: int | None 
 def _host_service(sock: socket.socket, sim: PhoneSim, req: str) -> Phone | None:
     """Answer a host request; returns the phone when the request attached a transport."""
     if req == "host:version":
+        with sim.host_lock:
+            sim.host_version_requests += 1
         sock.sendall(_okay(f"{ADB_VERSION:04x}"))
         return None
     if req in ("host:devices", "host:devices-l"):

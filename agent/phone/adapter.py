@@ -23,14 +23,13 @@ Rules (design §7.3, phone-facts):
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -47,7 +46,7 @@ from cmbuyer.agent.errors import (
 from cmbuyer.agent.phone.deadline import call_with_deadline
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
-from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, outside_app
+from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, encode_png, mask_outside_app
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,23 +114,41 @@ def parse_goods_id(dumpsys_activity: str) -> str | None:
 
 
 class Screenshot:
-    """One captured screen. The image is grabbed by :meth:`PhoneAdapter.screenshot`; :meth:`png`
-    encodes it (once, thread-safe) — the costly part, which need not hold up the next phone call."""
+    """One captured screen. The image is grabbed by :meth:`PhoneAdapter.screenshot`; :meth:`png` or
+    :meth:`masked_png` decodes and encodes it (once, thread-safe) — the costly part, which need not hold
+    up the next phone call. The image is dropped once encoded, so one Screenshot gives one PNG: asking
+    for the other kind afterwards is a programming error (RuntimeError)."""
 
     def __init__(self, image: Any) -> None:
         self._image = image
         self._png: bytes | None = None
+        self._masked: bool | None = None
         self._lock = threading.Lock()
 
-    def png(self) -> bytes:
+    def _encode(self, masked: bool, paint: Callable[[Any], Any]) -> bytes:
         with self._lock:
             if self._png is None:
-                buf = io.BytesIO()
-                # compress_level=1: lossless like the default, ~2x faster, ~10% larger
-                self._image.convert("RGB").save(buf, format="PNG", compress_level=1)
-                self._png = buf.getvalue()
+                image = self._image
+                # decode now: an image opened from bytes is read-only until loaded, and drawing on it
+                # before would copy all of its pixels first
+                image.load()
+                image = image if image.mode == "RGB" else image.convert("RGB")
+                self._png = encode_png(paint(image))
+                self._masked = masked
                 self._image = None
+            elif self._masked != masked:
+                raise RuntimeError("this screenshot was already encoded the other way")
             return self._png
+
+    def png(self) -> bytes:
+        """The whole screen as PNG bytes."""
+        return self._encode(False, lambda image: image)
+
+    def masked_png(self, windows: Sequence[Dump], app_package: str) -> bytes:
+        """PNG bytes with everything outside the app's own windows black (:func:`mask_outside_app`, with
+        ``windows`` the dumps taken around the shot): one decode and one encode, where encoding the plain
+        PNG and then masking it would decode and encode twice."""
+        return self._encode(True, lambda image: mask_outside_app(image, windows, app_package))
 
 
 @dataclass(frozen=True)
@@ -147,6 +164,33 @@ class SubmitTapPlan:
 # 100-200 ms itself, so two dumps are never closer than that), longer while the screen keeps
 # changing (animations).
 STABLE_PAUSES = (0.0, 0.1, 0.2, 0.3)
+# How old the latest look after the tap may be and still serve as half of a stable look or as the focus
+# before a screenshot (issue 29 reuse). The observation polls every 50 ms and the evidence upload between
+# it and the confirmation takes tens of milliseconds on a healthy server; a slow or retried upload (up to
+# the client's 10 s timeout × 5 attempts) gives the screen time to change on its own (a cashier opening).
+LOOK_REUSE_SECONDS = 1.0
+
+
+def _client_class(adbutils: Any) -> Any:
+    """``adbutils.AdbClient`` that asks the adb server for its version once, not before every call.
+
+    adbutils opens every device service (shell command, the uiautomator2 HTTP stream of each dump,
+    screenshot …) by first asking ``host:version`` on a connection of its own — a second connection,
+    round trip and 10 ms close pause per phone call — only to choose between ``host:tport:serial:``
+    (≥ 41) and the old ``host:transport:``. The answer cannot change while the adb server runs; a
+    restarted server answers the request it gets either way (a different version only matters for
+    servers older than adb 1.0.41 from 2019). The request itself is unchanged: each call still opens
+    its own transport to the phone by serial."""
+
+    class CachedVersionClient(adbutils.AdbClient):  # type: ignore[misc]
+        _version: int | None = None
+
+        def server_version(self) -> int:
+            if self._version is None:
+                self._version = int(super().server_version())
+            return self._version
+
+    return CachedVersionClient
 
 
 class PhoneAdapter:
@@ -162,6 +206,18 @@ class PhoneAdapter:
         self.app_package = app_package
         # The last (at most two) consecutive dumps taken since the last action, oldest first.
         self._recent: list[Dump] = []
+        # After the submit tap: the last (at most two) consecutive looks (dump, focused package) taken
+        # since the last action, oldest first, each with the number of the phone call that ended it.
+        # (dump, focus, calls_made after it, time.monotonic() when it was taken)
+        self._looks: list[tuple[Dump, str | None, int, float]] = []
+        self.calls_made = 0  # phone calls sent through _call (a look is "the latest" if none followed)
+        # Gate screenshots between the two dumps of the gate's stable read (issue 29, :meth:`arm_gate_shot`):
+        # on when the caller stores gate screenshots through :meth:`gate_screenshot` (the purchase flow).
+        self.gate_shots_between_dumps = False
+        self._armed = False
+        self._pending: tuple[Screenshot, Dump] | None = None  # a shot taken right after that dump
+        self._bracket: tuple[Screenshot, Dump, Dump] | None = None  # a shot between two equal dumps
+        self._look_shot: tuple[Screenshot, int] | None = None  # after the tap: a shot and its call number
         self.dumps_taken = 0  # fresh dumps (diagnostics / tests)
         # Told of every action just before it is sent (the dry run records its session with it):
         # ``listener(action, node)``, action = {"kind": "tap", "x", "y"} | {"kind": "swipe", "x1",
@@ -180,7 +236,7 @@ class PhoneAdapter:
         probe_adb_server(host, port)
 
         def attach() -> tuple[Any, Any]:
-            client = adbutils.AdbClient(host=host, port=port)
+            client = _client_class(adbutils)(host=host, port=port)
             states = {d.serial: d.state for d in client.list()}
             if states.get(serial) != "device":
                 raise PhoneError(f"手机 {serial} 不在线（adb devices 里没有它，或状态不是 device）", "ADB_ERROR")
@@ -196,7 +252,9 @@ class PhoneAdapter:
         return cls(serial, device, u2dev, deadlines)
 
     # --- plumbing -----------------------------------------------------------------------------
-    def _call(self, fn: Callable[[], T], seconds: float, what: str) -> T:
+    def _call(self, fn: Callable[[], T], seconds: float, what: str, *, phone: bool = True) -> T:
+        """``fn()`` under a deadline; ``phone=False`` for local work (encoding) that sends nothing."""
+        self.calls_made += phone
         try:
             return call_with_deadline(fn, seconds, what)
         except AgentError:
@@ -241,6 +299,9 @@ class PhoneAdapter:
     def _forget_screen(self) -> None:
         """Called before every action that may change the screen: later reads need fresh dumps."""
         self._recent = []
+        self._looks = []
+        self._pending = self._bracket = None
+        self._look_shot = None
 
     def read_stable(
         self, reader: Callable[[Dump], T], attempts: int = 6, pause: float | None = None, *, new_dump: bool = False
@@ -266,9 +327,14 @@ class PhoneAdapter:
                     return values[1], recent[1]
                 previous = values[-1]
         for i in range(attempts):
+            if self._armed and previous is not _UNSET and self._recent:
+                self._shoot_after(self._recent[-1])
             dump = self._fresh()
             value = reader(dump)
             if previous is not _UNSET and value == previous:
+                pending = self._pending
+                if pending is not None and len(self._recent) == 2 and pending[1] is self._recent[0]:
+                    self._bracket = (pending[0], self._recent[0], dump)
                 return value, dump
             previous = value
             wait = pause if pause is not None else STABLE_PAUSES[min(i, len(STABLE_PAUSES) - 1)]
@@ -284,7 +350,7 @@ class PhoneAdapter:
     def screenshot_png(self) -> bytes:
         """PNG bytes of the screen."""
         shot = self.screenshot()
-        return self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
+        return self._call(shot.png, self.deadlines.screenshot, "screenshot encode", phone=False)
 
     def app_version(self) -> AppVersion | None:
         out = self.shell(["dumpsys", "package", self.app_package], "dumpsys package")
@@ -311,6 +377,7 @@ class PhoneAdapter:
         self.shell(["am", "start", "-a", "android.intent.action.VIEW", "-d", url], "am start")
 
     def press_back(self) -> None:
+        self._armed = False  # backing out: no gate follows
         self._announce({"kind": "back"})
         self._forget_screen()
         self.shell(["input", "keyevent", "4"], "back")
@@ -410,12 +477,54 @@ class PhoneAdapter:
 
     def look_after_tap(self) -> tuple[Dump, str | None]:
         """A fresh :meth:`dump_any` and the focused package (None when unreadable: an unreadable
-        focus never counts as "the app is in front")."""
+        focus never counts as "the app is in front"). Remembered as the latest look (:meth:`recent_looks`)."""
+        recent, self._looks = self._looks[-1:], []  # a failing dump breaks the chain of consecutive looks
         dump = self.dump_any()
         try:
-            return dump, self.focused_package()
+            focus = self.focused_package()
         except AgentError:
-            return dump, None
+            focus = None
+        self._looks = [*recent, (dump, focus, self.calls_made, time.monotonic())]
+        return dump, focus
+
+    def recent_looks(self, *, new_look: bool = False) -> list[tuple[Dump, str | None]]:
+        """The last (at most two) consecutive looks since the last action, oldest first: those of
+        :meth:`look_after_tap` and the look each stored screenshot takes (its masking dump and the focus
+        read after it). Two that agree are a stable look without a new dump, as :meth:`read_stable`
+        reuses dumps; ``new_look=True`` (polling for a change) gives only the latest, to be the first of
+        a new pair. Every action forgets them; none when the latest is older than
+        :data:`LOOK_REUSE_SECONDS` (the screen may have changed on its own since)."""
+        if not self._fresh_look():
+            return []
+        looks = self._looks[-1:] if new_look else self._looks
+        return [(dump, focus) for dump, focus, _, _ in looks]
+
+    def _fresh_look(self) -> bool:
+        """Is the latest look younger than :data:`LOOK_REUSE_SECONDS`? No phone call after a look does
+        not mean no time: the synchronous upload of the observation screenshot (client timeout × retries)
+        and a journal fsync lie between the observation's last look and the confirmation's first."""
+        return bool(self._looks) and time.monotonic() - self._looks[-1][3] <= LOOK_REUSE_SECONDS
+
+    def shoot_before_next_look(self) -> None:
+        """After the tap: capture the screen now, between the latest look and the next one; if the next
+        :meth:`look_after_tap` agrees with the latest, :meth:`app_screenshot_png` uses this shot with
+        both looks around it (their focus and their dumps) instead of a focus read, a shot, a dump and a
+        focus read. A failed capture is ignored (the screenshot is then taken as before)."""
+        self._look_shot = None
+        if not self._looks or self._looks[-1][2] != self.calls_made:
+            return  # a call followed the latest look: the shot would not lie right after it
+        try:
+            self._look_shot = (self.screenshot(), self.calls_made)
+        except AgentError:
+            self._look_shot = None
+
+    def _focus_now(self) -> str | None:
+        """The focused package as of now: the latest look's when no phone call followed it (the same
+        answer, read a few milliseconds ago — at most :data:`LOOK_REUSE_SECONDS`), else a fresh
+        ``dumpsys window`` read."""
+        if self._fresh_look() and self._looks[-1][2] == self.calls_made:
+            return self._looks[-1][1]
+        return self.focused_package()
 
     def app_screenshot_png(self) -> bytes | None:
         """PNG bytes of the screen, taken only while the app itself is focused (the evidence rules (docs/api.md
@@ -424,32 +533,98 @@ class PhoneAdapter:
         capture made while the focus changed is dropped. Everything outside the app's own windows (status bar,
         notification shade, navigation bar) and any other window drawn over them is black (screens/masking.py, issue
         33): a hierarchy dump taken right after the shot says where the windows were; no app window in it → None."""
+        bracketed = self._look_bracket()
+        if bracketed is not None:
+            shot, (before, focus_before), (after, focus_after) = bracketed
+            if self.app_package not in (focus_before, focus_after) or focus_before != focus_after:
+                return None
+            if not (app_windows(before, self.app_package) and app_windows(after, self.app_package)):
+                return None
+            try:
+                return self._call(
+                    lambda: shot.masked_png((before, after), self.app_package),
+                    self.deadlines.screenshot,
+                    "screenshot encode",
+                    phone=False,
+                )
+            except (AgentError, ImageUnreadable):
+                return None
         try:
-            if self.focused_package() != self.app_package:
+            if self._focus_now() != self.app_package:
                 return None
+            recent, self._looks = self._looks[-1:], []
             shot, windows = self._shot_and_windows()
-            if self.focused_package() != self.app_package or not app_windows(windows, self.app_package):
+            focus = self.focused_package()
+            # the masking dump and the focus after the shot are a look like any other (nothing was sent
+            # between the previous look and it but the screenshot): the next stable look may use it
+            self._looks = [*recent, (windows, focus, self.calls_made, time.monotonic())]
+            if focus != self.app_package or not app_windows(windows, self.app_package):
                 return None
-            png = self._call(shot.png, self.deadlines.screenshot, "screenshot encode")
-            return outside_app(png, windows, self.app_package)
+            return self._call(
+                lambda: shot.masked_png((windows,), self.app_package),
+                self.deadlines.screenshot,
+                "screenshot encode",
+                phone=False,
+            )
         except (AgentError, ImageUnreadable):
             return None
+
+    def _look_bracket(self) -> tuple[Screenshot, tuple[Dump, str | None], tuple[Dump, str | None]] | None:
+        """The shot :meth:`shoot_before_next_look` took, with the two looks around it, when those are the
+        last two looks and no phone call followed the second (else None). Used once."""
+        taken, self._look_shot = self._look_shot, None
+        if taken is None or len(self._looks) != 2 or self._looks[1][2] != self.calls_made:
+            return None
+        (before, f1, seq1, _), (after, f2, seq2, _) = self._looks
+        # the shot was the only call between the two looks: the call right after the first one's focus
+        # read, and the second look's dump and focus read the two calls right after the shot
+        if taken[1] != seq1 + 1 or seq2 != seq1 + 3:
+            return None
+        return taken[0], (before, f1), (after, f2)
 
     def _shot_and_windows(self) -> tuple[Screenshot, Dump]:
         shot = self.screenshot()
         # not self.dump(): this look must not break the chain of consecutive dumps the flow compares
         return shot, parse_dump(self.dump_raw(), self.app_package)
 
+    def arm_gate_shot(self) -> None:
+        """Called before the stable read a gate will judge (after the step's last tap): when
+        :attr:`gate_shots_between_dumps` is on, that read takes the gate screenshot between its two fresh
+        dumps — before the second dump of every candidate pair; a shot whose pair did not agree is
+        dropped unused (never stored). :meth:`gate_screenshot` then uses the shot that two equal dumps
+        bracket instead of a shot plus one more dump. Off (the dry run, tests) it does nothing."""
+        self._armed = self.gate_shots_between_dumps
+
+    def _shoot_after(self, dump: Dump) -> None:
+        if self._pending is not None and self._pending[1] is dump:
+            return
+        try:
+            self._pending = (self.screenshot(), dump)
+        except AgentError:  # no shot now: gate_screenshot takes its own (shot + dump) later
+            self._pending = None
+
     def gate_screenshot(self) -> Callable[[], bytes]:
-        """A gate screenshot taken now (the screen the gate just read) and a hierarchy dump of the windows
-        at that moment; returns the encoder to run later (on the outbox thread), which gives the PNG with
-        everything outside the app's own windows black (:func:`outside_app`; all black if the app showed
-        no window). Raises PhoneError/AgentError as :meth:`screenshot` and :meth:`dump_raw`."""
-        shot, windows = self._shot_and_windows()
+        """The gate screenshot of the screen the gate just read; returns the encoder to run later (on the
+        outbox thread), which gives the PNG with everything outside the app's own windows black
+        (:func:`mask_outside_app`; all black if the app showed no window).
+
+        Where the windows were when the shot was taken comes from dumps around it: if the gate's stable
+        read took the shot between its two dumps (:meth:`arm_gate_shot`) and those are still the latest
+        dumps (nothing was sent to the screen since), both of them — a window present at either end is
+        masked; else a shot now and a hierarchy dump right after it. Raises PhoneError/AgentError as
+        :meth:`screenshot` and :meth:`dump_raw`."""
+        bracket, self._bracket, self._pending, self._armed = self._bracket, None, None, False
+        dumps: tuple[Dump, ...]
+        recent = self._recent
+        if bracket is not None and len(recent) == 2 and recent[0] is bracket[1] and recent[1] is bracket[2]:
+            shot, dumps = bracket[0], bracket[1:]
+        else:
+            shot, windows = self._shot_and_windows()
+            dumps = (windows,)
         package = self.app_package
 
         def png() -> bytes:
-            return outside_app(shot.png(), windows, package)
+            return shot.masked_png(dumps, package)
 
         return png
 

@@ -18,14 +18,17 @@ fuzzed with Hypothesis in tests/agent/test_dump_fuzz.py). Failures are typed (ne
 
 from __future__ import annotations
 
+import functools
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from cmbuyer.agent.errors import DumpEmpty, DumpInvalid, DumpNoAppNodes
 
 APP_PACKAGE = "com.xunmeng.pinduoduo"
+T = TypeVar("T")
 MAX_DUMP_BYTES = 8 * 1024 * 1024
 MAX_NODES = 20_000
 MAX_DEPTH = 200
@@ -143,6 +146,9 @@ class Dump:
     nodes: list[Node]
     app_package: str = APP_PACKAGE
     rotation: str = "0"
+    # results computed from this dump by a long-lived object (a pack's selector): id(owner) → (owner, value);
+    # the owner is held, so its id cannot be reused while the dump lives (see :meth:`remember`)
+    _remembered: dict[int, tuple[object, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def app_nodes(self) -> list[Node]:
         """Nodes of the app package only (system UI / launcher are ignored: design §7.3)."""
@@ -155,6 +161,24 @@ class Dump:
 
     def packages(self) -> set[str]:
         return {n.package for n in self.nodes}
+
+    def twin(self) -> Dump:
+        """Another Dump of the same text: the same nodes and remembered results, a different identity."""
+        twin = Dump(nodes=self.nodes, app_package=self.app_package, rotation=self.rotation)
+        twin._remembered = self._remembered
+        return twin
+
+    def remember(self, owner: object, compute: Callable[[], T]) -> T:
+        """``compute()`` the first time ``owner`` asks about this dump, the same value after. A dump is
+        never changed after parsing and equal dump texts share one Dump (:func:`parse_dump`), so the readers
+        and gates that look at one screen find each selector's nodes once; ``compute`` must depend on
+        nothing but the dump and ``owner``, and callers must not change the value."""
+        entry = self._remembered.get(id(owner))
+        if entry is None or entry[0] is not owner:
+            entry = (owner, compute())
+            self._remembered[id(owner)] = entry
+        value: T = entry[1]
+        return value
 
 
 def _parse_bounds(raw: str) -> Bounds:
@@ -175,9 +199,21 @@ def _drawing_order(raw: str | None) -> int | None:
     return int(raw)
 
 
+# Recently parsed dumps by (text, app package). The two equal dumps of a stable read, and the windows dump
+# a gate screenshot takes of a screen that has not changed, are the same text: they share one parse.
+# Small: only consecutive reads of one screen repeat. The key holds the text, so a hit is an equal dump.
+PARSE_CACHE_SIZE = 4
+
+
 def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
     """Parse and validate a dump. Does *not* require app nodes (``inspect`` shows any dump);
-    phone code calls :meth:`Dump.require_app`. Raises DumpEmpty / DumpInvalid."""
+    phone code calls :meth:`Dump.require_app`. Raises DumpEmpty / DumpInvalid.
+
+    Equal texts share one parse while it is among the last :data:`PARSE_CACHE_SIZE` (:func:`parse_cache_info`):
+    each call gives a Dump of its own (the adapter tells its dumps apart by identity — which dump a
+    screenshot was taken after) over the same nodes and the same remembered results (:meth:`Dump.remember`);
+    a Dump's nodes are never changed after parsing, so sharing them is safe. Failures are not remembered
+    (each bad dump is parsed, and refused, again)."""
     if isinstance(xml, bytes):
         if len(xml) > MAX_DUMP_BYTES:
             raise DumpInvalid("dump larger than the cap")
@@ -189,6 +225,16 @@ def parse_dump(xml: str | bytes, app_package: str = APP_PACKAGE) -> Dump:
         raise DumpInvalid("dump is not text")
     if len(xml) > MAX_DUMP_BYTES:
         raise DumpInvalid("dump larger than the cap")
+    return _parse_text(xml, app_package).twin()
+
+
+def parse_cache_info() -> functools._CacheInfo:
+    """Hits, misses and size of the parse cache of :func:`parse_dump` (tests, diagnostics)."""
+    return _parse_text.cache_info()
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parse_text(xml: str, app_package: str) -> Dump:
     if _SURROGATE_RE.search(xml):
         # The JSON-RPC answer may carry lone surrogates (JSON "\\ud83c" escapes of a split emoji);
         # expat would raise UnicodeEncodeError out of the parser. A dump we cannot read is a stop.

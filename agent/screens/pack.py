@@ -145,8 +145,10 @@ class Selector:
         return [name for name, test in self.constraints if not test(node)]
 
     def find(self, dump: Dump) -> list[Node]:
-        """Matching app-package nodes in document order (scoped: design §7.3)."""
-        return [n for n in dump.app_nodes() if self.matches(n)]
+        """Matching app-package nodes in document order (scoped: design §7.3). Worked out once per dump
+        (:meth:`Dump.remember`): the two dumps of a stable read and every reader of the screen share it."""
+        found = dump.remember(self, lambda: tuple(n for n in dump.app_nodes() if self.matches(n)))
+        return list(found)
 
 
 @dataclass(frozen=True)

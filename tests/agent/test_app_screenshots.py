@@ -28,7 +28,7 @@ from PIL import Image
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import parse_dump
-from cmbuyer.agent.screens.masking import foreign_windows, outside_app
+from cmbuyer.agent.screens.masking import foreign_windows, outside_app, outside_app_of_all
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.testing import running_sim
 
@@ -111,6 +111,33 @@ def test_a_window_drawn_over_the_app_is_black_too() -> None:
     # no window of the app in the dump: nothing of the app to keep, all black
     gone = outside_app(_png((540, 1200)), parse_dump(xml.replace(app, chat)), "com.xunmeng.pinduoduo")
     assert _black(Image.open(io.BytesIO(gone)).convert("RGB"), [0, 0, 540, 1200])
+
+
+def test_a_shot_between_two_dumps_is_masked_by_both() -> None:
+    """Issue 29: a screenshot taken between the two dumps of a stable read is masked with both — a
+    window drawn over the app in either of them is black, and only what lies inside an app window in
+    both is kept (a notification that came or went between the dumps may have been on the shot)."""
+    sys_ui, app = 'package="com.android.systemui"', 'package="com.xunmeng.pinduoduo"'
+    base = (
+        '<hierarchy rotation="0">'
+        f'<node {sys_ui} resource-id="com.android.systemui:id/status_bar" bounds="[0,0][1080,96]"/>'
+        f'<node {app} bounds="[0,{{top}}][1080,2280]"><node {app} text="x" bounds="[600,2166][996,2238]"/></node>'
+        "{extra}</hierarchy>"
+    )
+    heads_up = f'<node {sys_ui} text="王小明 13812345678" bounds="[24,120][1056,360]"/>'
+    plain = parse_dump(base.format(top=96, extra=""))
+    noted = parse_dump(base.format(top=96, extra=heads_up))
+    for dumps in ((plain, noted), (noted, plain)):
+        img = Image.open(io.BytesIO(outside_app_of_all(_png((540, 1200)), dumps, "com.xunmeng.pinduoduo")))
+        assert _black(img.convert("RGB"), [12, 60, 528, 180])
+        assert img.convert("RGB").getpixel((100, 400)) == (200, 120, 40)
+    # the app's window shrank between the dumps: the part it left is black
+    lower = parse_dump(base.format(top=800, extra=""))
+    img = Image.open(io.BytesIO(outside_app_of_all(_png((540, 1200)), (plain, lower), "com.xunmeng.pinduoduo")))
+    assert _black(img.convert("RGB"), [0, 48, 540, 400])
+    assert img.convert("RGB").getpixel((100, 500)) == (200, 120, 40)
+    with pytest.raises(ValueError):
+        outside_app_of_all(_png((540, 1200)), (), "com.xunmeng.pinduoduo")
 
 
 @pytest.mark.parametrize("name", ["order_sheet_image_tiles.xml", "order_sheet_text_tile.xml"])
