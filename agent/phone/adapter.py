@@ -3,7 +3,7 @@
 Rules (design §7.3, phone-facts):
 - Connect through ``adbutils.AdbClient(host, port)`` (``ANDROID_ADB_SERVER_HOST``/``_PORT``, default
   127.0.0.1:5037). We probe the port first: adbutils would otherwise try to *start* a local adb
-  server; we raise :class:`AdbUnreachable` ("adb server unreachable") instead.
+  server; we raise :class:`AdbUnreachable` ("无法连接 adb 服务 …") instead.
 - No uiautomator2 watchers, ever.
 - Every call has its own deadline (:func:`call_with_deadline`).
 - Dumps are parsed and validated (empty / unparsable / no app nodes → typed errors);
