@@ -36,3 +36,12 @@ def test_clean_refuses_a_real_database_and_removes_the_demo(tmp_path: Path) -> N
     done = _clean(demo)
     assert done.returncode == 0, done.stderr
     assert not (demo / "var").exists() and not (demo / ".venv").exists()
+
+
+def test_make_font_says_in_chinese_what_it_found_or_does() -> None:
+    """Issue 32 trial: the lines ``make font`` prints (a CJK font found, installing one, could not) are Chinese."""
+    from tests.cli_text import has_chinese
+
+    recipe = MAKEFILE.read_text("utf-8").split("\nfont:", 1)[1].split("\n\n", 1)[0]
+    echoed = [line.split("echo ", 1)[1] for line in recipe.splitlines() if "echo " in line]
+    assert len(echoed) == 3 and all(has_chinese(text) and text.startswith('"字体：') for text in echoed), echoed

@@ -272,7 +272,7 @@ def test_new_version_becomes_an_order_with_an_operator_pack_and_no_code_change(c
     assert len(submit_taps(journal, goods_id=SHIRT.goods_id)) == 1 and payment_taps(journal) == []
     assert order_counts(journal) == {SHIRT.goods_id: 1}
     log = _agent_log(stack)
-    assert f"识别包 {PACK_ID} (operator pack {pack_dir / PACK_FILE})" in log
+    assert f"识别包 {PACK_ID}（运维识别包 {pack_dir / PACK_FILE}）" in log
     assert "服务器不允许拼多多版本 8.23.0：不领取任务" in log
 
 
