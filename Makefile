@@ -70,8 +70,8 @@ soak: setup ## long crash/soak loops (SOAK_ITERATIONS iterations, default 200) a
 clean: ## remove the venv, caches, test artifacts and the demo's data (never a data dir with a real database)
 	@real=$$(find var -name cmbuyer.sqlite3 -not -path 'var/demo/*' 2>/dev/null | head -n 1); \
 	if [ -n "$$real" ]; then \
-		echo "make clean: refusing: $$real is a database outside var/demo (a real data dir?)." >&2; \
-		echo "Back it up (cmbuyer-server backup) and remove that directory by hand if you mean it." >&2; \
+		echo "make clean：拒绝执行：$$real 是 var/demo 之外的数据库（真实的数据目录？）。" >&2; \
+		echo "请先备份（cmbuyer-server backup），确有需要再手动删除该目录。" >&2; \
 		exit 1; \
 	fi
 	rm -rf $(VENV) var test-artifacts .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -337,8 +337,8 @@ def resolve(version_name: str, version_code: int, pack_dir: Path | None, *, chec
     ops = [pf for pf in found.operator if pf.version == version]
     if len(ops) > 1:
         raise PackError(
-            f"two operator packs for app version {version_name} ({version_code}): "
-            f"{', '.join(pf.path.name for pf in ops)} (keep one)"
+            f"应用版本 {version_name}（{version_code}）有两个运维识别包："
+            f"{'、'.join(pf.path.name for pf in ops)}（只保留一个）"
         )
     shipped = next((pf for pf in found.shipped if pf.version == version), None)
     if ops:
@@ -350,10 +350,10 @@ def resolve(version_name: str, version_code: int, pack_dir: Path | None, *, chec
         if shipped.pack is None:
             raise PackError(str(shipped.error))
         return Resolution(shipped.pack, "shipped", shipped.path)
-    text = f"no selector pack for app version {version_name} ({version_code})"
+    text = f"没有适用于应用版本 {version_name}（{version_code}）的识别包"
     unknown = [pf.path.name for pf in found.operator if pf.error is not None and pf.version is None]
     if unknown:
-        text += f"; unreadable operator pack files: {', '.join(unknown)}"
+        text += f"；无法读取的运维识别包文件：{'、'.join(unknown)}"
     raise PackError(text)
 
 

@@ -26,7 +26,7 @@ def test_clean_refuses_a_real_database_and_removes_the_demo(tmp_path: Path) -> N
     (real / ".venv").mkdir()
     refused = _clean(real)
     assert refused.returncode != 0
-    assert "refusing: var/cmbuyer.sqlite3 is a database outside var/demo" in refused.stderr
+    assert "拒绝执行：var/cmbuyer.sqlite3 是 var/demo 之外的数据库" in refused.stderr
     assert (real / "var" / "cmbuyer.sqlite3").exists() and (real / ".venv").exists()  # nothing removed
 
     demo = tmp_path / "demo"

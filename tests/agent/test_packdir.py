@@ -45,7 +45,7 @@ def test_operator_pack_for_a_new_version_is_used(pack_dir: Path) -> None:
     path = write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     found = resolve("8.23.0", 82300, pack_dir, check_permissions=True)
     assert (found.pack.id, found.origin, found.path, found.overrides) == ("ops-8.23.0-82300", "operator", path, None)
-    assert _error(("8.24.0", 82400), pack_dir) == "no selector pack for app version 8.24.0 (82400)"
+    assert _error(("8.24.0", 82400), pack_dir) == "没有适用于应用版本 8.24.0（82400）的识别包"
 
 
 def test_operator_pack_wins_over_the_shipped_pack_of_the_same_version(pack_dir: Path) -> None:
@@ -75,12 +75,12 @@ def test_two_operator_packs_for_one_version_are_refused_naming_both(pack_dir: Pa
     write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300, "a-823"), "a.json")
     write_pack(pack_dir, rebound("8.17.0", "8.23.0", 82300, "b-823"), "b.json")
     assert _error(("8.23.0", 82300), pack_dir) == (
-        "two operator packs for app version 8.23.0 (82300): a.json, b.json (keep one)"
+        "应用版本 8.23.0（82300）有两个运维识别包：a.json、b.json（只保留一个）"
     )
     # also when the second one is the same version as a shipped pack: no fallback to the shipped one
     write_pack(pack_dir, rebound("8.22.0", "8.22.0", 82200, "c-822"), "c.json")
     write_pack(pack_dir, rebound("8.22.0", "8.22.0", 82200, "d-822"), "d.json")
-    assert "c.json, d.json" in _error(("8.22.0", 82200), pack_dir)
+    assert "c.json、d.json" in _error(("8.22.0", 82200), pack_dir)
 
 
 def test_duplicate_pack_id_across_files_refuses_both(pack_dir: Path) -> None:
@@ -259,7 +259,7 @@ def test_broken_pack_affects_only_its_version_and_is_logged_once(
         assert resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True).id == "pdd-8.22.0-82200"
         assert _error(("8.24.0", 82400), pack_dir).startswith("ops-8.24.0-82400.json: $.layouts[0].id: 'carousel'")
     assert _error(("8.25.0", 82500), pack_dir) == (
-        "no selector pack for app version 8.25.0 (82500); unreadable operator pack files: notes.json"
+        "没有适用于应用版本 8.25.0（82500）的识别包；无法读取的运维识别包文件：notes.json"
     )
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2, warnings  # once per broken file, however many lookups

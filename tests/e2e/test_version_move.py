@@ -182,7 +182,7 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
     ran = op("dry-run", "--device", SERIAL, *ORDER, "--out", "captures/canary/dryrun-1")
     assert (ran.code, json.loads(ran.out)) == (
         2,
-        {"error": "NO_SELECTOR_PACK", "detail": "no selector pack for app version 8.23.0 (82300)"},
+        {"error": "NO_SELECTOR_PACK", "detail": "没有适用于应用版本 8.23.0（82300）的识别包"},
     )
     # 3. candidate pack: the nearest shipped pack (8.22.0) and its evidence copied, bound to 8.23.0
     work = op.home / "work"
