@@ -30,12 +30,12 @@ browser: ## make sure Debian's chromium and a CJK font are installed (browser te
 
 font: setup ## make sure a CJK font is installed (the simulated phones' screenshots show Chinese, not boxes)
 	@if $(BIN)/python -c "import sys; from cmbuyer.phonesim.screenshot import has_cjk_font; sys.exit(not has_cjk_font())"; then \
-		echo "font: a CJK font is installed (the demo's screenshots show Chinese)"; \
+		echo "字体：已安装中文字体（演示的截图能显示中文）"; \
 	else \
-		echo "font: no CJK font found; installing Debian's fonts-wqy-microhei (screenshots would show boxes)"; \
+		echo "字体：没有找到中文字体，正在安装 Debian 的 fonts-wqy-microhei（否则截图里的中文是方框）"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq fonts-wqy-microhei >/dev/null \
-			|| echo "font: could not install it; set CMBUYER_PHONESIM_FONT to a .ttc/.ttf with Chinese glyphs" >&2; \
+			|| echo "字体：无法安装；请把 CMBUYER_PHONESIM_FONT 设为一个含中文字形的 .ttc/.ttf 文件" >&2; \
 	fi
 
 test: setup browser ## run every test (unit, server, agent, simulator, browser, end to end)
@@ -70,8 +70,8 @@ soak: setup ## long crash/soak loops (SOAK_ITERATIONS iterations, default 200) a
 clean: ## remove the venv, caches, test artifacts and the demo's data (never a data dir with a real database)
 	@real=$$(find var -name cmbuyer.sqlite3 -not -path 'var/demo/*' 2>/dev/null | head -n 1); \
 	if [ -n "$$real" ]; then \
-		echo "make clean: refusing: $$real is a database outside var/demo (a real data dir?)." >&2; \
-		echo "Back it up (cmbuyer-server backup) and remove that directory by hand if you mean it." >&2; \
+		echo "make clean：拒绝执行：$$real 是 var/demo 之外的数据库（真实的数据目录？）。" >&2; \
+		echo "请先备份（cmbuyer-server backup），确有需要再手动删除该目录。" >&2; \
 		exit 1; \
 	fi
 	rm -rf $(VENV) var test-artifacts .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -208,7 +208,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps({"error": exc.reason_code, "detail": str(exc)}, ensure_ascii=False))
         return ExitCode.USAGE
     except AgentError as exc:
-        print(json.dumps({"error": exc.reason_code, "detail": exc.summary}))
+        print(json.dumps({"error": exc.reason_code, "detail": exc.summary}, ensure_ascii=False))
         return ExitCode.USAGE
     except OSError as exc:
         print(
@@ -256,7 +256,8 @@ def cmd_journal(args: argparse.Namespace) -> int:
                     "exists": False,
                     "error": "这里没有这台设备的日志；代理的状态目录是 $CMBUYER_AGENT_STATE_DIR"
                     "（默认 ./var/agent）—— 请用与代理相同的值运行（例如 systemd 单元的 Environment=）",
-                }
+                },
+                ensure_ascii=False,
             )
         )
         return ExitCode.FAILED
@@ -266,7 +267,7 @@ def cmd_journal(args: argparse.Namespace) -> int:
             j.clear_hold()
         print(json.dumps(j.summary(), ensure_ascii=False, indent=2))
     except JournalError as exc:
-        print(json.dumps({"error": str(exc)}))
+        print(json.dumps({"error": str(exc)}, ensure_ascii=False))
         return ExitCode.USAGE
     return ExitCode.OK
 
@@ -335,8 +336,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from cmbuyer.agent.instance import agent_running
 
     if creds is not None and server and agent_running(args.device):
-        # its heartbeat says PAUSED: beside a working agent it would overwrite that agent's state on the pages
-        check("server accepts the device", True, DOCTOR_AGENT_RUNNING)
+        # no heartbeat (its PAUSED and hold would overwrite the working agent's on the pages): the credentials
+        # are checked by a read-only call instead; version and pause are what the agent's own heartbeat gets
+        try:
+            HttpDeviceApi(server, creds, _NoKeys(), retries=0, server_ca=server_ca).check_credentials()
+            check("server accepts the device", True, f"{server}；{DOCTOR_AGENT_RUNNING}")
+        except AgentError as exc:
+            check("server accepts the device", False, exc.summary)
     elif creds is not None and server:
         try:
             api = HttpDeviceApi(server, creds, _NoKeys(), retries=0, server_ca=server_ca)
@@ -387,8 +393,8 @@ DOCTOR_CHECKS = {
 
 
 DOCTOR_AGENT_RUNNING = (
-    "未发送心跳：本机正在为这台手机运行 cmbuyer-agent run，doctor 的心跳会覆盖它上报的状态；"
-    "凭据和服务器由它的心跳检验（管理页面“设备”看最后心跳）"
+    "凭据已用只读请求检验；未发送心跳：本机正在为这台手机运行 cmbuyer-agent run，doctor 的心跳会覆盖它上报的状态；"
+    "拼多多版本是否允许、是否暂停由它的心跳检验（管理页面“设备”看最后心跳）"
 )
 
 
@@ -605,7 +611,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``run``: settings and credentials checked first (nothing touched on a mistake), then the claim loop
     (:func:`_run`) while holding the phone's run lock (agent/instance.py), so a second ``run`` for the same
     phone refuses to start and ``doctor`` can tell that one is running."""
-    from cmbuyer.agent.instance import AlreadyRunning, run_lock
+    from cmbuyer.agent.instance import AlreadyRunning, UnsafeRuntimeDir, run_lock, runtime_dir
 
     progress = _progress_fn(args.json_logs)
     try:
@@ -626,8 +632,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     except AlreadyRunning as exc:
         progress(f"无法启动：{exc}")
         return ExitCode.USAGE
+    except UnsafeRuntimeDir as exc:
+        progress(f"无法启动：{exc}")
+        return ExitCode.USAGE
     except OSError as exc:
-        progress(f"无法启动：状态目录不可写（{exc.strerror}）")
+        progress(f"无法启动：运行锁目录 {runtime_dir()} 或状态目录不可写（{exc.strerror}）")
         return ExitCode.USAGE
 
 

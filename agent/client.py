@@ -285,13 +285,15 @@ class HttpDeviceApi:
             exc.close()
             return exc.code, _whole(data, exc.headers)
 
-    def _post(self, path: str, body: bytes, content_type: str, what: str) -> tuple[int, Any]:
-        """POST with bounded retries on transport errors / 5xx (same bytes → same key). Returns
-        (status, parsed JSON or None for empty bodies); raises ServerRejected for 4xx."""
+    def _post(
+        self, path: str, body: bytes, content_type: str, what: str, *, retries: int | None = None
+    ) -> tuple[int, Any]:
+        """POST with bounded retries (``retries``, default the client's) on transport errors / 5xx (same bytes →
+        same key). Returns (status, parsed JSON or None for empty bodies); raises ServerRejected for 4xx."""
         if not self.base_url.startswith(("http://", "https://")):
             raise ServerError("server URL must be http(s)")
         last: Exception | None = None
-        for attempt in range(self.retries + 1):
+        for attempt in range((self.retries if retries is None else retries) + 1):
             if attempt:
                 time.sleep(self.backoff * (2 ** (attempt - 1)))
             try:
@@ -323,14 +325,22 @@ class HttpDeviceApi:
                 error = _error_code(parsed)
                 raise _TYPED_REJECTIONS.get(error or "", ServerRejected)(status, error)
             return status, parsed
-        raise ServerUnreachable(f"{what}：无法连接服务器 {self.base_url}（{_why(last)}）")
+        cause = f"无法连接服务器 {self.base_url}（{_why(last)}）"
+        raise ServerUnreachable(f"{what}：{cause}", cause=cause)
 
     def _post_json(
-        self, path: str, schema: str, payload: dict[str, Any], what: str, *, response_schema: str | None = None
+        self,
+        path: str,
+        schema: str,
+        payload: dict[str, Any],
+        what: str,
+        *,
+        response_schema: str | None = None,
+        retries: int | None = None,
     ) -> tuple[int, Any]:
         validate(f"{schema}.request", payload)
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        status, parsed = self._post(path, body, "application/json", what)
+        status, parsed = self._post(path, body, "application/json", what, retries=retries)
         if status in (200, 201):
             try:
                 validate(f"{response_schema or schema}.response", parsed)
@@ -350,8 +360,11 @@ class HttpDeviceApi:
         pack_id: str | None = None,
         hold: dict[str, Any] | None = None,
         screen: dict[str, str] | None = None,
+        retries: int | None = None,
     ) -> dict[str, Any]:
         """POST the heartbeat; returns the response body (``app_version_allowed``, ``server_now``, …).
+        ``retries``: transport retries, default the client's; the runner passes 0 because it backs off itself
+        and must say at once that the server cannot be reached.
 
         ``pack_id`` is the selector pack in use for the installed app version, ``"NO_PACK"`` when there is
         none, or None when the app version is unknown — then the field is left out and the server shows
@@ -376,8 +389,32 @@ class HttpDeviceApi:
             payload["hold"] = hold
         if screen is not None:
             payload["screen"] = screen
-        _, body = self._post_json("/api/v1/devices/heartbeat", "heartbeat", payload, "heartbeat")
+        _, body = self._post_json("/api/v1/devices/heartbeat", "heartbeat", payload, "heartbeat", retries=retries)
         return dict(body)
+
+    def check_credentials(self) -> None:
+        """Whether the server accepts this device id and token, changing nothing: the read-only, authenticated
+        ``approval/status`` call (shared/schemas approval_status.request.json; spec 002 has no device status
+        call besides the heartbeat, which writes the device's state) for a random attempt id that cannot exist.
+        Authentication comes before anything else on the server (docs/api.md), so a 401 is raised as
+        Unauthorized and the ``404 not_found`` of the unknown attempt proves the credentials were accepted.
+        One attempt, no retries. Raises Unauthorized, ServerUnreachable, or ServerRejected/ServerError for any
+        other answer (then nothing is proved)."""
+        payload = {"approval_id": str(uuid.uuid4()), "claim_generation": 1, "claim_token": "0" * 64}
+        try:
+            self._post_json(
+                f"/api/v1/purchase-attempts/{uuid.uuid4()}/approval/status",
+                "approval_status",
+                payload,
+                "credentials check",
+                response_schema="approval",
+                retries=0,
+            )
+        except ServerRejected as exc:
+            if isinstance(exc, Unauthorized) or (exc.status, exc.error) != (404, "not_found"):
+                raise
+            return
+        raise ServerError("凭据检查：服务器对一个不存在的尝试回答了成功（服务器版本不对？）")
 
     # --- TaskSource ---------------------------------------------------------------------------
     def claim_next(self, session: Session, *, pack_id: str | None = None) -> ClaimedPurchase | None:

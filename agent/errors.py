@@ -158,7 +158,13 @@ class ServerError(AgentError):
 
 
 class ServerUnreachable(ServerError):
-    """Transport failure after the bounded retries (same idempotency keys each time)."""
+    """Transport failure after the bounded retries (same idempotency keys each time). ``summary`` names the call
+    (``heartbeat：无法连接服务器 URL（…）``); ``cause`` is the same without the call's name, for a line that names
+    the call itself (the runner's ``心跳：…``)."""
+
+    def __init__(self, summary: str = "", *, cause: str = "") -> None:
+        super().__init__(summary)
+        self.cause = cause or summary
 
 
 class ServerRejected(ServerError):

@@ -74,6 +74,10 @@ def add_pack_dir_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# where a pack file came from, as an operator reads it (``origin`` stays the English word in code)
+ORIGINS = {"operator": "运维", "shipped": "随附"}
+
+
 @dataclass(frozen=True)
 class PackFile:
     """One pack file as loaded: ``pack`` or ``error`` (one line ``<file>: $…: <problem>``) is set.
@@ -87,9 +91,9 @@ class PackFile:
     version: tuple[str, int] | None
 
     def describe(self) -> str:
-        """``pdd-x (operator /dir/file.json)`` — for logs and doctor."""
-        name = self.pack.id if self.pack is not None else "broken pack"
-        return f"{name} ({self.origin} {self.path})"
+        """``pdd-x（运维 /dir/file.json）`` — for logs and doctor (the origin as :data:`ORIGINS` words it)."""
+        name = self.pack.id if self.pack is not None else "损坏的识别包"
+        return f"{name}（{ORIGINS.get(self.origin, self.origin)} {self.path}）"
 
 
 @dataclass(frozen=True)
@@ -103,10 +107,11 @@ class Resolution:
     overrides: PackFile | None = None
 
     def describe(self) -> str:
-        """One line: id, origin, file and the override, e.g. for the runner's log and doctor."""
-        text = f"{self.pack.id} ({self.origin} pack {self.path})"
+        """One line: id, origin, file and the override, e.g. for the runner's log and doctor:
+        ``site-8.22.0（运维识别包 /dir/x.json），取代随附识别包 pdd-8.22.0-82200``."""
+        text = f"{self.pack.id}（{ORIGINS.get(self.origin, self.origin)}识别包 {self.path}）"
         if self.overrides is not None and self.overrides.pack is not None:
-            text += f", overrides the shipped pack {self.overrides.pack.id}"
+            text += f"，取代随附识别包 {self.overrides.pack.id}"
         return text
 
 
@@ -289,8 +294,8 @@ def _mark_shipped_id_clash(operator: tuple[PackFile, ...], shipped: tuple[PackFi
                 pf.path,
                 pf.origin,
                 None,
-                f"{pf.path.name}: $.id: '{pf.pack.id}' is the id of the "
-                f"shipped pack for {other.version_name} ({other.version_code})",
+                f"{pf.path.name}: $.id: '{pf.pack.id}' 是拼多多 {other.version_name} ({other.version_code}) "
+                "的随附识别包的 id",
                 pf.version,
             )
         out.append(pf)
@@ -332,8 +337,8 @@ def resolve(version_name: str, version_code: int, pack_dir: Path | None, *, chec
     ops = [pf for pf in found.operator if pf.version == version]
     if len(ops) > 1:
         raise PackError(
-            f"two operator packs for app version {version_name} ({version_code}): "
-            f"{', '.join(pf.path.name for pf in ops)} (keep one)"
+            f"应用版本 {version_name}（{version_code}）有两个运维识别包："
+            f"{'、'.join(pf.path.name for pf in ops)}（只保留一个）"
         )
     shipped = next((pf for pf in found.shipped if pf.version == version), None)
     if ops:
@@ -345,10 +350,10 @@ def resolve(version_name: str, version_code: int, pack_dir: Path | None, *, chec
         if shipped.pack is None:
             raise PackError(str(shipped.error))
         return Resolution(shipped.pack, "shipped", shipped.path)
-    text = f"no selector pack for app version {version_name} ({version_code})"
+    text = f"没有适用于应用版本 {version_name}（{version_code}）的识别包"
     unknown = [pf.path.name for pf in found.operator if pf.error is not None and pf.version is None]
     if unknown:
-        text += f"; unreadable operator pack files: {', '.join(unknown)}"
+        text += f"；无法读取的运维识别包文件：{'、'.join(unknown)}"
     raise PackError(text)
 
 

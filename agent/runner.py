@@ -130,6 +130,10 @@ class Backoff:
         return was
 
 
+# the server calls the loop names in its lines, as a person reads them (the "心跳：状态 READY" lines use the same)
+_CALLS = {"heartbeat": "心跳", "claim-next": "领取任务"}
+
+
 @dataclass
 class RunnerConfig:
     serial: str
@@ -257,6 +261,7 @@ class Runner:
                 pack_id=status.pack_id,
                 hold=self._hold_report(),
                 screen=screen,
+                retries=0,  # the back-off below is the retry: a down server is reported at once, not after ~7 s
             )
         except AgentError as exc:
             self._hb_allowed = False
@@ -354,12 +359,20 @@ class Runner:
     def _server_failed(self, what: str, exc: AgentError) -> float:
         """Log a failed heartbeat/claim-next the way a person can act on it and return the back-off wait."""
         self.refused = isinstance(exc, Unauthorized)
+        label = _CALLS.get(what, what)
         if isinstance(exc, Unauthorized | ServerUnreachable):
             wait, log_it = self.backoff.failed(type(exc).__name__, time.monotonic())
             if log_it:
-                self.progress(f"{what}：{exc.summary}；{wait:g} 秒后重试（间隔逐步延长到 {self.backoff.cap:g} 秒）")
+                cause = exc.cause if isinstance(exc, ServerUnreachable) else exc.summary
+                # --once ends right after this line (run()): no retry to promise
+                then = (
+                    "；--once：不重试"
+                    if self.cfg.once
+                    else f"；{wait:g} 秒后重试（间隔逐步延长到 {self.backoff.cap:g} 秒）"
+                )
+                self.progress(f"{label}：{cause}{then}")
             return wait
-        self.progress(f"{what} 失败：{exc.reason_code} {exc.summary}")
+        self.progress(f"{label}失败：{exc.reason_code} {exc.summary}")
         return self.cfg.poll_seconds
 
     def _server_ok(self) -> None:

@@ -31,8 +31,8 @@ SCENARIO = Path(__file__).with_name("scenario.yaml")
 SERIALS = ["sim-1", "sim-2"]
 # What each phone shows (scenario.yaml `phones:`): one phone per layout an app version may use.
 LAYOUTS = {
-    "sim-1": "Pinduoduo 8.17.0 — separate SKU sheet (确定), then the confirm page",
-    "sim-2": "Pinduoduo 8.22.0 — one order sheet: options, quantity, payment row and 提交订单 together",
+    "sim-1": "拼多多 8.17.0 —— 单独的规格面板（确定），然后是确认订单页",
+    "sim-2": "拼多多 8.22.0 —— 一个下单面板：规格、数量、支付方式和“提交订单”在一起",
 }
 SUPERVISED = "sim-2"  # `make demo` only: this phone's orders wait for a person's approval in the task drawer
 
@@ -84,7 +84,7 @@ def _line(spec: TaskSpec, detail: dict[str, Any], serial_of: dict[str, str]) -> 
     last = f"{events[-1]['step']}:{events[-1]['outcome']}" if events else ""
     reason = task.get("state_reason") or ""
     if last == "APPROVAL_WAIT:STARTED" and task["state"] not in SETTLED:
-        reason = "等待人工确认 → /tasks: open the task's drawer, press 批准 or 驳回"
+        reason = "等待人工确认 → /tasks：打开任务详情，点“批准”或“驳回”"
     mark = "✓" if task["state"] in spec.expect else ("…" if task["state"] not in SETTLED else "✗")
     return (
         f" {mark} {_pad(spec.title, 36)} {_pad(task['state_label'], 10)} {_pad(task['state'], 24)}"
@@ -127,8 +127,8 @@ def font_line() -> str:
     from cmbuyer.phonesim.screenshot import font_path, has_cjk_font
 
     if has_cjk_font():
-        return f"{font_path()} (screenshots show Chinese)"
-    return "NO CJK FONT: screenshots show boxes for Chinese (apt-get install fonts-wqy-microhei, or `make font`)"
+        return f"{font_path()}（截图能显示中文）"
+    return "没有中文字体：截图里的中文会显示成方框（请运行 `make font`，它会安装 fonts-wqy-microhei）"
 
 
 def check_alive(stack: Stack) -> None:
@@ -138,7 +138,7 @@ def check_alive(stack: Stack) -> None:
     for line in dead:
         print(f" ! {line}", flush=True)
     if dead:
-        raise StackError("a demo process died: " + "; ".join(dead))
+        raise StackError("演示的一个进程已退出：" + "；".join(dead))
 
 
 def verify(stack: Stack, specs: list[TaskSpec], details: dict[str, dict[str, Any]]) -> list[str]:
@@ -150,16 +150,16 @@ def verify(stack: Stack, specs: list[TaskSpec], details: dict[str, dict[str, Any
         if state == "FAILED" and task.get("state_reason") == "REJECTED_BY_REVIEWER":
             continue  # `make demo`: a person pressed 驳回 on the supervised phone's order — their call
         if state not in spec.expect:
-            problems.append(f"{spec.title}: ended {state}, expected {'/'.join(spec.expect)}")
+            problems.append(f"{spec.title}：结束于 {state}，预期 {'/'.join(spec.expect)}")
     entries = stack.phone_journal()
     orders = Counter(order_counts(entries))
     if payment_taps(entries):
-        problems.append(f"{len(payment_taps(entries))} tap(s) on payment controls")
+        problems.append(f"点击了 {len(payment_taps(entries))} 次支付控件")
     ordering = ("WAITING_PAYMENT", "RECONCILIATION_REQUIRED")
     wanted = Counter(s.goods_id for s in specs if any(state in s.expect for state in ordering))
     for goods_id, count in orders.items():
         if count > wanted.get(goods_id, 0):
-            problems.append(f"goods {goods_id}: {count} orders created for {wanted.get(goods_id, 0)} task(s)")
+            problems.append(f"商品 {goods_id}：{wanted.get(goods_id, 0)} 个任务却创建了 {count} 个订单")
     return problems
 
 
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not port_is_free(args.port):
         print(
-            f"demo: 127.0.0.1:{args.port} is in use; stop that process or run `make demo DEMO_PORT=8090`",
+            f"demo：127.0.0.1:{args.port} 已被占用；请停掉占用它的进程，或换一个端口：`make demo DEMO_PORT=8090`",
             file=sys.stderr,
         )
         return 2
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         stack.init()
-        print(f"admin:    {stack.url}/login   user admin   password {stack.admin_password}")
+        print(f"管理页面：{stack.url}/login   用户 admin   密码 {stack.admin_password}")
         stack.start_server()
         stack.start_sim(SERIALS, SCENARIO)
         for serial in SERIALS:
@@ -213,34 +213,33 @@ def main(argv: list[str] | None = None) -> int:
         stack.create_tasks(specs)
         for serial in SERIALS:
             stack.start_agent(serial)
-        print(f"phones:   {', '.join(SERIALS)} (simulated; adb on 127.0.0.1:{stack.sim_port})")
+        print(f"手机：    {', '.join(SERIALS)}（模拟器；adb 在 127.0.0.1:{stack.sim_port}）")
         for serial, layout in LAYOUTS.items():
-            print(f"          {serial}: {layout}")
+            print(f"          {serial}：{layout}")
         if not args.once:
             print(
-                f"approval: {SUPERVISED}'s orders wait at gate 3 for a person (supervised first orders): on "
-                f"{stack.url}/tasks open the task marked 等待人工确认 and press 批准 or 驳回; the other phone "
-                "is exempted"
+                f"人工确认：{SUPERVISED} 的订单在闸门三等人确认（前几单人工监督）：在 {stack.url}/tasks "
+                "打开标着“等待人工确认”的任务，点“批准”或“驳回”；另一台手机免除监督"
             )
-        print(f"logs:     {stack.logs}")
-        print(f"font:     {font_line()}")
-        print("tasks:")
+        print(f"日志：    {stack.logs}")
+        print(f"字体：    {font_line()}")
+        print("任务：")
         details = watch(stack, specs, args.timeout if args.once else None, live=not args.once and sys.stdout.isatty())
         problems = verify(stack, specs, details)
         for problem in problems:
-            print(f"PROBLEM: {problem}")
+            print(f"问题：{problem}")
         if args.once:
-            print("demo: every task reached its expected state" if not problems else "demo: FAILED")
+            print("demo：每个任务都到达了预期状态" if not problems else "demo：失败（FAILED）")
             return 0 if not problems else 1
-        print(f"\nAll tasks settled. The admin pages stay up at {stack.url}/tasks — Ctrl-C stops everything.")
+        print(f"\n所有任务都已结束。管理页面仍在 {stack.url}/tasks —— 按 Ctrl-C 全部停止。")
         while True:
             check_alive(stack)
             time.sleep(1)
     except KeyboardInterrupt:
-        print("\nstopping…")
+        print("\n正在停止…")
         return 0 if not args.once or interrupted else 1
     except StackError as exc:
-        print(f"demo: {exc}", file=sys.stderr)
+        print(f"demo：{exc}", file=sys.stderr)
         return 1
     finally:
         stack.stop()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cmbuyer.agent.instance import LOCK_DIR_ENV
 from cmbuyer.phonesim.journal import read_journal
 from cmbuyer.server.db import connect_sync
 from cmbuyer.server.web.admin import task_view
@@ -93,7 +94,7 @@ def wait_healthy(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise StackError(f"server exited with {proc.returncode}; see {log}")
+            raise StackError(f"服务器已退出（退出码 {proc.returncode}）；见 {log}")
         try:
             context = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
             with urllib.request.urlopen(  # noqa: S310 - our own server's http(s) URL
@@ -103,7 +104,7 @@ def wait_healthy(
                     return
         except OSError:
             time.sleep(0.1)
-    raise StackError("server did not become healthy")
+    raise StackError("服务器没有进入健康状态（/healthz）")
 
 
 @dataclass
@@ -151,7 +152,9 @@ class Stack:
         return self.data_dir / "logs"
 
     def _env(self) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
+        # a clean CMBUYER_ environment, but the agents' lock dir stays the host's (agent/instance.py): an agent of
+        # the demo must see, and be seen by, every other agent and doctor for the same phone serial
+        base = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_") or k == LOCK_DIR_ENV}
         return {**base, **self.env}
 
     def cli(self, *args: str, stdin: str | None = None) -> dict[str, Any]:
@@ -220,12 +223,12 @@ class Stack:
         while time.monotonic() < deadline:
             line = self.sim.stdout.readline()
             if not line:
-                raise StackError(f"phone simulator exited; see {self.logs / 'phonesim.log'}")
+                raise StackError(f"手机模拟器已退出；见 {self.logs / 'phonesim.log'}")
             if line.startswith("listening "):
                 self.sim_port = int(line.rsplit(":", 1)[1])
             if line.strip() == "ready":
                 return
-        raise StackError("phone simulator did not become ready")
+        raise StackError("手机模拟器没有就绪")
 
     def add_device(self, serial: str) -> Path:
         """Register a device for ``serial`` and write its credentials file (0600); returns the path."""
@@ -322,12 +325,12 @@ class Stack:
         """One line per child process that has exited on its own — which one, its exit code and its log —
         so the demo can say so instead of waiting for tasks that can no longer move (issue 32 §9)."""
         children: list[tuple[str, subprocess.Popen[Any] | None, str]] = [
-            ("server", self.server, "server.log"),
-            ("phone simulator", self.sim, "phonesim.log"),
-            *((f"agent {serial}", proc, f"agent-{serial}.log") for serial, proc in self.agents.items()),
+            ("服务器", self.server, "server.log"),
+            ("手机模拟器", self.sim, "phonesim.log"),
+            *((f"代理 {serial}", proc, f"agent-{serial}.log") for serial, proc in self.agents.items()),
         ]
         return [
-            f"{name} exited with code {proc.returncode}; see {self.logs / log}"
+            f"{name} 已退出（退出码 {proc.returncode}）；见 {self.logs / log}"
             for name, proc, log in children
             if proc is not None and proc.poll() is not None
         ]

@@ -90,17 +90,37 @@ def _draw_node(img: Image.Image, draw: ImageDraw.ImageDraw, node: Node, on_red: 
             draw.line(box, fill=(190, 190, 190), width=2)
     elif node.cls.endswith("EditText"):
         draw.rectangle(box, fill=(255, 255, 255), outline=(160, 160, 160), width=2)
-    label = node.text or (node.desc if node.cls.endswith("ImageView") and style != "page" else "")
+    label = node_label(node)
     if label:
         height = b - t if style != "icon" else 60
-        size = max(16, min(44, int(height * 0.6)))
-        font = _font(size)
+        size, font = label_font(label, r - l - 12, height)
         colour = (255, 255, 255) if id(node) in on_red else RED if label.startswith(("¥", "￥")) else (34, 34, 34)
         if not node.enabled:
             colour = (180, 180, 180)
         y = t + (height - size) // 2 if style != "icon" else t + 140
         draw.text((l + 8, y), _fit(label, font, r - l - 12), fill=colour, font=font)
     return draw
+
+
+def node_label(node: Node) -> str:
+    """The text a node shows on the screenshot: its text, else an image's content description ("" for none)."""
+    return node.text or (node.desc if node.cls.endswith("ImageView") and node.style != "page" else "")
+
+
+MIN_LABEL_SIZE = 14  # px: below this a label is not readable on an evidence screenshot anyway
+
+
+def label_font(label: str, width: int, height: int) -> tuple[int, FontT]:
+    """The font size (px) and font a label is drawn with: 0.6 × the node's height (16–44 px), made smaller —
+    down to :data:`MIN_LABEL_SIZE` — until the whole label fits ``width``. Sizing by height alone cut labels
+    of narrow nodes to their first character (返回 → 返, ¥72 → ¥7 on 1080-px screens); only a label that does not
+    fit even at the smallest size is still cut (:func:`_fit`)."""
+    size = max(16, min(44, int(height * 0.6)))
+    font = _font(size)
+    while size > MIN_LABEL_SIZE and width > 0 and (length := font.getlength(label)) > width:
+        size = max(MIN_LABEL_SIZE, min(size - 1, int(size * width / length)))
+        font = _font(size)
+    return size, font
 
 
 def _fit(label: str, font: FontT, width: int) -> str:

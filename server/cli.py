@@ -38,6 +38,7 @@ from cmbuyer.server.cli_text import (
     JSON_HELP,
     PASSWORD_PROMPT,
     TASK_ID_HELP,
+    cannot_listen,
     coded,
     no_database,
     refusing_to_start,
@@ -59,7 +60,7 @@ from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import ops as ops_queries
 from cmbuyer.server.tx.common import Actor, new_id
-from cmbuyer.server.web.admin.labels import DEVICE_REGISTRATION_LABELS
+from cmbuyer.server.web.admin.labels import DEVICE_REGISTRATION_LABELS, refusal_message
 
 
 class Exit(IntEnum):
@@ -138,7 +139,7 @@ def _tx(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
     except Unavailable as exc:
         raise CliError(storage_error(exc), Exit.STORAGE) from None
     except DomainError as exc:
-        raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
+        raise CliError(f"{exc.code}: {refusal_message(exc)}", Exit.RULE) from None
 
 
 # -- init / migrate / serve / doctor -------------------------------------------------------------
@@ -353,7 +354,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except StartupRefused as exc:
         raise CliError(refusing_to_start(exc), Exit.STORAGE) from None
     except OSError as exc:
-        raise CliError(f"无法监听 {settings.host}:{settings.port}（{exc.strerror}）", Exit.SETTINGS) from None
+        raise CliError(cannot_listen(settings.host, settings.port, exc), Exit.SETTINGS) from None
     return Exit.OK
 
 
@@ -699,8 +700,11 @@ def cmd_device(args: argparse.Namespace) -> int:
                     "changed": changed,
                 },
                 [
-                    f"领取节奏：两次领取至少间隔 {f'{interval} 秒' if interval else '（不限）'}，"
-                    f"每天最多 {f'{per_day} 次' if per_day else '（不限）'}" + unchanged(changed)
+                    "领取节奏："
+                    + (f"两次领取至少间隔 {interval} 秒" if interval else "两次领取的间隔不限")
+                    + "，"
+                    + (f"每天最多 {per_day} 次" if per_day else "每天次数不限")
+                    + unchanged(changed)
                 ],
             )
         else:
@@ -799,7 +803,7 @@ def cmd_task(args: argparse.Namespace) -> int:
                 raw["max_total_price"] = person_money("max_total_price", args.max_total_price)
                 new = task_service.validate_new_task(raw, settings)
             except DomainError as exc:
-                raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
+                raise CliError(f"{exc.code}: {refusal_message(exc)}", Exit.RULE) from None
             task, _created = _tx(conn, lambda c: task_service.create_task(c, new, CLI_ACTOR, now))
             _report(
                 args,
@@ -963,7 +967,7 @@ def cmd_submission(args: argparse.Namespace) -> int:
                 {"outcome": args.outcome, "note": args.note, "expected_task_version": version}
             )
         except DomainError as exc:
-            raise CliError(f"{exc.code}: {exc.message}", Exit.RULE) from None
+            raise CliError(f"{exc.code}: {refusal_message(exc)}", Exit.RULE) from None
         result = _tx(
             conn, lambda c: admin_actions.reconcile(c, args.submission_id, outcome, note, version, CLI_ACTOR, now)
         )

@@ -9,6 +9,8 @@ printed literal there and here has Chinese (``tests/cli_text.py``).
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -57,6 +59,22 @@ def storage_error(detail: object) -> str:
 def refusing_to_start(reason: object) -> str:
     """``serve`` will not start; ``reason`` is one line."""
     return f"拒绝启动：{reason}"
+
+
+# why a socket could not be bound, by errno (asyncio's OSError text is English: "error while attempting to bind
+# on address …: address already in use"); another errno → the OS's own text
+_LISTEN_ERRORS: Mapping[int, str] = {
+    errno.EADDRINUSE: "端口已被占用：另一个程序（或另一个 cmbuyer-server）正在使用它，请换 --port 或先停掉它",
+    errno.EACCES: "没有权限：1024 以下的端口需要特权，请换一个端口",
+    errno.EADDRNOTAVAIL: "本机没有这个地址",
+}
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """``serve`` could not bind ``host:port``: one line in Chinese, the errno's name kept for searching."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    why = _LISTEN_ERRORS.get(exc.errno or 0) or (os.strerror(exc.errno) if exc.errno else str(exc))
+    return f"无法监听 {host}:{port}（{why}{'；' + name if name else ''}）"
 
 
 def unchanged(changed: bool) -> str:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -29,6 +32,13 @@ pytest.register_assert_rewrite(
 
 # Keep tests away from a developer's real data dir.
 os.environ.pop("CMBUYER_DATA_DIR", None)
+
+# `cmbuyer-agent run` locks each phone host-wide (agent/instance.py: /tmp/cmbuyer-agent-<uid>): each test session
+# gets its own lock dir, so test runs side by side (simulated phones are all called sim-1, sim-2 …) never see each
+# other's agents. Agents the tests start inherit it.
+_RUNTIME_DIR = tempfile.mkdtemp(prefix="cmbuyer-test-locks-")
+os.environ["CMBUYER_AGENT_LOCK_DIR"] = _RUNTIME_DIR
+atexit.register(shutil.rmtree, _RUNTIME_DIR, ignore_errors=True)
 
 _exit_status: list[int] = []
 

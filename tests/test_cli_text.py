@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.cli_help import not_chinese
 from tests.cli_text import english_messages
@@ -51,3 +54,62 @@ def test_not_chinese_names_english_help() -> None:
 
     chinese_help(parser)  # argparse's own -h lines become Chinese; the options' own texts do not
     assert not_chinese(parser) == ["(top): subcommand two: do the other thing", "one: --bad: data directory"]
+
+
+def _usage_error(main: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The last stderr line of a command line argparse refuses (exit 2)."""
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("用法：")  # the usage line first, as argparse prints it
+    return err.strip().splitlines()[-1]
+
+
+def test_argparse_errors_are_chinese_in_both_command_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32 trial: argparse's own error lines (required, invalid choice, unrecognized, invalid int) read in
+    Chinese in both CLIs; option names and values stay as typed, exit code 2 as before."""
+    from cmbuyer.agent.cli import main as agent
+    from cmbuyer.server.cli import main as server
+
+    assert _usage_error(server, ["task", "add", "--title", "t"], capsys) == (
+        "cmbuyer-server task add：错误：缺少必需的参数：--url, --quantity, --max-total-price"
+    )
+    assert _usage_error(server, ["task", "list", "--state", "NOPE"], capsys).startswith(
+        "cmbuyer-server task list：错误：参数 --state：无效的选择：'NOPE'（可选：'DRAFT', "
+    )
+    assert _usage_error(agent, ["doctor", "--device", "sim-1", "--bogus"], capsys) == (
+        "cmbuyer-agent：错误：无法识别的参数：--bogus"
+    )
+    assert _usage_error(
+        agent, ["dry-run", "--device", "s", "--goods-id", "1", "--quantity", "two", "--max-total", "9"], capsys
+    ) == ("cmbuyer-agent dry-run：错误：参数 --quantity：无效的整数值：'two'")
+    assert _usage_error(agent, ["nope"], capsys).startswith(
+        "cmbuyer-agent：错误：参数 command：无效的选择：'nope'（可选："
+    )
+
+
+def test_an_argparse_line_no_template_knows_is_kept_as_it_is() -> None:
+    from cmbuyer.schemas.clihelp import translate_error
+
+    assert translate_error("something new in Python 3.14") == "something new in Python 3.14"
+    assert translate_error("argument --x: expected one argument") == "参数 --x：需要一个值"
+
+
+def test_help_wraps_by_display_width_and_keeps_phrases_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32 trial: help lines are wrapped by terminal columns (a Chinese character takes two), never inside an
+    option or path, no line starts with ``：``/``，`` or ends with ``（``; group titles end in a full-width colon."""
+    from cmbuyer.agent.cli import build_parser
+    from cmbuyer.schemas.clihelp import display_width, wrap_cjk
+
+    assert wrap_cjk("on：按全局规则监督；off：此设备免除", 10) == ["on：按全局", "规则监督；", "off：此设", "备免除"]
+    assert wrap_cjk("凭据文件（默认 $CMBUYER_DEVICE_ID）", 10) == ["凭据文件", "（默认", "$CMBUYER_DEVICE_ID）"]
+
+    monkeypatch.setenv("COLUMNS", "80")
+    run = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    text = run.format_help()
+    assert "\n选项：\n" in text and "选项:" not in text
+    body = [line for line in text.splitlines() if line.startswith(" " * 24)]
+    assert len(body) > 5 and all(display_width(line) <= 80 for line in body), body
+    assert not any(line.strip().startswith(("：", "，", "）")) or line.endswith("（") for line in body), body
+    assert any("$CMBUYER_DEVICE_ID" in line.split() for line in body)  # a setting name is never split

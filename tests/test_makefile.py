@@ -26,7 +26,7 @@ def test_clean_refuses_a_real_database_and_removes_the_demo(tmp_path: Path) -> N
     (real / ".venv").mkdir()
     refused = _clean(real)
     assert refused.returncode != 0
-    assert "refusing: var/cmbuyer.sqlite3 is a database outside var/demo" in refused.stderr
+    assert "拒绝执行：var/cmbuyer.sqlite3 是 var/demo 之外的数据库" in refused.stderr
     assert (real / "var" / "cmbuyer.sqlite3").exists() and (real / ".venv").exists()  # nothing removed
 
     demo = tmp_path / "demo"
@@ -36,3 +36,12 @@ def test_clean_refuses_a_real_database_and_removes_the_demo(tmp_path: Path) -> N
     done = _clean(demo)
     assert done.returncode == 0, done.stderr
     assert not (demo / "var").exists() and not (demo / ".venv").exists()
+
+
+def test_make_font_says_in_chinese_what_it_found_or_does() -> None:
+    """Issue 32 trial: the lines ``make font`` prints (a CJK font found, installing one, could not) are Chinese."""
+    from tests.cli_text import has_chinese
+
+    recipe = MAKEFILE.read_text("utf-8").split("\nfont:", 1)[1].split("\n\n", 1)[0]
+    echoed = [line.split("echo ", 1)[1] for line in recipe.splitlines() if "echo " in line]
+    assert len(echoed) == 3 and all(has_chinese(text) and text.startswith('"字体：') for text in echoed), echoed

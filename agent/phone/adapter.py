@@ -3,7 +3,7 @@
 Rules (design §7.3, phone-facts):
 - Connect through ``adbutils.AdbClient(host, port)`` (``ANDROID_ADB_SERVER_HOST``/``_PORT``, default
   127.0.0.1:5037). We probe the port first: adbutils would otherwise try to *start* a local adb
-  server; we raise :class:`AdbUnreachable` ("adb server unreachable") instead.
+  server; we raise :class:`AdbUnreachable` ("无法连接 adb 服务 …") instead.
 - No uiautomator2 watchers, ever.
 - Every call has its own deadline (:func:`call_with_deadline`).
 - Dumps are parsed and validated (empty / unparsable / no app nodes → typed errors);
@@ -89,7 +89,7 @@ def probe_adb_server(host: str, port: int, timeout: float = 2.0) -> None:
         with socket.create_connection((host, port), timeout=timeout):
             return
     except OSError as exc:
-        raise AdbUnreachable(f"adb server unreachable at {host}:{port}") from exc
+        raise AdbUnreachable(f"无法连接 adb 服务 {host}:{port}（请先运行 adb start-server）") from exc
 
 
 def parse_app_version(dumpsys: str, package: str = APP_PACKAGE) -> AppVersion | None:
@@ -252,7 +252,7 @@ class PhoneAdapter:
             client = _client_class(adbutils)(host=host, port=port)
             states = {d.serial: d.state for d in client.list()}
             if states.get(serial) != "device":
-                raise PhoneError(f"device {serial} not online", "ADB_ERROR")
+                raise PhoneError(f"手机 {serial} 不在线（adb devices 里没有它，或状态不是 device）", "ADB_ERROR")
             device = client.device(serial)
             return device, u2.connect(device)
 

@@ -48,17 +48,17 @@ def bind_refusal(host: str, *, tls: bool, behind_proxy: bool, trusted_proxies: S
         return None
     if behind_proxy:
         if not trusted_proxies:
-            return "--behind-proxy needs the proxy's address(es) in CMBUYER_TRUSTED_PROXIES"
+            return "--behind-proxy 需要在 CMBUYER_TRUSTED_PROXIES 中给出反向代理的地址"
         parsed = _parse(host)
         if parsed is None or not (parsed.is_loopback or any(parsed in net for net in PRIVATE_NETWORKS)):
             return (
-                f"--behind-proxy binds a loopback or private interface address only, not {host}; "
-                "give TLS (--tls-cert/--tls-key) to listen on other addresses"
+                f"--behind-proxy 只能监听本机回环或内网地址，不能是 {host}；"
+                "要监听其他地址请配置 TLS（--tls-cert/--tls-key）"
             )
         return None
     return (
-        f"{host} is not a loopback address and TLS is not configured: give --tls-cert/--tls-key (see "
-        "`cmbuyer-server tls init`), or --behind-proxy with CMBUYER_TRUSTED_PROXIES"
+        f"{host} 不是本机回环地址，且没有配置 TLS：请给出 --tls-cert/--tls-key（见 "
+        "`cmbuyer-server tls init`），或使用 --behind-proxy 并设置 CMBUYER_TRUSTED_PROXIES"
     )
 
 

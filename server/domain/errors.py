@@ -55,10 +55,24 @@ class ValidationFailed(DomainError):
 
 
 class InvalidTransition(DomainError):
-    """The aggregate is not in a state that allows this use-case (409 ``invalid_state``)."""
+    """The aggregate is not in a state that allows this use-case (409 ``invalid_state``). ``use_case`` and
+    ``state`` (when the raiser names them, as :func:`~cmbuyer.server.domain.states.transition` does) let the
+    pages and the CLI word the refusal in Chinese (web/admin/labels.py :func:`refusal_message`)."""
 
     code = Code.INVALID_STATE
     status = 409
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        code: Code | str | None = None,
+        use_case: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.use_case = use_case
+        self.state = state
 
 
 class Conflict(DomainError):

@@ -145,7 +145,9 @@ def transition(table: dict[tuple[StateT, str], StateT], state: StateT, use_case:
     try:
         return table[(state, use_case)]
     except KeyError:
-        raise InvalidTransition(f"{use_case} is not allowed in state {state}") from None
+        raise InvalidTransition(
+            f"{use_case} is not allowed in state {state}", use_case=use_case, state=str(state)
+        ) from None
 
 
 class StateChangeNotAllowed(InvalidTransition):

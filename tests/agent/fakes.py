@@ -268,6 +268,7 @@ class FakeApi(FakeServer):
         pack_id: str | None = None,
         hold: dict[str, Any] | None = None,
         screen: dict[str, str] | None = None,
+        retries: int | None = None,
     ) -> dict[str, Any]:
         self._maybe_down()
         self.heartbeat_holds.append(hold)

@@ -7,6 +7,9 @@ import copy
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert json.loads(cred.read_text())["token"] not in out
     assert rc == 0, checks
     # which pack and where from (operator pack dirs: tests/agent/test_packdir.py)
-    assert checks["selector pack"]["detail"].startswith("pdd-8.17.0-81700 (shipped pack /")
+    assert checks["selector pack"]["detail"].startswith("pdd-8.17.0-81700（随附识别包 /")
     assert checks["Pinduoduo installed"]["detail"] == "8.17.0 (81700)"
     assert checks["server allows this app version"]["ok"]
     assert all(c["ok"] for c in checks.values())
@@ -152,7 +155,21 @@ def test_doctor_without_adb_server(
     monkeypatch.delenv("CMBUYER_DEVICE_ID", raising=False)
     rc = main(["doctor", "--json", "--device", "sim-1", "--server", "http://127.0.0.1:9"])
     checks = _checks(capsys.readouterr().out)
-    assert rc == 1 and "adb server unreachable" in checks["phone"]["detail"]
+    assert rc == 1 and "无法连接 adb 服务 127.0.0.1:" in checks["phone"]["detail"]
+
+
+def test_doctor_and_dry_run_say_in_chinese_that_a_phone_is_not_online(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32 trial: a serial adb does not list (sim-9) is named in Chinese by doctor and dry-run alike."""
+    with adbutils_leaks_ignored(), running_sim():
+        rc = main(["doctor", "--json", "--device", "sim-9", "--server", "http://127.0.0.1:9"])
+        phone = _checks(capsys.readouterr().out)["phone"]
+        dry_run = ["dry-run", "--device", "sim-9", "--goods-id", "1", "--color", "黑", "--quantity", "1"]
+        dry = main([*dry_run, "--max-total", "9.00", "--out", str(tmp_path / "out")])
+        printed = json.loads(capsys.readouterr().out)
+    assert rc == 1 and phone["detail"].startswith("手机 sim-9 不在线（")
+    assert dry == 2 and printed == {"error": "ADB_ERROR", "detail": phone["detail"]}
 
 
 def test_capture_writes_an_evidence_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -237,10 +254,72 @@ def test_doctor_leaves_a_running_agents_state_alone(
         capsys.readouterr()
         alone = srv.device_row(device_id)
     assert rc == 0, checks
-    assert checks["server accepts the device"]["detail"] == DOCTOR_AGENT_RUNNING
+    assert checks["server accepts the device"]["detail"] == f"{srv.url}；{DOCTOR_AGENT_RUNNING}"
     assert (after["reported_state"], after["last_heartbeat_at"]) == ("READY", before["last_heartbeat_at"])
-    assert len(refused) == 1 and "已有一个 cmbuyer-agent run 在为手机 sim-1 运行" in refused[0]
+    assert len(refused) == 1 and "已有一个 cmbuyer-agent run 在本机为手机 sim-1 运行" in refused[0]
     assert rc_alone == 0 and alone["reported_state"] == "PAUSED"
+
+
+AGENT = str(Path(sys.executable).parent / "cmbuyer-agent")
+
+
+def test_a_running_agent_is_seen_from_any_state_dir_and_doctor_still_checks_the_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 (fresh-user trial): the run lock is per host and serial, not per state dir. A real ``run`` holds
+    a phone (held: NEEDS_PERSON with SCREEN_UNRECOGNIZED); doctor started with another state dir sends no
+    heartbeat — the server row keeps its state and hold — yet checks the token with the read-only call: the
+    right one passes, a wrong one fails with 401 and exit 1. A second ``run`` with another state dir refuses."""
+    from cmbuyer.agent.journal import Journal
+
+    state = tmp_path / "agent-state"
+    journal = Journal.for_serial("sim-1", state)
+    journal.set_hold("SCREEN_UNRECOGNIZED: 画面无法识别")
+    with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
+        cred = _creds_file(tmp_path, srv)
+        device_id = json.loads(cred.read_text())["device_id"]
+        env = {**os.environ, "CMBUYER_AGENT_STATE_DIR": str(state)}
+        command = ["--device", "sim-1", "--server", srv.url, "--credentials-file", str(cred)]
+        with (tmp_path / "agent.log").open("wb") as log:
+            proc = subprocess.Popen([AGENT, "run", *command], stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while srv.device_row(device_id).get("reported_state") != "NEEDS_PERSON":
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
+                time.sleep(0.1)
+            held = {k: v for k, v in srv.device_row(device_id).items() if k.startswith(("hold_", "reported_state"))}
+            assert held["hold_code"] == "SCREEN_UNRECOGNIZED"
+            monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "other"))  # or another working folder
+            rc = main(["doctor", "--json", *command])
+            checks = _checks(capsys.readouterr().out)
+            after = {k: v for k, v in srv.device_row(device_id).items() if k in held}
+            wrong = tmp_path / "wrong.cred"
+            fd = os.open(wrong, os.O_WRONLY | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"device_id": device_id, "token": "ab" * 32}, fh)
+            rc_wrong = main(["doctor", "--json", *command[:-1], str(wrong)])
+            wrong_checks = _checks(capsys.readouterr().out)
+            rc_second = main(["run", "--once", *command])
+            second = capsys.readouterr().err.strip().splitlines()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    assert after == held
+    assert rc == 0 and checks["server accepts the device"]["ok"], checks
+    assert rc_wrong == 1 and wrong_checks["server accepts the device"]["ok"] is False
+    assert "（401）" in wrong_checks["server accepts the device"]["detail"]
+    assert rc_second == 2 and len(second) == 1 and "已有一个 cmbuyer-agent run 在本机为手机 sim-1 运行" in second[0]
+
+
+def test_run_lock_file_names_are_safe_and_distinct() -> None:
+    """Every serial gets its own file inside the runtime dir: no ``/`` or ``..`` escapes, no two serials share."""
+    from cmbuyer.agent.instance import lock_name
+
+    serials = ["sim-1", "192.168.0.173:5555", "192.168.0.173_5555", "../x", "a/b", "..", "%2F", "x" * 300]
+    names = [lock_name(s) for s in serials]
+    assert len(set(names)) == len(names)
+    assert all("/" not in n and n.endswith(".lock") and len(n) < 255 for n in names)
+    assert lock_name("192.168.0.173:5555") == "192.168.0.173%3A5555.lock"
 
 
 def srv_creds(path: Path) -> Any:

@@ -217,7 +217,7 @@ def test_unreachable_adb_server(monkeypatch: pytest.MonkeyPatch) -> None:
     port = s.getsockname()[1]
     s.close()
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
-    with pytest.raises(PhoneError, match="adb server unreachable"):
+    with pytest.raises(PhoneError, match="无法连接 adb 服务"):
         PhoneAdapter.connect("emulator-5554")
 
 

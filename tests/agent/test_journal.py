@@ -137,6 +137,8 @@ def test_journal_cli_names_the_state_dir_when_the_journal_is_missing(
 
     monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "elsewhere"))
     assert main(["journal", "--device", "sim-9", "--clear-hold"]) == 1
-    out = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    out = json.loads(printed)
     assert out["exists"] is False and "CMBUYER_AGENT_STATE_DIR" in out["error"]
     assert out["path"] == str(tmp_path / "elsewhere" / "sim-9.sqlite3")
+    assert "这里没有这台设备的日志" in printed and "\\u" not in printed  # readable, not \u8fd9… escapes

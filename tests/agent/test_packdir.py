@@ -45,7 +45,7 @@ def test_operator_pack_for_a_new_version_is_used(pack_dir: Path) -> None:
     path = write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     found = resolve("8.23.0", 82300, pack_dir, check_permissions=True)
     assert (found.pack.id, found.origin, found.path, found.overrides) == ("ops-8.23.0-82300", "operator", path, None)
-    assert _error(("8.24.0", 82400), pack_dir) == "no selector pack for app version 8.24.0 (82400)"
+    assert _error(("8.24.0", 82400), pack_dir) == "没有适用于应用版本 8.24.0（82400）的识别包"
 
 
 def test_operator_pack_wins_over_the_shipped_pack_of_the_same_version(pack_dir: Path) -> None:
@@ -54,7 +54,7 @@ def test_operator_pack_wins_over_the_shipped_pack_of_the_same_version(pack_dir: 
     assert (found.pack.id, found.origin) == ("site-8.22.0", "operator")
     assert found.overrides is not None and found.overrides.pack is not None
     assert found.overrides.pack.id == "pdd-8.22.0-82200"
-    assert found.describe() == (f"site-8.22.0 (operator pack {path}), overrides the shipped pack pdd-8.22.0-82200")
+    assert found.describe() == f"site-8.22.0（运维识别包 {path}），取代随附识别包 pdd-8.22.0-82200"
     # other versions keep their shipped pack
     assert resolve_pack("8.17.0", 81700, pack_dir, check_permissions=True).id == "pdd-8.17.0-81700"
 
@@ -67,7 +67,7 @@ def test_operator_pack_may_keep_the_shipped_id_of_its_own_version_only(pack_dir:
     assert (found.pack.id, found.origin) == ("pdd-8.22.0-82200", "operator")
     write_pack(pack_dir, rebound("8.22.0", "8.30.0", 83000, "pdd-8.17.0-81700"))
     assert _error(("8.30.0", 83000), pack_dir) == (
-        "pdd-8.17.0-81700.json: $.id: 'pdd-8.17.0-81700' is the id of the shipped pack for 8.17.0 (81700)"
+        "pdd-8.17.0-81700.json: $.id: 'pdd-8.17.0-81700' 是拼多多 8.17.0 (81700) 的随附识别包的 id"
     )
 
 
@@ -75,12 +75,12 @@ def test_two_operator_packs_for_one_version_are_refused_naming_both(pack_dir: Pa
     write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300, "a-823"), "a.json")
     write_pack(pack_dir, rebound("8.17.0", "8.23.0", 82300, "b-823"), "b.json")
     assert _error(("8.23.0", 82300), pack_dir) == (
-        "two operator packs for app version 8.23.0 (82300): a.json, b.json (keep one)"
+        "应用版本 8.23.0（82300）有两个运维识别包：a.json、b.json（只保留一个）"
     )
     # also when the second one is the same version as a shipped pack: no fallback to the shipped one
     write_pack(pack_dir, rebound("8.22.0", "8.22.0", 82200, "c-822"), "c.json")
     write_pack(pack_dir, rebound("8.22.0", "8.22.0", 82200, "d-822"), "d.json")
-    assert "c.json, d.json" in _error(("8.22.0", 82200), pack_dir)
+    assert "c.json、d.json" in _error(("8.22.0", 82200), pack_dir)
 
 
 def test_duplicate_pack_id_across_files_refuses_both(pack_dir: Path) -> None:
@@ -259,7 +259,7 @@ def test_broken_pack_affects_only_its_version_and_is_logged_once(
         assert resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True).id == "pdd-8.22.0-82200"
         assert _error(("8.24.0", 82400), pack_dir).startswith("ops-8.24.0-82400.json: $.layouts[0].id: 'carousel'")
     assert _error(("8.25.0", 82500), pack_dir) == (
-        "no selector pack for app version 8.25.0 (82500); unreadable operator pack files: notes.json"
+        "没有适用于应用版本 8.25.0（82500）的识别包；无法读取的运维识别包文件：notes.json"
     )
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2, warnings  # once per broken file, however many lookups
@@ -360,14 +360,14 @@ def test_doctor_says_which_pack_is_in_use_and_reports_broken_packs(
     with adbutils_leaks_ignored(), running_sim("order_sheet", serials=["sim-1"]):
         _, checks = _doctor([], capsys)
         shipped = checks["selector pack"]
-        assert shipped["ok"] is True and shipped["detail"].startswith("pdd-8.22.0-82200 (shipped pack /")
-        assert shipped["detail"].endswith("/pdd-8.22.0-82200.json)")
+        assert shipped["ok"] is True and shipped["detail"].startswith("pdd-8.22.0-82200（随附识别包 /")
+        assert shipped["detail"].endswith("/pdd-8.22.0-82200.json）")
         assert checks["selector packs load"]["ok"] is True
         _, checks = _doctor(["--pack-dir", str(pack_dir)], capsys)
         assert checks["selector pack"] == {
             "check": "selector pack",
             "ok": True,
-            "detail": f"site-8.22.0 (operator pack {path}), overrides the shipped pack pdd-8.22.0-82200",
+            "detail": f"site-8.22.0（运维识别包 {path}），取代随附识别包 pdd-8.22.0-82200",
         }
         bad = rebound("8.22.0", "8.40.0", 84000)
         _unknown_layout(bad)
@@ -392,7 +392,7 @@ def test_scan_lists_operator_and_shipped_files(pack_dir: Path) -> None:
     write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     found = scan(pack_dir, check_permissions=True)
     path = pack_dir / "ops-8.23.0-82300.json"
-    assert [f.describe() for f in found.operator] == [f"ops-8.23.0-82300 (operator {path})"]
+    assert [f.describe() for f in found.operator] == [f"ops-8.23.0-82300（运维 {path}）"]
     assert [f.pack.id for f in found.shipped if f.pack] == ["pdd-8.17.0-81700", "pdd-8.22.0-82200"]
     assert found.broken() == [] and found.dir_error is None
 

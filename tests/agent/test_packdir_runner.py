@@ -80,7 +80,7 @@ def test_broken_pack_dir_heartbeats_no_pack_and_the_repaired_pack_orders(tmp_pat
             runner.stop.set()
             thread.join(30)
         assert ended == [0]
-        assert f"识别包 ops-8.23.0-82300 (operator pack {pack_dir / 'ops-8.23.0-82300.json'})" in lines
+        assert f"识别包 ops-8.23.0-82300（运维识别包 {pack_dir / 'ops-8.23.0-82300.json'}）" in lines
         entries = sim.journal("sim-1").entries()
         assert [e["role"] for e in entries if e["kind"] == "tap"].count("submit") == 1
         assert payment_taps(entries) == []

@@ -11,8 +11,10 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +202,7 @@ def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path)
     t.join(10)
     lines = [line for line in runner.lines if not line.startswith("识别包")]  # type: ignore[attr-defined]
     assert lines == [
-        "heartbeat：服务器拒绝了设备凭据（401）：请检查 --credentials-file，或这台设备已被撤销；"
+        "心跳：服务器拒绝了设备凭据（401）：请检查 --credentials-file，或这台设备已被撤销；"
         "0.05 秒后重试（间隔逐步延长到 0.2 秒）"
     ], lines
     assert api.claim_calls == 0
@@ -211,6 +213,33 @@ def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path)
     once.api.heartbeat = refused  # type: ignore[method-assign]
     assert once.run() == ExitCode.USAGE
     assert [line for line in once.lines if "（401）" in line] == once.lines[-1:]  # type: ignore[attr-defined]
+    # --once ends right after the line: it promises no retry (issue 32 trial)
+    assert once.lines[-1].endswith("已被撤销；--once：不重试") and "重试（" not in once.lines[-1]  # type: ignore[attr-defined]
+
+
+def test_unreachable_server_is_one_line_with_one_prefix_at_once(tmp_path: Path) -> None:
+    """A down server in ``run --once``: one line ``心跳：无法连接服务器 URL（…）`` (the call named once, the same
+    ``心跳：`` as the state lines), sent after a single attempt — the runner's back-off is the retry, so the line
+    does not wait out the client's transport retries (~7 s) — then exit 1."""
+    from cmbuyer.agent.client import Credentials, HttpDeviceApi
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there: connection refused
+    journal = Journal(tmp_path / "j.sqlite3")
+    api = HttpDeviceApi(f"http://127.0.0.1:{port}", Credentials(str(uuid.uuid4()), "ab" * 32), journal)
+    sim = SimPhone()
+    phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
+    printed: list[str] = []
+    runner = Runner(RunnerConfig("sim-1", poll_seconds=0.02, once=True), phone, api, journal, printed.append)
+    started = time.monotonic()
+    assert runner.run() == ExitCode.FAILED
+    assert time.monotonic() - started < 3
+    lines = [line for line in printed if "无法连接服务器" in line]
+    assert lines == [
+        f"心跳：无法连接服务器 http://127.0.0.1:{port}（ConnectionRefusedError: Connection refused）；--once：不重试"
+    ]
 
 
 def test_pause_and_pacing_are_logged_once_when_they_change(tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ def test_a_dead_child_is_named_with_its_code_and_log(tmp_path: Path, capsys: pyt
     died.wait(30)
     stack.server, stack.agents = alive, {"sim-2": died}
     try:
-        assert stack.dead() == [f"agent sim-2 exited with code 3; see {stack.logs / 'agent-sim-2.log'}"]
-        with pytest.raises(StackError, match="agent sim-2 exited with code 3"):
+        assert stack.dead() == [f"代理 sim-2 已退出（退出码 3）；见 {stack.logs / 'agent-sim-2.log'}"]
+        with pytest.raises(StackError, match="代理 sim-2 已退出（退出码 3）"):
             check_alive(stack)
-        assert " ! agent sim-2 exited with code 3" in capsys.readouterr().out
+        assert " ! 代理 sim-2 已退出（退出码 3）" in capsys.readouterr().out
     finally:
         alive.kill()
         alive.wait(30)
@@ -33,6 +33,18 @@ def test_the_demo_says_which_font_its_screenshots_use(monkeypatch: pytest.Monkey
     from cmbuyer.phonesim import screenshot
 
     monkeypatch.setattr(screenshot, "font_path", lambda: screenshot.NON_CJK_FALLBACK)
-    assert font_line().startswith("NO CJK FONT")
+    assert font_line().startswith("没有中文字体：")
     monkeypatch.setattr(screenshot, "font_path", lambda: "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
-    assert font_line() == "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc (screenshots show Chinese)"
+    assert font_line() == "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc（截图能显示中文）"
+
+
+def test_the_demo_prints_chinese() -> None:
+    """Issue 32 trial: the demo's status lines (管理页面, 手机, 字体, the end line …) and the process deaths it
+    names are Chinese, with commands, paths and codes as they are."""
+    import demo.run
+    import demo.stack
+    from tests.cli_text import english_messages
+
+    command = "demo：127.0.0.1:{} 已被占用；请停掉占用它的进程，或换一个端口：`make demo DEMO_PORT=8090`"
+    assert english_messages(Path(str(demo.run.__file__)), codes={command}) == []
+    assert english_messages(Path(str(demo.stack.__file__))) == []

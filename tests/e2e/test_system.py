@@ -286,4 +286,4 @@ def test_demo_once(tmp_path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "every task reached its expected state" in result.stdout
+    assert "demo：每个任务都到达了预期状态" in result.stdout

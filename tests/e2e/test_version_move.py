@@ -182,7 +182,7 @@ def _write_and_prove_pack(stack: Stack, op: Operator) -> Path:
     ran = op("dry-run", "--device", SERIAL, *ORDER, "--out", "captures/canary/dryrun-1")
     assert (ran.code, json.loads(ran.out)) == (
         2,
-        {"error": "NO_SELECTOR_PACK", "detail": "no selector pack for app version 8.23.0 (82300)"},
+        {"error": "NO_SELECTOR_PACK", "detail": "没有适用于应用版本 8.23.0（82300）的识别包"},
     )
     # 3. candidate pack: the nearest shipped pack (8.22.0) and its evidence copied, bound to 8.23.0
     work = op.home / "work"
@@ -272,7 +272,7 @@ def test_new_version_becomes_an_order_with_an_operator_pack_and_no_code_change(c
     assert len(submit_taps(journal, goods_id=SHIRT.goods_id)) == 1 and payment_taps(journal) == []
     assert order_counts(journal) == {SHIRT.goods_id: 1}
     log = _agent_log(stack)
-    assert f"识别包 {PACK_ID} (operator pack {pack_dir / PACK_FILE})" in log
+    assert f"识别包 {PACK_ID}（运维识别包 {pack_dir / PACK_FILE}）" in log
     assert "服务器不允许拼多多版本 8.23.0：不领取任务" in log
 
 

@@ -147,6 +147,8 @@ def test_device_pause_resume_and_pace(ddir: Path) -> None:
     paced = cli_json(ddir, "device", "pace", device_id, "--min-interval", "300", "--max-per-day", "20")
     assert (paced["min_claim_interval_seconds"], paced["max_claims_per_day"], paced["changed"]) == (300, 20, True)
     assert cli_json(ddir, "device", "list")["devices"][0]["min_claim_interval_seconds"] == 300
+    only_interval = cli(ddir, "device", "pace", device_id, "--min-interval", "30")
+    assert only_interval.stdout.strip() == "领取节奏：两次领取至少间隔 30 秒，每天次数不限", only_interval.stdout
     bad = cli(ddir, "device", "pace", device_id, "--min-interval", "0")
     assert bad.returncode == 1 and "1–86400" in bad.stderr
     assert cli_json(ddir, "device", "revoke", device_id)["changed"] is True
@@ -159,7 +161,7 @@ def test_device_pause_resume_and_pace(ddir: Path) -> None:
         r[0] for r in conn.execute("SELECT action FROM audit_log WHERE subject_id = ? ORDER BY id", (device_id,))
     ]
     conn.close()
-    assert actions == ["device.add", "device.pause", "device.resume", "device.pacing", "device.revoke"]
+    assert actions == ["device.add", "device.pause", "device.resume", "device.pacing", "device.pacing", "device.revoke"]
 
 
 def test_task_add_start_show(ddir: Path) -> None:
@@ -275,6 +277,18 @@ def test_serve_reports_a_busy_port_before_any_serving_line(ddir: Path) -> None:
         result = cli(ddir, "serve", "--port", str(taken.getsockname()[1]))
     assert result.returncode == 3, result.stderr
     assert "无法监听 127.0.0.1:" in result.stderr and "正在服务" not in result.stderr
+    # in Chinese, not asyncio's "error while attempting to bind on address …" (issue 32 trial); errno name kept
+    assert "端口已被占用" in result.stderr and "EADDRINUSE" in result.stderr
+    assert "error while" not in result.stderr and "address already in use" not in result.stderr.lower()
+
+
+def test_serve_on_a_public_address_without_tls_is_refused_in_chinese(ddir: Path) -> None:
+    """Issue 32 trial: ``serve --host 0.0.0.0`` without TLS → exit 3, one Chinese line naming the options."""
+    result = cli(ddir, "serve", "--host", "0.0.0.0")
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and "拒绝启动：0.0.0.0 不是本机回环地址，且没有配置 TLS" in line
+    assert "--tls-cert/--tls-key" in line and "not a loopback" not in line
 
 
 def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
@@ -345,7 +359,7 @@ def test_missing_data_dir_and_missing_subcommand_are_clear_one_line_errors(tmp_p
     assert result.returncode == 4 and not missing.exists()
     assert result.stderr.strip() == f"cmbuyer-server：目录 {missing} 不存在；请先运行 `cmbuyer-server init`"
     result = cli(tmp_path, "evidence")
-    assert result.returncode == 2 and result.stderr.strip().endswith("the following arguments are required: {gc}")
+    assert result.returncode == 2 and result.stderr.strip().endswith("缺少必需的参数：{gc}")
 
 
 def test_task_add_with_options(ddir: Path) -> None:

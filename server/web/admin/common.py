@@ -30,6 +30,7 @@ from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.web.access_log import ADMIN_KEY as ACCESS_ADMIN
 from cmbuyer.server.web.admin import csrf
+from cmbuyer.server.web.admin.labels import refusal_message
 from cmbuyer.server.web.client_address import request_scheme
 from cmbuyer.server.web.edge import BODY_READ_TIMEOUT_S, prove, read_chunk
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
@@ -153,7 +154,7 @@ def redirect(location: str) -> web.Response:
 
 def domain_refusal(exc: DomainError) -> AdminHTTPError:
     """Map a domain error to its HTTP refusal (status and code come from the error)."""
-    return AdminHTTPError(exc.status, exc.code, exc.message)
+    return AdminHTTPError(exc.status, exc.code, refusal_message(exc))
 
 
 STORAGE_REFUSAL = AdminHTTPError(503, Code.STORAGE_UNAVAILABLE, "数据库暂时不可用，请稍后再试", retryable=True)

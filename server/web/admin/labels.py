@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cmbuyer.server.domain.errors import DomainError, InvalidTransition
 from cmbuyer.server.domain.states import TaskState
 
 # -- task states (domain/states.py TaskState) -----------------------------------------------------------
@@ -312,6 +313,20 @@ TEMPLATE_LABELS: dict[str, Mapping[str, str]] = {
     "audit_action_label": AUDIT_ACTION_LABELS,
     "fence_refusal_label": FENCE_REFUSAL_LABELS,
 }
+
+
+def refusal_message(exc: DomainError) -> str:
+    """What a person reads for a refusal (admin pages and the CLI, which prints the code before it).
+
+    An ``invalid_state`` refusal that names its use-case and state is worded in Chinese from the tables
+    here (the use-case as its audit action label, the state as its task state label), e.g.
+    ``任务状态为失败（FAILED）时不能标记已付款``; any other refusal keeps its own message."""
+    if not isinstance(exc, InvalidTransition) or exc.use_case is None or exc.state is None:
+        return exc.message
+    action = AUDIT_ACTION_LABELS.get(f"task.{exc.use_case}", exc.use_case)
+    state = TASK_STATE_LABELS.get(TaskState(exc.state)) if exc.state in TaskState.__members__ else None
+    where = f"任务状态为{state}（{exc.state}）" if state else f"状态为 {exc.state}"
+    return f"{where}时不能{action}"
 
 
 def label(table: Mapping[str, str], code: str | None) -> str:

@@ -313,3 +313,21 @@ def test_form_money_helper() -> None:
     for bad in ("1234567890", "30.", "-1", "1_000", "3e1", None, 30):
         with pytest.raises(ValidationFailed):
             form_money("m", bad)
+
+
+def test_an_invalid_state_refusal_reads_in_chinese_on_the_pages_and_the_cli() -> None:
+    """Issue 32 trial: ``mark_paid is not allowed in state FAILED`` is worded from the label tables (the use-case as
+    its audit action, the state as its task state label); a refusal without a use-case keeps its message."""
+    from cmbuyer.server.domain.codes import Code
+    from cmbuyer.server.domain.errors import InvalidTransition, refusal
+    from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState, transition
+    from cmbuyer.server.web.admin.common import domain_refusal
+    from cmbuyer.server.web.admin.labels import refusal_message
+
+    with pytest.raises(InvalidTransition) as caught:
+        transition(TASK_TRANSITIONS, TaskState.FAILED, "mark_paid")
+    assert refusal_message(caught.value) == "任务状态为失败（FAILED）时不能标记已付款"
+    assert domain_refusal(caught.value).message == "任务状态为失败（FAILED）时不能标记已付款"
+    assert domain_refusal(caught.value).code == "invalid_state"
+    other = refusal(Code.INVALID_STATE, "预览已过期")
+    assert refusal_message(other) == "预览已过期"
