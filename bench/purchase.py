@@ -35,7 +35,9 @@ with its read-only order confirmation, the demo's SKU-sheet layout), each with i
 Per step the bench attributes every call the simulator journaled (each with its timestamp) to the
 flow step the agent had started at that moment (the agent's step lines in its log, same clock): the
 submit tap is the simulator's own ``submit`` tap entry, everything after it until the confirmation
-starts is the post-tap observation.
+starts is the post-tap observation. Each row also has its wall seconds (from each boundary to the
+next, the attempt's creation opening the ``claim`` row) and the gap = wall − simulated phone time;
+``per_step_warm`` is the same table for every order but the first (which starts the app cold).
 """
 
 from __future__ import annotations
