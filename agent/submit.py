@@ -170,10 +170,13 @@ def _observe(phone: PhoneAdapter, pack: Pack, seconds: float) -> SubmitOutcome:
         ):
             shot = _shot(phone) if seen.app_in_front else None
             return SubmitOutcome(seen.observation, True, shot, f"observed {seen.what}", seen.reason, seen.package)
-        if seen.observation is not None and seen.app_in_front:
-            # the outcome may be seen again by the next look: its screenshot between the two (issue 29)
-            phone.shoot_before_next_look()
         previous = seen
+        if seen.observation is not None and seen.app_in_front:
+            # the outcome may be seen again by the next look: its screenshot between the two (issue 29).
+            # The shot itself spaces the two looks (70-100 ms on a phone), so no poll pause is added:
+            # the pause only keeps a screen that is still loading from being dumped back to back.
+            phone.shoot_before_next_look()
+            continue
         time.sleep(POLL_SECONDS)
     package = last.package if last is not None else None
     shot = _shot(phone) if last is None or last.app_in_front else None

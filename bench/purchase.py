@@ -35,13 +35,16 @@ with its read-only order confirmation, the demo's SKU-sheet layout), each with i
 Per step the bench attributes every call the simulator journaled (each with its timestamp) to the
 flow step the agent had started at that moment (the agent's step lines in its log, same clock): the
 submit tap is the simulator's own ``submit`` tap entry, everything after it until the confirmation
-starts is the post-tap observation.
+starts is the post-tap observation. Each row also has its wall seconds (from each boundary to the
+next, the attempt's creation opening the ``claim`` row) and the gap = wall − simulated phone time;
+``per_step_warm`` is the same table for every order but the first (which starts the app cold).
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import json
 import os
 import sys
@@ -63,9 +66,11 @@ DIMENSIONS = 2
 TARGET_RATIO = 1.10
 KINDS = ("dumps", "taps", "screenshots", "shell_calls", "rpc_calls")
 # The table's rows, in flow order; "between orders" holds what the agent does per loop turn before
-# it claims (the app version read), outside the measured claim → result time.
+# it claims (the app version read), outside the measured claim → result time; "claim" runs from the
+# attempt's creation (the server's claim answer) to the agent's first step line.
 STEPS = (
     "between orders",
+    "claim",
     "product page",
     "SKU panel",
     "gate 1",
@@ -160,32 +165,49 @@ def _row_timeline(lines: list[tuple[float, str]]) -> list[tuple[float, str, int]
     return timeline
 
 
-def per_step(journal: list[dict[str, Any]], log: str, orders: int) -> dict[str, dict[str, float]]:
-    """Mean calls per order and their simulated seconds for every row of :data:`STEPS`.
+def per_step(
+    journal: list[dict[str, Any]], log: str, orders: int, claims: list[float] | None = None, skip: int = 0
+) -> dict[str, dict[str, float]]:
+    """Mean calls per order, their simulated seconds and the wall seconds for every row of :data:`STEPS`.
 
     Every call the simulator journaled between the first claim and the last result counts once, in the
     row whose step the agent had started before the call ended (``ts`` is written when the call is
     answered; the agent runs one phone call at a time, so no call straddles two steps). The submit tap
     and its ``input tap`` are the ``submit`` row; calls after it belong to the post-tap observation until
     the confirmation's step line. ``rpc_calls`` other than dumps and screenshots cost the rpc latency;
-    every shell call the shell latency, a tap besides the tap latency."""
+    every shell call the shell latency, a tap besides the tap latency.
+
+    ``wall`` is the time from each boundary to the next (step lines, the submit tap's journal entry,
+    ``claims`` — the attempts' creation times, one per order in order — and the RESULT lines), summed
+    per row; ``gap`` = wall − simulated seconds: time the phone was not busy with a call of the row.
+    ``skip``: leave out the first ``skip`` orders (1: the warm orders only, the first one starts the app
+    cold)."""
     timeline = _row_timeline(_step_lines(log))
     if not timeline:
         return {}
     taps = sorted(e["ts"] for e in journal if e["kind"] == "tap" and e.get("role") == "submit")
     for at in taps:  # the tap itself, then the observation, in the order its step was in
         order = max((o for t, _, o in timeline if t <= at), default=0)
-        # its tap, order and shell entries lie within a millisecond; the next call ends ≥ 20 ms later
-        timeline += [(at - 0.001, "submit", order), (at + 0.001, "post-tap observation", order)]
+        # its tap, order and shell entries lie within a millisecond and are written when the tap is
+        # done: the row starts when the tap began (the previous call ended before it), its observation
+        # a millisecond after (the next call ends ≥ 20 ms later)
+        began = at - REALISTIC["tap"] - REALISTIC["shell"]
+        timeline += [(began, "submit", order), (at + 0.001, "post-tap observation", order)]
+    timeline += [(at, "claim", i) for i, at in enumerate(sorted(claims or [])) if i < orders]
     timeline.sort()
     first, last = timeline[0][0], max(t for t, row, _ in timeline if row == "between orders")
-    rows = {step: dict.fromkeys((*KINDS, "seconds"), 0.0) for step in STEPS}
+    rows = {step: dict.fromkeys((*KINDS, "seconds", "wall"), 0.0) for step in STEPS}
+    for (at, row, order), (then, _, _) in itertools.pairwise(timeline):
+        if order >= skip and at < last:
+            rows[row]["wall"] += then - at
     marks = [t for t, _, _ in timeline]
     for e in journal:
         kind, at = e["kind"], e["ts"]
         if not first <= at <= last or kind not in ("dump", "tap", "screenshot", "shell", "rpc"):
             continue
-        row = timeline[bisect.bisect_right(marks, at) - 1][1]
+        _, row, order = timeline[bisect.bisect_right(marks, at) - 1]
+        if order < skip:
+            continue
         cell = rows[row]
         cell[
             {"dump": "dumps", "tap": "taps", "screenshot": "screenshots", "shell": "shell_calls"}.get(kind, "rpc_calls")
@@ -198,27 +220,31 @@ def per_step(journal: list[dict[str, Any]], log: str, orders: int) -> dict[str, 
             "screenshot": REALISTIC["screenshot"],
             "shell": REALISTIC["shell"],
         }.get(kind, 0.0)
-    turns = {"between orders": max(1, orders - 1)}
-    return {step: {k: round(v / turns.get(step, orders), 2) for k, v in cell.items()} for step, cell in rows.items()}
+    counted = max(1, orders - skip)
+    turns = {"between orders": max(1, orders - 1 - skip)}
+    out = {step: {k: round(v / turns.get(step, counted), 2) for k, v in cell.items()} for step, cell in rows.items()}
+    for cell in out.values():
+        cell["gap"] = round(cell["wall"] - cell["seconds"], 2)
+    return out
 
 
 def markdown(steps: dict[str, dict[str, float]]) -> str:
-    """The per-step table as Markdown (docs/performance.md)."""
-    head = "| step | dumps | taps | screenshots | shell | rpc | simulated s |\n|---|---:|---:|---:|---:|---:|---:|\n"
-    body = "".join(
-        f"| {step} | {c['dumps']:g} | {c['taps']:g} | {c['screenshots']:g} | {c['shell_calls']:g} "
-        f"| {c['rpc_calls']:g} | {c['seconds']:.2f} |\n"
-        for step, c in steps.items()
+    """The per-step table as Markdown (docs/performance.md); "claim → result" sums every row but
+    "between orders"."""
+    head = (
+        "| step | dumps | taps | screenshots | shell | rpc | simulated s | wall s | gap s |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
-    total = {k: round(sum(c[k] for s, c in steps.items() if s != "between orders"), 2) for k in (*KINDS, "seconds")}
-    return (
-        head
-        + body
-        + (
-            f"| claim → result | {total['dumps']:g} | {total['taps']:g} | {total['screenshots']:g} "
-            f"| {total['shell_calls']:g} | {total['rpc_calls']:g} | {total['seconds']:.2f} |\n"
+
+    def line(step: str, c: dict[str, float]) -> str:
+        return (
+            f"| {step} | {c['dumps']:g} | {c['taps']:g} | {c['screenshots']:g} | {c['shell_calls']:g} "
+            f"| {c['rpc_calls']:g} | {c['seconds']:.2f} | {c['wall']:.2f} | {c['gap']:.2f} |\n"
         )
-    )
+
+    keys = (*KINDS, "seconds", "wall", "gap")
+    total = {k: round(sum(c[k] for s, c in steps.items() if s != "between orders"), 2) for k in keys}
+    return head + "".join(line(step, c) for step, c in steps.items()) + line("claim → result", total)
 
 
 def run(orders: int) -> dict[str, Any]:
@@ -265,6 +291,7 @@ def run(orders: int) -> dict[str, Any]:
     # opens a cold app: the warm orders are also measured against the model without it, so the headline
     # ratio cannot hide time behind a start that was never paid.
     by_start = sorted(details.values(), key=lambda d: _ts(d["attempts"][0]["created_at"]))
+    claims = [_ts(d["attempts"][0]["created_at"]) for d in by_start]
     warm = [_ts(d["submission"]["result_at"]) - _ts(d["attempts"][0]["created_at"]) for d in by_start[1:]]
     warm_minimum = minimum - REALISTIC["app_start"]
     return {
@@ -275,7 +302,8 @@ def run(orders: int) -> dict[str, Any]:
             "max": round(max(per_order), 3),
         },
         "phone_round_trips_per_order": used,
-        "per_step": per_step(journal, log, orders),
+        "per_step": per_step(journal, log, orders, claims),
+        "per_step_warm": per_step(journal, log, orders, claims, skip=1) if orders > 1 else {},
         "unavoidable_calls_per_order": calls,
         "unavoidable_seconds_per_order": round(minimum, 3),
         "ratio_wall_to_unavoidable": round(mean / minimum, 3),
@@ -304,6 +332,9 @@ def main() -> int:
     print(json.dumps(result, ensure_ascii=False, indent=2))
     if args.table:
         print(markdown(result["per_step"]))
+        if result["per_step_warm"]:
+            print("\nWarm orders only (all but the first):\n")
+            print(markdown(result["per_step_warm"]))
     return 0
 
 

@@ -180,7 +180,15 @@ def _client_class(adbutils: Any) -> Any:
     (≥ 41) and the old ``host:transport:``. The answer cannot change while the adb server runs; a
     restarted server answers the request it gets either way (a different version only matters for
     servers older than adb 1.0.41 from 2019). The request itself is unchanged: each call still opens
-    its own transport to the phone by serial."""
+    its own transport to the phone by serial.
+
+    Each connection also goes out with ``TCP_NODELAY`` (issue 29): uiautomator2 sends every JSON-RPC
+    request (dump, screenshot) through ``http.client``, which writes the headers and the body in two
+    ``send`` calls. With Nagle's algorithm on, the body waits for the ACK of the headers, which the
+    receiving end (the adb server, here the simulator) delays by up to 40 ms because it has nothing to
+    answer yet: ≈ 45 ms of idle wait per dump or screenshot (measured 196 → 153 ms for a 150 ms dump).
+    The option only stops the kernel from holding back a small segment; the bytes, their order and
+    the connection per call are unchanged."""
 
     class CachedVersionClient(adbutils.AdbClient):  # type: ignore[misc]
         _version: int | None = None
@@ -189,6 +197,11 @@ def _client_class(adbutils: Any) -> Any:
             if self._version is None:
                 self._version = int(super().server_version())
             return self._version
+
+        def make_connection(self, timeout: float | None = None) -> Any:
+            conn = super().make_connection(timeout)
+            conn.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return conn
 
     return CachedVersionClient
 

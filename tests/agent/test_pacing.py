@@ -4,10 +4,12 @@ taken before the next tap, and the outbox (async events/uploads) is drained befo
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -244,6 +246,29 @@ def test_a_phone_call_opens_one_adb_connection_not_a_version_query_too() -> None
         assert sim.phone("sim-1").counters["shell_calls"] >= 4  # the calls did reach the phone
 
 
+def test_a_phone_call_request_is_not_held_back_by_nagle() -> None:
+    """Every adb connection of the adapter's client has TCP_NODELAY (issue 29): uiautomator2 writes an
+    HTTP request's headers and body in two sends, and with Nagle on the body waited for the adb
+    server's delayed ACK (≈ 40 ms per dump and screenshot). The connection a dump uses is the one
+    checked: the client's, not a socket opened here."""
+    with adbutils_leaks_ignored(), running_sim():
+        phone = PhoneAdapter.connect("sim-1")
+        client = phone._adb._client
+        made: list[int] = []
+        plain = type(client).make_connection
+
+        def recording(self: Any, timeout: float | None = None) -> Any:
+            conn = plain(self, timeout)
+            made.append(conn.conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            return conn
+
+        with mock.patch.object(type(client), "make_connection", recording):
+            phone.open_goods(GOODS)
+            phone.dump_raw()
+            phone.screenshot()
+        assert len(made) >= 3 and all(made), made
+
+
 # --- issue 29: a stored screenshot between the two dumps of the stable read that judged its screen --
 class _CountingPhone(SimPhone):
     """SimPhone counting screenshots and focus reads (the adapter's other phone calls)."""
@@ -332,6 +357,33 @@ def test_after_the_tap_a_shot_between_two_looks_needs_no_more_calls(no_sleep: No
     # an action forgets every look
     phone.press_back()
     assert phone.recent_looks() == []
+
+
+def test_the_observation_adds_no_poll_pause_where_its_screenshot_already_lies_between_the_looks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # issue 29: the first look already shows the outcome with the app in front, so the screenshot is
+    # taken before the second look — that call spaces the two looks; the 50 ms poll pause waited for nothing
+    from decimal import Decimal
+
+    import cmbuyer.phonesim.app as app
+    from cmbuyer.agent import submit
+
+    sim, phone = _armed_product_phone()
+    goods = sim.app.goods
+    assert goods is not None
+    order = app.Order("250101-000000001", goods.goods_id, {}, 1, Decimal(10), Decimal(10), "ORDER_CREATED")
+    sim.app.stack[-1] = app.Page("order", goods_id=goods.goods_id, order=order)
+    pauses: list[float] = []
+    monkeypatch.setattr(submit.time, "sleep", pauses.append)
+    pack = next(p for p in shipped_packs() if p.after_submit is not None)
+    outcome = submit._observe(phone, pack, 5)
+    assert outcome.observation == "SUBMITTED" and outcome.screenshot is not None
+    assert (sim.dumps, sim.shots, sim.focus_reads) == (2, 1, 2) and pauses == []
+    # a first look without an outcome (still the product page) is followed by the poll pause
+    sim.app.stack[-1] = app.Page("product", goods_id=goods.goods_id)
+    submit._observe(phone, pack, 0.01)
+    assert pauses and set(pauses) == {submit.POLL_SECONDS}
 
 
 def test_a_shot_between_looks_is_refused_unless_the_app_is_focused_at_both(no_sleep: None) -> None:

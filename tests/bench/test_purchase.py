@@ -66,10 +66,12 @@ def test_each_call_lands_in_the_step_the_agent_had_started() -> None:
         _call(7.5, "dump"),
         _call(9.0, "dump"),  # after the last result: not counted
     ]
-    rows = bench.per_step(journal, log, 1)
-    got = {step: {k: v for k, v in cell.items() if v and k != "seconds"} for step, cell in rows.items()}
+    rows = bench.per_step(journal, log, 1, claims=[T0 + 0.05])
+    timing = ("seconds", "wall", "gap")
+    got = {step: {k: v for k, v in cell.items() if v and k not in timing} for step, cell in rows.items()}
     assert got == {
         "between orders": {},
+        "claim": {},
         "product page": {"dumps": 1, "shell_calls": 1, "rpc_calls": 1},
         "SKU panel": {"taps": 1, "shell_calls": 1},
         "gate 1": {"screenshots": 1},
@@ -82,6 +84,25 @@ def test_each_call_lands_in_the_step_the_agent_had_started() -> None:
     }
     # latencies: a tap through `input tap` is tap + shell; a dump's rpc costs its dump only
     assert rows["submit"]["seconds"] == 0.06 and rows["product page"]["seconds"] == 0.17
+    # wall: from each boundary to the next; the submit row from the tap's start (its end − 60 ms)
+    walls = {step: cell["wall"] for step, cell in rows.items()}
+    assert walls["claim"] == 0.05 and walls["product page"] == 0.9 and walls["gate 2"] == 1.0
+    assert walls["pre-tap last look"] == 0.94 and walls["submit"] == 0.06 and walls["read-only confirmation"] == 1.0
+    assert round(sum(walls.values()), 2) == 7.95  # claim → RESULT
+    assert rows["product page"]["gap"] == round(0.9 - 0.17, 2)
+
+
+def test_warm_rows_leave_the_first_order_out() -> None:
+    bench = _bench()
+    log = "\n".join(
+        _line(at, text)
+        for base in (0.0, 10.0)
+        for at, text in ((base + 0.1, "OPEN_PRODUCT STARTED"), (base + 5.0, "RESULT SUBMITTED"))
+    )
+    journal = [_call(1.0, "dump"), _call(2.0, "dump"), _call(11.0, "dump")]
+    rows = bench.per_step(journal, log, 2, claims=[T0, T0 + 10.0], skip=1)
+    assert rows["product page"]["dumps"] == 1 and rows["product page"]["wall"] == 4.9
+    assert rows["claim"]["wall"] == 0.1
 
 
 def test_the_model_counts() -> None:
