@@ -201,7 +201,11 @@ class Journal:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._upgrade()
+            try:
+                self._upgrade()
+            except BaseException:
+                self._db.close()  # a refused file is left as found, and not held open
+                raise
         except (OSError, sqlite3.Error) as exc:
             raise JournalError(f"cannot open journal: {type(exc).__name__}") from exc
 
