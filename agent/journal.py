@@ -213,6 +213,8 @@ class Journal:
         """Bring the file to :data:`SCHEMA_VERSION`: each missing step in order, each in one transaction
         with its version stamp (a crash between steps leaves a file the next start resumes). Raises
         :class:`JournalError` for a file of a newer format, unchanged."""
+        if int(self._db.execute("PRAGMA user_version").fetchone()[0]) == SCHEMA_VERSION:
+            return  # the usual open: no write lock taken (``journal`` may read beside a running agent)
         for version, step in enumerate(_UPGRADES, start=1):
             with self._tx_unlocked() as db:
                 # read inside the write lock: another process opening the same file cannot run a step twice
