@@ -34,6 +34,7 @@ from cmbuyer.agent import approval, confirm, gates, logfields
 from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent.errors import AgentError, ShutdownRequested
 from cmbuyer.agent.journal import Journal, JournalError
+from cmbuyer.agent.journal_states import Phase
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import (
     AttemptFailure,
@@ -251,7 +252,7 @@ class PurchaseFlow:
                 result=SubmissionResult("UNKNOWN", None),
                 result_key=key,
             )
-            self.journal.advance(claim.attempt_id, "RESULT_REPORTED")
+            self.journal.advance(claim.attempt_id, Phase.RESULT_REPORTED)
         except AgentError as err:
             log.warning("UNKNOWN not reported yet (%s); recovery will re-send it", err.reason_code)
         return FlowResult("UNKNOWN", "FENCE_REFUSED", False)
@@ -320,7 +321,7 @@ class PurchaseFlow:
                 permit,
                 SubmissionResult(outcome.observation, evidence, observation_reason=outcome.reason, order_sn=order_sn),
             )
-            self.journal.advance(claim.attempt_id, "RESULT_REPORTED")
+            self.journal.advance(claim.attempt_id, Phase.RESULT_REPORTED)
         except AgentError as exc:
             log.warning("result not reported yet (%s); recovery will re-send it", exc.reason_code)
         self.progress(f"RESULT {outcome.observation}" + (f" {outcome.reason}" if outcome.reason else ""))

@@ -28,6 +28,13 @@ Tables:
 
 Every write is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL`` so a phase written
 before a tap survives power loss.
+
+States and phases are the enums of :mod:`cmbuyer.agent.journal_states`; a claim's state and a submission's
+phase change only in :meth:`Journal._set_claim_state` / :meth:`Journal._set_phase`, the compare-and-set of
+each table, which refuses a move its transition table does not hold before any SQL runs (no SQL here writes
+a state as a literal: tests/agent/test_journal_literals.py). The file's format is ``PRAGMA user_version``
+(:data:`SCHEMA_VERSION`); opening an older file runs the missing :data:`_UPGRADES` steps in order, each in
+one transaction with its version stamp; a newer file is refused (an older agent must not guess at it).
 """
 
 from __future__ import annotations
@@ -45,10 +52,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-PHASES = ("PERMIT_RECEIVED", "TAP_INTENT_RECORDED", "TAPPED", "RESULT_REPORTED")
+from cmbuyer.agent.journal_states import CLAIM_MOVES, PHASE_MOVES, PHASE_TRANSITIONS, TAP_LINE, ClaimState, Phase
+
+# The phases on which the submit tap may be sent, in order (recovery and tests walk them).
+PHASES = TAP_LINE
 _SAFE_SERIAL = re.compile(r"[^A-Za-z0-9._-]")
 
-_SCHEMA = """
+# Version 1: the tables as every journal written before ``user_version`` existed has them (that code created
+# them with ``IF NOT EXISTS`` and stamped no version, so such a file reads as version 0 and this step only
+# stamps it). A later format change appends a step (plain SQL statements separated by ``;``); never edit one.
+_V1_TABLES = """
 CREATE TABLE IF NOT EXISTS idem_keys (
     purpose TEXT NOT NULL, scope TEXT NOT NULL, key TEXT NOT NULL, created_at TEXT NOT NULL,
     PRIMARY KEY (purpose, scope));
@@ -71,6 +84,9 @@ CREATE TABLE IF NOT EXISTS pending_fails (
     attempt_id TEXT PRIMARY KEY REFERENCES claims(attempt_id), reason_code TEXT NOT NULL,
     summary TEXT NOT NULL, evidence_asset_id TEXT, created_at TEXT NOT NULL);
 """
+# Step n brings a file from version n-1 to n.
+_UPGRADES: tuple[str, ...] = (_V1_TABLES,)
+SCHEMA_VERSION = len(_UPGRADES)
 # The points at which :attr:`Journal.commit_hook` is called, each right after its write is committed
 # (``CLAIM_ANSWERED``: the server's claim arrived, nothing journaled yet; ``CONFIRM_STEP``: a step of the
 # read-only confirmation is journaled, not yet done). Crash tests stop the process at one of them.
@@ -116,7 +132,7 @@ class ClaimRow:
     lease_expires_at: str
     authorization_expires_at: str
     task: dict[str, Any]
-    state: str
+    state: ClaimState
     reason: str | None
 
 
@@ -124,7 +140,7 @@ class ClaimRow:
 class SubmissionRow:
     attempt_id: str
     submission_id: str
-    phase: str
+    phase: Phase
     observation: str | None
     evidence_asset_id: str | None
     result_key: str | None
@@ -132,11 +148,35 @@ class SubmissionRow:
     order_sn: str | None = None
 
 
+# The claim columns in ClaimRow's order (``task_json`` holds ``task``), with the table: "SELECT {this} WHERE …".
+_CLAIM_COLUMNS = (
+    "attempt_id, task_id, task_version, authorization_id, claim_generation, claim_token, session_id, "
+    "lease_expires_at, authorization_expires_at, task_json, state, reason FROM claims"
+)
 _SUBMISSION_COLUMNS = (
     "s.attempt_id, s.submission_id, s.phase, s.observation, s.evidence_asset_id, "
     "s.result_key, p.observation_reason, p.order_sn FROM submissions s "
     "LEFT JOIN post_tap p ON p.attempt_id = s.attempt_id"
 )
+
+
+def _phase_of(value: str) -> Phase:
+    try:
+        return Phase(value)
+    except ValueError:
+        raise JournalError(f"unknown submission phase {value!r} in the journal") from None
+
+
+def _submission_row(row: tuple[Any, ...]) -> SubmissionRow:
+    return SubmissionRow(row[0], row[1], _phase_of(row[2]), *row[3:])
+
+
+# The phases :meth:`Journal.advance` moves to, each by its use-case of the phase transition table.
+_ADVANCES: dict[str, str] = {
+    Phase.TAP_INTENT_RECORDED: "tap_intent",
+    Phase.TAPPED: "tapped",
+    Phase.RESULT_REPORTED: "reported",
+}
 
 
 class Journal:
@@ -161,9 +201,32 @@ class Journal:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(_SCHEMA)
+            try:
+                self._upgrade()
+            except BaseException:
+                self._db.close()  # a refused file is left as found, and not held open
+                raise
         except (OSError, sqlite3.Error) as exc:
             raise JournalError(f"cannot open journal: {type(exc).__name__}") from exc
+
+    def _upgrade(self) -> None:
+        """Bring the file to :data:`SCHEMA_VERSION`: each missing step in order, each in one transaction
+        with its version stamp (a crash between steps leaves a file the next start resumes). Raises
+        :class:`JournalError` for a file of a newer format, unchanged."""
+        if int(self._db.execute("PRAGMA user_version").fetchone()[0]) == SCHEMA_VERSION:
+            return  # the usual open: no write lock taken (``journal`` may read beside a running agent)
+        for version, step in enumerate(_UPGRADES, start=1):
+            with self._tx_unlocked() as db:
+                # read inside the write lock: another process opening the same file cannot run a step twice
+                found = int(db.execute("PRAGMA user_version").fetchone()[0])
+                if found > SCHEMA_VERSION:
+                    raise JournalError(f"journal format {found} is newer than this agent's {SCHEMA_VERSION}")
+                if found >= version:
+                    continue
+                for statement in step.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {version:d}")  # a pragma takes no bound parameter
 
     @classmethod
     def for_serial(cls, serial: str, state_dir: Path | None = None) -> Journal:
@@ -220,7 +283,10 @@ class Journal:
             if row:
                 return str(row[0])
             key = str(uuid.uuid4())
-            db.execute("INSERT INTO idem_keys VALUES (?,?,?,?)", (purpose, scope, key, _now()))
+            db.execute(
+                "INSERT INTO idem_keys (purpose, scope, key, created_at) VALUES (?, ?, ?, ?)",
+                (purpose, scope, key, _now()),
+            )
             return key
 
     def key_scopes(self, purpose: str) -> list[str]:
@@ -256,7 +322,9 @@ class Journal:
         now = _now()
         with self._tx() as db:
             db.execute(
-                "INSERT INTO claims VALUES (?,?,?,?,?,?,?,?,?,?,'ACTIVE',NULL,?,?) "
+                "INSERT INTO claims (attempt_id, task_id, task_version, authorization_id, claim_generation, "
+                "claim_token, session_id, lease_expires_at, authorization_expires_at, task_json, state, reason, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(attempt_id) DO UPDATE SET lease_expires_at=excluded.lease_expires_at, "
                 "updated_at=excluded.updated_at",
                 (
@@ -270,6 +338,8 @@ class Journal:
                     lease_expires_at,
                     authorization_expires_at,
                     json.dumps(task, ensure_ascii=False, sort_keys=True),
+                    ClaimState.ACTIVE,
+                    None,
                     now,
                     now,
                 ),
@@ -286,14 +356,57 @@ class Journal:
                 (lease_expires_at, _now(), attempt_id),
             )
 
-    def set_claim_state(self, attempt_id: str, state: str, reason: str | None = None) -> None:
+    def set_claim_state(self, attempt_id: str, state: ClaimState, reason: str | None = None) -> None:
+        """Move the claim to ``state`` with ``reason`` (replacing the one stored). Raises
+        :class:`JournalError` (nothing written) when no claim is journaled for ``attempt_id`` or no use-case
+        of :data:`~cmbuyer.agent.journal_states.CLAIM_TRANSITIONS` moves its state to ``state``."""
         with self._tx() as db:
-            db.execute(
-                "UPDATE claims SET state=?, reason=?, updated_at=? WHERE attempt_id=?",
-                (state, reason, _now(), attempt_id),
-            )
+            current, _ = self._claim_state(db, attempt_id)
+            self._set_claim_state(db, attempt_id, current, state, reason)
+
+    @staticmethod
+    def _claim_state(db: sqlite3.Connection, attempt_id: str) -> tuple[str, str | None]:
+        """``(state, reason)`` of the journaled claim; JournalError when there is none."""
+        row = db.execute("SELECT state, reason FROM claims WHERE attempt_id = ?", (attempt_id,)).fetchone()
+        if row is None:
+            raise JournalError("no claim journaled for this attempt")
+        return str(row[0]), row[1]
+
+    @staticmethod
+    def _set_claim_state(
+        db: sqlite3.Connection, attempt_id: str, expected: str, new: ClaimState, reason: str | None
+    ) -> None:
+        """The one write of ``claims.state``: ``expected`` → ``new`` (and ``reason``), inside the caller's
+        transaction. The pair is checked against the claim transition table before any SQL; the UPDATE
+        holds only while the state is still ``expected``. Raises :class:`JournalError` otherwise."""
+        if (str(expected), str(new)) not in CLAIM_MOVES:
+            raise JournalError(f"illegal claim move {expected} -> {new}")
+        changed = db.execute(
+            "UPDATE claims SET state = ?, reason = ?, updated_at = ? WHERE attempt_id = ? AND state = ?",
+            (new, reason, _now(), attempt_id, expected),
+        ).rowcount
+        if changed != 1:
+            raise JournalError(f"claim not in state {expected}: not moved to {new}")
+
+    @staticmethod
+    def _set_phase(db: sqlite3.Connection, attempt_id: str, expected: str, new: str) -> None:
+        """The one write of ``submissions.phase``: ``expected`` → ``new``, inside the caller's transaction.
+        The pair is checked against the phase transition table before any SQL; the UPDATE holds only while
+        the phase is still ``expected``. Raises :class:`JournalError` otherwise (nothing written)."""
+        if (str(expected), str(new)) not in PHASE_MOVES:
+            raise JournalError(f"illegal phase move {expected} -> {new}")
+        changed = db.execute(
+            "UPDATE submissions SET phase = ?, updated_at = ? WHERE attempt_id = ? AND phase = ?",
+            (new, _now(), attempt_id, expected),
+        ).rowcount
+        if changed != 1:
+            raise JournalError(f"submission not in phase {expected}: not moved to {new}")
 
     def _claim_row(self, row: tuple[Any, ...]) -> ClaimRow:
+        try:
+            state = ClaimState(row[10])
+        except ValueError:
+            raise JournalError(f"unknown claim state {row[10]!r} in the journal") from None
         return ClaimRow(
             attempt_id=row[0],
             task_id=row[1],
@@ -305,19 +418,19 @@ class Journal:
             lease_expires_at=row[7],
             authorization_expires_at=row[8],
             task=json.loads(row[9]),
-            state=row[10],
+            state=state,
             reason=row[11],
         )
 
     def claim(self, attempt_id: str) -> ClaimRow | None:
-        row = self._one("SELECT * FROM claims WHERE attempt_id=?", (attempt_id,))
+        row = self._one(f"SELECT {_CLAIM_COLUMNS} WHERE attempt_id=?", (attempt_id,))
         return self._claim_row(row) if row else None
 
-    def claims(self, state: str | None = None) -> list[ClaimRow]:
+    def claims(self, state: ClaimState | None = None) -> list[ClaimRow]:
         if state is None:
-            rows = self._db.execute("SELECT * FROM claims ORDER BY created_at").fetchall()
+            rows = self._all(f"SELECT {_CLAIM_COLUMNS} ORDER BY created_at", ())
         else:
-            rows = self._db.execute("SELECT * FROM claims WHERE state=? ORDER BY created_at", (state,)).fetchall()
+            rows = self._all(f"SELECT {_CLAIM_COLUMNS} WHERE state=? ORDER BY created_at", (state,))
         return [self._claim_row(r) for r in rows]
 
     # --- submission phases ------------------------------------------------------------------
@@ -328,10 +441,11 @@ class Journal:
             if existing:
                 raise JournalError("a permit is already journaled for this attempt")
             db.execute(
-                "INSERT INTO submissions VALUES (?,?,?,NULL,NULL,NULL,?)",
-                (attempt_id, submission_id, "PERMIT_RECEIVED", _now()),
+                "INSERT INTO submissions (attempt_id, submission_id, phase, updated_at) VALUES (?, ?, ?, ?)",
+                (attempt_id, submission_id, Phase.PERMIT_RECEIVED, _now()),
             )
-            db.execute("UPDATE claims SET state='FENCED', updated_at=? WHERE attempt_id=?", (_now(), attempt_id))
+            current, reason = self._claim_state(db, attempt_id)
+            self._set_claim_state(db, attempt_id, current, ClaimState.FENCED, reason)
         self._committed("PERMIT_RECEIVED")
 
     def record_fence_without_permit(self, attempt_id: str, submission_id: str) -> str:
@@ -341,14 +455,12 @@ class Journal:
         key = self.key("result", attempt_id)
         with self._tx() as db:
             db.execute(
-                "INSERT INTO submissions VALUES (?,?,'NO_PERMIT','UNKNOWN',NULL,?,?) "
-                "ON CONFLICT(attempt_id) DO NOTHING",
-                (attempt_id, submission_id, key, _now()),
+                "INSERT INTO submissions (attempt_id, submission_id, phase, observation, result_key, updated_at) "
+                "VALUES (?, ?, ?, 'UNKNOWN', ?, ?) ON CONFLICT(attempt_id) DO NOTHING",
+                (attempt_id, submission_id, Phase.NO_PERMIT, key, _now()),
             )
-            db.execute(
-                "UPDATE claims SET state='FENCED', reason='fence replay: no permit', updated_at=? WHERE attempt_id=?",
-                (_now(), attempt_id),
-            )
+            current, _ = self._claim_state(db, attempt_id)
+            self._set_claim_state(db, attempt_id, current, ClaimState.FENCED, "fence replay: no permit")
         return key
 
     def record_not_tapped(self, attempt_id: str, reason: str) -> str:
@@ -361,12 +473,9 @@ class Journal:
         nobody may claim that no tap was sent."""
         key = self.key("result", attempt_id)
         with self._tx() as db:
-            row = db.execute("SELECT phase FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
-            if row is None or row[0] != "PERMIT_RECEIVED":
-                raise JournalError(f"cannot journal 'not tapped' at phase {row[0] if row else None}")
+            self._move(db, attempt_id, "not_tapped")
             db.execute(
-                "UPDATE submissions SET phase='NOT_TAPPED', observation='UNKNOWN', result_key=?, updated_at=? "
-                "WHERE attempt_id=?",
+                "UPDATE submissions SET observation='UNKNOWN', result_key=?, updated_at=? WHERE attempt_id=?",
                 (key, _now(), attempt_id),
             )
             db.execute(
@@ -377,27 +486,38 @@ class Journal:
         self._committed("NOT_TAPPED")
         return key
 
+    @staticmethod
+    def _phase(db: sqlite3.Connection, attempt_id: str) -> Phase:
+        """The submission's phase; JournalError when no permit (or fence replay) is journaled."""
+        row = db.execute("SELECT phase FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
+        if row is None:
+            raise JournalError("no permit journaled for this attempt")
+        return _phase_of(row[0])
+
+    @classmethod
+    def _move(cls, db: sqlite3.Connection, attempt_id: str, use_case: str) -> tuple[Phase, Phase]:
+        """Apply ``use_case`` to the submission's phase (the transition table decides the new phase, the
+        compare-and-set writes it); returns ``(from, to)``. JournalError when the use-case is not allowed."""
+        current = cls._phase(db, attempt_id)
+        new = PHASE_TRANSITIONS.get((current, use_case))
+        if new is None:
+            raise JournalError(f"illegal phase move: {use_case} at {current}")
+        cls._set_phase(db, attempt_id, current, new)
+        return current, new
+
     def advance(self, attempt_id: str, phase: str) -> None:
-        """Move to the next phase: forward by exactly one step, or to RESULT_REPORTED from any
-        phase (a result — often UNKNOWN — can be reported without the tap having happened).
-        ``NO_PERMIT`` and ``NOT_TAPPED`` move only to RESULT_REPORTED (never a tap intent)."""
+        """Move the submission to ``phase`` along :data:`~cmbuyer.agent.journal_states.PHASE_TRANSITIONS`:
+        forward by exactly one step on the tap line, or to RESULT_REPORTED from any phase short of it (a
+        result — often UNKNOWN — can be reported without the tap having happened). ``NO_PERMIT`` and
+        ``NOT_TAPPED`` move only to RESULT_REPORTED (never a tap intent). Raises :class:`JournalError`
+        (nothing written) for any other move. The commit hook sees moves from the tap line only."""
+        use_case = _ADVANCES.get(phase)
+        if use_case is None:  # NOT_TAPPED has its own call; PERMIT_RECEIVED and NO_PERMIT are inserted
+            raise JournalError(f"illegal phase move to {phase}")
         with self._tx() as db:
-            row = db.execute("SELECT phase FROM submissions WHERE attempt_id=?", (attempt_id,)).fetchone()
-            if row is None:
-                raise JournalError("no permit journaled for this attempt")
-            if row[0] in ("NO_PERMIT", "NOT_TAPPED") and phase == "RESULT_REPORTED":
-                db.execute(
-                    "UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?", (phase, _now(), attempt_id)
-                )
-                return
-            if row[0] not in PHASES:
-                raise JournalError(f"illegal phase move {row[0]} -> {phase}")
-            current = PHASES.index(row[0])
-            step_ok = PHASES.index(phase) == current + 1
-            if not step_ok and not (phase == "RESULT_REPORTED" and current < PHASES.index(phase)):
-                raise JournalError(f"illegal phase move {row[0]} -> {phase}")
-            db.execute("UPDATE submissions SET phase=?, updated_at=? WHERE attempt_id=?", (phase, _now(), attempt_id))
-        self._committed(phase)
+            current, new = self._move(db, attempt_id, use_case)
+        if current in TAP_LINE:
+            self._committed(new)
 
     def record_observation(
         self,
@@ -433,8 +553,8 @@ class Journal:
                 # reported yet (that happens after this call), so the result can still carry it
                 db.execute(
                     "UPDATE submissions SET evidence_asset_id=?, updated_at=? WHERE attempt_id=? "
-                    "AND phase='NOT_TAPPED' AND observation=? AND evidence_asset_id IS NULL",
-                    (evidence_asset_id, _now(), attempt_id, observation),
+                    "AND phase=? AND observation=? AND evidence_asset_id IS NULL",
+                    (evidence_asset_id, _now(), attempt_id, Phase.NOT_TAPPED, observation),
                 )
         self._committed("OBSERVED")
         return key
@@ -447,7 +567,7 @@ class Journal:
         ).fetchone()
         if row is None or row[1] is None or row[2] is None:
             raise JournalError("no observation journaled for this attempt")
-        if row[0] == "RESULT_REPORTED":
+        if row[0] == Phase.RESULT_REPORTED:
             raise JournalError("the result is already reported: the confirmation is over")
 
     def record_confirm_step(self, attempt_id: str, step: str) -> None:
@@ -499,13 +619,13 @@ class Journal:
 
     def submission(self, attempt_id: str) -> SubmissionRow | None:
         row = self._one(f"SELECT {_SUBMISSION_COLUMNS} WHERE s.attempt_id=?", (attempt_id,))
-        return SubmissionRow(*row) if row else None
+        return _submission_row(row) if row else None
 
     def unreported_submissions(self) -> list[SubmissionRow]:
-        rows = self._db.execute(
-            f"SELECT {_SUBMISSION_COLUMNS} WHERE s.phase != 'RESULT_REPORTED' ORDER BY s.updated_at"
-        ).fetchall()
-        return [SubmissionRow(*r) for r in rows]
+        rows = self._all(
+            f"SELECT {_SUBMISSION_COLUMNS} WHERE s.phase != ? ORDER BY s.updated_at", (Phase.RESULT_REPORTED,)
+        )
+        return [_submission_row(r) for r in rows]
 
     # --- fails (intent before effect, like the submit tap) ------------------------------------
     def record_fail_intent(
@@ -516,14 +636,14 @@ class Journal:
         carries exactly the same payload under the same key."""
         with self._tx() as db:
             db.execute(
-                "INSERT INTO pending_fails VALUES (?,?,?,?,?) ON CONFLICT(attempt_id) DO NOTHING",
+                "INSERT INTO pending_fails (attempt_id, reason_code, summary, evidence_asset_id, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(attempt_id) DO NOTHING",
                 (attempt_id, reason_code, summary, evidence_asset_id, _now()),
             )
-            db.execute(
-                "UPDATE claims SET state='FAIL_PENDING', reason=?, updated_at=? WHERE attempt_id=? "
-                "AND state IN ('ACTIVE', 'FAIL_PENDING')",
-                (reason_code, _now(), attempt_id),
-            )
+            current, _ = self._claim_state(db, attempt_id)
+            # a claim past the fence or settled keeps its state: the fail is stored, nothing else moves
+            if current in (ClaimState.ACTIVE, ClaimState.FAIL_PENDING):
+                self._set_claim_state(db, attempt_id, current, ClaimState.FAIL_PENDING, reason_code)
             row = db.execute(
                 "SELECT reason_code, summary, evidence_asset_id FROM pending_fails WHERE attempt_id=?", (attempt_id,)
             ).fetchone()
@@ -539,9 +659,9 @@ class Journal:
         """Does the journal still owe the server something (an unreported submission, an attempt
         left open before the fence, an undelivered fail)? The runner claims nothing until not."""
         row = self._one(
-            "SELECT (SELECT count(*) FROM submissions WHERE phase != 'RESULT_REPORTED') + "
-            "(SELECT count(*) FROM claims WHERE state IN ('ACTIVE', 'FAIL_PENDING'))",
-            (),
+            "SELECT (SELECT count(*) FROM submissions WHERE phase != ?) + "
+            "(SELECT count(*) FROM claims WHERE state IN (?, ?))",
+            (Phase.RESULT_REPORTED, ClaimState.ACTIVE, ClaimState.FAIL_PENDING),
         )
         return bool(row and row[0])
 
@@ -549,7 +669,9 @@ class Journal:
     def set_hold(self, reason: str) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value", (reason,)
+                "INSERT INTO meta (name, value) VALUES ('hold', ?) "
+                "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                (reason,),
             )
             db.execute("DELETE FROM meta WHERE name = 'hold_attempt'")  # not set after one attempt
 
@@ -578,15 +700,21 @@ class Journal:
             crashes, failures, hold = decide(int(data.get("crashes", 0)), int(data.get("failures", 0)))
             value = json.dumps({"crashes": crashes, "failures": failures, "last_attempt": attempt_id})
             db.execute(
-                "INSERT INTO meta VALUES ('streaks', ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value", (value,)
+                "INSERT INTO meta (name, value) VALUES ('streaks', ?) "
+                "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                (value,),
             )
             if hold is None:
                 return None
             # An earlier hold (e.g. a refused fail) stays: it is what a person must see first.
-            if db.execute("INSERT INTO meta VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,)).rowcount:
+            added = db.execute(
+                "INSERT INTO meta (name, value) VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,)
+            ).rowcount
+            if added:
                 # the attempt this hold was set on: the server shows its task and failure screenshot (issue 32)
                 db.execute(
-                    "INSERT INTO meta VALUES ('hold_attempt', ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                    "INSERT INTO meta (name, value) VALUES ('hold_attempt', ?) "
+                    "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
                     (attempt_id,),
                 )
             return str(db.execute("SELECT value FROM meta WHERE name='hold'").fetchone()[0])

@@ -24,6 +24,7 @@ import logging
 from cmbuyer.agent import holds
 from cmbuyer.agent.errors import AgentError, ServerRejected
 from cmbuyer.agent.journal import Journal, JournalError
+from cmbuyer.agent.journal_states import ClaimState, Phase
 from cmbuyer.agent.model import AttemptFailure, Claim, SubmissionResult
 from cmbuyer.agent.ports import ResultSink
 
@@ -66,13 +67,13 @@ def recover(journal: Journal, sink: ResultSink) -> list[str]:
         except AgentError as exc:
             notes.append(f"尝试 {sub.attempt_id} 的结果还未被接受（{exc.reason_code}）")
             if isinstance(exc, ServerRejected):
-                journal.advance(sub.attempt_id, "RESULT_REPORTED")  # nothing more we can say
-                journal.set_claim_state(sub.attempt_id, "ABANDONED", f"result refused: {exc.error}")
+                journal.advance(sub.attempt_id, Phase.RESULT_REPORTED)  # nothing more we can say
+                journal.set_claim_state(sub.attempt_id, ClaimState.ABANDONED, f"result refused: {exc.error}")
                 journal.set_hold("服务器拒绝了恢复时补报的结果：需要有人人工核对")
             continue
-        journal.advance(sub.attempt_id, "RESULT_REPORTED")
+        journal.advance(sub.attempt_id, Phase.RESULT_REPORTED)
         notes.append(f"已为提交记录 {sub.submission_id} 补报 {observation}（没有再次点击）")
-    for row in [*journal.claims("FAIL_PENDING"), *journal.claims("ACTIVE")]:
+    for row in [*journal.claims(ClaimState.FAIL_PENDING), *journal.claims(ClaimState.ACTIVE)]:
         held = Claim(
             task_id=row.task_id,
             task_version=row.task_version,
@@ -100,13 +101,13 @@ def send_fail(journal: Journal, sink: ResultSink, claim: Claim, failure: Attempt
     try:
         sink.fail_attempt(claim, AttemptFailure(reason, summary, evidence))
     except ServerRejected as exc:
-        journal.set_claim_state(claim.attempt_id, "ABANDONED", f"{reason}; fail refused: {exc.error}")
+        journal.set_claim_state(claim.attempt_id, ClaimState.ABANDONED, f"{reason}; fail refused: {exc.error}")
         journal.set_hold(f"服务器拒绝了尝试 {claim.attempt_id} 的失败上报（{exc.error}）：需要有人处理")
         return f"尝试 {claim.attempt_id}：失败上报被拒绝（{exc.error}）；需要有人处理"
     except AgentError as exc:
         return f"尝试 {claim.attempt_id}：失败上报还未送达（{exc.reason_code}）；稍后重发"
     try:
-        journal.set_claim_state(claim.attempt_id, "FAILED_REPORTED", reason)
+        journal.set_claim_state(claim.attempt_id, ClaimState.FAILED_REPORTED, reason)
     except JournalError:
         log.exception("fail delivered but not journaled; recovery will re-send it (same key)")
         raise

@@ -63,6 +63,7 @@ from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.heap import fix_mmap_threshold
 from cmbuyer.agent.holds import AttemptEnd, HoldPolicy, Streaks, settle
 from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.journal_states import ClaimState
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import Session
 from cmbuyer.agent.packdir import resolve
@@ -407,7 +408,7 @@ class Runner:
     def _count_crashes(self) -> None:
         """Before recovery settles them: attempts the journal shows open were cut by a process death
         (crash, SIGKILL, power loss) — each counts as a crash ending, once."""
-        for row in self.journal.claims("ACTIVE"):
+        for row in self.journal.claims(ClaimState.ACTIVE):
             self._settle(row.attempt_id, AttemptEnd("CRASHED", None, fenced=False))
         for sub in self.journal.unreported_submissions():
             if sub.observation is None:

@@ -27,6 +27,7 @@ from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent import gates
 from cmbuyer.agent.errors import AgentError, DumpError, FlowStop, PhoneError, SubmitTapUnknown
 from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.journal_states import Phase
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter, SubmitTapPlan
 from cmbuyer.agent.screens import hit, readers, safety
@@ -74,13 +75,13 @@ def submit_order_once(
         # the journal refuses a tap intent for this attempt; recovery re-sends exactly this result
         journal.record_not_tapped(attempt, check.reason)
         return SubmitOutcome("UNKNOWN", False, _shot(phone), check.note, check.reason)
-    journal.advance(attempt, "TAP_INTENT_RECORDED")  # intent before side effect
+    journal.advance(attempt, Phase.TAP_INTENT_RECORDED)  # intent before side effect
     try:
         phone.submit_tap_once(check)
     except SubmitTapUnknown:
         return SubmitOutcome("UNKNOWN", True, _shot(phone), "submit tap outcome unknown", "TAP_OUTCOME_UNKNOWN")
     window = f"tap sent {(time.monotonic() - started) * 1000:.0f} ms after the last dump began"
-    journal.advance(attempt, "TAPPED")
+    journal.advance(attempt, Phase.TAPPED)
     log.info("%s", window)
     outcome = _observe(phone, pack, observe_seconds)
     return replace(outcome, note=f"{window}; {outcome.note}")

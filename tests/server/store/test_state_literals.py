@@ -13,7 +13,12 @@ reads the store's source (``ast``, no import) and fails on:
 - ``outside set_state``: an UPDATE assigning ``state``, or a call of the helper, in a function not named
   ``set_state`` (the helper's own statement, in :data:`HELPER`'s file and function, excepted);
 - ``no compare-and-set``: a ``set_state`` (or helper) UPDATE without ``state = ?`` after its ``SET`` (the
-  expected state).
+  expected state);
+- ``positional insert``: an ``INSERT INTO t VALUES …`` without its column list (a value can land in the
+  wrong column, the state among them, without any error).
+
+:func:`scan` takes the state columns, the compare-and-set functions and the helper as arguments, so the
+agent's journal is held to the same rules (tests/agent/test_journal_literals.py).
 
 ``test_scanner_catches_a_synthetic_module`` proves each check fires on a module written to ``tmp_path``.
 """
@@ -41,7 +46,12 @@ _INSERT = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _PARAM = re.compile(r"^\s*(\?\d*|:\w+)\s*$")
-_CAS = re.compile(r"\bstate\s*=\s*\?", re.IGNORECASE)
+_POSITIONAL = re.compile(r"\bINSERT\s+(?:OR\s+\w+\s+)?INTO\s+[\w\"]+\s+VALUES\b", re.IGNORECASE)
+
+
+def _cas(column: str) -> re.Pattern[str]:
+    """``<column> = ?``: the compare-and-set's condition on the expected state."""
+    return re.compile(rf"\b{re.escape(column)}\s*=\s*\?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,7 @@ def _column(name: str) -> str:
     return name.strip().strip('"').rsplit(".", 1)[-1].strip('"').lower()
 
 
-def _helper_calls(tree: ast.AST) -> Iterator[tuple[ast.Call, str]]:
+def _helper_calls(tree: ast.AST, helper: str = HELPER[1]) -> Iterator[tuple[ast.Call, str]]:
     """Every call of the helper (``compare_and_set(…)`` or ``module.compare_and_set(…)``) with the name of
     the innermost enclosing function."""
 
@@ -103,21 +113,22 @@ def _helper_calls(tree: ast.AST) -> Iterator[tuple[ast.Call, str]]:
             if isinstance(child, ast.Call):
                 func = child.func
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-                if name == HELPER[1]:
+                if name == helper:
                     yield child, function
             yield from walk(child, function)
 
     yield from walk(tree, "<module>")
 
 
-def _assigns_state(set_clause: str) -> list[str]:
-    """The expressions ``set_clause`` assigns to ``state``. An f-string placeholder (``{}``) is opaque SQL:
-    it counts as an item of its own, so ``state = ?{}`` assigns a parameter and ``state = {}`` does not."""
+def _assigns_state(set_clause: str, columns: tuple[str, ...] = ("state",)) -> list[tuple[str, str]]:
+    """The ``(column, expression)`` pairs by which ``set_clause`` assigns one of the state ``columns``. An
+    f-string placeholder (``{}``) is opaque SQL: it counts as an item of its own, so ``state = ?{}`` assigns a
+    parameter and ``state = {}`` does not."""
     found = []
     for assignment in _split_top_level(set_clause.replace("{}", ",{}")):
         target, eq, expr = assignment.partition("=")
-        if eq and _column(target) == "state":
-            found.append(expr)
+        if eq and _column(target) in columns:
+            found.append((_column(target), expr))
     return found
 
 
@@ -142,8 +153,17 @@ def _strings(tree: ast.AST) -> Iterator[tuple[str, int, str]]:
     yield from walk(tree, "<module>")
 
 
-def scan(root: Path) -> tuple[list[Violation], list[StateWrite]]:
-    """Scan every ``*.py`` under ``root``; returns the violations and every state-assigning UPDATE."""
+def scan(
+    root: Path,
+    *,
+    columns: tuple[str, ...] = ("state",),
+    writers: tuple[str, ...] = ("set_state",),
+    helper: tuple[str, str] | None = HELPER,
+) -> tuple[list[Violation], list[StateWrite]]:
+    """Scan every ``*.py`` under ``root``; returns the violations and every state-assigning UPDATE.
+
+    ``columns`` are the state columns, ``writers`` the names of the compare-and-set functions allowed to
+    write them, ``helper`` the ``(file, function)`` of a shared UPDATE builder (None: there is none)."""
     violations: list[Violation] = []
     writes: list[StateWrite] = []
     for path in sorted(root.rglob("*.py")):
@@ -151,33 +171,34 @@ def scan(root: Path) -> tuple[list[Violation], list[StateWrite]]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for text, line, function in _strings(tree):
             for m in _UPDATE.finditer(text):
-                for expr in _assigns_state(m.group("set")):
+                for column, expr in _assigns_state(m.group("set"), columns):
                     writes.append(StateWrite(rel, function))
                     if not _PARAM.match(expr):
                         violations.append(Violation(rel, line, function, "literal", text))
-                    if function != "set_state" and (rel, function) != HELPER:
+                    if function not in writers and (rel, function) != helper:
                         violations.append(Violation(rel, line, function, "outside set_state", text))
-                    elif not _CAS.search(text, m.end("set")):
+                    elif not _cas(column).search(text, m.end("set")):
                         violations.append(Violation(rel, line, function, "no compare-and-set", text))
             for m in _INSERT.finditer(text):
                 cols = [_column(c) for c in _split_top_level(m.group("cols"))]
                 vals = _split_top_level(m.group("vals"))
-                if "state" in cols and len(cols) == len(vals):
-                    value = vals[cols.index("state")].strip()
-                    if value.startswith("'"):
+                for column in (c for c in columns if c in cols and len(cols) == len(vals)):
+                    if vals[cols.index(column)].strip().startswith("'"):
                         violations.append(Violation(rel, line, function, "literal", text))
-        for call, function in _helper_calls(tree):
+            if _POSITIONAL.search(text):
+                violations.append(Violation(rel, line, function, "positional insert", text))
+        for call, function in _helper_calls(tree, helper[1]) if helper else ():
             writes.append(StateWrite(rel, function))
-            if function != "set_state":
+            if function not in writers:
                 violations.append(Violation(rel, call.lineno, function, "outside set_state", ast.unparse(call)))
             also = [k.value for k in call.keywords if k.arg == "also"]
             for fragment, line, _ in (s for value in also for s in _strings(ast.Expression(value))):
-                if _assigns_state(fragment):
+                if _assigns_state(fragment, columns):
                     violations.append(Violation(rel, line, function, "literal", fragment))
-            columns = [k.value for k in call.keywords if k.arg in ("stamps", "given")]
-            for mapping in (node for value in columns for node in ast.walk(value) if isinstance(node, ast.Dict)):
+            extra = [k.value for k in call.keywords if k.arg in ("stamps", "given")]
+            for mapping in (node for value in extra for node in ast.walk(value) if isinstance(node, ast.Dict)):
                 for key in mapping.keys:
-                    if isinstance(key, ast.Constant) and isinstance(key.value, str) and _column(key.value) == "state":
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str) and _column(key.value) in columns:
                         violations.append(Violation(rel, key.lineno, function, "literal", ast.unparse(mapping)))
     return violations, writes
 
