@@ -26,12 +26,12 @@ from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.pack import Layout, MoneyReader, Pack, PanelReader, Selector
+from cmbuyer.agent.waits import FlowWaits
 
 T = TypeVar("T")
 
-SCREEN_WAIT_SECONDS = 8.0
+# how long a screen or a tap's effect may take: FlowWaits.screen and .tap_effect, passed in by the caller
 POLL_SECONDS = 0.05  # pause between polls while waiting for a screen or a tap's effect
-TAP_EFFECT_SECONDS = 2.0  # how long a tap may take to show (tile selected, quantity moved)
 
 
 MAX_SWIPES = 12  # per direction while looking for a tile in one option list
@@ -57,16 +57,16 @@ def _stop_for_screen(screen: str, dump: Dump) -> None:
         raise FlowStop(f"unexpected {screen} screen", "POPUP_UNHANDLED")
 
 
-def wait_for_screen(phone: PhoneAdapter, pack: Pack, wanted: str, timeout: float = SCREEN_WAIT_SECONDS) -> Dump:
-    """Dump until ``wanted`` is recognized in two consecutive dumps (see :func:`wait_for_any`)."""
+def wait_for_screen(phone: PhoneAdapter, pack: Pack, wanted: str, timeout: float) -> Dump:
+    """Dump until ``wanted`` is recognized in two consecutive dumps, at most ``timeout`` seconds
+    (see :func:`wait_for_any`)."""
     return wait_for_any(phone, pack, (wanted,), timeout)[1]
 
 
-def wait_for_any(
-    phone: PhoneAdapter, pack: Pack, wanted: tuple[str, ...], timeout: float = SCREEN_WAIT_SECONDS
-) -> tuple[str, Dump]:
+def wait_for_any(phone: PhoneAdapter, pack: Pack, wanted: tuple[str, ...], timeout: float) -> tuple[str, Dump]:
     """Dump until one of ``wanted`` is recognized in two consecutive dumps; allow-listed popups are
-    dismissed on the way; risk walls, update prompts and other known screens stop the flow."""
+    dismissed on the way; risk walls, update prompts and other known screens stop the flow. Nothing
+    wanted after ``timeout`` seconds (the last poll included) → SCREEN_UNRECOGNIZED."""
     deadline = time.monotonic() + timeout
     last = "unknown"
     polls = 0
@@ -86,7 +86,7 @@ def wait_for_any(
 
 
 def _read_until(
-    phone: PhoneAdapter, reader: Callable[[Dump], T], done: Callable[[T], bool], timeout: float = TAP_EFFECT_SECONDS
+    phone: PhoneAdapter, reader: Callable[[Dump], T], done: Callable[[T], bool], timeout: float
 ) -> tuple[T, Dump]:
     """Stable reads until ``done(value)`` or the deadline; returns the last stable reading either
     way (the caller checks it). Waiting longer only gives a slow phone time to show a tap."""
@@ -120,10 +120,11 @@ def dismiss_popups(phone: PhoneAdapter, pack: Pack, dump: Dump) -> bool:
     return False
 
 
-def open_product(phone: PhoneAdapter, pack: Pack, goods_id: str) -> Dump:
-    """Deep link, then verify package (dump scoped), screen and goods id (dumpsys activity top)."""
+def open_product(phone: PhoneAdapter, pack: Pack, goods_id: str, *, waits: FlowWaits) -> Dump:
+    """Deep link, then verify package (dump scoped), screen (within ``waits.screen``) and goods id
+    (dumpsys activity top)."""
     phone.open_goods(goods_id)
-    dump = wait_for_screen(phone, pack, "product")
+    dump = wait_for_screen(phone, pack, "product", waits.screen)
     shown = phone.current_goods_id()
     if shown != goods_id:
         raise FlowStop("the product page shows another goods id", "WRONG_GOODS")
@@ -136,10 +137,10 @@ def _one(nodes: list[Node], what: str, reason: str) -> Node:
     return nodes[0]
 
 
-def open_buy_sheet(phone: PhoneAdapter, pack: Pack, buy_path: str = "single") -> Layout:
+def open_buy_sheet(phone: PhoneAdapter, pack: Pack, buy_path: str = "single", *, waits: FlowWaits) -> Layout:
     """Tap the pack's buy button for ``buy_path`` (exactly one, from a stable read of the product page
-    that includes it) and recognize the layout by the screen that opens: the SKU sheet
-    (``sku_panel``) or the order sheet (``confirm_order``). A path the pack does not declare stops."""
+    that includes it) and recognize the layout by the screen that opens (within ``waits.screen``): the SKU
+    sheet (``sku_panel``) or the order sheet (``confirm_order``). A path the pack does not declare stops."""
     selector = pack.buy_paths.get(buy_path)
     if selector is None:
         raise FlowStop(f"pack has no {buy_path} buy path", "SCREEN_UNRECOGNIZED")
@@ -148,7 +149,7 @@ def open_buy_sheet(phone: PhoneAdapter, pack: Pack, buy_path: str = "single") ->
     # the screen holding the submit control is awaited too: an order sheet must stop at once with its
     # reason when the pack cannot drive it, not time out waiting for a SKU sheet that never comes
     wanted = tuple(dict.fromkeys((*(layout.options_screen for layout in pack.layouts), "confirm_order")))
-    screen, sheet = wait_for_any(phone, pack, wanted)
+    screen, sheet = wait_for_any(phone, pack, wanted, waits.screen)
     return layout_for_sheet(pack, screen, sheet)
 
 
@@ -236,12 +237,13 @@ def _selected_by_dimension(dump: Dump, reader: PanelReader, dims: dict[str, str]
 
 
 def select_sku_options(
-    phone: PhoneAdapter, pack: Pack, screen: str, wanted: dict[str, str]
+    phone: PhoneAdapter, pack: Pack, screen: str, wanted: dict[str, str], *, waits: FlowWaits
 ) -> tuple[dict[str, str | None], int]:
     """On ``screen`` (the layout's options screen): map the sheet's option groups to the task's dimensions
     before any tap (SKU_DIMENSION_UNNAMED otherwise), find each wanted tile (scrolling its list if needed)
     and tap it unless already selected, then read the selection back — tiles and, where the pack declares
-    it, the ``已选:`` label. Returns ({task dimension: name read or None}, swipes made); gate 1 judges it."""
+    it, the ``已选:`` label (a tap may take ``waits.tap_effect`` to show). Returns ({task dimension: name read
+    or None}, swipes made); gate 1 judges it."""
     reader = _reader(pack, screen)
     groups, _ = phone.read_stable(lambda d: _groups(d, reader))
     dims = dimensions(pack, groups, wanted)
@@ -265,7 +267,7 @@ def select_sku_options(
         phone,
         read,
         lambda sel: all(sel.get(r) == wanted[r] for r in dims),
-        TAP_EFFECT_SECONDS if tapped or swipes else 0.0,
+        waits.tap_effect if tapped or swipes else 0.0,
     )
     return selected, swipes
 
@@ -292,10 +294,13 @@ def read_quantity(phone: PhoneAdapter, reader: PanelReader) -> int | None:
     return qty
 
 
-def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, screen: str, wanted: int) -> int | None:
+def set_quantity_and_readback(
+    phone: PhoneAdapter, pack: Pack, screen: str, wanted: int, *, waits: FlowWaits
+) -> int | None:
     """Step the quantity on ``screen`` with +/− one tap at a time, reading back after each tap; a tap
-    that does not move the number means the app capped it (stock) → QUANTITY_CAPPED_BY_STOCK;
-    an unreadable quantity → QUANTITY_UNREADABLE. Returns the quantity read last (gate 2 judges)."""
+    that does not move the number within ``waits.tap_effect`` means the app capped it (stock) →
+    QUANTITY_CAPPED_BY_STOCK; an unreadable quantity → QUANTITY_UNREADABLE. Returns the quantity read last
+    (gate 2 judges)."""
     reader = _reader(pack, screen)
     current = read_quantity(phone, reader)
     guard = 0
@@ -314,7 +319,9 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, screen: str, want
             phone.arm_gate_shot()  # the last tap: gate 2's screenshot between the read-back's dumps
         phone.tap_node(dump, node)
         before = current
-        after, _ = _read_until(phone, lambda d: _quantity(d, reader), functools.partial(operator.ne, before))
+        after, _ = _read_until(
+            phone, lambda d: _quantity(d, reader), functools.partial(operator.ne, before), waits.tap_effect
+        )
         if after is None:
             raise FlowStop("quantity not readable", "QUANTITY_UNREADABLE")
         if after == current:
@@ -328,15 +335,16 @@ def set_quantity_and_readback(phone: PhoneAdapter, pack: Pack, screen: str, want
     return current
 
 
-def go_to_order_confirm(phone: PhoneAdapter, pack: Pack, layout: Layout) -> Dump:
-    """Leave the SKU sheet with the layout's confirm control, then wait for the confirm page."""
+def go_to_order_confirm(phone: PhoneAdapter, pack: Pack, layout: Layout, *, waits: FlowWaits) -> Dump:
+    """Leave the SKU sheet with the layout's confirm control, then wait for the confirm page (at most
+    ``waits.screen``)."""
     if layout.to_confirm is None:
         raise FlowStop("layout has no way from the SKU sheet to the confirm page", "SCREEN_UNRECOGNIZED")
     dump, button = _stable_control(phone, layout.to_confirm, "sku confirm button", "SCREEN_UNRECOGNIZED")
     if layout.quantity_screen != "confirm_order":  # the next read is gate 3's: its screenshot in between
         phone.arm_gate_shot()
     phone.tap_node(dump, button)
-    return wait_for_screen(phone, pack, "confirm_order")
+    return wait_for_screen(phone, pack, "confirm_order", waits.screen)
 
 
 def _safe_money(dump: Dump, reader: MoneyReader | None) -> Decimal | None:

@@ -38,6 +38,7 @@ from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
 from cmbuyer.agent.tls import ServerTlsError, verify_server
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.schemas.clihelp import chinese_help
 from cmbuyer.schemas.files import read_regular
@@ -595,7 +596,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         shutil.rmtree(out)
     progress(f"在 {args.device} 上试运行：拼多多 {version}，识别包 {pack.id}，购买路径 {buy_path}；不连服务器")
     try:
-        result = run_dry(phone, pack, version, order, out=out, buy_path=buy_path, progress=progress)
+        result = run_dry(phone, pack, version, order, out=out, buy_path=buy_path, progress=progress, waits=FlowWaits())
     except KeyboardInterrupt:  # run_dry backed out and wrote what it had on the way out
         progress("已中断")
         return ExitCode.INTERRUPTED
@@ -666,7 +667,14 @@ def _run(
     pack_dir = pack_dir_from(args.pack_dir)
     progress(f"运维识别包目录：{pack_dir}" if pack_dir else "运维识别包目录：未设置（只用随附的识别包）")
     runner = Runner(
-        RunnerConfig(args.device, once=args.once, poll_seconds=args.poll_seconds, holds=holds, pack_dir=pack_dir),
+        RunnerConfig(
+            args.device,
+            once=args.once,
+            poll_seconds=args.poll_seconds,
+            holds=holds,
+            pack_dir=pack_dir,
+            waits=FlowWaits(),  # production's deadlines (docs/agent.md)
+        ),
         phone,
         api,
         journal,

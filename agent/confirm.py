@@ -48,9 +48,9 @@ from cmbuyer.agent.screens.after_submit import (
 from cmbuyer.agent.screens.dump import Dump
 from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.screens.text import normalize
+from cmbuyer.agent.waits import FlowWaits
 
-CONFIRM_SECONDS = 30.0  # the whole confirmation; the result report waits for it
-LIST_SECONDS = 8.0  # after the deep link: the list shows within this, or the confirmation stops
+# the deadlines (the whole confirmation, the list after the deep link): FlowWaits.confirm and .order_list
 POLL_SECONDS = 0.1
 CONFIRMABLE = ("EXTERNAL_PAYMENT_HANDOFF", "SUBMITTED")
 
@@ -156,17 +156,18 @@ def confirm_order_readonly(
     title: str | None,
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[str], None] = lambda line: None,
-    seconds: float | None = None,
+    waits: FlowWaits,
     taken: frozenset[str] = frozenset(),
 ) -> Confirmation:
     """Run the confirmation (module docstring). ``amount``: the gate-3 total read on the submit
-    screen; ``title``: the goods title if known; ``taken``: order numbers earlier attempts on this phone
-    already reported as theirs (never this order's). Never raises AgentError (a failure is a note);
+    screen; ``title``: the goods title if known; ``waits``: ``confirm`` bounds the whole confirmation,
+    ``order_list`` the wait for the list after the deep link; ``taken``: order numbers earlier attempts on
+    this phone already reported as theirs (never this order's). Never raises AgentError (a failure is a note);
     JournalError propagates (the caller stops the agent, fail closed)."""
     conf = pack.after_submit
     if conf is None:
         return Confirmation(None, None, "the pack declares no confirmation", False)
-    deadline = time.monotonic() + (CONFIRM_SECONDS if seconds is None else seconds)
+    deadline = time.monotonic() + waits.confirm
     done: set[str] = set()
     linked_at = 0.0
     waiting = False
@@ -208,7 +209,7 @@ def confirm_order_readonly(
                 shot = phone.app_screenshot_png()
                 return Confirmation(order_sn, shot, f"order list read: {why}", True)
             elif look.where == "app":
-                if time.monotonic() - linked_at > LIST_SECONDS:
+                if time.monotonic() - linked_at > waits.order_list:
                     return Confirmation(None, None, "the order list did not open after the deep link", False)
                 time.sleep(POLL_SECONDS)  # the list is still loading after the deep link
                 waiting = True

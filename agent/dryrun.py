@@ -55,6 +55,7 @@ from cmbuyer.agent.prefence import GATE_STEPS, PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.screens.dump import Node
 from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.screens.text import money_str, normalize
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas.text import normalize_sku
 
 SESSION_FORMAT = 1
@@ -315,14 +316,16 @@ def run_dry(
     out: Path,
     buy_path: str,
     progress: Callable[[str], None],
+    waits: FlowWaits,
     stop: threading.Event | None = None,
 ) -> DryRunResult:
-    """One dry run on ``phone`` into the (empty or new) directory ``out``; see the module docstring.
+    """One dry run on ``phone`` into the (empty or new) directory ``out``, waiting for screens as ``waits``
+    says (the real flow's deadlines); see the module docstring.
     Never raises AgentError from the flow: a stop is the result (exit 1, or 2 for a phone failure)."""
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     recorder = SessionRecorder(phone, pack, out, version, progress)
     observer = DryRunObserver(recorder, pack, progress, stop or threading.Event())
-    engine = PrefenceEngine(phone=phone, pack=pack, observer=observer, buy_path=buy_path)
+    engine = PrefenceEngine(phone=phone, pack=pack, observer=observer, buy_path=buy_path, waits=waits)
     recorder.attach()
     outcome, failure = None, None
     try:

@@ -54,6 +54,7 @@ from cmbuyer.agent.prefence import BUY_PATH_ENV, PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.recovery import send_fail
 from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.submit import submit_order_once
+from cmbuyer.agent.waits import FlowWaits
 
 log = logging.getLogger(__name__)
 FENCE_LEASE_MARGIN = 5.0  # seconds of lease we want left when asking for the fence
@@ -67,6 +68,10 @@ class FlowResult:
 
 
 class PurchaseFlow:
+    """One claimed purchase on one phone (module docstring). ``waits``: the flow's deadlines (production's
+    are ``FlowWaits()``, the runner passes its config's); ``fence_margin``: seconds of lease wanted at the
+    fence request; ``buy_path``: ``single``/``group``, else ``CMBUYER_AGENT_BUY_PATH``."""
+
     def __init__(
         self,
         *,
@@ -74,6 +79,7 @@ class PurchaseFlow:
         pack: Pack,
         sink: ResultSink,
         journal: Journal,
+        waits: FlowWaits,
         stop: threading.Event | None = None,
         lease: LeaseKeeper | None = None,
         progress: Callable[[str], None] | None = None,
@@ -85,6 +91,7 @@ class PurchaseFlow:
         self.pack = pack
         self.sink = sink
         self.journal = journal
+        self.waits = waits
         self.stop = stop or threading.Event()
         self.lease = lease
         self.progress = progress or (lambda line: None)
@@ -149,7 +156,11 @@ class PurchaseFlow:
         was read on the screen holding the submit control."""
         claim, task = purchase.claim, purchase.task
         engine = PrefenceEngine(
-            phone=self.phone, pack=self.pack, observer=_OutboxObserver(self, claim), buy_path=self.buy_path
+            phone=self.phone,
+            pack=self.pack,
+            observer=_OutboxObserver(self, claim),
+            buy_path=self.buy_path,
+            waits=self.waits,
         )
         order = PrefenceOrder(task.goods_id, task.sku_options, task.quantity, task.max_total_price)
         try:
@@ -279,7 +290,7 @@ class PurchaseFlow:
         submit again."""
         self.journal.record_permit(claim.attempt_id, permit.submission_id)
         self.progress("围栏成功（FENCE OK）：已收到点击许可")
-        outcome = submit_order_once(self.phone, self.pack, self.journal, permit)
+        outcome = submit_order_once(self.phone, self.pack, self.journal, permit, observe_seconds=self.waits.observe)
         seen = outcome.observation + (f" {outcome.reason}" if outcome.reason else "")
         if outcome.package:  # a foreign app was in front: its package instead of a screenshot
             seen += f"; in front: {outcome.package}"
@@ -360,6 +371,7 @@ class PurchaseFlow:
             title=expected.title,
             should_stop=should_stop,
             progress=self.progress,
+            waits=self.waits,
             taken=self.journal.order_sns_taken(claim.attempt_id),
         )
         asset = self._upload_after_tap(claim, "ORDER_CONFIRMATION", result.screenshot)

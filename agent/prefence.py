@@ -28,6 +28,7 @@ from cmbuyer.agent.errors import FlowStop
 from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import Layout, Pack
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas.sku import SkuOptions
 
 T = TypeVar("T")
@@ -75,13 +76,17 @@ class PrefenceOutcome:
 
 
 class PrefenceEngine:
-    """Runs every pre-fence step on ``phone`` with ``pack``; ``buy_path`` is ``single`` or ``group``."""
+    """Runs every pre-fence step on ``phone`` with ``pack``; ``buy_path`` is ``single`` or ``group``;
+    ``waits``: how long a screen or a tap's effect may take."""
 
-    def __init__(self, *, phone: PhoneAdapter, pack: Pack, observer: PrefenceObserver, buy_path: str) -> None:
+    def __init__(
+        self, *, phone: PhoneAdapter, pack: Pack, observer: PrefenceObserver, buy_path: str, waits: FlowWaits
+    ) -> None:
         self.phone = phone
         self.pack = pack
         self.observer = observer
         self.buy_path = buy_path
+        self.waits = waits
 
     def _step(self, step: str, fn: Callable[[], T]) -> T:
         self.observer.checkpoint()
@@ -94,17 +99,17 @@ class PrefenceEngine:
         """Every step up to and including gate 3's screenshot and the checkpoint after it. Raises
         AgentError (FlowStop with the gate's reason code, phone/dump errors) on any stop; the phone is
         left where it stopped (the caller backs out)."""
-        phone, pack = self.phone, self.pack
+        phone, pack, waits = self.phone, self.pack, self.waits
         wanted = gates.wanted_options(order.sku_options)
-        self._step("OPEN_PRODUCT", lambda: cap.open_product(phone, pack, order.goods_id))
-        layout = self._step("OPEN_SKU_PANEL", lambda: cap.open_buy_sheet(phone, pack, self.buy_path))
+        self._step("OPEN_PRODUCT", lambda: cap.open_product(phone, pack, order.goods_id, waits=waits))
+        layout = self._step("OPEN_SKU_PANEL", lambda: cap.open_buy_sheet(phone, pack, self.buy_path, waits=waits))
         early_mode = None
         if layout.options_screen == "confirm_order":
             # The order sheet shows the payment row from the start: refuse an unsafe mode before any
             # option or quantity tap.
             early_mode = self._step("CHECK_PAYMENT_MODE", lambda: cap.check_payment_mode(phone, pack))
         selected, swipes = self._step(
-            "SELECT_SKU", lambda: cap.select_sku_options(phone, pack, layout.options_screen, wanted)
+            "SELECT_SKU", lambda: cap.select_sku_options(phone, pack, layout.options_screen, wanted, waits=waits)
         )
         if swipes:
             self.observer.event("SCROLL_OPTIONS", "OK", None, f"{swipes} swipes inside option lists")
@@ -112,9 +117,10 @@ class PrefenceEngine:
         price1 = self._step("GATE_1", lambda: gates.gate1(selected, wanted, read1))
         self.observer.gate_evidence("SKU_PANEL_GATE_1", {"selected": dict(selected), "unit_price": price1})
         if layout.quantity_screen != layout.options_screen:
-            self._step("GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(phone, pack, layout))
+            self._step("GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(phone, pack, layout, waits=waits))
         qty = self._step(
-            "SET_QUANTITY", lambda: cap.set_quantity_and_readback(phone, pack, layout.quantity_screen, order.quantity)
+            "SET_QUANTITY",
+            lambda: cap.set_quantity_and_readback(phone, pack, layout.quantity_screen, order.quantity, waits=waits),
         )
         price2 = self._step(
             "GATE_2",
@@ -122,7 +128,7 @@ class PrefenceEngine:
         )
         self.observer.gate_evidence("QUANTITY_GATE_2", {"quantity": qty, "unit_price": price2})
         if layout.quantity_screen != "confirm_order":
-            self._step("GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(phone, pack, layout))
+            self._step("GO_TO_CONFIRM", lambda: cap.go_to_order_confirm(phone, pack, layout, waits=waits))
         reading = self._step("READ_CONFIRM_PAGE", lambda: cap.read_confirm_page(phone, pack, wanted))
         mode = self._step("CHECK_PAYMENT_MODE", lambda: payment_mode(reading, early_mode))
         self.observer.checkpoint()

@@ -70,6 +70,7 @@ from cmbuyer.agent.packdir import resolve
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.recovery import recover
 from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas import enum_values
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class RunnerConfig:
     once: bool = False  # run at most one task (tests, manual runs)
     holds: HoldPolicy = field(default_factory=HoldPolicy)  # streak limits (CLI flags / env)
     pack_dir: Path | None = None  # operator selector packs (--pack-dir / CMBUYER_AGENT_PACK_DIR)
+    waits: FlowWaits = field(default_factory=FlowWaits)  # the flow's deadlines; production's by default
 
 
 @dataclass(frozen=True)
@@ -511,6 +513,7 @@ class Runner:
             pack=pack,
             sink=self.api,
             journal=self.journal,
+            waits=self.cfg.waits,
             stop=self.stop,
             lease=lease,
             progress=self.progress,

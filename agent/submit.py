@@ -35,7 +35,6 @@ from cmbuyer.agent.screens.after_submit import Observed, classify
 from cmbuyer.agent.screens.pack import Pack
 
 log = logging.getLogger(__name__)
-OBSERVE_SECONDS = 10.0  # a deadline, not a wait: the first outcome seen twice in a row ends it
 POLL_SECONDS = 0.05
 
 
@@ -59,10 +58,12 @@ def submit_order_once(
     journal: Journal,
     permit: SubmissionPermit,
     *,
-    observe_seconds: float = OBSERVE_SECONDS,
+    observe_seconds: float,
 ) -> SubmitOutcome:
     """Tap the submit control once for ``permit`` (PERMIT_RECEIVED already journaled by the flow) and
-    observe what follows; see the module docstring for the order of effects. Never raises for a
+    observe what follows, at most ``observe_seconds`` (:attr:`cmbuyer.agent.waits.FlowWaits.observe`: a
+    deadline, not a wait — the first outcome seen twice in a row ends it); see the module docstring for
+    the order of effects. Never raises for a
     refused or failed tap (the outcome says so); JournalError propagates (the flow stops the agent)."""
     if not isinstance(permit, SubmissionPermit):
         raise TypeError("a SubmissionPermit is required")

@@ -31,6 +31,7 @@ from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.packdir import Resolution
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import compile_pack, shipped_packs
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import assert_no_foreign_screenshots, foreign_screenshots, payment_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 from tests.server.admin.conftest import ADMIN_PASSWORD, ADMIN_USER, add_admin
@@ -71,14 +72,14 @@ def _task_page(srv: RealServer, task_id: str) -> str:
 
 
 def _run_one(
-    tmp_path: Path, srv: RealServer, scenario: dict[str, Any]
+    tmp_path: Path, srv: RealServer, scenario: dict[str, Any], waits: FlowWaits
 ) -> tuple[Agent, Any, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """One task through one agent run on the simulator: (agent, task, the sim journal, the sim's
     orders, the one submit tap entry — asserted to be exactly one)."""
     creds = srv.add_device()
     task = srv.add_task()
     with adbutils_leaks_ignored(), running_sim(scenario) as sim:
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), waits=waits)
         assert agent.run_once() == 0
         entries = sim.journal("sim-1").entries()
         orders = sim.phone("sim-1").orders
@@ -102,15 +103,15 @@ def _submission_row(srv: RealServer, task_id: str) -> dict[str, Any]:
 @pytest.mark.parametrize("version", LAYOUTS)
 @pytest.mark.parametrize("outcome,package", CASHIERS)
 def test_external_cashier_then_read_only_confirmation(
-    tmp_path: Path, fast_phone: None, version: str, outcome: str, package: str
+    tmp_path: Path, fast_phone: FlowWaits, version: str, outcome: str, package: str
 ) -> None:
     with RealServer(tmp_path, env=BOTH_VERSIONS) as srv:
-        _cashier_case(tmp_path, srv, version, outcome, package)
+        _cashier_case(tmp_path, srv, version, outcome, package, fast_phone)
 
 
-def _cashier_case(tmp_path: Path, srv: RealServer, version: str, outcome: str, package: str) -> None:
+def _cashier_case(tmp_path: Path, srv: RealServer, version: str, outcome: str, package: str, waits: FlowWaits) -> None:
     # the phone: one submit tap, nothing with a payment role, no screenshot of the cashier
-    agent, task, entries, orders, submit = _run_one(tmp_path, srv, _scenario(version, outcome=outcome))
+    agent, task, entries, orders, submit = _run_one(tmp_path, srv, _scenario(version, outcome=outcome), waits)
     assert_no_foreign_screenshots(entries)
     assert any(e["kind"] == "dump" and e.get("package") == package for e in entries), (
         "the cashier was never in front while the agent looked"
@@ -146,9 +147,9 @@ def _cashier_case(tmp_path: Path, srv: RealServer, version: str, outcome: str, p
 
 
 def test_paid_state_after_the_tap_is_payment_suspected_and_nothing_is_touched(
-    tmp_path: Path, srv: RealServer, fast_phone: None
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits
 ) -> None:
-    agent, task, entries, _, submit = _run_one(tmp_path, srv, _scenario(outcome="PAID"))
+    agent, task, entries, _, submit = _run_one(tmp_path, srv, _scenario(outcome="PAID"), fast_phone)
     assert not [e for e in _after(entries, submit["seq"]) if e["kind"] in ("tap", "key", "deep_link")]
     row = _submission_row(srv, task.id)
     assert row["observation"] == "UNKNOWN" and row["observation_reason"] == "PAYMENT_SUSPECTED"
@@ -162,19 +163,23 @@ def test_paid_state_after_the_tap_is_payment_suspected_and_nothing_is_touched(
     assert hold is not None and hold.startswith("PAYMENT_SUSPECTED")
 
 
-def test_two_matching_pending_orders_give_no_order_number(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+def test_two_matching_pending_orders_give_no_order_number(
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits
+) -> None:
     """Identical pending orders: the agent that made the first tells its own second order apart (the
     journal holds the first's number, issue 34); an agent whose journal does not know the first — as after
     an order made by hand or on another installation — cannot, and reports no number, the count logged."""
     creds = srv.add_device()
     first = srv.add_task(quantity=1)  # three orders of 黑色 M fit its stock of 5
     with adbutils_leaks_ignored(), running_sim(_scenario(outcome="EXTERNAL_CASHIER_ALIPAY")) as sim:
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), waits=fast_phone)
         assert agent.run_once() == 0
         second = srv.add_task(quantity=1)  # the same goods, SKU and amount: a second identical pending order
         assert agent.run_once() == 0
         third = srv.add_task(quantity=1)  # and a third, by an agent that knows neither earlier number
-        stranger = Agent(tmp_path / "other", srv, srv.add_device("sim-1b"), PhoneAdapter.connect("sim-1"))
+        stranger = Agent(
+            tmp_path / "other", srv, srv.add_device("sim-1b"), PhoneAdapter.connect("sim-1"), waits=fast_phone
+        )
         assert stranger.run_once() == 0
         entries = sim.journal("sim-1").entries()
         orders = sim.phone("sim-1").orders
@@ -193,7 +198,7 @@ def test_two_matching_pending_orders_give_no_order_number(tmp_path: Path, srv: R
 
 
 def test_confirmation_that_cannot_find_the_order_still_reports(
-    tmp_path: Path, srv: RealServer, fast_phone: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pack whose order-list link opens nothing on this phone (an operator's mistake, or a link the
     app stopped handling): the confirmation leaves the cashier and the dialog, opens the link, sees
@@ -206,7 +211,9 @@ def test_confirmation_that_cannot_find_the_order_still_reports(
     monkeypatch.setattr(
         runner_module, "resolve", lambda *a, **k: Resolution(compile_pack(raw), "operator", tmp_path / "pack.json")
     )
-    agent, task, entries, (order,), submit = _run_one(tmp_path, srv, _scenario(outcome="EXTERNAL_CASHIER_WECHAT"))
+    agent, task, entries, (order,), submit = _run_one(
+        tmp_path, srv, _scenario(outcome="EXTERNAL_CASHIER_WECHAT"), fast_phone
+    )
     later = _after(entries, submit["seq"])
     assert [e["kind"] for e in later if e["kind"] in ("tap", "key", "deep_link")] == ["key", "tap", "deep_link"]
     row = _submission_row(srv, task.id)

@@ -34,6 +34,7 @@ from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import ClaimedPurchase
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import pack_for_version
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import submit_taps
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.testing import running_sim
@@ -45,13 +46,11 @@ from .fakes import journal_claim
 GOODS = "937122477375"
 
 
+WAITS = FlowWaits(screen=5.0, observe=5.0)  # real uiautomator2 against the simulator: shorter than production's
+
+
 @pytest.fixture(autouse=True)
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cmbuyer.agent.capabilities as cap
-    import cmbuyer.agent.submit as sub
-
-    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 5.0)
-    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 5.0)
     monkeypatch.setenv(approval.ENV_POLL, "0.3")
     monkeypatch.setenv(approval.ENV_TIMEOUT, "20")
 
@@ -80,6 +79,7 @@ class Rig:
             pack=pack_for_version(version.name, version.code),
             sink=self.api,
             journal=self.journal,
+            waits=WAITS,
             stop=stop,
             lease=lease,
             fence_margin=fence_margin,
@@ -341,7 +341,9 @@ def test_sigterm_while_waiting_stops_without_a_tap(tmp_path: Path) -> None:
         api = SupervisedApi([supervised_purchase()], keys=journal)
         phone = PhoneAdapter.connect("sim-1")
         lines: list[str] = []
-        runner = Runner(RunnerConfig("sim-1", once=True, poll_seconds=0.1), phone, api, journal, lines.append)
+        runner = Runner(
+            RunnerConfig("sim-1", once=True, poll_seconds=0.1, waits=WAITS), phone, api, journal, lines.append
+        )
         seen: dict[str, Any] = {}
 
         def on_request(_id: str) -> None:

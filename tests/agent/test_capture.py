@@ -25,6 +25,7 @@ from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.dump import Dump, parse_dump
 from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.screens.pack import compile_pack, pack_for_version
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.system_ui import NOTIFICATION_TICKER
 from cmbuyer.phonesim.testing import running_sim
@@ -47,12 +48,13 @@ def _to_submit_screen(serial: str) -> PhoneAdapter:
     version = phone.app_version()
     assert version is not None
     pack = pack_for_version(version.name, version.code)
-    cap.open_product(phone, pack, GOODS)
-    layout = cap.open_buy_sheet(phone, pack)
+    waits = FlowWaits()  # production's: a capture drives the phone as a purchase would
+    cap.open_product(phone, pack, GOODS, waits=waits)
+    layout = cap.open_buy_sheet(phone, pack, waits=waits)
     wanted = {"颜色": "黑色CHA(纯棉)", "尺码": "M(建议100-115)"}
-    cap.select_sku_options(phone, pack, layout.options_screen, wanted)
+    cap.select_sku_options(phone, pack, layout.options_screen, wanted, waits=waits)
     if layout.options_screen != "confirm_order":
-        cap.go_to_order_confirm(phone, pack, layout)
+        cap.go_to_order_confirm(phone, pack, layout, waits=waits)
     return phone
 
 

@@ -6,24 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import shipped_packs
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
 from .fakes import FakeServer, journal_claim, make_purchase
 
-
-@pytest.fixture(autouse=True)
-def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cmbuyer.agent.capabilities as cap
-    import cmbuyer.agent.submit as sub
-
-    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 5.0)
-    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 5.0)
+WAITS = FlowWaits(screen=5.0, observe=5.0)  # a real uiautomator2 round trip per dump: more than the model's 2 s
 
 
 def test_happy_path_real_uiautomator2(tmp_path: Path) -> None:
@@ -35,7 +27,7 @@ def test_happy_path_real_uiautomator2(tmp_path: Path) -> None:
         server = FakeServer(purchase, keys=journal)
         c = purchase.claim
         journal_claim(journal, c)
-        flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal)
+        flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal, waits=WAITS)
         result = flow.run(purchase)
         assert result.outcome == "SUBMITTED", server.fails
         sim.journal("sim-1").assert_single_submit_tap()

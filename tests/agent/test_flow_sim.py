@@ -13,18 +13,17 @@ from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.screens.pack import shipped_packs
+from cmbuyer.agent.waits import FlowWaits
 
 from .fakes import FakeServer, make_purchase
 from .simphone import SimPhone, strip_pkg
 
+# the simulated app answers at once: an unrecognized screen stops after 2 s instead of production's 8 s
+FAST_WAITS = FlowWaits(screen=2.0, observe=2.0)
+
 
 @pytest.fixture(autouse=True)
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cmbuyer.agent.capabilities as cap
-    import cmbuyer.agent.submit as sub
-
-    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
-    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
     monkeypatch.setattr("time.sleep", lambda s: None)
 
 
@@ -49,7 +48,7 @@ def run_flow(tmp_path: Path, sim: SimPhone, **task: object):
     server = FakeServer(purchase, keys=journal)
     _journal_claim(journal, purchase)
     phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
-    flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal)
+    flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal, waits=FAST_WAITS)
     result = flow.run(purchase)
     return result, server, journal, purchase
 
@@ -174,7 +173,7 @@ def test_server_down_mid_flow_stops_before_fence(tmp_path: Path) -> None:
     server = FakeServer(purchase, keys=journal)
     _journal_claim(journal, purchase)
     phone = PhoneAdapter("sim-1", sim, sim)
-    flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal)
+    flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal, waits=FAST_WAITS)
     server.down = 100
     result = flow.run(purchase)
     assert result.outcome == "FAILED" and result.reason_code == "SERVER_UNREACHABLE"

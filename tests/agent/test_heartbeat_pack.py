@@ -21,6 +21,7 @@ import pytest
 from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.model import TaskEvent
 from cmbuyer.agent.screens.pack import pack_for_version
+from cmbuyer.agent.waits import FlowWaits
 
 from .realserver import RealServer
 from .simphone import SimPhone
@@ -74,8 +75,7 @@ def test_idle_heartbeat_follows_the_installed_version(tmp_path: Path) -> None:
         assert sim.taps == []  # no task: nothing claimed, nothing tapped
 
 
-@pytest.mark.usefixtures("fast_phone")
-def test_busy_heartbeat_carries_the_pack_id(tmp_path: Path) -> None:
+def test_busy_heartbeat_carries_the_pack_id(tmp_path: Path, fast_phone: FlowWaits) -> None:  # noqa: F811
     sim = SimPhone()
     seen_busy: list[dict[str, Any]] = []
     with RealServer(tmp_path, env={"CMBUYER_HEARTBEAT_INTERVAL": "1"}) as srv:
@@ -93,7 +93,7 @@ def test_busy_heartbeat_carries_the_pack_id(tmp_path: Path) -> None:
 
         creds = srv.add_device()
         task = srv.add_task()
-        agent = Agent(tmp_path, srv, creds, sim_phone(sim), api_cls=WaitsForBusy)
+        agent = Agent(tmp_path, srv, creds, sim_phone(sim), api_cls=WaitsForBusy, waits=fast_phone)
         assert agent.run_once() == 0
         assert srv.state(task.id) == "WAITING_PAYMENT"
     (row,) = seen_busy

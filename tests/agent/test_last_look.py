@@ -29,6 +29,7 @@ from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import Claim, SubmissionProof
 from cmbuyer.agent.permit import SubmissionPermit
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.testing import running_sim
 
 from .fakes import make_purchase, read_proof
@@ -83,12 +84,18 @@ def _change(phone: Rig, adb_spec: dict[str, Any]) -> Callable[[], None]:
 
 
 def _no_tap_case(
-    tmp_path: Path, transport: str, adb_spec: dict[str, Any], reason: str, page: bool, version: str = "8.22.0"
+    tmp_path: Path,
+    waits: FlowWaits,
+    transport: str,
+    adb_spec: dict[str, Any],
+    reason: str,
+    page: bool,
+    version: str = "8.22.0",
 ) -> None:
     with RealServer(tmp_path, env=BOTH_VERSIONS) as srv, rig(transport, _order_sheet(version)) as phone:
         creds = srv.add_device()
         task = srv.add_task()
-        agent = Agent(tmp_path, srv, creds, phone.phone, api_cls=_after_fence(_change(phone, adb_spec)))
+        agent = Agent(tmp_path, srv, creds, phone.phone, api_cls=_after_fence(_change(phone, adb_spec)), waits=waits)
         points: list[str] = []
         agent.journal.commit_hook = points.append
         taps_at_fence: list[int] = []
@@ -141,22 +148,24 @@ def _no_tap_case(
     ],
 )
 def test_something_over_the_submit_control_after_the_last_gate_means_no_tap(
-    tmp_path: Path, fast_phone: None, transport: str, adb_spec: dict[str, Any], page: bool
+    tmp_path: Path, fast_phone: FlowWaits, transport: str, adb_spec: dict[str, Any], page: bool
 ) -> None:
-    _no_tap_case(tmp_path, transport, adb_spec, "NOT_TAPPED_OBSCURED", page)
+    _no_tap_case(tmp_path, fast_phone, transport, adb_spec, "NOT_TAPPED_OBSCURED", page)
 
 
-def test_a_coupon_window_over_the_confirm_page_means_no_tap(tmp_path: Path, fast_phone: None) -> None:
+def test_a_coupon_window_over_the_confirm_page_means_no_tap(tmp_path: Path, fast_phone: FlowWaits) -> None:
     """The same on app 8.17.0's layout (SKU sheet, then the confirm page with the submit control)."""
-    _no_tap_case(tmp_path, "model", {"kind": "overlay", "window": "coupon"}, "NOT_TAPPED_OBSCURED", False, "8.17.0")
+    _no_tap_case(
+        tmp_path, fast_phone, "model", {"kind": "overlay", "window": "coupon"}, "NOT_TAPPED_OBSCURED", False, "8.17.0"
+    )
 
 
-def test_nothing_changed_one_tap_and_the_window_is_measured(tmp_path: Path, fast_phone: None) -> None:
+def test_nothing_changed_one_tap_and_the_window_is_measured(tmp_path: Path, fast_phone: FlowWaits) -> None:
     """The control case: nothing changes after the fence → the last look passes, exactly one submit tap,
     and the SUBMIT_TAP event carries the measured dump → tap window (docs/agent.md)."""
     with RealServer(tmp_path, env=BOTH_VERSIONS) as srv, rig("model", _order_sheet()) as phone:
         task = srv.add_task()
-        agent = Agent(tmp_path, srv, srv.add_device(), phone.phone)
+        agent = Agent(tmp_path, srv, srv.add_device(), phone.phone, waits=fast_phone)
         assert agent.run_once() == 0
         assert phone.submit_taps() == 1 and phone.payment_taps() == 0
         (tap_event,) = [e for e in srv.detail(task.id)["events"] if e["step"] == "SUBMIT_TAP"]
@@ -172,9 +181,16 @@ def test_nothing_changed_one_tap_and_the_window_is_measured(tmp_path: Path, fast
     ],
 )
 def test_payment_row_changed_after_gate_3_means_no_tap(
-    tmp_path: Path, fast_phone: None, transport: str, mode: str, page: bool
+    tmp_path: Path, fast_phone: FlowWaits, transport: str, mode: str, page: bool
 ) -> None:
-    _no_tap_case(tmp_path, transport, {"kind": "payment_mode_change", "mode": mode}, "NOT_TAPPED_SCREEN_CHANGED", page)
+    _no_tap_case(
+        tmp_path,
+        fast_phone,
+        transport,
+        {"kind": "payment_mode_change", "mode": mode},
+        "NOT_TAPPED_SCREEN_CHANGED",
+        page,
+    )
 
 
 def test_every_reading_the_fence_request_carried_is_compared() -> None:
@@ -206,7 +222,7 @@ def test_every_reading_the_fence_request_carried_is_compared() -> None:
 
 
 def test_a_window_over_the_submit_control_before_gate_3_stops_before_the_fence(
-    tmp_path: Path, fast_phone: None
+    tmp_path: Path, fast_phone: FlowWaits
 ) -> None:
     """Gate 3 hit-tests too (gates.submit_on_top): a floating window already parked over the submit control
     is found before the fence — the task FAILS with POPUP_UNHANDLED (nothing fenced, nothing spent, no tap
@@ -215,7 +231,7 @@ def test_a_window_over_the_submit_control_before_gate_3_stops_before_the_fence(
         assert phone.model is not None
         phone.model.app.overlays.append("foreign")
         task = srv.add_task()
-        agent = Agent(tmp_path, srv, srv.add_device(), phone.phone)
+        agent = Agent(tmp_path, srv, srv.add_device(), phone.phone, waits=fast_phone)
         assert agent.run_once() == 0
         assert phone.submit_taps() == 0 and phone.payment_taps() == 0 and phone.orders() == 0
         detail = srv.detail(task.id)

@@ -27,6 +27,7 @@ from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.pack import Pack, shipped_packs
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim import PhoneSim
 from cmbuyer.phonesim.journal import swipes
 from cmbuyer.phonesim.scenario import load_scenario
@@ -64,12 +65,7 @@ def sim() -> Iterator[PhoneSim]:
         yield running
 
 
-@pytest.fixture(autouse=True)
-def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cmbuyer.agent.submit as sub
-
-    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 5.0)
-    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 5.0)
+WAITS = FlowWaits(screen=5.0, observe=5.0)  # real uiautomator2 against the simulator: shorter than production's
 
 
 class RecordingServer(FakeServer):
@@ -96,7 +92,7 @@ def run(
     server = RecordingServer(purchase, keys=journal)
     c = purchase.claim
     journal_claim(journal, c)
-    result = PurchaseFlow(phone=phone, pack=pack or _pack(), sink=server, journal=journal).run(purchase)
+    result = PurchaseFlow(phone=phone, pack=pack or _pack(), sink=server, journal=journal, waits=WAITS).run(purchase)
     return result, server, serial
 
 

@@ -21,6 +21,7 @@ from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.pack import shipped_packs
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
 from .fakes import FakeServer, journal_claim, make_purchase
@@ -178,7 +179,8 @@ def test_flow_pacing_real_u2(tmp_path: Path) -> None:
         server = _SlowUploads(purchase, keys=journal)
         c = purchase.claim
         journal_claim(journal, c)
-        result = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal).run(purchase)
+        flow = PurchaseFlow(phone=phone, pack=shipped_packs()[0], sink=server, journal=journal, waits=FlowWaits())
+        result = flow.run(purchase)
         assert result.outcome == "SUBMITTED", server.fails
         entries = sim.journal("sim-1").entries()
         counters = sim.phone("sim-1").counters

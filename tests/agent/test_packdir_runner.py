@@ -15,6 +15,7 @@ from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.runner import Runner, RunnerConfig
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import payment_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
@@ -32,7 +33,7 @@ def _wait(cond: Callable[[], bool], seconds: float) -> bool:
     return cond()
 
 
-def test_broken_pack_dir_heartbeats_no_pack_and_the_repaired_pack_orders(tmp_path: Path, fast_phone: None) -> None:  # noqa: F811
+def test_broken_pack_dir_heartbeats_no_pack_and_the_repaired_pack_orders(tmp_path: Path, fast_phone: FlowWaits) -> None:  # noqa: F811
     pack_dir = make_pack_dir(tmp_path / "packs")
     data = rebound("8.17.0", "8.23.0", 82300)
     write_pack(pack_dir, data)
@@ -51,7 +52,7 @@ def test_broken_pack_dir_heartbeats_no_pack_and_the_repaired_pack_orders(tmp_pat
         journal = Journal(tmp_path / "agent-state" / "sim-1.sqlite3")
         lines: list[str] = []
         runner = Runner(
-            RunnerConfig("sim-1", poll_seconds=0.05, pack_dir=pack_dir),
+            RunnerConfig("sim-1", poll_seconds=0.05, pack_dir=pack_dir, waits=fast_phone),
             PhoneAdapter.connect("sim-1"),
             HttpDeviceApi(srv.url, creds, journal, backoff=0.2),
             journal,

@@ -41,6 +41,7 @@ from cmbuyer.agent.model import (
 )
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.runner import Runner, RunnerConfig
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim import hierarchy
 from cmbuyer.phonesim.journal import payment_taps
 from cmbuyer.phonesim.screens import windows
@@ -56,6 +57,10 @@ from .test_flow_sim import _default
 
 GATE_KINDS = ["SKU_PANEL_GATE_1", "QUANTITY_GATE_2", "CONFIRM_PAGE_GATE_3"]
 GOODS_ID = "937122477375"  # the default scenario's first goods (the task default)
+# the simulated app answers at once: a screen, the outcome after the tap and the order list show in
+# well under these (a stop on an unrecognized screen takes 2 s instead of production's 8 s)
+FAST_WAITS = FlowWaits(screen=2.0, observe=2.0, confirm=4.0, order_list=2.0)
+PRODUCTION_WAITS = FlowWaits()
 
 
 @pytest.fixture
@@ -65,9 +70,10 @@ def srv(tmp_path: Path) -> Iterator[RealServer]:
 
 
 @pytest.fixture
-def fast_phone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Drop the phone pacing sleeps (the simulated app model answers at once). Only the agent's
-    phone modules see the shim: HTTP retry backoff and the server keep real time."""
+def fast_phone(monkeypatch: pytest.MonkeyPatch) -> FlowWaits:
+    """Drop the phone pacing sleeps (the simulated app model answers at once) and return the short
+    flow deadlines to pass to the agent (:data:`FAST_WAITS`). Only the agent's phone modules see the
+    shim: HTTP retry backoff and the server keep real time."""
     shim = types.SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: None, time=time.time)
     import cmbuyer.agent.capabilities as cap
     import cmbuyer.agent.confirm as conf
@@ -76,14 +82,12 @@ def fast_phone(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for mod in (cap, sub, adapter, conf):
         monkeypatch.setattr(mod, "time", shim)
-    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
-    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
-    monkeypatch.setattr(conf, "CONFIRM_SECONDS", 4.0)
-    monkeypatch.setattr(conf, "LIST_SECONDS", 2.0)
+    return FAST_WAITS
 
 
 class Agent:
-    """One agent: journal + real HttpDeviceApi + runner, as ``cmbuyer-agent run`` wires them."""
+    """One agent: journal + real HttpDeviceApi + runner, as ``cmbuyer-agent run`` wires them; ``waits``:
+    the flow's deadlines (production's unless a test passes the ``fast_phone`` ones)."""
 
     def __init__(
         self,
@@ -92,12 +96,17 @@ class Agent:
         creds: Credentials,
         phone: PhoneAdapter,
         api_cls: type[HttpDeviceApi] = HttpDeviceApi,
+        waits: FlowWaits = PRODUCTION_WAITS,
     ) -> None:
         self.journal = Journal(root / "agent-state" / "sim-1.sqlite3")
         self.api = api_cls(srv.url, creds, self.journal, backoff=0.2)
         self.lines: list[str] = []
         self.runner = Runner(
-            RunnerConfig("sim-1", poll_seconds=0.05, once=True), phone, self.api, self.journal, self.lines.append
+            RunnerConfig("sim-1", poll_seconds=0.05, once=True, waits=waits),
+            phone,
+            self.api,
+            self.journal,
+            self.lines.append,
         )
 
     def run_once(self) -> int:
@@ -379,11 +388,16 @@ def _two_matching_options() -> dict[str, Any]:
 
 
 def _run_case(
-    tmp_path: Path, srv: RealServer, phone: Rig, api_cls: type[HttpDeviceApi] = HttpDeviceApi, **task: Any
+    tmp_path: Path,
+    srv: RealServer,
+    phone: Rig,
+    waits: FlowWaits,
+    api_cls: type[HttpDeviceApi] = HttpDeviceApi,
+    **task: Any,
 ) -> tuple[Agent, Any, dict[str, Any]]:
     creds = srv.add_device()
     ref = srv.add_task(**task)
-    agent = Agent(tmp_path, srv, creds, phone.phone, api_cls=api_cls)
+    agent = Agent(tmp_path, srv, creds, phone.phone, api_cls=api_cls, waits=waits)
     assert agent.run_once() == 0
     return agent, ref, srv.detail(ref.id)
 
@@ -412,16 +426,16 @@ def _assert_failed_before_fence(detail: dict[str, Any], phone: Rig, reason: str)
     ],
 )
 def test_stops_before_the_fence_real_server(
-    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str, task: dict[str, Any], reason: str
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, transport: str, task: dict[str, Any], reason: str
 ) -> None:
     with rig(transport) as phone:
-        _, _, detail = _run_case(tmp_path, srv, phone, **task)
+        _, _, detail = _run_case(tmp_path, srv, phone, fast_phone, **task)
         _assert_failed_before_fence(detail, phone, reason)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_stock_drops_while_the_sku_panel_is_open(
-    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, transport: str
 ) -> None:
     """The stock of the chosen SKU falls to 1 once the SKU panel is open (phonesim ``stock_out``):
     the task's quantity 2 can no longer be set, so the agent stops before the fence."""
@@ -436,16 +450,18 @@ def test_stock_drops_while_the_sku_panel_is_open(
 
     with rig(transport) as phone:
         phone.fault({"kind": "stock_out", "goods_id": GOODS_ID, "stock": 1, "when": {"on_screen": "sku"}}, low_stock)
-        _, _, detail = _run_case(tmp_path, srv, phone)
+        _, _, detail = _run_case(tmp_path, srv, phone, fast_phone)
         _assert_failed_before_fence(detail, phone, "QUANTITY_CAPPED_BY_STOCK")
         if phone.adb:
             assert phone.fired() == ["stock_out"]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_two_options_matching_is_ambiguous(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str) -> None:
+def test_two_options_matching_is_ambiguous(
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, transport: str
+) -> None:
     with rig(transport, _two_matching_options()) as phone:
-        _, _, detail = _run_case(tmp_path, srv, phone)
+        _, _, detail = _run_case(tmp_path, srv, phone, fast_phone)
         _assert_failed_before_fence(detail, phone, "SKU_AMBIGUOUS")
 
 
@@ -470,7 +486,9 @@ def test_two_submit_controls(tmp_path: Path, srv: RealServer) -> None:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str) -> None:
+def test_security_challenge_before_submit(
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, transport: str
+) -> None:
     def wall(sim: SimPhone) -> None:
         def show(role: str) -> None:
             if sim.app.screen == "confirm" and not sim.app.popups:
@@ -480,7 +498,7 @@ def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_
 
     with rig(transport) as phone:
         phone.fault({"kind": "popup", "popup": "risk_wall", "when": {"on_screen": "confirm"}}, wall)
-        _, _, detail = _run_case(tmp_path, srv, phone)
+        _, _, detail = _run_case(tmp_path, srv, phone, fast_phone)
         assert detail["task"]["state_reason"] in ("RISK_WALL", "SECURITY_CHALLENGE")
         _assert_failed_before_fence(detail, phone, detail["task"]["state_reason"])
         if phone.adb:
@@ -488,7 +506,7 @@ def test_security_challenge_before_submit(tmp_path: Path, srv: RealServer, fast_
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_price_change_between_gates(tmp_path: Path, srv: RealServer, fast_phone: None, transport: str) -> None:
+def test_price_change_between_gates(tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, transport: str) -> None:
     """The unit price moves from 12.88 to 13.50 after gate 1 read it (model: after the quantity tap;
     simulator: ``price_change`` fault once the confirm page is up, before gate 3)."""
 
@@ -504,7 +522,7 @@ def test_price_change_between_gates(tmp_path: Path, srv: RealServer, fast_phone:
         phone.fault(
             {"kind": "price_change", "goods_id": GOODS_ID, "price": "13.50", "when": {"on_screen": "confirm"}}, bump
         )
-        _, _, detail = _run_case(tmp_path, srv, phone)
+        _, _, detail = _run_case(tmp_path, srv, phone, fast_phone)
         _assert_failed_before_fence(detail, phone, "PRICE_CHANGED")
         if phone.adb:
             assert phone.fired() == ["price_change"]
@@ -539,12 +557,12 @@ def _dump_hook(kind: str) -> Callable[[SimPhone], None]:
     ],
 )
 def test_bad_dumps_real_server(
-    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str, kind: str, reason: str
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, transport: str, kind: str, reason: str
 ) -> None:
     """Every dump comes back empty / truncated mid-element / cut below depth 3 (``times: null``)."""
     with rig(transport) as phone:
         phone.fault({"kind": kind, "times": None}, _dump_hook(kind))
-        agent, _, detail = _run_case(tmp_path, srv, phone)
+        agent, _, detail = _run_case(tmp_path, srv, phone, fast_phone)
         assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == reason, (
             detail["task"],
             agent.lines,
@@ -563,10 +581,10 @@ def test_bad_dumps_real_server(
     ],
 )
 def test_after_submit_outcomes_go_to_reconciliation(
-    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str, outcome: str, observation: str
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, transport: str, outcome: str, observation: str
 ) -> None:
     with rig(transport, _scenario(outcome=outcome)) as phone:
-        _, _, detail = _run_case(tmp_path, srv, phone)
+        _, _, detail = _run_case(tmp_path, srv, phone, fast_phone)
         assert detail["task"]["state"] == "RECONCILIATION_REQUIRED"
         assert detail["submission"]["observation"] == observation
         assert phone.submit_taps() == 1 and phone.payment_taps() == 0
@@ -574,7 +592,7 @@ def test_after_submit_outcomes_go_to_reconciliation(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_lease_lost_mid_flow_stops_before_the_fence_and_holds(
-    tmp_path: Path, srv: RealServer, fast_phone: None, transport: str
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, transport: str
 ) -> None:
     class LeaseRunsOut(HttpDeviceApi):
         def append_events(self, claim: Any, events: list[TaskEvent]) -> None:
@@ -583,7 +601,7 @@ def test_lease_lost_mid_flow_stops_before_the_fence_and_holds(
             super().append_events(claim, events)
 
     with rig(transport) as phone:
-        agent, _ref, detail = _run_case(tmp_path, srv, phone, api_cls=LeaseRunsOut)
+        agent, _ref, detail = _run_case(tmp_path, srv, phone, fast_phone, api_cls=LeaseRunsOut)
         assert detail["submission"] is None and phone.submit_taps() == 0 and phone.payment_taps() == 0
         assert detail["task"]["state"] == "FAILED" and detail["task"]["state_reason"] == "LEASE_LOST"
         assert agent.journal.hold()
@@ -634,7 +652,9 @@ def test_app_updated_under_the_agent_refuses_to_claim(tmp_path: Path) -> None:
         assert srv.state(task.id) == "PENDING" and phone.taps() == 0
 
 
-def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+def test_server_down_mid_flow_resumes_with_the_same_keys(
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits
+) -> None:
     sim = SimPhone()
 
     class Outage(HttpDeviceApi):
@@ -644,7 +664,7 @@ def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: Re
                 threading.Timer(0.8, srv.start).start()
             super().append_events(claim, events)
 
-    _, _, detail = _run_case(tmp_path, srv, Rig(sim_phone(sim), model=sim), api_cls=Outage)
+    _, _, detail = _run_case(tmp_path, srv, Rig(sim_phone(sim), model=sim), fast_phone, api_cls=Outage)
     assert detail["task"]["state"] == "WAITING_PAYMENT"
     assert sim.roles().count("submit") == 1
     got = steps(detail)
@@ -653,7 +673,7 @@ def test_server_down_mid_flow_resumes_with_the_same_keys(tmp_path: Path, srv: Re
 
 
 def test_fail_undelivered_is_resent_by_recovery_with_the_same_key(
-    tmp_path: Path, srv: RealServer, fast_phone: None
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits
 ) -> None:
     """Gap fix: the server is down when `fail` is sent → the attempt stays FAIL_PENDING (not
     ABANDONED); the next start's recovery re-sends the stored fail and the task becomes FAILED with
@@ -669,14 +689,14 @@ def test_fail_undelivered_is_resent_by_recovery_with_the_same_key(
 
     creds = srv.add_device()
     ref = srv.add_task(max_total_price="20.00")
-    agent = Agent(tmp_path, srv, creds, sim_phone(sim), api_cls=DownAtFail)
+    agent = Agent(tmp_path, srv, creds, sim_phone(sim), api_cls=DownAtFail, waits=fast_phone)
     agent.api.retries = 1
     assert agent.run_once() == 0
     attempt = agent.journal.claims()[0]
     assert attempt.state == "FAIL_PENDING" and agent.journal.recovery_pending()
     srv.start()
     assert srv.state(ref.id) == "ORDERING"
-    agent2 = Agent(tmp_path, srv, creds, sim_phone(sim))
+    agent2 = Agent(tmp_path, srv, creds, sim_phone(sim), waits=fast_phone)
     t = threading.Thread(target=agent2.run_once, daemon=True)
     t.start()
     deadline = time.monotonic() + 20
@@ -691,14 +711,14 @@ def test_fail_undelivered_is_resent_by_recovery_with_the_same_key(
 
 
 def test_permit_not_journaled_no_tap_reports_unknown_and_stops(
-    tmp_path: Path, srv: RealServer, fast_phone: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, srv: RealServer, fast_phone: FlowWaits, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Gap fix: the journal cannot record PERMIT_RECEIVED → no tap; the server hears UNKNOWN (a
     person reconciles: no order was created) and the agent stops (journal broken → fail closed)."""
     sim = SimPhone()
     creds = srv.add_device()
     ref = srv.add_task()
-    agent = Agent(tmp_path, srv, creds, sim_phone(sim))
+    agent = Agent(tmp_path, srv, creds, sim_phone(sim), waits=fast_phone)
 
     def broken(*a: Any, **k: Any) -> None:
         raise JournalError("journal write failed: OperationalError")
@@ -713,7 +733,7 @@ def test_permit_not_journaled_no_tap_reports_unknown_and_stops(
 
 
 @pytest.mark.slow(seconds_per_iteration=5)
-def test_runner_loop_several_tasks_each_exactly_once(tmp_path: Path, srv: RealServer, fast_phone: None) -> None:
+def test_runner_loop_several_tasks_each_exactly_once(tmp_path: Path, srv: RealServer, fast_phone: FlowWaits) -> None:
     """The long-running loop (not --once) against the real server: N tasks (env
     CMBUYER_SOAK_ITERATIONS, default 3), each on its own goods → N pending-payment orders, and per task
     exactly its one submit tap inside its fence (tests/tally.py)."""
@@ -724,7 +744,7 @@ def test_runner_loop_several_tasks_each_exactly_once(tmp_path: Path, srv: RealSe
     creds = srv.add_device()
     sizes = ["M(建议100-115)", "L(建议115-130)"]
     refs = [srv.add_task(goods_id=goods[i], color="白色CHA(纯棉)", size=sizes[i % 2], quantity=1) for i in range(n)]
-    agent = Agent(tmp_path, srv, creds, sim_phone(sim))
+    agent = Agent(tmp_path, srv, creds, sim_phone(sim), waits=fast_phone)
     agent.runner.cfg.once = False
     t = threading.Thread(target=agent.runner.run, daemon=True)
     t.start()

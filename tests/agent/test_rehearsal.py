@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent.phone.adapter import PhoneAdapter
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import payment_taps
 from cmbuyer.phonesim.session import REPORT_FILE, SESSION_FILE, SessionPhone
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
@@ -68,11 +69,11 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"dir": session, "state": detail["task"]["state"], "order_sn": detail["submission"]["order_sn"]}
 
 
-def _replay(root: Path, session: Path) -> tuple[dict[str, Any], list[dict[str, Any]], SessionPhone]:
+def _replay(root: Path, session: Path, waits: FlowWaits) -> tuple[dict[str, Any], list[dict[str, Any]], SessionPhone]:
     with RealServer(root, ENV_822) as srv, adbutils_leaks_ignored(), running_sim(session=session) as sim:
         creds = srv.add_device()
         task = srv.add_task(**TASK)
-        agent = Agent(root, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent = Agent(root, srv, creds, PhoneAdapter.connect("sim-1"), waits=waits)
         assert agent.run_once() == 0
         phone = sim.phone("sim-1")
         assert isinstance(phone, SessionPhone)
@@ -112,9 +113,9 @@ def test_replay_of_a_recorded_order_completes(
     session_copy: Path,
     recorded: dict[str, Any],
     tmp_path: Path,
-    fast_phone: None,  # noqa: F811
+    fast_phone: FlowWaits,  # noqa: F811
 ) -> None:
-    detail, entries, phone = _replay(tmp_path, session_copy)
+    detail, entries, phone = _replay(tmp_path, session_copy, fast_phone)
     assert detail["task"]["state"] == recorded["state"]
     sub = detail["submission"]
     assert sub["observation"] == "EXTERNAL_PAYMENT_HANDOFF"
@@ -139,13 +140,17 @@ def test_replay_of_a_recorded_order_completes(
     assert report["steps_followed"] == len(actions) == phone.followed
 
 
-def test_missing_step_ends_the_rehearsal_with_a_report(session_copy: Path, tmp_path: Path, fast_phone: None) -> None:  # noqa: F811
+def test_missing_step_ends_the_rehearsal_with_a_report(
+    session_copy: Path,
+    tmp_path: Path,
+    fast_phone: FlowWaits,  # noqa: F811
+) -> None:
     data = _steps(session_copy)
     (white,) = [s for s in data["steps"] if s["action"]["kind"] == "tap" and _tapped_text(session_copy, s) == "白色"]
     data["steps"].remove(white)
     (session_copy / SESSION_FILE).write_text(json.dumps(data, ensure_ascii=False), "utf-8")
 
-    detail, entries, phone = _replay(tmp_path, session_copy)
+    detail, entries, phone = _replay(tmp_path, session_copy, fast_phone)
     assert detail["submission"] is None  # stopped before the fence: gate 1 saw the default colour
     report = json.loads((session_copy / REPORT_FILE).read_text("utf-8"))
     assert report["status"] == "ended"

@@ -27,18 +27,16 @@ from cmbuyer.agent.model import AttemptFailure, Lease
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.recovery import send_fail
 from cmbuyer.agent.runner import Backoff, Runner, RunnerConfig, StopNow
+from cmbuyer.agent.waits import FlowWaits
 
 from .fakes import FakeApi, journal_claim, make_purchase
 from .simphone import SimPhone
 
+FAST_WAITS = FlowWaits(screen=2.0, observe=2.0)  # the simulated app answers at once
+
 
 @pytest.fixture(autouse=True)
 def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cmbuyer.agent.capabilities as cap
-    import cmbuyer.agent.submit as sub
-
-    monkeypatch.setattr(cap, "SCREEN_WAIT_SECONDS", 2.0)
-    monkeypatch.setattr(sub, "OBSERVE_SECONDS", 2.0)
     monkeypatch.setattr("cmbuyer.agent.capabilities.time.sleep", lambda s: None)
 
 
@@ -57,7 +55,9 @@ def make_runner(
     journal = api.keys or Journal(tmp_path / "j.sqlite3")
     phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
     lines: list[str] = []
-    runner = Runner(RunnerConfig("sim-1", poll_seconds=poll, once=once), phone, api, journal, lines.append)
+    runner = Runner(
+        RunnerConfig("sim-1", poll_seconds=poll, once=once, waits=FAST_WAITS), phone, api, journal, lines.append
+    )
     runner.backoff = Backoff(first=0.01, cap=0.04, log_every=60)  # the rule, on a test's time scale
     runner.lines = lines  # type: ignore[attr-defined]
     return runner, sim, journal
@@ -232,7 +232,9 @@ def test_unreachable_server_is_one_line_with_one_prefix_at_once(tmp_path: Path) 
     sim = SimPhone()
     phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
     printed: list[str] = []
-    runner = Runner(RunnerConfig("sim-1", poll_seconds=0.02, once=True), phone, api, journal, printed.append)
+    runner = Runner(
+        RunnerConfig("sim-1", poll_seconds=0.02, once=True, waits=FAST_WAITS), phone, api, journal, printed.append
+    )
     started = time.monotonic()
     assert runner.run() == ExitCode.FAILED
     assert time.monotonic() - started < 3
@@ -449,7 +451,9 @@ def test_json_logs_carry_utc_time_ids_step_and_reason(tmp_path: Path, capsys: py
     api = FakeApi([purchase], keys=journal)
     sim = SimPhone()
     phone = PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
-    runner = Runner(RunnerConfig("sim-1", poll_seconds=0.02, once=True), phone, api, journal, _progress_fn(True))
+    runner = Runner(
+        RunnerConfig("sim-1", poll_seconds=0.02, once=True, waits=FAST_WAITS), phone, api, journal, _progress_fn(True)
+    )
     assert runner.run() == ExitCode.OK
     err = capsys.readouterr().err
     lines = [json.loads(line) for line in err.splitlines()]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.phone.adapter import PhoneAdapter
+from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
 from .realserver import RealServer
@@ -36,7 +37,7 @@ def _scenario() -> dict[str, Any]:
     return data
 
 
-def test_any_goods_by_dimension_name(tmp_path: Path, fast_phone: None) -> None:  # noqa: F811
+def test_any_goods_by_dimension_name(tmp_path: Path, fast_phone: FlowWaits) -> None:  # noqa: F811
     tissues = [["规格", "4层120抽"], ["数量", "12包"]]
     nuts = [["包装", "礼盒装"], ["口味", "盐焗"], ["规格", "25g×7袋"]]  # the page shows 口味, 规格, 包装
     cases: list[tuple[dict[str, Any], str, list[list[str]] | None]] = [
@@ -47,7 +48,7 @@ def test_any_goods_by_dimension_name(tmp_path: Path, fast_phone: None) -> None: 
     ]
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim(_scenario()) as sim:
         creds = srv.add_device()
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), waits=fast_phone)
         journal = sim.journal("sim-1")
         for fields, total, options in cases:
             task = srv.add_task(**fields)
@@ -79,7 +80,7 @@ def test_any_goods_by_dimension_name(tmp_path: Path, fast_phone: None) -> None: 
         assert len(sim.phone("sim-1").orders) == 3
 
 
-def test_repeat_orders_each_get_their_own_order_number(tmp_path: Path, fast_phone: None) -> None:  # noqa: F811
+def test_repeat_orders_each_get_their_own_order_number(tmp_path: Path, fast_phone: FlowWaits) -> None:  # noqa: F811
     """Five identical orders and one of another colour (same goods, same price, so the same amount and
     title on the order list), back to back on one phone: each task ends with its own order number — the
     read-only confirmation leaves out the numbers earlier attempts on this phone already took — checked
@@ -88,7 +89,7 @@ def test_repeat_orders_each_get_their_own_order_number(tmp_path: Path, fast_phon
     other = dict(color="黑色CHA(纯棉)", size="M(建议100-115)", quantity=1)
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim(copy.deepcopy(_default())) as sim:
         creds = srv.add_device()
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), waits=fast_phone)
         numbers = []
         for fields in [same] * 5 + [other]:
             task = srv.add_task(**fields)
