@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 import cmbuyer.agent
 import cmbuyer.schemas
+import cmbuyer.schemas.clihelp
 import cmbuyer.server
 from cmbuyer.schemas import ecma_pattern, pattern_matches
 
@@ -44,6 +45,9 @@ NOT_WHOLE_TEXT = {
     r"^\s*versionName=(\S+)\s*$",
     # a refusal, not a reading: generic taps refuse "提交订单" followed by anything, a newline included
     r"\s*提\s*交\s*订\s*单.*",
+    # a tokenizer (findall over help text, cutting it into words, Chinese characters and spaces), never
+    # a whole-text match: a newline is a space token by design
+    cmbuyer.schemas.clihelp._TOKENS.pattern,
 }
 
 
