@@ -28,6 +28,7 @@ pytest.register_assert_rewrite(
     "tests.server.submissions.helpers",
     "tests.server.submissions.live",
     "tests.server.supervision.helpers",
+    "tests.state_tables",
 )
 
 # Keep tests away from a developer's real data dir.

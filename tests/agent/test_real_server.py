@@ -112,6 +112,19 @@ class Agent:
     def run_once(self) -> int:
         return self.runner.run()
 
+    @contextmanager
+    def running(self) -> Iterator[threading.Thread]:
+        """The runner's loop (``once`` off) on a daemon thread while the block runs; stopped and joined
+        (10 s at most) when it ends, whether it raised or not."""
+        self.runner.cfg.once = False
+        thread = threading.Thread(target=self.runner.run, daemon=True)
+        thread.start()
+        try:
+            yield thread
+        finally:
+            self.runner.stop.set()
+            thread.join(10)
+
 
 def sim_phone(sim: SimPhone) -> PhoneAdapter:
     return PhoneAdapter("sim-1", sim, sim, Deadlines(dump=5, shell=5, screenshot=5, tap=5))
@@ -607,12 +620,8 @@ def test_lease_lost_mid_flow_stops_before_the_fence_and_holds(
         assert agent.journal.hold()
         # Held: the next task is not claimed until a person clears the hold.
         other = srv.add_task()
-        agent.runner.cfg.once = False
-        t = threading.Thread(target=agent.runner.run, daemon=True)
-        t.start()
-        threading.Event().wait(0.5)
-        agent.runner.stop.set()
-        t.join(10)
+        with agent.running():
+            threading.Event().wait(0.5)
         assert srv.state(other.id) == "PENDING"
         assert srv.device_row(agent.api._creds.device_id)["reported_state"] == "NEEDS_PERSON"
         assert phone.submit_taps() == 0 and phone.payment_taps() == 0
@@ -745,15 +754,11 @@ def test_runner_loop_several_tasks_each_exactly_once(tmp_path: Path, srv: RealSe
     sizes = ["M(建议100-115)", "L(建议115-130)"]
     refs = [srv.add_task(goods_id=goods[i], color="白色CHA(纯棉)", size=sizes[i % 2], quantity=1) for i in range(n)]
     agent = Agent(tmp_path, srv, creds, sim_phone(sim), waits=fast_phone)
-    agent.runner.cfg.once = False
-    t = threading.Thread(target=agent.runner.run, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 30 + 5 * n
-    while any(srv.state(r.id) != "WAITING_PAYMENT" for r in refs) and time.monotonic() < deadline:
-        threading.Event().wait(0.1)
-    threading.Event().wait(0.3)  # idle polls: nothing more to claim
-    agent.runner.stop.set()
-    t.join(10)
+    with agent.running():
+        deadline = time.monotonic() + 30 + 5 * n
+        while any(srv.state(r.id) != "WAITING_PAYMENT" for r in refs) and time.monotonic() < deadline:
+            threading.Event().wait(0.1)
+        threading.Event().wait(0.3)  # idle polls: nothing more to claim
     assert [srv.state(r.id) for r in refs] == ["WAITING_PAYMENT"] * n, (
         [srv.detail(r.id)["task"]["state_reason"] for r in refs],
         agent.lines[-15:],
