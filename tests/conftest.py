@@ -23,6 +23,7 @@ pytest.register_assert_rewrite(
     "tests.cli_help",
     "tests.phonesim.helpers",
     "tests.server.admin.seed",
+    "tests.server.datadir",
     "tests.server.evidence.pngs",
     "tests.server.inproc",
     "tests.server.submissions.helpers",

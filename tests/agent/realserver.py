@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.client import Credentials
-from cmbuyer.server.cli import main as server_cli
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
@@ -28,6 +27,7 @@ from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.tx.common import Actor
 from cmbuyer.server.web.admin import task_view
 from tests.server.conftest import create_task
+from tests.server.datadir import init_data_dir
 from tests.server.inproc import InProcServer
 
 ACTOR = Actor("cli", "agent-tests")
@@ -53,11 +53,7 @@ class RealServer:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def init(self) -> RealServer:
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            assert server_cli(["--data-dir", str(self.data_dir), "init", "--json"]) == 0
+        init_data_dir(self.data_dir)
         self.settings = load_settings(self.data_dir, environ=self._env)
         self._conn = connect_sync(self.settings.db_path)
         return self

@@ -80,6 +80,7 @@ def test_price_errors(text: str) -> None:
         single_price(text)
 
 
+@pytest.mark.serial  # Hypothesis' default 200 ms deadline per example
 @given(st.decimals(min_value=Decimal("0.01"), max_value=Decimal("999999"), places=2))
 def test_price_roundtrip(value: Decimal) -> None:
     assert single_price(f"￥{value}") == value
