@@ -28,6 +28,9 @@ from tests.server.submissions.live import LiveServer
 from tests.server.web.conftest import address, read_answer, request
 from tests.soak import soak_scale
 
+# slow bodies against the server's time and descriptor limits: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
+
 ANSWER_WITHIN_S = 2.0
 LOG_BOUND = 256 * 1024
 # read at import: the settings fixture removes every CMBUYER_* variable from the environment
