@@ -33,7 +33,6 @@ from cmbuyer.schemas.sku import SkuOptions
 
 T = TypeVar("T")
 
-BUY_PATH_ENV = "CMBUYER_AGENT_BUY_PATH"  # single (default) | group — docs/agent.md "Buy path"
 # The gate steps, in flow order; a dry run prints one verdict line for each.
 GATE_STEPS = ("GATE_1", "GATE_2", "CHECK_PAYMENT_MODE", "GATE_3")
 
