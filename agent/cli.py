@@ -677,11 +677,9 @@ def cmd_pack_verify(args: argparse.Namespace) -> int:
     try:
         data = parse_pack_json(read_regular(path, MAX_PACK_BYTES))
         compile_pack(data)
-    except OSError as exc:
-        print(f"{path.name}: $: 无法读取文件（{exc.strerror or exc.__class__.__name__}）", file=sys.stderr)
-        return ExitCode.USAGE
-    except PackError as exc:
-        print(f"{path.name}: {exc}", file=sys.stderr)
+    except (OSError, PackError) as exc:
+        why = exc if isinstance(exc, PackError) else f"$: 无法读取文件（{exc.strerror or exc.__class__.__name__}）"
+        print(f"{path.name}: {why}", file=sys.stderr)
         return ExitCode.USAGE
     results = check_evidence(data, path.parent)
     for result in results:

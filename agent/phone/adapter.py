@@ -43,6 +43,7 @@ from cmbuyer.agent.errors import (
     SubmitTapUnknown,
 )
 from cmbuyer.agent.phone.deadline import call_with_deadline
+from cmbuyer.agent.phone.devices import AdbDevice, U2Device
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
 from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, encode_png, mask_outside_app
@@ -203,11 +204,18 @@ class PhoneAdapter:
     """Synchronous adapter for one device serial. Construct with :meth:`connect`."""
 
     def __init__(
-        self, serial: str, device: Any, u2dev: Any, deadlines: Deadlines | None = None, app_package: str = APP_PACKAGE
+        self,
+        serial: str,
+        device: AdbDevice,
+        u2dev: U2Device,
+        deadlines: Deadlines | None = None,
+        app_package: str = APP_PACKAGE,
     ) -> None:
+        """``device``/``u2dev``: the adbutils and uiautomator2 devices of ``serial`` (agent/phone/devices.py
+        names what is used of them; :meth:`connect` makes both)."""
         self.serial = serial
-        self._adb = device
-        self._u2 = u2dev
+        self._adb: AdbDevice = device
+        self._u2: U2Device = u2dev
         self.deadlines = deadlines or Deadlines()
         self.app_package = app_package
         # The last (at most two) consecutive dumps taken since the last action, oldest first.
