@@ -144,6 +144,14 @@ def _fenced_count(r: Rig) -> int:
     return len(r.api.fence_bodies)
 
 
+def _stopped_before_the_fence(r: Rig, result: FlowResult, reason_code: str) -> None:
+    """The attempt failed with ``reason_code`` before any fence request, and the phone was not tapped while it
+    waited."""
+    assert (result.outcome, result.reason_code) == ("FAILED", reason_code)
+    assert _fenced_count(r) == 0
+    _no_tap_during_wait(r)
+
+
 # --- approve / reject ---------------------------------------------------------------------------
 def test_waits_then_completes_once_a_person_approves(rig: Rig) -> None:
     def approve_later(approval_id: str) -> None:
@@ -211,18 +219,14 @@ def test_price_change_while_waiting_stops_before_the_fence(rig: Rig) -> None:
         ),
     )
     result = rig.run()
-    assert (result.outcome, result.reason_code) == ("FAILED", "SCREEN_CHANGED_WHILE_WAITING")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)
+    _stopped_before_the_fence(rig, result, "SCREEN_CHANGED_WHILE_WAITING")
     assert _submit_taps(rig) == []
 
 
 def test_popup_while_waiting_is_not_dismissed(rig: Rig) -> None:
     _wire_on_request(rig, lambda _id: rig.sim.phone("sim-1").inject("popup", popup="coupon"))
     result = rig.run()
-    assert (result.outcome, result.reason_code) == ("FAILED", "SCREEN_CHANGED_WHILE_WAITING")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)  # a dismissal would be a tap
+    _stopped_before_the_fence(rig, result, "SCREEN_CHANGED_WHILE_WAITING")  # a dismissal would be a tap
 
 
 def test_a_voided_approval_stops_before_the_fence(rig: Rig) -> None:
@@ -230,9 +234,7 @@ def test_a_voided_approval_stops_before_the_fence(rig: Rig) -> None:
     the claim is gone, as with a refused lease renewal."""
     rig.api.decide_after(0.5, "VOID")
     result = rig.run()
-    assert (result.outcome, result.reason_code) == ("FAILED", "LEASE_LOST")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)
+    _stopped_before_the_fence(rig, result, "LEASE_LOST")
 
 
 # --- the 8.22.0 order sheet: options, stepper and payment row on the screen with the submit control ---------
@@ -266,14 +268,13 @@ def test_payment_mode_switched_while_waiting_stops_before_the_fence(rig: Rig) ->
     _wire_on_request(rig, lambda _id: rig.sim.phone("sim-1").inject("payment_mode_change", mode="pay_later"))
     rig.api.decide_after(1.5, "APPROVED")
     result = rig.run()
-    assert (result.outcome, result.reason_code) == ("FAILED", "SCREEN_CHANGED_WHILE_WAITING")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)
+    _stopped_before_the_fence(rig, result, "SCREEN_CHANGED_WHILE_WAITING")
     assert _submit_taps(rig) == []
 
 
 # --- time: the wait's own timeout, the authorization, the lease ---------------------------------------
 def test_no_decision_times_out_before_the_fence(rig: Rig) -> None:
+    """Nobody decides within the wait's timeout (1.5 s here): APPROVAL_TIMEOUT before the fence, no tap."""
     rig.settings = dataclasses.replace(FAST, timeout_seconds=1.5)
     started = time.monotonic()
     result = rig.run()
@@ -324,9 +325,7 @@ def test_a_refused_renewal_during_the_wait_is_lease_lost(rig: Rig) -> None:
 
     _wire_on_request(rig, refuse_soon)
     result = rig.run(fence_margin=0.5)
-    assert (result.outcome, result.reason_code) == ("FAILED", "LEASE_LOST")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)
+    _stopped_before_the_fence(rig, result, "LEASE_LOST")
 
 
 # --- a stop request while waiting -------------------------------------------------------------------
