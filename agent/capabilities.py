@@ -22,10 +22,10 @@ from typing import TypeVar
 
 from cmbuyer.agent import gates
 from cmbuyer.agent.errors import FlowStop, MoneyError, ScreenError
+from cmbuyer.agent.pack.compile import Layout, MoneyReader, Pack, PanelReader, Selector
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
-from cmbuyer.agent.screens.pack import Layout, MoneyReader, Pack, PanelReader, Selector
 from cmbuyer.agent.waits import FlowWaits
 
 T = TypeVar("T")

@@ -32,6 +32,7 @@ from decimal import Decimal
 
 from cmbuyer.agent.errors import AgentError
 from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.pack.compile import Pack
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.after_submit import (
@@ -46,7 +47,6 @@ from cmbuyer.agent.screens.after_submit import (
     read_order_cards,
 )
 from cmbuyer.agent.screens.dump import Dump
-from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.agent.waits import FlowWaits
 

@@ -47,12 +47,12 @@ from cmbuyer.agent.model import (
     utc_now_wire,
 )
 from cmbuyer.agent.outbox import Outbox
+from cmbuyer.agent.pack.compile import Pack
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
 from cmbuyer.agent.prefence import BUY_PATH_ENV, PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.recovery import send_fail
-from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.submit import submit_order_once
 from cmbuyer.agent.waits import FlowWaits
 

@@ -1,6 +1,6 @@
 """The part of the purchase flow that runs before the submission fence (design §7.1, §7.6), shared by
 the real flow (:class:`cmbuyer.agent.flow.PurchaseFlow`) and the server-less dry run
-(:mod:`cmbuyer.agent.dryrun`).
+(:mod:`cmbuyer.agent.authoring.dryrun`).
 
 open product → buy button (the pack's buy path) → the layout follows from the sheet that opens →
 [order sheet: payment-mode gate at once] → select options → gate 1 (+gate screenshot) → [SKU sheet
@@ -26,8 +26,8 @@ from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent import gates
 from cmbuyer.agent.errors import FlowStop
 from cmbuyer.agent.model import SubmissionProof
+from cmbuyer.agent.pack.compile import Layout, Pack
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import Layout, Pack
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas.sku import SkuOptions
 

@@ -138,7 +138,7 @@ def compile_after_submit(spec: dict[str, Any] | None, evidence_ids: set[str]) ->
     deep link outside :data:`DEEP_LINK_RE` or regexes without their named groups."""
     if spec is None:
         return None
-    from cmbuyer.agent.screens import pack as P  # the pack module compiles selectors
+    from cmbuyer.agent.pack import compile as P  # the pack module compiles selectors
 
     conf = spec["confirmation"]
     link = conf["order_list_deep_link"]

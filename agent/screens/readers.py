@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from cmbuyer.agent.errors import MoneyAmbiguous, ScreenError
+from cmbuyer.agent.pack.compile import MoneyReader, Pack, PanelReader
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import Dump, Node
-from cmbuyer.agent.screens.pack import MoneyReader, Pack, PanelReader
 from cmbuyer.agent.screens.text import match_amount, normalize
 from cmbuyer.schemas.text import normalize_sku
 

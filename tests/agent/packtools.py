@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent.screens.pack import shipped_pack_dir
+from cmbuyer.agent.pack.compile import shipped_pack_dir
 
 
 def shipped_raw(version_name: str) -> dict[str, Any]:

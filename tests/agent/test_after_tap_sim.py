@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent.journal import Journal
-from cmbuyer.agent.packdir import Resolution
+from cmbuyer.agent.pack.compile import compile_pack, shipped_packs
+from cmbuyer.agent.pack.resolve import Resolution
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import compile_pack, shipped_packs
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import assert_no_foreign_screenshots, foreign_screenshots, payment_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim

@@ -170,4 +170,4 @@ def test_the_purchase_flow_stores_only_app_screenshots() -> None:
             call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             if call and node.func.attr in ("screenshot_png", "screenshot"):  # type: ignore[attr-defined]
                 callers.add(path.relative_to(AGENT).as_posix())
-    assert callers == {"cli.py", "dryrun.py", "phone/adapter.py"}, callers
+    assert callers == {"cli.py", "authoring/dryrun.py", "phone/adapter.py"}, callers

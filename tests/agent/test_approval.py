@@ -32,8 +32,8 @@ from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import ClaimedPurchase
+from cmbuyer.agent.pack.compile import pack_for_version
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import pack_for_version
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import submit_taps
 from cmbuyer.phonesim.server import PhoneSim

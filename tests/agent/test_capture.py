@@ -18,13 +18,13 @@ import pytest
 from PIL import Image
 
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent.capture import CaptureError, check_foreground, load_expected, parse_expect, scrub
+from cmbuyer.agent.authoring.capture import CaptureError, check_foreground, load_expected, parse_expect, scrub
+from cmbuyer.agent.authoring.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
+from cmbuyer.agent.pack.compile import compile_pack, pack_for_version
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.dump import Dump, parse_dump
-from cmbuyer.agent.screens.inspect import READING_KEYS, inspect_dump
-from cmbuyer.agent.screens.pack import compile_pack, pack_for_version
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.system_ui import NOTIFICATION_TICKER

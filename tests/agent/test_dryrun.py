@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 
 import pytest
 
+from cmbuyer.agent.authoring.dryrun import compare
+from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.cli import main
-from cmbuyer.agent.dryrun import compare
+from cmbuyer.agent.pack.compile import pack_for_version
 from cmbuyer.agent.screens.dump import parse_dump
-from cmbuyer.agent.screens.inspect import inspect_dump
-from cmbuyer.agent.screens.pack import pack_for_version
 from cmbuyer.phonesim.journal import payment_taps, submit_taps
 from cmbuyer.phonesim.testing import running_sim
 

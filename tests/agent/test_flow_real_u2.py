@@ -8,8 +8,8 @@ from pathlib import Path
 
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
+from cmbuyer.agent.pack.compile import shipped_packs
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 

@@ -20,7 +20,7 @@ import pytest
 
 from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.model import TaskEvent
-from cmbuyer.agent.screens.pack import pack_for_version
+from cmbuyer.agent.pack.compile import pack_for_version
 from cmbuyer.agent.waits import FlowWaits
 
 from .realserver import RealServer

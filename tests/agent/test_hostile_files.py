@@ -47,7 +47,7 @@ def _agent(*args: str) -> subprocess.CompletedProcess[str]:
 def _resolve_as_run(pack_dir: Path) -> subprocess.CompletedProcess[str]:
     """What ``run`` does each loop: resolve 9.0.0 (90000) with the permission check; prints the error."""
     code = (
-        "import sys; from pathlib import Path; from cmbuyer.agent.packdir import resolve\n"
+        "import sys; from pathlib import Path; from cmbuyer.agent.pack.resolve import resolve\n"
         "from cmbuyer.agent.errors import PackError\n"
         "try:\n    resolve('9.0.0', 90000, Path(sys.argv[1]), check_permissions=True)\n"
         "except PackError as exc:\n    print(exc)\n"

@@ -68,7 +68,7 @@ def test_readers_and_capabilities_cannot_reach_permit_or_submit() -> None:
             assert not (_reach(graph, mod) & forbidden), mod
 
 
-DRY_RUN_MODULES = ("cmbuyer.agent.dryrun", "cmbuyer.agent.prefence", "cmbuyer.agent.capture")
+DRY_RUN_MODULES = ("cmbuyer.agent.authoring.dryrun", "cmbuyer.agent.prefence", "cmbuyer.agent.authoring.capture")
 
 
 def test_dry_run_cannot_reach_a_permit_a_fence_or_the_submit_tap() -> None:
@@ -89,7 +89,7 @@ def test_dry_run_cannot_reach_a_permit_a_fence_or_the_submit_tap() -> None:
     for mod in DRY_RUN_MODULES:
         assert mod in graph, mod
         assert not (_reach(graph, mod) & forbidden), (mod, _reach(graph, mod) & forbidden)
-        path = AGENT / f"{mod.rsplit('.', 1)[-1]}.py"
+        path = AGENT / f"{mod.removeprefix('cmbuyer.agent.').replace('.', '/')}.py"
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute | ast.Name):
                 name = node.attr if isinstance(node, ast.Attribute) else node.id

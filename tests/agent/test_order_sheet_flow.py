@@ -25,8 +25,8 @@ from cmbuyer.agent.errors import FlowStop
 from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import SubmissionProof
+from cmbuyer.agent.pack.compile import Pack, shipped_packs
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import Pack, shipped_packs
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim import PhoneSim
 from cmbuyer.phonesim.journal import swipes

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent import gates
+from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.capabilities import confirm_reading
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import FlowStop, MoneyAmbiguous, PackError
+from cmbuyer.agent.pack.compile import Pack, compile_pack, shipped_packs
 from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.dump import parse_dump
-from cmbuyer.agent.screens.inspect import inspect_dump
-from cmbuyer.agent.screens.pack import Pack, compile_pack, shipped_packs
 from cmbuyer.agent.screens.text import match_amount
 from cmbuyer.schemas.text import normalize_sku
 

@@ -16,7 +16,7 @@ import pytest
 
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.packdir import PACK_DIR_ENV, all_packs, pack_dir_from, resolve, resolve_pack, scan
+from cmbuyer.agent.pack.resolve import PACK_DIR_ENV, all_packs, pack_dir_from, resolve, resolve_pack, scan
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
 from .packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
@@ -253,7 +253,7 @@ def test_broken_pack_affects_only_its_version_and_is_logged_once(
     write_pack(pack_dir, broken)
     (pack_dir / "notes.json").write_text("not json", encoding="utf-8")
     (pack_dir / "notes.json").chmod(0o644)
-    caplog.set_level(logging.WARNING, logger="cmbuyer.agent.packdir")
+    caplog.set_level(logging.WARNING, logger="cmbuyer.agent.pack.resolve")
     for _ in range(3):
         assert resolve_pack("8.23.0", 82300, pack_dir, check_permissions=True).id == "ops-8.23.0-82300"
         assert resolve_pack("8.22.0", 82200, pack_dir, check_permissions=True).id == "pdd-8.22.0-82200"
@@ -271,11 +271,11 @@ def test_broken_pack_affects_only_its_version_and_is_logged_once(
 def test_the_error_a_lookup_raises_is_not_also_logged(pack_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The caller of resolve() reports the error of its own version (run: ``NO_PACK: …``, dry-run: the
     error JSON); the packdir warning is only for broken files of OTHER versions — one error, one line
-    in the agent's log (it was said twice, once as a bare ``WARNING:cmbuyer.agent.packdir:`` line)."""
+    in the agent's log (it was said twice, once as a bare ``WARNING:cmbuyer.agent.pack.resolve:`` line)."""
     data = rebound("8.22.0", "8.23.0", 82300)
     write_pack(pack_dir, data)
     flip_byte(evidence_path(pack_dir, data, "sim822-product", "dump"))
-    caplog.set_level(logging.WARNING, logger="cmbuyer.agent.packdir")
+    caplog.set_level(logging.WARNING, logger="cmbuyer.agent.pack.resolve")
     for _ in range(3):
         assert "evidence mismatch" in _error(("8.23.0", 82300), pack_dir)
     assert caplog.records == []
@@ -400,7 +400,7 @@ def test_scan_lists_operator_and_shipped_files(pack_dir: Path) -> None:
 def test_a_broken_pack_is_not_reloaded_every_loop(pack_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner resolves every second: a pack whose evidence does not hash (or that does not parse)
     is loaded once per change of its files, not re-parsed and re-hashed on each lookup (CPU spin)."""
-    import cmbuyer.agent.packdir as packdir
+    import cmbuyer.agent.pack.resolve as packdir
 
     loads: list[Path] = []
     real = packdir.load_pack_file

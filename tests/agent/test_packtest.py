@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from cmbuyer.agent.authoring.inspect import inspect_dump
+from cmbuyer.agent.authoring.packtest import READING_TYPES
 from cmbuyer.agent.cli import main
-from cmbuyer.agent.packtest import READING_TYPES
 from cmbuyer.agent.screens.dump import parse_dump
-from cmbuyer.agent.screens.inspect import inspect_dump
 
 FX = Path(__file__).parent / "fixtures" / "sim822"
 PACKS = Path(__file__).parents[2] / "agent" / "packs"

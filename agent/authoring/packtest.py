@@ -6,7 +6,7 @@ session contract, /work/coord/contract.md "Capture folder"). A *captures directo
 immediate subdirectories are captures (sorted by name), or a capture itself.
 
 ``pack test PACK CAPTURES_DIR`` reads every capture with PACK through the same code as ``inspect``
-(:func:`cmbuyer.agent.screens.inspect.inspect_dump`) and compares the screen and each reading listed in
+(:func:`cmbuyer.agent.authoring.inspect.inspect_dump`) and compares the screen and each reading listed in
 ``expected.json`` (only listed readings are compared). One line per capture, then a summary:
 
 - ``PASS <capture>`` — every listed reading equals the reading;
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
+from cmbuyer.agent.pack.compile import Pack, load_pack
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
-from cmbuyer.agent.screens.pack import Pack, load_pack
 from cmbuyer.agent.screens.readers import SCREENS
 from cmbuyer.schemas import is_money
 from cmbuyer.schemas.files import FileTooLarge, read_regular
@@ -305,7 +305,7 @@ def check_capture(capture: Path, pack: Pack) -> CaptureResult:
             expected = load_expectation(capture / EXPECTED)
         elif (capture / PROPOSED).exists():
             load_expectation(capture / PROPOSED)  # a broken proposal is reported now, not at accept
-        from cmbuyer.agent.screens.inspect import inspect_dump  # loaded by `pack test` only, not by `run`
+        from cmbuyer.agent.authoring.inspect import inspect_dump  # loaded by `pack test` only, not by `run`
 
         out = inspect_dump(dump, [pack])
     except CaptureInputError as exc:

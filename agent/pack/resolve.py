@@ -21,7 +21,7 @@ Rules (the one home of them):
    symlink. A refused DIRECTORY refuses every version (fail closed: the operator meant its packs to
    override); a refused FILE is a broken pack (rule 5).
 4. Every pack is validated against ``shared/schemas/selector_pack.json``, compiled, and its evidence
-   files re-hashed at load (:mod:`cmbuyer.agent.screens.evidence`). Loads are cached per file by
+   files re-hashed at load (:mod:`cmbuyer.agent.pack.evidence`). Loads are cached per file by
    (mtime, ctime, size, inode) of the pack file and of every evidence file (broken packs too), so the
    runner's per-loop lookup costs a directory listing and some ``stat`` calls, no hashing.
 5. A broken operator pack (unreadable, invalid JSON, schema violation, duplicate id/version, evidence
@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.screens import evidence
-from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, load_pack_file, pack_shape_problem, shipped_pack_dir
+from cmbuyer.agent.pack import evidence
+from cmbuyer.agent.pack.compile import MAX_PACK_BYTES, Pack, load_pack_file, pack_shape_problem, shipped_pack_dir
 from cmbuyer.schemas.files import read_regular
 
 log = logging.getLogger(__name__)

@@ -31,11 +31,11 @@ import json
 import re
 from typing import Any
 
+from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.errors import AgentError
+from cmbuyer.agent.pack.compile import Pack, PanelReader, Selector
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
-from cmbuyer.agent.screens.inspect import inspect_dump
-from cmbuyer.agent.screens.pack import Pack, PanelReader, Selector
 from cmbuyer.agent.screens.text import normalize
 
 MAX_MATCHED = 5

@@ -24,7 +24,7 @@ readers for the screens it uses; handoff payment modes may not name 先用后付
 
 Evidence: each entry names its capture files (dump, screenshot, meta) by a path relative to the pack
 file's directory and their SHA-256; :func:`load_pack` re-hashes them (:mod:`.evidence`). Which pack
-serves a version (shipped vs the operator pack dir): :mod:`cmbuyer.agent.packdir`.
+serves a version (shipped vs the operator pack dir): :mod:`cmbuyer.agent.pack.resolve`.
 
 Errors: :class:`~cmbuyer.agent.errors.PackError` (reason ``NO_SELECTOR_PACK``) for a missing, invalid
 or mismatched pack — the agent then refuses to claim. Its text is ONE line, ``<JSON path>: <problem>``
@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.screens import evidence, safety
+from cmbuyer.agent.pack import evidence
+from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.schemas import SchemaError, explain, validate
@@ -679,7 +680,7 @@ def shipped_packs() -> list[Pack]:
     """Every pack under ``cmbuyer/agent/packs/*.json`` (evidence verified), sorted by file name, through
     the operator-dir loader's per-file cache (no re-hashing on every call). A broken shipped pack
     raises PackError (a release defect)."""
-    from cmbuyer.agent.packdir import scan  # packdir builds on this module
+    from cmbuyer.agent.pack.resolve import scan  # packdir builds on this module
 
     found = scan(None, check_permissions=False).shipped
     broken = next((f.error for f in found if f.error is not None), None)
@@ -691,7 +692,7 @@ def shipped_packs() -> list[Pack]:
 def pack_for_version(version_name: str, version_code: int, extra_dir: Path | None = None) -> Pack:
     """The one pack for exactly this version, shipped or in the operator pack dir ``extra_dir``
     (without the permission check). Kept for callers of the older API; see
-    :func:`cmbuyer.agent.packdir.resolve_pack`. Raises PackError."""
-    from cmbuyer.agent.packdir import resolve_pack  # packdir builds on this module
+    :func:`cmbuyer.agent.pack.resolve.resolve_pack`. Raises PackError."""
+    from cmbuyer.agent.pack.resolve import resolve_pack  # packdir builds on this module
 
     return resolve_pack(version_name, version_code, extra_dir, check_permissions=False)

@@ -42,9 +42,9 @@ from decimal import Decimal
 from typing import Any
 
 from cmbuyer.agent.errors import AgentError
+from cmbuyer.agent.pack.compile import Pack
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump
-from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.screens.text import money_str, normalize
 
 SYSTEM_PACKAGES = frozenset({"com.android.systemui", ""})

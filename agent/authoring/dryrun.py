@@ -9,7 +9,7 @@ tap refuses the submit control anyway. It makes no request to any server and nee
 
 What it leaves in ``--out`` (a captures directory, docs/agent.md "Captures"):
 
-- one scrubbed capture (:mod:`cmbuyer.agent.capture`) of every screen an action was made on, taken
+- one scrubbed capture (:mod:`cmbuyer.agent.authoring.capture`) of every screen an action was made on, taken
   just before the action, plus one at each gate and one at the end: ``01-product``,
   ``02-sku_panel``, … each with ``expected.proposed.json`` — what ``inspect`` reads on the stored dump
   with the pack (a person confirms it with ``pack accept``);
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent.capture import (
+from cmbuyer.agent.authoring.capture import (
     CaptureError,
     check_foreground,
     focus_line,
@@ -49,11 +49,11 @@ from cmbuyer.agent.capture import (
     write_capture,
 )
 from cmbuyer.agent.errors import AgentError, ExitCode, ShutdownRequested
-from cmbuyer.agent.packdir import resolve_pack
+from cmbuyer.agent.pack.compile import Pack
+from cmbuyer.agent.pack.resolve import resolve_pack
 from cmbuyer.agent.phone.adapter import AppVersion, PhoneAdapter
 from cmbuyer.agent.prefence import GATE_STEPS, PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.screens.dump import Node
-from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.screens.text import money_str, normalize
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas.text import normalize_sku
@@ -64,7 +64,7 @@ PHONE_FAILURES = ("ADB_ERROR", "PHONE_TIMEOUT")  # exit 2: the phone failed, not
 
 def dryrun_pack(version: AppVersion, pack_dir: Path | None) -> Pack:
     """The pack for the phone's exact app version, resolved as ``run`` resolves it
-    (:func:`cmbuyer.agent.packdir.resolve_pack`: an operator pack wins over a shipped one; the pack dir's
+    (:func:`cmbuyer.agent.pack.resolve.resolve_pack`: an operator pack wins over a shipped one; the pack dir's
     permissions and every evidence hash are checked, because the pack's tap selectors drive the phone).
     Raises PackError (one line naming the file and the JSON path)."""
     return resolve_pack(version.name, version.code, pack_dir, check_permissions=True)
