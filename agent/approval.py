@@ -52,9 +52,9 @@ from cmbuyer.agent.errors import AgentError, FlowStop, LeaseLost, PhoneError, Se
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import ApprovalStatus, Claim, SubmissionProof
 from cmbuyer.agent.outbox import Outbox
-from cmbuyer.agent.pack.compile import Pack
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.dump import Dump
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.schemas import parse_utc_time
 
 ENV_TIMEOUT = "CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS"

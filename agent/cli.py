@@ -33,10 +33,12 @@ from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
 from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
-from cmbuyer.agent.pack.compile import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
+from cmbuyer.agent.pack.compile import MAX_PACK_BYTES, compile_pack, parse_pack_json
 from cmbuyer.agent.pack.evidence import check_evidence
+from cmbuyer.agent.pack.files import load_pack
 from cmbuyer.agent.pack.resolve import add_pack_dir_argument, all_packs, pack_dir_from, resolve, resolve_pack, scan
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.tls import ServerTlsError, verify_server
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas import is_hex64, is_uuid4
@@ -465,7 +467,7 @@ def _capture_pack(version: Any, pack_dir: Path | None) -> tuple[Pack | None, str
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    """A scrubbed capture for pack authoring (agent/capture.py; docs/agent.md "Captures"): dump.xml,
+    """A scrubbed capture for pack authoring (agent/authoring/capture.py; docs/agent.md "Captures"): dump.xml,
     screenshot.png, meta.json and expected.json (``--expect``/``--expected-file``) or
     expected.proposed.json. Written under ``--out`` (default ./captures/<serial>/<label>-<time>/),
     0700; an existing non-empty folder only with ``--force``."""
@@ -565,7 +567,7 @@ def _dry_run_order(args: argparse.Namespace) -> Any:
 
 
 def cmd_dry_run(args: argparse.Namespace) -> int:
-    """The pre-fence flow on a phone without the server (agent/dryrun.py). Gate verdicts one per line,
+    """The pre-fence flow on a phone without the server (agent/authoring/dryrun.py). Gate verdicts one per line,
     then the summary JSON on stdout; progress on stderr. Exit 0 / 1 / 2 as documented there."""
     from cmbuyer.agent.authoring.capture import CaptureError, check_out
     from cmbuyer.agent.authoring.dryrun import default_out, dryrun_pack, run_dry

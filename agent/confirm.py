@@ -32,7 +32,6 @@ from decimal import Decimal
 
 from cmbuyer.agent.errors import AgentError
 from cmbuyer.agent.journal import Journal
-from cmbuyer.agent.pack.compile import Pack
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.after_submit import (
@@ -47,6 +46,7 @@ from cmbuyer.agent.screens.after_submit import (
     read_order_cards,
 )
 from cmbuyer.agent.screens.dump import Dump
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.agent.waits import FlowWaits
 

@@ -66,10 +66,10 @@ from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.journal_states import ClaimState
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import Session
-from cmbuyer.agent.pack.compile import Pack
 from cmbuyer.agent.pack.resolve import resolve
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.recovery import recover
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas import enum_values
 

@@ -28,11 +28,11 @@ from cmbuyer.agent import gates
 from cmbuyer.agent.errors import AgentError, DumpError, FlowStop, PhoneError, SubmitTapUnknown
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.journal_states import Phase
-from cmbuyer.agent.pack.compile import Pack
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter, SubmitTapPlan
 from cmbuyer.agent.screens import hit, readers, safety
 from cmbuyer.agent.screens.after_submit import Observed, classify
+from cmbuyer.agent.screens.packmodel import Pack
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05

@@ -29,7 +29,7 @@ LAUNCHER = "com.miui.home"
 LAUNCHER_ACTIVITY = f"{LAUNCHER}/{LAUNCHER}.launcher.Launcher"
 STATUS_H = 95  # the status bar window's height on the captures
 GESTURE_TOP = 2328  # the gesture strip window's top on the captures
-# personal data on the status bar (what real notification icons name): agent/capture.py and
+# personal data on the status bar (what real notification icons name): agent/authoring/capture.py and
 # agent/screens/masking.py must never let it through
 NOTIFICATION_TICKER = "短信通知：王小明 13812345678：您的快递已到"
 DEFAULT_NOTIFICATIONS = (NOTIFICATION_TICKER, "微信通知：妈妈：晚上回家吃饭吗？")

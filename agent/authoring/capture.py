@@ -55,7 +55,6 @@ from PIL import Image, UnidentifiedImageError
 
 from cmbuyer.agent.authoring.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.errors import AgentError, DumpNoAppNodes
-from cmbuyer.agent.pack.compile import Pack, Selector
 from cmbuyer.agent.phone.adapter import parse_focused_package
 from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
@@ -67,6 +66,7 @@ from cmbuyer.agent.screens.masking import (
     rect,
     screen_size,
 )
+from cmbuyer.agent.screens.packmodel import Pack, Selector
 from cmbuyer.agent.screens.text import money_str, normalize
 from cmbuyer.schemas.summary import looks_like_phone
 

@@ -4,7 +4,7 @@ It runs :class:`cmbuyer.agent.prefence.PrefenceEngine` — the very engine ``run
 order given on the command line: open the product, select the options, set the quantity, read the
 screen holding the submit control, run gate 1, gate 2, the payment-mode gate(s) and gate 3, and stops
 there. It cannot tap the submit control by construction: it has no result sink, asks no fence and
-never imports ``permit``/``submit``/``client`` (tests/agent/test_isolation.py); the adapter's generic
+never imports ``permit``/``submit``/``client`` (tests/agent/test_layers.py); the adapter's generic
 tap refuses the submit control anyway. It makes no request to any server and needs no credentials.
 
 What it leaves in ``--out`` (a captures directory, docs/agent.md "Captures"):
@@ -49,11 +49,11 @@ from cmbuyer.agent.authoring.capture import (
     write_capture,
 )
 from cmbuyer.agent.errors import AgentError, ExitCode, ShutdownRequested
-from cmbuyer.agent.pack.compile import Pack
 from cmbuyer.agent.pack.resolve import resolve_pack
 from cmbuyer.agent.phone.adapter import AppVersion, PhoneAdapter
 from cmbuyer.agent.prefence import GATE_STEPS, PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.screens.dump import Node
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.screens.text import money_str, normalize
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas.text import normalize_sku

@@ -33,9 +33,9 @@ from typing import Any
 
 from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.errors import AgentError
-from cmbuyer.agent.pack.compile import Pack, PanelReader, Selector
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
+from cmbuyer.agent.screens.packmodel import Pack, PanelReader, Selector
 from cmbuyer.agent.screens.text import normalize
 
 MAX_MATCHED = 5

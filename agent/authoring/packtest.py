@@ -39,9 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cmbuyer.agent.authoring.inspect import READINGS, inspect_dump
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
-from cmbuyer.agent.pack.compile import Pack, load_pack
+from cmbuyer.agent.pack.files import load_pack
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.screens.readers import SCREENS
 from cmbuyer.schemas import is_money
 from cmbuyer.schemas.files import FileTooLarge, read_regular
@@ -92,21 +94,16 @@ def _is_quantity_or_null(v: object) -> bool:
     return v is None or (type(v) is int and v >= 1)
 
 
-# Every reading ``inspect`` prints, with the JSON type its value has there (money as the canonical
-# string inspect prints). tests/agent/test_packtest.py checks these keys equal inspect's output keys.
-READING_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
-    "goods_id": (_is_str_or_null, "a string or null"),
-    "unit_price": (_is_money_or_null, 'a money string such as "59.00", or null'),
+# The kinds of reading values :data:`~cmbuyer.agent.authoring.inspect.READINGS` names: each a check and
+# the words an error uses (money as the canonical string inspect prints).
+READING_KINDS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "string": (_is_str_or_null, "a string or null"),
+    "money": (_is_money_or_null, 'a money string such as "59.00", or null'),
     "quantity": (_is_quantity_or_null, "an integer >= 1, or null"),
-    "confirm_amount": (_is_money_or_null, 'a money string such as "59.00", or null'),
     "selected": (_is_selected, "an object {header: name or null}"),
     "options": (_is_options, "an object {header: [name or null, ...]}"),
-    "sold_out": (_is_options, "an object {header: [name or null, ...]}"),
-    "submit_controls": (_is_count, "an integer >= 0"),
-    "payment_controls": (_is_str_list, "a list of strings"),
-    "risk_walls": (_is_str_list, "a list of strings"),
-    "payment_mode": (_is_str_or_null, "a string or null"),
-    "payment_problems": (_is_str_list, "a list of strings"),
+    "count": (_is_count, "an integer >= 0"),
+    "strings": (_is_str_list, "a list of strings"),
 }
 KNOWN_SCREENS = (*SCREENS, "unknown")
 _TOP_KEYS = {"expected_format", "screen", "readings", "confirmed_by"}
@@ -168,11 +165,11 @@ def parse_expectation(data: Any, where: str) -> Expectation:
     if not isinstance(readings, dict):
         raise CaptureInputError(f"{where}: readings must be an object")
     for key, value in readings.items():
-        if key not in READING_TYPES:
+        if key not in READINGS:
             raise CaptureInputError(
-                f"{where}: readings.{key} is not a reading inspect prints (known: {', '.join(READING_TYPES)})"
+                f"{where}: readings.{key} is not a reading inspect prints (known: {', '.join(READINGS)})"
             )
-        check, shape = READING_TYPES[key]
+        check, shape = READING_KINDS[READINGS[key]]
         if not check(value):
             raise CaptureInputError(f"{where}: readings.{key} must be {shape}")
     by = data.get("confirmed_by")
@@ -305,8 +302,6 @@ def check_capture(capture: Path, pack: Pack) -> CaptureResult:
             expected = load_expectation(capture / EXPECTED)
         elif (capture / PROPOSED).exists():
             load_expectation(capture / PROPOSED)  # a broken proposal is reported now, not at accept
-        from cmbuyer.agent.authoring.inspect import inspect_dump  # loaded by `pack test` only, not by `run`
-
         out = inspect_dump(dump, [pack])
     except CaptureInputError as exc:
         return CaptureResult(name, "ERROR", detail=str(exc))
@@ -467,9 +462,7 @@ def add_pack_test_commands(pack_subparsers: Any) -> None:
         help="一份采集样本的目录，或其子目录都是采集样本的目录",
     )
     t.add_argument(
-        "--allow-unconfirmed",
-        action="store_true",
-        help="只有 expected.proposed.json 或没有预期的采集样本不算失败",
+        "--allow-unconfirmed", action="store_true", help="只有 expected.proposed.json 或没有预期的采集样本不算失败"
     )
     t.add_argument("--json", action="store_true", help="输出 JSON（供脚本读取）")
     t.set_defaults(fn=cmd_pack_test)

@@ -3,8 +3,8 @@
 A pack's ``evidence`` maps an evidence id to one capture bundle (``shared/schemas/selector_pack.json``):
 ``{"label", "captured_at", "device", "source": "simulator"|"real-phone"|"real-structure", "files": {"dump":
 {"path", "sha256"}, "screenshot": {...}, "meta": {...}}}``; a ``real-structure`` bundle (a structure-exact
-real dump with its texts replaced, issue 27) is a dump alone. Paths are relative to the directory holding the pack
-file (issue 16 item 2). A path is refused when it is absolute, has a ``..`` / ``.`` / empty segment, or
+real dump with its texts replaced) is a dump alone (docs/agent.md "Evidence"). Paths are relative to the
+directory holding the pack file. A path is refused when it is absolute, has a ``..`` / ``.`` / empty segment, or
 resolves (through symlinks) outside that directory — so a pack cannot make the agent read or vouch for
 a file elsewhere on the host.
 
@@ -17,34 +17,19 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent.errors import PackError
+from cmbuyer.agent.pack.compile import json_path
 from cmbuyer.schemas.files import FileTooLarge, NotRegularFile, read_regular
 
 FILE_KINDS = ("dump", "screenshot", "meta")
 # one path segment: no leading dot (so no '.', '..' or hidden names), portable characters only
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", re.ASCII)
 MAX_EVIDENCE_BYTES = 32 * 1024 * 1024
-# the member names jsonschema's ``json_path`` writes as ``.name`` (others as ``['name']``): one notation
-# for every pack error, whether the schema or the loader found it
-_PLAIN_MEMBER = re.compile(r"[a-zA-Z][a-zA-Z0-9_]*", re.ASCII)
-
-
-def json_path(parts: Sequence[str | int]) -> str:
-    """``["evidence", "sim-product", "files"]`` → ``$.evidence['sim-product'].files`` (as jsonschema)."""
-    out = "$"
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif _PLAIN_MEMBER.fullmatch(part):
-            out += f".{part}"
-        else:
-            out += "['" + part.replace("\\", "\\\\").replace("'", "\\'") + "']"
-    return out
 
 
 @dataclass(frozen=True)

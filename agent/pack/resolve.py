@@ -1,6 +1,6 @@
 """Which selector pack the agent uses for an app version: shipped packs + the operator pack directory.
 
-Sources (issue 16 item 1):
+Sources (docs/agent.md "The operator pack directory"):
 
 - **shipped** packs: ``cmbuyer/agent/packs/*.json`` inside the installed package, with their evidence
   under ``packs/evidence/``;
@@ -49,7 +49,9 @@ from typing import Any
 
 from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.pack import evidence
-from cmbuyer.agent.pack.compile import MAX_PACK_BYTES, Pack, load_pack_file, pack_shape_problem, shipped_pack_dir
+from cmbuyer.agent.pack.compile import MAX_PACK_BYTES, pack_shape_problem
+from cmbuyer.agent.pack.files import load_pack_file, shipped_pack_dir
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.schemas.files import read_regular
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from cmbuyer.agent.client import FenceReplayed, approval_readings, submission_result_request
-from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.client import approval_readings, submission_result_request
+from cmbuyer.agent.errors import FenceReplayed, ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import (
     AssetRef,

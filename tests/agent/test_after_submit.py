@@ -13,10 +13,11 @@ import pytest
 
 from cmbuyer.agent.errors import DumpNoAppNodes, PackError, PaymentControlBlocked
 from cmbuyer.agent.journal import Journal, JournalError
-from cmbuyer.agent.pack.compile import compile_pack, shipped_packs
+from cmbuyer.agent.pack.compile import compile_pack
 from cmbuyer.agent.phone.adapter import PhoneAdapter, parse_focused_package
 from cmbuyer.agent.screens import after_submit as A
 from cmbuyer.agent.screens.dump import parse_dump
+from tests.agent.packtools import shipped_packs
 
 FX = Path(__file__).parent / "fixtures"
 

@@ -188,7 +188,7 @@ def test_the_mmap_threshold_is_fixed_where_the_c_library_is_glibc() -> None:
 def test_a_selector_looks_at_a_dump_once() -> None:
     import re
 
-    from cmbuyer.agent.pack.compile import Selector
+    from cmbuyer.agent.screens.packmodel import Selector
 
     dump = parse_dump(_dump_xml([(APP, (0, 0, 720, 1600)), (APP, (0, 0, 720, 100))]))
     calls = []

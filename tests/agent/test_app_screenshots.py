@@ -162,7 +162,7 @@ def test_on_the_real_captures_the_status_bar_and_the_gesture_strip_are_black(nam
 
 def test_the_purchase_flow_stores_only_app_screenshots() -> None:
     """Every call of ``screenshot``/``screenshot_png`` (the unmasked screen) is in the capture tools,
-    which scrub it themselves (agent/capture.py), and in the adapter's two masked ones: the flow's
+    which scrub it themselves (agent/authoring/capture.py), and in the adapter's two masked ones: the flow's
     modules call ``app_screenshot_png`` (results, confirmations, failures) or ``gate_screenshot``."""
     callers = set()
     for path in AGENT.rglob("*.py"):

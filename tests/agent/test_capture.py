@@ -1,4 +1,4 @@
-"""`cmbuyer-agent capture` (agent/capture.py): scrubbed captures from the phone simulator through the
+"""`cmbuyer-agent capture` (agent/authoring/capture.py): scrubbed captures from the phone simulator through the
 REAL uiautomator2 + adbutils (``running_sim``), on both layouts — the 8.17.0 confirm page (sim-1)
 and the 8.22.0 order sheet (sim-2) of demo/scenario.yaml. The simulator's status bar carries a
 notification icon naming a full name and phone number and the address row a recipient with a masked
@@ -22,13 +22,14 @@ from cmbuyer.agent.authoring.capture import CaptureError, check_foreground, load
 from cmbuyer.agent.authoring.inspect import READING_KEYS, inspect_dump
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.pack.compile import compile_pack, pack_for_version
+from cmbuyer.agent.pack.compile import compile_pack
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.dump import Dump, parse_dump
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.system_ui import NOTIFICATION_TICKER
 from cmbuyer.phonesim.testing import running_sim
+from tests.agent.packtools import pack_for_version
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "scenario.yaml"
 GOODS = "937122477375"

@@ -1,4 +1,4 @@
-"""`cmbuyer-agent dry-run` (agent/dryrun.py) end to end: the CLI against the phone simulator through the
+"""`cmbuyer-agent dry-run` (agent/authoring/dryrun.py) end to end: the CLI against the phone simulator through the
 REAL uiautomator2 + adbutils, on both layouts (demo/scenario.yaml: sim-1 runs 8.17.0 with the SKU sheet,
 sim-2 runs 8.22.0 with the order sheet) and on an unsafe payment mode (phonesim order_sheet.yaml,
 sim-paylater). No server runs; ``CMBUYER_SERVER_URL`` points at a loopback HTTP listener that counts
@@ -19,10 +19,10 @@ import pytest
 from cmbuyer.agent.authoring.dryrun import compare
 from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.cli import main
-from cmbuyer.agent.pack.compile import pack_for_version
 from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.phonesim.journal import payment_taps, submit_taps
 from cmbuyer.phonesim.testing import running_sim
+from tests.agent.packtools import pack_for_version
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demo" / "scenario.yaml"

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent.cli import main
-from cmbuyer.agent.pack.compile import Pack, Selector, shipped_packs
 from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.packmodel import Pack, Selector
+from tests.agent.packtools import shipped_packs
 
 FX = Path(__file__).parent / "fixtures"
 VERSION = "8.22.0:82200"

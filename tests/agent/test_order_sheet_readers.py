@@ -19,11 +19,13 @@ from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.capabilities import confirm_reading
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import FlowStop, MoneyAmbiguous, PackError
-from cmbuyer.agent.pack.compile import Pack, compile_pack, shipped_packs
+from cmbuyer.agent.pack.compile import compile_pack
 from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.screens.text import match_amount
 from cmbuyer.schemas.text import normalize_sku
+from tests.agent.packtools import shipped_packs
 
 FX = Path(__file__).parent / "fixtures"
 PACK_FILE = Path(__file__).parents[2] / "agent" / "packs" / "pdd-8.22.0-82200.json"

@@ -13,9 +13,10 @@ import pytest
 
 from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.cli import main
-from cmbuyer.agent.pack.compile import shipped_pack_dir, shipped_packs
+from cmbuyer.agent.pack.files import shipped_pack_dir
 from cmbuyer.agent.screens import after_submit
 from cmbuyer.agent.screens.dump import parse_dump
+from tests.agent.packtools import shipped_packs
 
 from .packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
 

@@ -1,4 +1,4 @@
-"""The operator pack directory (agent/packdir.py, issue 16 item 1): precedence, trust (permissions),
+"""The operator pack directory (agent/pack/resolve.py): precedence, trust (permissions),
 ambiguity, one-line errors for every kind of bad pack, and the per-file cache. Real files in a temp
 dir, the real shipped packs and their evidence; ``doctor`` and ``inspect`` through the real CLI (doctor
 against the phone simulator through the real uiautomator2/adbutils)."""

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.agent.authoring.inspect import inspect_dump
-from cmbuyer.agent.authoring.packtest import READING_TYPES
+from cmbuyer.agent.authoring.inspect import READINGS, inspect_dump
+from cmbuyer.agent.authoring.packtest import READING_KINDS
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.screens.dump import parse_dump
 
@@ -109,7 +109,8 @@ def _edit(path: Path, **changes: Any) -> None:
 
 def test_reading_types_cover_exactly_what_inspect_prints() -> None:
     out = inspect_dump(parse_dump((FX / "sheet_tshirt.xml").read_bytes()), [])
-    assert set(READING_TYPES) == set(out["readings"])
+    assert set(READINGS) == set(out["readings"])
+    assert set(READINGS.values()) == set(READING_KINDS)
 
 
 def test_simulator_captures_pass(captures: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,9 +22,11 @@ from cmbuyer.agent.authoring.capture import scrub
 from cmbuyer.agent.authoring.explain import explain_dump, render_text
 from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.errors import FlowStop, MoneyAmbiguous
-from cmbuyer.agent.pack.compile import Pack, shipped_pack_dir, shipped_packs
+from cmbuyer.agent.pack.files import shipped_pack_dir
 from cmbuyer.agent.screens import readers
 from cmbuyer.agent.screens.dump import parse_dump
+from cmbuyer.agent.screens.packmodel import Pack
+from tests.agent.packtools import shipped_packs
 
 REAL = Path(__file__).parent / "fixtures" / "real_structures"
 SHEET = "pdd-8.22.0-82200"

@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import DumpEmpty, DumpInvalid, DumpNoAppNodes, MoneyAmbiguous, MoneyError, PackError
-from cmbuyer.agent.pack.compile import compile_pack, shipped_packs
+from cmbuyer.agent.pack.compile import compile_pack
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.text import money_str, normalize, single_price
+from tests.agent.packtools import shipped_packs
 
 FX = Path(__file__).parent / "fixtures"
 

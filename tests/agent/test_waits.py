@@ -12,9 +12,9 @@ import pytest
 
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
-from cmbuyer.agent.pack.compile import shipped_packs
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.waits import FlowWaits
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, journal_claim, make_purchase
 from .simphone import SimPhone
