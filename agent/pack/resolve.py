@@ -56,7 +56,7 @@ from cmbuyer.schemas.files import read_regular
 
 log = logging.getLogger(__name__)
 PACK_DIR_ENV = "CMBUYER_AGENT_PACK_DIR"
-# file names as make_pack.py / the runbook write them: pdd-<versionName>-<versionCode>.json
+# file names as authoring/make_pack.py / the runbook write them: pdd-<versionName>-<versionCode>.json
 _NAME_VERSION_RE = re.compile(r".*-(?P<name>[0-9A-Za-z._]{1,32})-(?P<code>[0-9]{1,10})\.json", re.ASCII)
 
 

@@ -197,7 +197,7 @@ def test_after_submit_is_optional_and_every_shipped_pack_carries_it() -> None:
     raw = copy.deepcopy(_pack().raw)
     raw.pop("after_submit")
     assert compile_pack(raw).after_submit is None
-    # every shipped pack carries the section (make_pack.py rewrites packs: run make_after_submit.py after
+    # every shipped pack carries the section (authoring/make_pack.py rewrites packs: run make_after_submit.py after
     # it); its evidence files are re-hashed at load (tests/agent/test_pack_verify.py)
     for pack in shipped_packs():
         assert pack.after_submit is not None, pack.id
