@@ -1,4 +1,4 @@
-"""Capture bundles without personal data (issue 16 item 3; folder format in docs/agent.md "Captures").
+"""Capture bundles without personal data (folder format in docs/agent.md "Captures").
 
 A capture is a directory holding the **scrubbed** ``dump.xml`` and ``screenshot.png``, ``meta.json``
 and optionally ``expected.json`` (readings a person confirmed) or ``expected.proposed.json`` (readings

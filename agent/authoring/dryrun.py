@@ -1,4 +1,4 @@
-"""``cmbuyer-agent dry-run``: the real pre-fence flow on a phone, without the server (issue 16 item 7).
+"""``cmbuyer-agent dry-run``: the real pre-fence flow on a phone, without the server (docs/agent.md "Dry run").
 
 It runs :class:`cmbuyer.agent.prefence.PrefenceEngine` — the very engine ``run`` uses — for one
 order given on the command line: open the product, select the options, set the quantity, read the

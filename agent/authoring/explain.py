@@ -1,4 +1,5 @@
-"""``cmbuyer-agent inspect --explain``: which pack selector matched which node, or why none did (issue 16 §4).
+"""``cmbuyer-agent inspect --explain``: which pack selector matched which node, or why none did (docs/agent.md
+"Proving a pack on captures").
 
 Nothing here decides a reading. The screen comes from :func:`readers.recognize` and the values from
 :func:`inspect.inspect_dump` — the same code the agent runs; this module only re-runs the pack's

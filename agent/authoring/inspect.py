@@ -1,4 +1,4 @@
-"""``cmbuyer-agent inspect`` core: recognize a dump and produce the readings JSON (issue 7 contract).
+"""``cmbuyer-agent inspect`` core: recognize a dump and produce the readings JSON.
 
 Output shape (tools rely on it; absent readings are null, money is a canonical decimal string)::
 
@@ -24,7 +24,7 @@ order-sheet layout, since one dump cannot tell its confirm page from a real orde
 ``payment_mode``/``payment_problems`` come from the payment-mode gate's reader on the screen holding
 the submit control.
 
-``dimension_names`` says how a task may name each option group shown (issue 34): the header itself or a
+``dimension_names`` says how a task may name each option group shown (docs/agent.md "SKU model"): the header itself or a
 synonym from the pack's alias table (``dimension_aliases``: ``颜色``/``颜色分类``/``色号`` …).
 
 Without an explicit pack every shipped pack is tried (first that recognizes a screen wins; when more
@@ -146,7 +146,7 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
     if pack is not None:
         on_screen = pack.layout_on(screen)
         # the screen holding the submit control names a layout only when options live there: for a
-        # pack without the order_sheet layout that screen may be a real order sheet (issue 27), never
+        # pack without the order_sheet layout that screen may be a real order sheet, never
         # labelled as its sku_sheet
         only = pack.layouts[0].id if len(pack.layouts) == 1 and screen != "confirm_order" else None
         layout = on_screen.id if on_screen is not None else only
@@ -158,7 +158,7 @@ def inspect_dump(dump: Dump, packs: Sequence[Pack]) -> dict[str, Any]:
         "readings": readings,
     }
     if pack is not None and readings["options"]:
-        # how a task may name each option group shown (issue 34): the header itself or a synonym from the
+        # how a task may name each option group shown: the header itself or a synonym from the
         # pack's alias table (docs/agent.md "SKU model")
         out["dimension_names"] = {h: list(pack.aliases_of(h)) for h in readings["options"]}
     if len(recognizing) > 1:

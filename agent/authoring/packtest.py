@@ -1,4 +1,5 @@
-"""``cmbuyer-agent pack test`` and ``pack accept``: prove a selector pack on stored captures (issue 16 §4).
+"""``cmbuyer-agent pack test`` and ``pack accept``: prove a selector pack on stored captures
+(docs/agent.md "Proving a pack on captures").
 
 A *capture* is a directory holding ``dump.xml``, ``screenshot.png``, ``meta.json`` and optionally the
 person-confirmed ``expected.json`` or the machine-proposed ``expected.proposed.json`` (shapes: the
