@@ -53,7 +53,8 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
-from cmbuyer.agent.authoring.inspect import READING_KEYS, inspect_dump
+from cmbuyer.agent.authoring.inspect import inspect_dump
+from cmbuyer.agent.authoring.readings import READING_KEYS
 from cmbuyer.agent.errors import AgentError, DumpNoAppNodes
 from cmbuyer.agent.phone.adapter import parse_focused_package
 from cmbuyer.agent.screens import readers

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent.authoring.inspect import READINGS, inspect_dump
+from cmbuyer.agent.authoring.readings import READINGS
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
 from cmbuyer.agent.pack.files import load_pack
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
@@ -303,6 +303,8 @@ def check_capture(capture: Path, pack: Pack) -> CaptureResult:
             expected = load_expectation(capture / EXPECTED)
         elif (capture / PROPOSED).exists():
             load_expectation(capture / PROPOSED)  # a broken proposal is reported now, not at accept
+        from cmbuyer.agent.authoring.inspect import inspect_dump  # loaded by `pack test` only, not by `run`
+
         out = inspect_dump(dump, [pack])
     except CaptureInputError as exc:
         return CaptureResult(name, "ERROR", detail=str(exc))

@@ -19,7 +19,8 @@ from PIL import Image
 
 from cmbuyer.agent import capabilities as cap
 from cmbuyer.agent.authoring.capture import CaptureError, check_foreground, load_expected, parse_expect, scrub
-from cmbuyer.agent.authoring.inspect import READING_KEYS, inspect_dump
+from cmbuyer.agent.authoring.inspect import inspect_dump
+from cmbuyer.agent.authoring.readings import READING_KEYS
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.pack.compile import compile_pack

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.agent.authoring.inspect import READINGS, inspect_dump
+from cmbuyer.agent.authoring.inspect import inspect_dump
 from cmbuyer.agent.authoring.packtest import READING_KINDS
+from cmbuyer.agent.authoring.readings import READINGS
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.screens.dump import parse_dump
 
