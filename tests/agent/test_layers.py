@@ -7,7 +7,7 @@ rules in prose):
   loader in its ``__init__`` nor ``schemas.files``), the non-I/O standard library and the in-memory
   image libraries, and never calls ``open``;
 - ``phone/`` imports only ``phone``, ``screens``, ``errors``, the standard library and its device
-  libraries (adbutils, uiautomator2);
+  libraries (adbutils, uiautomator2, and Pillow for the screenshots uiautomator2 returns);
 - ``pack/`` imports only ``pack``, ``screens``, ``errors`` and ``cmbuyer.schemas``;
 - nothing but ``authoring/`` itself and the ``cli`` imports ``authoring/`` (the run path never loads a
   pack authoring tool);
@@ -58,7 +58,8 @@ SCREENS_STDLIB = {
 }
 # third-party libraries screens/ may use: PNG masking in memory (Pillow, zlib-ng)
 SCREENS_LIBRARIES = {"PIL", "zlib_ng"}
-PHONE_LIBRARIES = {"adbutils", "uiautomator2"}
+# the device libraries, and Pillow: uiautomator2 hands screenshots over as PIL images
+PHONE_LIBRARIES = {"adbutils", "uiautomator2", "PIL"}
 # packages of cmbuyer.agent, and what each may import of it (None: any)
 MAY_IMPORT = {
     "screens": {"screens", "errors"},
