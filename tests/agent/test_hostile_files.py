@@ -111,7 +111,7 @@ def test_inspect_on_a_non_regular_dump_is_a_one_line_error(kind: str, tmp_path: 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 @pytest.mark.parametrize("member", ["dump.xml", "expected.json", "meta.json"])
 def test_pack_test_on_a_non_regular_capture_file_is_an_error_line(kind: str, member: str, tmp_path: Path) -> None:
-    from .test_packtest import CAPTURES, FX, PACK
+    from tests.agent.authoring.test_packtest import CAPTURES, FX, PACK
 
     cap = tmp_path / "captures" / "01-x"
     cap.mkdir(parents=True)

@@ -24,7 +24,7 @@ from cmbuyer.phonesim.journal import payment_taps, submit_taps
 from cmbuyer.phonesim.testing import running_sim
 from tests.agent.packtools import pack_for_version
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "demo" / "scenario.yaml"
 ORDER_SHEET = ROOT / "phonesim" / "scenarios" / "order_sheet.yaml"
 TSHIRT = ["--goods-id", "937122477375", "--color", "黑色CHA(纯棉)", "--size", "M(建议100-115)"]

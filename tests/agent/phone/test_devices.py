@@ -13,9 +13,8 @@ import pytest
 import uiautomator2
 
 from cmbuyer.agent.phone import devices
-
-from .simphone import SimPhone
-from .test_order_sheet_readers import _ShellRecorder
+from tests.agent.screens.test_order_sheet_readers import _ShellRecorder
+from tests.agent.simphone import SimPhone
 
 
 def members(protocol: type) -> set[str]:

@@ -18,10 +18,9 @@ from cmbuyer.agent.runner import Runner, RunnerConfig
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import payment_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
-
-from .packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
-from .realserver import RealServer
-from .test_real_server import _scenario, fast_phone  # noqa: F401  (fixture)
+from tests.agent.packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
+from tests.agent.realserver import RealServer
+from tests.agent.test_real_server import _scenario, fast_phone  # noqa: F401  (fixture)
 
 
 def _wait(cond: Callable[[], bool], seconds: float) -> bool:

@@ -25,8 +25,8 @@ from cmbuyer.agent.authoring.readings import READINGS
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.screens.dump import parse_dump
 
-FX = Path(__file__).parent / "fixtures" / "sim822"
-PACKS = Path(__file__).parents[2] / "agent" / "packs"
+FX = Path(__file__).parents[1] / "fixtures" / "sim822"
+PACKS = Path(__file__).parents[3] / "agent" / "packs"
 PACK = PACKS / "pdd-8.22.0-82200.json"
 OLD_PACK = PACKS / "pdd-8.17.0-81700.json"
 CAPTURES = ("product", "sheet_tshirt", "sheet_mug", "sheet_paylater", "sku_sheet_old", "sku_sheet_old_confirm")

@@ -27,8 +27,8 @@ from cmbuyer.agent.screens.text import match_amount
 from cmbuyer.schemas.text import normalize_sku
 from tests.agent.packtools import shipped_packs
 
-FX = Path(__file__).parent / "fixtures"
-PACK_FILE = Path(__file__).parents[2] / "agent" / "packs" / "pdd-8.22.0-82200.json"
+FX = Path(__file__).parents[1] / "fixtures"
+PACK_FILE = Path(__file__).parents[3] / "agent" / "packs" / "pdd-8.22.0-82200.json"
 
 
 def pack822() -> Pack:

@@ -18,8 +18,7 @@ from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
 from cmbuyer.agent.pack.resolve import all_packs, resolve, resolve_pack, scan
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
-
-from .packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
+from tests.agent.packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
 
 
 @pytest.fixture
@@ -312,7 +311,7 @@ def test_fix_and_breakage_take_effect_without_restart_and_lookups_stay_cheap(pac
 def test_inspect_reads_with_the_operator_pack_and_prints_a_bad_pack_as_one_line(
     pack_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dump = Path(__file__).parent / "fixtures" / "sim822" / "sheet_tshirt.xml"
+    dump = Path(__file__).parents[1] / "fixtures" / "sim822" / "sheet_tshirt.xml"
     write_pack(pack_dir, rebound("8.22.0", "8.23.0", 82300))
     assert main(["inspect", "--dump", str(dump), "--version", "8.23.0:82300", "--pack-dir", str(pack_dir)]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -461,7 +460,7 @@ def test_inspect_and_doctor_refuse_a_100000_deep_pack_in_one_line(
     path = pack_dir / "pdd-8.24.0-82400.json"
     path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     path.chmod(0o644)
-    dump = Path(__file__).parent / "fixtures" / "sim822" / "sheet_tshirt.xml"
+    dump = Path(__file__).parents[1] / "fixtures" / "sim822" / "sheet_tshirt.xml"
     assert main(["inspect", "--dump", str(dump), "--version", "8.24.0:82400", "--pack-dir", str(pack_dir)]) == 2
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out.count("\n") == 1

@@ -17,7 +17,7 @@ from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.packmodel import Pack, Selector
 from tests.agent.packtools import shipped_packs
 
-FX = Path(__file__).parent / "fixtures"
+FX = Path(__file__).parents[1] / "fixtures"
 VERSION = "8.22.0:82200"
 
 
@@ -86,7 +86,7 @@ def test_names_the_selector_and_node_behind_the_unit_price(capsys: pytest.Captur
 def test_every_path_points_at_the_spec_in_the_pack(capsys: pytest.CaptureFixture[str]) -> None:
     report = _explain(capsys, FX / "sim822" / "sheet_mug.xml", "--json")
     [e] = report["explanations"]
-    raw = json.loads((Path(__file__).parents[2] / "agent" / "packs" / "pdd-8.22.0-82200.json").read_text("utf-8"))
+    raw = json.loads((Path(__file__).parents[3] / "agent" / "packs" / "pdd-8.22.0-82200.json").read_text("utf-8"))
     selectors = [s for rule in e["screens"] for s in rule["all"] + rule["none"]]
     selectors += [s for r in e["readings"] for s in r["selectors"]]
     assert len(selectors) > 15
@@ -224,7 +224,7 @@ def test_bad_input_stays_a_one_line_error(tmp_path: Path, capsys: pytest.Capture
                 str(tmp_path / "bad.xml"),
                 "--explain",
                 "--pack",
-                str(Path(__file__).parents[2] / "agent" / "packs" / "pdd-8.22.0-82200.json"),
+                str(Path(__file__).parents[3] / "agent" / "packs" / "pdd-8.22.0-82200.json"),
             ]
         )
         == 2

@@ -31,11 +31,10 @@ from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.masking import foreign_windows, outside_app, outside_app_of_all
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.testing import running_sim
+from tests.agent.authoring.test_capture import DEMO, _black, _to_submit_screen
 
-from .test_capture import DEMO, _black, _to_submit_screen
-
-AGENT = Path(__file__).resolve().parents[2] / "agent"
-FIXTURES = Path(__file__).parent / "fixtures"
+AGENT = Path(__file__).resolve().parents[3] / "agent"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from cmbuyer.phonesim.system_ui import NOTIFICATION_TICKER
 from cmbuyer.phonesim.testing import running_sim
 from tests.agent.packtools import pack_for_version
 
-DEMO = Path(__file__).resolve().parents[2] / "demo" / "scenario.yaml"
+DEMO = Path(__file__).resolve().parents[3] / "demo" / "scenario.yaml"
 GOODS = "937122477375"
 PERSONAL = ("王小明", "13812345678", "张**", "138****5678", "北京市朝阳区建国路88号", "妈妈")
 
@@ -314,7 +314,7 @@ def test_a_capture_is_refused_while_another_window_has_the_focus() -> None:
 
 
 # --- the address block, by structure (issue 33 item 4) -----------------------------------------------
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 # (dump, its app version, the bounds of the address row's text nodes): the rebuilt order sheet shows
 # the recipient in one TextView (name, phone and address), the older confirm page in two
 SUBMIT_SCREENS = [

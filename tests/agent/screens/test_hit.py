@@ -15,7 +15,7 @@ from cmbuyer.agent.screens.hit import drawn_after, hit_test
 from cmbuyer.phonesim import load_scenario
 from cmbuyer.phonesim.phone import Phone
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 PDD = "com.xunmeng.pinduoduo"
 SUBMIT = "[540,2136][1056,2268]"
 

@@ -20,7 +20,7 @@ from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.text import money_str, normalize, single_price
 from tests.agent.packtools import shipped_packs
 
-FX = Path(__file__).parent / "fixtures"
+FX = Path(__file__).parents[1] / "fixtures"
 
 
 def load(name: str):
@@ -179,7 +179,7 @@ def test_inspect_cli(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_shipped_packs_valid() -> None:
-    """Both shipped packs load (evidence re-hashed: tests/agent/test_pack_verify.py covers the files)."""
+    """Both shipped packs load (evidence re-hashed: tests/agent/pack/test_evidence.py covers the files)."""
     pack, newer = shipped_packs()
     assert (pack.version_name, pack.version_code) == ("8.17.0", 81700)
     assert (newer.version_name, newer.version_code) == ("8.22.0", 82200)

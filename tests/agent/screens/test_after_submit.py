@@ -19,7 +19,7 @@ from cmbuyer.agent.screens import after_submit as A
 from cmbuyer.agent.screens.dump import parse_dump
 from tests.agent.packtools import shipped_packs
 
-FX = Path(__file__).parent / "fixtures"
+FX = Path(__file__).parents[1] / "fixtures"
 
 
 def _pack():
@@ -198,7 +198,7 @@ def test_after_submit_is_optional_and_every_shipped_pack_carries_it() -> None:
     raw.pop("after_submit")
     assert compile_pack(raw).after_submit is None
     # every shipped pack carries the section (authoring/make_pack.py rewrites packs: run make_after_submit.py after
-    # it); its evidence files are re-hashed at load (tests/agent/test_pack_verify.py)
+    # it); its evidence files are re-hashed at load (tests/agent/pack/test_evidence.py)
     for pack in shipped_packs():
         assert pack.after_submit is not None, pack.id
 

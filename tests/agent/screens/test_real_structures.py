@@ -28,7 +28,7 @@ from cmbuyer.agent.screens.dump import parse_dump
 from cmbuyer.agent.screens.packmodel import Pack
 from tests.agent.packtools import shipped_packs
 
-REAL = Path(__file__).parent / "fixtures" / "real_structures"
+REAL = Path(__file__).parents[1] / "fixtures" / "real_structures"
 SHEET = "pdd-8.22.0-82200"
 IMAGE_NAMES = [
     "雾霾蓝#M03+礼袋",

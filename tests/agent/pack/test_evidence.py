@@ -16,12 +16,10 @@ from cmbuyer.agent.cli import main
 from cmbuyer.agent.pack.files import shipped_pack_dir
 from cmbuyer.agent.screens import after_submit
 from cmbuyer.agent.screens.dump import parse_dump
-from tests.agent.packtools import shipped_packs
-
-from .packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
+from tests.agent.packtools import evidence_path, flip_byte, make_pack_dir, rebound, shipped_packs, write_pack
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-REAL_STRUCTURES = Path(__file__).parent / "fixtures" / "real_structures"
+REAL_STRUCTURES = Path(__file__).parents[1] / "fixtures" / "real_structures"
 
 
 def test_shipped_evidence_is_simulator_capture_bundles_of_the_packs_version() -> None:
@@ -138,7 +136,7 @@ def test_every_shipped_evidence_file_is_declared_package_data() -> None:
     import tomllib
     from pathlib import PurePosixPath
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     patterns = tomllib.loads((repo / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-data"][
         "cmbuyer.agent"
     ]
