@@ -232,7 +232,7 @@ class Runner:
             return Status(None, "ADB_OFFLINE", None, None)
         if version is None:
             return Status(None, "APP_MISSING", None, None)
-        # every loop (cheap: cached per file, packdir.py rule 4), so a pack written, fixed or broken
+        # every loop (cheap: cached per file, pack/resolve.py rule 4), so a pack written, fixed or broken
         # while the agent runs takes effect at the next loop; logged once per change
         try:
             found = resolve(version.name, version.code, self.cfg.pack_dir, check_permissions=True)

@@ -269,7 +269,7 @@ def test_broken_pack_affects_only_its_version_and_is_logged_once(
 
 def test_the_error_a_lookup_raises_is_not_also_logged(pack_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The caller of resolve() reports the error of its own version (run: ``NO_PACK: …``, dry-run: the
-    error JSON); the packdir warning is only for broken files of OTHER versions — one error, one line
+    error JSON); the resolver's warning is only for broken files of OTHER versions — one error, one line
     in the agent's log (it was said twice, once as a bare ``WARNING:cmbuyer.agent.pack.resolve:`` line)."""
     data = rebound("8.22.0", "8.23.0", 82300)
     write_pack(pack_dir, data)
