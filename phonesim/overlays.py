@@ -24,7 +24,6 @@ from .nodes import Node, frame, linear, text
 if TYPE_CHECKING:
     from .app import AppModel
 
-OVERLAYS = ("coupon", "toast", "foreign")
 FLOAT_BALL = "com.miui.touchassistant"
 
 

@@ -36,7 +36,6 @@ OUTCOMES = (
 LAYOUTS = ("sku_sheet", "order_sheet")
 # phone-facts "The order sheet": every public capture of newer versions shows the order sheet
 ORDER_SHEET_FROM_VERSION_CODE = 82200
-PAYMENT_MODES = ("wechat", "alipay", "duoduo_balance", "pay_later", "password_free", "unreadable", "two_rows")
 
 
 class ScenarioError(ValueError):
@@ -177,7 +176,7 @@ class PhoneConfig:
     device: dict[str, Any] = field(default_factory=dict)
     start: dict[str, Any] = field(default_factory=dict)
     layout_override: str | None = None  # "sku_sheet" | "order_sheet"; None = follow the app version
-    payment_mode: str = "wechat"  # one of PAYMENT_MODES (the order sheet's payment row)
+    payment_mode: str = "wechat"  # one of names.PAYMENT_MODES (the order sheet's payment row)
     submit_text: str | None = None  # submit label prefix override (立即支付, 确认支付, 0元下单)
     service_banner: bool = False  # order sheet: #24小时发货#七天退换 banner with a 关闭 icon
     # the status bar's notification icons, one content-desc each (None: system_ui.DEFAULT_NOTIFICATIONS)

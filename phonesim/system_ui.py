@@ -29,6 +29,10 @@ LAUNCHER = "com.miui.home"
 LAUNCHER_ACTIVITY = f"{LAUNCHER}/{LAUNCHER}.launcher.Launcher"
 STATUS_H = 95  # the status bar window's height on the captures
 GESTURE_TOP = 2328  # the gesture strip window's top on the captures
+# the app's decor (LinearLayout > android:id/content) ends here on the captures: 26 px under the top of
+# the launcher's gesture strip (GESTURE_TOP), which is drawn over it
+APP_BOTTOM = 2354
+APP_BOUNDS = (0, STATUS_H, W, APP_BOTTOM)  # the app's content (android:id/content): pages, scrims, dialogs
 # personal data on the status bar (what real notification icons name): agent/capture.py and
 # agent/screens/masking.py must never let it through
 NOTIFICATION_TICKER = "短信通知：王小明 13812345678：您的快递已到"
