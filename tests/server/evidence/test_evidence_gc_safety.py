@@ -2,7 +2,7 @@
 and the budget settings (server/config.py): real SQLite file, real aiohttp app, the real CLI entry
 point. Tests marked "Found:" failed on the first version of these features (fixed since); the others
 are regressions the other tests do not cover (odd trees, chunk boundaries, a locked database, a missing
-evidence dir). The budget races are in tests/server/submissions/test_attempt_budget_attacks.py (it
+evidence dir). The budget races are in tests/server/submissions/test_attempt_budget_races.py (it
 needs small budgets for every test)."""
 
 from __future__ import annotations
