@@ -401,7 +401,7 @@ DOCTOR_AGENT_RUNNING = (
 
 def _journal_hold(serial: str) -> dict[str, Any] | None:
     """The phone's hold as its agent reports it, when its journal exists here: doctor's heartbeat must not tell
-    the server a hold is over that the agent still keeps (issue 32 §7). None when there is no journal."""
+    the server a hold is over that the agent still keeps. None when there is no journal."""
     from cmbuyer.agent.runner import hold_report
 
     path = journal_path(serial)

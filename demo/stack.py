@@ -323,7 +323,7 @@ class Stack:
 
     def dead(self) -> list[str]:
         """One line per child process that has exited on its own — which one, its exit code and its log —
-        so the demo can say so instead of waiting for tasks that can no longer move (issue 32 §9)."""
+        so the demo can say so instead of waiting for tasks that can no longer move."""
         children: list[tuple[str, subprocess.Popen[Any] | None, str]] = [
             ("服务器", self.server, "server.log"),
             ("手机模拟器", self.sim, "phonesim.log"),

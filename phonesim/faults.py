@@ -35,7 +35,7 @@ POPUPS = (
     "real_name",
     "too_busy",
 )
-# popups that BACK cannot dismiss and no tap leaves: the agent must stop and report (phone-facts walls)
+# popups that BACK cannot dismiss and no tap leaves: the agent must stop and report
 WALLS = frozenset({"risk_wall", "face_check", "account_risk", "real_name", "too_busy"})
 
 # kind -> (required params, optional params with defaults)

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from .system_ui import LAUNCHER
 
-# design §7.4: the payment denylist; any of these in a tapped node or its ancestors is a payment tap.
+# the payment denylist; any of these in a tapped node or its ancestors is a payment tap.
 # The simulator's own list, not cmbuyer.agent.screens.safety.PAYMENT_DENYLIST: the journal judges the agent
 # (assert_no_payment_taps) and phonesim imports no agent code, so a word dropped from the agent's list is caught.
 PAYMENT_WORDS = (

@@ -1,7 +1,7 @@
 """The order sheet of newer Pinduoduo versions (layout ``order_sheet``, 8.22.0 / 82200 by default).
 
 One bottom sheet over the product page holds everything the older layout spread over the SKU
-sheet and the confirm page (phone-facts "The order sheet"), top to bottom: address row, goods
+sheet and the confirm page, top to bottom: address row, goods
 image (desc ``商品主图``), ONE price+stock TextView (``最后5件 ¥59``, ``即将卖完 ¥128``, ``¥12.88``),
 the ``tv_select_sku`` label ``已选: …``, an optional service banner with a ``关闭`` icon, the
 quantity stepper (container id obfuscated), the promotion row, the inline option list (a
@@ -39,7 +39,7 @@ RECYCLER = "android.support.v7.widget.RecyclerView"  # the class the captures sh
 # launcher's gesture strip, as on the captures)
 PAY_H, BAR_H = 95, 141
 
-# payment_mode switch → the texts of the payment row(s) (phone-facts "The order sheet")
+# payment_mode switch → the texts of the payment row(s)
 PAYMENT_ROWS: dict[str, tuple[tuple[str, str], ...]] = {
     "wechat": (("使用#微信支付，更换支付方式", "微信支付"),),
     "alipay": (("使用#支付宝，更换支付方式", "支付宝"),),

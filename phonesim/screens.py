@@ -1,7 +1,7 @@
 """Build the view tree of every window for the current app state (1080x2400 portrait).
 
 Windows are returned topmost first (:func:`windows`); the system windows are the real captures'
-(:mod:`.system_ui`). Texts, classes and structure follow shared/phone-facts.md: the
+(:mod:`.system_ui`). Texts, classes and structure follow the real app (docs/phonesim.md "Screens"): the
 confirm-order page has no title text, its price+stock node reads ``最后3件 ¥269``, the
 chosen SKU label ``已选: [..]..`` uses ASCII brackets (id ``tv_select_sku``), and the
 submit text ``提交订单 ¥<total>`` is a non-clickable TextView in a clickable FrameLayout.
@@ -414,7 +414,7 @@ def popup(kind: str, custom: str | None) -> Node:
     )
 
 
-# newer walls seen in public captures (phone-facts "The order sheet"): title, body, button
+# newer walls seen in public captures: title, body, button
 WALL_TEXTS = {
     "face_check": ("刷脸验证", "请将正脸置于框内", "开始验证"),
     "account_risk": ("温馨提示", "检测到账户存在风险，已限制部分操作", "联系客服"),

@@ -59,7 +59,7 @@ class PhoneSim:
         self._tids = itertools.count(1)
         self.phones: dict[str, Phone] = {}
         # host:version requests answered (a client asks it before opening a device service unless it
-        # remembers the answer: issue 29 counts the connections a phone call costs)
+        # remembers the answer: tests count the connections a phone call costs)
         self.host_version_requests = 0
         self.host_lock = threading.Lock()
         self._conns: set[socket.socket] = set()

@@ -1,4 +1,4 @@
-"""What the server does before it serves and while it serves, listed in order (design §2.7).
+"""What the server does before it serves and while it serves, listed in order (docs/architecture.md "Safety rules").
 
 Start-up (:data:`STARTUP_STEPS`, run in this order; the first that raises stops start-up):
 
@@ -97,7 +97,8 @@ async def check_claim_secret(app: web.Application) -> None:
 
 
 async def recover(app: web.Application) -> None:
-    """Start-up step 4: sweep until nothing is left, before any device route serves (design §2.7).
+    """Start-up step 4: sweep until nothing is left, before any device route serves (docs/architecture.md "Safety
+    rules").
 
     Raises :class:`StartupRefused` when a pass fails on storage."""
     try:

@@ -42,7 +42,7 @@ def clock() -> ManualClock:
 @pytest.fixture
 def supervised_orders() -> str:
     """``CMBUYER_SUPERVISED_ORDERS`` for the ``settings`` fixture: "0" (supervision off, as the suites written
-    before issue 17 expect); tests of supervised first orders override this fixture."""
+    that do not test supervision expect); tests of supervised first orders override this fixture."""
     return "0"
 
 

@@ -1,4 +1,4 @@
-"""Device routes of issue 4 (docs/api.md "Device API I", "Device API II"): the order submission — its fence
+"""Device routes (docs/api.md "Device API I", "Device API II"): the order submission — its fence
 (``POST /api/v1/purchase-attempts/{aid}/submission-fence``) and its result
 (``POST /api/v1/order-submissions/{sid}/result``).
 

@@ -1,4 +1,4 @@
-"""Device routes of issue 4 (docs/api.md "Device API II", events and evidence): what a phone reports
+"""Device routes (docs/api.md "Device API II", events and evidence): what a phone reports
 about its task — events and evidence uploads.
 
 Each handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before

@@ -1,4 +1,4 @@
-"""Pause/resume and per-device pacing over the real device API (issue 32 §1 and §6; docs/api.md "Pause and
+"""Pause/resume and per-device pacing over the real device API (docs/api.md "Pause and
 pacing"): a paused device gets 204 from claim-next while tasks are PENDING and its heartbeat answer says
 ``paused``; its open claim still resumes; resume → it claims again; both are audited; a revoked device
 cannot be paused. A paced device gets 204 (and ``paced_until``) between claims and work after."""
@@ -85,7 +85,7 @@ async def test_paused_device_claims_nothing_keeps_its_claim_and_claims_again_aft
     assert _pause(sync_conn, clock, dev.device_id, True) is False  # idempotent: no second audit row
     answer = await _heartbeat(server_client, dev)
     assert answer["paused"] is True and "paced_until" not in answer
-    # an agent that does not list "pause" (older than issue 32: its schema refuses unknown fields) never gets it
+    # an agent that does not list "pause" (an older one: its schema refuses unknown fields) never gets it
     assert "paused" not in await _heartbeat(server_client, dev, features=[])
     # the open claim continues: the same session resumes the same attempt
     assert (await claim_ok(server_client, dev, session)).attempt_id == held.attempt_id

@@ -1,4 +1,4 @@
-"""Evidence upload over real HTTP (docs/api.md "POST /api/v1/tasks/{id}/evidence"; bad-inputs "Multipart evidence" and
+"""Evidence upload over real HTTP (docs/api.md "POST /api/v1/tasks/{id}/evidence";
 "PNG content")."""
 
 from __future__ import annotations

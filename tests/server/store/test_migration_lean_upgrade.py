@@ -139,7 +139,7 @@ def _applied(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
 
 
-# Today's claim-next and fence also read and write what 0007 adds for issue 17 (attempts.pack_key/supervised,
+# Today's claim-next and fence also read and write what 0007 adds for supervision (attempts.pack_key/supervised,
 # devices.supervision_off, the supervision tables). To serve the older schemas of this module with today's
 # code, 0007's statements (only ADD COLUMN and new tables; a column the data dir already has — devices.pack_id,
 # added by the data_dir fixture — is skipped) are applied as a test-only bridge, and taken off again before an
@@ -303,7 +303,7 @@ async def _fill_0004(
 ) -> list[Sent]:
     """Every device use-case and every admin/sweeper move of an authorization, on a 0004 database."""
     log: list[Sent] = []
-    # Today's fence and result write four submission columns that 0006 adds (issue 15). To serve this
+    # Today's fence and result write four submission columns that 0006 adds. To serve this
     # older schema with today's code they are added here as plain nullable columns — a test-only bridge;
     # 0005 does not rebuild order_submissions, so they pass through its upgrade untouched.
     for column in ("gate3_unit_price", "payment_mode", "order_sn", "observation_reason"):

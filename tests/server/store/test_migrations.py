@@ -1,4 +1,4 @@
-"""Migrations (issue 2): ordered, one transaction each with a checksum record; start-up refuses a
+"""Migrations: ordered, one transaction each with a checksum record; start-up refuses a
 pending, unknown (newer) or tampered migration."""
 
 from __future__ import annotations

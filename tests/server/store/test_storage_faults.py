@@ -1,5 +1,6 @@
-"""Storage failure injected in the middle of fence / result / evidence / events / fail (design §5,
-§10): the answer is an empty 503, nothing is half-written (no row references an evidence file whose
+"""Storage failure injected in the middle of fence / result / evidence / events / fail (docs/api.md
+"The HTTP edge (every route)"): the answer is an empty 503, nothing is half-written (no row references an evidence file
+whose
 row failed), and a retry with the same idempotency key works once the storage is back."""
 
 from __future__ import annotations

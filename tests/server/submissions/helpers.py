@@ -1,4 +1,4 @@
-"""Helpers for the issue 4 tests: claims through the REAL claim-next (HTTP against the in-process app,
+"""Helpers for the submission tests: claims through the REAL claim-next (HTTP against the in-process app,
 or the service itself on a sync connection for multi-process tests), request bodies, PNG and
 multipart builders, and a fingerprint of every table a device request may write."""
 
@@ -167,7 +167,7 @@ def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
     """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00, paid by 微信支付):
     :func:`tests.device_bodies.fence_request` with this claim's ids, token, SKU options and quantity. The
     options go as ``selected_options`` (today's agent) unless ``over`` names ``selected_color``/``selected_size``
-    (an agent before issue 34), which then replace them."""
+    (an agent that knows only colour/size), which then replace them."""
     legacy = "selected_color" in over or "selected_size" in over
     claim = {
         "task_id": c.task_id,

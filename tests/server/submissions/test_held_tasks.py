@@ -1,4 +1,4 @@
-"""A HELD task (issue 31: held by ``cmbuyer-server restore``) is refused by every device route, and a
+"""A HELD task (held by ``cmbuyer-server restore``) is refused by every device route, and a
 refusal writes nothing: the claim that was live on the lost host can neither renew, report events, fail
 nor take the fence, and a fenced attempt's result changes nothing. Real app over HTTP, real SQLite file."""
 

@@ -1,7 +1,8 @@
-"""A Hypothesis state machine over the device API (design §10): claim → events → evidence → fence →
+"""A Hypothesis state machine over the device API: claim → events → evidence → fence →
 result/fail, with random interleavings of replays, other devices acting on foreign claims, clock
 moves (including exactly onto a lease end), sweeper passes and server restarts — all over real HTTP
-against the real app and SQLite file. After every step the invariants of design §2 are checked on a
+against the real app and SQLite file. After every step the invariants of docs/architecture.md "Safety rules" are
+checked on a
 second connection:
 
 - at most one ``click_permitted: true`` per authorization, ever, and only with its submission row;

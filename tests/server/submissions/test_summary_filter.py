@@ -106,7 +106,7 @@ async def _refused_in_events_and_fail(
     assert fingerprint(conn) == before
 
 
-# Personal data of the order sheet (issue 18 item 7): addresses, recipients' names, masked and separated
+# Personal data of the order sheet: addresses, recipients' names, masked and separated
 # phone numbers, identity card numbers. Every one of these passed the filter before.
 PERSONAL = {
     "address_line": "收货地址 北京市朝阳区建国路88号 张三",

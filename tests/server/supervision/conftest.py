@@ -1,4 +1,4 @@
-"""Supervised first orders (issue 17): the server suites here run with ``CMBUYER_SUPERVISED_ORDERS=3`` (the
+"""Supervised first orders: the server suites here run with ``CMBUYER_SUPERVISED_ORDERS=3`` (the
 default) unless a test parametrizes ``supervised_orders``."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``POST /api/v1/purchase-attempts/{aid}/approval`` and ``…/approval/status`` (issue 17 §2–3): created once per
+"""``POST /api/v1/purchase-attempts/{aid}/approval`` and ``…/approval/status`` (docs/api.md "Supervised first orders:
+approval before the fence"): created once per
 readings, replayed byte for byte, bound to the claim like the fence, refused with documented codes."""
 
 from __future__ import annotations
@@ -214,14 +215,14 @@ async def test_claim_checks_like_the_fence(
         lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "   "]]}},
         lambda b: {**b, "readings": {**b["readings"], "selected_options": []}},
         lambda b: {**b, "readings": {**b["readings"], "selected_color": "黑色"}},  # both forms at once
-        # an agent before issue 34 (colour/size): a blank colour
+        # an agent that knows only colour/size (colour/size): a blank colour
         lambda b: {
             **b,
             "readings": {k: v for k, v in b["readings"].items() if k != "selected_options"}
             | {"selected_color": "   ", "selected_size": None},
         },
         lambda b: {**b, "readings": {**b["readings"], "payment_mode": "x" * 33}},
-        # bidi and invisible characters (issue 33): the drawer showed "\u202e色黑" as 黑色
+        # bidi and invisible characters: the drawer showed "\u202e色黑" as 黑色
         lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "\u202e色黑"]]}},
         lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "黑色"], ["尺码", "M\u200b"]]}},
         lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜\u200b色", "黑色"]]}},

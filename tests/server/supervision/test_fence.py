@@ -1,4 +1,4 @@
-"""The fence of a supervised attempt (issue 17 §5): it needs this attempt's APPROVED request for exactly the
+"""The fence of a supervised attempt: it needs this attempt's APPROVED request for exactly the
 readings it is asked with; otherwise ``409 approval_required`` and nothing is written. Closing an attempt voids
 its live request."""
 
