@@ -513,7 +513,6 @@ class Settings:
     metrics: bool = _default("metrics")  # GET /metrics served
     metrics_token: Secret | None = field(default=_default("metrics_token"), repr=True)
     # confirmed-right orders a device–pack pair needs before it runs without a person's approval; 0 = off
-    #
     supervised_orders: int = _default("supervised_orders")
     # task spreadsheet import bounds
     import_max_rows: int = _default("import_max_rows")
