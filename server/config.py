@@ -21,7 +21,7 @@ from typing import Any
 
 from cmbuyer.schemas import MONEY_RE
 from cmbuyer.schemas.text import has_control_chars, normalize_sku
-from cmbuyer.server.domain.errors import SettingsError as SettingsError  # its home; importers keep this name
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.domain.evidence_limits import (
     SPEC_EVIDENCE_MAX_BYTES,
     SPEC_EVIDENCE_MAX_PIXELS,

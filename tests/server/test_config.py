@@ -16,12 +16,12 @@ from cmbuyer.server.config import (
     SETTINGS_BY_NAME,
     SETTINGS_TABLE,
     Settings,
-    SettingsError,
     default_text,
     env_file_defaults,
     load_settings,
     settings_markdown,
 )
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.domain.evidence_limits import MULTIPART_OVERHEAD, EvidenceLimits
 from cmbuyer.server.web import multipart
 

@@ -19,7 +19,8 @@ from cmbuyer.server import lifecycle
 from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
-from cmbuyer.server.lifecycle import StartupRefused, StartupStep
+from cmbuyer.server.domain.errors import StartupRefused
+from cmbuyer.server.lifecycle import StartupStep
 
 ROOT = Path(__file__).resolve().parents[2]
 

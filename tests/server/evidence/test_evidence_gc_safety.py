@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.config import Settings, SettingsError, load_settings
+from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.evidence import files
 from cmbuyer.server.store import evidence as evidence_store
 from tests.server.evidence.conftest import EvidenceGc

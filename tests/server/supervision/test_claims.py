@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from cmbuyer.schemas import validate
-from cmbuyer.server.config import SettingsError, load_settings
+from cmbuyer.server.config import load_settings
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.store import supervision as store
 from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds, DeviceMaker, Maker
