@@ -17,27 +17,11 @@ from decimal import Decimal
 
 from cmbuyer.agent.screens.dump import Bounds, Dump, Node
 from cmbuyer.agent.screens.text import AMOUNT, normalize, to_money
+from cmbuyer.schemas.payment import PAYMENT_WORDS
 
-# the payment words of docs/agent.md "Payment safety", the retention dialog's "仅¥" and cashier wording.
-PAYMENT_DENYLIST: tuple[str, ...] = (
-    "支付",
-    "付款",
-    "继续支付",
-    "立即支付",
-    "去支付",
-    "确认支付",
-    "更换支付方式",
-    "微信支付",
-    "支付宝",
-    "多多支付",
-    "先用后付",
-    "免密",
-    "收银台",
-    "仅¥",
-    "银行卡",
-    "指纹",
-    "密码",
-)
+# the words of every payment control (cmbuyer.schemas.payment), plus the cashier's and the retention dialog's
+# own: docs/agent.md "Payment safety"
+PAYMENT_DENYLIST: tuple[str, ...] = (*PAYMENT_WORDS, "收银台", "仅¥", "银行卡", "指纹", "密码")
 # the risk walls seen on real phones. Real-name walls are matched by
 # their phrases, not by a bare 实名: that word also appears in ordinary goods and service texts
 # (实名制, 实名认证商家), and a wall word on a normal page would stop every task on the phone.
