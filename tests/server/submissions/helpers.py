@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -18,12 +19,13 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from cmbuyer.server.config import Settings
+from cmbuyer.server.config import DEFAULT_PAYMENT_MODES, Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import evidence_upload
+from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.tx.common import new_id
 from tests.device_bodies import fence_request
@@ -122,11 +124,16 @@ async def claim_http(client: Any, creds: DeviceCreds) -> Claim:
     return Claim.from_body(creds, session, json.loads(raw))
 
 
+async def fence_http(client: Any, c: Claim, **over: Any) -> tuple[int, bytes]:
+    """POST claim ``c``'s fence request (:func:`fence_body` with ``over``) as its device: (status, raw body)."""
+    return await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c, **over))
+
+
 async def fenced_http(client: Any, make_device: Maker, make_task: Maker) -> tuple[Claim, str]:
     """A started task claimed over HTTP by a new device and fenced (click permitted): the claim and submission id."""
     make_task(start=True)
     c = await claim_http(client, make_device())
-    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
+    status, raw = await fence_http(client, c)
     assert status == 200 and json.loads(raw)["click_permitted"] is True
     return c, json.loads(raw)["submission_id"]
 
@@ -264,6 +271,25 @@ def evidence_fields(c: Claim, data: bytes, **over: str) -> dict[str, str]:
     }
     fields.update(over)
     return fields
+
+
+def fence_job(
+    c: Claim, body: dict[str, Any], now: datetime, payment_modes: tuple[str, ...] = DEFAULT_PAYMENT_MODES
+) -> Callable[[sqlite3.Connection], fence_service.FenceAnswer]:
+    """The fence use-case for claim ``c`` as a job for the server's writer (``db.write``) or a test's own
+    transaction: what the fence route runs after it has read and checked ``body``."""
+
+    def job(conn: sqlite3.Connection) -> fence_service.FenceAnswer:
+        return fence_service.create_fence(
+            conn,
+            device_id=c.device.device_id,
+            attempt_id=c.attempt_id,
+            body=body,
+            now=now,
+            allowed_payment_modes=payment_modes,
+        )
+
+    return job
 
 
 def direct_upload(c: Claim, data: bytes, kind: str = "FAILURE") -> evidence_upload.Upload:
