@@ -86,7 +86,7 @@ class MoneyError(AgentError):
 
 
 class MoneyAmbiguous(MoneyError):
-    """More than one price candidate in one text/reading ("more than one → stop")."""
+    """More than one price candidate in one text/reading (more than one → stop, never a guess)."""
 
     reason_code = "UNIT_PRICE_AMBIGUOUS"
 

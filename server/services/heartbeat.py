@@ -89,7 +89,7 @@ def record_heartbeat(
 def _hold_and_screen(
     conn: sqlite3.Connection, device_id: str, body: dict[str, Any], *, at: str, features: set[str]
 ) -> dict[str, Any]:
-    """store the reported hold (or its end), answer a pending 释放 of it, take the ``screen``
+    """Store the reported hold (or its end), answer a pending 释放 of it, take the ``screen``
     answer and repeat a pending 查看当前屏幕; returns the answer fields the agent's ``features`` allow."""
     before = device_store.hold_state(conn, device_id)
     assert before is not None  # device_tx.begin proved the row

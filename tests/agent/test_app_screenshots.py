@@ -114,7 +114,7 @@ def test_a_window_drawn_over_the_app_is_black_too() -> None:
 
 
 def test_a_shot_between_two_dumps_is_masked_by_both() -> None:
-    """a screenshot taken between the two dumps of a stable read is masked with both — a
+    """A screenshot taken between the two dumps of a stable read is masked with both — a
     window drawn over the app in either of them is black, and only what lies inside an app window in
     both is kept (a notification that came or went between the dumps may have been on the shot)."""
     sys_ui, app = 'package="com.android.systemui"', 'package="com.xunmeng.pinduoduo"'

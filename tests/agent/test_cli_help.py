@@ -13,7 +13,7 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_operator_facing_text_is_chinese() -> None:
-    """what ``cmbuyer-agent`` prints — its own lines, doctor's details, ``run``'s console lines
+    """What ``cmbuyer-agent`` prints — its own lines, doctor's details, ``run``'s console lines
     and hold reasons, the 401 line — is Chinese (codes, option names and paths as they are); doctor's check
     names stay as ``--json`` names them and are printed beside their Chinese label."""
     from pathlib import Path

@@ -54,7 +54,7 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_doctor_prints_chinese_lines_without_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """without ``--json`` doctor prints one Chinese line per check (its ``--json`` name beside the
+    """Without ``--json`` doctor prints one Chinese line per check (its ``--json`` name beside the
     label); a failed check says 失败 and its detail."""
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
         cred = _creds_file(tmp_path, srv)
@@ -102,7 +102,7 @@ def test_doctor_heartbeats_no_pack(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_doctor_and_run_find_credentials_alike_and_say_what_is_wrong(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """no credentials → doctor names the options and the default path; credentials in the default
+    """No credentials → doctor names the options and the default path; credentials in the default
     path (``$CMBUYER_AGENT_STATE_DIR/<serial>.cred``) are found without flags; a revoked device → doctor says
     401 and what to check, and ``run --once`` ends with that one line and exit code 2."""
     from cmbuyer.agent.cli import default_credentials_path
@@ -215,7 +215,7 @@ def test_journal_command_shows_state_without_tokens(
 def test_progress_lines_show_hidden_characters_instead_of_obeying_them(
     json_logs: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """a reading from the phone in a progress line (``GATE_1 STOP … color=\\u202e色黑``) is shown
+    """A reading from the phone in a progress line (``GATE_1 STOP … color=\\u202e色黑``) is shown
     with its bidi/invisible characters escaped, on one line."""
     from cmbuyer.agent.cli import _progress_fn
 

@@ -103,7 +103,7 @@ def test_busy_heartbeat_carries_the_pack_id(tmp_path: Path, fast_phone: FlowWait
 def test_a_100000_deep_pack_is_one_line_and_the_heartbeat_says_no_pack(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """a 100,000-deep nested pack for the installed version in the operator pack dir
+    """A 100,000-deep nested pack for the installed version in the operator pack dir
     (it crashed ``run`` with a RecursionError traceback): one line naming the file, the runner keeps
     heartbeating ``NO_PACK`` and claims nothing."""
     pack_dir = tmp_path / "packs"

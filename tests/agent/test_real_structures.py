@@ -88,7 +88,7 @@ def test_the_order_sheet_pack_gives_every_reading_of_the_readme(name: str) -> No
 
 
 def test_inspect_says_how_a_task_may_name_each_option_group() -> None:
-    """the pack's alias table shown by ``inspect``: the header as shown and its synonyms."""
+    """The pack's alias table shown by ``inspect``: the header as shown and its synonyms."""
     out = inspect_dump(parse_dump(text("order_sheet_image_tiles.xml")), [packs()[SHEET]])
     (header,) = out["readings"]["options"]
     assert out["dimension_names"] == {header: list(packs()[SHEET].aliases_of(header))}

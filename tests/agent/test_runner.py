@@ -472,7 +472,7 @@ def test_json_logs_carry_utc_time_ids_step_and_reason(tmp_path: Path, capsys: py
 
 
 def test_release_from_the_admin_page_clears_the_hold_and_the_phone_claims_again(tmp_path: Path) -> None:
-    """the heartbeat reports the journal's hold (its code and the attempt it was set on); the
+    """The heartbeat reports the journal's hold (its code and the attempt it was set on); the
     answer's ``hold_released`` clears it, the agent logs who released it and why, and claims again."""
     journal = Journal(tmp_path / "j.sqlite3")
     attempt = make_purchase().claim.attempt_id
@@ -535,7 +535,7 @@ def test_screen_request_sends_a_screenshot_or_names_the_app_in_front(tmp_path: P
 
 
 def test_the_printed_clear_hold_command_runs_as_printed(tmp_path: Path) -> None:
-    """the HOLD line names the state dir and the program, so pasting its command into a shell on
+    """The HOLD line names the state dir and the program, so pasting its command into a shell on
     another directory clears exactly this phone's hold."""
     import re
     import subprocess

@@ -131,7 +131,7 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
 
 
 def _assert_no_secret_in_any_log(stack: Stack) -> None:
-    """every log line of the run (server, simulator, agents) is free of the device tokens, the
+    """Every log line of the run (server, simulator, agents) is free of the device tokens, the
     claim tokens the agents held, the server's secrets and the admin password."""
     secrets = [stack.admin_password]
     for cred in (stack.data_dir / "agents").glob("*.credentials"):

@@ -268,7 +268,7 @@ def _heartbeat_with_a_secret_in_the_query(port: int, issued: dict) -> None:
 
 
 def test_serve_reports_a_busy_port_before_any_serving_line(ddir: Path) -> None:
-    """nothing says "serving" unless the socket is bound; a busy port → exit 3, one line."""
+    """Nothing says "serving" unless the socket is bound; a busy port → exit 3, one line."""
     import socket
 
     with socket.socket() as taken:
@@ -380,7 +380,7 @@ def test_task_add_with_options(ddir: Path) -> None:
 
 
 def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
-    """every ``cmbuyer-server … --help`` runs (exit 0) and nothing in it lacks a help line."""
+    """Every ``cmbuyer-server … --help`` runs (exit 0) and nothing in it lacks a help line."""
     from cmbuyer.server.cli import build_parser, main
     from tests.cli_help import check_every_help
 
@@ -388,7 +388,7 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_operator_facing_text_is_chinese() -> None:
-    """every line ``cmbuyer-server`` prints or fails with is Chinese (codes, option names and paths
+    """Every line ``cmbuyer-server`` prints or fails with is Chinese (codes, option names and paths
     as they are); doctor's check names stay as ``--json`` names them, printed beside their Chinese label."""
     from cmbuyer.server import cli, cli_text, config, task_summary
     from tests.cli_text import english_messages

@@ -134,7 +134,7 @@ def test_cli_refuses_hidden_characters_in_every_text(ddir: Path) -> None:
 
 @pytest.mark.parametrize("value", REFUSED.values(), ids=REFUSED.keys())
 def test_visible_writes_every_refused_character_as_an_escape(value: str) -> None:
-    """text a person reads in a terminal or log (dry-run verdicts, agent progress) shows a
+    """Text a person reads in a terminal or log (dry-run verdicts, agent progress) shows a
     bidi or invisible character as ``\\uXXXX`` instead of obeying it."""
     from cmbuyer.schemas.text import visible
 

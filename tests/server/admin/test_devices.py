@@ -152,7 +152,7 @@ async def test_pause_resume_and_pacing_from_the_page(
 async def test_stale_heartbeat_shows_lost_never_idle(
     admin_client: AdminClient, make_device: Any, sync_conn: Any
 ) -> None:
-    """a READY phone whose heartbeat is older than interval × factor is 已失联, not 空闲; a fresh
+    """A READY phone whose heartbeat is older than interval × factor is 已失联, not 空闲; a fresh
     one shows its age and adb serial."""
     lost, fresh = make_device("lost-phone"), make_device("fresh-phone")
     sync_conn.execute("BEGIN IMMEDIATE")
@@ -172,7 +172,7 @@ async def test_stale_heartbeat_shows_lost_never_idle(
 async def test_task_search_by_phone_name(
     admin_client: AdminClient, make_device: Any, make_task: Any, seed: Any
 ) -> None:
-    """the task table's 手机 filter lists the tasks a phone of that name claimed; the devices page
+    """The task table's 手机 filter lists the tasks a phone of that name claimed; the devices page
     links each phone to it."""
     one, two = make_device("采购机 一号"), make_device("采购机 二号")
     mine, theirs, nobody = (make_task(title=t, start=True) for t in ("一号的任务", "二号的任务", "没人领的任务"))
