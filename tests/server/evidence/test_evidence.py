@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +18,6 @@ from tests.server.evidence.pngs import build, padded_to
 from tests.server.submissions import helpers
 
 MiB = 1024 * 1024
-
-
-def _stored_files(settings: Settings) -> list[Path]:
-    return sorted(p for p in settings.evidence_dir.rglob("*") if p.is_file())
 
 
 async def test_upload_201_then_replay_200_and_bytes_kept(
@@ -117,7 +112,7 @@ async def test_device_a_cannot_upload_to_device_b_attempt(
     status, raw = await helpers.upload(server_client, other.device, claimed.task_id, body, ctype)
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     assert helpers.fingerprint(sync_conn) == before
-    assert _stored_files(settings) == []  # refused before the file store
+    assert helpers.stored_files(settings) == set()  # refused before the file store
 
 
 async def test_closed_claim_replays_old_key_refuses_new(server_client: Any, claimed: helpers.Claim) -> None:
@@ -219,7 +214,7 @@ async def test_bad_multipart_rows_refused_nothing_written(
         status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype)
         assert (status, raw) == (want_status, json.dumps({"error": want_code}, separators=(",", ":")).encode()), label
     assert helpers.fingerprint(sync_conn) == before
-    assert _stored_files(settings) == []
+    assert helpers.stored_files(settings) == set()
 
 
 async def test_odd_filenames_are_ignored(server_client: Any, claimed: helpers.Claim, settings: Settings) -> None:
@@ -230,7 +225,7 @@ async def test_odd_filenames_are_ignored(server_client: Any, claimed: helpers.Cl
         body = body.replace(b'filename="s.png"', disposition.encode())
         status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype)
         assert status in (200, 201), (disposition, raw)
-    assert all(p.name.endswith(".png") and len(p.stem) == 64 for p in _stored_files(settings))
+    assert all(p.name.endswith(".png") and len(p.stem) == 64 for p in helpers.stored_files(settings))
     assert not (settings.evidence_dir.parent / "x").exists()
 
 

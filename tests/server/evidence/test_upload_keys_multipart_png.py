@@ -10,7 +10,6 @@ import json
 import sqlite3
 import struct
 import zlib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +19,6 @@ from cmbuyer.server.evidence.png import ImageRejected, validate_png
 from tests.server.submissions import helpers
 
 B = "cmbuyer-test-boundary"
-
-
-def _files(settings: Settings) -> set[Path]:
-    root = Path(settings.evidence_dir)
-    return {p for p in root.rglob("*") if p.is_file()} if root.exists() else set()
 
 
 # --- idempotency keys never leave unreferenced files behind -------------------------------------------
@@ -37,13 +31,13 @@ async def test_reused_upload_key_with_other_file_stores_no_file(
     fields = helpers.evidence_fields(claimed, first)
     body, ctype = helpers.multipart(fields, first)
     assert (await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
-    files, before = _files(settings), helpers.fingerprint(sync_conn)
+    files, before = helpers.stored_files(settings), helpers.fingerprint(sync_conn)
     for n in range(3):
         other = helpers.png(size=(25 + n, 16))
         body2, ctype2 = helpers.multipart({**fields, "sha256": hashlib.sha256(other).hexdigest()}, other)
         status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body2, ctype2)
         assert (status, json.loads(raw)) == (409, {"error": "idempotency_conflict"})
-    assert _files(settings) == files  # a conflicting upload never reaches the disk
+    assert helpers.stored_files(settings) == files  # a conflicting upload never reaches the disk
     assert helpers.fingerprint(sync_conn) == before
 
 
@@ -56,7 +50,7 @@ async def test_key_of_another_endpoint_as_upload_key_stores_no_file(
     body, ctype = helpers.multipart(helpers.evidence_fields(claimed, data, upload_key=ev["batch_key"]), data)
     status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype)
     assert (status, json.loads(raw)) == (409, {"error": "idempotency_conflict"})
-    assert _files(settings) == set()
+    assert helpers.stored_files(settings) == set()
 
 
 async def test_closed_claim_reused_key_with_new_file_stores_no_file(
@@ -72,7 +66,7 @@ async def test_closed_claim_reused_key_with_new_file_stores_no_file(
             server_client, helpers.fail_path(claimed.attempt_id), claimed.device, helpers.fail_body(claimed)
         )
     )[0] == 200
-    files = _files(settings)
+    files = helpers.stored_files(settings)
     assert await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, first)  # replay
     other = helpers.png(size=(40, 40))
     body2, ctype2 = helpers.multipart({**fields, "sha256": hashlib.sha256(other).hexdigest()}, other)
@@ -81,7 +75,7 @@ async def test_closed_claim_reused_key_with_new_file_stores_no_file(
     body3, ctype3 = helpers.multipart(helpers.evidence_fields(claimed, other), other)  # new key after close
     status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body3, ctype3)
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
-    assert _files(settings) == files
+    assert helpers.stored_files(settings) == files
 
 
 async def test_other_devices_key_and_attempt(
@@ -96,7 +90,7 @@ async def test_other_devices_key_and_attempt(
     fields = helpers.evidence_fields(claimed, data)
     body, ctype = helpers.multipart(fields, data)
     assert (await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
-    files, before = _files(settings), helpers.fingerprint(sync_conn)
+    files, before = helpers.stored_files(settings), helpers.fingerprint(sync_conn)
     other_data = helpers.png(size=(30, 30))
     # B reuses A's key for its own attempt; B targets A's attempt/task; B mixes its task with A's attempt.
     for task_id, attempt_id, key in (
@@ -109,7 +103,7 @@ async def test_other_devices_key_and_attempt(
         status, raw = await helpers.upload(server_client, other.device, task_id, b, ct)
         assert status == 409, raw
         assert json.loads(raw)["error"] in ("idempotency_conflict", "claim_not_current")
-    assert _files(settings) == files and helpers.fingerprint(sync_conn) == before
+    assert helpers.stored_files(settings) == files and helpers.fingerprint(sync_conn) == before
 
 
 # --- multipart edge cases -----------------------------------------------------------------------------
@@ -213,7 +207,7 @@ async def test_multipart_edge_cases_are_4xx_and_write_nothing(
             {"error": "unsupported_image"},
         ), name
     assert helpers.fingerprint(sync_conn) == before
-    assert _files(settings) == set()
+    assert helpers.stored_files(settings) == set()
     # the untouched form still works (the cases above did not poison anything)
     body, ctype = _form(claimed, data)
     assert (await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
@@ -335,4 +329,4 @@ async def test_png_edge_cases_over_http(
         body, ctype = helpers.multipart(helpers.evidence_fields(claimed, data), data)
         status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype)
         assert (status, json.loads(raw)) == (400, {"error": "unsupported_image"}), name
-    assert helpers.fingerprint(sync_conn) == before and _files(settings) == set()
+    assert helpers.fingerprint(sync_conn) == before and helpers.stored_files(settings) == set()

@@ -422,3 +422,9 @@ def age_file(path: Path, seconds: float) -> None:
     """Set ``path``'s access and modification time ``seconds`` into the past (never through a symlink)."""
     then = time.time() - seconds
     os.utime(path, (then, then), follow_symlinks=False)
+
+
+def stored_files(settings: Settings) -> set[Path]:
+    """Every file under the evidence directory (none when it does not exist yet)."""
+    root = settings.evidence_dir
+    return {p for p in root.rglob("*") if p.is_file()} if root.exists() else set()
