@@ -23,7 +23,6 @@ drained — every event and all three gate screenshots acknowledged by the serve
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
-from cmbuyer.agent.prefence import BUY_PATH_ENV, PrefenceEngine, PrefenceOrder
+from cmbuyer.agent.prefence import PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.recovery import send_fail
 from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.submit import submit_order_once
@@ -70,7 +69,8 @@ class FlowResult:
 class PurchaseFlow:
     """One claimed purchase on one phone (module docstring). ``waits``: the flow's deadlines (production's
     are ``FlowWaits()``, the runner passes its config's); ``fence_margin``: seconds of lease wanted at the
-    fence request; ``buy_path``: ``single``/``group``, else ``CMBUYER_AGENT_BUY_PATH``."""
+    fence request; ``buy_path``: ``single``/``group`` (the CLI's ``CMBUYER_AGENT_BUY_PATH``); ``approval_settings``:
+    the supervised wait's timeout and poll interval (the CLI's ``CMBUYER_AGENT_APPROVAL_*``; defaults when None)."""
 
     def __init__(
         self,
@@ -84,10 +84,12 @@ class PurchaseFlow:
         lease: LeaseKeeper | None = None,
         progress: Callable[[str], None] | None = None,
         fence_margin: float = FENCE_LEASE_MARGIN,
-        buy_path: str | None = None,
+        buy_path: str = "single",
+        approval_settings: approval.ApprovalSettings | None = None,
     ) -> None:
         self.phone = phone
-        self.buy_path = buy_path or os.environ.get(BUY_PATH_ENV, "single")
+        self.buy_path = buy_path
+        self.approval_settings = approval_settings or approval.ApprovalSettings()
         self.pack = pack
         self.sink = sink
         self.journal = journal
@@ -181,6 +183,7 @@ class PurchaseFlow:
                         event=lambda *e: self._event(claim, *e),
                         progress=self.progress,
                         fence_margin=self.fence_margin,
+                        settings=self.approval_settings,
                     ),
                     claim,
                     proof,

@@ -108,12 +108,10 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def default_state_dir() -> Path:
-    return Path(os.environ.get("CMBUYER_AGENT_STATE_DIR") or "./var/agent")
-
-
-def journal_path(serial: str, state_dir: Path | None = None) -> Path:
-    return (state_dir or default_state_dir()) / f"{_SAFE_SERIAL.sub('_', serial)}.sqlite3"
+def journal_path(serial: str, state_dir: Path) -> Path:
+    """``<state_dir>/<serial>.sqlite3`` with the serial made file-safe (``state_dir``: the agent's
+    ``CMBUYER_AGENT_STATE_DIR``, agent/settings.py)."""
+    return state_dir / f"{_SAFE_SERIAL.sub('_', serial)}.sqlite3"
 
 
 class JournalError(Exception):
@@ -229,7 +227,8 @@ class Journal:
                 db.execute(f"PRAGMA user_version = {version:d}")  # a pragma takes no bound parameter
 
     @classmethod
-    def for_serial(cls, serial: str, state_dir: Path | None = None) -> Journal:
+    def for_serial(cls, serial: str, state_dir: Path) -> Journal:
+        """The journal of the phone ``serial`` in ``state_dir`` (:func:`journal_path`)."""
         return cls(journal_path(serial, state_dir))
 
     def _committed(self, point: str) -> None:

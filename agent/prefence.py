@@ -34,7 +34,6 @@ from cmbuyer.schemas.sku import SkuOptions
 
 T = TypeVar("T")
 
-BUY_PATH_ENV = "CMBUYER_AGENT_BUY_PATH"  # single (default) | group — docs/agent.md "Buy path"
 # The gate steps, in flow order; a dry run prints one verdict line for each.
 GATE_STEPS = ("GATE_1", "GATE_2", "CHECK_PAYMENT_MODE", "GATE_3")
 
@@ -76,18 +75,16 @@ class PrefenceOutcome:
     gate3_summary: str
 
 
+@dataclass(kw_only=True, eq=False)
 class PrefenceEngine:
     """Runs every pre-fence step on ``phone`` with ``pack``; ``buy_path`` is ``single`` or ``group``;
     ``waits``: how long a screen or a tap's effect may take."""
 
-    def __init__(
-        self, *, phone: PhoneAdapter, pack: Pack, observer: PrefenceObserver, buy_path: str, waits: FlowWaits
-    ) -> None:
-        self.phone = phone
-        self.pack = pack
-        self.observer = observer
-        self.buy_path = buy_path
-        self.waits = waits
+    phone: PhoneAdapter
+    pack: Pack
+    observer: PrefenceObserver
+    buy_path: str
+    waits: FlowWaits
 
     def _step(self, step: str, fn: Callable[[], T]) -> T:
         self.observer.checkpoint()

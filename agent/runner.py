@@ -49,6 +49,7 @@ from types import FrameType
 from typing import Any
 
 from cmbuyer.agent import logfields
+from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import HttpDeviceApi, wire_summary
 from cmbuyer.agent.errors import (
     AgentError,
@@ -144,6 +145,8 @@ class RunnerConfig:
     holds: HoldPolicy = field(default_factory=HoldPolicy)  # streak limits (CLI flags / env)
     pack_dir: Path | None = None  # operator selector packs (--pack-dir / CMBUYER_AGENT_PACK_DIR)
     waits: FlowWaits = field(default_factory=FlowWaits)  # the flow's deadlines; production's by default
+    buy_path: str = "single"  # CMBUYER_AGENT_BUY_PATH
+    approval: ApprovalSettings = field(default_factory=ApprovalSettings)  # CMBUYER_AGENT_APPROVAL_*
 
 
 @dataclass(frozen=True)
@@ -517,6 +520,8 @@ class Runner:
             stop=self.stop,
             lease=lease,
             progress=self.progress,
+            buy_path=self.cfg.buy_path,
+            approval_settings=self.cfg.approval,
         )
         self._flow = flow
         with logfields.claim(t.id, c.attempt_id):  # JSON log lines of this attempt carry both ids

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent.instance import LOCK_DIR_ENV
+from cmbuyer.agent.settings import AGENT_SETTINGS_BY_NAME
 from cmbuyer.phonesim.journal import read_journal
 from cmbuyer.server.db import connect_sync
 from cmbuyer.server.web.admin import task_view
@@ -33,6 +33,7 @@ SETTLED = frozenset(
     {"WAITING_PAYMENT", "RECONCILIATION_REQUIRED", "FAILED", "EXPIRED", "CANCELLED", "CLOSED_NOT_CREATED", "PAID"}
 )
 GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
+LOCK_DIR_ENV = AGENT_SETTINGS_BY_NAME["lock_dir"].env  # kept: every agent and doctor of a host shares it
 
 
 class StackError(RuntimeError):

@@ -24,7 +24,6 @@ Rules (docs/architecture.md "Agent"):
 from __future__ import annotations
 
 import logging
-import os
 import re
 import socket
 import threading
@@ -44,6 +43,7 @@ from cmbuyer.agent.errors import (
     SubmitTapUnknown,
 )
 from cmbuyer.agent.phone.deadline import call_with_deadline
+from cmbuyer.agent.phone.devices import AdbDevice, U2Device
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
 from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, encode_png, mask_outside_app
@@ -75,12 +75,6 @@ class Deadlines:
     shell: float = 10.0
     screenshot: float = 15.0
     tap: float = 5.0
-
-
-def adb_endpoint() -> tuple[str, int]:
-    host = os.environ.get("ANDROID_ADB_SERVER_HOST") or "127.0.0.1"
-    port = int(os.environ.get("ANDROID_ADB_SERVER_PORT") or 5037)
-    return host, port
 
 
 def probe_adb_server(host: str, port: int, timeout: float = 2.0) -> None:
@@ -210,11 +204,18 @@ class PhoneAdapter:
     """Synchronous adapter for one device serial. Construct with :meth:`connect`."""
 
     def __init__(
-        self, serial: str, device: Any, u2dev: Any, deadlines: Deadlines | None = None, app_package: str = APP_PACKAGE
+        self,
+        serial: str,
+        device: AdbDevice,
+        u2dev: U2Device,
+        deadlines: Deadlines | None = None,
+        app_package: str = APP_PACKAGE,
     ) -> None:
+        """``device``/``u2dev``: the adbutils and uiautomator2 devices of ``serial`` (agent/phone/devices.py
+        names what is used of them; :meth:`connect` makes both)."""
         self.serial = serial
-        self._adb = device
-        self._u2 = u2dev
+        self._adb: AdbDevice = device
+        self._u2: U2Device = u2dev
         self.deadlines = deadlines or Deadlines()
         self.app_package = app_package
         # The last (at most two) consecutive dumps taken since the last action, oldest first.
@@ -239,17 +240,21 @@ class PhoneAdapter:
         self.action_listener: Callable[[dict[str, Any], Node | None], None] | None = None
 
     @classmethod
-    def connect(cls, serial: str, deadlines: Deadlines | None = None) -> PhoneAdapter:
-        """Probe the adb server, attach to ``serial`` and start/reach the uiautomator2 server."""
+    def connect(
+        cls, serial: str, deadlines: Deadlines | None = None, *, adb_server: tuple[str, int] | None = None
+    ) -> PhoneAdapter:
+        """Probe the adb server, attach to ``serial`` and start/reach the uiautomator2 server. ``adb_server``:
+        ``(host, port)`` (the CLI passes its settings'); None leaves it to adbutils, which reads adb's own
+        ``ANDROID_ADB_SERVER_HOST``/``_PORT`` (the simulator's test helpers set them)."""
         import adbutils
         import uiautomator2 as u2
 
         deadlines = deadlines or Deadlines()
-        host, port = adb_endpoint()
-        probe_adb_server(host, port)
+        host, port = adb_server or (None, None)
+        client = _client_class(adbutils)(host=host, port=port)
+        probe_adb_server(client.host, client.port)
 
         def attach() -> tuple[Any, Any]:
-            client = _client_class(adbutils)(host=host, port=port)
             states = {d.serial: d.state for d in client.list()}
             if states.get(serial) != "device":
                 raise PhoneError(f"手机 {serial} 不在线（adb devices 里没有它，或状态不是 device）", "ADB_ERROR")

@@ -113,7 +113,7 @@ def test_doctor_and_run_find_credentials_alike_and_say_what_is_wrong(
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
         assert main(["doctor", "--json", "--device", "sim-1", "--server", srv.url]) == 1
         missing = _checks(capsys.readouterr().out)["device credentials"]
-        default = default_credentials_path("sim-1")
+        default = default_credentials_path("sim-1", tmp_path / "state")
         assert missing["ok"] is False
         for named in ("--credentials-file", "CMBUYER_DEVICE_ID", "CMBUYER_DEVICE_TOKEN", str(default)):
             assert named in missing["detail"]
@@ -200,7 +200,7 @@ def test_journal_command_shows_state_without_tokens(
     from .fakes import journal_claim, make_purchase
 
     monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path))
-    j = Journal.for_serial("192.168.0.173:5555")
+    j = Journal.for_serial("192.168.0.173:5555", tmp_path)
     c = make_purchase().claim
     journal_claim(j, c)
     j.set_hold("lease lost")
@@ -234,12 +234,13 @@ def test_doctor_leaves_a_running_agents_state_alone(
     from cmbuyer.agent.cli import DOCTOR_AGENT_RUNNING
     from cmbuyer.agent.client import HttpDeviceApi
     from cmbuyer.agent.instance import run_lock
+    from cmbuyer.agent.settings import load_agent_settings
 
     monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "state"))
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
         cred = _creds_file(tmp_path, srv)
         device_id = json.loads(cred.read_text())["device_id"]
-        with run_lock("sim-1"):  # what `run` holds while it runs
+        with run_lock("sim-1", load_agent_settings().lock_dir):  # what `run` holds while it runs (the suite's dir)
             agent = HttpDeviceApi(srv.url, srv_creds(cred), _NoKeysForTest(), retries=0)
             agent.heartbeat(
                 adb_serial="sim-1", android_release="16", pdd_version="8.17.0", pdd_version_code=81700, state="READY"

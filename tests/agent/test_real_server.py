@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import Credentials, FenceReplayed, HttpDeviceApi
 from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal, JournalError
@@ -87,7 +88,8 @@ def fast_phone(monkeypatch: pytest.MonkeyPatch) -> FlowWaits:
 
 class Agent:
     """One agent: journal + real HttpDeviceApi + runner, as ``cmbuyer-agent run`` wires them; ``waits``:
-    the flow's deadlines (production's unless a test passes the ``fast_phone`` ones)."""
+    the flow's deadlines (production's unless a test passes the ``fast_phone`` ones); ``approval``: the
+    supervised wait's settings (the defaults unless given)."""
 
     def __init__(
         self,
@@ -97,12 +99,13 @@ class Agent:
         phone: PhoneAdapter,
         api_cls: type[HttpDeviceApi] = HttpDeviceApi,
         waits: FlowWaits = PRODUCTION_WAITS,
+        approval: ApprovalSettings | None = None,
     ) -> None:
         self.journal = Journal(root / "agent-state" / "sim-1.sqlite3")
         self.api = api_cls(srv.url, creds, self.journal, backoff=0.2)
         self.lines: list[str] = []
         self.runner = Runner(
-            RunnerConfig("sim-1", poll_seconds=0.05, once=True, waits=waits),
+            RunnerConfig("sim-1", poll_seconds=0.05, once=True, waits=waits, approval=approval or ApprovalSettings()),
             phone,
             self.api,
             self.journal,
