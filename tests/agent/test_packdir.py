@@ -1,4 +1,4 @@
-"""The operator pack directory (agent/packdir.py, issue 16 item 1): precedence, trust (permissions),
+"""The operator pack directory (agent/packdir.py): precedence, trust (permissions),
 ambiguity, one-line errors for every kind of bad pack, and the per-file cache. Real files in a temp
 dir, the real shipped packs and their evidence; ``doctor`` and ``inspect`` through the real CLI (doctor
 against the phone simulator through the real uiautomator2/adbutils)."""
@@ -416,7 +416,7 @@ def test_a_broken_pack_is_not_reloaded_every_loop(pack_dir: Path, monkeypatch: p
     assert loads.count(path) == 3, loads.count(path)
 
 
-# --- bounded before parsing (issue 33 item 5) ----------------------------------------------------------
+# --- bounded before parsing ----------------------------------------------------------
 NESTED = {
     "100,000-deep arrays": "[" * 100_000 + "]" * 100_000,
     "100,000-deep objects": '{"a":' * 100_000 + "0" + "}" * 100_000,
