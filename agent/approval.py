@@ -1,4 +1,4 @@
-"""The supervised wait before the fence (issue 17 §2; docs/agent.md "Supervised orders").
+"""The supervised wait before the fence (docs/agent.md "Supervised orders").
 
 A device–pack pair is *supervised* until a person has confirmed enough of its orders (the server
 decides at claim time and says so in claim-next's ``attempt.supervised``). On a supervised attempt the

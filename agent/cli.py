@@ -398,8 +398,7 @@ DOCTOR_AGENT_RUNNING = (
 
 def _journal_hold(path: Path) -> dict[str, Any] | None:
     """The phone's hold as its agent reports it, when its journal (``path``) exists here: doctor's heartbeat
-    must not tell the server a hold is over that the agent still keeps (issue 32 §7). None when there is no
-    journal."""
+    must not tell the server a hold is over that the agent still keeps. None when there is no journal."""
     from cmbuyer.agent.runner import hold_report
 
     if not path.exists():

@@ -1,4 +1,4 @@
-"""SubmissionPermit: the unforgeable right to tap 提交订单 once (docs/architecture.md "Agent", design §2.1).
+"""SubmissionPermit: the unforgeable right to tap 提交订单 once (docs/architecture.md "Agent").
 
 A permit exists only for a *first* submission-fence response with ``click_permitted: true``. A replay
 (``click_permitted: false, reconciliation_required: true``) can never yield one. The constructor

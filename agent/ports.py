@@ -19,8 +19,8 @@ class TaskSource(Protocol):
 
 
 class ResultSink(Protocol):
-    """What the flow reports to. The approval pair is used only for a supervised claim (issue 17,
-    :class:`cmbuyer.agent.approval.ApprovalApi`)."""
+    """What the flow reports to. The approval pair is used only for a supervised claim
+    (:class:`cmbuyer.agent.approval.ApprovalApi`)."""
 
     def append_events(self, claim: model.Claim, events: list[model.TaskEvent]) -> None: ...
 

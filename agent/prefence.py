@@ -1,4 +1,5 @@
-"""The part of the purchase flow that runs before the submission fence (design §7.1, §7.6), shared by
+"""The part of the purchase flow that runs before the submission fence (docs/agent.md "The run loop" and "Layouts"),
+shared by
 the real flow (:class:`cmbuyer.agent.flow.PurchaseFlow`) and the server-less dry run
 (:mod:`cmbuyer.agent.authoring.dryrun`).
 
@@ -148,7 +149,7 @@ class PrefenceEngine:
             },
         )
         self.observer.checkpoint()
-        # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
+        # The fence body carries the values READ on the screen, never the task's own.
         read = tuple((dimension, g3.selected[dimension]) for dimension in wanted)
         # gate3 above refused any reading that was missing
         assert g3.unit_price is not None and g3.quantity is not None and g3.total is not None

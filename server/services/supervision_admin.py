@@ -1,4 +1,4 @@
-"""The admin side of supervised first orders (issue 17; docs/admin.md "Supervised first orders").
+"""The admin side of supervised first orders (docs/admin.md "Supervised first orders").
 
 Use-cases, each one synchronous job inside one write transaction with its audit row:
 
@@ -100,7 +100,7 @@ def parse_readings(readings_json: str) -> dict[str, Any]:
 
 
 def option_rows(readings: dict[str, Any], sku_options: str) -> list[Row]:
-    """One row per SKU dimension (issue 34): each dimension the task names beside the value read for it
+    """One row per SKU dimension: each dimension the task names beside the value read for it
     (:data:`UNREADABLE` when the readings are malformed, "未读到" when the dimension was not read), then any
     dimension read that the task does not name (always failing)."""
     wanted = options_from_text(sku_options)
@@ -504,7 +504,7 @@ def device_states(conn: sqlite3.Connection, required: int) -> dict[str, dict[str
 
 def waiting_tasks(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, str]:
     """The tasks among ``task_ids`` whose OPEN attempt waits for a person (the list badge), each with the time
-    the phone gives up waiting (its countdown, issue 32 §8)."""
+    the phone gives up waiting (its countdown)."""
     return store.waiting_task_ids(conn, task_ids)
 
 

@@ -1,4 +1,4 @@
-"""TLS on the server side (issue 31, server/tls.py and ``cmbuyer-server tls init`` / ``serve``): the files
+"""TLS on the server side (server/tls.py and ``cmbuyer-server tls init`` / ``serve``): the files
 ``tls init`` writes (0600, the CA key apart, paths in cmbuyer.env, a renewal keeps the CA), the one-line
 "TLS" errors for unusable files, the bind refusals, and a real ``serve`` over HTTPS: verified with the
 private CA, ``Secure`` on its cookies, no plain HTTP answered."""
@@ -9,7 +9,6 @@ import os
 import socket
 import ssl
 import stat
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from cryptography import x509
 from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.config import load_settings, read_env_file
 from cmbuyer.server.tls import TlsError, server_context
-from demo.stack import free_port, spawn_server, wait_healthy
+from demo.stack import free_port, spawn_server, terminate, wait_healthy
 
 
 def _mode(path: Path) -> int:
@@ -150,8 +149,4 @@ def test_serve_over_https(data_dir: Path) -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
         assert "正在服务 https://" in log.read_text()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        terminate([proc], 10)

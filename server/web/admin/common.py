@@ -1,6 +1,6 @@
 """Plumbing shared by every admin route group: errors, request ids, body reading, rendering,
 session lookup and the ``page`` / ``action`` wrappers that put authentication, same-origin checks
-and CSRF in front of every handler (docs/admin.md "Identity and sessions"; issue 5).
+and CSRF in front of every handler (docs/admin.md "Identity and sessions").
 
 Order on an unsafe request: session (401) → Origin / Sec-Fetch-Site (403) → Content-Type and size
 (415/413) → CSRF token (403) → handler. Nothing business-related runs before all of them passed.
@@ -188,8 +188,8 @@ def cookie_values(request: web.Request, name: str) -> list[str]:
 
 
 def single_cookie(request: web.Request, name: str) -> str | None:
-    """The cookie's value when it appears exactly once; two copies (bad-inputs: "two session cookies
-    in one Cookie header") count as none, so an attacker-planted duplicate never chooses the session."""
+    """The cookie's value when it appears exactly once; two copies (two session cookies
+    in one Cookie header) count as none, so an attacker-planted duplicate never chooses the session."""
     values = cookie_values(request, name)
     return values[0] if len(values) == 1 else None
 

@@ -415,7 +415,7 @@ def test_a_broken_pack_is_not_reloaded_every_loop(pack_dir: Path, monkeypatch: p
     assert loads.count(path) == 3, loads.count(path)
 
 
-# --- bounded before parsing (issue 33 item 5) ----------------------------------------------------------
+# --- bounded before parsing ----------------------------------------------------------
 NESTED = {
     "100,000-deep arrays": "[" * 100_000 + "]" * 100_000,
     "100,000-deep objects": '{"a":' * 100_000 + "0" + "}" * 100_000,
