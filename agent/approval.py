@@ -53,7 +53,7 @@ from cmbuyer.agent.model import ApprovalStatus, Claim, SubmissionProof
 from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.dump import Dump
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.schemas import parse_utc_time
 
 DEFAULT_TIMEOUT_SECONDS = 600.0

@@ -32,6 +32,7 @@ from cmbuyer.agent.errors import (
     ApprovalRequired,
     AppVersionNotAllowed,
     ClaimRequiresManual,
+    FenceReplayed,
     NotSupervised,
     ServerError,
     ServerRejected,
@@ -80,16 +81,6 @@ _TYPED_REJECTIONS: dict[str, type[ServerRejected]] = by_server_code(
 class Credentials:
     device_id: str
     token: str = field(repr=False)
-
-
-class FenceReplayed(ServerError):
-    """The fence answered with a replay (click_permitted=false): never tap; report UNKNOWN."""
-
-    reason_code = "FENCE_REFUSED"
-
-    def __init__(self, submission_id: str) -> None:
-        super().__init__("fence replayed without a click permit", final=True)
-        self.submission_id = submission_id
 
 
 def parse_json_strict(raw: bytes) -> Any:

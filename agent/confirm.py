@@ -46,7 +46,7 @@ from cmbuyer.agent.screens.after_submit import (
     read_order_cards,
 )
 from cmbuyer.agent.screens.dump import Dump
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.agent.waits import FlowWaits
 

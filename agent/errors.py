@@ -157,6 +157,17 @@ class ServerError(AgentError):
         self.final = final
 
 
+class FenceReplayed(ServerError):
+    """The fence answered with a replay (click_permitted=false): never tap; report UNKNOWN. Raised by
+    :meth:`cmbuyer.agent.ports.ResultSink.create_submission_fence` (the fence committed: no permit)."""
+
+    reason_code = "FENCE_REFUSED"
+
+    def __init__(self, submission_id: str) -> None:
+        super().__init__("fence replayed without a click permit", final=True)
+        self.submission_id = submission_id
+
+
 class ServerUnreachable(ServerError):
     """Transport failure after the bounded retries (same idempotency keys each time). ``summary`` names the call
     (``heartbeat：无法连接服务器 URL（…）``); ``cause`` is the same without the call's name, for a line that names

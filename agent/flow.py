@@ -31,7 +31,7 @@ from typing import Any
 
 from cmbuyer.agent import approval, confirm, gates, logfields
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent.errors import AgentError, ShutdownRequested
+from cmbuyer.agent.errors import AgentError, FenceReplayed, ShutdownRequested
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.journal_states import Phase
 from cmbuyer.agent.lease import LeaseKeeper
@@ -51,7 +51,7 @@ from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
 from cmbuyer.agent.prefence import PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.recovery import send_fail
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.submit import submit_order_once
 from cmbuyer.agent.waits import FlowWaits
 
@@ -207,9 +207,7 @@ class PurchaseFlow:
         return self._submit(claim, permit, _Expected(proof.confirm_page_amount, task.title))
 
     def _fail_before_fence(self, claim: Claim, exc: AgentError) -> FlowResult:
-        from cmbuyer.agent.client import FenceReplayed  # the fence committed: no permit, no tap
-
-        if isinstance(exc, FenceReplayed):
+        if isinstance(exc, FenceReplayed):  # the fence committed: no permit, no tap
             return self._fence_replayed(claim, exc.submission_id)
         reason = exc.reason_code
         log.info("stopping before the fence: %s", reason)

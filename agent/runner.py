@@ -67,10 +67,10 @@ from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.journal_states import ClaimState
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import Session
-from cmbuyer.agent.packdir import resolve
+from cmbuyer.agent.pack.resolve import resolve
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.recovery import recover
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas import enum_values
 
@@ -232,7 +232,7 @@ class Runner:
             return Status(None, "ADB_OFFLINE", None, None)
         if version is None:
             return Status(None, "APP_MISSING", None, None)
-        # every loop (cheap: cached per file, packdir.py rule 4), so a pack written, fixed or broken
+        # every loop (cheap: cached per file, pack/resolve.py rule 4), so a pack written, fixed or broken
         # while the agent runs takes effect at the next loop; logged once per change
         try:
             found = resolve(version.name, version.code, self.cfg.pack_dir, check_permissions=True)

@@ -32,7 +32,7 @@ from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter, SubmitTapPlan
 from cmbuyer.agent.screens import hit, readers, safety
 from cmbuyer.agent.screens.after_submit import Observed, classify
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05

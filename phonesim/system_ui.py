@@ -33,7 +33,7 @@ GESTURE_TOP = 2328  # the gesture strip window's top on the captures
 # the launcher's gesture strip (GESTURE_TOP), which is drawn over it
 APP_BOTTOM = 2354
 APP_BOUNDS = (0, STATUS_H, W, APP_BOTTOM)  # the app's content (android:id/content): pages, scrims, dialogs
-# personal data on the status bar (what real notification icons name): agent/capture.py and
+# personal data on the status bar (what real notification icons name): agent/authoring/capture.py and
 # agent/screens/masking.py must never let it through
 NOTIFICATION_TICKER = "短信通知：王小明 13812345678：您的快递已到"
 DEFAULT_NOTIFICATIONS = (NOTIFICATION_TICKER, "微信通知：妈妈：晚上回家吃饭吗？")

@@ -42,21 +42,6 @@ CITATIONS: tuple[tuple[str, re.Pattern[str]], ...] = (
 # cut out before matching: public URLs and sections of public standards
 ALLOWED = re.compile(r"https?://\S+|\bRFC\s*\d+\s*§\s*[\d.]+")
 
-# files helper i30pack moves into agent/pack/ and agent/authoring/ on its own branch and cleans there;
-# on this branch they still carry their old citations (the coordinator empties this set at the merge)
-_MOVING = frozenset(
-    {
-        "agent/screens/pack.py",
-        "agent/screens/evidence.py",
-        "agent/packdir.py",
-        "agent/capture.py",
-        "agent/packtest.py",
-        "agent/dryrun.py",
-        "agent/screens/explain.py",
-        "agent/screens/inspect.py",
-    }
-)
-
 
 def citations(text: str) -> list[tuple[int, str, str]]:
     """``(line number, pattern name, matched text)`` for every citation of an outside document in
@@ -84,7 +69,7 @@ def _scanned_files() -> list[Path]:
     files = []
     for rel in _tracked():
         path = ROOT / rel
-        if rel in _MOVING or path == SELF or not path.is_file():
+        if path == SELF or not path.is_file():
             continue
         if path.suffix in SUFFIXES or rel in TOP_FILES:
             files.append(path)
@@ -145,9 +130,3 @@ def test_the_code_cites_no_document_outside_the_repository() -> None:
         for line, name, text in citations(path.read_text(encoding="utf-8", errors="replace"))
     ]
     assert problems == [], "cite docs/ (or drop the history):\n" + "\n".join(problems)
-
-
-def test_the_moving_files_exist() -> None:
-    """The exemption names files of this tree: a stale name would hide nothing but mislead."""
-    for rel in _MOVING:
-        assert (ROOT / rel).is_file(), rel

@@ -465,7 +465,7 @@ class PhoneAdapter:
         with a deadline and no retry (uiautomator2's JSON-RPC ``click`` is re-sent after a server
         restart; a shell command is sent once). Any failure → SubmitTapUnknown (the tap may or may not
         have landed). Called only by ``cmbuyer.agent.submit`` (static check in
-        tests/agent/test_isolation.py)."""
+        tests/agent/test_layers.py)."""
         x, y = plan.point
         self._forget_screen()
         try:

@@ -4,7 +4,7 @@ Input: the XML string ``dumpWindowHierarchy`` returns (``<hierarchy rotation>`` 
 Output: :class:`Dump` with every node in document order, each knowing its parent chain and bounds.
 
 Every failure is a :class:`~cmbuyer.agent.errors.DumpError` (never another exception: the parser is
-fuzzed with Hypothesis in tests/agent/test_dump_fuzz.py). Failures are typed (never "element absent"):
+fuzzed with Hypothesis in tests/agent/screens/test_dump_fuzz.py). Failures are typed (never "element absent"):
 - :class:`DumpEmpty`     — empty string or a hierarchy with no nodes (uiautomator2's fallback
   ``<hierarchy rotation="0" />`` after three empty dumps);
 - :class:`DumpInvalid`   — unparsable XML, any ``<!DOCTYPE``/``<!ENTITY`` (entity expansion is refused

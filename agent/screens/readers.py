@@ -1,7 +1,7 @@
 """Screen recognition and readers driven by a selector pack (docs/architecture.md "Agent").
 
 These are pure functions over a parsed :class:`Dump`. They never tap and never import the submit
-or permit modules (checked by tests/agent/test_isolation.py).
+or permit modules (checked by tests/agent/test_layers.py).
 
 Shapes:
 - :func:`recognize` → screen id (``"product"``, ``"sku_panel"``, … or ``"unknown"``).
@@ -19,7 +19,7 @@ from decimal import Decimal
 from cmbuyer.agent.errors import MoneyAmbiguous, ScreenError
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import Dump, Node
-from cmbuyer.agent.screens.pack import MoneyReader, Pack, PanelReader
+from cmbuyer.agent.screens.packmodel import MoneyReader, Pack, PanelReader
 from cmbuyer.agent.screens.text import match_amount, normalize
 from cmbuyer.schemas.text import normalize_sku
 

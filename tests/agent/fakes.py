@@ -17,8 +17,8 @@ from decimal import Decimal
 from typing import Any
 
 from cmbuyer.agent import model
-from cmbuyer.agent.client import FenceReplayed, approval_readings, submission_result_request
-from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.client import approval_readings, submission_result_request
+from cmbuyer.agent.errors import FenceReplayed, ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
 from cmbuyer.schemas import validate

@@ -28,12 +28,13 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent.journal import Journal
-from cmbuyer.agent.packdir import Resolution
+from cmbuyer.agent.pack.compile import compile_pack
+from cmbuyer.agent.pack.resolve import Resolution
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import compile_pack, shipped_packs
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import assert_no_foreign_screenshots, foreign_screenshots, payment_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from tests.agent.packtools import shipped_packs
 from tests.server.admin.conftest import ADMIN_PASSWORD, ADMIN_USER, add_admin
 
 from .realserver import RealServer

@@ -33,11 +33,11 @@ from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import ClaimedPurchase
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import pack_for_version
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import submit_taps
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.testing import running_sim
+from tests.agent.packtools import pack_for_version
 from tests.soak import configured
 
 from .fake_approval import SupervisedApi, supervised_purchase

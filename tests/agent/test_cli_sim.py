@@ -46,7 +46,7 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert (row["reported_state"], row["pack_id"]) == ("PAUSED", "pdd-8.17.0-81700")  # heartbeat pack_id
     assert json.loads(cred.read_text())["token"] not in out
     assert rc == 0, checks
-    # which pack and where from (operator pack dirs: tests/agent/test_packdir.py)
+    # which pack and where from (operator pack dirs: tests/agent/pack/test_resolve.py)
     assert checks["selector pack"]["detail"].startswith("pdd-8.17.0-81700（随附识别包 /")
     assert checks["Pinduoduo installed"]["detail"] == "8.17.0 (81700)"
     assert checks["server allows this app version"]["ok"]

@@ -12,8 +12,8 @@ from cmbuyer.agent.errors import PhoneError
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
-from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.agent.waits import FlowWaits
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, make_purchase
 from .simphone import SimPhone, strip_pkg

@@ -20,8 +20,8 @@ import pytest
 
 from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.model import TaskEvent
-from cmbuyer.agent.screens.pack import pack_for_version
 from cmbuyer.agent.waits import FlowWaits
+from tests.agent.packtools import pack_for_version
 
 from .realserver import RealServer
 from .simphone import SimPhone

@@ -26,13 +26,14 @@ from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import Pack, shipped_packs
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim import PhoneSim
 from cmbuyer.phonesim.journal import swipes
 from cmbuyer.phonesim.scenario import load_scenario
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 from cmbuyer.schemas.sku import legacy_options
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, journal_claim, make_purchase
 

@@ -20,9 +20,9 @@ from cmbuyer.agent.model import AssetRef, ScreenshotAsset, SubmissionProof, Task
 from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.screens import readers
-from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, journal_claim, make_purchase
 from .simphone import SimPhone

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent.approval import ApprovalSettings
-from cmbuyer.agent.client import Credentials, FenceReplayed, HttpDeviceApi
-from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.client import Credentials, HttpDeviceApi
+from cmbuyer.agent.errors import FenceReplayed, ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.model import (
     AttemptFailure,

@@ -109,7 +109,7 @@ def test_commands_return_named_exit_codes() -> None:
     """No exit status is a bare number in the command modules: ExitCode names every one."""
     commands = ("run", "exit_status", "_fail", "_error", "main")
     bare: list[str] = []
-    for name in ("cli.py", "runner.py", "packtest.py", "dryrun.py"):
+    for name in ("cli.py", "runner.py", "authoring/packtest.py", "authoring/dryrun.py"):
         tree = ast.parse((ROOT / "agent" / name).read_text("utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and (node.name.startswith("cmd_") or node.name in commands):

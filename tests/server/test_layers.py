@@ -1,6 +1,6 @@
 """The server's layering rule, checked on the static import graph and on call sites with ast over
-server/**/*.py (the server's counterpart of tests/agent/test_isolation.py; docs/architecture.md states
-the rule in prose):
+server/**/*.py (the import reading is tests/imports.py, shared with tests/agent/test_layers.py;
+docs/architecture.md states the rule in prose):
 
 - ``domain`` imports only ``domain`` and ``cmbuyer.schemas`` (pure rules: no I/O, no store);
 - ``store`` imports no ``services``, ``tx``, ``web``, ``lifecycle`` or ``app``;
@@ -19,34 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.imports import import_statements, sources, write_tree
+
 SERVER = Path(__file__).resolve().parents[2] / "server"
 ROOT = "cmbuyer.server"
-
-
-def _module(server: Path, path: Path) -> str:
-    rel = path.relative_to(server).with_suffix("")
-    parts = [p for p in rel.parts if p != "__init__"]
-    return ".".join([ROOT, *parts])
-
-
-def _imports(tree: ast.AST, module: str, is_package: bool) -> list[list[str]]:
-    """The absolute names each import statement of one module brings in, a list per statement (the
-    module first, then ``module.name`` for each imported name); relative imports are resolved
-    against ``module``."""
-    statements: list[list[str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = module.split(".")
-                # A package's own name is its first level; a module's is its parent.
-                drop = node.level - 1 if is_package else node.level
-                anchor = anchor[: len(anchor) - drop] if drop else anchor
-                base = ".".join([*anchor, base]) if base else ".".join(anchor)
-            statements.append([base, *(f"{base}.{a.name}" for a in node.names)])
-        elif isinstance(node, ast.Import):
-            statements.extend([a.name] for a in node.names)
-    return statements
 
 
 def _layer(module: str) -> str:
@@ -98,11 +74,10 @@ def violations(server: Path) -> list[str]:
     """Every breach of the layering rule in the tree ``server`` (laid out like ``cmbuyer.server``),
     as sorted ``"<module>: <what>"`` lines; empty when the tree keeps the rule."""
     found: list[str] = []
-    for path in sorted(server.rglob("*.py")):
-        module = _module(server, path)
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for source in sources(server, ROOT):
+        module, tree = source.name, source.tree
         layer = _layer(module)
-        for names in _imports(tree, module, path.name == "__init__.py"):
+        for names in import_statements(tree, module, source.is_package):
             # One line per import statement: its first name that breaks a rule.
             breach = next((b for b in (_breach(module, layer, dep) for dep in names) if b), None)
             if breach:
@@ -114,19 +89,6 @@ def violations(server: Path) -> list[str]:
 
 def test_the_server_keeps_its_layers() -> None:
     assert violations(SERVER) == []
-
-
-def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
-    server = tmp_path / "server"
-    for rel, text in files.items():
-        path = server / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for parent in [path.parent, *path.parent.parents]:
-            if parent == server.parent:
-                break
-            (parent / "__init__.py").touch()
-        path.write_text(text, encoding="utf-8")
-    return server
 
 
 CLEAN = {
@@ -161,6 +123,6 @@ CLEAN = {
     ],
 )
 def test_each_rule_catches_a_synthetic_breach(tmp_path: Path, rel: str, text: str, expected: str) -> None:
-    assert violations(_tree(tmp_path, CLEAN)) == []
-    found = violations(_tree(tmp_path, {**CLEAN, rel: text}))
+    assert violations(write_tree(tmp_path / "server", CLEAN)) == []
+    found = violations(write_tree(tmp_path / "server", {**CLEAN, rel: text}))
     assert len(found) == 1 and expected in found[0], found
