@@ -26,7 +26,7 @@ from typing import Any
 from cmbuyer.agent.instance import LOCK_DIR_ENV
 from cmbuyer.phonesim.journal import read_journal
 from cmbuyer.server.db import connect_sync
-from cmbuyer.server.web.admin import task_view
+from cmbuyer.server.display import task_view
 
 BIN = Path(sys.executable).parent
 SETTLED = frozenset(

@@ -57,7 +57,7 @@ class ValidationFailed(DomainError):
 class InvalidTransition(DomainError):
     """The aggregate is not in a state that allows this use-case (409 ``invalid_state``). ``use_case`` and
     ``state`` (when the raiser names them, as :func:`~cmbuyer.server.domain.states.transition` does) let the
-    pages and the CLI word the refusal in Chinese (web/admin/labels.py :func:`refusal_message`)."""
+    pages and the CLI word the refusal in Chinese (display/labels.py :func:`refusal_message`)."""
 
     code = Code.INVALID_STATE
     status = 409

@@ -168,7 +168,7 @@ def task_panel(conn: sqlite3.Connection, task_id: str, settings: Settings) -> di
     ``{"approval": None | {"id", "state", "created_at", "attempt_id", "device_id", "pack_key",
     "screenshot_asset_id", "decided_by", "decided_at", "rows": [Row], "mismatches": int,
     "gates": None | word, "readable": bool}`` (the live request of the OPEN attempt; the page shows
-    ``gates`` with its Chinese label, ``web/admin/labels.py``),
+    ``gates`` with its Chinese label, ``display/labels.py``),
     ``"verdict_submission_id": sid | None`` (a verdict can be given now),
     ``"verdict": None | row``, ``"supervised_submission": bool``, ``"stamp": str`` (changes whenever
     any of these does, for the live view)}.
@@ -366,7 +366,7 @@ def record_verdict(
     A ``verdict`` other than ``"RIGHT"``/``"WRONG"`` → ValidationFailed("verdict"), nothing read or
     written (callers other than the admin route — CLI, scripts — must not turn a typo into a hold).
     ``state_label`` names a submission state in the ``invalid_state`` message (the admin route passes the
-    Chinese label of ``web/admin/labels.py``; the default shows the code)."""
+    Chinese label of ``display/labels.py``; the default shows the code)."""
     if verdict not in VERDICTS.values():
         raise ValidationFailed("verdict", "请选择“核对无误”或“有误”")
     sub = store.submission_for_verdict(conn, submission_id) if is_uuid4(submission_id) else None

@@ -18,26 +18,17 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import from_wire, to_wire
 from cmbuyer.server.domain import pacing
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import ValidationFailed
+from cmbuyer.server.domain.errors import ValidationFailed, refusal
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import supervision_admin
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store import device_screens
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import admin as admin_queries
-from cmbuyer.server.web.admin.common import (
-    AdminHTTPError,
-    Body,
-    action,
-    actor,
-    csrf_token_for,
-    json_answer,
-    now,
-    page,
-    redirect,
-    render,
-    wants_json,
-)
+from cmbuyer.server.web.admin.body import Body
+from cmbuyer.server.web.admin.guards import action, page
+from cmbuyer.server.web.admin.render import json_answer, now, redirect, render, wants_json
+from cmbuyer.server.web.admin.session import actor, csrf_token_for
 from cmbuyer.server.web.keys import DB, SETTINGS
 
 NOTICES = {
@@ -112,7 +103,7 @@ async def revoke_device(request: web.Request, session: AdminSession, body: Body)
     """``POST /devices/{id}/revoke`` with ``confirm=revoke``: revoke (idempotent); 404 unknown device."""
     device_id = request.match_info["device_id"]
     if not is_uuid4(device_id):
-        raise AdminHTTPError(404, Code.NOT_FOUND, "设备不存在")
+        raise refusal(Code.NOT_FOUND, "设备不存在")
     confirm = body.json.get("confirm") if body.kind == "json" else body.one("confirm")
     if confirm != "revoke":
         raise ValidationFailed("confirm", "请勾选确认后再撤销设备")
@@ -126,7 +117,7 @@ async def revoke_device(request: web.Request, session: AdminSession, body: Body)
 def _device_id(request: web.Request) -> str:
     device_id = request.match_info["device_id"]
     if not is_uuid4(device_id):
-        raise AdminHTTPError(404, Code.NOT_FOUND, "设备不存在")
+        raise refusal(Code.NOT_FOUND, "设备不存在")
     return device_id
 
 

@@ -17,23 +17,15 @@ from typing import Any
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
+from cmbuyer.server.display.labels import submission_state_label
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import supervision_admin as service
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store.queries import supervision as store
-from cmbuyer.server.web.admin.common import (
-    AdminHTTPError,
-    Body,
-    action,
-    actor,
-    domain_refusal,
-    json_answer,
-    now,
-    redirect,
-    request_id,
-    wants_json,
-)
-from cmbuyer.server.web.admin.labels import submission_state_label
+from cmbuyer.server.web.admin.body import Body
+from cmbuyer.server.web.admin.guards import action
+from cmbuyer.server.web.admin.render import domain_refusal, json_answer, now, redirect, request_id, wants_json
+from cmbuyer.server.web.admin.session import actor
 
 # a refused form gets the task page again, rendered exactly as GET /tasks/{id} does
 from cmbuyer.server.web.admin.tasks import _render_detail as render_task
@@ -60,14 +52,14 @@ def _to_task(body: Body, task_id: str, notice: str) -> str:
 
 
 async def _refused(
-    request: web.Request, session: AdminSession, body: Body, exc: DomainError | AdminHTTPError, task_id: str | None
+    request: web.Request, session: AdminSession, body: Body, exc: DomainError, task_id: str | None
 ) -> web.StreamResponse:
     """A refusal: JSON callers and unknown subjects get the plain error; a form gets its task page again
     with the message (status as the refusal)."""
-    refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
-    if _json(request, body) or task_id is None or refusal.status == 404:
-        raise refusal from None
-    return await render_task(request, session, task_id, status=refusal.status, error=refusal.message)
+    shown = domain_refusal(exc)
+    if _json(request, body) or task_id is None or shown.status == 404:
+        raise exc from None
+    return await render_task(request, session, task_id, status=shown.status, error=shown.message)
 
 
 async def _decide(request: web.Request, session: AdminSession, body: Body, kind: str) -> web.StreamResponse:
@@ -116,7 +108,7 @@ async def supervision_verdict(request: web.Request, session: AdminSession, body:
         result = await request.app[DB].write(
             lambda c: service.record_verdict(c, sid, verdict, note, who, at, rid, state_label=submission_state_label)
         )
-    except (DomainError, AdminHTTPError) as exc:
+    except DomainError as exc:
         sub = None
         if exc.status != 404 and is_uuid4(sid):
             sub = await request.app[DB].read(lambda c: store.submission_for_verdict(c, sid))

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 from cmbuyer.schemas import SchemaError, validate
+from cmbuyer.server.display import labels
+from cmbuyer.server.display.labels import TASK_STATE_LABELS
+from cmbuyer.server.display.times import audit_value
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.domain.states import (
     AttemptState,
@@ -21,9 +24,6 @@ from cmbuyer.server.domain.states import (
 )
 from cmbuyer.server.domain.task_fields import person_money as form_money
 from cmbuyer.server.tx.common import new_id
-from cmbuyer.server.web.admin import labels
-from cmbuyer.server.web.admin.common import audit_value
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 from tests.device_bodies import fence_request
 
 from .conftest import AdminClient
@@ -318,11 +318,11 @@ def test_form_money_helper() -> None:
 def test_an_invalid_state_refusal_reads_in_chinese_on_the_pages_and_the_cli() -> None:
     """Issue 32 trial: ``mark_paid is not allowed in state FAILED`` is worded from the label tables (the use-case as
     its audit action, the state as its task state label); a refusal without a use-case keeps its message."""
+    from cmbuyer.server.display.labels import refusal_message
     from cmbuyer.server.domain.codes import Code
     from cmbuyer.server.domain.errors import InvalidTransition, refusal
     from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState, transition
-    from cmbuyer.server.web.admin.common import domain_refusal
-    from cmbuyer.server.web.admin.labels import refusal_message
+    from cmbuyer.server.web.admin.render import domain_refusal
 
     with pytest.raises(InvalidTransition) as caught:
         transition(TASK_TRANSITIONS, TaskState.FAILED, "mark_paid")

@@ -418,8 +418,8 @@ def test_audit_actions_and_gate_refusals_have_chinese_labels() -> None:
     import inspect
     import re
 
+    from cmbuyer.server.display import labels
     from cmbuyer.server.domain.fence import check_gates
-    from cmbuyer.server.web.admin import labels
 
     for action in (*service.AUDIT_DECISION.values(), service.AUDIT_VERDICT, service.AUDIT_RESUPERVISE):
         assert action in labels.AUDIT_ACTION_LABELS, action
