@@ -20,11 +20,11 @@ from cmbuyer.server.domain import pacing
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import ValidationFailed, refusal
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services import supervision_admin
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store import device_screens
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.store.queries import supervision as supervision_queries
 from cmbuyer.server.web.admin.body import Body
 from cmbuyer.server.web.admin.guards import action, page
 from cmbuyer.server.web.admin.render import json_answer, now, redirect, render, wants_json
@@ -65,9 +65,7 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
     holds = await db.read(admin_queries.device_holds)
     screens = await db.read(lambda c: device_screens.latest(c, [d["id"] for d in devices]))
     settings = request.app[SETTINGS]
-    supervision = await db.read(
-        lambda c: supervision_admin.device_states(c, supervision_admin.required_orders(settings))
-    )
+    supervision = await db.read(lambda c: supervision_queries.device_states(c, settings.supervised_orders))
     stale_after = timedelta(seconds=settings.heartbeat_interval * settings.heartbeat_stale_factor)
     for d in devices:
         beat = d["last_heartbeat_at"]

@@ -17,7 +17,6 @@ from typing import Any
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
-from cmbuyer.server.display.labels import submission_state_label
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import supervision_admin as service
 from cmbuyer.server.services.admin_sessions import AdminSession
@@ -105,9 +104,7 @@ async def supervision_verdict(request: web.Request, session: AdminSession, body:
     at, who, rid = now(request), actor(session), request_id(request)
     try:
         verdict, note = service.parse_verdict({"verdict": _field(body, "verdict"), "note": _field(body, "note")})
-        result = await request.app[DB].write(
-            lambda c: service.record_verdict(c, sid, verdict, note, who, at, rid, state_label=submission_state_label)
-        )
+        result = await request.app[DB].write(lambda c: service.record_verdict(c, sid, verdict, note, who, at, rid))
     except DomainError as exc:
         sub = None
         if exc.status != 404 and is_uuid4(sid):

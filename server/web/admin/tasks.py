@@ -36,13 +36,15 @@ from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed, refusal
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, DeviceState, TaskState
 from cmbuyer.server.domain.task_fields import person_money
-from cmbuyer.server.services import admin_actions, supervision_admin, task_edit
+from cmbuyer.server.services import admin_actions, task_edit
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.store.queries import supervision as supervision_queries
 from cmbuyer.server.store.queries import task_lists
 from cmbuyer.server.store.queries.admin import SHORT_KEYWORD_WINDOW, TaskFilter
 from cmbuyer.server.tx.common import new_id
+from cmbuyer.server.web.admin import supervision_view
 from cmbuyer.server.web.admin.body import Body
 from cmbuyer.server.web.admin.guards import action, page, same_origin
 from cmbuyer.server.web.admin.render import (
@@ -227,8 +229,8 @@ def _list_job(f: TaskFilter, *, counts: bool = True) -> Any:
             "more": more,
             "events": admin_queries.latest_events(conn, ids),
             "claims": admin_queries.open_attempts(conn, ids),
-            "waiting": supervision_admin.waiting_tasks(conn, ids),
-            "waiting_summary": supervision_admin.waiting_summary(conn),
+            "waiting": supervision_queries.waiting_task_ids(conn, ids),
+            "waiting_summary": supervision_queries.waiting_summary(conn),
             # the live view's rows fragment does not show the counts: skip the query every 3 s
             "counts": task_lists.state_counts(conn) if counts else {},
         }
@@ -546,7 +548,7 @@ async def edit_task(request: web.Request, session: AdminSession, body: Body) -> 
 def _detail_job(task_id: str, at: datetime, settings: Any) -> Any:
     def job(conn: sqlite3.Connection) -> dict[str, Any]:
         view = task_view.task_detail(conn, task_id)
-        view["supervision"] = supervision_admin.task_panel(conn, task_id, settings)
+        view["supervision"] = supervision_view.task_panel(conn, task_id, settings)
         device_ids = sorted(
             {a["device_id"] for a in view["attempts"]}
             | ({view["submission"]["device_id"]} if view["submission"] else set())
