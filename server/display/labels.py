@@ -155,10 +155,7 @@ DEVICE_STATE_LABELS: dict[str, str] = {
 }
 
 # devices.state (domain/states.py DeviceState): the registration, not what the phone reports
-DEVICE_REGISTRATION_LABELS: dict[str, str] = {
-    "ACTIVE": "启用",
-    "REVOKED": "已撤销",
-}
+DEVICE_REGISTRATION_LABELS: dict[str, str] = {"ACTIVE": "启用", "REVOKED": "已撤销"}
 
 # -- states (migrations 0001/0002, domain/states.py) ---------------------------------------------------
 AUTHORIZATION_STATE_LABELS: dict[str, str] = {
@@ -170,10 +167,7 @@ AUTHORIZATION_STATE_LABELS: dict[str, str] = {
     "EXPIRED": "已过期",
 }
 
-ATTEMPT_STATE_LABELS: dict[str, str] = {
-    "OPEN": "进行中",
-    "CLOSED": "已结束",
-}
+ATTEMPT_STATE_LABELS: dict[str, str] = {"OPEN": "进行中", "CLOSED": "已结束"}
 
 SUBMISSION_STATE_LABELS: dict[str, str] = {
     "FENCED": "已取得围栏，等待结果",

@@ -102,23 +102,17 @@ def decide_approval(
         while_attempt_open=True,
     ):
         raise refusal(Code.APPROVAL_NOT_WAITING).because("changed")
+    detail = {
+        "approval_id": row["id"],
+        "attempt_id": row["attempt_id"],
+        "device_id": row["device_id"],
+        "pack_key": row["pack_key"],
+        "from": row["state"],
+        "to": new_state.value,
+        "readings_hash": row["readings_hash"],
+    }
     audit_tx.record(
-        conn,
-        actor,
-        AUDIT_DECISION[action],
-        "task",
-        row["task_id"],
-        at=at,
-        request_id=request_id,
-        detail={
-            "approval_id": row["id"],
-            "attempt_id": row["attempt_id"],
-            "device_id": row["device_id"],
-            "pack_key": row["pack_key"],
-            "from": row["state"],
-            "to": new_state.value,
-            "readings_hash": row["readings_hash"],
-        },
+        conn, actor, AUDIT_DECISION[action], "task", row["task_id"], at=at, request_id=request_id, detail=detail
     )
     return Decision(row["id"], row["task_id"], new_state.value, changed=True)
 
@@ -221,24 +215,16 @@ def record_verdict(
         int(pair.get("confirmed_orders", 0)),
         bool(pair.get("held", 0)),
     )
-    audit_tx.record(
-        conn,
-        actor,
-        AUDIT_VERDICT,
-        "task",
-        sub["task_id"],
-        at=at,
-        request_id=request_id,
-        detail={
-            "submission_id": sub["id"],
-            "verdict": verdict,
-            "device_id": sub["device_id"],
-            "pack_key": sub["pack_key"],
-            "confirmed_orders": result.confirmed_orders,
-            "held": result.held,
-            "note": note,
-        },
-    )
+    detail = {
+        "submission_id": sub["id"],
+        "verdict": verdict,
+        "device_id": sub["device_id"],
+        "pack_key": sub["pack_key"],
+        "confirmed_orders": result.confirmed_orders,
+        "held": result.held,
+        "note": note,
+    }
+    audit_tx.record(conn, actor, AUDIT_VERDICT, "task", sub["task_id"], at=at, request_id=request_id, detail=detail)
     return result
 
 

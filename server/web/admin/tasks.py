@@ -529,14 +529,10 @@ async def edit_task(request: web.Request, session: AdminSession, body: Body) -> 
         )
         result = await request.app[DB].write(lambda c: task_edit.edit_draft(c, task_id, version, fields, who, at, rid))
     except DomainError as exc:
-        shown = domain_refusal(exc)
         field = getattr(exc, "field", "")
         if field in FIELD_LABELS:
-            exc = refusal(exc.code, f"{FIELD_LABELS[field]}：{shown.message}")
-            shown = domain_refusal(exc)
-        if body.kind == "json" or wants_json(request) or shown.status == 404:
-            raise exc from None
-        return await _render_detail(request, session, task_id, status=shown.status, error=shown.message)
+            exc = refusal(exc.code, f"{FIELD_LABELS[field]}：{domain_refusal(exc).message}")
+        return await refused_on_task(request, session, body, exc, task_id)
     if body.kind == "json" or wants_json(request):
         return json_answer(asdict(result) | {"task_version": result.version})
     return redirect(f"/tasks/{task_id}?notice=edited")
@@ -601,6 +597,18 @@ async def _render_detail(
     return render(request, "_task_detail.html" if drawer else "task_detail.html", context, status=status, headers=_VARY)
 
 
+async def refused_on_task(
+    request: web.Request, session: AdminSession, body: Body, exc: DomainError, task_id: str | None
+) -> web.StreamResponse:
+    """A refusal of an action on one task: JSON callers and unknown subjects (404, or no task to show) get the
+    plain error (re-raised for the guard); a form gets the task page again with the message (status as the
+    refusal)."""
+    shown = domain_refusal(exc)
+    if body.kind == "json" or wants_json(request) or task_id is None or shown.status == 404:
+        raise exc from None
+    return await _render_detail(request, session, task_id, status=shown.status, error=shown.message)
+
+
 @page
 async def show_task(request: web.Request, session: AdminSession) -> web.StreamResponse:
     """``GET /tasks/{id}``: the full page, or the drawer fragment when ``X-CMBuyer-View: drawer`` is
@@ -631,7 +639,9 @@ def _expected_version(body: Body) -> int:
     return raw
 
 
-def _back(body: Body, task_id: str, notice: str) -> str:
+def back_to(body: Body, task_id: str, notice: str) -> str:
+    """Where a form action on one task goes next: the task list when the form came from it (``return_to=list``),
+    else the task's page, with ``notice`` shown there."""
     if body.kind == "form" and body.one("return_to") == "list":
         return f"/tasks?notice={notice}"
     return f"/tasks/{task_id}?notice={notice}"
@@ -653,14 +663,11 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
             fn = admin_actions.reset_to_draft if kind == "reset" else admin_actions.cancel
             result = await request.app[DB].write(lambda c: fn(c, task_id, version, auth_id, who, at, rid))
     except DomainError as exc:
-        shown = domain_refusal(exc)
-        if body.kind == "json" or wants_json(request) or shown.status == 404:
-            raise exc from None
-        return await _render_detail(request, session, task_id, status=shown.status, error=shown.message)
+        return await refused_on_task(request, session, body, exc, task_id)
     if body.kind == "json" or wants_json(request):
         return json_answer(asdict(result) | {"task_version": result.version})
     notice = {"reset": "reset", "cancel": "cancelled", "mark_paid": "paid"}[kind]
-    return redirect(_back(body, task_id, notice))
+    return redirect(back_to(body, task_id, notice))
 
 
 @action
@@ -704,14 +711,11 @@ async def reconcile(request: web.Request, session: AdminSession, body: Body) -> 
             lambda c: admin_actions.reconcile(c, sid, outcome, note, version, who, at, rid)
         )
     except DomainError as exc:
-        shown = domain_refusal(exc)
         task_id = None
-        if shown.status != 404 and body.kind == "form" and not wants_json(request):
+        if exc.status != 404 and body.kind == "form" and not wants_json(request):
             sub = await request.app[DB].read(lambda c: admin_queries.submission(c, sid))
             task_id = sub["task_id"] if sub else None
-        if task_id is None:
-            raise exc from None
-        return await _render_detail(request, session, task_id, status=shown.status, error=shown.message)
+        return await refused_on_task(request, session, body, exc, task_id)
     if body.kind == "json" or wants_json(request):
         return json_answer(asdict(result) | {"task_version": result.version})
     return redirect(f"/tasks/{result.task_id}?notice=reconciled")
