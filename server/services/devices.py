@@ -16,7 +16,7 @@ from cmbuyer.server.domain.errors import InvalidTransition, NotFound, Validation
 from cmbuyer.server.domain.states import DeviceState
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx import audit as audit_tx
-from cmbuyer.server.tx.common import Actor, new_id
+from cmbuyer.server.tx.common import Actor, load, new_id
 
 TOKEN_BYTES = 32
 
@@ -72,10 +72,7 @@ def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: d
 
 
 def _existing(conn: sqlite3.Connection, device_id: str) -> device_store.Device:
-    device = device_store.get(conn, device_id) if is_uuid4(device_id) else None
-    if device is None:
-        raise NotFound("设备不存在")
-    return device
+    return load(conn, device_store.get, device_id, NotFound("设备不存在"))
 
 
 def set_paused(conn: sqlite3.Connection, device_id: str, *, paused: bool, actor: Actor, now: datetime) -> bool:

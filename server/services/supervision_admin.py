@@ -36,7 +36,7 @@ from cmbuyer.server.domain.supervision import RIGHT_STATES, WRONG_STATES
 from cmbuyer.server.store import supervision as supervision_store
 from cmbuyer.server.store.queries import supervision as store
 from cmbuyer.server.tx import audit as audit_tx
-from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.common import Actor, load
 
 NOTE_MAX = 500
 DECISIONS = ("approve", "reject")
@@ -74,9 +74,7 @@ def decide_approval(
     ``approval.approve`` / ``approval.reject`` on the task with the approval, attempt, device and pack."""
     if action not in DECISIONS:
         raise ValidationFailed("action", "").because("unknown_action")
-    row = store.approval(conn, approval_id) if is_uuid4(approval_id) else None
-    if row is None:
-        raise NotFound().because("approval")
+    row = load(conn, store.approval, approval_id, NotFound().because("approval"))
     target = rules.ApprovalState.APPROVED if action == "approve" else rules.ApprovalState.REJECTED
     if row["state"] == target:
         return Decision(row["id"], row["task_id"], row["state"], changed=False)
@@ -175,9 +173,7 @@ def record_verdict(
     """
     if verdict not in VERDICTS.values():
         raise ValidationFailed("verdict", "").because("verdict_word")
-    sub = store.submission_for_verdict(conn, submission_id) if is_uuid4(submission_id) else None
-    if sub is None:
-        raise NotFound().because("submission")
+    sub = load(conn, store.submission_for_verdict, submission_id, NotFound().because("submission"))
     if not sub["supervised"] or not sub["pack_key"]:
         raise refusal(Code.NOT_SUPERVISED).because("verdict")
     existing = store.verdict(conn, sub["id"])
