@@ -245,7 +245,7 @@ class Stack:
         """Stop the server as systemd does (SIGTERM, wait); :meth:`start_server` serves the same data
         dir again (settings read only at start, e.g. ``CMBUYER_ALLOWED_APP_VERSIONS``, take effect)."""
         if self.server is not None:
-            _terminate([self.server], 15)
+            terminate([self.server], 15)
             self.server = None
 
     def agent_env(self) -> dict[str, str]:
@@ -318,7 +318,7 @@ class Stack:
 
     def stop_agents(self) -> None:
         """SIGTERM every agent (they stop after the current step), then SIGKILL stragglers."""
-        _terminate(list(self.agents.values()), 20)
+        terminate(list(self.agents.values()), 20)
         self.agents.clear()
 
     def dead(self) -> list[str]:
@@ -338,7 +338,7 @@ class Stack:
     def stop(self) -> None:
         """Stop agents, then the simulator and the server."""
         self.stop_agents()
-        _terminate([p for p in (self.sim, self.server) if p is not None], 15)
+        terminate([p for p in (self.sim, self.server) if p is not None], 15)
         if self.sim is not None and self.sim.stdout is not None:
             self.sim.stdout.close()
         self.sim = None
@@ -351,7 +351,9 @@ class Stack:
         self.stop()
 
 
-def _terminate(procs: list[subprocess.Popen[Any]], grace: float) -> None:
+def terminate(procs: list[subprocess.Popen[Any]], grace: float) -> None:
+    """SIGTERM every process still running, give them ``grace`` seconds together to exit, then SIGKILL (and
+    reap) whichever has not."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -9,7 +9,6 @@ import os
 import socket
 import ssl
 import stat
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from cryptography import x509
 from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.config import load_settings, read_env_file
 from cmbuyer.server.tls import TlsError, server_context
-from demo.stack import free_port, spawn_server, wait_healthy
+from demo.stack import free_port, spawn_server, terminate, wait_healthy
 
 
 def _mode(path: Path) -> int:
@@ -150,8 +149,4 @@ def test_serve_over_https(data_dir: Path) -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
         assert "正在服务 https://" in log.read_text()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        terminate([proc], 10)

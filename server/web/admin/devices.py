@@ -53,6 +53,11 @@ def age_label(seconds: float) -> str:
     return f"{seconds} 秒前"
 
 
+# the device routes, declared on their handlers
+ROUTES = web.RouteTableDef()
+
+
+@ROUTES.get("/devices", name="admin-devices")
 @page
 async def list_devices(request: web.Request, session: AdminSession) -> web.StreamResponse:
     """``GET /devices``: every device with its heartbeat freshness (已失联 once older than interval × stale
@@ -96,6 +101,7 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
 _CONTROL_FIELDS = tuple(f.name for f in dataclasses.fields(device_store.Controls))
 
 
+@ROUTES.post("/devices/{device_id}/revoke", name="admin-device-revoke")
 @action
 async def revoke_device(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/revoke`` with ``confirm=revoke``: revoke (idempotent); 404 unknown device."""
@@ -135,6 +141,7 @@ async def _set_paused(request: web.Request, session: AdminSession, body: Body, p
     return _answer(request, body, payload, "paused" if paused else "resumed")
 
 
+@ROUTES.post("/devices/{device_id}/pause", name="admin-device-pause")
 @action
 async def pause_device(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/pause``: no new task for the device until it is resumed (its open claim runs to
@@ -142,6 +149,7 @@ async def pause_device(request: web.Request, session: AdminSession, body: Body) 
     return await _set_paused(request, session, body, True)
 
 
+@ROUTES.post("/devices/{device_id}/resume", name="admin-device-resume")
 @action
 async def resume_device(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/resume``: the device claims again; 404 unknown, 409 ``invalid_state`` revoked."""
@@ -161,6 +169,7 @@ def _limit(body: Body, name: str) -> int | None:
     raise ValidationFailed(name, "最短领取间隔和每日最多领取填整数，留空表示不限")
 
 
+@ROUTES.post("/devices/{device_id}/pacing", name="admin-device-pacing")
 @action
 async def pace_device(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/pacing`` with ``min_claim_interval_seconds`` and ``max_claims_per_day`` (empty or
@@ -182,6 +191,7 @@ async def pace_device(request: web.Request, session: AdminSession, body: Body) -
     return _answer(request, body, payload, "pacing")
 
 
+@ROUTES.post("/devices/{device_id}/release-hold", name="admin-device-release-hold")
 @action
 async def release_hold(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/release-hold`` with a required ``note``: 释放 the phone's hold (audited); 400 no note,
@@ -195,6 +205,7 @@ async def release_hold(request: web.Request, session: AdminSession, body: Body) 
     return _answer(request, body, {"device_id": device_id, "released": True, "changed": True}, "released")
 
 
+@ROUTES.post("/devices/{device_id}/screen-request", name="admin-device-screen-request")
 @action
 async def request_screen(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/screen-request``: 查看当前屏幕 — ask the phone for one fresh screenshot (audited);
@@ -207,11 +218,5 @@ async def request_screen(request: web.Request, session: AdminSession, body: Body
 
 
 def setup(app: web.Application) -> None:
-    """Register the device routes."""
-    app.router.add_get("/devices", list_devices, name="admin-devices")
-    app.router.add_post("/devices/{device_id}/revoke", revoke_device, name="admin-device-revoke")
-    app.router.add_post("/devices/{device_id}/pause", pause_device, name="admin-device-pause")
-    app.router.add_post("/devices/{device_id}/resume", resume_device, name="admin-device-resume")
-    app.router.add_post("/devices/{device_id}/pacing", pace_device, name="admin-device-pacing")
-    app.router.add_post("/devices/{device_id}/release-hold", release_hold, name="admin-device-release-hold")
-    app.router.add_post("/devices/{device_id}/screen-request", request_screen, name="admin-device-screen-request")
+    """Register the device routes (each declared on its handler, in this file's order)."""
+    app.router.add_routes(ROUTES)

@@ -28,6 +28,7 @@ import pytest
 
 from cmbuyer.server.config import Settings
 from cmbuyer.server.web.edge import GUARD
+from demo.stack import terminate
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body
 from tests.server.conftest import Maker
 from tests.server.web.conftest import address, read_answer, request
@@ -212,12 +213,7 @@ def server_process(data_dir: Path, settings: Settings, tmp_path: Path) -> Iterat
                 time.sleep(0.2)
         yield port, log_path, conns
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate([proc], 10)
 
 
 @pytest.mark.slow
