@@ -329,6 +329,19 @@ REFUSAL_TEXTS: dict[tuple[Code, str], str] = {
     (Code.VERDICT_EXISTS, "recorded"): "这笔订单已由 {admin_id} 记录为“{verdict}”，不能再次记录；未做任何更改。",
     (Code.VERDICT_EXISTS, "raced"): "这笔订单刚刚被记录了结论，请刷新；未做任何更改。",
     (Code.INVALID_STATE, "verdict"): "提交状态为“{submission_state}”，现在不能记录这个结论；未做任何更改。",
+    # devices and admins (services/devices.py, services/admins.py)
+    (Code.INVALID_REQUEST, "device_name"): "设备名称为 1–64 个可打印字符",
+    (Code.INVALID_STATE, "revoked_pause"): "设备已撤销，不能暂停或恢复",
+    (Code.INVALID_REQUEST, "pacing"): "最短领取间隔为 1–86400 秒、每日最多领取为 1–10000 次，或留空表示不限",
+    (Code.INVALID_STATE, "revoked_pacing"): "设备已撤销，不能设置领取节奏",
+    (Code.INVALID_REQUEST, "release_note"): "请写明检查了什么（1–500 个字符）",
+    (Code.INVALID_STATE, "revoked"): "设备已撤销",
+    (Code.INVALID_STATE, "no_hold"): "这台手机没有报告暂停（hold），无需释放",
+    (Code.INVALID_STATE, "busy_screen"): "手机正在执行任务，请在任务结束后再查看屏幕",
+    (Code.INVALID_REQUEST, "password_length"): "密码至少 {min} 个字符",
+    (Code.INVALID_REQUEST, "username"): "用户名为 1–64 个字母、数字或 _.@-",
+    (Code.USERNAME_TAKEN, "admin"): "用户名已存在",
+    (Code.NOT_FOUND, "admin"): "管理员不存在",
 }
 
 # a person's decision on an approval request as a refusal names it (approval_requests.state)
