@@ -133,10 +133,13 @@ def test_every_refusal_site_pairs_a_code_with_its_catalogue_status() -> None:
                     seen["keyword"].add(code)
                     if code not in set(Code):
                         bad.append(f"{path.name}:{node.lineno}: code={code!r} is not a catalogue code")
-            if name == "refusal" and ADMIN_WEB in path.parents and node.args:
-                # the admin web's refusals take their status from the catalogue: the code must be an admin one
-                code = _code_of(node.args[0])
-                if code is not None:
+            if name == "refusal" and node.args and (code := _code_of(node.args[0])) is not None:
+                # ``refusal(code)`` names its code like a ``code=`` keyword, its status from the catalogue
+                seen["keyword"].add(code)
+                if code not in set(Code):
+                    bad.append(f"{path.name}:{node.lineno}: refusal({code!r}) is not a catalogue code")
+                # the admin web's refusals: the code must be an admin one
+                if ADMIN_WEB in path.parents:
                     seen["admin"].add(code)
                     if code not in {c.value for c in ADMIN_CODES}:
                         bad.append(f"{path.name}:{node.lineno}: refusal({code!r}) is not an admin code")
