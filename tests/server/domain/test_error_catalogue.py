@@ -143,6 +143,11 @@ def test_every_refusal_site_pairs_a_code_with_its_catalogue_status() -> None:
                     seen["admin"].add(code)
                     if code not in {c.value for c in ADMIN_CODES}:
                         bad.append(f"{path.name}:{node.lineno}: refusal({code!r}) is not an admin code")
+            if name == "DeviceHTTPError" and node.args and (code := _code_of(node.args[0])) is not None:
+                # the device edge's refusals take their status from the catalogue: the code must be a device one
+                seen["device"].add(code)
+                if code not in {c.value for c in DEVICE_CODES}:
+                    bad.append(f"{path.name}:{node.lineno}: DeviceHTTPError({code!r}) is not a device code")
             if name not in DEVICE_REFUSALS | ADMIN_REFUSALS:
                 continue
             args = node.args
