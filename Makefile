@@ -44,7 +44,7 @@ test: setup browser ## run every test (unit, server, agent, simulator, browser, 
 test-fast: setup ## run the tests without the browser and end-to-end suites
 	$(BIN)/pytest -q -m "not browser and not e2e"
 
-lint: setup ## ruff check, ruff format --check, mypy --strict on the server and the agent
+lint: setup ## ruff check, ruff format --check, mypy --strict on the server, the agent, the schemas and phonesim
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@# mypy reads its packages and the checked-in import root typecheck/ from pyproject.toml

@@ -1,4 +1,4 @@
-"""cmbuyer purchasing agent (design §7, docs/architecture.md "Agent").
+"""cmbuyer purchasing agent (docs/architecture.md "Agent").
 
 One agent process drives one Android phone through uiautomator2 + adbutils and turns a claimed
 purchase task into at most one pending-payment Pinduoduo order. Package map:

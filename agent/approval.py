@@ -1,4 +1,4 @@
-"""The supervised wait before the fence (issue 17 §2; docs/agent.md "Supervised orders").
+"""The supervised wait before the fence (docs/agent.md "Supervised orders").
 
 A device–pack pair is *supervised* until a person has confirmed enough of its orders (the server
 decides at claim time and says so in claim-next's ``attempt.supervised``). On a supervised attempt the
@@ -39,11 +39,10 @@ approval again there). Otherwise it raises, and the flow stops before the fence 
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from cmbuyer.agent import capabilities as cap
@@ -57,8 +56,6 @@ from cmbuyer.agent.screens.dump import Dump
 from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.schemas import parse_utc_time
 
-ENV_TIMEOUT = "CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS"
-ENV_POLL = "CMBUYER_AGENT_APPROVAL_POLL_SECONDS"
 DEFAULT_TIMEOUT_SECONDS = 600.0
 DEFAULT_POLL_SECONDS = 3.0
 GATE3_KIND = "CONFIRM_PAGE_GATE_3"
@@ -69,7 +66,8 @@ PROGRESS_EVERY_SECONDS = 30.0  # how often the progress line repeats while waiti
 @dataclass(frozen=True)
 class ApprovalSettings:
     """How long the agent waits for a person and how often it looks (seconds, finite, > 0; the poll
-    interval not longer than the timeout). Sources: :meth:`from_env`, else 600 and 3."""
+    interval not longer than the timeout). Sources: ``CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS`` and
+    ``CMBUYER_AGENT_APPROVAL_POLL_SECONDS`` (agent/settings.py), else 600 and 3."""
 
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     poll_seconds: float = DEFAULT_POLL_SECONDS
@@ -81,30 +79,6 @@ class ApprovalSettings:
                 raise ValueError(f"{name} must be a number of seconds > 0")
         if self.poll_seconds > self.timeout_seconds:
             raise ValueError("the approval poll interval must not be longer than the approval timeout")
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ApprovalSettings:
-        """Read :data:`ENV_TIMEOUT` and :data:`ENV_POLL` (blank/unset = default). Raises ValueError
-        naming the variable on anything but a positive finite number (``cmbuyer-agent run`` checks
-        this at start, so a bad value never surfaces at an order's gate 3)."""
-        env = os.environ if environ is None else environ
-
-        def pick(name: str, default: float) -> float:
-            raw = env.get(name, "").strip()
-            if not raw:
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                raise ValueError(f"{name} must be a number of seconds > 0") from None
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} must be a number of seconds > 0")
-            return value
-
-        timeout, poll = pick(ENV_TIMEOUT, DEFAULT_TIMEOUT_SECONDS), pick(ENV_POLL, DEFAULT_POLL_SECONDS)
-        if poll > timeout:
-            raise ValueError(f"{ENV_POLL} must not be longer than {ENV_TIMEOUT}")
-        return cls(timeout, poll)
 
 
 class ApprovalApi(Protocol):
@@ -118,8 +92,8 @@ class ApprovalApi(Protocol):
 @dataclass
 class WaitContext:
     """What the wait needs from the flow. ``event(step, outcome, reason_code, summary)`` queues a task
-    event (the flow's outbox); ``settings`` None = :meth:`ApprovalSettings.from_env`; ``clock`` is
-    monotonic seconds."""
+    event (the flow's outbox); ``settings`` the wait's timeout and poll interval (the CLI's, through the
+    runner and the flow); ``clock`` is monotonic seconds."""
 
     phone: PhoneAdapter
     pack: Pack
@@ -130,7 +104,7 @@ class WaitContext:
     event: Callable[..., None]
     progress: Callable[[str], None]
     fence_margin: float
-    settings: ApprovalSettings | None = None
+    settings: ApprovalSettings = field(default_factory=ApprovalSettings)
     clock: Callable[[], float] = time.monotonic
 
 
@@ -233,10 +207,7 @@ def wait_for_approval(
     screen holding the submit control; ``wanted`` the task's ``{dimension: value}``). Returns the APPROVED
     status; raises :class:`~cmbuyer.agent.errors.AgentError` with the reason code of the module
     docstring otherwise. Never taps."""
-    try:
-        settings = ctx.settings or ApprovalSettings.from_env()
-    except ValueError as exc:
-        raise FlowStop(f"approval settings: {exc}", "INTERNAL_ERROR") from exc
+    settings = ctx.settings
     # The approval names the gate-3 screenshot: it (and every event before it) must be stored first.
     ctx.outbox.drain()
     asset_id = ctx.outbox.asset_id(GATE3_KIND)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import re
 import stat
 import sys
@@ -27,16 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent import __version__, logfields
-from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
-from cmbuyer.agent.holds import HoldPolicy
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
-from cmbuyer.agent.packdir import add_pack_dir_argument, all_packs, pack_dir_from, resolve, resolve_pack, scan
+from cmbuyer.agent.packdir import all_packs, resolve, resolve_pack, scan
 from cmbuyer.agent.packtest import add_pack_test_commands
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
 from cmbuyer.agent.screens.evidence import check_evidence
 from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
+from cmbuyer.agent.settings import DEFAULT_SERVER, AgentSettings, AgentSettingsError, load_agent_settings
 from cmbuyer.agent.tls import ServerTlsError, verify_server
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas import is_hex64, is_uuid4
@@ -44,7 +42,6 @@ from cmbuyer.schemas.clihelp import chinese_help
 from cmbuyer.schemas.files import read_regular
 from cmbuyer.schemas.text import visible
 
-DEFAULT_SERVER = "http://127.0.0.1:8080"
 # files an operator names or a capture holds are read bounded (shared/schemas/files.py): never a hang on a FIFO
 MAX_CREDENTIALS_BYTES = 64 * 1024
 MAX_META_BYTES = 256 * 1024
@@ -54,9 +51,9 @@ class CredentialsError(Exception):
     pass
 
 
-def load_credentials(path: str | None) -> Credentials:
-    """From ``path`` (0600 file) or env. Raises CredentialsError with a message that never
-    contains the token."""
+def load_credentials(path: str | None, settings: AgentSettings) -> Credentials:
+    """From ``path`` (0600 file), else the settings' ``CMBUYER_DEVICE_ID``/``CMBUYER_DEVICE_TOKEN``. Raises
+    CredentialsError with a message that never contains the token."""
     if path:
         p = Path(path)
         try:
@@ -80,7 +77,7 @@ def load_credentials(path: str | None) -> Credentials:
                     data[k.strip()] = v.strip()
         device_id, token = data.get("device_id"), data.get("token")
     else:
-        device_id, token = os.environ.get("CMBUYER_DEVICE_ID"), os.environ.get("CMBUYER_DEVICE_TOKEN")
+        device_id, token = settings.device_id, settings.device_token
     if not is_uuid4(device_id):
         raise CredentialsError("设备 id 缺失，或不是小写的 UUIDv4")
     if not is_hex64(token):
@@ -88,41 +85,40 @@ def load_credentials(path: str | None) -> Credentials:
     return Credentials(str(device_id), str(token))
 
 
-def default_credentials_path(serial: str) -> Path:
+def default_credentials_path(serial: str, state_dir: Path) -> Path:
     """Where ``run`` and ``doctor`` look for a device's credentials when neither ``--credentials-file`` nor
-    the environment names them: ``$CMBUYER_AGENT_STATE_DIR/<serial>.cred`` (default ``./var/agent``), next
-    to the device's journal, with the serial made file-safe the same way."""
-    return journal_path(serial).with_suffix(".cred")
+    the environment names them: ``<state_dir>/<serial>.cred`` (``$CMBUYER_AGENT_STATE_DIR``, default
+    ``./var/agent``), next to the device's journal, with the serial made file-safe the same way."""
+    return journal_path(serial, state_dir).with_suffix(".cred")
 
 
-def resolve_credentials(path: str | None, serial: str) -> Credentials:
+def resolve_credentials(path: str | None, serial: str, settings: AgentSettings) -> Credentials:
     """The device credentials for ``run`` and ``doctor``: ``--credentials-file`` (``path``), else both
     ``CMBUYER_DEVICE_ID`` and ``CMBUYER_DEVICE_TOKEN``, else :func:`default_credentials_path` when that file
     exists. Raises CredentialsError naming what is missing (never the token)."""
     if path:
-        return load_credentials(path)
-    env_id, env_token = os.environ.get("CMBUYER_DEVICE_ID"), os.environ.get("CMBUYER_DEVICE_TOKEN")
+        return load_credentials(path, settings)
+    env_id, env_token = settings.device_id, settings.device_token
     if env_id or env_token:
         missing = "CMBUYER_DEVICE_TOKEN" if env_id else "CMBUYER_DEVICE_ID"
         if not (env_id and env_token):
             raise CredentialsError(f"{missing} 未设置（另一个设置了）；请两个都设置，或用 --credentials-file")
-        return load_credentials(None)
-    default = default_credentials_path(serial)
+        return load_credentials(None, settings)
+    default = default_credentials_path(serial, settings.state_dir)
     if default.exists():
-        return load_credentials(str(default))
+        return load_credentials(str(default), settings)
     raise CredentialsError(
         f"没有设备凭据：请给 --credentials-file FILE，或设置 CMBUYER_DEVICE_ID 和 CMBUYER_DEVICE_TOKEN，"
         f"或写入 {default}（两行 device_id=… 和 token=…，权限 0600）"
     )
 
 
-def server_url(arg: str | None) -> str:
-    """The server URL for ``run`` and ``doctor``: ``--server``, else ``CMBUYER_SERVER_URL``, else
-    :data:`DEFAULT_SERVER`. Raises CredentialsError for a URL that is not ``http(s)://host[:port]`` (a typo
-    should end the command with one line, not turn into a retry loop)."""
+def server_url(url: str) -> str:
+    """The settings' server URL (``--server``, else ``CMBUYER_SERVER_URL``, else :data:`DEFAULT_SERVER`) for
+    ``run`` and ``doctor``, checked. Raises CredentialsError for a URL that is not ``http(s)://host[:port]``
+    (a typo should end the command with one line, not turn into a retry loop)."""
     from urllib.parse import urlsplit
 
-    url = arg or os.environ.get("CMBUYER_SERVER_URL") or DEFAULT_SERVER
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
@@ -177,7 +173,7 @@ def _capture_version(dump_path: Path) -> tuple[str, int] | None:
     return None
 
 
-def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
+def _inspect_packs(args: argparse.Namespace, pack_dir: Path | None) -> list[Pack]:
     """Which packs read the dump: ``--pack FILE``; else the pack of ``--version NAME:CODE`` or of the
     version a capture bundle's meta.json recorded, as ``run`` would pick it (operator pack dir first,
     then shipped; packs are version-bound: an 8.17.0 pack can recognize an 8.22.0 order sheet and
@@ -194,16 +190,15 @@ def _inspect_packs(args: argparse.Namespace) -> list[Pack]:
         version = (m.group("name"), int(m.group("code")))
     else:
         version = _capture_version(Path(args.dump))
-    pack_dir = pack_dir_from(args.pack_dir)
     if version is not None:
         return [resolve_pack(*version, pack_dir, check_permissions=False)]
     return all_packs(pack_dir)
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
+def cmd_inspect(args: argparse.Namespace, settings: AgentSettings) -> int:
     try:
         raw = read_regular(args.dump, MAX_DUMP_BYTES)
-        packs = _inspect_packs(args)
+        packs = _inspect_packs(args, settings.pack_dir)
         dump = parse_dump(raw)
     except PackError as exc:  # the full one line (file and JSON path), not the 200-char summary
         print(json.dumps({"error": exc.reason_code, "detail": str(exc)}, ensure_ascii=False))
@@ -245,8 +240,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def cmd_journal(args: argparse.Namespace) -> int:
-    path = journal_path(args.device)
+def cmd_journal(args: argparse.Namespace, settings: AgentSettings) -> int:
+    path = journal_path(args.device, settings.state_dir)
     if not path.exists():
         # A hold cleared in the wrong state dir would look done while the agent stays held: say where
         # we looked and how the state dir is chosen.
@@ -273,28 +268,28 @@ def cmd_journal(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _connect(serial: str) -> Any:
+def _connect(serial: str, settings: AgentSettings) -> Any:
     from cmbuyer.agent.phone.adapter import PhoneAdapter
 
-    return PhoneAdapter.connect(serial)
+    return PhoneAdapter.connect(serial, adb_server=settings.adb_server)
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def cmd_doctor(args: argparse.Namespace, settings: AgentSettings) -> int:
     checks: list[dict[str, Any]] = []
-    pack_dir = pack_dir_from(args.pack_dir)
+    pack_dir = settings.pack_dir
     pack_id: str | None = None  # heartbeat pack_id: as the runner reports it (Status.pack_id)
 
     def check(name: str, ok: bool, detail: str = "") -> bool:
         checks.append({"check": name, "ok": ok, "detail": detail})
         return ok
 
-    from cmbuyer.agent.phone.adapter import adb_endpoint, probe_adb_server
+    from cmbuyer.agent.phone.adapter import probe_adb_server
 
-    host, port = adb_endpoint()
+    host, port = settings.adb_server
     try:
         probe_adb_server(host, port)
         check("adb server reachable", True, f"{host}:{port}")
-        phone = _connect(args.device)
+        phone = _connect(args.device, settings)
         check("device online + uiautomator2 ready", True, args.device)
         info = phone.device_info()
         check("screen on", bool(info.get("screenOn")), "")
@@ -320,15 +315,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "; ".join(problems) or f"运维识别包目录 {pack_dir or '未设置'}；可用：{usable}",
     )
     try:
-        server = server_url(args.server)
+        server = server_url(settings.server_url)
     except CredentialsError as exc:
         check("server URL", False, str(exc))
         server = ""
-    server_ca = server_ca_from(args.server_ca)
+    server_ca = settings.server_ca
     if server:
         _tls_check(server, server_ca, check)
     try:
-        creds = resolve_credentials(args.credentials_file, args.device)
+        creds = resolve_credentials(args.credentials_file, args.device, settings)
     except CredentialsError as exc:
         check("device credentials", False, str(exc))
         creds = None
@@ -336,7 +331,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         check("device credentials", True, f"设备 id {creds.device_id}")
     from cmbuyer.agent.instance import agent_running
 
-    if creds is not None and server and agent_running(args.device):
+    if creds is not None and server and agent_running(args.device, settings.lock_dir):
         # no heartbeat (its PAUSED and hold would overwrite the working agent's on the pages): the credentials
         # are checked by a read-only call instead; version and pause are what the agent's own heartbeat gets
         try:
@@ -354,7 +349,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 pdd_version_code=version.code if version else None,
                 state="PAUSED",
                 pack_id=pack_id,
-                hold=_journal_hold(args.device),
+                hold=_journal_hold(journal_path(args.device, settings.state_dir)),
             )
             check("server accepts the device", True, server)
             check("server allows this app version", bool(hb["app_version_allowed"]))
@@ -399,24 +394,17 @@ DOCTOR_AGENT_RUNNING = (
 )
 
 
-def _journal_hold(serial: str) -> dict[str, Any] | None:
-    """The phone's hold as its agent reports it, when its journal exists here: doctor's heartbeat must not tell
-    the server a hold is over that the agent still keeps (issue 32 §7). None when there is no journal."""
+def _journal_hold(path: Path) -> dict[str, Any] | None:
+    """The phone's hold as its agent reports it, when its journal (``path``) exists here: doctor's heartbeat
+    must not tell the server a hold is over that the agent still keeps. None when there is no journal."""
     from cmbuyer.agent.runner import hold_report
 
-    path = journal_path(serial)
     if not path.exists():
         return None
     try:
         return hold_report(Journal(path))
     except JournalError:
         return None
-
-
-def server_ca_from(flag: str | None) -> Path | None:
-    """``--server-ca FILE``, else ``CMBUYER_SERVER_CA``, else None (the system's CAs)."""
-    value = flag or os.environ.get("CMBUYER_SERVER_CA")
-    return Path(value) if value else None
 
 
 def _tls_check(server: str, server_ca: Path | None, check: Any) -> None:
@@ -464,7 +452,7 @@ def _capture_pack(version: Any, pack_dir: Path | None) -> tuple[Pack | None, str
         return None, exc.summary
 
 
-def cmd_capture(args: argparse.Namespace) -> int:
+def cmd_capture(args: argparse.Namespace, settings: AgentSettings) -> int:
     """A scrubbed capture for pack authoring (agent/capture.py; docs/agent.md "Captures"): dump.xml,
     screenshot.png, meta.json and expected.json (``--expect``/``--expected-file``) or
     expected.proposed.json. Written under ``--out`` (default ./captures/<serial>/<label>-<time>/),
@@ -499,13 +487,13 @@ def cmd_capture(args: argparse.Namespace) -> int:
     except CaptureError as exc:
         return _error("CAPTURE_EXISTS", str(exc))
     try:
-        phone = _connect(args.device)
+        phone = _connect(args.device, settings)
         xml = phone.dump_raw()
         png = phone.screenshot_png()
         version = phone.app_version()
     except AgentError as exc:
         return _error(exc.reason_code, exc.summary)
-    pack, no_pack = _capture_pack(version, pack_dir_from(args.pack_dir))
+    pack, no_pack = _capture_pack(version, settings.pack_dir)
     focus = focus_line(phone)
     try:
         check_foreground(focus)
@@ -564,18 +552,17 @@ def _dry_run_order(args: argparse.Namespace) -> Any:
     return PrefenceOrder(args.goods_id, options, args.quantity, cap)
 
 
-def cmd_dry_run(args: argparse.Namespace) -> int:
+def cmd_dry_run(args: argparse.Namespace, settings: AgentSettings) -> int:
     """The pre-fence flow on a phone without the server (agent/dryrun.py). Gate verdicts one per line,
     then the summary JSON on stdout; progress on stderr. Exit 0 / 1 / 2 as documented there."""
     from cmbuyer.agent.capture import CaptureError, check_out
     from cmbuyer.agent.dryrun import default_out, dryrun_pack, run_dry
-    from cmbuyer.agent.prefence import BUY_PATH_ENV
 
     try:
         order = _dry_run_order(args)
     except ValueError as exc:
         return _error("USAGE", str(exc))
-    buy_path = args.buy_path or os.environ.get(BUY_PATH_ENV, "single")
+    buy_path = settings.buy_path
     out = Path(args.out) if args.out else default_out(args.device)
     try:
         check_out(out, args.force, directory_of_captures=True)
@@ -583,11 +570,11 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         return _error("CAPTURE_EXISTS", str(exc))
     progress = _progress_fn(False)
     try:
-        phone = _connect(args.device)
+        phone = _connect(args.device, settings)
         version = phone.app_version()
         if version is None:
             return _error("APP_VERSION_UNSUPPORTED", "手机上没有安装拼多多")
-        pack = dryrun_pack(version, pack_dir_from(args.pack_dir))
+        pack = dryrun_pack(version, settings.pack_dir)
     except AgentError as exc:
         return _error(exc.reason_code, exc.summary)
     if out.exists() and args.force:
@@ -608,72 +595,60 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """``run``: settings and credentials checked first (nothing touched on a mistake), then the claim loop
-    (:func:`_run`) while holding the phone's run lock (agent/instance.py), so a second ``run`` for the same
-    phone refuses to start and ``doctor`` can tell that one is running."""
+def cmd_run(args: argparse.Namespace, settings: AgentSettings) -> int:
+    """``run``: settings (checked by :func:`main`) and credentials first (nothing touched on a mistake), then
+    the claim loop (:func:`_run`) while holding the phone's run lock (agent/instance.py), so a second ``run``
+    for the same phone refuses to start and ``doctor`` can tell that one is running."""
     from cmbuyer.agent.instance import AlreadyRunning, UnsafeRuntimeDir, run_lock, runtime_dir
 
     progress = _progress_fn(args.json_logs)
     try:
-        holds = HoldPolicy.from_env(crash_loop_limit=args.crash_loop_limit, failure_limit=args.failure_limit)
-        approval = ApprovalSettings.from_env()  # a bad value stops the start, not a supervised order at gate 3
-    except ValueError as exc:
-        progress(f"设置有误：{exc}")
-        return ExitCode.USAGE
-    try:
-        creds = resolve_credentials(args.credentials_file, args.device)
-        server = server_url(args.server)
+        creds = resolve_credentials(args.credentials_file, args.device, settings)
+        server = server_url(settings.server_url)
     except CredentialsError as exc:
         progress(f"无法启动：{exc}")
         return ExitCode.USAGE
     try:
-        with run_lock(args.device):
-            return _run(args, progress, holds, approval, creds, server)
-    except AlreadyRunning as exc:
-        progress(f"无法启动：{exc}")
-        return ExitCode.USAGE
-    except UnsafeRuntimeDir as exc:
+        with run_lock(args.device, settings.lock_dir):
+            return _run(args, settings, progress, creds, server)
+    except (AlreadyRunning, UnsafeRuntimeDir) as exc:
         progress(f"无法启动：{exc}")
         return ExitCode.USAGE
     except OSError as exc:
-        progress(f"无法启动：运行锁目录 {runtime_dir()} 或状态目录不可写（{exc.strerror}）")
+        progress(f"无法启动：运行锁目录 {runtime_dir(settings.lock_dir)} 或状态目录不可写（{exc.strerror}）")
         return ExitCode.USAGE
 
 
-def _run(
-    args: argparse.Namespace,
-    progress: Any,
-    holds: HoldPolicy,
-    approval: ApprovalSettings,
-    creds: Credentials,
-    server: str,
-) -> int:
+def _run(args: argparse.Namespace, settings: AgentSettings, progress: Any, creds: Credentials, server: str) -> int:
     from cmbuyer.agent.runner import Runner, RunnerConfig, StopNow
 
     try:
-        journal = Journal.for_serial(args.device)
-        phone = _connect(args.device)
+        journal = Journal.for_serial(args.device, settings.state_dir)
+        phone = _connect(args.device, settings)
     except (AgentError, JournalError) as exc:
         progress(f"无法启动：{exc}")
         return ExitCode.USAGE
-    server_ca = server_ca_from(args.server_ca)
+    server_ca = settings.server_ca
     try:
         verify_server(server, server_ca)
-        api = HttpDeviceApi(server, creds, journal, server_ca=server_ca, approval_timeout=approval.timeout_seconds)
+        api = HttpDeviceApi(
+            server, creds, journal, server_ca=server_ca, approval_timeout=settings.approval_timeout_seconds
+        )
     except ServerTlsError as exc:
         progress(f"无法启动：{exc.summary}")
         return ExitCode.USAGE
-    pack_dir = pack_dir_from(args.pack_dir)
+    pack_dir = settings.pack_dir
     progress(f"运维识别包目录：{pack_dir}" if pack_dir else "运维识别包目录：未设置（只用随附的识别包）")
     runner = Runner(
         RunnerConfig(
             args.device,
             once=args.once,
             poll_seconds=args.poll_seconds,
-            holds=holds,
+            holds=settings.holds,
             pack_dir=pack_dir,
             waits=FlowWaits(),  # production's deadlines (docs/agent.md)
+            buy_path=settings.buy_path,
+            approval=settings.approval,
         ),
         phone,
         api,
@@ -701,11 +676,9 @@ def cmd_pack_verify(args: argparse.Namespace) -> int:
     try:
         data = parse_pack_json(read_regular(path, MAX_PACK_BYTES))
         compile_pack(data)
-    except OSError as exc:
-        print(f"{path.name}: $: 无法读取文件（{exc.strerror or exc.__class__.__name__}）", file=sys.stderr)
-        return ExitCode.USAGE
-    except PackError as exc:
-        print(f"{path.name}: {exc}", file=sys.stderr)
+    except (OSError, PackError) as exc:
+        why = exc if isinstance(exc, PackError) else f"$: 无法读取文件（{exc.strerror or exc.__class__.__name__}）"
+        print(f"{path.name}: {why}", file=sys.stderr)
         return ExitCode.USAGE
     results = check_evidence(data, path.parent)
     for result in results:
@@ -736,6 +709,16 @@ def add_pack_commands(sub: Any) -> Any:
 
 
 DEVICE_HELP = "手机的 adb 序列号（见 adb devices）"
+
+
+def add_pack_dir_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--pack-dir DIR`` to a subcommand (the settings' ``pack_dir``)."""
+    parser.add_argument(
+        "--pack-dir",
+        metavar="DIR",
+        help="运维自备的识别包目录（默认环境变量 CMBUYER_AGENT_PACK_DIR）；"
+        "同一拼多多版本下，运维识别包优先于随附的识别包",
+    )
 
 
 def _server_arguments(p: argparse.ArgumentParser) -> None:
@@ -853,10 +836,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# the commands that take the settings (the ``pack`` tools read only the files they are given)
+_WITH_SETTINGS = frozenset({cmd_run, cmd_doctor, cmd_capture, cmd_dry_run, cmd_inspect, cmd_journal})
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv``, read the settings once (:func:`~cmbuyer.agent.settings.load_agent_settings`: the
+    command's flags, then the environment) and run the command. A bad setting: one line on stderr, exit 2,
+    nothing touched."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    return int(args.fn(args))
+    if args.fn not in _WITH_SETTINGS:
+        return int(args.fn(args))
+    try:
+        settings = load_agent_settings(args)
+    except AgentSettingsError as exc:
+        _progress_fn(getattr(args, "json_logs", False))(f"设置有误：{exc}")
+        return ExitCode.USAGE
+    return int(args.fn(args, settings))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The purchase flow orchestrator (design §7.1, docs/agent.md "The run loop").
+"""The purchase flow orchestrator (docs/agent.md "The run loop").
 
 claim → open product → buy button (the pack's buy path) → the layout is recognized from the sheet that
 opens (SKU sheet or order sheet) → select options (scrolling inside their lists) → gate 1 (+screenshot)
@@ -23,7 +23,6 @@ drained — every event and all three gate screenshots acknowledged by the serve
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
-from cmbuyer.agent.prefence import BUY_PATH_ENV, PrefenceEngine, PrefenceOrder
+from cmbuyer.agent.prefence import PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.recovery import send_fail
 from cmbuyer.agent.screens.pack import Pack
 from cmbuyer.agent.submit import submit_order_once
@@ -70,7 +69,8 @@ class FlowResult:
 class PurchaseFlow:
     """One claimed purchase on one phone (module docstring). ``waits``: the flow's deadlines (production's
     are ``FlowWaits()``, the runner passes its config's); ``fence_margin``: seconds of lease wanted at the
-    fence request; ``buy_path``: ``single``/``group``, else ``CMBUYER_AGENT_BUY_PATH``."""
+    fence request; ``buy_path``: ``single``/``group`` (the CLI's ``CMBUYER_AGENT_BUY_PATH``); ``approval_settings``:
+    the supervised wait's timeout and poll interval (the CLI's ``CMBUYER_AGENT_APPROVAL_*``; defaults when None)."""
 
     def __init__(
         self,
@@ -84,10 +84,12 @@ class PurchaseFlow:
         lease: LeaseKeeper | None = None,
         progress: Callable[[str], None] | None = None,
         fence_margin: float = FENCE_LEASE_MARGIN,
-        buy_path: str | None = None,
+        buy_path: str = "single",
+        approval_settings: approval.ApprovalSettings | None = None,
     ) -> None:
         self.phone = phone
-        self.buy_path = buy_path or os.environ.get(BUY_PATH_ENV, "single")
+        self.buy_path = buy_path
+        self.approval_settings = approval_settings or approval.ApprovalSettings()
         self.pack = pack
         self.sink = sink
         self.journal = journal
@@ -98,7 +100,7 @@ class PurchaseFlow:
         self.fence_margin = fence_margin
         self.in_critical_section = threading.Event()
         # the gates' screenshots go through phone.gate_screenshot (the outbox observer below): let the
-        # gates' stable reads take them between their two dumps (issue 29)
+        # gates' stable reads take them between their two dumps
         phone.gate_shots_between_dumps = True
         self._outbox: Outbox | None = None
 
@@ -116,7 +118,7 @@ class PurchaseFlow:
         """Capture the gate screenshot now (before the next tap); encode + upload on the outbox."""
         assert self._outbox is not None
         captured_at = utc_now_wire()
-        # black outside the app's windows (status bar, notification shade, navigation bar): issue 33
+        # black outside the app's windows (status bar, notification shade, navigation bar)
         self._outbox.upload(kind, self.phone.gate_screenshot(), captured_at)
 
     def _evidence(self, claim: Claim, kind: str) -> str | None:
@@ -152,7 +154,7 @@ class PurchaseFlow:
 
     def _run(self, purchase: ClaimedPurchase) -> FlowResult:
         """Everything before the fence runs in the shared engine (agent/prefence.py, on every layout
-        the pack declares: design §7.6), reporting to this flow's outbox; then the fence carries what
+        the pack declares: docs/agent.md "Layouts"), reporting to this flow's outbox; then the fence carries what
         was read on the screen holding the submit control."""
         claim, task = purchase.claim, purchase.task
         engine = PrefenceEngine(
@@ -168,7 +170,7 @@ class PurchaseFlow:
             proof = outcome.proof
             # Gate 3 passed, its screenshot is queued, the proof (values read on the screen) is final;
             # nothing has asked the server for anything yet.
-            if claim.supervised:  # issue 17: a person approves these readings first (agent/approval.py)
+            if claim.supervised:  # a person approves these readings first (agent/approval.py)
                 assert self._outbox is not None  # run() opened it for this purchase
                 approval.wait_for_approval(
                     approval.WaitContext(
@@ -181,6 +183,7 @@ class PurchaseFlow:
                         event=lambda *e: self._event(claim, *e),
                         progress=self.progress,
                         fence_margin=self.fence_margin,
+                        settings=self.approval_settings,
                     ),
                     claim,
                     proof,

@@ -1,4 +1,4 @@
-"""When the phone stops, not the queue: the hold policy (issue 15 item 8, issue 18 item 6b).
+"""When the phone stops, not the queue: the hold policy.
 
 One home for two rules:
 
@@ -33,7 +33,6 @@ Pure functions: the runner calls :func:`settle`, the journal stores the result a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -68,7 +67,7 @@ REASON_SCOPES: Mapping[str, Scope] = {
     "CONFIRM_AMOUNT_UNREADABLE": T,
     "TOTAL_ABOVE_ITEMS": T,
     "FENCE_REFUSED": T,  # the server's re-check refused what the screen showed for this task
-    "REJECTED_BY_REVIEWER": T,  # a person refused what the phone read for this task (issue 17)
+    "REJECTED_BY_REVIEWER": T,  # a person refused what the phone read for this task
     # --- reason_code: the phone, its app or its account --------------------------------------
     "WRONG_PACKAGE": P,
     "APP_VERSION_UNSUPPORTED": P,
@@ -95,12 +94,12 @@ REASON_SCOPES: Mapping[str, Scope] = {
     "SHUTDOWN": A,
     "INTERNAL_ERROR": A,
     "APPROVAL_TIMEOUT": A,
-    "SCREEN_CHANGED_WHILE_WAITING": A,  # a supervised wait ended (issue 17)
+    "SCREEN_CHANGED_WHILE_WAITING": A,  # a supervised wait ended
     # --- observation_reason (after the tap) ------------------------------------------------------
     "SECURITY_CHALLENGE_AFTER_TAP": P,
     "NO_KNOWN_SCREEN": P,
     "SUBMIT_CONTROL_GONE": A,
-    # the last look refused the tap after the fence (issue 27): each one has sent a task to reconciliation,
+    # the last look refused the tap after the fence: each one has sent a task to reconciliation,
     # and a cause that keeps coming back after gate 3 (a payment row that flips, a popup on a timer) would
     # do that to every task in the queue, so a person looks at the phone first
     "NOT_TAPPED_SCREEN_CHANGED": P,
@@ -114,8 +113,6 @@ HOLD_CODE = "REPEATED_FAILURES"
 CRASH_REASON = "INTERNAL_ERROR"
 NOT_A_FAILURE = frozenset({"SHUTDOWN"})  # a stop a person asked for breaks no streak and adds none
 
-ENV_CRASH_LOOP_LIMIT = "CMBUYER_AGENT_CRASH_LOOP_LIMIT"
-ENV_FAILURE_LIMIT = "CMBUYER_AGENT_FAILURE_LIMIT"
 DEFAULT_CRASH_LOOP_LIMIT = 2
 DEFAULT_FAILURE_LIMIT = 3
 
@@ -129,8 +126,8 @@ def scope_of(code: str | None) -> Scope | None:
 
 @dataclass(frozen=True)
 class HoldPolicy:
-    """The two streak limits (each ≥ 1). Sources: CLI flags, else the env variables
-    :data:`ENV_CRASH_LOOP_LIMIT` / :data:`ENV_FAILURE_LIMIT`, else 2 and 3 (issue 18/15)."""
+    """The two streak limits (each ≥ 1). Sources (agent/settings.py): ``--crash-loop-limit`` /
+    ``--failure-limit``, else ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` / ``CMBUYER_AGENT_FAILURE_LIMIT``, else 2 and 3."""
 
     crash_loop_limit: int = DEFAULT_CRASH_LOOP_LIMIT
     failure_limit: int = DEFAULT_FAILURE_LIMIT
@@ -140,33 +137,6 @@ class HoldPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} 必须是 >= 1 的整数")
-
-    @classmethod
-    def from_env(
-        cls,
-        environ: Mapping[str, str] | None = None,
-        *,
-        crash_loop_limit: int | None = None,
-        failure_limit: int | None = None,
-    ) -> HoldPolicy:
-        """Explicit values win over the environment. Raises ValueError on a non-integer or < 1."""
-        env = os.environ if environ is None else environ
-
-        def pick(explicit: int | None, name: str, default: int) -> int:
-            if explicit is not None:
-                return explicit
-            raw = env.get(name, "").strip()
-            if not raw:
-                return default
-            try:
-                return int(raw)
-            except ValueError:
-                raise ValueError(f"{name} 必须是 >= 1 的整数") from None
-
-        return cls(
-            pick(crash_loop_limit, ENV_CRASH_LOOP_LIMIT, DEFAULT_CRASH_LOOP_LIMIT),
-            pick(failure_limit, ENV_FAILURE_LIMIT, DEFAULT_FAILURE_LIMIT),
-        )
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,7 @@
 ``run`` holds an exclusive ``flock`` on ``<runtime dir>/<serial>.lock`` for as long as it runs (the kernel drops
 it when the process ends, however it ends, so a crash leaves no stale lock). ``doctor`` asks :func:`agent_running`
 before it sends its heartbeat: the heartbeat carries a state and the phone's hold, and a doctor run beside a
-working agent must not overwrite what that agent reports (BUSY, NEEDS_PERSON and its hold …) on the devices page
-(issue 32).
+working agent must not overwrite what that agent reports (BUSY, NEEDS_PERSON and its hold …) on the devices page.
 
 The lock is **per host and serial, not per state dir**: an adb serial names one phone on one host, whichever
 ``$CMBUYER_AGENT_STATE_DIR`` (or working folder, default ./var/agent) a ``run`` or ``doctor`` was started with. The
@@ -33,7 +32,6 @@ from pathlib import Path
 # a doctor's agent_running probe takes the lock shared for microseconds: a run starting just then waits, not refuses
 _TRIES = 10
 _WAIT_SECONDS = 0.1
-LOCK_DIR_ENV = "CMBUYER_AGENT_LOCK_DIR"
 _LOCK_ROOT = Path("/tmp")  # noqa: S108 - per-user dirs made 0700 and checked (_checked_dir), files opened O_NOFOLLOW
 _MAX_NAME = 200  # bytes of the encoded serial before the file name falls back to its hash (NAME_MAX is 255)
 
@@ -46,11 +44,11 @@ class UnsafeRuntimeDir(OSError):
     """The runtime dir is a symlink, not owned by this user, or open to others; ``str`` says which and the fix."""
 
 
-def runtime_dir() -> Path:
-    """Where the per-phone locks live: ``$CMBUYER_AGENT_LOCK_DIR``, else ``/tmp/cmbuyer-agent-<uid>``."""
-    override = os.environ.get(LOCK_DIR_ENV)
-    if override:
-        return Path(override)
+def runtime_dir(lock_dir: Path | None) -> Path:
+    """Where the per-phone locks live: ``lock_dir`` (the agent's ``CMBUYER_AGENT_LOCK_DIR``, agent/settings.py),
+    else ``/tmp/cmbuyer-agent-<uid>``."""
+    if lock_dir is not None:
+        return lock_dir
     return _LOCK_ROOT / f"cmbuyer-agent-{os.getuid()}"
 
 
@@ -63,17 +61,17 @@ def lock_name(serial: str) -> str:
     return f"{encoded}.lock"
 
 
-def lock_path(serial: str) -> Path:
+def lock_path(serial: str, lock_dir: Path | None) -> Path:
     """``<runtime dir>/<encoded serial>.lock``."""
-    return runtime_dir() / lock_name(serial)
+    return runtime_dir(lock_dir) / lock_name(serial)
 
 
-def _other_locks(serial: str) -> list[Path]:
-    """Other users' lock files of ``serial`` in the default place (none when CMBUYER_AGENT_LOCK_DIR is set); the
+def _other_locks(serial: str, lock_dir: Path | None) -> list[Path]:
+    """Other users' lock files of ``serial`` in the default place (none when ``lock_dir`` is set); the
     encoded name holds no glob characters (``*?[`` are percent-encoded)."""
-    if os.environ.get(LOCK_DIR_ENV):
+    if lock_dir is not None:
         return []
-    own = lock_path(serial)
+    own = lock_path(serial, None)
     return [p for p in sorted(_LOCK_ROOT.glob(f"cmbuyer-agent-[0-9]*/{lock_name(serial)}")) if p != own]
 
 
@@ -93,9 +91,9 @@ def _held(path: Path) -> bool:
     return False
 
 
-def _checked_dir() -> Path:
+def _checked_dir(lock_dir: Path | None) -> Path:
     """The runtime dir, created 0700 when missing. Raises UnsafeRuntimeDir (see the class) or OSError."""
-    path = runtime_dir()
+    path = runtime_dir(lock_dir)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
@@ -108,11 +106,11 @@ def _checked_dir() -> Path:
 
 
 @contextmanager
-def run_lock(serial: str) -> Iterator[None]:
+def run_lock(serial: str, lock_dir: Path | None) -> Iterator[None]:
     """Hold the phone's run lock for the ``with`` block (creating the runtime dir 0700 and the file 0600 when
     missing). Raises AlreadyRunning when another process (or another open of the file) holds it;
-    UnsafeRuntimeDir / OSError when the runtime dir cannot be used."""
-    path = _checked_dir() / lock_name(serial)
+    UnsafeRuntimeDir / OSError when the runtime dir cannot be used. ``lock_dir``: see :func:`runtime_dir`."""
+    path = _checked_dir(lock_dir) / lock_name(serial)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         for attempt in range(_TRIES):
@@ -126,7 +124,7 @@ def run_lock(serial: str) -> Iterator[None]:
                         "同一台手机只能运行一个代理"
                     ) from None
                 time.sleep(_WAIT_SECONDS)  # a doctor's probe holds a shared lock for a moment only
-        other = next((p for p in _other_locks(serial) if _held(p)), None)
+        other = next((p for p in _other_locks(serial, lock_dir) if _held(p)), None)
         if other is not None:
             raise AlreadyRunning(
                 f"已有一个 cmbuyer-agent run 在本机为手机 {serial} 运行（另一个用户的锁文件 {other}）；"
@@ -137,8 +135,8 @@ def run_lock(serial: str) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def agent_running(serial: str) -> bool:
+def agent_running(serial: str, lock_dir: Path | None) -> bool:
     """True when a ``run`` on this host holds the phone's lock right now, whatever its state dir (and, in the
     default place, whichever user's lock this process may read). Never creates a lock file or dir; a missing or
     unreadable lock file means no agent runs there."""
-    return _held(lock_path(serial)) or any(_held(p) for p in _other_locks(serial))
+    return _held(lock_path(serial, lock_dir)) or any(_held(p) for p in _other_locks(serial, lock_dir))

@@ -5,7 +5,7 @@ Sources (issue 16 item 1):
 - **shipped** packs: ``cmbuyer/agent/packs/*.json`` inside the installed package, with their evidence
   under ``packs/evidence/``;
 - **operator** packs: every ``*.json`` (not starting with ``.``) directly inside the directory given by
-  ``--pack-dir DIR`` or env :data:`PACK_DIR_ENV` (``CMBUYER_AGENT_PACK_DIR``); none when neither is set.
+  ``--pack-dir DIR`` or env ``CMBUYER_AGENT_PACK_DIR`` (agent/settings.py); none when neither is set.
 
 Rules (the one home of them):
 
@@ -37,7 +37,6 @@ Errors: :class:`~cmbuyer.agent.errors.PackError`, one line, naming the file and 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -53,25 +52,8 @@ from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, load_pack_file, pac
 from cmbuyer.schemas.files import read_regular
 
 log = logging.getLogger(__name__)
-PACK_DIR_ENV = "CMBUYER_AGENT_PACK_DIR"
 # file names as make_pack.py / the runbook write them: pdd-<versionName>-<versionCode>.json
 _NAME_VERSION_RE = re.compile(r".*-(?P<name>[0-9A-Za-z._]{1,32})-(?P<code>[0-9]{1,10})\.json", re.ASCII)
-
-
-def pack_dir_from(arg: str | None) -> Path | None:
-    """The operator pack directory: ``arg`` (``--pack-dir``), else env ``CMBUYER_AGENT_PACK_DIR``,
-    else None (shipped packs only). An empty value counts as unset."""
-    value = arg if arg else os.environ.get(PACK_DIR_ENV, "")
-    return Path(value) if value else None
-
-
-def add_pack_dir_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--pack-dir DIR`` to a subcommand (resolve it with :func:`pack_dir_from`)."""
-    parser.add_argument(
-        "--pack-dir",
-        metavar="DIR",
-        help=f"运维自备的识别包目录（默认环境变量 {PACK_DIR_ENV}）；同一拼多多版本下，运维识别包优先于随附的识别包",
-    )
 
 
 # where a pack file came from, as an operator reads it (``origin`` stays the English word in code)

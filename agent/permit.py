@@ -1,4 +1,4 @@
-"""SubmissionPermit: the unforgeable right to tap 提交订单 once (docs/architecture.md "Agent", design §2.1).
+"""SubmissionPermit: the unforgeable right to tap 提交订单 once (docs/architecture.md "Agent").
 
 A permit exists only for a *first* submission-fence response with ``click_permitted: true``. A replay
 (``click_permitted: false, reconciliation_required: true``) can never yield one. The constructor
@@ -9,6 +9,7 @@ called by ``cmbuyer.agent.client`` after schema validation. Importers of this mo
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, InitVar, dataclass
 from typing import Any
 
 from cmbuyer.agent.model import SubmissionProof
@@ -26,51 +27,30 @@ class PermitRefused(Exception):
     """The fence response does not grant a click (replay, or malformed)."""
 
 
+@dataclass(frozen=True, eq=False, repr=False)
 class SubmissionPermit:
-    """One-time permission for one submission. Immutable; ``repr`` shows ids only. ``proof`` is the
-    fence request's readings the server granted it for: the screen must still read exactly so right
-    before the tap (agent/submit.py)."""
+    """One-time permission for one submission. Immutable (a frozen dataclass: assigning raises AttributeError);
+    equal only to itself; ``repr`` shows ids only; never pickled or copied. ``proof`` is the fence request's
+    readings the server granted it for: the screen must still read exactly so right before the tap
+    (agent/submit.py). Built only with the module's capability (:func:`_from_fence_response`); anything
+    else raises TypeError."""
 
-    __slots__ = ("_attempt_id", "_proof", "_submission_id", "_task_id")
-    _attempt_id: str
-    _proof: SubmissionProof
-    _submission_id: str
-    _task_id: str
+    capability: InitVar[object]
+    _: KW_ONLY
+    submission_id: str
+    attempt_id: str
+    task_id: str
+    proof: SubmissionProof
 
-    def __init__(
-        self, capability: object, *, submission_id: str, attempt_id: str, task_id: str, proof: SubmissionProof
-    ) -> None:
+    def __post_init__(self, capability: object) -> None:
         if capability is not _CAPABILITY:
             raise TypeError("SubmissionPermit can only be built from a first fence response")
-        object.__setattr__(self, "_submission_id", submission_id)
-        object.__setattr__(self, "_attempt_id", attempt_id)
-        object.__setattr__(self, "_task_id", task_id)
-        object.__setattr__(self, "_proof", proof)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("SubmissionPermit is immutable")
 
     def __reduce__(self) -> Any:  # no pickling/copying into a second permit
         raise TypeError("SubmissionPermit cannot be serialized")
 
-    @property
-    def submission_id(self) -> str:
-        return self._submission_id
-
-    @property
-    def attempt_id(self) -> str:
-        return self._attempt_id
-
-    @property
-    def task_id(self) -> str:
-        return self._task_id
-
-    @property
-    def proof(self) -> SubmissionProof:
-        return self._proof
-
     def __repr__(self) -> str:
-        return f"SubmissionPermit(submission_id={self._submission_id!r})"
+        return f"SubmissionPermit(submission_id={self.submission_id!r})"
 
 
 def _from_fence_response(body: Any, *, attempt_id: str, task_id: str, proof: SubmissionProof) -> SubmissionPermit:

@@ -8,49 +8,39 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from cmbuyer.agent.model import (
-    ApprovalStatus,
-    AssetRef,
-    AttemptFailure,
-    Claim,
-    ClaimedPurchase,
-    Lease,
-    ScreenshotAsset,
-    Session,
-    SubmissionProof,
-    SubmissionResult,
-    TaskEvent,
-)
+from cmbuyer.agent import model  # the wire values every port speaks in
 from cmbuyer.agent.permit import SubmissionPermit
 
 
 class TaskSource(Protocol):
-    def claim_next(self, session: Session) -> ClaimedPurchase | None: ...
+    def claim_next(self, session: model.Session) -> model.ClaimedPurchase | None: ...
 
-    def renew_lease(self, claim: Claim) -> Lease: ...
+    def renew_lease(self, claim: model.Claim) -> model.Lease: ...
 
 
 class ResultSink(Protocol):
-    """What the flow reports to. The approval pair is used only for a supervised claim (issue 17,
-    :class:`cmbuyer.agent.approval.ApprovalApi`)."""
+    """What the flow reports to. The approval pair is used only for a supervised claim
+    (:class:`cmbuyer.agent.approval.ApprovalApi`)."""
 
-    def append_events(self, claim: Claim, events: list[TaskEvent]) -> None: ...
+    def append_events(self, claim: model.Claim, events: list[model.TaskEvent]) -> None: ...
 
-    def upload_screenshot(self, claim: Claim, asset: ScreenshotAsset) -> AssetRef: ...
+    def upload_screenshot(self, claim: model.Claim, asset: model.ScreenshotAsset) -> model.AssetRef: ...
 
-    def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None: ...
+    def fail_attempt(self, claim: model.Claim, failure: model.AttemptFailure) -> None: ...
 
-    def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit: ...
+    def create_submission_fence(self, claim: model.Claim, proof: model.SubmissionProof) -> SubmissionPermit: ...
 
-    def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None: ...
+    def report_submission_result(self, permit: SubmissionPermit, result: model.SubmissionResult) -> None: ...
 
     def report_recovered_result(
-        self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
+        self, *, submission_id: str, attempt_id: str, claim_token: str, result: model.SubmissionResult, result_key: str
     ) -> None: ...
 
-    def request_approval(self, claim: Claim, proof: SubmissionProof, screenshot_asset_id: str) -> ApprovalStatus: ...
+    def request_approval(
+        self, claim: model.Claim, proof: model.SubmissionProof, screenshot_asset_id: str
+    ) -> model.ApprovalStatus: ...
 
-    def approval_status(self, claim: Claim, approval_id: str) -> ApprovalStatus: ...
+    def approval_status(self, claim: model.Claim, approval_id: str) -> model.ApprovalStatus: ...
 
 
 class KeyStore(Protocol):

@@ -1,4 +1,5 @@
-"""The part of the purchase flow that runs before the submission fence (design §7.1, §7.6), shared by
+"""The part of the purchase flow that runs before the submission fence (docs/agent.md "The run loop" and "Layouts"),
+shared by
 the real flow (:class:`cmbuyer.agent.flow.PurchaseFlow`) and the server-less dry run
 (:mod:`cmbuyer.agent.dryrun`).
 
@@ -33,7 +34,6 @@ from cmbuyer.schemas.sku import SkuOptions
 
 T = TypeVar("T")
 
-BUY_PATH_ENV = "CMBUYER_AGENT_BUY_PATH"  # single (default) | group — docs/agent.md "Buy path"
 # The gate steps, in flow order; a dry run prints one verdict line for each.
 GATE_STEPS = ("GATE_1", "GATE_2", "CHECK_PAYMENT_MODE", "GATE_3")
 
@@ -75,18 +75,16 @@ class PrefenceOutcome:
     gate3_summary: str
 
 
+@dataclass(kw_only=True, eq=False)
 class PrefenceEngine:
     """Runs every pre-fence step on ``phone`` with ``pack``; ``buy_path`` is ``single`` or ``group``;
     ``waits``: how long a screen or a tap's effect may take."""
 
-    def __init__(
-        self, *, phone: PhoneAdapter, pack: Pack, observer: PrefenceObserver, buy_path: str, waits: FlowWaits
-    ) -> None:
-        self.phone = phone
-        self.pack = pack
-        self.observer = observer
-        self.buy_path = buy_path
-        self.waits = waits
+    phone: PhoneAdapter
+    pack: Pack
+    observer: PrefenceObserver
+    buy_path: str
+    waits: FlowWaits
 
     def _step(self, step: str, fn: Callable[[], T]) -> T:
         self.observer.checkpoint()
@@ -151,7 +149,7 @@ class PrefenceEngine:
             },
         )
         self.observer.checkpoint()
-        # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
+        # The fence body carries the values READ on the screen, never the task's own.
         read = tuple((dimension, g3.selected[dimension]) for dimension in wanted)
         # gate3 above refused any reading that was missing
         assert g3.unit_price is not None and g3.quantity is not None and g3.total is not None

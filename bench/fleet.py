@@ -1,4 +1,4 @@
-"""Fleet benchmark (issue 29): N simulated phones with the published real-phone latencies, one real
+"""Fleet benchmark: N simulated phones with the published real-phone latencies, one real
 ``cmbuyer-agent run`` process per phone and one server — what a phone host carries.
 
 Run: `make bench` (N = 8) or `make soak` (N = 32), or `.venv/bin/python bench/fleet.py [--phones N]

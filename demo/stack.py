@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent.instance import LOCK_DIR_ENV
+from cmbuyer.agent.settings import AGENT_SETTINGS_BY_NAME
 from cmbuyer.phonesim.journal import read_journal
 from cmbuyer.server.db import connect_sync
 from cmbuyer.server.display import task_view
@@ -33,6 +33,7 @@ SETTLED = frozenset(
     {"WAITING_PAYMENT", "RECONCILIATION_REQUIRED", "FAILED", "EXPIRED", "CANCELLED", "CLOSED_NOT_CREATED", "PAID"}
 )
 GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
+LOCK_DIR_ENV = AGENT_SETTINGS_BY_NAME["lock_dir"].env  # kept: every agent and doctor of a host shares it
 
 
 class StackError(RuntimeError):
@@ -323,7 +324,7 @@ class Stack:
 
     def dead(self) -> list[str]:
         """One line per child process that has exited on its own — which one, its exit code and its log —
-        so the demo can say so instead of waiting for tasks that can no longer move (issue 32 §9)."""
+        so the demo can say so instead of waiting for tasks that can no longer move."""
         children: list[tuple[str, subprocess.Popen[Any] | None, str]] = [
             ("服务器", self.server, "server.log"),
             ("手机模拟器", self.sim, "phonesim.log"),
@@ -352,8 +353,7 @@ class Stack:
 
 
 def terminate(procs: list[subprocess.Popen[Any]], grace: float) -> None:
-    """SIGTERM every process still running, give them ``grace`` seconds together to exit, then SIGKILL (and
-    reap) whichever has not."""
+    """SIGTERM every process still running, wait up to ``grace`` seconds in all, then SIGKILL the rest."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -1,4 +1,4 @@
-"""``cmbuyer-server`` command line (issue 2 CLI contract; exit codes in docs/operations.md).
+"""``cmbuyer-server`` command line (exit codes in docs/operations.md).
 
 Exit codes (:class:`Exit`): 0 ok · 1 refused by a business rule (conflict, not found, invalid input) · 2 usage
 error · 3 bad settings · 4 storage or schema problem (database unreachable, migrations not current).
@@ -328,7 +328,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         def serving(_aiohttp_banner: str) -> None:
             # run_app calls this only once the socket is bound: a busy port is reported first, never
-            # after a "serving" line (issue 32 §9)
+            # after a "serving" line
             print(
                 f"cmbuyer-server：正在服务 {scheme}://{settings.host}:{settings.port}/（管理页面：/login，数据目录 "
                 f"{settings.data_dir}）",

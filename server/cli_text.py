@@ -1,4 +1,4 @@
-"""The wordings ``cmbuyer-server`` prints more than once, in Chinese like the admin pages (issue 32 §9).
+"""The wordings ``cmbuyer-server`` prints more than once, in Chinese like the admin pages.
 
 One home for each: a message the CLI gives in several places, and the help lines of options several
 subcommands share. Codes stay as they are (``invalid_request``, ``PENDING``) — next to their Chinese label,

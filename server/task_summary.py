@@ -1,4 +1,4 @@
-"""``cmbuyer-server task show``'s text for a person (issue 32 §9): the task detail as labelled lines.
+"""``cmbuyer-server task show``'s text for a person: the task detail as labelled lines.
 
 Input is :func:`cmbuyer.server.display.task_view.task_detail` — the same dict ``task show --json`` prints
 unchanged — plus the devices' names by id. Labels are Chinese like the admin task page; every state keeps its

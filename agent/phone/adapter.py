@@ -1,6 +1,6 @@
 """PhoneAdapter: the one place that talks to the phone (uiautomator2 3.x + adbutils 2.x).
 
-Rules (design §7.3, phone-facts):
+Rules (docs/architecture.md "Agent"):
 - Connect through ``adbutils.AdbClient(host, port)`` (``ANDROID_ADB_SERVER_HOST``/``_PORT``, default
   127.0.0.1:5037). We probe the port first: adbutils would otherwise try to *start* a local adb
   server; we raise :class:`AdbUnreachable` ("无法连接 adb 服务 …") instead.
@@ -24,7 +24,6 @@ Rules (design §7.3, phone-facts):
 from __future__ import annotations
 
 import logging
-import os
 import re
 import socket
 import threading
@@ -44,6 +43,7 @@ from cmbuyer.agent.errors import (
     SubmitTapUnknown,
 )
 from cmbuyer.agent.phone.deadline import call_with_deadline
+from cmbuyer.agent.phone.devices import AdbDevice, U2Device
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import APP_PACKAGE, Dump, Node, parse_dump
 from cmbuyer.agent.screens.masking import ImageUnreadable, app_windows, encode_png, mask_outside_app
@@ -68,19 +68,13 @@ class AppVersion:
 
 @dataclass(frozen=True)
 class Deadlines:
-    """Seconds per call kind; generous enough for a bad day on a real phone (phone-facts timings)."""
+    """Seconds per call kind; generous enough for a bad day on a real phone."""
 
     connect: float = 60.0
     dump: float = 10.0
     shell: float = 10.0
     screenshot: float = 15.0
     tap: float = 5.0
-
-
-def adb_endpoint() -> tuple[str, int]:
-    host = os.environ.get("ANDROID_ADB_SERVER_HOST") or "127.0.0.1"
-    port = int(os.environ.get("ANDROID_ADB_SERVER_PORT") or 5037)
-    return host, port
 
 
 def probe_adb_server(host: str, port: int, timeout: float = 2.0) -> None:
@@ -165,7 +159,7 @@ class SubmitTapPlan:
 # changing (animations).
 STABLE_PAUSES = (0.0, 0.1, 0.2, 0.3)
 # How old the latest look after the tap may be and still serve as half of a stable look or as the focus
-# before a screenshot (issue 29 reuse). The observation polls every 50 ms and the evidence upload between
+# before a screenshot. The observation polls every 50 ms and the evidence upload between
 # it and the confirmation takes tens of milliseconds on a healthy server; a slow or retried upload (up to
 # the client's 10 s timeout × 5 attempts) gives the screen time to change on its own (a cashier opening).
 LOOK_REUSE_SECONDS = 1.0
@@ -182,7 +176,7 @@ def _client_class(adbutils: Any) -> Any:
     servers older than adb 1.0.41 from 2019). The request itself is unchanged: each call still opens
     its own transport to the phone by serial.
 
-    Each connection also goes out with ``TCP_NODELAY`` (issue 29): uiautomator2 sends every JSON-RPC
+    Each connection also goes out with ``TCP_NODELAY``: uiautomator2 sends every JSON-RPC
     request (dump, screenshot) through ``http.client``, which writes the headers and the body in two
     ``send`` calls. With Nagle's algorithm on, the body waits for the ACK of the headers, which the
     receiving end (the adb server, here the simulator) delays by up to 40 ms because it has nothing to
@@ -210,11 +204,18 @@ class PhoneAdapter:
     """Synchronous adapter for one device serial. Construct with :meth:`connect`."""
 
     def __init__(
-        self, serial: str, device: Any, u2dev: Any, deadlines: Deadlines | None = None, app_package: str = APP_PACKAGE
+        self,
+        serial: str,
+        device: AdbDevice,
+        u2dev: U2Device,
+        deadlines: Deadlines | None = None,
+        app_package: str = APP_PACKAGE,
     ) -> None:
+        """``device``/``u2dev``: the adbutils and uiautomator2 devices of ``serial`` (agent/phone/devices.py
+        names what is used of them; :meth:`connect` makes both)."""
         self.serial = serial
-        self._adb = device
-        self._u2 = u2dev
+        self._adb: AdbDevice = device
+        self._u2: U2Device = u2dev
         self.deadlines = deadlines or Deadlines()
         self.app_package = app_package
         # The last (at most two) consecutive dumps taken since the last action, oldest first.
@@ -224,7 +225,7 @@ class PhoneAdapter:
         # (dump, focus, calls_made after it, time.monotonic() when it was taken)
         self._looks: list[tuple[Dump, str | None, int, float]] = []
         self.calls_made = 0  # phone calls sent through _call (a look is "the latest" if none followed)
-        # Gate screenshots between the two dumps of the gate's stable read (issue 29, :meth:`arm_gate_shot`):
+        # Gate screenshots between the two dumps of the gate's stable read (:meth:`arm_gate_shot`):
         # on when the caller stores gate screenshots through :meth:`gate_screenshot` (the purchase flow).
         self.gate_shots_between_dumps = False
         self._armed = False
@@ -239,17 +240,21 @@ class PhoneAdapter:
         self.action_listener: Callable[[dict[str, Any], Node | None], None] | None = None
 
     @classmethod
-    def connect(cls, serial: str, deadlines: Deadlines | None = None) -> PhoneAdapter:
-        """Probe the adb server, attach to ``serial`` and start/reach the uiautomator2 server."""
+    def connect(
+        cls, serial: str, deadlines: Deadlines | None = None, *, adb_server: tuple[str, int] | None = None
+    ) -> PhoneAdapter:
+        """Probe the adb server, attach to ``serial`` and start/reach the uiautomator2 server. ``adb_server``:
+        ``(host, port)`` (the CLI passes its settings'); None leaves it to adbutils, which reads adb's own
+        ``ANDROID_ADB_SERVER_HOST``/``_PORT`` (the simulator's test helpers set them)."""
         import adbutils
         import uiautomator2 as u2
 
         deadlines = deadlines or Deadlines()
-        host, port = adb_endpoint()
-        probe_adb_server(host, port)
+        host, port = adb_server or (None, None)
+        client = _client_class(adbutils)(host=host, port=port)
+        probe_adb_server(client.host, client.port)
 
         def attach() -> tuple[Any, Any]:
-            client = _client_class(adbutils)(host=host, port=port)
             states = {d.serial: d.state for d in client.list()}
             if states.get(serial) != "device":
                 raise PhoneError(f"手机 {serial} 不在线（adb devices 里没有它，或状态不是 device）", "ADB_ERROR")
@@ -381,7 +386,7 @@ class PhoneAdapter:
 
     # --- actions ------------------------------------------------------------------------------
     def open_goods(self, goods_id: str) -> None:
-        """Deep link to the product page (phone-facts). ``goods_id`` must be ASCII digits."""
+        """Deep link to the product page. ``goods_id`` must be ASCII digits."""
         if _SAFE_GOODS_ID.fullmatch(goods_id) is None:
             raise PhoneError("refusing a goods id that is not digits", "WRONG_GOODS")
         url = f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}"

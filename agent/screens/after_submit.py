@@ -1,5 +1,5 @@
 """What the screen says after the single submit tap, and the pack's read-only confirmation data
-(issue 15 item 7, design §2.3, phone-facts "The order sheet"). Pure functions over dumps: nothing
+(docs/architecture.md "Safety rules"). Pure functions over dumps: nothing
 here taps, and nothing here imports the submit or permit modules.
 
 Observation rules (version-independent, so they live in code, not in packs):
@@ -229,7 +229,7 @@ def match_order(
 ) -> tuple[str | None, str]:
     """Our order among the pending ones: amount equal to the gate-3 total, minus the orders an earlier
     attempt on this phone already identified as its own (``taken``: their numbers, from the agent's
-    journal — issue 34: five identical orders back to back each get their own number), narrowed by the
+    journal — five identical orders back to back each get their own number), narrowed by the
     goods title when that is known and several match. Returns (order_sn or None, why; the why names the
     candidates' count). Several candidates left, none, or a candidate without a readable order number
     → None (no number is better than a wrong one)."""

@@ -249,7 +249,7 @@ AUDIT_ACTION_LABELS: dict[str, str] = {
     "task.release_fenced": "核对后放行（已有提交围栏，待人工核对）",
 }
 
-# -- supervised first orders, admin side (issue 17; kept in one block so merges stay simple) -------------------
+# -- supervised first orders, admin side (kept in one block so merges stay simple) -------------------
 AUDIT_ACTION_LABELS.update(
     {
         "approval.approve": "批准提交前的人工确认",
@@ -262,7 +262,7 @@ AUDIT_ACTION_LABELS.update(
     }
 )
 
-# -- tasks in and out (issue 28) -----------------------------------------------------------------------------
+# -- tasks in and out -----------------------------------------------------------------------------
 AUDIT_ACTION_LABELS.update(
     {
         "task.import": "从表格导入草稿",

@@ -1,4 +1,4 @@
-"""The fence's rules (docs/api.md "submission-fence" and "Fence refusals"; issue 15 §5). Pure: no I/O.
+"""The fence's rules (docs/api.md "submission-fence" and "Fence refusals"). Pure: no I/O.
 
 The fence service (``services/fence.py``) loads the rows, asks here, and writes. The admin supervision
 panel (``web/admin/supervision_view.py``) asks here too: :func:`gate_refusal` whether readings awaiting
@@ -66,10 +66,10 @@ def check_authorization(authorization: FencedAuthorization, task: Snapshot, now:
 
 def check_gates(body: dict[str, Any], authorization: Snapshot, allowed_payment_modes: tuple[str, ...]) -> None:
     """Step 7 (pure): raise :class:`FenceRefused` naming the first failed gate, in this order
-    (docs/api.md "Fence refusals"; issue 15 §5):
+    (docs/api.md "Fence refusals"):
 
-    - ``sku_options_required``: the body names ``selected_color``/``selected_size`` (an agent before
-      issue 34) but the task's options are not the colour/size special case — update the agent;
+    - ``sku_options_required``: the body names ``selected_color``/``selected_size`` (an agent that
+      knows only colour/size) but the task's options are not the colour/size special case — update the agent;
     - ``sku_mismatch``: the read options differ from the snapshot's per dimension by name
       (:func:`~cmbuyer.server.domain.sku_readings.options_equal`): a dimension the task names was not read,
       one was read that it does not name, or one value differs (NFKC on both sides);

@@ -1,4 +1,4 @@
-"""Supervised first orders (issue 17): the rules, no I/O.
+"""Supervised first orders: the rules, no I/O.
 
 A *pair* is one device running one selector pack (``pack_key``). Until a person has confirmed
 ``CMBUYER_SUPERVISED_ORDERS`` of the pair's orders as right, every attempt the pair claims is
@@ -31,7 +31,7 @@ from cmbuyer.server.domain.states import SubmissionState
 
 DEFAULT_SUPERVISED_ORDERS = 3
 # How long an agent waits for a person's approval when its request does not say (the agent's own default,
-# CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS): the task table's countdown (issue 32 §8).
+# CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS): the task table's countdown.
 DEFAULT_APPROVAL_WAIT_SECONDS = 600
 # NO_PACK (the heartbeat's "the agent has no pack for the installed app version") is not a pack id; the pack
 # id pattern and NO_PACK live in cmbuyer.schemas (the wire format) and are used from there.
@@ -135,7 +135,7 @@ def canonical_readings(values: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(raw, str) or not normalize_sku(raw).strip():
         raise _bad("payment_mode")
     # a person reads these in the approval drawer: no bidi, invisible or control characters, which would
-    # show one value while another is approved (the rule of every stored text, issue 33); the options'
+    # show one value while another is approved (the rule of every stored text); the options'
     # texts are checked by reported_options
     if text_problem(raw) is not None:
         raise _bad("payment_mode")

@@ -1,4 +1,4 @@
-"""Human use-cases on tasks after start-purchases (docs/admin.md "Human actions"; design §3).
+"""Human use-cases on tasks after start-purchases (docs/admin.md "Human actions").
 
 Each function is one synchronous job run inside one write transaction (``Database.write``); it
 checks the expected task version, computes the new states only through
@@ -160,7 +160,7 @@ def release_held(
     now: datetime,
     request_id: str | None = None,
 ) -> ActionResult:
-    """放行 on the held-tasks page (``POST /held/release``, issue 31): a person checked a HELD task against
+    """放行 on the held-tasks page (``POST /held/release``): a person checked a HELD task against
     the phones' journals. Without a replicated fence it goes back to DRAFT like a reset (its claim and
     authorization closed, reason RESET; audit ``task.release``) and must be started again; with one, back to
     SUBMITTING (audit ``task.release_fenced``), where the sweeper moves it to reconciliation once its lease

@@ -1,5 +1,5 @@
 """Device use-cases: issue a token (shown once), list, revoke (docs/api.md "Device authentication"); pause,
-resume and pacing (issue 32; rules in :mod:`cmbuyer.server.domain.pacing`)."""
+resume and pacing (rules in :mod:`cmbuyer.server.domain.pacing`)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _existing(conn: sqlite3.Connection, device_id: str) -> device_store.Device:
 
 
 def set_paused(conn: sqlite3.Connection, device_id: str, *, paused: bool, actor: Actor, now: datetime) -> bool:
-    """Pause (``paused=True``) or resume a device (issue 32 §1). A paused device keeps its token and its open
+    """Pause (``paused=True``) or resume a device. A paused device keeps its token and its open
     claim, if any, runs to its end, but claim-next gives it no new task (204) and its heartbeat answer says
     ``paused``. Idempotent: True when this call changed it, and only a change writes an audit row
     (``device.pause`` / ``device.resume``).
@@ -107,7 +107,7 @@ def set_pacing(
     actor: Actor,
     now: datetime,
 ) -> bool:
-    """Set a device's pacing (issue 32 §6): the least seconds between two of its claims and the most claims
+    """Set a device's pacing: the least seconds between two of its claims and the most claims
     per Beijing day; None turns a limit off. True when a value changed; only a change writes an audit row
     (``device.pacing`` with both values).
 
@@ -140,7 +140,7 @@ RELEASE_NOTE_MAX = 500
 
 
 def release_hold(conn: sqlite3.Connection, device_id: str, *, note: str, actor: Actor, now: datetime) -> bool:
-    """释放 (issue 32 §7): a person checked the held phone and lets it work again. The release is stored on the
+    """释放: a person checked the held phone and lets it work again. The release is stored on the
     device and goes out in the heartbeat answer (``hold_released``) while the agent still reports that hold;
     the agent then clears its local hold and claims again. The phone-host command
     ``cmbuyer-agent journal --clear-hold`` keeps working the same. Audited (``device.hold_release`` with the
@@ -166,7 +166,7 @@ def release_hold(conn: sqlite3.Connection, device_id: str, *, note: str, actor: 
 
 
 def request_screen(conn: sqlite3.Connection, device_id: str, *, actor: Actor, now: datetime) -> str:
-    """查看当前屏幕 (issue 32 §7): ask the phone for one fresh screenshot through its next heartbeat answer; returns
+    """查看当前屏幕: ask the phone for one fresh screenshot through its next heartbeat answer; returns
     the request id. A newer request replaces one not answered yet. Audited (``device.screen_request``).
 
     Raises NotFound, InvalidTransition (409 ``invalid_state``) for a revoked device or one working on a task
@@ -184,7 +184,7 @@ def request_screen(conn: sqlite3.Connection, device_id: str, *, actor: Actor, no
 
 def set_supervision(conn: sqlite3.Connection, device_id: str, *, off: bool, actor: Actor, now: datetime) -> bool:
     """Exempt a device from supervised first orders (``off=True``) or put it back under the global rule
-    (issue 17; ``CMBUYER_SUPERVISED_ORDERS``). Idempotent: returns True when this call changed the
+    (``CMBUYER_SUPERVISED_ORDERS``). Idempotent: returns True when this call changed the
     setting, and only a change writes an audit row (``device.supervision``). NotFound when unknown.
 
     The exemption is for phones a team has already proven (and for the demo's second phone); it does not

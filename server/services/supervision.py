@@ -1,4 +1,4 @@
-"""Supervised first orders, device side: the approval routes (issue 17; rules in
+"""Supervised first orders, device side: the approval routes (rules in
 :mod:`cmbuyer.server.domain.supervision`).
 
 - ``POST /api/v1/purchase-attempts/{aid}/approval`` is :func:`request_approval` (one write job) and

@@ -1,4 +1,4 @@
-"""The admin side of supervised first orders (issue 17; docs/admin.md "Supervised first orders").
+"""The admin side of supervised first orders (docs/admin.md "Supervised first orders").
 
 Use-cases, each one synchronous job inside one write transaction with its audit row:
 

@@ -1,4 +1,4 @@
-"""Edit a DRAFT task (issue 28 item 4; docs/admin.md "Editing a draft"): title, URL, SKU texts, quantity and
+"""Edit a DRAFT task (docs/admin.md "Editing a draft"): title, URL, SKU texts, quantity and
 max total, validated by the same rules as a new task (:func:`cmbuyer.server.domain.task_fields.parse_task_fields`).
 
 One write transaction: unknown task → 404 ``not_found``; ``expected_task_version`` stale → 409

@@ -1,4 +1,4 @@
-"""The answer to an administrator's 查看当前屏幕 (issue 32 §7), shared by the two ways a phone answers it: the
+"""The answer to an administrator's 查看当前屏幕, shared by the two ways a phone answers it: the
 screenshot upload (``services/device_screen.py``) and, when another app was in front, the heartbeat's
 ``screen`` field (``services/heartbeat.py``)."""
 

@@ -1,4 +1,4 @@
-"""Device authentication for ``/api/v1/*`` (docs/api.md "Device authentication"; design §4).
+"""Device authentication for ``/api/v1/*`` (docs/api.md "Device authentication").
 
 Rules: ``Authorization: Bearer <64 lowercase hex>`` and ``X-CMBuyer-Device-ID: <lowercase UUIDv4>``,
 each present exactly once in the *raw* headers (a proxy's comma-merged value is refused too); the
@@ -43,7 +43,7 @@ DeviceHandler = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
 def parse_credentials(raw_headers: tuple[tuple[bytes, bytes], ...]) -> tuple[str, bytes] | None:
     """``(device_id, sha256(token bytes))`` from raw headers, or None when anything is off.
 
-    Pure function (no I/O), so the whole header table of bad-inputs.md is testable directly.
+    Pure function (no I/O), so every header case is testable directly.
     """
     auth: list[bytes] = []
     dev: list[bytes] = []

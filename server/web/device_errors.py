@@ -1,4 +1,4 @@
-"""Device API responses: flat error bodies ``{"error": code}`` (design §4), empty 401/503, and the
+"""Device API responses: flat error bodies ``{"error": code}`` (docs/api.md "Conventions"), empty 401/503, and the
 canonical JSON encoding used for every device body (so replays are byte-identical)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The strict JSON body reader shared by every device route (design §4, bad-inputs "JSON bodies").
+"""The strict JSON body reader shared by every device route (docs/api.md "Conventions").
 
 Order: Content-Type (``application/json``, optional ``charset=utf-8`` only) else 415; declared length
 over the cap → 413 without reading; read at most cap+1 bytes (chunked bodies too) else 413; strict

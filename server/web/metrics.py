@@ -1,4 +1,4 @@
-"""``GET /metrics`` in the Prometheus text format (issue 32 §5; prometheus-client), off unless
+"""``GET /metrics`` in the Prometheus text format (prometheus-client), off unless
 ``CMBUYER_METRICS=1`` — then the route does not exist (404).
 
 Who may read it: with ``CMBUYER_METRICS_TOKEN`` set, only a request with ``Authorization: Bearer <that

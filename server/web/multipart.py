@@ -1,5 +1,5 @@
-"""A strict, streaming ``multipart/form-data`` reader with hard caps (docs/api.md "POST /api/v1/tasks/{id}/evidence";
-bad-inputs "Multipart evidence"). ``request.post()`` is never used: it buffers and accepts far too much.
+"""A strict, streaming ``multipart/form-data`` reader with hard caps (docs/api.md
+"POST /api/v1/tasks/{id}/evidence"). ``request.post()`` is never used: it buffers and accepts far too much.
 
 What is accepted, exactly:
 

@@ -16,28 +16,16 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+from cmbuyer.agent import model
 from cmbuyer.agent.client import FenceReplayed, approval_readings, submission_result_request
 from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal
-from cmbuyer.agent.model import (
-    AssetRef,
-    AttemptFailure,
-    Claim,
-    ClaimedPurchase,
-    Lease,
-    ScreenshotAsset,
-    Session,
-    SubmissionProof,
-    SubmissionResult,
-    Task,
-    TaskEvent,
-)
 from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
 from cmbuyer.schemas import validate
 from cmbuyer.schemas.sku import legacy_options
 
 
-def make_purchase(**task_over: Any) -> ClaimedPurchase:
+def make_purchase(**task_over: Any) -> model.ClaimedPurchase:
     t = {
         "id": str(uuid.uuid4()),
         "version": 3,
@@ -52,8 +40,8 @@ def make_purchase(**task_over: Any) -> ClaimedPurchase:
         color = task_over.pop("sku_color", "黑色CHA(纯棉)")
         t["sku_options"] = legacy_options(color, task_over.pop("sku_size", "M(建议100-115)"))
     t.update(task_over)
-    task = Task(**t)
-    claim = Claim(
+    task = model.Task(**t)
+    claim = model.Claim(
         task_id=task.id,
         task_version=task.version,
         authorization_id=str(uuid.uuid4()),
@@ -64,15 +52,15 @@ def make_purchase(**task_over: Any) -> ClaimedPurchase:
         lease_expires_at="2099-01-01T00:05:00Z",
         authorization_expires_at="2099-01-01T01:00:00Z",
     )
-    return ClaimedPurchase(task=task, claim=claim, server_now="2099-01-01T00:00:00Z")
+    return model.ClaimedPurchase(task=task, claim=claim, server_now="2099-01-01T00:00:00Z")
 
 
-def read_proof(task: Task, unit_price: Decimal, **over: Any) -> SubmissionProof:
+def read_proof(task: model.Task, unit_price: Decimal, **over: Any) -> model.SubmissionProof:
     """The readings a phone takes at the fence for ``task`` when all three gates show ``unit_price``: the
     task's own options and quantity, one submit control, ``微信支付`` and a confirm-page total of
     ``unit_price`` × quantity. ``over`` replaces any of those fields (e.g. a discounted
     ``confirm_page_amount``)."""
-    proof = SubmissionProof(
+    proof = model.SubmissionProof(
         selected_options=task.sku_options,
         gate1_unit_price=unit_price,
         gate2_unit_price=unit_price,
@@ -98,7 +86,7 @@ _CLAIM_FIELDS = (
 
 def journal_claim(
     journal: Journal,
-    claim: Claim,
+    claim: model.Claim,
     *,
     task_version: int = 3,
     claim_generation: int = 1,
@@ -111,12 +99,12 @@ def journal_claim(
 
 
 class FakeServer:
-    def __init__(self, purchase: ClaimedPurchase, keys: Any = None) -> None:
+    def __init__(self, purchase: model.ClaimedPurchase, keys: Any = None) -> None:
         self.purchase = purchase
         self.keys = keys
-        self.events: list[TaskEvent] = []
+        self.events: list[model.TaskEvent] = []
         self.evidence: list[tuple[str, str]] = []  # (kind, asset_id)
-        self.fails: list[AttemptFailure] = []
+        self.fails: list[model.AttemptFailure] = []
         self.fences: dict[str, dict[str, Any]] = {}  # fence_key -> response
         self.results: dict[str, dict[str, Any]] = {}  # result_key -> payload
         self.task_state = "CLAIMED"
@@ -128,15 +116,15 @@ class FakeServer:
             self.down -= 1
             raise ServerUnreachable("fake server down")
 
-    def claim_next(self, session: Session) -> ClaimedPurchase | None:
+    def claim_next(self, session: model.Session) -> model.ClaimedPurchase | None:
         return self.purchase
 
-    def renew_lease(self, claim: Claim) -> Lease:
+    def renew_lease(self, claim: model.Claim) -> model.Lease:
         if not self.lease_ok:
             raise ServerRejected(409, "claim_not_current")
-        return Lease("2099-01-01T00:05:00Z", "2099-01-01T00:00:00Z")
+        return model.Lease("2099-01-01T00:05:00Z", "2099-01-01T00:00:00Z")
 
-    def append_events(self, claim: Claim, events: list[TaskEvent]) -> None:
+    def append_events(self, claim: model.Claim, events: list[model.TaskEvent]) -> None:
         self._maybe_down()
         validate(
             "events.request",
@@ -152,21 +140,21 @@ class FakeServer:
         if self.task_state == "CLAIMED":
             self.task_state = "ORDERING"
 
-    def upload_screenshot(self, claim: Claim, asset: ScreenshotAsset) -> AssetRef:
+    def upload_screenshot(self, claim: model.Claim, asset: model.ScreenshotAsset) -> model.AssetRef:
         self._maybe_down()
         assert asset.png.startswith(b"\x89PNG\r\n\x1a\n")
         asset_id = str(uuid.uuid4())
         self.evidence.append((asset.kind, asset_id))
-        return AssetRef(asset_id, hashlib.sha256(asset.png).hexdigest())
+        return model.AssetRef(asset_id, hashlib.sha256(asset.png).hexdigest())
 
-    def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
+    def fail_attempt(self, claim: model.Claim, failure: model.AttemptFailure) -> None:
         self._maybe_down()
         if self.task_state == "SUBMITTING":
             raise ServerRejected(409, "submission_fenced")
         self.fails.append(failure)
         self.task_state = "FAILED"
 
-    def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
+    def create_submission_fence(self, claim: model.Claim, proof: model.SubmissionProof) -> SubmissionPermit:
         self._maybe_down()
         key = self.keys.key("fence", claim.attempt_id) if self.keys else "k"
         t = self.purchase.task
@@ -181,7 +169,7 @@ class FakeServer:
             "submit_control_match_count": proof.submit_control_match_count,
         }
         validate("submission_fence.request", payload)
-        # The server's re-check (docs/api.md "Fence refusals", issue 15: on the values read).
+        # The server's re-check (docs/api.md "Fence refusals", on the values read).
         if (
             dict(proof.selected_options) != dict(t.sku_options)
             or len(proof.selected_options) != len(t.sku_options)
@@ -210,7 +198,7 @@ class FakeServer:
         except PermitRefused as exc:
             raise FenceReplayed(body["submission_id"]) from exc
 
-    def report_submission_result(self, permit: SubmissionPermit, result: SubmissionResult) -> None:
+    def report_submission_result(self, permit: SubmissionPermit, result: model.SubmissionResult) -> None:
         key = self.keys.key("result", permit.attempt_id) if self.keys else str(uuid.uuid4())
         self.report_recovered_result(
             submission_id=permit.submission_id,
@@ -221,7 +209,7 @@ class FakeServer:
         )
 
     def report_recovered_result(
-        self, *, submission_id: str, attempt_id: str, claim_token: str, result: SubmissionResult, result_key: str
+        self, *, submission_id: str, attempt_id: str, claim_token: str, result: model.SubmissionResult, result_key: str
     ) -> None:
         self._maybe_down()
         payload = submission_result_request(
@@ -243,45 +231,31 @@ class FakeApi(FakeServer):
     queued purchase once, then 204/None). Records every heartbeat state and claim-next call."""
 
     def __init__(
-        self, purchases: list[ClaimedPurchase], keys: Any = None, *, allowed: bool = True, interval: int = 10
+        self, purchases: list[model.ClaimedPurchase], keys: Any = None, *, allowed: bool = True, interval: int = 10
     ) -> None:
         super().__init__(purchases[0] if purchases else make_purchase(), keys)
         self.queue = list(purchases)
         self.allowed = allowed
         self.interval = interval
         self.heartbeat_states: list[str] = []
-        self.heartbeat_holds: list[dict[str, Any] | None] = []  # the hold each heartbeat reported (issue 32)
+        self.heartbeat_holds: list[dict[str, Any] | None] = []  # the hold each heartbeat reported
         self.claim_calls = 0
         self.claim_pack_ids: list[str | None] = []  # the pack_id sent with each claim-next
-        self.claimed: list[ClaimedPurchase] = []
+        self.claimed: list[model.ClaimedPurchase] = []
         self.on_claim: Any = None  # callable(purchase) after a claim is handed out
         self.fail_keys: list[str] = []
 
     def heartbeat(
-        self,
-        *,
-        adb_serial: str,
-        android_release: str,
-        pdd_version: str | None,
-        pdd_version_code: int | None,
-        state: str,
-        pack_id: str | None = None,
-        hold: dict[str, Any] | None = None,
-        screen: dict[str, str] | None = None,
-        retries: int | None = None,
+        self, *, state: str, hold: dict[str, Any] | None = None, retries: int | None = None, **device: Any
     ) -> dict[str, Any]:
+        """HttpDeviceApi.heartbeat's keywords (``device``: the phone's fields, ``pack_id``), checked against the
+        request schema as the client would send them (None for an optional field: left out)."""
         self._maybe_down()
         self.heartbeat_holds.append(hold)
-        body = {
-            "device_id": str(uuid.uuid4()),
-            "client_version": "0.1.0",
-            "adb_serial": adb_serial,
-            "android_release": android_release,
-            "pdd_version": pdd_version,
-            "pdd_version_code": pdd_version_code,
-            "state": state,
-        }
-        validate("heartbeat.request", body if pack_id is None else {**body, "pack_id": pack_id})
+        sent = {k: v for k, v in device.items() if v is not None or k not in ("pack_id", "screen")}
+        validate(
+            "heartbeat.request", {"device_id": str(uuid.uuid4()), "client_version": "0.1.0", **sent, "state": state}
+        )
         self.heartbeat_states.append(state)
         return {
             "device_id": str(uuid.uuid4()),
@@ -290,7 +264,7 @@ class FakeApi(FakeServer):
             "heartbeat_interval_seconds": self.interval,
         }
 
-    def claim_next(self, session: Session, *, pack_id: str | None = None) -> ClaimedPurchase | None:
+    def claim_next(self, session: model.Session, *, pack_id: str | None = None) -> model.ClaimedPurchase | None:
         self._maybe_down()
         self.claim_calls += 1
         self.claim_pack_ids.append(pack_id)
@@ -310,11 +284,11 @@ class FakeApi(FakeServer):
             self.on_claim(purchase)
         return purchase
 
-    def forget_claim_request(self, session: Session) -> None:
+    def forget_claim_request(self, session: model.Session) -> None:
         if self.keys is not None:
             self.keys.drop_key("claim_request", session.session_id)
 
-    def fail_attempt(self, claim: Claim, failure: AttemptFailure) -> None:
+    def fail_attempt(self, claim: model.Claim, failure: model.AttemptFailure) -> None:
         if self.keys is not None:
             self.fail_keys.append(self.keys.key("fail", claim.attempt_id))
         super().fail_attempt(claim, failure)
@@ -322,13 +296,13 @@ class FakeApi(FakeServer):
     on_event: Any = None  # callable(TaskEvent) before an event batch is accepted
     on_fence: Any = None  # callable() before the fence is granted
 
-    def append_events(self, claim: Claim, events: list[TaskEvent]) -> None:
+    def append_events(self, claim: model.Claim, events: list[model.TaskEvent]) -> None:
         for e in events:
             if self.on_event:
                 self.on_event(e)
         super().append_events(claim, events)
 
-    def create_submission_fence(self, claim: Claim, proof: SubmissionProof) -> SubmissionPermit:
+    def create_submission_fence(self, claim: model.Claim, proof: model.SubmissionProof) -> SubmissionPermit:
         if self.on_fence:
             self.on_fence()
         return super().create_submission_fence(claim, proof)

@@ -48,7 +48,7 @@ class RealServer:
 
     def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = root / "server-data"
-        # supervision off unless a test asks for it: the agent suites fence without a person (issue 17)
+        # supervision off unless a test asks for it: the agent suites fence without a person
         self._env = {"CMBUYER_SUPERVISED_ORDERS": "0", **(env or {})}
         self.clock = ManualClock(datetime.now(UTC))
         self.settings: Settings | None = None

@@ -1,4 +1,4 @@
-"""After the tap, on dumps (issue 15 item 7): the observation rules on hand-written foreign-app,
+"""After the tap, on dumps: the observation rules on hand-written foreign-app,
 paid and order-list dumps, the focused-window parser, the order-list reader and matcher, the
 retention dialog's leave control, the pack's ``after_submit`` section, and the journal's post-tap
 records. Pure functions + a real SQLite journal; the phone runs are in test_after_tap_sim.py."""
@@ -273,7 +273,7 @@ def test_the_title_narrows_several_amount_matches_to_one_or_leaves_them_ambiguou
 
 
 def test_orders_earlier_attempts_took_are_never_ours(tmp_path: Path) -> None:
-    """Issue 34: identical orders back to back — the numbers earlier attempts on this phone reported (the
+    """Identical orders back to back — the numbers earlier attempts on this phone reported (the
     journal) are left out; what remains must be exactly one, else no number, the count in the note."""
     same = [A.OrderCard("纯棉短袖", Decimal("12.88"), f"sn-00000{i}", True) for i in range(1, 4)]
     ambiguous = (None, "3 pending orders match (0 more taken by earlier orders): ambiguous")

@@ -1,4 +1,4 @@
-"""What keeps an agent cheap per order and per phone (issue 29, bench/fleet.py): guarded by what the code
+"""What keeps an agent cheap per order and per phone (bench/fleet.py): guarded by what the code
 does, not by timings that flake under load.
 
 - ``cmbuyer-agent run`` loads no authoring module (inspect, explain, capture, dry run) and nothing of the

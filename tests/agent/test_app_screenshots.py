@@ -1,8 +1,8 @@
-"""Stored screenshots show the app only (issue 33 item 6): every screenshot the purchase flow stores
+"""Stored screenshots show the app only: every screenshot the purchase flow stores
 (gates, results, confirmations) comes from ``PhoneAdapter.app_screenshot_png``, which blacks out
 everything outside the app's own windows — the status bar (a notification naming a person and a mobile
 number), a navigation bar where a phone has one — and any other window drawn over the app, while what
-the app's window shows (the order sheet's address row, which spec 002 allows on gate screenshots) stays
+the app's window shows (the order sheet's address row, which the device API allows on gate screenshots) stays
 as it is.
 
 On the real MIUI captures (tests/agent/fixtures/real_structures) the app's window spans the whole
@@ -70,7 +70,7 @@ def test_a_stored_screenshot_is_black_outside_the_app_window(sim: PhoneSim, seri
         stored = Image.open(io.BytesIO(taken)).convert("RGB")
         assert stored.size == full.size
         assert _black(stored, boxes["status"]) and _black(stored, boxes["strip"])
-        # the app's window is exactly as the phone showed it, the address row included (spec 002),
+        # the app's window is exactly as the phone showed it, the address row included (docs/api.md),
         # except where other windows are drawn over it (the window spans the screen)
         shown = full.copy()
         for bar in (boxes["status"], boxes["strip"]):
@@ -114,7 +114,7 @@ def test_a_window_drawn_over_the_app_is_black_too() -> None:
 
 
 def test_a_shot_between_two_dumps_is_masked_by_both() -> None:
-    """Issue 29: a screenshot taken between the two dumps of a stable read is masked with both — a
+    """A screenshot taken between the two dumps of a stable read is masked with both — a
     window drawn over the app in either of them is black, and only what lies inside an app window in
     both is kept (a notification that came or went between the dumps may have been on the shot)."""
     sys_ui, app = 'package="com.android.systemui"', 'package="com.xunmeng.pinduoduo"'

@@ -1,4 +1,4 @@
-"""The supervised wait before the fence (issue 17 §2, agent/approval.py) on the phone simulator through
+"""The supervised wait before the fence (agent/approval.py) on the phone simulator through
 the REAL uiautomator2 + adbutils (cmbuyer.phonesim.testing.running_sim), with the real PurchaseFlow,
 journal, outbox and lease keeper.
 
@@ -49,10 +49,7 @@ GOODS = "937122477375"
 WAITS = FlowWaits(screen=5.0, observe=5.0)  # real uiautomator2 against the simulator: shorter than production's
 
 
-@pytest.fixture(autouse=True)
-def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(approval.ENV_POLL, "0.3")
-    monkeypatch.setenv(approval.ENV_TIMEOUT, "20")
+FAST = approval.ApprovalSettings(timeout_seconds=20, poll_seconds=0.3)  # what the CLI would pass from its settings
 
 
 @dataclass
@@ -64,6 +61,7 @@ class Rig:
     purchase: ClaimedPurchase
     taps_at_request: list[dict[str, Any]] | None = None
     taps_at_fence: list[dict[str, Any]] | None = None
+    settings: approval.ApprovalSettings = FAST  # the wait's timeout and poll interval
 
     def taps(self) -> list[dict[str, Any]]:
         return [dict(e) for e in self.sim.journal("sim-1").taps()]
@@ -83,6 +81,7 @@ class Rig:
             stop=stop,
             lease=lease,
             fence_margin=fence_margin,
+            approval_settings=self.settings,
         )
         try:
             return flow.run(self.purchase)
@@ -143,6 +142,14 @@ def _submit_taps(r: Rig) -> list[dict[str, Any]]:
 
 def _fenced_count(r: Rig) -> int:
     return len(r.api.fence_bodies)
+
+
+def _stopped_before_the_fence(r: Rig, result: FlowResult, reason_code: str) -> None:
+    """The attempt failed with ``reason_code`` before any fence request, and the phone was not tapped while it
+    waited."""
+    assert (result.outcome, result.reason_code) == ("FAILED", reason_code)
+    assert _fenced_count(r) == 0
+    _no_tap_during_wait(r)
 
 
 # --- approve / reject ---------------------------------------------------------------------------
@@ -212,18 +219,14 @@ def test_price_change_while_waiting_stops_before_the_fence(rig: Rig) -> None:
         ),
     )
     result = rig.run()
-    assert (result.outcome, result.reason_code) == ("FAILED", "SCREEN_CHANGED_WHILE_WAITING")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)
+    _stopped_before_the_fence(rig, result, "SCREEN_CHANGED_WHILE_WAITING")
     assert _submit_taps(rig) == []
 
 
 def test_popup_while_waiting_is_not_dismissed(rig: Rig) -> None:
     _wire_on_request(rig, lambda _id: rig.sim.phone("sim-1").inject("popup", popup="coupon"))
     result = rig.run()
-    assert (result.outcome, result.reason_code) == ("FAILED", "SCREEN_CHANGED_WHILE_WAITING")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)  # a dismissal would be a tap
+    _stopped_before_the_fence(rig, result, "SCREEN_CHANGED_WHILE_WAITING")  # a dismissal would be a tap
 
 
 def test_a_voided_approval_stops_before_the_fence(rig: Rig) -> None:
@@ -231,9 +234,7 @@ def test_a_voided_approval_stops_before_the_fence(rig: Rig) -> None:
     the claim is gone, as with a refused lease renewal."""
     rig.api.decide_after(0.5, "VOID")
     result = rig.run()
-    assert (result.outcome, result.reason_code) == ("FAILED", "LEASE_LOST")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)
+    _stopped_before_the_fence(rig, result, "LEASE_LOST")
 
 
 # --- the 8.22.0 order sheet: options, stepper and payment row on the screen with the submit control ---------
@@ -267,15 +268,14 @@ def test_payment_mode_switched_while_waiting_stops_before_the_fence(rig: Rig) ->
     _wire_on_request(rig, lambda _id: rig.sim.phone("sim-1").inject("payment_mode_change", mode="pay_later"))
     rig.api.decide_after(1.5, "APPROVED")
     result = rig.run()
-    assert (result.outcome, result.reason_code) == ("FAILED", "SCREEN_CHANGED_WHILE_WAITING")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)
+    _stopped_before_the_fence(rig, result, "SCREEN_CHANGED_WHILE_WAITING")
     assert _submit_taps(rig) == []
 
 
 # --- time: the wait's own timeout, the authorization, the lease ---------------------------------------
-def test_no_decision_times_out_before_the_fence(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(approval.ENV_TIMEOUT, "1.5")
+def test_no_decision_times_out_before_the_fence(rig: Rig) -> None:
+    """Nobody decides within the wait's timeout (1.5 s here): APPROVAL_TIMEOUT before the fence, no tap."""
+    rig.settings = dataclasses.replace(FAST, timeout_seconds=1.5)
     started = time.monotonic()
     result = rig.run()
     assert (result.outcome, result.reason_code) == ("FAILED", "APPROVAL_TIMEOUT")
@@ -297,18 +297,18 @@ def test_authorization_ending_during_the_wait_stops_cleanly(rig: Rig) -> None:
 
 
 def _long_wait_seconds() -> float:
-    """The "2-minute wait" of issue 17's acceptance under `make soak` (CMBUYER_SOAK_ITERATIONS set),
+    """The "2-minute wait" of a supervised order under `make soak` (CMBUYER_SOAK_ITERATIONS set),
     else a wait several times the short lease used here."""
     return 120.0 if configured() else 8.0
 
 
 @pytest.mark.slow(seconds_per_iteration=0)
 @pytest.mark.parametrize("rig", [{"lease_ttl": 2.0, "purchase": {"lease_ttl": 2.0}}], indirect=True)
-def test_the_lease_stays_alive_during_a_long_wait(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_lease_stays_alive_during_a_long_wait(rig: Rig) -> None:
     """A 2 s lease (renewed every 2/3 s by the lease keeper) over a wait of 4+ leases: the lease keeper
     keeps renewing, the wait sees the lease alive throughout, and the approval still leads to the fence."""
     wait = _long_wait_seconds()
-    monkeypatch.setenv(approval.ENV_TIMEOUT, str(wait + 60))
+    rig.settings = dataclasses.replace(FAST, timeout_seconds=wait + 60)
     _wire_on_request(rig, lambda _id: setattr(rig.api, "renewals_at_request", rig.api.renewals))
     rig.api.decide_after(wait, "APPROVED")
     result = rig.run(fence_margin=0.5)
@@ -325,9 +325,7 @@ def test_a_refused_renewal_during_the_wait_is_lease_lost(rig: Rig) -> None:
 
     _wire_on_request(rig, refuse_soon)
     result = rig.run(fence_margin=0.5)
-    assert (result.outcome, result.reason_code) == ("FAILED", "LEASE_LOST")
-    assert _fenced_count(rig) == 0
-    _no_tap_during_wait(rig)
+    _stopped_before_the_fence(rig, result, "LEASE_LOST")
 
 
 # --- a stop request while waiting -------------------------------------------------------------------
@@ -342,7 +340,11 @@ def test_sigterm_while_waiting_stops_without_a_tap(tmp_path: Path) -> None:
         phone = PhoneAdapter.connect("sim-1")
         lines: list[str] = []
         runner = Runner(
-            RunnerConfig("sim-1", once=True, poll_seconds=0.1, waits=WAITS), phone, api, journal, lines.append
+            RunnerConfig("sim-1", once=True, poll_seconds=0.1, waits=WAITS, approval=FAST),
+            phone,
+            api,
+            journal,
+            lines.append,
         )
         seen: dict[str, Any] = {}
 
@@ -376,20 +378,25 @@ def test_sigterm_while_waiting_stops_without_a_tap(tmp_path: Path) -> None:
 
 
 # --- settings and the no-tap rule on the source -----------------------------------------------------
+ENV_TIMEOUT, ENV_POLL = "CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS", "CMBUYER_AGENT_APPROVAL_POLL_SECONDS"
+
+
 def test_settings_from_env() -> None:
-    assert approval.ApprovalSettings.from_env({}) == approval.ApprovalSettings(600.0, 3.0)
-    s = approval.ApprovalSettings.from_env({approval.ENV_TIMEOUT: "120", approval.ENV_POLL: " 0.5 "})
+    from cmbuyer.agent.settings import load_agent_settings
+
+    assert load_agent_settings(environ={}).approval == approval.ApprovalSettings(600.0, 3.0)
+    s = load_agent_settings(environ={ENV_TIMEOUT: "120", ENV_POLL: " 0.5 "}).approval
     assert (s.timeout_seconds, s.poll_seconds) == (120.0, 0.5)
     for bad in (
-        {approval.ENV_TIMEOUT: "0"},
-        {approval.ENV_TIMEOUT: "nan"},
-        {approval.ENV_POLL: "-1"},
-        {approval.ENV_POLL: "3s"},
-        {approval.ENV_TIMEOUT: "2", approval.ENV_POLL: "3"},
-        {approval.ENV_TIMEOUT: "inf"},
+        {ENV_TIMEOUT: "0"},
+        {ENV_TIMEOUT: "nan"},
+        {ENV_POLL: "-1"},
+        {ENV_POLL: "3s"},
+        {ENV_TIMEOUT: "2", ENV_POLL: "3"},
+        {ENV_TIMEOUT: "inf"},
     ):
         with pytest.raises(ValueError, match="CMBUYER_AGENT_APPROVAL"):
-            approval.ApprovalSettings.from_env(bad)
+            load_agent_settings(environ=bad)
 
 
 def test_the_wait_step_cannot_tap() -> None:

@@ -1,4 +1,4 @@
-"""Supervised first orders end to end on the agent's side (issue 17 acceptance): the REAL server (with
+"""Supervised first orders end to end on the agent's side: the REAL server (with
 ``CMBUYER_SUPERVISED_ORDERS`` on), the real runner + HttpDeviceApi + journal, the phone simulator through
 the real uiautomator2/adbutils, and a person deciding through the admin service the drawer's 批准 / 驳回
 buttons call (``services.supervision_admin.decide_approval``; the Chromium drawer test is on the admin
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.phonesim.journal import submit_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
@@ -29,7 +30,7 @@ from .test_real_server import Agent, steps
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("cmbuyer.server.services.supervision_admin") is None
     or importlib.util.find_spec("cmbuyer.server.services.supervision") is None,
-    reason="the server side of issue 17 (approval routes, admin decision) is not on this branch yet",
+    reason="the server side of supervision (approval routes, admin decision) is not installed",
 )
 
 
@@ -39,10 +40,7 @@ def srv(tmp_path: Path) -> Iterator[RealServer]:
         yield server
 
 
-@pytest.fixture(autouse=True)
-def _poll_fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CMBUYER_AGENT_APPROVAL_POLL_SECONDS", "0.3")
-    monkeypatch.setenv("CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS", "60")
+POLL_FAST = ApprovalSettings(timeout_seconds=60, poll_seconds=0.3)  # what the CLI would pass from its settings
 
 
 class Person:
@@ -90,7 +88,7 @@ def test_first_order_waits_and_completes_once_approved(tmp_path: Path, srv: Real
     creds = srv.add_device()
     task = srv.add_task()
     with adbutils_leaks_ignored(), running_sim() as sim:
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), approval=POLL_FAST)
         person = Person(srv, "approve", after=1.5)
         assert agent.run_once() == 0
         person.thread.join(5)
@@ -113,7 +111,7 @@ def test_rejected_first_order_fails_before_the_fence_without_a_tap(tmp_path: Pat
     creds = srv.add_device()
     task = srv.add_task()
     with adbutils_leaks_ignored(), running_sim() as sim:
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), approval=POLL_FAST)
         Person(srv, "reject", after=0.5)
         assert agent.run_once() == 0
         assert submit_taps(sim.journal("sim-1").entries()) == []
@@ -150,7 +148,7 @@ def test_after_n_right_orders_unsupervised_and_a_wrong_one_stops_the_phone(tmp_p
 
     with RealServer(tmp_path, env={"CMBUYER_SUPERVISED_ORDERS": "1"}) as srv, adbutils_leaks_ignored(), running_sim():
         creds = srv.add_device()
-        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"))
+        agent = Agent(tmp_path, srv, creds, PhoneAdapter.connect("sim-1"), approval=POLL_FAST)
         first = srv.add_task(quantity=1)
         Person(srv, "approve", after=0.3)
         assert agent.run_once() == 0

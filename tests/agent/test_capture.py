@@ -311,7 +311,7 @@ def test_a_capture_is_refused_while_another_window_has_the_focus() -> None:
             check_foreground(f"  mCurrentFocus=Window{{1 u0 {pkg}/.Main}}")
 
 
-# --- the address block, by structure (issue 33 item 4) -----------------------------------------------
+# --- the address block, by structure -----------------------------------------------
 FIXTURES = Path(__file__).parent / "fixtures"
 # (dump, its app version, the bounds of the address row's text nodes): the rebuilt order sheet shows
 # the recipient in one TextView (name, phone and address), the older confirm page in two

@@ -54,7 +54,7 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_doctor_prints_chinese_lines_without_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 32 §9: without ``--json`` doctor prints one Chinese line per check (its ``--json`` name beside the
+    """Without ``--json`` doctor prints one Chinese line per check (its ``--json`` name beside the
     label); a failed check says 失败 and its detail."""
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
         cred = _creds_file(tmp_path, srv)
@@ -102,7 +102,7 @@ def test_doctor_heartbeats_no_pack(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_doctor_and_run_find_credentials_alike_and_say_what_is_wrong(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 32 §3: no credentials → doctor names the options and the default path; credentials in the default
+    """No credentials → doctor names the options and the default path; credentials in the default
     path (``$CMBUYER_AGENT_STATE_DIR/<serial>.cred``) are found without flags; a revoked device → doctor says
     401 and what to check, and ``run --once`` ends with that one line and exit code 2."""
     from cmbuyer.agent.cli import default_credentials_path
@@ -113,7 +113,7 @@ def test_doctor_and_run_find_credentials_alike_and_say_what_is_wrong(
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
         assert main(["doctor", "--json", "--device", "sim-1", "--server", srv.url]) == 1
         missing = _checks(capsys.readouterr().out)["device credentials"]
-        default = default_credentials_path("sim-1")
+        default = default_credentials_path("sim-1", tmp_path / "state")
         assert missing["ok"] is False
         for named in ("--credentials-file", "CMBUYER_DEVICE_ID", "CMBUYER_DEVICE_TOKEN", str(default)):
             assert named in missing["detail"]
@@ -161,7 +161,7 @@ def test_doctor_without_adb_server(
 def test_doctor_and_dry_run_say_in_chinese_that_a_phone_is_not_online(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 32 trial: a serial adb does not list (sim-9) is named in Chinese by doctor and dry-run alike."""
+    """A serial adb does not list (sim-9) is named in Chinese by doctor and dry-run alike."""
     with adbutils_leaks_ignored(), running_sim():
         rc = main(["doctor", "--json", "--device", "sim-9", "--server", "http://127.0.0.1:9"])
         phone = _checks(capsys.readouterr().out)["phone"]
@@ -200,7 +200,7 @@ def test_journal_command_shows_state_without_tokens(
     from .fakes import journal_claim, make_purchase
 
     monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path))
-    j = Journal.for_serial("192.168.0.173:5555")
+    j = Journal.for_serial("192.168.0.173:5555", tmp_path)
     c = make_purchase().claim
     journal_claim(j, c)
     j.set_hold("lease lost")
@@ -215,7 +215,7 @@ def test_journal_command_shows_state_without_tokens(
 def test_progress_lines_show_hidden_characters_instead_of_obeying_them(
     json_logs: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 33: a reading from the phone in a progress line (``GATE_1 STOP … color=\\u202e色黑``) is shown
+    """A reading from the phone in a progress line (``GATE_1 STOP … color=\\u202e色黑``) is shown
     with its bidi/invisible characters escaped, on one line."""
     from cmbuyer.agent.cli import _progress_fn
 
@@ -234,12 +234,13 @@ def test_doctor_leaves_a_running_agents_state_alone(
     from cmbuyer.agent.cli import DOCTOR_AGENT_RUNNING
     from cmbuyer.agent.client import HttpDeviceApi
     from cmbuyer.agent.instance import run_lock
+    from cmbuyer.agent.settings import load_agent_settings
 
     monkeypatch.setenv("CMBUYER_AGENT_STATE_DIR", str(tmp_path / "state"))
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
         cred = _creds_file(tmp_path, srv)
         device_id = json.loads(cred.read_text())["device_id"]
-        with run_lock("sim-1"):  # what `run` holds while it runs
+        with run_lock("sim-1", load_agent_settings().lock_dir):  # what `run` holds while it runs (the suite's dir)
             agent = HttpDeviceApi(srv.url, srv_creds(cred), _NoKeysForTest(), retries=0)
             agent.heartbeat(
                 adb_serial="sim-1", android_release="16", pdd_version="8.17.0", pdd_version_code=81700, state="READY"
@@ -266,7 +267,7 @@ AGENT = str(Path(sys.executable).parent / "cmbuyer-agent")
 def test_a_running_agent_is_seen_from_any_state_dir_and_doctor_still_checks_the_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 32 (fresh-user trial): the run lock is per host and serial, not per state dir. A real ``run`` holds
+    """The run lock is per host and serial, not per state dir. A real ``run`` holds
     a phone (held: NEEDS_PERSON with SCREEN_UNRECOGNIZED); doctor started with another state dir sends no
     heartbeat — the server row keeps its state and hold — yet checks the token with the read-only call: the
     right one passes, a wrong one fails with 401 and exit 1. A second ``run`` with another state dir refuses."""

@@ -173,7 +173,7 @@ def test_dry_run_passes_every_gate_and_stops_before_the_fence(
 def _assert_pack_test_passes_once_accepted(
     capsys: pytest.CaptureFixture[str], out: Path, version: tuple[str, int]
 ) -> None:
-    """The dry run's folder is ready for ``pack test`` (issue 16 §7): refused while the expectations are
+    """The dry run's folder is ready for ``pack test``: refused while the expectations are
     only proposed, passed once a person accepted them — with the pack the dry run used."""
     import cmbuyer.agent.packs
 
@@ -191,7 +191,7 @@ def _assert_pack_test_passes_once_accepted(
 def test_a_dry_runs_folder_replays_as_a_session(
     tmp_path: Path, tripwire: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The dry run's captures + session.json are a rehearsal (issue 16 §5/§7): a second dry run of the
+    """The dry run's captures + session.json are a rehearsal: a second dry run of the
     same order against ``--session`` playback of the first follows every recorded step and passes every
     gate; the playback phone refused nothing."""
     first = tmp_path / "first"

@@ -1,4 +1,4 @@
-"""The dump parser under fuzzing (issue 18 item 6a): whatever the phone sends — random bytes, random
+"""The dump parser under fuzzing: whatever the phone sends — random bytes, random
 XML, unpaired UTF-16 surrogates, deep nesting, huge attributes — ``parse_dump`` returns a parse or
 raises the agent's own :class:`DumpError` (a reason-coded safe stop), never anything else.
 

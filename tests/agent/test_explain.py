@@ -1,4 +1,4 @@
-"""``cmbuyer-agent inspect --explain`` (issue 16 §4) through the real CLI on the simulator captures in
+"""``cmbuyer-agent inspect --explain`` through the real CLI on the simulator captures in
 tests/agent/fixtures/sim822 and on copies changed in the test (each says what it changed), plus the
 proof that the tracing hook agrees with :meth:`Selector.matches` on every pack selector and dump."""
 

@@ -233,7 +233,7 @@ def _default() -> dict:
     ["提交订单  ¥29.9", "提交订单 ¥ 29.90", "提交订单 ¥1,299.00", "提交订单￥29.9", " 提 交 订 单 ", "提交订单29.9元"],
 )
 def test_generic_tap_refuses_every_spelling_of_the_submit_control(label: str) -> None:
-    """Issue 33: the dry run's "never the submit control" check missed label variants; generic taps
+    """The dry run's "never the submit control" check missed label variants; generic taps
     (the dry run's only taps) refuse any node reading as 提交订单, whatever the spacing or amount format."""
     from cmbuyer.agent.errors import SubmitControlGuarded
     from cmbuyer.agent.screens.dump import parse_dump

@@ -1,4 +1,4 @@
-"""The hit test of the submit tap point (agent/screens/hit.py, issue 27 §4): the submit control (or a node
+"""The hit test of the submit tap point (agent/screens/hit.py): the submit control (or a node
 inside it) must be the topmost node at the point across all windows and in drawing order; another window
 at the point, a node drawn over it, or an order the dump does not state means no tap."""
 

@@ -1,5 +1,5 @@
 """The hold policy (agent/holds.py): the reason-code table, the streak rules, their journal storage,
-the settings and the new risk-wall words (issue 15 item 8, issue 18 item 6b)."""
+the settings and the new risk-wall words."""
 
 from __future__ import annotations
 
@@ -121,10 +121,16 @@ def test_crash_loop_two_crashes_or_internal_errors_in_a_row_hold() -> None:
 
 
 def test_limits_are_settings() -> None:
-    policy = HoldPolicy.from_env({"CMBUYER_AGENT_CRASH_LOOP_LIMIT": "5", "CMBUYER_AGENT_FAILURE_LIMIT": "1"})
+    """Read by agent/settings.py: the flag beats the variable, which beats the default."""
+    from cmbuyer.agent.settings import load_agent_settings
+
+    policy = load_agent_settings(
+        environ={"CMBUYER_AGENT_CRASH_LOOP_LIMIT": "5", "CMBUYER_AGENT_FAILURE_LIMIT": "1"}
+    ).holds
     assert policy == HoldPolicy(5, 1)
-    assert HoldPolicy.from_env({"CMBUYER_AGENT_CRASH_LOOP_LIMIT": "5"}, crash_loop_limit=3).crash_loop_limit == 3
-    assert HoldPolicy.from_env({}) == HoldPolicy(2, 3)
+    flag = load_agent_settings({"crash_loop_limit": 3}, {"CMBUYER_AGENT_CRASH_LOOP_LIMIT": "5"})
+    assert flag.holds.crash_loop_limit == 3
+    assert load_agent_settings(environ={}).holds == HoldPolicy(2, 3)
     _, hold = settle(Streaks(), AttemptEnd("FAILED", "OUT_OF_STOCK", fenced=False), policy)
     assert hold is not None and hold.startswith("REPEATED_FAILURES")
     for bad in (
@@ -133,7 +139,7 @@ def test_limits_are_settings() -> None:
         {"CMBUYER_AGENT_FAILURE_LIMIT": "-1"},
     ):
         with pytest.raises(ValueError):
-            HoldPolicy.from_env(bad)
+            load_agent_settings(environ=bad)
 
 
 def test_cli_refuses_a_bad_limit_before_touching_anything(tmp_path: Path) -> None:
@@ -181,7 +187,7 @@ def test_an_earlier_hold_is_kept(tmp_path: Path) -> None:
     assert j.hold() == shown == "the server refused fail: a person must act"
 
 
-# --- risk walls (issue 15 item 8) ----------------------------------------------------------------
+# --- risk walls ----------------------------------------------------------------
 def _app_dump(*texts: str) -> str:
     nodes = "".join(
         f'<node text="{t}" package="com.xunmeng.pinduoduo" bounds="[0,{i * 10}][9,{i * 10 + 9}]"/>'

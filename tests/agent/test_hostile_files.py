@@ -1,4 +1,4 @@
-"""Files that are not what they seem (bad-inputs: a careless or hostile operator/environment): a pack,
+"""Files that are not what they seem (a careless or hostile operator/environment): a pack,
 evidence, dump or expected.json that is a FIFO, a symlink to /dev/zero, or a huge file. Every command
 must answer with its one-line error within seconds — never block on a FIFO, never read an endless
 device into memory. Real files, the real CLI in a child process (so a regression is a timeout with a

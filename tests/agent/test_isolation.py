@@ -1,4 +1,4 @@
-"""Capability isolation (docs/architecture.md "Agent"; the T-103 rule of spec 002 §三, generalized), checked on the
+"""Capability isolation (docs/architecture.md "Agent"), checked on the
 static import graph and on call sites, with ast over agent/*.py."""
 
 from __future__ import annotations

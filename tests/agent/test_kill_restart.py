@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.agent.instance import LOCK_DIR_ENV
 from cmbuyer.phonesim.testing import running_sim
 
 from .pausing_agent import PAUSE_MARK
@@ -71,9 +70,8 @@ class AgentProcess:
         self.state_dir = tmp / "agent-state"
         self.journal = self.state_dir / "sim-1.sqlite3"
         self.url = srv.url
-        self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("CMBUYER_", "ANDROID_ADB")) or k == LOCK_DIR_ENV
-        }
+        keep = "CMBUYER_AGENT_LOCK_DIR"  # the suite's own lock dir (tests/conftest.py)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("CMBUYER_", "ANDROID_ADB")) or k == keep}
         self.env.update({"ANDROID_ADB_SERVER_PORT": str(sim_port), "CMBUYER_AGENT_STATE_DIR": str(self.state_dir)})
         self.log = tmp / "agent.log"
 

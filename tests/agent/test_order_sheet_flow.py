@@ -1,4 +1,4 @@
-"""The purchase flow on the order-sheet layout (issue 15 §1-6) through the REAL uiautomator2 3.7.1 +
+"""The purchase flow on the order-sheet layout through the REAL uiautomator2 3.7.1 +
 adbutils 2.12.0 against the phone simulator (scenario ``order_sheet``, app 8.22.0 / 82200, its pack
 agent/packs/pdd-8.22.0-82200.json). The server side is the rule-enforcing fake (tests/agent/fakes.py,
 which re-checks the fence body like the server); one simulator serves every test, each test on its

@@ -1,4 +1,5 @@
-"""Readers, gates and pack loading for the order sheet (issue 15 §1-7), on simulator captures of the
+"""Readers, gates and pack loading for the order sheet (docs/agent.md "Readers (the order sheet)"), on simulator
+captures of the
 order-sheet layout (tests/agent/fixtures/sim822, rendered by render_sim_order_sheet.py — simulator
 captures, not a real phone) and on small variations of them made in the test (each says what it
 changed)."""

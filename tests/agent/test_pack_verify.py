@@ -1,4 +1,4 @@
-"""Evidence that is checked (issue 16 item 2): the shipped packs' evidence is real simulator capture
+"""Evidence that is checked: the shipped packs' evidence is real simulator capture
 bundles whose files hash to what the packs say, and ``cmbuyer-agent pack verify`` fails on one changed
 byte in any file, a missing file, or a path leaving the pack's directory. Real files, the real CLI."""
 
@@ -31,7 +31,7 @@ def test_shipped_evidence_is_simulator_capture_bundles_of_the_packs_version() ->
         for eid, entry in pack.raw["evidence"].items():
             files = {kind: root / spec["path"] for kind, spec in entry["files"].items()}
             assert all(f.parent == root / "evidence" / pack.id / eid for f in files.values()), eid
-            if entry["source"] == "real-structure":  # issue 27: a dump alone, the repository's fixture
+            if entry["source"] == "real-structure":  # a dump alone, the repository's fixture
                 assert set(files) == {"dump"} and pack.id == "pdd-8.22.0-82200"
                 fixture = REAL_STRUCTURES / f"order_sheet_{eid.removeprefix('real-sheet-').replace('-', '_')}.xml"
                 assert files["dump"].read_bytes() == fixture.read_bytes(), eid

@@ -1,4 +1,4 @@
-"""The operator pack directory (agent/packdir.py, issue 16 item 1): precedence, trust (permissions),
+"""The operator pack directory (agent/packdir.py): precedence, trust (permissions),
 ambiguity, one-line errors for every kind of bad pack, and the per-file cache. Real files in a temp
 dir, the real shipped packs and their evidence; ``doctor`` and ``inspect`` through the real CLI (doctor
 against the phone simulator through the real uiautomator2/adbutils)."""
@@ -16,7 +16,7 @@ import pytest
 
 from cmbuyer.agent.cli import main
 from cmbuyer.agent.errors import PackError
-from cmbuyer.agent.packdir import PACK_DIR_ENV, all_packs, pack_dir_from, resolve, resolve_pack, scan
+from cmbuyer.agent.packdir import all_packs, resolve, resolve_pack, scan
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 
 from .packtools import evidence_path, flip_byte, make_pack_dir, rebound, write_pack
@@ -308,16 +308,6 @@ def test_fix_and_breakage_take_effect_without_restart_and_lookups_stay_cheap(pac
     assert resolve_pack("8.23.0", 82300, pack_dir, check_permissions=True).id == "ops-8.23.0-82300"
 
 
-def test_pack_dir_from_flag_then_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(PACK_DIR_ENV, raising=False)
-    assert pack_dir_from(None) is None
-    monkeypatch.setenv(PACK_DIR_ENV, str(tmp_path))
-    assert pack_dir_from(None) == tmp_path
-    assert pack_dir_from("/other") == Path("/other")
-    monkeypatch.setenv(PACK_DIR_ENV, "")
-    assert pack_dir_from(None) is None
-
-
 # --- CLI: inspect and doctor ---------------------------------------------------------------------
 def test_inspect_reads_with_the_operator_pack_and_prints_a_bad_pack_as_one_line(
     pack_dir: Path, capsys: pytest.CaptureFixture[str]
@@ -372,7 +362,7 @@ def test_doctor_says_which_pack_is_in_use_and_reports_broken_packs(
         bad = rebound("8.22.0", "8.40.0", 84000)
         _unknown_layout(bad)
         write_pack(pack_dir, bad)
-        monkeypatch.setenv(PACK_DIR_ENV, str(pack_dir))
+        monkeypatch.setenv("CMBUYER_AGENT_PACK_DIR", str(pack_dir))
         code, checks = _doctor([], capsys)
         assert code == 1 and checks["selector pack"]["ok"] is True  # the phone's version is unaffected
         assert checks["selector packs load"] == {
@@ -426,7 +416,7 @@ def test_a_broken_pack_is_not_reloaded_every_loop(pack_dir: Path, monkeypatch: p
     assert loads.count(path) == 3, loads.count(path)
 
 
-# --- bounded before parsing (issue 33 item 5) ----------------------------------------------------------
+# --- bounded before parsing ----------------------------------------------------------
 NESTED = {
     "100,000-deep arrays": "[" * 100_000 + "]" * 100_000,
     "100,000-deep objects": '{"a":' * 100_000 + "0" + "}" * 100_000,

@@ -1,4 +1,4 @@
-"""``cmbuyer-agent pack test`` / ``pack accept`` (issue 16 §4) through the real CLI (``main()``; one
+"""``cmbuyer-agent pack test`` / ``pack accept`` through the real CLI (``main()``; one
 subprocess run checks that bad input never prints a traceback) on capture folders built from the
 simulator captures in tests/agent/fixtures/sim822 — their dumps, the metadata recorded when they were
 captured (captures.json), and as expectations the readings the real ``cmbuyer-agent inspect`` prints

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from cmbuyer.agent.approval import ApprovalSettings
 from cmbuyer.agent.client import Credentials, FenceReplayed, HttpDeviceApi
 from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal, JournalError
@@ -87,7 +88,8 @@ def fast_phone(monkeypatch: pytest.MonkeyPatch) -> FlowWaits:
 
 class Agent:
     """One agent: journal + real HttpDeviceApi + runner, as ``cmbuyer-agent run`` wires them; ``waits``:
-    the flow's deadlines (production's unless a test passes the ``fast_phone`` ones)."""
+    the flow's deadlines (production's unless a test passes the ``fast_phone`` ones); ``approval``: the
+    supervised wait's settings (the defaults unless given)."""
 
     def __init__(
         self,
@@ -97,12 +99,13 @@ class Agent:
         phone: PhoneAdapter,
         api_cls: type[HttpDeviceApi] = HttpDeviceApi,
         waits: FlowWaits = PRODUCTION_WAITS,
+        approval: ApprovalSettings | None = None,
     ) -> None:
         self.journal = Journal(root / "agent-state" / "sim-1.sqlite3")
         self.api = api_cls(srv.url, creds, self.journal, backoff=0.2)
         self.lines: list[str] = []
         self.runner = Runner(
-            RunnerConfig("sim-1", poll_seconds=0.05, once=True, waits=waits),
+            RunnerConfig("sim-1", poll_seconds=0.05, once=True, waits=waits, approval=approval or ApprovalSettings()),
             phone,
             self.api,
             self.journal,
@@ -251,7 +254,7 @@ def test_happy_path_real_u2_real_server(tmp_path: Path, srv: RealServer) -> None
         assert (step, "OK") in got
     assert ("FENCE", "STARTED") in got and ("OBSERVE_RESULT", "OK") in got
     assert srv.device_row(creds.device_id)["pdd_version_code"] == 81700
-    assert srv.device_row(creds.device_id)["pack_id"] == "pdd-8.17.0-81700"  # heartbeat pack_id (issue 16)
+    assert srv.device_row(creds.device_id)["pack_id"] == "pdd-8.17.0-81700"  # heartbeat pack_id
     assert agent.journal.submission(detail["attempts"][0]["id"]).phase == "RESULT_REPORTED"
 
 
@@ -631,7 +634,7 @@ def test_app_version_without_a_pack_refuses_to_claim(tmp_path: Path, transport: 
         assert agent.run_once() == 3
         row = srv.device_row(creds.device_id)
         assert row["reported_state"] == "NO_PACK" and row["pdd_version"] == "8.18.0"
-        assert row["pack_id"] == "NO_PACK"  # the devices page shows the runbook hint (issue 16)
+        assert row["pack_id"] == "NO_PACK"  # the devices page shows the runbook hint
         assert srv.state(task.id) == "PENDING" and phone.taps() == 0
 
 

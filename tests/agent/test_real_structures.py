@@ -1,10 +1,10 @@
-"""The shipped packs on the two real-structure order sheets (issue 27; fixtures/real_structures/README.md).
+"""The shipped packs on the two real-structure order sheets (fixtures/real_structures/README.md).
 
 Every reading the fixtures' README lists, through the same readers the flow runs (inspect, the gate-3
 reading :func:`capabilities.confirm_reading`, the payment-mode reader); the readers' rules on hand-made
 variants of the real text tile (where ``selected`` sits, stock badges, two texts in a wrapper); a
 pack without the order-sheet layout stopping with its reason; the price regex of every shipped pack;
-the pack's address block (issue 33): exactly the address row, at any depth.
+the pack's address block: exactly the address row, at any depth.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_the_order_sheet_pack_gives_every_reading_of_the_readme(name: str) -> No
 
 
 def test_inspect_says_how_a_task_may_name_each_option_group() -> None:
-    """Issue 34: the pack's alias table shown by ``inspect``: the header as shown and its synonyms."""
+    """The pack's alias table shown by ``inspect``: the header as shown and its synonyms."""
     out = inspect_dump(parse_dump(text("order_sheet_image_tiles.xml")), [packs()[SHEET]])
     (header,) = out["readings"]["options"]
     assert out["dimension_names"] == {header: list(packs()[SHEET].aliases_of(header))}
@@ -300,7 +300,7 @@ DEEPER = {
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_readings_do_not_depend_on_the_nesting_depth(name: str, what: str) -> None:
     """The same sheet with one more wrapper level around one node reads the same: the pack names
-    relations that hold at any depth (issue 27)."""
+    relations that hold at any depth."""
     xml = text(name)
     deeper = _one_level_deeper(xml, DEEPER[what])
     out = inspect_dump(parse_dump(deeper), [packs()[SHEET]])
@@ -308,7 +308,7 @@ def test_readings_do_not_depend_on_the_nesting_depth(name: str, what: str) -> No
     assert out["readings"] == {"goods_id": None, **EXPECTED[name]}
 
 
-# --- the address block (issue 33) on the real sheets ----------------------------------------------------
+# --- the address block on the real sheets ----------------------------------------------------
 ADDRESS = "手动添加地址"
 ADDRESS_DEEPER = {
     **DEEPER,

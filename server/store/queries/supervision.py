@@ -1,4 +1,4 @@
-"""Read models of the admin side of supervised first orders (issue 17; migration 0007): the approval
+"""Read models of the admin side of supervised first orders (migration 0007): the approval
 request a person decides in the task drawer, the verdict on a supervised order, the device–pack pairs
 shown on the devices page (:func:`device_states`), the task drawer's facts (:func:`task_panel`) and the
 "等待人工确认" badges. The writes behind them live in ``store/supervision.py``; the drawer's comparison

@@ -1,4 +1,4 @@
-"""The admin web pages (docs/admin.md "Routes", "Identity and sessions"; issue 5).
+"""The admin web pages (docs/admin.md "Routes", "Identity and sessions").
 
 Server-rendered Jinja2 (autoescaped), local CSS/JS only under ``/static``, one module per route
 group: :mod:`.auth` (login/logout), :mod:`.tasks` (table, create, start, detail, actions),
@@ -61,7 +61,7 @@ def make_environment() -> jinja2.Environment:
     )
     env.filters["bjt"] = beijing_time
     env.filters["audit_value"] = audit_value
-    # SKU options (issue 34): stored canonical text → "规格=3层100抽 / 数量=6包"; the form's rows
+    # SKU options: stored canonical text → "规格=3层100抽 / 数量=6包"; the form's rows
     env.filters["sku_label"] = sku_label
     env.globals.update(
         sku_pairs=options_from_text, sku_rows=sku_form.form_rows, sku_dimensions=sku_form.known_dimensions

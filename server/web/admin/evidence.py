@@ -1,5 +1,5 @@
 """``GET /evidence/{asset_id}`` (docs/admin.md "Evidence") and ``GET /device-screens/{screen_id}`` (a phone's
-screenshot for 查看当前屏幕, issue 32 §7): internal screenshots for logged-in admins only, by the same rules.
+screenshot for 查看当前屏幕): internal screenshots for logged-in admins only, by the same rules.
 
 Order of checks: no valid session → 401 before any lookup (existence never leaks); malformed id,
 unknown id, missing/unreadable file, or a file whose SHA-256 no longer matches its row → empty 404.

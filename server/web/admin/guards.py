@@ -1,5 +1,5 @@
 """The ``page`` / ``action`` wrappers that put authentication, same-origin checks and CSRF in front of every
-admin handler, and map its refusals to 4xx/503 — never 500 (docs/admin.md "Identity and sessions"; issue 5).
+admin handler, and map its refusals to 4xx/503 — never 500 (docs/admin.md "Identity and sessions").
 
 Order on an unsafe request: session (401) → Origin / Sec-Fetch-Site (403) → Content-Type and size
 (415/413) → CSRF token (403) → handler. Nothing business-related runs before all of them passed.

@@ -1,4 +1,4 @@
-"""``GET /held`` (恢复后待核对: the tasks a restore held, issue 31) and ``POST /held/release`` (放行, in bulk).
+"""``GET /held`` (恢复后待核对: the tasks a restore held) and ``POST /held/release`` (放行, in bulk).
 
 After ``cmbuyer-server restore`` every unsettled task is HELD and no phone can take it. A person checks each
 against the phones' journals (did this phone tap 提交订单 for it after the last replicated write?), ticks the

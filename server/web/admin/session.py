@@ -43,8 +43,8 @@ def cookie_values(request: web.Request, name: str) -> list[str]:
 
 
 def single_cookie(request: web.Request, name: str) -> str | None:
-    """The cookie's value when it appears exactly once; two copies (bad-inputs: "two session cookies
-    in one Cookie header") count as none, so an attacker-planted duplicate never chooses the session."""
+    """The cookie's value when it appears exactly once; two copies (two session cookies
+    in one Cookie header) count as none, so an attacker-planted duplicate never chooses the session."""
     values = cookie_values(request, name)
     return values[0] if len(values) == 1 else None
 

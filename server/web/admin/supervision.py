@@ -1,4 +1,4 @@
-"""Admin routes of supervised first orders (issue 17; docs/admin.md "Supervised first orders"):
+"""Admin routes of supervised first orders (docs/admin.md "Supervised first orders"):
 
 - ``POST /approvals/{approval_id}/approve`` and ``/reject`` — the buttons 批准 / 驳回 of the task drawer;
 - ``POST /order-submissions/{sid}/supervision-verdict`` — ``verdict`` = ``right`` | ``wrong``, optional

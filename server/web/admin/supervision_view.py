@@ -37,7 +37,7 @@ def _yuan(value: Decimal | None) -> str:
 
 
 def option_rows(readings: dict[str, Any], sku_options: str) -> list[Row]:
-    """One row per SKU dimension (issue 34): each dimension the task names beside the value read for it
+    """One row per SKU dimension: each dimension the task names beside the value read for it
     (:data:`UNREADABLE` when the readings are malformed, "未读到" when the dimension was not read), then any
     dimension read that the task does not name (always failing)."""
     wanted = options_from_text(sku_options)

@@ -1,4 +1,4 @@
-"""Tasks in and out on the admin pages (issue 28; docs/admin.md "Import", "Export", "Pay list"):
+"""Tasks in and out on the admin pages (docs/admin.md "Import", "Export", "Pay list"):
 
 - ``GET /tasks/import`` (upload form, template links), ``POST /tasks/import`` (multipart upload → preview
   of every row), ``POST /tasks/import/confirm`` (the previewed rows become DRAFT tasks),

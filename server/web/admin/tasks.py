@@ -83,7 +83,7 @@ NOTICES = {
     "verdict_wrong": "已记录：订单有误。这台设备对这个识别包已暂停领取任务。",
 }
 STATE_GROUPS = {"attention": ("RECONCILIATION_REQUIRED", "FAILED", "EXPIRED")}
-WAITING_CHOICE = "waiting_approval"  # the 等待人工确认 filter: not a task state, a WAITING approval (issue 32 §8)
+WAITING_CHOICE = "waiting_approval"  # the 等待人工确认 filter: not a task state, a WAITING approval
 
 
 # -- view-header rules --------------------------------------------------------------------------------
@@ -456,7 +456,7 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
 def start_summary(
     conn: sqlite3.Connection, items: list[tuple[str, int]], at: datetime, settings: Any
 ) -> dict[str, Any]:
-    """What a start would do (issue 28 item 5): the selected tasks still DRAFT at the selected version
+    """What a start would do: the selected tasks still DRAFT at the selected version
     (``ready_tasks``; the others are named in ``stale``), the sum of their max totals, and the phones READY
     now by the claim gate's own rule (:func:`cmbuyer.server.domain.claims.ready_for_claims`)."""
     rows = {r["id"]: r for r in task_lists.tasks_by_id(conn, [t for t, _ in items])}

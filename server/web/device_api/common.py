@@ -18,10 +18,9 @@ from typing import Any, Protocol, TypeVar
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
-from cmbuyer.server.config import SettingsError
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import BrokenInvariant
+from cmbuyer.server.domain.errors import BrokenInvariant, SettingsError
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response

@@ -1,4 +1,4 @@
-"""Device route of issue 3 (docs/api.md "Device API I", "Device API II"): ``POST /api/v1/devices/heartbeat``.
+"""Device route (docs/api.md "Device API I", "Device API II"): ``POST /api/v1/devices/heartbeat``.
 
 The handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before
 Content-Type parsing and before any body byte, ``Expect: 100-continue`` included), reads its body with the

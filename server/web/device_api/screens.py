@@ -1,4 +1,4 @@
-"""Device route of issue 32 §7 (docs/api.md "Holds and screens"): ``POST /api/v1/devices/screen`` — the phone's
+"""Device route (docs/api.md "Holds and screens"): ``POST /api/v1/devices/screen`` — the phone's
 fresh screenshot for an administrator's 查看当前屏幕, asked for in the heartbeat answer (``screenshot_request``).
 
 Multipart like task evidence (``request_id``, ``sha256``, then ``file``: one PNG under the evidence rules),

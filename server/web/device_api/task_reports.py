@@ -1,4 +1,4 @@
-"""Device routes of issue 4 (docs/api.md "Device API II", events and evidence): what a phone reports
+"""Device routes (docs/api.md "Device API II", events and evidence): what a phone reports
 about its task — events and evidence uploads.
 
 Each handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before
@@ -34,7 +34,7 @@ from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response
 from cmbuyer.server.web.jsonbody import read_json
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
-log = logging.getLogger("cmbuyer.server.attempts")  # the name these lines have always been logged under
+log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/api/v1/tasks/{task_id}/events"
 EVIDENCE_PATH = "/api/v1/tasks/{task_id}/evidence"

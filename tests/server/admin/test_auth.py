@@ -1,4 +1,4 @@
-"""Login, logout and sessions (docs/admin.md "Identity and sessions"; bad-inputs "Admin pages"). Throttling:
+"""Login, logout and sessions (docs/admin.md "Identity and sessions"). Throttling:
 test_login_throttle.py; the pre-login cookie: test_prelogin.py."""
 
 from __future__ import annotations

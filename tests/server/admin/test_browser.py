@@ -66,7 +66,7 @@ async def test_purchaser_flow_in_chromium(
         await expect(button).to_have_text("开始采购（只创建待付款订单）")
         await shot("selected")
         await button.click()
-        # the confirmation says what the start will do (issue 28): 2 tasks, ¥60.00, no READY phone
+        # the confirmation says what the start will do: 2 tasks, ¥60.00, no READY phone
         await expect(page.locator("#confirm-count")).to_have_text("2")
         await expect(page.locator("#confirm-total")).to_have_text("¥60.00")
         await expect(page.locator("#no-ready-warning")).to_be_visible()

@@ -1,5 +1,5 @@
 """CSRF and same-origin checks on every unsafe admin route, no state change on GET, and the
-security headers of every page (issue 5; bad-inputs "Admin pages")."""
+security headers of every page."""
 
 from __future__ import annotations
 
@@ -34,11 +34,11 @@ def unsafe_routes(task_id: str, sid: str, device_id: str) -> list[tuple[str, dic
         (f"/tasks/{task_id}/mark-paid", {"expected_task_version": "1"}),
         (f"/order-submissions/{sid}/reconcile", {"outcome": "created", "note": "n", "expected_task_version": "1"}),
         (f"/devices/{device_id}/revoke", {"confirm": "revoke"}),
-        (f"/approvals/{new_id()}/approve", {}),  # supervision (issue 17); real subjects: test_supervision_routes
+        (f"/approvals/{new_id()}/approve", {}),  # supervision; real subjects: test_supervision_routes
         (f"/approvals/{new_id()}/reject", {}),
         (f"/order-submissions/{sid}/supervision-verdict", {"verdict": "right"}),
         (f"/devices/{device_id}/resupervise", {}),
-        # tasks in and out (issue 28); the multipart upload has its own test (test_import.py)
+        # tasks in and out; the multipart upload has its own test (test_import.py)
         (
             f"/tasks/{task_id}/edit",
             {

@@ -1,4 +1,4 @@
-"""Bidi and invisible characters (issue 18 item 8) are refused in every text a person reads or a gate
+"""Bidi and invisible characters are refused in every text a person reads or a gate
 compares — task title, colour, size, reconciliation note — on the admin form and the JSON API, with a
 Chinese error naming the code point, and nothing is written. The CLI paths and device names:
 tests/server/test_cli.py; the rule itself: tests/shared/test_text_rule.py."""
@@ -151,7 +151,7 @@ async def test_reconcile_note_keeps_line_breaks_from_a_textarea(
 async def test_draft_edit_refuses_hidden_characters_on_both_paths(
     admin_client: AdminClient, sync_conn: sqlite3.Connection, make_task: Any, field: str
 ) -> None:
-    """Editing a draft (issue 28) runs the same text rule as creating one."""
+    """Editing a draft runs the same text rule as creating one."""
     task = make_task()
     before = written(sync_conn), tuple(sync_conn.execute("SELECT * FROM tasks").fetchone())
     fields = {k: v for k, v in form().items() if k != "create_key"}

@@ -316,7 +316,7 @@ def test_form_money_helper() -> None:
 
 
 def test_an_invalid_state_refusal_reads_in_chinese_on_the_pages_and_the_cli() -> None:
-    """Issue 32 trial: ``mark_paid is not allowed in state FAILED`` is worded from the label tables (the use-case as
+    """``mark_paid is not allowed in state FAILED`` is worded from the label tables (the use-case as
     its audit action, the state as its task state label); a refusal without a use-case keeps its message."""
     from cmbuyer.server.display.labels import refusal_message
     from cmbuyer.server.domain.codes import Code

@@ -1,4 +1,4 @@
-"""The login throttle (issue 18 item 2; rule in server/domain/login_throttle.py): guesses in flight count,
+"""The login throttle (rule in server/domain/login_throttle.py): guesses in flight count,
 per-username and per-address exponential back-off, the right password works again after the back-off,
 and every back-off is audited. Real aiohttp server (pytest-aiohttp TestServer on a socket), real SQLite
 file, ManualClock for the back-off times."""
@@ -172,7 +172,7 @@ async def test_per_address_limit_across_usernames(
     web: Any, admin: str, clock: Any, server_client: Any, sync_conn: sqlite3.Connection
 ) -> None:
     """One address guessing many usernames hits the address limit; another address is not affected, and
-    a username's back-off is per address (issue 33: a guesser slows only itself)."""
+    a username's back-off is per address (a guesser slows only itself)."""
     for i in range(ADDRESS_LIMIT.free):
         assert (await attempt(web, username=f"user{i}"))[0] == 401
     status, headers = await attempt(web, username="someone-else")
@@ -256,7 +256,7 @@ async def test_sweep_forgets_quiet_records_only(
     assert sync_conn.execute("SELECT count(*) FROM admin_login_throttle").fetchone()[0] == 0
 
 
-# -- no lock-out of the only admin (issue 33 item 1) ---------------------------------------------------
+# -- no lock-out of the only admin ---------------------------------------------------
 
 
 async def test_a_guesser_on_the_admins_name_cannot_keep_the_admin_out(

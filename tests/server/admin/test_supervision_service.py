@@ -1,5 +1,5 @@
 """services/supervision_admin.py, its read models (store/queries/supervision.py) and the drawer's table
-(web/admin/supervision_view.py) on a real SQLite file (issue 17, admin side):
+(web/admin/supervision_view.py) on a real SQLite file (admin side):
 the side-by-side comparison, approve/reject (only WAITING + OPEN attempt, replay-safe, audited), the
 verdict (right counts, wrong holds, one per submission), resupervise, and the devices-page states.
 Every refusal is checked to change nothing (a fingerprint of the tables these use-cases write)."""

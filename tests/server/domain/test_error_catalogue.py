@@ -1,4 +1,4 @@
-"""One error catalogue and one exception root (issue 19 item 2).
+"""One error catalogue and one exception root.
 
 - ``Code`` (server/domain/codes.py) is every wire error code: its device codes are exactly the enum of
   ``device_error.response.json``, its admin codes exactly the enum of ``admin_error.response.json``;

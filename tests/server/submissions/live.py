@@ -34,7 +34,7 @@ class LiveServer:
         """Start the server and wait for ``/healthz`` (demo.stack's); ``RuntimeError`` with the end of the
         server's log when it exits first or never answers (``self.proc`` is kept either way, for ``stop``)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
-        env["CMBUYER_SUPERVISED_ORDERS"] = "0"  # these fence tests predate supervised first orders (issue 17)
+        env["CMBUYER_SUPERVISED_ORDERS"] = "0"  # these fence tests predate supervised first orders
         self.proc = spawn_server(self.data_dir, self.port, self.log, env)
         try:
             wait_healthy(self.proc, self.port, self.log, timeout)

@@ -1,4 +1,4 @@
-"""Refused bodies (issue 18 item 5; docs/api.md "Refused and abandoned bodies"): a response sent
+"""Refused bodies (docs/api.md "Refused and abandoned bodies"): a response sent
 before the body was read to its end is followed by a half-close, at most LINGER_BYTES / LINGER_S of
 discarded reading, then close — the client can still read the answer, and a client that keeps
 streaming is cut off within about a second instead of being drained for aiohttp's 10 s.

@@ -1,4 +1,4 @@
-"""Slow bodies and half-sent requests (issue 18 item 4; docs/operations.md "Connection limits").
+"""Slow bodies and half-sent requests (docs/operations.md "Connection limits").
 
 Pending connections — not yet carrying an authenticated request — are capped per client address and
 overall (the oldest pending one is closed) and live at most ``pending_connection_timeout`` seconds;
@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import pytest
 
 from cmbuyer.server.config import Settings
 from cmbuyer.server.web.edge import GUARD
-from demo.stack import terminate
+from demo.stack import terminate, wait_healthy
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body
 from tests.server.conftest import Maker
 from tests.server.web.conftest import address, read_answer, request
@@ -139,7 +138,7 @@ async def test_pending_connections_are_capped_but_authenticated_keep_alive_ones_
 async def test_a_leaked_device_token_holds_at_most_its_per_device_cap(
     small_caps_client: Any, make_device: Maker
 ) -> None:
-    """Issue 33: one token opened ~1,000 idle authenticated connections and other phones timed out. Each
+    """One token opened ~1,000 idle authenticated connections and other phones timed out. Each
     device's authenticated connections are capped (16 here, ``device_connections_max``): a new one closes
     that device's least recently used one, and another phone is never affected."""
     host, port = address(small_caps_client)
@@ -202,15 +201,7 @@ def server_process(data_dir: Path, settings: Settings, tmp_path: Path) -> Iterat
             [str(exe), "--data-dir", str(data_dir), "serve"], stdout=log, stderr=log, env=env, preexec_fn=lower_limit
         )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(log_path.read_text()) from None
-                time.sleep(0.2)
+        wait_healthy(proc, port, log_path, 30)
         yield port, log_path, conns
     finally:
         terminate([proc], 10)

@@ -55,25 +55,7 @@ from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import TEST_ACTOR, DeviceCreds, DeviceMaker, Maker
 from tests.server.store.sku_bridge import bridge_0010, unbridge_0010
 from tests.server.store.test_migration_lean import add_later_columns
-from tests.server.submissions.helpers import (
-    CLAIM_NEXT,
-    HEARTBEAT,
-    Claim,
-    events_body,
-    events_path,
-    evidence_fields,
-    evidence_path,
-    fail_body,
-    fail_path,
-    fence_body,
-    fence_path,
-    fingerprint,
-    heartbeat_body,
-    multipart,
-    png,
-    result_body,
-    result_path,
-)
+from tests.server.submissions import helpers
 
 LEAN = "0005_lean_claim_indexes.sql"
 AT = "2026-08-04T09:00:00.000000Z"
@@ -139,7 +121,7 @@ def _applied(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
 
 
-# Today's claim-next and fence also read and write what 0007 adds for issue 17 (attempts.pack_key/supervised,
+# Today's claim-next and fence also read and write what 0007 adds for supervision (attempts.pack_key/supervised,
 # devices.supervision_off, the supervision tables). To serve the older schemas of this module with today's
 # code, 0007's statements (only ADD COLUMN and new tables; a column the data dir already has — devices.pack_id,
 # added by the data_dir fixture — is skipped) are applied as a test-only bridge, and taken off again before an
@@ -194,7 +176,7 @@ class Device:
 
     def __init__(self, client: Any, creds: DeviceCreds, log: list[Sent]) -> None:
         self.client, self.creds, self.log = client, creds, log
-        self.claim: Claim | None = None
+        self.claim: helpers.Claim | None = None
 
     async def _post(self, path: str, data: bytes, ctype: str) -> tuple[int, bytes]:
         resp = await self.client.post(path, data=data, headers={"Content-Type": ctype, **self.creds.headers()})
@@ -214,18 +196,20 @@ class Device:
 
     async def heartbeat(self) -> None:
         status, raw = await self._post(
-            HEARTBEAT, json.dumps(heartbeat_body(self.creds.device_id)).encode(), "application/json"
+            helpers.HEARTBEAT, json.dumps(helpers.heartbeat_body(self.creds.device_id)).encode(), "application/json"
         )
         assert status == 200, raw
 
-    async def claim_next(self, expect: int = 200, session: str | None = None) -> Claim | None:
+    async def claim_next(self, expect: int = 200, session: str | None = None) -> helpers.Claim | None:
         await self.heartbeat()
         session = session or new_id()
         key = new_id()
-        raw = await self.send("claim-next", key, CLAIM_NEXT, {"session_id": session, "claim_request_id": key}, expect)
+        raw = await self.send(
+            "claim-next", key, helpers.CLAIM_NEXT, {"session_id": session, "claim_request_id": key}, expect
+        )
         if expect == 204:
             return None
-        self.claim = Claim.from_body(self.creds, session, json.loads(raw))
+        self.claim = helpers.Claim.from_body(self.creds, session, json.loads(raw))
         return self.claim
 
     async def renew(self) -> None:
@@ -250,15 +234,19 @@ class Device:
 
     async def events(self) -> None:
         assert self.claim is not None
-        body = events_body(self.claim)
-        await self.send("events", body["batch_key"], events_path(self.claim.task_id), body, 200)
+        body = helpers.events_body(self.claim)
+        await self.send("events", body["batch_key"], helpers.events_path(self.claim.task_id), body, 200)
 
     async def evidence(self, size: tuple[int, int] = (24, 16)) -> str:
         assert self.claim is not None
-        data = png(size=size)
-        fields = evidence_fields(self.claim, data)
+        data = helpers.png(size=size)
+        fields = helpers.evidence_fields(self.claim, data)
         raw = await self.send(
-            "evidence", fields["upload_key"], evidence_path(self.claim.task_id), multipart(fields, data), 201
+            "evidence",
+            fields["upload_key"],
+            helpers.evidence_path(self.claim.task_id),
+            helpers.multipart(fields, data),
+            201,
         )
         return str(json.loads(raw)["asset_id"])
 
@@ -266,21 +254,21 @@ class Device:
         assert self.claim is not None
         c = self.claim
         version = c.task_version + (1 if any(s.endpoint == "events" and s.creds == self.creds for s in self.log) else 0)
-        body = fence_body(c, expected_task_version=version)
-        raw = await self.send("fence", body["fence_key"], fence_path(c.attempt_id), body, 200)
+        body = helpers.fence_body(c, expected_task_version=version)
+        raw = await self.send("fence", body["fence_key"], helpers.fence_path(c.attempt_id), body, 200)
         answer = json.loads(raw)
         assert answer["click_permitted"] is True
         return str(answer["submission_id"])
 
     async def result(self, submission_id: str, asset_id: str | None = None) -> None:
         assert self.claim is not None
-        body = result_body(self.claim, evidence_asset_id=asset_id)
-        await self.send("result", body["result_key"], result_path(submission_id), body, 200)
+        body = helpers.result_body(self.claim, evidence_asset_id=asset_id)
+        await self.send("result", body["result_key"], helpers.result_path(submission_id), body, 200)
 
     async def fail(self, asset_id: str | None = None) -> None:
         assert self.claim is not None
-        body = fail_body(self.claim, evidence_asset_id=asset_id)
-        await self.send("fail", body["fail_key"], fail_path(self.claim.attempt_id), body, 200)
+        body = helpers.fail_body(self.claim, evidence_asset_id=asset_id)
+        await self.send("fail", body["fail_key"], helpers.fail_path(self.claim.attempt_id), body, 200)
 
 
 def _start(conn: sqlite3.Connection, settings: Settings, clock: ManualClock, task_id: str) -> None:
@@ -303,7 +291,7 @@ async def _fill_0004(
 ) -> list[Sent]:
     """Every device use-case and every admin/sweeper move of an authorization, on a 0004 database."""
     log: list[Sent] = []
-    # Today's fence and result write four submission columns that 0006 adds (issue 15). To serve this
+    # Today's fence and result write four submission columns that 0006 adds. To serve this
     # older schema with today's code they are added here as plain nullable columns — a test-only bridge;
     # 0005 does not rebuild order_submissions, so they pass through its upgrade untouched.
     for column in ("gate3_unit_price", "payment_mode", "order_sn", "observation_reason"):
@@ -422,11 +410,11 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
     zc = await z.claim_next()
     assert zc is not None
     z_sub = await z.fence()
-    data = png(size=(30, 30))
+    data = helpers.png(size=(30, 30))
 
     def bodies(key: str) -> list[tuple[str, Any]]:
         return [
-            (CLAIM_NEXT, {"session_id": zc.session_id, "claim_request_id": key}),
+            (helpers.CLAIM_NEXT, {"session_id": zc.session_id, "claim_request_id": key}),
             (
                 f"/api/v1/tasks/{zc.task_id}/lease/renew",
                 {
@@ -438,23 +426,26 @@ async def test_realistic_0004_database_upgrades_replays_and_refuses_foreign_keys
                     "expected_lease_expires_at": zc.lease_expires_at,
                 },
             ),
-            (events_path(zc.task_id), events_body(zc, batch_key=key)),
-            (evidence_path(zc.task_id), multipart(evidence_fields(zc, data, upload_key=key), data)),
-            (fence_path(zc.attempt_id), fence_body(zc, fence_key=key)),
-            (result_path(z_sub), result_body(zc, result_key=key)),
-            (fail_path(zc.attempt_id), fail_body(zc, fail_key=key)),
+            (helpers.events_path(zc.task_id), helpers.events_body(zc, batch_key=key)),
+            (
+                helpers.evidence_path(zc.task_id),
+                helpers.multipart(helpers.evidence_fields(zc, data, upload_key=key), data),
+            ),
+            (helpers.fence_path(zc.attempt_id), helpers.fence_body(zc, fence_key=key)),
+            (helpers.result_path(z_sub), helpers.result_body(zc, result_key=key)),
+            (helpers.fail_path(zc.attempt_id), helpers.fail_body(zc, fail_key=key)),
         ]
 
     keys = {(s.endpoint, s.key) for s in log}
     assert {ep for ep, _ in keys} == {"claim-next", "renew", "events", "evidence", "fence", "result", "fail"}
-    frozen = fingerprint(sync_conn)
+    frozen = helpers.fingerprint(sync_conn)
     for endpoint, key in sorted(keys):
         for path, body in bodies(key):
             data_, ctype = body if isinstance(body, tuple) else (json.dumps(body).encode(), "application/json")
             resp = await client.post(path, data=data_, headers={"Content-Type": ctype, **z.creds.headers()})
             raw = await resp.read()
             assert (resp.status, json.loads(raw)) == (409, IDEM), (endpoint, path, resp.status, raw)
-    assert fingerprint(sync_conn) == frozen
+    assert helpers.fingerprint(sync_conn) == frozen
 
     # and the new schema takes new work: events after the fence, evidence, the result
     await z.events()
@@ -488,7 +479,7 @@ def _claimed_db(
     run_in_transaction(
         conn,
         lambda c: record_heartbeat(
-            c, device_id=creds.device_id, body=heartbeat_body(creds.device_id), now=clock.now(), policy=policy
+            c, device_id=creds.device_id, body=helpers.heartbeat_body(creds.device_id), now=clock.now(), policy=policy
         ),
     )
     stored = run_in_transaction(
@@ -604,7 +595,7 @@ def test_sigkill_inside_the_0005_transaction_leaves_0004_intact(
         run_in_transaction(
             sync_conn,
             lambda c, d=creds.device_id: record_heartbeat(
-                c, device_id=d, body=heartbeat_body(d), now=clock.now(), policy=policy
+                c, device_id=d, body=helpers.heartbeat_body(d), now=clock.now(), policy=policy
             ),
         )
         run_in_transaction(

@@ -10,106 +10,88 @@ import json
 import sqlite3
 import struct
 import zlib
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.config import Settings
 from cmbuyer.server.evidence.png import ImageRejected, validate_png
-from tests.server.conftest import Maker
-from tests.server.submissions.helpers import (
-    Claim,
-    claim_http,
-    events_body,
-    events_path,
-    evidence_fields,
-    fail_body,
-    fail_path,
-    fingerprint,
-    multipart,
-    png,
-    post_json,
-    upload,
-)
+from tests.server.submissions import helpers
 
 B = "cmbuyer-test-boundary"
-
-
-def _files(settings: Settings) -> set[Path]:
-    root = Path(settings.evidence_dir)
-    return {p for p in root.rglob("*") if p.is_file()} if root.exists() else set()
 
 
 # --- idempotency keys never leave unreferenced files behind -------------------------------------------
 
 
 async def test_reused_upload_key_with_other_file_stores_no_file(
-    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+    server_client: Any, claimed: helpers.Claim, settings: Settings, sync_conn: sqlite3.Connection
 ) -> None:
-    first = png(size=(24, 16))
-    fields = evidence_fields(claimed, first)
-    body, ctype = multipart(fields, first)
-    assert (await upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
-    files, before = _files(settings), fingerprint(sync_conn)
+    first = helpers.png(size=(24, 16))
+    fields = helpers.evidence_fields(claimed, first)
+    body, ctype = helpers.multipart(fields, first)
+    assert (await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
+    files, before = helpers.stored_files(settings), helpers.fingerprint(sync_conn)
     for n in range(3):
-        other = png(size=(25 + n, 16))
-        body2, ctype2 = multipart({**fields, "sha256": hashlib.sha256(other).hexdigest()}, other)
-        status, raw = await upload(server_client, claimed.device, claimed.task_id, body2, ctype2)
+        other = helpers.png(size=(25 + n, 16))
+        body2, ctype2 = helpers.multipart({**fields, "sha256": hashlib.sha256(other).hexdigest()}, other)
+        status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body2, ctype2)
         assert (status, json.loads(raw)) == (409, {"error": "idempotency_conflict"})
-    assert _files(settings) == files  # a conflicting upload never reaches the disk
-    assert fingerprint(sync_conn) == before
+    assert helpers.stored_files(settings) == files  # a conflicting upload never reaches the disk
+    assert helpers.fingerprint(sync_conn) == before
 
 
 async def test_key_of_another_endpoint_as_upload_key_stores_no_file(
-    server_client: Any, claimed: Claim, settings: Settings
+    server_client: Any, claimed: helpers.Claim, settings: Settings
 ) -> None:
-    ev = events_body(claimed)
-    assert (await post_json(server_client, events_path(claimed.task_id), claimed.device, ev))[0] == 200
-    data = png()
-    body, ctype = multipart(evidence_fields(claimed, data, upload_key=ev["batch_key"]), data)
-    status, raw = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
+    ev = helpers.events_body(claimed)
+    assert (await helpers.post_json(server_client, helpers.events_path(claimed.task_id), claimed.device, ev))[0] == 200
+    data = helpers.png()
+    body, ctype = helpers.multipart(helpers.evidence_fields(claimed, data, upload_key=ev["batch_key"]), data)
+    status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype)
     assert (status, json.loads(raw)) == (409, {"error": "idempotency_conflict"})
-    assert _files(settings) == set()
+    assert helpers.stored_files(settings) == set()
 
 
 async def test_closed_claim_reused_key_with_new_file_stores_no_file(
-    server_client: Any, claimed: Claim, settings: Settings
+    server_client: Any, claimed: helpers.Claim, settings: Settings
 ) -> None:
-    data = png()
-    fields = evidence_fields(claimed, data)
-    body, ctype = multipart(fields, data)
-    status, first = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
+    data = helpers.png()
+    fields = helpers.evidence_fields(claimed, data)
+    body, ctype = helpers.multipart(fields, data)
+    status, first = await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype)
     assert status == 201
-    assert (await post_json(server_client, fail_path(claimed.attempt_id), claimed.device, fail_body(claimed)))[0] == 200
-    files = _files(settings)
-    assert await upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, first)  # replay
-    other = png(size=(40, 40))
-    body2, ctype2 = multipart({**fields, "sha256": hashlib.sha256(other).hexdigest()}, other)
-    status, _ = await upload(server_client, claimed.device, claimed.task_id, body2, ctype2)
+    assert (
+        await helpers.post_json(
+            server_client, helpers.fail_path(claimed.attempt_id), claimed.device, helpers.fail_body(claimed)
+        )
+    )[0] == 200
+    files = helpers.stored_files(settings)
+    assert await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype) == (200, first)  # replay
+    other = helpers.png(size=(40, 40))
+    body2, ctype2 = helpers.multipart({**fields, "sha256": hashlib.sha256(other).hexdigest()}, other)
+    status, _ = await helpers.upload(server_client, claimed.device, claimed.task_id, body2, ctype2)
     assert status == 409
-    body3, ctype3 = multipart(evidence_fields(claimed, other), other)  # new key after close
-    status, raw = await upload(server_client, claimed.device, claimed.task_id, body3, ctype3)
+    body3, ctype3 = helpers.multipart(helpers.evidence_fields(claimed, other), other)  # new key after close
+    status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body3, ctype3)
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
-    assert _files(settings) == files
+    assert helpers.stored_files(settings) == files
 
 
 async def test_other_devices_key_and_attempt(
     server_client: Any,
-    claimed: Claim,
-    make_device: Maker,
-    make_task: Maker,
+    claimed: helpers.Claim,
+    other_claimed: helpers.Claim,
     settings: Settings,
     sync_conn: sqlite3.Connection,
 ) -> None:
-    make_task(start=True)
-    other = await claim_http(server_client, make_device("b"))
-    data = png()
-    fields = evidence_fields(claimed, data)
-    body, ctype = multipart(fields, data)
-    assert (await upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
-    files, before = _files(settings), fingerprint(sync_conn)
-    other_data = png(size=(30, 30))
+    other = other_claimed
+    data = helpers.png()
+    fields = helpers.evidence_fields(claimed, data)
+    body, ctype = helpers.multipart(fields, data)
+    assert (await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
+    files, before = helpers.stored_files(settings), helpers.fingerprint(sync_conn)
+    other_data = helpers.png(size=(30, 30))
     # B reuses A's key for its own attempt; B targets A's attempt/task; B mixes its task with A's attempt.
     for task_id, attempt_id, key in (
         (other.task_id, other.attempt_id, fields["upload_key"]),
@@ -117,23 +99,23 @@ async def test_other_devices_key_and_attempt(
         (other.task_id, claimed.attempt_id, None),
     ):
         over = {"attempt_id": attempt_id, **({"upload_key": key} if key else {})}
-        b, ct = multipart(evidence_fields(other, other_data, **over), other_data)
-        status, raw = await upload(server_client, other.device, task_id, b, ct)
+        b, ct = helpers.multipart(helpers.evidence_fields(other, other_data, **over), other_data)
+        status, raw = await helpers.upload(server_client, other.device, task_id, b, ct)
         assert status == 409, raw
         assert json.loads(raw)["error"] in ("idempotency_conflict", "claim_not_current")
-    assert _files(settings) == files and fingerprint(sync_conn) == before
+    assert helpers.stored_files(settings) == files and helpers.fingerprint(sync_conn) == before
 
 
 # --- multipart edge cases -----------------------------------------------------------------------------
 
 
-def _form(c: Claim, data: bytes) -> tuple[bytes, str]:
-    return multipart(evidence_fields(c, data), data, boundary=B)
+def _form(c: helpers.Claim, data: bytes) -> tuple[bytes, str]:
+    return helpers.multipart(helpers.evidence_fields(c, data), data, boundary=B)
 
 
-def _mutations(c: Claim, data: bytes) -> dict[str, tuple[bytes, str, int]]:
+def _mutations(c: helpers.Claim, data: bytes) -> dict[str, tuple[bytes, str, int]]:
     body, ctype = _form(c, data)
-    fields = evidence_fields(c, data)
+    fields = helpers.evidence_fields(c, data)
     bad: dict[str, tuple[bytes, str, int]] = {
         "lf_only": (body.replace(b"\r\n", b"\n"), ctype, 400),
         "cr_only": (body.replace(b"\r\n", b"\r"), ctype, 400),
@@ -202,40 +184,40 @@ def _mutations(c: Claim, data: bytes) -> dict[str, tuple[bytes, str, int]]:
     }
     # a boundary-lookalike inside the data: "\r\n--<boundary>X" cuts the part short → refused
     trick = b"\r\n--" + B.encode() + b"X"
-    tricked, _ = multipart(evidence_fields(c, data + trick), data + trick, boundary=B)
+    tricked, _ = helpers.multipart(helpers.evidence_fields(c, data + trick), data + trick, boundary=B)
     bad["boundary_inside_data"] = (tricked, ctype, 400)
     # a whole second file part hidden after a fake closing delimiter in the data
     fake = data + b"\r\n--" + B.encode() + b"--\r\n"
-    hidden, _ = multipart({**fields, "sha256": hashlib.sha256(fake).hexdigest()}, fake, boundary=B)
+    hidden, _ = helpers.multipart({**fields, "sha256": hashlib.sha256(fake).hexdigest()}, fake, boundary=B)
     bad["fake_close_inside_data"] = (hidden, ctype, 400)
     return bad
 
 
 async def test_multipart_edge_cases_are_4xx_and_write_nothing(
-    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+    server_client: Any, claimed: helpers.Claim, settings: Settings, sync_conn: sqlite3.Connection
 ) -> None:
-    data = png()
-    before = fingerprint(sync_conn)
+    data = helpers.png()
+    before = helpers.fingerprint(sync_conn)
     for name, (body, ctype, expected) in _mutations(claimed, data).items():
-        status, raw = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
+        status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype)
         assert status == expected, (name, status, raw)
         assert json.loads(raw) in (
             {"error": "invalid_request"},
             {"error": "unsupported_media_type"},
             {"error": "unsupported_image"},
         ), name
-    assert fingerprint(sync_conn) == before
-    assert _files(settings) == set()
+    assert helpers.fingerprint(sync_conn) == before
+    assert helpers.stored_files(settings) == set()
     # the untouched form still works (the cases above did not poison anything)
     body, ctype = _form(claimed, data)
-    assert (await upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
+    assert (await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype))[0] == 201
 
 
-async def test_quoted_boundary_and_header_case_are_accepted(server_client: Any, claimed: Claim) -> None:
-    data = png()
+async def test_quoted_boundary_and_header_case_are_accepted(server_client: Any, claimed: helpers.Claim) -> None:
+    data = helpers.png()
     body, _ = _form(claimed, data)
     body = body.replace(b"Content-Disposition:", b"content-disposition:").replace(b"Content-Type:", b"CONTENT-TYPE:")
-    status, raw = await upload(
+    status, raw = await helpers.upload(
         server_client, claimed.device, claimed.task_id, body, f'Multipart/Form-Data; boundary="{B}"'
     )
     assert status == 201, raw
@@ -279,7 +261,7 @@ def _ihdr(w: int, h: int, depth: int = 8, color: int = 2) -> bytes:
 
 
 def _png_cases() -> dict[str, bytes]:
-    base = png()
+    base = helpers.png()
     idat_tiny = zlib.compress(b"\x00" * 10)
     return {
         "iccp_bomb": _insert_after(base, b"IHDR", [(b"iCCP", b"icc\x00\x00" + _bomb(64 << 20))]),
@@ -332,19 +314,19 @@ def test_png_edge_cases_are_rejected_quickly() -> None:
 
 
 def test_unknown_ancillary_chunk_is_fine() -> None:
-    base = png()
+    base = helpers.png()
     data = _insert_after(base, b"IHDR", [(b"prVt", b"private")])
     assert validate_png(data, max_side=8192, max_pixels=16_777_216).width == 24
 
 
 async def test_png_edge_cases_over_http(
-    server_client: Any, claimed: Claim, settings: Settings, sync_conn: sqlite3.Connection
+    server_client: Any, claimed: helpers.Claim, settings: Settings, sync_conn: sqlite3.Connection
 ) -> None:
-    before = fingerprint(sync_conn)
+    before = helpers.fingerprint(sync_conn)
     for name, data in _png_cases().items():
         if not data or (name.endswith("_bomb") and name != "iccp_bomb"):
             continue  # the bombs are ~64 KiB each; one over HTTP is enough
-        body, ctype = multipart(evidence_fields(claimed, data), data)
-        status, raw = await upload(server_client, claimed.device, claimed.task_id, body, ctype)
+        body, ctype = helpers.multipart(helpers.evidence_fields(claimed, data), data)
+        status, raw = await helpers.upload(server_client, claimed.device, claimed.task_id, body, ctype)
         assert (status, json.loads(raw)) == (400, {"error": "unsupported_image"}), name
-    assert fingerprint(sync_conn) == before and _files(settings) == set()
+    assert helpers.fingerprint(sync_conn) == before and helpers.stored_files(settings) == set()

@@ -2,7 +2,7 @@
 and the budget settings (server/config.py): real SQLite file, real aiohttp app, the real CLI entry
 point. Tests marked "Found:" failed on the first version of these features (fixed since); the others
 are regressions the other tests do not cover (odd trees, chunk boundaries, a locked database, a missing
-evidence dir). The budget races are in tests/server/submissions/test_attempt_budget_attacks.py (it
+evidence dir). The budget races are in tests/server/submissions/test_attempt_budget_races.py (it
 needs small budgets for every test)."""
 
 from __future__ import annotations
@@ -12,20 +12,18 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from cmbuyer.server.config import Settings, SettingsError, load_settings
+from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.evidence import files
 from cmbuyer.server.store import evidence as evidence_store
-from tests.server.evidence.conftest import EvidenceGc
+from tests.server.evidence.conftest import EvidenceGc, Uploader
 from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
-    Claim,
     age_file,
-    upload_png,
 )
 
 DAY = 86400
@@ -217,11 +215,7 @@ def test_gc_on_a_missing_evidence_dir_is_a_no_op(
 
 
 async def test_gc_chunks_keep_referenced_files_on_both_sides_of_a_chunk_boundary(
-    server_client: Any,
-    claimed: Claim,
-    settings: Settings,
-    sync_conn: sqlite3.Connection,
-    gc: EvidenceGc,
+    upload_referenced: Uploader, settings: Settings, sync_conn: sqlite3.Connection, gc: EvidenceGc
 ) -> None:
     """450 old files (three chunks); the files sorted 0, 199, 200, 399 and 449 are referenced by rows, the
     rest are orphans in the same chunks. Exactly the orphans go; each chunk's transaction audits what it
@@ -229,8 +223,7 @@ async def test_gc_chunks_keep_referenced_files_on_both_sides_of_a_chunk_boundary
     blobs = sorted((padded_to(700 + i) for i in range(450)), key=_sha)
     keep = {0, 199, 200, 399, 449}
     for i in sorted(keep):
-        status, raw = await upload_png(server_client, claimed, blobs[i])
-        assert status == 201, raw
+        await upload_referenced(blobs[i])
     for i, blob in enumerate(blobs):
         path = files.path_for(settings.evidence_dir, _sha(blob))
         if i not in keep:
