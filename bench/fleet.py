@@ -277,7 +277,7 @@ def _last_reason(detail: dict[str, Any]) -> str:
 
 def _details(stack: Stack, task_ids: list[str]) -> dict[str, dict[str, Any]]:
     from cmbuyer.server.db import connect_sync
-    from cmbuyer.server.web.admin import task_view
+    from cmbuyer.server.display import task_view
 
     conn = connect_sync(stack.data_dir / "cmbuyer.sqlite3", read_only=True)
     try:

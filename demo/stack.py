@@ -26,7 +26,7 @@ from typing import Any
 from cmbuyer.agent.settings import AGENT_SETTINGS_BY_NAME
 from cmbuyer.phonesim.journal import read_journal
 from cmbuyer.server.db import connect_sync
-from cmbuyer.server.web.admin import task_view
+from cmbuyer.server.display import task_view
 
 BIN = Path(sys.executable).parent
 SETTLED = frozenset(

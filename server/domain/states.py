@@ -17,7 +17,7 @@ from cmbuyer.server.domain.errors import InvalidTransition
 
 
 class TaskState(StrEnum):
-    """Task lifecycle; the Chinese display names are ``TASK_STATE_LABELS`` in ``web/admin/labels.py``."""
+    """Task lifecycle; the Chinese display names are ``TASK_STATE_LABELS`` in ``display/labels.py``."""
 
     DRAFT = "DRAFT"
     PENDING = "PENDING"

@@ -15,6 +15,7 @@ Shared by the device side (claim-next, the approval routes, the fence) and the a
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,6 +27,7 @@ from cmbuyer.schemas.text import normalize_sku, text_problem
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import InvalidTransition, ValidationFailed
 from cmbuyer.server.domain.sku_readings import reported_options
+from cmbuyer.server.domain.states import SubmissionState
 
 DEFAULT_SUPERVISED_ORDERS = 3
 # How long an agent waits for a person's approval when its request does not say (the agent's own default,
@@ -155,6 +157,16 @@ def canonical_readings(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def parse_readings(readings_json: str) -> dict[str, Any]:
+    """The stored readings object (``approval_requests.readings_json``); ``{}`` when it is not a JSON object
+    (every value then reads as unreadable and approval is refused — fail closed)."""
+    try:
+        value = json.loads(readings_json)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def readings_hash(values: Mapping[str, Any]) -> str:
     """SHA-256 hex (64 lowercase characters) of the canonical JSON of :func:`canonical_readings` — what an
     approval stores and what the fence recomputes from its body. Raises like :func:`canonical_readings`."""
@@ -217,3 +229,10 @@ def approval_counts(approval_state: str | None, approval_hash: str | None, fence
     """The fence's supervision condition: the attempt's live approval is APPROVED and its readings hash equals
     ``fence_hash`` (the hash of the fence body's readings). None (no live request) → False."""
     return approval_state == ApprovalState.APPROVED and approval_hash is not None and approval_hash == fence_hash
+
+
+# The verdict on a supervised order. "right" counts an order towards N, so the order must exist (the result
+# said so, or a person did); "wrong" can be said of any order whose tap happened — also one that turned out
+# not created.
+RIGHT_STATES = frozenset({SubmissionState.SUBMITTED, SubmissionState.CREATED})
+WRONG_STATES = RIGHT_STATES | {SubmissionState.RECONCILIATION_REQUIRED, SubmissionState.NOT_CREATED}

@@ -17,7 +17,6 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import values
 from cmbuyer.server.domain.codes import Code
@@ -39,7 +38,7 @@ from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import supervision as supervision_tx
-from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.common import Actor, load
 from cmbuyer.server.tx.moves import set_authorization_state, set_task_state
 
 NOTE_MAX = 500
@@ -62,10 +61,7 @@ def _stale() -> Conflict:
 
 
 def _load(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
-    task = task_store.get(conn, task_id) if is_uuid4(task_id) else None
-    if task is None:
-        raise NotFound("任务不存在")
-    return task
+    return load(conn, task_store.get, task_id, NotFound("任务不存在"))
 
 
 def _move(
@@ -253,9 +249,7 @@ def reconcile(
     (RECONCILED). It never re-opens the fence, issues an authorization or contacts a device.
     Raises NotFound, Conflict(``version_conflict``), InvalidTransition (``invalid_state``).
     """
-    sub = admin_queries.submission(conn, submission_id) if is_uuid4(submission_id) else None
-    if sub is None:
-        raise NotFound("提交记录不存在")
+    sub = load(conn, admin_queries.submission, submission_id, NotFound("提交记录不存在"))
     task = _load(conn, sub["task_id"])
     if task.version != expected_version:
         raise _stale()

@@ -14,7 +14,6 @@ import sqlite3
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import Conflict, InvalidTransition, NotFound
@@ -22,7 +21,7 @@ from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.domain.task_fields import TaskFields
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import audit as audit_tx
-from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.common import Actor, load
 
 
 @dataclass(frozen=True)
@@ -47,9 +46,7 @@ def edit_draft(
     """Overwrite the draft's fields with ``fields`` (see the module docstring). An edit that changes nothing
     still bumps the version and is audited (the person pressed save; the row says nothing changed).
     Raises NotFound, Conflict(``version_conflict``), InvalidTransition(``invalid_state``)."""
-    task = task_store.get(conn, task_id) if is_uuid4(task_id) else None
-    if task is None:
-        raise NotFound("任务不存在")
+    task = load(conn, task_store.get, task_id, NotFound("任务不存在"))
     if task.version != expected_version:
         raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
     if task.state != TaskState.DRAFT:

@@ -26,7 +26,7 @@ from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import drafts
-from cmbuyer.server.tx.common import Actor, canonical_json, new_id, payload_hash
+from cmbuyer.server.tx.common import Actor, canonical_json, load, new_id, payload_hash
 from cmbuyer.server.tx.moves import set_task_state
 
 
@@ -155,7 +155,4 @@ def start_purchases(
 
 def get_task(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
     """The task or NotFound."""
-    task = task_store.get(conn, task_id) if is_uuid4(task_id) else None
-    if task is None:
-        raise NotFound("任务不存在")
-    return task
+    return load(conn, task_store.get, task_id, NotFound("任务不存在"))

@@ -46,9 +46,8 @@ _TABLE = StateTable("attempts", Attempt, StateChanges("attempt", ATTEMPT_TRANSIT
 _row = _TABLE.row
 
 
-def insert(conn: sqlite3.Connection, a: Attempt) -> None:
-    """Insert a new OPEN attempt (unique per authorization; one OPEN per device — both by index)."""
-    _TABLE.insert(conn, a)
+# a new OPEN attempt (unique per authorization; one OPEN per device — both by index)
+insert = _TABLE.insert
 
 
 get = _TABLE.get  # one attempt by id, or None

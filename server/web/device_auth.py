@@ -26,7 +26,7 @@ from cmbuyer.server.domain.errors import DomainError, Unavailable
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx.device_tx import DeviceNotActive
 from cmbuyer.server.web.access_log import DEVICE_KEY as ACCESS_DEVICE
-from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response, unauthorized, unavailable
+from cmbuyer.server.web.device_errors import error_response, unauthorized, unavailable
 from cmbuyer.server.web.edge import close_after, identity_only, prove
 from cmbuyer.server.web.keys import DB
 
@@ -127,9 +127,7 @@ def device_route(handler: DeviceHandler) -> Callable[[web.Request], Awaitable[we
             # revoked between authentication and the transaction's first statement: the same
             # empty 401 as any other authentication failure (docs/api.md "Device authentication")
             return unauthorized()
-        except DeviceHTTPError as exc:
-            return error_response(exc.status, exc.code)
-        except DomainError as exc:
+        except DomainError as exc:  # a service's refusal, or the edge's own (DeviceHTTPError)
             return error_response(exc.status, exc.code)
         except Unavailable:
             return unavailable()

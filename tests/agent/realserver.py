@@ -29,9 +29,9 @@ from cmbuyer.server.cli import main as server_cli
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.display import task_view
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.tx.common import Actor
-from cmbuyer.server.web.admin import task_view
 from tests.server.conftest import create_task
 
 ACTOR = Actor("cli", "agent-tests")

@@ -158,7 +158,7 @@ def test_cancel_reset_mark_paid_reconcile(ddir: Path, run: Any, run_json: Any) -
 def test_task_show_text_summary_and_unchanged_json(ddir: Path, run: Any) -> None:
     """``task show`` prints labelled Chinese lines (phone, order number, result from the fence row);
     ``task show --json`` still prints the admin detail view as one sorted JSON object, byte for byte."""
-    from cmbuyer.server.web.admin.task_view import task_detail
+    from cmbuyer.server.display.task_view import task_detail
 
     task_id = json.loads(
         run(ddir, *task_add("纸巾", color="黑色", size="M", quantity="3", price="45.00"), "--json").stdout

@@ -7,6 +7,8 @@ docs/architecture.md states the rule in prose):
 - ``tx`` (shared transaction helpers) imports no ``services``, ``web``, ``lifecycle`` or ``app``;
 - ``services`` import no ``web``, ``lifecycle`` or ``app`` and never another service;
 - ``web`` imports no ``app`` and no ``lifecycle`` (app.py builds the app and calls lifecycle);
+- the command line (``cli``, ``cli_text``, ``task_summary``) and ``display`` (what people read, shared by
+  the pages and the command line) import no ``web``;
 - no ``.execute(`` call outside ``store/``, ``db.py`` and ``migrate.py`` (SQL lives in the store).
 
 Each rule is also run against a synthetic server tree that breaks it, so the scanner is shown to fail.
@@ -49,6 +51,10 @@ FORBIDDEN = {
     "tx": {"services", "web", "lifecycle", "app"},
     "services": {"web", "lifecycle", "app"},
     "web": {"app", "lifecycle"},
+    "display": {"web", "lifecycle", "app"},
+    "cli": {"web"},
+    "cli_text": {"web"},
+    "task_summary": {"web"},
 }
 SQL_HOMES = {"store", "db", "migrate"}
 
@@ -98,7 +104,9 @@ CLEAN = {
     "services/fence.py": (
         "from cmbuyer.server.tx import common\nfrom cmbuyer.server.domain import rules\nfrom . import fence\n"
     ),
-    "web/routes.py": "from cmbuyer.server.services import fence\n",
+    "web/routes.py": "from cmbuyer.server.services import fence\nfrom cmbuyer.server.display import labels\n",
+    "display/labels.py": "from cmbuyer.server.domain import states\n",
+    "cli.py": "from cmbuyer.server.display import labels\nfrom cmbuyer.server import app\n",
     "lifecycle.py": "from cmbuyer.server.web import routes\n",
     "app.py": "from cmbuyer.server import lifecycle\n",
     "db.py": "def q(conn):\n    conn.execute('x')\n",
@@ -119,6 +127,9 @@ CLEAN = {
         ("services/claim.py", "from cmbuyer.server.web import routes\n", "services imports cmbuyer.server.web"),
         ("web/bad.py", "from cmbuyer.server import app\n", "web imports cmbuyer.server.app"),
         ("web/bad.py", "from cmbuyer.server.lifecycle import run\n", "web imports cmbuyer.server.lifecycle"),
+        ("cli.py", "from cmbuyer.server.web.admin import labels\n", "cli imports cmbuyer.server.web"),
+        ("cli_text.py", "from cmbuyer.server.web.admin.labels import x\n", "cli_text imports cmbuyer.server.web"),
+        ("display/bad.py", "from cmbuyer.server.web.admin import render\n", "display imports cmbuyer.server.web"),
         ("health.py", "def f(conn):\n    conn.execute('select 1')\n", "health: .execute( outside the store"),
     ],
 )

@@ -38,10 +38,10 @@ BUDGET = web.AppKey("attempt_budget", AttemptBudget)
 
 
 def path_id(request: web.Request, name: str) -> str:
-    """The UUIDv4 path parameter ``name``; raises ``DeviceHTTPError(400, "invalid_request")`` otherwise."""
+    """The UUIDv4 path parameter ``name``; raises ``DeviceHTTPError(Code.INVALID_REQUEST)`` otherwise."""
     value = request.match_info[name]
     if not is_uuid4(value):
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST)
+        raise DeviceHTTPError(Code.INVALID_REQUEST)
     return value
 
 

@@ -30,7 +30,7 @@ async def heartbeat(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/devices/heartbeat`` → 200 heartbeat.response (see docs/api.md)."""
     body = await read_json(request, "heartbeat.request", BODY_CAP)
     if body["device_id"] != device_id:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST)  # the body may only describe the authenticated device
+        raise DeviceHTTPError(Code.INVALID_REQUEST)  # the body may only describe the authenticated device
     clock, policy = request.app[CLOCK], claim_policy(request.app)
 
     def job(conn: sqlite3.Connection) -> dict[str, Any]:

@@ -53,7 +53,7 @@ async def result(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/order-submissions/{sid}/result`` → 200 submission_result.response."""
     submission_id = request.match_info["submission_id"]
     if not is_uuid4(submission_id):
-        raise DeviceHTTPError(404, Code.NOT_FOUND)
+        raise DeviceHTTPError(Code.NOT_FOUND)
     body = await read_json(request, "submission_result.request", BODY_CAP)
     clock = request.app[CLOCK]
 

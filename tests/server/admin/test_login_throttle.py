@@ -79,15 +79,21 @@ async def attempt(web: Any, username: str = ADMIN_USER, password: str = WRONG) -
     return await post_login(session, url, await fresh_form(session, url), username, password)
 
 
-def locked_rows(conn: sqlite3.Connection) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(subject_kind, subject_id, detail)`` of every ``admin.login_locked`` audit row, oldest first."""
+def audit_rows(conn: sqlite3.Connection, action: str, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(<kind column>, subject_id, detail)`` of every ``action`` audit row, oldest first (``kind`` is
+    ``subject_kind`` or ``actor_kind``)."""
+    assert kind in ("subject_kind", "actor_kind")
     return [
         (r[0], r[1], json.loads(r[2]))
         for r in conn.execute(
-            "SELECT subject_kind, subject_id, detail_json FROM audit_log"
-            " WHERE action = 'admin.login_locked' ORDER BY id"
+            f"SELECT {kind}, subject_id, detail_json FROM audit_log WHERE action = ? ORDER BY id", (action,)
         )
     ]
+
+
+def locked_rows(conn: sqlite3.Connection) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(subject_kind, subject_id, detail)`` of every ``admin.login_locked`` audit row, oldest first."""
+    return audit_rows(conn, "admin.login_locked", "subject_kind")
 
 
 def failed_count(conn: sqlite3.Connection) -> int:
@@ -286,13 +292,7 @@ def _cli(settings: Settings, *args: str) -> int:
 
 
 def _unlock_rows(conn: sqlite3.Connection) -> list[tuple[str, str, dict[str, Any]]]:
-    return [
-        (r[0], r[1], json.loads(r[2]))
-        for r in conn.execute(
-            "SELECT actor_kind, subject_id, detail_json FROM audit_log"
-            " WHERE action = 'admin.login_unlocked' ORDER BY id"
-        )
-    ]
+    return audit_rows(conn, "admin.login_unlocked", "actor_kind")
 
 
 async def test_admin_unlock_clears_the_username_and_is_audited(

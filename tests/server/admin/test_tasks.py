@@ -11,9 +11,9 @@ import pytest
 
 from cmbuyer.schemas import validate
 from cmbuyer.server.clock import from_wire
+from cmbuyer.server.display.labels import TASK_STATE_LABELS
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.tx.common import new_id
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 from cmbuyer.server.web.admin.tasks import PAGE_SIZE, START_BUTTON
 
 from .conftest import AdminClient

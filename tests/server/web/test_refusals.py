@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.web.admin import common as admin_common
+from cmbuyer.server.web.admin import body as admin_body
 from tests.server.claims.conftest import CLAIM, HEARTBEAT, heartbeat_body, post
 from tests.server.conftest import Maker
 from tests.server.web.conftest import RawAnswer, address, read_answer, request
@@ -116,7 +116,7 @@ async def test_oversized_login_body_gets_413_then_is_cut(server_client: Any) -> 
 async def test_login_body_that_never_ends_is_refused_after_the_body_time_limit(
     server_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(admin_common, "BODY_READ_TIMEOUT_S", 0.5, raising=False)  # absent before the fix
+    monkeypatch.setattr(admin_body, "BODY_READ_TIMEOUT_S", 0.5, raising=False)  # absent before the fix
     reader, writer = await asyncio.open_connection(*address(server_client))
     writer.write(
         request(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import DomainError, InvalidTransition
 from cmbuyer.server.domain.states import TaskState
 
@@ -154,10 +155,7 @@ DEVICE_STATE_LABELS: dict[str, str] = {
 }
 
 # devices.state (domain/states.py DeviceState): the registration, not what the phone reports
-DEVICE_REGISTRATION_LABELS: dict[str, str] = {
-    "ACTIVE": "启用",
-    "REVOKED": "已撤销",
-}
+DEVICE_REGISTRATION_LABELS: dict[str, str] = {"ACTIVE": "启用", "REVOKED": "已撤销"}
 
 # -- states (migrations 0001/0002, domain/states.py) ---------------------------------------------------
 AUTHORIZATION_STATE_LABELS: dict[str, str] = {
@@ -169,10 +167,7 @@ AUTHORIZATION_STATE_LABELS: dict[str, str] = {
     "EXPIRED": "已过期",
 }
 
-ATTEMPT_STATE_LABELS: dict[str, str] = {
-    "OPEN": "进行中",
-    "CLOSED": "已结束",
-}
+ATTEMPT_STATE_LABELS: dict[str, str] = {"OPEN": "进行中", "CLOSED": "已结束"}
 
 SUBMISSION_STATE_LABELS: dict[str, str] = {
     "FENCED": "已取得围栏，等待结果",
@@ -315,12 +310,65 @@ TEMPLATE_LABELS: dict[str, Mapping[str, str]] = {
 }
 
 
+# -- refusals a service raises as a code and a reason (``DomainError.because``): the sentence a person reads.
+# ``{name}`` is the refusal's fact ``name``, worded through REFUSAL_FACT_LABELS when it has a table there.
+REFUSAL_TEXTS: dict[tuple[Code, str], str] = {
+    (Code.INVALID_REQUEST, "unknown_action"): "未知操作",
+    (Code.INVALID_REQUEST, "verdict_word"): "请选择“核对无误”或“有误”",
+    (Code.INVALID_REQUEST, "note_format"): "说明格式错误",
+    (Code.INVALID_REQUEST, "note_length"): "说明最多 {max} 字",
+    (Code.NOT_FOUND, "approval"): "确认请求不存在",
+    (Code.NOT_FOUND, "submission"): "提交记录不存在",
+    (Code.NOT_FOUND, "device"): "设备不存在",
+    (Code.APPROVAL_NOT_WAITING, "void"): "这个确认请求设备重新读取了页面或这次尝试已结束，请求已作废；未做任何更改。",
+    (Code.APPROVAL_NOT_WAITING, "decided"): "这个确认请求已由 {who} {approval_state}；未做任何更改。",
+    (Code.APPROVAL_NOT_WAITING, "changed"): "确认请求刚刚发生了变化，请刷新后再看；未做任何更改。",
+    (Code.ATTEMPT_CLOSED, "approval"): "这次尝试已结束，确认请求不再有效；未做任何更改。",
+    (Code.READINGS_UNREADABLE, "approve"): "手机读取的数值不完整或无法识别，不能批准，只能驳回。",
+    (Code.NOT_SUPERVISED, "verdict"): "这笔订单不在人工监督中，无需核对结论。",
+    (Code.VERDICT_EXISTS, "recorded"): "这笔订单已由 {admin_id} 记录为“{verdict}”，不能再次记录；未做任何更改。",
+    (Code.VERDICT_EXISTS, "raced"): "这笔订单刚刚被记录了结论，请刷新；未做任何更改。",
+    (Code.INVALID_STATE, "verdict"): "提交状态为“{submission_state}”，现在不能记录这个结论；未做任何更改。",
+    # devices and admins (services/devices.py, services/admins.py)
+    (Code.INVALID_REQUEST, "device_name"): "设备名称为 1–64 个可打印字符",
+    (Code.INVALID_STATE, "revoked_pause"): "设备已撤销，不能暂停或恢复",
+    (Code.INVALID_REQUEST, "pacing"): "最短领取间隔为 1–86400 秒、每日最多领取为 1–10000 次，或留空表示不限",
+    (Code.INVALID_STATE, "revoked_pacing"): "设备已撤销，不能设置领取节奏",
+    (Code.INVALID_REQUEST, "release_note"): "请写明检查了什么（1–500 个字符）",
+    (Code.INVALID_STATE, "revoked"): "设备已撤销",
+    (Code.INVALID_STATE, "no_hold"): "这台手机没有报告暂停（hold），无需释放",
+    (Code.INVALID_STATE, "busy_screen"): "手机正在执行任务，请在任务结束后再查看屏幕",
+    (Code.INVALID_REQUEST, "password_length"): "密码至少 {min} 个字符",
+    (Code.INVALID_REQUEST, "username"): "用户名为 1–64 个字母、数字或 _.@-",
+    (Code.USERNAME_TAKEN, "admin"): "用户名已存在",
+    (Code.NOT_FOUND, "admin"): "管理员不存在",
+}
+
+# a person's decision on an approval request as a refusal names it (approval_requests.state)
+APPROVAL_DECISION_LABELS: dict[str, str] = {"APPROVED": "已批准", "REJECTED": "已驳回", "VOID": "已作废"}
+# supervision_verdicts.verdict as the verdict buttons name it
+VERDICT_LABELS: dict[str, str] = {"RIGHT": "核对无误", "WRONG": "有误"}
+# the facts of a refusal that are codes, and the table that words each (any other fact is shown as it is)
+REFUSAL_FACT_LABELS: dict[str, Mapping[str, str]] = {
+    "approval_state": APPROVAL_DECISION_LABELS,
+    "verdict": VERDICT_LABELS,
+    "submission_state": SUBMISSION_STATE_LABELS,
+}
+
+
 def refusal_message(exc: DomainError) -> str:
     """What a person reads for a refusal (admin pages and the CLI, which prints the code before it).
 
-    An ``invalid_state`` refusal that names its use-case and state is worded in Chinese from the tables
-    here (the use-case as its audit action label, the state as its task state label), e.g.
-    ``任务状态为失败（FAILED）时不能标记已付款``; any other refusal keeps its own message."""
+    A refusal that names its reason (``exc.why``) is the sentence :data:`REFUSAL_TEXTS` holds for its code
+    and reason, its facts worded through :data:`REFUSAL_FACT_LABELS`. An ``invalid_state`` refusal that
+    names its use-case and state is worded in Chinese from the tables here (the use-case as its audit action
+    label, the state as its task state label), e.g. ``任务状态为失败（FAILED）时不能标记已付款``; any other
+    refusal keeps its own message."""
+    text = REFUSAL_TEXTS.get((exc.code, exc.why)) if exc.why else None
+    if text is not None:
+        return text.format_map(
+            {k: label(REFUSAL_FACT_LABELS[k], v) if k in REFUSAL_FACT_LABELS else v for k, v in exc.facts.items()}
+        )
     if not isinstance(exc, InvalidTransition) or exc.use_case is None or exc.state is None:
         return exc.message
     action = AUDIT_ACTION_LABELS.get(f"task.{exc.use_case}", exc.use_case)
@@ -334,11 +382,6 @@ def label(table: Mapping[str, str], code: str | None) -> str:
     if not code:
         return ""
     return table.get(code, code)
-
-
-def submission_state_label(code: str) -> str:
-    """The label of an order submission state (:data:`SUBMISSION_STATE_LABELS`; the code when unknown)."""
-    return label(SUBMISSION_STATE_LABELS, code)
 
 
 def reason_label(code: str | None) -> str:

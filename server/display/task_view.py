@@ -7,12 +7,12 @@ import sqlite3
 from dataclasses import asdict
 from typing import Any
 
+from cmbuyer.server.display.labels import TASK_STATE_LABELS
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.services.tasks import get_task
 from cmbuyer.server.store import audit
 from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store.queries import task_view as views
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 
 
 def task_detail(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:
