@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.display.labels import refusal_message
+from cmbuyer.server.display.labels import reason_message, refusal_message
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.domain.task_fields import TaskFields
@@ -247,7 +247,7 @@ def test_each_refusal_keeps_its_words(
     with pytest.raises(DomainError) as caught:
         call(sync_conn, draft, pending, fenced, clock, settings)
     exc = caught.value
-    assert (exc.code, refusal_message(exc)) == (code, text)
+    assert (exc.code, refusal_message(exc), reason_message(exc)) == (code, text, text)
 
 
 async def test_the_bulk_results_keep_each_refusals_words(
