@@ -49,7 +49,7 @@ from cmbuyer.server.cli_text import (
 from cmbuyer.server.clock import SystemClock, to_wire
 from cmbuyer.server.config import ENV_FILE_NAME, Settings, env_file_defaults, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
-from cmbuyer.server.display.labels import DEVICE_REGISTRATION_LABELS, refusal_message
+from cmbuyer.server.display.labels import DEVICE_REGISTRATION_LABELS, reason_message, refusal_message
 from cmbuyer.server.domain.errors import CmbuyerError, DomainError, SettingsError, StartupRefused, Unavailable
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.domain.task_fields import person_money
@@ -877,7 +877,8 @@ def _task_import(args: argparse.Namespace, settings: Settings, conn: sqlite3.Con
     try:
         parsed = task_import.parse(data, settings)
     except DomainError as exc:
-        _report(args, {"refused": exc.message, "rows": []}, [f"拒绝导入：{exc.message}"])
+        refused = reason_message(exc)
+        _report(args, {"refused": refused, "rows": []}, [f"拒绝导入：{refused}"])
         return Exit.RULE
     result = _tx(conn, lambda c: task_import.import_rows(c, parsed, CLI_ACTOR, now, dry_run=args.dry_run))
     rows = [{"line": r.line, "status": r.status, "message": r.message, "task_id": r.task_id} for r in result.rows]

@@ -342,6 +342,37 @@ REFUSAL_TEXTS: dict[tuple[Code, str], str] = {
     (Code.INVALID_REQUEST, "username"): "用户名为 1–64 个字母、数字或 _.@-",
     (Code.USERNAME_TAKEN, "admin"): "用户名已存在",
     (Code.NOT_FOUND, "admin"): "管理员不存在",
+    # tasks: create, start, edit, human actions (services/tasks.py, task_edit.py, admin_actions.py, tx/drafts.py)
+    (Code.NOT_FOUND, "task"): "任务不存在",
+    (Code.INVALID_REQUEST, "create_key"): "create_key 必须是小写 UUIDv4",
+    (Code.IDEMPOTENCY_CONFLICT, "create_key"): "create_key 已用于另一任务",
+    (Code.INVALID_REQUEST, "start_key"): "start_key 必须是小写 UUIDv4",
+    (Code.IDEMPOTENCY_CONFLICT, "start_key"): "start_key 已用于另一批任务",
+    (Code.INVALID_REQUEST, "start_count"): "任务列表不能为空（最多 500 条）",
+    (Code.INVALID_REQUEST, "task_item"): "每项需要 task_id 与 expected_task_version",
+    (Code.INVALID_REQUEST, "task_item_value"): "task_id 或版本无效",
+    (Code.INVALID_REQUEST, "task_repeated"): "任务列表有重复",
+    # the same stale-version refusal in two wordings: picking tasks from a list (start, edit) and acting on one
+    (Code.VERSION_CONFLICT, "task_changed_pick"): "任务已变化，请刷新后重选",
+    (Code.VERSION_CONFLICT, "task_changed"): "任务已变化，请刷新后重试",
+    (Code.SUBMISSION_FENCED, "start"): "任务已有提交围栏",
+    (Code.VERSION_CONFLICT, "start_not_draft"): "只有草稿任务可以开始采购",
+    (Code.INVALID_STATE, "edit_not_draft"): "只有草稿任务可以修改；请先重置为草稿",
+    (Code.SUBMISSION_FENCED, "reconcile_only"): "该任务已取得提交围栏，只能人工核对",
+    (Code.INVALID_REQUEST, "reconcile_outcome"): "请选择“已创建待付款订单”或“确认未创建”",
+    (Code.INVALID_REQUEST, "reconcile_note"): "请填写核对说明（1–{max} 字）",
+    (Code.INVALID_REQUEST, "task_version"): "缺少任务版本",
+    # the device side (services/submission_result.py, supervision.py, tx/device_tx.py, supervision.py,
+    # screens.py): the device is answered with the code alone, so no person reads these; still in English
+    (Code.RESULT_CONFLICT, "result"): "the submission already has a result",
+    (Code.NOT_FOUND, "device_submission"): "not found",
+    (Code.NOT_SUPERVISED, "attempt"): "the attempt is not supervised",
+    (Code.NOT_FOUND, "device_approval"): "approval request not found",
+    (Code.IDEMPOTENCY_CONFLICT, "device_request"): "idempotency key reused with a different request",
+    (Code.APPROVAL_REQUIRED, "fence"): "a person's approval of these readings is required",
+    (Code.INVALID_REQUEST, "package_name"): "not an Android package name",
+    (Code.INVALID_STATE, "screen_answered"): "this screen request was answered differently",
+    (Code.INVALID_STATE, "screen_not_pending"): "no such screen request pending for this device",
 }
 
 # a person's decision on an approval request as a refusal names it (approval_requests.state)
@@ -356,21 +387,29 @@ REFUSAL_FACT_LABELS: dict[str, Mapping[str, str]] = {
 }
 
 
+def reason_message(exc: DomainError) -> str:
+    """The sentence of a refusal that names its reason (``exc.why``): the one :data:`REFUSAL_TEXTS` holds for
+    its code and reason, its facts worded through :data:`REFUSAL_FACT_LABELS`; any other refusal's own
+    message. The bulk results, the task create/start forms and the import refusal show this (a refused
+    state transition stays in its English message there); everything else shows :func:`refusal_message`."""
+    text = REFUSAL_TEXTS.get((exc.code, exc.why)) if exc.why else None
+    if text is None:
+        return exc.message
+    return text.format_map(
+        {k: label(REFUSAL_FACT_LABELS[k], v) if k in REFUSAL_FACT_LABELS else v for k, v in exc.facts.items()}
+    )
+
+
 def refusal_message(exc: DomainError) -> str:
     """What a person reads for a refusal (admin pages and the CLI, which prints the code before it).
 
-    A refusal that names its reason (``exc.why``) is the sentence :data:`REFUSAL_TEXTS` holds for its code
-    and reason, its facts worded through :data:`REFUSAL_FACT_LABELS`. An ``invalid_state`` refusal that
+    A refusal that names its reason is worded by :func:`reason_message`. An ``invalid_state`` refusal that
     names its use-case and state is worded in Chinese from the tables here (the use-case as its audit action
     label, the state as its task state label), e.g. ``任务状态为失败（FAILED）时不能标记已付款``; any other
     refusal keeps its own message."""
-    text = REFUSAL_TEXTS.get((exc.code, exc.why)) if exc.why else None
-    if text is not None:
-        return text.format_map(
-            {k: label(REFUSAL_FACT_LABELS[k], v) if k in REFUSAL_FACT_LABELS else v for k, v in exc.facts.items()}
-        )
-    if not isinstance(exc, InvalidTransition) or exc.use_case is None or exc.state is None:
-        return exc.message
+    named = (exc.code, exc.why) in REFUSAL_TEXTS
+    if named or not isinstance(exc, InvalidTransition) or exc.use_case is None or exc.state is None:
+        return reason_message(exc)
     action = AUDIT_ACTION_LABELS.get(f"task.{exc.use_case}", exc.use_case)
     state = TASK_STATE_LABELS.get(TaskState(exc.state)) if exc.state in TaskState.__members__ else None
     where = f"任务状态为{state}（{exc.state}）" if state else f"状态为 {exc.state}"

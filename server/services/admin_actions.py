@@ -20,7 +20,7 @@ from typing import Any
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import values
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
+from cmbuyer.server.domain.errors import DomainError, NotFound, ValidationFailed, refusal
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
     FENCED_TASK_STATES,
@@ -56,12 +56,12 @@ class ActionResult:
     version: int
 
 
-def _stale() -> Conflict:
-    return Conflict("任务已变化，请刷新后重试", code=Code.VERSION_CONFLICT)
+def _stale() -> DomainError:
+    return refusal(Code.VERSION_CONFLICT).because("task_changed")
 
 
 def _load(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
-    return load(conn, task_store.get, task_id, NotFound("任务不存在"))
+    return load(conn, task_store.get, task_id, NotFound().because("task"))
 
 
 def _move(
@@ -118,7 +118,7 @@ def close_before_fence(
     reason = CLOSE_REASONS[use_case]
     task = _load(conn, task_id)
     if TaskState(task.state) in FENCED_TASK_STATES or admin_queries.submission_exists_for_task(conn, task.id):
-        raise Conflict("该任务已取得提交围栏，只能人工核对", code=Code.SUBMISSION_FENCED)
+        raise refusal(Code.SUBMISSION_FENCED).because("reconcile_only")
     if task.version != expected_version:
         raise _stale()
     latest = auth_store.latest_for_task(conn, task.id)
@@ -222,14 +222,14 @@ def parse_reconcile(raw: dict[str, Any]) -> tuple[str, str, int]:
     returns ``(outcome, note, version)``. The note (1–500 characters) is what the person checked."""
     outcome = raw.get("outcome")
     if outcome not in RECONCILE_OUTCOMES:
-        raise ValidationFailed("outcome", "请选择“已创建待付款订单”或“确认未创建”")
+        raise ValidationFailed("outcome", "").because("reconcile_outcome")
     note = raw.get("note")
     if not isinstance(note, str) or not note.strip() or len(note) > NOTE_MAX:
-        raise ValidationFailed("note", f"请填写核对说明（1–{NOTE_MAX} 字）")
+        raise ValidationFailed("note", "").because("reconcile_note", max=str(NOTE_MAX))
     values.check_text("note", "核对说明", note, multiline=True)
     version = raw.get("expected_task_version")
     if type(version) is not int or version < 1:
-        raise ValidationFailed("expected_task_version", "缺少任务版本")
+        raise ValidationFailed("expected_task_version", "").because("task_version")
     return str(outcome), note.strip(), version
 
 
@@ -249,7 +249,7 @@ def reconcile(
     (RECONCILED). It never re-opens the fence, issues an authorization or contacts a device.
     Raises NotFound, Conflict(``version_conflict``), InvalidTransition (``invalid_state``).
     """
-    sub = load(conn, admin_queries.submission, submission_id, NotFound("提交记录不存在"))
+    sub = load(conn, admin_queries.submission, submission_id, NotFound().because("submission"))
     task = _load(conn, sub["task_id"])
     if task.version != expected_version:
         raise _stale()

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import CmbuyerError, Conflict
+from cmbuyer.server.domain.errors import CmbuyerError, DomainError, refusal
 from cmbuyer.server.store import device_requests, devices
 from cmbuyer.server.store.attempts import Attempt
 from cmbuyer.server.store.devices import DeviceGate
@@ -52,9 +52,9 @@ def begin(conn: sqlite3.Connection, device_id: str) -> DeviceGate:
     return gate
 
 
-def idempotency_conflict() -> Conflict:
+def idempotency_conflict() -> DomainError:
     """The fixed 409 for a key reused with another payload, endpoint or device."""
-    return Conflict("idempotency key reused with a different request", code=Code.IDEMPOTENCY_CONFLICT)
+    return refusal(Code.IDEMPOTENCY_CONFLICT).because("device_request")
 
 
 def replay_scoped(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any) -> Stored | None:

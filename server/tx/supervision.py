@@ -18,7 +18,7 @@ from typing import Any
 
 from cmbuyer.server.domain import supervision as rules
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import BrokenInvariant, Conflict
+from cmbuyer.server.domain.errors import BrokenInvariant, DomainError, refusal
 from cmbuyer.server.domain.supervision import ApprovalState, SupervisionPolicy
 from cmbuyer.server.store import supervision as store
 from cmbuyer.server.store.attempts import Attempt
@@ -27,9 +27,9 @@ from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor
 
 
-def approval_required() -> Conflict:
+def approval_required() -> DomainError:
     """The fixed 409 of the fence for a supervised attempt without a matching APPROVED request."""
-    return Conflict("a person's approval of these readings is required", code=Code.APPROVAL_REQUIRED)
+    return refusal(Code.APPROVAL_REQUIRED).because("fence")
 
 
 @dataclass(frozen=True)

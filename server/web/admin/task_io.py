@@ -33,6 +33,7 @@ from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import from_wire
+from cmbuyer.server.display.labels import reason_message
 from cmbuyer.server.display.task_export import EXPORT_HEADER, EXPORT_MAX_ROWS, export_rows, sku_label
 from cmbuyer.server.display.times import beijing_time
 from cmbuyer.server.domain.codes import Code
@@ -189,7 +190,7 @@ async def upload(request: web.Request, session: AdminSession) -> web.StreamRespo
     except ValidationFailed as exc:
         if wants_json(request):
             raise
-        context = _import_context(request, session, error=exc.message)
+        context = _import_context(request, session, error=reason_message(exc))
         return render(request, "task_import.html", context, status=400)
     judged = await request.app[DB].read(lambda c: import_service.preview(c, parsed))
     token = _keep(request.app, session, judged)
@@ -371,7 +372,7 @@ def _selected(body: Body) -> list[tuple[str, int]]:
     for value in raw if isinstance(raw, list) else []:
         if body.kind == "json":
             if not isinstance(value, dict) or set(value) != {"task_id", "expected_task_version"}:
-                raise ValidationFailed("tasks", "每项需要 task_id 与 expected_task_version")
+                raise ValidationFailed("tasks", "").because("task_item")
             task_id, version = value["task_id"], value["expected_task_version"]
         else:
             task_id, _, text = str(value).partition(":")
@@ -382,7 +383,7 @@ def _selected(body: Body) -> list[tuple[str, int]]:
     if not items or len(items) > 500:
         raise ValidationFailed("tasks", "请选择 1 到 500 个任务")
     if len({t for t, _ in items}) != len(items):
-        raise ValidationFailed("tasks", "任务列表有重复")
+        raise ValidationFailed("tasks", "").because("task_repeated")
     return items
 
 
@@ -406,7 +407,7 @@ async def run_bulk(
     refused: list[dict[str, Any]] = []
     for (task_id, _), answer in zip(items, answers, strict=True):
         if isinstance(answer, DomainError):
-            refused.append({"task_id": task_id, "code": answer.code, "message": answer.message})
+            refused.append({"task_id": task_id, "code": answer.code, "message": reason_message(answer)})
         elif isinstance(answer, BaseException):
             raise answer
         else:
@@ -420,7 +421,7 @@ async def _bulk(request: web.Request, session: AdminSession, body: Body, kind: s
     except DomainError as exc:
         if body.kind == "json" or wants_json(request):
             raise
-        return await _bulk_page(request, session, kind, None, error=exc.message, status=exc.status)
+        return await _bulk_page(request, session, kind, None, error=reason_message(exc), status=exc.status)
     outcome = await run_bulk(request, session, kind, items)
     if body.kind == "json" or wants_json(request):
         return json_answer(outcome)

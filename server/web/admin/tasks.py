@@ -28,7 +28,7 @@ from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
 from cmbuyer.schemas.sku import MAX_OPTIONS
 from cmbuyer.server.clock import from_wire
 from cmbuyer.server.display import task_view
-from cmbuyer.server.display.labels import TASK_STATE_LABELS
+from cmbuyer.server.display.labels import TASK_STATE_LABELS, reason_message
 from cmbuyer.server.display.times import BEIJING
 from cmbuyer.server.domain import task_fields
 from cmbuyer.server.domain.claims import ready_for_claims
@@ -398,7 +398,9 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
         if body.kind == "json":
             raise
         field = getattr(exc, "field", "")
-        message = f"{FIELD_LABELS.get(field, '')}：{exc.message}" if field in FIELD_LABELS else exc.message
+        message = (
+            f"{FIELD_LABELS.get(field, '')}：{reason_message(exc)}" if field in FIELD_LABELS else reason_message(exc)
+        )
         values = {k: "" if raw.get(k) is None else raw[k] for k in FIELD_LABELS}
         if exc.code == Code.IDEMPOTENCY_CONFLICT:
             values["create_key"] = new_id()
@@ -447,7 +449,7 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
     except DomainError as exc:
         if body.kind == "json":
             raise
-        return await _render_list(request, session, status=exc.status, error=exc.message)
+        return await _render_list(request, session, status=exc.status, error=reason_message(exc))
     if body.kind == "json":
         return json_answer(result)
     return redirect(f"/tasks?notice=started&count={int(result['authorized_count'])}&start_key={start_key}")
@@ -517,7 +519,7 @@ async def edit_task(request: web.Request, session: AdminSession, body: Body) -> 
     at, who, rid = now(request), actor(session), request_id(request)
     try:
         if not is_uuid4(task_id):
-            raise refusal(Code.NOT_FOUND, "任务不存在")
+            raise refusal(Code.NOT_FOUND).because("task")
         version = _expected_version(body)
         if body.kind == "json":
             raw = {k: body.json.get(k) for k in (*task_fields.FIELDS, "sku_color", "sku_size")}
@@ -617,7 +619,7 @@ async def show_task(request: web.Request, session: AdminSession) -> web.StreamRe
     drawer = fragment_allowed(request, "drawer")
     task_id = request.match_info["task_id"]
     if not is_uuid4(task_id):
-        raise refusal(Code.NOT_FOUND, "任务不存在")
+        raise refusal(Code.NOT_FOUND).because("task")
     return await _render_detail(request, session, task_id, drawer=drawer)
 
 
@@ -652,7 +654,7 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
     at, who, rid = now(request), actor(session), request_id(request)
     try:
         if not is_uuid4(task_id):
-            raise refusal(Code.NOT_FOUND, "任务不存在")
+            raise refusal(Code.NOT_FOUND).because("task")
         version = _expected_version(body)
         if kind == "mark_paid":
             result = await request.app[DB].write(lambda c: admin_actions.mark_paid(c, task_id, version, who, at, rid))
@@ -705,7 +707,7 @@ async def reconcile(request: web.Request, session: AdminSession, body: Body) -> 
             }
         )
         if not is_uuid4(sid):
-            raise refusal(Code.NOT_FOUND, "提交记录不存在")
+            raise refusal(Code.NOT_FOUND).because("submission")
         outcome, note, version = admin_actions.parse_reconcile(raw)
         result = await request.app[DB].write(
             lambda c: admin_actions.reconcile(c, sid, outcome, note, version, who, at, rid)

@@ -354,6 +354,11 @@ def test_every_reason_a_service_raises_is_worded_in_the_one_table() -> None:
                 assert isinstance(why, ast.Constant), f"{path.name}:{node.lineno}: a reason is a literal"
                 raised.setdefault(why.value, set()).update(k.arg for k in node.keywords if k.arg)
     assert {"decided", "verdict", "revoked", "admin"} <= set(raised)  # the scan reads the raisers
+    # … and those of the task services, the draft transaction and the device side
+    assert {"task", "task_changed", "start_key", "edit_not_draft", "create_key", "result", "screen_answered"} <= set(
+        raised
+    )
+    assert raised["reconcile_note"] == {"max"}
     table_whys = {why for _, why in REFUSAL_TEXTS}
     assert set(raised) <= table_whys, set(raised) - table_whys
     for (code, why), text in REFUSAL_TEXTS.items():
