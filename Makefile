@@ -49,7 +49,7 @@ test-fast: setup ## run the tests without the browser and end-to-end suites (par
 	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not browser and not e2e and not serial"
 	$(BIN)/pytest -q -m "serial and not browser and not e2e"
 
-lint: setup ## ruff check, ruff format --check, mypy --strict on the server and the agent
+lint: setup ## ruff check, ruff format --check, mypy --strict on the server, the agent, the schemas and phonesim
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@# mypy reads its packages and the checked-in import root typecheck/ from pyproject.toml

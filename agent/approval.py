@@ -1,4 +1,4 @@
-"""The supervised wait before the fence (issue 17 §2; docs/agent.md "Supervised orders").
+"""The supervised wait before the fence (docs/agent.md "Supervised orders").
 
 A device–pack pair is *supervised* until a person has confirmed enough of its orders (the server
 decides at claim time and says so in claim-next's ``attempt.supervised``). On a supervised attempt the
@@ -53,7 +53,7 @@ from cmbuyer.agent.model import ApprovalStatus, Claim, SubmissionProof
 from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens.dump import Dump
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.schemas import parse_utc_time
 
 DEFAULT_TIMEOUT_SECONDS = 600.0

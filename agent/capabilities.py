@@ -2,7 +2,7 @@
 and raises :class:`FlowStop` (with a wire reason code) instead of guessing.
 
 None of these can tap the submit control (the adapter's generic tap refuses it) and this module
-does not import ``permit``/``submit`` (tests/agent/test_isolation.py).
+does not import ``permit``/``submit`` (tests/agent/test_layers.py).
 
 Pacing: no fixed sleeps on the happy path. Screen transitions and the effect of a tap are polled
 (short pauses, a deadline); every reading still needs two equal consecutive dumps
@@ -25,7 +25,7 @@ from cmbuyer.agent.errors import FlowStop, MoneyError, ScreenError
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
-from cmbuyer.agent.screens.pack import Layout, MoneyReader, Pack, PanelReader, Selector
+from cmbuyer.agent.screens.packmodel import Layout, MoneyReader, Pack, PanelReader, Selector
 from cmbuyer.agent.waits import FlowWaits
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ Progress lines go to stderr; ``--json-logs`` for JSON lines.
 Hold policy limits (``run``): ``--crash-loop-limit`` / env ``CMBUYER_AGENT_CRASH_LOOP_LIMIT`` (default 2)
 and ``--failure-limit`` / env ``CMBUYER_AGENT_FAILURE_LIMIT`` (default 3); see :mod:`cmbuyer.agent.holds`.
 Operator selector packs (``run``, ``doctor``, ``inspect``): ``--pack-dir DIR`` / env
-``CMBUYER_AGENT_PACK_DIR``; which pack wins and why: :mod:`cmbuyer.agent.packdir`.
+``CMBUYER_AGENT_PACK_DIR``; which pack wins and why: :mod:`cmbuyer.agent.pack.resolve`.
 """
 
 from __future__ import annotations
@@ -26,14 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from cmbuyer.agent import __version__, logfields
+from cmbuyer.agent.authoring.packtest import add_pack_test_commands
 from cmbuyer.agent.client import Credentials, HttpDeviceApi
 from cmbuyer.agent.errors import AgentError, ExitCode, PackError
 from cmbuyer.agent.journal import Journal, JournalError, journal_path
-from cmbuyer.agent.packdir import all_packs, resolve, resolve_pack, scan
-from cmbuyer.agent.packtest import add_pack_test_commands
+from cmbuyer.agent.pack.compile import MAX_PACK_BYTES, compile_pack, parse_pack_json
+from cmbuyer.agent.pack.evidence import check_evidence
+from cmbuyer.agent.pack.files import load_pack
+from cmbuyer.agent.pack.resolve import all_packs, resolve, resolve_pack, scan
 from cmbuyer.agent.screens.dump import MAX_DUMP_BYTES, parse_dump
-from cmbuyer.agent.screens.evidence import check_evidence
-from cmbuyer.agent.screens.pack import MAX_PACK_BYTES, Pack, compile_pack, load_pack, parse_pack_json
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.settings import DEFAULT_SERVER, AgentSettings, AgentSettingsError, load_agent_settings
 from cmbuyer.agent.tls import ServerTlsError, verify_server
 from cmbuyer.agent.waits import FlowWaits
@@ -213,13 +215,13 @@ def cmd_inspect(args: argparse.Namespace, settings: AgentSettings) -> int:
             )
         )
         return ExitCode.USAGE
-    from cmbuyer.agent.screens.inspect import inspect_dump  # authoring only: `run` never loads it
+    from cmbuyer.agent.authoring.inspect import inspect_dump  # authoring only: `run` never loads it
 
     result = inspect_dump(dump, packs)
     if not args.explain:
         print(json.dumps(result, ensure_ascii=False))
         return ExitCode.OK
-    from cmbuyer.agent.screens.explain import explain_dump, render_text
+    from cmbuyer.agent.authoring.explain import explain_dump, render_text
 
     # explain the pack inspect read with; when none recognized the dump, every candidate says why
     used = [p for p in packs if p.id == result["pack"]] or packs
@@ -396,8 +398,7 @@ DOCTOR_AGENT_RUNNING = (
 
 def _journal_hold(path: Path) -> dict[str, Any] | None:
     """The phone's hold as its agent reports it, when its journal (``path``) exists here: doctor's heartbeat
-    must not tell the server a hold is over that the agent still keeps (issue 32 §7). None when there is no
-    journal."""
+    must not tell the server a hold is over that the agent still keeps. None when there is no journal."""
     from cmbuyer.agent.runner import hold_report
 
     if not path.exists():
@@ -443,7 +444,7 @@ def _error(code: str, detail: str) -> int:
 
 def _capture_pack(version: Any, pack_dir: Path | None) -> tuple[Pack | None, str | None]:
     """The pack whose privacy rows a capture scrubs; (None, why) for a version without a pack yet."""
-    from cmbuyer.agent.dryrun import dryrun_pack
+    from cmbuyer.agent.authoring.dryrun import dryrun_pack
 
     if version is None:
         return None, "未安装拼多多"
@@ -454,11 +455,11 @@ def _capture_pack(version: Any, pack_dir: Path | None) -> tuple[Pack | None, str
 
 
 def cmd_capture(args: argparse.Namespace, settings: AgentSettings) -> int:
-    """A scrubbed capture for pack authoring (agent/capture.py; docs/agent.md "Captures"): dump.xml,
+    """A scrubbed capture for pack authoring (agent/authoring/capture.py; docs/agent.md "Captures"): dump.xml,
     screenshot.png, meta.json and expected.json (``--expect``/``--expected-file``) or
     expected.proposed.json. Written under ``--out`` (default ./captures/<serial>/<label>-<time>/),
     0700; an existing non-empty folder only with ``--force``."""
-    from cmbuyer.agent.capture import (
+    from cmbuyer.agent.authoring.capture import (
         CaptureError,
         check_foreground,
         check_out,
@@ -554,10 +555,10 @@ def _dry_run_order(args: argparse.Namespace) -> Any:
 
 
 def cmd_dry_run(args: argparse.Namespace, settings: AgentSettings) -> int:
-    """The pre-fence flow on a phone without the server (agent/dryrun.py). Gate verdicts one per line,
+    """The pre-fence flow on a phone without the server (agent/authoring/dryrun.py). Gate verdicts one per line,
     then the summary JSON on stdout; progress on stderr. Exit 0 / 1 / 2 as documented there."""
-    from cmbuyer.agent.capture import CaptureError, check_out
-    from cmbuyer.agent.dryrun import default_out, dryrun_pack, run_dry
+    from cmbuyer.agent.authoring.capture import CaptureError, check_out
+    from cmbuyer.agent.authoring.dryrun import default_out, dryrun_pack, run_dry
 
     try:
         order = _dry_run_order(args)

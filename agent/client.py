@@ -8,7 +8,7 @@
 - Idempotency keys come from the journal (:class:`~cmbuyer.agent.ports.KeyStore`), persisted before
   the request; transport errors and 5xx are retried a bounded number of times with the SAME key and
   body; 4xx are final (:class:`ServerRejected`; 409 claim_requires_manual → ClaimRequiresManual).
-- Strict JSON: duplicate keys, NaN/Infinity and floats are refused (design §4).
+- Strict JSON: duplicate keys, NaN/Infinity and floats are refused (docs/api.md "Conventions").
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from cmbuyer.agent.errors import (
     ApprovalRequired,
     AppVersionNotAllowed,
     ClaimRequiresManual,
+    FenceReplayed,
     NotSupervised,
     ServerError,
     ServerRejected,
@@ -63,7 +64,7 @@ from cmbuyer.schemas.summary import summary_problem
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 1024 * 1024
-# the heartbeat answer fields this agent understands (issue 32): the server sends no other extension
+# the heartbeat answer fields this agent understands: the server sends no other extension
 FEATURES = ("pause", "hold_release", "screenshot")
 # 4xx codes that have their own error class (the rest are plain ServerRejected); codes of the schema's enum
 _TYPED_REJECTIONS: dict[str, type[ServerRejected]] = by_server_code(
@@ -80,16 +81,6 @@ _TYPED_REJECTIONS: dict[str, type[ServerRejected]] = by_server_code(
 class Credentials:
     device_id: str
     token: str = field(repr=False)
-
-
-class FenceReplayed(ServerError):
-    """The fence answered with a replay (click_permitted=false): never tap; report UNKNOWN."""
-
-    reason_code = "FENCE_REFUSED"
-
-    def __init__(self, submission_id: str) -> None:
-        super().__init__("fence replayed without a click permit", final=True)
-        self.submission_id = submission_id
 
 
 def parse_json_strict(raw: bytes) -> Any:
@@ -248,7 +239,7 @@ class HttpDeviceApi:
         self._opener = _opener(server_ca)
         self.base_url = base_url.rstrip("/")
         # how long the flow waits for a person's approval (ApprovalSettings): sent with each approval request
-        # so the task table can count down to it (issue 32); None = not sent (the server assumes 600 s)
+        # so the task table can count down to it; None = not sent (the server assumes 600 s)
         self.approval_timeout = approval_timeout
         self._creds = credentials
         self._keys = keys
@@ -394,8 +385,8 @@ class HttpDeviceApi:
 
     def check_credentials(self) -> None:
         """Whether the server accepts this device id and token, changing nothing: the read-only, authenticated
-        ``approval/status`` call (shared/schemas approval_status.request.json; spec 002 has no device status
-        call besides the heartbeat, which writes the device's state) for a random attempt id that cannot exist.
+        ``approval/status`` call (shared/schemas approval_status.request.json; the device API has no other
+        status call besides the heartbeat, which writes the device's state) for a random attempt id that cannot exist.
         Authentication comes before anything else on the server (docs/api.md), so a 401 is raised as
         Unauthorized and the ``404 not_found`` of the unknown attempt proves the credentials were accepted.
         One attempt, no retries. Raises Unauthorized, ServerUnreachable, or ServerRejected/ServerError for any
@@ -419,7 +410,7 @@ class HttpDeviceApi:
     # --- TaskSource ---------------------------------------------------------------------------
     def claim_next(self, session: Session, *, pack_id: str | None = None) -> ClaimedPurchase | None:
         """POST claim-next with the journaled claim_request_id and, when given, the id of the selector
-        pack in use (the server keys supervision on the device–pack pair, issue 17); 204 → None."""
+        pack in use (the server keys supervision on the device–pack pair); 204 → None."""
         key = self._keys.key("claim_request", session.session_id)
         payload = {"session_id": session.session_id, "claim_request_id": key}
         if pack_id is not None:
@@ -506,7 +497,7 @@ class HttpDeviceApi:
         return AssetRef(asset_id=body["asset_id"], sha256=sha)
 
     def upload_device_screen(self, request_id: str, png: bytes) -> str:
-        """Answer an administrator's 查看当前屏幕 (issue 32; the heartbeat answer's ``screenshot_request``) with one
+        """Answer an administrator's 查看当前屏幕 (the heartbeat answer's ``screenshot_request``) with one
         fresh screenshot; returns the server's screen id. No journaled key: the request id itself makes a
         retry the same answer. Raises what every request raises."""
         fields = {"request_id": request_id, "sha256": hashlib.sha256(png).hexdigest()}
@@ -549,7 +540,7 @@ class HttpDeviceApi:
         except PermitRefused as exc:
             raise FenceReplayed(body["submission_id"]) from exc
 
-    # --- supervision (issue 17; docs/api.md "Supervised attempts") ---------------------------------
+    # --- supervision (docs/api.md "Supervised attempts") ---------------------------------
     def request_approval(self, claim: Claim, proof: SubmissionProof, screenshot_asset_id: str) -> ApprovalStatus:
         """Ask a person to approve what the phone read (``proof``: the fence body's readings) with the
         gate-3 screenshot. The ``approval_key`` is journaled before the request and re-sent unchanged

@@ -1,4 +1,4 @@
-"""The optional read-only order confirmation after the tap (issue 15 item 7; step
+"""The optional read-only order confirmation after the tap (step
 ``CONFIRM_ORDER_READONLY``). Runs only after the observation is journaled, only for
 ``EXTERNAL_PAYMENT_HANDOFF`` and ``SUBMITTED``, and only when the pack has an ``after_submit``
 section. It never changes the observation; its result is an optional ``order_sn`` and an
@@ -15,7 +15,7 @@ What it may do, each step journaled (``Journal.record_confirm_step``) *before* i
 3. ``OPEN_ORDER_LIST``  the pack's deep link to the pending-payment order list.
 4. ``READ_ORDER_LIST``  two consecutive dumps agree on the list; our order is the one pending order
    whose amount equals the gate-3 total and whose number no earlier attempt on this phone reported
-   as its own (the journal; issue 34), narrowed by the goods title when several remain; then a
+   as its own (the journal), narrowed by the goods title when several remain; then a
    screenshot while the app is in front. Still several → no number, logged with the count.
 
 Anything else — a foreign app that is not a cashier, a paid word, a risk wall, an unknown screen,
@@ -46,7 +46,7 @@ from cmbuyer.agent.screens.after_submit import (
     read_order_cards,
 )
 from cmbuyer.agent.screens.dump import Dump
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.screens.text import normalize
 from cmbuyer.agent.waits import FlowWaits
 
@@ -139,7 +139,7 @@ def _stable(
             return look
         previous = look
         if look.where == "order_list" and look.dump.app_nodes():
-            # the list may be seen again by the next look: its screenshot between the two (issue 29)
+            # the list may be seen again by the next look: its screenshot between the two
             phone.shoot_before_next_look()
         else:
             time.sleep(POLL_SECONDS)

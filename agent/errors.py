@@ -52,7 +52,7 @@ def _clean_summary(text: str) -> str:
 
 # --- screen / dump ---------------------------------------------------------------------------
 class DumpError(AgentError):
-    """The hierarchy dump cannot be used (design §7.3: a failure, never "element absent")."""
+    """The hierarchy dump cannot be used (docs/architecture.md "Agent": a failure, never "element absent")."""
 
     reason_code = "DUMP_INVALID"
 
@@ -86,7 +86,7 @@ class MoneyError(AgentError):
 
 
 class MoneyAmbiguous(MoneyError):
-    """More than one price candidate in one text/reading (phone-facts: "more than one → stop")."""
+    """More than one price candidate in one text/reading (more than one → stop, never a guess)."""
 
     reason_code = "UNIT_PRICE_AMBIGUOUS"
 
@@ -157,6 +157,17 @@ class ServerError(AgentError):
         self.final = final
 
 
+class FenceReplayed(ServerError):
+    """The fence answered with a replay (click_permitted=false): never tap; report UNKNOWN. Raised by
+    :meth:`cmbuyer.agent.ports.ResultSink.create_submission_fence` (the fence committed: no permit)."""
+
+    reason_code = "FENCE_REFUSED"
+
+    def __init__(self, submission_id: str) -> None:
+        super().__init__("fence replayed without a click permit", final=True)
+        self.submission_id = submission_id
+
+
 class ServerUnreachable(ServerError):
     """Transport failure after the bounded retries (same idempotency keys each time). ``summary`` names the call
     (``heartbeat：无法连接服务器 URL（…）``); ``cause`` is the same without the call's name, for a line that names
@@ -202,7 +213,7 @@ _REJECTION_REASONS = by_server_code(
         "claim_not_current": "LEASE_LOST",
         "claim_requires_manual": "LEASE_LOST",
         "app_version_not_allowed": "APP_VERSION_UNSUPPORTED",
-        # issue 17: the fence of a supervised attempt without a matching APPROVED approval; nothing written
+        # the fence of a supervised attempt without a matching APPROVED approval; nothing written
         "approval_required": "FENCE_REFUSED",
         # the claim said "supervised" and the approval route says it is not: a disagreement, never a guess
         "not_supervised": "INTERNAL_ERROR",
@@ -232,7 +243,7 @@ class AppVersionNotAllowed(ServerRejected):
 
 class ApprovalRequired(ServerRejected):
     """409 approval_required at the fence: the attempt is supervised and has no APPROVED approval whose
-    readings equal the fence body's (issue 17). Nothing was written; never a permit, never a tap."""
+    readings equal the fence body's. Nothing was written; never a permit, never a tap."""
 
 
 class NotSupervised(ServerRejected):

@@ -1,4 +1,4 @@
-"""The purchase flow orchestrator (design §7.1, docs/agent.md "The run loop").
+"""The purchase flow orchestrator (docs/agent.md "The run loop").
 
 claim → open product → buy button (the pack's buy path) → the layout is recognized from the sheet that
 opens (SKU sheet or order sheet) → select options (scrolling inside their lists) → gate 1 (+screenshot)
@@ -31,7 +31,7 @@ from typing import Any
 
 from cmbuyer.agent import approval, confirm, gates, logfields
 from cmbuyer.agent import capabilities as cap
-from cmbuyer.agent.errors import AgentError, ShutdownRequested
+from cmbuyer.agent.errors import AgentError, FenceReplayed, ShutdownRequested
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.journal_states import Phase
 from cmbuyer.agent.lease import LeaseKeeper
@@ -51,7 +51,7 @@ from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.ports import ResultSink
 from cmbuyer.agent.prefence import PrefenceEngine, PrefenceOrder
 from cmbuyer.agent.recovery import send_fail
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.submit import submit_order_once
 from cmbuyer.agent.waits import FlowWaits
 
@@ -100,7 +100,7 @@ class PurchaseFlow:
         self.fence_margin = fence_margin
         self.in_critical_section = threading.Event()
         # the gates' screenshots go through phone.gate_screenshot (the outbox observer below): let the
-        # gates' stable reads take them between their two dumps (issue 29)
+        # gates' stable reads take them between their two dumps
         phone.gate_shots_between_dumps = True
         self._outbox: Outbox | None = None
 
@@ -118,7 +118,7 @@ class PurchaseFlow:
         """Capture the gate screenshot now (before the next tap); encode + upload on the outbox."""
         assert self._outbox is not None
         captured_at = utc_now_wire()
-        # black outside the app's windows (status bar, notification shade, navigation bar): issue 33
+        # black outside the app's windows (status bar, notification shade, navigation bar)
         self._outbox.upload(kind, self.phone.gate_screenshot(), captured_at)
 
     def _evidence(self, claim: Claim, kind: str) -> str | None:
@@ -154,7 +154,7 @@ class PurchaseFlow:
 
     def _run(self, purchase: ClaimedPurchase) -> FlowResult:
         """Everything before the fence runs in the shared engine (agent/prefence.py, on every layout
-        the pack declares: design §7.6), reporting to this flow's outbox; then the fence carries what
+        the pack declares: docs/agent.md "Layouts"), reporting to this flow's outbox; then the fence carries what
         was read on the screen holding the submit control."""
         claim, task = purchase.claim, purchase.task
         engine = PrefenceEngine(
@@ -170,7 +170,7 @@ class PurchaseFlow:
             proof = outcome.proof
             # Gate 3 passed, its screenshot is queued, the proof (values read on the screen) is final;
             # nothing has asked the server for anything yet.
-            if claim.supervised:  # issue 17: a person approves these readings first (agent/approval.py)
+            if claim.supervised:  # a person approves these readings first (agent/approval.py)
                 assert self._outbox is not None  # run() opened it for this purchase
                 approval.wait_for_approval(
                     approval.WaitContext(
@@ -207,9 +207,7 @@ class PurchaseFlow:
         return self._submit(claim, permit, _Expected(proof.confirm_page_amount, task.title))
 
     def _fail_before_fence(self, claim: Claim, exc: AgentError) -> FlowResult:
-        from cmbuyer.agent.client import FenceReplayed  # the fence committed: no permit, no tap
-
-        if isinstance(exc, FenceReplayed):
+        if isinstance(exc, FenceReplayed):  # the fence committed: no permit, no tap
             return self._fence_replayed(claim, exc.submission_id)
         reason = exc.reason_code
         log.info("stopping before the fence: %s", reason)

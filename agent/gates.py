@@ -1,5 +1,5 @@
-"""The gates before the fence (design §7.5, issue 15 §2/§5/§6; the server re-checks them at the fence),
-and the comparison of the last look before the submit tap with the fence request (issue 27 §4).
+"""The gates before the fence (docs/agent.md "Gates (fail closed)", the server re-checks them at the fence),
+and the comparison of the last look before the submit tap with the fence request.
 
 Pure functions over readings; each raises FlowStop with the wire reason code on failure. Fail closed:
 a reading that is None is a stop with its own code, never "no objection" — no gate here skips a
@@ -27,7 +27,7 @@ _HEADER_SHOWN = 24
 
 
 def wanted_options(options: SkuOptions) -> dict[str, str]:
-    """``{dimension: wanted value}`` of the task's options (issue 34), both normalized
+    """``{dimension: wanted value}`` of the task's options, both normalized
     (:func:`normalize_sku`), in the task's order. The dimension names key every selection reading and are
     the names the fence body reports (docs/api.md "SKU options")."""
     return {normalize_sku(d): normalize_sku(v) for d, v in options}
@@ -38,7 +38,7 @@ def _shown(header: str) -> str:
 
 
 def map_dimensions(headers: list[str], matched: dict[str, str | None], wanted: dict[str, str]) -> dict[str, str]:
-    """``{task dimension: header}`` for the option groups on the sheet (issue 34 item 2), before any tap.
+    """``{task dimension: header}`` for the option groups on the sheet, before any tap.
 
     ``headers`` are the group headers as shown; ``matched`` maps each to the task dimension it stands for
     (``Pack.task_dimension``: the same name or a synonym from the pack's alias table; None = none).
@@ -117,7 +117,7 @@ class Gate3Reading:
 def gate3(
     reading: Gate3Reading, *, wanted: dict[str, str], gate1_price: Decimal, quantity: int, max_total: Decimal
 ) -> str:
-    """Gate 3 (issue 15 §5). Every reading must be present: each named dimension
+    """Gate 3. Every reading must be present: each named dimension
     (SKU_SELECTION_UNREADABLE), unit price (UNIT_PRICE_UNREADABLE), quantity (QUANTITY_UNREADABLE), total
     (CONFIRM_AMOUNT_UNREADABLE). Then: each dimension equals the task's value (SKU_MISMATCH_ON_CONFIRM),
     quantity equals (QUANTITY_MISMATCH), unit price equals gate 1's (PRICE_CHANGED), unit × quantity
@@ -153,7 +153,7 @@ def gate3(
 
 
 def submit_on_top(dump: Dump) -> None:
-    """Gate 3's last check (issue 27 §4), on the dump gate 3 read: the one submit control is on top at
+    """Gate 3's last check, on the dump gate 3 read: the one submit control is on top at
     its tap point (:func:`cmbuyer.agent.screens.hit.hit_test`: across windows and in drawing order). A
     popup, a toast or another app's window over it would take the one tap; found here, before the fence,
     nothing is spent → POPUP_UNHANDLED. (The last look before the tap checks again.)"""
@@ -166,7 +166,7 @@ def submit_on_top(dump: Dump) -> None:
 
 
 def payment_gate(problems: tuple[str, ...], mode: str | None) -> str:
-    """The payment-mode gate (issue 15 §6): no problem found and a mode read → the mode name;
+    """The payment-mode gate: no problem found and a mode read → the mode name;
     anything else → PAYMENT_MODE_UNSAFE (the one tap could pay without a person)."""
     if problems or mode is None:
         raise FlowStop("payment mode unsafe: " + "; ".join(problems or ("no mode",)), "PAYMENT_MODE_UNSAFE")
@@ -174,11 +174,11 @@ def payment_gate(problems: tuple[str, ...], mode: str | None) -> str:
 
 
 def fenced_differences(reading: Gate3Reading, payment_mode: str | None, proof: SubmissionProof) -> list[str]:
-    """What the screen reads now that differs from the fence request ``proof`` (issue 27 §4: the last
+    """What the screen reads now that differs from the fence request ``proof`` (the last
     dump before the submit tap must give the same gate-3 readings). ``reading`` comes from the gate-3
     reader (capabilities.confirm_reading), ``payment_mode`` is the mode that passed the payment-mode gate
     on the same dump (None when it did not pass). Returns the names of the readings that differ —
-    ``option <dimension>`` for each SKU dimension (issue 34: per dimension by the task's name, in the
+    ``option <dimension>`` for each SKU dimension (per dimension by the task's name, in the
     proof's order), then ``unit_price``, ``quantity``, ``total``, ``submit_controls``, ``payment_mode`` —
     in that order; empty = the same readings. A reading that cannot be read (None) differs, and so does a
     dimension read now that the proof does not carry. The request's submit-control count is always 1

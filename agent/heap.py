@@ -1,4 +1,4 @@
-"""Keep an agent's resident memory near what it uses (issue 29, docs/performance.md "Agent memory").
+"""Keep an agent's resident memory near what it uses (docs/performance.md "Agent memory").
 
 An agent decodes a 1080 × 2400 screenshot (7.8 MB of pixels) several times per order, on two threads
 (the flow's and the outbox's). glibc's malloc serves a block that large with ``mmap`` and returns it on

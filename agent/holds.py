@@ -1,4 +1,4 @@
-"""When the phone stops, not the queue: the hold policy (issue 15 item 8, issue 18 item 6b).
+"""When the phone stops, not the queue: the hold policy.
 
 One home for two rules:
 
@@ -67,7 +67,7 @@ REASON_SCOPES: Mapping[str, Scope] = {
     "CONFIRM_AMOUNT_UNREADABLE": T,
     "TOTAL_ABOVE_ITEMS": T,
     "FENCE_REFUSED": T,  # the server's re-check refused what the screen showed for this task
-    "REJECTED_BY_REVIEWER": T,  # a person refused what the phone read for this task (issue 17)
+    "REJECTED_BY_REVIEWER": T,  # a person refused what the phone read for this task
     # --- reason_code: the phone, its app or its account --------------------------------------
     "WRONG_PACKAGE": P,
     "APP_VERSION_UNSUPPORTED": P,
@@ -94,12 +94,12 @@ REASON_SCOPES: Mapping[str, Scope] = {
     "SHUTDOWN": A,
     "INTERNAL_ERROR": A,
     "APPROVAL_TIMEOUT": A,
-    "SCREEN_CHANGED_WHILE_WAITING": A,  # a supervised wait ended (issue 17)
+    "SCREEN_CHANGED_WHILE_WAITING": A,  # a supervised wait ended
     # --- observation_reason (after the tap) ------------------------------------------------------
     "SECURITY_CHALLENGE_AFTER_TAP": P,
     "NO_KNOWN_SCREEN": P,
     "SUBMIT_CONTROL_GONE": A,
-    # the last look refused the tap after the fence (issue 27): each one has sent a task to reconciliation,
+    # the last look refused the tap after the fence: each one has sent a task to reconciliation,
     # and a cause that keeps coming back after gate 3 (a payment row that flips, a popup on a timer) would
     # do that to every task in the queue, so a person looks at the phone first
     "NOT_TAPPED_SCREEN_CHANGED": P,

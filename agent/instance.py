@@ -3,8 +3,7 @@
 ``run`` holds an exclusive ``flock`` on ``<runtime dir>/<serial>.lock`` for as long as it runs (the kernel drops
 it when the process ends, however it ends, so a crash leaves no stale lock). ``doctor`` asks :func:`agent_running`
 before it sends its heartbeat: the heartbeat carries a state and the phone's hold, and a doctor run beside a
-working agent must not overwrite what that agent reports (BUSY, NEEDS_PERSON and its hold …) on the devices page
-(issue 32).
+working agent must not overwrite what that agent reports (BUSY, NEEDS_PERSON and its hold …) on the devices page.
 
 The lock is **per host and serial, not per state dir**: an adb serial names one phone on one host, whichever
 ``$CMBUYER_AGENT_STATE_DIR`` (or working folder, default ./var/agent) a ``run`` or ``doctor`` was started with. The

@@ -1,4 +1,4 @@
-"""Local journal: one SQLite file per device serial (design §7.2, intent before effect: docs/agent.md "Journal").
+"""Local journal: one SQLite file per device serial (intent before effect: docs/agent.md "Journal").
 
 Location: ``$CMBUYER_AGENT_STATE_DIR/<serial>.sqlite3`` (default ``./var/agent``); the serial is
 made filesystem-safe (``192.168.0.173:5555`` → ``192.168.0.173_5555``). File mode 0600: it holds
@@ -115,7 +115,7 @@ def journal_path(serial: str, state_dir: Path) -> Path:
 
 
 class JournalError(Exception):
-    """The journal cannot be read or written: the agent must stop (fail closed, design §2.4)."""
+    """The journal cannot be read or written: the agent must stop (fail closed, docs/architecture.md "Safety rules")."""
 
 
 @dataclass(frozen=True)
@@ -594,7 +594,7 @@ class Journal:
             )
 
     def order_sns_taken(self, attempt_id: str) -> frozenset[str]:
-        """Order numbers other attempts on this phone's journal identified as theirs (issue 34): the
+        """Order numbers other attempts on this phone's journal identified as theirs: the
         read-only confirmation of ``attempt_id`` never takes one of them for its own order."""
         rows = self._all("SELECT order_sn FROM post_tap WHERE order_sn IS NOT NULL AND attempt_id <> ?", (attempt_id,))
         return frozenset(str(r[0]) for r in rows)
@@ -710,7 +710,7 @@ class Journal:
                 "INSERT INTO meta (name, value) VALUES ('hold', ?) ON CONFLICT(name) DO NOTHING", (hold,)
             ).rowcount
             if added:
-                # the attempt this hold was set on: the server shows its task and failure screenshot (issue 32)
+                # the attempt this hold was set on: the server shows its task and failure screenshot
                 db.execute(
                     "INSERT INTO meta (name, value) VALUES ('hold_attempt', ?) "
                     "ON CONFLICT(name) DO UPDATE SET value=excluded.value",

@@ -1,4 +1,4 @@
-"""Lease keeper (design §4/§7.1, docs/agent.md "The run loop"): renew on the agent's own monotonic clock.
+"""Lease keeper (docs/agent.md "The run loop"): renew on the agent's own monotonic clock.
 
 At claim time we learn ``lease_expires_at`` and ``server_now``; the lease ends, on our monotonic
 clock, at ``t0 + (lease_expires_at - server_now)`` where ``t0`` is when the response arrived (a
@@ -53,7 +53,7 @@ class LeaseKeeper:
 
     @property
     def interval(self) -> float:
-        """Seconds between renewals: TTL/3 (design §4), at least 0.2 s."""
+        """Seconds between renewals: TTL/3 (docs/api.md "Conventions"), at least 0.2 s."""
         return max(0.2, self.ttl / 3)
 
     def remaining(self) -> float:

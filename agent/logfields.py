@@ -1,4 +1,4 @@
-"""What the agent's log lines say about the work in hand (issue 32 §4): in JSON mode (``run --json-logs``)
+"""What the agent's log lines say about the work in hand: in JSON mode (``run --json-logs``)
 every line carries ``task_id`` and ``attempt_id`` while a claim is worked on, and ``step`` and
 ``reason_code`` on the lines of a flow step (the same step name and reason code as its event on the
 server, docs/agent.md "Reason codes"). Text lines stay short and carry none of it.

@@ -20,7 +20,7 @@ def new_key() -> str:
 
 
 def utc_now_wire() -> str:
-    """Current UTC time as ``YYYY-MM-DDTHH:MM:SSZ`` (design §4 wire time)."""
+    """Current UTC time as ``YYYY-MM-DDTHH:MM:SSZ`` (the wire time of docs/api.md "Conventions")."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -47,7 +47,7 @@ class Task:
     def from_wire(cls, task: dict[str, Any]) -> Task:
         """The ``task`` object of a claim-next response (``claim_next.response``): every field has
         its wire name; ``max_total_price`` comes as a money string, ``sku_options`` as ``[[dimension,
-        value], ...]`` (a server before issue 34 sends only ``sku_color``/``sku_size``: their special
+        value], ...]`` (an older server sends only ``sku_color``/``sku_size``: their special
         case). A missing field raises KeyError."""
         values = {f.name: task[f.name] for f in fields(cls) if f.name != "sku_options"}
         values["max_total_price"] = Decimal(task["max_total_price"])
@@ -73,7 +73,7 @@ class Claim:
     session_id: str
     lease_expires_at: str
     authorization_expires_at: str
-    # issue 17: a person must approve what the phone read before the fence (claim-next
+    # a person must approve what the phone read before the fence (claim-next
     # ``attempt.supervised``; absent on the wire = False) — agent/approval.py
     supervised: bool = False
 
@@ -144,7 +144,7 @@ class AttemptFailure:
 @dataclass(frozen=True)
 class SubmissionProof:
     """What the gates READ on the screen, sent to submission-fence so the server can re-check and refuse
-    (issue 15 §5; docs/api.md "Fence request"). Never the task's own values.
+    (docs/api.md "Fence request"). Never the task's own values.
 
     ``selected_options`` are the options read there, named by the task's dimensions in the task's order;
     ``gate3_unit_price`` is the unit price on

@@ -1,7 +1,7 @@
 """Outbox: the flow's events and gate screenshots, sent to the server in order on one background
 thread, so the phone never waits for an HTTP round trip or a PNG encoding before the fence.
 
-Rules (design §7.1, docs/architecture.md "Agent"):
+Rules (docs/architecture.md "Agent"):
 - Jobs run one at a time, in the order they were queued (consecutive event jobs go as one batch,
   at most 20 events, the schema's limit). Each request keeps its journaled idempotency key and the
   client's bounded retries, exactly as when it was sent inline.

@@ -1,10 +1,10 @@
-"""SubmissionPermit: the unforgeable right to tap 提交订单 once (docs/architecture.md "Agent", design §2.1).
+"""SubmissionPermit: the unforgeable right to tap 提交订单 once (docs/architecture.md "Agent").
 
 A permit exists only for a *first* submission-fence response with ``click_permitted: true``. A replay
 (``click_permitted: false, reconciliation_required: true``) can never yield one. The constructor
 demands a module-private capability object; the only legitimate builder is :func:`_from_fence_response`,
 called by ``cmbuyer.agent.client`` after schema validation. Importers of this module are limited to
-``client``, ``ports``, ``submit`` and ``flow`` (static check in tests/agent/test_isolation.py).
+``client``, ``ports``, ``submit`` and ``flow`` (static check in tests/agent/test_layers.py).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ class TaskSource(Protocol):
 
 
 class ResultSink(Protocol):
-    """What the flow reports to. The approval pair is used only for a supervised claim (issue 17,
-    :class:`cmbuyer.agent.approval.ApprovalApi`)."""
+    """What the flow reports to. The approval pair is used only for a supervised claim
+    (:class:`cmbuyer.agent.approval.ApprovalApi`)."""
 
     def append_events(self, claim: model.Claim, events: list[model.TaskEvent]) -> None: ...
 
@@ -28,7 +28,10 @@ class ResultSink(Protocol):
 
     def fail_attempt(self, claim: model.Claim, failure: model.AttemptFailure) -> None: ...
 
-    def create_submission_fence(self, claim: model.Claim, proof: model.SubmissionProof) -> SubmissionPermit: ...
+    def create_submission_fence(self, claim: model.Claim, proof: model.SubmissionProof) -> SubmissionPermit:
+        """The permit of a first fence grant; raises :class:`~cmbuyer.agent.errors.FenceReplayed` for a
+        replayed fence (never a permit) and other :class:`~cmbuyer.agent.errors.AgentError`s."""
+        ...
 
     def report_submission_result(self, permit: SubmissionPermit, result: model.SubmissionResult) -> None: ...
 

@@ -1,6 +1,7 @@
-"""The part of the purchase flow that runs before the submission fence (design §7.1, §7.6), shared by
+"""The part of the purchase flow that runs before the submission fence (docs/agent.md "The run loop" and "Layouts"),
+shared by
 the real flow (:class:`cmbuyer.agent.flow.PurchaseFlow`) and the server-less dry run
-(:mod:`cmbuyer.agent.dryrun`).
+(:mod:`cmbuyer.agent.authoring.dryrun`).
 
 open product → buy button (the pack's buy path) → the layout follows from the sheet that opens →
 [order sheet: payment-mode gate at once] → select options → gate 1 (+gate screenshot) → [SKU sheet
@@ -9,7 +10,7 @@ with the stepper elsewhere: confirm control] → quantity → gate 2 (+gate scre
 :class:`~cmbuyer.agent.model.SubmissionProof` holding the values READ there.
 
 The engine never asks for a fence and cannot tap the submit control: it imports neither ``permit``
-nor ``submit`` nor any result sink (tests/agent/test_isolation.py). Whatever it does is reported to a
+nor ``submit`` nor any result sink (tests/agent/test_layers.py). Whatever it does is reported to a
 :class:`PrefenceObserver` — step events, gate screenshots and between-step checkpoints — which is the
 server outbox for the real flow and the local capture writer for the dry run. Every stop is an
 :class:`~cmbuyer.agent.errors.AgentError` carrying its wire reason code; the caller backs out.
@@ -27,7 +28,7 @@ from cmbuyer.agent import gates
 from cmbuyer.agent.errors import FlowStop
 from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import Layout, Pack
+from cmbuyer.agent.screens.packmodel import Layout, Pack
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas.sku import SkuOptions
 
@@ -148,7 +149,7 @@ class PrefenceEngine:
             },
         )
         self.observer.checkpoint()
-        # The fence body carries the values READ on the screen (issue 15 §5), never the task's own.
+        # The fence body carries the values READ on the screen, never the task's own.
         read = tuple((dimension, g3.selected[dimension]) for dimension in wanted)
         # gate3 above refused any reading that was missing
         assert g3.unit_price is not None and g3.quantity is not None and g3.total is not None

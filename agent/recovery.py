@@ -1,4 +1,4 @@
-"""Start-up recovery from the journal (design §7.2, recovery before dispatch: docs/agent.md "The run loop").
+"""Start-up recovery from the journal (recovery before dispatch: docs/agent.md "The run loop").
 
 Run at start and, by the runner, before every claim while anything is still owed:
 

@@ -1,4 +1,4 @@
-"""Daemon loop (design §7.1): recovery → heartbeat → claim-next → flow, one phone per process.
+"""Daemon loop (docs/agent.md "The run loop"): recovery → heartbeat → claim-next → flow, one phone per process.
 
 Loop, until a stop is requested:
 
@@ -23,7 +23,7 @@ Loop, until a stop is requested:
    reached are each logged as one line saying what to check (with the server URL), then retried after
    1, 2, 4 … 60 s (:class:`Backoff`); the same failure again is logged at most once a minute. ``run --once``
    ends at the first such heartbeat failure: exit code 2 for a 401, 1 for an unreachable server.
-6. **Pause and pacing** (issue 32): the heartbeat answer's ``paused`` / ``paced_until`` are logged once
+6. **Pause and pacing**: the heartbeat answer's ``paused`` / ``paced_until`` are logged once
    when they change; claim-next answers 204 meanwhile, and an open claim still runs to its end.
 
 Signals (SIGTERM/SIGINT): the first asks the flow to stop after the current step (the flow checks
@@ -67,10 +67,10 @@ from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.journal_states import ClaimState
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import Session
-from cmbuyer.agent.packdir import resolve
+from cmbuyer.agent.pack.resolve import resolve
 from cmbuyer.agent.phone.adapter import PhoneAdapter
 from cmbuyer.agent.recovery import recover
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.schemas import enum_values
 
@@ -84,7 +84,7 @@ class StopNow(BaseException):
 
 
 def hold_report(journal: Journal) -> dict[str, Any] | None:
-    """The heartbeat's ``hold`` (issue 32 §7): the journal's hold line, its leading reason code when it names
+    """The heartbeat's ``hold``: the journal's hold line, its leading reason code when it names
     one, and the attempt the hold was set on; None when not held. ``run`` and ``doctor`` both send it (a
     heartbeat without it tells the server the hold is over)."""
     text = journal.hold()
@@ -195,12 +195,12 @@ class Runner:
         self._hb_next = 0.0  # monotonic time of the next due heartbeat
         self._hb_state: str | None = None
         self._hb_allowed = False
-        self.supervision_hold = False  # the last heartbeat said the device–pack pair is held (issue 17)
-        self.paused = False  # the last heartbeat said an administrator paused the device (issue 32)
-        self.paced_until: str | None = None  # the last heartbeat's paced_until (issue 32)
+        self.supervision_hold = False  # the last heartbeat said the device–pack pair is held
+        self.paused = False  # the last heartbeat said an administrator paused the device
+        self.paced_until: str | None = None  # the last heartbeat's paced_until
         self.backoff = Backoff()
         self.refused = False  # the last heartbeat or claim-next got 401
-        self._screen_done: str | None = None  # the last screenshot request answered (issue 32)
+        self._screen_done: str | None = None  # the last screenshot request answered
         self._screen_answer: dict[str, str] | None = None  # a refused one, sent with the next heartbeat
         self.last_status: Status | None = None
         self._pack_note: str | None = None  # the last pack resolution logged (logged on change only)
@@ -232,7 +232,7 @@ class Runner:
             return Status(None, "ADB_OFFLINE", None, None)
         if version is None:
             return Status(None, "APP_MISSING", None, None)
-        # every loop (cheap: cached per file, packdir.py rule 4), so a pack written, fixed or broken
+        # every loop (cheap: cached per file, pack/resolve.py rule 4), so a pack written, fixed or broken
         # while the agent runs takes effect at the next loop; logged once per change
         try:
             found = resolve(version.name, version.code, self.cfg.pack_dir, check_permissions=True)
@@ -285,7 +285,7 @@ class Runner:
             self.progress(f"心跳：状态 {state}")
         self._hb_state = state
         self._hb_allowed = bool(hb["app_version_allowed"])
-        held = hb.get("supervision_hold") is True  # issue 17: claim-next answers no task while held
+        held = hb.get("supervision_hold") is True  # claim-next answers no task while held
         if held and not self.supervision_hold:
             self.progress(
                 "服务器：这台手机与其识别包的组合已暂停（一笔监督下单被标为有误）：管理员在设备页面点"
@@ -299,13 +299,13 @@ class Runner:
             self._answer_screen(request)
         return hb
 
-    # --- holds and screens from the admin pages (issue 32 §7) -----------------------------------
+    # --- holds and screens from the admin pages -----------------------------------
     def _hold_report(self) -> dict[str, Any] | None:
         return hold_report(self.journal)
 
     def _how_to_clear(self) -> str:
         """How a person lets the phone work again, with a phone-host command that runs as printed: the
-        journal's state dir and the program's path spelled out (issue 32 §9)."""
+        journal's state dir and the program's path spelled out."""
         state_dir = shlex.quote(str(self.journal.path.parent.resolve()))
         command = (
             f"CMBUYER_AGENT_STATE_DIR={state_dir} {agent_program()} journal --device "
@@ -464,7 +464,7 @@ class Runner:
 
     def _claim_and_run(self, pack: Pack) -> bool:
         try:
-            purchase = self.api.claim_next(self.session, pack_id=pack.id)  # supervision pairs (issue 17)
+            purchase = self.api.claim_next(self.session, pack_id=pack.id)  # supervision pairs
         except ClaimRequiresManual:
             self.progress("服务器：领取需要人工处理（claim_requires_manual）")
             return False

@@ -1,4 +1,4 @@
-"""submit_order_once: the ONLY code that taps 提交订单 (docs/architecture.md "Agent", design §2.1–2.2).
+"""submit_order_once: the ONLY code that taps 提交订单 (docs/architecture.md "Agent" and "Safety rules" 1–2).
 
 Takes an unforgeable :class:`SubmissionPermit` (it carries the fence request's readings). Order of effects:
 1. the flow journaled PERMIT_RECEIVED when the permit arrived;
@@ -32,7 +32,7 @@ from cmbuyer.agent.permit import SubmissionPermit
 from cmbuyer.agent.phone.adapter import PhoneAdapter, SubmitTapPlan
 from cmbuyer.agent.screens import hit, readers, safety
 from cmbuyer.agent.screens.after_submit import Observed, classify
-from cmbuyer.agent.screens.pack import Pack
+from cmbuyer.agent.screens.packmodel import Pack
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05
@@ -114,7 +114,7 @@ def _last_look(phone: PhoneAdapter, pack: Pack, permit: SubmissionPermit) -> Sub
         dump = phone.dump()
         if readers.recognize(dump, pack) != "confirm_order":
             return _Refusal("SUBMIT_CONTROL_GONE", "confirm page gone before the tap")
-        # the fence request's options are keyed by the task's dimension names (issue 34)
+        # the fence request's options are keyed by the task's dimension names
         now = cap.confirm_reading(dump, pack, gates.wanted_options(proof.selected_options))
     except (DumpError, PhoneError) as exc:  # no readable dump: whether the control is there is unknown
         return _Refusal("SUBMIT_CONTROL_GONE", f"pre-tap read failed: {exc.reason_code}")
@@ -174,7 +174,7 @@ def _observe(phone: PhoneAdapter, pack: Pack, seconds: float) -> SubmitOutcome:
             return SubmitOutcome(seen.observation, True, shot, f"observed {seen.what}", seen.reason, seen.package)
         previous = seen
         if seen.observation is not None and seen.app_in_front:
-            # the outcome may be seen again by the next look: its screenshot between the two (issue 29).
+            # the outcome may be seen again by the next look: its screenshot between the two.
             # The shot itself spaces the two looks (70-100 ms on a phone), so no poll pause is added:
             # the pause only keeps a screen that is still loading from being dumped back to back.
             phone.shoot_before_next_look()

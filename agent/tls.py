@@ -1,5 +1,5 @@
 """How the agent reaches the server: ``https://`` with certificate verification always on, ``http://``
-only for a server on this machine (spec 002: no plain HTTP off loopback; issue 31).
+only for a server on this machine (docs/api.md: no plain HTTP off loopback).
 
 :func:`check_server_url` is the URL rule, :func:`client_context` the one way a TLS context is built (the
 system's CAs, or only ``--server-ca FILE`` / ``CMBUYER_SERVER_CA`` — a team's private CA from

@@ -1,4 +1,4 @@
-"""Benchmark: ``GET /tasks`` of the admin pages with 100,000 tasks (issue 5: p95 ≤ 150 ms).
+"""Benchmark: ``GET /tasks`` of the admin pages with 100,000 tasks (p95 ≤ 150 ms).
 
 Builds a throw-away data dir with the real ``cmbuyer-server init``, bulk-inserts N tasks with plain
 SQL (bench-only shortcut: the FTS trigger of migration 0003 still fires for every row, exactly as for
@@ -8,7 +8,7 @@ form and times sequential page loads for several filter shapes, end to end over 
     .venv/bin/python bench/admin_pages.py [--tasks 100000] [--requests 200] [--json]
 
 Prints one line per scenario with p50 / p95 / max in milliseconds and exits 1 when a p95 exceeds
-the budget (``--budget-ms``, default 150). Every page now includes the counts per state (issue 28); that
+the budget (``--budget-ms``, default 150). Every page now includes the counts per state; that
 query is also timed alone on a read-only connection against its own budget (``--counts-budget-ms``,
 default 50: p95 ≤ 50 ms at 100,000 tasks).
 """

@@ -1,4 +1,4 @@
-"""Claim-next and lease-renew throughput/latency against the real server (issue 3; design §5).
+"""Claim-next and lease-renew throughput/latency against the real server (docs/architecture.md "Server layers").
 
 For each concurrency level (default 32 and 128 simulated devices) this script
 
@@ -21,7 +21,7 @@ The default client (``--client raw``) writes pre-built HTTP/1.1 requests on asyn
 the status line and Content-Length: on a 2-core machine an aiohttp client costs ≈ 0.6 ms of CPU per
 request, CPU the server then lacks (docs/performance.md). ``--client aiohttp`` keeps the old client.
 
-6. does all of that per ``--variants`` (default ``plain tls``: plain HTTP and the server's own TLS, issue 31;
+6. does all of that per ``--variants`` (default ``plain tls``: plain HTTP and the server's own TLS;
    ``replicated``: plain HTTP with Litestream replicating beside the server), ``--rounds`` times,
    interleaved, and prints each variant's medians and its rate ÷ the first variant's.
 
@@ -81,7 +81,7 @@ ENV = {
     "CMBUYER_AUTHORIZATION_TTL": "86400",
     "CMBUYER_LOG_LEVEL": "WARNING",
     # Every simulated device connects from 127.0.0.1, so the per-address cap on pending connections
-    # (issue 18; real phones each have their own address) would evict the 128-client level's sockets.
+    # (real phones each have their own address) would evict the 128-client level's sockets.
     "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS": "4096",
 }
 
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         choices=VARIANTS,
         default=["plain", "tls"],
-        help="server set-ups measured in the same run, interleaved (issue 31): plain HTTP, the server's own "
+        help="server set-ups measured in the same run, interleaved: plain HTTP, the server's own "
         "TLS, plain HTTP with Litestream replicating",
     )
     parser.add_argument("--rounds", type=int, default=1, help="times each variant runs (interleaved); medians shown")

@@ -1,4 +1,4 @@
-"""Fleet benchmark (issue 29): N simulated phones with the published real-phone latencies, one real
+"""Fleet benchmark: N simulated phones with the published real-phone latencies, one real
 ``cmbuyer-agent run`` process per phone and one server — what a phone host carries.
 
 Run: `make bench` (N = 8) or `make soak` (N = 32), or `.venv/bin/python bench/fleet.py [--phones N]
@@ -277,7 +277,7 @@ def _last_reason(detail: dict[str, Any]) -> str:
 
 def _details(stack: Stack, task_ids: list[str]) -> dict[str, dict[str, Any]]:
     from cmbuyer.server.db import connect_sync
-    from cmbuyer.server.web.admin import task_view
+    from cmbuyer.server.display import task_view
 
     conn = connect_sync(stack.data_dir / "cmbuyer.sqlite3", read_only=True)
     try:

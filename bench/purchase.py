@@ -1,4 +1,4 @@
-"""Purchase benchmark (issues 8 and 29): wall time and phone calls per order on a phone with the
+"""Purchase benchmark: wall time and phone calls per order on a phone with the
 published real-phone timings (dump 150 ms, tap 40 ms, screenshot 90 ms, app start 3 s, rpc 40 ms,
 shell 20 ms), beside the minimum the flow needs — the sum of the simulated latencies of the calls no
 correct flow can avoid — and, per flow step, which calls it made and what they cost.
@@ -10,25 +10,25 @@ object; ``--table`` prints the per-step table as Markdown after it (docs/perform
 with its read-only order confirmation, the demo's SKU-sheet layout), each with its reason:
 
 - 1 app start: the deep link that opens the product page (counted as a start for every order, as
-  issue 8 did; later orders of a run find the app warm, the first one pays the simulated 3 s).
+  the first measurements did; later orders of a run find the app warm, the first one pays the simulated 3 s).
 - shell, 3 reads/links: the app version once per attempt (the pack is bound to it and a fleet's
   apps auto-update between orders), the goods id of the page on top (`dumpsys activity top`: the
   right product is open), the deep link to the pending-payment order list (the confirmation).
-- shell, 1 per tap: every tap is one `input tap` command (design §7.3: never uiautomator2's
+- shell, 1 per tap: every tap is one `input tap` command (never uiautomator2's
   re-sent RPC click), so a tap costs a shell round trip besides the touch itself.
-- dumps, one stable read (two equal consecutive dumps, design §7.3) per screen the flow must verify
+- dumps, one stable read (two equal consecutive dumps, docs/architecture.md "Agent") per screen the flow must verify
   before it acts or judges: product page, SKU panel, the panel after each option tap but the last
   (the next tile is located on the screen as it is after the previous tap), gate 1 (after the last
   option), gate 2 (after the quantity), gate 3 (the order sheet / confirm page), the post-tap
   observation (the outcome seen twice), the order list of the confirmation — 2·(D + 6)
-  dumps; plus 1 for the pre-tap last look (issue 27): the gate-3 reading is seconds old
+  dumps; plus 1 for the pre-tap last look: the gate-3 reading is seconds old
   when the permit arrives (outbox drain, fence round trip, a person's approval), so the tap point is
   checked on one fresh dump, which together with the gate's dumps forms the stable pair.
 - taps: the buy button, one tile per dimension, q − 1 stepper taps, the panel's confirm, the
   submit tap.
 - screenshots: the three gates, the post-tap observation and the order confirmation. No dump is
   counted for where the windows were at a shot: each stored shot is taken between the two dumps of
-  the stable read of its screen, and both mask it (issue 29).
+  the stable read of its screen, and both mask it.
 
 (q ≥ 2: with q = 1 no stepper tap follows gate 1 and gate 2 reads the same dumps.)
 
@@ -250,7 +250,7 @@ def markdown(steps: dict[str, dict[str, float]]) -> str:
 def run(orders: int) -> dict[str, Any]:
     """Run ``orders`` purchases one after another on one realistic phone; return the measurements."""
     with tempfile.TemporaryDirectory() as tmp:
-        # Supervised first orders (issue 17) would hold the phone's first orders for a person's approval;
+        # Supervised first orders would hold the phone's first orders for a person's approval;
         # the benchmark measures the unattended flow, as `make demo-once` does.
         stack = Stack(Path(tmp) / "data", server_port=free_port(), env={"CMBUYER_SUPERVISED_ORDERS": "0"})
         try:
@@ -287,7 +287,7 @@ def run(orders: int) -> dict[str, Any]:
     minimum, calls = unavoidable_seconds(QUANTITY, DIMENSIONS)
     used = {k: round((after[k] - before[k]) / orders, 2) for k in KINDS}
     mean = sum(per_order) / len(per_order)
-    # The model counts the app start for every order (as issue 8 did), but only the first order of a run
+    # The model counts the app start for every order (as the first measurements did), but only the first order of a run
     # opens a cold app: the warm orders are also measured against the model without it, so the headline
     # ratio cannot hide time behind a start that was never paid.
     by_start = sorted(details.values(), key=lambda d: _ts(d["attempts"][0]["created_at"]))

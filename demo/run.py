@@ -1,4 +1,4 @@
-"""`make demo` / `make demo-once` (issue 8).
+"""`make demo` / `make demo-once`.
 
 Sets up ./var/demo with fresh secrets and a demo admin (credentials printed), starts the server on
 127.0.0.1:8080, the phone simulator with two phones and the demo catalogue, registers both phones as
@@ -6,7 +6,7 @@ devices, runs one agent per phone, creates and starts the demo tasks and prints 
 until every task has settled. `make demo` then keeps serving until Ctrl-C; `--once` exits 0 only if
 every task ended in its expected state and no goods was ordered twice for one task.
 
-Supervised first orders (issue 17): `make demo` keeps them on (``CMBUYER_SUPERVISED_ORDERS`` at its
+Supervised first orders: `make demo` keeps them on (``CMBUYER_SUPERVISED_ORDERS`` at its
 default, 3) for ``SUPERVISED`` only — its orders wait at gate 3 until a person presses 批准 or 驳回 in
 the admin task drawer — and exempts the other phone with the audited ``device supervision ID off``.
 `--once` runs unwatched, so supervision is off there (``CMBUYER_SUPERVISED_ORDERS=0``).
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     specs = demo_tasks()
-    # demo-once runs unwatched: no person approves, so supervised first orders (issue 17) are off there
+    # demo-once runs unwatched: no person approves, so supervised first orders are off there
     stack = Stack(args.data_dir, server_port=args.port, env={"CMBUYER_SUPERVISED_ORDERS": "0"} if args.once else {})
     interrupted = False
 

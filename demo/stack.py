@@ -27,7 +27,7 @@ from typing import Any
 from cmbuyer.agent.settings import AGENT_SETTINGS_BY_NAME
 from cmbuyer.phonesim.journal import read_journal
 from cmbuyer.server.db import connect_sync
-from cmbuyer.server.web.admin import task_view
+from cmbuyer.server.display import task_view
 
 BIN = Path(sys.executable).parent
 SETTLED = frozenset(
@@ -256,7 +256,7 @@ class Stack:
         """Stop the server as systemd does (SIGTERM, wait); :meth:`start_server` serves the same data
         dir again (settings read only at start, e.g. ``CMBUYER_ALLOWED_APP_VERSIONS``, take effect)."""
         if self.server is not None:
-            _terminate([self.server], 15)
+            terminate([self.server], 15)
             self.server = None
 
     def agent_env(self) -> dict[str, str]:
@@ -329,12 +329,12 @@ class Stack:
 
     def stop_agents(self) -> None:
         """SIGTERM every agent (they stop after the current step), then SIGKILL stragglers."""
-        _terminate(list(self.agents.values()), 20)
+        terminate(list(self.agents.values()), 20)
         self.agents.clear()
 
     def dead(self) -> list[str]:
         """One line per child process that has exited on its own — which one, its exit code and its log —
-        so the demo can say so instead of waiting for tasks that can no longer move (issue 32 §9)."""
+        so the demo can say so instead of waiting for tasks that can no longer move."""
         children: list[tuple[str, subprocess.Popen[Any] | None, str]] = [
             ("服务器", self.server, "server.log"),
             ("手机模拟器", self.sim, "phonesim.log"),
@@ -349,7 +349,7 @@ class Stack:
     def stop(self) -> None:
         """Stop agents, then the simulator and the server."""
         self.stop_agents()
-        _terminate([p for p in (self.sim, self.server) if p is not None], 15)
+        terminate([p for p in (self.sim, self.server) if p is not None], 15)
         if self.sim is not None and self.sim.stdout is not None:
             self.sim.stdout.close()
         self.sim = None
@@ -362,7 +362,8 @@ class Stack:
         self.stop()
 
 
-def _terminate(procs: list[subprocess.Popen[Any]], grace: float) -> None:
+def terminate(procs: list[subprocess.Popen[Any]], grace: float) -> None:
+    """SIGTERM every process still running, wait up to ``grace`` seconds in all, then SIGKILL the rest."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

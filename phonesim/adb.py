@@ -21,15 +21,12 @@ import socketserver
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import device_http
 from .phone import DropConnection, Phone
 from .shell import run_shell
 from .system_ui import DEVICE_MODEL
-
-if TYPE_CHECKING:
-    from .server import PhoneSim
 
 log = logging.getLogger(__name__)
 ADB_VERSION = 41  # >= 41 makes adbutils use host:tport:serial:
@@ -51,6 +48,23 @@ HOST_SERIAL_CMDS = (
     "killforward",
     "phonesim-",
 )
+
+
+class AdbHost(Protocol):
+    """What the adb server needs of the simulator that owns it (:class:`.server.PhoneSim`): its phones by
+    serial, the host-version counter and its lock, the stop flag, and the connection register that lets
+    a stop close every open socket."""
+
+    phones: dict[str, Phone]
+    host_lock: threading.Lock
+    host_version_requests: int
+    stopping: threading.Event
+
+    def track_connection(self, sock: socket.socket) -> None:
+        """Register a connection (closed at once when the simulator is stopping)."""
+
+    def untrack_connection(self, sock: socket.socket) -> None:
+        """Forget a connection that ended."""
 
 
 class _Close(Exception):
@@ -76,7 +90,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
         sim = self.server.sim
-        sim._track(sock)
+        sim.track_connection(sock)
         try:
             sock.settimeout(IDLE_TIMEOUT)
             self._loop(sock, sim)
@@ -85,9 +99,9 @@ class _Handler(socketserver.BaseRequestHandler):
         except Exception:  # never let a handler thread die with a traceback: log and close
             log.exception("phonesim adb handler failed")
         finally:
-            sim._untrack(sock)
+            sim.untrack_connection(sock)
 
-    def _loop(self, sock: socket.socket, sim: PhoneSim) -> None:
+    def _loop(self, sock: socket.socket, sim: AdbHost) -> None:
         phone: Phone | None = None
         while True:
             req = _read_request(sock)
@@ -132,7 +146,7 @@ def _read_request(sock: socket.socket) -> str | None:
         raise _Close from None
 
 
-def _resolve(sim: PhoneSim, serial: str | None = None, transport_id: int | None = None) -> Phone | str:
+def _resolve(sim: AdbHost, serial: str | None = None, transport_id: int | None = None) -> Phone | str:
     """The phone for a selector, or the FAIL message adb would give."""
     phones = list(sim.phones.values())
     if serial is not None:
@@ -153,7 +167,7 @@ def _resolve(sim: PhoneSim, serial: str | None = None, transport_id: int | None 
     return phone
 
 
-def _host_service(sock: socket.socket, sim: PhoneSim, req: str) -> Phone | None:
+def _host_service(sock: socket.socket, sim: AdbHost, req: str) -> Phone | None:
     """Answer a host request; returns the phone when the request attached a transport."""
     if req == "host:version":
         with sim.host_lock:
@@ -189,7 +203,7 @@ def _host_service(sock: socket.socket, sim: PhoneSim, req: str) -> Phone | None:
     raise _Close
 
 
-def _attach(sock: socket.socket, sim: PhoneSim, req: str) -> Phone:
+def _attach(sock: socket.socket, sim: AdbHost, req: str) -> Phone:
     tport = req.startswith("host:tport:")
     sel = req[len("host:tport:") :] if tport else req[len("host:") :]
     if sel.startswith("serial:"):
@@ -226,7 +240,7 @@ def _split_host_query(prefix: str, rest: str) -> tuple[str | None, int | None, s
     return None, None, rest
 
 
-def _host_device_query(sock: socket.socket, sim: PhoneSim, prefix: str, rest: str) -> None:
+def _host_device_query(sock: socket.socket, sim: AdbHost, prefix: str, rest: str) -> None:
     serial, tid, cmd = _split_host_query(prefix, rest)
     if cmd.startswith("wait-for-"):
         deadline = time.monotonic() + 5.0
@@ -235,7 +249,7 @@ def _host_device_query(sock: socket.socket, sim: PhoneSim, prefix: str, rest: st
             if not isinstance(found, str):
                 sock.sendall(b"OKAYOKAY")
                 return
-            if time.monotonic() > deadline or sim._stopping.wait(0.1):
+            if time.monotonic() > deadline or sim.stopping.wait(0.1):
                 sock.sendall(_fail(found))
                 raise _Close
     if cmd == "get-state" and serial is not None:
@@ -266,7 +280,7 @@ def _host_device_query(sock: socket.socket, sim: PhoneSim, prefix: str, rest: st
     raise _Close
 
 
-def _extension(sock: socket.socket, sim: PhoneSim, req: str) -> None:
+def _extension(sock: socket.socket, sim: AdbHost, req: str) -> None:
     name, _, rest = req.partition(":")
     serial, _, arg = rest.partition(":")
     phone = sim.phones.get(serial)
@@ -296,7 +310,7 @@ def _extension(sock: socket.socket, sim: PhoneSim, req: str) -> None:
     raise _Close
 
 
-def _device_service(sock: socket.socket, sim: PhoneSim, phone: Phone, req: str) -> None:
+def _device_service(sock: socket.socket, sim: AdbHost, phone: Phone, req: str) -> None:
     if not phone.online:
         sock.sendall(_fail("device offline"))
         return
@@ -312,7 +326,7 @@ def _device_service(sock: socket.socket, sim: PhoneSim, phone: Phone, req: str) 
         sock.sendall(_fail(f"phonesim: unsupported device service {req.split(':', 1)[0]!r}"))
 
 
-def _shell(sock: socket.socket, sim: PhoneSim, phone: Phone, req: str, silent: bool) -> None:
+def _shell(sock: socket.socket, sim: AdbHost, phone: Phone, req: str, silent: bool) -> None:
     service, _, cmd = req.partition(":")
     v2 = service.startswith("shell,v2")
     phone.count("shell_calls")
@@ -333,7 +347,7 @@ def _shell(sock: socket.socket, sim: PhoneSim, phone: Phone, req: str, silent: b
     sock.sendall(frames)
 
 
-def _serve_uia_stream(sock: socket.socket, sim: PhoneSim, phone: Phone, banner: bytes) -> None:
+def _serve_uia_stream(sock: socket.socket, sim: AdbHost, phone: Phone, banner: bytes) -> None:
     """``app_process … com.wetest.uia2.Main``: the server lives while this stream is open."""
     token = object()
     with phone.lock:
@@ -343,7 +357,7 @@ def _serve_uia_stream(sock: socket.socket, sim: PhoneSim, phone: Phone, banner: 
     sock.sendall(b"OKAY" + banner)
     sock.settimeout(0.5)
     try:
-        while not sim._stopping.is_set():
+        while not sim.stopping.is_set():
             try:
                 if not sock.recv(4096):
                     break
@@ -386,7 +400,7 @@ class _TCPServer(socketserver.ThreadingTCPServer):
     daemon_threads = True  # belt and braces: stop() closes every connection and joins anyway
     block_on_close = False
 
-    def __init__(self, addr: tuple[str, int], sim: PhoneSim):
+    def __init__(self, addr: tuple[str, int], sim: AdbHost):
         self.sim = sim
         super().__init__(addr, _Handler)
 
@@ -397,7 +411,7 @@ class _TCPServer(socketserver.ThreadingTCPServer):
 class AdbServer:
     """Owns the listening socket and its serving thread."""
 
-    def __init__(self, sim: PhoneSim, host: str, port: int):
+    def __init__(self, sim: AdbHost, host: str, port: int):
         self._server = _TCPServer((host, port), sim)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="phonesim-adb", daemon=True

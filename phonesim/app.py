@@ -27,7 +27,7 @@ GOODS_URL = re.compile(
     r"^(?:pinduoduo://com\.xunmeng\.pinduoduo/|https?://mobile\.yangkeduo\.com/)goods\d?\.html\?(?P<query>.*)$"
 )
 ORDERS_URL = re.compile(r"^pinduoduo://com\.xunmeng\.pinduoduo/orders\.html\?(?P<query>.*)$")
-# the cashier apps public scripts detect after the submit tap (phone-facts "The order sheet")
+# the cashier apps public scripts detect after the submit tap
 CASHIERS = {
     "EXTERNAL_CASHIER_ALIPAY": ("com.eg.android.AlipayGphone", "com.alipay.android.msp.ui.views.MspContainerActivity"),
     "EXTERNAL_CASHIER_WECHAT": ("com.tencent.mm", "com.tencent.mm.plugin.wallet_index.ui.OrderHandlerUI"),

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .names import OVERLAYS, PAYMENT_MODES
+
 DUMP_KINDS = frozenset({"empty_dump", "single_node_dump", "partial_dump", "malformed_dump", "emoji_dump"})
 MUTATION_KINDS = frozenset(
     {"price_change", "stock_out", "version_change", "popup", "duplicate_submit", "payment_mode_change", "overlay"}
@@ -33,7 +35,7 @@ POPUPS = (
     "real_name",
     "too_busy",
 )
-# popups that BACK cannot dismiss and no tap leaves: the agent must stop and report (phone-facts walls)
+# popups that BACK cannot dismiss and no tap leaves: the agent must stop and report
 WALLS = frozenset({"risk_wall", "face_check", "account_risk", "real_name", "too_busy"})
 
 # kind -> (required params, optional params with defaults)
@@ -54,7 +56,7 @@ KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "popup": (("popup",), {"text": None}),
     # from when it fires, every confirm page draws a second clickable 提交订单 control (left of the real one)
     "duplicate_submit": ((), {}),
-    # from when it fires, the order sheet's payment row shows this mode (scenario.PAYMENT_MODES), e.g. an
+    # from when it fires, the order sheet's payment row shows this mode (names.PAYMENT_MODES), e.g. an
     # A/B switch to 先用后付 while the agent waits for a person's approval
     "payment_mode_change": (("mode",), {}),
     # from when it fires, a window lies over the app's submit control (phonesim/overlays.py: coupon | toast |
@@ -98,13 +100,9 @@ def validate_fault(spec: dict[str, Any]) -> dict[str, Any]:
         if out["match"] is not None:
             re.compile(out["match"])
     if kind == "payment_mode_change":
-        from .scenario import PAYMENT_MODES
-
         if out["mode"] not in PAYMENT_MODES:
             raise ValueError(f"payment_mode_change.mode must be one of {PAYMENT_MODES}")
     if kind == "overlay":
-        from .overlays import OVERLAYS
-
         if out["window"] not in OVERLAYS:
             raise ValueError(f"overlay.window must be one of {OVERLAYS}")
     if kind == "slow" and out["op"] not in ("dump", "tap", "screenshot", "rpc", "shell", "key", "any"):

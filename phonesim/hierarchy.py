@@ -1,7 +1,7 @@
 """Serialise the view tree as uiautomator2's ``dumpWindowHierarchy`` XML, and the dump faults.
 
 Attribute order and formatting follow what the on-device server of uiautomator2 3.x
-produces (phone-facts.md): ``index text resource-id class package content-desc checkable
+produces: ``index text resource-id class package content-desc checkable
 checked clickable enabled focusable focused scrollable long-clickable password selected
 visible-to-user bounds drawing-order hint display-id``.
 """

@@ -19,29 +19,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from cmbuyer.schemas.payment import PAYMENT_WORDS
+
+from .nodes import PDD
 from .system_ui import LAUNCHER
 
-# design §7.4: the payment denylist; any of these in a tapped node or its ancestors is a payment tap.
-# The simulator's own list, not cmbuyer.agent.screens.safety.PAYMENT_DENYLIST: the journal judges the agent
-# (assert_no_payment_taps) and phonesim imports no agent code, so a word dropped from the agent's list is caught.
-PAYMENT_WORDS = (
-    "支付",
-    "付款",
-    "继续支付",
-    "立即支付",
-    "去支付",
-    "确认支付",
-    "更换支付方式",
-    "微信支付",
-    "支付宝",
-    "多多支付",
-    "先用后付",
-    "免密",
-)
-
 Entry = dict[str, Any]
-PDD_PACKAGE = "com.xunmeng.pinduoduo"
-LAUNCHER_PACKAGE = LAUNCHER
 
 
 class JournalSink:
@@ -106,12 +89,12 @@ class Journal:
     def assert_no_payment_taps(self) -> None:
         assert_no_payment_taps(self.entries())
 
-    def assert_no_foreign_screenshots(self, app_package: str = PDD_PACKAGE) -> None:
+    def assert_no_foreign_screenshots(self, app_package: str = PDD) -> None:
         assert_no_foreign_screenshots(self.entries(), app_package=app_package)
 
 
 def is_payment_text(*texts: str) -> bool:
-    """True when any text contains a payment-denylist word."""
+    """True when any text contains a word of a payment control (:data:`cmbuyer.schemas.payment.PAYMENT_WORDS`)."""
     return any(word in t for t in texts if t for word in PAYMENT_WORDS)
 
 
@@ -178,16 +161,12 @@ def screenshots(entries: Iterable[Entry], serial: str | None = None) -> list[Ent
     return [e for e in _pick(entries, serial) if e["kind"] == "screenshot"]
 
 
-def foreign_screenshots(
-    entries: Iterable[Entry], app_package: str = PDD_PACKAGE, serial: str | None = None
-) -> list[Entry]:
+def foreign_screenshots(entries: Iterable[Entry], app_package: str = PDD, serial: str | None = None) -> list[Entry]:
     """Screenshots taken while another app (e.g. a cashier) was in front (launcher excluded)."""
-    return [e for e in screenshots(entries, serial=serial) if e.get("package") not in (app_package, LAUNCHER_PACKAGE)]
+    return [e for e in screenshots(entries, serial=serial) if e.get("package") not in (app_package, LAUNCHER)]
 
 
-def assert_no_foreign_screenshots(
-    entries: Iterable[Entry], app_package: str = PDD_PACKAGE, serial: str | None = None
-) -> None:
+def assert_no_foreign_screenshots(entries: Iterable[Entry], app_package: str = PDD, serial: str | None = None) -> None:
     """The evidence rules (docs/api.md "POST /api/v1/tasks/{id}/evidence") refuse screenshots of external payment pages:
     none taken while one was in front."""
     found = foreign_screenshots(list(entries), app_package=app_package, serial=serial)

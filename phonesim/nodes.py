@@ -162,3 +162,16 @@ def edit(bounds: Bounds, value: str, **kw: Any) -> Node:
         long_clickable=True,
         **kw,
     )
+
+
+def text_width(s: str, cjk: int = 36, latin: int = 20) -> int:
+    """Rough rendered width of a label in pixels (CJK glyphs are about twice as wide)."""
+    return sum(cjk if ord(ch) >= 0x2E80 else latin for ch in s)
+
+
+def header(title: str = "") -> list[Node]:
+    """An app page's top row: the 返回 button and, when given, the page title."""
+    nodes = [image((24, 114, 120, 210), "返回", clickable=True, action=("back",))]
+    if title:
+        nodes.append(text((390, 126, 690, 198), title))
+    return nodes

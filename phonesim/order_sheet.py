@@ -1,7 +1,7 @@
 """The order sheet of newer Pinduoduo versions (layout ``order_sheet``, 8.22.0 / 82200 by default).
 
 One bottom sheet over the product page holds everything the older layout spread over the SKU
-sheet and the confirm page (phone-facts "The order sheet"), top to bottom: address row, goods
+sheet and the confirm page, top to bottom: address row, goods
 image (desc ``商品主图``), ONE price+stock TextView (``最后5件 ¥59``, ``即将卖完 ¥128``, ``¥12.88``),
 the ``tv_select_sku`` label ``已选: …``, an optional service banner with a ``关闭`` icon, the
 quantity stepper (container id obfuscated), the promotion row, the inline option list (a
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from decimal import Decimal
 
-from . import screens as base
 from .app import AppModel, Order
-from .nodes import OBF_ID, PDD, Bounds, Node, edit, frame, group, image, linear, option_tile, text
+from .nodes import OBF_ID, PDD, Bounds, Node, edit, frame, group, header, image, linear, option_tile, text, text_width
 from .prices import fmt_yuan
 from .scenario import Dimension, Goods
+from .system_ui import APP_BOTTOM, STATUS_H, H, W
 
 STEPPER_ID = f"{PDD}:id/gnl"  # the quantity container: one of the few distinctive ids of the real sheet
 SKU_LABEL_ID = f"{PDD}:id/tv_select_sku"
@@ -39,7 +39,7 @@ RECYCLER = "android.support.v7.widget.RecyclerView"  # the class the captures sh
 # launcher's gesture strip, as on the captures)
 PAY_H, BAR_H = 95, 141
 
-# payment_mode switch → the texts of the payment row(s) (phone-facts "The order sheet")
+# payment_mode switch → the texts of the payment row(s)
 PAYMENT_ROWS: dict[str, tuple[tuple[str, str], ...]] = {
     "wechat": (("使用#微信支付，更换支付方式", "微信支付"),),
     "alipay": (("使用#支付宝，更换支付方式", "支付宝"),),
@@ -81,7 +81,7 @@ def sheet_submit(bounds: Bounds, label: str) -> Node:
     TextView 提交订单 ¥…`` (neither inner node clickable nor carrying an id)."""
     left, top, right, bottom = bounds
     mid = (left + right) // 2
-    w = base.text_width(label, 34, 20) // 2 + 12
+    w = text_width(label, 34, 20) // 2 + 12
     inner = linear((mid - w, top, mid + w, bottom), rid="")
     inner.add(text((mid - w + 12, top + 38, mid + w - 12, bottom - 38), label, rid=""))
     return frame(bounds, inner, clickable=True, focusable=True, action=("submit",), role="submit", style="button")
@@ -134,7 +134,7 @@ def list_extent(dim: Dimension) -> int:
 
 
 def max_offset(dim: Dimension) -> int:
-    return max(0, list_extent(dim) + LEFT - base.W) if _scrolls(dim) else 0
+    return max(0, list_extent(dim) + LEFT - W) if _scrolls(dim) else 0
 
 
 def _badge(goods: Goods, app: AppModel, dim: Dimension, opt: str) -> str | None:
@@ -168,7 +168,7 @@ def _image_tile(
         )
     )
     if badge:
-        tile.add(text((left, top, left + base.text_width(badge, 40, 24), top + 53), badge, selected=selected))
+        tile.add(text((left, top, left + text_width(badge, 40, 24), top + 53), badge, selected=selected))
     tile.add(
         image(
             (right - 109, top, right, top + 109),
@@ -208,7 +208,7 @@ def _text_tile(bounds: Bounds, name: str, badge: str | None, selected: bool, act
     wrapper.add(text(bounds, name, clickable=True, focusable=True, selected=selected, action=action, role="option"))
     wrapper.add(Node("android.view.View", bounds, rid=OBF_ID))
     if badge:
-        wrapper.add(text((left, top, min(left + base.text_width(badge, 28, 16), bounds[2]), top + 22), badge))
+        wrapper.add(text((left, top, min(left + text_width(badge, 28, 16), bounds[2]), top + 22), badge))
     return wrapper
 
 
@@ -216,17 +216,16 @@ def option_group(app: AppModel, goods: Goods, dim: Dimension, y: int) -> tuple[N
     """One dimension as the captures nest it (returns the group and its bottom): a LinearLayout holding
     the header row (``LinearLayout > TextView``; clickable above text tiles) and the tiles — text tiles
     in ``LinearLayout > ViewGroup`` rows, image tiles in ``LinearLayout > FrameLayout > RecyclerView``."""
-    W = base.W
     header_row = linear((0, y, W, y + 107), clickable=dim.tiles == "text", focusable=dim.tiles == "text")
     if dim.tiles == "text":
         header_row.bounds = (LEFT, y + 12, W - LEFT, y + 90)
-    header_row.add(text((LEFT, y + 24, LEFT + base.text_width(dim.name, 43, 24), y + 82), dim.name))
+    header_row.add(text((LEFT, y + 24, LEFT + text_width(dim.name, 43, 24), y + 82), dim.name))
     top = y + 107
     if dim.tiles == "text":
         tiles: list[Node] = []
         x, row_top = LEFT, top
         for opt in dim.options:
-            w = base.text_width(opt, 34, 20) + 64
+            w = text_width(opt, 34, 20) + 64
             if x + w > W - LEFT and x > LEFT:
                 x, row_top = LEFT, row_top + TEXT_TILE_H + 24
             action = ("select", dim.name, opt)
@@ -276,7 +275,6 @@ def option_group(app: AppModel, goods: Goods, dim: Dimension, y: int) -> tuple[N
 def _address_row(app: AppModel) -> Node:
     """``LinearLayout > LinearLayout > FrameLayout > ViewGroup > ViewGroup > clickable ViewGroup`` holding
     an icon, the address text (in a FrameLayout) and an arrow; then a spacer View."""
-    W = base.W
     label = app.cfg.address or "手动添加地址"
     row = group(
         (0, 332, W, 470),
@@ -299,10 +297,9 @@ def _goods_card(app: AppModel, goods: Goods) -> Node:
     """``FrameLayout > RelativeLayout > ViewGroup`` holding a View, the ``商品主图`` image, the price
     (``FrameLayout > LinearLayout > TextView``), the ``已选:`` label, the stepper (``gnl > LinearLayout >
     −, EditText, +``) and a spacer: the price's nearest common ancestor with the image is the card."""
-    W = base.W
     price = price_text(goods, app.unit_price(), app.stock())
     label = "已选: " + " ".join(label_name(goods, app.selection.get(d.name, "")) for d in goods.dimensions)
-    pw = 393 + base.text_width(price, 36, 22)
+    pw = 393 + text_width(price, 36, 22)
     stepper = linear(
         (393, 764, 633, 836),
         linear(
@@ -341,7 +338,6 @@ def _promotion_row(goods: Goods, y: int) -> Node:
     """The promotion row as captured: ``LinearLayout > FrameLayout > 3×ViewGroup > clickable ViewGroup``
     holding ``优惠`` and ``用多多支付减…元`` each deep in its own ViewGroups (texts in non-clickable
     children of the clickable container)."""
-    W = base.W
     promo = f"用多多支付减{goods.promotion:f}元".replace(".00元", "元")
     b = (0, y, W, y + 130)
     left = _nest(
@@ -401,13 +397,13 @@ def order_sheet(app: AppModel) -> Node:
     (a RecyclerView of dimension groups), then the payment row(s), ``添加`` and the submit control."""
     goods = app.goods
     assert goods is not None
-    W, bottom = base.W, base.APP_BOTTOM
+    bottom = APP_BOTTOM
     top_area = group(
-        (0, base.STATUS_H, W, 225),
-        frame((0, base.STATUS_H, W, 225), _nest((0, base.STATUS_H, W, 225), 4, image((0, 119, W, 200), rid=""))),
+        (0, STATUS_H, W, 225),
+        frame((0, STATUS_H, W, 225), _nest((0, STATUS_H, W, 225), 4, image((0, 119, W, 200), rid=""))),
     )
     root = linear(
-        (0, base.STATUS_H, W, bottom), top_area, clickable=True, focusable=True, action=("close_sheet",), style="scrim"
+        (0, STATUS_H, W, bottom), top_area, clickable=True, focusable=True, action=("close_sheet",), style="scrim"
     )
     if app.cfg.service_banner and not app.banner_closed:
         root.add(
@@ -479,7 +475,7 @@ def order_sheet(app: AppModel) -> Node:
     if app.duplicate_submit:
         sheet.add(sheet_submit((0, bottom - 2 * BAR_H, 334, bottom - BAR_H), label))
     root.add(sheet)
-    return frame((0, base.STATUS_H, W, bottom), root)
+    return frame((0, STATUS_H, W, bottom), root)
 
 
 def _retag(node: Node, package: str) -> Node:
@@ -494,8 +490,7 @@ def cashier_window(package: str, order: Order | None) -> Node:
     """The external cashier app in front: its own package, no Pinduoduo node anywhere."""
     title, pay, funding = CASHIER_ACTIVITY_TEXTS[package]
     amount = fmt_yuan(order.total) if order is not None else "¥0"
-    W = base.W
-    win = frame((0, 0, W, base.H), style="page")
+    win = frame((0, 0, W, H), style="page")
     win.add(
         image((36, 130, 108, 202), "关闭", clickable=True, action=("back",)),
         text((380, 130, 700, 202), title),
@@ -529,7 +524,7 @@ def paid_page(app: AppModel) -> list[Node]:
     page = app.page
     assert page is not None and page.order is not None
     order = page.order
-    bar = linear((0, 2112, base.W, base.APP_BOTTOM), style="bottombar")
+    bar = linear((0, 2112, W, APP_BOTTOM), style="bottombar")
     bar.add(
         frame(
             (60, 2136, 520, 2256),
@@ -540,7 +535,7 @@ def paid_page(app: AppModel) -> list[Node]:
     )
     bar.add(frame((560, 2136, 1020, 2256), text((740, 2166, 860, 2226), "完成"), clickable=True, action=("back",)))
     return [
-        *base._header(),
+        *header(),
         text((390, 300, 690, 380), "支付成功"),
         text((400, 420, 680, 520), fmt_yuan(order.total), style="price"),
         text((300, 560, 780, 620), "商家将尽快为您发货"),
@@ -554,8 +549,7 @@ def _orders(app: AppModel) -> Iterable[Order]:
 
 def orders_page(app: AppModel) -> list[Node]:
     """``orders.html?type=1``: the pending-payment list, newest first."""
-    W = base.W
-    nodes = [*base._header(), text((390, 126, 690, 198), "待付款")]
+    nodes = [*header(), text((390, 126, 690, 198), "待付款")]
     y = 240
     pending = list(_orders(app))
     if not pending:

@@ -1,4 +1,4 @@
-"""Windows that appear over the app after the agent's last look (issue 27 §5; docs/phonesim.md
+"""Windows that appear over the app after the agent's last look (docs/phonesim.md
 "Overlays"): each is its own top-level window in the dump, listed before the app's (the simulator
 lists windows topmost first; a real dump's window order says nothing about z-order) and placed over the
 app's submit control, so a tap sent to the submit control's coordinates lands on it.
@@ -24,7 +24,6 @@ from .nodes import Node, frame, linear, text
 if TYPE_CHECKING:
     from .app import AppModel
 
-OVERLAYS = ("coupon", "toast", "foreign")
 FLOAT_BALL = "com.miui.touchassistant"
 
 

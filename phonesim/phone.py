@@ -293,7 +293,7 @@ class Phone:
             wins = screens.windows(self.app)
             if time.monotonic() < self._ready_at and self.app.page is not None:
                 # cold start still running: the app shows its splash and nothing readable
-                splash = frame((0, 0, screens.W, screens.H), image(screens.APP_BOUNDS, ""), rid="", style="page")
+                splash = frame((0, 0, system_ui.W, system_ui.H), image(system_ui.APP_BOUNDS, ""), rid="", style="page")
                 wins = [w if w.package != self.cfg.app.package else splash for w in wins]
             return wins
 

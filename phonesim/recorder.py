@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import screens
 from .hierarchy import render_xml
+from .nodes import Node
 from .screenshot import png_bytes, render_image
 from .session import SESSION_FILE, SESSION_FORMAT, _same_action
 
@@ -93,7 +94,8 @@ class SessionRecorder:
     # ---------------------------------------------------------------- captures
     def _capture(self, phone: Phone, current: str | None) -> str:
         front = phone.app.foreground_package
-        kept, dropped = [], []
+        kept: list[Node] = []
+        dropped: list[Node] = []
         for win in screens.windows(phone.app):  # the settled model screen: no cold-start splash, no fault
             (kept if win.package == front else dropped).append(win)
         xml = render_xml(kept)
@@ -104,7 +106,7 @@ class SessionRecorder:
         path.mkdir(mode=0o700)
         png = png_bytes(render_image(kept))
         pkg, act = phone.model_focus()
-        meta = {
+        meta: dict[str, Any] = {
             "capture_format": CAPTURE_FORMAT,
             "label": phone.app.screen,
             "device": phone.serial,

@@ -34,9 +34,8 @@ OUTCOMES = (
     "PAID",
 )
 LAYOUTS = ("sku_sheet", "order_sheet")
-# phone-facts "The order sheet": every public capture of newer versions shows the order sheet
+# docs/phonesim.md "The order-sheet layout": every public capture of newer versions shows the order sheet
 ORDER_SHEET_FROM_VERSION_CODE = 82200
-PAYMENT_MODES = ("wechat", "alipay", "duoduo_balance", "pay_later", "password_free", "unreadable", "two_rows")
 
 
 class ScenarioError(ValueError):
@@ -79,7 +78,7 @@ class Goods:
     outcome: str | None = None
     available: bool = True
     promotion: Decimal = Decimal("7.53")
-    # order-sheet layout only (phone-facts "The order sheet"):
+    # order-sheet layout only:
     default_options: list[str] | None = None  # preselected option per dimension (else first in-stock SKU)
     price_label: str = "auto"  # auto: 最后N件 ¥x when stock <= 10 | selling_out: 即将卖完 ¥x | plain: ¥x
     label_decoration: str = "bracket"  # 已选 label: bracket ([限定]x for 【限定】x) | hash (#x)
@@ -134,7 +133,7 @@ class AppVersion:
         return "order_sheet" if self.version_code >= ORDER_SHEET_FROM_VERSION_CODE else "sku_sheet"
 
 
-# published real-phone timings (phone-facts.md), seconds
+# published real-phone timings, seconds
 REALISTIC = {"dump": 0.15, "tap": 0.04, "screenshot": 0.09, "app_start": 3.0, "rpc": 0.04, "shell": 0.02, "key": 0.04}
 
 
@@ -177,7 +176,7 @@ class PhoneConfig:
     device: dict[str, Any] = field(default_factory=dict)
     start: dict[str, Any] = field(default_factory=dict)
     layout_override: str | None = None  # "sku_sheet" | "order_sheet"; None = follow the app version
-    payment_mode: str = "wechat"  # one of PAYMENT_MODES (the order sheet's payment row)
+    payment_mode: str = "wechat"  # one of names.PAYMENT_MODES (the order sheet's payment row)
     submit_text: str | None = None  # submit label prefix override (立即支付, 确认支付, 0元下单)
     service_banner: bool = False  # order sheet: #24小时发货#七天退换 banner with a 关闭 icon
     # the status bar's notification icons, one content-desc each (None: system_ui.DEFAULT_NOTIFICATIONS)

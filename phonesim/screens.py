@@ -1,7 +1,7 @@
 """Build the view tree of every window for the current app state (1080x2400 portrait).
 
 Windows are returned topmost first (:func:`windows`); the system windows are the real captures'
-(:mod:`.system_ui`). Texts, classes and structure follow shared/phone-facts.md: the
+(:mod:`.system_ui`). Texts, classes and structure follow the real app (docs/phonesim.md "Screens"): the
 confirm-order page has no title text, its price+stock node reads ``最后3件 ¥269``, the
 chosen SKU label ``已选: [..]..`` uses ASCII brackets (id ``tv_select_sku``), and the
 submit text ``提交订单 ¥<total>`` is a non-clickable TextView in a clickable FrameLayout.
@@ -11,35 +11,14 @@ from __future__ import annotations
 
 from . import order_sheet, overlays, system_ui
 from .app import AppModel
-from .nodes import OBF_ID, PDD, Node, edit, frame, group, image, linear, option_tile, text
+from .nodes import OBF_ID, PDD, Node, edit, frame, group, header, image, linear, option_tile, text, text_width
 from .prices import fmt_yuan
-
-W, H = system_ui.W, system_ui.H
-STATUS_H = system_ui.STATUS_H
-SYSUI = system_ui.SYSUI
-LAUNCHER = system_ui.LAUNCHER
-NOTIFICATION_TICKER = system_ui.NOTIFICATION_TICKER
-# the app's decor (LinearLayout > android:id/content) ends here on the captures: 26 px under the top of
-# the launcher's gesture strip (system_ui.GESTURE_TOP), which is drawn over it
-APP_BOTTOM = 2354
-APP_BOUNDS = (0, STATUS_H, W, APP_BOTTOM)  # the app's content (android:id/content): pages, scrims, dialogs
-
-
-def text_width(s: str, cjk: int = 36, latin: int = 20) -> int:
-    """Rough rendered width of a label in pixels (CJK glyphs are about twice as wide)."""
-    return sum(cjk if ord(ch) >= 0x2E80 else latin for ch in s)
+from .system_ui import APP_BOTTOM, APP_BOUNDS, H, W
 
 
 def sku_label(options: list[str]) -> str:
     """The confirm page's chosen-SKU label: the app prints ASCII brackets where tiles use 【】."""
     return "已选: " + " ".join(o.replace("【", "[").replace("】", "]") for o in options)
-
-
-def _header(title: str = "") -> list[Node]:
-    nodes = [image((24, 114, 120, 210), "返回", clickable=True, action=("back",))]
-    if title:
-        nodes.append(text((390, 126, 690, 198), title))
-    return nodes
 
 
 def _tiles(app: AppModel, dim: str, options: list[str], y: int) -> tuple[list[Node], int]:
@@ -78,7 +57,7 @@ def _stepper(app: AppModel, y: int) -> list[Node]:
 
 def product_page(app: AppModel) -> list[Node]:
     goods = app.goods
-    nodes = _header()
+    nodes = header()
     nodes.append(image((960, 114, 1056, 210), "分享", clickable=True, action=("noop",)))
     if goods is None or not goods.available:
         nodes.append(text((240, 900, 840, 980), "该商品已下架"))
@@ -192,7 +171,7 @@ def confirm_page(app: AppModel) -> list[Node]:
     total = fmt_yuan(price * app.quantity) if price is not None else "¥0"
     options = [app.selection.get(d.name, "") for d in goods.dimensions]
     # the header is an image in the real app: no "确认订单" text anywhere
-    nodes = [*_header(), image((390, 120, 690, 204), "")]
+    nodes = [*header(), image((390, 120, 690, 204), "")]
     if app.cfg.address:
         addr = linear(
             (0, 228, W, 420),
@@ -302,7 +281,7 @@ def order_page(app: AppModel) -> list[Node]:
     goods = app.cfg.catalogue.get(order.goods_id)
     status = "待付款" if order.status == "pending_payment" else "已取消"
     nodes = [
-        *_header("订单详情"),
+        *header("订单详情"),
         linear(
             (0, 228, W, 420),
             text((60, 252, 600, 324), status),
@@ -435,7 +414,7 @@ def popup(kind: str, custom: str | None) -> Node:
     )
 
 
-# newer walls seen in public captures (phone-facts "The order sheet"): title, body, button
+# newer walls seen in public captures: title, body, button
 WALL_TEXTS = {
     "face_check": ("刷脸验证", "请将正脸置于框内", "开始验证"),
     "account_risk": ("温馨提示", "检测到账户存在风险，已限制部分操作", "联系客服"),
@@ -446,7 +425,7 @@ WALL_TEXTS = {
 
 def challenge_page() -> list[Node]:
     return [
-        *_header(),
+        *header(),
         text((390, 300, 690, 380), "安全验证"),
         text((180, 420, 900, 480), "拖动滑块完成拼图"),
         image((120, 560, 960, 1100), "验证图片"),

@@ -55,11 +55,11 @@ class PhoneSim:
         self.host = host
         self._want_port = port
         self._sink = JournalSink(journal_path) if journal_path else None
-        self._stopping = threading.Event()
+        self.stopping = threading.Event()
         self._tids = itertools.count(1)
         self.phones: dict[str, Phone] = {}
         # host:version requests answered (a client asks it before opening a device service unless it
-        # remembers the answer: issue 29 counts the connections a phone call costs)
+        # remembers the answer: tests count the connections a phone call costs)
         self.host_version_requests = 0
         self.host_lock = threading.Lock()
         self._conns: set[socket.socket] = set()
@@ -96,7 +96,7 @@ class PhoneSim:
 
     def stop(self) -> None:
         """Stop serving, drop every connection, wake sleeping phones, join all threads. Idempotent."""
-        self._stopping.set()
+        self.stopping.set()
         if self._server is not None:
             self._server.stop()
         with self._conn_lock:
@@ -132,7 +132,7 @@ class PhoneSim:
         (:mod:`cmbuyer.phonesim.recorder`; RecorderError when the directory is not usable)."""
         _check_serial(serial)
         scen = load_scenario(scenario) if scenario is not None else self.scenario
-        phone = Phone(scen.for_phone(serial), next(self._tids), self._stopping, self._sink)
+        phone = Phone(scen.for_phone(serial), next(self._tids), self.stopping, self._sink)
         if record_session is not None:
             phone.recorder = SessionRecorder(record_session, phone)
         self.phones[serial] = phone
@@ -152,7 +152,7 @@ class PhoneSim:
         _check_serial(serial)
         loaded = session if isinstance(session, Session) else load_session(session)
         phone = SessionPhone(
-            loaded, serial, next(self._tids), self._stopping, self._sink, report_path=report_path, announce=announce
+            loaded, serial, next(self._tids), self.stopping, self._sink, report_path=report_path, announce=announce
         )
         self.phones[serial] = phone
         return phone
@@ -168,14 +168,16 @@ class PhoneSim:
         return self.phones[serial].journal
 
     # ------------------------------------------------------------------ used by the adb handlers
-    def _track(self, sock: socket.socket) -> None:
+    def track_connection(self, sock: socket.socket) -> None:
+        """Register an adb connection and its thread; a stopping simulator closes it at once."""
         with self._conn_lock:
             self._conns.add(sock)
             self._threads.add(threading.current_thread())
-        if self._stopping.is_set():
+        if self.stopping.is_set():
             close_quietly(sock)
 
-    def _untrack(self, sock: socket.socket) -> None:
+    def untrack_connection(self, sock: socket.socket) -> None:
+        """Forget an adb connection that ended."""
         with self._conn_lock:
             self._conns.discard(sock)
             self._threads.discard(threading.current_thread())

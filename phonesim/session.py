@@ -210,7 +210,7 @@ def parse_windows(xml: str, where: str = "dump.xml") -> list[Node]:
         flags["visible"] = el.get("visible-to-user", "true") == "true"
         left, top, right, bottom = (int(v) for v in m.groups())
         order = el.get("drawing-order", "")
-        return Node(
+        node = Node(
             el.get("class", ""),
             (left, top, right, bottom),
             text=el.get("text", ""),
@@ -220,8 +220,10 @@ def parse_windows(xml: str, where: str = "dump.xml") -> list[Node]:
             hint=el.get("hint", ""),
             children=[build(c) for c in el if c.tag == "node"],
             drawing_order=int(order) if order.isascii() and order.isdigit() else None,
-            **flags,
         )
+        for attr, value in flags.items():  # the boolean fields XML_FLAGS names, each read from the dump
+            setattr(node, attr, value)
+        return node
 
     return [build(el) for el in root if el.tag == "node"]
 
@@ -427,7 +429,7 @@ def _node_info(node: Node | None) -> dict[str, Any] | None:
 
 
 def _describe(action: dict[str, Any]) -> str:
-    kind = action["kind"]
+    kind = str(action["kind"])
     if kind == "tap":
         return f"tap {action['x']},{action['y']}"
     if kind == "swipe":

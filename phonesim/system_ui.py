@@ -19,7 +19,7 @@ full-screen launcher window is modelled (:func:`home_screen`).
 
 from __future__ import annotations
 
-from .nodes import Node
+from .nodes import Bounds, Node
 
 W, H = 1080, 2400
 # the phone the scenarios' ``device`` defaults to: a 1080x2400 MIUI phone (Redmi K40), like the captured one
@@ -29,7 +29,11 @@ LAUNCHER = "com.miui.home"
 LAUNCHER_ACTIVITY = f"{LAUNCHER}/{LAUNCHER}.launcher.Launcher"
 STATUS_H = 95  # the status bar window's height on the captures
 GESTURE_TOP = 2328  # the gesture strip window's top on the captures
-# personal data on the status bar (what real notification icons name): agent/capture.py and
+# the app's decor (LinearLayout > android:id/content) ends here on the captures: 26 px under the top of
+# the launcher's gesture strip (GESTURE_TOP), which is drawn over it
+APP_BOTTOM = 2354
+APP_BOUNDS = (0, STATUS_H, W, APP_BOTTOM)  # the app's content (android:id/content): pages, scrims, dialogs
+# personal data on the status bar (what real notification icons name): agent/authoring/capture.py and
 # agent/screens/masking.py must never let it through
 NOTIFICATION_TICKER = "短信通知：王小明 13812345678：您的快递已到"
 DEFAULT_NOTIFICATIONS = (NOTIFICATION_TICKER, "微信通知：妈妈：晚上回家吃饭吗？")
@@ -53,148 +57,85 @@ def notification_icon(i: int, desc: str) -> Node:
     return _n(_IMAGE, (left, 41, left + 47 if i >= 5 else left + 51, 78), order=i + 1, desc=desc)
 
 
+def _chain(levels: list[tuple[str, Bounds, str, int]], children: list[Node], **kw: object) -> Node:
+    """Nested single-child wrappers, outermost first, around ``children``: each level is ``(class, bounds,
+    short id, drawing-order)``. ``kw`` (a content-desc …) goes to the outermost. MIUI wraps most status-bar
+    contents in two or three such containers of the same bounds."""
+    for cls, bounds, rid, order in reversed(levels[1:]):
+        children = [_n(cls, bounds, rid, order, children=children)]
+    cls, bounds, rid, order = levels[0]
+    return _n(cls, bounds, rid, order, children=children, **kw)
+
+
 def status_bar(notifications: list[str] | None = None, clock: str = "10:24") -> Node:
     """MIUI's status bar window ``[0,0][1080,95]`` with one icon per entry of ``notifications`` (their
     content-desc; None = :data:`DEFAULT_NOTIFICATIONS`)."""
     descs = list(DEFAULT_NOTIFICATIONS if notifications is None else notifications)
     bar = (0, 0, W, STATUS_H)
-    left = _n(
-        _LINEAR,
-        (47, 28, 501, 92),
-        "phone_status_bar_left_container",
-        1,
-        children=[
-            _n(_TEXT, (47, 28, 208, 92), "clock", 4, text=clock),
-            _n(
-                _FRAME,
-                (208, 28, 271, 92),
-                "drip_left_status_icon_area",
-                7,
-                children=[
-                    _n(
-                        _LINEAR,
-                        (208, 28, 271, 92),
-                        "drip_left_statusIcons",
-                        1,
-                        children=[_n(_IMAGE, (208, 30, 271, 89), order=2, desc="振铃器振动。")],
-                    )
-                ],
-            ),
-            _n(
-                _FRAME,
-                (271, 28, 501, 92),
-                "drip_notification_icon_area",
-                8,
-                children=[
-                    _n(
-                        _LINEAR,
-                        (271, 28, 501, 92),
-                        "notification_icon_area_inner",
-                        1,
-                        children=[
-                            _n(
-                                _FRAME,
-                                (271, 28, 501, 92),
-                                "notificationIcons",
-                                1,
-                                children=[notification_icon(i, d) for i, d in enumerate(descs)],
-                            )
-                        ],
-                    )
-                ],
-            ),
+    ringer = _chain(
+        [
+            (_FRAME, (208, 28, 271, 92), "drip_left_status_icon_area", 7),
+            (_LINEAR, (208, 28, 271, 92), "drip_left_statusIcons", 1),
         ],
+        [_n(_IMAGE, (208, 30, 271, 89), order=2, desc="振铃器振动。")],
     )
-    wifi = _n(
-        _FRAME,
-        (857, 30, 920, 89),
-        "wifi_combo",
-        27,
+    area = (271, 28, 501, 92)
+    notes = _chain(
+        [
+            (_FRAME, area, "drip_notification_icon_area", 8),
+            (_LINEAR, area, "notification_icon_area_inner", 1),
+            (_FRAME, area, "notificationIcons", 1),
+        ],
+        [notification_icon(i, d) for i, d in enumerate(descs)],
+    )
+    left = _chain(
+        [(_LINEAR, (47, 28, 501, 92), "phone_status_bar_left_container", 1)],
+        [_n(_TEXT, (47, 28, 208, 92), "clock", 4, text=clock), ringer, notes],
+    )
+    wifi = _chain(
+        [(_FRAME, (857, 30, 920, 89), "wifi_combo", 27), (_FRAME, (857, 30, 920, 89), "wifi_group", 1)],
+        [
+            _n(_IMAGE, (857, 30, 920, 89), "wifi_signal", 1),
+            _n(_IMAGE, (857, 30, 887, 89), "wifi_activity", 2),
+            _n(_TEXT, (896, 57, 920, 89), "wifi_standard", 3, text="6"),
+        ],
         desc="WLAN 信号满格。",
-        children=[
-            _n(
-                _FRAME,
-                (857, 30, 920, 89),
-                "wifi_group",
-                1,
-                children=[
-                    _n(_IMAGE, (857, 30, 920, 89), "wifi_signal", 1),
-                    _n(_IMAGE, (857, 30, 887, 89), "wifi_activity", 2),
-                    _n(_TEXT, (896, 57, 920, 89), "wifi_standard", 3, text="6"),
-                ],
-            )
+    )
+    battery_icon = _chain(
+        [(_FRAME, (920, 28, 1008, 92), "battery_icon_container", 1)],
+        [
+            _n(_IMAGE, (920, 30, 1008, 89), "battery_image", 1),
+            _n(_TEXT, (940, 28, 982, 92), "battery_digit", 3, text="80"),
         ],
     )
-    battery = _n(
-        _LINEAR,
-        (920, 28, 1027, 92),
-        "battery",
-        2,
+    battery = _chain(
+        [(_LINEAR, (920, 28, 1027, 92), "battery", 2)],
+        [battery_icon, _n(_IMAGE, (1008, 28, 1027, 92), "battery_charge_out_image", 2)],
         desc="电池电量为百分之 80。",
-        children=[
-            _n(
-                _FRAME,
-                (920, 28, 1008, 92),
-                "battery_icon_container",
-                1,
-                children=[
-                    _n(_IMAGE, (920, 30, 1008, 89), "battery_image", 1),
-                    _n(_TEXT, (940, 28, 982, 92), "battery_digit", 3, text="80"),
-                ],
-            ),
-            _n(_IMAGE, (1008, 28, 1027, 92), "battery_charge_out_image", 2),
+    )
+    status_icons = _chain(
+        [(_LINEAR, (756, 28, 920, 92), "statusIcons", 1)],
+        [
+            _n(_IMAGE, (756, 30, 798, 89), order=17, desc="蓝牙开启。"),
+            _n(_IMAGE, (798, 30, 857, 89), order=23, desc="无 SIM 卡。"),
+            wifi,
         ],
     )
-    icons = _n(
-        _GROUP,
-        (573, 28, 1027, 92),
-        "system_icon_area",
-        3,
-        children=[
-            _n(
-                _GROUP,
-                (756, 28, 1027, 92),
-                "system_icons",
-                2,
-                children=[
-                    _n(
-                        _LINEAR,
-                        (756, 28, 920, 92),
-                        "statusIcons",
-                        1,
-                        children=[
-                            _n(_IMAGE, (756, 30, 798, 89), order=17, desc="蓝牙开启。"),
-                            _n(_IMAGE, (798, 30, 857, 89), order=23, desc="无 SIM 卡。"),
-                            wifi,
-                        ],
-                    ),
-                    battery,
-                ],
-            )
-        ],
+    icons = _chain(
+        [(_GROUP, (573, 28, 1027, 92), "system_icon_area", 3), (_GROUP, (756, 28, 1027, 92), "system_icons", 2)],
+        [status_icons, battery],
     )
-    contents = _n(
-        _LINEAR,
-        (44, 0, 1030, 92),
-        "status_bar_contents",
-        2,
-        children=[left, _n("android.view.View", (501, 13, 573, 92), "cutout_space_view", 2), icons],
+    contents = _chain(
+        [(_LINEAR, (44, 0, 1030, 92), "status_bar_contents", 2)],
+        [left, _n("android.view.View", (501, 13, 573, 92), "cutout_space_view", 2), icons],
     )
+    container = _chain([(_FRAME, bar, "status_bar_container", 2), (_FRAME, bar, "status_bar", 1)], [contents])
     return _n(
         _FRAME,
         bar,
         order=0,
         style="statusbar",
-        children=[
-            _n(_FRAME, bar, "status_bar_launch_animation_container", 1),
-            _n(
-                _FRAME,
-                bar,
-                "status_bar_container",
-                2,
-                children=[_n(_FRAME, bar, "status_bar", 1, children=[contents])],
-            ),
-        ],
+        children=[_n(_FRAME, bar, "status_bar_launch_animation_container", 1), container],
     )
 
 

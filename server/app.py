@@ -22,7 +22,7 @@ from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
-    """Build the application. Starting it raises :class:`~cmbuyer.server.lifecycle.StartupRefused` (from
+    """Build the application. Starting it raises :class:`~cmbuyer.server.domain.errors.StartupRefused` (from
     the lifespan) when it must not serve.
 
     ``clock`` defaults to the system clock; tests inject a ManualClock.

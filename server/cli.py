@@ -1,4 +1,4 @@
-"""``cmbuyer-server`` command line (issue 2 CLI contract; exit codes in docs/operations.md).
+"""``cmbuyer-server`` command line (exit codes in docs/operations.md).
 
 Exit codes (:class:`Exit`): 0 ok · 1 refused by a business rule (conflict, not found, invalid input) · 2 usage
 error · 3 bad settings · 4 storage or schema problem (database unreachable, migrations not current).
@@ -49,6 +49,7 @@ from cmbuyer.server.cli_text import (
 from cmbuyer.server.clock import SystemClock, to_wire
 from cmbuyer.server.config import ENV_FILE_NAME, Settings, env_file_defaults, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.display.labels import DEVICE_REGISTRATION_LABELS, reason_message, refusal_message
 from cmbuyer.server.domain.errors import CmbuyerError, DomainError, SettingsError, StartupRefused, Unavailable
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.domain.task_fields import person_money
@@ -60,7 +61,6 @@ from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import ops as ops_queries
 from cmbuyer.server.tx.common import Actor, new_id
-from cmbuyer.server.web.admin.labels import DEVICE_REGISTRATION_LABELS, refusal_message
 
 
 class Exit(IntEnum):
@@ -328,7 +328,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         def serving(_aiohttp_banner: str) -> None:
             # run_app calls this only once the socket is bound: a busy port is reported first, never
-            # after a "serving" line (issue 32 §9)
+            # after a "serving" line
             print(
                 f"cmbuyer-server：正在服务 {scheme}://{settings.host}:{settings.port}/（管理页面：/login，数据目录 "
                 f"{settings.data_dir}）",
@@ -819,9 +819,9 @@ def cmd_task(args: argparse.Namespace) -> int:
             body = _tx(conn, lambda c: task_service.start_purchases(c, start_key, items, CLI_ACTOR, now, settings))
             _report(args, body, [f"已开始采购 {body['authorized_count']} 个任务；付款永远不会自动进行"])
         elif args.task_cmd == "list":
+            from cmbuyer.server.display.labels import TASK_STATE_LABELS
             from cmbuyer.server.domain.states import TaskState
             from cmbuyer.server.store.queries import tasks as task_store
-            from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 
             states = [args.state] if args.state else None
             rows = task_store.page(conn, states=states, limit=args.limit)
@@ -855,8 +855,8 @@ def cmd_task(args: argparse.Namespace) -> int:
         elif args.task_cmd in ("cancel", "reset", "mark-paid"):
             return _task_action(args, conn, now)
         else:
+            from cmbuyer.server.display import task_view
             from cmbuyer.server.task_summary import summary_lines
-            from cmbuyer.server.web.admin import task_view
 
             view = _tx(conn, lambda c: task_view.task_detail(c, args.task_id))
             names = {d.id: d.name for d in device_store.list_all(conn)}
@@ -877,7 +877,8 @@ def _task_import(args: argparse.Namespace, settings: Settings, conn: sqlite3.Con
     try:
         parsed = task_import.parse(data, settings)
     except DomainError as exc:
-        _report(args, {"refused": exc.message, "rows": []}, [f"拒绝导入：{exc.message}"])
+        refused = reason_message(exc)
+        _report(args, {"refused": refused, "rows": []}, [f"拒绝导入：{refused}"])
         return Exit.RULE
     result = _tx(conn, lambda c: task_import.import_rows(c, parsed, CLI_ACTOR, now, dry_run=args.dry_run))
     rows = [{"line": r.line, "status": r.status, "message": r.message, "task_id": r.task_id} for r in result.rows]
@@ -901,9 +902,9 @@ def _task_import(args: argparse.Namespace, settings: Settings, conn: sqlite3.Con
 
 def _task_export(args: argparse.Namespace, conn: sqlite3.Connection) -> int:
     """``task export [--state S]… --format csv|xlsx [--out FILE]``: the admin export (same columns)."""
+    from cmbuyer.server.display.task_export import EXPORT_HEADER, EXPORT_MAX_ROWS, export_rows
     from cmbuyer.server.sheets.write import write_csv, write_xlsx
     from cmbuyer.server.store.queries import admin as admin_queries
-    from cmbuyer.server.web.admin.task_io import EXPORT_HEADER, EXPORT_MAX_ROWS, export_rows
 
     f = admin_queries.TaskFilter(states=tuple(dict.fromkeys(args.state or ())))
     rows = admin_queries.task_page(conn, f, EXPORT_MAX_ROWS + 1)

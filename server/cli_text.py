@@ -1,8 +1,8 @@
-"""The wordings ``cmbuyer-server`` prints more than once, in Chinese like the admin pages (issue 32 §9).
+"""The wordings ``cmbuyer-server`` prints more than once, in Chinese like the admin pages.
 
 One home for each: a message the CLI gives in several places, and the help lines of options several
 subcommands share. Codes stay as they are (``invalid_request``, ``PENDING``) — next to their Chinese label,
-which comes from :mod:`cmbuyer.server.web.admin.labels` (the pages' table), never a copy of it. A wording
+which comes from :mod:`cmbuyer.server.display.labels` (the pages' table), never a copy of it. A wording
 used once stays next to its use in :mod:`cmbuyer.server.cli`; ``tests/server/test_cli.py`` checks that every
 printed literal there and here has Chinese (``tests/cli_text.py``).
 """
@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS, label
+from cmbuyer.server.display.labels import TASK_STATE_LABELS, label
 
 # task state code → label, keyed by the plain code text (TASK_STATE_LABELS is keyed by the enum)
 TASK_STATES: Mapping[str, str] = {str(k): v for k, v in TASK_STATE_LABELS.items()}

@@ -1,4 +1,4 @@
-"""The injectable UTC clock every time decision goes through (design §10, "a virtual clock").
+"""The injectable UTC clock every time decision goes through (a virtual clock: tests move time by hand).
 
 Times are aware ``datetime`` in UTC. On the wire and in SQLite they are the canonical string
 ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (always six fraction digits, so string order is time order and the

@@ -1,4 +1,4 @@
-"""Settings: one frozen object built once from ``CMBUYER_*`` variables (design §6).
+"""Settings: one frozen object built once from ``CMBUYER_*`` variables (README.md "Configuration").
 
 Sources, later wins: built-in defaults < ``<data dir>/cmbuyer.env`` (written by ``cmbuyer-server
 init``) < the real environment. Every setting is one row of :data:`SETTINGS_TABLE` (attribute,
@@ -21,7 +21,7 @@ from typing import Any
 
 from cmbuyer.schemas import MONEY_RE
 from cmbuyer.schemas.text import has_control_chars, normalize_sku
-from cmbuyer.server.domain.errors import SettingsError as SettingsError  # its home; importers keep this name
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.domain.evidence_limits import (
     SPEC_EVIDENCE_MAX_BYTES,
     SPEC_EVIDENCE_MAX_PIXELS,
@@ -39,9 +39,9 @@ _HOST = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}", re.ASCII)
 MiB = 1024 * 1024
 
 # The Pinduoduo versions of the shipped selector packs (agent/packs/*.json: the simulator's two layouts,
-# sku sheet and order sheet — issue 15); test_config.py keeps this equal to the packs' version names.
+# sku sheet and order sheet); test_config.py keeps this equal to the packs' version names.
 DEFAULT_APP_VERSIONS = ("8.17.0", "8.22.0")
-# Modes that hand the payment to another app where a person must confirm (issue 15 §6).
+# Modes that hand the payment to another app where a person must confirm.
 DEFAULT_PAYMENT_MODES = ("微信支付", "支付宝")
 PAYMENT_MODE_MAX = 32  # common.json "payment_mode" maxLength
 
@@ -437,8 +437,7 @@ SETTINGS_TABLE: tuple[Setting, ...] = (
         DEFAULT_SUPERVISED_ORDERS,
         0,
         1000,
-        "orders a device–pack pair must have confirmed right before it buys without a person's approval"
-        " (issue 17); `0` = off",
+        "orders a device–pack pair must have confirmed right before it buys without a person's approval; `0` = off",
     ),
     _ranged(
         "import_max_rows",
@@ -486,7 +485,7 @@ class Settings:
     max_quantity: int = _default("max_quantity")
     max_total_price: Decimal = _default("max_total_price")  # noqa: RUF009  (a Decimal is immutable: safe to share)
     allowed_app_versions: tuple[str, ...] = _default("allowed_app_versions")
-    # payment modes the fence accepts as read beside the submit control (NFKC, exact; issue 15)
+    # payment modes the fence accepts as read beside the submit control (NFKC, exact)
     allowed_payment_modes: tuple[str, ...] = _default("allowed_payment_modes")
     heartbeat_interval: int = _default("heartbeat_interval")
     heartbeat_stale_factor: int = _default("heartbeat_stale_factor")
@@ -511,18 +510,17 @@ class Settings:
     device_connections_max: int = _default("device_connections_max")
     log_format: str = _default("log_format")
     log_level: str = _default("log_level")
-    metrics: bool = _default("metrics")  # GET /metrics served (issue 32 §5)
+    metrics: bool = _default("metrics")  # GET /metrics served
     metrics_token: Secret | None = field(default=_default("metrics_token"), repr=True)
     # confirmed-right orders a device–pack pair needs before it runs without a person's approval; 0 = off
-    # (issue 17)
     supervised_orders: int = _default("supervised_orders")
-    # task spreadsheet import bounds (issue 28)
+    # task spreadsheet import bounds
     import_max_rows: int = _default("import_max_rows")
     import_max_bytes: int = _default("import_max_bytes")
 
     @property
     def evidence_dir(self) -> Path:
-        """Where evidence PNGs live (``ab/cd/<sha256>.png`` below it; design §5)."""
+        """Where evidence PNGs live (``ab/cd/<sha256>.png`` below it; docs/architecture.md "Server layers")."""
         return self.data_dir / "evidence"
 
     @property

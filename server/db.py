@@ -1,10 +1,10 @@
-"""SQLite access: one write owner with group commit, separate read connections (design §5).
+"""SQLite access: one write owner with group commit, separate read connections (docs/architecture.md "Server layers").
 
 Every write is a plain synchronous function ``job(conn) -> T`` over a :class:`sqlite3.Connection`
 (built from store-layer calls). :meth:`Database.write` queues it; a single writer task takes every
 queued job, runs them on the write connection's own thread inside **one** ``BEGIN IMMEDIATE``,
-commits once, and only then answers each caller. This is the group-commit pattern measured in design
-§5: per-request semantics are unchanged (a failing job's writes are undone and nothing else's; nobody
+commits once, and only then answers each caller. This is the group-commit pattern (docs/performance.md):
+per-request semantics are unchanged (a failing job's writes are undone and nothing else's; nobody
 hears "ok" before the commit), but the fsync of ``synchronous=FULL`` is paid once per batch instead of
 once per request.
 
@@ -320,7 +320,7 @@ class Database:
     @classmethod
     async def _on_thread(cls, conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         # aiosqlite runs each connection on its own thread; running the whole job there is one hop per
-        # transaction instead of one per statement (design §5 measured 380/s vs 1,000+/s). The ignore: the
+        # transaction instead of one per statement (measured 380/s vs 1,000+/s, docs/performance.md). The ignore: the
         # private _execute carries no annotations.
         result: T = await conn._execute(fn, cls._raw(conn))  # type: ignore[no-untyped-call]
         return result

@@ -1,4 +1,4 @@
-"""What the server does before it serves and while it serves, listed in order (design §2.7).
+"""What the server does before it serves and while it serves, listed in order (docs/architecture.md "Safety rules").
 
 Start-up (:data:`STARTUP_STEPS`, run in this order; the first that raises stops start-up):
 
@@ -33,18 +33,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from aiohttp import web
 
 from cmbuyer.server import migrate
-from cmbuyer.server.config import Settings, SettingsError
+from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync
 from cmbuyer.server.domain.claims import ClaimPolicy
-from cmbuyer.server.domain.errors import StartupRefused as StartupRefused  # its home; importers keep this name
-from cmbuyer.server.domain.errors import Unavailable
+from cmbuyer.server.domain.errors import SettingsError, StartupRefused, Unavailable
 from cmbuyer.server.services import admin_sessions, recovery
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.web.edge import RateLimitedExceptionHandler
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
 log = logging.getLogger("cmbuyer.server")
-sweep_log = logging.getLogger("cmbuyer.server.attempts")  # the name sweep lines have always been logged under
 
 StartupStep = Callable[[web.Application], Awaitable[None]]
 PeriodicJob = Callable[[web.Application], Awaitable[None]]
@@ -97,7 +95,8 @@ async def check_claim_secret(app: web.Application) -> None:
 
 
 async def recover(app: web.Application) -> None:
-    """Start-up step 4: sweep until nothing is left, before any device route serves (design §2.7).
+    """Start-up step 4: sweep until nothing is left, before any device route serves (docs/architecture.md "Safety
+    rules").
 
     Raises :class:`StartupRefused` when a pass fails on storage."""
     try:
@@ -128,7 +127,7 @@ async def run_sweep(app: web.Application) -> recovery.SweepReport:
     clock = app[CLOCK]
     report: recovery.SweepReport = await app[DB].write(lambda conn: recovery.sweep(conn, clock.now()))
     if report.submissions_to_reconciliation or report.authorizations_expired:
-        sweep_log.info(
+        log.info(
             "到期清扫：%d 笔提交转为待人工核对，%d 份授权已过期",
             report.submissions_to_reconciliation,
             report.authorizations_expired,

@@ -1,5 +1,5 @@
 """Numbered plain-SQL migrations (``migrations/NNNN_name.sql``), each applied in one transaction
-together with its record (name + SHA-256 checksum) — the sqlite-utils pattern (design §5).
+together with its record (name + SHA-256 checksum) — the sqlite-utils pattern (docs/architecture.md "Server layers").
 
 Start-up refuses a database with pending migrations, with a migration the code does not know
 (a newer database), or whose recorded checksum differs from the file (a tampered or edited
@@ -142,7 +142,8 @@ def migrate(conn: sqlite3.Connection, applied_at: str) -> list[str]:
 
 
 def check_current(conn: sqlite3.Connection) -> None:
-    """Refuse a database that is not exactly at the code's schema (start-up rule, design §5)."""
+    """Refuse a database that is not exactly at the code's schema (start-up rule, docs/architecture.md "Server
+    layers")."""
     store.ensure_table(conn)
     pending, problems = status(conn)
     if problems:

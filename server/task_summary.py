@@ -1,6 +1,6 @@
-"""``cmbuyer-server task show``'s text for a person (issue 32 §9): the task detail as labelled lines.
+"""``cmbuyer-server task show``'s text for a person: the task detail as labelled lines.
 
-Input is :func:`cmbuyer.server.web.admin.task_view.task_detail` — the same dict ``task show --json`` prints
+Input is :func:`cmbuyer.server.display.task_view.task_detail` — the same dict ``task show --json`` prints
 unchanged — plus the devices' names by id. Labels are Chinese like the admin task page; every state keeps its
 code in brackets so it can be searched for; times are Beijing time like the pages. Pure: no I/O.
 """
@@ -12,14 +12,14 @@ from typing import Any
 
 from cmbuyer.schemas.sku import options_from_text, options_label
 from cmbuyer.server.cli_text import TASK_STATES, coded
-from cmbuyer.server.web.admin.common import beijing_time
-from cmbuyer.server.web.admin.labels import (
+from cmbuyer.server.display.labels import (
     ATTEMPT_STATE_LABELS,
     AUTHORIZATION_STATE_LABELS,
     OBSERVATION_LABELS,
     SUBMISSION_STATE_LABELS,
     reason_label,
 )
+from cmbuyer.server.display.times import beijing_time
 
 NONE = "-"
 

@@ -1,4 +1,4 @@
-"""TLS for ``serve`` and ``cmbuyer-server tls init`` (issue 31).
+"""TLS for ``serve`` and ``cmbuyer-server tls init``.
 
 :func:`server_context` builds the listening side's :class:`ssl.SSLContext` (the standard library's
 defaults, TLS 1.2 or newer) from the configured PEM files and turns every way they can be wrong into a

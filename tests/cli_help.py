@@ -1,4 +1,4 @@
-"""Every ``--help`` of a command line (issue 32 §9): each subcommand and each option must say what it is for,
+"""Every ``--help`` of a command line: each subcommand and each option must say what it is for,
 in Chinese like the rest of what an operator reads.
 
 :func:`undocumented` walks an ``argparse`` tree — the parser, every subcommand, every option and argument —

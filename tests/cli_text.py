@@ -1,4 +1,4 @@
-"""One language for what an operator reads (issue 32 §9): Chinese, with codes, option names and paths as they are.
+"""One language for what an operator reads: Chinese, with codes, option names and paths as they are.
 
 :func:`english_messages` reads a module's source (``ast``, nothing imported or run) and names every string
 literal in operator-facing text that has English words but no Chinese: the arguments of the calls that print,

@@ -1,4 +1,4 @@
-"""Soak loops: their iteration count and their time limit (issue 18 item 11).
+"""Soak loops: their iteration count and their time limit.
 
 A soak test takes its loop count from ``CMBUYER_SOAK_ITERATIONS`` (``make soak`` sets 200) and a
 small default otherwise, and carries ``@pytest.mark.slow(seconds_per_iteration=S)``. The suite's

@@ -1,4 +1,4 @@
-"""The per-task tally of submit taps against fences (issue 18 item 12).
+"""The per-task tally of submit taps against fences.
 
 "Orders ≤ tasks" cannot see a double tap when every task buys the same goods: one task tapped twice
 plus one task that failed before its fence still adds up. The invariant is per task:

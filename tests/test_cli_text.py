@@ -1,4 +1,4 @@
-"""The language checks of ``tests/cli_text.py`` and ``tests/cli_help.py`` catch what they are for (issue 32 §9):
+"""The language checks of ``tests/cli_text.py`` and ``tests/cli_help.py`` catch what they are for:
 run on a module and a parser written here, they name the English lines and help texts and pass the Chinese ones."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _usage_error(main: Any, argv: list[str], capsys: pytest.CaptureFixture[str])
 
 
 def test_argparse_errors_are_chinese_in_both_command_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 32 trial: argparse's own error lines (required, invalid choice, unrecognized, invalid int) read in
+    """Argparse's own error lines (required, invalid choice, unrecognized, invalid int) read in
     Chinese in both CLIs; option names and values stay as typed, exit code 2 as before."""
     from cmbuyer.agent.cli import main as agent
     from cmbuyer.server.cli import main as server
@@ -97,7 +97,7 @@ def test_an_argparse_line_no_template_knows_is_kept_as_it_is() -> None:
 
 
 def test_help_wraps_by_display_width_and_keeps_phrases_together(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 32 trial: help lines are wrapped by terminal columns (a Chinese character takes two), never inside an
+    """Help lines are wrapped by terminal columns (a Chinese character takes two), never inside an
     option or path, no line starts with ``：``/``，`` or ends with ``（``; group titles end in a full-width colon."""
     from cmbuyer.agent.cli import build_parser
     from cmbuyer.schemas.clihelp import display_width, wrap_cjk

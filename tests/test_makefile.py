@@ -1,4 +1,4 @@
-"""``make clean`` (issue 32 §9): it removes the venv, caches and the demo's data, but never a data dir that
+"""``make clean``: it removes the venv, caches and the demo's data, but never a data dir that
 holds a real database — it refuses and says why. Run on a scratch directory with the real Makefile."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_clean_refuses_a_real_database_and_removes_the_demo(tmp_path: Path) -> N
 
 
 def test_make_font_says_in_chinese_what_it_found_or_does() -> None:
-    """Issue 32 trial: the lines ``make font`` prints (a CJK font found, installing one, could not) are Chinese."""
+    """The lines ``make font`` prints (a CJK font found, installing one, could not) are Chinese."""
     from tests.cli_text import has_chinese
 
     recipe = MAKEFILE.read_text("utf-8").split("\nfont:", 1)[1].split("\n\n", 1)[0]

@@ -1,4 +1,4 @@
-"""``make soak`` can pass (issue 18 item 11): a soak test's time limit grows with
+"""``make soak`` can pass: a soak test's time limit grows with
 ``CMBUYER_SOAK_ITERATIONS`` (tests/soak.py + the hook in tests/conftest.py) instead of the fixed
 per-test timeout. Checked on a real pytest run in a subprocess, with the base timeout lowered to 2 s."""
 

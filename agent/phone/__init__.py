@@ -1,1 +1,1 @@
-"""The phone adapter over uiautomator2 + adbutils (design §7.3)."""
+"""The phone adapter over uiautomator2 + adbutils (docs/architecture.md "Agent")."""

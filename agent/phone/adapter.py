@@ -1,6 +1,6 @@
 """PhoneAdapter: the one place that talks to the phone (uiautomator2 3.x + adbutils 2.x).
 
-Rules (design §7.3, phone-facts):
+Rules (docs/architecture.md "Agent"):
 - Connect through ``adbutils.AdbClient(host, port)`` (``ANDROID_ADB_SERVER_HOST``/``_PORT``, default
   127.0.0.1:5037). We probe the port first: adbutils would otherwise try to *start* a local adb
   server; we raise :class:`AdbUnreachable` ("无法连接 adb 服务 …") instead.
@@ -68,7 +68,7 @@ class AppVersion:
 
 @dataclass(frozen=True)
 class Deadlines:
-    """Seconds per call kind; generous enough for a bad day on a real phone (phone-facts timings)."""
+    """Seconds per call kind; generous enough for a bad day on a real phone."""
 
     connect: float = 60.0
     dump: float = 10.0
@@ -159,7 +159,7 @@ class SubmitTapPlan:
 # changing (animations).
 STABLE_PAUSES = (0.0, 0.1, 0.2, 0.3)
 # How old the latest look after the tap may be and still serve as half of a stable look or as the focus
-# before a screenshot (issue 29 reuse). The observation polls every 50 ms and the evidence upload between
+# before a screenshot. The observation polls every 50 ms and the evidence upload between
 # it and the confirmation takes tens of milliseconds on a healthy server; a slow or retried upload (up to
 # the client's 10 s timeout × 5 attempts) gives the screen time to change on its own (a cashier opening).
 LOOK_REUSE_SECONDS = 1.0
@@ -176,7 +176,7 @@ def _client_class(adbutils: Any) -> Any:
     servers older than adb 1.0.41 from 2019). The request itself is unchanged: each call still opens
     its own transport to the phone by serial.
 
-    Each connection also goes out with ``TCP_NODELAY`` (issue 29): uiautomator2 sends every JSON-RPC
+    Each connection also goes out with ``TCP_NODELAY``: uiautomator2 sends every JSON-RPC
     request (dump, screenshot) through ``http.client``, which writes the headers and the body in two
     ``send`` calls. With Nagle's algorithm on, the body waits for the ACK of the headers, which the
     receiving end (the adb server, here the simulator) delays by up to 40 ms because it has nothing to
@@ -225,7 +225,7 @@ class PhoneAdapter:
         # (dump, focus, calls_made after it, time.monotonic() when it was taken)
         self._looks: list[tuple[Dump, str | None, int, float]] = []
         self.calls_made = 0  # phone calls sent through _call (a look is "the latest" if none followed)
-        # Gate screenshots between the two dumps of the gate's stable read (issue 29, :meth:`arm_gate_shot`):
+        # Gate screenshots between the two dumps of the gate's stable read (:meth:`arm_gate_shot`):
         # on when the caller stores gate screenshots through :meth:`gate_screenshot` (the purchase flow).
         self.gate_shots_between_dumps = False
         self._armed = False
@@ -386,7 +386,7 @@ class PhoneAdapter:
 
     # --- actions ------------------------------------------------------------------------------
     def open_goods(self, goods_id: str) -> None:
-        """Deep link to the product page (phone-facts). ``goods_id`` must be ASCII digits."""
+        """Deep link to the product page. ``goods_id`` must be ASCII digits."""
         if _SAFE_GOODS_ID.fullmatch(goods_id) is None:
             raise PhoneError("refusing a goods id that is not digits", "WRONG_GOODS")
         url = f"pinduoduo://com.xunmeng.pinduoduo/goods.html?goods_id={goods_id}"
@@ -465,7 +465,7 @@ class PhoneAdapter:
         with a deadline and no retry (uiautomator2's JSON-RPC ``click`` is re-sent after a server
         restart; a shell command is sent once). Any failure → SubmitTapUnknown (the tap may or may not
         have landed). Called only by ``cmbuyer.agent.submit`` (static check in
-        tests/agent/test_isolation.py)."""
+        tests/agent/test_layers.py)."""
         x, y = plan.point
         self._forget_screen()
         try:

@@ -1,4 +1,4 @@
-"""Per-call deadlines for blocking phone calls (design §7.3: uiautomator2's own timeouts are
+"""Per-call deadlines for blocking phone calls (uiautomator2's own timeouts are
 unreliable — minutes by default — so every call runs in a worker thread we stop waiting for).
 
 A call that overruns raises :class:`PhoneTimeout`; the worker thread is abandoned (daemon) and its

@@ -7,7 +7,7 @@ mypy sees their objects as ``Any`` and cannot check them against these protocols
 
 - ``mypy --strict`` (``make lint``): the adapter uses only the members named here (its fields are typed with
   these protocols, so any other call on a device fails the type check);
-- tests/agent/test_phone_devices.py: the real ``adbutils.AdbDevice`` and ``uiautomator2.Device`` classes and
+- tests/agent/phone/test_devices.py: the real ``adbutils.AdbDevice`` and ``uiautomator2.Device`` classes and
   the tests' stand-ins (tests/agent/simphone.py, the shell recorder) have every member, and accept the
   calls exactly as the adapter makes them (:data:`ADB_CALLS`, :data:`U2_CALLS`).
 
@@ -59,7 +59,7 @@ class U2Device(Protocol):
 
 
 # How the adapter calls each member: (member, positional arguments, keyword arguments); None for a property.
-# tests/agent/test_phone_devices.py binds these to the real libraries' signatures and to the tests' fakes.
+# tests/agent/phone/test_devices.py binds these to the real libraries' signatures and to the tests' fakes.
 ADB_CALLS: tuple[tuple[str, tuple[object, ...] | None, dict[str, object]], ...] = (
     ("shell", (["getprop", "ro.build.version.release"],), {"timeout": 10.0}),
 )

@@ -1,1 +1,1 @@
-"""Pure screen logic: dump parsing, normalization, money, selector packs, readers (no I/O)."""
+"""Pure screen logic: dump parsing, normalization, money, the compiled pack model, readers (no I/O)."""

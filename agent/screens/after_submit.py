@@ -1,5 +1,5 @@
 """What the screen says after the single submit tap, and the pack's read-only confirmation data
-(issue 15 item 7, design §2.3, phone-facts "The order sheet"). Pure functions over dumps: nothing
+(docs/architecture.md "Safety rules"). Pure functions over dumps: nothing
 here taps, and nothing here imports the submit or permit modules.
 
 Observation rules (version-independent, so they live in code, not in packs):
@@ -19,7 +19,7 @@ Observation rules (version-independent, so they live in code, not in packs):
 The pack's optional top-level ``after_submit`` section (``shared/schemas/selector_pack.json``)
 declares the read-only confirmation: the retention dialog and its one non-payment leave control,
 the deep link of the pending-payment order list, how that list is recognised, and how one order
-card is read (goods title, amount, ``订单编号``). :func:`compile_after_submit` validates it at pack
+card is read (goods title, amount, ``订单编号``). :mod:`cmbuyer.agent.pack.compile` validates it at pack
 load (PackError); :func:`read_order_cards` reads the list.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from cmbuyer.agent.errors import MoneyError, PackError
+from cmbuyer.agent.errors import MoneyError
 from cmbuyer.agent.screens import readers, safety
 from cmbuyer.agent.screens.dump import Dump, Node
 from cmbuyer.agent.screens.text import match_amount, normalize
@@ -133,42 +133,6 @@ class AfterSubmit:
     card_pending: Any  # Selector (inside a card): the pending-payment status
 
 
-def compile_after_submit(spec: dict[str, Any] | None, evidence_ids: set[str]) -> AfterSubmit | None:
-    """Compile the (schema-validated) section; None when the pack has none. Raises PackError for a
-    deep link outside :data:`DEEP_LINK_RE` or regexes without their named groups."""
-    if spec is None:
-        return None
-    from cmbuyer.agent.screens import pack as P  # the pack module compiles selectors
-
-    conf = spec["confirmation"]
-    link = conf["order_list_deep_link"]
-    if DEEP_LINK_RE.fullmatch(link) is None:
-        raise PackError("after_submit deep link is not a plain Pinduoduo page link")
-    where = "after_submit/confirmation"
-    leave = P._selector(conf["retention_dialog"]["leave"], f"{where}/retention_dialog/leave", evidence_ids)
-    # the one tap after the submit tap (an unlabeled close icon may be declared: words only)
-    P.check_tap_words(leave, f"{where}/retention_dialog/leave")
-    card = conf["order_card"]
-    rule = conf["order_list"]
-    return AfterSubmit(
-        retention_dialog=P._selector(conf["retention_dialog"]["when"], f"{where}/retention_dialog/when", evidence_ids),
-        retention_leave=leave,
-        order_list_link=link,
-        order_list=P.ScreenRule(
-            all=tuple(P._selector(s, f"{where}/order_list/all", evidence_ids) for s in rule["all"]),
-            none=tuple(P._selector(s, f"{where}/order_list/none", evidence_ids) for s in rule.get("none", [])),
-        ),
-        order_card=P._selector(card["selector"], f"{where}/order_card/selector", evidence_ids),
-        card_title=P._selector(card["title"], f"{where}/order_card/title", evidence_ids) if "title" in card else None,
-        card_amount=P._money(card["amount"], f"{where}/order_card/amount", evidence_ids),
-        card_order_sn=(
-            P._selector(card["order_sn"]["selector"], f"{where}/order_card/order_sn", evidence_ids),
-            P._regex(card["order_sn"]["regex"], f"{where}/order_card/order_sn/regex", "order_sn"),
-        ),
-        card_pending=P._selector(card["pending"], f"{where}/order_card/pending", evidence_ids),
-    )
-
-
 def _inside(card: Node, selector: Any) -> list[Node]:
     return [n for n in card.descendants() if selector.matches(n)]
 
@@ -229,7 +193,7 @@ def match_order(
 ) -> tuple[str | None, str]:
     """Our order among the pending ones: amount equal to the gate-3 total, minus the orders an earlier
     attempt on this phone already identified as its own (``taken``: their numbers, from the agent's
-    journal — issue 34: five identical orders back to back each get their own number), narrowed by the
+    journal — five identical orders back to back each get their own number), narrowed by the
     goods title when that is known and several match. Returns (order_sn or None, why; the why names the
     candidates' count). Several candidates left, none, or a candidate without a readable order number
     → None (no number is better than a wrong one)."""

@@ -1,16 +1,16 @@
-"""Parse a uiautomator2 hierarchy dump into an immutable node tree (design §7.3, phone-facts).
+"""Parse a uiautomator2 hierarchy dump into an immutable node tree (docs/architecture.md "Agent").
 
 Input: the XML string ``dumpWindowHierarchy`` returns (``<hierarchy rotation>`` → nested ``<node>``).
 Output: :class:`Dump` with every node in document order, each knowing its parent chain and bounds.
 
 Every failure is a :class:`~cmbuyer.agent.errors.DumpError` (never another exception: the parser is
-fuzzed with Hypothesis in tests/agent/test_dump_fuzz.py). Failures are typed (never "element absent"):
+fuzzed with Hypothesis in tests/agent/screens/test_dump_fuzz.py). Failures are typed (never "element absent"):
 - :class:`DumpEmpty`     — empty string or a hierarchy with no nodes (uiautomator2's fallback
   ``<hierarchy rotation="0" />`` after three empty dumps);
 - :class:`DumpInvalid`   — unparsable XML, any ``<!DOCTYPE``/``<!ENTITY`` (entity expansion is refused
   outright), more than :data:`MAX_DUMP_BYTES` / :data:`MAX_NODES` / :data:`MAX_DEPTH`, a root other
   than ``hierarchy``, malformed ``bounds``, text that is not valid Unicode (unpaired UTF-16
-  surrogates: the on-device serializer splits emoji — issue 18 item 6), and a hierarchy of a single
+  surrogates: the on-device serializer splits emoji), and a hierarchy of a single
   node (a long-uptime serializer glitch, never a real screen: reporting it as "no app node" would
   blame the phone's foreground app instead of the dump);
 - :class:`DumpNoAppNodes` — raised by :meth:`Dump.require_app` when no node belongs to the app package.
@@ -111,7 +111,7 @@ class Node:
 
     def clickable_self_or_ancestor(self) -> Node | None:
         """The node a finger should hit for this node: itself if clickable, else the nearest
-        clickable ancestor (phone-facts: text nodes are often not clickable, their parent is)."""
+        clickable ancestor (text nodes are often not clickable, their parent is)."""
         if self.clickable:
             return self
         for anc in self.ancestors():
@@ -151,7 +151,7 @@ class Dump:
     _remembered: dict[int, tuple[object, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def app_nodes(self) -> list[Node]:
-        """Nodes of the app package only (system UI / launcher are ignored: design §7.3)."""
+        """Nodes of the app package only (system UI / launcher are ignored)."""
         return [n for n in self.nodes if n.package == self.app_package]
 
     def require_app(self) -> Dump:

@@ -1,4 +1,4 @@
-"""What a finger at one point of the screen would hit, read from a dump (issue 27 §4; docs/agent.md
+"""What a finger at one point of the screen would hit, read from a dump (docs/agent.md
 "The last moment before the tap").
 
 Used once, right before the submit tap: the topmost node at the tap point must be the submit control

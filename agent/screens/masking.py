@@ -1,4 +1,4 @@
-"""Black-out of screenshot areas (issue 16 item 3 for captures, issue 33 item 6 for every stored
+"""Black-out of screenshot areas (for captures and for every stored
 screenshot). Pure image work (Pillow) on rectangles found in a dump; no phone I/O.
 
 - :func:`outside_app` — what a stored screenshot of the app must not show: everything outside the
@@ -9,7 +9,7 @@ screenshot). Pure image work (Pillow) on rectangles found in a dump; no phone I/
   ``com.miui.home`` ``[0,2328][1080,2400]`` (another package's window smaller than the screen: black —
   it shows the launcher's pill, not the app, so the bottom 26 px of the submit button under it are
   black too; the button's label lies above it). Gate, result and
-  confirmation screenshots go through it (PhoneAdapter.app_screenshot_png); spec 002 allows what the
+  confirmation screenshots go through it (PhoneAdapter.app_screenshot_png); the device API allows what the
   app's window itself shows (the order sheet's address and phone), so nothing inside it is touched.
 - :func:`black_out` — paints rectangles (dump coordinates) black in a PNG.
 
@@ -147,7 +147,7 @@ def _intersect(a: Rect, b: Rect) -> Rect | None:
 def mask_outside_app(img: Image.Image, dumps: Sequence[Dump], app_package: str) -> Image.Image:
     """Paint, in place, everything of ``img`` (RGB) outside the app's own windows black, and every foreign
     window drawn over them (see the module docstring); returns ``img``. ``dumps``: the dumps taken around
-    the screenshot (issue 29: the two dumps of a stable read bracket it) — kept is only what lies inside
+    the screenshot (the two dumps of a stable read bracket it) — kept is only what lies inside
     an app window in EVERY dump, and every foreign window of ANY dump is black, so a window present at
     either end of the interval is masked; all black when a dump shows no app window. Only the painted
     rectangles are touched — no mask and no copy of the screen (a 1080 × 2400 screenshot is 7.8 MB of

@@ -1,7 +1,7 @@
-"""Screen recognition and readers driven by a selector pack (design §7.4/§7.5, docs/architecture.md "Agent").
+"""Screen recognition and readers driven by a selector pack (docs/architecture.md "Agent").
 
 These are pure functions over a parsed :class:`Dump`. They never tap and never import the submit
-or permit modules (checked by tests/agent/test_isolation.py).
+or permit modules (checked by tests/agent/test_layers.py).
 
 Shapes:
 - :func:`recognize` → screen id (``"product"``, ``"sku_panel"``, … or ``"unknown"``).
@@ -19,7 +19,7 @@ from decimal import Decimal
 from cmbuyer.agent.errors import MoneyAmbiguous, ScreenError
 from cmbuyer.agent.screens import safety
 from cmbuyer.agent.screens.dump import Dump, Node
-from cmbuyer.agent.screens.pack import MoneyReader, Pack, PanelReader
+from cmbuyer.agent.screens.packmodel import MoneyReader, Pack, PanelReader
 from cmbuyer.agent.screens.text import match_amount, normalize
 from cmbuyer.schemas.text import normalize_sku
 
@@ -36,7 +36,7 @@ _QUANTITY_RE = re.compile(r"[1-9][0-9]{0,3}", re.ASCII)
 
 
 SOLD_OUT_WORDS: tuple[str, ...] = ("刚刚抢光", "已售罄", "该款式售罄", "已抢光", "售罄")
-# Stock badges and status suffixes are never part of an option name (phone-facts "The order sheet").
+# Stock badges and status suffixes are never part of an option name.
 _STATUS_RE = re.compile(r".*\s(?:最后[0-9]{1,4}件|仅剩[0-9]{1,4}件|即将卖完|" + "|".join(SOLD_OUT_WORDS) + r")")
 # a stock badge or status word on its own: the badge TextView beside a name, never a name itself
 _BADGE_RE = re.compile(r"(?:最后[0-9]{1,4}件|仅剩[0-9]{1,4}件|即将卖完|" + "|".join(SOLD_OUT_WORDS) + r")")
@@ -87,7 +87,7 @@ def sku_name(raw: str) -> str:
 
 def recognize(dump: Dump, pack: Pack) -> str:
     """First screen in the pack's recognition order whose anchors match; risk walls win over any
-    pack screen (phone-facts: stop and report, never solve)."""
+    pack screen (stop and report, never solve)."""
     if safety.risk_walls(dump):
         return "security_challenge"
     for screen in pack.recognition_order:
@@ -145,7 +145,7 @@ def _option_tile(dimension: str, node: Node, reader: PanelReader) -> OptionTile:
         dimension=dimension,
         text=tile_name(raw),
         raw=raw,
-        # the real text tile carries `selected` on its name TextView, not on the wrapper (issue 27)
+        # the real text tile carries `selected` on its name TextView, not on the wrapper
         selected=node.selected or (name_node is not None and name_node.selected),
         enabled=node.enabled,
         node=node,
@@ -165,7 +165,7 @@ def read_groups(dump: Dump, reader: PanelReader) -> dict[str, OptionGroup]:
     carries text/desc or is clickable (the payment row, ``添加``, the address row and the submit bar
     are never options). Nodes inside a tile (image, badge, name) belong to the tile; the first
     scrollable node of a group is its list. After the first group, a plain (not clickable) text row that
-    option tiles follow starts a group under its text — a header the pack does not list (issue 34). A
+    option tiles follow starts a group under its text — a header the pack does not list. A
     header seen twice raises ScreenError(SKU_AMBIGUOUS)."""
     if reader.dimension_header is None or reader.option_tile is None:
         return {}
@@ -309,7 +309,7 @@ def selected_with_reasons(
 
 
 def read_money(dump: Dump, reader: MoneyReader | None) -> Decimal | None:
-    """Amount from the nodes the reader selects (phone-facts "Prices"). Every label (text or desc) of
+    """Amount from the nodes the reader selects. Every label (text or desc) of
     a selected node that shows a currency sign is a candidate and must full-match the pack regex:
     one that does not (``¥70已拼44件``, ``¥4162人付款``, a lone ``¥`` split from its digits) makes the
     reading None — never a guess. Candidates agreeing on one value (a text node and its desc twin)
@@ -377,7 +377,7 @@ def reader_for(pack: Pack, screen: str) -> PanelReader | None:
 
 @dataclass(frozen=True)
 class PaymentReading:
-    """The payment-mode witnesses on the screen holding the submit control (issue 15 §6).
+    """The payment-mode witnesses on the screen holding the submit control.
 
     ``row`` is the raw text of the one payment row (None when there is not exactly one readable
     row); ``mode`` the name the pack's ``mode_regex`` extracts from it; ``problems`` lists every reason

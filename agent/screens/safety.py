@@ -1,11 +1,11 @@
-"""Version-independent safety readers (design §7.4, phone-facts). Applied with or without a pack.
+"""Version-independent safety readers (docs/agent.md "Authoring a pack"). Applied with or without a pack.
 
 - Payment denylist: a tap is refused when the target node, its clickable tap node, any ancestor,
   anything inside the tapped node, or any app node under the tap point carries a denylisted word in
   its text or content-desc (after NFKC). Checked in code before *every* tap, not only in packs.
 - Risk walls: texts that mean "stop and report, never solve" (slider, captcha, login, rate limit,
   identity checks).
-- Submit control: the text ``提交订单`` optionally followed by ``¥<amount>`` (phone-facts: the total
+- Submit control: the text ``提交订单`` optionally followed by ``¥<amount>`` (the total
   sits inside the button text). Its amount is the confirm-page amount when no pack says otherwise.
 """
 
@@ -17,28 +17,12 @@ from decimal import Decimal
 
 from cmbuyer.agent.screens.dump import Bounds, Dump, Node
 from cmbuyer.agent.screens.text import AMOUNT, normalize, to_money
+from cmbuyer.schemas.payment import PAYMENT_WORDS
 
-# design §7.4 list plus the retention dialog's "仅¥" and cashier wording seen in phone-facts.
-PAYMENT_DENYLIST: tuple[str, ...] = (
-    "支付",
-    "付款",
-    "继续支付",
-    "立即支付",
-    "去支付",
-    "确认支付",
-    "更换支付方式",
-    "微信支付",
-    "支付宝",
-    "多多支付",
-    "先用后付",
-    "免密",
-    "收银台",
-    "仅¥",
-    "银行卡",
-    "指纹",
-    "密码",
-)
-# phone-facts "risk walls" plus its "More walls seen" (issue 15 item 8). Real-name walls are matched by
+# the words of every payment control (cmbuyer.schemas.payment), plus the cashier's and the retention dialog's
+# own: docs/agent.md "Payment safety"
+PAYMENT_DENYLIST: tuple[str, ...] = (*PAYMENT_WORDS, "收银台", "仅¥", "银行卡", "指纹", "密码")
+# the risk walls seen on real phones. Real-name walls are matched by
 # their phrases, not by a bare 实名: that word also appears in ordinary goods and service texts
 # (实名制, 实名认证商家), and a wall word on a normal page would stop every task on the phone.
 RISK_WALLS: tuple[str, ...] = (
@@ -146,7 +130,7 @@ def submit_amounts(dump: Dump) -> list[Decimal]:
 
 # Generic taps (and so the dry run) refuse anything a person could read as the submit control: 提交订单
 # with any spacing, followed by anything — an amount in any format (``¥ 29.90``, ``¥1,299.00``,
-# ``29.9元``) or none. Deliberately looser than SUBMIT_TEXT_RE, which reads the submit amount (issue 33).
+# ``29.9元``) or none. Deliberately looser than SUBMIT_TEXT_RE, which reads the submit amount.
 _SUBMIT_LIKE_RE = re.compile(r"\s*提\s*交\s*订\s*单.*", re.DOTALL)
 
 
@@ -196,7 +180,7 @@ def is_submit_related(node: Node) -> bool:
     return False
 
 
-# --- payment-mode gate backstops (issue 15 §6; phone-facts "The order sheet") -------------------
+# --- payment-mode gate backstops -------------------
 # Words that make the one submit tap a possible payment wherever they appear on the sheet.
 UNSAFE_SHEET_WORDS: tuple[str, ...] = ("先用后付", "免密")
 # Submit labels other than 提交订单 (0元下单 = 先用后付; the others pay directly).
@@ -228,5 +212,5 @@ def payment_row_targets(dump: Dump) -> int:
 
 
 def update_prompt(dump: Dump) -> bool:
-    """True when an app-update prompt is on screen (phone-facts: 新版本 / 立即升级)."""
+    """True when an app-update prompt is on screen (新版本 / 立即升级)."""
     return any(w in label for n in dump.app_nodes() for label in _labels(n) for w in UPDATE_PROMPT_WORDS)

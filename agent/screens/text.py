@@ -1,4 +1,4 @@
-"""Text normalization and money parsing (design §7.5 gate 1, phone-facts "Prices").
+"""Text normalization and money parsing (docs/agent.md "Text and money rules").
 
 Normalization is ONE documented step: Unicode NFKC, nothing else — no case folding, no whitespace
 collapsing, no bracket mapping. NFKC maps full-width forms (``￥``→``¥``, ``（``→``(``, full-width

@@ -1,5 +1,5 @@
-"""Which addresses ``serve`` may listen on, and which client address a request counts as (issue 31; spec 002:
-loopback only without HTTPS).
+"""Which addresses ``serve`` may listen on, and which client address a request counts as (loopback only
+without HTTPS: docs/operations.md "HTTPS: phone hosts on other machines").
 
 Pure rules over :mod:`ipaddress` values: :func:`bind_refusal` decides whether a bind is allowed,
 :func:`forwarded_client` picks the client address out of ``X-Forwarded-For``. The HTTP edge

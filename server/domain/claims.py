@@ -1,4 +1,4 @@
-"""Claim rules (docs/api.md "POST /api/v1/tasks/claim-next"–§7, docs/api.md "claim-next" and "lease renew"). Pure: no
+"""Claim rules (docs/api.md "POST /api/v1/tasks/claim-next" and "POST /api/v1/tasks/{task_id}/lease/renew"). Pure: no
 I/O, no SQL, no clock reads — rows and times come in as arguments.
 
 - :class:`ClaimPolicy` — what the claim, renew and heartbeat jobs need from the settings;
@@ -90,7 +90,7 @@ class ClaimPolicy:
     allowed_app_versions: tuple[str, ...]
     heartbeat_interval: int
     heartbeat_stale_factor: int
-    # CMBUYER_SUPERVISED_ORDERS (issue 17); built without settings it keeps the default: supervised, not off
+    # CMBUYER_SUPERVISED_ORDERS; built without settings it keeps the default: supervised, not off
     supervision: SupervisionPolicy = DEFAULT_SUPERVISION
 
     def __repr__(self) -> str:
@@ -139,7 +139,7 @@ def snapshot_of(row: Snapshot) -> dict[str, Any]:
 def wire_snapshot(row: Snapshot) -> dict[str, Any]:
     """The snapshot as claim-next sends it (docs/api.md "SKU options"): :func:`snapshot_of` with
     ``sku_options`` as a list of ``[dimension, value]`` pairs, plus ``sku_color``/``sku_size`` — the
-    colour/size special case read back for agents before issue 34 (both null for any other options)."""
+    colour/size special case read back for agents that know only colour/size (both null for any other options)."""
     out = snapshot_of(row)
     options = options_from_text(row.sku_options)
     out["sku_options"] = [list(o) for o in options]
@@ -195,7 +195,7 @@ def ready_for_claims(
     allowed_app_versions: tuple[str, ...],
 ) -> bool:
     """The heartbeat gate of :func:`may_claim` from the settings it reads (no secret needed): also what
-    the start confirmation counts as "a phone READY now" (issue 28 item 5)."""
+    the start confirmation counts as "a phone READY now"."""
     return (
         lease.heartbeat_fresh(gate.last_heartbeat_at, now, heartbeat_interval, heartbeat_stale_factor)
         and gate.reported_state == "READY"

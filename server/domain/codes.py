@@ -119,3 +119,6 @@ STATUS: Final[Mapping[Code, int]] = MappingProxyType({code: status for code, (st
 DEVICE_CODES: Final[frozenset[Code]] = frozenset(c for c, (_, who) in _CATALOGUE.items() if _D in who)
 #: The codes of ``admin_error.response.json`` (admin web JSON bodies and error pages).
 ADMIN_CODES: Final[frozenset[Code]] = frozenset(c for c, (_, who) in _CATALOGUE.items() if _A in who)
+#: The codes whose refusal tells the caller that trying again later may succeed (``"retryable": true`` in the
+#: admin error body): the storage failed for now, or the login throttle will reopen.
+RETRYABLE: Final[frozenset[Code]] = frozenset({Code.STORAGE_UNAVAILABLE, Code.LOGIN_THROTTLED})

@@ -14,6 +14,10 @@ Messages never contain tokens, SQL, paths or other tasks' data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Self
+
 from cmbuyer.server.domain.codes import STATUS, Code
 
 
@@ -30,6 +34,10 @@ class DomainError(CmbuyerError):
 
     code: Code = Code.INVALID_REQUEST
     status: int = 400
+    #: Which refusal of its code this is, and the facts that word it (:meth:`because`); "" and none when the
+    #: message says it all.
+    why: str = ""
+    facts: Mapping[str, str] = MappingProxyType({})
 
     def __init__(self, message: str = "", *, code: Code | str | None = None, status: int | None = None) -> None:
         # without a message the text is the class's own code (as it always was), not ``code``
@@ -41,6 +49,15 @@ class DomainError(CmbuyerError):
             self.status = status
         elif code is not None:
             self.status = STATUS[self.code]
+
+    def because(self, why: str, **facts: str) -> Self:
+        """Name which refusal of its code this is (``why``, e.g. ``"decided"`` for an approval another person
+        already decided) and the facts a person's sentence needs (raw codes and ids, never a wording): a
+        service raises codes only, and the one table of sentences (``display/labels.py``
+        ``REFUSAL_TEXTS``, through ``refusal_message``) words them. Returns ``self`` for ``raise``."""
+        self.why = why
+        self.facts = MappingProxyType(dict(facts))
+        return self
 
 
 class ValidationFailed(DomainError):
@@ -57,7 +74,7 @@ class ValidationFailed(DomainError):
 class InvalidTransition(DomainError):
     """The aggregate is not in a state that allows this use-case (409 ``invalid_state``). ``use_case`` and
     ``state`` (when the raiser names them, as :func:`~cmbuyer.server.domain.states.transition` does) let the
-    pages and the CLI word the refusal in Chinese (web/admin/labels.py :func:`refusal_message`)."""
+    pages and the CLI word the refusal in Chinese (display/labels.py :func:`refusal_message`)."""
 
     code = Code.INVALID_STATE
     status = 409

@@ -1,6 +1,7 @@
 """The evidence limits: one object for every check of an upload's size (docs/api.md "Evidence").
 
-The protocol fixes the largest screenshot (``SPEC_*`` below; spec 002 证据); a server may configure
+The protocol fixes the largest screenshot (``SPEC_*`` below; docs/api.md "POST /api/v1/tasks/{id}/evidence"); a server
+may configure
 tighter limits, never looser (``CMBUYER_EVIDENCE_MAX_*``, server/config.py). :class:`EvidenceLimits` is
 built once from the settings (``Settings.evidence_limits``) and read by the three places that enforce
 it: the application's request cap (``client_max_size``, server/app.py), the multipart reader's caps

@@ -1,22 +1,25 @@
-"""The fence's rules (docs/api.md "submission-fence" and "Fence refusals"; issue 15 §5). Pure: no I/O.
+"""The fence's rules (docs/api.md "submission-fence" and "Fence refusals"). Pure: no I/O.
 
 The fence service (``services/fence.py``) loads the rows, asks here, and writes. The admin supervision
-panel (``services/supervision_admin.py``) asks :func:`check_gates` too, to show whether readings awaiting
-approval would pass — one rule, two readers.
+panel (``web/admin/supervision_view.py``) asks here too: :func:`gate_refusal` whether readings awaiting
+approval would pass, and :class:`GateReadings` how each value fares on its own — one rule, two readers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from cmbuyer.schemas import MONEY_RE
 from cmbuyer.schemas.sku import options_from_text
 from cmbuyer.schemas.text import normalize_sku
 from cmbuyer.server.domain import lease
 from cmbuyer.server.domain.claims import snapshot_matches
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.errors import Conflict, DomainError
 from cmbuyer.server.domain.rows import FencedAuthorization, Snapshot
 from cmbuyer.server.domain.sku_readings import (
     is_legacy_report,
@@ -25,6 +28,7 @@ from cmbuyer.server.domain.sku_readings import (
     reported_options,
 )
 from cmbuyer.server.domain.states import AuthorizationState
+from cmbuyer.server.domain.supervision import canonical_readings
 
 
 class FenceRefused(Conflict):
@@ -62,10 +66,10 @@ def check_authorization(authorization: FencedAuthorization, task: Snapshot, now:
 
 def check_gates(body: dict[str, Any], authorization: Snapshot, allowed_payment_modes: tuple[str, ...]) -> None:
     """Step 7 (pure): raise :class:`FenceRefused` naming the first failed gate, in this order
-    (docs/api.md "Fence refusals"; issue 15 §5):
+    (docs/api.md "Fence refusals"):
 
-    - ``sku_options_required``: the body names ``selected_color``/``selected_size`` (an agent before
-      issue 34) but the task's options are not the colour/size special case — update the agent;
+    - ``sku_options_required``: the body names ``selected_color``/``selected_size`` (an agent that
+      knows only colour/size) but the task's options are not the colour/size special case — update the agent;
     - ``sku_mismatch``: the read options differ from the snapshot's per dimension by name
       (:func:`~cmbuyer.server.domain.sku_readings.options_equal`): a dimension the task names was not read,
       one was read that it does not name, or one value differs (NFKC on both sides);
@@ -86,21 +90,98 @@ def check_gates(body: dict[str, Any], authorization: Snapshot, allowed_payment_m
     read = reported_options(body)
     if read is None or not options_equal(read, wanted):
         raise FenceRefused("sku_mismatch")
-    if body["quantity_read"] != authorization.quantity:
+    passes = GateReadings.parse(body).passes(authorization, allowed_payment_modes)
+    if not passes.quantity:
         raise FenceRefused("quantity_mismatch")
-    gate1 = Decimal(body["gate1_unit_price"])
-    if not gate1 == Decimal(body["gate2_unit_price"]) == Decimal(body["gate3_unit_price"]):
+    if not (passes.gate2 and passes.gate3):
         raise FenceRefused("unit_price_changed")
-    cap = Decimal(authorization.max_total_price)
-    items = gate1 * authorization.quantity
-    if items > cap:
+    if not passes.gate1:
         raise FenceRefused("total_over_cap")
-    amount = Decimal(body["confirm_page_amount"])
-    if amount > cap:
+    if not passes.amount_within_cap:
         raise FenceRefused("confirm_amount_over_cap")
-    if amount > items:
+    if not passes.amount_within_items:
         raise FenceRefused("total_above_items")
-    if normalize_sku(body["payment_mode"]).strip() not in allowed_payment_modes:
+    if not passes.payment_mode:
         raise FenceRefused("payment_mode_not_allowed")
     if body["submit_control_match_count"] != 1:
         raise FenceRefused("submit_control_count")
+
+
+def _money(raw: object) -> Decimal | None:
+    return Decimal(raw) if isinstance(raw, str) and MONEY_RE.fullmatch(raw) else None
+
+
+@dataclass(frozen=True)
+class GatePasses:
+    """Whether each value the gates compare passes on its own (False when it is missing or malformed):
+    ``gate1`` unit price × quantity ≤ the cap; ``gate2``/``gate3`` unit price equal to gate 1's;
+    ``quantity`` equal to the task's; ``amount_within_cap`` / ``amount_within_items`` the submit control's
+    total ≤ the cap / ≤ unit price × quantity; ``payment_mode`` allowed."""
+
+    gate1: bool
+    gate2: bool
+    gate3: bool
+    quantity: bool
+    amount_within_cap: bool
+    amount_within_items: bool
+    payment_mode: bool
+
+
+@dataclass(frozen=True)
+class GateReadings:
+    """The values the gates compare, each None when it is missing or malformed (money not canonical,
+    quantity not an int ≥ 1, payment mode blank after NFKC). :func:`check_gates` reads a schema-valid body
+    through it; the admin panel reads stored readings awaiting approval, where any value may be bad."""
+
+    unit_prices: tuple[Decimal | None, Decimal | None, Decimal | None]
+    quantity: int | None
+    amount: Decimal | None
+    payment_mode: str | None
+
+    @classmethod
+    def parse(cls, readings: Mapping[str, Any]) -> GateReadings:
+        """The gate values of a readings object or fence body (other keys are ignored)."""
+        quantity = readings.get("quantity_read")
+        mode = readings.get("payment_mode")
+        return cls(
+            (
+                _money(readings.get("gate1_unit_price")),
+                _money(readings.get("gate2_unit_price")),
+                _money(readings.get("gate3_unit_price")),
+            ),
+            quantity if type(quantity) is int and quantity >= 1 else None,
+            _money(readings.get("confirm_page_amount")),
+            mode if isinstance(mode, str) and normalize_sku(mode).strip() else None,
+        )
+
+    def passes(self, task: Snapshot, allowed_payment_modes: tuple[str, ...]) -> GatePasses:
+        """How each value fares against the task's locked values (``task``) — see :class:`GatePasses`."""
+        cap = Decimal(task.max_total_price)
+        gate1 = self.unit_prices[0]
+        items = None if gate1 is None else gate1 * task.quantity
+        amount = self.amount
+        return GatePasses(
+            gate1=items is not None and items <= cap,
+            gate2=self.unit_prices[1] is not None and self.unit_prices[1] == gate1,
+            gate3=self.unit_prices[2] is not None and self.unit_prices[2] == gate1,
+            quantity=self.quantity == task.quantity,
+            amount_within_cap=amount is not None and amount <= cap,
+            amount_within_items=amount is not None and items is not None and amount <= items,
+            payment_mode=self.payment_mode is not None
+            and normalize_sku(self.payment_mode).strip() in allowed_payment_modes,
+        )
+
+
+def gate_refusal(readings: Mapping[str, Any], task: Snapshot, allowed_payment_modes: tuple[str, ...]) -> str | None:
+    """None when the fence's gates (:func:`check_gates`) pass on these readings, else the refusal word
+    (``unreadable`` when the readings are not the 8 well-formed values). The submit-control count is not
+    part of the readings; it is checked by the fence itself, so 1 is assumed here."""
+    try:
+        canonical = canonical_readings(readings)
+    except DomainError:
+        return "unreadable"
+    try:
+        check_gates({**canonical, "submit_control_match_count": 1}, task, allowed_payment_modes)
+    except FenceRefused as exc:
+        return exc.detail
+    return None

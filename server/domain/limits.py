@@ -2,7 +2,7 @@
 
 A device with a valid claim could otherwise append events or upload 10 MiB screenshots until its lease
 or the authorization ends, filling the events table or the evidence disk. A real flow needs a few dozen
-events and about five screenshots (design §3: three gates, the post-submit observation, a failure), so
+events and about five screenshots (docs/state-machines.md: three gates, the post-submit observation, a failure), so
 the defaults (``Settings``: 1,000 events, 32 files, 128 MiB) never bind an honest agent. Pure rules, no
 I/O: the services count what the attempt already holds and ask here.
 """

@@ -1,4 +1,4 @@
-"""The admin login throttle rule (issue 18 item 2). Pure: no I/O, no clock of its own.
+"""The admin login throttle rule. Pure: no I/O, no clock of its own.
 
 A *guess* is one password check. Each throttle key (one username, one client address) may have
 :attr:`Limit.free` guesses admitted; the guess that reaches that number starts a back-off during which
@@ -12,7 +12,7 @@ most ``free`` passwords checked per key, the rest refused with 429. A correct pa
 own count (see services/admin_sessions.py). Nothing here refuses for longer than ``cap_s``, so the
 right password always works again after a short wait (unlike a fixed long lock).
 
-The keys (:func:`keys`, issue 33): the username key is the username *at one client address*, so a
+The keys (:func:`keys`): the username key is the username *at one client address*, so a
 guesser who keeps a username backing off slows only itself; the person with the right password at
 another address is never refused by it. The address key bounds one address's guesses across all
 usernames. IPv6 addresses count by their /64.

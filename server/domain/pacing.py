@@ -1,4 +1,4 @@
-"""Taking one phone out of rotation (pause) and slowing a phone down (pacing): issue 32 §1 and §6. Pure: the
+"""Taking one phone out of rotation (pause) and slowing a phone down (pacing). Pure: the
 device row's columns and the time come in as arguments.
 
 Why pacing exists: Pinduoduo's risk control on a shopping account rises with rapid orders, so a team may

@@ -18,7 +18,7 @@ from cmbuyer.server.domain.errors import Conflict, DomainError, ValidationFailed
 from cmbuyer.server.domain.rows import AssetRow, AttemptRow, ReportingAttempt, ResultSlot
 from cmbuyer.server.domain.states import AttemptState, SubmissionState
 
-# The evidence kind an approval request must show: the screen holding the submit control (issue 17).
+# The evidence kind an approval request must show: the screen holding the submit control.
 SCREENSHOT_KIND = "CONFIRM_PAGE_GATE_3"
 # The observation reasons that say the device did NOT send the submit tap: its last look before the tap
 # refused it (agent/submit.py; docs/api.md "observation_reason"). The task page says so in plain words; the

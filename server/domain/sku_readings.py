@@ -1,8 +1,8 @@
 """The SKU options a phone reports (fence body, approval readings) and the per-dimension comparison with a
-task's options (issue 34; docs/api.md "SKU options" and "Fence refusals"). Pure functions.
+task's options (docs/api.md "SKU options" and "Fence refusals"). Pure functions.
 
 A report names its options either as ``selected_options`` (``[[dimension, value], ...]``, the dimensions
-being the task's names) or — agents before issue 34 — as ``selected_color`` + ``selected_size``, which
+being the task's names) or — agents that know only colour/size — as ``selected_color`` + ``selected_size``, which
 stand for the colour/size special case (:func:`cmbuyer.schemas.sku.legacy_options`).
 """
 
@@ -26,7 +26,7 @@ def _text(raw: object) -> str | None:
 
 
 def is_legacy_report(values: Mapping[str, Any]) -> bool:
-    """True when the report carries ``selected_color`` (an agent before issue 34) and no
+    """True when the report carries ``selected_color`` (an agent that knows only colour/size) and no
     ``selected_options``."""
     return "selected_options" not in values and "selected_color" in values
 
@@ -67,13 +67,13 @@ def reported_as_read(values: Mapping[str, Any]) -> SkuOptions:
 
 
 def options_equal(read: SkuOptions, wanted: SkuOptions) -> bool:
-    """Per dimension by name (issue 34 item 2): the same set of dimension names (every named dimension read,
+    """Per dimension by name: the same set of dimension names (every named dimension read,
     nothing read that the task does not name) and each read value equal to the task's. The order of the
     pairs does not matter; both sides are normalized."""
     return len(read) == len(wanted) and dict(read) == dict(wanted)
 
 
 def legacy_report_fits(wanted: SkuOptions) -> bool:
-    """Whether a colour/size report (an agent before issue 34) can describe ``wanted`` at all: only the
+    """Whether a colour/size report (an agent that knows only colour/size) can describe ``wanted`` at all: only the
     colour/size special case can. Otherwise the fence refuses ``sku_options_required``."""
     return legacy_view(wanted)[0] is not None

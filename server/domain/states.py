@@ -1,4 +1,4 @@
-"""State machines of tasks, authorizations, attempts, order submissions and devices (design §3).
+"""State machines of tasks, authorizations, attempts, order submissions and devices (docs/state-machines.md).
 
 Each machine is a table ``{(from_state, use_case): to_state}``; :func:`transition` is the only way the
 services compute a new state, and docs/state-machines.md is checked against these tables by a test.
@@ -17,7 +17,7 @@ from cmbuyer.server.domain.errors import InvalidTransition
 
 
 class TaskState(StrEnum):
-    """Task lifecycle; the Chinese display names are ``TASK_STATE_LABELS`` in ``web/admin/labels.py``."""
+    """Task lifecycle; the Chinese display names are ``TASK_STATE_LABELS`` in ``display/labels.py``."""
 
     DRAFT = "DRAFT"
     PENDING = "PENDING"
@@ -89,7 +89,7 @@ TASK_TRANSITIONS: dict[tuple[TaskState, str], TaskState] = {
     (T.PENDING, "authorization_expired"): T.EXPIRED,
     **{(s, "reset_to_draft"): T.DRAFT for s in (T.PENDING, T.CLAIMED, T.ORDERING, T.FAILED, T.EXPIRED)},
     **{(s, "cancel"): T.CANCELLED for s in (T.DRAFT, T.PENDING, T.CLAIMED, T.ORDERING, T.FAILED, T.EXPIRED)},
-    # After a restore (issue 31): every unsettled task is held; a person releases it after checking the
+    # After a restore: every unsettled task is held; a person releases it after checking the
     # phones' journals — back to DRAFT (its claim and authorization closed) when no fence was replicated,
     # back to SUBMITTING (reconciliation follows) when one was.
     **{(s, "restore_hold"): T.HELD for s in (T.PENDING, T.CLAIMED, T.ORDERING, T.SUBMITTING)},

@@ -1,4 +1,4 @@
-"""Supervised first orders (issue 17): the rules, no I/O.
+"""Supervised first orders: the rules, no I/O.
 
 A *pair* is one device running one selector pack (``pack_key``). Until a person has confirmed
 ``CMBUYER_SUPERVISED_ORDERS`` of the pair's orders as right, every attempt the pair claims is
@@ -15,6 +15,7 @@ Shared by the device side (claim-next, the approval routes, the fence) and the a
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,10 +27,11 @@ from cmbuyer.schemas.text import normalize_sku, text_problem
 from cmbuyer.server.domain.codes import Code
 from cmbuyer.server.domain.errors import InvalidTransition, ValidationFailed
 from cmbuyer.server.domain.sku_readings import reported_options
+from cmbuyer.server.domain.states import SubmissionState
 
 DEFAULT_SUPERVISED_ORDERS = 3
 # How long an agent waits for a person's approval when its request does not say (the agent's own default,
-# CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS): the task table's countdown (issue 32 §8).
+# CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS): the task table's countdown.
 DEFAULT_APPROVAL_WAIT_SECONDS = 600
 # NO_PACK (the heartbeat's "the agent has no pack for the installed app version") is not a pack id; the pack
 # id pattern and NO_PACK live in cmbuyer.schemas (the wire format) and are used from there.
@@ -133,7 +135,7 @@ def canonical_readings(values: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(raw, str) or not normalize_sku(raw).strip():
         raise _bad("payment_mode")
     # a person reads these in the approval drawer: no bidi, invisible or control characters, which would
-    # show one value while another is approved (the rule of every stored text, issue 33); the options'
+    # show one value while another is approved (the rule of every stored text); the options'
     # texts are checked by reported_options
     if text_problem(raw) is not None:
         raise _bad("payment_mode")
@@ -153,6 +155,16 @@ def canonical_readings(values: Mapping[str, Any]) -> dict[str, Any]:
     out["quantity_read"] = quantity
     out["payment_mode"] = normalize_sku(values["payment_mode"]).strip()
     return out
+
+
+def parse_readings(readings_json: str) -> dict[str, Any]:
+    """The stored readings object (``approval_requests.readings_json``); ``{}`` when it is not a JSON object
+    (every value then reads as unreadable and approval is refused — fail closed)."""
+    try:
+        value = json.loads(readings_json)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def readings_hash(values: Mapping[str, Any]) -> str:
@@ -217,3 +229,10 @@ def approval_counts(approval_state: str | None, approval_hash: str | None, fence
     """The fence's supervision condition: the attempt's live approval is APPROVED and its readings hash equals
     ``fence_hash`` (the hash of the fence body's readings). None (no live request) → False."""
     return approval_state == ApprovalState.APPROVED and approval_hash is not None and approval_hash == fence_hash
+
+
+# The verdict on a supervised order. "right" counts an order towards N, so the order must exist (the result
+# said so, or a person did); "wrong" can be said of any order whose tap happened — also one that turned out
+# not created.
+RIGHT_STATES = frozenset({SubmissionState.SUBMITTED, SubmissionState.CREATED})
+WRONG_STATES = RIGHT_STATES | {SubmissionState.RECONCILIATION_REQUIRED, SubmissionState.NOT_CREATED}

@@ -1,7 +1,7 @@
 """The fields of a task as people give them (form, CLI, spreadsheet, draft edit) and the one money rule
-for people (issue 28 item 2; docs/admin.md "Money typed by people"). Pure functions.
+for people (docs/admin.md "Money typed by people"). Pure functions.
 
-The JSON wire keeps spec 002's canonical two-decimal strings (:func:`values.parse_money`); everything a
+The JSON wire keeps docs/api.md's canonical two-decimal strings (:func:`values.parse_money`); everything a
 person types or a spreadsheet holds goes through :func:`person_money` first, so ``50``, ``50.0`` and
 ``50.00`` mean the same amount everywhere.
 """
@@ -59,7 +59,7 @@ class TaskFields:
     max_total_price: str
 
     def identity(self) -> tuple[str, str, int, str]:
-        """What makes two purchases the same purchase (issue 28: re-uploads create no duplicates): goods id,
+        """What makes two purchases the same purchase (re-uploads create no duplicates): goods id,
         SKU options after normalization, quantity and cap — not the title or the URL's spelling."""
         return (self.goods_id, self.sku_options, self.quantity, self.max_total_price)
 

@@ -1,10 +1,10 @@
-"""Rules of the task spreadsheet import (issue 28 item 1; docs/admin.md "Import"). Pure: the file readers
+"""Rules of the task spreadsheet import (docs/admin.md "Import"). Pure: the file readers
 (server/sheets/) hand over a header row and data rows of plain cell values; this module decides what each
 row means.
 
 - :data:`COLUMNS` is the column mapping as a table: one :class:`Column` per task field, with the header
   names that select it (the API field name and the documented Chinese names). A new field (e.g. the
-  ordered SKU options of issue 34) is a new row here plus its cell rule, not a new parser.
+  ordered SKU options) is a new row here plus its cell rule, not a new parser.
 - :func:`map_header` matches headers after NFKC, outer-space trimming and ASCII lower-casing; unknown
   headers are listed (and ignored), a missing required column or a column named twice refuses the file.
 - :func:`check_rows` applies the single-task rules (:func:`task_fields.parse_task_fields`) to every row,
@@ -116,7 +116,7 @@ class Column:
 COLUMNS: tuple[Column, ...] = (
     Column("title", ("title", "标题", "商品标题"), True, _text, "标题"),
     Column("product_url", ("product_url", "商品链接", "链接"), True, _text, "商品链接"),
-    # The SKU options (issue 34): one cell per option, written 维度=值 like the CLI's --option; or, for
+    # The SKU options: one cell per option, written 维度=值 like the CLI's --option; or, for
     # colour/size goods, the colour and size columns. A row uses one form or the other (never both).
     Column("option1", ("option1", "选项1", "规格选项1"), False, _option, "选项1"),
     Column("option2", ("option2", "选项2", "规格选项2"), False, _option, "选项2"),

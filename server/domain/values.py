@@ -60,7 +60,7 @@ def parse_product_url(raw: str) -> ProductRef:
 
 def check_text(field: str, what: str, value: str, *, multiline: bool = False) -> None:
     """Refuse text a person reads or a gate compares when it holds controls, bidi or invisible
-    characters (the shared rule :func:`cmbuyer.schemas.text.text_problem`; issue 18 item 8).
+    characters (the shared rule :func:`cmbuyer.schemas.text.text_problem`).
 
     Raises ValidationFailed(field, "<what>含…（U+XXXX）") — e.g. ``标题含不可见字符或文字方向控制符（U+202E）``.
     Every path that stores a title, SKU value, device name or note calls this before writing.
@@ -86,14 +86,14 @@ def parse_sku(field: str, raw: object) -> str:
 def parse_optional_sku(field: str, raw: object) -> str | None:
     """:func:`parse_sku`, except that ``None`` — "this goods has no such dimension" — is kept as ``None``.
 
-    Only the size is optional (one-dimension goods; a documented deviation from spec 002, docs/api.md).
+    Only the size is optional (one-dimension goods: docs/api.md "SKU options by dimension name").
     An empty string is not "none" here: a caller that means "empty = none" (the admin form) converts first.
     """
     return None if raw is None else parse_sku(field, raw)
 
 
 def parse_sku_options(field: str, raw: object) -> SkuOptions:
-    """The ordered SKU options of a task (issue 34; docs/api.md "SKU options"): a list of one to
+    """The ordered SKU options of a task (docs/api.md "SKU options"): a list of one to
     :data:`~cmbuyer.schemas.sku.MAX_OPTIONS` ``[dimension, value]`` pairs, each text checked like a colour
     (:func:`parse_sku`: 1–64 characters, no outer whitespace, no hidden characters, NFKC form), the
     dimension names distinct. Raises ValidationFailed(field, …) naming the first problem."""

@@ -1,4 +1,4 @@
-"""Content-addressed evidence file store: ``<evidence_dir>/ab/cd/<sha256>.png`` (design §5).
+"""Content-addressed evidence file store: ``<evidence_dir>/ab/cd/<sha256>.png`` (docs/architecture.md "Server layers").
 
 A file is written to a temporary name in its final directory, flushed and ``fsync``ed, renamed into
 place (atomic on POSIX) and the directory is ``fsync``ed, so after a crash a path either holds the

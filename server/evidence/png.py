@@ -1,7 +1,7 @@
 """Strict PNG validation for evidence uploads (docs/api.md "POST /api/v1/tasks/{id}/evidence": magic, full decode, size
 limits, no APNG).
 
-Order matters (bad-inputs "PNG content"): the chunk structure is walked first without decoding —
+Order matters: the chunk structure is walked first without decoding —
 signature, IHDR first with sane fields, **the header's width/height checked against the limits
 before any pixel is inflated**, every chunk's CRC, no animation chunks (``acTL``/``fcTL``/``fdAT``),
 bounded text chunks, compressed ancillary chunks (``iCCP``, ``zTXt``, compressed ``iTXt``) inflating

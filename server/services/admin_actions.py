@@ -1,4 +1,4 @@
-"""Human use-cases on tasks after start-purchases (docs/admin.md "Human actions"; design §3).
+"""Human use-cases on tasks after start-purchases (docs/admin.md "Human actions").
 
 Each function is one synchronous job run inside one write transaction (``Database.write``); it
 checks the expected task version, computes the new states only through
@@ -17,11 +17,10 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import values
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
+from cmbuyer.server.domain.errors import DomainError, NotFound, ValidationFailed, refusal
 from cmbuyer.server.domain.states import (
     AUTHORIZATION_TRANSITIONS,
     FENCED_TASK_STATES,
@@ -39,7 +38,7 @@ from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import supervision as supervision_tx
-from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.common import Actor, load
 from cmbuyer.server.tx.moves import set_authorization_state, set_task_state
 
 NOTE_MAX = 500
@@ -57,15 +56,12 @@ class ActionResult:
     version: int
 
 
-def _stale() -> Conflict:
-    return Conflict("任务已变化，请刷新后重试", code=Code.VERSION_CONFLICT)
+def _stale() -> DomainError:
+    return refusal(Code.VERSION_CONFLICT).because("task_changed")
 
 
 def _load(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
-    task = task_store.get(conn, task_id) if is_uuid4(task_id) else None
-    if task is None:
-        raise NotFound("任务不存在")
-    return task
+    return load(conn, task_store.get, task_id, NotFound().because("task"))
 
 
 def _move(
@@ -122,7 +118,7 @@ def close_before_fence(
     reason = CLOSE_REASONS[use_case]
     task = _load(conn, task_id)
     if TaskState(task.state) in FENCED_TASK_STATES or admin_queries.submission_exists_for_task(conn, task.id):
-        raise Conflict("该任务已取得提交围栏，只能人工核对", code=Code.SUBMISSION_FENCED)
+        raise refusal(Code.SUBMISSION_FENCED).because("reconcile_only")
     if task.version != expected_version:
         raise _stale()
     latest = auth_store.latest_for_task(conn, task.id)
@@ -164,7 +160,7 @@ def release_held(
     now: datetime,
     request_id: str | None = None,
 ) -> ActionResult:
-    """放行 on the held-tasks page (``POST /held/release``, issue 31): a person checked a HELD task against
+    """放行 on the held-tasks page (``POST /held/release``): a person checked a HELD task against
     the phones' journals. Without a replicated fence it goes back to DRAFT like a reset (its claim and
     authorization closed, reason RESET; audit ``task.release``) and must be started again; with one, back to
     SUBMITTING (audit ``task.release_fenced``), where the sweeper moves it to reconciliation once its lease
@@ -226,14 +222,14 @@ def parse_reconcile(raw: dict[str, Any]) -> tuple[str, str, int]:
     returns ``(outcome, note, version)``. The note (1–500 characters) is what the person checked."""
     outcome = raw.get("outcome")
     if outcome not in RECONCILE_OUTCOMES:
-        raise ValidationFailed("outcome", "请选择“已创建待付款订单”或“确认未创建”")
+        raise ValidationFailed("outcome", "").because("reconcile_outcome")
     note = raw.get("note")
     if not isinstance(note, str) or not note.strip() or len(note) > NOTE_MAX:
-        raise ValidationFailed("note", f"请填写核对说明（1–{NOTE_MAX} 字）")
+        raise ValidationFailed("note", "").because("reconcile_note", max=str(NOTE_MAX))
     values.check_text("note", "核对说明", note, multiline=True)
     version = raw.get("expected_task_version")
     if type(version) is not int or version < 1:
-        raise ValidationFailed("expected_task_version", "缺少任务版本")
+        raise ValidationFailed("expected_task_version", "").because("task_version")
     return str(outcome), note.strip(), version
 
 
@@ -253,9 +249,7 @@ def reconcile(
     (RECONCILED). It never re-opens the fence, issues an authorization or contacts a device.
     Raises NotFound, Conflict(``version_conflict``), InvalidTransition (``invalid_state``).
     """
-    sub = admin_queries.submission(conn, submission_id) if is_uuid4(submission_id) else None
-    if sub is None:
-        raise NotFound("提交记录不存在")
+    sub = load(conn, admin_queries.submission, submission_id, NotFound().because("submission"))
     task = _load(conn, sub["task_id"])
     if task.version != expected_version:
         raise _stale()

@@ -1,4 +1,4 @@
-"""Admin login sessions and failed-login throttling (docs/admin.md "Identity and sessions"; issue 5 "Login/logout").
+"""Admin login sessions and failed-login throttling (docs/admin.md "Identity and sessions").
 
 * A session id is 32 random bytes (256 bits) sent as URL-safe base64 in the cookie; the database
   keeps only SHA-256 of those bytes.
@@ -11,7 +11,7 @@
   password may be checked, and counts the guess *before* it is checked — so guesses in flight count
   and a concurrent burst gets only a handful of passwords checked. Every back-off that starts or
   grows is audited (``admin.login_locked``).
-* The username key is the username *at one client address* (issue 33): a guesser who keeps a username
+* The username key is the username *at one client address*: a guesser who keeps a username
   backing off slows only its own address, never the person who types the right password elsewhere.
   The address key still bounds what one address may guess across usernames. ``admin unlock`` and
   ``admin passwd`` forget a username's records at every address (services/admins.py).

@@ -12,7 +12,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import login_throttle
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
+from cmbuyer.server.domain.errors import NotFound, ValidationFailed, refusal
 from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.store import sessions as session_store
 from cmbuyer.server.tx import audit as audit_tx
@@ -28,7 +28,7 @@ _DUMMY_HASH = _HASHER.hash("cmbuyer-dummy-password")
 def hash_password(password: str) -> str:
     """argon2id hash of ``password`` (≥ 10 characters, ≤ 1024). Raises ValidationFailed."""
     if not isinstance(password, str) or not MIN_PASSWORD <= len(password) <= 1024:
-        raise ValidationFailed("password", f"密码至少 {MIN_PASSWORD} 个字符")
+        raise ValidationFailed("password", "").because("password_length", min=str(MIN_PASSWORD))
     return _HASHER.hash(password)
 
 
@@ -44,9 +44,9 @@ def verify_password(stored_hash: str | None, password: str) -> bool:
 def add_admin(conn: sqlite3.Connection, username: str, password: str, actor: Actor, now: datetime) -> str:
     """Create an admin; returns its id. Conflict ``username_taken`` when the name exists."""
     if not _USERNAME.fullmatch(username or ""):
-        raise ValidationFailed("username", "用户名为 1–64 个字母、数字或 _.@-")
+        raise ValidationFailed("username", "").because("username")
     if admin_store.by_username(conn, username) is not None:
-        raise Conflict("用户名已存在", code=Code.USERNAME_TAKEN)
+        raise refusal(Code.USERNAME_TAKEN).because("admin")
     admin_id = new_id()
     at = to_wire(now)
     admin_store.insert(conn, admin_id, username, hash_password(password), at)
@@ -60,7 +60,7 @@ def change_password(conn: sqlite3.Connection, username: str, password: str, acto
     NotFound for an unknown username."""
     admin = admin_store.by_username(conn, username)
     if admin is None:
-        raise NotFound("管理员不存在")
+        raise NotFound().because("admin")
     at = to_wire(now)
     admin_store.set_password(conn, admin.id, hash_password(password), at)
     audit_tx.record(conn, actor, "admin.passwd", "admin", admin.id, at=at)
@@ -74,7 +74,7 @@ def unlock_login(conn: sqlite3.Connection, username: str, actor: Actor, now: dat
     :attr:`~login_throttle.Limit.cap_s`. NotFound for an unknown username."""
     admin = admin_store.by_username(conn, username)
     if admin is None:
-        raise NotFound("管理员不存在")
+        raise NotFound().because("admin")
     return _forget_throttle(conn, admin.username, actor, to_wire(now))
 
 

@@ -10,10 +10,10 @@ Order inside the transaction (each step only after the previous one):
 4. the device's open claim, if any: same session + live lease + consistent task/authorization →
    the same attempt again (recorded under the new key); anything else → 409
    ``claim_requires_manual``. Never a second attempt, never a transfer;
-5. an administrator paused the device, or its pacing does not allow a claim yet (issue 32,
-   :func:`~cmbuyer.server.domain.pacing.no_new_work`) → EMPTY, persisted (after step 4: an open claim still
+5. an administrator paused the device, or its pacing does not allow a claim yet
+   (:func:`~cmbuyer.server.domain.pacing.no_new_work`) → EMPTY, persisted (after step 4: an open claim still
    resumes and runs to its end);
-6. the supervision pair (issue 17, :func:`supervision_tx.for_claim`): held → EMPTY, persisted; otherwise it
+6. the supervision pair (:func:`supervision_tx.for_claim`): held → EMPTY, persisted; otherwise it
    decides whether the new attempt is supervised;
 7. the oldest claimable authorization (:func:`auth_store.next_candidate`); none → EMPTY, persisted;
 8. attempt + claim (random nonce, token hash, lease) + request record + audit row, authorization
@@ -136,9 +136,9 @@ def claim_next(
 ) -> Stored:
     """Run claim-next for an authenticated device inside the caller's write transaction.
 
-    ``pack_id`` is the optional pack id the agent names (issue 17): with the device it keys the supervision
+    ``pack_id`` is the optional pack id the agent names: with the device it keys the supervision
     pair. A held pair gets EMPTY (the not-claimable path); a new attempt of a pair under supervision is
-    stored ``supervised`` and its answer says ``"supervised": true``. A paused or paced device (issue 32)
+    stored ``supervised`` and its answer says ``"supervised": true``. A paused or paced device
     gets EMPTY unless it resumes its open claim.
 
     Returns the response to send (200 body with token, or 204 EMPTY). Raises
@@ -146,7 +146,7 @@ def claim_next(
     ``app_version_not_allowed`` / ``claim_requires_manual`` (→ 409), Unavailable (→ 503).
     """
     payload = {"claim_request_id": claim_request_id, "session_id": session_id}
-    if pack_id is not None:  # absent → the same comparison form (and stored hashes) as before issue 17
+    if pack_id is not None:  # absent → the same comparison form (and stored hashes) as before supervision existed
         payload["pack_id"] = pack_id
     req = device_tx.open_write(conn, device_id, key=claim_request_id, endpoint=ENDPOINT, payload=payload)
     stored = req.replay()

@@ -1,4 +1,4 @@
-"""Start-up check of the claim-token secret (docs/api.md "Start-up"; design §2.7): the configured
+"""Start-up check of the claim-token secret (docs/api.md "Start-up"): the configured
 ``CMBUYER_CLAIM_TOKEN_SECRET`` must rebuild the stored token hash of every OPEN attempt and of the
 newest attempts. Otherwise the server refuses to start (fail closed) instead of issuing tokens that
 would not match, or substitute tokens for existing claims."""

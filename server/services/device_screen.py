@@ -1,4 +1,4 @@
-"""``POST /api/v1/devices/screen`` — the database half (issue 32 §7; docs/api.md "Holds and screens").
+"""``POST /api/v1/devices/screen`` — the database half (docs/api.md "Holds and screens").
 
 The web layer has authenticated the device, read the multipart form, fully validated the PNG (the evidence
 rules), checked the declared SHA-256 and stored the bytes in the evidence store. :func:`record_screen` is

@@ -1,5 +1,5 @@
 """Device use-cases: issue a token (shown once), list, revoke (docs/api.md "Device authentication"); pause,
-resume and pacing (issue 32; rules in :mod:`cmbuyer.server.domain.pacing`)."""
+resume and pacing (rules in :mod:`cmbuyer.server.domain.pacing`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from cmbuyer.server.domain.errors import InvalidTransition, NotFound, Validation
 from cmbuyer.server.domain.states import DeviceState
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx import audit as audit_tx
-from cmbuyer.server.tx.common import Actor, new_id
+from cmbuyer.server.tx.common import Actor, load, new_id
 
 TOKEN_BYTES = 32
 
@@ -46,7 +46,7 @@ def add_device(conn: sqlite3.Connection, name: str, actor: Actor, now: datetime)
     values.check_text("name", "设备名称", name)
     name = name.strip()
     if not name or len(name) > 64 or not name.isprintable():
-        raise ValidationFailed("name", "设备名称为 1–64 个可打印字符")
+        raise ValidationFailed("name", "").because("device_name")
     device_id = new_id()
     token = secrets.token_bytes(TOKEN_BYTES).hex()
     at = to_wire(now)
@@ -63,7 +63,7 @@ def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: d
     "Linearization with revocation").
     """
     if not is_uuid4(device_id) or device_store.get(conn, device_id) is None:
-        raise NotFound("设备不存在")
+        raise NotFound().because("device")
     at = to_wire(now)
     changed = device_store.revoke(conn, device_id, at)
     if changed:
@@ -72,14 +72,11 @@ def revoke_device(conn: sqlite3.Connection, device_id: str, actor: Actor, now: d
 
 
 def _existing(conn: sqlite3.Connection, device_id: str) -> device_store.Device:
-    device = device_store.get(conn, device_id) if is_uuid4(device_id) else None
-    if device is None:
-        raise NotFound("设备不存在")
-    return device
+    return load(conn, device_store.get, device_id, NotFound().because("device"))
 
 
 def set_paused(conn: sqlite3.Connection, device_id: str, *, paused: bool, actor: Actor, now: datetime) -> bool:
-    """Pause (``paused=True``) or resume a device (issue 32 §1). A paused device keeps its token and its open
+    """Pause (``paused=True``) or resume a device. A paused device keeps its token and its open
     claim, if any, runs to its end, but claim-next gives it no new task (204) and its heartbeat answer says
     ``paused``. Idempotent: True when this call changed it, and only a change writes an audit row
     (``device.pause`` / ``device.resume``).
@@ -90,7 +87,7 @@ def set_paused(conn: sqlite3.Connection, device_id: str, *, paused: bool, actor:
     """
     device = _existing(conn, device_id)
     if device.state != DeviceState.ACTIVE:
-        raise InvalidTransition("设备已撤销，不能暂停或恢复")
+        raise InvalidTransition().because("revoked_pause")
     at = to_wire(now)
     who = f"{actor.kind}:{actor.id}"[:100]
     changed = device_store.set_paused(
@@ -110,7 +107,7 @@ def set_pacing(
     actor: Actor,
     now: datetime,
 ) -> bool:
-    """Set a device's pacing (issue 32 §6): the least seconds between two of its claims and the most claims
+    """Set a device's pacing: the least seconds between two of its claims and the most claims
     per Beijing day; None turns a limit off. True when a value changed; only a change writes an audit row
     (``device.pacing`` with both values).
 
@@ -120,11 +117,9 @@ def set_pacing(
     try:
         pacing.check_pacing(min_claim_interval_seconds, max_claims_per_day)
     except ValueError:
-        raise ValidationFailed(
-            "pacing", "最短领取间隔为 1–86400 秒、每日最多领取为 1–10000 次，或留空表示不限"
-        ) from None
+        raise ValidationFailed("pacing", "").because("pacing") from None
     if _existing(conn, device_id).state != DeviceState.ACTIVE:
-        raise InvalidTransition("设备已撤销，不能设置领取节奏")
+        raise InvalidTransition().because("revoked_pacing")
     changed = device_store.set_pacing(
         conn, device_id, min_claim_interval_seconds=min_claim_interval_seconds, max_claims_per_day=max_claims_per_day
     )
@@ -145,7 +140,7 @@ RELEASE_NOTE_MAX = 500
 
 
 def release_hold(conn: sqlite3.Connection, device_id: str, *, note: str, actor: Actor, now: datetime) -> bool:
-    """释放 (issue 32 §7): a person checked the held phone and lets it work again. The release is stored on the
+    """释放: a person checked the held phone and lets it work again. The release is stored on the
     device and goes out in the heartbeat answer (``hold_released``) while the agent still reports that hold;
     the agent then clears its local hold and claims again. The phone-host command
     ``cmbuyer-agent journal --clear-hold`` keeps working the same. Audited (``device.hold_release`` with the
@@ -156,14 +151,14 @@ def release_hold(conn: sqlite3.Connection, device_id: str, *, note: str, actor: 
     values.check_text("note", "说明", note)
     note = note.strip()
     if not 1 <= len(note) <= RELEASE_NOTE_MAX:
-        raise ValidationFailed("note", "请写明检查了什么（1–500 个字符）")
+        raise ValidationFailed("note", "").because("release_note")
     if _existing(conn, device_id).state != DeviceState.ACTIVE:
-        raise InvalidTransition("设备已撤销")
+        raise InvalidTransition().because("revoked")
     held = device_store.hold_state(conn, device_id)
     at = to_wire(now)
     who = f"{actor.kind}:{actor.id}"[:100]
     if held is None or not device_store.release_hold(conn, device_id, at=at, by=who, note=note):
-        raise InvalidTransition("这台手机没有报告暂停（hold），无需释放")
+        raise InvalidTransition().because("no_hold")
     audit_tx.record(
         conn, actor, "device.hold_release", "device", device_id, at=at, detail={"note": note, "code": held.hold_code}
     )
@@ -171,16 +166,16 @@ def release_hold(conn: sqlite3.Connection, device_id: str, *, note: str, actor: 
 
 
 def request_screen(conn: sqlite3.Connection, device_id: str, *, actor: Actor, now: datetime) -> str:
-    """查看当前屏幕 (issue 32 §7): ask the phone for one fresh screenshot through its next heartbeat answer; returns
+    """查看当前屏幕: ask the phone for one fresh screenshot through its next heartbeat answer; returns
     the request id. A newer request replaces one not answered yet. Audited (``device.screen_request``).
 
     Raises NotFound, InvalidTransition (409 ``invalid_state``) for a revoked device or one working on a task
     (its last heartbeat said BUSY: the flow owns the screen then)."""
     device = _existing(conn, device_id)
     if device.state != DeviceState.ACTIVE:
-        raise InvalidTransition("设备已撤销")
+        raise InvalidTransition().because("revoked")
     if device.reported_state == "BUSY":
-        raise InvalidTransition("手机正在执行任务，请在任务结束后再查看屏幕")
+        raise InvalidTransition().because("busy_screen")
     request_id, at = new_id(), to_wire(now)
     device_store.request_screen(conn, device_id, request_id=request_id, at=at)
     audit_tx.record(conn, actor, "device.screen_request", "device", device_id, at=at, detail={"request_id": request_id})
@@ -189,14 +184,14 @@ def request_screen(conn: sqlite3.Connection, device_id: str, *, actor: Actor, no
 
 def set_supervision(conn: sqlite3.Connection, device_id: str, *, off: bool, actor: Actor, now: datetime) -> bool:
     """Exempt a device from supervised first orders (``off=True``) or put it back under the global rule
-    (issue 17; ``CMBUYER_SUPERVISED_ORDERS``). Idempotent: returns True when this call changed the
+    (``CMBUYER_SUPERVISED_ORDERS``). Idempotent: returns True when this call changed the
     setting, and only a change writes an audit row (``device.supervision``). NotFound when unknown.
 
     The exemption is for phones a team has already proven (and for the demo's second phone); it does not
     clear a held device–pack pair — that is the admin's 重新人工监督 on the devices page.
     """
     if not is_uuid4(device_id) or device_store.get(conn, device_id) is None:
-        raise NotFound("设备不存在")
+        raise NotFound().because("device")
     changed = device_store.set_supervision_off(conn, device_id, off)
     if changed:
         audit_tx.record(

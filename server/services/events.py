@@ -1,4 +1,4 @@
-"""``POST /api/v1/tasks/{id}/events`` as one write-transaction job (docs/api.md, design §3).
+"""``POST /api/v1/tasks/{id}/events`` as one write-transaction job (docs/api.md).
 
 Order: conditional "device still ACTIVE" UPDATE → idempotency lookup of ``batch_key`` (same batch →
 the stored answer byte for byte, nothing appended twice) → the claim must be current: the OPEN attempt

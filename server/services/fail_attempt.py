@@ -1,4 +1,4 @@
-"""``POST /api/v1/purchase-attempts/{aid}/fail`` as one write-transaction job (docs/api.md, design §3).
+"""``POST /api/v1/purchase-attempts/{aid}/fail`` as one write-transaction job (docs/api.md).
 
 Order: conditional "device still ACTIVE" UPDATE → idempotency lookup of ``fail_key`` → the claim must
 be this device's OPEN attempt with this generation and token (the lease is *not* required: an agent

@@ -1,4 +1,4 @@
-"""``POST /api/v1/purchase-attempts/{aid}/submission-fence`` — the one-time fence (docs/api.md, design §2.1).
+"""``POST /api/v1/purchase-attempts/{aid}/submission-fence`` — the one-time fence (docs/api.md).
 
 Whatever happens (replays, races, crashes, restarts, expired leases) at most one ``click_permitted:
 true`` is ever issued per authorization. The argument:
@@ -31,8 +31,8 @@ Order inside the job (any failure raises, nothing is written, never a permit):
 7. the gates, re-checked on the values the agent READ on the screen (``409 fence_refused`` with a
    ``detail`` word, see :func:`cmbuyer.server.domain.fence.check_gates`): colour and size as read,
    quantity read, the three unit prices, the total read from ``提交订单 ¥<total>``, the payment mode
-   read beside it, the number of submit controls; then, for an attempt supervised at claim time
-   (issue 17), a person's approval of exactly these readings (``409 approval_required``,
+   read beside it, the number of submit controls; then, for an attempt supervised at claim time,
+   a person's approval of exactly these readings (``409 approval_required``,
    :func:`cmbuyer.server.tx.supervision.require_approval`);
 8. insert the submission (FENCED), authorization CLAIMED → FENCED, task → SUBMITTING (version + 1),
    audit row, replay record.

@@ -1,4 +1,4 @@
-"""``POST /api/v1/devices/heartbeat`` (docs/api.md; design §7.1): record what the phone host reports and
+"""``POST /api/v1/devices/heartbeat`` (docs/api.md): record what the phone host reports and
 answer whether its Pinduoduo version is allowed, with the server's time.
 
 The body's ``device_id`` must be the authenticated device (checked by the route before any write).
@@ -6,13 +6,13 @@ The record is last-writer-wins on the device row; an audit row is written only w
 changes (version, serial, state, pack, allowed flag …), so a steady 10-second heartbeat does not flood
 the append-only audit trail, while every change of what the server knows stays traceable.
 
-``pack_id`` (issue 16 §6, an extension of spec 002's heartbeat) is the screen-reading pack the agent uses for
-the installed app version, or ``"NO_PACK"``. A heartbeat without it (an agent older than issue 16, or a
+``pack_id`` (docs/api.md "POST /api/v1/devices/heartbeat") is the screen-reading pack the agent uses for
+the installed app version, or ``"NO_PACK"``. A heartbeat without it (an agent that does not report packs, or a
 phone whose app version is unknown: ADB offline, app missing) stores NULL = unknown: the devices page
 shows "—" rather than a pack id an earlier, newer agent reported — a stale id would claim a pack that the
 running agent may not have.
 
-``paused`` and ``paced_until`` (issue 32, also extensions: absent = not paused, not paced) tell the agent why
+``paused`` and ``paced_until`` (also extensions: absent = not paused, not paced) tell the agent why
 claim-next will answer 204 for now: an administrator paused the device, or its pacing
 (:mod:`cmbuyer.server.domain.pacing`) allows the next claim only at that time. The agent's local hold
 (``hold``) is stored on the device (audit ``device.hold`` when a new one is seen, ``device.hold_cleared``
@@ -89,7 +89,7 @@ def record_heartbeat(
 def _hold_and_screen(
     conn: sqlite3.Connection, device_id: str, body: dict[str, Any], *, at: str, features: set[str]
 ) -> dict[str, Any]:
-    """Issue 32 §7: store the reported hold (or its end), answer a pending 释放 of it, take the ``screen``
+    """Store the reported hold (or its end), answer a pending 释放 of it, take the ``screen``
     answer and repeat a pending 查看当前屏幕; returns the answer fields the agent's ``features`` allow."""
     before = device_store.hold_state(conn, device_id)
     assert before is not None  # device_tx.begin proved the row

@@ -1,4 +1,4 @@
-"""Expiry sweeper and start-up recovery (design §2.7, recovery before dispatch: docs/api.md "Expiry and recovery").
+"""Expiry sweeper and start-up recovery (recovery before dispatch: docs/api.md "Expiry and recovery").
 
 The same job runs at start-up — a start-up step of ``lifecycle.py``, so it completes before any
 device route serves — and then every ``settings.sweep_interval`` seconds. Each pass is one write job

@@ -1,4 +1,4 @@
-"""Hold every unsettled task of a restored database (issue 31; run by ``cmbuyer-server restore``).
+"""Hold every unsettled task of a restored database (run by ``cmbuyer-server restore``).
 
 Litestream replicates asynchronously, so a restored database is behind reality: a task a phone ordered
 after the last replicated write comes back PENDING or CLAIMED, and dispatching it again could buy it

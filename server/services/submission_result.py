@@ -36,7 +36,7 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain import claim_token
 from cmbuyer.server.domain.claims import claim_not_current
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import BrokenInvariant, Conflict, NotFound
+from cmbuyer.server.domain.errors import BrokenInvariant, DomainError, NotFound, refusal
 from cmbuyer.server.domain.reports import awaits_result, check_asset, may_report_result, result_use_case
 from cmbuyer.server.domain.states import (
     ATTEMPT_TRANSITIONS,
@@ -61,14 +61,14 @@ from cmbuyer.server.tx.moves import close_attempt, move_authorization, move_task
 ENDPOINT = "submission-result"
 
 
-def result_conflict() -> Conflict:
+def result_conflict() -> DomainError:
     """The fixed 409 when the submission already has its one result (or a person settled it)."""
-    return Conflict("the submission already has a result", code=Code.RESULT_CONFLICT)
+    return refusal(Code.RESULT_CONFLICT).because("result")
 
 
 def not_found() -> NotFound:
     """The fixed 404 for an unknown submission *or* one fenced by another device."""
-    return NotFound("not found", code=Code.NOT_FOUND)
+    return NotFound().because("device_submission")
 
 
 def _extras(body: dict[str, Any]) -> dict[str, Any]:

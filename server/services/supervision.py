@@ -1,4 +1,4 @@
-"""Supervised first orders, device side: the approval routes (issue 17; rules in
+"""Supervised first orders, device side: the approval routes (rules in
 :mod:`cmbuyer.server.domain.supervision`).
 
 - ``POST /api/v1/purchase-attempts/{aid}/approval`` is :func:`request_approval` (one write job) and
@@ -21,7 +21,7 @@ from cmbuyer.server.domain import claim_token, lease
 from cmbuyer.server.domain import supervision as rules
 from cmbuyer.server.domain.claims import claim_not_current, in_progress_before_fence
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Conflict, NotFound
+from cmbuyer.server.domain.errors import DomainError, NotFound, refusal
 from cmbuyer.server.domain.reports import check_screenshot
 from cmbuyer.server.domain.supervision import ApprovalState
 from cmbuyer.server.store import attempts as attempt_store
@@ -36,9 +36,9 @@ from cmbuyer.server.tx.supervision import void
 ENDPOINT = "approval"
 
 
-def not_supervised() -> Conflict:
+def not_supervised() -> DomainError:
     """The fixed 409 for an approval request on an attempt that was not supervised at claim time."""
-    return Conflict("the attempt is not supervised", code=Code.NOT_SUPERVISED)
+    return refusal(Code.NOT_SUPERVISED).because("attempt")
 
 
 def _answer(approval: store.Approval, state: str, at: str) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def approval_status(
     approval = store.get_approval(conn, body["approval_id"])
     attempt = None if approval is None else attempt_store.get(conn, approval.attempt_id)
     if approval is None or attempt is None or attempt.id != attempt_id or attempt.device_id != device_id:
-        raise NotFound("approval request not found")
+        raise NotFound().because("device_approval")
     token_ok = claim_token.matches(attempt.token_hash, body["claim_token"])
     if not token_ok or attempt.claim_generation != body["claim_generation"]:
         raise claim_not_current()

@@ -1,4 +1,4 @@
-"""Edit a DRAFT task (issue 28 item 4; docs/admin.md "Editing a draft"): title, URL, SKU texts, quantity and
+"""Edit a DRAFT task (docs/admin.md "Editing a draft"): title, URL, SKU texts, quantity and
 max total, validated by the same rules as a new task (:func:`cmbuyer.server.domain.task_fields.parse_task_fields`).
 
 One write transaction: unknown task → 404 ``not_found``; ``expected_task_version`` stale → 409
@@ -14,15 +14,14 @@ import sqlite3
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Conflict, InvalidTransition, NotFound
+from cmbuyer.server.domain.errors import InvalidTransition, NotFound, refusal
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.domain.task_fields import TaskFields
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import audit as audit_tx
-from cmbuyer.server.tx.common import Actor
+from cmbuyer.server.tx.common import Actor, load
 
 
 @dataclass(frozen=True)
@@ -47,13 +46,11 @@ def edit_draft(
     """Overwrite the draft's fields with ``fields`` (see the module docstring). An edit that changes nothing
     still bumps the version and is audited (the person pressed save; the row says nothing changed).
     Raises NotFound, Conflict(``version_conflict``), InvalidTransition(``invalid_state``)."""
-    task = task_store.get(conn, task_id) if is_uuid4(task_id) else None
-    if task is None:
-        raise NotFound("任务不存在")
+    task = load(conn, task_store.get, task_id, NotFound().because("task"))
     if task.version != expected_version:
-        raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
+        raise refusal(Code.VERSION_CONFLICT).because("task_changed_pick")
     if task.state != TaskState.DRAFT:
-        raise InvalidTransition("只有草稿任务可以修改；请先重置为草稿")
+        raise InvalidTransition().because("edit_not_draft")
     new = asdict(fields)
     old = {name: getattr(task, name) for name in new}
     changed = tuple(name for name in new if new[name] != old[name])
@@ -61,7 +58,7 @@ def edit_draft(
     if not task_store.update_draft_fields(
         conn, task.id, expected_version=expected_version, draft_state=TaskState.DRAFT, values=new, at=at
     ):
-        raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
+        raise refusal(Code.VERSION_CONFLICT).because("task_changed_pick")
     audit_tx.record(
         conn,
         actor,

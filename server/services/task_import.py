@@ -1,4 +1,4 @@
-"""Spreadsheet import of DRAFT tasks (issue 28 item 1; docs/admin.md "Import"): the admin page
+"""Spreadsheet import of DRAFT tasks (docs/admin.md "Import"): the admin page
 ``/tasks/import`` and ``cmbuyer-server task import`` both run these steps.
 
 1. :func:`parse` (no database; CPU-bound, run off the event loop): read the file

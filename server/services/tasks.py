@@ -13,7 +13,7 @@ from cmbuyer.server.clock import to_wire
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain.claims import snapshot_of
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Conflict, NotFound, ValidationFailed
+from cmbuyer.server.domain.errors import NotFound, ValidationFailed, refusal
 from cmbuyer.server.domain.states import (
     FENCED_TASK_STATES,
     TASK_TRANSITIONS,
@@ -26,7 +26,7 @@ from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx import drafts
-from cmbuyer.server.tx.common import Actor, canonical_json, new_id, payload_hash
+from cmbuyer.server.tx.common import Actor, canonical_json, load, new_id, payload_hash
 from cmbuyer.server.tx.moves import set_task_state
 
 
@@ -46,7 +46,7 @@ def validate_new_task(raw: dict[str, Any], settings: Settings) -> NewTask:
     """
     create_key = raw.get("create_key")
     if not is_uuid4(create_key):
-        raise ValidationFailed("create_key", "create_key 必须是小写 UUIDv4")
+        raise ValidationFailed("create_key", "").because("create_key")
     fields = parse_task_fields(raw, max_quantity=settings.max_quantity, max_total_price=settings.max_total_price)
     return NewTask(create_key=str(create_key), **asdict(fields))
 
@@ -67,20 +67,20 @@ def parse_start_request(raw: dict[str, Any]) -> tuple[str, list[tuple[str, int]]
     ``(task_id, expected_task_version)``. Raises ValidationFailed."""
     start_key = raw.get("start_key")
     if not is_uuid4(start_key):
-        raise ValidationFailed("start_key", "start_key 必须是小写 UUIDv4")
+        raise ValidationFailed("start_key", "").because("start_key")
     items = raw.get("tasks")
     if not isinstance(items, list) or not items or len(items) > 500:
-        raise ValidationFailed("tasks", "任务列表不能为空（最多 500 条）")
+        raise ValidationFailed("tasks", "").because("start_count")
     parsed: list[tuple[str, int]] = []
     for item in items:
         if not isinstance(item, dict) or set(item) != {"task_id", "expected_task_version"}:
-            raise ValidationFailed("tasks", "每项需要 task_id 与 expected_task_version")
+            raise ValidationFailed("tasks", "").because("task_item")
         tid, ver = item["task_id"], item["expected_task_version"]
         if not is_uuid4(tid) or type(ver) is not int or ver < 1:
-            raise ValidationFailed("tasks", "task_id 或版本无效")
+            raise ValidationFailed("tasks", "").because("task_item_value")
         parsed.append((tid, ver))
     if len({t for t, _ in parsed}) != len(parsed):
-        raise ValidationFailed("tasks", "任务列表有重复")
+        raise ValidationFailed("tasks", "").because("task_repeated")
     return str(start_key), parsed
 
 
@@ -104,7 +104,7 @@ def start_purchases(
     stored = auth_store.start_request(conn, start_key)
     if stored is not None:
         if stored[0] != digest:
-            raise Conflict("start_key 已用于另一批任务", code=Code.IDEMPOTENCY_CONFLICT)
+            raise refusal(Code.IDEMPOTENCY_CONFLICT).because("start_key")
         replay: dict[str, Any] = json.loads(stored[1])
         return replay
     at = to_wire(now)
@@ -113,13 +113,13 @@ def start_purchases(
     for task_id, expected in items:
         task = task_store.get(conn, task_id)
         if task is None:
-            raise NotFound("任务不存在")
+            raise NotFound().because("task")
         if task.version != expected:
-            raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
+            raise refusal(Code.VERSION_CONFLICT).because("task_changed_pick")
         if task.state != TaskState.DRAFT:
             if task.state in FENCED_TASK_STATES:
-                raise Conflict("任务已有提交围栏", code=Code.SUBMISSION_FENCED)
-            raise Conflict("只有草稿任务可以开始采购", code=Code.VERSION_CONFLICT)
+                raise refusal(Code.SUBMISSION_FENCED).because("start")
+            raise refusal(Code.VERSION_CONFLICT).because("start_not_draft")
         new_state = transition(TASK_TRANSITIONS, TaskState(task.state), "start_purchase")
         authorization = auth_store.Authorization(
             id=new_id(),
@@ -135,7 +135,7 @@ def start_purchases(
             close_reason=None,
         )
         if not set_task_state(conn, task, new_state, at=at):
-            raise Conflict("任务已变化，请刷新后重选", code=Code.VERSION_CONFLICT)
+            raise refusal(Code.VERSION_CONFLICT).because("task_changed_pick")
         auth_store.insert(conn, authorization)
         audit_tx.record(
             conn,
@@ -155,7 +155,4 @@ def start_purchases(
 
 def get_task(conn: sqlite3.Connection, task_id: str) -> task_store.Task:
     """The task or NotFound."""
-    task = task_store.get(conn, task_id) if is_uuid4(task_id) else None
-    if task is None:
-        raise NotFound("任务不存在")
-    return task
+    return load(conn, task_store.get, task_id, NotFound().because("task"))

@@ -1,5 +1,5 @@
 """Read a task spreadsheet (``.xlsx`` or ``.csv``) into a header row and data rows of plain cell values,
-within hard bounds (issue 28 item 2; docs/admin.md "Import"). What the values mean is decided by
+within hard bounds (docs/admin.md "Import"). What the values mean is decided by
 :mod:`cmbuyer.server.domain.task_import`.
 
 The format is recognised from the bytes, never from a file name: a zip (``PK\\x03\\x04``) is read as

@@ -1,5 +1,4 @@
-"""Write rows as ``.csv`` or ``.xlsx`` for people to open in a spreadsheet program (issue 28 item 3;
-docs/admin.md "Export").
+"""Write rows as ``.csv`` or ``.xlsx`` for people to open in a spreadsheet program (docs/admin.md "Export").
 
 Formula injection (OWASP "CSV injection"): a text cell that starts with ``=``, ``+``, ``-``, ``@``, a
 tab or a carriage return would be run as a formula by Excel/LibreOffice; such a text gets a leading

@@ -33,7 +33,7 @@ class Attempt:
     next_event_seq: int
     created_at: str
     closed_at: str | None
-    # migration 0007 (issue 17): the device–pack pair the attempt ran under and whether it needs a person's
+    # migration 0007: the device–pack pair the attempt ran under and whether it needs a person's
     # approval before the fence (1) — decided once, at claim time. NULL/0 on attempts older than 0007.
     pack_key: str | None = None
     supervised: int = 0
@@ -46,9 +46,8 @@ _TABLE = StateTable("attempts", Attempt, StateChanges("attempt", ATTEMPT_TRANSIT
 _row = _TABLE.row
 
 
-def insert(conn: sqlite3.Connection, a: Attempt) -> None:
-    """Insert a new OPEN attempt (unique per authorization; one OPEN per device — both by index)."""
-    _TABLE.insert(conn, a)
+# a new OPEN attempt (unique per authorization; one OPEN per device — both by index)
+insert = _TABLE.insert
 
 
 get = _TABLE.get  # one attempt by id, or None

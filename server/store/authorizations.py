@@ -38,9 +38,7 @@ _TABLE = StateTable("authorizations", Authorization, StateChanges("authorization
 _row = _TABLE.row
 
 
-def insert(conn: sqlite3.Connection, a: Authorization) -> None:
-    """Insert an authorization (state ACTIVE by the caller)."""
-    _TABLE.insert(conn, a)
+insert = _TABLE.insert  # a new authorization (state ACTIVE by the caller)
 
 
 get = _TABLE.get  # one authorization by id, or None

@@ -1,4 +1,5 @@
-"""SQL for device idempotency records (design §4: a key belongs to the device that first used it; endpoint
+"""SQL for device idempotency records (docs/api.md "Conventions": a key belongs to the device that first used it;
+endpoint
 stored). ``request_key`` is the primary key: the same key from another device is refused before anything is
 stored (``tx.device_tx.replay_scoped``), so it is unique across devices."""
 

@@ -1,4 +1,4 @@
-"""SQL for ``device_screens`` (migration 0011, issue 32 §7): the answers to an administrator's 查看当前屏幕 — one
+"""SQL for ``device_screens`` (migration 0011): the answers to an administrator's 查看当前屏幕 — one
 fresh screenshot of a phone, stored in the evidence store by SHA-256 like task evidence but belonging to the
 device, or, when another app was in front, only that app's package (no image)."""
 

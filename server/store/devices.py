@@ -106,7 +106,8 @@ def authenticate(conn: sqlite3.Connection, device_id: str, token_hash: bytes) ->
 
 
 def confirm_active(conn: sqlite3.Connection, device_id: str) -> DeviceGate | None:
-    """The first business statement of every device write transaction (design §2.5, docs/api.md "Device authentication",
+    """The first business statement of every device write transaction (docs/architecture.md "Safety rules" 5,
+    docs/api.md "Device authentication",
     "Linearization with revocation").
 
     A conditional UPDATE: it takes SQLite's write position and proves the device is still ACTIVE at

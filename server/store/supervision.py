@@ -1,4 +1,4 @@
-"""SQL for supervised first orders (issue 17; migration 0007): supervision pairs, approval requests and
+"""SQL for supervised first orders (migration 0007): supervision pairs, approval requests and
 verdicts — what the phone creates and polls, claim-next and the heartbeat read, and what a person's
 approve/reject, verdict and resupervise write. The admin pages' read models live in
 ``store/queries/supervision.py``. Every function runs inside the caller's transaction (or read snapshot)
@@ -208,5 +208,5 @@ def reset_pairs(conn: sqlite3.Connection, device_id: str, at: str) -> list[dict[
 
 
 def set_wait_until(conn: sqlite3.Connection, approval_id: str, wait_until: str) -> None:
-    """When the phone gives up waiting on this request (migration 0012, issue 32 §8): the task table's countdown."""
+    """When the phone gives up waiting on this request (migration 0012): the task table's countdown."""
     conn.execute("UPDATE approval_requests SET wait_until = ? WHERE id = ?", (wait_until, approval_id))

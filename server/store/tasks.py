@@ -91,7 +91,7 @@ def in_states(conn: sqlite3.Connection, states: Collection[str]) -> list[Task]:
 
 def live_with_goods(conn: sqlite3.Connection, goods_ids: list[str], cancelled: str) -> list[Task]:
     """Every task not in state ``cancelled`` whose goods id is one of ``goods_ids`` (index ``tasks_goods``) —
-    the candidates a spreadsheet row may repeat (issue 28). ``cancelled`` is the state's name, passed in so
+    the candidates a spreadsheet row may repeat. ``cancelled`` is the state's name, passed in so
     no state is an SQL literal."""
     out: list[Task] = []
     unique = sorted(set(goods_ids))

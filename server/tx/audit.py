@@ -1,5 +1,5 @@
 """The audit row of an action by an :class:`~cmbuyer.server.tx.common.Actor`, written in the action's own
-transaction (design §3: every change writes its audit row in the same transaction)."""
+transaction (docs/state-machines.md: every change writes its audit row in the same transaction)."""
 
 from __future__ import annotations
 

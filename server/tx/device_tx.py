@@ -1,4 +1,5 @@
-"""The opening of every device write transaction (design §2.5, docs/api.md "Device authentication",
+"""The opening of every device write transaction (docs/architecture.md "Safety rules" 5, docs/api.md "Device
+authentication",
 "Linearization with revocation").
 
 1. :func:`begin` — the transaction's first business statement: a conditional UPDATE that takes
@@ -6,7 +7,7 @@
    committed before this point makes it fail with :class:`DeviceNotActive` (→ empty 401) and the
    request writes nothing. Only after it may a job read or replay request records, answer EMPTY or a
    conflict, or write business facts.
-2. :func:`replay_scoped` — the idempotency lookup of design §4: a key belongs to the device that first
+2. :func:`replay_scoped` — the idempotency lookup of docs/api.md "Conventions": a key belongs to the device that first
    used it and remembers its endpoint; the same key used by another device, on another endpoint or with
    another payload is ``409 idempotency_conflict``. Nothing is stored for a refused request, which is why
    ``device_requests`` can key its rows by the request key alone (migration 0005).
@@ -25,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import CmbuyerError, Conflict
+from cmbuyer.server.domain.errors import CmbuyerError, DomainError, refusal
 from cmbuyer.server.store import device_requests, devices
 from cmbuyer.server.store.attempts import Attempt
 from cmbuyer.server.store.devices import DeviceGate
@@ -51,9 +52,9 @@ def begin(conn: sqlite3.Connection, device_id: str) -> DeviceGate:
     return gate
 
 
-def idempotency_conflict() -> Conflict:
+def idempotency_conflict() -> DomainError:
     """The fixed 409 for a key reused with another payload, endpoint or device."""
-    return Conflict("idempotency key reused with a different request", code=Code.IDEMPOTENCY_CONFLICT)
+    return refusal(Code.IDEMPOTENCY_CONFLICT).because("device_request")
 
 
 def replay_scoped(conn: sqlite3.Connection, device_id: str, key: str, endpoint: str, payload: Any) -> Stored | None:
@@ -75,7 +76,7 @@ class DeviceWrite:
     """One idempotent device write inside its transaction, after :func:`begin` (see :func:`open_write`).
 
     ``key`` is the request's idempotency key (``batch_key``, ``fence_key`` …), ``endpoint`` the endpoint
-    name stored with it and ``payload`` the comparison form (design §4); ``gate`` is what :func:`begin`
+    name stored with it and ``payload`` the comparison form (docs/api.md "Conventions"); ``gate`` is what :func:`begin`
     returned (the device's latest heartbeat facts).
     """
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from cmbuyer.server.clock import to_wire
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Conflict
+from cmbuyer.server.domain.errors import refusal
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.domain.task_fields import TaskFields, hash_fields
 from cmbuyer.server.store import tasks as task_store
@@ -39,7 +39,7 @@ def create_draft(
     existing = task_store.by_create_key(conn, create_key)
     if existing is not None:
         if existing.create_hash != digest:
-            raise Conflict("create_key 已用于另一任务", code=Code.IDEMPOTENCY_CONFLICT)
+            raise refusal(Code.IDEMPOTENCY_CONFLICT).because("create_key")
         return existing, False
     at = to_wire(now)
     task = task_store.Task(

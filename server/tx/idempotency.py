@@ -1,4 +1,5 @@
-"""Device idempotency records (design §4): same key + same canonical payload on the same endpoint replays the
+"""Device idempotency records (docs/api.md "Conventions"): same key + same canonical payload on the same endpoint
+replays the
 stored status and body byte for byte; anything else with that key is ``409 idempotency_conflict`` (the
 lookup is :func:`cmbuyer.server.tx.device_tx.replay_scoped`; this module stores the outcomes).
 A request that failed validation or a rule stores nothing (its job raised, so its savepoint rolled

@@ -82,7 +82,7 @@ def move_authorization(
 
 def close_attempt(conn: sqlite3.Connection, attempt_id: str, reason: str, *, actor: Actor, at: str) -> None:
     """Close the OPEN attempt with ``reason`` and void its live approval request in the same transaction
-    (issue 17: a closed attempt never keeps a WAITING or APPROVED request, see
+    (a closed attempt never keeps a WAITING or APPROVED request, see
     :func:`cmbuyer.server.tx.supervision.void_for_attempt`). Raises BrokenInvariant when it was not OPEN."""
     if not attempt_store.close(conn, attempt_id, reason, at):
         raise BrokenInvariant("attempt changed under the write lock")

@@ -1,4 +1,4 @@
-"""The answer to an administrator's 查看当前屏幕 (issue 32 §7), shared by the two ways a phone answers it: the
+"""The answer to an administrator's 查看当前屏幕, shared by the two ways a phone answers it: the
 screenshot upload (``services/device_screen.py``) and, when another app was in front, the heartbeat's
 ``screen`` field (``services/heartbeat.py``)."""
 
@@ -38,7 +38,7 @@ def record_answer(
     Raises ValidationFailed for a package that is not an Android package name, InvalidTransition (409
     ``invalid_state``) when ``request_id`` is not the device's pending request or was answered differently."""
     if package is not None and _PACKAGE.fullmatch(package) is None:
-        raise ValidationFailed("foreground_package", "not an Android package name")
+        raise ValidationFailed("foreground_package", "").because("package_name")
     stored = device_screens.by_request(conn, request_id)
     if stored is not None:
         same = (
@@ -47,10 +47,10 @@ def record_answer(
             and stored.sha256 == (image.sha256 if image else None)
         )
         if not same:
-            raise InvalidTransition("this screen request was answered differently")
+            raise InvalidTransition().because("screen_answered")
         return stored, False
     if not device_store.answer_screen(conn, device_id, request_id):
-        raise InvalidTransition("no such screen request pending for this device")
+        raise InvalidTransition().because("screen_not_pending")
     screen = Screen(
         id=new_id(),
         device_id=device_id,

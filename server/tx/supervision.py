@@ -1,4 +1,4 @@
-"""The supervision steps other use-cases take inside their own transaction (issue 17; rules in
+"""The supervision steps other use-cases take inside their own transaction (rules in
 :mod:`cmbuyer.server.domain.supervision`, the approval routes in ``services/supervision.py``):
 
 - claim-next asks :func:`for_claim` which pair the device claims for, whether that pair is held (→ no task)
@@ -18,7 +18,7 @@ from typing import Any
 
 from cmbuyer.server.domain import supervision as rules
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import BrokenInvariant, Conflict
+from cmbuyer.server.domain.errors import BrokenInvariant, DomainError, refusal
 from cmbuyer.server.domain.supervision import ApprovalState, SupervisionPolicy
 from cmbuyer.server.store import supervision as store
 from cmbuyer.server.store.attempts import Attempt
@@ -27,9 +27,9 @@ from cmbuyer.server.tx import audit as audit_tx
 from cmbuyer.server.tx.common import Actor
 
 
-def approval_required() -> Conflict:
+def approval_required() -> DomainError:
     """The fixed 409 of the fence for a supervised attempt without a matching APPROVED request."""
-    return Conflict("a person's approval of these readings is required", code=Code.APPROVAL_REQUIRED)
+    return refusal(Code.APPROVAL_REQUIRED).because("fence")
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def heartbeat_fields(conn: sqlite3.Connection, *, device_id: str, body: dict[str
 
 
 def require_approval(conn: sqlite3.Connection, attempt: Attempt, fence_body: dict[str, Any]) -> None:
-    """The fence's supervision condition (issue 17 §5): a supervised attempt needs its live request APPROVED
+    """The fence's supervision condition: a supervised attempt needs its live request APPROVED
     with the readings hash of ``fence_body``. Only this attempt's requests are read, so an approval of another
     attempt can never count; stale readings give another hash. Raises ``409 approval_required``."""
     if not attempt.supervised:

@@ -1,4 +1,4 @@
-"""The server's access log (issue 32 §4): one line per request on the ``cmbuyer.access`` logger, at INFO.
+"""The server's access log: one line per request on the ``cmbuyer.access`` logger, at INFO.
 
 What a line carries: the method, the **route template** (``/api/v1/tasks/{task_id}/events``, never the
 path with its ids, and never the query string — a query may carry anything a client typed), the status,

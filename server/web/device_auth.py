@@ -1,4 +1,4 @@
-"""Device authentication for ``/api/v1/*`` (docs/api.md "Device authentication"; design §4).
+"""Device authentication for ``/api/v1/*`` (docs/api.md "Device authentication").
 
 Rules: ``Authorization: Bearer <64 lowercase hex>`` and ``X-CMBuyer-Device-ID: <lowercase UUIDv4>``,
 each present exactly once in the *raw* headers (a proxy's comma-merged value is refused too); the
@@ -26,7 +26,7 @@ from cmbuyer.server.domain.errors import DomainError, Unavailable
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.tx.device_tx import DeviceNotActive
 from cmbuyer.server.web.access_log import DEVICE_KEY as ACCESS_DEVICE
-from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response, unauthorized, unavailable
+from cmbuyer.server.web.device_errors import error_response, unauthorized, unavailable
 from cmbuyer.server.web.edge import close_after, identity_only, prove
 from cmbuyer.server.web.keys import DB
 
@@ -43,7 +43,7 @@ DeviceHandler = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
 def parse_credentials(raw_headers: tuple[tuple[bytes, bytes], ...]) -> tuple[str, bytes] | None:
     """``(device_id, sha256(token bytes))`` from raw headers, or None when anything is off.
 
-    Pure function (no I/O), so the whole header table of bad-inputs.md is testable directly.
+    Pure function (no I/O), so every header case is testable directly.
     """
     auth: list[bytes] = []
     dev: list[bytes] = []
@@ -127,9 +127,7 @@ def device_route(handler: DeviceHandler) -> Callable[[web.Request], Awaitable[we
             # revoked between authentication and the transaction's first statement: the same
             # empty 401 as any other authentication failure (docs/api.md "Device authentication")
             return unauthorized()
-        except DeviceHTTPError as exc:
-            return error_response(exc.status, exc.code)
-        except DomainError as exc:
+        except DomainError as exc:  # a service's refusal, or the edge's own (DeviceHTTPError)
             return error_response(exc.status, exc.code)
         except Unavailable:
             return unavailable()

@@ -1,4 +1,4 @@
-"""Device API responses: flat error bodies ``{"error": code}`` (design §4), empty 401/503, and the
+"""Device API responses: flat error bodies ``{"error": code}`` (docs/api.md "Conventions"), empty 401/503, and the
 canonical JSON encoding used for every device body (so replays are byte-identical)."""
 
 from __future__ import annotations
@@ -7,19 +7,20 @@ from typing import Any
 
 from aiohttp import web
 
-from cmbuyer.server.domain.errors import CmbuyerError
+from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.tx.common import canonical_json
 
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-class DeviceHTTPError(CmbuyerError):
-    """Raise from a device handler to answer ``status`` with ``{"error": code}``."""
+class DeviceHTTPError(DomainError):
+    """A refusal the device edge decides while reading a request, before any service ran: ``code`` with its
+    catalogue status, answered ``{"error": code}`` like any refusal (the upload routes catch this kind to close
+    the connection instead of draining the rest of the body)."""
 
-    def __init__(self, status: int, code: str) -> None:
-        super().__init__(code)
-        self.status = status
-        self.code = code
+    def __init__(self, code: Code) -> None:
+        super().__init__(str(code), code=code)
 
 
 def error_response(status: int, code: str) -> web.Response:

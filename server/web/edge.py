@@ -1,4 +1,4 @@
-"""The HTTP edge rules every route shares (issue 18: encodings, slow bodies, refused bodies).
+"""The HTTP edge rules every route shares (encodings, slow bodies, refused bodies).
 
 One home for four rules that sit below the route handlers:
 
@@ -27,7 +27,7 @@ One home for four rules that sit below the route handlers:
   the pending set for good at its first authenticated request, so a phone host's keep-alive
   connections (one address for many agents, or everybody behind a reverse proxy) are never capped
   as pending. Authenticated device connections are capped per device instead
-  (``device_connections_max``, issue 33): a device's new connection beyond the cap closes that
+  (``device_connections_max``): a device's new connection beyond the cap closes that
   device's least recently used one — at once when it is idle, after its answer when it carries a
   request — so a leaked token can hold at most that many idle connections and never starve other
   phones, and a device's own concurrent requests are never cut off mid-answer.

@@ -1,4 +1,4 @@
-"""The strict JSON body reader shared by every device route (design §4, bad-inputs "JSON bodies").
+"""The strict JSON body reader shared by every device route (docs/api.md "Conventions").
 
 Order: Content-Type (``application/json``, optional ``charset=utf-8`` only) else 415; declared length
 over the cap → 413 without reading; read at most cap+1 bytes (chunked bodies too) else 413; strict
@@ -30,24 +30,24 @@ def check_content_type(raw_headers: tuple[tuple[bytes, bytes], ...]) -> None:
     """Exactly one Content-Type that is ``application/json`` with at most ``charset=utf-8``; else 415."""
     values = [v for k, v in raw_headers if k.lower() == b"content-type"]
     if len(values) != 1 or _CONTENT_TYPE.fullmatch(values[0].strip()) is None:
-        raise DeviceHTTPError(415, Code.UNSUPPORTED_MEDIA_TYPE)
+        raise DeviceHTTPError(Code.UNSUPPORTED_MEDIA_TYPE)
 
 
 def decode_json(raw: bytes) -> dict[str, Any]:
-    """Strictly decode a JSON object from bytes; raises DeviceHTTPError(400, "invalid_request")."""
+    """Strictly decode a JSON object from bytes; raises DeviceHTTPError(Code.INVALID_REQUEST)."""
     try:
         value = loads_strict(raw)
     except StrictJSONError:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST) from None
+        raise DeviceHTTPError(Code.INVALID_REQUEST) from None
     if not isinstance(value, dict):
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST)
+        raise DeviceHTTPError(Code.INVALID_REQUEST)
     return value
 
 
 async def read_body(request: web.Request, cap: int) -> bytes:
     """Read at most ``cap`` bytes of body; 413 beyond, without reading past cap+1; 400 on a stall."""
     if request.content_length is not None and request.content_length > cap:
-        raise DeviceHTTPError(413, Code.REQUEST_TOO_LARGE)
+        raise DeviceHTTPError(Code.REQUEST_TOO_LARGE)
     chunks: list[bytes] = []
     size = 0
     try:
@@ -59,11 +59,11 @@ async def read_body(request: web.Request, cap: int) -> bytes:
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > cap:
-                    raise DeviceHTTPError(413, Code.REQUEST_TOO_LARGE)
+                    raise DeviceHTTPError(Code.REQUEST_TOO_LARGE)
     except TimeoutError:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST) from None
+        raise DeviceHTTPError(Code.INVALID_REQUEST) from None
     except web.HTTPException:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST) from None
+        raise DeviceHTTPError(Code.INVALID_REQUEST) from None
     return b"".join(chunks)
 
 
@@ -74,5 +74,5 @@ async def read_json(request: web.Request, schema: str, cap: int = DEFAULT_CAP) -
     try:
         validate(schema, value)
     except SchemaError:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST) from None
+        raise DeviceHTTPError(Code.INVALID_REQUEST) from None
     return value

@@ -1,4 +1,4 @@
-"""``GET /metrics`` in the Prometheus text format (issue 32 §5; prometheus-client), off unless
+"""``GET /metrics`` in the Prometheus text format (prometheus-client), off unless
 ``CMBUYER_METRICS=1`` — then the route does not exist (404).
 
 Who may read it: with ``CMBUYER_METRICS_TOKEN`` set, only a request with ``Authorization: Bearer <that
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -59,34 +59,45 @@ class _Rows(Collector):
         s = self.snapshot
         yield CounterMetricFamily("cmbuyer_claims", "new claims (attempts) ever made", value=s.claims)
         yield CounterMetricFamily("cmbuyer_fences", "submission fences ever granted", value=s.fences)
-        results = CounterMetricFamily(
-            "cmbuyer_results", "order submissions by the observation their result reported", labels=["observation"]
+        yield _by_label(
+            CounterMetricFamily,
+            "cmbuyer_results",
+            "order submissions by the observation their result reported",
+            "observation",
+            s.results,
         )
-        for observation, n in sorted(s.results.items()):
-            results.add_metric([observation], n)
-        yield results
-        failures = CounterMetricFamily(
-            "cmbuyer_failures", "attempts a device failed before the fence, by reason code", labels=["reason_code"]
+        yield _by_label(
+            CounterMetricFamily,
+            "cmbuyer_failures",
+            "attempts a device failed before the fence, by reason code",
+            "reason_code",
+            s.failures,
         )
-        for reason, n in sorted(s.failures.items()):
-            failures.add_metric([reason], n)
-        yield failures
         yield CounterMetricFamily("cmbuyer_evidence_bytes", "bytes of evidence stored", value=s.evidence_bytes)
         yield CounterMetricFamily("cmbuyer_evidence_files", "evidence files stored", value=s.evidence_files)
-        tasks = GaugeMetricFamily("cmbuyer_tasks", "tasks now, by state", labels=["state"])
-        for state, n in sorted(s.tasks.items()):
-            tasks.add_metric([state], n)
-        yield tasks
-        devices = GaugeMetricFamily("cmbuyer_devices", "devices now, by state", labels=["state"])
-        for state, n in sorted(self.device_states.items()):
-            devices.add_metric([state], n)
-        yield devices
-        ages = GaugeMetricFamily(
-            "cmbuyer_device_heartbeat_age_seconds", "seconds since an active device's last heartbeat", labels=["device"]
+        yield _by_label(GaugeMetricFamily, "cmbuyer_tasks", "tasks now, by state", "state", s.tasks)
+        yield _by_label(GaugeMetricFamily, "cmbuyer_devices", "devices now, by state", "state", self.device_states)
+        yield _by_label(
+            GaugeMetricFamily,
+            "cmbuyer_device_heartbeat_age_seconds",
+            "seconds since an active device's last heartbeat",
+            "device",
+            self.ages,
         )
-        for name, age in sorted(self.ages.items()):
-            ages.add_metric([name], age)
-        yield ages
+
+
+def _by_label(
+    kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    name: str,
+    documentation: str,
+    label: str,
+    values: Mapping[str, float],
+) -> Metric:
+    """A metric family with one sample per key of ``values`` (sorted), the key as the value of ``label``."""
+    family = kind(name, documentation, labels=[label])
+    for key, n in sorted(values.items()):
+        family.add_metric([key], n)
+    return family
 
 
 def device_state(row: metrics_queries.DeviceRow, now: datetime, interval: int, factor: int) -> str:

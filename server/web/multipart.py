@@ -1,5 +1,5 @@
-"""A strict, streaming ``multipart/form-data`` reader with hard caps (docs/api.md "POST /api/v1/tasks/{id}/evidence";
-bad-inputs "Multipart evidence"). ``request.post()`` is never used: it buffers and accepts far too much.
+"""A strict, streaming ``multipart/form-data`` reader with hard caps (docs/api.md
+"POST /api/v1/tasks/{id}/evidence"). ``request.post()`` is never used: it buffers and accepts far too much.
 
 What is accepted, exactly:
 
@@ -53,11 +53,11 @@ _TEXT_PLAIN = re.compile(r"text/plain(?:[ \t]*;[ \t]*charset=(?:utf-8|\"utf-8\")
 
 
 def _bad() -> DeviceHTTPError:
-    return DeviceHTTPError(400, Code.INVALID_REQUEST)
+    return DeviceHTTPError(Code.INVALID_REQUEST)
 
 
 def _too_large() -> DeviceHTTPError:
-    return DeviceHTTPError(413, Code.REQUEST_TOO_LARGE)
+    return DeviceHTTPError(Code.REQUEST_TOO_LARGE)
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,10 @@ def boundary_from(raw_headers: tuple[tuple[bytes, bytes], ...]) -> bytes:
     """The boundary of exactly one ``multipart/form-data`` Content-Type header, else 415."""
     values = [v for k, v in raw_headers if k.lower() == b"content-type"]
     if len(values) != 1:
-        raise DeviceHTTPError(415, Code.UNSUPPORTED_MEDIA_TYPE)
+        raise DeviceHTTPError(Code.UNSUPPORTED_MEDIA_TYPE)
     m = _CONTENT_TYPE.fullmatch(values[0].strip())
     if m is None:
-        raise DeviceHTTPError(415, Code.UNSUPPORTED_MEDIA_TYPE)
+        raise DeviceHTTPError(Code.UNSUPPORTED_MEDIA_TYPE)
     return m.group(1) or m.group(2)
 
 

@@ -43,13 +43,13 @@ __all__ = [
 
 UUID4_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", re.ASCII)
 HEX64_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
-# Canonical money: no sign, no leading zeros, exactly two decimals (design §4, bad-inputs "Money").
+# Canonical money: no sign, no leading zeros, exactly two decimals (docs/api.md "Conventions").
 MONEY_RE = re.compile(r"(0|[1-9][0-9]{0,8})\.[0-9]{2}", re.ASCII)
 # Selector pack id (selector_pack.json "id"; heartbeat "pack_id"): lowercase ASCII, at most 64 characters.
 PACK_ID_RE = re.compile(r"[a-z0-9][a-z0-9._+-]{0,63}", re.ASCII)
 # What the heartbeat's pack_id says when the agent has no valid pack for the installed app version: not a pack id.
 NO_PACK = "NO_PACK"
-# Wire time: always UTC 'Z', optional 6-digit fraction (design §4, "Time on the wire").
+# Wire time: always UTC 'Z', optional 6-digit fraction (docs/api.md "Conventions", "Time on the wire").
 UTC_TIME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{6})?Z", re.ASCII)
 
 

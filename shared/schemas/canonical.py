@@ -1,4 +1,5 @@
-"""The canonical JSON text of a value (design §4): what stored responses are replayed from byte for byte and
+"""The canonical JSON text of a value (docs/api.md "Conventions"): what stored responses are replayed from byte for
+byte and
 what idempotency request hashes are computed over. One definition for every writer of such text."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chinese for the parts of ``--help`` that ``argparse`` writes itself (issue 32 §9: one language for the CLIs).
+"""Chinese for the parts of ``--help`` that ``argparse`` writes itself (one language for the CLIs).
 
 ``argparse`` words its own ``-h`` line, the group titles and the ``usage:`` prefix in English. Both command lines
 (``cmbuyer-server``, ``cmbuyer-agent``) call :func:`chinese_help` on their finished parser tree so that every line of

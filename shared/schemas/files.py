@@ -3,7 +3,7 @@
 ``Path.read_bytes`` blocks forever on a FIFO (no writer) and reads ``/dev/zero`` until memory runs out;
 a stat-then-read check can be raced (the path swapped for a FIFO in between). :func:`read_regular`
 opens without blocking, checks the OPENED file is a regular file no larger than a limit, and reads at
-most that many bytes (bad-inputs: never a hang, never an unbounded read).
+most that many bytes (never a hang, never an unbounded read).
 """
 
 from __future__ import annotations

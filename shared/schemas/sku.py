@@ -1,10 +1,10 @@
-"""SKU options by dimension name (issue 34; docs/api.md "SKU options", docs/agent.md "SKU model").
+"""SKU options by dimension name (docs/api.md "SKU options", docs/agent.md "SKU model").
 
 A task names its options as an ordered list of one to three ``(dimension, value)`` pairs: the dimension is
 the header text as the shop shows it (``颜色分类``, ``规格``, ``口味`` …), the value the option tile's name.
 Both are compared in the one normalized form of :func:`cmbuyer.schemas.text.normalize_sku`.
 
-The colour/size fields of spec 002 (``sku_color``/``sku_size``) are the special case whose dimensions are
+The colour/size fields of the device API (``sku_color``/``sku_size``) are the special case whose dimensions are
 :data:`COLOR_DIMENSION` then, optionally, :data:`SIZE_DIMENSION`: :func:`legacy_options` builds the list
 from them, :func:`legacy_view` reads them back (``(None, None)`` for any other list).
 
@@ -31,10 +31,10 @@ __all__ = [
     "split_option",
 ]
 
-# The dimension names the two legacy fields stand for (the headers spec 002's goods show).
+# The dimension names the two legacy fields stand for (the headers the colour/size goods show).
 COLOR_DIMENSION = "颜色"
 SIZE_DIMENSION = "尺码"
-MAX_OPTIONS = 3  # the most dimensions a Pinduoduo SKU panel shows (phone-facts)
+MAX_OPTIONS = 3  # the most dimensions a Pinduoduo SKU panel shows
 
 SkuOptions = tuple[tuple[str, str], ...]
 

@@ -1,5 +1,5 @@
-"""Strict JSON decoding shared by the server's body readers and the agent (design §4, bad-inputs
-"JSON bodies"): strict UTF-8 without BOM, no duplicate keys, no NaN/Infinity, no floats unless asked,
+"""Strict JSON decoding shared by the server's body readers and the agent (docs/api.md "Conventions"
+and "Request bodies"): strict UTF-8 without BOM, no duplicate keys, no NaN/Infinity, no floats unless asked,
 no trailing data (``json.loads`` already refuses it), no lone surrogates. Python's own limits cover
 5000-digit integers (ValueError) and deep nesting (RecursionError), both reported as
 :class:`StrictJSONError`."""

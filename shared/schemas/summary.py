@@ -21,7 +21,7 @@ _MARKUP = re.compile(
     r"|(?<![a-z])hierarchy(?![a-z])|(?<![a-z])xmlns(?![a-z])",
     re.IGNORECASE,
 )
-# Personal data of the order sheet (issue 18 item 7): phone numbers, addresses, the recipient's name.
+# Personal data of the order sheet: phone numbers, addresses, the recipient's name.
 # Phone shapes are matched on the text with every Unicode decimal digit mapped to ASCII. A number only
 # counts when no digit touches it on either side, so a 15-digit order number or goods id that merely
 # contains "138…" is not a phone number; up to three separators (space, hyphen, dot, dash, slash,

@@ -1,12 +1,12 @@
-"""Text rules both sides share: the one normalization of SKU values (design §7.5, docs/api.md "Conventions")
-and the one check of text a person reads or a gate compares (:func:`text_problem`, issue 18 item 8).
+"""Text rules both sides share: the one normalization of SKU values (docs/api.md "Conventions")
+and the one check of text a person reads or a gate compares (:func:`text_problem`).
 
-SKU rule (issue 15 §3, docs/agent.md "SKU names", docs/api.md): trim outer whitespace, then Unicode
+SKU rule (docs/agent.md "SKU names", docs/api.md): trim outer whitespace, then Unicode
 NFKC — nothing else: no case folding, no inner whitespace collapsing, no bracket unification, no
 removal of ``#`` or any other character inside a name. Real option tiles carry leading spaces
 (``"  奶白色+礼盒"``), hence the trim. NFKC maps full-width ASCII and ``￥`` to their plain forms but
-does *not* unify ``【】`` with ``[]``; the option tile is the authoritative node on the phone
-(phone-facts), so the requested value must equal the tile's name in this form, exactly. The server
+does *not* unify ``【】`` with ``[]``; the option tile is the authoritative node on the
+phone, so the requested value must equal the tile's name in this form, exactly. The server
 (task create, fence re-check) and the agent (tile names, gate comparisons) both call
 :func:`normalize_sku` — this is the one implementation.
 """

@@ -1,8 +1,8 @@
-"""In-process fake of the supervision device routes (issue 17; /work contract "Supervision"), on top of
+"""In-process fake of the supervision device routes (/work contract "Supervision"), on top of
 the rule-enforcing FakeApi of tests/agent/fakes.py.
 
 Why a fake: the real approval routes, the fence's ``approval_required`` check and claim-next's
-``attempt.supervised`` are being built on another branch (the server side of issue 17) at the same
+``attempt.supervised`` are being built on another branch (the server side of supervision) at the same
 time as this agent side; the lead adds the real-server end-to-end test at merge. This fake enforces
 the contract's rules that matter to the agent, so a test fails when the agent breaks one:
 

@@ -17,8 +17,8 @@ from decimal import Decimal
 from typing import Any
 
 from cmbuyer.agent import model
-from cmbuyer.agent.client import FenceReplayed, approval_readings, submission_result_request
-from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.client import approval_readings, submission_result_request
+from cmbuyer.agent.errors import FenceReplayed, ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.permit import PermitRefused, SubmissionPermit, _from_fence_response
 from cmbuyer.schemas import validate
@@ -169,7 +169,7 @@ class FakeServer:
             "submit_control_match_count": proof.submit_control_match_count,
         }
         validate("submission_fence.request", payload)
-        # The server's re-check (docs/api.md "Fence refusals", issue 15: on the values read).
+        # The server's re-check (docs/api.md "Fence refusals", on the values read).
         if (
             dict(proof.selected_options) != dict(t.sku_options)
             or len(proof.selected_options) != len(t.sku_options)
@@ -238,7 +238,7 @@ class FakeApi(FakeServer):
         self.allowed = allowed
         self.interval = interval
         self.heartbeat_states: list[str] = []
-        self.heartbeat_holds: list[dict[str, Any] | None] = []  # the hold each heartbeat reported (issue 32)
+        self.heartbeat_holds: list[dict[str, Any] | None] = []  # the hold each heartbeat reported
         self.claim_calls = 0
         self.claim_pack_ids: list[str | None] = []  # the pack_id sent with each claim-next
         self.claimed: list[model.ClaimedPurchase] = []

@@ -1,5 +1,6 @@
-"""Operator pack directories for tests: a copy of a shipped pack (and its evidence bundles) re-bound to
-another app version, written with the modes ``run`` trusts (dir 0755, files 0644, owned by us)."""
+"""Packs for tests: the shipped packs as loaded objects, and operator pack directories — a copy of a
+shipped pack (and its evidence bundles) re-bound to another app version, written with the modes ``run``
+trusts (dir 0755, files 0644, owned by us)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,26 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from cmbuyer.agent.screens.pack import shipped_pack_dir
+from cmbuyer.agent.errors import PackError
+from cmbuyer.agent.pack.files import shipped_pack_dir
+from cmbuyer.agent.pack.resolve import resolve_pack, scan
+from cmbuyer.agent.screens.packmodel import Pack
+
+
+def shipped_packs() -> list[Pack]:
+    """Every pack under ``cmbuyer/agent/packs/*.json`` (evidence verified), sorted by file name, through
+    the operator-dir loader's per-file cache (no re-hashing on every call). A broken shipped pack
+    raises PackError (a release defect)."""
+    found = scan(None, check_permissions=False).shipped
+    broken = next((f.error for f in found if f.error is not None), None)
+    if broken is not None:
+        raise PackError(broken)
+    return [f.pack for f in found if f.pack is not None]
+
+
+def pack_for_version(version_name: str, version_code: int) -> Pack:
+    """The shipped pack for exactly this version (no operator pack dir). Raises PackError."""
+    return resolve_pack(version_name, version_code, None, check_permissions=False)
 
 
 def shipped_raw(version_name: str) -> dict[str, Any]:

@@ -23,9 +23,9 @@ from cmbuyer.agent.client import Credentials
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
+from cmbuyer.server.display import task_view
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.tx.common import Actor
-from cmbuyer.server.web.admin import task_view
 from tests.server.conftest import create_task
 from tests.server.datadir import init_data_dir
 from tests.server.inproc import InProcServer
@@ -44,7 +44,7 @@ class RealServer:
 
     def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = root / "server-data"
-        # supervision off unless a test asks for it: the agent suites fence without a person (issue 17)
+        # supervision off unless a test asks for it: the agent suites fence without a person
         self._env = {"CMBUYER_SUPERVISED_ORDERS": "0", **(env or {})}
         self.clock = ManualClock(datetime.now(UTC))
         self.settings: Settings | None = None

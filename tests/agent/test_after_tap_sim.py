@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (the srv/fast_phone fixtures are imported from test_real_server)
-"""After the tap, end to end (issue 15 item 7): the REAL uiautomator2 + adbutils against the phone
+"""After the tap, end to end: the REAL uiautomator2 + adbutils against the phone
 simulator's adb server (``running_sim``) and the REAL server (tests/agent/realserver.py), checked on
 three sides — the simulator's journal (taps with their roles, keys, deep links, screenshots with
 the package in front), the agent's journal, and the server's committed rows.
@@ -28,12 +28,13 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent.journal import Journal
-from cmbuyer.agent.packdir import Resolution
+from cmbuyer.agent.pack.compile import compile_pack
+from cmbuyer.agent.pack.resolve import Resolution
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import compile_pack, shipped_packs
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import assert_no_foreign_screenshots, foreign_screenshots, payment_taps
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from tests.agent.packtools import shipped_packs
 from tests.server.admin.conftest import ADMIN_PASSWORD, ADMIN_USER, add_admin
 
 from .realserver import RealServer
@@ -167,7 +168,7 @@ def test_two_matching_pending_orders_give_no_order_number(
     tmp_path: Path, srv: RealServer, fast_phone: FlowWaits
 ) -> None:
     """Identical pending orders: the agent that made the first tells its own second order apart (the
-    journal holds the first's number, issue 34); an agent whose journal does not know the first — as after
+    journal holds the first's number); an agent whose journal does not know the first — as after
     an order made by hand or on another installation — cannot, and reports no number, the count logged."""
     creds = srv.add_device()
     first = srv.add_task(quantity=1)  # three orders of 黑色 M fit its stock of 5

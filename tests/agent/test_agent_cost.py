@@ -1,4 +1,4 @@
-"""What keeps an agent cheap per order and per phone (issue 29, bench/fleet.py): guarded by what the code
+"""What keeps an agent cheap per order and per phone (bench/fleet.py): guarded by what the code
 does, not by timings that flake under load.
 
 - ``cmbuyer-agent run`` loads no authoring module (inspect, explain, capture, dry run) and nothing of the
@@ -33,10 +33,10 @@ APP = "com.xunmeng.pinduoduo"
 
 # modules `run` must not load: authoring commands, the server, the simulator, the server's libraries
 NOT_FOR_RUN = (
-    "cmbuyer.agent.capture",
-    "cmbuyer.agent.dryrun",
-    "cmbuyer.agent.screens.explain",
-    "cmbuyer.agent.screens.inspect",
+    "cmbuyer.agent.authoring.capture",
+    "cmbuyer.agent.authoring.dryrun",
+    "cmbuyer.agent.authoring.explain",
+    "cmbuyer.agent.authoring.inspect",
     "cmbuyer.server",
     "cmbuyer.phonesim",
     "aiohttp",
@@ -192,7 +192,7 @@ def test_the_mmap_threshold_is_fixed_where_the_c_library_is_glibc() -> None:
 def test_a_selector_looks_at_a_dump_once() -> None:
     import re
 
-    from cmbuyer.agent.screens.pack import Selector
+    from cmbuyer.agent.screens.packmodel import Selector
 
     dump = parse_dump(_dump_xml([(APP, (0, 0, 720, 1600)), (APP, (0, 0, 720, 100))]))
     calls = []

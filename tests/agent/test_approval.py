@@ -1,4 +1,4 @@
-"""The supervised wait before the fence (issue 17 §2, agent/approval.py) on the phone simulator through
+"""The supervised wait before the fence (agent/approval.py) on the phone simulator through
 the REAL uiautomator2 + adbutils (cmbuyer.phonesim.testing.running_sim), with the real PurchaseFlow,
 journal, outbox and lease keeper.
 
@@ -33,11 +33,11 @@ from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.lease import LeaseKeeper
 from cmbuyer.agent.model import ClaimedPurchase
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import pack_for_version
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.journal import submit_taps
 from cmbuyer.phonesim.server import PhoneSim
 from cmbuyer.phonesim.testing import running_sim
+from tests.agent.packtools import pack_for_version
 from tests.soak import configured
 
 from .fake_approval import SupervisedApi, supervised_purchase
@@ -297,7 +297,7 @@ def test_authorization_ending_during_the_wait_stops_cleanly(rig: Rig) -> None:
 
 
 def _long_wait_seconds() -> float:
-    """The "2-minute wait" of issue 17's acceptance under `make soak` (CMBUYER_SOAK_ITERATIONS set),
+    """The "2-minute wait" of a supervised order under `make soak` (CMBUYER_SOAK_ITERATIONS set),
     else a wait several times the short lease used here."""
     return 120.0 if configured() else 8.0
 

@@ -1,4 +1,4 @@
-"""The agent's side of the supervision wire (issue 17): HttpDeviceApi's approval routes and claim-next
+"""The agent's side of the supervision wire: HttpDeviceApi's approval routes and claim-next
 fields over REAL HTTP, and the runner's word for a held device–pack pair.
 
 Server: a small stdlib HTTP server in a thread that plays the contract's rules for the two approval

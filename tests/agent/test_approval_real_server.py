@@ -1,4 +1,4 @@
-"""Supervised first orders end to end on the agent's side (issue 17 acceptance): the REAL server (with
+"""Supervised first orders end to end on the agent's side: the REAL server (with
 ``CMBUYER_SUPERVISED_ORDERS`` on), the real runner + HttpDeviceApi + journal, the phone simulator through
 the real uiautomator2/adbutils, and a person deciding through the admin service the drawer's 批准 / 驳回
 buttons call (``services.supervision_admin.decide_approval``; the Chromium drawer test is on the admin
@@ -30,7 +30,7 @@ from .test_real_server import Agent, steps
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("cmbuyer.server.services.supervision_admin") is None
     or importlib.util.find_spec("cmbuyer.server.services.supervision") is None,
-    reason="the server side of issue 17 (approval routes, admin decision) is not on this branch yet",
+    reason="the server side of supervision (approval routes, admin decision) is not installed",
 )
 
 

@@ -1,4 +1,4 @@
-"""Every ``cmbuyer-agent … --help`` runs and documents each subcommand and option (issue 32 §9)."""
+"""Every ``cmbuyer-agent … --help`` runs and documents each subcommand and option."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_operator_facing_text_is_chinese() -> None:
-    """Issue 32 §9: what ``cmbuyer-agent`` prints — its own lines, doctor's details, ``run``'s console lines
+    """What ``cmbuyer-agent`` prints — its own lines, doctor's details, ``run``'s console lines
     and hold reasons, the 401 line — is Chinese (codes, option names and paths as they are); doctor's check
     names stay as ``--json`` names them and are printed beside their Chinese label."""
     from pathlib import Path

@@ -46,7 +46,7 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert (row["reported_state"], row["pack_id"]) == ("PAUSED", "pdd-8.17.0-81700")  # heartbeat pack_id
     assert json.loads(cred.read_text())["token"] not in out
     assert rc == 0, checks
-    # which pack and where from (operator pack dirs: tests/agent/test_packdir.py)
+    # which pack and where from (operator pack dirs: tests/agent/pack/test_resolve.py)
     assert checks["selector pack"]["detail"].startswith("pdd-8.17.0-81700（随附识别包 /")
     assert checks["Pinduoduo installed"]["detail"] == "8.17.0 (81700)"
     assert checks["server allows this app version"]["ok"]
@@ -54,7 +54,7 @@ def test_doctor_all_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_doctor_prints_chinese_lines_without_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 32 §9: without ``--json`` doctor prints one Chinese line per check (its ``--json`` name beside the
+    """Without ``--json`` doctor prints one Chinese line per check (its ``--json`` name beside the
     label); a failed check says 失败 and its detail."""
     with RealServer(tmp_path) as srv, adbutils_leaks_ignored(), running_sim():
         cred = _creds_file(tmp_path, srv)
@@ -102,7 +102,7 @@ def test_doctor_heartbeats_no_pack(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_doctor_and_run_find_credentials_alike_and_say_what_is_wrong(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 32 §3: no credentials → doctor names the options and the default path; credentials in the default
+    """No credentials → doctor names the options and the default path; credentials in the default
     path (``$CMBUYER_AGENT_STATE_DIR/<serial>.cred``) are found without flags; a revoked device → doctor says
     401 and what to check, and ``run --once`` ends with that one line and exit code 2."""
     from cmbuyer.agent.cli import default_credentials_path
@@ -161,7 +161,7 @@ def test_doctor_without_adb_server(
 def test_doctor_and_dry_run_say_in_chinese_that_a_phone_is_not_online(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 32 trial: a serial adb does not list (sim-9) is named in Chinese by doctor and dry-run alike."""
+    """A serial adb does not list (sim-9) is named in Chinese by doctor and dry-run alike."""
     with adbutils_leaks_ignored(), running_sim():
         rc = main(["doctor", "--json", "--device", "sim-9", "--server", "http://127.0.0.1:9"])
         phone = _checks(capsys.readouterr().out)["phone"]
@@ -215,7 +215,7 @@ def test_journal_command_shows_state_without_tokens(
 def test_progress_lines_show_hidden_characters_instead_of_obeying_them(
     json_logs: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 33: a reading from the phone in a progress line (``GATE_1 STOP … color=\\u202e色黑``) is shown
+    """A reading from the phone in a progress line (``GATE_1 STOP … color=\\u202e色黑``) is shown
     with its bidi/invisible characters escaped, on one line."""
     from cmbuyer.agent.cli import _progress_fn
 
@@ -267,7 +267,7 @@ AGENT = str(Path(sys.executable).parent / "cmbuyer-agent")
 def test_a_running_agent_is_seen_from_any_state_dir_and_doctor_still_checks_the_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 32 (fresh-user trial): the run lock is per host and serial, not per state dir. A real ``run`` holds
+    """The run lock is per host and serial, not per state dir. A real ``run`` holds
     a phone (held: NEEDS_PERSON with SCREEN_UNRECOGNIZED); doctor started with another state dir sends no
     heartbeat — the server row keeps its state and hold — yet checks the token with the read-only call: the
     right one passes, a wrong one fails with 401 and exit 1. A second ``run`` with another state dir refuses."""

@@ -1,6 +1,6 @@
 """The agent's HTTP client treats a connection reset during an upload, or an answer cut off
 mid-way, as "no answer": it sends the same bytes again (same idempotency key), a bounded number of
-times (issue 18 item 5; docs/api.md "Refused and abandoned bodies").
+times (docs/api.md "Refused and abandoned bodies").
 
 A small TCP proxy sits between HttpDeviceApi and the REAL server (tests/agent/realserver.py) and
 misbehaves on the connections its plan names: ``upload`` resets after reading part of the request,

@@ -9,9 +9,9 @@ from pathlib import Path
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, journal_claim, make_purchase
 

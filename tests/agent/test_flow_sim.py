@@ -13,8 +13,8 @@ from cmbuyer.agent.errors import PhoneError
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
-from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.agent.waits import FlowWaits
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, make_purchase
 from .simphone import SimPhone, strip_pkg
@@ -252,7 +252,7 @@ def _submit_bar(label: str, *others: str) -> tuple[SimPhone, PhoneAdapter, Any]:
     ["提交订单  ¥29.9", "提交订单 ¥ 29.90", "提交订单 ¥1,299.00", "提交订单￥29.9", " 提 交 订 单 ", "提交订单29.9元"],
 )
 def test_generic_tap_refuses_every_spelling_of_the_submit_control(label: str) -> None:
-    """Issue 33: the dry run's "never the submit control" check missed label variants; generic taps
+    """The dry run's "never the submit control" check missed label variants; generic taps
     (the dry run's only taps) refuse any node reading as 提交订单, whatever the spacing or amount format."""
     from cmbuyer.agent.errors import SubmitControlGuarded
 

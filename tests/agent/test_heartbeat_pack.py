@@ -1,4 +1,4 @@
-"""The real runner reports its selector pack in the heartbeat (issue 16 §6) to the REAL server
+"""The real runner reports its selector pack in the heartbeat to the REAL server
 (tests/agent/realserver.py), on the simulator's app model behind the real PhoneAdapter:
 
 - the idle loop sends the pack in use, ``NO_PACK`` once the installed app version has no pack, and no
@@ -19,8 +19,8 @@ import pytest
 
 from cmbuyer.agent.client import HttpDeviceApi
 from cmbuyer.agent.model import TaskEvent
-from cmbuyer.agent.screens.pack import pack_for_version
 from cmbuyer.agent.waits import FlowWaits
+from tests.agent.packtools import pack_for_version
 
 from .realserver import RealServer
 from .simphone import SimPhone
@@ -102,7 +102,7 @@ def test_busy_heartbeat_carries_the_pack_id(tmp_path: Path, fast_phone: FlowWait
 def test_a_100000_deep_pack_is_one_line_and_the_heartbeat_says_no_pack(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 33 item 5: a 100,000-deep nested pack for the installed version in the operator pack dir
+    """A 100,000-deep nested pack for the installed version in the operator pack dir
     (it crashed ``run`` with a RecursionError traceback): one line naming the file, the runner keeps
     heartbeating ``NO_PACK`` and claims nothing."""
     pack_dir = tmp_path / "packs"

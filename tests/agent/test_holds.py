@@ -1,5 +1,5 @@
 """The hold policy (agent/holds.py): the reason-code table, the streak rules, their journal storage,
-the settings and the new risk-wall words (issue 15 item 8, issue 18 item 6b)."""
+the settings and the new risk-wall words."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def test_an_earlier_hold_is_kept(tmp_path: Path) -> None:
     assert j.hold() == shown == "the server refused fail: a person must act"
 
 
-# --- risk walls (issue 15 item 8) ----------------------------------------------------------------
+# --- risk walls ----------------------------------------------------------------
 def _app_dump(*texts: str) -> str:
     nodes = "".join(
         f'<node text="{t}" package="com.xunmeng.pinduoduo" bounds="[0,{i * 10}][9,{i * 10 + 9}]"/>'

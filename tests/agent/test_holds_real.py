@@ -1,5 +1,5 @@
 """The phone stops, not the queue — against the real server and the real uiautomator2/adbutils
-talking to the phone simulator's adb server (issue 15 item 8, issue 18 item 6).
+talking to the phone simulator's adb server.
 
 - a phone showing a risk wall: with 10 PENDING tasks exactly one fails, the phone reports
   ``NEEDS_PERSON`` to the server, the other 9 stay PENDING;

@@ -1,4 +1,4 @@
-"""Files that are not what they seem (bad-inputs: a careless or hostile operator/environment): a pack,
+"""Files that are not what they seem (a careless or hostile operator/environment): a pack,
 evidence, dump or expected.json that is a FIFO, a symlink to /dev/zero, or a huge file. Every command
 must answer with its one-line error within seconds — never block on a FIFO, never read an endless
 device into memory. Real files, the real CLI in a child process (so a regression is a timeout with a
@@ -47,7 +47,7 @@ def _agent(*args: str) -> subprocess.CompletedProcess[str]:
 def _resolve_as_run(pack_dir: Path) -> subprocess.CompletedProcess[str]:
     """What ``run`` does each loop: resolve 9.0.0 (90000) with the permission check; prints the error."""
     code = (
-        "import sys; from pathlib import Path; from cmbuyer.agent.packdir import resolve\n"
+        "import sys; from pathlib import Path; from cmbuyer.agent.pack.resolve import resolve\n"
         "from cmbuyer.agent.errors import PackError\n"
         "try:\n    resolve('9.0.0', 90000, Path(sys.argv[1]), check_permissions=True)\n"
         "except PackError as exc:\n    print(exc)\n"
@@ -111,7 +111,7 @@ def test_inspect_on_a_non_regular_dump_is_a_one_line_error(kind: str, tmp_path: 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 @pytest.mark.parametrize("member", ["dump.xml", "expected.json", "meta.json"])
 def test_pack_test_on_a_non_regular_capture_file_is_an_error_line(kind: str, member: str, tmp_path: Path) -> None:
-    from .test_packtest import CAPTURES, FX, PACK
+    from tests.agent.authoring.test_packtest import CAPTURES, FX, PACK
 
     cap = tmp_path / "captures" / "01-x"
     cap.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""agent/instance.py: the host-wide run lock per adb serial (issue 32 trial) — its place, other users' locks, and
+"""agent/instance.py: the host-wide run lock per adb serial — its place, other users' locks, and
 a lock dir others could tamper with. (``run``/``doctor`` with different state dirs: tests/agent/test_cli_sim.py.)"""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (the fast_phone fixture is imported from test_real_server)
-"""The last moment before the submit tap (issue 27 §4-5), end to end: the REAL server
+"""The last moment before the submit tap (docs/agent.md "The last moment before the tap"), end to end: the REAL server
 (tests/agent/realserver.py) and the agent's runner with the real HttpDeviceApi, on the phone simulator —
 the REAL uiautomator2 + adbutils against its adb server (``adb``) or its app model behind the real
 PhoneAdapter (``model``, tests/agent/simphone.py).
@@ -198,7 +198,7 @@ def test_every_reading_the_fence_request_carried_is_compared() -> None:
     that differs; a reading that cannot be read (None) differs too."""
     proof = read_proof(make_purchase().task, Decimal("12.88"))
     same = gates.Gate3Reading(
-        selected=dict(proof.selected_options),  # 颜色, 尺码: per dimension by the task's names (issue 34)
+        selected=dict(proof.selected_options),  # 颜色, 尺码: per dimension by the task's names
         unit_price=proof.gate3_unit_price,
         quantity=proof.quantity_read,
         total=proof.confirm_page_amount,

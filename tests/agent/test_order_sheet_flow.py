@@ -1,4 +1,4 @@
-"""The purchase flow on the order-sheet layout (issue 15 §1-6) through the REAL uiautomator2 3.7.1 +
+"""The purchase flow on the order-sheet layout through the REAL uiautomator2 3.7.1 +
 adbutils 2.12.0 against the phone simulator (scenario ``order_sheet``, app 8.22.0 / 82200, its pack
 agent/packs/pdd-8.22.0-82200.json). The server side is the rule-enforcing fake (tests/agent/fakes.py,
 which re-checks the fence body like the server); one simulator serves every test, each test on its
@@ -26,13 +26,14 @@ from cmbuyer.agent.flow import FlowResult, PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.model import SubmissionProof
 from cmbuyer.agent.phone.adapter import PhoneAdapter
-from cmbuyer.agent.screens.pack import Pack, shipped_packs
+from cmbuyer.agent.screens.packmodel import Pack
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim import PhoneSim
 from cmbuyer.phonesim.journal import swipes
 from cmbuyer.phonesim.scenario import load_scenario
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
 from cmbuyer.schemas.sku import legacy_options
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, journal_claim, make_purchase
 

@@ -1,4 +1,4 @@
-"""Pacing without weakening the phone rules (issue 8): stable reads reuse the last consecutive dumps
+"""Pacing without weakening the phone rules: stable reads reuse the last consecutive dumps
 only while nothing was tapped, every tap is preceded by two fresh equal dumps, gate screenshots are
 taken before the next tap, and the outbox (async events/uploads) is drained before the fence."""
 
@@ -20,9 +20,9 @@ from cmbuyer.agent.model import AssetRef, ScreenshotAsset, SubmissionProof, Task
 from cmbuyer.agent.outbox import Outbox
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
 from cmbuyer.agent.screens import readers
-from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.agent.waits import FlowWaits
 from cmbuyer.phonesim.testing import adbutils_leaks_ignored, running_sim
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, journal_claim, make_purchase
 from .simphone import SimPhone
@@ -209,7 +209,7 @@ def test_flow_pacing_real_u2(tmp_path: Path) -> None:
     assert all(n >= 2 for _, n, _ in taps), taps
     # Gate screenshots are taken on the gate's screen, before the next tap.
     assert [s for _, _, s in taps] == [[], [], [], ["sku"], ["sku"], ["confirm"]]
-    # Issue 29: every stored screenshot lies between two dumps of the same screen with no other phone
+    # every stored screenshot lies between two dumps of the same screen with no other phone
     # call in between but the focus reads of post-tap looks — the two dumps of the gate's (or the
     # looks') stable read; masking uses both.
     calls = [
@@ -222,7 +222,7 @@ def test_flow_pacing_real_u2(tmp_path: Path) -> None:
             around = calls[k - 1], calls[k + 1]
             assert [c["kind"] for c in around] == ["dump", "dump"], around
             assert {c["screen"] for c in around} == {e["screen"]}, around
-    # The whole order's phone-call budget (issue 29; the model in bench/purchase.py): a stable read of
+    # The whole order's phone-call budget (the model in bench/purchase.py): a stable read of
     # product, SKU panel, the panel after the first option, gates 1-3, the post-tap observation and the
     # order list (2 dumps each) + the pre-tap last look (1); 6 taps; 5 stored screenshots; shell: u2's
     # jar check at connect, deep link, goods id, 6 `input tap`, deep link to the order list, and the
@@ -234,7 +234,7 @@ def test_flow_pacing_real_u2(tmp_path: Path) -> None:
     assert counters["rpc_calls"] == counters["dumps"] + counters["screenshots"], counters
 
 
-# --- issue 29: what one phone call costs in connections -------------------------------------------
+# --- what one phone call costs in connections -------------------------------------------
 def test_a_phone_call_opens_one_adb_connection_not_a_version_query_too() -> None:
     """adbutils asks the adb server ``host:version`` before every device service unless the client
     remembers it (PhoneAdapter's client does): after connecting, shell calls, dumps and screenshots
@@ -252,7 +252,7 @@ def test_a_phone_call_opens_one_adb_connection_not_a_version_query_too() -> None
 
 
 def test_a_phone_call_request_is_not_held_back_by_nagle() -> None:
-    """Every adb connection of the adapter's client has TCP_NODELAY (issue 29): uiautomator2 writes an
+    """Every adb connection of the adapter's client has TCP_NODELAY: uiautomator2 writes an
     HTTP request's headers and body in two sends, and with Nagle on the body waited for the adb
     server's delayed ACK (≈ 40 ms per dump and screenshot). The connection a dump uses is the one
     checked: the client's, not a socket opened here."""
@@ -274,7 +274,7 @@ def test_a_phone_call_request_is_not_held_back_by_nagle() -> None:
         assert len(made) >= 3 and all(made), made
 
 
-# --- issue 29: a stored screenshot between the two dumps of the stable read that judged its screen --
+# --- a stored screenshot between the two dumps of the stable read that judged its screen --
 class _CountingPhone(SimPhone):
     """SimPhone counting screenshots and focus reads (the adapter's other phone calls)."""
 
@@ -367,7 +367,7 @@ def test_after_the_tap_a_shot_between_two_looks_needs_no_more_calls(no_sleep: No
 def test_the_observation_adds_no_poll_pause_where_its_screenshot_already_lies_between_the_looks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # issue 29: the first look already shows the outcome with the app in front, so the screenshot is
+    # the first look already shows the outcome with the app in front, so the screenshot is
     # taken before the second look — that call spaces the two looks; the 50 ms poll pause waited for nothing
     from decimal import Decimal
 

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from cmbuyer.agent.approval import ApprovalSettings
-from cmbuyer.agent.client import Credentials, FenceReplayed, HttpDeviceApi
-from cmbuyer.agent.errors import ServerRejected, ServerUnreachable
+from cmbuyer.agent.client import Credentials, HttpDeviceApi
+from cmbuyer.agent.errors import FenceReplayed, ServerRejected, ServerUnreachable
 from cmbuyer.agent.journal import Journal, JournalError
 from cmbuyer.agent.model import (
     AttemptFailure,
@@ -269,7 +269,7 @@ def test_happy_path_real_u2_real_server(tmp_path: Path, srv: RealServer) -> None
         assert (step, "OK") in got
     assert ("FENCE", "STARTED") in got and ("OBSERVE_RESULT", "OK") in got
     assert srv.device_row(creds.device_id)["pdd_version_code"] == 81700
-    assert srv.device_row(creds.device_id)["pack_id"] == "pdd-8.17.0-81700"  # heartbeat pack_id (issue 16)
+    assert srv.device_row(creds.device_id)["pack_id"] == "pdd-8.17.0-81700"  # heartbeat pack_id
     assert agent.journal.submission(detail["attempts"][0]["id"]).phase == "RESULT_REPORTED"
 
 
@@ -652,7 +652,7 @@ def test_app_version_without_a_pack_refuses_to_claim(tmp_path: Path, transport: 
         assert agent.run_once() == 3
         row = srv.device_row(creds.device_id)
         assert row["reported_state"] == "NO_PACK" and row["pdd_version"] == "8.18.0"
-        assert row["pack_id"] == "NO_PACK"  # the devices page shows the runbook hint (issue 16)
+        assert row["pack_id"] == "NO_PACK"  # the devices page shows the runbook hint
         assert srv.state(task.id) == "PENDING" and phone.taps() == 0
 
 

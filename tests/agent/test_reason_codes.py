@@ -1,5 +1,5 @@
 """Every reason code the agent can stop with is in the closed wire enum (common.json reason_code):
-a static scan of the agent's sources for the codes passed to its errors (issue 15 §8)."""
+a static scan of the agent's sources for the codes passed to its errors."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_agent_reason_codes_are_in_the_wire_enum() -> None:
     assert {c: f for c, f in found.items() if c not in enum} == {}
 
 
-# --- the server's error codes (issue 19 item 2): mapped through the device error schema's enum ----------
+# --- the server's error codes: mapped through the device error schema's enum ----------
 
 DEVICE_ENUM = ("device_error.response", "/properties/error/enum")
 
@@ -109,7 +109,7 @@ def test_commands_return_named_exit_codes() -> None:
     """No exit status is a bare number in the command modules: ExitCode names every one."""
     commands = ("run", "exit_status", "_fail", "_error", "main")
     bare: list[str] = []
-    for name in ("cli.py", "runner.py", "packtest.py", "dryrun.py"):
+    for name in ("cli.py", "runner.py", "authoring/packtest.py", "authoring/dryrun.py"):
         tree = ast.parse((ROOT / "agent" / name).read_text("utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and (node.name.startswith("cmd_") or node.name in commands):

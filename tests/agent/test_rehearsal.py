@@ -1,4 +1,4 @@
-"""Rehearsal on recorded screens (issue 16 item 5): the REAL agent (runner + PhoneAdapter + real
+"""Rehearsal on recorded screens: the REAL agent (runner + PhoneAdapter + real
 uiautomator2/adbutils + HttpDeviceApi) against the REAL server, first on the simulated 8.22.0
 order-sheet phone recording its session (``record_session``), then against the recorded session
 played back as a phone (``session``, docs/phonesim.md "Sessions") with a fresh server and a new task

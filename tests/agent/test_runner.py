@@ -184,7 +184,7 @@ def test_backoff_doubles_to_the_cap_and_logs_a_repeat_once_a_minute() -> None:
 
 
 def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path) -> None:
-    """Issue 32 §3: 401 on every heartbeat → one line naming 401 and what to check, then back-off; no
+    """401 on every heartbeat → one line naming 401 and what to check, then back-off; no
     claim-next at all. ``--once`` ends with exit code 2 after that line."""
     api = FakeApi([make_purchase()], keys=Journal(tmp_path / "j.sqlite3"))
     calls: list[float] = []
@@ -213,7 +213,7 @@ def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path)
     once.api.heartbeat = refused  # type: ignore[method-assign]
     assert once.run() == ExitCode.USAGE
     assert [line for line in once.lines if "（401）" in line] == once.lines[-1:]  # type: ignore[attr-defined]
-    # --once ends right after the line: it promises no retry (issue 32 trial)
+    # --once ends right after the line: it promises no retry
     assert once.lines[-1].endswith("已被撤销；--once：不重试") and "重试（" not in once.lines[-1]  # type: ignore[attr-defined]
 
 
@@ -440,7 +440,7 @@ def test_lease_keeper_thread_renews_and_stops() -> None:
 
 
 def test_json_logs_carry_utc_time_ids_step_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 32 §4: ``run --json-logs`` lines: ISO-8601 UTC ``ts``; during an attempt ``task_id`` and
+    """``run --json-logs`` lines: ISO-8601 UTC ``ts``; during an attempt ``task_id`` and
     ``attempt_id``; a step's line its ``step`` and ``reason_code`` (the event's); never the claim token."""
     import json
     import re
@@ -473,7 +473,7 @@ def test_json_logs_carry_utc_time_ids_step_and_reason(tmp_path: Path, capsys: py
 
 
 def test_release_from_the_admin_page_clears_the_hold_and_the_phone_claims_again(tmp_path: Path) -> None:
-    """Issue 32 §7: the heartbeat reports the journal's hold (its code and the attempt it was set on); the
+    """The heartbeat reports the journal's hold (its code and the attempt it was set on); the
     answer's ``hold_released`` clears it, the agent logs who released it and why, and claims again."""
     journal = Journal(tmp_path / "j.sqlite3")
     attempt = make_purchase().claim.attempt_id
@@ -536,7 +536,7 @@ def test_screen_request_sends_a_screenshot_or_names_the_app_in_front(tmp_path: P
 
 
 def test_the_printed_clear_hold_command_runs_as_printed(tmp_path: Path) -> None:
-    """Issue 32 §9: the HOLD line names the state dir and the program, so pasting its command into a shell on
+    """The HOLD line names the state dir and the program, so pasting its command into a shell on
     another directory clears exactly this phone's hold."""
     import re
     import subprocess

@@ -1,4 +1,4 @@
-"""Any goods, end to end (issue 34): the real server, the real agent runner over uiautomator2/adbutils, and
+"""Any goods, end to end: the real server, the real agent runner over uiautomator2/adbutils, and
 the phone simulator, one phone working through the tasks back to back. Tasks name their options by the
 dimension headers the goods page shows:
 

@@ -64,7 +64,7 @@ def _literal(node: object) -> str | None:
 
 def test_every_fixed_summary_in_the_agent_passes_the_shared_rule() -> None:
     """The agent's own wordings (stop reasons, event summaries, notes) are never replaced by the fallback:
-    each literal passed as a summary passes the rule the server applies (issue 18 item 7 keeps agent and
+    each literal passed as a summary passes the rule the server applies (one rule keeps agent and
     server on one rule, so a stricter rule must not make the agent's fixed phrases unusable)."""
     import ast
     from pathlib import Path
@@ -100,5 +100,5 @@ def test_every_fixed_summary_in_the_agent_passes_the_shared_rule() -> None:
 
 # Older wordings of the dump parser (agent/screens/dump.py) that name the XML root and so hit the
 # markup part of the rule; wire_summary sends their fixed fallback instead and the reason code
-# (DUMP_INVALID / DUMP_EMPTY) carries the meaning. Left for the dump-parser work of issue 18 item 6.
+# (DUMP_INVALID / DUMP_EMPTY) carries the meaning. Left for the dump parser.
 NAMES_THE_DUMP_ROOT = {"dump root is not <hierarchy>", "hierarchy has no nodes"}

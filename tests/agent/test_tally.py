@@ -1,4 +1,4 @@
-"""The per-task tap tally (tests/tally.py, issue 18 item 12) can see a double tap.
+"""The per-task tap tally (tests/tally.py) can see a double tap.
 
 Two tasks, each on its own goods, against the real server and the simulator through the real
 uiautomator2/adbutils: one is bought, one stops before its fence (over its cap). The tally passes.

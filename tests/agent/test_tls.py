@@ -1,4 +1,4 @@
-"""The agent's side of TLS (issue 31, agent/tls.py and HttpDeviceApi): https verified always (the system's
+"""The agent's side of TLS (agent/tls.py and HttpDeviceApi): https verified always (the system's
 CAs or only ``--server-ca``), plain http only to a loopback server, a certificate that does not verify is a
 final, clear error (never retried, never answered by plain HTTP), and what ``doctor`` reports about the
 server's certificate. The server here is a stdlib HTTPS server on 127.0.0.1 with a trustme CA."""

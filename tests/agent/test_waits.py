@@ -13,8 +13,8 @@ import pytest
 from cmbuyer.agent.flow import PurchaseFlow
 from cmbuyer.agent.journal import Journal
 from cmbuyer.agent.phone.adapter import Deadlines, PhoneAdapter
-from cmbuyer.agent.screens.pack import shipped_packs
 from cmbuyer.agent.waits import FlowWaits
+from tests.agent.packtools import shipped_packs
 
 from .fakes import FakeServer, journal_claim, make_purchase
 from .simphone import SimPhone

@@ -1,4 +1,4 @@
-"""bench/purchase.py's accounting (issue 29): which step each phone call is put in, and the model's
+"""bench/purchase.py's accounting: which step each phone call is put in, and the model's
 counts. The bench itself runs the real stack (`make bench`); here its attribution runs on a journal and
 an agent log written by hand, so a wrong boundary shows without a 30 s run."""
 

@@ -1,4 +1,4 @@
-"""demo/stack.py and demo/run.py around the processes (issue 32 §9): the demo says which of its processes
+"""demo/stack.py and demo/run.py around the processes: the demo says which of its processes
 died, with its exit code and log, instead of waiting for tasks that can no longer move."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_the_demo_says_which_font_its_screenshots_use(monkeypatch: pytest.Monkey
 
 
 def test_the_demo_prints_chinese() -> None:
-    """Issue 32 trial: the demo's status lines (管理页面, 手机, 字体, the end line …) and the process deaths it
+    """The demo's status lines (管理页面, 手机, 字体, the end line …) and the process deaths it
     names are Chinese, with commands, paths and codes as they are."""
     import demo.run
     import demo.stack

@@ -1,4 +1,4 @@
-"""After the demo's tasks settled, the admin pages in real headless Chromium (issue 8 acceptance):
+"""After the demo's tasks settled, the admin pages in real headless Chromium:
 a screenshot of the task table is saved as an artifact, and the detail page of a purchased task shows
 the gate screenshots the simulated phone produced (the images load, served by /evidence/{id})."""
 
@@ -58,7 +58,7 @@ def test_admin_pages_after_the_demo(stack: Stack) -> None:
             page.wait_for_url(f"{stack.url}/tasks")
             for spec in specs:
                 expect(page.locator("body")).to_contain_text(spec.title)
-            # in the rows: the top bar's 待付款 link (issue 28) must not satisfy this
+            # in the rows: the top bar's 待付款 link must not satisfy this
             expect(page.locator("#task-rows")).to_contain_text("待付款")
             expect(page.locator("#task-rows")).to_contain_text("待人工核对")
             page.screenshot(path=str(ARTIFACTS / "task-table-after-demo.png"), full_page=True)

@@ -1,4 +1,4 @@
-"""Issue 32 §7 acceptance: a phone held by a risk wall, handled from the devices page in real headless Chromium.
+"""A phone held by a risk wall, handled from the devices page in real headless Chromium.
 
 Real processes (demo/stack.py): `cmbuyer-server serve` (heartbeat every second), `cmbuyer-phonesim` with
 one phone and one `cmbuyer-agent run`. The simulator shows a risk wall (安全验证) on the first product page

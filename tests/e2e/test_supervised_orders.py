@@ -1,4 +1,4 @@
-"""Issue 17 acceptance: supervised first orders end to end, with every part real.
+"""Supervised first orders end to end, with every part real.
 
 Real processes (demo/stack.py): `cmbuyer-server serve` with ``CMBUYER_SUPERVISED_ORDERS=2``,
 `cmbuyer-phonesim` and one `cmbuyer-agent run` per test (short approval poll), and a person in real

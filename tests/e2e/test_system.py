@@ -1,4 +1,4 @@
-"""Whole-system tests through the real processes (issue 8): `cmbuyer-server serve`,
+"""Whole-system tests through the real processes: `cmbuyer-server serve`,
 `cmbuyer-phonesim` and one `cmbuyer-agent run` per phone, exactly as `make demo` runs them."""
 
 from __future__ import annotations
@@ -72,10 +72,10 @@ def test_happy_path_one_task_one_order(stack: Stack) -> None:
 
 
 def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
-    """Ten tasks on two phones, never one bought twice. Issue 32 §1 on the way: sim-2 is paused while every
+    """Ten tasks on two phones, never one bought twice. On the way: sim-2 is paused while every
     task is PENDING — it claims nothing while sim-1 works — then resumed, and it claims again; the audit
-    trail shows both, and sim-2's agent said once that it is paused. Afterwards ``/metrics`` (issue 32 §5)
-    counts the claims, fences and results, and no log line of the run holds a secret (§4)."""
+    trail shows both, and sim-2's agent said once that it is paused. Afterwards ``/metrics``
+    counts the claims, fences and results, and no log line of the run holds a secret."""
     stack.env["CMBUYER_METRICS"] = "1"
     stack.start_server()
     specs = [shirt(f"t{i}", color=["黑色CHA(纯棉)", "白色CHA(纯棉)"][i % 2]) for i in range(8)]
@@ -131,7 +131,7 @@ def test_two_phones_ten_tasks_no_task_purchased_twice(stack: Stack) -> None:
 
 
 def _assert_no_secret_in_any_log(stack: Stack) -> None:
-    """Issue 32 §4: every log line of the run (server, simulator, agents) is free of the device tokens, the
+    """Every log line of the run (server, simulator, agents) is free of the device tokens, the
     claim tokens the agents held, the server's secrets and the admin password."""
     secrets = [stack.admin_password]
     for cred in (stack.data_dir / "agents").glob("*.credentials"):
@@ -167,7 +167,7 @@ def _admin_get(stack: Stack, path: str) -> str:
 
 
 def _assert_pay_list(stack: Stack, details: dict[str, dict]) -> None:
-    """The pay list after the run (issue 28): one group per phone, every waiting order under the phone that
+    """The pay list after the run: one group per phone, every waiting order under the phone that
     made it, with the order number the phone read (or the placeholder when it read none)."""
     html = _admin_get(stack, "/pay-list")
     groups = re.split(r'<h2 class="device-group" data-device-id="', html)[1:]

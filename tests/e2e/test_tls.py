@@ -1,4 +1,4 @@
-"""The whole system over HTTPS (issue 31): a server on 127.0.0.2 with a private CA from
+"""The whole system over HTTPS: a server on 127.0.0.2 with a private CA from
 ``cmbuyer-server tls init``, two agents that trust it with ``--server-ca`` completing orders, and an agent
 without the CA that refuses to talk (no retry, no plain HTTP) — all in one run of the real processes."""
 

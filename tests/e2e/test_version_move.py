@@ -1,4 +1,4 @@
-"""Issue 16 acceptance: a phone moves to an app version no shipped pack knows — with NO code change.
+"""A phone moves to an app version no shipped pack knows — with NO code change.
 
 Real processes throughout (demo/stack.py): `cmbuyer-server serve`, `cmbuyer-phonesim` with one phone
 ("canary") running Pinduoduo 8.23.0 / 82300 (the simulator shows the order-sheet layout for
@@ -7,7 +7,7 @@ The operator's part is exactly the commands of docs/agent.md "New app version ru
 `cmbuyer-agent` subprocesses in an operator's working folder; the pack is a real file in a real
 directory (written by the small helpers in tests/agent/packtools.py the way a person edits it).
 
-Supervised first orders (issue 17) are switched off here (`CMBUYER_SUPERVISED_ORDERS=0`): with them
+Supervised first orders are switched off here (`CMBUYER_SUPERVISED_ORDERS=0`): with them
 on, the first orders of the new pack wait for a person's approval, which is the subject of its own
 tests.
 """

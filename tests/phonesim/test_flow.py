@@ -19,7 +19,7 @@ BLACK, SIZE_M = "黑色CHA(纯棉)", "M(建议100-115)"
 def test_whole_flow_creates_exactly_one_order(u2dev, phonesim: PhoneSim):
     xml = walk_to_confirm(u2dev, GOODS, [BLACK, SIZE_M], quantity=2)
     assert_bounds_consistent(xml)
-    # confirm page as in phone-facts: no title text, price+stock node, 已选 label with ASCII brackets
+    # confirm page as on the real app: no title text, price+stock node, 已选 label with ASCII brackets
     assert not find(xml, text="确认订单")
     assert find(xml, content_desc="商品主图")
     assert find(xml, text="最后5件 ¥12.88")

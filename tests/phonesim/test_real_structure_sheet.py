@@ -1,4 +1,4 @@
-"""The simulator's screens against the real captures, node by node (issue 27 item 1).
+"""The simulator's screens against the real captures, node by node.
 
 The simulator renders the sheet for the same goods as each real-structure file
 (tests/agent/fixtures/real_structures): same tile shape, option names, stock badges, selection and

@@ -1,4 +1,4 @@
-"""The simulator's screenshots show each label of the app whole (issue 32 trial: 返回, 分享, 颜色, 尺码 … were cut to
+"""The simulator's screenshots show each label of the app whole (返回, 分享, 颜色, 尺码 … were cut to
 their first character because the font was sized by the node's height only, not its width)."""
 
 from __future__ import annotations

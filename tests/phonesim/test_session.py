@@ -342,7 +342,7 @@ def test_the_recorded_phone_behaves_as_without_recorder(recording: dict[str, Any
     assert plain["selection"] == {"色号": "番茄红#707"}
 
 
-# --- hostile session directories (bad-inputs: never a hang, a traceback or a guess) ----------------
+# --- hostile session directories (never a hang, a traceback or a guess) ----------------
 def _validate_in_child(session: Path) -> subprocess.CompletedProcess[str]:
     """``cmbuyer-phonesim --session DIR --validate`` in a child with a timeout: a FIFO must not hang
     the test run."""

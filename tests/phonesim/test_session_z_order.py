@@ -1,4 +1,4 @@
-"""What a tap hits in a recorded-session rehearsal (phonesim/session.py, issue 27 §5): the topmost node at
+"""What a tap hits in a recorded-session rehearsal (phonesim/session.py): the topmost node at
 the point — by ``drawing-order`` within a window, by the capture's ``window_z_order`` across windows — not
 the first window or the first node in the file. Two windows at the point without a z-order in meta.json:
 the tap is refused (the rehearsal ends), never guessed. The recorder writes the z-order it knows."""

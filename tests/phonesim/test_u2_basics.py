@@ -1,4 +1,4 @@
-"""The real uiautomator2/adbutils code paths against the simulator (issue 6 acceptance)."""
+"""The real uiautomator2/adbutils code paths against the simulator."""
 
 from __future__ import annotations
 

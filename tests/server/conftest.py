@@ -41,7 +41,7 @@ def clock() -> ManualClock:
 @pytest.fixture
 def supervised_orders() -> str:
     """``CMBUYER_SUPERVISED_ORDERS`` for the ``settings`` fixture: "0" (supervision off, as the suites written
-    before issue 17 expect); tests of supervised first orders override this fixture."""
+    that do not test supervision expect); tests of supervised first orders override this fixture."""
     return "0"
 
 
@@ -168,3 +168,14 @@ async def claimed(server_client: Any, make_device: Callable[..., Any], make_task
 
     make_task(start=True)
     return await claim_http(server_client, make_device())
+
+
+@pytest.fixture
+async def other_claimed(
+    server_client: Any, claimed: Any, make_device: Callable[..., Any], make_task: Callable[..., Any]
+) -> Any:
+    """Another device ("phone-2") with its own claim of another started task, made after :func:`claimed`."""
+    from tests.server.submissions.helpers import claim_http
+
+    make_task(start=True, goods_id="555")
+    return await claim_http(server_client, make_device("phone-2"))

@@ -1,4 +1,4 @@
-"""The `cmbuyer-server` CLI contract (issue 2), run as real subprocesses on a real data dir."""
+"""The `cmbuyer-server` CLI contract, run as real subprocesses on a real data dir."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def ddir(tmp_path: Path) -> Path:
 
 
 def test_init_tightens_an_existing_data_dir_and_prints_steps_that_run(tmp_path: Path) -> None:
-    """Issue 32 §9: ``init`` on a data dir others can read makes it 0700 and the database 0600 (``doctor`` then
+    """``init`` on a data dir others can read makes it 0700 and the database 0600 (``doctor`` then
     passes its mode check), and its next steps run exactly as printed (in a shell, from another directory)."""
     import shlex
 
@@ -138,7 +138,7 @@ def test_device_supervision_exemption_is_audited_and_idempotent(ddir: Path) -> N
 
 
 def test_device_pause_resume_and_pace(ddir: Path) -> None:
-    """Issue 32: ``device pause|resume ID`` and ``device pace ID`` (audited; a revoked device is refused)."""
+    """``device pause|resume ID`` and ``device pace ID`` (audited; a revoked device is refused)."""
     device_id = cli_json(ddir, "device", "add", "--name", "p")["device_id"]
     assert cli_json(ddir, "device", "pause", device_id) == {"device_id": device_id, "paused": True, "changed": True}
     listed = cli(ddir, "device", "list")
@@ -197,7 +197,7 @@ def test_task_add_without_size(ddir: Path) -> None:
             1,
         ),
         (
-            task_add(price="1.001"),  # more than two places (50, 50.0 and 50.00 are all fine: issue 28)
+            task_add(price="1.001"),  # more than two places (50, 50.0 and 50.00 are all fine)
             1,
         ),
         (("task", "show", "not-a-uuid"), 1),
@@ -223,7 +223,7 @@ def test_doctor_and_migrate_list(ddir: Path) -> None:
     assert doctor["ok"] is True
     rows = cli_json(ddir, "migrate", "--list")["migrations"]
     assert rows and all(r["applied"] and r["checksum_ok"] for r in rows)
-    # without --json: one Chinese line per check, its --json name beside the label (issue 32 §9)
+    # without --json: one Chinese line per check, its --json name beside the label
     lines = cli(ddir, "doctor").stdout.splitlines()
     assert len(lines) == len(doctor["checks"]) and all(line.startswith("通过 ") for line in lines), lines
     assert "通过 密钥 (secrets)：已设置" in lines and "通过 数据库迁移 (migrations)：已是最新" in lines
@@ -268,7 +268,7 @@ def _heartbeat_with_a_secret_in_the_query(port: int, issued: dict) -> None:
 
 
 def test_serve_reports_a_busy_port_before_any_serving_line(ddir: Path) -> None:
-    """Issue 32 §9: nothing says "serving" unless the socket is bound; a busy port → exit 3, one line."""
+    """Nothing says "serving" unless the socket is bound; a busy port → exit 3, one line."""
     import socket
 
     with socket.socket() as taken:
@@ -277,13 +277,13 @@ def test_serve_reports_a_busy_port_before_any_serving_line(ddir: Path) -> None:
         result = cli(ddir, "serve", "--port", str(taken.getsockname()[1]))
     assert result.returncode == 3, result.stderr
     assert "无法监听 127.0.0.1:" in result.stderr and "正在服务" not in result.stderr
-    # in Chinese, not asyncio's "error while attempting to bind on address …" (issue 32 trial); errno name kept
+    # in Chinese, not asyncio's "error while attempting to bind on address …"; errno name kept
     assert "端口已被占用" in result.stderr and "EADDRINUSE" in result.stderr
     assert "error while" not in result.stderr and "address already in use" not in result.stderr.lower()
 
 
 def test_serve_on_a_public_address_without_tls_is_refused_in_chinese(ddir: Path) -> None:
-    """Issue 32 trial: ``serve --host 0.0.0.0`` without TLS → exit 3, one Chinese line naming the options."""
+    """``serve --host 0.0.0.0`` without TLS → exit 3, one Chinese line naming the options."""
     result = cli(ddir, "serve", "--host", "0.0.0.0")
     assert result.returncode == 3, result.stderr
     line = result.stderr.strip()
@@ -309,7 +309,7 @@ def test_serve_healthz_restart_and_tampered_checksum(ddir: Path) -> None:
             proc.terminate()
             _, err = proc.communicate(timeout=30)
         assert issued["token"] not in err
-        # issue 32 §4: start-up, one access line per request (route template, status, ms, device id prefix;
+        # start-up, one access line per request (route template, status, ms, device id prefix;
         # never the query string or a header), shutdown
         lines = err.splitlines()
         assert any("已启动：数据库结构为最新" in line for line in lines), err
@@ -363,7 +363,7 @@ def test_missing_data_dir_and_missing_subcommand_are_clear_one_line_errors(tmp_p
 
 
 def test_task_add_with_options(ddir: Path) -> None:
-    # any goods (issue 34): --option 维度=值, in the page's order; the colour/size flags are the special case
+    # any goods: --option 维度=值, in the page's order; the colour/size flags are the special case
     base = ("task", "add", "--title", "抽纸", "--url", URL, "--quantity", "1", "--max-total-price", "30")
     created = cli_json(ddir, *base, "--option", "规格=3层100抽", "--option", "数量=6包")
     shown = cli_json(ddir, "task", "show", created["task_id"])
@@ -380,7 +380,7 @@ def test_task_add_with_options(ddir: Path) -> None:
 
 
 def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 32 §9: every ``cmbuyer-server … --help`` runs (exit 0) and nothing in it lacks a help line."""
+    """Every ``cmbuyer-server … --help`` runs (exit 0) and nothing in it lacks a help line."""
     from cmbuyer.server.cli import build_parser, main
     from tests.cli_help import check_every_help
 
@@ -388,7 +388,7 @@ def test_every_command_and_option_has_help(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_operator_facing_text_is_chinese() -> None:
-    """Issue 32 §9: every line ``cmbuyer-server`` prints or fails with is Chinese (codes, option names and paths
+    """Every line ``cmbuyer-server`` prints or fails with is Chinese (codes, option names and paths
     as they are); doctor's check names stay as ``--json`` names them, printed beside their Chinese label."""
     from cmbuyer.server import cli, cli_text, config, task_summary
     from tests.cli_text import english_messages

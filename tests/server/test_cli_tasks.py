@@ -1,5 +1,5 @@
-"""``cmbuyer-server task import/export/cancel/reset/mark-paid`` and ``submission reconcile`` (issue 28 items
-1, 3, 7) on a real data dir (made by the real ``init`` in a subprocess). The commands run in-process through
+"""``cmbuyer-server task import/export/cancel/reset/mark-paid`` and ``submission reconcile``
+on a real data dir (made by the real ``init`` in a subprocess). The commands run in-process through
 ``cli.main`` — the same entry point as the console script, without a second of interpreter start per call;
 device-side rows come from the admin tests' Seeder."""
 
@@ -134,7 +134,7 @@ def test_cancel_reset_mark_paid_reconcile(ddir: Path, run: Any, run_json: Any) -
     assert run_json(ddir, "task", "mark-paid", ids[2])["state"] == "PAID"
     final = run(ddir, "task", "mark-paid", ids[2])  # PAID is final
     assert final.returncode == 1
-    # the code as it is, the rest in Chinese from the pages' label tables (issue 32 trial)
+    # the code as it is, the rest in Chinese from the pages' label tables
     assert final.stderr.strip().endswith("invalid_state: 任务状态为已付款（PAID）时不能标记已付款"), final.stderr
     again = run(ddir, "task", "reset", ids[0])
     assert again.returncode == 1
@@ -156,9 +156,9 @@ def test_cancel_reset_mark_paid_reconcile(ddir: Path, run: Any, run_json: Any) -
 
 
 def test_task_show_text_summary_and_unchanged_json(ddir: Path, run: Any) -> None:
-    """Issue 32 §9: ``task show`` prints labelled Chinese lines (phone, order number, result from the fence row);
+    """``task show`` prints labelled Chinese lines (phone, order number, result from the fence row);
     ``task show --json`` still prints the admin detail view as one sorted JSON object, byte for byte."""
-    from cmbuyer.server.web.admin.task_view import task_detail
+    from cmbuyer.server.display.task_view import task_detail
 
     task_id = json.loads(
         run(ddir, *task_add("纸巾", color="黑色", size="M", quantity="3", price="45.00"), "--json").stdout

@@ -1,4 +1,4 @@
-"""Settings validation (issue 2): every bad value stops start-up with one line naming the variable."""
+"""Settings validation: every bad value stops start-up with one line naming the variable."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from cmbuyer.server.config import (
     SETTINGS_BY_NAME,
     SETTINGS_TABLE,
     Settings,
-    SettingsError,
     default_text,
     env_file_defaults,
     load_settings,
     settings_markdown,
 )
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.domain.evidence_limits import MULTIPART_OVERHEAD, EvidenceLimits
 from cmbuyer.server.web import multipart
 
@@ -40,7 +40,7 @@ def test_defaults_and_secret_masking(tmp_path: Path) -> None:
 
 def test_app_version_and_payment_mode_defaults(tmp_path: Path) -> None:
     s = load_settings(tmp_path, environ=GOOD)
-    assert s.allowed_app_versions == ("8.17.0", "8.22.0")  # both simulator layouts (issue 15)
+    assert s.allowed_app_versions == ("8.17.0", "8.22.0")  # both simulator layouts
     assert s.allowed_payment_modes == ("微信支付", "支付宝")
 
 
@@ -77,7 +77,7 @@ def test_env_file_is_read_and_environment_overrides_it(tmp_path: Path) -> None:
         ({"CMBUYER_PENDING_CONNECTIONS_MAX": "7"}, "CMBUYER_PENDING_CONNECTIONS_MAX"),
         ({"CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS": "0"}, "CMBUYER_PENDING_CONNECTIONS_PER_ADDRESS"),
         ({"CMBUYER_PENDING_CONNECTION_TIMEOUT": "0"}, "CMBUYER_PENDING_CONNECTION_TIMEOUT"),
-        # issue 31: TLS files come in pairs; proxies are addresses; a replica is a file:/// or s3:// URL
+        # TLS files come in pairs; proxies are addresses; a replica is a file:/// or s3:// URL
         ({"CMBUYER_TLS_CERT": "/srv/cmbuyer/tls/server.pem"}, "CMBUYER_TLS_KEY"),
         ({"CMBUYER_TLS_KEY": "/srv/cmbuyer/tls/server-key.pem"}, "CMBUYER_TLS_CERT"),
         ({"CMBUYER_TLS_CERT": "a\x07b", "CMBUYER_TLS_KEY": "k"}, "CMBUYER_TLS_CERT"),
@@ -165,7 +165,7 @@ def test_init_refuses_an_unwritable_data_dir(tmp_path: Path) -> None:
     assert len(lines) == 1 and "不可写" in lines[0]
 
 
-# -- one table: defaults, bounds, README (issue 19) -------------------------------------------------------
+# -- one table: defaults, bounds, README -------------------------------------------------------
 
 
 def test_every_setting_is_one_table_row_and_its_default_is_the_rows() -> None:

@@ -1,12 +1,14 @@
 """The server's layering rule, checked on the static import graph and on call sites with ast over
-server/**/*.py (the server's counterpart of tests/agent/test_isolation.py; docs/architecture.md states
-the rule in prose):
+server/**/*.py (the import reading is tests/imports.py, shared with tests/agent/test_layers.py;
+docs/architecture.md states the rule in prose):
 
 - ``domain`` imports only ``domain`` and ``cmbuyer.schemas`` (pure rules: no I/O, no store);
 - ``store`` imports no ``services``, ``tx``, ``web``, ``lifecycle`` or ``app``;
 - ``tx`` (shared transaction helpers) imports no ``services``, ``web``, ``lifecycle`` or ``app``;
 - ``services`` import no ``web``, ``lifecycle`` or ``app`` and never another service;
 - ``web`` imports no ``app`` and no ``lifecycle`` (app.py builds the app and calls lifecycle);
+- the command line (``cli``, ``cli_text``, ``task_summary``) and ``display`` (what people read, shared by
+  the pages and the command line) import no ``web``;
 - no ``.execute(`` call outside ``store/``, ``db.py`` and ``migrate.py`` (SQL lives in the store).
 
 Each rule is also run against a synthetic server tree that breaks it, so the scanner is shown to fail.
@@ -19,34 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.imports import import_statements, sources, write_tree
+
 SERVER = Path(__file__).resolve().parents[2] / "server"
 ROOT = "cmbuyer.server"
-
-
-def _module(server: Path, path: Path) -> str:
-    rel = path.relative_to(server).with_suffix("")
-    parts = [p for p in rel.parts if p != "__init__"]
-    return ".".join([ROOT, *parts])
-
-
-def _imports(tree: ast.AST, module: str, is_package: bool) -> list[list[str]]:
-    """The absolute names each import statement of one module brings in, a list per statement (the
-    module first, then ``module.name`` for each imported name); relative imports are resolved
-    against ``module``."""
-    statements: list[list[str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = module.split(".")
-                # A package's own name is its first level; a module's is its parent.
-                drop = node.level - 1 if is_package else node.level
-                anchor = anchor[: len(anchor) - drop] if drop else anchor
-                base = ".".join([*anchor, base]) if base else ".".join(anchor)
-            statements.append([base, *(f"{base}.{a.name}" for a in node.names)])
-        elif isinstance(node, ast.Import):
-            statements.extend([a.name] for a in node.names)
-    return statements
 
 
 def _layer(module: str) -> str:
@@ -73,6 +51,10 @@ FORBIDDEN = {
     "tx": {"services", "web", "lifecycle", "app"},
     "services": {"web", "lifecycle", "app"},
     "web": {"app", "lifecycle"},
+    "display": {"web", "lifecycle", "app"},
+    "cli": {"web"},
+    "cli_text": {"web"},
+    "task_summary": {"web"},
 }
 SQL_HOMES = {"store", "db", "migrate"}
 
@@ -98,11 +80,10 @@ def violations(server: Path) -> list[str]:
     """Every breach of the layering rule in the tree ``server`` (laid out like ``cmbuyer.server``),
     as sorted ``"<module>: <what>"`` lines; empty when the tree keeps the rule."""
     found: list[str] = []
-    for path in sorted(server.rglob("*.py")):
-        module = _module(server, path)
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for source in sources(server, ROOT):
+        module, tree = source.name, source.tree
         layer = _layer(module)
-        for names in _imports(tree, module, path.name == "__init__.py"):
+        for names in import_statements(tree, module, source.is_package):
             # One line per import statement: its first name that breaks a rule.
             breach = next((b for b in (_breach(module, layer, dep) for dep in names) if b), None)
             if breach:
@@ -116,19 +97,6 @@ def test_the_server_keeps_its_layers() -> None:
     assert violations(SERVER) == []
 
 
-def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
-    server = tmp_path / "server"
-    for rel, text in files.items():
-        path = server / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for parent in [path.parent, *path.parent.parents]:
-            if parent == server.parent:
-                break
-            (parent / "__init__.py").touch()
-        path.write_text(text, encoding="utf-8")
-    return server
-
-
 CLEAN = {
     "domain/rules.py": "from cmbuyer.schemas import text\nfrom cmbuyer.server.domain import states\n",
     "store/tasks.py": "from cmbuyer.server.domain import states\ndef get(conn):\n    return conn.execute('x')\n",
@@ -136,7 +104,9 @@ CLEAN = {
     "services/fence.py": (
         "from cmbuyer.server.tx import common\nfrom cmbuyer.server.domain import rules\nfrom . import fence\n"
     ),
-    "web/routes.py": "from cmbuyer.server.services import fence\n",
+    "web/routes.py": "from cmbuyer.server.services import fence\nfrom cmbuyer.server.display import labels\n",
+    "display/labels.py": "from cmbuyer.server.domain import states\n",
+    "cli.py": "from cmbuyer.server.display import labels\nfrom cmbuyer.server import app\n",
     "lifecycle.py": "from cmbuyer.server.web import routes\n",
     "app.py": "from cmbuyer.server import lifecycle\n",
     "db.py": "def q(conn):\n    conn.execute('x')\n",
@@ -157,10 +127,13 @@ CLEAN = {
         ("services/claim.py", "from cmbuyer.server.web import routes\n", "services imports cmbuyer.server.web"),
         ("web/bad.py", "from cmbuyer.server import app\n", "web imports cmbuyer.server.app"),
         ("web/bad.py", "from cmbuyer.server.lifecycle import run\n", "web imports cmbuyer.server.lifecycle"),
+        ("cli.py", "from cmbuyer.server.web.admin import labels\n", "cli imports cmbuyer.server.web"),
+        ("cli_text.py", "from cmbuyer.server.web.admin.labels import x\n", "cli_text imports cmbuyer.server.web"),
+        ("display/bad.py", "from cmbuyer.server.web.admin import render\n", "display imports cmbuyer.server.web"),
         ("health.py", "def f(conn):\n    conn.execute('select 1')\n", "health: .execute( outside the store"),
     ],
 )
 def test_each_rule_catches_a_synthetic_breach(tmp_path: Path, rel: str, text: str, expected: str) -> None:
-    assert violations(_tree(tmp_path, CLEAN)) == []
-    found = violations(_tree(tmp_path, {**CLEAN, rel: text}))
+    assert violations(write_tree(tmp_path / "server", CLEAN)) == []
+    found = violations(write_tree(tmp_path / "server", {**CLEAN, rel: text}))
     assert len(found) == 1 and expected in found[0], found

@@ -1,4 +1,5 @@
-"""The server's lifecycle (server/lifecycle.py, design §2.7): the start-up steps run in the listed order
+"""The server's lifecycle (server/lifecycle.py, docs/architecture.md "Safety rules"): the start-up steps run in the
+listed order
 and the first refusal stops start-up with a one-line reason; the periodic jobs started while serving are
 exactly the listed ones; no route module registers steps or jobs, so nothing under server/web imports the
 app or the lifecycle (no import cycle)."""
@@ -18,7 +19,8 @@ from cmbuyer.server import lifecycle
 from cmbuyer.server.app import create_app
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
-from cmbuyer.server.lifecycle import StartupRefused, StartupStep
+from cmbuyer.server.domain.errors import StartupRefused
+from cmbuyer.server.lifecycle import StartupStep
 
 ROOT = Path(__file__).resolve().parents[2]
 

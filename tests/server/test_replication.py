@@ -1,4 +1,4 @@
-"""The database off the host (issue 31): a real ``cmbuyer-server serve`` with ``cmbuyer-server replicate``
+"""The database off the host: a real ``cmbuyer-server serve`` with ``cmbuyer-server replicate``
 (Litestream) streaming to a file replica, both SIGKILLed mid-run as a lost host would be, then
 ``cmbuyer-server restore`` into fresh data dirs — from the replica as it was left, and from a copy of it
 taken before a fence:

@@ -1,4 +1,5 @@
-"""canonical_json (orjson with a json fallback) writes exactly the reference text of design §4.
+"""canonical_json (orjson with a json fallback) writes exactly the reference text of docs/architecture.md "Wire
+schemas".
 
 Stored claim bodies are replayed byte for byte and request hashes compare canonical texts, so a change of
 encoder must not change a single byte for any value our wire data can hold (dict/list/str/int/bool/None —

@@ -1,4 +1,4 @@
-"""Exact patterns everywhere (issue 33 item 3): no pattern accepts a valid text with a newline after it.
+"""Exact patterns everywhere: no pattern accepts a valid text with a newline after it.
 
 Python's ``$`` also matches before a final newline, so ``^[0-9A-Za-z-]{6,40}$`` let ``"ABCDEF\\n"`` through.
 Two tables:

@@ -173,8 +173,8 @@ def test_fast_path_accepts_real_requests() -> None:
 
 
 def test_fast_path_takes_nullable_fields() -> None:
-    # a sku_text or null (the old agents' selected_size, issue 15): both forms stay on the fast path. The fence
-    # body itself now names its options in one of two forms (oneOf, issue 34), so it takes the full path.
+    # a sku_text or null (the old agents' selected_size): both forms stay on the fast path. The fence
+    # body itself now names its options in one of two forms (oneOf), so it takes the full path.
     nullable = {
         "type": "object",
         "additionalProperties": False,

@@ -1,4 +1,4 @@
-"""The shared rule for text a person reads or a gate compares (cmbuyer.schemas.text.text_problem; issue 18
+"""The shared rule for text a person reads or a gate compares (cmbuyer.schemas.text.text_problem
 item 8), and its CLI paths: ``task add`` (title, colour, size) and ``device add`` (name) refuse bidi and
 invisible characters with a Chinese message naming the code point, exit 1, and write nothing. The admin
 form and JSON paths: tests/server/admin/test_hidden_text.py."""
@@ -135,7 +135,7 @@ def test_cli_refuses_hidden_characters_in_every_text(ddir: Path) -> None:
 
 @pytest.mark.parametrize("value", REFUSED.values(), ids=REFUSED.keys())
 def test_visible_writes_every_refused_character_as_an_escape(value: str) -> None:
-    """Issue 33: text a person reads in a terminal or log (dry-run verdicts, agent progress) shows a
+    """Text a person reads in a terminal or log (dry-run verdicts, agent progress) shows a
     bidi or invisible character as ``\\uXXXX`` instead of obeying it."""
     from cmbuyer.schemas.text import visible
 

@@ -1,7 +1,7 @@
 """Read-only SQL behind the admin pages: the task table (filters, keyword search, keyset paging),
 the devices page, and the lookups of the reconcile / evidence routes.
 
-Every list query is index-driven so ``GET /tasks`` stays fast at 100,000 tasks (issue 5):
+Every list query is index-driven so ``GET /tasks`` stays fast at 100,000 tasks:
 
 * no keyword: ``tasks_created`` / ``tasks_state_created`` give rows already in (created_at, id) order;
 * keyword that is a task UUID: primary key; all digits: ``tasks_goods`` (exact goods id) plus the
@@ -35,8 +35,8 @@ class TaskFilter:
     states: tuple[str, ...] = ()
     keyword: str = ""
     keyword_kind: str = ""  # "" | "id" | "digits" | "text" | "short"
-    waiting_approval: bool = False  # only tasks whose open attempt waits for a person's 批准 (issue 32 §8)
-    phone: str = ""  # only tasks a device of this exact name has claimed (issue 32 §2)
+    waiting_approval: bool = False  # only tasks whose open attempt waits for a person's 批准
+    phone: str = ""  # only tasks a device of this exact name has claimed
     created_from: str | None = None
     created_to: str | None = None
     before: tuple[str, str] | None = None
@@ -173,7 +173,7 @@ def devices_with_claims(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 
 def device_holds(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-    """Per device with a reported hold or a pending screen request (issue 32 §7): the hold's code, line,
+    """Per device with a reported hold or a pending screen request: the hold's code, line,
     since when (``hold_seen_at``), a pending release, the task the held attempt was for and that attempt's
     newest FAILURE screenshot (index ``evidence_task``), and the pending screen request."""
     rows = conn.execute(

@@ -1,4 +1,4 @@
-"""The SQL behind ``GET /metrics`` (:mod:`cmbuyer.server.web.metrics`, issue 32 §5): totals read from the
+"""The SQL behind ``GET /metrics`` (:mod:`cmbuyer.server.web.metrics`): totals read from the
 rows themselves, so they survive restarts and agree with the pages. Attempts, submissions and assets are
 never deleted, so their counts only grow (Prometheus counters); the rest are gauges.
 

@@ -1,7 +1,8 @@
-"""Read models of the admin side of supervised first orders (issue 17; migration 0007): the approval
+"""Read models of the admin side of supervised first orders (migration 0007): the approval
 request a person decides in the task drawer, the verdict on a supervised order, the device–pack pairs
-shown on the devices page, and the "等待人工确认" badges. The writes behind them live in
-``store/supervision.py``.
+shown on the devices page (:func:`device_states`), the task drawer's facts (:func:`task_panel`) and the
+"等待人工确认" badges. The writes behind them live in ``store/supervision.py``; the drawer's comparison
+table is display (``web/admin/supervision_view.py``).
 
 Reads return plain dicts of stored columns; never claim tokens or hashes of secrets.
 """
@@ -11,6 +12,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from cmbuyer.server.domain import supervision as rules
+from cmbuyer.server.domain.states import SubmissionState
+from cmbuyer.server.store import authorizations as auth_store
 from cmbuyer.server.store._sql import marks, one_dict
 from cmbuyer.server.store.supervision import APPROVAL_FIELDS
 
@@ -131,3 +135,85 @@ def latest_submission_for_task(conn: sqlite3.Connection, task_id: str) -> dict[s
         " WHERE s.task_id = ? ORDER BY s.created_at DESC, s.id DESC LIMIT 1",
         (task_id,),
     )
+
+
+# the live request's columns the drawer shows
+_PANEL_APPROVAL = (
+    "id",
+    "state",
+    "created_at",
+    "attempt_id",
+    "device_id",
+    "pack_key",
+    "screenshot_asset_id",
+    "decided_by",
+    "decided_at",
+)
+
+
+def task_panel(conn: sqlite3.Connection, task_id: str) -> dict[str, Any]:
+    """What the task page/drawer knows about supervision:
+
+    ``{"live": None | the live request of the OPEN attempt (:func:`live_approval_of_open_attempt`),
+    "authorization": its Authorization or None, "approval": None | the columns of it the drawer shows,
+    "verdict_submission_id": sid | None`` (a verdict can be given now), ``"verdict_right_allowed": bool``,
+    ``"verdict": None | row``, ``"supervised_submission": bool``, ``"stamp": str`` (changes whenever any of
+    these does, for the live view)}. Which verdict a submission state allows is
+    :data:`~cmbuyer.server.domain.supervision.RIGHT_STATES` / ``WRONG_STATES``.
+    """
+    live = live_approval_of_open_attempt(conn, task_id)
+    panel: dict[str, Any] = {
+        "live": live,
+        "authorization": None if live is None else auth_store.get(conn, live["authorization_id"]),
+        "approval": None if live is None else {k: live[k] for k in _PANEL_APPROVAL},
+        "verdict_submission_id": None,
+        "verdict_right_allowed": False,
+        "verdict": None,
+        "supervised_submission": False,
+    }
+    latest = latest_submission_for_task(conn, task_id)
+    if latest is not None and latest["supervised"]:
+        panel["supervised_submission"] = True
+        panel["verdict"] = verdict(conn, latest["id"])
+        if panel["verdict"] is None and SubmissionState(latest["state"]) in rules.WRONG_STATES:
+            panel["verdict_submission_id"] = latest["id"]
+            panel["verdict_right_allowed"] = SubmissionState(latest["state"]) in rules.RIGHT_STATES
+    # the decision, a new request or a verdict changes the drawer (REJECTED/VOID leave the live slot empty)
+    slot = f"{live['id']}:{live['state']}" if live else "-"
+    panel["stamp"] = f"{slot}|{(panel['verdict'] or {}).get('verdict', '')}"
+    return panel
+
+
+def device_states(conn: sqlite3.Connection, required: int) -> dict[str, dict[str, Any]]:
+    """Per device id: ``{"required": N, "off": N == 0, "exempt": the device's audited exemption
+    (``devices.supervision_off``, CLI ``cmbuyer-server device supervision DEVICE off``), "pack_key": current
+    key or None (no heartbeat yet), "confirmed": x for the current key, "done": x >= N, "held": [pairs on
+    hold, any key], "pairs": count, "waiting": bool (its OPEN attempt waits for a person)}``. ``required`` is
+    ``CMBUYER_SUPERVISED_ORDERS`` (N, an int ≥ 0; 0 = no device is supervised). The current key follows the
+    claim-time rule (:func:`rules.pack_key_for` with no claim pack id: the heartbeat's pack id, else the app
+    version)."""
+    pairs: dict[str, list[dict[str, Any]]] = {}
+    for p in all_pairs(conn):
+        pairs.setdefault(p["device_id"], []).append(p)
+    waiting = waiting_device_ids(conn)
+    out: dict[str, dict[str, Any]] = {}
+    for d in devices_for_supervision(conn):
+        try:
+            key: str | None = rules.pack_key_for(None, d["pack_id"], d["pdd_version"], d["pdd_version_code"])
+        except ValueError:
+            key = None
+        mine = pairs.get(d["id"], [])
+        current = next((p for p in mine if p["pack_key"] == key), None)
+        confirmed = int(current["confirmed_orders"]) if current else 0
+        out[d["id"]] = {
+            "required": required,
+            "off": required == 0,
+            "exempt": bool(d["supervision_off"]),
+            "pack_key": key,
+            "confirmed": confirmed,
+            "done": confirmed >= required,
+            "held": [p for p in mine if p["held"]],
+            "pairs": len(mine),
+            "waiting": d["id"] in waiting,
+        }
+    return out

@@ -1,4 +1,4 @@
-"""Read-only SQL behind the task lists of issue 28: counts per state (the task table's header), the
+"""Read-only SQL behind the task lists: counts per state (the task table's header), the
 columns an export adds to the task rows, the pay list, and the devices a start confirmation counts.
 
 ``state_counts`` is one ``GROUP BY state`` over the ``tasks_state_created`` index (a covering scan of

@@ -1,4 +1,4 @@
-"""The admin web pages (docs/admin.md "Routes", "Identity and sessions"; issue 5).
+"""The admin web pages (docs/admin.md "Routes", "Identity and sessions").
 
 Server-rendered Jinja2 (autoescaped), local CSS/JS only under ``/static``, one module per route
 group: :mod:`.auth` (login/logout), :mod:`.tasks` (table, create, start, detail, actions),
@@ -16,12 +16,16 @@ from pathlib import Path
 import jinja2
 from aiohttp import web
 
-from cmbuyer.schemas.sku import options_from_text, options_label
+from cmbuyer.schemas.sku import options_from_text
+from cmbuyer.server.display import labels
+from cmbuyer.server.display.task_export import sku_label
+from cmbuyer.server.display.times import audit_value, beijing_time
 from cmbuyer.server.domain.codes import Code
+from cmbuyer.server.domain.errors import refusal
 from cmbuyer.server.domain.reports import NO_TAP_REASONS
 from cmbuyer.server.domain.states import TaskState
-from cmbuyer.server.web.admin import auth, devices, evidence, held, labels, sku_form, supervision, task_io, tasks
-from cmbuyer.server.web.admin.common import JINJA, AdminHTTPError, audit_value, beijing_time, refuse
+from cmbuyer.server.web.admin import auth, devices, evidence, held, sku_form, supervision, task_io, tasks
+from cmbuyer.server.web.admin.render import JINJA, refuse
 from cmbuyer.server.web.edge import identity_only
 
 _SERVER_DIR = Path(__file__).resolve().parents[2]
@@ -57,15 +61,15 @@ def make_environment() -> jinja2.Environment:
     )
     env.filters["bjt"] = beijing_time
     env.filters["audit_value"] = audit_value
-    # SKU options (issue 34): stored canonical text → "规格=3层100抽 / 数量=6包"; the form's rows
-    env.filters["sku_label"] = lambda text: options_label(options_from_text(text))
+    # SKU options: stored canonical text → "规格=3层100抽 / 数量=6包"; the form's rows
+    env.filters["sku_label"] = sku_label
     env.globals.update(
         sku_pairs=options_from_text, sku_rows=sku_form.form_rows, sku_dimensions=sku_form.known_dimensions
     )
     env.globals["state_label"] = lambda s: (
         labels.TASK_STATE_LABELS.get(TaskState(s), s) if s in TaskState.__members__ else s
     )
-    # Chinese display labels (web/admin/labels.py); unknown codes fall back to the code itself.
+    # Chinese display labels (display/labels.py); unknown codes fall back to the code itself.
     env.globals.update({name: functools.partial(labels.label, table) for name, table in labels.TEMPLATE_LABELS.items()})
     env.globals.update(reason_label=labels.reason_label, glossary=labels.GLOSSARY, no_tap_reasons=NO_TAP_REASONS)
     return env
@@ -78,8 +82,8 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault(name, value)
 
 
-ENCODING_REFUSAL = AdminHTTPError(
-    415, Code.UNSUPPORTED_MEDIA_TYPE, "不接受压缩或编码过的请求体（Content-Encoding 只能是 identity）"
+ENCODING_REFUSAL = refusal(
+    Code.UNSUPPORTED_MEDIA_TYPE, "不接受压缩或编码过的请求体（Content-Encoding 只能是 identity）"
 )
 
 

@@ -20,33 +20,23 @@ import re
 from aiohttp import web
 
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import Unavailable
+from cmbuyer.server.domain.errors import DomainError, Unavailable, refusal
 from cmbuyer.server.services import admin_sessions
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.services.admins import verify_password
 from cmbuyer.server.store import admins as admin_store
 from cmbuyer.server.web.admin import csrf
-from cmbuyer.server.web.admin.common import (
+from cmbuyer.server.web.admin.body import Body, read_body
+from cmbuyer.server.web.admin.guards import action, same_origin
+from cmbuyer.server.web.admin.prelogin import PRELOGIN, PreloginBook
+from cmbuyer.server.web.admin.render import error_json, json_answer, now, redirect, refuse, render, wants_json
+from cmbuyer.server.web.admin.session import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
-    STORAGE_REFUSAL,
-    AdminHTTPError,
-    Body,
-    action,
     clear_cookie,
-    error_json,
-    json_answer,
-    now,
-    read_body,
-    redirect,
-    refuse,
-    render,
-    same_origin,
     set_session_cookie,
     single_cookie,
-    wants_json,
 )
-from cmbuyer.server.web.admin.prelogin import PRELOGIN, PreloginBook
 from cmbuyer.server.web.client_address import client_address
 from cmbuyer.server.web.keys import DB, SETTINGS
 
@@ -116,7 +106,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
     response: web.StreamResponse
     try:
         if not same_origin(request):
-            raise AdminHTTPError(403, Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
+            raise refusal(Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
         prelogin = _own_prelogin(request)
         body: Body = await read_body(request)
         if body.kind == "json":
@@ -128,7 +118,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
             supplied = request.headers.getall("X-CSRF-Token", []) + body.form.get("csrf_token", [])
             next_path = _safe_next(body.one("next"))
         if prelogin is None or len(supplied) != 1 or not csrf.check_login_token(settings, prelogin, supplied[0]):
-            raise AdminHTTPError(403, Code.CSRF_FAILED, "登录表单已过期，请刷新页面后重试")
+            raise refusal(Code.CSRF_FAILED, "登录表单已过期，请刷新页面后重试")
         if (
             not isinstance(username, str)
             or not isinstance(password, str)
@@ -143,7 +133,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         if not admission.admitted:
             retry_after = admission.retry_after_s
             auth_log.warning("登录限流：来自 %s，%d 秒后再试", request.remote, retry_after)
-            raise AdminHTTPError(429, Code.LOGIN_THROTTLED, throttled_message(retry_after), retryable=True)
+            raise refusal(Code.LOGIN_THROTTLED, throttled_message(retry_after))
         admin = await db.read(lambda c: admin_store.by_username(c, username)) if username else None
         stored = admin.password_hash if admin is not None and not admin.disabled else None
         ok = await asyncio.get_running_loop().run_in_executor(None, verify_password, stored, password)
@@ -161,7 +151,7 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         admin_id = admin.id
         token = await db.write(lambda c: admin_sessions.login(c, admin_id, keys, previous_hash, at, settings))
         auth_log.info("登录：用户 %r，来自 %s", username, request.remote)
-    except AdminHTTPError as exc:
+    except DomainError as exc:
         if exc.status == 429 and not wants_json(request) and prelogin is not None:
             response = _login_page(request, prelogin, status=429, error=exc.message)
         else:
@@ -169,8 +159,8 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
         if retry_after:
             response.headers["Retry-After"] = str(retry_after)
         return response
-    except Unavailable:
-        return refuse(request, STORAGE_REFUSAL)
+    except Unavailable as exc:
+        return refuse(request, exc)
     if body.kind == "json":
         response = json_answer({"ok": True})
     else:

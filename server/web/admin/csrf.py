@@ -1,4 +1,4 @@
-"""CSRF synchronizer tokens for the admin pages (issue 5; OWASP "HMAC-based token" variant).
+"""CSRF synchronizer tokens for the admin pages (OWASP "HMAC-based token" variant).
 
 The token is bound to the session: ``HMAC-SHA256(session_secret, "cmbuyer-admin-csrf-v1" ‖ 0x00 ‖
 session id)`` as 64 hex characters. It is therefore stored "in the session" without a column: only

@@ -18,26 +18,17 @@ from cmbuyer.schemas import is_uuid4
 from cmbuyer.server.clock import from_wire, to_wire
 from cmbuyer.server.domain import pacing
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import ValidationFailed
+from cmbuyer.server.domain.errors import ValidationFailed, refusal
 from cmbuyer.server.services import devices as device_service
-from cmbuyer.server.services import supervision_admin
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store import device_screens
 from cmbuyer.server.store import devices as device_store
 from cmbuyer.server.store.queries import admin as admin_queries
-from cmbuyer.server.web.admin.common import (
-    AdminHTTPError,
-    Body,
-    action,
-    actor,
-    csrf_token_for,
-    json_answer,
-    now,
-    page,
-    redirect,
-    render,
-    wants_json,
-)
+from cmbuyer.server.store.queries import supervision as supervision_queries
+from cmbuyer.server.web.admin.body import Body
+from cmbuyer.server.web.admin.guards import action, page
+from cmbuyer.server.web.admin.render import json_answer, now, redirect, render, wants_json
+from cmbuyer.server.web.admin.session import actor, csrf_token_for
 from cmbuyer.server.web.keys import DB, SETTINGS
 
 NOTICES = {
@@ -62,6 +53,11 @@ def age_label(seconds: float) -> str:
     return f"{seconds} 秒前"
 
 
+# the device routes, declared on their handlers
+ROUTES = web.RouteTableDef()
+
+
+@ROUTES.get("/devices", name="admin-devices")
 @page
 async def list_devices(request: web.Request, session: AdminSession) -> web.StreamResponse:
     """``GET /devices``: every device with its heartbeat freshness (已失联 once older than interval × stale
@@ -74,9 +70,7 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
     holds = await db.read(admin_queries.device_holds)
     screens = await db.read(lambda c: device_screens.latest(c, [d["id"] for d in devices]))
     settings = request.app[SETTINGS]
-    supervision = await db.read(
-        lambda c: supervision_admin.device_states(c, supervision_admin.required_orders(settings))
-    )
+    supervision = await db.read(lambda c: supervision_queries.device_states(c, settings.supervised_orders))
     stale_after = timedelta(seconds=settings.heartbeat_interval * settings.heartbeat_stale_factor)
     for d in devices:
         beat = d["last_heartbeat_at"]
@@ -107,12 +101,13 @@ async def list_devices(request: web.Request, session: AdminSession) -> web.Strea
 _CONTROL_FIELDS = tuple(f.name for f in dataclasses.fields(device_store.Controls))
 
 
+@ROUTES.post("/devices/{device_id}/revoke", name="admin-device-revoke")
 @action
 async def revoke_device(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/revoke`` with ``confirm=revoke``: revoke (idempotent); 404 unknown device."""
     device_id = request.match_info["device_id"]
     if not is_uuid4(device_id):
-        raise AdminHTTPError(404, Code.NOT_FOUND, "设备不存在")
+        raise refusal(Code.NOT_FOUND, "设备不存在")
     confirm = body.json.get("confirm") if body.kind == "json" else body.one("confirm")
     if confirm != "revoke":
         raise ValidationFailed("confirm", "请勾选确认后再撤销设备")
@@ -126,7 +121,7 @@ async def revoke_device(request: web.Request, session: AdminSession, body: Body)
 def _device_id(request: web.Request) -> str:
     device_id = request.match_info["device_id"]
     if not is_uuid4(device_id):
-        raise AdminHTTPError(404, Code.NOT_FOUND, "设备不存在")
+        raise refusal(Code.NOT_FOUND, "设备不存在")
     return device_id
 
 
@@ -146,6 +141,7 @@ async def _set_paused(request: web.Request, session: AdminSession, body: Body, p
     return _answer(request, body, payload, "paused" if paused else "resumed")
 
 
+@ROUTES.post("/devices/{device_id}/pause", name="admin-device-pause")
 @action
 async def pause_device(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/pause``: no new task for the device until it is resumed (its open claim runs to
@@ -153,6 +149,7 @@ async def pause_device(request: web.Request, session: AdminSession, body: Body) 
     return await _set_paused(request, session, body, True)
 
 
+@ROUTES.post("/devices/{device_id}/resume", name="admin-device-resume")
 @action
 async def resume_device(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/resume``: the device claims again; 404 unknown, 409 ``invalid_state`` revoked."""
@@ -172,6 +169,7 @@ def _limit(body: Body, name: str) -> int | None:
     raise ValidationFailed(name, "最短领取间隔和每日最多领取填整数，留空表示不限")
 
 
+@ROUTES.post("/devices/{device_id}/pacing", name="admin-device-pacing")
 @action
 async def pace_device(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/pacing`` with ``min_claim_interval_seconds`` and ``max_claims_per_day`` (empty or
@@ -193,6 +191,7 @@ async def pace_device(request: web.Request, session: AdminSession, body: Body) -
     return _answer(request, body, payload, "pacing")
 
 
+@ROUTES.post("/devices/{device_id}/release-hold", name="admin-device-release-hold")
 @action
 async def release_hold(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/release-hold`` with a required ``note``: 释放 the phone's hold (audited); 400 no note,
@@ -206,6 +205,7 @@ async def release_hold(request: web.Request, session: AdminSession, body: Body) 
     return _answer(request, body, {"device_id": device_id, "released": True, "changed": True}, "released")
 
 
+@ROUTES.post("/devices/{device_id}/screen-request", name="admin-device-screen-request")
 @action
 async def request_screen(request: web.Request, session: AdminSession, body: Body) -> web.StreamResponse:
     """``POST /devices/{id}/screen-request``: 查看当前屏幕 — ask the phone for one fresh screenshot (audited);
@@ -218,11 +218,5 @@ async def request_screen(request: web.Request, session: AdminSession, body: Body
 
 
 def setup(app: web.Application) -> None:
-    """Register the device routes."""
-    app.router.add_get("/devices", list_devices, name="admin-devices")
-    app.router.add_post("/devices/{device_id}/revoke", revoke_device, name="admin-device-revoke")
-    app.router.add_post("/devices/{device_id}/pause", pause_device, name="admin-device-pause")
-    app.router.add_post("/devices/{device_id}/resume", resume_device, name="admin-device-resume")
-    app.router.add_post("/devices/{device_id}/pacing", pace_device, name="admin-device-pacing")
-    app.router.add_post("/devices/{device_id}/release-hold", release_hold, name="admin-device-release-hold")
-    app.router.add_post("/devices/{device_id}/screen-request", request_screen, name="admin-device-screen-request")
+    """Register the device routes (each declared on its handler, in this file's order)."""
+    app.router.add_routes(ROUTES)

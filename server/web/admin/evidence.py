@@ -1,5 +1,5 @@
 """``GET /evidence/{asset_id}`` (docs/admin.md "Evidence") and ``GET /device-screens/{screen_id}`` (a phone's
-screenshot for 查看当前屏幕, issue 32 §7): internal screenshots for logged-in admins only, by the same rules.
+screenshot for 查看当前屏幕): internal screenshots for logged-in admins only, by the same rules.
 
 Order of checks: no valid session → 401 before any lookup (existence never leaks); malformed id,
 unknown id, missing/unreadable file, or a file whose SHA-256 no longer matches its row → empty 404.
@@ -22,7 +22,8 @@ from cmbuyer.schemas import is_hex64, is_uuid4
 from cmbuyer.server.domain.errors import Unavailable
 from cmbuyer.server.store import device_screens
 from cmbuyer.server.store.queries import admin as admin_queries
-from cmbuyer.server.web.admin.common import STORAGE_REFUSAL, current_session, refuse, request_id
+from cmbuyer.server.web.admin.render import refuse, request_id
+from cmbuyer.server.web.admin.session import current_session
 from cmbuyer.server.web.keys import DB, SETTINGS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -57,8 +58,8 @@ async def _serve(
     """Serve the PNG ``lookup`` finds for the path id ``key`` (rules in the module docstring)."""
     try:
         session = await current_session(request)
-    except Unavailable:
-        return refuse(request, STORAGE_REFUSAL)
+    except Unavailable as exc:
+        return refuse(request, exc)
     if session is None:
         response = _empty(401)
         response.headers["X-Request-ID"] = request_id(request)

@@ -1,4 +1,4 @@
-"""``GET /held`` (恢复后待核对: the tasks a restore held, issue 31) and ``POST /held/release`` (放行, in bulk).
+"""``GET /held`` (恢复后待核对: the tasks a restore held) and ``POST /held/release`` (放行, in bulk).
 
 After ``cmbuyer-server restore`` every unsettled task is HELD and no phone can take it. A person checks each
 against the phones' journals (did this phone tap 提交订单 for it after the last replicated write?), ticks the
@@ -17,6 +17,7 @@ from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
 from cmbuyer.schemas.sku import options_from_text, options_label
+from cmbuyer.server.display.labels import TASK_STATE_LABELS
 from cmbuyer.server.domain.errors import DomainError, ValidationFailed
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.services import admin_actions
@@ -26,19 +27,10 @@ from cmbuyer.server.services.restore_hold import HOLD_REASON
 from cmbuyer.server.store import tasks as task_store
 from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.tx.common import Actor
-from cmbuyer.server.web.admin.common import (
-    Body,
-    action,
-    actor,
-    csrf_token_for,
-    json_answer,
-    now,
-    page,
-    redirect,
-    render,
-    wants_json,
-)
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
+from cmbuyer.server.web.admin.body import Body
+from cmbuyer.server.web.admin.guards import action, page
+from cmbuyer.server.web.admin.render import json_answer, now, redirect, render, wants_json
+from cmbuyer.server.web.admin.session import actor, csrf_token_for
 from cmbuyer.server.web.keys import DB
 
 MAX_RELEASE = 500  # tasks one release may name

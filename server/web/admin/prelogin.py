@@ -1,4 +1,4 @@
-"""The pre-login cookie ``cmbuyer_login`` (the login form's CSRF binding; issue 18 item 9).
+"""The pre-login cookie ``cmbuyer_login`` (the login form's CSRF binding).
 
 Only values this server process issued are accepted, and each is spent by the login it served:
 
@@ -10,7 +10,8 @@ Only values this server process issued are accepted, and each is spent by the lo
 * A successful login spends the value it used (kept in memory until its TTL ends) and sets a fresh
   one, like the session id: a pre-login value seen before a login is never usable after it.
 
-Single-process rule: the server runs as one process (design §5), so the key and the spent set live
+Single-process rule: the server runs as one process (docs/architecture.md "Server layers"), so the key and the spent
+set live
 in that process.
 """
 

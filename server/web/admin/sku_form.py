@@ -1,4 +1,4 @@
-"""The SKU option rows of the task forms (issue 34; docs/admin.md "The task form"): three rows of
+"""The SKU option rows of the task forms (docs/admin.md "The task form"): three rows of
 dimension + value, the dimension input offering the header names the shipped selector packs know
 (their alias groups) while accepting any text the shop shows.
 """

@@ -1,4 +1,4 @@
-"""Admin routes of supervised first orders (issue 17; docs/admin.md "Supervised first orders"):
+"""Admin routes of supervised first orders (docs/admin.md "Supervised first orders"):
 
 - ``POST /approvals/{approval_id}/approve`` and ``/reject`` — the buttons 批准 / 驳回 of the task drawer;
 - ``POST /order-submissions/{sid}/supervision-verdict`` — ``verdict`` = ``right`` | ``wrong``, optional
@@ -21,22 +21,13 @@ from cmbuyer.server.domain.errors import DomainError
 from cmbuyer.server.services import supervision_admin as service
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store.queries import supervision as store
-from cmbuyer.server.web.admin.common import (
-    AdminHTTPError,
-    Body,
-    action,
-    actor,
-    domain_refusal,
-    json_answer,
-    now,
-    redirect,
-    request_id,
-    wants_json,
-)
-from cmbuyer.server.web.admin.labels import submission_state_label
+from cmbuyer.server.web.admin.body import Body
+from cmbuyer.server.web.admin.guards import action
+from cmbuyer.server.web.admin.render import json_answer, now, redirect, request_id, wants_json
+from cmbuyer.server.web.admin.session import actor
 
 # a refused form gets the task page again, rendered exactly as GET /tasks/{id} does
-from cmbuyer.server.web.admin.tasks import _render_detail as render_task
+from cmbuyer.server.web.admin.tasks import back_to, refused_on_task
 from cmbuyer.server.web.keys import DB
 
 
@@ -53,23 +44,6 @@ def _answer(request: web.Request, body: Body, payload: dict[str, Any], location:
     return json_answer(payload) if _json(request, body) else redirect(location)
 
 
-def _to_task(body: Body, task_id: str, notice: str) -> str:
-    if body.kind == "form" and body.one("return_to") == "list":
-        return f"/tasks?notice={notice}"
-    return f"/tasks/{task_id}?notice={notice}"
-
-
-async def _refused(
-    request: web.Request, session: AdminSession, body: Body, exc: DomainError | AdminHTTPError, task_id: str | None
-) -> web.StreamResponse:
-    """A refusal: JSON callers and unknown subjects get the plain error; a form gets its task page again
-    with the message (status as the refusal)."""
-    refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
-    if _json(request, body) or task_id is None or refusal.status == 404:
-        raise refusal from None
-    return await render_task(request, session, task_id, status=refusal.status, error=refusal.message)
-
-
 async def _decide(request: web.Request, session: AdminSession, body: Body, kind: str) -> web.StreamResponse:
     approval_id = request.match_info["approval_id"]
     at, who, rid = now(request), actor(session), request_id(request)
@@ -77,7 +51,7 @@ async def _decide(request: web.Request, session: AdminSession, body: Body, kind:
         decision = await request.app[DB].write(lambda c: service.decide_approval(c, approval_id, kind, who, at, rid))
     except DomainError as exc:
         row = None if exc.status == 404 else await request.app[DB].read(lambda c: store.approval(c, approval_id))
-        return await _refused(request, session, body, exc, row["task_id"] if row else None)
+        return await refused_on_task(request, session, body, exc, row["task_id"] if row else None)
     notice = (
         ("approved" if kind == "approve" else "rejected")
         if decision.changed
@@ -89,7 +63,7 @@ async def _decide(request: web.Request, session: AdminSession, body: Body, kind:
         "state": decision.state,
         "changed": decision.changed,
     }
-    return _answer(request, body, payload, _to_task(body, decision.task_id, notice))
+    return _answer(request, body, payload, back_to(body, decision.task_id, notice))
 
 
 @action
@@ -113,14 +87,12 @@ async def supervision_verdict(request: web.Request, session: AdminSession, body:
     at, who, rid = now(request), actor(session), request_id(request)
     try:
         verdict, note = service.parse_verdict({"verdict": _field(body, "verdict"), "note": _field(body, "note")})
-        result = await request.app[DB].write(
-            lambda c: service.record_verdict(c, sid, verdict, note, who, at, rid, state_label=submission_state_label)
-        )
-    except (DomainError, AdminHTTPError) as exc:
+        result = await request.app[DB].write(lambda c: service.record_verdict(c, sid, verdict, note, who, at, rid))
+    except DomainError as exc:
         sub = None
         if exc.status != 404 and is_uuid4(sid):
             sub = await request.app[DB].read(lambda c: store.submission_for_verdict(c, sid))
-        return await _refused(request, session, body, exc, sub["task_id"] if sub else None)
+        return await refused_on_task(request, session, body, exc, sub["task_id"] if sub else None)
     payload = {
         "submission_id": result.submission_id,
         "verdict": result.verdict,

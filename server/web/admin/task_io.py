@@ -1,4 +1,4 @@
-"""Tasks in and out on the admin pages (issue 28; docs/admin.md "Import", "Export", "Pay list"):
+"""Tasks in and out on the admin pages (docs/admin.md "Import", "Export", "Pay list"):
 
 - ``GET /tasks/import`` (upload form, template links), ``POST /tasks/import`` (multipart upload → preview
   of every row), ``POST /tasks/import/confirm`` (the previewed rows become DRAFT tasks),
@@ -32,10 +32,12 @@ from typing import Any
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
-from cmbuyer.schemas.sku import options_from_text, options_label
 from cmbuyer.server.clock import from_wire
+from cmbuyer.server.display.labels import reason_message
+from cmbuyer.server.display.task_export import EXPORT_HEADER, EXPORT_MAX_ROWS, export_rows, sku_label
+from cmbuyer.server.display.times import beijing_time
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import DomainError, ValidationFailed
+from cmbuyer.server.domain.errors import DomainError, ValidationFailed, refusal
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.domain.task_import import COLUMNS
 from cmbuyer.server.services import admin_actions
@@ -47,29 +49,16 @@ from cmbuyer.server.store.queries import admin as admin_queries
 from cmbuyer.server.store.queries import task_lists
 from cmbuyer.server.web import multipart
 from cmbuyer.server.web.admin import csrf
-from cmbuyer.server.web.admin.common import (
-    AdminHTTPError,
-    Body,
-    action,
-    actor,
-    beijing_time,
-    csrf_token_for,
-    json_answer,
-    now,
-    page,
-    render,
-    request_id,
-    same_origin,
-    wants_json,
-)
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS, reason_label
+from cmbuyer.server.web.admin.body import Body
+from cmbuyer.server.web.admin.guards import action, page, same_origin
+from cmbuyer.server.web.admin.render import json_answer, now, render, request_id, wants_json
+from cmbuyer.server.web.admin.session import actor, csrf_token_for
 from cmbuyer.server.web.admin.tasks import parse_filter  # the table's own filter rules
 from cmbuyer.server.web.device_errors import DeviceHTTPError
 from cmbuyer.server.web.keys import DB, SETTINGS
 
 PREVIEW_TTL_S = 1800.0
 PREVIEWS_KEPT = 32
-EXPORT_MAX_ROWS = 100_000
 UPLOAD_TYPES = frozenset(
     {
         "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
@@ -80,21 +69,6 @@ UPLOAD_TYPES = frozenset(
     }
 )
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-EXPORT_HEADER = (
-    "任务 id",
-    "标题",
-    "商品 id",
-    "规格选项",
-    "数量",
-    "最高总价",
-    "状态",
-    "状态代码",
-    "设备",
-    "订单编号",
-    "围栏时间（北京）",
-    "结果时间（北京）",
-    "最后原因",
-)
 PAY_HEADER = (
     "设备",
     "订单编号",
@@ -179,7 +153,7 @@ async def import_page(request: web.Request, session: AdminSession) -> web.Stream
 async def _read_upload(request: web.Request, session: AdminSession) -> bytes:
     """The uploaded file's bytes after same-origin, the multipart caps and the CSRF field; 4xx otherwise."""
     if not same_origin(request):
-        raise AdminHTTPError(403, Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
+        raise refusal(Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
     settings = request.app[SETTINGS]
     limits = multipart.Limits(
         max_total=settings.import_max_bytes + 64 * 1024, max_file_bytes=settings.import_max_bytes, utf8_headers=True
@@ -190,16 +164,16 @@ async def _read_upload(request: web.Request, session: AdminSession) -> bytes:
         )
     except DeviceHTTPError as exc:
         if exc.status == 413:
-            raise AdminHTTPError(
-                413, Code.REQUEST_TOO_LARGE, f"文件超过 {settings.import_max_bytes // 1024} KiB，未导入任何任务"
+            raise refusal(
+                Code.REQUEST_TOO_LARGE, f"文件超过 {settings.import_max_bytes // 1024} KiB，未导入任何任务"
             ) from None
         if exc.status == 415:
-            raise AdminHTTPError(415, Code.UNSUPPORTED_MEDIA_TYPE, "请用页面上的表单上传文件") from None
-        raise AdminHTTPError(400, Code.INVALID_REQUEST, "上传的表单无效，请重新选择文件后上传") from None
+            raise refusal(Code.UNSUPPORTED_MEDIA_TYPE, "请用页面上的表单上传文件") from None
+        raise refusal(Code.INVALID_REQUEST, "上传的表单无效，请重新选择文件后上传") from None
     supplied = [*request.headers.getall("X-CSRF-Token", []), form.fields.get("csrf_token", "")]
     supplied = [s for s in supplied if s]
     if len(supplied) != 1 or not csrf.check_session_token(settings, session.token, supplied[0]):
-        raise AdminHTTPError(403, Code.CSRF_FAILED, "表单已过期或来源无效，请刷新页面后重试")
+        raise refusal(Code.CSRF_FAILED, "表单已过期或来源无效，请刷新页面后重试")
     return form.file
 
 
@@ -216,7 +190,7 @@ async def upload(request: web.Request, session: AdminSession) -> web.StreamRespo
     except ValidationFailed as exc:
         if wants_json(request):
             raise
-        context = _import_context(request, session, error=exc.message)
+        context = _import_context(request, session, error=reason_message(exc))
         return render(request, "task_import.html", context, status=400)
     judged = await request.app[DB].read(lambda c: import_service.preview(c, parsed))
     token = _keep(request.app, session, judged)
@@ -241,7 +215,7 @@ async def confirm_import(request: web.Request, session: AdminSession, body: Body
     token = body.json.get("token") if body.kind == "json" else body.one("token", "")
     kept = _previews(request.app).pop(token, None) if isinstance(token, str) else None
     if kept is None or not secrets.compare_digest(kept.session_hash, session.id_hash):
-        raise AdminHTTPError(409, Code.INVALID_STATE, "预览已过期或已导入，请重新上传文件")
+        raise refusal(Code.INVALID_STATE, "预览已过期或已导入，请重新上传文件")
     at, who = now(request), actor(session)
     result = await request.app[DB].write(lambda c: import_service.import_rows(c, kept.parsed, who, at))
     if body.kind == "json" or wants_json(request):
@@ -265,13 +239,8 @@ def _download(data: bytes, name: str, kind: str) -> web.Response:
 def _kind(request: web.Request) -> str:
     kind = request.query.get("format", "xlsx")
     if kind not in ("xlsx", "csv"):
-        raise AdminHTTPError(400, Code.INVALID_REQUEST, "format 只能是 xlsx 或 csv")
+        raise refusal(Code.INVALID_REQUEST, "format 只能是 xlsx 或 csv")
     return kind
-
-
-def sku_label(text: str) -> str:
-    """A stored ``sku_options`` text as people read it in a file: ``颜色分类=黑色 / 尺码=M``."""
-    return options_label(options_from_text(text))
 
 
 def _writer(kind: str) -> Any:
@@ -290,34 +259,6 @@ async def template(request: web.Request, session: AdminSession) -> web.StreamRes
 # -- export ----------------------------------------------------------------------------------------------------
 
 
-def export_rows(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[list[Any]]:
-    """The export lines (:data:`EXPORT_HEADER` order) of task list rows: Chinese state label and code,
-    device, order number, fence/result times in Beijing time, last reason (label)."""
-    details = task_lists.export_details(conn, [r["id"] for r in rows])
-    out: list[list[Any]] = []
-    for r in rows:
-        d = details.get(r["id"], {})
-        state = r["state"]
-        out.append(
-            [
-                r["id"],
-                r["title"],
-                r["goods_id"],
-                sku_label(r["sku_options"]),
-                r["quantity"],
-                r["max_total_price"],
-                TASK_STATE_LABELS[TaskState(state)] if state in TaskState.__members__ else state,
-                state,
-                d.get("device_name") or "",
-                d.get("order_sn") or "",
-                beijing_time(d.get("fenced_at")),
-                beijing_time(d.get("result_at")),
-                reason_label(r.get("state_reason")) if r.get("state_reason") else "",
-            ]
-        )
-    return out
-
-
 @page
 async def export_tasks(request: web.Request, session: AdminSession) -> web.StreamResponse:
     """``GET /tasks/export?format=xlsx|csv&…``: every task of the table's current filter (``q``, ``state``,
@@ -326,7 +267,7 @@ async def export_tasks(request: web.Request, session: AdminSession) -> web.Strea
     kind = _kind(request)
     start_key = request.query.get("start_key", "")
     if start_key and not is_uuid4(start_key):
-        raise AdminHTTPError(400, Code.INVALID_REQUEST, "start_key 无效")
+        raise refusal(Code.INVALID_REQUEST, "start_key 无效")
     f = replace(parse_filter(request.query)[0], before=None, after=None)  # every page of the view
 
     def job(conn: sqlite3.Connection) -> list[list[Any]] | None:
@@ -342,7 +283,7 @@ async def export_tasks(request: web.Request, session: AdminSession) -> web.Strea
 
     lines = await request.app[DB].read(job, snapshot=True)
     if lines is None:
-        raise AdminHTTPError(400, Code.INVALID_REQUEST, f"超过 {EXPORT_MAX_ROWS} 个任务，请缩小筛选范围后再导出")
+        raise refusal(Code.INVALID_REQUEST, f"超过 {EXPORT_MAX_ROWS} 个任务，请缩小筛选范围后再导出")
     data = await asyncio.to_thread(_writer(kind), EXPORT_HEADER, lines)
     return _download(data, "cmbuyer-tasks", kind)
 
@@ -431,7 +372,7 @@ def _selected(body: Body) -> list[tuple[str, int]]:
     for value in raw if isinstance(raw, list) else []:
         if body.kind == "json":
             if not isinstance(value, dict) or set(value) != {"task_id", "expected_task_version"}:
-                raise ValidationFailed("tasks", "每项需要 task_id 与 expected_task_version")
+                raise ValidationFailed("tasks", "").because("task_item")
             task_id, version = value["task_id"], value["expected_task_version"]
         else:
             task_id, _, text = str(value).partition(":")
@@ -442,7 +383,7 @@ def _selected(body: Body) -> list[tuple[str, int]]:
     if not items or len(items) > 500:
         raise ValidationFailed("tasks", "请选择 1 到 500 个任务")
     if len({t for t, _ in items}) != len(items):
-        raise ValidationFailed("tasks", "任务列表有重复")
+        raise ValidationFailed("tasks", "").because("task_repeated")
     return items
 
 
@@ -466,7 +407,7 @@ async def run_bulk(
     refused: list[dict[str, Any]] = []
     for (task_id, _), answer in zip(items, answers, strict=True):
         if isinstance(answer, DomainError):
-            refused.append({"task_id": task_id, "code": answer.code, "message": answer.message})
+            refused.append({"task_id": task_id, "code": answer.code, "message": reason_message(answer)})
         elif isinstance(answer, BaseException):
             raise answer
         else:
@@ -480,7 +421,7 @@ async def _bulk(request: web.Request, session: AdminSession, body: Body, kind: s
     except DomainError as exc:
         if body.kind == "json" or wants_json(request):
             raise
-        return await _bulk_page(request, session, kind, None, error=exc.message, status=exc.status)
+        return await _bulk_page(request, session, kind, None, error=reason_message(exc), status=exc.status)
     outcome = await run_bulk(request, session, kind, items)
     if body.kind == "json" or wants_json(request):
         return json_answer(outcome)

@@ -27,39 +27,37 @@ from aiohttp import web
 from cmbuyer.schemas import SchemaError, is_utc_time, is_uuid4, validate
 from cmbuyer.schemas.sku import MAX_OPTIONS
 from cmbuyer.server.clock import from_wire
+from cmbuyer.server.display import task_view
+from cmbuyer.server.display.labels import TASK_STATE_LABELS, reason_message
+from cmbuyer.server.display.times import BEIJING
 from cmbuyer.server.domain import task_fields
 from cmbuyer.server.domain.claims import ready_for_claims
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import DomainError, ValidationFailed
+from cmbuyer.server.domain.errors import DomainError, ValidationFailed, refusal
 from cmbuyer.server.domain.states import TASK_TRANSITIONS, DeviceState, TaskState
 from cmbuyer.server.domain.task_fields import person_money
-from cmbuyer.server.services import admin_actions, supervision_admin, task_edit
+from cmbuyer.server.services import admin_actions, task_edit
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.services.admin_sessions import AdminSession
 from cmbuyer.server.store.queries import admin as admin_queries
+from cmbuyer.server.store.queries import supervision as supervision_queries
 from cmbuyer.server.store.queries import task_lists
 from cmbuyer.server.store.queries.admin import SHORT_KEYWORD_WINDOW, TaskFilter
 from cmbuyer.server.tx.common import new_id
-from cmbuyer.server.web.admin import task_view
-from cmbuyer.server.web.admin.common import (
-    BEIJING,
+from cmbuyer.server.web.admin import supervision_view
+from cmbuyer.server.web.admin.body import Body
+from cmbuyer.server.web.admin.guards import action, page, same_origin
+from cmbuyer.server.web.admin.render import (
     VIEW_HEADER,
-    AdminHTTPError,
-    Body,
-    action,
-    actor,
-    csrf_token_for,
     domain_refusal,
     json_answer,
     now,
-    page,
     redirect,
     render,
     request_id,
-    same_origin,
     wants_json,
 )
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
+from cmbuyer.server.web.admin.session import actor, csrf_token_for
 from cmbuyer.server.web.keys import DB, SETTINGS
 
 PAGE_SIZE = 50
@@ -85,7 +83,7 @@ NOTICES = {
     "verdict_wrong": "已记录：订单有误。这台设备对这个识别包已暂停领取任务。",
 }
 STATE_GROUPS = {"attention": ("RECONCILIATION_REQUIRED", "FAILED", "EXPIRED")}
-WAITING_CHOICE = "waiting_approval"  # the 等待人工确认 filter: not a task state, a WAITING approval (issue 32 §8)
+WAITING_CHOICE = "waiting_approval"  # the 等待人工确认 filter: not a task state, a WAITING approval
 
 
 # -- view-header rules --------------------------------------------------------------------------------
@@ -128,11 +126,11 @@ def fragment_allowed(request: web.Request, expected: str) -> bool:
     if not values or values == [""]:
         return False
     if len(values) != 1 or values[0] != expected:
-        raise AdminHTTPError(400, Code.INVALID_VIEW, "不支持的视图")
+        raise refusal(Code.INVALID_VIEW, "不支持的视图")
     if not same_origin(request) or request.headers.get("Sec-Fetch-Mode") == "navigate":
-        raise AdminHTTPError(403, Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
+        raise refusal(Code.CROSS_SITE_REQUEST, "拒绝跨站请求")
     if not _accepts_html(request):
-        raise AdminHTTPError(406, Code.NOT_ACCEPTABLE, "片段只以 HTML 提供")
+        raise refusal(Code.NOT_ACCEPTABLE, "片段只以 HTML 提供")
     return True
 
 
@@ -231,8 +229,8 @@ def _list_job(f: TaskFilter, *, counts: bool = True) -> Any:
             "more": more,
             "events": admin_queries.latest_events(conn, ids),
             "claims": admin_queries.open_attempts(conn, ids),
-            "waiting": supervision_admin.waiting_tasks(conn, ids),
-            "waiting_summary": supervision_admin.waiting_summary(conn),
+            "waiting": supervision_queries.waiting_task_ids(conn, ids),
+            "waiting_summary": supervision_queries.waiting_summary(conn),
             # the live view's rows fragment does not show the counts: skip the query every 3 s
             "counts": task_lists.state_counts(conn) if counts else {},
         }
@@ -400,7 +398,9 @@ async def create_task(request: web.Request, session: AdminSession, body: Body) -
         if body.kind == "json":
             raise
         field = getattr(exc, "field", "")
-        message = f"{FIELD_LABELS.get(field, '')}：{exc.message}" if field in FIELD_LABELS else exc.message
+        message = (
+            f"{FIELD_LABELS.get(field, '')}：{reason_message(exc)}" if field in FIELD_LABELS else reason_message(exc)
+        )
         values = {k: "" if raw.get(k) is None else raw[k] for k in FIELD_LABELS}
         if exc.code == Code.IDEMPOTENCY_CONFLICT:
             values["create_key"] = new_id()
@@ -449,7 +449,7 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
     except DomainError as exc:
         if body.kind == "json":
             raise
-        return await _render_list(request, session, status=exc.status, error=exc.message)
+        return await _render_list(request, session, status=exc.status, error=reason_message(exc))
     if body.kind == "json":
         return json_answer(result)
     return redirect(f"/tasks?notice=started&count={int(result['authorized_count'])}&start_key={start_key}")
@@ -458,7 +458,7 @@ async def start_purchases(request: web.Request, session: AdminSession, body: Bod
 def start_summary(
     conn: sqlite3.Connection, items: list[tuple[str, int]], at: datetime, settings: Any
 ) -> dict[str, Any]:
-    """What a start would do (issue 28 item 5): the selected tasks still DRAFT at the selected version
+    """What a start would do: the selected tasks still DRAFT at the selected version
     (``ready_tasks``; the others are named in ``stale``), the sum of their max totals, and the phones READY
     now by the claim gate's own rule (:func:`cmbuyer.server.domain.claims.ready_for_claims`)."""
     rows = {r["id"]: r for r in task_lists.tasks_by_id(conn, [t for t, _ in items])}
@@ -519,7 +519,7 @@ async def edit_task(request: web.Request, session: AdminSession, body: Body) -> 
     at, who, rid = now(request), actor(session), request_id(request)
     try:
         if not is_uuid4(task_id):
-            raise AdminHTTPError(404, Code.NOT_FOUND, "任务不存在")
+            raise refusal(Code.NOT_FOUND).because("task")
         version = _expected_version(body)
         if body.kind == "json":
             raw = {k: body.json.get(k) for k in (*task_fields.FIELDS, "sku_color", "sku_size")}
@@ -530,14 +530,11 @@ async def edit_task(request: web.Request, session: AdminSession, body: Body) -> 
             raw, max_quantity=settings.max_quantity, max_total_price=settings.max_total_price
         )
         result = await request.app[DB].write(lambda c: task_edit.edit_draft(c, task_id, version, fields, who, at, rid))
-    except (DomainError, AdminHTTPError) as exc:
-        refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
+    except DomainError as exc:
         field = getattr(exc, "field", "")
         if field in FIELD_LABELS:
-            refusal = AdminHTTPError(refusal.status, refusal.code, f"{FIELD_LABELS[field]}：{refusal.message}")
-        if body.kind == "json" or wants_json(request) or refusal.status == 404:
-            raise refusal from None
-        return await _render_detail(request, session, task_id, status=refusal.status, error=refusal.message)
+            exc = refusal(exc.code, f"{FIELD_LABELS[field]}：{domain_refusal(exc).message}")
+        return await refused_on_task(request, session, body, exc, task_id)
     if body.kind == "json" or wants_json(request):
         return json_answer(asdict(result) | {"task_version": result.version})
     return redirect(f"/tasks/{task_id}?notice=edited")
@@ -549,7 +546,7 @@ async def edit_task(request: web.Request, session: AdminSession, body: Body) -> 
 def _detail_job(task_id: str, at: datetime, settings: Any) -> Any:
     def job(conn: sqlite3.Connection) -> dict[str, Any]:
         view = task_view.task_detail(conn, task_id)
-        view["supervision"] = supervision_admin.task_panel(conn, task_id, settings)
+        view["supervision"] = supervision_view.task_panel(conn, task_id, settings)
         device_ids = sorted(
             {a["device_id"] for a in view["attempts"]}
             | ({view["submission"]["device_id"]} if view["submission"] else set())
@@ -602,6 +599,18 @@ async def _render_detail(
     return render(request, "_task_detail.html" if drawer else "task_detail.html", context, status=status, headers=_VARY)
 
 
+async def refused_on_task(
+    request: web.Request, session: AdminSession, body: Body, exc: DomainError, task_id: str | None
+) -> web.StreamResponse:
+    """A refusal of an action on one task: JSON callers and unknown subjects (404, or no task to show) get the
+    plain error (re-raised for the guard); a form gets the task page again with the message (status as the
+    refusal)."""
+    shown = domain_refusal(exc)
+    if body.kind == "json" or wants_json(request) or task_id is None or shown.status == 404:
+        raise exc from None
+    return await _render_detail(request, session, task_id, status=shown.status, error=shown.message)
+
+
 @page
 async def show_task(request: web.Request, session: AdminSession) -> web.StreamResponse:
     """``GET /tasks/{id}``: the full page, or the drawer fragment when ``X-CMBuyer-View: drawer`` is
@@ -610,7 +619,7 @@ async def show_task(request: web.Request, session: AdminSession) -> web.StreamRe
     drawer = fragment_allowed(request, "drawer")
     task_id = request.match_info["task_id"]
     if not is_uuid4(task_id):
-        raise AdminHTTPError(404, Code.NOT_FOUND, "任务不存在")
+        raise refusal(Code.NOT_FOUND).because("task")
     return await _render_detail(request, session, task_id, drawer=drawer)
 
 
@@ -632,7 +641,9 @@ def _expected_version(body: Body) -> int:
     return raw
 
 
-def _back(body: Body, task_id: str, notice: str) -> str:
+def back_to(body: Body, task_id: str, notice: str) -> str:
+    """Where a form action on one task goes next: the task list when the form came from it (``return_to=list``),
+    else the task's page, with ``notice`` shown there."""
     if body.kind == "form" and body.one("return_to") == "list":
         return f"/tasks?notice={notice}"
     return f"/tasks/{task_id}?notice={notice}"
@@ -643,7 +654,7 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
     at, who, rid = now(request), actor(session), request_id(request)
     try:
         if not is_uuid4(task_id):
-            raise AdminHTTPError(404, Code.NOT_FOUND, "任务不存在")
+            raise refusal(Code.NOT_FOUND).because("task")
         version = _expected_version(body)
         if kind == "mark_paid":
             result = await request.app[DB].write(lambda c: admin_actions.mark_paid(c, task_id, version, who, at, rid))
@@ -653,15 +664,12 @@ async def _task_action(request: web.Request, session: AdminSession, body: Body, 
                 raise ValidationFailed("authorization_id", "授权 id 无效")
             fn = admin_actions.reset_to_draft if kind == "reset" else admin_actions.cancel
             result = await request.app[DB].write(lambda c: fn(c, task_id, version, auth_id, who, at, rid))
-    except (DomainError, AdminHTTPError) as exc:
-        refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
-        if body.kind == "json" or wants_json(request) or refusal.status == 404:
-            raise refusal from None
-        return await _render_detail(request, session, task_id, status=refusal.status, error=refusal.message)
+    except DomainError as exc:
+        return await refused_on_task(request, session, body, exc, task_id)
     if body.kind == "json" or wants_json(request):
         return json_answer(asdict(result) | {"task_version": result.version})
     notice = {"reset": "reset", "cancel": "cancelled", "mark_paid": "paid"}[kind]
-    return redirect(_back(body, task_id, notice))
+    return redirect(back_to(body, task_id, notice))
 
 
 @action
@@ -699,20 +707,17 @@ async def reconcile(request: web.Request, session: AdminSession, body: Body) -> 
             }
         )
         if not is_uuid4(sid):
-            raise AdminHTTPError(404, Code.NOT_FOUND, "提交记录不存在")
+            raise refusal(Code.NOT_FOUND).because("submission")
         outcome, note, version = admin_actions.parse_reconcile(raw)
         result = await request.app[DB].write(
             lambda c: admin_actions.reconcile(c, sid, outcome, note, version, who, at, rid)
         )
-    except (DomainError, AdminHTTPError) as exc:
-        refusal = exc if isinstance(exc, AdminHTTPError) else domain_refusal(exc)
+    except DomainError as exc:
         task_id = None
-        if refusal.status != 404 and body.kind == "form" and not wants_json(request):
+        if exc.status != 404 and body.kind == "form" and not wants_json(request):
             sub = await request.app[DB].read(lambda c: admin_queries.submission(c, sid))
             task_id = sub["task_id"] if sub else None
-        if task_id is None:
-            raise refusal from None
-        return await _render_detail(request, session, task_id, status=refusal.status, error=refusal.message)
+        return await refused_on_task(request, session, body, exc, task_id)
     if body.kind == "json" or wants_json(request):
         return json_answer(asdict(result) | {"task_version": result.version})
     return redirect(f"/tasks/{result.task_id}?notice=reconciled")

@@ -7,7 +7,7 @@ first (device_auth), reads its body with the strict reader (jsonbody) and runs o
 - :mod:`.attempts` — ``/purchase-attempts/{aid}/fail``;
 - :mod:`.submissions` — ``/purchase-attempts/{aid}/submission-fence``, ``/order-submissions/{sid}/result``;
 - :mod:`.supervision` — ``/purchase-attempts/{aid}/approval`` and ``…/approval/status``;
-- :mod:`.screens` — ``/devices/screen`` (the answer to 查看当前屏幕, issue 32);
+- :mod:`.screens` — ``/devices/screen`` (the answer to 查看当前屏幕);
 - :mod:`.common` — the request helpers they share and the state built from the settings.
 
 No route module registers start-up checks or periodic jobs: :mod:`cmbuyer.server.lifecycle` lists them.

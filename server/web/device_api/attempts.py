@@ -1,4 +1,4 @@
-"""Device route of issue 4 (docs/api.md "Device API I", "Device API II"): ``POST /api/v1/purchase-attempts/{aid}/fail``
+"""Device route (docs/api.md "Device API I", "Device API II"): ``POST /api/v1/purchase-attempts/{aid}/fail``
 — the phone gives up an attempt before the fence.
 
 The handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before any

@@ -1,4 +1,4 @@
-"""Device routes of issue 3 (docs/api.md "Device API I"): claim-next and lease renew — the claim resource.
+"""Device routes (docs/api.md "Device API I"): claim-next and lease renew — the claim resource.
 
 Each handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before
 Content-Type parsing and before any body byte, ``Expect: 100-continue`` included), reads its body with the

@@ -18,10 +18,9 @@ from typing import Any, Protocol, TypeVar
 from aiohttp import web
 
 from cmbuyer.schemas import is_uuid4
-from cmbuyer.server.config import SettingsError
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.domain.codes import Code
-from cmbuyer.server.domain.errors import BrokenInvariant
+from cmbuyer.server.domain.errors import BrokenInvariant, SettingsError
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.tx.idempotency import Stored
 from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response
@@ -39,10 +38,10 @@ BUDGET = web.AppKey("attempt_budget", AttemptBudget)
 
 
 def path_id(request: web.Request, name: str) -> str:
-    """The UUIDv4 path parameter ``name``; raises ``DeviceHTTPError(400, "invalid_request")`` otherwise."""
+    """The UUIDv4 path parameter ``name``; raises ``DeviceHTTPError(Code.INVALID_REQUEST)`` otherwise."""
     value = request.match_info[name]
     if not is_uuid4(value):
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST)
+        raise DeviceHTTPError(Code.INVALID_REQUEST)
     return value
 
 

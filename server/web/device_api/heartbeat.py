@@ -1,4 +1,4 @@
-"""Device route of issue 3 (docs/api.md "Device API I", "Device API II"): ``POST /api/v1/devices/heartbeat``.
+"""Device route (docs/api.md "Device API I", "Device API II"): ``POST /api/v1/devices/heartbeat``.
 
 The handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before
 Content-Type parsing and before any body byte, ``Expect: 100-continue`` included), reads its body with the
@@ -30,7 +30,7 @@ async def heartbeat(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/devices/heartbeat`` → 200 heartbeat.response (see docs/api.md)."""
     body = await read_json(request, "heartbeat.request", BODY_CAP)
     if body["device_id"] != device_id:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST)  # the body may only describe the authenticated device
+        raise DeviceHTTPError(Code.INVALID_REQUEST)  # the body may only describe the authenticated device
     clock, policy = request.app[CLOCK], claim_policy(request.app)
 
     def job(conn: sqlite3.Connection) -> dict[str, Any]:

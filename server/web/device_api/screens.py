@@ -1,4 +1,4 @@
-"""Device route of issue 32 §7 (docs/api.md "Holds and screens"): ``POST /api/v1/devices/screen`` — the phone's
+"""Device route (docs/api.md "Holds and screens"): ``POST /api/v1/devices/screen`` — the phone's
 fresh screenshot for an administrator's 查看当前屏幕, asked for in the heartbeat answer (``screenshot_request``).
 
 Multipart like task evidence (``request_id``, ``sha256``, then ``file``: one PNG under the evidence rules),
@@ -57,16 +57,16 @@ async def _screen(request: web.Request, device_id: str) -> web.StreamResponse:
     )
     request_id, sha = form.fields.get("request_id"), form.fields.get("sha256")
     if not is_uuid4(request_id) or not is_hex64(sha) or not form.file:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST)
+        raise DeviceHTTPError(Code.INVALID_REQUEST)
     data = form.file
     async with request.app[PNG_DECODES]:
         try:
             info = await asyncio.to_thread(validate_evidence, data, limits)
         except ImageRejected:
-            raise DeviceHTTPError(400, Code.UNSUPPORTED_IMAGE) from None
+            raise DeviceHTTPError(Code.UNSUPPORTED_IMAGE) from None
         digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
     if digest != sha:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST)
+        raise DeviceHTTPError(Code.INVALID_REQUEST)
     try:
         await asyncio.to_thread(evidence_files.store, settings.evidence_dir, digest, data)
     except OSError:

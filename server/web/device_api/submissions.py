@@ -1,4 +1,4 @@
-"""Device routes of issue 4 (docs/api.md "Device API I", "Device API II"): the order submission — its fence
+"""Device routes (docs/api.md "Device API I", "Device API II"): the order submission — its fence
 (``POST /api/v1/purchase-attempts/{aid}/submission-fence``) and its result
 (``POST /api/v1/order-submissions/{sid}/result``).
 
@@ -29,7 +29,7 @@ from cmbuyer.server.web.device_errors import DeviceHTTPError, json_body_response
 from cmbuyer.server.web.jsonbody import read_json
 from cmbuyer.server.web.keys import CLOCK, SETTINGS
 
-log = logging.getLogger("cmbuyer.server.attempts")  # the name these lines have always been logged under
+log = logging.getLogger(__name__)
 
 FENCE_PATH = "/api/v1/purchase-attempts/{attempt_id}/submission-fence"
 RESULT_PATH = "/api/v1/order-submissions/{submission_id}/result"
@@ -53,7 +53,7 @@ async def result(request: web.Request, device_id: str) -> web.StreamResponse:
     """``POST /api/v1/order-submissions/{sid}/result`` → 200 submission_result.response."""
     submission_id = request.match_info["submission_id"]
     if not is_uuid4(submission_id):
-        raise DeviceHTTPError(404, Code.NOT_FOUND)
+        raise DeviceHTTPError(Code.NOT_FOUND)
     body = await read_json(request, "submission_result.request", BODY_CAP)
     clock = request.app[CLOCK]
 

@@ -1,4 +1,5 @@
-"""Device routes of issue 17 (supervised first orders; an extension of spec 002, docs/api.md): the phone asks
+"""Device routes of supervised first orders (docs/api.md "Supervised first orders: approval before the fence"): the
+phone asks
 a person to approve what it read before the fence, and polls the answer.
 
 - ``POST /api/v1/purchase-attempts/{aid}/approval`` — one write job (device ACTIVE, ``approval_key``

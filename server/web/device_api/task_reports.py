@@ -1,4 +1,4 @@
-"""Device routes of issue 4 (docs/api.md "Device API II", events and evidence): what a phone reports
+"""Device routes (docs/api.md "Device API II", events and evidence): what a phone reports
 about its task — events and evidence uploads.
 
 Each handler runs only after :mod:`~cmbuyer.server.web.device_auth` authenticated the request (before
@@ -34,7 +34,7 @@ from cmbuyer.server.web.device_errors import DeviceHTTPError, error_response
 from cmbuyer.server.web.jsonbody import read_json
 from cmbuyer.server.web.keys import CLOCK, DB, SETTINGS
 
-log = logging.getLogger("cmbuyer.server.attempts")  # the name these lines have always been logged under
+log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/api/v1/tasks/{task_id}/events"
 EVIDENCE_PATH = "/api/v1/tasks/{task_id}/evidence"
@@ -82,17 +82,17 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     try:
         validate("evidence.request", form.fields)
     except SchemaError:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST) from None
+        raise DeviceHTTPError(Code.INVALID_REQUEST) from None
     data = form.file
     async with request.app[PNG_DECODES]:
         try:
             info = await asyncio.to_thread(validate_evidence, data, limits)
         except ImageRejected as exc:
             log.info("evidence refused: %s", exc.reason)
-            raise DeviceHTTPError(400, Code.UNSUPPORTED_IMAGE) from None
+            raise DeviceHTTPError(Code.UNSUPPORTED_IMAGE) from None
         digest = await asyncio.to_thread(_sha256, data)
     if digest != form.fields["sha256"]:
-        raise DeviceHTTPError(400, Code.INVALID_REQUEST)
+        raise DeviceHTTPError(Code.INVALID_REQUEST)
     upload = evidence_upload.Upload.from_form(
         task_id, form.fields, byte_size=len(data), width=info.width, height=info.height
     )
@@ -102,7 +102,7 @@ async def _evidence(request: web.Request, device_id: str) -> web.StreamResponse:
     if not await db.read(
         lambda conn: evidence_upload.may_upload(conn, device_id=device_id, upload=upload, budget=budget), snapshot=True
     ):
-        raise DeviceHTTPError(409, Code.CLAIM_NOT_CURRENT)
+        raise DeviceHTTPError(Code.CLAIM_NOT_CURRENT)
     try:
         await asyncio.to_thread(evidence_files.store, settings.evidence_dir, upload.sha256, data)
     except OSError:

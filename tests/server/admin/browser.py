@@ -16,7 +16,16 @@ from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
 
 from .conftest import ADMIN_PASSWORD, ADMIN_USER
 
-__all__ = ["ARTIFACTS", "BROWSER_MARKS", "CHROMIUM", "LAUNCH_ARGS", "chromium_page", "create_draft", "log_in"]
+__all__ = [
+    "ARTIFACTS",
+    "BROWSER_MARKS",
+    "CHROMIUM",
+    "LAUNCH_ARGS",
+    "PRODUCT_URL",
+    "chromium_page",
+    "create_draft",
+    "log_in",
+]
 
 ARTIFACTS = ARTIFACTS_ROOT / "admin-browser"
 
@@ -36,11 +45,21 @@ async def log_in(page: Any, base: str) -> None:
     await expect(page).to_have_url(re.compile(r"/tasks$"))
 
 
-async def create_draft(page: Any, fields: dict[str, str]) -> None:
-    """Fill the task list's open create form (``fields``: input name → value) and submit it; returns once
+PRODUCT_URL = "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375"
+
+
+async def create_draft(
+    page: Any, title: str, options: list[tuple[str, str]], *, quantity: str = "2", max_total_price: str = "30.00"
+) -> None:
+    """Fill the task list's open create form — ``title``, :data:`PRODUCT_URL`, one option row per
+    ``(dimension, value)`` of ``options``, ``quantity``, ``max_total_price`` — and submit it; returns once
     the page says the draft was created."""
     from playwright.async_api import expect
 
+    fields = {"title": title, "product_url": PRODUCT_URL}
+    for i, (dimension, value) in enumerate(options, start=1):
+        fields |= {f"option_dim_{i}": dimension, f"option_value_{i}": value}
+    fields |= {"quantity": quantity, "max_total_price": max_total_price}
     for name, value in fields.items():
         await page.fill(f"input[name={name}]", value)
     await page.click("button:has-text('创建草稿')")

@@ -29,6 +29,14 @@ ADMIN_PASSWORD = "correct horse battery"  # test-only credential of a throwaway 
 # production parameters are exercised by tests/server/test_cli.py and by one test here.
 _HASH = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1).hash(ADMIN_PASSWORD)
 PRODUCTION_HASH_FN = hash_password
+# Headers of a request from another site, which every unsafe admin route (login included) refuses with 403
+# before reading anything else: case name → headers.
+FOREIGN_ORIGINS: dict[str, dict[str, str]] = {
+    "origin_null": {"Origin": "null"},
+    "cross_origin": {"Origin": "https://evil.example"},
+    "cross_site_fetch": {"Sec-Fetch-Site": "cross-site"},
+    "same_site_fetch": {"Sec-Fetch-Site": "same-site"},
+}
 _CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]{64})"')
 
 

@@ -3,7 +3,7 @@ attempt (``attempts.supervised`` / ``pack_key``, as claim-next sets them) and an
 its gate-3 screenshot (as ``POST /api/v1/purchase-attempts/{aid}/approval`` stores it).
 
 Why direct SQL: the device routes that write these rows are built by another helper in parallel
-(issue 17, H6 "supsrv") and are not in this branch; the admin side only reads these rows and moves an
+(H6 "supsrv") and are not in this branch; the admin side only reads these rows and moves an
 approval WAITING → APPROVED/REJECTED, so the tests insert exactly the columns migration 0007 defines.
 The readings hash is computed with the real domain function, as the device route does.
 """
@@ -27,7 +27,7 @@ PACK_KEY = "pdd-8.22.0-r1"
 @pytest.fixture
 def supervised_orders() -> str:
     """N = 3 for the supervision tests: overrides tests/server/conftest.py's fixture of the same name (which
-    the shared ``settings`` fixture reads; "0" for the suites written before issue 17)."""
+    the shared ``settings`` fixture reads; "0" for the suites that do not test supervision)."""
     return "3"
 
 

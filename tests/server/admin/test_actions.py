@@ -1,4 +1,4 @@
-"""reset-to-draft, cancel, reconcile, mark-paid: every success and every 409 path (design §3)."""
+"""reset-to-draft, cancel, reconcile, mark-paid: every success and every 409 path (docs/state-machines.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Login, logout and sessions (docs/admin.md "Identity and sessions"; bad-inputs "Admin pages"). Throttling:
+"""Login, logout and sessions (docs/admin.md "Identity and sessions"). Throttling:
 test_login_throttle.py; the pre-login cookie: test_prelogin.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from cmbuyer.server.app import create_app
 from cmbuyer.server.services import admin_sessions
 
-from .conftest import ADMIN_PASSWORD, ADMIN_USER, PRODUCTION_HASH_FN, add_admin, csrf_from, login
+from .conftest import ADMIN_PASSWORD, ADMIN_USER, FOREIGN_ORIGINS, PRODUCTION_HASH_FN, add_admin, csrf_from, login
 
 
 def set_cookies(resp: Any) -> dict[str, Any]:
@@ -120,7 +120,7 @@ async def test_login_json_variant(server_client: Any, admin: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["missing", "wrong", "no_cookie", "query", "origin_null", "cross_origin", "cross_site"]
+    "case", ["missing", "wrong", "no_cookie", "query", "origin_null", "cross_origin", "cross_site_fetch"]
 )
 async def test_login_csrf_and_origin(server_client: Any, admin: str, sync_conn: Any, case: str) -> None:
     page = await server_client.get("/login")
@@ -137,12 +137,7 @@ async def test_login_csrf_and_origin(server_client: Any, admin: str, sync_conn: 
     elif case == "query":
         del data["csrf_token"]
         path = f"/login?csrf_token={token}"
-    elif case == "origin_null":
-        headers["Origin"] = "null"
-    elif case == "cross_origin":
-        headers["Origin"] = "https://evil.example"
-    elif case == "cross_site":
-        headers["Sec-Fetch-Site"] = "cross-site"
+    headers.update(FOREIGN_ORIGINS.get(case, {}))
     resp = await server_client.post(path, data=data, headers=headers, allow_redirects=False)
     assert resp.status == 403
     assert "cmbuyer_session" not in set_cookies(resp)

@@ -53,19 +53,7 @@ async def test_purchaser_flow_in_chromium(
         # create two tasks through the form
         for title, color in (("纯棉短袖 浏览器一", "黑色"), ("加绒卫衣 浏览器二", "藏青")):
             await page.click("details.create summary")
-            await create_draft(
-                page,
-                {
-                    "title": title,
-                    "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
-                    "option_dim_1": "颜色",
-                    "option_value_1": color,
-                    "option_dim_2": "尺码",
-                    "option_value_2": "M",
-                    "quantity": "2",
-                    "max_total_price": "30.00",
-                },
-            )
+            await create_draft(page, title, [("颜色", color), ("尺码", "M")])
         rows = page.locator("#task-rows tr[data-task-id]")
         await expect(rows).to_have_count(2)
         await expect(page.locator("#task-rows .state")).to_have_text(["草稿", "草稿"])
@@ -78,7 +66,7 @@ async def test_purchaser_flow_in_chromium(
         await expect(button).to_have_text("开始采购（只创建待付款订单）")
         await shot("selected")
         await button.click()
-        # the confirmation says what the start will do (issue 28): 2 tasks, ¥60.00, no READY phone
+        # the confirmation says what the start will do: 2 tasks, ¥60.00, no READY phone
         await expect(page.locator("#confirm-count")).to_have_text("2")
         await expect(page.locator("#confirm-total")).to_have_text("¥60.00")
         await expect(page.locator("#no-ready-warning")).to_be_visible()

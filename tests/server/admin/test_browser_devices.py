@@ -1,4 +1,4 @@
-"""Issue 16 §6 on the devices page in real headless Chromium: three phones heartbeat over the real device
+"""Each phone's selector pack on the devices page in real headless Chromium: three phones heartbeat over the real device
 API — one with a selector pack id, one with ``NO_PACK``, one older agent that sends no pack id — and the
 识别包 column shows the pack id, the Chinese hint pointing to the runbook, and "—". The app version the
 heartbeat carried is shown beside it. Screenshot: ``test-artifacts/admin-browser/devices-pack.png``."""
@@ -73,7 +73,7 @@ async def test_pack_column_shows_pack_no_pack_hint_and_unknown(
 async def test_lost_phone_turns_lost_without_reload_and_pause_button(
     aiohttp_server: Any, aiohttp_client: Any, settings: Any, admin: str, make_device: Any, clock: Any
 ) -> None:
-    """Issue 32 §1/§2: a READY phone shows 空闲 while it heartbeats; once its heartbeat is older than
+    """A READY phone shows 空闲 while it heartbeats; once its heartbeat is older than
     interval × factor (here 1 s × 2) the open page says 已失联 — never 空闲 — by itself, within the stale
     window plus one 3-s refresh. 暂停领取 on the row pauses the device (恢复领取 then shows)."""
     import asyncio

@@ -1,4 +1,5 @@
-"""Issue 15 on the admin pages in real headless Chromium: a one-dimension task created through the form
+"""One-dimension goods and the order sheet on the admin pages in real headless Chromium: a one-dimension task created
+through the form
 (empty size), fenced and reported over the real device API with an order number and PAYMENT_SUSPECTED;
 the list shows "—" for the size, the drawer and the full page show the order number, the read gate-3
 price and payment mode, and the red "疑似已付款" banner; the person then records the outcome through the
@@ -33,20 +34,10 @@ async def test_order_number_and_payment_suspected_banner(
     async with chromium_page() as (page, problems):
         await log_in(page, base)
 
-        # a one-dimension task: one option row (issue 34), the other rows left empty
+        # a one-dimension task: one option row, the other rows left empty
         await page.click("details.create summary")
         await expect(page.locator("details.create")).to_contain_text("页面显示几项就填几项")
-        await create_draft(
-            page,
-            {
-                "title": "口红 单规格",
-                "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=937122477375",
-                "option_dim_1": "颜色",
-                "option_value_1": "#01 正红色",
-                "quantity": "2",
-                "max_total_price": "30.00",
-            },
-        )
+        await create_draft(page, "口红 单规格", [("颜色", "#01 正红色")])
         row = page.locator("#task-rows tr[data-task-id]")
         await expect(row).to_have_count(1)
         await expect(row).to_contain_text("颜色=#01 正红色")

@@ -14,6 +14,10 @@ from .browser import ARTIFACTS, BROWSER_MARKS, chromium_page, log_in
 pytestmark = BROWSER_MARKS
 
 
+# the steps every seeded order went through before it parted ways
+THROUGH_GATE_1 = [("OPEN_PRODUCT", "OK", None, "open product"), ("GATE_1", "OK", None, "gate 1")]
+
+
 async def test_readable_pages_in_chromium(
     aiohttp_server: Any, settings: Any, admin: str, make_task: Any, make_device: Any, seed: Any, clock: Any
 ) -> None:
@@ -30,8 +34,7 @@ async def test_readable_pages_in_chromium(
         failed.id,
         a1,
         [
-            ("OPEN_PRODUCT", "OK", None, "open product"),
-            ("GATE_1", "OK", None, "gate 1"),
+            *THROUGH_GATE_1,
             ("GATE_3", "FAILED", "PRICE_OVER_CAP", "gate 3: total over the cap"),
             ("BACK_OUT", "OK", "PRICE_OVER_CAP", "backed out before fence"),
         ],
@@ -45,8 +48,7 @@ async def test_readable_pages_in_chromium(
         recon.id,
         a2,
         [
-            ("OPEN_PRODUCT", "OK", None, "open product"),
-            ("GATE_1", "OK", None, "gate 1"),
+            *THROUGH_GATE_1,
             ("GATE_2", "OK", None, "gate 2"),
             ("GATE_3", "OK", None, "gate 3"),
             ("FENCE", "OK", None, "fenced"),

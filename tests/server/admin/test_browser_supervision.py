@@ -1,4 +1,4 @@
-"""Supervised first orders on the admin pages in real headless Chromium (issue 17, admin side).
+"""Supervised first orders on the admin pages in real headless Chromium (admin side).
 
 The real app runs on a loopback port against a real SQLite file; the device-side rows (a supervised
 claim, its approval request with the gate-3 screenshot, a supervised order) are seeded by
@@ -159,7 +159,7 @@ async def test_approve_reject_badges_verdicts_and_resupervise(
 async def test_waiting_orders_are_counted_filtered_and_counted_down(
     aiohttp_server: Any, settings: Any, admin: str, make_task: Any, make_device: Any, seed: Any, clock: Any
 ) -> None:
-    """Issue 32 §8: the task table says how many orders wait for 批准 and when the first phone gives up — an
+    """The task table says how many orders wait for 批准 and when the first phone gives up — an
     order that starts waiting after the page loaded raises the count with the table's live refresh, no reload;
     the 等待人工确认 filter lists them; each row counts down to its phone's timeout, live."""
     from playwright.async_api import expect

@@ -1,4 +1,4 @@
-"""Tasks in and out in real headless Chromium (issue 28 acceptance): a template-filled xlsx of 200 rows with
+"""Tasks in and out in real headless Chromium: a template-filled xlsx of 200 rows with
 3 bad ones → preview with the three Chinese errors → confirm → 197 drafts; the same file again → nothing new;
 the view exported as xlsx and read back with openpyxl; the pay list grouped by phone, and a bulk mark-paid of
 5 orders where one went stale meanwhile marks 4 and names the fifth.

@@ -1,4 +1,4 @@
-"""Which address a login counts against (issue 31): ``X-Forwarded-For`` from a peer that is not a trusted
+"""Which address a login counts against: ``X-Forwarded-For`` from a peer that is not a trusted
 proxy changes nothing — the throttle key, the lock-out audit row and the login audit row all name the TCP
 peer — and from a trusted proxy (``CMBUYER_TRUSTED_PROXIES``) it names the client the proxy saw. Real aiohttp
 server on a loopback socket (peer 127.0.0.1), real SQLite file."""

@@ -77,7 +77,7 @@ async def test_revoked_device_token_stops_working(admin_client: AdminClient, mak
 
 
 async def test_devices_page_pack_column(admin_client: AdminClient, make_device: Any, sync_conn: Any) -> None:
-    """识别包 (issue 16 §6): the pack id, the runbook hint for NO_PACK, "—" when never reported (NULL)."""
+    """识别包: the pack id, the runbook hint for NO_PACK, "—" when never reported (NULL)."""
     packed, missing, unknown = make_device("packed"), make_device("missing"), make_device("unknown")
     sync_conn.execute("BEGIN IMMEDIATE")
     sync_conn.execute("UPDATE devices SET pack_id = 'pdd-8.17.0-81700' WHERE id = ?", (packed.device_id,))
@@ -99,7 +99,7 @@ async def test_devices_page_pack_column(admin_client: AdminClient, make_device: 
 async def test_pause_resume_and_pacing_from_the_page(
     admin_client: AdminClient, make_device: Any, make_task: Any, seed: Any, sync_conn: Any, clock: Any
 ) -> None:
-    """Issue 32 §1/§6: 暂停领取 / 恢复领取 and 领取节奏 forms (CSRF, audited as the admin), shown on the page."""
+    """暂停领取 / 恢复领取 and 领取节奏 forms (CSRF, audited as the admin), shown on the page."""
     device = make_device("节奏手机")
     page = await (await admin_client.client.get("/devices")).text()
     assert "暂停领取" in page and f'action="/devices/{device.device_id}/pause"' in page
@@ -152,7 +152,7 @@ async def test_pause_resume_and_pacing_from_the_page(
 async def test_stale_heartbeat_shows_lost_never_idle(
     admin_client: AdminClient, make_device: Any, sync_conn: Any
 ) -> None:
-    """Issue 32 §2: a READY phone whose heartbeat is older than interval × factor is 已失联, not 空闲; a fresh
+    """A READY phone whose heartbeat is older than interval × factor is 已失联, not 空闲; a fresh
     one shows its age and adb serial."""
     lost, fresh = make_device("lost-phone"), make_device("fresh-phone")
     sync_conn.execute("BEGIN IMMEDIATE")
@@ -172,7 +172,7 @@ async def test_stale_heartbeat_shows_lost_never_idle(
 async def test_task_search_by_phone_name(
     admin_client: AdminClient, make_device: Any, make_task: Any, seed: Any
 ) -> None:
-    """Issue 32 §2: the task table's 手机 filter lists the tasks a phone of that name claimed; the devices page
+    """The task table's 手机 filter lists the tasks a phone of that name claimed; the devices page
     links each phone to it."""
     one, two = make_device("采购机 一号"), make_device("采购机 二号")
     mine, theirs, nobody = (make_task(title=t, start=True) for t in ("一号的任务", "二号的任务", "没人领的任务"))

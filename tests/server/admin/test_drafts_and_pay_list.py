@@ -1,5 +1,5 @@
-"""Editing a draft, the start confirmation, the pay list and the bulk actions (issue 28 items 4–6;
-server/services/task_edit.py, web/admin/tasks.py, web/admin/task_io.py)."""
+"""Editing a draft, the start confirmation, the pay list and the bulk actions
+(server/services/task_edit.py, web/admin/tasks.py, web/admin/task_io.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .conftest import AdminClient
 EDIT = {
     "title": "改过的标题",
     "product_url": "https://mobile.yangkeduo.com/goods.html?goods_id=111222333",
-    # the form's option rows (issue 34): one dimension now, where the task had colour and size
+    # the form's option rows: one dimension now, where the task had colour and size
     "option_dim_1": "规格",
     "option_value_1": "白色",
     "option_dim_2": "",

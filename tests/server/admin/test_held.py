@@ -1,4 +1,4 @@
-"""恢复后待核对 (issue 31): ``GET /held`` lists the tasks a restore held, ``POST /held/release`` releases the
+"""恢复后待核对: ``GET /held`` lists the tasks a restore held, ``POST /held/release`` releases the
 ones a person checked — in bulk, CSRF and an explicit confirmation required, a stale selection reported and
 left held. Real app and SQLite file; the hold itself is the restore's use-case (services/restore_hold.py)."""
 

@@ -1,4 +1,4 @@
-"""Holds handled from the admin pages (issue 32 §7; docs/api.md "Holds and screens", docs/admin.md "Devices
+"""Holds handled from the admin pages (docs/api.md "Holds and screens", docs/admin.md "Devices
 page") over the real device API and admin routes: the heartbeat's hold shows on the devices page with its
 reason (Chinese and code), since when, the task and the failure screenshot; 释放 (CSRF, required note,
 audited) comes back as ``hold_released`` for that hold only; 查看当前屏幕 goes out as ``screenshot_request``

@@ -1,5 +1,5 @@
-"""Spreadsheet import and export on the admin pages (server/web/admin/task_io.py, services/task_import.py;
-issue 28 items 1–3): preview, confirm, re-upload idempotency, bad files changing nothing, CSRF on the upload,
+"""Spreadsheet import and export on the admin pages (server/web/admin/task_io.py, services/task_import.py):
+preview, confirm, re-upload idempotency, bad files changing nothing, CSRF on the upload,
 parsing off the event loop, the export of the filtered view, and the search by order number."""
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ async def test_template_downloads(admin_client: AdminClient) -> None:
     assert resp.status == 200 and resp.headers["Content-Type"] == XLSX
     sheet = load_workbook(io.BytesIO(await resp.read())).worksheets[0]
     rows = [[c.value for c in r] for r in sheet.iter_rows()]
-    columns = ["option1", "option2", "option3", "sku_color", "sku_size"]  # issue 34: options, or colour/size
+    columns = ["option1", "option2", "option3", "sku_color", "sku_size"]  # options, or colour/size
     assert rows[0] == ["title", "product_url", *columns, "quantity", "max_total_price", "create_key"]
     assert len(rows) == 2 and rows[1][2:4] == ["颜色分类=黑色", "尺码=M"]
     csv_resp = await admin_client.client.get("/tasks/import/template.csv")

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 from cmbuyer.schemas import SchemaError, validate
+from cmbuyer.server.display import labels
+from cmbuyer.server.display.labels import TASK_STATE_LABELS
+from cmbuyer.server.display.times import audit_value
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.domain.states import (
     AttemptState,
@@ -21,9 +24,6 @@ from cmbuyer.server.domain.states import (
 )
 from cmbuyer.server.domain.task_fields import person_money as form_money
 from cmbuyer.server.tx.common import new_id
-from cmbuyer.server.web.admin import labels
-from cmbuyer.server.web.admin.common import audit_value
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 from tests.device_bodies import fence_request
 
 from .conftest import AdminClient
@@ -316,13 +316,13 @@ def test_form_money_helper() -> None:
 
 
 def test_an_invalid_state_refusal_reads_in_chinese_on_the_pages_and_the_cli() -> None:
-    """Issue 32 trial: ``mark_paid is not allowed in state FAILED`` is worded from the label tables (the use-case as
+    """``mark_paid is not allowed in state FAILED`` is worded from the label tables (the use-case as
     its audit action, the state as its task state label); a refusal without a use-case keeps its message."""
+    from cmbuyer.server.display.labels import refusal_message
     from cmbuyer.server.domain.codes import Code
     from cmbuyer.server.domain.errors import InvalidTransition, refusal
     from cmbuyer.server.domain.states import TASK_TRANSITIONS, TaskState, transition
-    from cmbuyer.server.web.admin.common import domain_refusal
-    from cmbuyer.server.web.admin.labels import refusal_message
+    from cmbuyer.server.web.admin.render import domain_refusal
 
     with pytest.raises(InvalidTransition) as caught:
         transition(TASK_TRANSITIONS, TaskState.FAILED, "mark_paid")
@@ -331,3 +331,42 @@ def test_an_invalid_state_refusal_reads_in_chinese_on_the_pages_and_the_cli() ->
     assert domain_refusal(caught.value).code == "invalid_state"
     other = refusal(Code.INVALID_STATE, "预览已过期")
     assert refusal_message(other) == "预览已过期"
+
+
+def test_every_reason_a_service_raises_is_worded_in_the_one_table() -> None:
+    """Services raise a code and a reason (``DomainError.because``); ``display/labels.py`` ``REFUSAL_TEXTS``
+    is the one place that words them. Every reason named under server/ has a sentence, every sentence's
+    placeholders are facts some raiser gives, and a fact that is a code is worded through its label table."""
+    import ast
+    import string
+    from pathlib import Path
+
+    from cmbuyer.server.display.labels import REFUSAL_TEXTS, refusal_message
+    from cmbuyer.server.domain.codes import Code
+    from cmbuyer.server.domain.errors import refusal
+
+    server = Path(labels.__file__).resolve().parents[1]
+    raised: dict[str, set[str]] = {}
+    for path in server.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "because":
+                why = node.args[0]
+                assert isinstance(why, ast.Constant), f"{path.name}:{node.lineno}: a reason is a literal"
+                raised.setdefault(why.value, set()).update(k.arg for k in node.keywords if k.arg)
+    assert {"decided", "verdict", "revoked", "admin"} <= set(raised)  # the scan reads the raisers
+    # … and those of the task services, the draft transaction and the device side
+    assert {"task", "task_changed", "start_key", "edit_not_draft", "create_key", "result", "screen_answered"} <= set(
+        raised
+    )
+    assert raised["reconcile_note"] == {"max"}
+    table_whys = {why for _, why in REFUSAL_TEXTS}
+    assert set(raised) <= table_whys, set(raised) - table_whys
+    for (code, why), text in REFUSAL_TEXTS.items():
+        assert isinstance(code, Code)
+        names = {f for _, f, _, _ in string.Formatter().parse(text) if f}
+        assert names <= raised.get(why, set()), (code, why, names)
+    decided = refusal(Code.APPROVAL_NOT_WAITING).because("decided", who="admin:ops", approval_state="APPROVED")
+    assert refusal_message(decided) == "这个确认请求已由 admin:ops 已批准；未做任何更改。"
+    wrong_state = refusal(Code.INVALID_STATE).because("verdict", submission_state="FENCED")
+    assert refusal_message(wrong_state) == "提交状态为“已取得围栏，等待结果”，现在不能记录这个结论；未做任何更改。"
+    assert refusal_message(refusal(Code.INVALID_STATE, "plain")) == "plain"  # no reason: its own message

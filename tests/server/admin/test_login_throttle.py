@@ -1,4 +1,4 @@
-"""The login throttle (issue 18 item 2; rule in server/domain/login_throttle.py): guesses in flight count,
+"""The login throttle (rule in server/domain/login_throttle.py): guesses in flight count,
 per-username and per-address exponential back-off, the right password works again after the back-off,
 and every back-off is audited. Real aiohttp server (pytest-aiohttp TestServer on a socket), real SQLite
 file, ManualClock for the back-off times."""
@@ -79,15 +79,21 @@ async def attempt(web: Any, username: str = ADMIN_USER, password: str = WRONG) -
     return await post_login(session, url, await fresh_form(session, url), username, password)
 
 
-def locked_rows(conn: sqlite3.Connection) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(subject_kind, subject_id, detail)`` of every ``admin.login_locked`` audit row, oldest first."""
+def audit_rows(conn: sqlite3.Connection, action: str, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(<kind column>, subject_id, detail)`` of every ``action`` audit row, oldest first (``kind`` is
+    ``subject_kind`` or ``actor_kind``)."""
+    assert kind in ("subject_kind", "actor_kind")
     return [
         (r[0], r[1], json.loads(r[2]))
         for r in conn.execute(
-            "SELECT subject_kind, subject_id, detail_json FROM audit_log"
-            " WHERE action = 'admin.login_locked' ORDER BY id"
+            f"SELECT {kind}, subject_id, detail_json FROM audit_log WHERE action = ? ORDER BY id", (action,)
         )
     ]
+
+
+def locked_rows(conn: sqlite3.Connection) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(subject_kind, subject_id, detail)`` of every ``admin.login_locked`` audit row, oldest first."""
+    return audit_rows(conn, "admin.login_locked", "subject_kind")
 
 
 def failed_count(conn: sqlite3.Connection) -> int:
@@ -166,7 +172,7 @@ async def test_per_address_limit_across_usernames(
     web: Any, admin: str, clock: Any, server_client: Any, sync_conn: sqlite3.Connection
 ) -> None:
     """One address guessing many usernames hits the address limit; another address is not affected, and
-    a username's back-off is per address (issue 33: a guesser slows only itself)."""
+    a username's back-off is per address (a guesser slows only itself)."""
     for i in range(ADDRESS_LIMIT.free):
         assert (await attempt(web, username=f"user{i}"))[0] == 401
     status, headers = await attempt(web, username="someone-else")
@@ -250,7 +256,7 @@ async def test_sweep_forgets_quiet_records_only(
     assert sync_conn.execute("SELECT count(*) FROM admin_login_throttle").fetchone()[0] == 0
 
 
-# -- no lock-out of the only admin (issue 33 item 1) ---------------------------------------------------
+# -- no lock-out of the only admin ---------------------------------------------------
 
 
 async def test_a_guesser_on_the_admins_name_cannot_keep_the_admin_out(
@@ -286,13 +292,7 @@ def _cli(settings: Settings, *args: str) -> int:
 
 
 def _unlock_rows(conn: sqlite3.Connection) -> list[tuple[str, str, dict[str, Any]]]:
-    return [
-        (r[0], r[1], json.loads(r[2]))
-        for r in conn.execute(
-            "SELECT actor_kind, subject_id, detail_json FROM audit_log"
-            " WHERE action = 'admin.login_unlocked' ORDER BY id"
-        )
-    ]
+    return audit_rows(conn, "admin.login_unlocked", "actor_kind")
 
 
 async def test_admin_unlock_clears_the_username_and_is_audited(

@@ -1,4 +1,4 @@
-"""The pre-login cookie ``cmbuyer_login`` (issue 18 item 9): only server-issued values bind the login
+"""The pre-login cookie ``cmbuyer_login``: only server-issued values bind the login
 form's CSRF token — a client-chosen, tampered, expired or pre-restart value is replaced on GET and
 refused on POST — and a successful login spends its value and sets a fresh one (like the session id).
 Real app and SQLite file; cookies are sent by hand so the test controls exactly what the browser says."""

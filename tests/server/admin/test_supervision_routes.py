@@ -13,16 +13,9 @@ import pytest
 
 from cmbuyer.server.tx.common import new_id
 
+from . import seed_supervision as sv
 from .conftest import AdminClient
-from .seed_supervision import (
-    PACK_KEY,
-    approval,
-    pair,
-    readings,
-    set_pair,
-    supervised_claim,
-    supervised_orders,  # noqa: F401  (fixture: N = 3)
-)
+from .seed_supervision import supervised_orders  # noqa: F401  (fixture: N = 3)
 from .test_supervision_service import fingerprint
 
 DRAWER = {"X-CMBuyer-View": "drawer", "Accept": "text/html"}
@@ -33,9 +26,13 @@ def waiting(make_task: Any, make_device: Any, seed: Any) -> dict[str, Any]:
     """A task whose supervised phone waits with a gate-3 price that differs from gates 1/2."""
     task = make_task(start=True)
     device = make_device("采购机 A")
-    attempt = supervised_claim(seed, task.id, device.device_id)
-    approval_id, asset = approval(
-        seed, task.id, attempt, device.device_id, values=readings(gate3_unit_price="13.88", confirm_page_amount="25.76")
+    attempt = sv.supervised_claim(seed, task.id, device.device_id)
+    approval_id, asset = sv.approval(
+        seed,
+        task.id,
+        attempt,
+        device.device_id,
+        values=sv.readings(gate3_unit_price="13.88", confirm_page_amount="25.76"),
     )
     return {"task": task, "device": device.device_id, "attempt": attempt, "approval": approval_id, "asset": asset}
 
@@ -51,7 +48,7 @@ async def test_drawer_shows_the_side_by_side_values_screenshot_and_buttons(
     assert resp.status == 200
     html = await resp.text()
     panel = html[html.index('<section class="approval card"') : html.index("</section>")]
-    assert "等待人工确认" in panel and "采购机 A" in panel and PACK_KEY in panel
+    assert "等待人工确认" in panel and "采购机 A" in panel and sv.PACK_KEY in panel
     assert f'src="/evidence/{waiting["asset"]}"' in panel
     assert f'action="/approvals/{waiting["approval"]}/approve"' in panel
     assert f'action="/approvals/{waiting["approval"]}/reject"' in panel and ">驳回<" in panel and ">批准<" in panel
@@ -119,7 +116,7 @@ async def test_closed_attempt_and_unknown_ids_change_nothing(
 async def test_csrf_on_real_subjects(
     admin_client: AdminClient, waiting: dict[str, Any], seed: Any, sync_conn: Any
 ) -> None:
-    set_pair(seed, waiting["device"], 2, held_reason="x")
+    sv.set_pair(seed, waiting["device"], 2, held_reason="x")
     snap = fingerprint(sync_conn)
     for path in (
         f"/approvals/{waiting['approval']}/approve",
@@ -170,7 +167,7 @@ async def test_verdict_forms(
 ) -> None:
     device = make_device().device_id
     task = make_task(start=True)
-    attempt = supervised_claim(seed, task.id, device)
+    attempt = sv.supervised_claim(seed, task.id, device)
     sid = seed.fence(task.id, attempt, device, observation="SUBMITTED")
     page = await (await admin_client.client.get(f"/tasks/{task.id}")).text()
     assert f'action="/order-submissions/{sid}/supervision-verdict"' in page
@@ -181,7 +178,7 @@ async def test_verdict_forms(
         f"/order-submissions/{sid}/supervision-verdict", {"verdict": "wrong", "note": "尺码不对"}
     )
     assert resp.status == 303 and resp.headers["Location"] == f"/tasks/{task.id}?notice=verdict_wrong"
-    assert pair(seed, device)["held"] == 1 and "尺码不对" in pair(seed, device)["held_reason"]
+    assert sv.pair(seed, device)["held"] == 1 and "尺码不对" in sv.pair(seed, device)["held_reason"]
     page = await (await admin_client.client.get(resp.headers["Location"])).text()
     assert "已暂停领取" in page and "尺码不对" in page and "supervision-verdict" not in page  # shown once given
     snap = fingerprint(sync_conn)
@@ -197,14 +194,14 @@ async def test_verdict_forms(
 async def test_verdict_right_as_json(admin_client: AdminClient, make_task: Any, make_device: Any, seed: Any) -> None:
     device = make_device().device_id
     task = make_task(start=True)
-    sid = seed.fence(task.id, supervised_claim(seed, task.id, device), device, observation="SUBMITTED")
+    sid = seed.fence(task.id, sv.supervised_claim(seed, task.id, device), device, observation="SUBMITTED")
     resp = await admin_client.post_json(f"/order-submissions/{sid}/supervision-verdict", {"verdict": "right"})
     assert resp.status == 200
     assert await resp.json() == {
         "submission_id": sid,
         "verdict": "RIGHT",
         "device_id": device,
-        "pack_key": PACK_KEY,
+        "pack_key": sv.PACK_KEY,
         "confirmed_orders": 1,
         "held": False,
     }
@@ -217,17 +214,17 @@ async def test_devices_page_states_and_resupervise(
     sync_conn.execute("BEGIN IMMEDIATE")
     sync_conn.execute(
         "UPDATE devices SET pack_id = ?, pdd_version = '8.22.0', pdd_version_code = 82200 WHERE id = ?",
-        (PACK_KEY, device),
+        (sv.PACK_KEY, device),
     )
     sync_conn.execute("COMMIT")
-    set_pair(seed, device, 1)
-    set_pair(seed, device, 0, pack_key="old-pack", held_reason="订单有误（提交 1234abcd）")
+    sv.set_pair(seed, device, 1)
+    sv.set_pair(seed, device, 0, pack_key="old-pack", held_reason="订单有误（提交 1234abcd）")
     html = await (await admin_client.client.get("/devices")).text()
     assert "监督中：已确认 1 / 3" in html and "已暂停" in html and "订单有误（提交 1234abcd）" in html
     assert f'action="/devices/{device}/resupervise"' in html and "重新人工监督" in html
     resp = await admin_client.post_form(f"/devices/{device}/resupervise", {})
     assert resp.status == 303 and resp.headers["Location"] == "/devices?notice=resupervised"
-    assert tuple(pair(seed, device)) == (0, 0, None) and tuple(pair(seed, device, "old-pack")) == (0, 0, None)
+    assert tuple(sv.pair(seed, device)) == (0, 0, None) and tuple(sv.pair(seed, device, "old-pack")) == (0, 0, None)
     html = await (await admin_client.client.get(resp.headers["Location"])).text()
     assert "已重新开始人工监督" in html and "监督中：已确认 0 / 3" in html and "已暂停" not in html
     a = sync_conn.execute(
@@ -249,13 +246,13 @@ async def test_what_the_phone_read_is_escaped(
 ) -> None:
     task = make_task(start=True)
     device = make_device().device_id
-    attempt = supervised_claim(seed, task.id, device, pack_key="p<b>x")
-    approval(
+    attempt = sv.supervised_claim(seed, task.id, device, pack_key="p<b>x")
+    sv.approval(
         seed,
         task.id,
         attempt,
         device,
-        values=readings(
+        values=sv.readings(
             selected_options=[["颜色", "<script>alert(1)</script>"], ["尺码", "M(建议100-115)"]],
             payment_mode='"><img src=x onerror=alert(1)>',
         ),

@@ -1,4 +1,5 @@
-"""services/supervision_admin.py and store/supervision_admin.py on a real SQLite file (issue 17, admin side):
+"""services/supervision_admin.py, its read models (store/queries/supervision.py) and the drawer's table
+(web/admin/supervision_view.py) on a real SQLite file (admin side):
 the side-by-side comparison, approve/reject (only WAITING + OPEN attempt, replay-safe, audited), the
 verdict (right counts, wrong holds, one per submission), resupervise, and the devices-page states.
 Every refusal is checked to change nothing (a fingerprint of the tables these use-cases write)."""
@@ -12,12 +13,16 @@ from typing import Any
 import pytest
 
 from cmbuyer.server.db import run_in_transaction
+from cmbuyer.server.display.labels import refusal_message
 from cmbuyer.server.domain.errors import Conflict, DomainError, NotFound, ValidationFailed
-from cmbuyer.server.domain.supervision import ApprovalNotWaiting
+from cmbuyer.server.domain.fence import gate_refusal
+from cmbuyer.server.domain.supervision import ApprovalNotWaiting, parse_readings
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import supervision_admin as service
 from cmbuyer.server.store import authorizations as auth_store
+from cmbuyer.server.store.queries import supervision as queries
 from cmbuyer.server.tx.common import Actor, new_id
+from cmbuyer.server.web.admin import supervision_view as view
 
 from .seed_supervision import (
     PACK_KEY,
@@ -65,7 +70,7 @@ def test_matching_readings_pass_every_row_and_the_fence_gates(
     waiting: dict[str, Any], sync_conn: Any, settings: Any
 ) -> None:
     auth = _auth(sync_conn, waiting["task"].id)
-    rows = service.compare(readings(), auth, settings.allowed_payment_modes)
+    rows = view.compare(readings(), auth, settings.allowed_payment_modes)
     assert [r.label for r in rows] == [
         "颜色",
         "尺码",
@@ -88,7 +93,7 @@ def test_matching_readings_pass_every_row_and_the_fence_gates(
         "微信支付",
     ]
     assert rows[0].task == "黑色CHA(纯棉)" and rows[5].task == "2" and "¥30.00" in rows[6].task
-    assert service.gate_verdict(readings(), auth, settings.allowed_payment_modes) is None
+    assert gate_refusal(readings(), auth, settings.allowed_payment_modes) is None
 
 
 @pytest.mark.parametrize(
@@ -118,40 +123,40 @@ def test_mismatches_are_flagged_row_by_row_like_the_fence(
 ) -> None:
     auth = _auth(sync_conn, waiting["task"].id)
     values = readings(**over)
-    rows = service.compare(values, auth, settings.allowed_payment_modes)
+    rows = view.compare(values, auth, settings.allowed_payment_modes)
     assert {r.label for r in rows if not r.ok} == bad
-    assert service.gate_verdict(values, auth, settings.allowed_payment_modes) == gate
+    assert gate_refusal(values, auth, settings.allowed_payment_modes) == gate
 
 
 def test_unreadable_readings_fail_closed(waiting: dict[str, Any], sync_conn: Any, settings: Any) -> None:
     auth = _auth(sync_conn, waiting["task"].id)
     for raw in ("not json", "[1, 2]", json.dumps({"selected_color": 5})):
-        values = service.parse_readings(raw)
-        rows = service.compare(values, auth, settings.allowed_payment_modes)
-        assert all(not r.ok for r in rows) and all(r.read == service.UNREADABLE for r in rows), raw
-        assert service.gate_verdict(values, auth, settings.allowed_payment_modes) == "unreadable"
+        values = parse_readings(raw)
+        rows = view.compare(values, auth, settings.allowed_payment_modes)
+        assert all(not r.ok for r in rows) and all(r.read == view.UNREADABLE for r in rows), raw
+        assert gate_refusal(values, auth, settings.allowed_payment_modes) == "unreadable"
 
 
 def test_task_panel_shows_the_waiting_request_then_the_approval(
     waiting: dict[str, Any], sync_conn: Any, settings: Any, clock: Any
 ) -> None:
-    panel = tx(sync_conn, lambda c: service.task_panel(c, waiting["task"].id, settings))
+    panel = tx(sync_conn, lambda c: view.task_panel(c, waiting["task"].id, settings))
     ap = panel["approval"]
     assert ap["id"] == waiting["approval"] and ap["state"] == "WAITING" and ap["readable"] and ap["gates"] is None
     assert ap["screenshot_asset_id"] == waiting["asset"] and ap["pack_key"] == PACK_KEY and ap["mismatches"] == 0
     before = panel["stamp"]
     tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], "approve", OPS, clock.now()))
-    panel = tx(sync_conn, lambda c: service.task_panel(c, waiting["task"].id, settings))
+    panel = tx(sync_conn, lambda c: view.task_panel(c, waiting["task"].id, settings))
     assert panel["approval"]["state"] == "APPROVED" and panel["approval"]["decided_by"] == "admin:ops"
     assert panel["stamp"] != before  # the live view notices the decision
-    assert tx(sync_conn, lambda c: service.waiting_tasks(c, [waiting["task"].id])) == {}
+    assert tx(sync_conn, lambda c: queries.waiting_task_ids(c, [waiting["task"].id])) == {}
 
 
 # -- approve / reject ---------------------------------------------------------------------------------------
 
 
 def test_approve_records_who_and_audits_once(waiting: dict[str, Any], sync_conn: Any, clock: Any) -> None:
-    assert set(tx(sync_conn, lambda c: service.waiting_tasks(c, [waiting["task"].id]))) == {waiting["task"].id}
+    assert set(tx(sync_conn, lambda c: queries.waiting_task_ids(c, [waiting["task"].id]))) == {waiting["task"].id}
     d = tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], "approve", OPS, clock.now(), "rid-1"))
     assert (d.state, d.changed, d.task_id) == ("APPROVED", True, waiting["task"].id)
     row = sync_conn.execute(
@@ -182,7 +187,7 @@ def test_approve_records_who_and_audits_once(waiting: dict[str, Any], sync_conn:
     assert (
         exc.value.status == 409
         and exc.value.code == "approval_not_waiting"
-        and "已由 admin:ops 已批准" in exc.value.message
+        and "已由 admin:ops 已批准" in refusal_message(exc.value)
     )
     assert fingerprint(sync_conn) == snap
 
@@ -207,7 +212,7 @@ def test_a_void_request_changes_nothing(waiting: dict[str, Any], sync_conn: Any,
     snap = fingerprint(sync_conn)
     with pytest.raises(ApprovalNotWaiting) as exc:
         tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], action, OPS, clock.now()))
-    assert "已作废" in exc.value.message
+    assert "已作废" in refusal_message(exc.value)
     assert fingerprint(sync_conn) == snap
 
 
@@ -219,7 +224,7 @@ def test_a_closed_attempt_changes_nothing(
     snap = fingerprint(sync_conn)
     with pytest.raises(Conflict) as exc:
         tx(sync_conn, lambda c: service.decide_approval(c, waiting["approval"], action, OPS, clock.now()))
-    assert exc.value.code == "attempt_closed" and "尝试已结束" in exc.value.message
+    assert exc.value.code == "attempt_closed" and "尝试已结束" in refusal_message(exc.value)
     assert fingerprint(sync_conn) == snap
 
 
@@ -262,7 +267,7 @@ def test_right_verdicts_count_towards_n(
 ) -> None:
     device = make_device().device_id
     task_id, sid = _supervised_order(make_task, seed, device)
-    panel = tx(sync_conn, lambda c: service.task_panel(c, task_id, settings))
+    panel = tx(sync_conn, lambda c: view.task_panel(c, task_id, settings))
     assert panel["supervised_submission"] and panel["verdict_submission_id"] == sid and panel["verdict_right_allowed"]
     r = tx(sync_conn, lambda c: service.record_verdict(c, sid, "RIGHT", None, OPS, clock.now(), "rid-v"))
     assert (r.verdict, r.confirmed_orders, r.held, r.pack_key) == ("RIGHT", 1, False, PACK_KEY)
@@ -281,7 +286,7 @@ def test_right_verdicts_count_towards_n(
     a = sync_conn.execute("SELECT * FROM audit_log WHERE action = 'supervision.verdict' ORDER BY id").fetchall()
     assert len(a) == 2 and a[0]["subject_id"] == task_id and a[0]["request_id"] == "rid-v"
     assert json.loads(a[1]["detail_json"])["confirmed_orders"] == 2
-    panel = tx(sync_conn, lambda c: service.task_panel(c, task_id, settings))
+    panel = tx(sync_conn, lambda c: view.task_panel(c, task_id, settings))
     assert panel["verdict"]["verdict"] == "RIGHT" and panel["verdict_submission_id"] is None
 
 
@@ -299,7 +304,7 @@ def test_wrong_holds_the_pair_and_one_verdict_per_submission(
     for verdict in ("RIGHT", "WRONG"):
         with pytest.raises(Conflict) as exc:
             tx(sync_conn, lambda c, v=verdict: service.record_verdict(c, sid, v, None, OPS, clock.now()))
-        assert exc.value.code == "verdict_exists" and "有误" in exc.value.message
+        assert exc.value.code == "verdict_exists" and "有误" in refusal_message(exc.value)
     assert fingerprint(sync_conn) == snap
 
 
@@ -324,8 +329,8 @@ def test_verdict_refusals_change_nothing(
     with pytest.raises(NotFound):
         tx(sync_conn, lambda c: service.record_verdict(c, new_id(), "RIGHT", None, OPS, clock.now()))
     assert fingerprint(sync_conn) == snap
-    assert not tx(sync_conn, lambda c: service.task_panel(c, task_plain, settings))["supervised_submission"]
-    fenced_panel = tx(sync_conn, lambda c: service.task_panel(c, task_fenced, settings))
+    assert not tx(sync_conn, lambda c: view.task_panel(c, task_plain, settings))["supervised_submission"]
+    fenced_panel = tx(sync_conn, lambda c: view.task_panel(c, task_fenced, settings))
     assert fenced_panel["supervised_submission"] and fenced_panel["verdict_submission_id"] is None
     # an order whose outcome is uncertain can still be called wrong
     assert tx(sync_conn, lambda c: service.record_verdict(c, unknown, "WRONG", None, OPS, clock.now())).held
@@ -397,29 +402,29 @@ def test_device_states(make_task: Any, make_device: Any, seed: Any, sync_conn: A
     task = make_task(start=True)
     attempt = supervised_claim(seed, task.id, pack)
     approval(seed, task.id, attempt, pack)
-    states = tx(sync_conn, lambda c: service.device_states(c, 3))
+    states = tx(sync_conn, lambda c: queries.device_states(c, 3))
     s = states[pack]
     assert (s["pack_key"], s["confirmed"], s["done"], s["off"], s["waiting"]) == (PACK_KEY, 2, False, False, True)
     assert [p["pack_key"] for p in s["held"]] == ["old-pack"]
     assert (states[app]["pack_key"], states[app]["confirmed"], states[app]["waiting"]) == ("app:8.22.0:82200", 0, False)
     assert states[silent]["pack_key"] is None
-    assert tx(sync_conn, lambda c: service.device_states(c, 2))[pack]["done"]
-    assert tx(sync_conn, lambda c: service.device_states(c, 0))[pack]["off"]
+    assert tx(sync_conn, lambda c: queries.device_states(c, 2))[pack]["done"]
+    assert tx(sync_conn, lambda c: queries.device_states(c, 0))[pack]["off"]
     assert not states[pack]["exempt"]
     tx(sync_conn, lambda c: device_service.set_supervision(c, app, off=True, actor=OPS, now=clock.now()))
-    assert tx(sync_conn, lambda c: service.device_states(c, 3))[app]["exempt"]
+    assert tx(sync_conn, lambda c: queries.device_states(c, 3))[app]["exempt"]
 
 
 def test_required_orders_defaults_to_the_contract_value(settings: Any) -> None:
-    assert service.required_orders(settings) == settings.supervised_orders == 3
+    assert settings.supervised_orders == 3  # device_states(conn, settings.supervised_orders)
 
 
 def test_audit_actions_and_gate_refusals_have_chinese_labels() -> None:
     import inspect
     import re
 
+    from cmbuyer.server.display import labels
     from cmbuyer.server.domain.fence import check_gates
-    from cmbuyer.server.web.admin import labels
 
     for action in (*service.AUDIT_DECISION.values(), service.AUDIT_VERDICT, service.AUDIT_RESUPERVISE):
         assert action in labels.AUDIT_ACTION_LABELS, action

@@ -11,9 +11,9 @@ import pytest
 
 from cmbuyer.schemas import validate
 from cmbuyer.server.clock import from_wire
+from cmbuyer.server.display.labels import TASK_STATE_LABELS
 from cmbuyer.server.domain.states import TaskState
 from cmbuyer.server.tx.common import new_id
-from cmbuyer.server.web.admin.labels import TASK_STATE_LABELS
 from cmbuyer.server.web.admin.tasks import PAGE_SIZE, START_BUTTON
 
 from .conftest import AdminClient
@@ -54,7 +54,7 @@ async def test_list_shows_chinese_state_labels_and_start_button(admin_client: Ad
     assert f">{START_BUTTON}</button>" in html
     assert START_BUTTON == "开始采购（只创建待付款订单）"
     # DRAFT and PENDING rows are selectable: the batch start takes the drafts (its confirmation names the
-    # others), the bulk cancel both (issue 28)
+    # others), the bulk cancel both
     assert html.count('name="task" value=') == 2
 
 
@@ -257,14 +257,14 @@ async def test_start_purchases_form(admin_client: AdminClient, make_task: Any, s
     a, b = make_task(), make_task()
     key = new_id()
     fields = [("start_key", key), ("task", f"{a.id}:1"), ("task", f"{b.id}:1")]
-    # without confirm=yes the form answers the confirmation page and starts nothing (issue 28 item 5)
+    # without confirm=yes the form answers the confirmation page and starts nothing
     ask = await admin_client.post_form("/tasks/start-purchases", fields)
     assert ask.status == 200 and 'id="confirm-start"' in await ask.text()
     assert {r[0] for r in sync_conn.execute("SELECT state FROM tasks")} == {"DRAFT"}
     fields.append(("confirm", "yes"))
     resp = await admin_client.post_form("/tasks/start-purchases", fields)
     assert resp.status == 303 and resp.headers["Location"] == f"/tasks?notice=started&count=2&start_key={key}"
-    # the notice links the export of this start batch (issue 28)
+    # the notice links the export of this start batch
     page = await (await admin_client.client.get(resp.headers["Location"])).text()
     assert f'href="/tasks/export?start_key={key}&amp;format=xlsx"' in page
     batch = await (await admin_client.client.get(f"/tasks/export?start_key={key}&format=csv")).read()
@@ -283,7 +283,7 @@ async def test_start_purchases_form(admin_client: AdminClient, make_task: Any, s
     assert empty.status == 400 and "请至少选择" in await empty.text()
 
 
-# -- one-dimension goods (issue 15 §2): no size is NULL, never an empty string ---------------------------
+# -- one-dimension goods: no size is NULL, never an empty string ---------------------------
 
 
 async def test_create_without_size_json_form_and_list(admin_client: AdminClient, sync_conn: Any) -> None:
@@ -322,7 +322,7 @@ async def test_colour_is_still_required(admin_client: AdminClient, sync_conn: An
     assert sync_conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
 
 
-# -- SKU options by dimension (issue 34): the form's option rows, the JSON list ---------------------------
+# -- SKU options by dimension: the form's option rows, the JSON list ---------------------------
 
 
 def option_form(*rows: tuple[str, str], **over: Any) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Stored fields with markup / template / URL payloads render inert everywhere (bad-inputs "Admin pages")."""
+"""Stored fields with markup / template / URL payloads render inert everywhere."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fixtures and helpers for the claim/lease tests (issue 3): a ready device (authenticated, with a fresh
+"""Fixtures and helpers for the claim/lease tests: a ready device (authenticated, with a fresh
 READY heartbeat), request helpers against the real server, and a fingerprint of every table a device
 request could write, to prove that refused requests write nothing."""
 

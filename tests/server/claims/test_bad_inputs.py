@@ -1,5 +1,6 @@
-"""Bad-input table (../shared/bad-inputs.md "Device headers", "JSON bodies", UUID/time/idempotency rows)
-on the real server: every row gets its documented 4xx with a fixed body, writes nothing, and no input
+"""Bad device requests (docs/api.md "Device authentication" and "Request bodies": headers, JSON bodies,
+UUID/time/idempotency) on the real server: every row gets its documented 4xx with a fixed body, writes nothing, and no
+input
 produces a 5xx. Authentication happens before Content-Type parsing and before any body byte is read
 (``Expect: 100-continue`` included)."""
 

@@ -50,7 +50,7 @@ async def test_claim_returns_the_snapshot_and_moves_task_and_authorization(
         "product_url": task.product_url,
         "goods_id": task.goods_id,
         "sku_options": [["颜色", "黑色CHA(纯棉)"], ["尺码", "M(建议100-115)"]],
-        "sku_color": "黑色CHA(纯棉)",  # the colour/size special case, read back for agents before issue 34
+        "sku_color": "黑色CHA(纯棉)",  # the colour/size special case, read back for agents that know only colour/size
         "sku_size": "M(建议100-115)",
         "quantity": task.quantity,
         "max_total_price": task.max_total_price,

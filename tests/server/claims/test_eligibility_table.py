@@ -1,4 +1,4 @@
-"""The eligibility rule stated twice agrees with itself (issue 19 item 1).
+"""The eligibility rule stated twice agrees with itself.
 
 claim-next finds its authorization with SQL (``store.authorizations.next_candidate``: the ``WHERE`` stays in SQL so
 the partial index ``authorizations_active`` finds the oldest claimable row without a sort); the rule's home

@@ -86,7 +86,7 @@ async def test_revoked_device_heartbeat_is_401(
 async def test_a_trailing_newline_is_refused_and_nothing_stored(
     server_client: Any, make_device: Maker, sync_conn: sqlite3.Connection, field: str
 ) -> None:
-    """Issue 33: the $-anchored text pattern let ``"8.17.0\\n"`` through and the newline was stored."""
+    """The $-anchored text pattern let ``"8.17.0\\n"`` through and the newline was stored."""
     dev = make_device()
     body = heartbeat_body(dev.device_id, pdd_version="8.17.0", pdd_version_code=81700, state="READY")
     assert (await post(server_client, HEARTBEAT, dev, body))[0] == 200

@@ -1,4 +1,4 @@
-"""Heartbeat ``pack_id`` (issue 16 §6, an extension of spec 002): a selector pack id or ``NO_PACK`` is stored
+"""Heartbeat ``pack_id`` (docs/api.md "POST /api/v1/devices/heartbeat"): a selector pack id or ``NO_PACK`` is stored
 on the device row; a heartbeat without it (an older agent, or an unknown app version) stores NULL, never
 keeps an earlier report; anything else is the strict ``400 invalid_request`` and changes nothing.
 Real aiohttp app on a loopback port, real SQLite file."""
@@ -36,7 +36,7 @@ async def test_pack_id_no_pack_and_absent_are_stored_as_reported(
         ("NO_PACK", "NO_PACK"),
         ("my-pack_8.22.0+fix.2", "my-pack_8.22.0+fix.2"),
         (None, None),
-    ):  # None: an agent older than issue 16 leaves the field out
+    ):  # None: an agent that does not report packs leaves the field out
         body = heartbeat_body(dev.device_id) if sent is None else heartbeat_body(dev.device_id, pack_id=sent)
         status, raw, _ = await post(server_client, HEARTBEAT, dev, body)
         assert status == 200, raw

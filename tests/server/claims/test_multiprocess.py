@@ -1,4 +1,4 @@
-"""Several OS processes claiming on one SQLite file (design §10): each task is claimed at most once and each
+"""Several OS processes claiming on one SQLite file: each task is claimed at most once and each
 device holds at most one open claim, with SQLite's own locking as the only coordination."""
 
 from __future__ import annotations

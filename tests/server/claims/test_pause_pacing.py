@@ -1,4 +1,4 @@
-"""Pause/resume and per-device pacing over the real device API (issue 32 §1 and §6; docs/api.md "Pause and
+"""Pause/resume and per-device pacing over the real device API (docs/api.md "Pause and
 pacing"): a paused device gets 204 from claim-next while tasks are PENDING and its heartbeat answer says
 ``paused``; its open claim still resumes; resume → it claims again; both are audited; a revoked device
 cannot be paused. A paced device gets 204 (and ``paced_until``) between claims and work after."""
@@ -44,6 +44,13 @@ def _pace(
     )
 
 
+@pytest.fixture
+def three_started_tasks(make_task: Maker) -> None:
+    """Three PENDING tasks: work for a device after its first claim, so a 204 means pause or pacing."""
+    for _ in range(3):
+        make_task(start=True)
+
+
 FEATURES = ["pause", "hold_release", "screenshot"]  # what today's agent lists (agent/client.py FEATURES)
 
 
@@ -68,15 +75,13 @@ async def _fail(client: Any, dev: DeviceCreds, claimed: Any) -> None:
     assert status == 200, raw
 
 
+@pytest.mark.usefixtures("three_started_tasks")
 async def test_paused_device_claims_nothing_keeps_its_claim_and_claims_again_after_resume(
     server_client: Any,
-    make_task: Maker,
     ready_device: Callable[..., DeviceCreds],
     sync_conn: sqlite3.Connection,
     clock: ManualClock,
 ) -> None:
-    for _ in range(3):
-        make_task(start=True)
     dev, other = ready_device("暂停的手机"), ready_device("另一台")
     session = new_id()
     held = await claim_ok(server_client, dev, session)  # an open claim from before the pause
@@ -85,7 +90,7 @@ async def test_paused_device_claims_nothing_keeps_its_claim_and_claims_again_aft
     assert _pause(sync_conn, clock, dev.device_id, True) is False  # idempotent: no second audit row
     answer = await _heartbeat(server_client, dev)
     assert answer["paused"] is True and "paced_until" not in answer
-    # an agent that does not list "pause" (older than issue 32: its schema refuses unknown fields) never gets it
+    # an agent that does not list "pause" (an older one: its schema refuses unknown fields) never gets it
     assert "paused" not in await _heartbeat(server_client, dev, features=[])
     # the open claim continues: the same session resumes the same attempt
     assert (await claim_ok(server_client, dev, session)).attempt_id == held.attempt_id
@@ -145,15 +150,13 @@ def test_pacing_out_of_range_is_refused(
     assert tuple(row) == (None, None)
 
 
+@pytest.mark.usefixtures("three_started_tasks")
 async def test_paced_device_gets_204_in_between_and_work_after(
     server_client: Any,
-    make_task: Maker,
     ready_device: Callable[..., DeviceCreds],
     sync_conn: sqlite3.Connection,
     clock: ManualClock,
 ) -> None:
-    for _ in range(3):
-        make_task(start=True)
     dev = ready_device()
     assert _pace(sync_conn, clock, dev.device_id, 20, None) is True
     assert "paced_until" not in await _heartbeat(server_client, dev)  # never claimed: nothing to wait for

@@ -23,7 +23,7 @@ MODULES = [
     "server/tx/device_tx.py",
     "server/domain/claims.py",
     "server/domain/lease.py",
-    # the claim layer's SQL (store/claims.py until issue 19 folded it into the aggregates it reads/writes)
+    # the claim layer's SQL (once store/claims.py, now in the aggregates it reads/writes)
     "server/store/devices.py",
     "server/store/device_requests.py",
     "server/store/authorizations.py",

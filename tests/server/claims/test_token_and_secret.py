@@ -23,7 +23,7 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Secret, Settings
 from cmbuyer.server.domain import claim_token
 from cmbuyer.server.domain import claims as claim_check
-from cmbuyer.server.lifecycle import StartupRefused
+from cmbuyer.server.domain.errors import StartupRefused
 from cmbuyer.server.services.claim_secret import SecretMismatch, verify_secret
 from cmbuyer.server.tx.common import new_id
 from tests.server.claims.conftest import claim, claim_ok, post, renew_path

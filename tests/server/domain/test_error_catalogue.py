@@ -1,9 +1,10 @@
-"""One error catalogue and one exception root (issue 19 item 2).
+"""One error catalogue and one exception root.
 
 - ``Code`` (server/domain/codes.py) is every wire error code: its device codes are exactly the enum of
   ``device_error.response.json``, its admin codes exactly the enum of ``admin_error.response.json``;
 - every code has one HTTP status, and every place in server/ that pairs a status with a code (the device
-  and admin refusals, ``code=`` keywords, exception classes' ``code``/``status``) agrees with it;
+  and admin refusals, ``code=`` keywords, exception classes' ``code``/``status``) agrees with it; the admin
+  web's ``refusal(code, …)`` calls name admin codes;
 - every exception class the server defines derives from ``CmbuyerError``; storage failures and broken
   invariants are ``Unavailable`` (503).
 """
@@ -40,7 +41,8 @@ DEVICE_SCHEMA = ("device_error.response", "/properties/error/enum")
 ADMIN_SCHEMA = ("admin_error.response", "/properties/error/properties/code/enum")
 # calls that answer (status, code): the device edge's and the admin web's
 DEVICE_REFUSALS = {"DeviceHTTPError", "error_response"}
-ADMIN_REFUSALS = {"AdminHTTPError", "error_json", "error_page"}
+ADMIN_REFUSALS = {"Refused", "error_json", "error_page"}
+ADMIN_WEB = SERVER / "web" / "admin"
 
 
 def _server_modules() -> list[str]:
@@ -131,6 +133,21 @@ def test_every_refusal_site_pairs_a_code_with_its_catalogue_status() -> None:
                     seen["keyword"].add(code)
                     if code not in set(Code):
                         bad.append(f"{path.name}:{node.lineno}: code={code!r} is not a catalogue code")
+            if name == "refusal" and node.args and (code := _code_of(node.args[0])) is not None:
+                # ``refusal(code)`` names its code like a ``code=`` keyword, its status from the catalogue
+                seen["keyword"].add(code)
+                if code not in set(Code):
+                    bad.append(f"{path.name}:{node.lineno}: refusal({code!r}) is not a catalogue code")
+                # the admin web's refusals: the code must be an admin one
+                if ADMIN_WEB in path.parents:
+                    seen["admin"].add(code)
+                    if code not in {c.value for c in ADMIN_CODES}:
+                        bad.append(f"{path.name}:{node.lineno}: refusal({code!r}) is not an admin code")
+            if name == "DeviceHTTPError" and node.args and (code := _code_of(node.args[0])) is not None:
+                # the device edge's refusals take their status from the catalogue: the code must be a device one
+                seen["device"].add(code)
+                if code not in {c.value for c in DEVICE_CODES}:
+                    bad.append(f"{path.name}:{node.lineno}: DeviceHTTPError({code!r}) is not a device code")
             if name not in DEVICE_REFUSALS | ADMIN_REFUSALS:
                 continue
             args = node.args

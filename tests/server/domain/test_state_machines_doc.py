@@ -58,7 +58,7 @@ MACHINES = [
     ("Authorization", AUTHORIZATION_TRANSITIONS),
     ("Order submission", SUBMISSION_TRANSITIONS),
     ("Attempt (claim)", ATTEMPT_TRANSITIONS),
-    ("Approval request (issue 17; `server/domain/supervision.py`)", APPROVAL_TRANSITIONS),
+    ("Approval request (`server/domain/supervision.py`)", APPROVAL_TRANSITIONS),
     ("Device", DEVICE_TRANSITIONS),
 ]
 

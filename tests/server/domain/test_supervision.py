@@ -68,7 +68,7 @@ def test_canonical_readings_follow_the_fence_normalization() -> None:
     assert canonical_readings(wide) == READINGS
     assert readings_hash(wide) == readings_hash(READINGS)
     assert len(readings_hash(READINGS)) == 64
-    # an agent before issue 34 reports colour/size: the same readings, the same hash
+    # an agent that knows only colour/size reports colour/size: the same readings, the same hash
     old = {k: v for k, v in wide.items() if k != "selected_options"} | {"selected_color": "红色", "selected_size": "XL"}
     assert canonical_readings(old) == READINGS
     one = canonical_readings({**old, "selected_size": None})["selected_options"]

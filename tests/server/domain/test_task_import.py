@@ -1,5 +1,5 @@
 """The one money rule for people and the spreadsheet row rules (server/domain/task_fields.py,
-server/domain/task_import.py; issue 28 items 1–2). Pure: no files, no database."""
+server/domain/task_import.py). Pure: no files, no database."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_bad_headers_refuse_the_file(header: tuple[str, ...], message: str) -> N
     assert info.value.message.startswith(message)
 
 
-# -- SKU options (issue 34): one cell per option, written 维度=值 like the CLI --------------------------------
+# -- SKU options: one cell per option, written 维度=值 like the CLI --------------------------------
 
 OPTION_HEADER = ("标题", "商品链接", "选项1", "选项2", "选项3", "数量", "最高总价")
 

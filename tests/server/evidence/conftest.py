@@ -1,14 +1,20 @@
-"""Fixtures of the evidence tests: ``gc``, the real ``cmbuyer-server evidence gc`` entry point run in-process."""
+"""Fixtures of the evidence tests: ``gc``, the real ``cmbuyer-server evidence gc`` entry point run in-process, and
+``upload_referenced``, an upload over HTTP whose row refers to the stored file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.config import Settings
+from cmbuyer.server.evidence import files
+from tests.server.submissions.helpers import Claim, upload_png
 
 
 class EvidenceGc:
@@ -33,3 +39,19 @@ class EvidenceGc:
 @pytest.fixture
 def gc(settings: Settings, capsys: pytest.CaptureFixture[str]) -> EvidenceGc:
     return EvidenceGc(settings, capsys)
+
+
+Uploader = Callable[[bytes], Awaitable[Path]]
+
+
+@pytest.fixture
+def upload_referenced(server_client: Any, claimed: Claim, settings: Settings) -> Uploader:
+    """``await upload_referenced(data)``: ``data`` uploaded over HTTP as evidence of the claimed attempt (201
+    asserted); the stored file's path, which the new evidence row refers to."""
+
+    async def upload(data: bytes) -> Path:
+        status, raw = await upload_png(server_client, claimed, data)
+        assert status == 201, raw
+        return files.path_for(settings.evidence_dir, hashlib.sha256(data).hexdigest())
+
+    return upload

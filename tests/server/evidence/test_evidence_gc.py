@@ -20,7 +20,7 @@ from cmbuyer.server.db import StorageError, run_in_transaction
 from cmbuyer.server.domain.limits import AttemptBudget
 from cmbuyer.server.evidence import files
 from cmbuyer.server.services import evidence_upload
-from tests.server.evidence.conftest import EvidenceGc
+from tests.server.evidence.conftest import EvidenceGc, Uploader
 from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (
     Claim,
@@ -30,7 +30,6 @@ from tests.server.submissions.helpers import (
     fingerprint,
     multipart,
     upload,
-    upload_png,
 )
 
 DAY = 86400
@@ -38,15 +37,10 @@ BUDGET = AttemptBudget(events=1000, evidence_files=32, evidence_bytes=128 << 20)
 
 
 async def test_gc_removes_only_old_unreferenced_files(
-    server_client: Any,
-    claimed: Claim,
-    settings: Settings,
-    sync_conn: sqlite3.Connection,
-    gc: EvidenceGc,
+    upload_referenced: Uploader, settings: Settings, sync_conn: sqlite3.Connection, gc: EvidenceGc
 ) -> None:
     referenced = padded_to(300)
-    assert (await upload_png(server_client, claimed, referenced))[0] == 201
-    kept_path = files.path_for(settings.evidence_dir, hashlib.sha256(referenced).hexdigest())
+    kept_path = await upload_referenced(referenced)
     age_file(kept_path, 30 * DAY)  # old, but a row refers to it
     orphan, young = padded_to(301), padded_to(302)
     orphan_path = files.store(settings.evidence_dir, hashlib.sha256(orphan).hexdigest(), orphan)
@@ -94,7 +88,7 @@ async def test_gc_removes_only_old_unreferenced_files(
     assert sync_conn.execute("SELECT max(id) FROM audit_log").fetchone()[0] == audit_before + 2
 
     # the same bytes uploaded again are stored again
-    assert (await upload_png(server_client, claimed, orphan))[0] == 201
+    assert await upload_referenced(orphan) == orphan_path
     assert orphan_path.read_bytes() == orphan
 
 

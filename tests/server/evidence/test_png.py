@@ -1,4 +1,4 @@
-"""PNG validation (bad-inputs "PNG content"): accepted forms, refusals, size checks before decoding."""
+"""PNG validation: accepted forms, refusals, size checks before decoding."""
 
 from __future__ import annotations
 

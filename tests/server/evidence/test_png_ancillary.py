@@ -1,4 +1,4 @@
-"""Compressed ancillary PNG chunks (issue 18 item 10; docs/api.md "PNG rules"): iCCP, zTXt and
+"""Compressed ancillary PNG chunks (docs/api.md "PNG rules"): iCCP, zTXt and
 compressed iTXt inflate to at most MAX_ANCILLARY_INFLATED bytes together, checked in bounded pieces
 before Pillow sees the file. A decompression bomb in one of them is ``400 unsupported_image`` with
 bounded memory and time; ordinary profiles and compressed text are accepted."""

@@ -1,5 +1,5 @@
 """Spreadsheet files for the import tests, built with openpyxl and zipfile (no checked-in binaries): a
-template-filled workbook, and the bad files of issue 28's table (corrupt, password-protected, zip bomb …)."""
+template-filled workbook, and the bad files docs/admin.md "Import" names (corrupt, password-protected, zip bomb …)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""server/sheets/: reading uploaded .xlsx/.csv within bounds, and writing exports safe to open (issue 28).
+"""server/sheets/: reading uploaded .xlsx/.csv within bounds, and writing exports safe to open.
 
 The zip-bomb test runs the real ``cmbuyer-server task import`` in a child process and measures the child's
 peak RSS (``ru_maxrss``) around the import."""

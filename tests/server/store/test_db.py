@@ -1,4 +1,4 @@
-"""The SQLite layer (issue 2): pragmas, BEGIN IMMEDIATE, one writer, storage failures → StorageError."""
+"""The SQLite layer: pragmas, BEGIN IMMEDIATE, one writer, storage failures → StorageError."""
 
 from __future__ import annotations
 

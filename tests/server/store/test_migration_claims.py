@@ -14,7 +14,8 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.domain.claims import ClaimPolicy
-from cmbuyer.server.lifecycle import StartupRefused, check_schema
+from cmbuyer.server.domain.errors import StartupRefused
+from cmbuyer.server.lifecycle import check_schema
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import Maker

@@ -1,4 +1,4 @@
-"""Migration 0009 (tasks may be HELD, issue 31) rebuilds ``tasks``: every row, index and trigger of a
+"""Migration 0009 (tasks may be HELD) rebuilds ``tasks``: every row, index and trigger of a
 database at 0008 survives it, the keyword search still follows edits, and the state list now takes HELD
 and still refuses anything else."""
 

@@ -44,7 +44,7 @@ class Claim:
 # migration under test still runs on exactly its old schema.
 LATER_COLUMNS = (
     ("devices", "pack_id", "TEXT"),
-    # 0012 (issue 32): pause and pacing, read with every device row
+    # 0012: pause and pacing, read with every device row
     ("devices", "paused_at", "TEXT"),
     ("devices", "paused_by", "TEXT"),
     ("devices", "min_claim_interval_seconds", "INTEGER"),
@@ -52,7 +52,7 @@ LATER_COLUMNS = (
     ("devices", "last_claim_at", "TEXT"),
     ("devices", "claims_day", "TEXT"),
     ("devices", "claims_on_day", "INTEGER NOT NULL DEFAULT 0"),
-    # 0012 (issue 32): the reported hold, its release and the screen request, read by every heartbeat
+    # 0012: the reported hold, its release and the screen request, read by every heartbeat
     *(("devices", c, "TEXT") for c in ("hold_code", "hold_reason", "hold_attempt_id", "hold_seen_at")),
     *(("devices", c, "TEXT") for c in ("hold_release_at", "hold_release_by", "hold_release_note")),
     ("devices", "screen_request_id", "TEXT"),

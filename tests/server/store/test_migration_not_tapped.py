@@ -1,4 +1,4 @@
-"""Migration NNNN_not_tapped_reasons (issue 27: the agent's last look refused the submit tap):
+"""Migration NNNN_not_tapped_reasons (the agent's last look refused the submit tap):
 order_submissions is rebuilt so ``observation_reason`` also accepts NOT_TAPPED_SCREEN_CHANGED and
 NOT_TAPPED_OBSCURED. An upgrade from the migration before keeps every row (all columns, in order), index,
 trigger and reference, and every other constraint still holds."""

@@ -1,4 +1,4 @@
-"""Migration 0006 (one-dimension goods, the order sheet — issue 15): an upgrade from 0005 keeps every row,
+"""Migration 0006 (one-dimension goods, the order sheet): an upgrade from 0005 keeps every row,
 index, trigger and claim replay; afterwards a task without a size is stored, searched, claimed and
 fenced, ORDER_CONFIRMATION evidence is accepted, and the old constraints still hold."""
 

@@ -1,7 +1,7 @@
-"""Migration 0011 (SKU options by dimension name, issue 34): an upgrade from 0010 turns every task's and
+"""Migration 0011 (SKU options by dimension name): an upgrade from 0010 turns every task's and
 authorization's colour/size into the options list, and every submission's read colour/size into its read
 options, with the same canonical text the code writes; every other row, index and trigger stays; claims
-replay; a migrated authorization is still claimable, and an agent before issue 34 still fences it."""
+replay; a migrated authorization is still claimable, and an agent that knows only colour/size still fences it."""
 
 from __future__ import annotations
 

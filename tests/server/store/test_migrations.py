@@ -1,4 +1,4 @@
-"""Migrations (issue 2): ordered, one transaction each with a checksum record; start-up refuses a
+"""Migrations: ordered, one transaction each with a checksum record; start-up refuses a
 pending, unknown (newer) or tampered migration."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 from cmbuyer.server import migrate
 from cmbuyer.server.config import Settings
 from cmbuyer.server.db import connect_sync
-from cmbuyer.server.lifecycle import StartupRefused, check_schema
+from cmbuyer.server.domain.errors import StartupRefused
+from cmbuyer.server.lifecycle import check_schema
 
 
 def test_fresh_database_is_current_with_constraints(settings: Settings, sync_conn: sqlite3.Connection) -> None:

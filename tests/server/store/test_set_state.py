@@ -24,10 +24,9 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.errors import InvalidTransition
 from cmbuyer.server.domain.states import StateChangeNotAllowed
-from cmbuyer.server.services.fence import create_fence
 from cmbuyer.server.store import _sql, attempts, authorizations, devices, evidence, submissions, supervision, tasks
 from cmbuyer.server.tx.common import new_id
-from tests.server.submissions.helpers import claim_direct, fence_body
+from tests.server.submissions.helpers import claim_direct, fence_body, fence_job
 
 AT = "2026-08-04T09:30:00.000Z"
 
@@ -70,16 +69,7 @@ class World:
 
     def submission(self) -> str:
         c = self.claim()
-        answer = self.tx(
-            lambda conn: create_fence(
-                conn,
-                device_id=c.device.device_id,
-                attempt_id=c.attempt_id,
-                body=fence_body(c),
-                now=self.clock.now(),
-                allowed_payment_modes=self.settings.allowed_payment_modes,
-            )
-        )
+        answer = self.tx(fence_job(c, fence_body(c), self.clock.now(), self.settings.allowed_payment_modes))
         assert answer.permit
         sub = self.tx(lambda conn: submissions.for_attempt(conn, c.attempt_id))
         return str(sub.id)  # FENCED

@@ -1,4 +1,5 @@
-"""The writer and other processes' locks (design §5): an idle writer holds no write lock, and writes queued
+"""The writer and other processes' locks (docs/architecture.md "Server layers"): an idle writer holds no write lock,
+and writes queued
 behind another process's lock wait for it and then commit exactly once — on a real SQLite file.
 (Sustained-load cases: tests/server/store/test_writer_under_load.py.)
 """

@@ -1,4 +1,5 @@
-"""The single write owner must survive bad luck in its own bookkeeping (design §5): an error in the
+"""The single write owner must survive bad luck in its own bookkeeping (docs/architecture.md "Server layers"): an error
+in the
 SAVEPOINT/RELEASE/ROLLBACK TO statements or an unexpected exception must fail only that batch with
 StorageError (→ 503) and leave the writer able to run the next batch — never a wedged transaction
 (every later write 503 forever) and never a dead writer task (every later write hangs)."""

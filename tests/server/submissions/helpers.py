@@ -1,4 +1,4 @@
-"""Helpers for the issue 4 tests: claims through the REAL claim-next (HTTP against the in-process app,
+"""Helpers for the submission tests: claims through the REAL claim-next (HTTP against the in-process app,
 or the service itself on a sync connection for multi-process tests), request bodies, PNG and
 multipart builders, and a fingerprint of every table a device request may write."""
 
@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -18,12 +19,13 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from cmbuyer.server.config import Settings
+from cmbuyer.server.config import DEFAULT_PAYMENT_MODES, Settings
 from cmbuyer.server.db import run_in_transaction
 from cmbuyer.server.domain.claims import ClaimPolicy
 from cmbuyer.server.services import claim_next as claim_service
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import evidence_upload
+from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services.heartbeat import record_heartbeat
 from cmbuyer.server.tx.common import new_id
 from tests.device_bodies import fence_request
@@ -122,11 +124,16 @@ async def claim_http(client: Any, creds: DeviceCreds) -> Claim:
     return Claim.from_body(creds, session, json.loads(raw))
 
 
+async def fence_http(client: Any, c: Claim, **over: Any) -> tuple[int, bytes]:
+    """POST claim ``c``'s fence request (:func:`fence_body` with ``over``) as its device: (status, raw body)."""
+    return await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c, **over))
+
+
 async def fenced_http(client: Any, make_device: Maker, make_task: Maker) -> tuple[Claim, str]:
     """A started task claimed over HTTP by a new device and fenced (click permitted): the claim and submission id."""
     make_task(start=True)
     c = await claim_http(client, make_device())
-    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c))
+    status, raw = await fence_http(client, c)
     assert status == 200 and json.loads(raw)["click_permitted"] is True
     return c, json.loads(raw)["submission_id"]
 
@@ -167,7 +174,7 @@ def fence_body(c: Claim, **over: Any) -> dict[str, Any]:
     """A fence request that passes every gate for the default task (2 × 12.88 ≤ 30.00, paid by 微信支付):
     :func:`tests.device_bodies.fence_request` with this claim's ids, token, SKU options and quantity. The
     options go as ``selected_options`` (today's agent) unless ``over`` names ``selected_color``/``selected_size``
-    (an agent before issue 34), which then replace them."""
+    (an agent that knows only colour/size), which then replace them."""
     legacy = "selected_color" in over or "selected_size" in over
     claim = {
         "task_id": c.task_id,
@@ -264,6 +271,25 @@ def evidence_fields(c: Claim, data: bytes, **over: str) -> dict[str, str]:
     }
     fields.update(over)
     return fields
+
+
+def fence_job(
+    c: Claim, body: dict[str, Any], now: datetime, payment_modes: tuple[str, ...] = DEFAULT_PAYMENT_MODES
+) -> Callable[[sqlite3.Connection], fence_service.FenceAnswer]:
+    """The fence use-case for claim ``c`` as a job for the server's writer (``db.write``) or a test's own
+    transaction: what the fence route runs after it has read and checked ``body``."""
+
+    def job(conn: sqlite3.Connection) -> fence_service.FenceAnswer:
+        return fence_service.create_fence(
+            conn,
+            device_id=c.device.device_id,
+            attempt_id=c.attempt_id,
+            body=body,
+            now=now,
+            allowed_payment_modes=payment_modes,
+        )
+
+    return job
 
 
 def direct_upload(c: Claim, data: bytes, kind: str = "FAILURE") -> evidence_upload.Upload:
@@ -396,3 +422,9 @@ def age_file(path: Path, seconds: float) -> None:
     """Set ``path``'s access and modification time ``seconds`` into the past (never through a symlink)."""
     then = time.time() - seconds
     os.utime(path, (then, then), follow_symlinks=False)
+
+
+def stored_files(settings: Settings) -> set[Path]:
+    """Every file under the evidence directory (none when it does not exist yet)."""
+    root = settings.evidence_dir
+    return {p for p in root.rglob("*") if p.is_file()} if root.exists() else set()

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from cmbuyer.schemas import validate
-from cmbuyer.server.config import Settings, SettingsError, load_settings
+from cmbuyer.server.config import Settings, load_settings
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.domain.limits import AttemptBudget
 from tests.server.evidence.pngs import padded_to
 from tests.server.submissions.helpers import (

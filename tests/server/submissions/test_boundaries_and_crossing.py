@@ -13,40 +13,19 @@ from typing import Any
 import pytest
 
 from cmbuyer.server.clock import ManualClock, from_wire
-from cmbuyer.server.config import DEFAULT_PAYMENT_MODES
 from cmbuyer.server.services import fence as fence_service
 from cmbuyer.server.services import recovery
 from cmbuyer.server.services import submission_result as result_service
 from cmbuyer.server.tx.common import new_id
 from cmbuyer.server.web.keys import DB
 from tests.server.conftest import Maker
-from tests.server.submissions.helpers import (
-    CLAIM_NEXT,
-    Claim,
-    claim_http,
-    events_body,
-    events_path,
-    evidence_fields,
-    fail_body,
-    fail_path,
-    fence_body,
-    fence_path,
-    fingerprint,
-    heartbeat_body,
-    multipart,
-    png,
-    post_json,
-    renew_body,
-    result_body,
-    result_path,
-    upload,
-)
+from tests.server.submissions import helpers
 
 RENEW = "/api/v1/tasks/{}/lease/renew"
 
 
-async def _fence(client: Any, c: Claim, **over: Any) -> tuple[int, Any]:
-    status, raw = await post_json(client, fence_path(c.attempt_id), c.device, fence_body(c, **over))
+async def _fence(client: Any, c: helpers.Claim, **over: Any) -> tuple[int, Any]:
+    status, raw = await helpers.fence_http(client, c, **over)
     return status, json.loads(raw) if raw else None
 
 
@@ -54,23 +33,27 @@ async def _fence(client: Any, c: Claim, **over: Any) -> tuple[int, Any]:
 
 
 async def test_lease_end_is_expired_for_fence_renew_events(
-    server_client: Any, claimed: Claim, clock: ManualClock, sync_conn: sqlite3.Connection
+    server_client: Any, claimed: helpers.Claim, clock: ManualClock, sync_conn: sqlite3.Connection
 ) -> None:
     clock.set(claimed.lease_expires_at)
-    before = fingerprint(sync_conn)
+    before = helpers.fingerprint(sync_conn)
     assert await _fence(server_client, claimed) == (409, {"error": "claim_not_current"})
-    status, raw = await post_json(server_client, RENEW.format(claimed.task_id), claimed.device, renew_body(claimed))
+    status, raw = await helpers.post_json(
+        server_client, RENEW.format(claimed.task_id), claimed.device, helpers.renew_body(claimed)
+    )
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
-    status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device, events_body(claimed))
+    status, raw = await helpers.post_json(
+        server_client, helpers.events_path(claimed.task_id), claimed.device, helpers.events_body(claimed)
+    )
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before
     # one microsecond earlier everything is still current
     clock.set(from_wire(claimed.lease_expires_at) - timedelta(microseconds=1))
     assert (await _fence(server_client, claimed))[0] == 200
 
 
 async def test_sweeper_at_lease_end_never_reopens_the_fence(
-    server_client: Any, claimed: Claim, clock: ManualClock, make_device: Maker, sync_conn: sqlite3.Connection
+    server_client: Any, claimed: helpers.Claim, clock: ManualClock, make_device: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     status, body = await _fence(server_client, claimed)
     assert status == 200 and body["click_permitted"] is True
@@ -82,9 +65,9 @@ async def test_sweeper_at_lease_end_never_reopens_the_fence(
     # nothing can fence again: same attempt with a new key, a new claim by anyone
     assert (await _fence(server_client, claimed))[0] == 409
     other = make_device("b")
-    await post_json(server_client, "/api/v1/devices/heartbeat", other, heartbeat_body(other.device_id))
-    status, _ = await post_json(
-        server_client, CLAIM_NEXT, other, {"session_id": new_id(), "claim_request_id": new_id()}
+    await helpers.post_json(server_client, "/api/v1/devices/heartbeat", other, helpers.heartbeat_body(other.device_id))
+    status, _ = await helpers.post_json(
+        server_client, helpers.CLAIM_NEXT, other, {"session_id": new_id(), "claim_request_id": new_id()}
     )
     assert status == 204
     assert sync_conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 1
@@ -98,7 +81,7 @@ async def test_sweeper_at_lease_end_never_reopens_the_fence(
 @pytest.mark.parametrize("offset_us", [0, -1])
 async def test_sweeper_races_fence_at_exact_lease_end(
     server_client: Any,
-    claimed: Claim,
+    claimed: helpers.Claim,
     clock: ManualClock,
     sync_conn: sqlite3.Connection,
     fence_first: bool,
@@ -108,17 +91,7 @@ async def test_sweeper_races_fence_at_exact_lease_end(
     clock.set(from_wire(claimed.lease_expires_at) + timedelta(microseconds=offset_us))
     db = server_client.server.app[DB]
     now = clock.now()
-    body = fence_body(claimed)
-
-    def fence_job(conn: sqlite3.Connection) -> Any:
-        return fence_service.create_fence(
-            conn,
-            device_id=claimed.device.device_id,
-            attempt_id=claimed.attempt_id,
-            body=body,
-            now=now,
-            allowed_payment_modes=DEFAULT_PAYMENT_MODES,
-        )
+    fence_job = helpers.fence_job(claimed, helpers.fence_body(claimed), now)
 
     def sweep_job(conn: sqlite3.Connection) -> Any:
         return recovery.sweep(conn, now)
@@ -141,7 +114,7 @@ async def test_sweeper_races_fence_at_exact_lease_end(
 
 @pytest.mark.parametrize("result_first", [True, False])
 async def test_sweeper_races_result_at_exact_lease_end(
-    server_client: Any, claimed: Claim, clock: ManualClock, sync_conn: sqlite3.Connection, result_first: bool
+    server_client: Any, claimed: helpers.Claim, clock: ManualClock, sync_conn: sqlite3.Connection, result_first: bool
 ) -> None:
     status, body = await _fence(server_client, claimed)
     sid = body["submission_id"]
@@ -149,7 +122,7 @@ async def test_sweeper_races_result_at_exact_lease_end(
     clock.set(lease)
     now = clock.now()
     db = server_client.server.app[DB]
-    rbody = result_body(claimed, "SUBMITTED")
+    rbody = helpers.result_body(claimed, "SUBMITTED")
 
     def result_job(conn: sqlite3.Connection) -> Any:
         return result_service.report_result(
@@ -172,9 +145,11 @@ async def test_sweeper_races_result_at_exact_lease_end(
         assert tuple(sub) == ("RECONCILIATION_REQUIRED", "SUBMITTED")
     assert sync_conn.execute("SELECT count(*) FROM order_submissions").fetchone()[0] == 1
     # the same key replays byte for byte; another key is a result_conflict
-    status, raw = await post_json(server_client, result_path(sid), claimed.device, rbody)
+    status, raw = await helpers.post_json(server_client, helpers.result_path(sid), claimed.device, rbody)
     assert (status, raw) == (200, results[0 if result_first else 1].body.encode())
-    status, raw = await post_json(server_client, result_path(sid), claimed.device, result_body(claimed))
+    status, raw = await helpers.post_json(
+        server_client, helpers.result_path(sid), claimed.device, helpers.result_body(claimed)
+    )
     assert (status, json.loads(raw)) == (409, {"error": "result_conflict"})
 
 
@@ -203,105 +178,109 @@ def _noncanonical(good: str) -> list[str]:
     ]
 
 
-async def test_non_canonical_path_ids(server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection) -> None:
-    before = fingerprint(sync_conn)
-    data = png()
-    mp, ctype = multipart(evidence_fields(claimed, data), data)
+async def test_non_canonical_path_ids(
+    server_client: Any, claimed: helpers.Claim, sync_conn: sqlite3.Connection
+) -> None:
+    before = helpers.fingerprint(sync_conn)
+    data = helpers.png()
+    mp, ctype = helpers.multipart(helpers.evidence_fields(claimed, data), data)
     for bad in _noncanonical(claimed.task_id):
         for path, body, expected in (
-            (events_path(bad), events_body(claimed), 400),
-            (RENEW.format(bad), renew_body(claimed), 400),
-            (fence_path(bad), fence_body(claimed), 400),
-            (fail_path(bad), fail_body(claimed), 400),
-            (result_path(bad), result_body(claimed), 404),
+            (helpers.events_path(bad), helpers.events_body(claimed), 400),
+            (RENEW.format(bad), helpers.renew_body(claimed), 400),
+            (helpers.fence_path(bad), helpers.fence_body(claimed), 400),
+            (helpers.fail_path(bad), helpers.fail_body(claimed), 400),
+            (helpers.result_path(bad), helpers.result_body(claimed), 404),
         ):
-            status, raw = await post_json(server_client, path, claimed.device, body)
+            status, raw = await helpers.post_json(server_client, path, claimed.device, body)
             assert status in (expected, 404), (path, status, raw)  # 404: the router did not match at all
             assert status < 500
-        status, _ = await upload(server_client, claimed.device, bad, mp, ctype)
+        status, _ = await helpers.upload(server_client, claimed.device, bad, mp, ctype)
         assert status in (400, 404), bad
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before
 
 
 # --- URL vs body, crossing attempts/tasks/devices -------------------------------------------------------
 
 
 async def test_url_and_body_ids_must_agree(
-    server_client: Any, claimed: Claim, make_task: Maker, make_device: Maker, sync_conn: sqlite3.Connection
+    server_client: Any, claimed: helpers.Claim, make_task: Maker, make_device: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     make_task(start=True)
-    other = await claim_http(server_client, make_device("b"))
-    before = fingerprint(sync_conn)
+    other = await helpers.claim_http(server_client, make_device("b"))
+    before = helpers.fingerprint(sync_conn)
     conflict = {"error": "claim_not_current"}
     cases = [
-        (events_path(other.task_id), events_body(claimed)),  # my attempt, other task in URL
-        (events_path(claimed.task_id), events_body(claimed, attempt_id=other.attempt_id)),
-        (RENEW.format(other.task_id), renew_body(claimed)),
-        (fence_path(claimed.attempt_id), fence_body(claimed, task_id=other.task_id)),
-        (fence_path(claimed.attempt_id), fence_body(claimed, authorization_id=other.authorization_id)),
-        (fence_path(other.attempt_id), fence_body(claimed)),  # other device's attempt, my token
-        (fail_path(other.attempt_id), fail_body(claimed)),
-        (fence_path(claimed.attempt_id), fence_body(claimed, claim_token=other.token)),  # stolen token
-        (fence_path(claimed.attempt_id), fence_body(claimed, claim_generation=2)),
+        (helpers.events_path(other.task_id), helpers.events_body(claimed)),  # my attempt, other task in URL
+        (helpers.events_path(claimed.task_id), helpers.events_body(claimed, attempt_id=other.attempt_id)),
+        (RENEW.format(other.task_id), helpers.renew_body(claimed)),
+        (helpers.fence_path(claimed.attempt_id), helpers.fence_body(claimed, task_id=other.task_id)),
+        (helpers.fence_path(claimed.attempt_id), helpers.fence_body(claimed, authorization_id=other.authorization_id)),
+        (helpers.fence_path(other.attempt_id), helpers.fence_body(claimed)),  # other device's attempt, my token
+        (helpers.fail_path(other.attempt_id), helpers.fail_body(claimed)),
+        (helpers.fence_path(claimed.attempt_id), helpers.fence_body(claimed, claim_token=other.token)),  # stolen token
+        (helpers.fence_path(claimed.attempt_id), helpers.fence_body(claimed, claim_generation=2)),
     ]
     for path, body in cases:
-        status, raw = await post_json(server_client, path, claimed.device, body)
+        status, raw = await helpers.post_json(server_client, path, claimed.device, body)
         assert (status, json.loads(raw)) == (409, conflict), path
     # the other device presenting my attempt with my (stolen) token is still not my device
     for path, body in (
-        (fence_path(claimed.attempt_id), fence_body(claimed)),
-        (fail_path(claimed.attempt_id), fail_body(claimed)),
-        (events_path(claimed.task_id), events_body(claimed)),
+        (helpers.fence_path(claimed.attempt_id), helpers.fence_body(claimed)),
+        (helpers.fail_path(claimed.attempt_id), helpers.fail_body(claimed)),
+        (helpers.events_path(claimed.task_id), helpers.events_body(claimed)),
     ):
-        status, raw = await post_json(server_client, path, other.device, body)
+        status, raw = await helpers.post_json(server_client, path, other.device, body)
         assert (status, json.loads(raw)) == (409, conflict), path
-    data = png()
-    mp, ctype = multipart(evidence_fields(claimed, data), data)
-    status, raw = await upload(server_client, claimed.device, other.task_id, mp, ctype)
+    data = helpers.png()
+    mp, ctype = helpers.multipart(helpers.evidence_fields(claimed, data), data)
+    status, raw = await helpers.upload(server_client, claimed.device, other.task_id, mp, ctype)
     assert (status, json.loads(raw)) == (409, conflict)
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before
     # result: other device's submission is 404; my submission with the other attempt id is 409
     _, mine = await _fence(server_client, claimed)
-    status, raw = await post_json(server_client, result_path(mine["submission_id"]), other.device, result_body(other))
+    status, raw = await helpers.post_json(
+        server_client, helpers.result_path(mine["submission_id"]), other.device, helpers.result_body(other)
+    )
     assert (status, json.loads(raw)) == (404, {"error": "not_found"})
-    status, raw = await post_json(
+    status, raw = await helpers.post_json(
         server_client,
-        result_path(mine["submission_id"]),
+        helpers.result_path(mine["submission_id"]),
         claimed.device,
-        result_body(claimed, attempt_id=other.attempt_id),
+        helpers.result_body(claimed, attempt_id=other.attempt_id),
     )
     assert (status, json.loads(raw)) == (409, conflict)
 
 
 async def test_one_key_across_endpoints_and_devices(
-    server_client: Any, claimed: Claim, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
+    server_client: Any, claimed: helpers.Claim, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection
 ) -> None:
     key = new_id()
-    status, _ = await post_json(
-        server_client, events_path(claimed.task_id), claimed.device, events_body(claimed, batch_key=key)
+    status, _ = await helpers.post_json(
+        server_client, helpers.events_path(claimed.task_id), claimed.device, helpers.events_body(claimed, batch_key=key)
     )
     assert status == 200
-    before = fingerprint(sync_conn)
+    before = helpers.fingerprint(sync_conn)
     idem = {"error": "idempotency_conflict"}
     for path, body in (
-        (fence_path(claimed.attempt_id), fence_body(claimed, fence_key=key)),
-        (fail_path(claimed.attempt_id), fail_body(claimed, fail_key=key)),
-        (RENEW.format(claimed.task_id), renew_body(claimed, renew_request_id=key)),
-        (CLAIM_NEXT, {"session_id": claimed.session_id, "claim_request_id": key}),
+        (helpers.fence_path(claimed.attempt_id), helpers.fence_body(claimed, fence_key=key)),
+        (helpers.fail_path(claimed.attempt_id), helpers.fail_body(claimed, fail_key=key)),
+        (RENEW.format(claimed.task_id), helpers.renew_body(claimed, renew_request_id=key)),
+        (helpers.CLAIM_NEXT, {"session_id": claimed.session_id, "claim_request_id": key}),
     ):
-        status, raw = await post_json(server_client, path, claimed.device, body)
+        status, raw = await helpers.post_json(server_client, path, claimed.device, body)
         assert (status, json.loads(raw)) == (409, idem), path
     make_task(start=True)
-    other = await claim_http(server_client, make_device("b"))
-    before = fingerprint(sync_conn)
+    other = await helpers.claim_http(server_client, make_device("b"))
+    before = helpers.fingerprint(sync_conn)
     for path, body in (
-        (events_path(other.task_id), events_body(other, batch_key=key)),
-        (fence_path(other.attempt_id), fence_body(other, fence_key=key)),
-        (CLAIM_NEXT, {"session_id": other.session_id, "claim_request_id": key}),
+        (helpers.events_path(other.task_id), helpers.events_body(other, batch_key=key)),
+        (helpers.fence_path(other.attempt_id), helpers.fence_body(other, fence_key=key)),
+        (helpers.CLAIM_NEXT, {"session_id": other.session_id, "claim_request_id": key}),
     ):
-        status, raw = await post_json(server_client, path, other.device, body)
+        status, raw = await helpers.post_json(server_client, path, other.device, body)
         assert (status, json.loads(raw)) == (409, idem), path
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before
     # and the permit is still available to the rightful fence (the event moved the task to ORDERING)
     status, body = await _fence(server_client, claimed, expected_task_version=claimed.task_version + 1)
     assert status == 200 and body["click_permitted"] is True

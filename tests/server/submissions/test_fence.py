@@ -1,4 +1,4 @@
-"""Submission fence (docs/api.md "POST /api/v1/purchase-attempts/{aid}/submission-fence", issue 4): the first response
+"""Submission fence (docs/api.md "POST /api/v1/purchase-attempts/{aid}/submission-fence"): the first response
 permits the click, replays never do, and every single mismatch is refused with nothing written."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The fence re-checks SKU options per dimension by name (issue 34; docs/api.md "SKU options" and "Fence
+"""The fence re-checks SKU options per dimension by name (docs/api.md "SKU options" and "Fence
 refusals"): a task with three dimensions fences with its options in any order; one dimension read
-differently, missing, extra, renamed or named twice is refused with nothing written; an agent before
-issue 34 (``selected_color``/``selected_size``) is refused with ``sku_options_required`` for such a task."""
+differently, missing, extra, renamed or named twice is refused with nothing written; an agent that knows
+only colour/size (``selected_color``/``selected_size``) is refused with ``sku_options_required`` for such a task."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ async def test_three_dimensions_claim_and_fence_per_dimension(
         body = fence_body(c, selected_options=read)
         status, raw = await post_writing_nothing(server_client, sync_conn, fence_path(c.attempt_id), c.device, body)
         assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": detail}), label
-    # an agent before issue 34 can only say colour/size: a clear refusal, not a silent mismatch
+    # an agent that knows only colour/size can only say colour/size: a clear refusal, not a silent mismatch
     old = fence_body(c, selected_color="3层100抽", selected_size="6包")
     status, raw = await post_writing_nothing(server_client, sync_conn, fence_path(c.attempt_id), c.device, old)
     assert (status, json.loads(raw)) == (409, {"error": "fence_refused", "detail": "sku_options_required"})

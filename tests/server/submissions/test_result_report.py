@@ -1,4 +1,4 @@
-"""The result report's optional parts (issue 15 §7): ``order_sn`` and ``observation_reason`` are stored on
+"""The result report's optional parts: ``order_sn`` and ``observation_reason`` are stored on
 the submission as reported, change no state, take part in the idempotency comparison, and a bad value is
 refused by the schema with nothing written."""
 
@@ -88,14 +88,14 @@ async def test_late_result_keeps_its_order_number(
         {"order_sn": "2412 01234567"},
         {"order_sn": "２４１２０１２３４５６７"},  # full-width digits are not the wire form
         {"order_sn": "1" * 41},
-        {"order_sn": "ABCDEF\n"},  # a trailing newline passed the $-anchored pattern (issue 33)
+        {"order_sn": "ABCDEF\n"},  # a trailing newline passed the $-anchored pattern
         {"order_sn": "241201-0987654321\r\n"},
         {"order_sn": None},  # optional means absent, not null
         {"order_sn": 241201234567},
         {"observation_reason": "PAID"},
         {"observation_reason": None},
         {"observation_reason": "payment_suspected"},
-        # a reason that says no tap was sent comes only with UNKNOWN (issue 27)
+        # a reason that says no tap was sent comes only with UNKNOWN
         {"observation": "SUBMITTED", "observation_reason": "NOT_TAPPED_OBSCURED"},
         {"observation": "EXTERNAL_PAYMENT_HANDOFF", "observation_reason": "NOT_TAPPED_SCREEN_CHANGED"},
         {"observation": "SECURITY_CHALLENGE", "observation_reason": "SUBMIT_CONTROL_GONE"},
@@ -116,7 +116,7 @@ async def test_bad_extras_refused_nothing_written(
 async def test_no_tap_sent_is_stored_with_unknown(
     server_client: Any, make_device: Maker, make_task: Maker, sync_conn: sqlite3.Connection, reason: str
 ) -> None:
-    """The agent's last look refused the submit tap (issue 27): UNKNOWN with the reason, a person reconciles."""
+    """The agent's last look refused the submit tap: UNKNOWN with the reason, a person reconciles."""
     c, sid = await fenced_http(server_client, make_device, make_task)
     status, raw = await post_json(
         server_client, result_path(sid), c.device, result_body(c, "UNKNOWN", observation_reason=reason)

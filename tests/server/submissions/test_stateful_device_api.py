@@ -1,7 +1,8 @@
-"""A Hypothesis state machine over the device API (design §10): claim → events → evidence → fence →
+"""A Hypothesis state machine over the device API: claim → events → evidence → fence →
 result/fail, with random interleavings of replays, other devices acting on foreign claims, clock
 moves (including exactly onto a lease end), sweeper passes and server restarts — all over real HTTP
-against the real app and SQLite file. After every step the invariants of design §2 are checked on a
+against the real app and SQLite file. After every step the invariants of docs/architecture.md "Safety rules" are
+checked on a
 second connection:
 
 - at most one ``click_permitted: true`` per authorization, ever, and only with its submission row;
@@ -40,30 +41,12 @@ from cmbuyer.server.config import Settings
 from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds, DeviceMaker, Maker
 from tests.server.inproc import InProcServer
-from tests.server.submissions.helpers import (
-    CLAIM_NEXT,
-    HEARTBEAT,
-    Claim,
-    events_body,
-    events_path,
-    evidence_fields,
-    evidence_path,
-    fail_body,
-    fail_path,
-    fence_body,
-    fence_path,
-    heartbeat_body,
-    multipart,
-    png,
-    renew_body,
-    result_body,
-    result_path,
-)
+from tests.server.submissions import helpers
 from tests.soak import soak_iterations
 
 RENEW = "/api/v1/tasks/{}/lease/renew"
 DOCUMENTED = {200, 201, 204, 400, 404, 409}
-PNG = png()
+PNG = helpers.png()
 JSON = "application/json"
 MOSTLY_FALSE = st.sampled_from([False, False, False, True])
 MOSTLY_TRUE = st.sampled_from([True, True, True, False])
@@ -90,10 +73,10 @@ class DeviceApiMachine(RuleBasedStateMachine):
         super().__init__()
         self.devices: list[DeviceCreds] = []
         self.sessions: dict[str, str] = {}
-        self.claims: dict[str, Claim] = {}  # attempt id → claim (lease updated on renew/resume)
-        self.submissions: dict[str, Claim] = {}
+        self.claims: dict[str, helpers.Claim] = {}  # attempt id → claim (lease updated on renew/resume)
+        self.submissions: dict[str, helpers.Claim] = {}
         self.done: list[tuple[str, DeviceCreds, bytes, str, int, bytes]] = []  # successful requests
-        self.fences: list[tuple[Claim, bytes, int, bytes]] = []
+        self.fences: list[tuple[helpers.Claim, bytes, int, bytes]] = []
         self.leases_seen: dict[str, tuple[str, str]] = {}  # attempt → (lease, now) at last check
 
     # --- plumbing ---------------------------------------------------------------------------------------
@@ -114,16 +97,16 @@ class DeviceApiMachine(RuleBasedStateMachine):
             self.w.make_task(start=True)
         for d in self.devices:
             self.sessions[d.device_id] = new_id()
-            assert self.post(HEARTBEAT, d, heartbeat_body(d.device_id))[0] == 200
+            assert self.post(helpers.HEARTBEAT, d, helpers.heartbeat_body(d.device_id))[0] == 200
 
-    def _claim(self, i: int) -> Claim:
+    def _claim(self, i: int) -> helpers.Claim:
         keys = sorted(self.claims)
         return self.claims[keys[i % len(keys)]]
 
     def _other(self, dev: DeviceCreds) -> DeviceCreds:
         return next(d for d in self.devices if d.device_id != dev.device_id)
 
-    def _pick(self, i: int, foreign: bool) -> tuple[Claim, DeviceCreds] | None:
+    def _pick(self, i: int, foreign: bool) -> tuple[helpers.Claim, DeviceCreds] | None:
         """The ``i``-th known claim and the device that sends for it (another device when ``foreign``); None
         before the first claim (no precondition: rule choice must not depend on server state)."""
         if not self.claims:
@@ -139,7 +122,7 @@ class DeviceApiMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 2))
     def heartbeat(self, i: int) -> None:
         d = self.devices[i]
-        assert self.post(HEARTBEAT, d, heartbeat_body(d.device_id))[0] == 200
+        assert self.post(helpers.HEARTBEAT, d, helpers.heartbeat_body(d.device_id))[0] == 200
 
     @rule(i=st.integers(0, 2), new_session=st.booleans())
     def claim_next(self, i: int, new_session: bool) -> None:
@@ -147,11 +130,11 @@ class DeviceApiMachine(RuleBasedStateMachine):
         if new_session:
             self.sessions[d.device_id] = new_id()
         session = self.sessions[d.device_id]
-        assert self.post(HEARTBEAT, d, heartbeat_body(d.device_id))[0] == 200  # as the agent does
-        status, raw = self.post(CLAIM_NEXT, d, {"session_id": session, "claim_request_id": new_id()})
+        assert self.post(helpers.HEARTBEAT, d, helpers.heartbeat_body(d.device_id))[0] == 200  # as the agent does
+        status, raw = self.post(helpers.CLAIM_NEXT, d, {"session_id": session, "claim_request_id": new_id()})
         assert status in (200, 204, 409)
         if status == 200:
-            c = Claim.from_body(d, session, json.loads(raw))
+            c = helpers.Claim.from_body(d, session, json.loads(raw))
             owner = self.w.attempt_device.setdefault(c.attempt_id, d.device_id)
             assert owner == d.device_id, "an attempt moved to another device"
             known = self.claims.get(c.attempt_id)
@@ -161,7 +144,9 @@ class DeviceApiMachine(RuleBasedStateMachine):
         elif status == 409:
             assert json.loads(raw)["error"] in ("claim_requires_manual", "app_version_not_allowed")
 
-    def _send_picked(self, i: int, foreign: bool, ok: int, request: Callable[[Claim], tuple[str, Any, str]]) -> None:
+    def _send_picked(
+        self, i: int, foreign: bool, ok: int, request: Callable[[helpers.Claim], tuple[str, Any, str]]
+    ) -> None:
         """Send ``request(c)`` (path, body, content type) for the :meth:`_pick` claim ``c``: a foreign sender is
         always refused (409), the claim's own device gets ``ok`` or 409."""
         if (picked := self._pick(i, foreign)) is None:
@@ -173,12 +158,15 @@ class DeviceApiMachine(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
     def events(self, i: int, foreign: bool) -> None:
-        self._send_picked(i, foreign, 200, lambda c: (events_path(c.task_id), events_body(c), JSON))
+        self._send_picked(i, foreign, 200, lambda c: (helpers.events_path(c.task_id), helpers.events_body(c), JSON))
 
     @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
     def evidence(self, i: int, foreign: bool) -> None:
         self._send_picked(
-            i, foreign, 201, lambda c: (evidence_path(c.task_id), *multipart(evidence_fields(c, PNG), PNG))
+            i,
+            foreign,
+            201,
+            lambda c: (helpers.evidence_path(c.task_id), *helpers.multipart(helpers.evidence_fields(c, PNG), PNG)),
         )
 
     @rule(i=st.integers(0, 50), good=MOSTLY_TRUE, foreign=MOSTLY_FALSE, bump=st.booleans())
@@ -189,12 +177,12 @@ class DeviceApiMachine(RuleBasedStateMachine):
         over: dict[str, Any] = {} if good else {"quantity_read": c.quantity + 1}
         version = self.w.conn.execute("SELECT version FROM tasks WHERE id = ?", (c.task_id,)).fetchone()[0]
         over["expected_task_version"] = version if bump else c.task_version
-        body = json.dumps(fence_body(c, **over), ensure_ascii=False).encode()
-        status, raw = self.post(fence_path(c.attempt_id), dev, body)
+        body = json.dumps(helpers.fence_body(c, **over), ensure_ascii=False).encode()
+        status, raw = self.post(helpers.fence_path(c.attempt_id), dev, body)
         self._note_fence(c, status, raw, foreign or not good)
         self.fences.append((c, body, status, raw))
 
-    def _note_fence(self, c: Claim, status: int, raw: bytes, must_fail: bool) -> None:
+    def _note_fence(self, c: helpers.Claim, status: int, raw: bytes, must_fail: bool) -> None:
         if status != 200:
             assert status == 409, raw
             return
@@ -211,7 +199,7 @@ class DeviceApiMachine(RuleBasedStateMachine):
         if not self.fences:  # no precondition: rule choice must not depend on server state
             return
         c, body, status, raw = self.fences[i % len(self.fences)]
-        status2, raw2 = self.post(fence_path(c.attempt_id), c.device, body)
+        status2, raw2 = self.post(helpers.fence_path(c.attempt_id), c.device, body)
         if status == 200:
             first = json.loads(raw)
             assert status2 == 200
@@ -229,24 +217,24 @@ class DeviceApiMachine(RuleBasedStateMachine):
         sid = sorted(self.submissions)[i % len(self.submissions)]
         c = self.submissions[sid]
         dev = self._other(c.device) if foreign else c.device
-        status, _ = self.post(result_path(sid), dev, result_body(c, obs))
+        status, _ = self.post(helpers.result_path(sid), dev, helpers.result_body(c, obs))
         assert status in ((404,) if foreign else (200, 409))
 
     @rule(i=st.integers(0, 50), foreign=MOSTLY_FALSE)
     def fail(self, i: int, foreign: bool) -> None:
-        self._send_picked(i, foreign, 200, lambda c: (fail_path(c.attempt_id), fail_body(c), JSON))
+        self._send_picked(i, foreign, 200, lambda c: (helpers.fail_path(c.attempt_id), helpers.fail_body(c), JSON))
 
     @rule(i=st.integers(0, 50))
     def renew(self, i: int) -> None:
         if not self.claims:  # no precondition: rule choice must not depend on server state
             return
         c = self._claim(i)
-        status, raw = self.post(RENEW.format(c.task_id), c.device, renew_body(c))
+        status, raw = self.post(RENEW.format(c.task_id), c.device, helpers.renew_body(c))
         assert status in (200, 409)
         if status == 200:
             new_lease = json.loads(raw)["lease_expires_at"]
             assert new_lease >= c.lease_expires_at
-            self.claims[c.attempt_id] = Claim(**{**c.__dict__, "lease_expires_at": new_lease})
+            self.claims[c.attempt_id] = helpers.Claim(**{**c.__dict__, "lease_expires_at": new_lease})
 
     @rule(i=st.integers(0, 200))
     def replay(self, i: int) -> None:
@@ -255,7 +243,7 @@ class DeviceApiMachine(RuleBasedStateMachine):
         path, dev, raw, ctype, status, resp = self.done[i % len(self.done)]
         if "submission-fence" in path:
             return  # fence replays have their own rule (the replay body differs from the first permit)
-        if path == HEARTBEAT:
+        if path == helpers.HEARTBEAT:
             return  # heartbeats carry no key (last writer wins)
         status2, resp2 = self.post(path, dev, raw, ctype)
         expected_status = 200 if status == 201 else status  # evidence: 201 first, 200 replays

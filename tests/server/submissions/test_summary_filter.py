@@ -14,16 +14,7 @@ import pytest
 
 from cmbuyer.server.domain.errors import ValidationFailed
 from cmbuyer.server.domain.reports import check_summary
-from tests.server.submissions.helpers import (
-    Claim,
-    event,
-    events_body,
-    events_path,
-    fail_body,
-    fail_path,
-    fingerprint,
-    post_json,
-)
+from tests.server.submissions import helpers
 
 ZW = "\u200b"
 TOKEN = "0123456789abcdef" * 4
@@ -92,21 +83,21 @@ ACCEPTED = [
 
 
 async def _refused_in_events_and_fail(
-    client: Any, claimed: Claim, conn: sqlite3.Connection, texts: dict[str, str]
+    client: Any, claimed: helpers.Claim, conn: sqlite3.Connection, texts: dict[str, str]
 ) -> None:
     """Each text as an event summary and as a fail summary: ``400 invalid_request``, nothing written."""
-    before = fingerprint(conn)
+    before = helpers.fingerprint(conn)
     for name, text in texts.items():
         for path, body in (
-            (events_path(claimed.task_id), events_body(claimed, [event(summary=text)])),
-            (fail_path(claimed.attempt_id), fail_body(claimed, summary=text)),
+            (helpers.events_path(claimed.task_id), helpers.events_body(claimed, [helpers.event(summary=text)])),
+            (helpers.fail_path(claimed.attempt_id), helpers.fail_body(claimed, summary=text)),
         ):
-            status, raw = await post_json(client, path, claimed.device, body)
+            status, raw = await helpers.post_json(client, path, claimed.device, body)
             assert (status, json.loads(raw)) == (400, {"error": "invalid_request"}), (name, path)
-    assert fingerprint(conn) == before
+    assert helpers.fingerprint(conn) == before
 
 
-# Personal data of the order sheet (issue 18 item 7): addresses, recipients' names, masked and separated
+# Personal data of the order sheet: addresses, recipients' names, masked and separated
 # phone numbers, identity card numbers. Every one of these passed the filter before.
 PERSONAL = {
     "address_line": "收货地址 北京市朝阳区建国路88号 张三",
@@ -181,15 +172,17 @@ def test_plain_summary_passes(text: str) -> None:
 
 
 async def test_refused_summaries_over_http_write_nothing(
-    server_client: Any, claimed: Claim, sync_conn: sqlite3.Connection
+    server_client: Any, claimed: helpers.Claim, sync_conn: sqlite3.Connection
 ) -> None:
     # lone_surrogate is not encodable as UTF-8 JSON; the strict reader covers it (below)
     await _refused_in_events_and_fail(
         server_client, claimed, sync_conn, {k: v for k, v in REFUSED.items() if k != "lone_surrogate"}
     )
-    before = fingerprint(sync_conn)
+    before = helpers.fingerprint(sync_conn)
     # an escaped lone surrogate in the JSON text
-    raw_body = json.dumps(events_body(claimed, [event(summary="x")])).replace('"x"', '"\\ud800"').encode()
-    status, raw = await post_json(server_client, events_path(claimed.task_id), claimed.device, raw_body)
+    raw_body = (
+        json.dumps(helpers.events_body(claimed, [helpers.event(summary="x")])).replace('"x"', '"\\ud800"').encode()
+    )
+    status, raw = await helpers.post_json(server_client, helpers.events_path(claimed.task_id), claimed.device, raw_body)
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before

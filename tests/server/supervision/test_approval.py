@@ -1,4 +1,5 @@
-"""``POST /api/v1/purchase-attempts/{aid}/approval`` and ``…/approval/status`` (issue 17 §2–3): created once per
+"""``POST /api/v1/purchase-attempts/{aid}/approval`` and ``…/approval/status`` (docs/api.md "Supervised first orders:
+approval before the fence"): created once per
 readings, replayed byte for byte, bound to the claim like the fence, refused with documented codes."""
 
 from __future__ import annotations
@@ -14,36 +15,25 @@ from cmbuyer.server.clock import ManualClock, from_wire
 from cmbuyer.server.domain.supervision import readings_hash
 from cmbuyer.server.tx.common import new_id
 from tests.server.submissions.helpers import Claim, fence_body, post_json
-from tests.server.supervision.helpers import (
-    approval_body,
-    approval_path,
-    approval_row,
-    ask,
-    fingerprint,
-    gate3_screenshot,
-    person_decides,
-    readings_of,
-    status_of,
-    status_path,
-)
+from tests.server.supervision import helpers
 
 
 @pytest.fixture
 async def shot(server_client: Any, claimed: Claim) -> str:
     """A real gate-3 screenshot of the claimed (supervised) attempt."""
-    return await gate3_screenshot(server_client, claimed)
+    return await helpers.gate3_screenshot(server_client, claimed)
 
 
 async def test_create_replay_and_conflict(
     server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection
 ) -> None:
-    readings = readings_of(fence_body(claimed))
-    body = approval_body(claimed, shot, readings)
-    status, answer, raw = await ask(server_client, claimed, body)
+    readings = helpers.readings_of(fence_body(claimed))
+    body = helpers.approval_body(claimed, shot, readings)
+    status, answer, raw = await helpers.ask(server_client, claimed, body)
     assert status == 200, raw
     validate("approval.response", answer)
     assert answer["state"] == "WAITING" and answer["decided_at"] is None
-    row = approval_row(sync_conn, answer["approval_id"])
+    row = helpers.approval_row(sync_conn, answer["approval_id"])
     assert (row.attempt_id, row.task_id, row.device_id, row.screenshot_asset_id) == (
         claimed.attempt_id,
         claimed.task_id,
@@ -57,25 +47,25 @@ async def test_create_replay_and_conflict(
     assert len(audit) == 1 and tuple(audit[0][:2]) == ("device", claimed.device.device_id)
     assert json.loads(audit[0][2])["approval_id"] == answer["approval_id"]
     # same key, same body → the stored answer byte for byte (also after a person decided: poll status for news)
-    person_decides(sync_conn, answer["approval_id"])
-    assert (await ask(server_client, claimed, body))[::2] == (200, raw)
+    helpers.person_decides(sync_conn, answer["approval_id"])
+    assert (await helpers.ask(server_client, claimed, body))[::2] == (200, raw)
     # same key, another body → 409, nothing written
-    before = fingerprint(sync_conn)
-    status, other, _ = await ask(server_client, claimed, {**body, "readings": {**readings, "quantity_read": 3}})
+    before = helpers.fingerprint(sync_conn)
+    status, other, _ = await helpers.ask(server_client, claimed, {**body, "readings": {**readings, "quantity_read": 3}})
     assert (status, other) == (409, {"error": "idempotency_conflict"})
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before
 
 
 async def test_new_readings_void_the_old_request_same_readings_answer_it(
     server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection
 ) -> None:
-    readings = readings_of(fence_body(claimed))
-    _, first, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings))
+    readings = helpers.readings_of(fence_body(claimed))
+    _, first, _ = await helpers.ask(server_client, claimed, helpers.approval_body(claimed, shot, readings))
     # an agent asking again (new key) with the same readings gets the same request, nothing new is stored
-    _, again, _ = await ask(server_client, claimed, approval_body(claimed, shot, dict(readings)))
+    _, again, _ = await helpers.ask(server_client, claimed, helpers.approval_body(claimed, shot, dict(readings)))
     assert again["approval_id"] == first["approval_id"] and again["state"] == "WAITING"
-    person_decides(sync_conn, first["approval_id"])
-    _, approved, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings))
+    helpers.person_decides(sync_conn, first["approval_id"])
+    _, approved, _ = await helpers.ask(server_client, claimed, helpers.approval_body(claimed, shot, readings))
     assert (approved["approval_id"], approved["state"], approved["decided_at"]) == (
         first["approval_id"],
         "APPROVED",
@@ -83,11 +73,11 @@ async def test_new_readings_void_the_old_request_same_readings_answer_it(
     )
     # other readings → the approved one becomes VOID (keeping who decided), a new one WAITS
     changed = {**readings, "gate3_unit_price": "12.87"}
-    _, second, _ = await ask(server_client, claimed, approval_body(claimed, shot, changed))
+    _, second, _ = await helpers.ask(server_client, claimed, helpers.approval_body(claimed, shot, changed))
     assert second["approval_id"] != first["approval_id"] and second["state"] == "WAITING"
-    old = approval_row(sync_conn, first["approval_id"])
+    old = helpers.approval_row(sync_conn, first["approval_id"])
     assert (old.state, old.decided_by) == ("VOID", "admin:reviewer")
-    assert (await status_of(server_client, claimed, first["approval_id"]))[1]["state"] == "VOID"
+    assert (await helpers.status_of(server_client, claimed, first["approval_id"]))[1]["state"] == "VOID"
     voids = sync_conn.execute("SELECT detail_json FROM audit_log WHERE action = 'approval.void'").fetchall()
     assert [json.loads(v[0])["why"] for v in voids] == ["new_readings"]
 
@@ -95,11 +85,11 @@ async def test_new_readings_void_the_old_request_same_readings_answer_it(
 async def test_a_rejection_stands_for_the_attempt(
     server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection
 ) -> None:
-    readings = readings_of(fence_body(claimed))
-    _, first, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings))
-    person_decides(sync_conn, first["approval_id"], "reject")
+    readings = helpers.readings_of(fence_body(claimed))
+    _, first, _ = await helpers.ask(server_client, claimed, helpers.approval_body(claimed, shot, readings))
+    helpers.person_decides(sync_conn, first["approval_id"], "reject")
     for again in (readings, {**readings, "payment_mode": "支付宝"}):
-        status, answer, _ = await ask(server_client, claimed, approval_body(claimed, shot, again))
+        status, answer, _ = await helpers.ask(server_client, claimed, helpers.approval_body(claimed, shot, again))
         assert status == 200 and (answer["approval_id"], answer["state"]) == (first["approval_id"], "REJECTED")
     assert sync_conn.execute("SELECT count(*) FROM approval_requests").fetchone()[0] == 1
 
@@ -111,33 +101,38 @@ async def test_status_route(
     shot: str,
     sync_conn: sqlite3.Connection,
 ) -> None:
-    _, created, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings_of(fence_body(claimed))))
+    _, created, _ = await helpers.ask(
+        server_client, claimed, helpers.approval_body(claimed, shot, helpers.readings_of(fence_body(claimed)))
+    )
     approval_id = created["approval_id"]
-    status, answer = await status_of(server_client, claimed, approval_id)
+    status, answer = await helpers.status_of(server_client, claimed, approval_id)
     assert status == 200 and answer["state"] == "WAITING"
     validate("approval.response", answer)
-    before = fingerprint(sync_conn)
-    person_decides(sync_conn, approval_id)
-    status, answer = await status_of(server_client, claimed, approval_id)
+    before = helpers.fingerprint(sync_conn)
+    helpers.person_decides(sync_conn, approval_id)
+    status, answer = await helpers.status_of(server_client, claimed, approval_id)
     assert (status, answer["state"], answer["decided_at"]) == (200, "APPROVED", "2026-08-04T09:00:30.000000Z")
     # read-only: polling changes nothing (beyond what the person's decision changed)
-    after_decision = fingerprint(sync_conn)
-    await status_of(server_client, claimed, approval_id)
-    assert fingerprint(sync_conn) == after_decision and after_decision["device_requests"] == before["device_requests"]
-    assert await status_of(server_client, claimed, approval_id, claim_token="0" * 64) == (
+    after_decision = helpers.fingerprint(sync_conn)
+    await helpers.status_of(server_client, claimed, approval_id)
+    assert (
+        helpers.fingerprint(sync_conn) == after_decision
+        and after_decision["device_requests"] == before["device_requests"]
+    )
+    assert await helpers.status_of(server_client, claimed, approval_id, claim_token="0" * 64) == (
         409,
         {"error": "claim_not_current"},
     )
-    assert await status_of(server_client, claimed, approval_id, claim_generation=2) == (
+    assert await helpers.status_of(server_client, claimed, approval_id, claim_generation=2) == (
         409,
         {"error": "claim_not_current"},
     )
-    assert await status_of(server_client, claimed, new_id()) == (404, {"error": "not_found"})
+    assert await helpers.status_of(server_client, claimed, new_id()) == (404, {"error": "not_found"})
     # another device — even with its own valid claim — and another attempt's URL look like an unknown id
     for url_of, sender in ((claimed, other_claimed), (other_claimed, claimed)):
         status, raw = await post_json(
             server_client,
-            status_path(url_of.attempt_id),
+            helpers.status_path(url_of.attempt_id),
             sender.device,
             {"approval_id": approval_id, "claim_generation": 1, "claim_token": sender.token},
         )
@@ -146,12 +141,12 @@ async def test_status_route(
 
 @pytest.mark.parametrize("supervised_orders", ["0"])
 async def test_not_supervised(server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection) -> None:
-    before = fingerprint(sync_conn)
-    status, answer, _ = await ask(
-        server_client, claimed, approval_body(claimed, shot, readings_of(fence_body(claimed)))
+    before = helpers.fingerprint(sync_conn)
+    status, answer, _ = await helpers.ask(
+        server_client, claimed, helpers.approval_body(claimed, shot, helpers.readings_of(fence_body(claimed)))
     )
     assert (status, answer) == (409, {"error": "not_supervised"})
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before
 
 
 async def test_screenshot_must_be_this_attempts_gate3(
@@ -161,43 +156,45 @@ async def test_screenshot_must_be_this_attempts_gate3(
     shot: str,
     sync_conn: sqlite3.Connection,
 ) -> None:
-    foreign = await gate3_screenshot(server_client, other_claimed)
-    wrong_kind = await gate3_screenshot(server_client, claimed, kind="QUANTITY_GATE_2")
-    readings = readings_of(fence_body(claimed))
-    before = fingerprint(sync_conn)
+    foreign = await helpers.gate3_screenshot(server_client, other_claimed)
+    wrong_kind = await helpers.gate3_screenshot(server_client, claimed, kind="QUANTITY_GATE_2")
+    readings = helpers.readings_of(fence_body(claimed))
+    before = helpers.fingerprint(sync_conn)
     for asset in (new_id(), foreign, wrong_kind):
-        body = approval_body(claimed, asset, readings)
-        status, answer, _ = await ask(server_client, claimed, body)
+        body = helpers.approval_body(claimed, asset, readings)
+        status, answer, _ = await helpers.ask(server_client, claimed, body)
         assert (status, answer) == (422, {"error": "approval_screenshot_invalid"})
         validate("device_error.response", answer)
-        assert fingerprint(sync_conn) == before
+        assert helpers.fingerprint(sync_conn) == before
         # nothing was stored under the key: corrected, the same key goes through
-        status, answer, _ = await ask(server_client, claimed, {**body, "screenshot_asset_id": shot})
+        status, answer, _ = await helpers.ask(server_client, claimed, {**body, "screenshot_asset_id": shot})
         assert status == 200 and answer["state"] == "WAITING"
-        before = fingerprint(sync_conn)
+        before = helpers.fingerprint(sync_conn)
 
 
 async def test_claim_checks_like_the_fence(
     server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection, clock: ManualClock
 ) -> None:
-    readings = readings_of(fence_body(claimed))
-    before = fingerprint(sync_conn)
+    readings = helpers.readings_of(fence_body(claimed))
+    before = helpers.fingerprint(sync_conn)
     for over in (
         {"claim_token": "f" * 64},
         {"claim_generation": 2},
         {"task_id": new_id()},
         {"authorization_id": new_id()},
     ):
-        status, answer, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings, **over))
+        status, answer, _ = await helpers.ask(
+            server_client, claimed, helpers.approval_body(claimed, shot, readings, **over)
+        )
         assert (status, answer) == (409, {"error": "claim_not_current"}), over
     status, raw = await post_json(
-        server_client, approval_path(new_id()), claimed.device, approval_body(claimed, shot, readings)
+        server_client, helpers.approval_path(new_id()), claimed.device, helpers.approval_body(claimed, shot, readings)
     )
     assert (status, json.loads(raw)) == (409, {"error": "claim_not_current"})
     clock.set(from_wire(claimed.lease_expires_at))  # a lease ending exactly now has ended
-    status, answer, _ = await ask(server_client, claimed, approval_body(claimed, shot, readings))
+    status, answer, _ = await helpers.ask(server_client, claimed, helpers.approval_body(claimed, shot, readings))
     assert (status, answer) == (409, {"error": "claim_not_current"})
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before
 
 
 @pytest.mark.parametrize(
@@ -214,14 +211,14 @@ async def test_claim_checks_like_the_fence(
         lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "   "]]}},
         lambda b: {**b, "readings": {**b["readings"], "selected_options": []}},
         lambda b: {**b, "readings": {**b["readings"], "selected_color": "黑色"}},  # both forms at once
-        # an agent before issue 34 (colour/size): a blank colour
+        # an agent that knows only colour/size (colour/size): a blank colour
         lambda b: {
             **b,
             "readings": {k: v for k, v in b["readings"].items() if k != "selected_options"}
             | {"selected_color": "   ", "selected_size": None},
         },
         lambda b: {**b, "readings": {**b["readings"], "payment_mode": "x" * 33}},
-        # bidi and invisible characters (issue 33): the drawer showed "\u202e色黑" as 黑色
+        # bidi and invisible characters: the drawer showed "\u202e色黑" as 黑色
         lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "\u202e色黑"]]}},
         lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜色", "黑色"], ["尺码", "M\u200b"]]}},
         lambda b: {**b, "readings": {**b["readings"], "selected_options": [["颜\u200b色", "黑色"]]}},
@@ -235,34 +232,37 @@ async def test_claim_checks_like_the_fence(
 async def test_bad_bodies_are_400_nothing_written(
     server_client: Any, claimed: Claim, shot: str, sync_conn: sqlite3.Connection, mutate: Any
 ) -> None:
-    before = fingerprint(sync_conn)
-    body = mutate(approval_body(claimed, shot, readings_of(fence_body(claimed))))
-    status, answer, _ = await ask(server_client, claimed, body)
+    before = helpers.fingerprint(sync_conn)
+    body = mutate(helpers.approval_body(claimed, shot, helpers.readings_of(fence_body(claimed))))
+    status, answer, _ = await helpers.ask(server_client, claimed, body)
     assert (status, answer) == (400, {"error": "invalid_request"})
-    assert fingerprint(sync_conn) == before
+    assert helpers.fingerprint(sync_conn) == before
 
 
 async def test_edge_cases_of_the_routes(server_client: Any, claimed: Claim, shot: str) -> None:
-    body = approval_body(claimed, shot, readings_of(fence_body(claimed)))
-    status, raw = await post_json(server_client, approval_path("not-a-uuid"), claimed.device, body)
+    body = helpers.approval_body(claimed, shot, helpers.readings_of(fence_body(claimed)))
+    status, raw = await post_json(server_client, helpers.approval_path("not-a-uuid"), claimed.device, body)
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
-    status, raw = await post_json(server_client, approval_path(claimed.attempt_id), None, body)
+    status, raw = await post_json(server_client, helpers.approval_path(claimed.attempt_id), None, body)
     assert (status, raw) == (401, b"")
     status, raw = await post_json(
-        server_client, approval_path(claimed.attempt_id), claimed.device, b'{"approval_key": 1, "approval_key": 2}'
+        server_client,
+        helpers.approval_path(claimed.attempt_id),
+        claimed.device,
+        b'{"approval_key": 1, "approval_key": 2}',
     )
     assert (status, json.loads(raw)) == (400, {"error": "invalid_request"})
-    status, raw = await post_json(server_client, approval_path(claimed.attempt_id), claimed.device, b"x" * 5000)
+    status, raw = await post_json(server_client, helpers.approval_path(claimed.attempt_id), claimed.device, b"x" * 5000)
     assert (status, json.loads(raw)) == (413, {"error": "request_too_large"})
     resp = await server_client.post(
-        approval_path(claimed.attempt_id),
+        helpers.approval_path(claimed.attempt_id),
         data=json.dumps(body),
         headers={**claimed.device.headers(), "Content-Type": "text/plain"},
     )
     assert (resp.status, await resp.json()) == (415, {"error": "unsupported_media_type"})
     status, raw = await post_json(
         server_client,
-        status_path(claimed.attempt_id),
+        helpers.status_path(claimed.attempt_id),
         claimed.device,
         {"approval_id": new_id(), "claim_generation": 1, "claim_token": claimed.token, "extra": True},
     )

@@ -1,4 +1,4 @@
-"""claim-next and the heartbeat under supervision (issue 17 §1): which pair a claim is for, when its attempt is
+"""claim-next and the heartbeat under supervision: which pair a claim is for, when its attempt is
 supervised, a held pair claims nothing, and the replay stays byte for byte."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from cmbuyer.schemas import validate
-from cmbuyer.server.config import SettingsError, load_settings
+from cmbuyer.server.config import load_settings
+from cmbuyer.server.domain.errors import SettingsError
 from cmbuyer.server.store import supervision as store
 from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds, DeviceMaker, Maker
@@ -171,7 +172,7 @@ def test_setting_values(tmp_path: Any) -> None:
 
 
 def test_supervised_is_optional_in_the_claim_answer() -> None:
-    """The response schema lets ``supervised`` be absent (attempts claimed before issue 17 resume without it)."""
+    """The response schema lets ``supervised`` be absent (attempts claimed by an older server resume without it)."""
     answer = {
         "task": {
             "id": new_id(),

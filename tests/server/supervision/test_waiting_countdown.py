@@ -1,4 +1,4 @@
-"""Approvals a person notices (issue 32 §8): the approval request may say how long the phone waits
+"""Approvals a person notices: the approval request may say how long the phone waits
 (``timeout_seconds``, the agent's CMBUYER_AGENT_APPROVAL_TIMEOUT_SECONDS); the server keeps when it gives
 up, and the task table counts the waiting orders, filters them (等待人工确认) and counts down to each one's
 timeout; a task whose phone gave up says so."""

@@ -1,4 +1,4 @@
-"""Malformed Accept headers (issue 18 item 3): the drawer parses quality values defensively — a
+"""Malformed Accept headers: the drawer parses quality values defensively — a
 malformed weight makes its media range count as absent (406 when nothing else accepts HTML) — and
 no route answers 5xx for any Accept value. Before the fix ``text/html;q=.`` on the drawer was a 500."""
 

@@ -1,4 +1,4 @@
-"""The access log and the login lines (issue 32 §4; server/web/access_log.py, server/web/admin/auth.py): one
+"""The access log and the login lines (server/web/access_log.py, server/web/admin/auth.py): one
 line per request with the route template, status, milliseconds and who — never a path id, a query string,
 a header value, a cookie or a password — and, in JSON mode, the same facts as fields."""
 

@@ -1,4 +1,4 @@
-"""Cut bodies (issue 33 item 2): a client that sends part of a request body and disconnects is a quiet,
+"""Cut bodies: a client that sends part of a request body and disconnects is a quiet,
 counted close on every body reader — the login form, admin forms and JSON, the task import upload,
 device JSON and the evidence multipart — authenticated or not: no traceback, no 500, no log line per request.
 

@@ -1,4 +1,4 @@
-"""Content-Encoding: one rule on every route (issue 18 item 1; docs/api.md "Request bodies").
+"""Content-Encoding: one rule on every route (docs/api.md "Request bodies").
 
 Any Content-Encoding other than ``identity`` → 415 ``unsupported_media_type`` before the body is read;
 device routes authenticate first (401 wins). Before the fix a gzip header with a plain body was a 500

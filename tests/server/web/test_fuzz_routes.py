@@ -1,4 +1,4 @@
-"""Header and body fuzzing of every device and admin route over real HTTP (issue 18 acceptance).
+"""Header and body fuzzing of every device and admin route over real HTTP.
 
 The real app (real SQLite file, ManualClock) is served on a loopback port from a background thread
 (tests/server/inproc.py) so synchronous Hypothesis can drive it through raw sockets —

@@ -1,4 +1,4 @@
-"""Repeated event-loop errors are logged at most once per interval (issue 18 item 4: "Too many open
+"""Repeated event-loop errors are logged at most once per interval ("Too many open
 files" from accept filled 300 MB of log in 20 s). Unit tests of edge.RateLimitedExceptionHandler on
 a real event loop; the server-level proof is test_slow_bodies' bounded log."""
 

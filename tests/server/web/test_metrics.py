@@ -1,4 +1,4 @@
-"""``GET /metrics`` (issue 32 §5; server/web/metrics.py): 404 unless ``CMBUYER_METRICS=1``; then Prometheus
+"""``GET /metrics`` (server/web/metrics.py): 404 unless ``CMBUYER_METRICS=1``; then Prometheus
 text with the row counters (claims, fences, results, failures), device states and heartbeat ages, and a
 latency histogram per route — served to a direct loopback peer without forwarding headers, or, with
 ``CMBUYER_METRICS_TOKEN`` set, only with that bearer token."""

@@ -1,4 +1,4 @@
-"""Refused bodies (issue 18 item 5; docs/api.md "Refused and abandoned bodies"): a response sent
+"""Refused bodies (docs/api.md "Refused and abandoned bodies"): a response sent
 before the body was read to its end is followed by a half-close, at most LINGER_BYTES / LINGER_S of
 discarded reading, then close — the client can still read the answer, and a client that keeps
 streaming is cut off within about a second instead of being drained for aiohttp's 10 s.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.web.admin import common as admin_common
+from cmbuyer.server.web.admin import body as admin_body
 from tests.server.claims.conftest import CLAIM, HEARTBEAT, heartbeat_body, post
 from tests.server.conftest import Maker
 from tests.server.web.conftest import RawAnswer, address, read_answer, request
@@ -119,7 +119,7 @@ async def test_oversized_login_body_gets_413_then_is_cut(server_client: Any) -> 
 async def test_login_body_that_never_ends_is_refused_after_the_body_time_limit(
     server_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(admin_common, "BODY_READ_TIMEOUT_S", 0.5, raising=False)  # absent before the fix
+    monkeypatch.setattr(admin_body, "BODY_READ_TIMEOUT_S", 0.5, raising=False)  # absent before the fix
     reader, writer = await asyncio.open_connection(*address(server_client))
     writer.write(
         request(

@@ -1,4 +1,4 @@
-"""Slow bodies and half-sent requests (issue 18 item 4; docs/operations.md "Connection limits").
+"""Slow bodies and half-sent requests (docs/operations.md "Connection limits").
 
 Pending connections — not yet carrying an authenticated request — are capped per client address and
 overall (the oldest pending one is closed) and live at most ``pending_connection_timeout`` seconds;
@@ -136,7 +136,7 @@ async def test_pending_connections_are_capped_but_authenticated_keep_alive_ones_
 async def test_a_leaked_device_token_holds_at_most_its_per_device_cap(
     small_caps_client: Any, make_device: Maker
 ) -> None:
-    """Issue 33: one token opened ~1,000 idle authenticated connections and other phones timed out. Each
+    """One token opened ~1,000 idle authenticated connections and other phones timed out. Each
     device's authenticated connections are capped (16 here, ``device_connections_max``): a new one closes
     that device's least recently used one, and another phone is never affected."""
     host, port = address(small_caps_client)
