@@ -1,4 +1,4 @@
-"""TLS on the server side (issue 31, server/tls.py and ``cmbuyer-server tls init`` / ``serve``): the files
+"""TLS on the server side (server/tls.py and ``cmbuyer-server tls init`` / ``serve``): the files
 ``tls init`` writes (0600, the CA key apart, paths in cmbuyer.env, a renewal keeps the CA), the one-line
 "TLS" errors for unusable files, the bind refusals, and a real ``serve`` over HTTPS: verified with the
 private CA, ``Secure`` on its cookies, no plain HTTP answered."""
