@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA_DIR ?= var
 SOAK_ITERATIONS ?= 200
+# pytest-xdist workers of `make test`'s parallel pass (CI has 2 cores; the tests mostly wait on processes,
+# sockets and fsync); tests marked `serial` (they measure time, CPU or memory) run after it, alone
+TEST_WORKERS ?= 2
 DEMO_PORT ?= $(or $(CMBUYER_PORT),8080)
 
 .DEFAULT_GOAL := help
@@ -38,11 +41,13 @@ font: setup ## make sure a CJK font is installed (the simulated phones' screensh
 			|| echo "字体：无法安装；请把 CMBUYER_PHONESIM_FONT 设为一个含中文字形的 .ttc/.ttf 文件" >&2; \
 	fi
 
-test: setup browser ## run every test (unit, server, agent, simulator, browser, end to end)
-	$(BIN)/pytest -q
+test: setup browser ## run every test (unit, server, agent, simulator, browser, end to end): TEST_WORKERS in parallel, then the serial ones alone
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not serial"
+	$(BIN)/pytest -q -m serial
 
-test-fast: setup ## run the tests without the browser and end-to-end suites
-	$(BIN)/pytest -q -m "not browser and not e2e"
+test-fast: setup ## run the tests without the browser and end-to-end suites (parallel, then the serial ones)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not browser and not e2e and not serial"
+	$(BIN)/pytest -q -m "serial and not browser and not e2e"
 
 lint: setup ## ruff check, ruff format --check, mypy --strict on the server, the agent, the schemas and phonesim
 	$(BIN)/ruff check .

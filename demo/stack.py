@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,20 @@ def port_is_free(port: int) -> bool:
 
 
 def spawn_server(
-    data_dir: Path, port: int, log: Path, env: dict[str, str], *, new_session: bool = False, host: str = "127.0.0.1"
+    data_dir: Path,
+    port: int,
+    log: Path,
+    env: dict[str, str],
+    *,
+    new_session: bool = False,
+    host: str = "127.0.0.1",
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``cmbuyer-server --data-dir DATA_DIR serve --host HOST --port PORT`` with environment ``env``
-    (stdout and stderr appended to ``log``; in a session of its own when ``new_session``) and return the
-    process at once: the caller keeps it, so it can stop the server even when :func:`wait_healthy` then
-    fails. TLS comes from the data dir's env file (``cmbuyer-server tls init``) or ``env``."""
+    (stdout and stderr appended to ``log``; in a session of its own when ``new_session``; ``preexec_fn`` runs
+    in the child before the server starts, e.g. to lower a resource limit) and return the process at once:
+    the caller keeps it, so it can stop the server even when :func:`wait_healthy` then fails. TLS comes from
+    the data dir's env file (``cmbuyer-server tls init``) or ``env``."""
     with log.open("ab") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
             [str(BIN / "cmbuyer-server"), "--data-dir", str(data_dir), "serve", "--host", host, "--port", str(port)],
@@ -74,6 +83,7 @@ def spawn_server(
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=new_session,
+            preexec_fn=preexec_fn,
         )
 
 

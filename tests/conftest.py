@@ -23,11 +23,13 @@ pytest.register_assert_rewrite(
     "tests.cli_help",
     "tests.phonesim.helpers",
     "tests.server.admin.seed",
+    "tests.server.datadir",
     "tests.server.evidence.pngs",
     "tests.server.inproc",
     "tests.server.submissions.helpers",
     "tests.server.submissions.live",
     "tests.server.supervision.helpers",
+    "tests.state_tables",
 )
 
 # Keep tests away from a developer's real data dir.

@@ -1,31 +1,25 @@
 """The REAL cmbuyer server for agent integration tests.
 
-:class:`RealServer` builds a data dir with the real ``cmbuyer-server init``, then serves the real
-aiohttp app (``cmbuyer.server.app.create_app``: real SQLite file, group-committed writer, start-up
-recovery) on 127.0.0.1:<free port> from a background thread with its own event loop — the agent's
+:class:`RealServer` builds a data dir with the real ``cmbuyer-server init``, then serves it with the suite's
+in-thread harness (tests/server/inproc.py ``InProcServer``: the real aiohttp app, real SQLite file,
+group-committed writer, start-up recovery, on 127.0.0.1:<free port> from a background thread) — the agent's
 ``HttpDeviceApi`` is synchronous (urllib), so it cannot share the test's loop. Devices and tasks are
 created through the same service functions the admin CLI uses. The server clock is a
 ``ManualClock`` started at the real current time, so a test can move server time (lease expiry)
-while everything else is real.
+while everything else is real; the settings' periodic sweeper runs as in production.
 
 Checks read the database on a separate connection (it sees only what committed).
 """
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from cmbuyer.agent.client import Credentials
-from cmbuyer.server.app import create_app
-from cmbuyer.server.cli import main as server_cli
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
@@ -33,6 +27,8 @@ from cmbuyer.server.display import task_view
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.tx.common import Actor
 from tests.server.conftest import create_task
+from tests.server.datadir import init_data_dir
+from tests.server.inproc import InProcServer
 
 ACTOR = Actor("cli", "agent-tests")
 
@@ -52,19 +48,12 @@ class RealServer:
         self._env = {"CMBUYER_SUPERVISED_ORDERS": "0", **(env or {})}
         self.clock = ManualClock(datetime.now(UTC))
         self.settings: Settings | None = None
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
+        self._server: InProcServer | None = None
         self._conn: sqlite3.Connection | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def init(self) -> RealServer:
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            assert server_cli(["--data-dir", str(self.data_dir), "init", "--json"]) == 0
+        init_data_dir(self.data_dir)
         self.settings = load_settings(self.data_dir, environ=self._env)
         self._conn = connect_sync(self.settings.db_path)
         return self
@@ -72,47 +61,17 @@ class RealServer:
     def start(self) -> RealServer:
         if self.settings is None:
             self.init()
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            asyncio.set_event_loop(loop)
-            try:
-                runner = web.AppRunner(create_app(self.settings, self.clock), access_log=None)  # type: ignore[arg-type]
-                loop.run_until_complete(runner.setup())
-                site = web.TCPSite(runner, "127.0.0.1", self.port)
-                loop.run_until_complete(site.start())
-                self._runner = runner
-                server = site._server
-                assert server is not None
-                self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            except BaseException as exc:  # surfaced by start()
-                errors.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="real-server", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        if errors:
-            raise errors[0]
+        if self._server is None:
+            assert self.settings is not None
+            self._server = InProcServer(self.settings, self.clock, manual_sweep=False)
+        self._server.start()
         return self
 
     def stop(self) -> None:
         """Stop serving (like a server going down); :meth:`start` again serves the same data dir
         on the same port."""
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(30)
-        self._loop = None
-        self._thread = None
+        if self._server is not None:
+            self._server.stop()
 
     def close(self) -> None:
         self.stop()
@@ -125,6 +84,11 @@ class RealServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def port(self) -> int:
+        """The loopback port it serves on (0 before the first start)."""
+        return self._server.port if self._server is not None else 0
 
     @property
     def url(self) -> str:

@@ -2,8 +2,9 @@
 simulator's app model (cmbuyer.phonesim.app/screens/hierarchy) — so the REAL PhoneAdapter code
 (parsing, stable reads, denylist, tap planning, submit path) runs against the simulator's screens.
 
-It is the fast "model" transport; the same screen-content cases also run through the simulator's
-adb server with the real uiautomator2/adbutils (tests/agent/test_real_server.py, transport "adb").
+It is the fast "model" transport; a representative subset of the screen-content cases runs through the
+simulator's adb server with the real uiautomator2/adbutils instead (tests/agent/test_real_server.py,
+transport "adb"; the comment above ``ADB, MODEL`` there says which and why).
 Every tap is recorded with the simulator's node role so tests can assert "exactly one submit tap,
 zero taps on payment controls".
 """

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -24,6 +25,9 @@ from cmbuyer.agent.errors import DumpInvalid
 from cmbuyer.agent.phone.adapter import Screenshot
 from cmbuyer.agent.screens.dump import Dump, parse_cache_info, parse_dump
 from cmbuyer.agent.screens.masking import encode_png, mask_outside_app, outside_app, outside_app_of_all
+
+# the agent's CPU time, memory and import set are measured: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
 
 APP = "com.xunmeng.pinduoduo"
 

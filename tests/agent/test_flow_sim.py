@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,6 +229,24 @@ def _default() -> dict:
     return yaml.safe_load(resources.files("cmbuyer.phonesim").joinpath("scenarios/default.yaml").read_text("utf-8"))
 
 
+def _submit_bar(label: str, *others: str) -> tuple[SimPhone, PhoneAdapter, Any]:
+    """A SimPhone-backed adapter and a parsed dump of the app window holding the submit button (a clickable
+    [540,2136][1056,2268] whose child reads ``label``) and, after it, one app node per ``others`` (its
+    attributes)."""
+    from cmbuyer.agent.screens.dump import parse_dump
+
+    sim = SimPhone()
+    app = 'package="com.xunmeng.pinduoduo"'
+    xml = (
+        f'<hierarchy rotation="0"><node {app} bounds="[0,96][1080,2280]">'
+        f'<node {app} clickable="true" bounds="[540,2136][1056,2268]">'
+        f'<node {app} text="{label}" bounds="[600,2166][996,2238]"/></node>'
+        + "".join(f"<node {app} {attrs}/>" for attrs in others)
+        + "</node></hierarchy>"
+    )
+    return sim, PhoneAdapter("sim-1", sim, sim), parse_dump(xml)
+
+
 @pytest.mark.parametrize(
     "label",
     ["提交订单  ¥29.9", "提交订单 ¥ 29.90", "提交订单 ¥1,299.00", "提交订单￥29.9", " 提 交 订 单 ", "提交订单29.9元"],
@@ -236,18 +255,8 @@ def test_generic_tap_refuses_every_spelling_of_the_submit_control(label: str) ->
     """The dry run's "never the submit control" check missed label variants; generic taps
     (the dry run's only taps) refuse any node reading as 提交订单, whatever the spacing or amount format."""
     from cmbuyer.agent.errors import SubmitControlGuarded
-    from cmbuyer.agent.screens.dump import parse_dump
 
-    sim = SimPhone()
-    phone = PhoneAdapter("sim-1", sim, sim)
-    app = 'package="com.xunmeng.pinduoduo"'
-    xml = (
-        f'<hierarchy rotation="0"><node {app} bounds="[0,96][1080,2280]">'
-        f'<node {app} clickable="true" bounds="[540,2136][1056,2268]">'
-        f'<node {app} text="{label}" bounds="[600,2166][996,2238]"/></node>'
-        f'<node {app} text="添加" clickable="true" bounds="[24,2136][300,2256]"/></node></hierarchy>'
-    )
-    dump = parse_dump(xml)
+    sim, phone, dump = _submit_bar(label, 'text="添加" clickable="true" bounds="[24,2136][300,2256]"')
     node = next(n for n in dump.app_nodes() if n.text == label)
     with pytest.raises(SubmitControlGuarded):
         phone.tap_node(dump, node)
@@ -258,20 +267,13 @@ def test_generic_tap_refuses_a_node_whose_centre_lies_on_the_submit_control() ->
     """A label-less node drawn over the submit button (its centre inside it), and a clickable node whose
     bounds overlap the button: both refused; a control beside it is tapped."""
     from cmbuyer.agent.errors import SubmitControlGuarded
-    from cmbuyer.agent.screens.dump import parse_dump
 
-    sim = SimPhone()
-    phone = PhoneAdapter("sim-1", sim, sim)
-    app = 'package="com.xunmeng.pinduoduo"'
-    xml = (
-        f'<hierarchy rotation="0"><node {app} bounds="[0,96][1080,2280]">'
-        f'<node {app} clickable="true" bounds="[540,2136][1056,2268]">'
-        f'<node {app} text="提交订单 ¥29.9" bounds="[600,2166][996,2238]"/></node>'
-        f'<node {app} resource-id="overlay" clickable="true" bounds="[700,2150][900,2250]"/>'
-        f'<node {app} resource-id="edge" clickable="true" bounds="[300,2140][560,2260]"/>'
-        f'<node {app} resource-id="add" clickable="true" bounds="[24,2136][300,2256]"/></node></hierarchy>'
+    sim, phone, dump = _submit_bar(
+        "提交订单 ¥29.9",
+        'resource-id="overlay" clickable="true" bounds="[700,2150][900,2250]"',
+        'resource-id="edge" clickable="true" bounds="[300,2140][560,2260]"',
+        'resource-id="add" clickable="true" bounds="[24,2136][300,2256]"',
     )
-    dump = parse_dump(xml)
     for rid in ("overlay", "edge"):
         node = next(n for n in dump.app_nodes() if n.resource_id == rid)
         with pytest.raises(SubmitControlGuarded):

@@ -10,7 +10,6 @@ What the server stored is read from its SQLite file (``devices.pack_id``)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,20 +47,23 @@ def _wait_for(what: Callable[[], Any], want: Any, seconds: float = 10.0) -> Any:
     return got
 
 
+def _reported(srv: RealServer, device_id: str) -> Callable[[], tuple[Any, Any]]:
+    """Reads the device's stored (reported_state, pack_id) from the server's database."""
+
+    def seen() -> tuple[Any, Any]:
+        row = srv.device_row(device_id)
+        return row.get("reported_state"), row.get("pack_id")
+
+    return seen
+
+
 def test_idle_heartbeat_follows_the_installed_version(tmp_path: Path) -> None:
     sim = PhoneWhoseAppCanGo()
     with RealServer(tmp_path) as srv:
         creds = srv.add_device()
         agent = Agent(tmp_path, srv, creds, sim_phone(sim))
-        agent.runner.cfg.once = False
-        t = threading.Thread(target=agent.runner.run, daemon=True)
-        t.start()
-        try:
-
-            def seen() -> tuple[Any, Any]:
-                row = srv.device_row(creds.device_id)
-                return row.get("reported_state"), row.get("pack_id")
-
+        seen = _reported(srv, creds.device_id)
+        with agent.running():
             assert _wait_for(seen, ("READY", PACK_8_17)) == ("READY", PACK_8_17)
             sim.version = ("8.18.0", 81800)  # the app updated itself: no pack for it
             assert _wait_for(seen, ("NO_PACK", "NO_PACK")) == ("NO_PACK", "NO_PACK")
@@ -69,9 +71,6 @@ def test_idle_heartbeat_follows_the_installed_version(tmp_path: Path) -> None:
             assert _wait_for(seen, ("APP_MISSING", None)) == ("APP_MISSING", None)
             sim.version = ("8.17.0", 81700)
             assert _wait_for(seen, ("READY", PACK_8_17)) == ("READY", PACK_8_17)
-        finally:
-            agent.runner.stop.set()
-            t.join(10)
         assert sim.taps == []  # no task: nothing claimed, nothing tapped
 
 
@@ -118,22 +117,11 @@ def test_a_100000_deep_pack_is_one_line_and_the_heartbeat_says_no_pack(
         creds = srv.add_device()
         task = srv.add_task()
         agent = Agent(tmp_path, srv, creds, sim_phone(sim))
-        agent.runner.cfg.once = False
         agent.runner.cfg.pack_dir = pack_dir
-        t = threading.Thread(target=agent.runner.run, daemon=True)
-        t.start()
-        try:
-
-            def seen() -> tuple[Any, Any]:
-                row = srv.device_row(creds.device_id)
-                return row.get("reported_state"), row.get("pack_id")
-
-            assert _wait_for(seen, ("NO_PACK", "NO_PACK")) == ("NO_PACK", "NO_PACK")
+        with agent.running() as t:
+            assert _wait_for(_reported(srv, creds.device_id), ("NO_PACK", "NO_PACK")) == ("NO_PACK", "NO_PACK")
             assert _wait_for(lambda: agent.runner.heartbeats >= 3, True) is True
             assert t.is_alive()
-        finally:
-            agent.runner.stop.set()
-            t.join(10)
         assert srv.state(task.id) == "PENDING" and sim.taps == []
     said = [line for line in agent.lines if "pdd-8.23.0-82300.json" in line]
     assert said == ["NO_PACK: pdd-8.23.0-82300.json: $: more than 50000 values"], agent.lines

@@ -7,13 +7,12 @@ Regenerate after changing journal_states.py:
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from cmbuyer.agent.journal_states import CLAIM_TRANSITIONS, PHASE_TRANSITIONS
+from tests.state_tables import assert_doc_block, render, used_use_cases
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "state-machines.md"
 BEGIN, END = "<!-- generated-journal-transitions:begin -->", "<!-- generated-journal-transitions:end -->"
+
+MACHINES = [("Agent journal: claim", CLAIM_TRANSITIONS), ("Agent journal: submission phase", PHASE_TRANSITIONS)]
 
 # use-case → what in the agent causes it. A new use-case fails the test until it is described here.
 CAUSES: dict[str, str] = {
@@ -29,29 +28,11 @@ CAUSES: dict[str, str] = {
     "reported": "the result (often `UNKNOWN`) was accepted by the server, or refused for good (then a person)",
 }
 
-MACHINES = [("Agent journal: claim", CLAIM_TRANSITIONS), ("Agent journal: submission phase", PHASE_TRANSITIONS)]
-
-
-def render() -> str:
-    lines = [BEGIN, ""]
-    for title, table in MACHINES:
-        lines += [f"### {title}", "", "| from | use-case | to | caused by |", "|---|---|---|---|"]
-        for (src, use_case), dst in table.items():
-            lines.append(f"| `{src}` | `{use_case}` | `{dst}` | {CAUSES[use_case]} |")
-        lines.append("")
-    lines.append(END)
-    return "\n".join(lines)
-
 
 def test_every_journal_use_case_has_a_cause() -> None:
-    used = {use_case for _, table in MACHINES for (_, use_case) in table}
-    assert used == set(CAUSES)
+    assert used_use_cases(MACHINES) == set(CAUSES)
 
 
 def test_the_doc_shows_the_journal_tables() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    if os.environ.get("CMBUYER_REGEN_DOCS"):
-        DOC.write_text(text[:start] + render() + text[end:], encoding="utf-8")
-        return
-    assert text[start:end] == render(), "regenerate: CMBUYER_REGEN_DOCS=1 pytest " + __file__
+    rendered = render(BEGIN, END, MACHINES, CAUSES)
+    assert_doc_block(BEGIN, END, rendered, "CMBUYER_REGEN_DOCS=1 pytest " + __file__)

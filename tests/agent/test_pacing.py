@@ -27,6 +27,9 @@ from tests.agent.packtools import shipped_packs
 from .fakes import FakeServer, journal_claim, make_purchase
 from .simphone import SimPhone
 
+# the phone pacing and the whole order's time budget are measured in wall time: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
+
 GOODS = "937122477375"
 
 

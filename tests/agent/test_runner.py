@@ -217,6 +217,7 @@ def test_revoked_credentials_give_a_few_clear_lines_and_back_off(tmp_path: Path)
     assert once.lines[-1].endswith("已被撤销；--once：不重试") and "重试（" not in once.lines[-1]  # type: ignore[attr-defined]
 
 
+@pytest.mark.serial  # "at once": an upper bound on wall time
 def test_unreachable_server_is_one_line_with_one_prefix_at_once(tmp_path: Path) -> None:
     """A down server in ``run --once``: one line ``心跳：无法连接服务器 URL（…）`` (the call named once, the same
     ``心跳：`` as the state lines), sent after a single attempt — the runner's back-off is the retry, so the line

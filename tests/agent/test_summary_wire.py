@@ -3,6 +3,7 @@ rule (cmbuyer.schemas.summary), so a refused wording cannot lose an event or a f
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,7 @@ from cmbuyer.server.domain.reports import check_summary
 FALLBACK = "步骤失败"
 
 
+@pytest.mark.serial  # Hypothesis' default 200 ms deadline per example
 @given(st.text(max_size=260))
 def test_whatever_the_agent_sends_the_server_accepts(text: str) -> None:
     sent = wire_summary(text, FALLBACK)

@@ -103,6 +103,7 @@ def test_with_the_ca_the_agent_talks(https: HttpsServer) -> None:
     verify_server(https.url, https.ca_file)
 
 
+@pytest.mark.serial  # "at once": an upper bound on wall time
 def test_without_the_ca_the_agent_refuses_at_once_and_sends_nothing(https: HttpsServer) -> None:
     api = HttpDeviceApi(https.url, DEVICE, _NoKeys(), retries=4, backoff=2.0)
     started = time.monotonic()

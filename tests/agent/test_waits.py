@@ -19,6 +19,9 @@ from tests.agent.packtools import shipped_packs
 from .fakes import FakeServer, journal_claim, make_purchase
 from .simphone import SimPhone
 
+# a wait's length is measured in wall time: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
+
 
 def test_production_waits_are_the_documented_seconds() -> None:
     # the values of the module constants they replace (capabilities, submit, confirm): no behaviour change

@@ -14,15 +14,23 @@ from demo.stack import Stack, free_port
 SCENARIO = Path(__file__).resolve().parents[2] / "demo" / "scenario.yaml"
 
 
+# The e2e stacks' server settings: a 20 s lease, a sweep every second, supervision off (tests of supervised
+# orders set their N); :func:`new_stack`'s keywords add or override.
+STACK_ENV = {"CMBUYER_CLAIM_LEASE_TTL": "20", "CMBUYER_SWEEP_INTERVAL": "1", "CMBUYER_SUPERVISED_ORDERS": "0"}
+
+
+def new_stack(tmp_path: Path, **env: str) -> Stack:
+    """An initialized (not started) stack in ``tmp_path/data`` on a free port, with :data:`STACK_ENV` and
+    ``env`` (``CMBUYER_*`` names) as its processes' settings. The caller stops it (:func:`stop_and_show_logs`)."""
+    s = Stack(tmp_path / "data", server_port=free_port(), env={**STACK_ENV, **env})
+    s.init()
+    return s
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
     """A fresh stack on free ports; every child process is stopped at the end of the test."""
-    s = Stack(
-        tmp_path / "data",
-        server_port=free_port(),
-        env={"CMBUYER_CLAIM_LEASE_TTL": "20", "CMBUYER_SWEEP_INTERVAL": "1", "CMBUYER_SUPERVISED_ORDERS": "0"},
-    )
-    s.init()
+    s = new_stack(tmp_path)
     try:
         yield s
     finally:

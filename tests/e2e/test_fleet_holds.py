@@ -29,9 +29,9 @@ import pytest
 
 from cmbuyer.phonesim.process import remote_inject
 from cmbuyer.server.db import connect_sync
-from demo.stack import Stack, TaskSpec, free_port
+from demo.stack import Stack, TaskSpec
 from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
-from tests.e2e.conftest import SCENARIO, admin_page, agent_log, stop_and_show_logs, wait_until
+from tests.e2e.conftest import SCENARIO, admin_page, agent_log, new_stack, stop_and_show_logs, wait_until
 
 ARTIFACTS = ARTIFACTS_ROOT / "fleet-e2e"
 CASHIER = "com.eg.android.AlipayGphone"
@@ -41,17 +41,7 @@ pytestmark = [pytest.mark.e2e, *BROWSER_MARKS]
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(
-        tmp_path / "data",
-        server_port=free_port(),
-        env={
-            "CMBUYER_CLAIM_LEASE_TTL": "20",
-            "CMBUYER_SWEEP_INTERVAL": "1",
-            "CMBUYER_HEARTBEAT_INTERVAL": "1",
-            "CMBUYER_SUPERVISED_ORDERS": "0",
-        },
-    )
-    s.init()
+    s = new_stack(tmp_path, CMBUYER_HEARTBEAT_INTERVAL="1")
     try:
         yield s
     finally:

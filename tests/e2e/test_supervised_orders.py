@@ -30,9 +30,9 @@ import pytest
 from cmbuyer.phonesim.journal import order_counts, payment_taps, submit_taps
 from cmbuyer.phonesim.process import remote_inject
 from cmbuyer.server.db import connect_sync
-from demo.stack import SETTLED, Stack, TaskSpec, free_port
+from demo.stack import SETTLED, Stack, TaskSpec
 from tests.browser import ARTIFACTS_ROOT, BROWSER_MARKS, CHROMIUM, LAUNCH_ARGS
-from tests.e2e.conftest import SCENARIO, admin_page, agent_log, stop_and_show_logs, wait_until
+from tests.e2e.conftest import SCENARIO, admin_page, agent_log, new_stack, stop_and_show_logs, wait_until
 
 ARTIFACTS = ARTIFACTS_ROOT / "supervision-e2e"
 N = 2  # CMBUYER_SUPERVISED_ORDERS here (the default is 3)
@@ -154,18 +154,12 @@ def run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     phone, its agent running, and a Chromium page logged in as the admin."""
     from playwright.sync_api import sync_playwright
 
-    stack = Stack(
-        tmp_path / "data",
-        server_port=free_port(),
-        env={
-            "CMBUYER_CLAIM_LEASE_TTL": "20",
-            "CMBUYER_SWEEP_INTERVAL": "1",
-            "CMBUYER_HEARTBEAT_INTERVAL": "1",
-            "CMBUYER_SUPERVISED_ORDERS": str(N),
-            "CMBUYER_AGENT_APPROVAL_POLL_SECONDS": "0.5",
-        },
+    stack = new_stack(
+        tmp_path,
+        CMBUYER_HEARTBEAT_INTERVAL="1",
+        CMBUYER_SUPERVISED_ORDERS=str(N),
+        CMBUYER_AGENT_APPROVAL_POLL_SECONDS="0.5",
     )
-    stack.init()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)

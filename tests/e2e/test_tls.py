@@ -14,7 +14,7 @@ import pytest
 
 from cmbuyer.phonesim.journal import order_counts, payment_taps
 from demo.stack import BIN, SETTLED, Stack, free_port
-from tests.e2e.conftest import stop_and_show_logs
+from tests.e2e.conftest import STACK_ENV, stop_and_show_logs
 from tests.e2e.test_system import goods_per_task, shirt
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +25,7 @@ def test_two_agents_complete_orders_over_tls_and_one_without_the_ca_refuses(tmp_
         tmp_path / "data",
         server_port=free_port(),
         server_host="127.0.0.2",  # not 127.0.0.1: the agents reach it by the name in its certificate
-        env={"CMBUYER_CLAIM_LEASE_TTL": "20", "CMBUYER_SWEEP_INTERVAL": "1", "CMBUYER_SUPERVISED_ORDERS": "0"},
+        env=STACK_ENV,
     )
     stack.init()
     try:

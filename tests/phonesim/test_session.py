@@ -400,6 +400,7 @@ def test_an_ambiguous_session_file_is_refused(session_dir: Path, text: str, mess
         load_session(session_dir)
 
 
+@pytest.mark.serial  # "linear time": an upper bound on wall time
 def test_a_huge_session_loads_in_linear_time(session_dir: Path) -> None:
     """20 000 steps (a generated file): the conflict check must not compare every pair (2·10^8)."""
     import time

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings, load_settings
 from cmbuyer.server.db import connect_sync, run_in_transaction
 from cmbuyer.server.services import devices as device_service
 from cmbuyer.server.services import tasks as task_service
 from cmbuyer.server.tx.common import Actor, new_id
+from tests.server.datadir import init_data_dir
 
 TEST_ACTOR = Actor("cli", "pytest")
 GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
@@ -27,10 +27,9 @@ GOODS_URL = "https://mobile.yangkeduo.com/goods.html?goods_id={goods_id}"
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
-    """A fresh data dir initialized by the real `cmbuyer-server init` (fresh secrets, migrated DB)."""
-    d = tmp_path / "data"
-    assert cli_main(["--data-dir", str(d), "init", "--json"]) == 0
-    return d
+    """A fresh data dir initialized by the real `cmbuyer-server init` (fresh secrets, migrated DB; the
+    migrations ran once per test process, tests/server/datadir.py)."""
+    return init_data_dir(tmp_path / "data")
 
 
 @pytest.fixture

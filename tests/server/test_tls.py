@@ -19,7 +19,7 @@ from cryptography import x509
 from cmbuyer.server.cli import main as cli_main
 from cmbuyer.server.config import load_settings, read_env_file
 from cmbuyer.server.tls import TlsError, server_context
-from demo.stack import free_port, spawn_server, terminate, wait_healthy
+from tests.server.submissions.live import LiveServer
 
 
 def _mode(path: Path) -> int:
@@ -131,13 +131,10 @@ def test_serve_refuses_to_bind_beyond_loopback_without_tls(
 def test_serve_over_https(data_dir: Path) -> None:
     assert cli_main(["--data-dir", str(data_dir), "tls", "init", "--host", "127.0.0.1"]) == 0
     ca = data_dir / "tls" / "ca.pem"
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
-    log = data_dir / "server.log"
-    proc = spawn_server(data_dir, port, log, env)
+    server = LiveServer(data_dir, env={}, ca=ca)
+    port, log, base = server.port, server.log, server.url
     try:
-        base = f"https://127.0.0.1:{port}"
-        wait_healthy(proc, port, log, 30, base=base, ca=ca)
+        server.start(timeout=30)
         context = ssl.create_default_context(cafile=str(ca))
         with urllib.request.urlopen(f"{base}/login", timeout=5, context=context) as resp:
             cookies = resp.headers.get_all("Set-Cookie")
@@ -149,4 +146,4 @@ def test_serve_over_https(data_dir: Path) -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
         assert "正在服务 https://" in log.read_text()
     finally:
-        terminate([proc], 10)
+        server.stop()

@@ -174,8 +174,10 @@ def test_no_python_pattern_uses_dollar_as_its_end() -> None:
     assert [where for where, call, _, _ in LITERALS if call == "match"] == [], "re.match reads only a prefix"
 
 
+# from_regex filters its draws for some patterns (lookarounds, classes), so a run may discard many draws or take
+# long under load: neither says anything about the pattern, so those two health checks are off
 @pytest.mark.parametrize("name", sorted(COMPILED))
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(data=st.data())
 def test_no_full_match_survives_a_trailing_newline(name: str, data: st.DataObject) -> None:
     compiled = COMPILED[name]

@@ -84,6 +84,7 @@ def test_multiline_allows_line_breaks_and_tabs_only() -> None:
     assert text_problem("a\x00\n", multiline=True) is not None
 
 
+@pytest.mark.serial  # Hypothesis' default 200 ms deadline per example
 @given(st.text(max_size=40))
 def test_accepted_text_has_no_control_or_format_character(value: str) -> None:
     if text_problem(value) is None:
@@ -143,6 +144,7 @@ def test_visible_writes_every_refused_character_as_an_escape(value: str) -> None
     assert visible("黑色 M ¥29.90") == "黑色 M ¥29.90"
 
 
+@pytest.mark.serial  # Hypothesis' default 200 ms deadline per example
 @given(st.text())
 def test_visible_output_always_passes_the_rule(value: str) -> None:
     from cmbuyer.schemas.text import visible

@@ -289,6 +289,7 @@ def test_the_error_a_lookup_raises_is_not_also_logged(pack_dir: Path, caplog: py
     assert caplog.records == []
 
 
+@pytest.mark.serial  # times 100 lookups against a bound
 def test_fix_and_breakage_take_effect_without_restart_and_lookups_stay_cheap(pack_dir: Path) -> None:
     """The runner looks the pack up every loop: cached per file by stat, re-hashed when a file changes."""
     data = rebound("8.22.0", "8.23.0", 82300)

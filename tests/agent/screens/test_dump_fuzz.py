@@ -6,8 +6,6 @@ The example count follows ``CMBUYER_SOAK_ITERATIONS`` (``make soak``), small by 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,14 +13,15 @@ from hypothesis import strategies as st
 from cmbuyer.agent.errors import DumpError, DumpInvalid
 from cmbuyer.agent.screens.dump import MAX_DEPTH, Dump, parse_dump
 from cmbuyer.phonesim import hierarchy
+from tests.soak import configured
 
 pytestmark = pytest.mark.slow(seconds_per_iteration=1)  # examples grow with CMBUYER_SOAK_ITERATIONS
-_RAW = os.environ.get("CMBUYER_SOAK_ITERATIONS", "")
-EXAMPLES = max(150, int(_RAW) * 4) if _RAW.isdigit() else 150
+_SOAK = configured()  # tests/soak.py: CMBUYER_SOAK_ITERATIONS under `make soak`, else None
+EXAMPLES = max(150, _SOAK * 4) if _SOAK else 150
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
-    derandomize=not _RAW,
+    derandomize=_SOAK is None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 

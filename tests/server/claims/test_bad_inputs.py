@@ -145,6 +145,7 @@ def test_parse_credentials_refuses_raw_bytes_an_http_client_cannot_send() -> Non
     )
 
 
+@pytest.mark.serial  # Hypothesis' default 200 ms deadline per example
 @given(
     st.lists(
         st.tuples(
@@ -439,6 +440,7 @@ async def test_heartbeat_body_rows(
     assert fingerprint(sync_conn) == before
 
 
+@pytest.mark.serial  # Hypothesis' default 200 ms deadline per example
 @given(st.binary(max_size=300))
 @hsettings(max_examples=400)
 def test_decode_json_only_ever_raises_the_fixed_400(raw: bytes) -> None:

@@ -66,6 +66,7 @@ def test_message_is_versioned_domain_separated_and_length_prefixed() -> None:
         claim_token.message(**dict(FIELDS, nonce=b"\x01" * 31))  # type: ignore[arg-type]
 
 
+@pytest.mark.serial  # Hypothesis' default 200 ms deadline per example
 @given(
     st.text(min_size=0, max_size=8, alphabet="ab-"),
     st.text(min_size=0, max_size=8, alphabet="ab-"),

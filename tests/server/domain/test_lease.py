@@ -24,6 +24,7 @@ def test_boundaries_are_exclusive() -> None:
         lease.new_expiry(NOW, 0, to_wire(NOW))
 
 
+@pytest.mark.serial  # Hypothesis' default 200 ms deadline per example
 @given(st.integers(1, 86400), st.integers(-(10**7), 10**10))
 def test_new_expiry_is_the_minimum(ttl: int, offset_us: int) -> None:
     auth = to_wire(NOW + timedelta(microseconds=offset_us))

@@ -7,9 +7,6 @@ Regenerate after changing states.py:
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from cmbuyer.server.domain.states import (
     ATTEMPT_TRANSITIONS,
     AUTHORIZATION_TRANSITIONS,
@@ -18,8 +15,8 @@ from cmbuyer.server.domain.states import (
     TASK_TRANSITIONS,
 )
 from cmbuyer.server.domain.supervision import APPROVAL_TRANSITIONS
+from tests.state_tables import assert_doc_block, render, used_use_cases
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "state-machines.md"
 BEGIN, END = "<!-- generated-transitions:begin -->", "<!-- generated-transitions:end -->"
 
 # use-case → the request (or actor) that causes it. A new use-case in states.py fails the test until
@@ -66,29 +63,11 @@ MACHINES = [
 ]
 
 
-def render() -> str:
-    lines = [BEGIN, ""]
-    for title, table in MACHINES:
-        lines += [f"### {title}", "", "| from | use-case | to | caused by |", "|---|---|---|---|"]
-        for (src, use_case), dst in table.items():
-            lines.append(f"| `{src}` | `{use_case}` | `{dst}` | {CAUSES[use_case]} |")
-        lines.append("")
-    lines.append(END)
-    return "\n".join(lines)
-
-
 def test_every_use_case_has_a_cause() -> None:
-    used = {uc for _, table in MACHINES for (_, uc) in table}
+    used = used_use_cases(MACHINES)
     assert used <= set(CAUSES), f"describe these use-cases in CAUSES: {sorted(used - set(CAUSES))}"
 
 
 def test_doc_matches_states_py() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    expected = head + render() + tail
-    if os.environ.get("CMBUYER_REGEN_DOCS") == "1":
-        DOC.write_text(expected, encoding="utf-8")
-        text = expected
-    assert BEGIN in text and END in text
-    assert text == expected, "docs/state-machines.md is stale: regenerate (see module docstring)"
+    rendered = render(BEGIN, END, MACHINES, CAUSES)
+    assert_doc_block(BEGIN, END, rendered, "see the module docstring")

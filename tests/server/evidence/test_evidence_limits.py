@@ -7,10 +7,15 @@ from __future__ import annotations
 import socket
 import threading
 
+import pytest
+
 from cmbuyer.server.tx.common import new_id
 from tests.server.conftest import DeviceCreds, Maker
 from tests.server.submissions.helpers import evidence_path
 from tests.server.submissions.live import LiveServer
+
+# the live server's peak RSS is measured: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
 
 MiB = 1024 * 1024
 BOUNDARY = "cmbuyer-limit-test"

@@ -41,6 +41,7 @@ def test_ztxt_bomb_refused() -> None:
     assert reason(build(before_idat=chunk(b"zTXt", b"Comment\0\0" + bomb))) == "ancillary_too_large"
 
 
+@pytest.mark.serial  # "quickly": an upper bound on wall time
 def test_iccp_bomb_refused_quickly() -> None:
     bomb = _bomb(256 << 20)  # ~256 KiB compressed → 256 MiB profile
     started = time.monotonic()
@@ -81,6 +82,7 @@ def test_ordinary_profile_and_compressed_text_accepted() -> None:
     assert validate_png(out.getvalue(), max_side=SIDE, max_pixels=PIXELS).width == 8
 
 
+@pytest.mark.serial  # peak memory measured
 async def test_upload_with_an_iccp_bomb_is_400_unsupported_image_with_bounded_memory(
     server_client: Any, claimed: Any
 ) -> None:

@@ -301,6 +301,7 @@ def _png_cases() -> dict[str, bytes]:
     }
 
 
+@pytest.mark.serial  # "quickly": an upper bound on wall time
 def test_png_edge_cases_are_rejected_quickly() -> None:
     import time
 

@@ -75,6 +75,7 @@ def test_row_limit_and_size_limit() -> None:
         read_sheet(b"x" * 1025, max_rows=10, max_bytes=1024)
 
 
+@pytest.mark.serial  # peak RSS measured
 def test_zip_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     """A 50 MiB-uncompressed worksheet (≈ 50 KiB file) through the real CLI in a child process: refused as a
     bomb, and the child's peak RSS grows by far less than the inflated size."""

@@ -20,6 +20,9 @@ from cmbuyer.server.db import Database, StorageError, connect_sync
 
 from .scratch_db import create_scratch, scratch_database
 
+# batches must finish within deadlines, the loop must stay responsive: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture
 async def db(tmp_path: Path) -> Any:

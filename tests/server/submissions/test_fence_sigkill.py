@@ -6,7 +6,6 @@ rounds comes from CMBUYER_SOAK_ITERATIONS (default 1)."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import sqlite3
 import threading
@@ -22,8 +21,9 @@ from tests.server.conftest import Maker
 from tests.server.submissions.helpers import Claim, fence_body, fence_path
 from tests.server.submissions.live import LiveServer, claim_live
 from tests.server.submissions.test_fence_concurrency import run_storm
+from tests.soak import soak_iterations
 
-ROUNDS = int(os.environ.get("CMBUYER_SOAK_ITERATIONS", "1"))
+ROUNDS = soak_iterations(1)
 TASKS = 40
 
 

@@ -24,6 +24,9 @@ from tests.soak import soak_scale
 
 from .conftest import address, exchange, request
 
+# bodies cut against the server's time limits: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
+
 ROUNDS = soak_scale(12, 300)
 PHONE = "phone"
 # a task id that exists nowhere: the multipart reader runs before the task is looked up

@@ -74,6 +74,7 @@ async def test_login_with_a_real_gzip_body_is_not_decompressed(server_client: An
         assert answer.status == 415, encoding
 
 
+@pytest.mark.serial  # "before any decompression": an upper bound on wall time
 async def test_gzip_bomb_is_refused_before_any_decompression(
     server_client: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

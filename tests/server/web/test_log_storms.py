@@ -14,6 +14,9 @@ import pytest
 
 from cmbuyer.server.web.edge import RateLimitedExceptionHandler, RateLimitedLog
 
+# log rate limits over time windows: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
+
 
 def _accept_error() -> dict[str, Any]:
     return {

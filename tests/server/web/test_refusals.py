@@ -24,6 +24,9 @@ from tests.server.conftest import Maker
 from tests.server.web.conftest import RawAnswer, address, read_answer, request
 from tests.soak import soak_scale
 
+# bodies streamed as fast as possible against answer and body time limits: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
+
 CUT_WITHIN_S = 4.0  # LINGER_S (1 s) plus generous slack for a loaded 2-core VM
 SENT_BOUND = 64 * 1024**2  # socket buffers on loopback hold a few MiB; draining for 10 s is GiBs
 CHUNK = b"%x\r\n" % 65536 + b"x" * 65536 + b"\r\n"

@@ -13,11 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
-import resource
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +22,14 @@ import pytest
 
 from cmbuyer.server.config import Settings
 from cmbuyer.server.web.edge import GUARD
-from demo.stack import terminate, wait_healthy
 from tests.server.claims.conftest import HEARTBEAT, heartbeat_body
 from tests.server.conftest import Maker
+from tests.server.submissions.live import LiveServer
 from tests.server.web.conftest import address, read_answer, request
 from tests.soak import soak_scale
+
+# slow bodies against the server's time and descriptor limits: alone (pytest -m serial)
+pytestmark = pytest.mark.serial
 
 ANSWER_WITHIN_S = 2.0
 LOG_BOUND = 256 * 1024
@@ -185,26 +183,12 @@ def server_process(data_dir: Path, settings: Settings, tmp_path: Path) -> Iterat
     yields ``(port, log path, descriptor limit)``."""
     conns = SLOW_CONNECTIONS
     limit = 256 if conns <= 300 else 1024
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log_path = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CMBUYER_")}
-    env["CMBUYER_PORT"] = str(port)
-
-    def lower_limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-    exe = Path(sys.executable).with_name("cmbuyer-server")
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [str(exe), "--data-dir", str(data_dir), "serve"], stdout=log, stderr=log, env=env, preexec_fn=lower_limit
-        )
+    server = LiveServer(data_dir, env={}, nofile=limit)
     try:
-        wait_healthy(proc, port, log_path, 30)
-        yield port, log_path, conns
+        server.start(timeout=30)
+        yield server.port, server.log, conns
     finally:
-        terminate([proc], 10)
+        server.stop()
 
 
 @pytest.mark.slow
