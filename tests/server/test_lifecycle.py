@@ -1,12 +1,10 @@
 """The server's lifecycle (server/lifecycle.py, docs/architecture.md "Safety rules"): the start-up steps run in the
-listed order
-and the first refusal stops start-up with a one-line reason; the periodic jobs started while serving are
-exactly the listed ones; no route module registers steps or jobs, so nothing under server/web imports the
-app or the lifecycle (no import cycle)."""
+listed order and the first refusal stops start-up with a one-line reason; the periodic jobs started while serving
+are exactly the listed ones. That no route module imports the app or the lifecycle is a layer rule, checked with
+the others in tests/server/test_layers.py."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,8 +19,6 @@ from cmbuyer.server.clock import ManualClock
 from cmbuyer.server.config import Settings
 from cmbuyer.server.domain.errors import StartupRefused
 from cmbuyer.server.lifecycle import StartupStep
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _recording(steps: Sequence[StartupStep], seen: list[str]) -> tuple[StartupStep, ...]:
@@ -143,33 +139,3 @@ async def test_serving_starts_exactly_the_listed_periodic_jobs(
         await runner.cleanup()
     assert started == [2]
     assert sorted(ran) == ["sweep_admin_sessions", "sweep_expired"]
-
-
-def _imported_modules(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
-
-
-def test_no_route_module_imports_the_app_or_the_lifecycle() -> None:
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(
-            name
-            for name in _imported_modules(path)
-            if name in {"cmbuyer.server.app", "cmbuyer.server.lifecycle"}
-            or name.startswith(("cmbuyer.server.app.", "cmbuyer.server.lifecycle."))
-        )
-        for path in sorted((ROOT / "server" / "web").rglob("*.py"))
-    }
-    assert {path: names for path, names in offenders.items() if names} == {}
-
-
-def test_the_offender_check_sees_a_module_that_imports_the_app(tmp_path: Path) -> None:
-    module = tmp_path / "routes.py"
-    module.write_text("from cmbuyer.server.app import PERIODIC\nimport cmbuyer.server.lifecycle\n", encoding="utf-8")
-    assert {"cmbuyer.server.app", "cmbuyer.server.lifecycle"} <= _imported_modules(module)

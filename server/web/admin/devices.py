@@ -199,7 +199,7 @@ async def release_hold(request: web.Request, session: AdminSession, body: Body) 
     device_id = _device_id(request)
     note = body.json.get("note") if body.kind == "json" else body.one("note")
     if not isinstance(note, str):
-        raise ValidationFailed("note", "请写明检查了什么（1–500 个字符）")
+        raise ValidationFailed("note", "").because("release_note")
     at, who = now(request), actor(session)
     await request.app[DB].write(lambda c: device_service.release_hold(c, device_id, note=note, actor=who, now=at))
     return _answer(request, body, {"device_id": device_id, "released": True, "changed": True}, "released")

@@ -174,3 +174,18 @@ async def test_screen_request_image_or_package_and_gc_keeps_it(
         for r in sync_conn.execute("SELECT action FROM audit_log WHERE subject_id = ? ORDER BY id", (dev.device_id,))
     ]
     assert actions.count("device.screen_request") == 2 and actions.count("device.screen") == 2
+
+
+async def test_a_release_without_a_note_field_is_refused_with_the_tables_sentence(
+    admin_client: AdminClient, make_device: Any
+) -> None:
+    """No ``note`` at all (a form without the field, JSON with a non-text note) is the same refusal as an empty
+    one: 400 with the one sentence the refusal table has for ``release_note``, and nothing released."""
+    device = make_device()
+    path = f"/devices/{device.device_id}/release-hold"
+    resp = await admin_client.post_form(path, {})
+    assert resp.status == 400
+    assert "请写明检查了什么（1–500 个字符）" in await resp.text()
+    resp = await admin_client.post_json(path, {"note": 5})
+    assert resp.status == 400
+    assert "请写明检查了什么（1–500 个字符）" in await resp.text()
